@@ -1,0 +1,43 @@
+"""The ``treexchange`` command line: one sub-command per module in ``treexchange._commands``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from ._errors import TreexchangeError
+
+# Each module defines ``add_parser(subparsers)``, which registers its sub-command and sets
+# ``func`` (taking the parsed namespace, returning the exit code) as the parser default.
+_COMMAND_MODULES = ("demo", "inspect", "convert", "schema", "validate", "diff")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="treexchange",
+        description="Move model state between Julia (Flux/Lux, JLD2) and Python (JAX) without loss.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in _COMMAND_MODULES:
+        module = importlib.import_module(f"treexchange._commands.{name}")
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit code (0 ok, 1 validation failed, 2 error)."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except TreexchangeError as err:
+        print(f"treexchange: error: {err}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,265 @@
+"""A small, safe AST for Julia types as JLD2 stores them (``julia_type`` attributes).
+
+A type is a name plus parameters: ``Core.Array{Core.Float32,2}`` is
+``JuliaType("Core.Array", (JuliaType("Core.Float32"), np.int64(2)))``. Parameters that are values
+(``2``, ``true``, ``:relu``, the names tuple ``(:weight, :bias)`` of a NamedTuple) keep their exact
+Python value-model type so a writer can re-encode them with the same Julia type.
+
+Text is only ever *parsed* by a hand-written recursive-descent parser (never ``eval``), with a
+depth limit, and printed in two forms: :meth:`JuliaType.qualified` (as stored, with modules) and
+``str()`` (as Julia prints it: ``Core.``/``Base.`` prefixes dropped, ``", "`` between parameters).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+from ._errors import FormatError
+
+# Module prefixes Julia leaves out when it prints a type.
+_IMPLICIT_MODULES = ("Core.", "Base.")
+_MAX_DEPTH = 64
+
+
+class JuliaType:
+    """A Julia type: qualified ``name`` (``"Core.NamedTuple"``) and ``params``.
+
+    Example:
+        >>> t = JuliaType.parse("Core.Array{Core.Float32,2}")
+        >>> t.name, t.params[1]
+        ('Core.Array', np.int64(2))
+        >>> str(t)
+        'Array{Float32, 2}'
+        >>> t.qualified()
+        'Core.Array{Core.Float32,2}'
+    """
+
+    __slots__ = ("_hash", "name", "params")
+
+    def __init__(self, name: str, params: tuple[Any, ...] | list[Any] = ()) -> None:
+        self.name = normalize_name(name)
+        self.params: tuple[Any, ...] = tuple(params)
+        self._hash: int | None = None
+
+    # --- identity -------------------------------------------------------------------------
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, JuliaType):
+            return NotImplemented
+        return self.name == other.name and _params_equal(self.params, other.params)
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(self.qualified())
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"JuliaType({self.qualified()!r})"
+
+    def __str__(self) -> str:
+        return self._render(short=True, sep=", ")
+
+    # --- views ----------------------------------------------------------------------------
+    @property
+    def basename(self) -> str:
+        """The name without its module path: ``"NamedTuple"`` for ``Core.NamedTuple``."""
+        return self.name.rsplit(".", 1)[-1]
+
+    @property
+    def short_name(self) -> str:
+        """The name as Julia prints it (``Core.``/``Base.`` dropped)."""
+        return _short(self.name)
+
+    def qualified(self) -> str:
+        """The type as JLD2 writes names: full module paths, ``,`` between parameters."""
+        return self._render(short=False, sep=",")
+
+    def is_named(self, *names: str) -> bool:
+        """Whether the short name is one of ``names`` (``t.is_named("Tuple", "NTuple")``)."""
+        return self.short_name in names
+
+    def _render(self, *, short: bool, sep: str) -> str:
+        head = _short(self.name) if short else self.name
+        if not self.params and not (self.name in ("Core.Tuple", "Tuple") and short):
+            return head
+        inner = sep.join(_render_param(p, short=short, sep=sep) for p in self.params)
+        return f"{head}{{{inner}}}"
+
+    # --- parsing --------------------------------------------------------------------------
+    @classmethod
+    def parse(cls, text: str) -> JuliaType:
+        """Parse type text such as ``"Core.NamedTuple{(:a, :b),Core.Tuple{Int64,Float32}}"``.
+
+        Raises:
+            FormatError: the text is not a type expression this parser understands.
+        """
+        parser = _Parser(text)
+        value = parser.parse_param(0)
+        parser.expect_end()
+        if not isinstance(value, JuliaType):
+            raise FormatError(f"not a Julia type: {text!r}")
+        return value
+
+
+def normalize_name(name: str) -> str:
+    """Collapse the doubled module prefixes of legacy JLD2 files (``Core.Core.Int64``)."""
+    parts = name.split(".")
+    out: list[str] = []
+    for i, part in enumerate(parts):
+        # Only leading module segments repeat; keep e.g. "Base.SparseArrays.SparseMatrixCSC".
+        if out and part == out[-1] and i < len(parts) - 1:
+            continue
+        out.append(part)
+    return ".".join(out)
+
+
+def _short(name: str) -> str:
+    for prefix in _IMPLICIT_MODULES:
+        if name.startswith(prefix) and "." not in name[len(prefix) :]:
+            return name[len(prefix) :]
+    return name
+
+
+def _params_equal(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if type(x) is not type(y):
+            return False
+        if isinstance(x, tuple):
+            if not _params_equal(x, y):
+                return False
+        elif isinstance(x, np.ndarray):
+            if not np.array_equal(x, y):
+                return False
+        elif not bool(x == y):
+            return False
+    return True
+
+
+def _render_param(p: Any, *, short: bool, sep: str) -> str:
+    from ._values import Symbol  # local: _values imports this module
+
+    if isinstance(p, JuliaType):
+        return p._render(short=short, sep=sep)
+    if isinstance(p, (bool, np.bool_)):
+        return "true" if p else "false"
+    if isinstance(p, Symbol):
+        return p.julia_repr()
+    if isinstance(p, tuple):
+        items = [_render_param(x, short=short, sep=sep) for x in p]
+        return "(" + (items[0] + "," if len(items) == 1 else sep.join(items)) + ")"
+    if isinstance(p, (int, np.integer)):
+        return str(int(p))
+    if isinstance(p, (float, np.floating)):
+        return repr(float(p))
+    if isinstance(p, str):
+        return '"' + p.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return repr(p)
+
+
+_TOKEN = re.compile(
+    r"""\s*(?:
+        (?P<num>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)
+      | (?P<sym>:(?:"(?:[^"\\]|\\.)*"|[^\s,{}()":]+))
+      | (?P<str>"(?:[^"\\]|\\.)*")
+      | (?P<name>[^\s,{}()":]+)
+      | (?P<punct>[{},()])
+    )""",
+    re.VERBOSE,
+)
+
+
+class _Parser:
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.pos = 0
+
+    def _error(self, what: str) -> FormatError:
+        return FormatError(f"cannot parse Julia type {self.text!r}: {what} at character {self.pos}")
+
+    def peek(self) -> tuple[str, str] | None:
+        m = _TOKEN.match(self.text, self.pos)
+        if m is None or m.end() == self.pos:
+            rest = self.text[self.pos :].strip()
+            if rest:
+                raise self._error("unexpected text")
+            return None
+        kind = m.lastgroup or ""
+        return kind, m.group(kind)
+
+    def take(self) -> tuple[str, str]:
+        m = _TOKEN.match(self.text, self.pos)
+        if m is None or not m.lastgroup:
+            raise self._error("unexpected end")
+        self.pos = m.end()
+        return m.lastgroup, m.group(m.lastgroup)
+
+    def expect(self, punct: str) -> None:
+        kind, tok = self.take()
+        if kind != "punct" or tok != punct:
+            raise self._error(f"expected {punct!r}, found {tok!r}")
+
+    def expect_end(self) -> None:
+        if self.peek() is not None:
+            raise self._error("trailing text")
+
+    def parse_param(self, depth: int) -> Any:
+        from ._values import Symbol
+
+        if depth > _MAX_DEPTH:
+            raise self._error("nesting too deep")
+        tok = self.peek()
+        if tok is None:
+            raise self._error("unexpected end")
+        kind, text = tok
+        if kind == "num":
+            self.take()
+            return np.float64(text) if any(c in text for c in ".eE") else np.int64(int(text))
+        if kind == "sym":
+            self.take()
+            body = text[1:]
+            return Symbol(_unquote(body) if body.startswith('"') else body)
+        if kind == "str":
+            self.take()
+            return _unquote(text)
+        if kind == "punct" and text == "(":
+            self.take()
+            items: list[Any] = []
+            while True:
+                nxt = self.peek()
+                if nxt == ("punct", ")"):
+                    self.take()
+                    return tuple(items)
+                items.append(self.parse_param(depth + 1))
+                nxt = self.peek()
+                if nxt == ("punct", ","):
+                    self.take()
+                elif nxt != ("punct", ")"):
+                    raise self._error("expected ',' or ')' in tuple")
+        if kind == "name":
+            self.take()
+            if text in ("true", "false"):
+                return text == "true"
+            params: list[Any] = []
+            if self.peek() == ("punct", "{"):
+                self.take()
+                if self.peek() == ("punct", "}"):
+                    self.take()
+                    return JuliaType(text, ())
+                while True:
+                    params.append(self.parse_param(depth + 1))
+                    kind2, tok2 = self.take()
+                    if (kind2, tok2) == ("punct", "}"):
+                        break
+                    if (kind2, tok2) != ("punct", ","):
+                        raise self._error("expected ',' or '}' in parameters")
+            return JuliaType(text, tuple(params))
+        raise self._error(f"unexpected {text!r}")
+
+
+def _unquote(text: str) -> str:
+    body = text[1:-1]
+    return re.sub(r"\\(.)", r"\1", body)

@@ -1,0 +1,470 @@
+"""The Python face of Julia values (the *value model*, see docs/design.md).
+
+=====================================  =============================================================
+Julia                                  Python
+=====================================  =============================================================
+``NamedTuple``                         :class:`NamedTuple` (ordered, immutable mapping; JAX pytree)
+``Tuple`` / ``()``                     ``tuple`` / ``()``
+``Vector{Any}`` (array of references)  ``list``
+other arrays of non-bits elements      :class:`JuliaArray` (element type + object ndarray)
+``Array{T,N}`` of numbers / Bool       ``numpy.ndarray`` in Julia's shape (F-ordered)
+numbers                                numpy scalars of the exact dtype; ``Int128``/``UInt128`` as
+                                       :class:`Int128` / :class:`UInt128` (``int`` subclasses)
+``Bool``                               ``bool``
+``String`` / ``Symbol``                ``str`` / :class:`Symbol`
+``nothing`` / ``missing``              ``None`` / :data:`MISSING`
+``Dict``                               ``dict``
+other structs                          :class:`JuliaStruct`
+primitive bits types (enums, ``Char``) :class:`JuliaBits`
+other zero-size values (functions)     :class:`Singleton`
+=====================================  =============================================================
+
+This module imports no JAX: :class:`NamedTuple`, :class:`JuliaStruct` and :class:`JuliaArray` are
+registered as pytree nodes the moment ``jax`` is imported (or at once if it already is).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from types import ModuleType
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ._juliatype import JuliaType
+
+
+class NamedTuple(Mapping[str, Any]):
+    """A Julia ``NamedTuple``: an immutable mapping whose field order is part of its identity.
+
+    Fields are reached by key (``nt["σ²"]``) or, for identifier names, by attribute
+    (``nt.weight``). Two NamedTuples are equal when they have the same fields in the same order
+    with equal values. JAX's ``tree_util`` keeps the field order (a plain ``dict`` would be sorted).
+
+    Example:
+        >>> nt = NamedTuple(weight=1.0, bias=2.0, σ=())
+        >>> list(nt), nt.bias, nt["σ"]
+        (['weight', 'bias', 'σ'], 2.0, ())
+        >>> nt == NamedTuple([("bias", 2.0), ("weight", 1.0), ("σ", ())])
+        False
+        >>> nt.replace(bias=3.0)
+        NamedTuple(weight=1.0, bias=3.0, σ=())
+    """
+
+    __slots__ = ("_data",)
+
+    def __init__(self, fields: Mapping[str, Any] | Iterable[tuple[str, Any]] = (), /, **kwargs: Any) -> None:
+        data: dict[str, Any] = {}
+        items = fields.items() if isinstance(fields, Mapping) else fields
+        for key, value in items:
+            if not isinstance(key, str):
+                raise TypeError(f"NamedTuple field names must be str, not {type(key).__name__}")
+            if key in data:
+                raise ValueError(f"duplicate NamedTuple field {key!r}")
+            data[key] = value
+        for key, value in kwargs.items():
+            if key in data:
+                raise ValueError(f"duplicate NamedTuple field {key!r}")
+            data[key] = value
+        object.__setattr__(self, "_data", data)
+
+    def __getitem__(self, key: str) -> Any:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return object.__getattribute__(self, "_data")[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("NamedTuple is immutable; use .replace(...)")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, NamedTuple):
+            return NotImplemented
+        if list(self._data) != list(other._data):
+            return False
+        return all(_values_equal(self._data[k], other._data[k]) for k in self._data)
+
+    __hash__ = None  # type: ignore[assignment]  # holds arrays; like dict, not hashable
+
+    def __repr__(self) -> str:
+        inner = ", ".join(
+            f"{k}={v!r}" if k.isidentifier() else f"{k!r}: {v!r}" for k, v in self._data.items()
+        )
+        if any(not k.isidentifier() for k in self._data):
+            inner = ", ".join(f"{k!r}: {v!r}" for k, v in self._data.items())
+            return f"NamedTuple({{{inner}}})"
+        return f"NamedTuple({inner})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (NamedTuple, (list(self._data.items()),))
+
+    def replace(self, **changes: Any) -> NamedTuple:
+        """A copy with some fields' values replaced (order kept). Unknown names raise KeyError."""
+        for key in changes:
+            if key not in self._data:
+                raise KeyError(key)
+        return NamedTuple((k, changes.get(k, v)) for k, v in self._data.items())
+
+
+class Symbol(str):
+    """A Julia ``Symbol`` (a ``str`` that remembers it was a Symbol).
+
+    Example:
+        >>> s = Symbol("relu")
+        >>> s == "relu", s.julia_repr()
+        (True, ':relu')
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"Symbol({str.__repr__(self)})"
+
+    def julia_repr(self) -> str:
+        """How Julia writes this Symbol as a literal."""
+        text = str(self)
+        if text.isidentifier() or (
+            text and all(c.isalnum() or c in "_!²₀₁₂³⁴" for c in text) and not text[0].isdigit()
+        ):
+            return f":{text}"
+        escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+        return f'Symbol("{escaped}")'
+
+
+class Missing:
+    """Julia's ``missing``. Use the single instance :data:`MISSING`."""
+
+    _instance: ClassVar[Missing | None] = None
+
+    def __new__(cls) -> Missing:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+    def __bool__(self) -> bool:
+        raise TypeError("missing has no truth value (as in Julia)")
+
+    def __reduce__(self) -> str:
+        return "MISSING"
+
+
+MISSING = Missing()
+"""The Julia ``missing`` value."""
+
+
+def _as_type(type_: JuliaType | str) -> JuliaType:
+    return type_ if isinstance(type_, JuliaType) else JuliaType.parse(type_)
+
+
+class Singleton:
+    """A zero-size Julia value other than ``()``/``nothing``/``missing``: a function, an RNG
+    singleton, an empty struct. Only its type is stored.
+
+    Example:
+        >>> Singleton("NNlib.#relu")
+        Singleton('NNlib.#relu')
+        >>> Singleton("NNlib.#relu") == Singleton(JuliaType("NNlib.#relu"))
+        True
+    """
+
+    __slots__ = ("type",)
+
+    def __init__(self, type_: JuliaType | str) -> None:
+        self.type = _as_type(type_)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Singleton) and self.type == other.type
+
+    def __hash__(self) -> int:
+        return hash(("Singleton", self.type))
+
+    def __repr__(self) -> str:
+        return f"Singleton({self.type.qualified()!r})"
+
+
+class JuliaStruct:
+    """Any Julia struct without a more specific Python face: its type and its fields in order.
+
+    ``fields`` holds every field, including zero-size ones (as ``()``, ``None``, :class:`Singleton`).
+    ``layout`` is an opaque description of how the struct was laid out on disk when it was read
+    (used by the writer to re-encode it exactly); it plays no part in equality.
+
+    Example:
+        >>> s = JuliaStruct("Main.Foo", {"a": 1, "b": None})
+        >>> s.type.name, s["a"], list(s.fields)
+        ('Main.Foo', 1, ['a', 'b'])
+    """
+
+    __slots__ = ("fields", "layout", "type")
+
+    def __init__(
+        self,
+        type_: JuliaType | str,
+        fields: Mapping[str, Any] | Iterable[tuple[str, Any]] = (),
+        *,
+        layout: Any = None,
+    ) -> None:
+        self.type = _as_type(type_)
+        self.fields: dict[str, Any] = dict(fields.items() if isinstance(fields, Mapping) else fields)
+        self.layout = layout
+
+    def __getitem__(self, key: str) -> Any:
+        return self.fields[key]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, JuliaStruct):
+            return NotImplemented
+        return (
+            self.type == other.type
+            and list(self.fields) == list(other.fields)
+            and all(_values_equal(v, other.fields[k]) for k, v in self.fields.items())
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self.fields.items())
+        return f"JuliaStruct({str(self.type)!r}, {inner})"
+
+
+class JuliaBits:
+    """A value of a Julia primitive bits type with no numpy equivalent (an ``@enum``, ``Char``):
+    its type and raw little-endian bytes.
+
+    Example:
+        >>> JuliaBits("Main.Color", b"\\x01\\x00\\x00\\x00").as_int()
+        1
+    """
+
+    __slots__ = ("data", "type")
+
+    def __init__(self, type_: JuliaType | str, data: bytes) -> None:
+        self.type = _as_type(type_)
+        self.data = bytes(data)
+
+    def as_int(self) -> int:
+        """The bytes read as a little-endian signed integer (the value of an ``@enum``)."""
+        return int.from_bytes(self.data, "little", signed=True)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JuliaBits) and (self.type, self.data) == (other.type, other.data)
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.data))
+
+    def __repr__(self) -> str:
+        return f"JuliaBits({str(self.type)!r}, {self.data!r})"
+
+
+class JuliaArray:
+    """A Julia array whose elements are not plain numbers: ``Vector{Symbol}``, ``Vector{String}``,
+    ``Vector{Union{Nothing, Float64}}``, ``Matrix{Any}``, arrays of structs...
+
+    ``eltype`` is the Julia element type; ``data`` is a numpy *object* array in Julia's shape
+    (``Vector{Any}`` itself is a plain ``list``).
+
+    Example:
+        >>> a = JuliaArray("Core.Symbol", [Symbol("a"), Symbol("b")])
+        >>> a.shape, a[1], len(a)
+        ((2,), Symbol('b'), 2)
+    """
+
+    __slots__ = ("data", "eltype")
+
+    def __init__(self, eltype: JuliaType | str, data: Any) -> None:
+        self.eltype = _as_type(eltype)
+        if isinstance(data, np.ndarray) and data.dtype == object:
+            self.data = data
+        else:
+            items = list(data)
+            arr = np.empty(len(items), dtype=object)
+            arr[:] = items
+            self.data = arr
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.data[index]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.data.ravel(order="F"))
+
+    def tolist(self) -> list[Any]:
+        """Elements in Julia (column-major) order."""
+        return list(self.data.ravel(order="F"))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, JuliaArray):
+            return NotImplemented
+        return (
+            self.eltype == other.eltype
+            and self.shape == other.shape
+            and all(_values_equal(a, b) for a, b in zip(self, other))
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"JuliaArray({str(self.eltype)!r}, {self.tolist()!r})"
+
+
+class Int128(int):
+    """A Julia ``Int128`` (an ``int`` that remembers its width)."""
+
+    __slots__ = ()
+    julia_name = "Core.Int128"
+
+    def __repr__(self) -> str:
+        return f"Int128({int(self)})"
+
+
+class UInt128(int):
+    """A Julia ``UInt128`` (an ``int`` that remembers its width)."""
+
+    __slots__ = ()
+    julia_name = "Core.UInt128"
+
+    def __repr__(self) -> str:
+        return f"UInt128({int(self)})"
+
+
+def _values_equal(a: Any, b: Any) -> bool:
+    """Structural equality that treats arrays by value, dtype and shape (NaN == NaN)."""
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
+            return False
+        if a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        if a.dtype.kind in "fc":
+            return bool(np.array_equal(a, b, equal_nan=True))
+        return bool(np.array_equal(a, b))
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_values_equal, a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return list(a) == list(b) and all(_values_equal(a[k], b[k]) for k in a)
+    if isinstance(a, np.generic) and isinstance(b, np.generic):
+        if a.dtype != b.dtype:
+            return False
+        if a.dtype.kind in "fc" and np.isnan(a) and np.isnan(b):
+            return True
+    try:
+        return bool(a == b)
+    except (TypeError, ValueError):
+        return a is b
+
+
+def values_equal(a: Any, b: Any) -> bool:
+    """Whether two value trees are equal, arrays compared by dtype, shape and contents.
+
+    Example:
+        >>> values_equal(NamedTuple(w=np.zeros(2, np.float32)), NamedTuple(w=np.zeros(2, np.float32)))
+        True
+        >>> values_equal(np.zeros(2, np.float32), np.zeros(2, np.float64))
+        False
+    """
+    return _values_equal(a, b)
+
+
+# --- JAX pytree registration (without importing JAX) ---------------------------------------
+
+_registered = False
+_register_lock = threading.Lock()
+
+
+def _register_with_jax(jax_tree_util: ModuleType) -> None:
+    global _registered
+    with _register_lock:
+        if _registered:
+            return
+        dict_key = jax_tree_util.DictKey
+
+        def nt_flatten_with_keys(nt: NamedTuple) -> tuple[Any, Any]:
+            keys = tuple(nt._data)
+            return [(dict_key(k), nt._data[k]) for k in keys], keys
+
+        def nt_flatten(nt: NamedTuple) -> tuple[Any, Any]:
+            keys = tuple(nt._data)
+            return [nt._data[k] for k in keys], keys
+
+        def nt_unflatten(keys: tuple[str, ...], children: Iterable[Any]) -> NamedTuple:
+            return NamedTuple(zip(keys, children))
+
+        jax_tree_util.register_pytree_with_keys(NamedTuple, nt_flatten_with_keys, nt_unflatten, nt_flatten)
+
+        def st_flatten_with_keys(s: JuliaStruct) -> tuple[Any, Any]:
+            keys = tuple(s.fields)
+            return [(dict_key(k), s.fields[k]) for k in keys], (s.type, keys, s.layout)
+
+        def st_flatten(s: JuliaStruct) -> tuple[Any, Any]:
+            keys = tuple(s.fields)
+            return [s.fields[k] for k in keys], (s.type, keys, s.layout)
+
+        def st_unflatten(aux: tuple[Any, ...], children: Iterable[Any]) -> JuliaStruct:
+            type_, keys, layout = aux
+            return JuliaStruct(type_, zip(keys, children), layout=layout)
+
+        jax_tree_util.register_pytree_with_keys(JuliaStruct, st_flatten_with_keys, st_unflatten, st_flatten)
+
+        def arr_flatten(a: JuliaArray) -> tuple[Any, Any]:
+            return list(a.data.ravel(order="F")), (a.eltype, a.shape)
+
+        def arr_unflatten(aux: tuple[Any, ...], children: Iterable[Any]) -> JuliaArray:
+            eltype, shape = aux
+            items = list(children)
+            data = np.empty(len(items), dtype=object)
+            data[:] = items
+            return JuliaArray(eltype, data.reshape(shape, order="F"))
+
+        jax_tree_util.register_pytree_node(JuliaArray, arr_flatten, arr_unflatten)
+        _registered = True
+
+
+class _JaxImportHook(importlib.abc.MetaPathFinder):
+    """Registers our pytree nodes right after ``jax.tree_util`` is first imported."""
+
+    def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
+        if fullname != "jax.tree_util":
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path)
+        if spec is None or spec.loader is None:
+            return None
+        loader = spec.loader
+        original_exec = loader.exec_module  # type: ignore[attr-defined]
+
+        def exec_module(module: ModuleType) -> None:
+            original_exec(module)
+            _register_with_jax(module)
+
+        loader.exec_module = exec_module  # type: ignore[attr-defined]
+        return spec
+
+
+def _install_jax_hook() -> None:
+    if "jax.tree_util" in sys.modules:
+        _register_with_jax(sys.modules["jax.tree_util"])
+    elif not any(isinstance(f, _JaxImportHook) for f in sys.meta_path):
+        sys.meta_path.insert(0, _JaxImportHook())
+
+
+_install_jax_hook()
