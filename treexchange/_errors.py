@@ -127,7 +127,8 @@ class Mismatch:
     ``checksum``, ``value`` (and ``type`` where a Julia type differs).
 
     Example:
-        >>> m = Mismatch("shape", ("model_state", "layers", 2, "weight"), "(5, 16) in file, (5, 32) in template")
+        >>> path = ("model_state", "layers", 2, "weight")
+        >>> m = Mismatch("shape", path, "(5, 16) in file, (5, 32) in template")
         >>> str(m)
         'model_state.layers[2].weight: shape (5, 16) in file, (5, 32) in template'
     """
