@@ -1,0 +1,225 @@
+"""What a value-model value *is* on the Julia side: its node kind and its Julia type.
+
+Shared by the writer (which Julia type to commit), the schema (which kind a node has), ``inspect``
+(what to print) and the JAX bridge (what a PyTree leaf becomes). The kinds are those of the
+``inspect --json`` contract: ``namedtuple``, ``tuple``, ``vector``, ``dict``, ``struct``, ``array``,
+``number``, ``bool``, ``string``, ``symbol``, ``singleton``.
+
+Types are returned in canonical spelling (``Core.Float32``, ``Core.Tuple{...}``,
+``Core.NamedTuple{(:a, :b),Core.Tuple{...}}``); the writer maps them to the exact spelling JLD2
+stores where that differs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import ml_dtypes
+import numpy as np
+
+from ._errors import ConversionError, PathSegment
+from ._juliatype import JuliaType
+from ._values import (
+    MISSING,
+    Int128,
+    JuliaArray,
+    JuliaBits,
+    JuliaStruct,
+    NamedTuple,
+    Singleton,
+    Symbol,
+    UInt128,
+)
+
+Kind = Literal[
+    "namedtuple",
+    "tuple",
+    "vector",
+    "dict",
+    "struct",
+    "array",
+    "number",
+    "bool",
+    "string",
+    "symbol",
+    "singleton",
+]
+
+ANY = JuliaType("Core.Any")
+NOTHING = JuliaType("Core.Nothing")
+MISSING_TYPE = JuliaType("Base.Missing")
+EMPTY_TUPLE = JuliaType("Core.Tuple")
+STRING = JuliaType("Core.String")
+SYMBOL = JuliaType("Core.Symbol")
+BOOL = JuliaType("Core.Bool")
+INT64 = JuliaType("Core.Int64")
+FLOAT64 = JuliaType("Core.Float64")
+# Julia >= 1.11 defines BFloat16 in Core; BFloat16s.jl re-exports it there.
+BFLOAT16 = JuliaType("Core.BFloat16")
+
+_BFLOAT16_DTYPE = np.dtype(ml_dtypes.bfloat16)
+
+_DTYPE_TO_JULIA: dict[np.dtype, JuliaType] = {
+    np.dtype(np.bool_): BOOL,
+    np.dtype(np.int8): JuliaType("Core.Int8"),
+    np.dtype(np.int16): JuliaType("Core.Int16"),
+    np.dtype(np.int32): JuliaType("Core.Int32"),
+    np.dtype(np.int64): INT64,
+    np.dtype(np.uint8): JuliaType("Core.UInt8"),
+    np.dtype(np.uint16): JuliaType("Core.UInt16"),
+    np.dtype(np.uint32): JuliaType("Core.UInt32"),
+    np.dtype(np.uint64): JuliaType("Core.UInt64"),
+    np.dtype(np.float16): JuliaType("Core.Float16"),
+    np.dtype(np.float32): JuliaType("Core.Float32"),
+    np.dtype(np.float64): FLOAT64,
+    np.dtype(np.complex64): JuliaType("Base.Complex", (JuliaType("Core.Float32"),)),
+    np.dtype(np.complex128): JuliaType("Base.Complex", (FLOAT64,)),
+    _BFLOAT16_DTYPE: BFLOAT16,
+}
+_JULIA_TO_DTYPE: dict[str, np.dtype] = {t.qualified(): d for d, t in _DTYPE_TO_JULIA.items()}
+_JULIA_TO_DTYPE["BFloat16s.BFloat16"] = _BFLOAT16_DTYPE
+
+
+def julia_eltype(dtype: np.dtype | type, *, path: Sequence[PathSegment] = ()) -> JuliaType:
+    """The Julia element type of a numpy dtype (byte order ignored).
+
+    Example:
+        >>> str(julia_eltype(np.float32)), str(julia_eltype(np.complex128))
+        ('Float32', 'Complex{Float64}')
+    """
+    dt = np.dtype(dtype)
+    if dt.byteorder not in ("=", "|"):
+        dt = dt.newbyteorder("=")
+    try:
+        return _DTYPE_TO_JULIA[dt]
+    except KeyError:
+        raise ConversionError(f"numpy dtype {dt} has no Julia element type", path=path) from None
+
+
+def numpy_dtype(julia_type: JuliaType) -> np.dtype | None:
+    """The numpy dtype of a Julia number type, or ``None`` when there is none.
+
+    Example:
+        >>> numpy_dtype(JuliaType.parse("Core.Float32"))
+        dtype('float32')
+        >>> numpy_dtype(JuliaType.parse("Core.String")) is None
+        True
+    """
+    return _JULIA_TO_DTYPE.get(julia_type.qualified())
+
+
+def _is_array_like(value: Any) -> bool:
+    # jax.Array and friends, recognized without importing jax.
+    return (
+        not isinstance(value, np.ndarray)
+        and hasattr(value, "__array__")
+        and hasattr(value, "shape")
+        and hasattr(value, "dtype")
+        and type(value).__module__.split(".")[0] in ("jax", "jaxlib")
+    )
+
+
+def kind_of(value: Any, *, path: Sequence[PathSegment] = ()) -> Kind:
+    """The ``inspect`` node kind of a value-model value.
+
+    Example:
+        >>> kind_of(NamedTuple(w=np.zeros(2))), kind_of(()), kind_of(Symbol("relu")), kind_of(1.5)
+        ('namedtuple', 'singleton', 'symbol', 'number')
+    """
+    if isinstance(value, NamedTuple):
+        return "namedtuple"
+    if isinstance(value, tuple):
+        return "tuple" if value else "singleton"
+    if isinstance(value, (list, JuliaArray)):
+        return "vector"
+    if isinstance(value, dict):
+        return "dict"
+    if isinstance(value, JuliaStruct):
+        return "struct"
+    if isinstance(value, np.ndarray) or _is_array_like(value):
+        return "array"
+    if isinstance(value, (bool, np.bool_)):
+        return "bool"
+    if isinstance(value, Symbol):
+        return "symbol"
+    if isinstance(value, str):
+        return "string"
+    if value is None or value is MISSING or isinstance(value, Singleton):
+        return "singleton"
+    if isinstance(value, (int, float, complex, np.number, JuliaBits)):
+        return "number"
+    raise ConversionError(f"{type(value).__name__} is not a Julia value", path=path)
+
+
+def julia_type_of(value: Any, *, path: Sequence[PathSegment] = ()) -> JuliaType:
+    """The Julia type of a value-model value (canonical spelling).
+
+    Raises :class:`treexchange.ConversionError` with the tree path for values with no Julia type.
+
+    Example:
+        >>> str(julia_type_of(NamedTuple(weight=np.zeros((2, 3), np.float32), σ=())))
+        'NamedTuple{(:weight, :σ), Tuple{Array{Float32, 2}, Tuple{}}}'
+        >>> str(julia_type_of([1, "a"])), str(julia_type_of({"a": 1.0}))
+        ('Array{Any, 1}', 'Dict{String, Float64}')
+    """
+    path = tuple(path)
+    if isinstance(value, NamedTuple):
+        names = tuple(Symbol(k) for k in value)
+        fields = tuple(julia_type_of(v, path=(*path, k)) for k, v in value.items())
+        return JuliaType("Core.NamedTuple", (names, JuliaType("Core.Tuple", fields)))
+    if isinstance(value, tuple):
+        return JuliaType(
+            "Core.Tuple", tuple(julia_type_of(v, path=(*path, i)) for i, v in enumerate(value, 1))
+        )
+    if isinstance(value, list):
+        for i, v in enumerate(value, 1):
+            julia_type_of(v, path=(*path, i))  # every element must be representable
+        return JuliaType("Core.Array", (ANY, np.int64(1)))
+    if isinstance(value, JuliaArray):
+        return JuliaType("Core.Array", (value.eltype, np.int64(len(value.shape))))
+    if isinstance(value, dict):
+        return JuliaType("Base.Dict", _dict_params(value, path))
+    if isinstance(value, JuliaStruct):
+        return value.type
+    if isinstance(value, np.ndarray) or _is_array_like(value):
+        dtype = np.dtype(value.dtype)
+        return JuliaType("Core.Array", (julia_eltype(dtype, path=path), np.int64(len(value.shape))))
+    if isinstance(value, (bool, np.bool_)):
+        return BOOL
+    if isinstance(value, Symbol):
+        return SYMBOL
+    if isinstance(value, str):
+        return STRING
+    if value is None:
+        return NOTHING
+    if value is MISSING:
+        return MISSING_TYPE
+    if isinstance(value, (Singleton, JuliaBits)):
+        return value.type
+    if isinstance(value, Int128):
+        return JuliaType(Int128.julia_name)
+    if isinstance(value, UInt128):
+        return JuliaType(UInt128.julia_name)
+    if isinstance(value, np.generic):
+        return julia_eltype(value.dtype, path=path)
+    if isinstance(value, int):
+        if not -(2**63) <= value < 2**63:
+            raise ConversionError(
+                f"Python int {value} does not fit Int64 (use treexchange.Int128 or a numpy type)",
+                path=path,
+            )
+        return INT64
+    if isinstance(value, float):
+        return FLOAT64
+    if isinstance(value, complex):
+        return JuliaType("Base.Complex", (FLOAT64,))
+    raise ConversionError(f"{type(value).__name__} has no Julia counterpart", path=path)
+
+
+def _dict_params(value: dict[Any, Any], path: tuple[PathSegment, ...]) -> tuple[JuliaType, JuliaType]:
+    key_types = {julia_type_of(k, path=path) for k in value}
+    value_types = {julia_type_of(v, path=(*path, str(k))) for k, v in value.items()}
+    key_type = key_types.pop() if len(key_types) == 1 else (STRING if not value else ANY)
+    value_type = value_types.pop() if len(value_types) == 1 else ANY
+    return key_type, value_type
