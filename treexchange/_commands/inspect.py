@@ -1,15 +1,57 @@
-"""`treexchange inspect` (placeholder until its issue lands)."""
+"""``treexchange inspect FILE [--json] [NAME]``: show what a JLD2 file holds."""
 
 from __future__ import annotations
 
 import argparse
+import sys
+
+_FLAGS = {"--json": "json", "--allow-hdf5": "allow_hdf5"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("inspect", help="(not available yet)")
-    p.set_defaults(func=lambda args: _unavailable())
+    p = sub.add_parser(
+        "inspect",
+        usage="treexchange inspect [-h] FILE [--json] [--allow-hdf5] [NAME]",
+        help="show the tree of a JLD2 file (types, Julia-order shapes, dtypes, sizes)",
+        description=(
+            "Print the tree of values in a JLD2 file: one line per node with its Julia type, and "
+            "for arrays the Julia-order shape, dtype and size; totals at the end. With --json, "
+            "print JSON Lines (one object per node, pre-order: path, kind, julia_type; arrays: "
+            "dtype, shape, sha256; numbers/bools/strings/symbols: value)."
+        ),
+    )
+    p.add_argument("file", help="the JLD2 file")
+    # argparse (before Python 3.12) cannot take an optional positional after a flag
+    # (``inspect FILE --json NAME``); the rest of the line is parsed in run() instead.
+    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="[NAME]", help="only this entry (a name, or a/b)")
+    p.add_argument("--json", action="store_true", help="JSON Lines output (the scripting contract)")
+    p.add_argument("--allow-hdf5", action="store_true", help="also read plain HDF5 files (through h5py)")
+    p.set_defaults(func=run)
 
 
-def _unavailable() -> int:
-    print("treexchange inspect: not available in this version yet")
-    return 2
+def _split_rest(args: argparse.Namespace) -> str | None:
+    names = []
+    for token in args.rest:
+        if token in _FLAGS:
+            setattr(args, _FLAGS[token], True)
+        elif token.startswith("--"):
+            raise SystemExit(f"treexchange inspect: unknown option {token}")
+        else:
+            names.append(token)
+    if len(names) > 1:
+        raise SystemExit("treexchange inspect: give at most one NAME")
+    return names[0] if names else None
+
+
+def run(args: argparse.Namespace) -> int:
+    from .._file import open as open_file
+    from .._inspect import json_lines, select, text_lines
+
+    name = _split_rest(args)
+    with open_file(args.file, allow_hdf5=args.allow_hdf5) as f:  # type: ignore[union-attr]
+        root = select(f, name)
+        lines = json_lines(root) if args.json else text_lines(root)
+        out = sys.stdout
+        for line in lines:
+            out.write(line + "\n")
+    return 0

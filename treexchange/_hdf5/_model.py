@@ -64,7 +64,10 @@ class H5Type:
     # --- derived views -----------------------------------------------------------------------
     @property
     def byte_order(self) -> str:
-        """``'<'`` or ``'>'`` for FIXED, FLOAT, BITFIELD, ENUM (bit 0 of the class bit field)."""
+        """``'<'`` or ``'>'``: bit 0 of the class bit field for FIXED, FLOAT, BITFIELD; an ENUM's
+        bit field holds its member count, so an ENUM takes the order of its base type."""
+        if self.cls == H5Class.ENUM and self.base is not None:
+            return self.base.byte_order
         return ">" if self.flags & 1 else "<"
 
     @property

@@ -1,0 +1,159 @@
+"""Benchmark: restore a model state into jax arrays (CPU).
+
+Three ways to get the same Equinox MLP state (``--size`` bytes of float32, ``--layers`` Dense
+layers) from disk into jax arrays:
+
+* **treexchange**: ``treexchange.load("state.jld2", "model_state", like=abstract_mlp,
+  layout=flux_state)`` -- the Flux.state file Julia can load; arrays come straight from the
+  memory map (no intermediate numpy copy) into jax arrays;
+* **equinox**: ``eqx.tree_deserialise_leaves("state.eqx", abstract_mlp)``;
+* **flax msgpack**: ``flax.serialization.msgpack_restore(open("state.msgpack").read())`` and
+  ``jax.device_put`` of every leaf.
+
+Each method is run once to warm the page cache (all three files are then read from memory, so
+this measures the software, not the disk), then ``--repeat`` times; the table shows the best
+and the median time. Every result is checked against the source arrays.
+
+    python benchmarks/bench_restore.py                 # 1 GiB, the figures in docs/performance.md
+    python benchmarks/bench_restore.py --size 32MiB    # quick smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import platform
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+UNITS = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 10**3, "mb": 10**6, "gb": 10**9}
+
+
+def parse_size(text: str) -> int:
+    m = re.fullmatch(r"\s*([\d.]+)\s*([a-zA-Z]*)\s*", text)
+    if not m or m.group(2).lower() not in UNITS:
+        raise argparse.ArgumentTypeError(f"not a size: {text!r} (try 1GiB, 64MiB)")
+    return int(float(m.group(1)) * UNITS[m.group(2).lower()])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--size", type=parse_size, default=1 << 30, help="state size (default 1GiB)")
+    parser.add_argument("--layers", type=int, default=16, help="number of Dense layers (default 16)")
+    parser.add_argument("--repeat", type=int, default=3, help="timed runs per method (default 3)")
+    parser.add_argument("--dir", default=None, help="where to write the files (default: a temp dir)")
+    args = parser.parse_args(argv)
+
+    import equinox as eqx
+    import flax.serialization
+    import jax
+
+    from treexchange._bridge import flux_state
+    from treexchange._file import load
+    from treexchange._save import save
+
+    width = max(1, int((args.size / (4 * args.layers)) ** 0.5))
+    abstract = eqx.filter_eval_shape(
+        eqx.nn.MLP, width, width, width, depth=args.layers - 1, key=jax.random.key(0)
+    )
+    rng = np.random.default_rng(0)
+    arrays = [
+        rng.standard_normal(leaf.shape, dtype=np.float32) for leaf in jax.tree_util.tree_leaves(abstract)
+    ]
+    total = sum(a.nbytes for a in arrays)
+    treedef = jax.tree_util.tree_structure(abstract)
+    concrete = jax.tree_util.tree_unflatten(treedef, arrays)  # numpy leaves in the MLP's structure
+    state = flux_state(concrete)
+    flax_state = {
+        "layers": {
+            str(i): {"weight": layer.weight, "bias": layer.bias} for i, layer in enumerate(concrete.layers)
+        }
+    }
+
+    workdir = args.dir or tempfile.mkdtemp(prefix="bench_restore_")
+    os.makedirs(workdir, exist_ok=True)
+    paths = {name: os.path.join(workdir, f"state.{name}") for name in ("jld2", "eqx", "msgpack")}
+    save(paths["jld2"], model_state=state)
+    eqx.tree_serialise_leaves(paths["eqx"], concrete)
+    with open(paths["msgpack"], "wb") as f:
+        f.write(flax.serialization.msgpack_serialize(flax_state))
+    del flax_state
+
+    def treexchange_restore() -> Any:
+        return load(paths["jld2"], "model_state", like=abstract, layout=flux_state)
+
+    def equinox_restore() -> Any:
+        return eqx.tree_deserialise_leaves(paths["eqx"], abstract)
+
+    def flax_restore() -> Any:
+        with open(paths["msgpack"], "rb") as f:
+            restored = flax.serialization.msgpack_restore(f.read())
+        return jax.tree_util.tree_map(jax.device_put, restored)
+
+    def check_mlp(out: Any) -> None:
+        got = jax.tree_util.tree_leaves(out)
+        assert len(got) == len(arrays), (len(got), len(arrays))
+        for a, b in zip(got, arrays):
+            assert isinstance(a, jax.Array) and np.array_equal(np.asarray(a), b)
+
+    def check_flax(out: Any) -> None:
+        for i, layer in enumerate(concrete.layers):
+            got = out["layers"][str(i)]
+            assert isinstance(got["weight"], jax.Array)
+            assert np.array_equal(np.asarray(got["weight"]), layer.weight)
+            assert np.array_equal(np.asarray(got["bias"]), layer.bias)
+
+    methods: list[tuple[str, Callable[[], Any], Callable[[Any], None]]] = [
+        ("treexchange `load(..., like=, layout=flux_state)`", treexchange_restore, check_mlp),
+        ("`equinox.tree_deserialise_leaves`", equinox_restore, check_mlp),
+        ("`flax.serialization.msgpack_restore` + `device_put`", flax_restore, check_flax),
+    ]
+    sizes = {name: os.path.getsize(p) for name, p in paths.items()}
+    print(f"# restore benchmark: {args.layers} Dense layers of {width}x{width} float32, "
+          f"{total / 2**20:.1f} MiB of arrays")  # fmt: skip
+    print("# files: " + ", ".join(f"{k} {v / 2**20:.1f} MiB" for k, v in sizes.items()))
+    print(f"# {platform.platform()}, Python {platform.python_version()}, jax {jax.__version__}, "
+          f"{os.cpu_count()} CPUs, jax devices: {jax.devices()}")  # fmt: skip
+    print()
+    print("| method | best (s) | median (s) | GiB/s (best) |")
+    print("|---|---|---|---|")
+    results = {}
+    for name, run, check in methods:
+        out = run()  # warm-up: page cache, jit of nothing, imports
+        jax.block_until_ready(out)
+        check(out)
+        del out
+        times = []
+        for _ in range(args.repeat):
+            gc.collect()
+            start = time.perf_counter()
+            out = run()
+            jax.block_until_ready(out)
+            times.append(time.perf_counter() - start)
+            del out
+        best, median = min(times), statistics.median(times)
+        results[name] = best
+        print(f"| {name} | {best:.3f} | {median:.3f} | {total / 2**30 / best:.2f} |", flush=True)
+    ours = results[methods[0][0]]
+    others = [v for k, v in results.items() if k != methods[0][0]]
+    print()
+    print(f"# treexchange is {min(others) / ours:.2f}x faster than the faster of the other two (best times)")
+    if args.dir is None:
+        for p in paths.values():
+            os.remove(p)
+        os.rmdir(workdir)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,182 @@
+"""``treexchange inspect``: the JSON Lines contract (checked against h5py) and the text view."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from _h5walk import is_numeric, julia_shape, reachable_datasets, sha256_le
+from _jld2_builder import Builder
+from conftest import all_fixtures_or_skip, fixture_files, fixture_ids, require_fixture
+
+import treexchange as tx
+from treexchange._cli import main
+from treexchange._inspect import array_sha256, iter_records, json_value
+
+FIXTURES = all_fixtures_or_skip()
+IDS = fixture_ids(fixture_files()) or None
+KINDS = {"namedtuple", "tuple", "vector", "dict", "struct", "array", "number", "bool", "string", "symbol", "singleton"}
+
+
+def _records(path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> list[dict]:
+    assert main(["inspect", str(path), "--json", *extra]) == 0
+    out = capsys.readouterr().out
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def _h5_dtype_name(ds: h5py.Dataset) -> str:
+    if ds.id.get_type().get_class() == h5py.h5t.BITFIELD:
+        return "bool"
+    return ds.dtype.newbyteorder("=").name
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=IDS)
+def test_json_lists_every_array_like_h5py(path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    if path.suffix == ".jld":
+        assert main(["inspect", str(path), "--json"]) == 2
+        assert "JLD (v1)" in capsys.readouterr().err
+        return
+    records = _records(path, capsys)
+    assert records, "no output"
+    for rec in records:
+        assert rec["kind"] in KINDS
+        assert isinstance(rec["julia_type"], str) and rec["julia_type"]
+        assert isinstance(rec["path"][0], str)
+        assert all(isinstance(s, str) or (isinstance(s, int) and s >= 1) for s in rec["path"])
+        if rec["kind"] == "array":
+            assert set(rec) == {"path", "kind", "julia_type", "dtype", "shape", "sha256"}
+        elif rec["kind"] in ("number", "bool", "string", "symbol"):
+            assert set(rec) == {"path", "kind", "julia_type", "value"}
+        else:
+            assert set(rec) == {"path", "kind", "julia_type"}
+    ours = Counter(
+        (tuple(r["shape"]), r["dtype"], r["sha256"]) for r in records if r["kind"] == "array"
+    )
+    theirs: Counter[tuple[tuple[int, ...], str, str]] = Counter()
+    for ds in reachable_datasets(path).values():
+        if is_numeric(ds) and (ds.ndim > 0 or "dimensions" in ds.attrs):
+            theirs[(julia_shape(ds), _h5_dtype_name(ds), sha256_le(ds[()]))] += 1
+    assert set(ours) == set(theirs)
+    for key, n in theirs.items():
+        assert ours[key] >= n  # an array shared by several fields is listed at each path
+
+
+def test_json_paths_kinds_and_values(capsys: pytest.CaptureFixture[str]) -> None:
+    path = require_fixture("flux-state/silver-bullet_lenet.jld2")
+    recs = {tuple(r["path"]): r for r in _records(path, capsys)}
+    assert recs[("lenet_state",)]["kind"] == "namedtuple"
+    assert recs[("lenet_state", "layers")]["kind"] == "tuple"
+    assert recs[("lenet_state", "layers", 2)] == {
+        "path": ["lenet_state", "layers", 2],
+        "kind": "singleton",
+        "julia_type": "Tuple{}",
+    }
+    w = recs[("lenet_state", "layers", 1, "weight")]
+    assert w["shape"] == [5, 5, 1, 6] and w["dtype"] == "float32" and w["julia_type"] == "Array{Float32, 4}"
+    assert recs[("lenet_state", "layers", 1, "stride", 2)]["value"] == 1
+    assert recs[("lenet_state", "layers", 1, "groups")] == {
+        "path": ["lenet_state", "layers", 1, "groups"],
+        "kind": "number",
+        "julia_type": "Int64",
+        "value": 1,
+    }
+    # pre-order: a parent comes right before its first child
+    order = [tuple(r["path"]) for r in _records(path, capsys)]
+    assert order.index(("lenet_state", "layers", 1)) + 1 == order.index(("lenet_state", "layers", 1, "σ"))
+
+
+def test_json_singletons_strings_symbols_dicts(capsys: pytest.CaptureFixture[str]) -> None:
+    recs = _records(require_fixture("jld2testfiles/singleton_struct_fields.jld2"), capsys)
+    by = {tuple(r["path"]): r for r in recs}
+    assert by[("ms", "b")]["julia_type"] == "Nothing" and by[("ms", "b")]["kind"] == "singleton"
+    assert by[("ms", "c")]["julia_type"] == "Missing"
+    assert by[("ms", "a")]["value"] == 1 and by[("ms", "a")]["julia_type"] == "Int32"
+    recs = _records(require_fixture("misc/seriesforecast_data.jld2"), capsys)
+    by = {tuple(r["path"]): r for r in recs}
+    assert by[("train_df", "colindex", "names", 2)] == {
+        "path": ["train_df", "colindex", "names", 2],
+        "kind": "symbol",
+        "julia_type": "Symbol",
+        "value": "meantemp",
+    }
+    assert by[("train_df", "colindex", "lookup")]["kind"] == "dict"
+    assert by[("train_df", "colindex", "lookup", "humidity")]["value"] == 3
+    recs = _records(require_fixture("misc/exactpenalty_data.jld2"), capsys)
+    assert recs[-1] == {"path": ["c"], "kind": "string", "julia_type": "String", "value": "hi"}
+
+
+def test_json_name_argument_and_groups(capsys: pytest.CaptureFixture[str]) -> None:
+    path = require_fixture("jld2testfiles/unionall_typeparam_v0.1.2.jld2")
+    recs = _records(path, capsys)
+    assert [r["path"] for r in recs] == [["a"], ["b", "c"], ["b", "d", "e"], ["b", "d", "f", "g"]]
+    recs = _records(path, capsys, "b/d")
+    assert [r["path"] for r in recs] == [["b", "d", "e"], ["b", "d", "f", "g"]]
+    assert main(["inspect", str(path), "nope"]) == 2
+    assert "no entry named 'nope'" in capsys.readouterr().err
+
+
+def test_text_view_has_types_shapes_and_totals(capsys: pytest.CaptureFixture[str]) -> None:
+    path = require_fixture("flux-state/reinforce-circuits_mymodel.jld2")
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("model_state: NamedTuple{(:layers,)")
+    assert "      weight: Array{Float32, 2}  16×1  float32  64 B" in out
+    assert "      σ: Tuple{}" in out
+    assert "    [3]: Tuple{}" in out
+    assert out[-1] == "-- 7 leaves, 4 arrays, 468 B of array data"
+
+
+def test_special_float_values_and_big_integers(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from _jld2_builder import space, t_float, t_int
+
+    b = Builder()
+    b.link("nan", b.dataset(t_float(8), space("scalar"), np.float64("nan").tobytes()))
+    b.link("inf", b.dataset(t_float(4), space("scalar"), np.float32("-inf").tobytes()))
+    b.link("tenth", b.dataset(t_float(4), space("scalar"), np.float32(0.1).tobytes()))
+    b.link("big", b.dataset(t_int(16), space("scalar"), (2**100).to_bytes(16, "little", signed=True)))
+    path = tmp_path / "special.jld2"
+    path.write_bytes(b.finish())
+    recs = {r["path"][0]: r for r in _records(path, capsys)}
+    assert recs["nan"]["value"] == "NaN" and recs["inf"]["value"] == "-Infinity"
+    assert recs["tenth"]["value"] == 0.1 and recs["tenth"]["julia_type"] == "Float32"
+    assert recs["big"] == {"path": ["big"], "kind": "number", "julia_type": "Int128", "value": str(2**100)}
+
+
+def test_json_value_encodings() -> None:
+    assert json_value(np.complex128(complex(1.5, float("inf")))) == [1.5, "Infinity"]
+    assert json_value(np.bool_(True)) is True
+    assert json_value(tx.UInt128(5)) == "5"
+    assert json_value(tx.Symbol("relu")) == "relu"
+    assert json_value(np.uint64(2**64 - 1)) == 2**64 - 1
+
+
+def test_array_sha256_is_column_major_little_endian() -> None:
+    a = np.arange(6, dtype=">i4").reshape(2, 3)  # C-ordered, big-endian
+    expected = np.asfortranarray(a).astype("<i4").tobytes(order="F")
+    import hashlib
+
+    assert array_sha256(a) == hashlib.sha256(expected).hexdigest()
+
+
+def test_records_from_open_file_match_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    path = require_fixture("flux-state/juliahepnet_model.jld2")
+    with tx.open(path) as f:
+        direct = list(iter_records(f))
+    assert direct == _records(path, capsys)
+
+
+def test_cli_module_entry_point() -> None:
+    path = require_fixture("misc/exactpenalty_data.jld2")
+    out = subprocess.run(
+        [sys.executable, "-m", "treexchange._cli", "inspect", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert json.loads(out.splitlines()[0]) == {"path": ["a"], "kind": "number", "julia_type": "Int64", "value": 1}

@@ -1,0 +1,140 @@
+"""The lazy API: ``treexchange.open`` walks a file without touching array data."""
+
+from __future__ import annotations
+
+import struct
+
+import h5py
+import numpy as np
+import pytest
+from _jld2_builder import Attr, Builder, shared, space, t_compound, t_ref
+from conftest import require_fixture
+
+import treexchange as tx
+from treexchange import NamedTuple
+
+
+def test_open_parses_only_what_is_asked() -> None:
+    path = require_fixture("flux-state/silver-bullet_lenet.jld2")
+    with tx.open(path) as f:
+        parsed = f.reader.h5._objects
+        assert len(parsed) <= 1  # at most the root group
+        assert list(f) == ["lenet_state"]
+        node = f["lenet_state"]
+        n_after_top = len(parsed)
+        assert node.kind == "namedtuple" and list(node.keys()) == ["layers"]
+        layers = node["layers"]
+        assert layers.kind == "tuple" and len(layers) == 8
+        conv = layers[0]
+        assert conv.kind == "namedtuple" and conv.keys() == ["σ", "weight", "bias", "stride", "pad", "dilation", "groups"]
+        w = conv["weight"]
+        assert isinstance(w, tx.Node) and w.kind == "array"
+        assert w.shape == (5, 5, 1, 6) and w.dtype == np.float32 and str(w.julia_type) == "Array{Float32, 4}"
+        # Only the weight's header was added by walking down to it (and the committed types).
+        arrays_parsed = [a for a, o in parsed.items() if o.kind == "dataset" and o.dataspace and o.dataspace.kind == "simple"]
+        assert len(arrays_parsed) == 1
+        assert len(parsed) > n_after_top
+
+
+def test_array_nodes_slice_like_numpy_in_julia_shape() -> None:
+    path = require_fixture("flux-state/silver-bullet_lenet.jld2")
+    full = tx.load(path, "lenet_state").layers[5].weight
+    with tx.open(path) as f:
+        node = f["lenet_state"]["layers"][5]["weight"]
+        assert node.shape == full.shape == (120, 256) and node.ndim == 2 and node.size == 120 * 256
+        assert node.nbytes == full.nbytes and len(node) == 120
+        assert np.array_equal(node[2:5, :], full[2:5, :])
+        assert node[3, 7] == full[3, 7]
+        assert np.array_equal(np.asarray(node), full)
+        assert np.array_equal(node.read(order="storage"), full.T)
+        with h5py.File(path) as h:
+            ref = h["lenet_state"][()]["layers"]["6"]["weight"]
+            assert np.array_equal(np.asarray(node)[10:20, 100], h[ref][100, 10:20])
+    with pytest.raises(ValueError, match="closed"):
+        node.read()
+
+
+def test_children_paths_and_indexing() -> None:
+    path = require_fixture("flux-state/reinforce-circuits_mymodel.jld2")
+    with tx.open(path) as f:
+        top = f["model_state"]
+        assert top.path == ("model_state",)
+        layers = top["layers"]
+        segs = [seg for seg, _ in layers.children()]
+        assert segs == [1, 2, 3]  # inspect paths are 1-based ...
+        assert layers[0].path == ("model_state", "layers", 1)  # ... Python indexing 0-based
+        assert layers[-1].kind == "singleton" and layers[-1].read() == ()
+        assert [n.kind for n in layers] == ["namedtuple", "namedtuple", "singleton"]
+        sigma = layers[1]["σ"]
+        assert sigma.kind == "singleton" and str(sigma.julia_type) == "Tuple{}"
+        assert layers[0].read() == tx.load(path, "model_state").layers[0]
+        with pytest.raises(KeyError):
+            layers[0]["nope"]
+        with pytest.raises(IndexError):
+            layers[3]
+        with pytest.raises(IndexError):
+            layers[0]["weight"]["x"]  # like numpy
+        with pytest.raises(TypeError):
+            layers[2]["x"]
+    with pytest.raises(ValueError, match="closed"):
+        f["model_state"]
+
+
+def test_leaf_nodes_and_vectors() -> None:
+    with tx.open(require_fixture("misc/seriesforecast_data.jld2")) as f:
+        names = f["train_df"]["colindex"]["names"]
+        assert names.kind == "vector" and names.shape == (5,)
+        assert names[1].kind == "symbol" and names[1].read() == "meantemp"
+        cols = f["train_df"]["columns"]
+        assert cols.kind == "vector" and cols[0].kind == "array" and cols[0].shape == (20,)
+        assert isinstance(cols.read(), list)
+        lookup = f["train_df"]["colindex"]["lookup"]
+        assert lookup.kind == "dict" and "t" in lookup and lookup["t"].read() == 1
+
+
+def test_node_read_keeps_identity_within_one_read() -> None:
+    b = Builder()
+    w = b.array(np.arange(4.0))
+    any_t = b.jt_dataset("Core.Any")
+    attr = Attr("julia_type", t_ref(), space("scalar"), struct.pack("<Q", any_t))
+    b.link("v", b.dataset(t_ref(), space("simple", [2]), struct.pack("<QQ", w, w), [attr]))
+    with tx.open(b.finish()) as f:
+        v = f["v"].read()
+        assert v[0] is v[1]
+        node = f["v"]
+        assert np.array_equal(node[0].read(), node[1].read())
+
+
+def test_read_everything_and_one_name() -> None:
+    path = require_fixture("jld2testfiles/unionall_typeparam_v0.1.2.jld2")
+    with tx.open(path) as f:
+        assert f.read() == tx.load(path)
+        assert f.read("b/d") == {"e": 3, "f": {"g": 4}}
+        group = f["b"]
+        assert isinstance(group, tx.Group) and group.kind == "group" and list(group) == ["c", "d"]
+        assert group.read() == {"c": 2, "d": {"e": 3, "f": {"g": 4}}}
+    with pytest.raises(tx.TreexchangeError, match="no entry named"):
+        tx.load(path, "zzz")
+
+
+def test_inline_struct_nodes() -> None:
+    b = Builder()
+    st = b.commit(t_compound([("w", t_ref(), 8)]), b.jt("Main.S"))
+    w = b.array(np.ones(3, np.float32))
+    b.link("s", b.dataset(shared(st), space("scalar"), struct.pack("<Q", w)))
+    with tx.open(b.finish()) as f:
+        node = f["s"]
+        assert node.kind == "struct" and node.keys() == ["w"] and node["w"].shape == (3,)
+        value = node.read()
+        assert isinstance(value, tx.JuliaStruct) and np.array_equal(value["w"], np.ones(3))
+
+
+def test_repr_and_load_order_validation() -> None:
+    path = require_fixture("misc/exactpenalty_data.jld2")
+    with tx.open(path) as f:
+        assert "exactpenalty_data.jld2" in repr(f) and "b" in repr(f["b"])
+    with pytest.raises(ValueError):
+        tx.load(path, order="fortran")  # type: ignore[arg-type]
+    assert isinstance(tx.load(path, "b", order="storage"), np.ndarray)
+    state = tx.load(require_fixture("flux-state/reinforce-circuits_mymodel.jld2"), "model_state")
+    assert isinstance(state, NamedTuple)

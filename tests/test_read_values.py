@@ -1,0 +1,450 @@
+"""Targeted reads of value kinds that no Julia-written fixture contains.
+
+The files are built byte by byte by ``_jld2_builder`` the way JLD2 lays these values out (see
+docs/jld2-format.md §5); h5py checks whatever it can read of them.
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from pathlib import Path
+
+import h5py
+import ml_dtypes
+import numpy as np
+import pytest
+from _jld2_builder import (
+    Attr,
+    Builder,
+    shared,
+    space,
+    t_bool,
+    t_compound,
+    t_float,
+    t_int,
+    t_opaque,
+    t_ref,
+    t_vlen_string,
+)
+
+import treexchange as tx
+from treexchange import (
+    MISSING,
+    FormatError,
+    JuliaArray,
+    JuliaBits,
+    JuliaStruct,
+    LimitError,
+    Limits,
+    NamedTuple,
+    Symbol,
+    UnsupportedError,
+    WrongFormatError,
+)
+from treexchange._jld2._layout import StructLayout
+
+
+def _ref(addr: int) -> bytes:
+    return struct.pack("<Q", addr)
+
+
+def _build(b: Builder) -> bytes:
+    raw = b.finish()
+    # Everything the builder makes is valid HDF5: h5py lists the same top-level names.
+    with h5py.File(io.BytesIO(raw), "r") as f:
+        assert {k for k in f if k != "_types"} == {name for name, _ in b.root_links}
+    return raw
+
+
+def _one(b: Builder, name: str = "x") -> object:
+    return tx.load(_build(b), name)
+
+
+def _jt_str(raw: bytes, name: str = "x") -> str:
+    with tx.open(raw) as f:
+        return str(f[name].julia_type)
+
+
+# --- numbers -----------------------------------------------------------------------------------
+
+
+def test_float16_arrays_and_scalars() -> None:
+    b = Builder()
+    a = np.array([[1.5, -2.0], [0.25, 65504]], dtype=np.float16)
+    b.link("x", b.array(a))
+    b.link("s", b.dataset(t_float(2), space("scalar"), np.float16(3.5).tobytes()))
+    raw = _build(b)
+    x = tx.load(raw, "x")
+    assert x.dtype == np.float16 and x.shape == (2, 2) and np.array_equal(x, a)
+    s = tx.load(raw, "s")
+    assert type(s) is np.float16 and s == 3.5
+    assert _jt_str(raw) == "Array{Float16, 2}"
+
+
+def test_bfloat16_committed_opaque() -> None:
+    b = Builder()
+    bf = b.commit(t_opaque(2), b.jt("BFloat16s.BFloat16"))
+    values = np.array([1.0, -0.5, 3.140625], dtype=ml_dtypes.bfloat16)
+    b.link("x", b.dataset(shared(bf), space("simple", [3]), values.tobytes()))
+    b.link("s", b.dataset(shared(bf), space("scalar"), values[:1].tobytes()))
+    raw = _build(b)
+    x = tx.load(raw, "x")
+    assert x.dtype == np.dtype(ml_dtypes.bfloat16) and np.array_equal(x, values)
+    s = tx.load(raw, "s")
+    assert s.dtype == np.dtype(ml_dtypes.bfloat16) and float(s) == 1.0
+    assert _jt_str(raw) == "Array{BFloat16s.BFloat16, 1}"
+
+
+def _complex_type(b: Builder, size: int) -> int:
+    name = {2: "Core.Float16", 4: "Core.Float32", 8: "Core.Float64"}[size]
+    param = b.jt_dataset(name)
+    members = [("re", t_float(size), size), ("im", t_float(size), size)]
+    return b.commit(t_compound(members), b.jt("Base.Complex", [param]))
+
+
+def test_complex_scalars_and_arrays() -> None:
+    b = Builder()
+    c32 = _complex_type(b, 4)
+    values = np.array([1 + 2j, -3.5 + 0.25j], dtype=np.complex64)
+    b.link("x", b.dataset(shared(c32), space("simple", [2]), values.tobytes()))
+    b.link("s", b.dataset(shared(_complex_type(b, 8)), space("scalar"), np.complex128(2 - 1j).tobytes()))
+    b.link("h", b.dataset(shared(_complex_type(b, 2)), space("scalar"), np.array([1.5, 2], np.float16).tobytes()))
+    raw = _build(b)
+    x = tx.load(raw, "x")
+    assert x.dtype == np.complex64 and np.array_equal(x, values)
+    s = tx.load(raw, "s")
+    assert type(s) is np.complex128 and s == 2 - 1j
+    h = tx.load(raw, "h")  # numpy has no complex32: Complex{Float16} stays a struct
+    assert isinstance(h, JuliaStruct) and str(h.type) == "Complex{Float16}"
+    assert h["re"] == np.float16(1.5) and h["im"] == np.float16(2)
+    assert _jt_str(raw) == "Array{Complex{Float32}, 1}"
+
+
+def test_int128_and_uint128() -> None:
+    b = Builder()
+    big = -(2**120) + 7
+    b.link("s", b.dataset(t_int(16), space("scalar"), big.to_bytes(16, "little", signed=True)))
+    data = b"".join(v.to_bytes(16, "little") for v in (1, 2**127 + 5))
+    b.link("u", b.dataset(t_int(16, signed=False), space("simple", [2]), data))
+    raw = _build(b)
+    s = tx.load(raw, "s")
+    assert type(s) is tx.Int128 and s == big
+    u = tx.load(raw, "u")
+    assert isinstance(u, JuliaArray) and str(u.eltype) == "UInt128"
+    assert u.tolist() == [1, 2**127 + 5] and all(type(v) is tx.UInt128 for v in u)
+
+
+def test_bool_scalars_and_arrays() -> None:
+    b = Builder()
+    a = np.array([[True, False, True], [False, False, True]])
+    b.link("x", b.array(a))
+    b.link("s", b.dataset(t_bool(), space("scalar"), b"\x01"))
+    raw = _build(b)
+    x = tx.load(raw, "x")
+    assert x.dtype == np.bool_ and np.array_equal(x, a) and x.flags.f_contiguous
+    s = tx.load(raw, "s")
+    assert s is True
+    assert _jt_str(raw) == "Array{Bool, 2}"
+
+
+def test_big_endian_numbers() -> None:
+    b = Builder()
+    a = np.arange(6, dtype=">f8").reshape(3, 2)
+    b.link("x", b.array(a))
+    b.link("s", b.dataset(t_int(4, big=True), space("scalar"), np.array([-5], ">i4").tobytes()))
+    raw = _build(b)
+    x = tx.load(raw, "x")
+    assert np.array_equal(x, a) and x.shape == (3, 2)
+    s = tx.load(raw, "s")
+    assert s == -5 and s.dtype == np.dtype("int32")
+
+
+def test_char_and_enum_as_bits() -> None:
+    b = Builder()
+    char = b.commit(t_opaque(4), b.jt("Core.Char"))
+    b.link("x", b.dataset(shared(char), space("scalar"), "σ".encode().ljust(4, b"\x00")[::-1]))
+    raw = _build(b)
+    x = tx.load(raw, "x")
+    assert isinstance(x, JuliaBits) and x.type.name == "Core.Char" and len(x.data) == 4
+
+
+# --- strings, symbols, arrays of objects -------------------------------------------------------------
+
+
+def test_strings_and_symbols() -> None:
+    b = Builder()
+    words = ["σ²", "", "hello"]
+    b.link("v", b.dataset(t_vlen_string(), space("simple", [3]), b"".join(b.vstr(w) for w in words)))
+    sym = b.symbol_type()
+    b.link("s", b.dataset(shared(sym), space("scalar"), b.vstr("relu")))
+    b.link("syms", b.dataset(shared(sym), space("simple", [2]), b.vstr("a") + b.vstr("β")))
+    b.link("t", b.dataset(b"\x13\x11\x00\x00\x05\x00\x00\x00", space("scalar"), "héllo".encode()[:5]))
+    raw = _build(b)
+    v = tx.load(raw, "v")
+    assert isinstance(v, JuliaArray) and v.tolist() == words and str(v.eltype) == "String"
+    s = tx.load(raw, "s")
+    assert type(s) is Symbol and s == "relu"
+    assert tx.load(raw, "syms").tolist() == [Symbol("a"), Symbol("β")]
+    assert tx.load(raw, "t").startswith("h")
+
+
+def test_zero_dim_and_ghost_arrays_with_dimensions_attribute() -> None:
+    b = Builder()
+    empty_dims = Attr("dimensions", t_int(8), space("simple", [0]), b"")
+    b.link("z", b.dataset(t_float(8), space("simple", [1]), np.float64(4.5).tobytes(), [empty_dims]))
+    nothing = b.ghost("Core.Nothing")
+    dims = Attr("dimensions", t_int(8), space("simple", [2]), struct.pack("<qq", 3, 2))  # Julia 2×3
+    b.link("g", b.dataset(shared(nothing), space("null"), b"", [dims]))
+    raw = _build(b)
+    z = tx.load(raw, "z")
+    assert isinstance(z, np.ndarray) and z.shape == () and z[()] == 4.5
+    g = tx.load(raw, "g")
+    assert isinstance(g, JuliaArray) and g.shape == (2, 3) and all(x is None for x in g)
+    assert _jt_str(raw, "g") == "Array{Nothing, 2}" and _jt_str(raw, "z") == "Array{Float64, 0}"
+
+
+def test_memory_attribute() -> None:
+    b = Builder()
+    mem = Attr("Memory", t_bool(), space("scalar"), b"\x01")
+    b.link("m", b.array(np.arange(4.0), [mem]))
+    raw = _build(b)
+    assert tx.load(raw, "m").tolist() == [0, 1, 2, 3]
+    assert _jt_str(raw, "m") == "Memory{Float64}"
+
+
+def test_jld2_single_chunk_deflate_array() -> None:
+    # JLD2's compressed layout (one chunk, dimension-size width 8) that libhdf5 2.x refuses.
+    b = Builder()
+    a = np.arange(1000, dtype=np.float32).reshape(10, 100)
+    b.link("x", b.array(a, layout="deflate", chunk_dims=(100, 10, 4)))
+    x = tx.load(b.finish(), "x")
+    assert np.array_equal(x, a) and x.flags.writeable and x.shape == (10, 100)
+
+
+def test_vector_any_matrix_any_undef_and_identity() -> None:
+    b = Builder()
+    any_t = b.jt_dataset("Core.Any")
+    w = b.array(np.ones((2, 3), np.float32))
+    ten = b.int_dataset(10)
+    julia_type = Attr("julia_type", t_ref(), space("scalar"), _ref(any_t))
+    b.link("v", b.dataset(t_ref(), space("simple", [4]), _ref(w) + _ref(ten) + _ref(0) + _ref(w), [julia_type]))
+    b.link("m", b.dataset(t_ref(), space("simple", [2, 2]), _ref(ten) * 3 + _ref(w), [julia_type]))
+    raw = _build(b)
+    v = tx.load(raw, "v")
+    assert isinstance(v, list) and len(v) == 4
+    assert v[0] is v[3]  # one Julia object stored once, read once
+    assert v[1] == 10 and v[2] is None
+    m = tx.load(raw, "m")
+    assert isinstance(m, JuliaArray) and m.shape == (2, 2) and m[1, 1] is not None
+    data = tx.load(raw)
+    assert data["v"][0] is data["m"][1, 1]  # identity holds across the whole load
+    assert _jt_str(raw, "m") == "Array{Any, 2}"
+
+
+# --- structs, ghosts, custom serialization -----------------------------------------------------------
+
+
+def _namedtuple(b: Builder, names: list[str], members: list[tuple[str, bytes, int]], types: list[int], tuple_params: list[int]) -> int:
+    tt = b.commit(t_compound(members) if members else t_opaque(1), b.jt("Core.Tuple", tuple_params))
+    return b.commit(t_compound(members), b.jt("Core.NamedTuple", [b.names_tuple(names), tt]), b.field_attrs(names, types))
+
+
+def test_struct_layout_inline_reference_ghost() -> None:
+    b = Builder()
+    nothing = b.ghost("Core.Nothing")
+    relu = b.ghost("NNlib.#relu")
+    members = [("w", t_ref(), 8), ("k", t_int(8), 8)]
+    st = b.commit(t_compound(members), b.jt("Main.Layer"), b.field_attrs(["w", "σ", "k", "n"], [0, relu, 0, nothing]))
+    w = b.array(np.arange(3.0))
+    b.link("x", b.dataset(shared(st), space("scalar"), _ref(w) + struct.pack("<q", 5)))
+    x = _one(b)
+    assert isinstance(x, JuliaStruct) and list(x.fields) == ["w", "σ", "k", "n"]
+    assert x["σ"] == tx.Singleton("NNlib.#relu") and x["n"] is None and x["k"] == 5
+    lay = x.layout
+    assert isinstance(lay, StructLayout) and lay.field_attrs == "field_names"
+    assert [f.storage for f in lay.fields] == ["reference", "ghost", "inline", "ghost"]
+    assert [f.member.offset if f.member else None for f in lay.fields] == [0, None, 8, None]
+    assert lay.fields[1].field_type == tx.JuliaType("NNlib.#relu")
+    assert lay.h5type.committed_at is not None and lay.h5type.size == 16
+
+
+def test_ghost_namedtuples_and_tuples() -> None:
+    b = Builder()
+    nothing = b.ghost("Core.Nothing")
+    empty = b.ghost("Tuple")
+    names = b.names_tuple(["a", "b"])
+    tt = b.jt_dataset("Core.Tuple", [nothing, empty])
+    nt = b.ghost("Core.NamedTuple", [names, tt])
+    b.link("x", b.dataset(shared(nt), space("null"), b""))
+    empty_names = b.dataset(shared(empty), space("null"), b"")
+    b.link("e", b.dataset(shared(b.ghost("Core.NamedTuple", [empty_names, empty])), space("null"), b""))
+    b.link("m", b.dataset(shared(b.ghost("Base.Missing")), space("null"), b""))
+    raw = _build(b)
+    assert tx.load(raw, "x") == NamedTuple(a=None, b=())
+    assert tx.load(raw, "e") == NamedTuple()
+    assert tx.load(raw, "m") is MISSING
+    assert _jt_str(raw, "e") == "NamedTuple{(), Tuple{}}"
+
+
+def test_namedtuple_with_inline_tuple_field() -> None:
+    b = Builder()
+    i64 = b.jt_dataset("Core.Int64")
+    two = b.int_dataset(2)
+    ntuple = b.commit(t_compound([("1", t_int(8), 8), ("2", t_int(8), 8)]), b.jt("NTuple", [two, i64]))
+    members = [("stride", t_compound([("1", t_int(8), 8), ("2", t_int(8), 8)]), 16)]
+    nt = _namedtuple(b, ["stride"], members, [ntuple], [ntuple])
+    b.link("x", b.dataset(shared(nt), space("scalar"), struct.pack("<qq", 3, 4)))
+    x = _one(b)
+    assert x == NamedTuple(stride=(np.int64(3), np.int64(4)))
+
+
+def _dict_string_int(b: Builder, items: dict[str, int]) -> int:
+    s, i = b.jt_dataset("Core.String"), b.jt_dataset("Core.Int64")
+    pair = b.commit(t_compound([("first", t_vlen_string(), 16), ("second", t_int(8), 8)]), b.jt("Core.Pair", [s, i]))
+    kv = b.dataset(shared(pair), space("simple", [len(items)]), b"".join(b.vstr(k) + struct.pack("<q", v) for k, v in items.items()))
+    sd = b.commit(t_compound([("kvvec", t_ref(), 8)]), b.jt("Base.Dict", [s, i]), written=b.jt("JLD2.SerializedDict"))
+    return b.dataset(shared(sd), space("scalar"), _ref(kv))
+
+
+def test_dict_and_pair() -> None:
+    b = Builder()
+    b.link("d", _dict_string_int(b, {"a": 1, "σ": 2}))
+    raw = _build(b)
+    d = tx.load(raw, "d")
+    assert d == {"a": 1, "σ": 2} and all(type(v) is np.int64 for v in d.values())
+    assert _jt_str(raw, "d") == "Dict{String, Int64}"
+    with tx.open(raw) as f:
+        node = f["d"]
+        assert node.kind == "dict" and node.keys() == ["a", "σ"] and node["σ"].read() == 2
+        assert node["σ"].path == ("d", "σ")
+
+
+def test_ntuple_written_as_vector() -> None:
+    b = Builder()
+    i64 = b.jt_dataset("Core.Int64")
+    n = b.int_dataset(11)
+    one = b.int_dataset(1)
+    arr_t = b.jt("Core.Array", [i64, one])
+    nt = b.commit(t_ref(), b.jt("NTuple", [n, i64]), written=arr_t)
+    vec = b.array(np.arange(11, dtype=np.int64))
+    b.link("x", b.dataset(shared(nt), space("scalar"), _ref(vec)))
+    raw = _build(b)
+    x = tx.load(raw, "x")
+    assert x == tuple(range(11)) and all(type(v) is np.int64 for v in x)
+    with tx.open(raw) as f:
+        node = f["x"]
+        assert node.kind == "tuple" and len(node) == 11 and node[10].read() == 10
+        assert str(node.julia_type) == "NTuple{11, Int64}" and node[0].path == ("x", 1)
+
+
+def test_bigint_and_generic_custom_serialization() -> None:
+    b = Builder()
+    big = b.commit(t_vlen_string(), b.jt("Base.BigInt"), written=b.jt("Core.String"))
+    b.link("big", b.dataset(shared(big), space("scalar"), b.vstr("-1z")))
+    ser = b.commit(t_compound([("v", t_int(8), 8)]), b.jt("Main.Foo"), written=b.jt("Main.FooSerialization"))
+    b.link("foo", b.dataset(shared(ser), space("scalar"), struct.pack("<q", 9)))
+    raw = _build(b)
+    assert tx.load(raw, "big") == -(1 * 62 + 61)
+    foo = tx.load(raw, "foo")
+    assert isinstance(foo, JuliaStruct) and foo.type.name == "Main.Foo" and foo["v"] == 9
+    assert foo.layout.written_type == tx.JuliaType("Main.FooSerialization")
+
+
+# --- hostile structures ------------------------------------------------------------------------------
+
+
+def test_reference_cycle_is_refused() -> None:
+    b = Builder()
+    any_t = b.jt_dataset("Core.Any")
+    attr = Attr("julia_type", t_ref(), space("scalar"), _ref(any_t))
+    addr = b.here()
+    # The vector's only element is the vector itself.
+    msgs_addr = b.dataset(t_ref(), space("simple", [1]), _ref(addr), [attr])
+    assert msgs_addr == addr
+    b.link("v", addr)
+    with pytest.raises(UnsupportedError, match="reference cycle"):
+        tx.load(_build(b), "v")
+
+
+def test_type_parameter_cycle_is_refused() -> None:
+    b = Builder()
+    b.datatype_type()
+    # A DataType dataset whose parameter is itself: its address is right after the heap
+    # collection (4096 bytes, 8-aligned) that will hold the parameter list.
+    name = b.vstr("Main.Loop")
+    addr = -(-b.here() // 8) * 8 + 4096
+    value = name + b.vlen(_ref(addr), 1)
+    assert b.dataset(shared(b.datatype_type()), space("scalar"), value) == addr
+    st = b.commit(t_compound([("a", t_int(8), 8)]), b.jt("Main.S", [addr]))
+    b.link("x", b.dataset(shared(st), space("scalar"), bytes(8)))
+    with pytest.raises(FormatError, match="refers back"):
+        tx.load(_build(b), "x")
+
+
+def test_deep_nesting_hits_the_depth_limit() -> None:
+    b = Builder()
+    any_t = b.jt_dataset("Core.Any")
+    attr = Attr("julia_type", t_ref(), space("scalar"), _ref(any_t))
+    inner = b.int_dataset(1)
+    for _ in range(40):
+        inner = b.dataset(t_ref(), space("simple", [1]), _ref(inner), [attr])
+    b.link("v", inner)
+    raw = _build(b)
+    assert tx.load(raw, "v") is not None
+    with pytest.raises(LimitError, match="max_depth"):
+        tx.load(raw, "v", limits=Limits(max_depth=10))
+
+
+def test_compound_member_outside_its_compound() -> None:
+    b = Builder()
+    bad = bytearray(t_compound([("a", t_int(8), 8)]))
+    bad[4:8] = struct.pack("<I", 4)  # compound size 4 < member 8 bytes
+    b.link("x", b.dataset(bytes(bad), space("scalar"), bytes(8)))
+    with pytest.raises(FormatError):
+        tx.load(b.finish(), "x")
+
+
+# --- headers and other formats ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "HDF5-based Julia Data Format, version 0.1",
+        "HDF5-based Julia Data Format, version 0.1.0",
+        "HDF5-based Julia Data Format, version 0.1.1",
+        "HDF5-based Julia Data Format, version 0.2.0",
+        "Julia data file (HDF5), version 0.2.0",
+    ],
+)
+def test_header_variants(header: str) -> None:
+    b = Builder(header)
+    b.link("a", b.int_dataset(3))
+    raw = b.finish()
+    with tx.open(raw) as f:
+        assert f.header == header and f.format_version == header.rsplit(" ", 1)[1]
+        assert f.legacy_header == header.startswith("Julia data file")
+        assert f["a"].read() == 3
+
+
+def test_jld_v1_and_plain_hdf5(tmp_path: Path) -> None:
+    b = Builder("Julia data file (HDF5), version 0.1.3")
+    b.link("a", b.int_dataset(3))
+    with pytest.raises(WrongFormatError, match=r"JLD \(v1\)"):
+        tx.load(b.finish())
+    path = tmp_path / "plain.h5"
+    with h5py.File(path, "w") as f:
+        f["w"] = np.arange(6, dtype=np.float32).reshape(2, 3)
+        f["g/s"] = 5
+        f["t"] = "text"
+    with pytest.raises(WrongFormatError, match="plain HDF5"):
+        tx.open(path)
+    data = tx.load(path, allow_hdf5=True)
+    assert data["w"].shape == (3, 2) and np.array_equal(data["w"], np.arange(6).reshape(2, 3).T)
+    assert data["g"] == {"s": 5} and data["t"] == "text"
+    with tx.open(path, allow_hdf5=True) as f:
+        node = f["w"]
+        assert node.kind == "array" and node.shape == (3, 2) and np.array_equal(node[1, :], [1, 4])
+    with pytest.raises(WrongFormatError, match="not an HDF5 file"):
+        tx.load(b"definitely not hdf5" * 40)

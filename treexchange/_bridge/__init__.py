@@ -1,0 +1,10 @@
+"""The JAX bridge: PyTrees (JAX, Equinox, Flax, plain Python) <-> Julia state (value-model values).
+
+Importing this package does not import JAX or Equinox; they are imported inside the functions that
+need them (``import treexchange`` must stay cheap and usable without JAX).
+"""
+
+from ._api import restore as restore
+from ._flux import flux_julia as flux_julia
+from ._flux import flux_state as flux_state
+from ._to_julia import to_julia as to_julia

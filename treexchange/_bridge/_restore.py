@@ -1,0 +1,548 @@
+"""Restore Julia state into a template PyTree, listing every mismatch by path.
+
+The walk runs twice over the (small) tree: first to collect *all* mismatches without touching
+array data, then, only if the tree fits, to build the result. Array data are read at the leaves
+(zero-copy mmap views) and placed by :class:`~treexchange._bridge._place.Placer`.
+
+Matching rules (docs/jax.md has the long version):
+
+* named containers (``dict``, :class:`NamedTuple`, namedtuple, dataclass, Equinox module, any
+  pytree node with named children) match a file ``NamedTuple`` / ``Dict`` / struct by field name;
+* ``tuple`` / ``list`` match a file ``Tuple`` / ``Vector`` position by position (lengths must agree:
+  a stateless Flux layer ``()`` still occupies a position);
+* entries that carry no state -- static dataclass fields, functions, RNG objects, ``None``, ``()`` --
+  are taken from the template and may be absent from the file; a file entry that holds only
+  ``()`` / function singletons / empty NamedTuples carries no state either and is never "extra";
+* arrays must agree in shape, and in dtype unless ``cast``.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .._errors import Mismatch, MismatchError, PathSegment
+from .._values import JuliaArray, JuliaStruct, Missing, NamedTuple, Singleton, Symbol
+from ._classify import (
+    describe_file_value,
+    is_array_template,
+    is_dataclass_instance,
+    is_namedtuple_instance,
+    is_non_state,
+    is_value_model_leaf,
+)
+from ._place import KeyPath, Placer
+
+Path = tuple[PathSegment, ...]
+
+
+class _Absent:
+    """Stands for "not in the file" while walking a template subtree (``allow_missing``)."""
+
+    def __repr__(self) -> str:
+        return "<absent>"
+
+
+ABSENT: Any = _Absent()
+
+
+class LeafRef:
+    """A stand-in for one array leaf of a model, used to restore through a *layout* function.
+
+    A layout (e.g. :func:`treexchange.flux_state`) maps a model to its Julia state shape by moving
+    leaves around. Run on a model whose arrays are LeafRefs, it tells which file entry feeds which
+    model leaf. It looks enough like an array (``shape``, ``dtype``, ``ndim``) for layouts to read.
+    """
+
+    __slots__ = ("dtype", "index", "keypath", "shape", "template")
+
+    def __init__(self, index: int, template: Any, keypath: KeyPath) -> None:
+        self.index = index
+        self.template = template
+        self.keypath = keypath
+        self.shape = tuple(template.shape)
+        self.dtype = np.dtype(template.dtype)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    def __repr__(self) -> str:
+        return f"LeafRef({self.index}, {self.dtype.name}{list(self.shape)})"
+
+
+class Options:
+    __slots__ = ("allow_extra", "allow_missing", "cast", "check_order")
+
+    def __init__(self, *, strict: bool, allow_missing: bool, allow_extra: bool, cast: bool) -> None:
+        self.allow_missing = allow_missing or not strict
+        self.allow_extra = allow_extra or not strict
+        self.cast = cast or not strict
+        self.check_order = strict
+
+
+class Walker:
+    """One pass over (file value, template). ``build=False`` only collects mismatches."""
+
+    def __init__(self, options: Options, placer: Placer | None, *, build: bool) -> None:
+        self.o = options
+        self.placer = placer
+        self.build = build
+        self.mismatches: list[Mismatch] = []
+        self.refs: dict[int, Any] = {}  # LeafRef.index -> restored leaf
+
+    def report(self, kind: str, path: Path, detail: str) -> None:
+        self.mismatches.append(Mismatch(kind, path, detail))
+
+    def kind_mismatch(self, v: Any, t: Any, path: Path) -> None:
+        self.report("kind", path, f"{describe_file_value(v)} in file, {describe_template(t)} in template")
+
+    # --- dispatch ---------------------------------------------------------------------------------
+    def node(self, v: Any, t: Any, path: Path, jpath: KeyPath) -> Any:
+        if isinstance(t, LeafRef):
+            out = self.array(v, t.template, path, t.keypath, shape=t.shape, dtype=t.dtype)
+            if self.build:
+                self.refs[t.index] = out
+            return out
+        if is_array_template(t):
+            return self.array(v, t, path, jpath, shape=tuple(t.shape), dtype=np.dtype(t.dtype))
+        if isinstance(t, (bool, int, float, complex, np.generic)) and not isinstance(t, Singleton):
+            return self.scalar(v, t, path)
+        if isinstance(t, str):
+            return self.string(v, t, path)
+        if t is None or (isinstance(t, tuple) and t == ()):
+            return self.empty(v, t, path)
+        if isinstance(t, (NamedTuple, Mapping, JuliaStruct)) or is_namedtuple_instance(t):
+            return self.named(v, t, path, jpath)
+        if isinstance(t, (tuple, list)):
+            return self.positional(v, t, path, jpath)
+        if is_dataclass_instance(t):
+            return self.named(v, t, path, jpath)
+        if is_non_state(t) or isinstance(t, (Singleton, Missing)):
+            return self.stateless(v, t, path)
+        if isinstance(t, JuliaArray):
+            return self.opaque(v, t, path, JuliaArray)
+        custom = _custom_children(t)
+        if custom is not None:
+            return (
+                self.named(v, t, path, jpath) if custom[0] == "named" else self.positional(v, t, path, jpath)
+            )
+        if is_value_model_leaf(t):
+            return self.opaque(v, t, path, type(t))
+        # An object with no Julia counterpart (to_julia wrote it as ``()`` on request): keep it.
+        return self.stateless(v, t, path)
+
+    # --- leaves -----------------------------------------------------------------------------------
+    def array(
+        self, v: Any, t: Any, path: Path, jpath: KeyPath, *, shape: tuple[int, ...], dtype: np.dtype
+    ) -> Any:
+        if v is ABSENT:
+            if not _is_concrete(t):
+                self.report("missing", path, "from file, and the template is abstract (no value to keep)")
+                return None
+            return self.placer.keep(t, jpath) if self.build and self.placer else t
+        if isinstance(v, np.generic) and v.dtype.kind in "biufc" and shape == ():
+            v = np.asarray(v)  # a Julia scalar fits a 0-d array template
+        if not isinstance(v, np.ndarray) or v.dtype == object:
+            self.kind_mismatch(v, t, path)
+            return None
+        ok = True
+        if tuple(v.shape) != shape:
+            self.report("shape", path, f"{_shape(v.shape)} in file, {_shape(shape)} in template")
+            ok = False
+        cast_to: np.dtype | None = None
+        if v.dtype != dtype:
+            if self.o.cast and _castable(v.dtype, dtype):
+                cast_to = dtype
+            else:
+                self.report("dtype", path, f"{v.dtype.name} in file, {dtype.name} in template")
+                ok = False
+        if not (ok and self.build and self.placer):
+            return None
+        return self.placer.place(v, cast_to, jpath, t)
+
+    def scalar(self, v: Any, t: Any, path: Path) -> Any:
+        if v is ABSENT:
+            return t
+        if isinstance(v, np.ndarray) and v.shape == () and v.dtype.kind in "biufc":
+            v = v[()]
+        if not isinstance(v, (bool, int, float, complex, np.bool_, np.number)):
+            self.kind_mismatch(v, t, path)
+            return None
+        if isinstance(t, np.generic):
+            file_dtype = np.asarray(v).dtype if not isinstance(v, np.generic) else v.dtype
+            if file_dtype == t.dtype:
+                return v
+            if self.o.cast and _castable(file_dtype, t.dtype):
+                return t.dtype.type(v)
+            self.report("dtype", path, f"{file_dtype.name} in file, {t.dtype.name} in template")
+            return None
+        want, got = _category(t), _category(v)
+        if want == got or (self.o.cast and (want == "complex" or got != "complex")):
+            return type(t)(v)
+        self.report("dtype", path, f"{_scalar_type(v)} in file, {type(t).__name__} in template")
+        return None
+
+    def string(self, v: Any, t: str, path: Path) -> Any:
+        if v is ABSENT:
+            return t
+        if not isinstance(v, str):
+            self.kind_mismatch(v, t, path)
+            return None
+        return Symbol(v) if isinstance(t, Symbol) else str(v)
+
+    def empty(self, v: Any, t: Any, path: Path) -> Any:
+        """Template ``None`` or ``()``: the file holds nothing there (``False`` is Flux's "no bias")."""
+        if v is ABSENT or v is None or v is False or carries_no_state(v):
+            return t
+        self.kind_mismatch(v, t, path)
+        return None
+
+    def stateless(self, v: Any, t: Any, path: Path) -> Any:
+        """Template functions, RNG objects, singletons: kept from the template."""
+        if v is ABSENT or v is None or isinstance(v, Missing) or carries_no_state(v):
+            return t
+        self.kind_mismatch(v, t, path)
+        return None
+
+    def opaque(self, v: Any, t: Any, path: Path, cls: type) -> Any:
+        if v is ABSENT:
+            return t
+        if not isinstance(v, cls):
+            self.kind_mismatch(v, t, path)
+            return None
+        return v
+
+    # --- containers -------------------------------------------------------------------------------
+    def named(self, v: Any, t: Any, path: Path, jpath: KeyPath) -> Any:
+        entries, static_names, rebuild = named_entries(t)
+        if v is not ABSENT:
+            if not entries and carries_no_state(v):
+                return t  # Lux: NamedTuple() / () for a layer without parameters or state
+            fields = file_fields(v)
+            if fields is None:
+                self.kind_mismatch(v, t, path)
+                return None
+        else:
+            fields = {}
+        out: dict[Any, Any] = {}
+        names = {name for name, _, _ in entries}
+        for name, child, jkey in entries:
+            cpath = (*path, _segment(name))
+            if v is ABSENT:
+                out[name] = self.node(ABSENT, child, cpath, (*jpath, jkey))
+            elif name in fields:
+                out[name] = self.node(fields[name], child, cpath, (*jpath, jkey))
+            elif carries_no_state(child) or self.o.allow_missing:
+                out[name] = self.node(ABSENT, child, cpath, (*jpath, jkey))
+            else:
+                self.report("missing", cpath, f"from file, template has {describe_template(child)}")
+        if v is ABSENT:
+            return rebuild(out) if self.build else None
+        for name, value in fields.items():
+            if name in names or name in static_names:
+                continue
+            if not (self.o.allow_extra or carries_no_state(value)):
+                cpath = (*path, _segment(name))
+                self.report("extra", cpath, f"{describe_file_value(value)} in file, not in template")
+        if self.o.check_order:
+            order = [n for n, _, _ in entries]
+            if static_names:
+                order = [n for n in template_field_order(t) if n in names or n in static_names]
+            in_template = [n for n in order if n in fields]
+            in_file = [n for n in fields if n in set(in_template)]
+            if in_file != in_template:
+                self.report("order", path, f"{_names(in_file)} in file, {_names(in_template)} in template")
+        return rebuild(out) if self.build else None
+
+    def positional(self, v: Any, t: Any, path: Path, jpath: KeyPath) -> Any:
+        custom = _custom_children(t) if not isinstance(t, (tuple, list)) else None
+        children: list[Any] = list(t) if custom is None else [c for _, c in custom[1]]
+        if custom is None:
+            jkeys = [_seq_key(i) for i in range(len(children))]
+        else:
+            jkeys = [k for k, _ in custom[1]]
+        if v is not ABSENT:
+            if not children and carries_no_state(v):
+                return t
+            if not isinstance(v, (tuple, list)) or isinstance(v, NamedTuple):
+                self.kind_mismatch(v, t, path)
+                return None
+            items: list[Any] = list(v)
+        else:
+            items = []
+        out: list[Any] = []
+        for i, child in enumerate(children):
+            cpath = (*path, i + 1)
+            if v is ABSENT or i < len(items):
+                out.append(self.node(ABSENT if v is ABSENT else items[i], child, cpath, (*jpath, jkeys[i])))
+            elif self.o.allow_missing:
+                out.append(self.node(ABSENT, child, cpath, (*jpath, jkeys[i])))
+            else:
+                self.report("missing", cpath, f"from file, template has {describe_template(child)}")
+                out.append(None)
+        if v is not ABSENT and len(items) > len(children) and not self.o.allow_extra:
+            for i in range(len(children), len(items)):
+                self.report(
+                    "extra", (*path, i + 1), f"{describe_file_value(items[i])} in file, not in template"
+                )
+        if not self.build:
+            return None
+        if custom is not None:
+            return custom[2].unflatten(out)
+        if is_namedtuple_instance(t):
+            return type(t)(*out)
+        return type(t)(out)
+
+
+# --- template structure ----------------------------------------------------------------------------
+
+
+def named_entries(t: Any) -> tuple[list[tuple[Any, Any, Any]], set[str], Callable[[dict[Any, Any]], Any]]:
+    """(entries, static field names, rebuild) for a named template container.
+
+    ``entries`` are ``(name, child template, jax key)`` for the children that carry state or may;
+    static dataclass fields are taken from the template as they are.
+    """
+    import_jax = _jax_tree_util()
+    if isinstance(t, NamedTuple):
+        return (
+            [(k, c, _dict_key(k)) for k, c in t.items()],
+            set(),
+            lambda out: NamedTuple((k, out[k]) for k in t),
+        )
+    if isinstance(t, JuliaStruct):
+        return (
+            [(k, c, _dict_key(k)) for k, c in t.fields.items()],
+            set(),
+            lambda out: JuliaStruct(t.type, [(k, out[k]) for k in t.fields], layout=t.layout),
+        )
+    if isinstance(t, Mapping):
+
+        def rebuild_mapping(out: dict[Any, Any]) -> Any:
+            if type(t) is dict:
+                return {k: out[k] for k in t}
+            try:
+                clone = copy.copy(t)
+                for k in t:
+                    clone[k] = out[k]  # type: ignore[index]
+                return clone
+            except TypeError:  # immutable mappings (FrozenDict): rebuild from items
+                return type(t)({k: out[k] for k in t})
+
+        return [(k, c, _dict_key(k)) for k, c in t.items()], set(), rebuild_mapping
+    if is_namedtuple_instance(t):
+        names = type(t)._fields
+        return (
+            [(n, getattr(t, n), _attr_key(n)) for n in names],
+            set(),
+            lambda out: type(t)(*(out[n] for n in names)),
+        )
+    custom = _custom_children(t)
+    if custom is not None and custom[0] == "named":
+        _, pairs, treedef, child_names = custom
+        dynamic = [(name, child, key) for (key, child), name in zip(pairs, child_names)]
+        all_fields = [f.name for f in dataclasses.fields(t)] if is_dataclass_instance(t) else []
+        dynamic_names = {n for n, _, _ in dynamic}
+        static = {n for n in all_fields if n not in dynamic_names}
+        return dynamic, static, lambda out: treedef.unflatten([out[n] for n, _, _ in dynamic])
+    if is_dataclass_instance(t):
+        # A dataclass that is not a registered pytree: every field is state-or-empty, rebuilt by copy.
+        field_names = [f.name for f in dataclasses.fields(t)]
+
+        def rebuild_dataclass(out: dict[Any, Any]) -> Any:
+            clone = copy.copy(t)
+            for n in field_names:
+                object.__setattr__(clone, n, out[n])
+            return clone
+
+        key = import_jax.GetAttrKey if import_jax is not None else _PlainKey
+        return [(n, getattr(t, n, None), key(n)) for n in field_names], set(), rebuild_dataclass
+    raise TypeError(f"not a named container: {type(t).__name__}")  # pragma: no cover - dispatch guards
+
+
+def template_field_order(t: Any) -> list[str]:
+    """All field names of a dataclass template in declaration order (static ones included)."""
+    return [f.name for f in dataclasses.fields(t)] if is_dataclass_instance(t) else []
+
+
+def file_fields(v: Any) -> dict[Any, Any] | None:
+    """The named fields of a file value, in file order, or None if it has no names."""
+    if isinstance(v, NamedTuple):
+        return dict(v.items())
+    if isinstance(v, JuliaStruct):
+        return dict(v.fields)
+    if isinstance(v, dict):
+        return v
+    return None
+
+
+def carries_no_state(x: Any) -> bool:
+    """``()``, ``NamedTuple()``, function singletons and containers of only those (file side), or
+    template leaves without state (functions, RNG objects, ``None``, static data)."""
+    if x is ABSENT or x is None or isinstance(x, (Singleton, Missing)):
+        return True
+    if isinstance(x, NamedTuple):
+        return all(carries_no_state(c) for c in x.values())
+    if isinstance(x, tuple) and not is_namedtuple_instance(x):
+        return all(carries_no_state(c) for c in x)
+    if isinstance(x, (np.ndarray, str, bool, int, float, complex, np.generic, list, Mapping)):
+        return False
+    if is_array_template(x) or isinstance(x, (LeafRef, JuliaStruct, JuliaArray)):
+        return False
+    if is_dataclass_instance(x) or is_namedtuple_instance(x):
+        return False
+    return is_non_state(x)
+
+
+def _custom_children(t: Any) -> tuple[Any, ...] | None:
+    """One level of a registered pytree node: ("named", pairs, treedef, names) when every child has
+    a name, ("positional", pairs, treedef) otherwise; None when JAX sees a leaf (or is not loaded)."""
+    tu = _jax_tree_util()
+    if tu is None:
+        return None
+    pairs, treedef = tu.tree_flatten_with_path(t, is_leaf=lambda y: y is not t)
+    if treedef.num_nodes == 1 and len(pairs) == 1 and pairs[0][1] is t:
+        return None
+    flat = [(kp[0], child) for kp, child in pairs]
+    names: list[Any] = []
+    for key, _ in flat:
+        if isinstance(key, tu.GetAttrKey):
+            names.append(key.name)
+        elif isinstance(key, tu.DictKey):
+            names.append(key.key)
+        else:
+            return ("positional", flat, treedef)
+    return ("named", flat, treedef, names)
+
+
+def _jax_tree_util() -> Any:
+    import sys
+
+    jax = sys.modules.get("jax")
+    return jax.tree_util if jax is not None else None
+
+
+class _PlainKey:
+    """Key-path entry when JAX is not loaded (numpy-only restores)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: Any) -> None:
+        self.name = name
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _PlainKey) and other.name == self.name
+
+    def __hash__(self) -> int:
+        return hash(("_PlainKey", self.name))
+
+
+def _dict_key(k: Any) -> Any:
+    tu = _jax_tree_util()
+    return tu.DictKey(k) if tu is not None else _PlainKey(k)
+
+
+def _attr_key(n: str) -> Any:
+    tu = _jax_tree_util()
+    return tu.GetAttrKey(n) if tu is not None else _PlainKey(n)
+
+
+def _seq_key(i: int) -> Any:
+    tu = _jax_tree_util()
+    return tu.SequenceKey(i) if tu is not None else _PlainKey(i)
+
+
+# --- descriptions -----------------------------------------------------------------------------------
+
+
+def describe_template(t: Any) -> str:
+    """Short text for a template entry: ``array float32 (5, 32)``, ``Linear``, ``tuple of 3``."""
+    if isinstance(t, LeafRef):
+        return f"array {t.dtype.name} {_shape(t.shape)}"
+    if is_array_template(t):
+        return f"array {np.dtype(t.dtype).name} {_shape(tuple(t.shape))}"
+    if t is None:
+        return "None"
+    if isinstance(t, tuple) and t == ():
+        return "()"
+    if isinstance(t, NamedTuple):
+        return "NamedTuple"
+    if isinstance(t, (bool, int, float, complex, str)):
+        return type(t).__name__
+    if isinstance(t, np.generic):
+        return t.dtype.name
+    if isinstance(t, (tuple, list)) and not is_namedtuple_instance(t):
+        return f"{type(t).__name__} of {len(t)}"
+    if is_non_state(t) and not is_dataclass_instance(t):
+        return "function (no state)" if callable(t) else f"{type(t).__name__} (no state)"
+    return type(t).__name__
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return str(tuple(int(s) for s in shape))
+
+
+def _names(names: list[Any]) -> str:
+    return "(" + ", ".join(str(n) for n in names) + ")"
+
+
+def _segment(name: Any) -> PathSegment:
+    return name if isinstance(name, str) else repr(name)
+
+
+def _category(x: Any) -> str:
+    if isinstance(x, (bool, np.bool_)):
+        return "bool"
+    if isinstance(x, (int, np.integer)):
+        return "int"
+    if isinstance(x, (float, np.floating)):
+        return "float"
+    return "complex"
+
+
+def _scalar_type(v: Any) -> str:
+    return v.dtype.name if isinstance(v, np.generic) else type(v).__name__
+
+
+def _castable(src: np.dtype, dst: np.dtype) -> bool:
+    numeric = "biufc"
+    return (src.kind in numeric or src.name == "bfloat16") and (dst.kind in numeric or dst.name == "bfloat16")
+
+
+def _is_concrete(t: Any) -> bool:
+    return isinstance(t, np.ndarray) or (hasattr(t, "shape") and not _is_abstract_struct(t))
+
+
+def _is_abstract_struct(t: Any) -> bool:
+    import sys
+
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(t, jax.ShapeDtypeStruct)
+
+
+def check_and_build(
+    values: Any, like: Any, options: Options, placer: Placer, path: Path, *, header: str | None = None
+) -> tuple[Any, dict[int, Any]]:
+    """Run the checking pass; raise one MismatchError listing everything; then build."""
+    checker = Walker(options, None, build=False)
+    checker.node(values, like, path, ())
+    if checker.mismatches:
+        raise MismatchError(checker.mismatches, header=header or _header(checker.mismatches, path))
+    builder = Walker(options, placer, build=True)
+    result = builder.node(values, like, path, ())
+    return result, builder.refs
+
+
+def _header(mismatches: list[Mismatch], path: Path) -> str:
+    n = len(mismatches)
+    where = f" of {path[0]}" if path else ""
+    return f"the file's state{where} does not fit the template ({n} mismatch{'es' if n != 1 else ''})"

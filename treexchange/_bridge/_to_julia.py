@@ -1,0 +1,226 @@
+"""PyTree -> Julia state: turn JAX / Equinox / Flax / plain Python trees into value-model values.
+
+The result is what ``treexchange.save`` writes and what Julia reads back as real ``NamedTuple``\\ s
+and ``Tuple``\\ s (see docs/jax.md for the full table). No JAX import happens here: JAX arrays are
+recognised only if ``jax`` is already imported (otherwise none can exist).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import numpy as np
+
+from .._errors import ConversionError, LimitError, PathSegment
+from .._values import Int128, NamedTuple, Symbol, UInt128
+from ._classify import (
+    is_dataclass_instance,
+    is_jax_array,
+    is_namedtuple_instance,
+    is_non_state,
+    is_prng_key,
+    is_shape_dtype_struct,
+    is_value_model_leaf,
+    jax_module,
+    julia_dtype_ok,
+)
+
+Lists = Literal["vector", "tuple"]
+OnUnknown = Literal["error", "empty"]
+
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+_MAX_DEPTH = 512
+
+
+def to_julia(
+    tree: Any,
+    *,
+    lists: Lists = "vector",
+    on_unknown: OnUnknown = "error",
+    path: tuple[PathSegment, ...] = (),
+) -> Any:
+    """Convert a PyTree into Julia state (value-model values) that ``treexchange.save`` writes.
+
+    ===========================================  ==============================================
+    Python                                       Julia
+    ===========================================  ==============================================
+    ``dict`` (str keys), :class:`NamedTuple`     ``NamedTuple`` in the mapping's own order
+    namedtuple, dataclass, Equinox module        ``NamedTuple`` of all its fields, in order
+    ``tuple`` / ``list``                         ``Tuple`` / ``Vector{Any}`` (``Tuple`` if
+                                                 ``lists="tuple"``, as Flux's ``Chain.layers``)
+    ``jax.Array`` / ``np.ndarray``               ``Array{T,N}``, same shape, dtype kept
+    ``float`` / ``int`` / ``bool`` / ``complex`` ``Float64`` / ``Int64`` / ``Bool`` / ``ComplexF64``
+    numpy scalars                                the same Julia type (``np.float32`` -> ``Float32``)
+    ``str``, :class:`Symbol`, ``None``           ``String``, ``Symbol``, ``nothing``
+    functions, classes, RNG objects, PRNG keys   ``()`` (no state, exactly as ``Flux.state``)
+    ===========================================  ==============================================
+
+    Args:
+        tree: the PyTree (JAX arrays are copied to host memory with ``np.asarray``).
+        lists: ``"vector"`` (default) writes Python lists as ``Vector{Any}``; ``"tuple"`` as ``Tuple``.
+        on_unknown: what to do with an object that has no Julia counterpart (a set, bytes, an
+            arbitrary class instance): ``"error"`` (default) raises, ``"empty"`` writes ``()``.
+        path: the tree path of ``tree`` itself, used in error messages (e.g. ``("model_state",)``).
+
+    Raises:
+        ConversionError: a value has no Julia counterpart; the error's ``path`` locates it.
+
+    Example:
+        >>> import numpy as np
+        >>> state = to_julia({"weight": np.ones((2, 3), np.float32), "bias": [0.5], "σ": max})
+        >>> list(state), state.weight.dtype, state.bias, state["σ"]
+        (['weight', 'bias', 'σ'], dtype('float32'), [np.float64(0.5)], ())
+        >>> to_julia((1, 2.0, True, None)), to_julia([1], lists="tuple")
+        ((np.int64(1), np.float64(2.0), True, None), (np.int64(1),))
+        >>> to_julia({"s": {1, 2}})
+        Traceback (most recent call last):
+        ...
+        treexchange._errors.ConversionError: set has no Julia counterpart (at s)
+    """
+    if lists not in ("vector", "tuple"):
+        raise ValueError(f"lists must be 'vector' or 'tuple', not {lists!r}")
+    if on_unknown not in ("error", "empty"):
+        raise ValueError(f"on_unknown must be 'error' or 'empty', not {on_unknown!r}")
+    return _Converter(lists, on_unknown).convert(tree, tuple(path), 0)
+
+
+class _Converter:
+    def __init__(self, lists: Lists, on_unknown: OnUnknown) -> None:
+        self.lists = lists
+        self.on_unknown = on_unknown
+        # ids of containers on the current path: a cycle would otherwise recurse forever.
+        self.active: set[int] = set()
+
+    def convert(self, x: Any, path: tuple[PathSegment, ...], depth: int) -> Any:
+        if depth > _MAX_DEPTH:
+            raise LimitError(f"tree nested deeper than {_MAX_DEPTH} levels", path=path)
+        leaf = self._leaf(x, path)
+        if leaf is not _NOT_LEAF:
+            return leaf
+        key = id(x)
+        if key in self.active:
+            raise ConversionError("the tree contains a cycle (a container inside itself)", path=path)
+        self.active.add(key)
+        try:
+            return self._container(x, path, depth + 1)
+        finally:
+            self.active.discard(key)
+
+    # --- leaves ---------------------------------------------------------------------------------
+    def _leaf(self, x: Any, path: tuple[PathSegment, ...]) -> Any:
+        if x is None or isinstance(x, (Symbol, Int128, UInt128)) or is_value_model_leaf(x):
+            return x
+        if isinstance(x, (bool, np.bool_)):
+            return bool(x)
+        if isinstance(x, int):
+            return _python_int(x, path)
+        if isinstance(x, float):
+            return np.float64(x)
+        if isinstance(x, complex):
+            return np.complex128(x)
+        if isinstance(x, str):
+            return str(x)  # np.str_ and other str subclasses become plain String
+        if isinstance(x, np.generic):
+            if not julia_dtype_ok(x.dtype):
+                raise ConversionError(f"numpy scalar of dtype {x.dtype} has no Julia counterpart", path=path)
+            return x
+        if isinstance(x, np.ndarray):
+            return _array(x, path)
+        if is_prng_key(x):
+            return ()  # RNG state: Flux.state drops it as ()
+        if is_jax_array(x):
+            return _array(np.asarray(x), path)
+        if is_shape_dtype_struct(x):
+            raise ConversionError(
+                "jax.ShapeDtypeStruct has no values to write (an abstract template?)", path=path
+            )
+        return _NOT_LEAF
+
+    # --- containers -----------------------------------------------------------------------------
+    def _container(self, x: Any, path: tuple[PathSegment, ...], depth: int) -> Any:
+        if isinstance(x, NamedTuple):
+            return NamedTuple((k, self.convert(v, (*path, k), depth)) for k, v in x.items())
+        if isinstance(x, Mapping):
+            return self._mapping(x, path, depth)
+        if is_namedtuple_instance(x):
+            return NamedTuple(
+                (name, self.convert(getattr(x, name), (*path, name), depth)) for name in type(x)._fields
+            )
+        if isinstance(x, tuple):
+            return tuple(self.convert(v, (*path, i), depth) for i, v in enumerate(x, 1))
+        if isinstance(x, list):
+            items = [self.convert(v, (*path, i), depth) for i, v in enumerate(x, 1)]
+            return tuple(items) if self.lists == "tuple" else items
+        if is_dataclass_instance(x):
+            # Every field in declaration order, static ones included: Flux.state keeps numbers too.
+            return NamedTuple(
+                (f.name, self.convert(getattr(x, f.name, None), (*path, f.name), depth))
+                for f in dataclasses.fields(x)
+            )
+        if is_non_state(x):
+            return ()
+        custom = self._custom_pytree(x, path, depth)
+        if custom is not _NOT_LEAF:
+            return custom
+        if self.on_unknown == "empty":
+            return ()
+        raise ConversionError(f"{type(x).__name__} has no Julia counterpart", path=path)
+
+    def _mapping(self, x: Mapping[Any, Any], path: tuple[PathSegment, ...], depth: int) -> NamedTuple:
+        for key in x:
+            if not isinstance(key, str):
+                raise ConversionError(
+                    f"mapping key {key!r} is not a str; a Julia NamedTuple needs names", path=path
+                )
+        return NamedTuple((k, self.convert(v, (*path, k), depth)) for k, v in x.items())
+
+    def _custom_pytree(self, x: Any, path: tuple[PathSegment, ...], depth: int) -> Any:
+        """Other registered JAX pytree nodes: named children -> NamedTuple, positional -> Tuple."""
+        jax = jax_module()
+        if jax is None:
+            return _NOT_LEAF
+        tu = jax.tree_util
+        pairs, _ = tu.tree_flatten_with_path(x, is_leaf=lambda y: y is not x)
+        if len(pairs) == 1 and pairs[0][1] is x:
+            return _NOT_LEAF  # jax sees a leaf: not a container
+        names: list[str] = []
+        for keypath, _child in pairs:
+            (k,) = keypath
+            if isinstance(k, tu.GetAttrKey):
+                names.append(k.name)
+            elif isinstance(k, tu.DictKey) and isinstance(k.key, str):
+                names.append(k.key)
+            else:
+                names = []
+                break
+        if names and len(set(names)) == len(names):
+            return NamedTuple(
+                (n, self.convert(child, (*path, n), depth)) for n, (_, child) in zip(names, pairs)
+            )
+        return tuple(self.convert(child, (*path, i), depth) for i, (_, child) in enumerate(pairs, 1))
+
+
+class _NotLeaf:
+    def __repr__(self) -> str:
+        return "<not a leaf>"
+
+
+_NOT_LEAF: Any = _NotLeaf()
+
+
+def _python_int(x: int, path: tuple[PathSegment, ...]) -> Any:
+    if _INT64_MIN <= x <= _INT64_MAX:
+        return np.int64(x)
+    if -(1 << 127) <= x < (1 << 127):
+        return Int128(x)  # Julia widens integer literals the same way
+    if 0 <= x < (1 << 128):
+        return UInt128(x)
+    raise ConversionError(f"integer {x} does not fit in 128 bits (Julia BigInt is not supported)", path=path)
+
+
+def _array(a: np.ndarray, path: tuple[PathSegment, ...]) -> np.ndarray:
+    if not julia_dtype_ok(a.dtype):
+        raise ConversionError(f"array of dtype {a.dtype} has no Julia element type", path=path)
+    return a

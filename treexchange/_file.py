@@ -1,0 +1,239 @@
+"""Public reading API: :func:`open` (lazy :class:`File`) and :func:`load` (eager).
+
+JLD2 files are read by treexchange's own pure-Python codec (numpy + mmap, no h5py). Plain HDF5
+files (no JLD2 header) are refused unless the caller passes ``allow_hdf5=True``; they are then
+read through h5py into the same value model (see :mod:`treexchange._plainhdf5`).
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+from collections.abc import Iterator, Mapping
+from types import TracebackType
+from typing import Any
+
+from ._errors import FormatError, LimitError, TreexchangeError, WrongFormatError
+from ._jld2._nodes import Group, Node
+from ._jld2._reader import Order, Reader
+from ._limits import DEFAULT_LIMITS, Limits
+
+Source = str | os.PathLike[str] | bytes
+
+
+class File(Group):
+    """An open JLD2 file: a read-only mapping of its top-level names to lazy nodes.
+
+    Opening parses the superblock and the root group only. ``file["model_state"]`` parses that
+    dataset's header; its children, types and arrays are read when they are looked at (see
+    :class:`treexchange.Node`). ``/_types`` (JLD2's committed types) is hidden. HDF5 groups
+    (``"a/b"`` names written by Julia) are :class:`treexchange.Group` mappings, and
+    ``file["a/b"]`` walks into them.
+
+    Arrays handed out stay valid after :meth:`close` (they keep the copy-on-write map alive).
+
+    Attributes:
+        path: the file name (``"<bytes>"`` when opened from bytes).
+        format_version: the JLD2 format version from the header (``"0.2.0"``, ``"0.1.1"``...).
+        producer: the producer note after the header, e.g. ``" (Julia 1.11.1 64-bit LE)"``.
+        header: the full header text; ``legacy_header`` tells the pre-2020 spelling
+            (``Julia data file (HDF5), version 0.2.0``) apart.
+
+    Example:
+        >>> import treexchange, tempfile, os
+        >>> path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
+        >>> _ = builtins.open(path, "wb").write(_demo_bytes())
+        >>> with treexchange.open(path) as f:
+        ...     list(f), f["a"].kind, f["a"].shape, f.format_version
+        (['a'], 'array', (2,), '0.2.0')
+    """
+
+    def __init__(
+        self,
+        source: Source,
+        *,
+        limits: Limits = DEFAULT_LIMITS,
+        verify_checksums: bool = False,
+    ) -> None:
+        reader = Reader(source, limits=limits, verify_checksums=verify_checksums)
+        super().__init__(reader, (), reader.root_address)
+        self.filename = reader.name
+        header = reader.header
+        assert header is not None
+        self.format_version = header.format_version
+        self.producer = header.producer
+        self.header = header.text
+        self.legacy_header = header.legacy
+        self.closed = False
+
+    @property
+    def reader(self) -> Reader:
+        """The low-level reader (internal API)."""
+        return self._reader
+
+    def close(self) -> None:
+        """Release the file. Arrays already read remain usable."""
+        if not self.closed:
+            self.closed = True
+            self._reader.close()
+
+    def __enter__(self) -> File:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __getitem__(self, key: str) -> Node | Group:
+        if self.closed:
+            raise ValueError("I/O operation on a closed treexchange.File")
+        return super().__getitem__(key)
+
+    def read(self, name: str | None = None, *, order: Order = "julia") -> Any:  # type: ignore[override]
+        """Read everything (``dict`` of top-level names) or one name (``"a/b"`` allowed)."""
+        if name is None:
+            return _guard(lambda: super(File, self).read(order=order))
+        node = self[name]
+        return _guard(lambda: node.read(order=order))
+
+    def __repr__(self) -> str:
+        return f"<treexchange.File {self.filename!r} (JLD2 {self.format_version}, {len(self)} names)>"
+
+
+def _guard(f: Any) -> Any:
+    try:
+        return f()
+    except RecursionError as err:
+        raise LimitError("structure nested too deeply for Python's stack") from err
+
+
+def open(  # noqa: A001 - the public name mirrors h5py.File / builtins.open on purpose
+    source: Source,
+    *,
+    allow_hdf5: bool = False,
+    limits: Limits = DEFAULT_LIMITS,
+    verify_checksums: bool = False,
+) -> File | Mapping[str, Any]:
+    """Open a JLD2 file lazily (nothing but the root group is read).
+
+    Args:
+        source: a path, or the file's bytes.
+        allow_hdf5: also accept plain HDF5 files (no JLD2 header); they are read through h5py
+            into the same value model (groups as mappings, datasets as arrays in Julia's
+            reversed-dims order). Without it a plain HDF5 file raises WrongFormatError.
+        limits: safety limits for untrusted files.
+        verify_checksums: also verify HDF5 metadata checksums (JLD2 ignores them).
+
+    Raises:
+        WrongFormatError: not JLD2 (JLD v1, plain HDF5 without ``allow_hdf5``, not HDF5).
+        FormatError: the file is damaged.
+
+    Example:
+        >>> import treexchange
+        >>> with treexchange.open(_demo_bytes()) as f:
+        ...     node = f["a"]
+        ...     node.kind, str(node.julia_type), node[1]
+        ('array', 'Array{Float64, 1}', np.float64(0.0))
+    """
+    try:
+        return File(source, limits=limits, verify_checksums=verify_checksums)
+    except WrongFormatError as err:
+        if not allow_hdf5 or "plain HDF5" not in err.message:
+            raise
+    from ._plainhdf5 import PlainFile
+
+    return PlainFile(source)
+
+
+def load(
+    source: Source,
+    name: str | None = None,
+    *,
+    order: Order = "julia",
+    allow_hdf5: bool = False,
+    limits: Limits = DEFAULT_LIMITS,
+    like: Any = None,
+    sharding: Any = None,
+    **restore_options: Any,
+) -> Any:
+    """Read a JLD2 file eagerly: every top-level name as a ``dict``, or the one ``name``.
+
+    Values follow treexchange's value model (NamedTuple, tuple, list, numpy arrays in Julia's
+    shape, ...). Uncompressed arrays are zero-copy, writable views of a copy-on-write memory map:
+    writing to them never changes the file. Arrays shared in Julia come back as one object.
+
+    Args:
+        source: a path, or the file's bytes.
+        name: one top-level name (``"a/b"`` walks into groups); ``None`` reads everything
+            (nested groups as nested dicts).
+        order: ``"julia"`` (default): arrays in Julia's shape, F-ordered; ``"storage"``: the
+            reversed-dims, C-ordered view of the same bytes (what h5py shows).
+        allow_hdf5: accept plain HDF5 files (read through h5py).
+        limits: safety limits for untrusted files.
+
+        like: a template PyTree (an Equinox model, dicts, ...): the value is put into its
+            structure with jax arrays, checked, all mismatches reported together (see
+            :func:`treexchange.restore`, which also lists the other options: ``strict``,
+            ``allow_missing``, ``allow_extra``, ``cast``, ``numpy``, ``layout``).
+        sharding: a ``jax.sharding.Sharding`` or a PyTree of them; arrays become jax arrays
+            placed that way, each device reading only its own slice of the file.
+
+    Later versions add keyword-only ``validate=`` and ``schema=`` arguments.
+
+    Example:
+        >>> import treexchange
+        >>> treexchange.load(_demo_bytes())
+        {'a': array([0., 0.])}
+        >>> treexchange.load(_demo_bytes(), "a").flags.f_contiguous
+        True
+    """
+    if order not in ("julia", "storage"):
+        raise ValueError(f"order must be 'julia' or 'storage', not {order!r}")
+    bridge = like is not None or sharding is not None or bool(restore_options)
+    if bridge and order != "julia":
+        raise ValueError("like= and sharding= work on arrays in Julia's shape: use order='julia'")
+    f = open(source, allow_hdf5=allow_hdf5, limits=limits)
+    try:
+        if isinstance(f, File):
+            value = f.read(name, order=order)
+        else:
+            value = f.read(name, order=order)  # type: ignore[attr-defined]
+    except KeyError as err:
+        raise TreexchangeError(f"no entry named {name!r} in the file") from err
+    finally:
+        f.close()  # type: ignore[attr-defined]
+    if not bridge:
+        return value
+    from ._bridge import restore  # imports jax only now
+
+    path = tuple(p for p in name.split("/") if p) if name else ()
+    return restore(value, like, sharding=sharding, path=path, **restore_options)
+
+
+def walk(node: Node | Group) -> Iterator[tuple[Node | Group, int]]:
+    """Pre-order walk of a node tree: ``(node, depth)`` (groups included)."""
+    stack: list[tuple[Node | Group, int]] = [(node, 0)]
+    while stack:
+        cur, depth = stack.pop()
+        yield cur, depth
+        kids = list(cur.children())
+        for _, child in reversed(kids):
+            stack.append((child, depth + 1))
+
+
+_DEMO: bytes | None = None
+
+
+def _demo_bytes() -> bytes:
+    """A tiny JLD2 file (``a = zeros(2)``) built in memory, for the examples in docstrings."""
+    global _DEMO
+    if _DEMO is None:
+        from ._demofile import demo_jld2_bytes
+
+        _DEMO = demo_jld2_bytes()
+    return _DEMO
+
+
+__all__ = ["File", "FormatError", "Group", "Node", "load", "open", "walk"]
+_ = builtins

@@ -1,0 +1,308 @@
+"""The read-only HDF5 file: memory map, superblock, object cache, raw data access."""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import replace
+from types import TracebackType
+from typing import Any
+
+from .._errors import FormatError, LimitError, TreexchangeError, WrongFormatError
+from .._limits import DEFAULT_LIMITS, Limits
+from . import _messages as m
+from ._cursor import Cursor
+from ._datatype import parse_datatype
+from ._globalheap import GlobalHeapCollection
+from ._model import Attribute, H5Type
+from ._objectheader import ObjectHeader, read_messages
+from ._superblock import read_superblock
+
+
+class HDF5File:
+    """A read-only HDF5 file, memory-mapped.
+
+    Args:
+        source: a path, or the file's bytes (for tests and fuzzing).
+        limits: safety limits (see :class:`treexchange.Limits`).
+        verify_checksums: check superblock, object header and other metadata checksums. Off by
+            default because JLD2 itself ignores them.
+
+    Addresses are *relative* (what links, references and heap IDs hold); ``absolute(addr)``
+    gives the file offset. Objects are parsed once and cached by address.
+
+    Example:
+        >>> import h5py, io, numpy as np
+        >>> bio = io.BytesIO()
+        >>> with h5py.File(bio, "w") as f:
+        ...     _ = f.create_dataset("x", data=np.arange(6, dtype="<i4").reshape(2, 3))
+        >>> with HDF5File(bio.getvalue()) as h5:
+        ...     obj = h5.object(h5.root.links()["x"])
+        ...     obj.dataspace.dims, np.frombuffer(h5.raw_data(obj), "<i4").tolist()
+        ((2, 3), [0, 1, 2, 3, 4, 5])
+    """
+
+    def __init__(
+        self,
+        source: str | os.PathLike[str] | bytes | bytearray | memoryview,
+        *,
+        limits: Limits = DEFAULT_LIMITS,
+        verify_checksums: bool = False,
+    ) -> None:
+        self.limits = limits
+        self.verify_checksums = verify_checksums
+        self._mmap: mmap.mmap | None = None
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            self.buffer = (
+                memoryview(source).cast("B") if isinstance(source, memoryview) else memoryview(source)
+            )
+            self.name = "<bytes>"
+        else:
+            self.name = os.fspath(source)
+            with open(self.name, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if size == 0:
+                    raise WrongFormatError("not an HDF5 file (empty file)", offset=0)
+                self._mmap = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            self.buffer = memoryview(self._mmap)
+        self.size = len(self.buffer)
+        try:
+            sb = read_superblock(self.buffer, verify_checksum=verify_checksums)
+        except BaseException:
+            self.close()
+            raise
+        self.superblock = sb
+        self.base = sb.base
+        self.userblock = bytes(self.buffer[: sb.offset])
+        self.superblock_version = sb.version
+        self.root_address = sb.root_address
+        self.offset_size = sb.offset_size
+        self.length_size = sb.length_size
+        self._objects: dict[int, ObjectHeader] = {}
+        self._types: dict[int, H5Type] = {}
+        self._inline_types: dict[bytes, H5Type] = {}
+        self._resolving: set[int] = set()
+        self._heaps: dict[int, GlobalHeapCollection] = {}
+
+    # --- lifetime ----------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release the memory map.
+
+        Views handed out (``raw_data`` slices, attribute data) keep the map alive: if any is still
+        referenced, the map is closed by the garbage collector once they are gone.
+        """
+        self._objects = {}
+        if self._mmap is not None:
+            mm, self._mmap = self._mmap, None
+            try:
+                self.buffer.release()
+                mm.close()
+            except BufferError:
+                pass  # exported views still exist; GC closes the map after them
+
+    def __enter__(self) -> HDF5File:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # --- addresses ---------------------------------------------------------------------------
+    def absolute(self, address: int) -> int:
+        """Absolute file offset of a relative address (``address + base``).
+
+        Example:
+            >>> import h5py, io
+            >>> bio = io.BytesIO()
+            >>> h5py.File(bio, "w", userblock_size=512).close()
+            >>> HDF5File(bio.getvalue()).absolute(48)
+            560
+        """
+        return address + self.base
+
+    def _cursor(self, pos: int, end: int | None = None) -> Cursor:
+        return Cursor(self.buffer, pos, end, offset_size=self.offset_size, length_size=self.length_size)
+
+    # --- objects -----------------------------------------------------------------------------
+    @property
+    def root(self) -> ObjectHeader:
+        """The root group's object header."""
+        return self.object(self.root_address)
+
+    def object(self, address: int) -> ObjectHeader:
+        """The object header at relative ``address`` (parsed once, then cached)."""
+        obj = self._objects.get(address)
+        if obj is not None:
+            return obj
+        offset = self.absolute(address)
+        if address < 0 or offset >= self.size:
+            raise FormatError(f"object address {address} lies outside the file", offset=offset)
+        if len(self._objects) >= self.limits.max_objects:
+            raise LimitError(f"more than max_objects={self.limits.max_objects} object headers", offset=offset)
+        with _as_format_error(offset):
+            version, messages = read_messages(
+                self._cursor(0), offset, self.base, self.limits, verify_checksums=self.verify_checksums
+            )
+        obj = ObjectHeader(self, address, offset, version, messages)
+        self._objects[address] = obj
+        return obj
+
+    def _parse_type(self, c: Cursor) -> H5Type:
+        """Parse an inline datatype message body; identical bodies share one (immutable) H5Type."""
+        key = bytes(c.buf[c.pos : c.end])
+        t = self._inline_types.get(key)
+        if t is None:
+            t = parse_datatype(c, self.limits)
+            if len(self._inline_types) < 65536:
+                self._inline_types[key] = t
+        return t
+
+    def _committed_type(self, address: int) -> H5Type:
+        """The datatype of the committed datatype object at ``address``, ``committed_at`` set."""
+        t = self._types.get(address)
+        if t is not None:
+            return t
+        if address in self._resolving:
+            raise FormatError("committed datatype refers to itself", offset=self.absolute(address))
+        if len(self._resolving) > self.limits.max_depth:
+            raise LimitError("committed datatypes nested too deeply", offset=self.absolute(address))
+        self._resolving.add(address)
+        try:
+            obj = self.object(address)
+            dt = obj.datatype
+        finally:
+            self._resolving.discard(address)
+        if dt is None:
+            raise FormatError("shared datatype points to an object without a datatype", offset=obj.offset)
+        t = replace(dt, committed_at=address)
+        self._types[address] = t
+        return t
+
+    # --- groups ------------------------------------------------------------------------------
+    def link_messages(self, obj: ObjectHeader) -> list[m.Link]:
+        """Every link of a group (hard, soft, external) in link order; see ObjectHeader.links."""
+        from ._groups import group_links
+
+        with _as_format_error(obj.offset):
+            return group_links(self, obj)
+
+    def _dense_attributes(self, info: m.AttributeInfo) -> dict[str, Attribute]:
+        from ._groups import dense_attributes
+
+        return dense_attributes(self, info)
+
+    # --- data --------------------------------------------------------------------------------
+    def raw_location(self, obj: ObjectHeader) -> tuple[int, int] | None:
+        """``(absolute offset, nbytes)`` of the raw data when it is stored in one piece, unfiltered
+        (compact or contiguous layout, or one unfiltered chunk that covers the whole dataset);
+        else None. ``nbytes`` is what the dataspace and datatype need (never more than stored).
+        """
+        layout = obj.layout
+        if layout is None:
+            return None
+        nbytes = self._expected_bytes(obj)
+        if layout.kind in ("compact", "contiguous"):
+            if layout.data_offset is None or nbytes == 0:
+                return None
+            self._check_stored(obj, layout.data_offset, layout.data_size, nbytes)
+            return layout.data_offset, nbytes
+        from ._chunks import single_unfiltered_chunk
+
+        return single_unfiltered_chunk(self, obj, nbytes)
+
+    def raw_data(self, obj: ObjectHeader) -> memoryview | bytes:
+        """The dataset's raw element bytes in storage (HDF5, C) order.
+
+        Compact and contiguous data come back as a zero-copy view of the file; chunked data are
+        assembled (filters applied) into new bytes. Null dataspaces and undefined addresses give
+        ``b""``.
+        """
+        layout = obj.layout
+        if layout is None:
+            raise FormatError("object is not a dataset (no layout message)", offset=obj.offset)
+        nbytes = self._expected_bytes(obj)
+        if nbytes == 0:
+            return b""
+        if layout.kind in ("compact", "contiguous"):
+            if layout.data_offset is None:
+                return b""
+            self._check_stored(obj, layout.data_offset, layout.data_size, nbytes)
+            return self.buffer[layout.data_offset : layout.data_offset + nbytes]
+        if nbytes > self.limits.max_array_bytes:
+            raise LimitError(
+                f"dataset needs {nbytes} bytes, more than max_array_bytes={self.limits.max_array_bytes}",
+                offset=obj.offset,
+            )
+        from ._chunks import read_chunked
+
+        with _as_format_error(obj.offset):
+            return read_chunked(self, obj, nbytes)
+
+    def _expected_bytes(self, obj: ObjectHeader) -> int:
+        space, dtype = obj.dataspace, obj.datatype
+        if space is None or dtype is None:
+            raise FormatError("dataset lacks a dataspace or datatype message", offset=obj.offset)
+        return space.count * dtype.size
+
+    def _check_stored(self, obj: ObjectHeader, offset: int, stored: int, nbytes: int) -> None:
+        if stored < nbytes:
+            raise FormatError(
+                f"dataset stores {stored} bytes but its dataspace and datatype need {nbytes}",
+                offset=obj.offset,
+            )
+        if offset + nbytes > self.size:
+            raise FormatError(f"dataset data ({nbytes} bytes) runs past the end of the file", offset=offset)
+
+    # --- global heap -------------------------------------------------------------------------
+    def global_heap_object(self, collection_address: int, index: int) -> memoryview:
+        """The bytes of object ``index`` in the global heap collection at a relative address."""
+        heap = self._heaps.get(collection_address)
+        if heap is None:
+            offset = self.absolute(collection_address)
+            with _as_format_error(offset):
+                heap = GlobalHeapCollection(self._cursor(0), offset)
+            self._heaps[collection_address] = heap
+        at, n = heap.get(index)
+        return self.buffer[at : at + n]
+
+    def read_vlen(self, element: bytes | memoryview) -> memoryview:
+        """Follow a 16-byte vlen element (u32 count, collection address, u32 index) to its bytes.
+
+        An all-zero element (an empty vlen) gives an empty view.
+        """
+        raw = bytes(element)
+        need = 4 + self.offset_size + 4
+        if len(raw) < need:
+            raise FormatError(f"vlen element has {len(raw)} bytes, needs {need}")
+        addr = int.from_bytes(raw[4 : 4 + self.offset_size], "little")
+        index = int.from_bytes(raw[4 + self.offset_size : need], "little")
+        if addr == 0 and index == 0:
+            return memoryview(b"")
+        if addr == (1 << (8 * self.offset_size)) - 1:
+            return memoryview(b"")
+        return self.global_heap_object(addr, index)
+
+
+class _as_format_error:
+    """Context manager: turn stray low-level exceptions into FormatError with an offset.
+
+    Every decoder checks bounds itself; this is the safety net the brief asks for, so that a
+    hostile file can never surface IndexError/struct.error/RecursionError to callers.
+    """
+
+    def __init__(self, offset: int) -> None:
+        self.offset = offset
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: Any) -> bool:
+        if ev is None or isinstance(ev, TreexchangeError):
+            return False
+        if isinstance(ev, (IndexError, ValueError, OverflowError, RecursionError, struct.error)):
+            raise FormatError(
+                f"malformed HDF5 structure ({type(ev).__name__}: {ev})", offset=self.offset
+            ) from ev
+        return False

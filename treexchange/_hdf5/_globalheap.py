@@ -1,0 +1,55 @@
+"""Global heap collections (``GCOL``): where variable-length data (vlen strings, sequences) live.
+
+**Collection size convention.** The spec's "collection size" includes the 16-byte collection
+header; JLD2 writes the size *without* it. We accept both by scanning objects from the first
+one and stopping at the free-space object (index 0), at a header that does not fit, or at
+``start + 16 + size`` (clipped to the file), whichever comes first. A spec-conformant collection
+always ends with a free-space object or exactly at its end, so the extra 16 bytes of slack are
+never read for it.
+"""
+
+from __future__ import annotations
+
+from .._errors import FormatError
+from ._cursor import Cursor
+
+
+class GlobalHeapCollection:
+    """One parsed collection: ``objects`` maps a heap object index to its (absolute offset, size)."""
+
+    __slots__ = ("objects", "offset")
+
+    def __init__(self, c: Cursor, offset: int) -> None:
+        self.offset = offset
+        self.objects: dict[int, tuple[int, int]] = {}
+        hc = c.at(offset)
+        hc.signature(b"GCOL", "global heap collection")
+        version = hc.u8()
+        if version != 1:
+            raise FormatError(f"unknown global heap version {version}", offset=offset + 4)
+        hc.skip(3)
+        size = hc.length()
+        end = min(len(c.buf), offset + 16 + size) if size <= len(c.buf) else len(c.buf)
+        oc = c.at(hc.pos, end)
+        header = 8 + oc.length_size
+        while oc.remaining >= header:
+            obj_at = oc.pos
+            index = oc.u16()
+            oc.u16()  # reference count
+            oc.skip(4)
+            n = oc.length()
+            if index == 0:
+                break  # free space: the rest of the collection
+            if n > oc.remaining:
+                raise FormatError(
+                    f"global heap object {index} of {n} bytes runs past its collection", offset=obj_at
+                )
+            self.objects[index] = (oc.pos, n)
+            oc.skip(n)
+            oc.pos = min(oc.end, oc.pos + (-n % 8))  # objects are padded to 8 bytes
+
+    def get(self, index: int) -> tuple[int, int]:
+        try:
+            return self.objects[index]
+        except KeyError:
+            raise FormatError(f"global heap collection has no object {index}", offset=self.offset) from None

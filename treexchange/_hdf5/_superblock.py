@@ -1,0 +1,154 @@
+"""Finding and decoding the HDF5 superblock (versions 0, 1, 2 and 3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .._errors import FormatError, UnsupportedError, WrongFormatError
+from ._cursor import Cursor
+from ._lookup3 import lookup3
+
+SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+@dataclass(frozen=True)
+class Superblock:
+    """What the reader needs from the superblock.
+
+    ``base`` is the absolute offset every address is relative to. Like libhdf5, we take it to be
+    the superblock's own offset whatever the stored base address says (libhdf5 "adjusts" a
+    mismatching base the same way), which is 512 for every JLD2 file.
+    """
+
+    offset: int
+    version: int
+    offset_size: int
+    length_size: int
+    base: int
+    stored_base: int
+    eof_address: int | None
+    root_address: int
+    extension_address: int | None = None
+    group_leaf_k: int = 4
+    group_internal_k: int = 16
+    root_btree_address: int | None = None  # v0/v1: cached symbol table of the root entry
+    root_heap_address: int | None = None
+
+
+def find_superblock(buf: memoryview) -> int:
+    """Absolute offset of the superblock signature: 0, 512, 1024, 2048, ... (HDF5's search rule).
+
+    Example:
+        >>> find_superblock(memoryview(bytes(512) + SIGNATURE + bytes(40)))
+        512
+    """
+    size = len(buf)
+    pos = 0
+    while pos + len(SIGNATURE) <= size:
+        if bytes(buf[pos : pos + len(SIGNATURE)]) == SIGNATURE:
+            return pos
+        pos = 512 if pos == 0 else pos * 2
+    raise WrongFormatError("not an HDF5 file (no superblock signature found)", offset=0)
+
+
+def read_superblock(buf: memoryview, *, verify_checksum: bool = False) -> Superblock:
+    """Locate and decode the superblock.
+
+    Example:
+        >>> import struct
+        >>> from treexchange._hdf5._lookup3 import lookup3
+        >>> body = SIGNATURE + bytes([2, 8, 8, 0]) + struct.pack("<QqQQ", 0, -1, 100, 48)
+        >>> sb = read_superblock(memoryview(body + struct.pack("<I", lookup3(body))))
+        >>> sb.version, sb.base, sb.root_address
+        (2, 0, 48)
+    """
+    start = find_superblock(buf)
+    c = Cursor(buf, start + len(SIGNATURE))
+    version = c.u8()
+    if version in (0, 1):
+        return _read_v0_v1(c, start, version)
+    if version in (2, 3):
+        offset_size = c.u8()
+        length_size = c.u8()
+        _check_sizes(offset_size, length_size, c.pos - 2)
+        c.u8()  # file consistency flags
+        c.offset_size, c.length_size = offset_size, length_size
+        stored_base = c.uint(offset_size)
+        ext = c.address()
+        eof = c.address()
+        root = c.address()
+        body_end = c.pos
+        stored = c.u32()
+        if verify_checksum and lookup3(buf[start:body_end]) != stored:
+            raise FormatError("superblock checksum mismatch", offset=body_end)
+        if root is None:
+            raise FormatError("superblock has no root group address", offset=body_end - offset_size)
+        return Superblock(
+            offset=start,
+            version=version,
+            offset_size=offset_size,
+            length_size=length_size,
+            base=start,
+            stored_base=stored_base,
+            eof_address=eof,
+            root_address=root,
+            extension_address=ext,
+        )
+    raise UnsupportedError(f"HDF5 superblock version {version} is not supported", offset=c.pos - 1)
+
+
+def _check_sizes(offset_size: int, length_size: int, at: int) -> None:
+    if offset_size not in (2, 4, 8) or length_size not in (2, 4, 8):
+        raise FormatError(
+            f"unsupported size of offsets/lengths ({offset_size}/{length_size}); expected 2, 4 or 8",
+            offset=at,
+        )
+
+
+def _read_v0_v1(c: Cursor, start: int, version: int) -> Superblock:
+    c.u8()  # free-space storage version
+    c.u8()  # root group symbol table entry version
+    c.u8()  # reserved
+    c.u8()  # shared header message format version
+    offset_size = c.u8()
+    length_size = c.u8()
+    _check_sizes(offset_size, length_size, c.pos - 2)
+    c.offset_size, c.length_size = offset_size, length_size
+    c.u8()  # reserved
+    leaf_k = c.u16()
+    internal_k = c.u16()
+    c.u32()  # file consistency flags
+    if version == 1:
+        c.u16()  # indexed storage internal node K
+        c.u16()  # reserved
+    stored_base = c.uint(offset_size)
+    c.address()  # free-space info (always undefined in practice)
+    eof = c.address()
+    c.address()  # driver information block
+    # Root group symbol table entry: name offset, object header address, cache type, reserved,
+    # scratch pad (B-tree + local heap addresses when cache type is 1).
+    c.address()
+    root = c.address()
+    cache_type = c.u32()
+    c.u32()
+    scratch = c.sub(16)
+    btree = heap = None
+    if cache_type == 1:
+        btree = scratch.address()
+        heap = scratch.address()
+    if root is None:
+        raise FormatError("superblock has no root group address", offset=c.pos - 24 - offset_size)
+    return Superblock(
+        offset=start,
+        version=version,
+        offset_size=offset_size,
+        length_size=length_size,
+        base=start,
+        stored_base=stored_base,
+        eof_address=eof,
+        root_address=root,
+        group_leaf_k=leaf_k,
+        group_internal_k=internal_k,
+        root_btree_address=btree,
+        root_heap_address=heap,
+    )

@@ -1,0 +1,214 @@
+"""``treexchange inspect``: a file's tree as readable text or as JSON Lines.
+
+The JSON Lines form is a contract (docs/design.md, "Contracts that scripts and checks rely on"):
+one object per node, pre-order, with
+
+* ``path``: list of segments, ``str`` for top-level names, group names, fields and dict keys
+  (non-string dict keys are rendered as text: ``4``, ``"(1, 2)"``), ``int`` for tuple and
+  vector positions, 1-based as in Julia (positions in N-d vectors are Julia's linear,
+  column-major indices);
+* ``kind``: ``namedtuple``, ``tuple``, ``vector``, ``dict``, ``struct``, ``array``, ``number``,
+  ``bool``, ``string``, ``symbol``, ``singleton``;
+* ``julia_type``: the Julia type as Julia prints it (``Array{Float32, 2}``, ``Tuple{}``);
+* arrays: ``dtype`` (numpy's name; ``bfloat16``), ``shape`` (Julia order) and ``sha256`` (hex
+  digest of the elements in Julia's column-major order, little-endian: the bytes JLD2 stores);
+* number / bool / string / symbol: ``value``.
+
+JSON has no NaN or infinities: those floats are written as the strings ``"NaN"``,
+``"Infinity"`` and ``"-Infinity"`` (also inside ``[re, im]`` pairs of complex numbers).
+Integers wider than 64 bits (``Int128``, ``UInt128``, ``BigInt``) are decimal strings, as
+are all values of those types. Primitive bits types numpy has no dtype for (``Char``,
+``@enum`` values) are kind ``number`` with their bytes read as a little-endian signed integer.
+HDF5 groups (``"a/b"`` names) get no line of their own: their names appear as path segments.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from ._errors import TreexchangeError
+from ._values import Int128, JuliaBits, UInt128
+
+_HASH_BLOCK = 1 << 24
+
+
+def array_sha256(arr: np.ndarray) -> str:
+    """SHA-256 of an array's elements in Julia (column-major) order, little-endian.
+
+    Example:
+        >>> a = np.arange(6, dtype="<i4").reshape(2, 3, order="F")
+        >>> array_sha256(a) == hashlib.sha256(np.arange(6, dtype="<i4").tobytes()).hexdigest()
+        True
+    """
+    flat = arr.reshape(-1, order="F")
+    if flat.dtype.byteorder == ">":
+        flat = flat.astype(flat.dtype.newbyteorder("<"))
+    if not flat.flags.c_contiguous:
+        flat = np.ascontiguousarray(flat)
+    raw = flat.view(np.uint8) if flat.size else np.empty(0, np.uint8)
+    h = hashlib.sha256()
+    for start in range(0, raw.size, _HASH_BLOCK):
+        h.update(raw[start : start + _HASH_BLOCK])
+    return h.hexdigest()
+
+
+def _float(x: Any) -> Any:
+    v = float(x)
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "Infinity" if v > 0 else "-Infinity"
+    if isinstance(x, np.generic) and x.dtype.itemsize < 8:
+        # The shortest text that reads back as the same Float32/Float16/BFloat16.
+        try:
+            return float(str(x))
+        except ValueError:
+            return v
+    return v
+
+
+def json_value(value: Any) -> Any:
+    """The JSON form of a number, Bool, String or Symbol value (see the module docstring).
+
+    Example:
+        >>> json_value(np.float32(0.1)), json_value(float("nan")), json_value(np.complex64(1 + 2j))
+        (0.1, 'NaN', [1.0, 2.0])
+        >>> json_value(Int128(2**100))
+        '1267650600228229401496703205376'
+    """
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, (Int128, UInt128)):
+        return str(int(value))
+    if isinstance(value, np.integer):
+        return int(value)
+    if isinstance(value, int):
+        return value if -(2**63) <= value < 2**64 else str(value)
+    if isinstance(value, (complex, np.complexfloating)):
+        return [_float(value.real), _float(value.imag)]
+    if isinstance(value, (float, np.floating)) or _is_ml_float(value):
+        return _float(value)
+    if isinstance(value, JuliaBits):
+        return value.as_int()
+    return str(value)
+
+
+def _is_ml_float(value: Any) -> bool:
+    return isinstance(value, np.generic) and value.dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+
+
+def _big_int_value(node: Any, value: Any) -> Any:
+    if type(value) is int and getattr(node, "julia_type", None) is not None and node.julia_type.name == "Base.BigInt":
+        return str(value)
+    return json_value(value)
+
+
+def node_record(node: Any) -> dict[str, Any]:
+    """The JSON Lines object of one node (arrays are read to hash them)."""
+    rec: dict[str, Any] = {"path": list(node.path), "kind": node.kind, "julia_type": str(node.julia_type)}
+    kind = node.kind
+    if kind == "array":
+        arr = np.asarray(node)
+        rec["dtype"] = arr.dtype.name
+        rec["shape"] = list(arr.shape)
+        rec["sha256"] = array_sha256(arr)
+    elif kind in ("number", "bool", "string", "symbol"):
+        rec["value"] = _big_int_value(node, node.read())
+    return rec
+
+
+def walk_nodes(root: Any) -> Iterator[tuple[Any, int]]:
+    """Pre-order ``(node, depth)`` over a file, group or node; groups included."""
+    stack: list[tuple[Any, int]] = [(root, 0)]
+    while stack:
+        node, depth = stack.pop()
+        yield node, depth
+        kids = list(node.children()) if hasattr(node, "children") else []
+        for _, child in reversed(kids):
+            stack.append((child, depth + 1))
+
+
+def iter_records(root: Any) -> Iterator[dict[str, Any]]:
+    """JSON Lines records for every node under ``root`` (groups skipped), in pre-order."""
+    for node, _ in walk_nodes(root):
+        if node.kind == "group":
+            continue
+        yield node_record(node)
+
+
+def json_lines(root: Any) -> Iterator[str]:
+    """The ``inspect --json`` output, one line per node."""
+    for rec in iter_records(root):
+        yield json.dumps(rec, ensure_ascii=False, allow_nan=False)
+
+
+def _human(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{int(size)} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover
+
+
+def _clip(text: str, width: int = 100) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def text_lines(root: Any, *, type_width: int = 100) -> Iterator[str]:
+    """The readable ``inspect`` output: an indented tree, then totals.
+
+    Each line: name, Julia type, and for arrays the Julia-order shape, dtype and byte size;
+    for numbers, strings and symbols the value.
+    """
+    leaves = arrays = nbytes = 0
+    root_depth_offset = 0 if root.kind != "group" else 1
+    for node, depth in walk_nodes(root):
+        if node.kind == "group" and not node.path:
+            continue
+        seg = node.path[-1] if node.path else "<root>"
+        label = f"[{seg}]" if isinstance(seg, int) else str(seg)
+        indent = "  " * max(depth - root_depth_offset, 0)
+        kind = node.kind
+        jt = _clip(str(node.julia_type), type_width)
+        if kind == "group":
+            yield f"{indent}{label}/  (group, {len(node)} entries)"
+            continue
+        if kind == "array":
+            leaves += 1
+            arrays += 1
+            shape = tuple(node.shape)
+            size = int(np.prod(shape, dtype=np.int64)) * np.dtype(node.dtype).itemsize
+            nbytes += size
+            dims = "×".join(str(d) for d in shape) if shape else "0-dim"
+            yield f"{indent}{label}: {jt}  {dims}  {np.dtype(node.dtype).name}  {_human(size)}"
+        elif kind in ("number", "bool", "string", "symbol"):
+            leaves += 1
+            value = json_value(node.read())
+            shown = json.dumps(value, ensure_ascii=False) if kind in ("string", "symbol", "bool") else value
+            if kind == "symbol":
+                shown = ":" + str(value)
+            yield f"{indent}{label}: {jt} = {_clip(str(shown), 60)}"
+        elif kind == "singleton":
+            leaves += 1
+            yield f"{indent}{label}: {jt}"
+        else:
+            n = len(node)
+            yield f"{indent}{label}: {jt}  ({kind}, {n} {'entry' if n == 1 else 'entries'})"
+    yield f"-- {leaves} leaves, {arrays} arrays, {_human(nbytes)} of array data"
+
+
+def select(f: Any, name: str | None) -> Any:
+    """The node to inspect: the whole file, or one entry (``"a/b"``)."""
+    if name is None:
+        return f
+    try:
+        return f[name]
+    except KeyError:
+        raise TreexchangeError(f"no entry named {name!r} in the file") from None

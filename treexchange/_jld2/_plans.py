@@ -1,0 +1,516 @@
+"""Decoding plans: how the bytes of one element of an HDF5 datatype become a value.
+
+A :class:`Plan` is built once per datatype (committed datatypes are cached by address by
+:mod:`._typesread`) and then applied to many elements. Plans never touch the file themselves:
+whatever needs the file (global-heap strings, object references, type parameters) goes through
+the :class:`DecodeContext` the reader passes in. Each plan knows
+
+* ``kind``: the ``inspect`` kind of the values it produces (``"ref"`` for references, whose kind
+  is that of the referenced dataset),
+* ``julia_type``: the Julia type of those values,
+* ``size``: the element size on disk (0 for ghosts, which store nothing),
+* ``dtype``: for plain-data plans, the numpy dtype whose arrays view the stored bytes as they are
+  (numbers, Bool, Complex, BFloat16); ``None`` otherwise.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from .._errors import FormatError, LimitError, UnsupportedError
+from .._hdf5._model import H5Type, Member
+from .._juliatype import JuliaType
+from .._limits import Limits
+from .._values import Int128, JuliaArray, JuliaBits, JuliaStruct, NamedTuple, Symbol, UInt128
+from ._layout import FieldLayout, StructLayout
+
+Path = tuple[str | int, ...]
+
+_U32 = struct.Struct("<I")
+_U64 = struct.Struct("<Q")
+
+
+class DecodeContext(Protocol):
+    """What plans need from the reader."""
+
+    limits: Limits
+
+    def heap_bytes(self, buf: Any, off: int) -> memoryview | bytes:
+        """The global-heap payload of the 16-byte vlen element at ``buf[off:]`` (b"" when empty)."""
+        ...
+
+    def load_ref(self, address: int, path: Path) -> Any:
+        """The value of the object at relative ``address`` (``None`` for a NULL reference)."""
+        ...
+
+    def decode_datatype(self, buf: Any, off: int, path: Path) -> JuliaType:
+        """A ``Core.DataType`` element (name + parameter references) as a :class:`JuliaType`."""
+        ...
+
+    def decode_union(self, buf: Any, off: int, path: Path) -> JuliaType:
+        """A ``Core.Union`` element as ``JuliaType("Core.Union", members)``."""
+        ...
+
+
+def decode_text(raw: bytes | memoryview) -> str:
+    """UTF-8 text as Julia stores it; invalid bytes survive as surrogate escapes (re-encodable)."""
+    return bytes(raw).decode("utf-8", "surrogateescape")
+
+
+class Plan:
+    """Base class; see the module docstring."""
+
+    kind: str = "struct"
+    julia_type: JuliaType
+    size: int = 0
+    h5type: H5Type | None = None
+    dtype: np.dtype | None = None
+
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+        raise NotImplementedError
+
+    def decode_many(self, ctx: DecodeContext, buf: Any, count: int, path: Path) -> list[Any]:
+        """``count`` consecutive elements (paths get 1-based positions)."""
+        size = self.size
+        return [self.decode(ctx, buf, i * size, (*path, i + 1)) for i in range(count)]
+
+    @property
+    def element_type(self) -> JuliaType:
+        """The Julia element type of an array of these values."""
+        return self.julia_type
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.julia_type.qualified()}, size={self.size})"
+
+
+# --- plain data -------------------------------------------------------------------------------
+
+
+class NumberPlan(Plan):
+    """Integers and IEEE floats that numpy represents exactly (scalars come out native-endian)."""
+
+    kind = "number"
+
+    def __init__(self, dtype: np.dtype, julia_type: JuliaType, h5type: H5Type | None = None) -> None:
+        self.dtype = np.dtype(dtype)
+        self.native = self.dtype.newbyteorder("=")
+        self.julia_type = julia_type
+        self.size = self.dtype.itemsize
+        self.h5type = h5type
+
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+        value = np.frombuffer(buf, self.dtype, 1, off)
+        if value.dtype != self.native:
+            value = value.astype(self.native)
+        return value[0]
+
+
+class BoolPlan(Plan):
+    """``Bool``: one byte (HDF5 bitfield, or opaque ``Core.Bool`` in old files)."""
+
+    kind = "bool"
+
+    def __init__(self, julia_type: JuliaType, h5type: H5Type | None = None) -> None:
+        self.dtype = np.dtype(np.bool_)
+        self.julia_type = julia_type
+        self.size = 1
+        self.h5type = h5type
+
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+        return buf[off] != 0
+
+
+class ComplexPlan(Plan):
+    """``Complex{Float32}`` / ``Complex{Float64}`` (compound ``re``, ``im``) as numpy complex."""
+
+    kind = "number"
+
+    def __init__(self, dtype: np.dtype, julia_type: JuliaType, h5type: H5Type | None = None) -> None:
+        self.dtype = np.dtype(dtype)
+        self.native = self.dtype.newbyteorder("=")
+        self.julia_type = julia_type
+        self.size = self.dtype.itemsize
+        self.h5type = h5type
+
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+        value = np.frombuffer(buf, self.dtype, 1, off)
+        if value.dtype != self.native:
+            value = value.astype(self.native)
+        return value[0]
+
+
+class BFloat16Plan(Plan):
+    """``BFloat16`` (committed opaque, 2 bytes) as ``ml_dtypes.bfloat16``."""
+
+    kind = "number"
+
+    def __init__(self, julia_type: JuliaType, h5type: H5Type | None = None) -> None:
+        import ml_dtypes
+
+        self.dtype = np.dtype(ml_dtypes.bfloat16)
+        self.julia_type = julia_type
+        self.size = 2
+        self.h5type = h5type
+
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+        return np.frombuffer(buf, self.dtype, 1, off)[0]
+
+
+class Int128Plan(Plan):
+    """``Int128`` / ``UInt128`` as :class:`treexchange.Int128` / :class:`treexchange.UInt128`."""
+
+    kind = "number"
+
+    def __init__(self, signed: bool, byteorder: str, julia_type: JuliaType, h5type: H5Type | None) -> None:
+        self.signed = signed
+        self.byteorder: Any = "big" if byteorder == ">" else "little"
+        self.julia_type = julia_type
+        self.size = 16
+        self.h5type = h5type
+
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+        value = int.from_bytes(bytes(buf[off : off + 16]), self.byteorder, signed=self.signed)
+        return Int128(value) if self.signed else UInt128(value)
+
+
+class BitsPlan(Plan):
+    """A primitive bits type numpy has no dtype for (``Char``, ``@enum``...) as :class:`JuliaBits`."""
+
+    kind = "number"
+
+    def __init__(self, julia_type: JuliaType, size: int, h5type: H5Type | None) -> None:
+        self.julia_type = julia_type
+        self.size = size
+        self.h5type = h5type
+
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+        return JuliaBits(self.julia_type, bytes(buf[off : off + self.size]))
+
+
+class FixedStringPlan(Plan):
+    """A fixed-size HDF5 string (JLD2 writes top-level ``String`` values this way).
+
+    Like JLD2, null-padded and null-terminated strings keep all their bytes (JLD2 writes the
+    exact byte length); space-padded ones lose trailing spaces.
+    """
+
+    kind = "string"
+
+    def __init__(self, size: int, padding: int, julia_type: JuliaType, h5type: H5Type | None) -> None:
+        self.size = size
+        self.padding = padding
+        self.julia_type = julia_type
+        self.h5type = h5type
+
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+        text = decode_text(buf[off : off + self.size])
+        return text.rstrip(" ") if self.padding == 2 else text
+
+
+class VlenStringPlan(Plan):
+    """A variable-length string (global heap): ``String``, or ``Symbol`` when committed as such."""
+
+    def __init__(self, symbol: bool, julia_type: JuliaType, h5type: H5Type | None) -> None:
+        self.symbol = symbol
+        self.kind = "symbol" if symbol else "string"
+        self.julia_type = julia_type
+        self.size = 16
+        self.h5type = h5type
+
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+        text = decode_text(ctx.heap_bytes(buf, off))
+        return Symbol(text) if self.symbol else text
+
+
+class ReferencePlan(Plan):
+    """An 8-byte object reference: the value is whatever the referenced object holds."""
+
+    kind = "ref"
+
+    def __init__(self, julia_type: JuliaType, h5type: H5Type | None) -> None:
+        self.julia_type = julia_type
+        self.size = 8
+        self.h5type = h5type
+
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+        return ctx.load_ref(_U64.unpack_from(buf, off)[0], path)
+
+    @staticmethod
+    def address(buf: Any, off: int) -> int:
+        return int(_U64.unpack_from(buf, off)[0])
+
+
+class GhostPlan(Plan):
+    """A zero-size type: nothing is stored, the value is the type's only instance."""
+
+    size = 0
+
+    def __init__(self, value: Any, julia_type: JuliaType, h5type: H5Type | None) -> None:
+        self.value = value
+        self.julia_type = julia_type
+        self.h5type = h5type
+        self.kind = ghost_kind(value)
+
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+        return self.value
+
+
+def ghost_kind(value: Any) -> str:
+    """The inspect kind of a ghost value: ``()``/None/missing/functions are singletons."""
+    if isinstance(value, NamedTuple):
+        return "namedtuple"
+    if isinstance(value, tuple) and value:
+        return "tuple"
+    return "singleton"
+
+
+class DataTypePlan(Plan):
+    """A ``Core.DataType`` value (the bootstrap compound): decodes to a :class:`JuliaType`."""
+
+    kind = "singleton"
+
+    def __init__(self, julia_type: JuliaType, h5type: H5Type | None) -> None:
+        self.julia_type = julia_type
+        self.size = 32
+        self.h5type = h5type
+
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+        return ctx.decode_datatype(buf, off, path)
+
+
+class UnionTypePlan(Plan):
+    """A ``Core.Union`` type value (compound ``description``, ``datatype``, ``unionall``)."""
+
+    kind = "singleton"
+
+    def __init__(self, julia_type: JuliaType, h5type: H5Type | None) -> None:
+        self.julia_type = julia_type
+        self.size = 48
+        self.h5type = h5type
+
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+        return ctx.decode_union(buf, off, path)
+
+
+class VlenSequencePlan(Plan):
+    """An HDF5 variable-length sequence (``Vector{T}``): numpy array or :class:`JuliaArray`."""
+
+    kind = "array"
+
+    def __init__(self, base: Plan, julia_type: JuliaType, h5type: H5Type | None) -> None:
+        self.base = base
+        self.julia_type = julia_type
+        self.size = 16
+        self.h5type = h5type
+        if base.dtype is None:
+            self.kind = "vector"
+
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+        count = _U32.unpack_from(buf, off)[0]
+        payload = ctx.heap_bytes(buf, off)
+        base = self.base
+        if count > ctx.limits.max_elements:
+            raise LimitError(f"vlen sequence of {count} elements exceeds max_elements", path=path)
+        if count * base.size > len(payload):
+            raise FormatError(f"vlen sequence of {count} elements does not fit its heap object", path=path)
+        if base.dtype is not None:
+            return np.frombuffer(bytes(payload[: count * base.size]), base.dtype, count).copy()
+        return JuliaArray(base.julia_type, base.decode_many(ctx, payload, count, path))
+
+
+# --- structs ------------------------------------------------------------------------------------
+
+
+class FieldPlan:
+    """One Julia field of a compound plan (see :class:`treexchange._jld2._layout.FieldLayout`)."""
+
+    __slots__ = ("field_type", "member", "name", "offset", "plan", "storage")
+
+    def __init__(
+        self,
+        name: str,
+        storage: str,
+        plan: Plan,
+        member: Member | None,
+        field_type: JuliaType | None,
+    ) -> None:
+        self.name = name
+        self.storage = storage
+        self.plan = plan
+        self.member = member
+        self.offset = 0 if member is None else member.offset
+        self.field_type = field_type
+
+    def layout(self) -> FieldLayout:
+        return FieldLayout(self.name, self.storage, self.member, self.field_type)  # type: ignore[arg-type]
+
+
+class CompoundPlan(Plan):
+    """A struct stored as an HDF5 compound: ``NamedTuple``, ``Tuple``, or any other struct.
+
+    ``fields`` lists every Julia field in order, ghost fields included (their plan is a
+    :class:`GhostPlan`, they occupy no bytes).
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        julia_type: JuliaType,
+        h5type: H5Type,
+        fields: Sequence[FieldPlan],
+        layout: StructLayout | None = None,
+    ) -> None:
+        self.kind = kind
+        self.julia_type = julia_type
+        self.h5type = h5type
+        self.size = h5type.size
+        self.fields = tuple(fields)
+        self.layout = layout
+
+    def field_values(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> list[Any]:
+        tuple_like = self.kind == "tuple"
+        out = []
+        for i, f in enumerate(self.fields):
+            seg: str | int = i + 1 if tuple_like else f.name
+            out.append(f.plan.decode(ctx, buf, off + f.offset, (*path, seg)))
+        return out
+
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+        values = self.field_values(ctx, buf, off, path)
+        if self.kind == "tuple":
+            return tuple(values)
+        names = [f.name for f in self.fields]
+        if self.kind == "namedtuple":
+            return NamedTuple(zip(names, values))
+        return JuliaStruct(self.julia_type, zip(names, values), layout=self.layout)
+
+
+class UnionElementPlan(Plan):
+    """``JLD2.InlineUnionEl{T1,T2}`` (arrays of ``Union{T1,T2}``): ``mask == 0`` selects ``t1``."""
+
+    kind = "union"
+
+    def __init__(self, inner: CompoundPlan, element_type: JuliaType) -> None:
+        self.inner = inner
+        self.julia_type = inner.julia_type
+        self.h5type = inner.h5type
+        self.size = inner.size
+        self._element_type = element_type
+        by_name = {f.name: f for f in inner.fields}
+        if not {"mask", "t1", "t2"} <= set(by_name):
+            raise FormatError(f"{inner.julia_type.qualified()} lacks mask/t1/t2 fields")
+        self.mask, self.t1, self.t2 = by_name["mask"], by_name["t1"], by_name["t2"]
+
+    @property
+    def element_type(self) -> JuliaType:
+        return self._element_type
+
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+        chosen = self.t1 if buf[off + self.mask.offset] == 0 else self.t2
+        return chosen.plan.decode(ctx, buf, off + chosen.offset, path)
+
+
+class CustomPlan(Plan):
+    """Custom serialization (``written_type``): decode the written form, then convert it."""
+
+    def __init__(
+        self,
+        kind: str,
+        julia_type: JuliaType,
+        inner: Plan,
+        convert: Callable[[Any, Path], Any],
+    ) -> None:
+        self.kind = kind
+        self.julia_type = julia_type
+        self.inner = inner
+        self.h5type = inner.h5type
+        self.size = inner.size
+        self.convert = convert
+
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+        return self.convert(self.inner.decode(ctx, buf, off, path), path)
+
+
+# --- conversions used by custom plans ---------------------------------------------------------
+
+
+def elements_of(value: Any) -> list[Any]:
+    """The elements of a decoded 1-D array (list, JuliaArray, numpy) in Julia order."""
+    if isinstance(value, list):
+        return value
+    if isinstance(value, JuliaArray):
+        return value.tolist()
+    if isinstance(value, np.ndarray):
+        return list(value.ravel(order="F"))
+    if isinstance(value, tuple):
+        return list(value)
+    raise FormatError(f"expected an array, found {type(value).__name__}")
+
+
+def pairs_to_dict(julia_type: JuliaType) -> Callable[[Any, Path], Any]:
+    """Converter for Dicts: written as ``SerializedDict(kvvec)`` or as a vector of Pairs."""
+
+    def convert(value: Any, path: Path) -> Any:
+        if isinstance(value, JuliaStruct) and "kvvec" in value.fields:
+            value = value.fields["kvvec"]
+        pairs = elements_of(value)
+        out: dict[Any, Any] = {}
+        for p in pairs:
+            if isinstance(p, JuliaStruct) and "first" in p.fields and "second" in p.fields:
+                key, val = p.fields["first"], p.fields["second"]
+            elif isinstance(p, NamedTuple) and "first" in p and "second" in p:
+                key, val = p["first"], p["second"]
+            else:
+                raise FormatError(f"Dict entry is not a Pair: {type(p).__name__}", path=path)
+            try:
+                out[key] = val
+            except TypeError:
+                # Keys Python cannot hash (arrays, NamedTuples): keep the Julia form.
+                return JuliaStruct(julia_type, {"kvvec": JuliaArray(JuliaType("Core.Pair"), pairs)})
+        return out
+
+    return convert
+
+
+def vector_to_tuple(value: Any, path: Path) -> Any:
+    """Converter for ``NTuple{N,T}`` with N > 10, which JLD2 writes as ``Vector{T}``."""
+    return tuple(elements_of(value))
+
+
+def base62_to_int(value: Any, path: Path) -> Any:
+    """Converter for ``BigInt``, which JLD2 writes as its base-62 string."""
+    text = str(value)
+    digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+    neg = text.startswith("-")
+    body = text[1:] if neg else text
+    if not body or len(body) > 100_000:
+        raise FormatError(f"malformed BigInt text {text[:40]!r}", path=path)
+    n = 0
+    for ch in body:
+        d = digits.find(ch)
+        if d < 0:
+            raise FormatError(f"malformed BigInt text {text[:40]!r}", path=path)
+        n = n * 62 + d
+    return -n if neg else n
+
+
+def wrap_custom(julia_type: JuliaType, layout: StructLayout | None) -> Callable[[Any, Path], Any]:
+    """Converter for other custom serializations: the written struct's fields under the read-as
+    type (``layout.written_type`` names the written type)."""
+
+    def convert(value: Any, path: Path) -> Any:
+        if isinstance(value, JuliaStruct):
+            return JuliaStruct(julia_type, value.fields, layout=layout or value.layout)
+        if isinstance(value, NamedTuple):
+            return JuliaStruct(julia_type, dict(value.items()), layout=layout)
+        return JuliaStruct(julia_type, {"written": value}, layout=layout)
+
+    return convert
+
+
+def unsupported(what: str) -> UnsupportedError:
+    return UnsupportedError(what)

@@ -1,0 +1,415 @@
+"""The JLD2 reader: JLD2 semantics on top of :mod:`treexchange._hdf5`.
+
+:class:`Reader` opens a file (header check, committed types on demand), describes datasets
+without reading their data (:class:`DatasetInfo`), and reads values through a
+:class:`Session`, which remembers what it has read so an array referenced from two places is
+the same Python object (as it is the same Julia object), and refuses reference cycles.
+
+Arrays of numbers, ``Bool``, ``Complex`` and ``BFloat16`` come back as numpy views of a
+*copy-on-write* memory map of the file (``mmap.ACCESS_COPY``): zero-copy, writable, and writing
+never touches the file. The map stays alive as long as any array refers to it.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from .._errors import FormatError, LimitError, TreexchangeError, UnsupportedError, WrongFormatError
+from .._hdf5 import HDF5File, ObjectHeader
+from .._hdf5._model import H5Class
+from .._juliatype import JuliaType
+from .._limits import DEFAULT_LIMITS, Limits
+from .._values import JuliaArray
+from ._header import FileHeader, parse_header
+from ._plans import GhostPlan, Path, Plan, ReferencePlan
+from ._typesread import TypeResolver
+from ._typeutil import ANY, array_type
+
+Order = Literal["julia", "storage"]
+_U64 = struct.Struct("<Q")
+_INT64_ATTR_CLASSES = (H5Class.FIXED,)
+
+
+@dataclass
+class DatasetInfo:
+    """What a dataset (or group, or committed datatype used as a value) holds, without its data.
+
+    Attributes:
+        address: relative address of the object header.
+        obj: the parsed object header.
+        kind: ``"group"``, ``"datatype"`` or ``"dataset"``.
+        plan: how one element decodes (``None`` for groups).
+        space: ``"scalar"``, ``"simple"`` or ``"null"`` (datasets).
+        shape: Julia shape for arrays (``dimensions`` attribute honoured), else ``None``.
+        eltype: Julia element type for arrays.
+        julia_type: Julia type of the value.
+        value_kind: the inspect kind; ``"ref"`` for a scalar reference (follow it).
+        memory: the ``Memory`` attribute is present (a Julia ``Memory``, not an ``Array``).
+    """
+
+    address: int
+    obj: ObjectHeader
+    kind: str
+    plan: Plan | None = None
+    space: str = "scalar"
+    shape: tuple[int, ...] | None = None
+    eltype: JuliaType | None = None
+    julia_type: JuliaType = field(default_factory=lambda: ANY)
+    value_kind: str = "struct"
+    memory: bool = False
+    count: int = 0  # stored elements (dataspace count)
+
+    @property
+    def is_array(self) -> bool:
+        return self.shape is not None
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        """numpy dtype of a plain-data array (numbers, Bool, Complex, BFloat16), else None."""
+        if self.shape is None or self.plan is None or self.space == "null":
+            return None
+        return self.plan.dtype
+
+
+class Reader:
+    """An open JLD2 file.
+
+    Args:
+        source: path, or the file's bytes.
+        limits: safety limits.
+        verify_checksums: verify HDF5 metadata checksums (JLD2 itself does not).
+        require_jld2: raise :class:`WrongFormatError` for plain HDF5 (no JLD2 header).
+    """
+
+    def __init__(
+        self,
+        source: str | os.PathLike[str] | bytes,
+        *,
+        limits: Limits = DEFAULT_LIMITS,
+        verify_checksums: bool = False,
+        require_jld2: bool = True,
+    ) -> None:
+        self.limits = limits
+        self.name = "<bytes>" if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
+        self.h5 = HDF5File(source, limits=limits, verify_checksums=verify_checksums)
+        self._data: Any = None
+        try:
+            self.header: FileHeader | None
+            if require_jld2:
+                self.header = parse_header(self.h5.userblock, what=self._describe())
+            else:
+                try:
+                    self.header = parse_header(self.h5.userblock)
+                except WrongFormatError:
+                    self.header = None
+            self._data = self._open_data(source)
+        except BaseException:
+            self.h5.close()
+            raise
+        self.types = TypeResolver(self)
+        self._infos: dict[int, DatasetInfo] = {}
+
+    def _describe(self) -> str:
+        return "file" if self.name == "<bytes>" else repr(self.name)
+
+    @staticmethod
+    def _open_data(source: Any) -> Any:
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            return bytearray(source)  # arrays must be writable, like the copy-on-write map
+        with open(os.fspath(source), "rb") as fh:
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+
+    closed = False
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValueError("I/O operation on a closed treexchange.File")
+
+    def close(self) -> None:
+        """Close the file. Arrays already returned stay valid (they keep the map alive)."""
+        self.closed = True
+        self.h5.close()
+        data, self._data = self._data, None
+        if isinstance(data, mmap.mmap):
+            try:
+                data.close()
+            except BufferError:
+                pass  # numpy arrays still view it; the map closes when they are gone
+        self._infos = {}
+
+    # --- small services (also used by plans and the type resolver) -----------------------------
+    def safe_absolute(self, address: int) -> int | None:
+        try:
+            return self.h5.absolute(address)
+        except Exception:  # pragma: no cover - absolute() is arithmetic
+            return None
+
+    def object_kind(self, address: int) -> str:
+        return self.h5.object(address).kind
+
+    def heap_bytes(self, buf: Any, off: int) -> memoryview | bytes:
+        element = buf[off : off + 16]
+        if len(element) < 16:
+            raise FormatError("truncated variable-length element")
+        return self.h5.read_vlen(element)
+
+    # --- groups -----------------------------------------------------------------------------
+    @property
+    def root_address(self) -> int:
+        return self.h5.root_address
+
+    def links(self, address: int, *, hide_types: bool = False) -> dict[str, int]:
+        """Links of the group at ``address`` (name -> address), in JLD2's order."""
+        self._check_open()
+        obj = self.h5.object(address)
+        if obj.kind != "group":
+            raise FormatError("not a group", offset=obj.offset)
+        links = obj.links()
+        if hide_types and "_types" in links:
+            links = {k: v for k, v in links.items() if k != "_types"}
+        return links
+
+    # --- datasets ---------------------------------------------------------------------------
+    def info(self, address: int, path: Path = ()) -> DatasetInfo:
+        """Describe the object at ``address`` (cached); reads no array data."""
+        info = self._infos.get(address)
+        if info is None:
+            self._check_open()
+            try:
+                info = self._make_info(address, path)
+            except TreexchangeError as err:
+                raise err.with_context(offset=self.safe_absolute(address), path=path)
+            except RecursionError as err:
+                raise LimitError("structure nested too deeply", path=path) from err
+            self._infos[address] = info
+        return info
+
+    def _make_info(self, address: int, path: Path) -> DatasetInfo:
+        obj = self.h5.object(address)
+        kind = obj.kind
+        if kind == "group":
+            return DatasetInfo(address, obj, "group", value_kind="group", julia_type=JuliaType("JLD2.Group"))
+        if kind == "datatype":
+            plan = self.types.committed(address)
+            return DatasetInfo(address, obj, "datatype", plan, value_kind="singleton", julia_type=JuliaType("Core.DataType"))
+        if kind != "dataset":
+            raise FormatError("object is neither a dataset, a group nor a datatype", offset=obj.offset)
+        dt, space = obj.datatype, obj.dataspace
+        if dt is None or space is None:
+            raise FormatError("dataset without datatype or dataspace message", offset=obj.offset)
+        plan = self.types.plan_for(dt)
+        attrs = obj.attributes
+        info = DatasetInfo(address, obj, "dataset", plan, space=space.kind, count=space.count)
+        info.memory = "Memory" in attrs
+        dims = self._dimensions(obj) if "dimensions" in attrs else None
+        if space.kind == "scalar":
+            info.julia_type = plan.julia_type
+            info.value_kind = plan.kind
+            return info
+        if space.kind == "null" and dims is None:
+            info.julia_type = plan.julia_type
+            info.value_kind = plan.kind if isinstance(plan, GhostPlan) else "vector"
+            if not isinstance(plan, GhostPlan):
+                info.shape = (0,)
+                info.eltype = JuliaType("Union", ())
+                info.julia_type = array_type(info.eltype, 1)
+            return info
+        shape = dims if dims is not None else tuple(reversed(space.dims))
+        n = 1
+        for d in shape:
+            n *= d
+        if space.kind == "simple" and n != space.count:
+            raise FormatError(
+                f"dimensions attribute {shape} disagrees with the dataspace {space.dims}", offset=obj.offset
+            )
+        if space.kind == "null" and not isinstance(plan, GhostPlan) and n:
+            raise FormatError("null dataspace for an array of non-empty elements", offset=obj.offset)
+        info.shape = shape
+        info.count = n
+        if isinstance(plan, ReferencePlan):
+            info.eltype = self._element_type(obj, path)
+        else:
+            info.eltype = plan.element_type
+        info.julia_type = array_type(info.eltype, len(shape), memory=info.memory)
+        info.value_kind = "array" if info.dtype is not None else "vector"
+        return info
+
+    def _dimensions(self, obj: ObjectHeader) -> tuple[int, ...]:
+        attr = obj.attributes["dimensions"]
+        t = attr.type
+        if t.cls not in _INT64_ATTR_CLASSES or t.size != 8 or attr.space.kind != "simple" or len(attr.space.dims) != 1:
+            raise FormatError("dimensions attribute is not a vector of Int64", offset=attr.data_offset)
+        n = attr.space.dims[0]
+        if n > 64 or n * 8 > len(attr.data):
+            raise FormatError("dimensions attribute is malformed", offset=attr.data_offset)
+        order = ">" if t.byte_order == ">" else "<"
+        vals = np.frombuffer(bytes(attr.data[: 8 * n]), f"{order}i8", n)
+        if (vals < 0).any():
+            raise FormatError("negative array dimension", offset=attr.data_offset)
+        total = 1
+        for v in vals:
+            total *= int(v)
+            if total > self.limits.max_elements:
+                raise LimitError("array dimensions exceed max_elements", offset=attr.data_offset)
+        return tuple(int(v) for v in vals[::-1])
+
+    def _element_type(self, obj: ObjectHeader, path: Path) -> JuliaType:
+        attr = obj.attributes.get("julia_type")
+        if attr is None:
+            return ANY
+        if attr.type.cls != H5Class.REFERENCE or len(attr.data) < 8:
+            raise FormatError("julia_type attribute of a reference array is not a reference", offset=attr.data_offset)
+        ref = _U64.unpack_from(attr.data, 0)[0]
+        if ref == 0:
+            return ANY
+        value = self.types._param(ref, path)
+        return value if isinstance(value, JuliaType) else ANY
+
+    # --- values -----------------------------------------------------------------------------
+    def session(self, order: Order = "julia") -> Session:
+        return Session(self, order)
+
+    def load_standalone(self, address: int, path: Path) -> Any:
+        """Read one object in a fresh session (type parameter datasets)."""
+        return Session(self, "julia").load_ref(address, path)
+
+    def raw(self, info: DatasetInfo, nbytes: int) -> memoryview | bytes:
+        """At least ``nbytes`` of the dataset's raw (storage-order) bytes."""
+        self._check_open()
+        raw = self.h5.raw_data(info.obj)
+        if len(raw) < nbytes:
+            raise FormatError(f"dataset holds {len(raw)} bytes, needs {nbytes}", offset=info.obj.offset)
+        return raw
+
+    def numeric_array(self, info: DatasetInfo, order: Order = "julia") -> np.ndarray:
+        """A plain-data array as a zero-copy view (uncompressed) in Julia or storage order."""
+        assert info.shape is not None and info.plan is not None and info.plan.dtype is not None
+        self._check_open()
+        dtype = info.plan.dtype
+        count = info.count
+        if count == 0:
+            flat = np.empty(0, dtype)
+        else:
+            if count * dtype.itemsize > self.limits.max_array_bytes:
+                raise LimitError(
+                    f"array of {count * dtype.itemsize} bytes exceeds max_array_bytes", offset=info.obj.offset
+                )
+            loc = self.h5.raw_location(info.obj)
+            if loc is not None and self._data is not None:
+                off, nbytes = loc
+                if nbytes < count * dtype.itemsize or off + count * dtype.itemsize > len(self._data):
+                    raise FormatError("array data runs past its storage", offset=off)
+                flat = np.frombuffer(self._data, dtype, count, off)
+            else:
+                raw = self.raw(info, count * dtype.itemsize)
+                flat = np.frombuffer(raw, dtype, count)
+                if not flat.flags.writeable:
+                    flat = flat.copy()
+        if order == "julia":
+            return flat.reshape(info.shape, order="F")
+        return flat.reshape(tuple(reversed(info.shape)))
+
+    def read_value(self, address: int, path: Path, session: Session) -> Any:
+        info = self.info(address, path)
+        try:
+            return self._read(info, path, session)
+        except TreexchangeError as err:
+            raise err.with_context(offset=info.obj.offset, path=path)
+
+    def _read(self, info: DatasetInfo, path: Path, session: Session) -> Any:
+        plan = info.plan
+        if info.kind == "group":
+            return {
+                name: session.load_ref(addr, (*path, name))
+                for name, addr in self.links(info.address, hide_types=True).items()
+            }
+        assert plan is not None
+        if info.kind == "datatype":
+            return plan.julia_type
+        if info.shape is None:
+            if info.space == "null":
+                if isinstance(plan, GhostPlan):
+                    return plan.value
+                raise FormatError("null dataspace for a non-empty type")
+            raw = self.raw(info, plan.size)
+            return plan.decode(session, raw, 0, path)
+        if info.dtype is not None:
+            return self.numeric_array(info, session.order)
+        return self.object_array(info, path, session)
+
+    def object_array(self, info: DatasetInfo, path: Path, session: Session) -> Any:
+        """An array whose elements are Python objects: list or :class:`JuliaArray`."""
+        plan = info.plan
+        assert plan is not None and info.shape is not None
+        n = info.count
+        if n > self.limits.max_elements:
+            raise LimitError(f"array of {n} elements exceeds max_elements={self.limits.max_elements}")
+        if info.space == "null" or isinstance(plan, GhostPlan):
+            items = [plan.decode(session, b"", 0, path)] * n
+        else:
+            raw = self.raw(info, n * plan.size)
+            items = plan.decode_many(session, raw, n, path)
+        eltype = info.eltype or ANY
+        if isinstance(plan, ReferencePlan) and len(info.shape) == 1 and eltype == ANY and not info.memory:
+            return items
+        data = np.empty(n, dtype=object)
+        data[:] = items
+        if session.order == "julia":
+            data = data.reshape(info.shape, order="F")
+        else:
+            data = data.reshape(tuple(reversed(info.shape)))
+        return JuliaArray(eltype, data)
+
+    def element_addresses(self, info: DatasetInfo) -> list[int]:
+        """The references of a reference array, in Julia (column-major) order."""
+        n = info.count
+        if n > self.limits.max_elements:
+            raise LimitError(f"array of {n} elements exceeds max_elements={self.limits.max_elements}")
+        raw = self.raw(info, 8 * n)
+        return [int(x) for x in np.frombuffer(bytes(raw[: 8 * n]), "<u8", n)]
+
+
+class Session:
+    """One traversal: identity memo (shared objects read once), cycle and depth guards."""
+
+    def __init__(self, reader: Reader, order: Order = "julia") -> None:
+        if order not in ("julia", "storage"):
+            raise ValueError(f"order must be 'julia' or 'storage', not {order!r}")
+        self.reader = reader
+        self.limits = reader.limits
+        self.order = order
+        self.memo: dict[int, Any] = {}
+        self._busy: set[int] = set()
+        self._depth = 0
+        self.heap_bytes = reader.heap_bytes
+        self.decode_datatype = reader.types.decode_datatype
+        self.decode_union = reader.types.decode_union
+
+    def load_ref(self, address: int, path: Path) -> Any:
+        if address == 0:
+            # An undefined reference (#undef field or element); the value model has no #undef.
+            return None
+        memo = self.memo
+        if address in memo:
+            return memo[address]
+        if address in self._busy:
+            raise UnsupportedError("reference cycle (an object contains itself)", path=path)
+        if self._depth >= self.limits.max_depth:
+            raise LimitError(f"values nested deeper than max_depth={self.limits.max_depth}", path=path)
+        self._busy.add(address)
+        self._depth += 1
+        try:
+            value = self.reader.read_value(address, path, self)
+        except RecursionError as err:
+            raise LimitError("values nested too deeply for Python's stack", path=path) from err
+        finally:
+            self._busy.discard(address)
+            self._depth -= 1
+        memo[address] = value
+        return value

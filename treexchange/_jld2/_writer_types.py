@@ -1,0 +1,638 @@
+"""The Julia types the writer reasons with: just enough of Julia's type system to mirror JLD2.jl.
+
+JLD2.jl decides everything about a value's encoding from its Julia ``DataType``: whether it is a
+ghost (``hasdata``), bits (``isbitstype``), mutable, how large it is in memory (``sizeof``, for
+the 1024-byte inline rule), its fields, and whether it is custom-serialized (``writeas``:
+``Dict`` -> ``JLD2.SerializedDict``, ``NTuple{N,T}`` with N > 10 -> ``Vector{T}``). A :class:`JT`
+carries those facts for one concrete type; a :class:`TypeFactory` builds and interns them, from
+value-model values (:meth:`TypeFactory.of_value`) or from :class:`~treexchange.JuliaType` text
+read from a file (:meth:`TypeFactory.of_type`, used for type parameters).
+
+Decisions (see docs/writing.md):
+
+* A :class:`~treexchange.JuliaStruct` is taken to be *immutable* (JLD2 cannot tell us), with
+  the field storage recorded in its ``layout`` when it has one, else with concrete field types
+  inferred from the field values (like a NamedTuple).
+* ``dict`` becomes ``Dict{K,V}`` with K / V the common Julia type of the keys / values, else
+  ``Any`` (the choice of :func:`treexchange._typeof.julia_type_of`).
+* BFloat16 is ``Core.BFloat16`` (what Julia >= 1.11 with BFloat16s.jl writes).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from .._errors import ConversionError, PathSegment, UnsupportedError
+from .._hdf5._model import H5Class, H5Type
+from .._juliatype import JuliaType
+from .._values import (
+    MISSING,
+    Int128,
+    JuliaArray,
+    JuliaBits,
+    JuliaStruct,
+    NamedTuple,
+    Singleton,
+    Symbol,
+    UInt128,
+)
+from ._encode_hdf5 import bitfield_type, fixed_type, float_type
+
+MAX_INLINE_SIZE = 1024
+"""JLD2's ``MAX_INLINE_SIZE``: immutable fields larger than this (Julia ``sizeof``) become references."""
+
+NTUPLE_INLINE_THRESHOLD = 10
+"""Homogeneous tuples with more elements than this are written as ``Vector{T}`` (custom serialization)."""
+
+
+class Cat(enum.Enum):
+    """What kind of Julia DataType a :class:`JT` is."""
+
+    PRIM = "prim"  # Int8..UInt128, Float16/32/64, Bool: native HDF5 number types
+    BITS = "bits"  # other primitive bits types (BFloat16, Char, enums): committed opaque types
+    STRUCT = "struct"  # Tuple, NamedTuple, Complex, Pair, other structs (ghosts included)
+    STRING = "string"
+    SYMBOL = "symbol"
+    ARRAY = "array"
+    ANY = "any"  # Core.Any (abstract)
+    DICT = "dict"  # Dict{K,V}, written as JLD2.SerializedDict
+    DATATYPE = "datatype"  # Core.DataType (the bootstrap type)
+    OTHER = "other"  # a type known only by name (a type parameter we have no value for)
+
+
+class JT:
+    """One concrete Julia type with the properties JLD2's writer looks at.
+
+    Attributes:
+        cat: the :class:`Cat`.
+        name: module-qualified type name (``"Core.NamedTuple"``); tuples are ``"Core.Tuple"``.
+        params: the type parameters: other :class:`JT` or plain values (``np.int64(2)``, a tuple
+            of :class:`~treexchange.Symbol` for NamedTuple names, ``True`` ...).
+        fields: ``(name, declared JT)`` per field (structs only).
+        is_tuple: whether this is a ``Tuple`` type (fields named ``"1"``, ``"2"``...).
+        mutable: Julia ``ismutabletype``.
+        nbytes: byte size of PRIM/BITS values.
+        h5: the native HDF5 type of a PRIM.
+        eltype, ndims: element type and rank of an ARRAY.
+        key: canonical text identifying the type (JLD2's ``jlh5type`` dictionary key).
+    """
+
+    __slots__ = (
+        "_align",
+        "_hasdata",
+        "_isbits",
+        "_size",
+        "_writeas",
+        "cat",
+        "eltype",
+        "fields",
+        "h5",
+        "is_tuple",
+        "key",
+        "layout",
+        "mutable",
+        "name",
+        "nbytes",
+        "ndims",
+        "params",
+        "raw_params",
+    )
+
+    def __init__(
+        self,
+        cat: Cat,
+        name: str,
+        params: tuple[Any, ...] = (),
+        *,
+        fields: tuple[tuple[str, JT], ...] = (),
+        is_tuple: bool = False,
+        mutable: bool = False,
+        nbytes: int = 0,
+        h5: H5Type | None = None,
+        eltype: JT | None = None,
+        ndims: int = 0,
+        key: str | None = None,
+        raw_params: tuple[Any, ...] | None = None,
+        layout: Any = None,
+    ) -> None:
+        self.cat = cat
+        self.name = name
+        self.params = params
+        self.raw_params = raw_params
+        self.fields = fields
+        self.is_tuple = is_tuple
+        self.mutable = mutable
+        self.nbytes = nbytes
+        self.h5 = h5
+        self.eltype = eltype
+        self.ndims = ndims
+        self.layout = layout
+        self.key = key if key is not None else type_key(name, params)
+        self._writeas: JT | None = None
+        self._hasdata: bool | None = None
+        self._isbits: bool | None = None
+        self._size: int | None = None
+        self._align: int = 1
+
+    def __repr__(self) -> str:
+        return f"JT({self.key})"
+
+    # --- custom serialization ---------------------------------------------------------------
+    @property
+    def writeas(self) -> JT:
+        """JLD2's ``writeas(T)``: the type actually stored (``self`` unless custom-serialized)."""
+        return self._writeas if self._writeas is not None else self
+
+    # --- Julia type predicates ------------------------------------------------------------------
+    @property
+    def concrete(self) -> bool:
+        return self.cat is not Cat.ANY
+
+    @property
+    def hasdata(self) -> bool:
+        """JLD2's ``hasdata``: whether values of this type carry any bytes."""
+        if self._hasdata is None:
+            if self.cat in (Cat.PRIM, Cat.BITS):
+                self._hasdata = True
+            elif self.cat is Cat.STRUCT:
+                self._hasdata = any(ft.writeas.hasfielddata for _, ft in self.fields)
+            else:
+                # String, Symbol, arrays, dicts, DataType are mutable; ANY/OTHER are unknown.
+                self._hasdata = True
+        return self._hasdata
+
+    @property
+    def hasfielddata(self) -> bool:
+        """JLD2's ``hasfielddata``: false exactly for ghost types (no stored field at all)."""
+        # Abstract, mutable and special (String, Symbol, Array, DataType) types always have data;
+        # numbers and other primitive bits types too.
+        if self.cat is not Cat.STRUCT or self.mutable:
+            return True
+        return self.hasdata
+
+    @property
+    def ghost(self) -> bool:
+        return not self.hasfielddata
+
+    @property
+    def isbits(self) -> bool:
+        """Julia ``isbitstype``: immutable and free of pointers."""
+        if self._isbits is None:
+            if self.cat in (Cat.PRIM, Cat.BITS):
+                self._isbits = True
+            elif self.cat is Cat.STRUCT and not self.mutable:
+                self._isbits = all(ft.isbits for _, ft in self.fields)
+            else:
+                self._isbits = False
+        return self._isbits
+
+    @property
+    def sizeof(self) -> int:
+        """Julia ``sizeof`` of the type (in-memory, with alignment padding)."""
+        self._layout_size()
+        assert self._size is not None
+        return self._size
+
+    def inline_size_align(self) -> tuple[int, int]:
+        """Size and alignment this type takes *as a field* in Julia memory."""
+        if self.cat in (Cat.PRIM, Cat.BITS):
+            return self.nbytes, _prim_align(self.nbytes)
+        if self.cat is Cat.STRUCT and not self.mutable:
+            self._layout_size()
+            assert self._size is not None
+            return self._size, self._align
+        return 8, 8  # a pointer
+
+    def _layout_size(self) -> None:
+        if self._size is not None:
+            return
+        if self.cat in (Cat.PRIM, Cat.BITS):
+            self._size, self._align = self.nbytes, _prim_align(self.nbytes)
+            return
+        if self.cat is not Cat.STRUCT:
+            self._size, self._align = 8, 8
+            return
+        offset = 0
+        align = 1
+        for _, ft in self.fields:
+            fsize, falign = ft.inline_size_align()
+            offset = -(-offset // falign) * falign
+            offset += fsize
+            align = max(align, falign)
+        self._size = -(-offset // align) * align
+        self._align = align
+
+
+def _prim_align(nbytes: int) -> int:
+    align = 1
+    while align * 2 <= min(nbytes, 16):
+        align *= 2
+    return align
+
+
+# --- canonical keys ------------------------------------------------------------------------------
+
+
+def param_key(p: Any) -> str:
+    """Canonical text of one type parameter (types by key, values tagged with their type)."""
+    if isinstance(p, JT):
+        return p.key
+    if isinstance(p, JuliaType):
+        return p.qualified()
+    if isinstance(p, (bool, np.bool_)):
+        return "true" if p else "false"
+    if isinstance(p, Symbol):
+        return ":" + str(p)
+    if isinstance(p, tuple):
+        return "(" + ",".join(param_key(x) for x in p) + ("," if len(p) == 1 else "") + ")"
+    if isinstance(p, np.integer) and not isinstance(p, np.int64):
+        return f"{np.dtype(type(p)).name}({int(p)})"
+    if isinstance(p, (int, np.integer)):
+        return str(int(p))
+    if isinstance(p, (float, np.floating)):
+        return f"{np.dtype(type(p)).name if isinstance(p, np.floating) else 'float64'}({float(p)!r})"
+    if isinstance(p, str):
+        return repr(p)
+    return repr(p)
+
+
+def type_key(name: str, params: tuple[Any, ...]) -> str:
+    if not params:
+        return name
+    return name + "{" + ",".join(param_key(p) for p in params) + "}"
+
+
+# --- the factory -----------------------------------------------------------------------------------
+
+_PRIM_BY_DTYPE: dict[str, tuple[str, H5Type]] = {
+    "bool": ("Core.Bool", bitfield_type(1)),
+    "int8": ("Core.Int8", fixed_type(1, True)),
+    "int16": ("Core.Int16", fixed_type(2, True)),
+    "int32": ("Core.Int32", fixed_type(4, True)),
+    "int64": ("Core.Int64", fixed_type(8, True)),
+    "uint8": ("Core.UInt8", fixed_type(1, False)),
+    "uint16": ("Core.UInt16", fixed_type(2, False)),
+    "uint32": ("Core.UInt32", fixed_type(4, False)),
+    "uint64": ("Core.UInt64", fixed_type(8, False)),
+    "float16": ("Core.Float16", float_type(2)),
+    "float32": ("Core.Float32", float_type(4)),
+    "float64": ("Core.Float64", float_type(8)),
+}
+_PRIM_NAME_TO_DTYPE = {name: np.dtype(dt) for dt, (name, _) in _PRIM_BY_DTYPE.items()}
+BFLOAT16_DTYPE = np.dtype(ml_dtypes.bfloat16)
+BFLOAT16_NAME = "Core.BFloat16"
+_BFLOAT16_NAMES = ("Core.BFloat16", "BFloat16s.BFloat16")
+
+_TUPLE_NAMES = ("Core.Tuple", "Tuple")
+
+
+class TypeFactory:
+    """Builds and interns :class:`JT` objects for one write session."""
+
+    def __init__(self) -> None:
+        self._cache: dict[str, JT] = {}
+        self.ANY = self._intern(JT(Cat.ANY, "Core.Any"))
+        self.STRING = self._intern(JT(Cat.STRING, "Core.String", mutable=True))
+        self.SYMBOL = self._intern(JT(Cat.SYMBOL, "Core.Symbol", mutable=True))
+        self.DATATYPE = self._intern(JT(Cat.DATATYPE, "Core.DataType", mutable=True))
+        self.NOTHING = self.singleton("Core.Nothing")
+        self.MISSING = self.singleton("Base.Missing")
+        self.EMPTY_TUPLE = self.tuple_of(())
+        self.SERIALIZED_DICT = self._intern(
+            JT(Cat.STRUCT, "JLD2.SerializedDict", fields=(("kvvec", self.ANY),), mutable=True)
+        )
+        self.INT64 = self.prim("int64")
+        self.BOOL = self.prim("bool")
+
+    def _intern(self, jt: JT) -> JT:
+        found = self._cache.get(jt.key)
+        if found is not None:
+            if found.cat is Cat.OTHER and jt.cat is not Cat.OTHER:
+                # A type first met by name only (a type parameter) whose value we now have:
+                # upgrade the placeholder in place so every holder of it sees the real type.
+                for slot in JT.__slots__:
+                    setattr(found, slot, getattr(jt, slot))
+            return found
+        self._cache[jt.key] = jt
+        return jt
+
+    def _get(self, key: str) -> JT | None:
+        """A cached type, unless it is only a by-name placeholder."""
+        found = self._cache.get(key)
+        return None if found is None or found.cat is Cat.OTHER else found
+
+    def lookup(self, key: str) -> JT | None:
+        return self._cache.get(key)
+
+    # --- constructors ----------------------------------------------------------------------------
+    def prim(self, dtype_name: str) -> JT:
+        name, h5 = _PRIM_BY_DTYPE[dtype_name]
+        found = self._cache.get(name)
+        if found is not None:
+            return found
+        return self._intern(JT(Cat.PRIM, name, nbytes=h5.size, h5=h5))
+
+    def int128(self, signed: bool) -> JT:
+        name = "Core.Int128" if signed else "Core.UInt128"
+        return self._cache.get(name) or self._intern(JT(Cat.PRIM, name, nbytes=16, h5=fixed_type(16, signed)))
+
+    def bits(self, type_: JuliaType, nbytes: int) -> JT:
+        key = type_.qualified()
+        found = self._get(key)
+        if found is not None:
+            return found
+        return self._intern(JT(Cat.BITS, type_.name, tuple(type_.params), nbytes=nbytes, key=key))
+
+    def singleton(self, name: str, params: tuple[Any, ...] = ()) -> JT:
+        key = type_key(name, params)
+        return self._get(key) or self._intern(JT(Cat.STRUCT, name, params, key=key))
+
+    def tuple_of(self, elems: Sequence[JT]) -> JT:
+        elems = tuple(elems)
+        key = type_key("Core.Tuple", elems)
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        fields = tuple((str(i), e) for i, e in enumerate(elems, 1))
+        jt = self._intern(JT(Cat.STRUCT, "Core.Tuple", elems, fields=fields, is_tuple=True, key=key))
+        if len(elems) > NTUPLE_INLINE_THRESHOLD and all(e is elems[0] for e in elems):
+            jt._writeas = self.array_of(elems[0], 1)
+        return jt
+
+    def namedtuple_of(self, names: Sequence[str], types: Sequence[JT]) -> JT:
+        names_param = tuple(Symbol(n) for n in names)
+        tup = self.tuple_of(types)
+        key = type_key("Core.NamedTuple", (names_param, tup))
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        fields = tuple(zip(names, types))
+        return self._intern(JT(Cat.STRUCT, "Core.NamedTuple", (names_param, tup), fields=fields, key=key))
+
+    def array_of(self, eltype: JT, ndims: int) -> JT:
+        params = (eltype, np.int64(ndims))
+        key = type_key("Core.Array", params)
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        return self._intern(
+            JT(Cat.ARRAY, "Core.Array", params, mutable=True, eltype=eltype, ndims=ndims, key=key)
+        )
+
+    def complex_of(self, part: JT) -> JT:
+        key = type_key("Base.Complex", (part,))
+        return self._cache.get(key) or self._intern(
+            JT(Cat.STRUCT, "Base.Complex", (part,), fields=(("re", part), ("im", part)), key=key)
+        )
+
+    def pair_of(self, k: JT, v: JT) -> JT:
+        key = type_key("Core.Pair", (k, v))
+        return self._cache.get(key) or self._intern(
+            JT(Cat.STRUCT, "Core.Pair", (k, v), fields=(("first", k), ("second", v)), key=key)
+        )
+
+    def dict_of(self, k: JT, v: JT) -> JT:
+        key = type_key("Base.Dict", (k, v))
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        jt = self._intern(JT(Cat.DICT, "Base.Dict", (k, v), mutable=True, key=key))
+        jt._writeas = self.SERIALIZED_DICT
+        return jt
+
+    def other(self, type_: JuliaType) -> JT:
+        key = type_.qualified()
+        return self._cache.get(key) or self._intern(JT(Cat.OTHER, type_.name, tuple(type_.params), key=key))
+
+    # --- from numpy ------------------------------------------------------------------------------
+    def of_dtype(self, dtype: np.dtype, path: Sequence[PathSegment] = ()) -> JT:
+        """The Julia element type of a numpy dtype (byte order is normalized when writing)."""
+        dt = np.dtype(dtype)
+        if dt == BFLOAT16_DTYPE:
+            return self.bits(JuliaType(BFLOAT16_NAME), 2)
+        if dt.kind == "c" and dt.itemsize in (8, 16):
+            return self.complex_of(self.prim("float32" if dt.itemsize == 8 else "float64"))
+        base = dt.newbyteorder("=") if dt.byteorder not in ("=", "|") else dt
+        if base.name in _PRIM_BY_DTYPE:
+            return self.prim(base.name)
+        raise ConversionError(f"numpy dtype {dt} has no Julia element type", path=tuple(path))
+
+    # --- from Julia type text (type parameters, JuliaArray element types) ------------------------
+    def of_type(self, t: JuliaType) -> JT:
+        """A :class:`JT` for a type known only by its :class:`JuliaType` (a type parameter)."""
+        found = self._cache.get(t.qualified())
+        if found is not None:
+            return found
+        name, params = t.name, t.params
+        for dt_name, (jl_name, _) in _PRIM_BY_DTYPE.items():
+            if name == jl_name and not params:
+                return self.prim(dt_name)
+        if name in ("Core.Int128", "Core.UInt128") and not params:
+            return self.int128(name == "Core.Int128")
+        if name in _BFLOAT16_NAMES and not params:
+            return self.bits(t, 2)
+        if name == "Core.String" and not params:
+            return self.STRING
+        if name == "Core.Symbol" and not params:
+            return self.SYMBOL
+        if name == "Core.Any" and not params:
+            return self.ANY
+        if name == "Core.DataType" and not params:
+            return self.DATATYPE
+        if name in ("Core.Nothing", "Base.Missing") and not params:
+            return self.singleton(name)
+        if name in _TUPLE_NAMES:
+            return self.tuple_of([self._param_type(p) for p in params])
+        if name == "NTuple" and len(params) == 2 and isinstance(params[0], (int, np.integer)):
+            return self.tuple_of([self._param_type(params[1])] * int(params[0]))
+        if name == "Core.NamedTuple" and len(params) == 2 and isinstance(params[0], tuple):
+            tup = self._param_type(params[1])
+            if tup.is_tuple and len(tup.fields) == len(params[0]):
+                return self.namedtuple_of([str(s) for s in params[0]], [ft for _, ft in tup.fields])
+        if name == "Core.Array" and len(params) == 2 and isinstance(params[1], (int, np.integer)):
+            return self.array_of(self._param_type(params[0]), int(params[1]))
+        if name == "Base.Complex" and len(params) == 1:
+            return self.complex_of(self._param_type(params[0]))
+        if name == "Core.Pair" and len(params) == 2:
+            return self.pair_of(self._param_type(params[0]), self._param_type(params[1]))
+        if name == "Base.Dict" and len(params) == 2:
+            return self.dict_of(self._param_type(params[0]), self._param_type(params[1]))
+        return self.other(t)
+
+    def _param_type(self, p: Any) -> JT:
+        if isinstance(p, JuliaType):
+            return self.of_type(p)
+        raise UnsupportedError(f"expected a type parameter, found the value {p!r}")
+
+    # --- from values -------------------------------------------------------------------------------
+    def of_value(self, value: Any, path: Sequence[PathSegment] = ()) -> JT:
+        """The Julia type of a value-model value (raises ConversionError with the tree path)."""
+        path = tuple(path)
+        if isinstance(value, NamedTuple):
+            names = list(value)
+            return self.namedtuple_of(names, [self.of_value(value[k], (*path, k)) for k in names])
+        if isinstance(value, tuple):
+            return self.tuple_of([self.of_value(v, (*path, i)) for i, v in enumerate(value, 1)])
+        if isinstance(value, list):
+            return self.array_of(self.ANY, 1)
+        if isinstance(value, JuliaArray):
+            return self.array_of(self._array_eltype(value, path), len(value.shape))
+        if isinstance(value, dict):
+            return self._dict_type(value, path)
+        if isinstance(value, JuliaStruct):
+            return self._struct_type(value, path)
+        if isinstance(value, np.ndarray):
+            if value.dtype == object:
+                raise ConversionError("numpy object arrays have no Julia element type", path=path)
+            return self.array_of(self.of_dtype(value.dtype, path), value.ndim)
+        if _is_jax_array(value):
+            return self.array_of(self.of_dtype(np.dtype(value.dtype), path), len(value.shape))
+        if isinstance(value, (bool, np.bool_)):
+            return self.BOOL
+        if isinstance(value, JuliaType):
+            return self.DATATYPE  # a type used as a value: a Julia DataType
+        if isinstance(value, Symbol):
+            return self.SYMBOL
+        if isinstance(value, str):
+            return self.STRING
+        if value is None:
+            return self.NOTHING
+        if value is MISSING:
+            return self.MISSING
+        if isinstance(value, Singleton):
+            return self.singleton(value.type.name, tuple(value.type.params))
+        if isinstance(value, JuliaBits):
+            if not value.data:
+                raise ConversionError("JuliaBits with no bytes", path=path)
+            return self.bits(value.type, len(value.data))
+        if isinstance(value, Int128):
+            if not -(2**127) <= value < 2**127:
+                raise ConversionError(f"{int(value)} does not fit Int128", path=path)
+            return self.int128(True)
+        if isinstance(value, UInt128):
+            if not 0 <= value < 2**128:
+                raise ConversionError(f"{int(value)} does not fit UInt128", path=path)
+            return self.int128(False)
+        if isinstance(value, np.generic):
+            return self.of_dtype(value.dtype, path)
+        if isinstance(value, int):
+            if not -(2**63) <= value < 2**63:
+                raise ConversionError(
+                    f"Python int {value} does not fit Int64 (use treexchange.Int128 or a numpy type)",
+                    path=path,
+                )
+            return self.INT64
+        if isinstance(value, float):
+            return self.prim("float64")
+        if isinstance(value, complex):
+            return self.complex_of(self.prim("float64"))
+        raise ConversionError(f"{type(value).__name__} has no Julia counterpart", path=path)
+
+    def _array_eltype(self, value: JuliaArray, path: tuple[PathSegment, ...]) -> JT:
+        jt = self.of_type(value.eltype)
+        if jt.cat is Cat.OTHER:
+            # A struct element type known only by name: take its layout from an element.
+            for item in value.data.ravel(order="F"):
+                if isinstance(item, JuliaStruct) and item.type == value.eltype:
+                    return self._struct_type(item, path)
+        return jt
+
+    def _dict_type(self, value: dict[Any, Any], path: tuple[PathSegment, ...]) -> JT:
+        key_types = {id(t): t for t in (self.of_value(k, path) for k in value)}
+        value_types = {id(t): t for t in (self.of_value(v, (*path, str(k))) for k, v in value.items())}
+        if len(key_types) == 1:
+            (k,) = key_types.values()
+        else:
+            k = self.STRING if not value else self.ANY
+        v = next(iter(value_types.values())) if len(value_types) == 1 else self.ANY
+        return self.dict_of(k, v)
+
+    def _struct_type(self, value: JuliaStruct, path: tuple[PathSegment, ...]) -> JT:
+        key = value.type.qualified()
+        found = self._get(key)
+        if found is not None:
+            return found
+        layout = value.layout
+        fields: list[tuple[str, JT]] = []
+        if layout is not None and layout.written_type is not None and layout.h5type.cls != H5Class.COMPOUND:
+            raise UnsupportedError(
+                f"struct {value.type} is custom-serialized as {layout.written_type}; only struct-to-struct "
+                "custom serialization can be written",
+                path=path,
+            )
+        if layout is None:
+            for name, v in value.fields.items():
+                fields.append((name, self.of_value(v, (*path, name))))
+        else:
+            for fl in layout.fields:
+                if fl.name not in value.fields:
+                    raise ConversionError(f"struct {value.type} has no field {fl.name!r}", path=path)
+                v = value.fields[fl.name]
+                fpath = (*path, fl.name)
+                if fl.storage == "reference" and fl.field_type is None:
+                    fields.append((fl.name, self.ANY))
+                elif fl.storage == "inline" and fl.field_type is None and fl.member is not None:
+                    fields.append((fl.name, self._member_type(fl.member.type, v, fpath)))
+                else:
+                    fields.append((fl.name, self.of_value(v, fpath)))
+        jt = JT(
+            Cat.STRUCT,
+            value.type.name,
+            tuple(value.type.params),
+            fields=tuple(fields),
+            key=key,
+            raw_params=tuple(value.type.params),
+            layout=layout,
+        )
+        if layout is not None and layout.written_type is not None:
+            # JLD2 custom serialization (``writeas``): the fields are those of the written type.
+            wt = layout.written_type
+            written = JT(
+                Cat.STRUCT,
+                wt.name,
+                tuple(wt.params),
+                fields=tuple(fields),
+                key=wt.qualified() + " (written)",
+                raw_params=tuple(wt.params),
+            )
+            jt._writeas = self._intern(written)
+        return self._intern(jt)
+
+    def _member_type(self, t: H5Type, value: Any, path: tuple[PathSegment, ...]) -> JT:
+        """The declared type of an inline field stored with its plain HDF5 type (NULL field_types)."""
+        if t.cls == H5Class.BITFIELD and t.size == 1:
+            return self.BOOL
+        if t.cls in (H5Class.FIXED, H5Class.FLOAT):
+            dt = t.numpy_dtype()
+            if dt is not None:
+                return self.prim(dt.newbyteorder("=").name)
+            if t.cls == H5Class.FIXED and t.size == 16:
+                return self.int128(t.signed)
+        if t.cls == H5Class.VLEN and t.is_vlen_string:
+            return self.STRING
+        if t.cls == H5Class.REFERENCE:
+            return self.ANY
+        return self.of_value(value, path)
+
+
+def _is_jax_array(value: Any) -> bool:
+    return (
+        hasattr(value, "__array__")
+        and hasattr(value, "shape")
+        and hasattr(value, "dtype")
+        and type(value).__module__.split(".")[0] in ("jax", "jaxlib")
+    )
+
+
+def is_array_value(value: Any) -> bool:
+    """Whether ``value`` is written as a Julia ``Array`` (numpy, jax, list, JuliaArray)."""
+    return isinstance(value, (np.ndarray, list, JuliaArray)) or _is_jax_array(value)
+
+
+PRIM_DTYPES = _PRIM_NAME_TO_DTYPE
+"""Julia name -> numpy dtype of the PRIM types (``"Core.Float32"`` -> float32)."""

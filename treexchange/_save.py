@@ -1,0 +1,191 @@
+"""Public writing API: :func:`save`, in the spirit of ``jldsave(path; model_state)``.
+
+Files are written atomically: the bytes go to a temporary file in the target's directory, which
+is flushed and fsynced, then renamed over the target (``os.replace``), and the directory is
+fsynced. A crash, a kill or an exception at any point leaves either the previous file or the
+complete new one at ``path``, never a partial file; on an exception the temporary file is
+removed. (After a hard kill the temporary file ``.<name>.<random>.tmp`` may remain beside the
+target; it is never mistaken for the target.)
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Callable, Mapping
+from typing import Any, BinaryIO
+
+from ._errors import TreexchangeError, WriteError
+from ._jld2._encode_hdf5 import FILE_HEADER_LENGTH, REQUIRED_FILE_HEADER
+from ._jld2._writer import JLD2Writer
+from ._jld2._writer_arrays import Compression
+
+PathLike = str | os.PathLike[str]
+
+
+def default_producer() -> str:
+    """The producer note written after JLD2's format string: ``" (treexchange 0.1.0 64-bit LE)"``."""
+    from . import __version__
+
+    return f" (treexchange {__version__} 64-bit LE)"
+
+
+def save(
+    path: PathLike,
+    mapping: Mapping[str, Any] | None = None,
+    /,
+    *,
+    compress: bool | str = False,
+    producer: str | None = None,
+    root_attributes: Mapping[str, str] | None = None,
+    **named_values: Any,
+) -> None:
+    """Write values to a JLD2 file that Julia's ``JLD2.load`` reads as real Julia values.
+
+    ``save(path, model_state=state)`` is Julia's ``jldsave(path; model_state)``: each name
+    becomes one top-level entry; NamedTuples and tuples come back in Julia as real ``NamedTuple``
+    and ``Tuple`` values (what ``Flux.loadmodel!`` needs). Names that are not Python identifiers
+    (or clash with the options below) go in ``mapping``: ``save(path, {"model/state": x})``;
+    ``"a/b"`` names create nested groups, as in JLD2.
+
+    Values: everything the reader returns (see :mod:`treexchange._values`), plus Python scalars
+    (``float`` -> Float64, ``int`` -> Int64, ``bool`` -> Bool, ``str`` -> String), numpy and jax
+    arrays in Julia's shape (any memory order; C-ordered input is written column-major block by
+    block, never copied whole), ``dict`` -> ``Dict{K,V}`` and ``list`` -> ``Vector{Any}``. An array
+    object used in two places is written once and shared, as JLD2 does. Anything else raises
+    :class:`treexchange.ConversionError` naming its tree path.
+
+    Args:
+        path: the file to write (replaced atomically).
+        mapping: name -> value pairs, written before ``named_values``.
+        compress: ``False`` (default), ``True``/``"deflate"`` (shuffle + deflate) or ``"zstd"``
+            (shuffle + zstd; reading it in Python needs ``zstandard``). Compresses every numeric
+            array, nested ones included, in a chunked layout both libhdf5 2.x and JLD2.jl read
+            (see docs/writing.md).
+        producer: the note stored after the format string in the file header (default
+            :func:`default_producer`).
+        root_attributes: UTF-8 string attributes to attach to the root group (e.g. an embedded
+            schema). JLD2.jl ignores them when loading.
+
+    Raises:
+        ConversionError: a value has no Julia counterpart (the message names its path).
+        WriteError: the file could not be written (``path`` is left untouched).
+
+    Example:
+        >>> import tempfile, os, numpy as np, treexchange
+        >>> from treexchange import NamedTuple
+        >>> path = os.path.join(tempfile.mkdtemp(), "model.jld2")
+        >>> state = NamedTuple(layers=(NamedTuple(weight=np.ones((2, 3), np.float32), bias=np.zeros(2, np.float32), σ=()),))
+        >>> treexchange.save(path, model_state=state)
+        >>> back = treexchange.load(path, "model_state")
+        >>> back["layers"][0]["weight"].shape, back["layers"][0]["σ"]
+        ((2, 3), ())
+    """
+    items: list[tuple[str, Any]] = []
+    if mapping is not None:
+        if not isinstance(mapping, Mapping):
+            raise TypeError(f"save(path, mapping): mapping must be a Mapping, not {type(mapping).__name__}")
+        items.extend(mapping.items())
+    items.extend(named_values.items())
+    seen: set[str] = set()
+    for name, _ in items:
+        if not isinstance(name, str):
+            raise TypeError(f"names must be str, not {type(name).__name__}")
+        if name in seen:
+            raise ValueError(f"name {name!r} given twice")
+        seen.add(name)
+    options = Compression.from_option(compress)
+    note = default_producer() if producer is None else producer
+    _check_producer(note)
+    attrs = _check_root_attributes(root_attributes)
+
+    def write(f: BinaryIO) -> None:
+        writer = JLD2Writer(f, compress=options, producer=note, root_attributes=attrs)
+        for name, value in items:
+            writer.write(name, value)
+        writer.close()
+
+    atomic_write(path, write)
+
+
+def _check_producer(note: str) -> None:
+    if not isinstance(note, str) or "\x00" in note:
+        raise ValueError("producer must be a str without NUL characters")
+    if len(REQUIRED_FILE_HEADER.encode()) + 7 + len(note.encode("utf-8")) > FILE_HEADER_LENGTH:
+        raise ValueError("producer note too long for JLD2's 512-byte header")
+
+
+def _check_root_attributes(attrs: Mapping[str, str] | None) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, value in (attrs or {}).items():
+        if not isinstance(name, str) or not name or "\x00" in name:
+            raise ValueError(f"root attribute names must be non-empty str, not {name!r}")
+        if not isinstance(value, str):
+            raise TypeError(f"root attribute {name!r} must be a str, not {type(value).__name__}")
+        out[name] = value
+    return out
+
+
+def atomic_write(path: PathLike, write: Callable[[BinaryIO], None]) -> None:
+    """Run ``write(f)`` on a temporary file beside ``path``, then atomically replace ``path``.
+
+    Sequence: create ``.<name>.<random>.tmp`` in the same directory (so the rename cannot cross
+    file systems), write, flush, ``fsync`` the file, ``os.replace`` it onto ``path``, ``fsync`` the
+    directory (so the rename itself survives a power cut). On any exception the temporary file is
+    deleted and ``path`` is untouched. An existing target's permission bits are kept; a new file
+    gets the usual ``0o666 & ~umask``.
+
+    Example:
+        >>> import tempfile, os
+        >>> p = os.path.join(tempfile.mkdtemp(), "x.bin")
+        >>> atomic_write(p, lambda f: f.write(b"hello"))
+        >>> open(p, "rb").read(), sorted(os.listdir(os.path.dirname(p)))
+        (b'hello', ['x.bin'])
+    """
+    target = os.path.abspath(os.fspath(path))
+    directory = os.path.dirname(target)
+    base = os.path.basename(target)
+    if not base:
+        raise WriteError(f"not a file path: {os.fspath(path)!r}")
+    tmp = os.path.join(directory, f".{base}.{secrets.token_hex(6)}.tmp")
+    try:
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
+    except OSError as err:
+        raise WriteError(f"cannot create a temporary file in {directory}: {err.strerror or err}") from err
+    try:
+        with os.fdopen(fd, "w+b") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            mode = os.stat(target).st_mode & 0o7777
+        except FileNotFoundError:
+            mode = None
+        except OSError:
+            mode = None
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException as err:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        if isinstance(err, OSError) and not isinstance(err, TreexchangeError):
+            raise WriteError(f"writing {target} failed: {err}") from err
+        raise
+    _fsync_directory(directory)
+
+
+def _fsync_directory(directory: str) -> None:
+    # Makes the rename durable on POSIX; not possible (nor needed) on Windows.
+    try:
+        dfd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(dfd)
+    except OSError:
+        pass
+    finally:
+        os.close(dfd)

@@ -1,0 +1,397 @@
+"""Validate a tree against a schema document, reporting *every* violation with its path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .._errors import FormatError, LimitError, Mismatch, MismatchError, TreePath, format_path
+from .._juliatype import JuliaType
+from ._align import align
+from ._model import (
+    MAX_TREE_DEPTH,
+    ArrayNode,
+    BoolNode,
+    DictNode,
+    GroupNode,
+    NamedTupleNode,
+    Node,
+    NumberNode,
+    Schema,
+    SingletonNode,
+    StringNode,
+    StructNode,
+    SymbolNode,
+    TupleNode,
+    VectorNode,
+    format_shape,
+)
+from ._scalars import format_value, number_compare, number_in, to_json_value
+from ._sources import DEFAULT_ROOT, FileSource, Source, is_file_like, roots_of
+from ._versions import SchemaLike, load_schema
+
+_MAPPING_KINDS = frozenset({"group", "dict"})
+
+
+def validate(
+    x: Any,
+    schema: SchemaLike,
+    *,
+    name: str | None = None,
+    checksums: bool = True,
+) -> list[Mismatch]:
+    """Every way ``x`` departs from ``schema``; an empty list when it conforms.
+
+    Args:
+        x: a file path, an opened file, a value tree (``dict`` of top-level names, or a single
+            value) or a PyTree, as for :func:`treexchange.infer_schema`. A single value is checked
+            against the schema's only root (or ``name``, or ``"model_state"``).
+        schema: a :class:`treexchange.Schema`, a path to a JSON file, JSON text or a JSON-ready
+            dict (older versions are migrated; newer major versions are refused).
+        name: check only this top-level name (``"a/b"`` reaches into groups).
+        checksums: verify the ``sha256`` of arrays whose schema carries one (reads those arrays).
+
+    Returns:
+        :class:`treexchange.Mismatch` entries in pre-order, each with its path (inspect
+        convention) and message; kinds ``missing``, ``extra``, ``kind``, ``order``, ``type``,
+        ``dtype``, ``shape``, ``checksum``, ``value``.
+
+    Example:
+        >>> import numpy as np
+        >>> from treexchange import NamedTuple, infer_schema
+        >>> doc = infer_schema({"m": NamedTuple(weight=np.zeros((5, 16), np.float32), σ=())})
+        >>> bad = {"m": NamedTuple(σ=(), weight=np.zeros((5, 32), np.float32))}
+        >>> for m in validate(bad, doc):
+        ...     print(m)
+        m: order (σ, weight) found, schema expects (weight, σ)
+        m.weight: shape (5, 32) found, schema expects (5, 16)
+    """
+    doc = load_schema(schema)
+    checker = _Checker(checksums=checksums)
+    if is_file_like(x):
+        from ._infer import _opened
+
+        with _opened(x) as file:
+            checker.check_file(file, doc, name)
+    else:
+        checker.check_values(x, doc, name)
+    return checker.found
+
+
+def raise_if_invalid(x: Any, schema: SchemaLike, *, name: str | None = None, checksums: bool = True) -> None:
+    """:func:`validate`, raising :class:`treexchange.MismatchError` listing every violation."""
+    found = validate(x, schema, name=name, checksums=checksums)
+    if found:
+        raise MismatchError(found, header=f"{len(found)} schema violation(s)")
+
+
+class _Stop(Exception):
+    """Raised in a trial run at the first violation (used to test whether two subtrees match)."""
+
+
+class _Checker:
+    def __init__(
+        self, *, checksums: bool, trial: bool = False, bindings: dict[str, Any] | None = None
+    ) -> None:
+        self.found: list[Mismatch] = []
+        self.checksums = checksums
+        self.trial = trial
+        # Symbolic dimension name -> (size, path where it was bound).
+        self.bindings: dict[str, tuple[int, TreePath]] = dict(bindings or {})
+        self.max_depth = MAX_TREE_DEPTH
+
+    def add(self, kind: str, path: TreePath, message: str) -> None:
+        if self.trial:
+            raise _Stop
+        self.found.append(Mismatch(kind, path, message))
+
+    # --- entry points ------------------------------------------------------------------------
+
+    def check_values(self, x: Any, doc: Schema, name: str | None) -> None:
+        if name is None and not (type(x) is dict and all(isinstance(k, str) for k in x)):
+            # A single value: the schema's only root, else "model_state".
+            name = next(iter(doc.roots)) if len(doc.roots) == 1 else DEFAULT_ROOT
+        roots = roots_of(x, name=name)
+        self._check_roots(doc, roots, name)
+
+    def check_file(self, file: Any, doc: Schema, name: str | None) -> None:
+        roots: list[tuple[str, Source]] = []
+        if name is None:
+            for key in file:
+                roots.append((str(key), FileSource(file[key], (str(key),))))
+        else:
+            from ._infer import _file_roots
+
+            try:
+                roots = _file_roots(file, name)
+            except KeyError:
+                roots = []
+        self._check_roots(doc, roots, name)
+
+    def _check_roots(self, doc: Schema, roots: list[tuple[str, Source]], name: str | None) -> None:
+        expected = doc.roots
+        if name is not None:
+            top = name.split("/")[0]
+            expected = {top: doc.roots[top]} if top in doc.roots else {}
+            if not expected:
+                raise KeyError(f"the schema has no top-level name {top!r} (it has {', '.join(doc.roots)})")
+        actual = dict(roots)
+        for key, node in expected.items():
+            if key in actual:
+                if name is not None and "/" in name:
+                    self._check_partial(node, actual[key], name)
+                else:
+                    self.node(node, actual[key], 1)
+            else:
+                self.add("missing", (key,), f"(schema expects {node.summary()})")
+        if name is None:
+            for key, src in roots:
+                if key not in expected:
+                    self.add("extra", src.path, "(top-level name not in schema)")
+
+    def _check_partial(self, node: Node, src: Source, name: str) -> None:
+        """Check only the group member ``name`` (``"a/b"``) of a group root."""
+        parts = name.split("/")
+        for depth, part in enumerate(parts[1:], start=1):
+            if not isinstance(node, (GroupNode, DictNode)) or part not in node.entries:
+                raise KeyError(f"the schema has no {'/'.join(parts[: depth + 1])!r}")
+            node = node.entries[part]
+            children = dict(src.children())
+            if part not in children:
+                self.add("missing", (*src.path, part), f"(schema expects {node.summary()})")
+                return
+            src = children[part]
+        self.node(node, src, len(parts))
+
+    # --- nodes ---------------------------------------------------------------------------------
+
+    def node(self, s: Node, a: Source, depth: int) -> None:
+        if depth > self.max_depth:
+            raise LimitError(f"tree deeper than {self.max_depth} levels", path=a.path)
+        if s.kind != a.kind and not (s.kind in _MAPPING_KINDS and a.kind in _MAPPING_KINDS):
+            self.add("kind", a.path, f"{a.kind} found, schema expects {s.summary()}")
+            return
+        if isinstance(s, (NamedTupleNode, StructNode)):
+            if isinstance(s, StructNode):
+                self._type(s.type, a)
+            self._fields(s, a, depth)
+        elif isinstance(s, TupleNode):
+            self._items(s.items, a, depth)
+        elif isinstance(s, VectorNode):
+            self._vector(s, a, depth)
+        elif isinstance(s, (DictNode, GroupNode)):
+            if isinstance(s, DictNode) and s.type is not None and a.kind == "dict":
+                self._type(s.type, a)
+            self._entries(s, a, depth)
+        elif isinstance(s, ArrayNode):
+            self._array(s, a)
+        elif isinstance(s, NumberNode):
+            self._number(s, a)
+        elif isinstance(s, (BoolNode, StringNode, SymbolNode)):
+            self._enum(s, a)
+        elif isinstance(s, SingletonNode):
+            self._type(s.type, a)
+
+    def _type(self, expected: str, a: Source) -> None:
+        actual = a.type_text()
+        if actual is not None and not same_type(actual, expected):
+            self.add("type", a.path, f"{actual} found, schema expects {expected}")
+
+    def _fields(self, s: NamedTupleNode | StructNode, a: Source, depth: int) -> None:
+        children = a.children()
+        actual = {str(seg): src for seg, src in children}
+        actual_names = list(actual)
+        expected_names = s.names
+        expected_set = set(expected_names)
+        in_both_expected = [n for n in expected_names if n in actual]
+        in_both_actual = [n for n in actual_names if n in expected_set]
+        if in_both_expected != in_both_actual:
+            self.add(
+                "order",
+                a.path,
+                f"({', '.join(actual_names)}) found, schema expects ({', '.join(expected_names)})",
+            )
+        missing = [f for f in s.fields if f.name not in actual]
+        extra = [n for n in actual_names if n not in expected_set]
+        renamed: dict[str, str] = {}
+        if missing and extra and not self.trial:
+            renamed = self._guess_renames(missing, [actual[n] for n in extra])
+        for f in s.fields:
+            if f.name in actual:
+                self.node(f.node, actual[f.name], depth + 1)
+            else:
+                hint = f"; renamed to {renamed[f.name]!r}?" if f.name in renamed else ""
+                self.add("missing", (*a.path, f.name), f"(schema expects {f.node.summary()}{hint})")
+        back = {v: k for k, v in renamed.items()}
+        for n in extra:
+            hint = f"; renamed from {back[n]!r}?" if n in back else ""
+            self.add("extra", actual[n].path, f"(not in schema: {_describe(actual[n])}{hint})")
+
+    def _guess_renames(self, missing: list[Any], extra: list[Source]) -> dict[str, str]:
+        """Missing field name -> extra field name, where that extra field is the only one matching
+        the missing field's schema and matches no other missing field (an unambiguous rename)."""
+        if len(missing) * len(extra) > 400:  # hints are a courtesy; keep them cheap
+            return {}
+        fits = [[self.matches(f.node, src) for src in extra] for f in missing]
+        out: dict[str, str] = {}
+        for i, f in enumerate(missing):
+            cols = [j for j, ok in enumerate(fits[i]) if ok]
+            if len(cols) == 1 and sum(row[cols[0]] for row in fits) == 1:
+                out[f.name] = str(extra[cols[0]].path[-1])
+        return out
+
+    def _items(self, expected: list[Node], a: Source, depth: int) -> None:
+        children = a.children()
+        if len(children) == len(expected):
+            for s_item, (_, src) in zip(expected, children):
+                self.node(s_item, src, depth + 1)
+            return
+        pairs = align(len(expected), len(children), lambda i, j: self.matches(expected[i], children[j][1]))
+        for i, j in pairs:
+            if i is not None and j is not None:
+                self.node(expected[i], children[j][1], depth + 1)
+            elif i is not None:
+                self.add(
+                    "missing",
+                    (*a.path, i + 1),
+                    f"(schema expects {expected[i].summary()}; {len(children)} of {len(expected)} present)",
+                )
+            elif j is not None:
+                src = children[j][1]
+                self.add("extra", src.path, f"(not in schema: {_describe(src)}; schema has {len(expected)})")
+
+    def _vector(self, s: VectorNode, a: Source, depth: int) -> None:
+        if s.type is not None:
+            self._type(s.type, a)
+        if s.items is not None:
+            self._items(s.items, a, depth)
+            return
+        children = a.children()
+        if s.length is not None:
+            self._dims([s.length], (len(children),), a, what="length")
+        assert s.element is not None
+        for _, src in children:
+            self.node(s.element, src, depth + 1)
+
+    def _entries(self, s: DictNode | GroupNode, a: Source, depth: int) -> None:
+        actual = {str(seg): src for seg, src in a.children()}
+        for key, node in s.entries.items():
+            if key in actual:
+                self.node(node, actual[key], depth + 1)
+            else:
+                self.add("missing", (*a.path, key), f"(schema expects {node.summary()})")
+        for key, src in actual.items():
+            if key not in s.entries:
+                self.add("extra", src.path, f"(not in schema: {_describe(src)})")
+
+    def _array(self, s: ArrayNode, a: Source) -> None:
+        ok = True
+        if s.dtype is not None:
+            dtype = a.dtype()
+            if dtype != s.dtype:
+                self.add("dtype", a.path, f"{dtype} found, schema expects {s.dtype}")
+                ok = False
+        if s.shape is not None:
+            shape = a.shape() or ()
+            ok = self._dims(s.shape, shape, a, what="shape") and ok
+        if ok and self.checksums and s.sha256 is not None:
+            digest = a.sha256()
+            if digest != s.sha256:
+                self.add("checksum", a.path, f"sha256 {digest[:16]}… found, schema expects {s.sha256[:16]}…")
+
+    def _dims(self, expected: list[Any], actual: tuple[int, ...], a: Source, *, what: str) -> bool:
+        """Compare dimensions; bind symbolic names (only from otherwise matching shapes)."""
+        if what == "shape":
+            message = f"{format_shape(list(actual))} found, schema expects {format_shape(expected)}"
+        else:
+            message = f"length {actual[0]} found, schema expects {expected[0]}"
+        if len(expected) != len(actual) or any(
+            isinstance(want, int) and want != got for want, got in zip(expected, actual)
+        ):
+            self.add("shape", a.path, message)
+            return False
+        new: dict[str, tuple[int, TreePath]] = {}
+        for want, got in zip(expected, actual):
+            if isinstance(want, str):
+                bound = self.bindings.get(want) or new.get(want)
+                if bound is not None and bound[0] != got:
+                    where = format_path(bound[1])
+                    self.add("shape", a.path, f"{message} with {want} = {bound[0]} (bound at {where})")
+                    return False
+                new.setdefault(want, (got, a.path))
+        for key, value in new.items():
+            self.bindings.setdefault(key, value)
+        return True
+
+    def _number(self, s: NumberNode, a: Source) -> None:
+        if s.dtype is not None and a.dtype() != s.dtype:
+            self.add("dtype", a.path, f"{a.dtype() or a.type_text()} found, schema expects {s.dtype}")
+            return
+        if s.type is not None:
+            self._type(s.type, a)
+        if s.enum is None and s.minimum is None and s.maximum is None:
+            return
+        value = a.scalar()
+        shown = format_value(to_json_value(value))
+        if s.enum is not None and not number_in(value, s.enum):
+            self.add("value", a.path, f"{shown} found, schema allows {_enum_text(s.enum)}")
+        if s.minimum is not None:
+            order = number_compare(value, s.minimum)
+            if order is None or order < 0:
+                self.add("value", a.path, f"{shown} found, schema minimum is {s.minimum}")
+        if s.maximum is not None:
+            order = number_compare(value, s.maximum)
+            if order is None or order > 0:
+                self.add("value", a.path, f"{shown} found, schema maximum is {s.maximum}")
+
+    def _enum(self, s: BoolNode | StringNode | SymbolNode, a: Source) -> None:
+        if s.enum is None:
+            return
+        value = a.scalar()
+        plain = bool(value) if isinstance(s, BoolNode) else str(value)
+        if plain not in s.enum:
+            self.add("value", a.path, f"{format_value(plain)} found, schema allows {_enum_text(s.enum)}")
+
+    # --- trial runs ------------------------------------------------------------------------------
+
+    def matches(self, s: Node, a: Source) -> bool:
+        """Whether ``a`` conforms to ``s`` (structure only: no checksums, no lasting bindings)."""
+        trial = _Checker(checksums=False, trial=True, bindings=self.bindings)
+        try:
+            trial.node(s, a, 1)
+        except _Stop:
+            return False
+        except (FormatError, KeyError):
+            return False
+        return True
+
+
+def _enum_text(values: list[Any]) -> str:
+    return "[" + ", ".join(format_value(v) for v in values) + "]"
+
+
+def _describe(src: Source) -> str:
+    from ._infer import infer_node
+
+    try:
+        return infer_node(src).summary()
+    except Exception:  # a description is best effort; the mismatch itself is what matters
+        return src.kind
+
+
+def same_type(a: str, b: str) -> bool:
+    """Whether two Julia type texts name the same type (module prefixes Core./Base. and spacing aside).
+
+    Example:
+        >>> same_type("Core.Array{Core.Float32,2}", "Array{Float32, 2}"), same_type("Nothing", "Missing")
+        (True, False)
+    """
+    if a == b:
+        return True
+    return _canonical_type(a) == _canonical_type(b)
+
+
+def _canonical_type(text: str) -> str:
+    try:
+        return str(JuliaType.parse(text))
+    except FormatError:
+        return "".join(text.split())
