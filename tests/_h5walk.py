@@ -94,7 +94,9 @@ def is_numeric(ds: h5py.Dataset) -> bool:
         dt = ds.dtype
     except Exception:
         return False
-    return ds.shape is not None and dt.fields is None and dt.kind in "biuf" and h5py.check_ref_dtype(dt) is None
+    return (
+        ds.shape is not None and dt.fields is None and dt.kind in "biuf" and h5py.check_ref_dtype(dt) is None
+    )
 
 
 def julia_shape(ds: h5py.Dataset) -> tuple[int, ...]:

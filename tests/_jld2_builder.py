@@ -167,12 +167,18 @@ class Builder:
         return self.vlen(raw, len(raw))
 
     # --- JLD2 types -------------------------------------------------------------------------
-    def commit(self, dtype: bytes, jtype: bytes | None, attrs: Sequence[Attr] = (), written: bytes | None = None) -> int:
+    def commit(
+        self, dtype: bytes, jtype: bytes | None, attrs: Sequence[Attr] = (), written: bytes | None = None
+    ) -> int:
         msgs = [msg(3, dtype, 0x41)]
         if jtype is not None:
-            msgs.append(Attr("julia_type", shared(self.datatype_type()), space("scalar"), jtype, True).encode())
+            msgs.append(
+                Attr("julia_type", shared(self.datatype_type()), space("scalar"), jtype, True).encode()
+            )
         if written is not None:
-            msgs.append(Attr("written_type", shared(self.datatype_type()), space("scalar"), written, True).encode())
+            msgs.append(
+                Attr("written_type", shared(self.datatype_type()), space("scalar"), written, True).encode()
+            )
         msgs += [a.encode() for a in attrs]
         addr = self.object(msgs)
         self.types.append(addr)
@@ -185,7 +191,10 @@ class Builder:
             value = self.vstr("Core.DataType") + bytes(16)
             # Its address is where the next object goes: the attribute refers to itself.
             addr = self.here()
-            msgs = [msg(3, dtype, 0x41), Attr("julia_type", shared(addr), space("scalar"), value, True).encode()]
+            msgs = [
+                msg(3, dtype, 0x41),
+                Attr("julia_type", shared(addr), space("scalar"), value, True).encode(),
+            ]
             assert self.object(msgs) == addr
             self.types.insert(0, addr)
             self._datatype_addr = addr
@@ -272,7 +281,9 @@ class Builder:
             return self.object(msgs)
         raise ValueError(layout)
 
-    def array(self, arr: np.ndarray, attrs: Sequence[Attr] = (), *, dtype: bytes | None = None, **kw: object) -> int:
+    def array(
+        self, arr: np.ndarray, attrs: Sequence[Attr] = (), *, dtype: bytes | None = None, **kw: object
+    ) -> int:
         """A Julia array of numbers: HDF5 dims = Julia dims reversed, bytes in F order."""
         a = np.asarray(arr)
         if dtype is None:

@@ -187,3 +187,31 @@ def test_lux_empty_dict_also_accepts_an_empty_tuple_layer() -> None:
     ps_like, _ = eikonet_templates()
     ps_like["layer_1"] = {}  # Lux's usual NamedTuple() for a parameter-free layer; the file has ()
     assert load(path, "ps", like=ps_like, numpy=True)["layer_1"] == {}
+
+
+def test_a_pickled_flux_chain_struct_restores_into_equinox_layers() -> None:
+    # flux-model/hwdr_mlp.jld2 holds a whole Flux model (structs, not Flux.state):
+    # Chain(Dense(784 => 16, relu), Dense(16 => 16, relu), Dense(16 => 10), softmax)
+    path = require_fixture("flux-model/hwdr_mlp.jld2")
+    keys = jax.random.split(jax.random.key(0), 3)
+    sizes = [(784, 16), (16, 16), (16, 10)]
+    like = {"layers": (*(eqx.nn.Linear(i, o, key=k) for (i, o), k in zip(sizes, keys)), jax.nn.softmax)}
+    out = load(path, "mlp", like=like)
+    assert out["layers"][3] is jax.nn.softmax  # the file's NNlib.#softmax singleton: no state
+    with h5py.File(path) as f:
+        chain = f["mlp"][()]
+        w1 = f[chain["layers"]["1"]["weight"]][()].T
+    np.testing.assert_array_equal(np.asarray(out["layers"][0].weight), w1)
+    assert out["layers"][2].weight.shape == (10, 16)
+
+
+def test_without_a_template_load_places_arrays_and_keeps_julia_structure() -> None:
+    path = require_fixture(CIRCUITS)
+    device = jax.devices()[0]
+    state = load(path, "model_state", sharding=jax.sharding.SingleDeviceSharding(device))
+    assert type(state) is NamedTuple and list(state.layers[0]) == ["weight", "bias", "σ"]
+    assert isinstance(state.layers[0].weight, jax.Array) and state.layers[2] == ()
+    assert state.layers[1].weight.devices() == {device}
+    scaled = jax.tree_util.tree_map(lambda x: x * 2, state)  # a pytree whose field order survives
+    assert list(scaled.layers[1]) == ["weight", "bias", "σ"]
+    np.testing.assert_array_equal(np.asarray(scaled.layers[0].bias), 2 * h5_dense_layers(path)[0][1])

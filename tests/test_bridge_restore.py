@@ -322,3 +322,30 @@ def _same(a: object, b: object) -> bool:
     if isinstance(b, (list, tuple)):
         return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
     return type(a) is type(b) and a == b
+
+
+def test_large_restores_fill_every_leaf_in_the_right_place() -> None:
+    # > 32 MiB of arrays: the leaves are materialised on a thread pool; each must land where it belongs
+    n = 6
+    state = NamedTuple(layers=tuple(dense(1024, 1024 + i, start=i) for i in range(n)))
+    like = [{"weight": jax.ShapeDtypeStruct((1024, 1024 + i), jnp.float32), "bias": np.zeros(1024, F32)}
+            for i in range(n)]  # fmt: skip
+    out = restore(state.layers, like)
+    for i, layer in enumerate(out):
+        assert np.array_equal(np.asarray(layer["weight"]), state.layers[i].weight)
+        assert isinstance(layer["bias"], jax.Array) and np.array_equal(
+            np.asarray(layer["bias"]), state.layers[i].bias
+        )
+
+
+def test_julia_dicts_have_no_field_order_but_named_tuples_do() -> None:
+    like = {"a": np.zeros(1, F32), "b": np.zeros(1, F32)}
+    as_dict = {"b": f_order((1,)), "a": f_order((1,))}  # a Julia Dict: hash order, meaningless
+    assert list(restore(as_dict, like, numpy=True)) == ["a", "b"]
+    assert [m.kind for m in mismatches(NamedTuple(as_dict), like)] == ["order"]
+
+
+def test_flux_bias_false_fits_only_a_none_template() -> None:
+    assert [str(m) for m in mismatches(NamedTuple(b=False), {"b": ()})] == [
+        "model_state.b: kind bool in file, () in template"
+    ]

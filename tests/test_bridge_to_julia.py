@@ -202,3 +202,20 @@ def test_value_model_values_pass_through() -> None:
     s = JuliaStruct("Main.Foo", {"a": np.int64(1)})
     tree = NamedTuple(s=s, m=MISSING, f=Singleton("NNlib.#relu"), e=())
     assert values_equal(to_julia(tree), tree)
+
+
+def test_the_bridge_imports_jax_only_when_it_needs_it() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, numpy as np, treexchange as tx\n"
+        "state = tx.to_julia({'w': np.ones((2, 3), np.float32), 'f': len})\n"
+        "out = tx.restore(state, {'w': np.zeros((2, 3), np.float32), 'f': len}, numpy=True)\n"
+        "assert out['w'].sum() == 6 and out['f'] is len\n"
+        "assert 'jax' not in sys.modules and 'equinox' not in sys.modules, 'imported jax'\n"
+        "tx.restore(state, {'w': np.zeros((2, 3), np.float32), 'f': len})\n"
+        "assert 'jax' in sys.modules  # jax arrays were asked for\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr

@@ -10,8 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import FIXTURES, fixture_files, fixture_ids
+
 from treexchange._cli import main
 
 FORMAT_020 = b"HDF5-based Julia Data Format, version 0.2.0\x00"

@@ -324,4 +324,14 @@ def test_datatype_nesting_is_bounded() -> None:
     with pytest.raises(LimitError):
         _parse(raw, Limits(max_depth=64))
     with pytest.raises(LimitError):
-        _parse(raw)  # the default limit (512) also stops before Python's recursion limit
+        _parse(raw)  # the default limits also stop it, well before Python's recursion limit
+    # compounds nest two parser frames per level
+    nested = I32
+    for _ in range(300):
+        nested = bytes([0x36, 1, 0, 0]) + struct.pack("<I", 4) + b"m\x00\x00" + nested
+    with pytest.raises(LimitError):
+        _parse(nested)
+    ok = I32
+    for _ in range(20):
+        ok = bytes([0x36, 1, 0, 0]) + struct.pack("<I", 4) + b"m\x00\x00" + ok
+    assert _parse(ok).size == 4

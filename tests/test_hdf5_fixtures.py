@@ -236,3 +236,19 @@ def test_jld_v1_file_uses_superblock_v0_and_symbol_tables() -> None:
         assert h5.root.version == 1
         # symbol-table groups list members in name order, as h5py does
         assert list(h5.root.links()) == list(f.keys())
+
+
+@pytest.mark.parametrize(
+    ("fixture", "order"),
+    [
+        ("jld2testfiles/struct_reconstruction.jld2", ["s", "ds", "dms", "tms", "_types"]),
+        ("misc/seriesforecast_data.jld2", ["train_df", "test_df", "scaling", "_types"]),
+        ("lux/eikonet_model.jld2", ["ps", "st", "model", "_types"]),
+    ],
+)
+def test_link_order_is_jld2_insertion_order(fixture: str, order: list[str]) -> None:
+    """JLD2 lists keys in link-message order (its insertion order); h5py sorts them by name."""
+    path = require_fixture(fixture)
+    with HDF5File(path) as h5, h5py.File(path) as f:
+        assert list(h5.root.links()) == order
+        assert list(f.keys()) == sorted(order)

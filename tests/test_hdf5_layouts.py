@@ -67,6 +67,16 @@ def test_compact_layout(tmp_path: Path) -> None:
     assert h5.raw_location(obj) == (obj.layout.data_offset, data.nbytes)
 
 
+def test_external_storage_is_unsupported(tmp_path: Path) -> None:
+    from treexchange import UnsupportedError
+
+    (tmp_path / "raw.bin").write_bytes(bytes(32))
+    with h5py.File(tmp_path / "x.h5", "w") as f:
+        f.create_dataset("d", shape=(4,), dtype="<f8", external=[(str(tmp_path / "raw.bin"), 0, 32)])
+    with HDF5File(tmp_path / "x.h5") as h5, pytest.raises(UnsupportedError, match="external"):
+        h5.raw_data(h5.object(h5.root.links()["d"]))
+
+
 def test_null_and_unwritten_datasets(tmp_path: Path) -> None:
     with h5py.File(tmp_path / "n.h5", "w") as f:
         f.create_dataset("null", data=h5py.Empty("f4"))

@@ -21,7 +21,19 @@ from treexchange._inspect import array_sha256, iter_records, json_value
 
 FIXTURES = all_fixtures_or_skip()
 IDS = fixture_ids(fixture_files()) or None
-KINDS = {"namedtuple", "tuple", "vector", "dict", "struct", "array", "number", "bool", "string", "symbol", "singleton"}
+KINDS = {
+    "namedtuple",
+    "tuple",
+    "vector",
+    "dict",
+    "struct",
+    "array",
+    "number",
+    "bool",
+    "string",
+    "symbol",
+    "singleton",
+}
 
 
 def _records(path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> list[dict]:
@@ -55,9 +67,7 @@ def test_json_lists_every_array_like_h5py(path: Path, capsys: pytest.CaptureFixt
             assert set(rec) == {"path", "kind", "julia_type", "value"}
         else:
             assert set(rec) == {"path", "kind", "julia_type"}
-    ours = Counter(
-        (tuple(r["shape"]), r["dtype"], r["sha256"]) for r in records if r["kind"] == "array"
-    )
+    ours = Counter((tuple(r["shape"]), r["dtype"], r["sha256"]) for r in records if r["kind"] == "array")
     theirs: Counter[tuple[tuple[int, ...], str, str]] = Counter()
     for ds in reachable_datasets(path).values():
         if is_numeric(ds) and (ds.ndim > 0 or "dimensions" in ds.attrs):
@@ -179,4 +189,9 @@ def test_cli_module_entry_point() -> None:
         text=True,
         check=True,
     ).stdout
-    assert json.loads(out.splitlines()[0]) == {"path": ["a"], "kind": "number", "julia_type": "Int64", "value": 1}
+    assert json.loads(out.splitlines()[0]) == {
+        "path": ["a"],
+        "kind": "number",
+        "julia_type": "Int64",
+        "value": 1,
+    }

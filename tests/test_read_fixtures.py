@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from _h5walk import is_numeric, julia_shape, reachable_datasets
-from conftest import all_fixtures_or_skip, fixture_ids, fixture_files, require_fixture
+from conftest import all_fixtures_or_skip, fixture_files, fixture_ids, require_fixture
 
 import treexchange as tx
 from treexchange import MISSING, JuliaArray, JuliaStruct, NamedTuple, Symbol, WrongFormatError
@@ -54,7 +54,9 @@ def test_numeric_datasets_match_h5py(path: Path) -> None:
             expected = ds[()]
             if ds.ndim == 0:
                 ours = session.load_ref(addr, ())
-                assert int(ours) == int(expected) if ds.dtype.kind in "biu" else float(ours) == float(expected)
+                assert (
+                    int(ours) == int(expected) if ds.dtype.kind in "biu" else float(ours) == float(expected)
+                )
             else:
                 assert info.shape == julia_shape(ds)
                 arr = reader.numeric_array(info, "storage")
@@ -136,7 +138,12 @@ def test_reinforce_circuits_structure() -> None:
 
 
 @pytest.mark.parametrize(
-    "rel", ["flux-state/silver-bullet_lenet.jld2", "flux-state/reinforce-circuits_mymodel.jld2", "flux-state/juliahepnet_model.jld2"]
+    "rel",
+    [
+        "flux-state/silver-bullet_lenet.jld2",
+        "flux-state/reinforce-circuits_mymodel.jld2",
+        "flux-state/juliahepnet_model.jld2",
+    ],
 )
 def test_every_dense_and_conv_state_has_sigma(rel: str) -> None:
     state = tx.load(require_fixture(rel))

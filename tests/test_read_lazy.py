@@ -26,12 +26,24 @@ def test_open_parses_only_what_is_asked() -> None:
         layers = node["layers"]
         assert layers.kind == "tuple" and len(layers) == 8
         conv = layers[0]
-        assert conv.kind == "namedtuple" and conv.keys() == ["σ", "weight", "bias", "stride", "pad", "dilation", "groups"]
+        assert conv.kind == "namedtuple" and conv.keys() == [
+            "σ",
+            "weight",
+            "bias",
+            "stride",
+            "pad",
+            "dilation",
+            "groups",
+        ]
         w = conv["weight"]
         assert isinstance(w, tx.Node) and w.kind == "array"
         assert w.shape == (5, 5, 1, 6) and w.dtype == np.float32 and str(w.julia_type) == "Array{Float32, 4}"
         # Only the weight's header was added by walking down to it (and the committed types).
-        arrays_parsed = [a for a, o in parsed.items() if o.kind == "dataset" and o.dataspace and o.dataspace.kind == "simple"]
+        arrays_parsed = [
+            a
+            for a, o in parsed.items()
+            if o.kind == "dataset" and o.dataspace and o.dataspace.kind == "simple"
+        ]
         assert len(arrays_parsed) == 1
         assert len(parsed) > n_after_top
 

@@ -109,7 +109,9 @@ def test_complex_scalars_and_arrays() -> None:
     values = np.array([1 + 2j, -3.5 + 0.25j], dtype=np.complex64)
     b.link("x", b.dataset(shared(c32), space("simple", [2]), values.tobytes()))
     b.link("s", b.dataset(shared(_complex_type(b, 8)), space("scalar"), np.complex128(2 - 1j).tobytes()))
-    b.link("h", b.dataset(shared(_complex_type(b, 2)), space("scalar"), np.array([1.5, 2], np.float16).tobytes()))
+    b.link(
+        "h", b.dataset(shared(_complex_type(b, 2)), space("scalar"), np.array([1.5, 2], np.float16).tobytes())
+    )
     raw = _build(b)
     x = tx.load(raw, "x")
     assert x.dtype == np.complex64 and np.array_equal(x, values)
@@ -228,7 +230,9 @@ def test_vector_any_matrix_any_undef_and_identity() -> None:
     w = b.array(np.ones((2, 3), np.float32))
     ten = b.int_dataset(10)
     julia_type = Attr("julia_type", t_ref(), space("scalar"), _ref(any_t))
-    b.link("v", b.dataset(t_ref(), space("simple", [4]), _ref(w) + _ref(ten) + _ref(0) + _ref(w), [julia_type]))
+    b.link(
+        "v", b.dataset(t_ref(), space("simple", [4]), _ref(w) + _ref(ten) + _ref(0) + _ref(w), [julia_type])
+    )
     b.link("m", b.dataset(t_ref(), space("simple", [2, 2]), _ref(ten) * 3 + _ref(w), [julia_type]))
     raw = _build(b)
     v = tx.load(raw, "v")
@@ -245,9 +249,17 @@ def test_vector_any_matrix_any_undef_and_identity() -> None:
 # --- structs, ghosts, custom serialization -----------------------------------------------------------
 
 
-def _namedtuple(b: Builder, names: list[str], members: list[tuple[str, bytes, int]], types: list[int], tuple_params: list[int]) -> int:
+def _namedtuple(
+    b: Builder,
+    names: list[str],
+    members: list[tuple[str, bytes, int]],
+    types: list[int],
+    tuple_params: list[int],
+) -> int:
     tt = b.commit(t_compound(members) if members else t_opaque(1), b.jt("Core.Tuple", tuple_params))
-    return b.commit(t_compound(members), b.jt("Core.NamedTuple", [b.names_tuple(names), tt]), b.field_attrs(names, types))
+    return b.commit(
+        t_compound(members), b.jt("Core.NamedTuple", [b.names_tuple(names), tt]), b.field_attrs(names, types)
+    )
 
 
 def test_struct_layout_inline_reference_ghost() -> None:
@@ -255,7 +267,9 @@ def test_struct_layout_inline_reference_ghost() -> None:
     nothing = b.ghost("Core.Nothing")
     relu = b.ghost("NNlib.#relu")
     members = [("w", t_ref(), 8), ("k", t_int(8), 8)]
-    st = b.commit(t_compound(members), b.jt("Main.Layer"), b.field_attrs(["w", "σ", "k", "n"], [0, relu, 0, nothing]))
+    st = b.commit(
+        t_compound(members), b.jt("Main.Layer"), b.field_attrs(["w", "σ", "k", "n"], [0, relu, 0, nothing])
+    )
     w = b.array(np.arange(3.0))
     b.link("x", b.dataset(shared(st), space("scalar"), _ref(w) + struct.pack("<q", 5)))
     x = _one(b)
@@ -301,9 +315,17 @@ def test_namedtuple_with_inline_tuple_field() -> None:
 
 def _dict_string_int(b: Builder, items: dict[str, int]) -> int:
     s, i = b.jt_dataset("Core.String"), b.jt_dataset("Core.Int64")
-    pair = b.commit(t_compound([("first", t_vlen_string(), 16), ("second", t_int(8), 8)]), b.jt("Core.Pair", [s, i]))
-    kv = b.dataset(shared(pair), space("simple", [len(items)]), b"".join(b.vstr(k) + struct.pack("<q", v) for k, v in items.items()))
-    sd = b.commit(t_compound([("kvvec", t_ref(), 8)]), b.jt("Base.Dict", [s, i]), written=b.jt("JLD2.SerializedDict"))
+    pair = b.commit(
+        t_compound([("first", t_vlen_string(), 16), ("second", t_int(8), 8)]), b.jt("Core.Pair", [s, i])
+    )
+    kv = b.dataset(
+        shared(pair),
+        space("simple", [len(items)]),
+        b"".join(b.vstr(k) + struct.pack("<q", v) for k, v in items.items()),
+    )
+    sd = b.commit(
+        t_compound([("kvvec", t_ref(), 8)]), b.jt("Base.Dict", [s, i]), written=b.jt("JLD2.SerializedDict")
+    )
     return b.dataset(shared(sd), space("scalar"), _ref(kv))
 
 

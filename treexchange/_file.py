@@ -108,7 +108,7 @@ def _guard(f: Any) -> Any:
         raise LimitError("structure nested too deeply for Python's stack") from err
 
 
-def open(  # noqa: A001 - the public name mirrors h5py.File / builtins.open on purpose
+def open(
     source: Source,
     *,
     allow_hdf5: bool = False,
@@ -198,11 +198,11 @@ def load(
         if isinstance(f, File):
             value = f.read(name, order=order)
         else:
-            value = f.read(name, order=order)  # type: ignore[attr-defined]
+            value = f.read(name, order=order)  # type: ignore[attr-defined, union-attr]
     except KeyError as err:
         raise TreexchangeError(f"no entry named {name!r} in the file") from err
     finally:
-        f.close()  # type: ignore[attr-defined]
+        f.close()  # type: ignore[attr-defined, union-attr]
     if not bridge:
         return value
     from ._bridge import restore  # imports jax only now

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import TreexchangeError
+from ._errors import LimitError, TreexchangeError
 from ._values import Int128, JuliaBits, UInt128
 
 _HASH_BLOCK = 1 << 24
@@ -53,8 +53,9 @@ def array_sha256(arr: np.ndarray) -> str:
         flat = np.ascontiguousarray(flat)
     raw = flat.view(np.uint8) if flat.size else np.empty(0, np.uint8)
     h = hashlib.sha256()
+    view = memoryview(raw)  # type: ignore[arg-type]  # numpy arrays export the buffer protocol
     for start in range(0, raw.size, _HASH_BLOCK):
-        h.update(raw[start : start + _HASH_BLOCK])
+        h.update(view[start : start + _HASH_BLOCK])
     return h.hexdigest()
 
 
@@ -104,7 +105,11 @@ def _is_ml_float(value: Any) -> bool:
 
 
 def _big_int_value(node: Any, value: Any) -> Any:
-    if type(value) is int and getattr(node, "julia_type", None) is not None and node.julia_type.name == "Base.BigInt":
+    if (
+        type(value) is int
+        and getattr(node, "julia_type", None) is not None
+        and node.julia_type.name == "Base.BigInt"
+    ):
         return str(value)
     return json_value(value)
 
@@ -123,11 +128,32 @@ def node_record(node: Any) -> dict[str, Any]:
     return rec
 
 
-def walk_nodes(root: Any) -> Iterator[tuple[Any, int]]:
-    """Pre-order ``(node, depth)`` over a file, group or node; groups included."""
+def node_budget(root: Any) -> int | None:
+    """How many nodes a walk may visit: ``max(10**6, 64 × file size)``.
+
+    A file may share one object between many places (an array tied to two layers). Inspect
+    lists each place, so a hostile file sharing objects at every level of a deep structure
+    could make the listing exponentially long; the budget turns that into a LimitError.
+    """
+    reader = getattr(root, "_reader", None)
+    h5 = getattr(reader, "h5", None)
+    size = getattr(h5, "size", None)
+    return None if size is None else max(10**6, 64 * int(size))
+
+
+def walk_nodes(root: Any, budget: int | None = None) -> Iterator[tuple[Any, int]]:
+    """Pre-order ``(node, depth)`` over a file, group or node; groups included.
+
+    Raises:
+        LimitError: more than ``budget`` nodes (see :func:`node_budget`).
+    """
     stack: list[tuple[Any, int]] = [(root, 0)]
+    seen = 0
     while stack:
         node, depth = stack.pop()
+        seen += 1
+        if budget is not None and seen > budget:
+            raise LimitError(f"more than {budget} nodes to list (objects shared many times over?)")
         yield node, depth
         kids = list(node.children()) if hasattr(node, "children") else []
         for _, child in reversed(kids):
@@ -136,7 +162,7 @@ def walk_nodes(root: Any) -> Iterator[tuple[Any, int]]:
 
 def iter_records(root: Any) -> Iterator[dict[str, Any]]:
     """JSON Lines records for every node under ``root`` (groups skipped), in pre-order."""
-    for node, _ in walk_nodes(root):
+    for node, _ in walk_nodes(root, node_budget(root)):
         if node.kind == "group":
             continue
         yield node_record(node)
@@ -169,7 +195,7 @@ def text_lines(root: Any, *, type_width: int = 100) -> Iterator[str]:
     """
     leaves = arrays = nbytes = 0
     root_depth_offset = 0 if root.kind != "group" else 1
-    for node, depth in walk_nodes(root):
+    for node, depth in walk_nodes(root, node_budget(root)):
         if node.kind == "group" and not node.path:
             continue
         seg = node.path[-1] if node.path else "<root>"

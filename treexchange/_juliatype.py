@@ -157,6 +157,38 @@ def _render_param(p: Any, *, short: bool, sep: str) -> str:
         return repr(float(p))
     if isinstance(p, str):
         return '"' + p.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return _render_value_param(p, short=short, sep=sep)
+
+
+def _render_value_param(p: Any, *, short: bool, sep: str) -> str:
+    """Value parameters the JLD2 reader finds (structs, NamedTuples, singletons), printed the way
+    Julia shows them: ``Foo{T} where T``, ``(a = 1, b = 2)``, ``UnitRange{Int64}(1, 320)``."""
+    from ._values import JuliaStruct, Missing, NamedTuple, Singleton
+
+    def r(x: Any) -> str:
+        return _render_param(x, short=short, sep=sep)
+
+    if p is None:
+        return "nothing"
+    if isinstance(p, Missing):
+        return "missing"
+    if isinstance(p, NamedTuple):
+        inner = sep.join(f"{k} = {r(v)}" for k, v in p.items())
+        return f"({inner},)" if len(p) == 1 else f"({inner})"
+    if isinstance(p, Singleton):
+        name = p.type._render(short=short, sep=sep)
+        # A function's type prints as "#relu"; the function itself as "relu".
+        head, _, last = name.rpartition(".")
+        if last.startswith("#") and "{" not in last:
+            return (head + "." if head and not short else "") + last[1:]
+        return f"{name}()"
+    if isinstance(p, JuliaStruct):
+        fields = p.fields
+        if p.type.name == "Core.TypeVar" and "name" in fields:
+            return str(fields["name"])
+        if p.type.name == "Core.UnionAll" and {"var", "body"} <= set(fields):
+            return f"{r(fields['body'])} where {r(fields['var'])}"
+        return f"{p.type._render(short=short, sep=sep)}({sep.join(r(v) for v in fields.values())})"
     return repr(p)
 
 

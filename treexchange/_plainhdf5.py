@@ -59,7 +59,10 @@ def _convert(h5: Any, value: Any, dtype: np.dtype, order: str) -> Any:
             shape = value.shape[::-1] if order == "julia" else value.shape
             return JuliaArray("Core.NamedTuple", data.reshape(shape, order="F" if order == "julia" else "C"))
         rec = value[()] if isinstance(value, np.ndarray) else value
-        return NamedTuple((name, _convert(h5, rec[name], dtype.fields[name][0], order)) for name in dtype.names)
+        assert dtype.names is not None
+        return NamedTuple(
+            (name, _convert(h5, rec[name], dtype.fields[name][0], order)) for name in dtype.names
+        )
     if h5py.check_string_dtype(dtype) is not None or dtype.kind == "S":
         if isinstance(value, np.ndarray):
             items = [_text(v) for v in value.T.ravel(order="F")]

@@ -75,7 +75,8 @@ def save(
         >>> import tempfile, os, numpy as np, treexchange
         >>> from treexchange import NamedTuple
         >>> path = os.path.join(tempfile.mkdtemp(), "model.jld2")
-        >>> state = NamedTuple(layers=(NamedTuple(weight=np.ones((2, 3), np.float32), bias=np.zeros(2, np.float32), σ=()),))
+        >>> dense = NamedTuple(weight=np.ones((2, 3), np.float32), bias=np.zeros(2, np.float32), σ=())
+        >>> state = NamedTuple(layers=(dense,))
         >>> treexchange.save(path, model_state=state)
         >>> back = treexchange.load(path, "model_state")
         >>> back["layers"][0]["weight"].shape, back["layers"][0]["σ"]

@@ -96,7 +96,7 @@ def _restore_through_layout(
     stand_ins = [
         LeafRef(i, leaf, tuple(kp)) if is_array_template(leaf) else leaf for i, (kp, leaf) in enumerate(pairs)
     ]
-    view = layout(treedef.unflatten(stand_ins))
+    view = layout(jax.tree_util.tree_unflatten(treedef, stand_ins))
     _, restored = check_and_build(values, view, options, placer, root)
     unused = [ref for ref in stand_ins if isinstance(ref, LeafRef) and ref.index not in restored]
     if unused:
@@ -113,7 +113,7 @@ def _restore_through_layout(
             header=f"the layout does not cover {len(unused)} array(s) of the template",
         )
     leaves = [restored[x.index] if isinstance(x, LeafRef) else x for x in stand_ins]
-    return treedef.unflatten(leaves)
+    return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
 def _plain(value: Any, placer: Placer, jpath: KeyPath) -> Any:

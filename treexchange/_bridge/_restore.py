@@ -20,7 +20,10 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import os
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -90,14 +93,30 @@ class Options:
 
 
 class Walker:
-    """One pass over (file value, template). ``build=False`` only collects mismatches."""
+    """One pass over (file value, template).
 
-    def __init__(self, options: Options, placer: Placer | None, *, build: bool) -> None:
+    The checking pass (``build=False``) collects mismatches and, for every array leaf, a *job*
+    (a no-argument callable that materialises it) in visit order. The jobs run in between (on a
+    thread pool when that pays, see :func:`run_jobs`); the building pass (``build=True``) walks in
+    the same order, takes their results one by one, and assembles the template's node types.
+    """
+
+    def __init__(self, options: Options, placer: Placer, *, build: bool, results: Any = None) -> None:
         self.o = options
         self.placer = placer
         self.build = build
         self.mismatches: list[Mismatch] = []
+        self.jobs: list[Callable[[], Any]] = []
+        self.job_bytes = 0
+        self._results = results  # iterator over the jobs' results (building pass)
         self.refs: dict[int, Any] = {}  # LeafRef.index -> restored leaf
+
+    def leaf(self, job: Callable[[], Any], nbytes: int) -> Any:
+        if self.build:
+            return next(self._results)
+        self.jobs.append(job)
+        self.job_bytes += nbytes
+        return None
 
     def report(self, kind: str, path: Path, detail: str) -> None:
         self.mismatches.append(Mismatch(kind, path, detail))
@@ -148,7 +167,7 @@ class Walker:
             if not _is_concrete(t):
                 self.report("missing", path, "from file, and the template is abstract (no value to keep)")
                 return None
-            return self.placer.keep(t, jpath) if self.build and self.placer else t
+            return self.leaf(partial(self.placer.keep, t, jpath), 0)
         if isinstance(v, np.generic) and v.dtype.kind in "biufc" and shape == ():
             v = np.asarray(v)  # a Julia scalar fits a 0-d array template
         if not isinstance(v, np.ndarray) or v.dtype == object:
@@ -165,9 +184,9 @@ class Walker:
             else:
                 self.report("dtype", path, f"{v.dtype.name} in file, {dtype.name} in template")
                 ok = False
-        if not (ok and self.build and self.placer):
+        if not ok:
             return None
-        return self.placer.place(v, cast_to, jpath, t)
+        return self.leaf(partial(self.placer.place, v, cast_to, jpath, t), v.nbytes)
 
     def scalar(self, v: Any, t: Any, path: Path) -> Any:
         if v is ABSENT:
@@ -201,7 +220,7 @@ class Walker:
 
     def empty(self, v: Any, t: Any, path: Path) -> Any:
         """Template ``None`` or ``()``: the file holds nothing there (``False`` is Flux's "no bias")."""
-        if v is ABSENT or v is None or v is False or carries_no_state(v):
+        if v is ABSENT or v is None or carries_no_state(v) or (t is None and v is False):
             return t
         self.kind_mismatch(v, t, path)
         return None
@@ -253,7 +272,8 @@ class Walker:
             if not (self.o.allow_extra or carries_no_state(value)):
                 cpath = (*path, _segment(name))
                 self.report("extra", cpath, f"{describe_file_value(value)} in file, not in template")
-        if self.o.check_order:
+        # Field order is part of a NamedTuple's (and a struct's) type; a Julia Dict has none.
+        if self.o.check_order and not isinstance(v, dict):
             order = [n for n, _, _ in entries]
             if static_names:
                 order = [n for n in template_field_order(t) if n in names or n in static_names]
@@ -298,9 +318,7 @@ class Walker:
             return None
         if custom is not None:
             return custom[2].unflatten(out)
-        if is_namedtuple_instance(t):
-            return type(t)(*out)
-        return type(t)(out)
+        return type(t)(out)  # tuple or list (namedtuples are named containers)
 
 
 # --- template structure ----------------------------------------------------------------------------
@@ -312,7 +330,7 @@ def named_entries(t: Any) -> tuple[list[tuple[Any, Any, Any]], set[str], Callabl
     ``entries`` are ``(name, child template, jax key)`` for the children that carry state or may;
     static dataclass fields are taken from the template as they are.
     """
-    import_jax = _jax_tree_util()
+    tree_util = _jax_tree_util()
     if isinstance(t, NamedTuple):
         return (
             [(k, c, _dict_key(k)) for k, c in t.items()],
@@ -336,7 +354,7 @@ def named_entries(t: Any) -> tuple[list[tuple[Any, Any, Any]], set[str], Callabl
                     clone[k] = out[k]  # type: ignore[index]
                 return clone
             except TypeError:  # immutable mappings (FrozenDict): rebuild from items
-                return type(t)({k: out[k] for k in t})
+                return type(t)({k: out[k] for k in t})  # type: ignore[call-arg]
 
         return [(k, c, _dict_key(k)) for k, c in t.items()], set(), rebuild_mapping
     if is_namedtuple_instance(t):
@@ -364,7 +382,7 @@ def named_entries(t: Any) -> tuple[list[tuple[Any, Any, Any]], set[str], Callabl
                 object.__setattr__(clone, n, out[n])
             return clone
 
-        key = import_jax.GetAttrKey if import_jax is not None else _PlainKey
+        key = tree_util.GetAttrKey if tree_util is not None else _PlainKey
         return [(n, getattr(t, n, None), key(n)) for n in field_names], set(), rebuild_dataclass
     raise TypeError(f"not a named container: {type(t).__name__}")  # pragma: no cover - dispatch guards
 
@@ -533,13 +551,28 @@ def check_and_build(
     values: Any, like: Any, options: Options, placer: Placer, path: Path, *, header: str | None = None
 ) -> tuple[Any, dict[int, Any]]:
     """Run the checking pass; raise one MismatchError listing everything; then build."""
-    checker = Walker(options, None, build=False)
+    checker = Walker(options, placer, build=False)
     checker.node(values, like, path, ())
     if checker.mismatches:
         raise MismatchError(checker.mismatches, header=header or _header(checker.mismatches, path))
-    builder = Walker(options, placer, build=True)
+    results = run_jobs(checker.jobs, checker.job_bytes, parallel=not placer.numpy)
+    builder = Walker(options, placer, build=True, results=iter(results))
     result = builder.node(values, like, path, ())
     return result, builder.refs
+
+
+# Below this much array data a thread pool costs more than it saves.
+_PARALLEL_MIN_BYTES = 32 << 20
+
+
+def run_jobs(jobs: list[Callable[[], Any]], nbytes: int, *, parallel: bool) -> list[Any]:
+    """Materialise the leaves. Copying out of the file map into device buffers (a transpose, since
+    Julia stores column-major) releases the GIL, so large restores use one thread per core."""
+    workers = min(len(jobs), os.cpu_count() or 1, 8)
+    if not parallel or workers < 2 or nbytes < _PARALLEL_MIN_BYTES:
+        return [job() for job in jobs]
+    with ThreadPoolExecutor(workers, thread_name_prefix="treexchange-restore") as pool:
+        return list(pool.map(lambda job: job(), jobs))
 
 
 def _header(mismatches: list[Mismatch], path: Path) -> str:

@@ -62,8 +62,7 @@ def demo(path: str, *, seed: int = 0, stream: TextIO) -> int:
     import numpy as np
 
     from .._bridge import flux_julia, flux_state
-    from .._file import load
-    from .._file import open as open_file
+    from .._file import File, load
     from .._inspect import select, text_lines
     from .._schema import infer_schema, validate
 
@@ -102,7 +101,7 @@ def demo(path: str, *, seed: int = 0, stream: TextIO) -> int:
 
     say("")
     say(f"$ treexchange inspect {path}")
-    with open_file(path) as f:
+    with File(path) as f:
         for line in text_lines(select(f, None)):
             say(line)
 

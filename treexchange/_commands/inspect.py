@@ -23,7 +23,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("file", help="the JLD2 file")
     # argparse (before Python 3.12) cannot take an optional positional after a flag
     # (``inspect FILE --json NAME``); the rest of the line is parsed in run() instead.
-    p.add_argument("rest", nargs=argparse.REMAINDER, metavar="[NAME]", help="only this entry (a name, or a/b)")
+    p.add_argument(
+        "rest", nargs=argparse.REMAINDER, metavar="[NAME]", help="only this entry (a name, or a/b)"
+    )
     p.add_argument("--json", action="store_true", help="JSON Lines output (the scripting contract)")
     p.add_argument("--allow-hdf5", action="store_true", help="also read plain HDF5 files (through h5py)")
     p.set_defaults(func=run)

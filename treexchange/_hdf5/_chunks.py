@@ -451,4 +451,4 @@ def read_chunked(f: HDF5File, obj: ObjectHeader, nbytes: int) -> memoryview:
         out[tuple(dst)] = chunk[tuple(src)]
     if out.nbytes != nbytes:
         raise FormatError("assembled chunk data has the wrong size", offset=obj.offset)
-    return memoryview(out.reshape(-1))
+    return out.reshape(-1).data

@@ -7,9 +7,11 @@ Every HDF5 structure is decoded through a :class:`Cursor`, so a truncated or lyi
 
 from __future__ import annotations
 
+import builtins
 import struct
+from types import TracebackType
 
-from .._errors import FormatError
+from .._errors import FormatError, TreexchangeError
 
 UNDEFINED = None
 """What :meth:`Cursor.address` returns for the undefined address (all bits set)."""
@@ -134,14 +136,14 @@ class Cursor:
         """A length field of ``length_size`` bytes."""
         return self.uint(self.length_size)
 
-    def signature(self, sig: bytes, what: str) -> None:
+    def signature(self, sig: builtins.bytes, what: str) -> None:
         """Consume a 4-byte signature such as ``b"OHDR"`` or raise FormatError."""
         at = self.pos
         got = bytes(self.bytes(len(sig)))
         if got != sig:
             raise FormatError(f"bad {what} signature {got!r} (expected {sig!r})", offset=at)
 
-    def cstring(self, limit: int | None = None) -> bytes:
+    def cstring(self, limit: int | None = None) -> builtins.bytes:
         """A NUL-terminated byte string (the NUL is consumed, not returned)."""
         stop = self.end if limit is None else min(self.end, self.pos + limit)
         # Names are short: search growing windows instead of copying the rest of the file.
@@ -193,3 +195,37 @@ def enc_size(value: int) -> int:
         (1, 2, 3)
     """
     return (max(value, 1).bit_length() - 1) // 8 + 1
+
+
+class format_errors:  # used like a function: ``with format_errors(offset):``
+    """Turn stray low-level exceptions into FormatError carrying ``offset``.
+
+    Every decoder checks bounds itself; this is the safety net the contract asks for, so that a
+    hostile file never surfaces IndexError, struct.error, ValueError or RecursionError.
+    Our own errors pass through untouched.
+
+    Example:
+        >>> with format_errors(12):  # doctest: +ELLIPSIS
+        ...     b""[3]
+        Traceback (most recent call last):
+        ...
+        treexchange._errors.FormatError: malformed HDF5 structure (IndexError: ...) (file offset 12)
+    """
+
+    __slots__ = ("offset",)
+
+    def __init__(self, offset: int | None) -> None:
+        self.offset = offset
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if ev is None or isinstance(ev, TreexchangeError):
+            return
+        if isinstance(ev, (IndexError, ValueError, OverflowError, RecursionError, struct.error)):
+            raise FormatError(
+                f"malformed HDF5 structure ({type(ev).__name__}: {ev})", offset=self.offset
+            ) from ev

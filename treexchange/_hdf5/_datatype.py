@@ -24,6 +24,10 @@ from .._limits import DEFAULT_LIMITS, Limits
 from ._cursor import Cursor, enc_size
 from ._model import H5Class, H5Type, Member
 
+MAX_TYPE_NESTING = 100
+"""Hard cap on datatype nesting, below ``limits.max_depth``: each level costs the parser up to two
+Python frames, and real files nest a handful of levels (JLD2's deepest Flux states: about 6)."""
+
 _FIXED_PROPS = {
     H5Class.FIXED: 4,
     H5Class.BITFIELD: 4,
@@ -44,8 +48,10 @@ def parse_datatype(c: Cursor, limits: Limits = DEFAULT_LIMITS, depth: int = 0) -
         >>> t.cls.name, t.size, t.numpy_dtype()
         ('FLOAT', 4, dtype('float32'))
     """
-    if depth > limits.max_depth:
-        raise LimitError(f"datatype nesting deeper than max_depth={limits.max_depth}", offset=c.pos)
+    if depth > min(limits.max_depth, MAX_TYPE_NESTING):
+        raise LimitError(
+            f"datatype nesting deeper than {min(limits.max_depth, MAX_TYPE_NESTING)} levels", offset=c.pos
+        )
     start = c.pos
     b0 = c.u8()
     cls_id, version = b0 & 0x0F, b0 >> 4

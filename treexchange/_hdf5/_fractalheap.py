@@ -171,10 +171,13 @@ class FractalHeap:
 
     def _find(self, off: int) -> tuple[int, int, int]:
         """``(absolute direct block offset, its heap offset, its size)`` holding heap offset ``off``."""
+        root = self.root
+        if root is None:
+            raise FormatError("fractal heap has no root block", offset=self.offset)
         if self.root_rows == 0:
-            self._check_direct(self.root, 0)
-            return self.root, 0, self.start_size
-        block, rows, block_base = self.root, self.root_rows, 0
+            self._check_direct(root, 0)
+            return root, 0, self.start_size
+        block, rows, block_base = root, self.root_rows, 0
         for _ in range(64):  # each step descends one indirect level; 64 bits of address space
             ic = self.c.at(block)
             ic.signature(b"FHIB", "fractal heap indirect block")

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 from .._errors import FormatError, LimitError, UnsupportedError
 from .._limits import Limits
 from . import _messages as m
-from ._cursor import Cursor
+from ._cursor import Cursor, format_errors
 from ._lookup3 import lookup3
 from ._model import Attribute, Dataspace, Filter, H5Type, Layout, Message
 
@@ -188,64 +188,75 @@ class ObjectHeader:
     @cached_property
     def datatype(self) -> H5Type | None:
         """The datatype message, committed (shared) types resolved, ``committed_at`` set."""
-        msg = self.find(m.DATATYPE)
-        if msg is None:
-            return None
-        c = self.cursor(msg)
-        if msg.flags & m.MSG_FLAG_SHARED:
-            return self.file._committed_type(m.parse_shared_address(c))
-        return self.file._parse_type(c)
+        with format_errors(self.offset):
+            msg = self.find(m.DATATYPE)
+            if msg is None:
+                return None
+            c = self.cursor(msg)
+            if msg.flags & m.MSG_FLAG_SHARED:
+                return self.file._committed_type(m.parse_shared_address(c))
+            return self.file._parse_type(c)
 
     @cached_property
     def dataspace(self) -> Dataspace | None:
-        msg = self.find(m.DATASPACE)
-        if msg is None:
-            return None
-        if msg.flags & m.MSG_FLAG_SHARED:
-            raise UnsupportedError("shared dataspace messages are not supported", offset=msg.offset)
-        return m.parse_dataspace(self.cursor(msg))
+        """The dataspace message (dims in HDF5 order), or None."""
+        with format_errors(self.offset):
+            msg = self.find(m.DATASPACE)
+            if msg is None:
+                return None
+            if msg.flags & m.MSG_FLAG_SHARED:
+                raise UnsupportedError("shared dataspace messages are not supported", offset=msg.offset)
+            return m.parse_dataspace(self.cursor(msg))
 
     @cached_property
     def layout(self) -> Layout | None:
-        msg = self.find(m.LAYOUT)
-        if msg is None:
-            return None
-        layout = m.parse_layout(self.cursor(msg), self.file.base)
-        if layout.kind == "contiguous" and layout.version < 3:
-            # Old layouts do not store the size: it is dataspace x datatype.
-            space, dtype = self.dataspace, self.datatype
-            n = (space.count if space else 0) * (dtype.size if dtype else 0)
-            layout = replace(layout, data_size=n)
-        return layout
+        """The data layout message with absolute offsets, or None (not a dataset)."""
+        with format_errors(self.offset):
+            msg = self.find(m.LAYOUT)
+            if msg is None:
+                return None
+            layout = m.parse_layout(self.cursor(msg), self.file.base)
+            if layout.kind == "contiguous" and layout.version < 3:
+                # Old layouts do not store the size: it is dataspace x datatype.
+                space, dtype = self.dataspace, self.datatype
+                n = (space.count if space else 0) * (dtype.size if dtype else 0)
+                layout = replace(layout, data_size=n)
+            return layout
 
     @cached_property
     def filters(self) -> tuple[Filter, ...]:
-        msg = self.find(m.FILTER_PIPELINE)
-        if msg is None:
-            return ()
-        return m.parse_filters(self.cursor(msg))
+        """The filter pipeline in write order (decoding applies it in reverse); () if none."""
+        with format_errors(self.offset):
+            msg = self.find(m.FILTER_PIPELINE)
+            if msg is None:
+                return ()
+            return m.parse_filters(self.cursor(msg))
 
     @cached_property
     def fill_value(self) -> bytes | None:
         """The dataset's fill value bytes, or None (then unwritten chunks read as zeros)."""
-        msg = self.find(m.FILL_VALUE) or self.find(m.FILL_VALUE_OLD)
-        if msg is None or msg.flags & m.MSG_FLAG_SHARED:
-            return None
-        return m.parse_fill_value(self.cursor(msg), msg.type)
+        with format_errors(self.offset):
+            msg = self.find(m.FILL_VALUE) or self.find(m.FILL_VALUE_OLD)
+            if msg is None or msg.flags & m.MSG_FLAG_SHARED:
+                return None
+            return m.parse_fill_value(self.cursor(msg), msg.type)
 
     @cached_property
     def attributes(self) -> dict[str, Attribute]:
         """Attributes in on-disk order (compact messages), then dense storage if any."""
-        out: dict[str, Attribute] = {}
-        for msg in self.find_all(m.ATTRIBUTE):
-            if msg.flags & m.MSG_FLAG_SHARED:
-                raise UnsupportedError("shared attribute messages are not supported", offset=msg.offset)
-            attr = m.parse_attribute(self.cursor(msg), self.file._committed_type, self.file.limits)
-            out[attr.name] = attr
-        info = self.find(m.ATTRIBUTE_INFO)
-        if info is not None:
-            out.update(self.file._dense_attributes(m.parse_attribute_info(self.cursor(info), self.file.base)))
-        return out
+        with format_errors(self.offset):
+            out: dict[str, Attribute] = {}
+            for msg in self.find_all(m.ATTRIBUTE):
+                if msg.flags & m.MSG_FLAG_SHARED:
+                    raise UnsupportedError("shared attribute messages are not supported", offset=msg.offset)
+                attr = m.parse_attribute(self.cursor(msg), self.file._committed_type, self.file.limits)
+                out[attr.name] = attr
+            info = self.find(m.ATTRIBUTE_INFO)
+            if info is not None:
+                out.update(
+                    self.file._dense_attributes(m.parse_attribute_info(self.cursor(info), self.file.base))
+                )
+            return out
 
     @cached_property
     def kind(self) -> Kind:
@@ -265,5 +276,15 @@ class ObjectHeader:
         else on-disk order (JLD2's insertion order); dense groups by creation-order index when
         present, else by name; symbol-table groups in B-tree (name) order. Soft and external
         links are left out (JLD2 writes none; see :meth:`HDF5File.link_messages`).
+
+        Example:
+            >>> import h5py, io
+            >>> from treexchange._hdf5 import HDF5File
+            >>> bio = io.BytesIO()
+            >>> with h5py.File(bio, "w", track_order=True) as f:
+            ...     _ = f.create_group("zeta"), f.create_group("alpha")
+            >>> with HDF5File(bio.getvalue()) as h5:
+            ...     list(h5.root.links())
+            ['zeta', 'alpha']
         """
         return {lk.name: lk.address for lk in self.file.link_messages(self) if lk.address is not None}

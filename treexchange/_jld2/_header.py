@@ -31,7 +31,8 @@ class FileHeader:
             type metadata follows format 0.1.x).
 
     Example:
-        >>> h = parse_header(b"HDF5-based Julia Data Format, version 0.2.0\\x00 (Julia 1.11.1 64-bit LE)\\x00")
+        >>> ub = b"HDF5-based Julia Data Format, version 0.2.0\\x00 (Julia 1.11.1 64-bit LE)\\x00"
+        >>> h = parse_header(ub)
         >>> h.format_version, h.producer, h.new_type_encoding
         ('0.2.0', ' (Julia 1.11.1 64-bit LE)', True)
     """

@@ -14,6 +14,7 @@ returns), numeric arrays like the numpy array in Julia's shape.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -116,7 +117,9 @@ class ArrayNode(Node):
 
     __slots__ = ("_info", "_value")
 
-    def __init__(self, reader: Reader, path: Path, info: DatasetInfo | None, value: np.ndarray | None = None) -> None:
+    def __init__(
+        self, reader: Reader, path: Path, info: DatasetInfo | None, value: np.ndarray | None = None
+    ) -> None:
         jt = info.julia_type if info is not None else JuliaType("Core.Array")
         super().__init__(reader, path, "array", jt)
         self._info = info
@@ -250,7 +253,7 @@ class ContainerNode(Node):
                 return self._child(i)
             raise TypeError(f"{self.kind} indices must be integers, not {type(key).__name__}")
         for i, (_, k, _) in enumerate(entries):
-            if k == key and type(k) is type(key) or (isinstance(key, str) and k == key):
+            if (k == key and type(k) is type(key)) or (isinstance(key, str) and k == key):
                 return self._child(i)
         for i, (_, k, _) in enumerate(entries):
             if k == key:
@@ -333,9 +336,7 @@ class Group(Mapping[str, "Node | Group"]):
         return self._read(session)
 
     def _read(self, session: Session) -> dict[str, Any]:
-        return {
-            name: session.load_ref(addr, (*self.path, name)) for name, addr in self._all().items()
-        }
+        return {name: session.load_ref(addr, (*self.path, name)) for name, addr in self._all().items()}
 
     def __repr__(self) -> str:
         from .._errors import format_path
@@ -387,23 +388,19 @@ def _object_array_node(reader: Reader, path: Path, info: DatasetInfo) -> Contain
         if info.space == "null" or isinstance(plan, GhostPlan):
             for i in range(n):
                 p = (*path, i + 1)
-                out.append((i + 1, i, _thunk(lambda p=p: node_for_inline(reader, p, plan, b"", 0))))
+                out.append((i + 1, i, partial(node_for_inline, reader, p, plan, b"", 0)))
             return out
         raw = reader.raw(info, n * plan.size)
         size = plan.size
         for i in range(n):
             p = (*path, i + 1)
-            out.append((i + 1, i, _thunk(lambda p=p, i=i: node_for_inline(reader, p, plan, raw, i * size))))
+            out.append((i + 1, i, partial(node_for_inline, reader, p, plan, raw, i * size)))
         return out
 
     def read(session: Session) -> Any:
         return session.load_ref(address, path)
 
     return ContainerNode(reader, path, "vector", info.julia_type, entries, read, shape=info.shape)
-
-
-def _thunk(f: Callable[[], Node | Group]) -> Thunk:
-    return f
 
 
 def _ref_thunk(reader: Reader, path: Path, address: int) -> Thunk:
@@ -461,7 +458,7 @@ def _compound_node(
             seg: Segment = i + 1 if tuple_like else f.name
             key: Any = i if tuple_like else f.name
             p = (*path, seg)
-            out.append((seg, key, _thunk(lambda p=p, f=f: node_for_inline(reader, p, f.plan, buf, off + f.offset))))
+            out.append((seg, key, partial(node_for_inline, reader, p, f.plan, buf, off + f.offset)))
         return out
 
     return ContainerNode(reader, path, plan.kind, plan.julia_type, entries, read_self)
@@ -501,13 +498,12 @@ def _custom_node(
                 elt = written.julia_type.params[0] if written.julia_type.params else JuliaType("Core.Any")
                 kind = "bool" if written.dtype == np.bool_ else "number"
                 return [
-                    (i + 1, i, _const_leaf(reader, (*path, i + 1), kind, elt, v)) for i, v in enumerate(values)
+                    (i + 1, i, _const_leaf(reader, (*path, i + 1), kind, elt, v))
+                    for i, v in enumerate(values)
                 ]
             if isinstance(written, ContainerNode):
-                return [
-                    (i + 1, i, _repath_node(child, (*path, i + 1)))
-                    for i, (_, child) in enumerate(written.children())
-                ]
+                # The stored vector sits at this very path: its entries are ours (built lazily).
+                return written._all()
             raise FormatError("NTuple storage is not a vector", path=path)
 
         return ContainerNode(reader, path, "tuple", plan.julia_type, tuple_entries, read_self)
@@ -516,7 +512,7 @@ def _custom_node(
         def struct_entries() -> list[tuple[Segment, Any, Thunk]]:
             written = node_for_inline(reader, path, inner, buf, off)
             if isinstance(written, ContainerNode) and written.kind in ("struct", "namedtuple"):
-                return [(seg, seg, _repath_node(child, (*path, seg))) for seg, child in written.children()]
+                return written._all()
             return [("written", "written", lambda: written)]
 
         return ContainerNode(reader, path, "struct", plan.julia_type, struct_entries, read_self)
@@ -538,8 +534,8 @@ def _repath(container: ContainerNode, key: str, path: Path) -> Thunk:
     return lambda: _reparent(container[key], path)
 
 
-def _repath_node(node: Node | Group, path: Path) -> Thunk:
-    return lambda: _reparent(node, path)
+def _reparent_thunk(thunk: Thunk, path: Path) -> Thunk:
+    return lambda: _reparent(thunk(), path)
 
 
 def _reparent(node: Node | Group, path: Path) -> Node | Group:
@@ -555,12 +551,10 @@ def _reparent(node: Node | Group, path: Path) -> Node | Group:
         clone._entries = None
         clone._cache = {}
         inner = node
+        assert isinstance(inner, ContainerNode)
 
         def entries() -> list[tuple[Segment, Any, Thunk]]:
-            return [
-                (seg, key, _repath_node(child, (*path, seg)))
-                for (seg, key, _), (_, child) in zip(inner._all(), inner.children())
-            ]
+            return [(seg, key, _reparent_thunk(thunk, (*path, seg))) for seg, key, thunk in inner._all()]
 
         clone._make_entries = entries
     return clone
@@ -569,19 +563,17 @@ def _reparent(node: Node | Group, path: Path) -> Node | Group:
 def ghost_node(reader: Reader, path: Path, value: Any, jt: JuliaType) -> Node:
     """A node for a zero-size value; tuples/NamedTuples of ghosts get ghost children."""
     if isinstance(value, NamedTuple) and len(value):
-        parsed = namedtuple_names_types(jt, reader.limits) if is_namedtuple_type(jt) else None
+        parsed = namedtuple_names_types(jt, reader.type_limits) if is_namedtuple_type(jt) else None
         types = dict(zip(*parsed)) if parsed is not None else {}
 
         def nt_entries() -> list[tuple[Segment, Any, Thunk]]:
-            return [
-                (k, k, _ghost_thunk(reader, (*path, k), v, types.get(k))) for k, v in value.items()
-            ]
+            return [(k, k, _ghost_thunk(reader, (*path, k), v, types.get(k))) for k, v in value.items()]
 
         return ContainerNode(reader, path, "namedtuple", jt, nt_entries, lambda s: value)
     if isinstance(value, NamedTuple):
         return ContainerNode(reader, path, "namedtuple", jt, list, lambda s: value)
     if isinstance(value, tuple) and value:
-        elems = tuple_element_types(jt, reader.limits) if is_tuple_type(jt) else []
+        elems = tuple_element_types(jt, reader.type_limits) if is_tuple_type(jt) else []
 
         def t_entries() -> list[tuple[Segment, Any, Thunk]]:
             return [
@@ -618,7 +610,8 @@ def _value_vector_node(reader: Reader, path: Path, jt: JuliaType, base: Plan, va
 
     def entries() -> list[tuple[Segment, Any, Thunk]]:
         return [
-            (i + 1, i, _const_leaf(reader, (*path, i + 1), base.kind, base.julia_type, v)) for i, v in enumerate(items)
+            (i + 1, i, _const_leaf(reader, (*path, i + 1), base.kind, base.julia_type, v))
+            for i, v in enumerate(items)
         ]
 
     return ContainerNode(reader, path, "vector", jt, entries, lambda s: value, shape=(len(items),))

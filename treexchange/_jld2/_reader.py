@@ -12,6 +12,7 @@ never touches the file. The map stays alive as long as any array refers to it.
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 import struct
@@ -112,6 +113,13 @@ class Reader:
         except BaseException:
             self.h5.close()
             raise
+        # Some values cost no bytes in the file (arrays of ghosts, NTuple{N} of ghosts): their
+        # element counts come from header numbers alone, so they are bounded by the file size
+        # as well as by Limits.max_elements (a lying header must not drive a huge allocation).
+        self.virtual_cap = max(1 << 16, 16 * self.h5.size)
+        self.type_limits = dataclasses.replace(
+            limits, max_elements=min(limits.max_elements, self.virtual_cap)
+        )
         self.types = TypeResolver(self)
         self._infos: dict[int, DatasetInfo] = {}
 
@@ -184,7 +192,8 @@ class Reader:
             try:
                 info = self._make_info(address, path)
             except TreexchangeError as err:
-                raise err.with_context(offset=self.safe_absolute(address), path=path)
+                err.with_context(offset=self.safe_absolute(address), path=path)
+                raise
             except RecursionError as err:
                 raise LimitError("structure nested too deeply", path=path) from err
             self._infos[address] = info
@@ -197,7 +206,9 @@ class Reader:
             return DatasetInfo(address, obj, "group", value_kind="group", julia_type=JuliaType("JLD2.Group"))
         if kind == "datatype":
             plan = self.types.committed(address)
-            return DatasetInfo(address, obj, "datatype", plan, value_kind="singleton", julia_type=JuliaType("Core.DataType"))
+            return DatasetInfo(
+                address, obj, "datatype", plan, value_kind="singleton", julia_type=JuliaType("Core.DataType")
+            )
         if kind != "dataset":
             raise FormatError("object is neither a dataset, a group nor a datatype", offset=obj.offset)
         dt, space = obj.datatype, obj.dataspace
@@ -230,6 +241,12 @@ class Reader:
             )
         if space.kind == "null" and not isinstance(plan, GhostPlan) and n:
             raise FormatError("null dataspace for an array of non-empty elements", offset=obj.offset)
+        if (space.kind == "null" or isinstance(plan, GhostPlan)) and n > self.type_limits.max_elements:
+            raise LimitError(
+                f"array of {n} zero-size elements exceeds {self.type_limits.max_elements} "
+                "(max_elements, or 16 elements per byte of file)",
+                offset=obj.offset,
+            )
         info.shape = shape
         info.count = n
         if isinstance(plan, ReferencePlan):
@@ -243,7 +260,12 @@ class Reader:
     def _dimensions(self, obj: ObjectHeader) -> tuple[int, ...]:
         attr = obj.attributes["dimensions"]
         t = attr.type
-        if t.cls not in _INT64_ATTR_CLASSES or t.size != 8 or attr.space.kind != "simple" or len(attr.space.dims) != 1:
+        if (
+            t.cls not in _INT64_ATTR_CLASSES
+            or t.size != 8
+            or attr.space.kind != "simple"
+            or len(attr.space.dims) != 1
+        ):
             raise FormatError("dimensions attribute is not a vector of Int64", offset=attr.data_offset)
         n = attr.space.dims[0]
         if n > 64 or n * 8 > len(attr.data):
@@ -264,7 +286,9 @@ class Reader:
         if attr is None:
             return ANY
         if attr.type.cls != H5Class.REFERENCE or len(attr.data) < 8:
-            raise FormatError("julia_type attribute of a reference array is not a reference", offset=attr.data_offset)
+            raise FormatError(
+                "julia_type attribute of a reference array is not a reference", offset=attr.data_offset
+            )
         ref = _U64.unpack_from(attr.data, 0)[0]
         if ref == 0:
             return ANY
@@ -320,7 +344,8 @@ class Reader:
         try:
             return self._read(info, path, session)
         except TreexchangeError as err:
-            raise err.with_context(offset=info.obj.offset, path=path)
+            err.with_context(offset=info.obj.offset, path=path)
+            raise
 
     def _read(self, info: DatasetInfo, path: Path, session: Session) -> Any:
         plan = info.plan
@@ -350,21 +375,23 @@ class Reader:
         n = info.count
         if n > self.limits.max_elements:
             raise LimitError(f"array of {n} elements exceeds max_elements={self.limits.max_elements}")
-        if info.space == "null" or isinstance(plan, GhostPlan):
-            items = [plan.decode(session, b"", 0, path)] * n
+        if isinstance(plan, GhostPlan):
+            items = [plan.value] * n
+        elif info.space == "null":
+            items = []  # a null dataspace of non-ghost elements holds nothing (checked: n == 0)
         else:
             raw = self.raw(info, n * plan.size)
             items = plan.decode_many(session, raw, n, path)
         eltype = info.eltype or ANY
         if isinstance(plan, ReferencePlan) and len(info.shape) == 1 and eltype == ANY and not info.memory:
             return items
-        data = np.empty(n, dtype=object)
-        data[:] = items
+        flat = np.empty(n, dtype=object)
+        flat[:] = items
         if session.order == "julia":
-            data = data.reshape(info.shape, order="F")
+            shaped = flat.reshape(info.shape, order="F")
         else:
-            data = data.reshape(tuple(reversed(info.shape)))
-        return JuliaArray(eltype, data)
+            shaped = flat.reshape(tuple(reversed(info.shape)))
+        return JuliaArray(eltype, shaped)
 
     def element_addresses(self, info: DatasetInfo) -> list[int]:
         """The references of a reference array, in Julia (column-major) order."""

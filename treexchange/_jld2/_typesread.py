@@ -42,8 +42,8 @@ from ._plans import (
     BFloat16Plan,
     BitsPlan,
     BoolPlan,
-    CompoundPlan,
     ComplexPlan,
+    CompoundPlan,
     CustomPlan,
     DataTypePlan,
     FieldPlan,
@@ -97,7 +97,12 @@ def _is_vlen_string(t: H5Type) -> bool:
 
 
 def _is_vlen_refs(t: H5Type) -> bool:
-    return t.cls == H5Class.VLEN and not t.is_vlen_string and t.base is not None and t.base.cls == H5Class.REFERENCE
+    return (
+        t.cls == H5Class.VLEN
+        and not t.is_vlen_string
+        and t.base is not None
+        and t.base.cls == H5Class.REFERENCE
+    )
 
 
 def is_datatype_compound(t: H5Type) -> bool:
@@ -156,7 +161,7 @@ class TypeResolver:
 
     def __init__(self, reader: Reader) -> None:
         self.reader = reader
-        self.limits = reader.limits
+        self.limits = reader.type_limits
         self._committed: dict[int, Plan] = {}
         self._basic: dict[tuple[H5Type, JuliaType | None], Plan] = {}
         self._params: dict[int, Any] = {}
@@ -190,7 +195,8 @@ class TypeResolver:
         try:
             plan = self._build_committed(address)
         except TreexchangeError as err:
-            raise err.with_context(offset=self.reader.safe_absolute(address))
+            err.with_context(offset=self.reader.safe_absolute(address))
+            raise
         finally:
             self._busy.discard(address)
             self._depth -= 1
@@ -256,7 +262,9 @@ class TypeResolver:
     def type_attribute(self, attr: Attribute, path: Path = ()) -> JuliaType:
         """Decode a ``julia_type``/``written_type`` attribute of a committed datatype."""
         if not is_datatype_compound(attr.type) or attr.space.kind != "scalar":
-            raise FormatError(f"attribute {attr.name!r} is not a scalar Core.DataType", offset=attr.data_offset)
+            raise FormatError(
+                f"attribute {attr.name!r} is not a scalar Core.DataType", offset=attr.data_offset
+            )
         if len(attr.data) < 32:
             raise FormatError(f"attribute {attr.name!r} is truncated", offset=attr.data_offset)
         return self.decode_datatype(attr.data, 0, path)
@@ -321,17 +329,22 @@ class TypeResolver:
                 return self._compound(dt, jt, attrs, "tuple", expected)
             if is_namedtuple_type(jt):
                 parsed = namedtuple_names_types(jt, self.limits)
-                expected = list(zip(*parsed)) if parsed is not None else None
-                return self._compound(dt, jt, attrs, "namedtuple", expected)
+                named: list[tuple[str, Any]] | None = list(zip(*parsed)) if parsed is not None else None
+                return self._compound(dt, jt, attrs, "namedtuple", named)
             return self._compound(dt, jt, attrs, "struct", _known_fields(jt))
         if cls == H5Class.VLEN and dt.is_vlen_string:
             return VlenStringPlan(name == "Core.Symbol", jt, dt)
         prim = _PRIMITIVES.get(name)
-        if prim is not None and prim[1] == dt.size and cls in (
-            H5Class.FIXED,
-            H5Class.FLOAT,
-            H5Class.BITFIELD,
-            H5Class.OPAQUE,
+        if (
+            prim is not None
+            and prim[1] == dt.size
+            and cls
+            in (
+                H5Class.FIXED,
+                H5Class.FLOAT,
+                H5Class.BITFIELD,
+                H5Class.OPAQUE,
+            )
         ):
             kind, size = prim
             if kind == "b":
@@ -359,7 +372,9 @@ class TypeResolver:
         base = re.numpy_dtype()
         if base is None:
             return None
-        return ComplexPlan(np.dtype(f"{base.byteorder if base.byteorder != '=' else '<'}c{2 * re.size}"), jt, dt)
+        return ComplexPlan(
+            np.dtype(f"{base.byteorder if base.byteorder != '=' else '<'}c{2 * re.size}"), jt, dt
+        )
 
     # --- struct fields --------------------------------------------------------------------------
     def _compound(
@@ -411,7 +426,9 @@ class TypeResolver:
         if jt is None:
             # A plain HDF5 compound: JLD2 reads it as a NamedTuple of its members.
             names_t = tuple(Symbol(f.name) for f in fields)
-            jt = JuliaType("Core.NamedTuple", (names_t, JuliaType("Core.Tuple", [f.plan.julia_type for f in fields])))
+            jt = JuliaType(
+                "Core.NamedTuple", (names_t, JuliaType("Core.Tuple", [f.plan.julia_type for f in fields]))
+            )
         layout = StructLayout(
             julia_type=jt,
             h5type=dt,
@@ -522,8 +539,9 @@ class TypeResolver:
                 return VlenStringPlan(False, jt, t)
             if t.base is None:
                 raise FormatError("variable-length sequence without a base type")
-            base = self.plan_for(t.base)
-            return VlenSequencePlan(base, JuliaType("Core.Array", (base.element_type, np.int64(1))), t)
+            base_plan = self.plan_for(t.base)
+            array_t = JuliaType("Core.Array", (base_plan.element_type, np.int64(1)))
+            return VlenSequencePlan(base_plan, array_t, t)
         if cls == H5Class.REFERENCE:
             if t.ref_type != 0 or t.size != 8:
                 raise UnsupportedError("HDF5 region references are not supported")

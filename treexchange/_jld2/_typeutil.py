@@ -14,7 +14,7 @@ from .._errors import FormatError, LimitError
 from .._hdf5._model import H5Class, H5Type
 from .._juliatype import JuliaType
 from .._limits import Limits
-from .._values import MISSING, NamedTuple, Singleton, Symbol
+from .._values import MISSING, NamedTuple, Singleton
 
 TUPLE_NAMES = frozenset({"Tuple", "Core.Tuple", "NTuple", "Core.NTuple", "Base.NTuple"})
 NAMEDTUPLE_NAMES = frozenset({"Core.NamedTuple", "NamedTuple", "Base.NamedTuple"})
@@ -66,7 +66,9 @@ def namedtuple_names_types(t: JuliaType, limits: Limits) -> tuple[list[str], lis
     """Field names and types of ``NamedTuple{names, Tuple{...}}``, or ``None`` if unparametrized.
 
     Example:
-        >>> nt = JuliaType("Core.NamedTuple", ((Symbol("a"),), JuliaType("Tuple", (JuliaType("Core.Int64"),))))
+        >>> from treexchange import Symbol
+        >>> tt = JuliaType("Tuple", (JuliaType("Core.Int64"),))
+        >>> nt = JuliaType("Core.NamedTuple", ((Symbol("a"),), tt))
         >>> namedtuple_names_types(nt, Limits())[0]
         ['a']
     """

@@ -51,7 +51,7 @@ class Committed(NamedTuple):
     """A committed datatype: relative address of its object header and its 1-based id."""
 
     offset: int
-    index: int
+    number: int
 
 
 @dataclass
@@ -310,7 +310,7 @@ class JLD2Writer:
         cdt = Committed(offset, len(self.datatypes) + 1)
         self.committed[readas.key] = cdt
         self.datatypes.append(dtype)
-        self.types_links[f"{cdt.index:08d}"] = offset
+        self.types_links[f"{cdt.number:08d}"] = offset
         return cdt
 
     def commit(self, dtype: H5Type, writeas: JT, readas: JT, extra: Sequence[_Attr] = ()) -> Committed:
@@ -361,7 +361,7 @@ class JLD2Writer:
                 continue
             if isinstance(dtype, Committed):
                 type_offset = dtype.offset
-                dtype = self.datatypes[dtype.index - 1]
+                dtype = self.datatypes[dtype.number - 1]
                 nondefault = True
             else:
                 type_offset = 0

@@ -45,7 +45,7 @@ def little_endian(dtype: np.dtype) -> np.dtype:
 def _as_bytes(a: np.ndarray) -> memoryview:
     """The raw bytes of a C-contiguous array, for any dtype (bfloat16 and void included)."""
     flat = a.reshape(-1)
-    return memoryview(flat.view(np.uint8))
+    return flat.view(np.uint8).data
 
 
 def column_major_pieces(arr: np.ndarray, max_bytes: int = BLOCK_BYTES) -> Iterator[memoryview]:

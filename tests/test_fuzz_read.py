@@ -1,0 +1,288 @@
+"""Seeded mutation fuzzing of the reader: damaged files raise TreexchangeError, nothing else.
+
+Seeds are small Julia-written fixtures plus a builder-made file holding the value kinds the
+fixtures lack. Mutations: pointer and length fields found by parsing the seed (every 8-byte
+field whose value is the address of an object header, a heap collection or a data block, and
+the vlen counts next to heap addresses) overwritten with hostile values; random byte flips
+outside array payloads; runs of 0x00/0xFF; truncations. Every case is read completely (eager
+``load`` and the ``inspect --json`` listing) under a per-case time alarm and a tracemalloc
+peak budget, to catch hangs and allocations that the file size does not justify.
+
+``TREEXCHANGE_FUZZ_CASES`` (default 2400) sets the number of cases.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import struct
+import time
+import tracemalloc
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _jld2_builder import (
+    Attr,
+    Builder,
+    shared,
+    space,
+    t_compound,
+    t_float,
+    t_int,
+    t_opaque,
+    t_ref,
+    t_vlen_string,
+)
+from conftest import FIXTURES
+
+import treexchange as tx
+from treexchange import TreexchangeError
+from treexchange._inspect import json_lines
+
+N_CASES = int(os.environ.get("TREEXCHANGE_FUZZ_CASES", "2400"))
+SEED_FILES = [
+    "flux-state/reinforce-circuits_mymodel.jld2",
+    "flux-state/juliahepnet_model.jld2",
+    "jld2jl/docs_v0.6.0_test.jld2",
+    "misc/exactpenalty_data.jld2",
+    "misc/multistartlh_test.jld2",
+    "misc/urop_tuble.jld2",
+    "misc/ternarydiagrams_data.jld2",
+    "misc/seriesforecast_data.jld2",
+    "legacy/dsge_test.jld2",
+    "jld2testfiles/singleton_struct_fields.jld2",
+    "jld2testfiles/struct_reconstruction.jld2",
+    "jld2testfiles/readas_foo_n_sin.jld2",
+    "jld2testfiles/unionall_typeparam_v0.1.2.jld2",
+]
+TIME_LIMIT = 10.0  # seconds per case before the alarm fires (a hang)
+SLOW = 2.0  # seconds per case that count as suspiciously slow
+
+
+def _kitchen_sink() -> bytes:
+    """A builder file with Dict, NTuple-as-vector, Complex, BFloat16, ghosts, 0-dim, compressed."""
+    b = Builder()
+    any_t = b.jt_dataset("Core.Any")
+    i64 = b.jt_dataset("Core.Int64")
+    s = b.jt_dataset("Core.String")
+    pair = b.commit(
+        t_compound([("first", t_vlen_string(), 16), ("second", t_int(8), 8)]), b.jt("Core.Pair", [s, i64])
+    )
+    kv = b.dataset(
+        shared(pair),
+        space("simple", [2]),
+        b.vstr("a") + struct.pack("<q", 1) + b.vstr("b") + struct.pack("<q", 2),
+    )
+    sd = b.commit(
+        t_compound([("kvvec", t_ref(), 8)]), b.jt("Base.Dict", [s, i64]), written=b.jt("JLD2.SerializedDict")
+    )
+    b.link("dict", b.dataset(shared(sd), space("scalar"), struct.pack("<Q", kv)))
+    n11 = b.int_dataset(11)
+    one = b.int_dataset(1)
+    nt = b.commit(t_ref(), b.jt("NTuple", [n11, i64]), written=b.jt("Core.Array", [i64, one]))
+    b.link("ntuple", b.dataset(shared(nt), space("scalar"), struct.pack("<Q", b.array(np.arange(11)))))
+    f32 = b.jt_dataset("Core.Float32")
+    cplx = b.commit(t_compound([("re", t_float(4), 4), ("im", t_float(4), 4)]), b.jt("Base.Complex", [f32]))
+    b.link(
+        "complex", b.dataset(shared(cplx), space("simple", [3]), np.arange(3, dtype=np.complex64).tobytes())
+    )
+    bf = b.commit(t_opaque(2), b.jt("BFloat16s.BFloat16"))
+    b.link("bf16", b.dataset(shared(bf), space("simple", [2]), b"\x80\x3f\x00\x40"))
+    nothing = b.ghost("Core.Nothing")
+    dims = Attr("dimensions", t_int(8), space("simple", [1]), struct.pack("<q", 4))
+    b.link("ghosts", b.dataset(shared(nothing), space("null"), b"", [dims]))
+    zero = Attr("dimensions", t_int(8), space("simple", [0]), b"")
+    b.link("zero_dim", b.dataset(t_float(8), space("simple", [1]), np.float64(1).tobytes(), [zero]))
+    b.link(
+        "packed",
+        b.array(np.arange(64, dtype=np.float32).reshape(8, 8), layout="deflate", chunk_dims=(8, 8, 4)),
+    )
+    attr = Attr("julia_type", t_ref(), space("scalar"), struct.pack("<Q", any_t))
+    w = b.array(np.ones((3, 2), np.float32))
+    b.link("list", b.dataset(t_ref(), space("simple", [3]), struct.pack("<QQQ", w, w, 0), [attr]))
+    b.link("strings", b.dataset(t_vlen_string(), space("simple", [2]), b.vstr("σ²") + b.vstr("")))
+    return b.finish()
+
+
+def _seeds() -> list[tuple[str, bytes]]:
+    seeds = [("kitchen_sink", _kitchen_sink())]
+    for rel in SEED_FILES:
+        p = FIXTURES / rel
+        if p.is_file():
+            seeds.append((rel, p.read_bytes()))
+    return seeds
+
+
+class _Seed:
+    """A seed file with the positions of its pointer/length fields, found by parsing it."""
+
+    def __init__(self, name: str, raw: bytes) -> None:
+        self.name = name
+        self.raw = raw
+        addrs: set[int] = set()
+        data_ranges: list[tuple[int, int]] = []
+        with tx.open(raw) as f:
+            tx.load(raw)
+            list(json_lines(f))
+            reader = f.reader
+            reader.session()
+            # Parse every object reachable by a full read, then harvest addresses.
+            reader.h5.object(reader.root_address)
+            for info in list(reader._infos.values()):
+                loc = reader.h5.raw_location(info.obj) if info.kind == "dataset" else None
+                if loc is not None and info.shape is not None and info.dtype is not None:
+                    data_ranges.append(loc)
+            addrs.update(reader.h5._objects)
+            addrs.update(reader.h5._heaps)
+            base = reader.h5.base
+            for off, _n in data_ranges:
+                addrs.add(off - base)
+        self.data_ranges = data_ranges
+        buf = np.frombuffer(raw, np.uint8)
+        known = np.array(sorted(a for a in addrs if a > 0), dtype="<u8")
+        fields: list[int] = []
+        for k in range(8):
+            count = (len(raw) - k) // 8
+            vals = np.frombuffer(raw, "<u8", count, k)
+            hits = np.nonzero(np.isin(vals, known))[0] * 8 + k
+            fields.extend(int(h) for h in hits)
+        self.pointer_fields = sorted(fields)
+        self.known_addrs = [int(a) for a in known]
+        heap_addrs = set(reader.h5._heaps) if hasattr(reader.h5, "_heaps") else set()
+        self.count_fields = [
+            p - 4 for p in self.pointer_fields if p >= 4 and struct.unpack_from("<Q", raw, p)[0] in heap_addrs
+        ]
+        self.metadata = np.ones(len(raw), bool)
+        for off, n in data_ranges:
+            self.metadata[off : off + n] = False
+        self.metadata_positions = np.nonzero(self.metadata)[0]
+        self.size = len(raw)
+        del buf
+
+    def mutate(self, rng: random.Random) -> tuple[str, bytes]:
+        raw = bytearray(self.raw)
+        r = rng.random()
+        if r < 0.4 and self.pointer_fields:
+            pos = rng.choice(self.pointer_fields)
+            old = struct.unpack_from("<Q", raw, pos)[0]
+            new = (
+                rng.choice(
+                    [
+                        0,
+                        1,
+                        8,
+                        2**64 - 1,
+                        2**63,
+                        2**32,
+                        self.size,
+                        self.size - 512,
+                        self.size - 520,
+                        rng.randrange(0, self.size),
+                        old + rng.choice([-48, -16, -8, -1, 1, 8, 16, 48]),
+                        rng.choice(self.known_addrs),  # type confusion: another object
+                        rng.choice(self.known_addrs),
+                        rng.getrandbits(64),
+                    ]
+                )
+                % 2**64
+            )
+            struct.pack_into("<Q", raw, pos, new)
+            return f"pointer@{pos}={new}", bytes(raw)
+        if r < 0.5 and self.count_fields:
+            pos = rng.choice(self.count_fields)
+            new = rng.choice([0, 1, 2, 255, 2**16, 2**31, 2**32 - 1, rng.getrandbits(32)])
+            struct.pack_into("<I", raw, pos, new)
+            return f"count@{pos}={new}", bytes(raw)
+        if r < 0.75:
+            desc = []
+            for _ in range(rng.choice([1, 1, 2, 3, 4])):
+                pos = int(rng.choice(self.metadata_positions))
+                val = rng.choice([0, 0xFF, rng.randrange(256), raw[pos] ^ (1 << rng.randrange(8))])
+                raw[pos] = val
+                desc.append(f"{pos}={val}")
+            return "flip " + ",".join(desc), bytes(raw)
+        if r < 0.88:
+            pos = int(rng.choice(self.metadata_positions))
+            n = rng.randrange(2, 17)
+            fill = rng.choice([0, 0xFF])
+            raw[pos : pos + n] = bytes([fill]) * len(raw[pos : pos + n])
+            return f"fill@{pos}+{n}={fill}", bytes(raw)
+        cut = rng.choice(
+            [rng.randrange(0, self.size), rng.randrange(512, self.size), self.size - rng.randrange(1, 64)]
+        )
+        return f"truncate@{cut}", bytes(raw[: max(cut, 0)])
+
+
+def _read_everything(raw: bytes) -> None:
+    """Eager read of every value (what ``load`` does) and the full ``inspect --json`` listing."""
+    with tx.open(raw) as f:
+        f.read()
+        for _ in json_lines(f):
+            pass
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _alarm(signum: int, frame: object) -> None:
+    raise _Timeout()
+
+
+def _cases() -> Iterator[tuple[_Seed, str, bytes]]:
+    seeds = [_Seed(name, raw) for name, raw in _seeds()]
+    rng = random.Random(20240611)
+    for i in range(N_CASES):
+        seed = seeds[i % len(seeds)]
+        desc, raw = seed.mutate(rng)
+        yield seed, f"case {i}: {seed.name}: {desc}", raw
+
+
+def test_fuzz_only_treexchange_errors() -> None:
+    if not FIXTURES.is_dir():
+        pytest.skip("fixtures absent: fuzzing only the kitchen-sink seed is not enough")
+    old_handler = signal.signal(signal.SIGALRM, _alarm)
+    tracemalloc.start()
+    failures: list[str] = []
+    slow: list[str] = []
+    outcomes = {"ok": 0, "error": 0}
+    try:
+        for _seed, desc, raw in _cases():
+            tracemalloc.reset_peak()
+            budget = 48 * 2**20 + 64 * len(raw)
+            signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT)
+            t0 = time.perf_counter()
+            try:
+                _read_everything(raw)
+                outcomes["ok"] += 1
+            except TreexchangeError:
+                outcomes["error"] += 1
+            except _Timeout:
+                failures.append(f"{desc}: hang (> {TIME_LIMIT} s)")
+            except Exception as err:
+                failures.append(f"{desc}: {type(err).__name__}: {err}")
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            elapsed = time.perf_counter() - t0
+            peak = tracemalloc.get_traced_memory()[1]
+            if peak > budget:
+                failures.append(f"{desc}: allocated {peak} bytes for a {len(raw)}-byte file")
+            if elapsed > SLOW:
+                slow.append(f"{desc}: {elapsed:.1f} s")
+            if len(failures) >= 20:
+                break
+    finally:
+        tracemalloc.stop()
+        signal.signal(signal.SIGALRM, old_handler)
+    assert not failures, "\n".join(failures)
+    assert not slow, "\n".join(slow)
+    # The mutations must actually bite (and not all be rejected at the first byte).
+    assert outcomes["error"] > N_CASES // 10 and outcomes["ok"] > N_CASES // 20, outcomes
+
+
+def test_seeds_read_cleanly(tmp_path: Path) -> None:
+    for _name, raw in _seeds():
+        _read_everything(raw)

@@ -1,0 +1,454 @@
+"""What ``treexchange.save`` writes for each kind of value, checked with h5py (libhdf5) as the
+independent reader and with treexchange's own reader for the Julia-level meaning."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+import h5py
+import ml_dtypes
+import numpy as np
+import pytest
+
+import treexchange
+from treexchange import (
+    MISSING,
+    ConversionError,
+    Int128,
+    JuliaArray,
+    JuliaBits,
+    JuliaStruct,
+    NamedTuple,
+    Singleton,
+    Symbol,
+    UInt128,
+    values_equal,
+)
+
+_NAME_ONLY = np.dtype([("name", h5py.string_dtype())])
+
+
+def julia_type_name(obj: h5py.Datatype) -> str:
+    """The name part of a committed type's ``julia_type`` attribute (h5py cannot read the
+    parameters: they are a vlen of references inside a committed compound)."""
+    arr = np.zeros((), _NAME_ONLY)
+    h5py.h5a.open(obj.id, b"julia_type").read(arr)
+    name = arr["name"][()]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
+def committed_names(f: h5py.File) -> list[str]:
+    return [julia_type_name(f["_types"][k]) for k in f["_types"]] if "_types" in f else []
+
+
+def dataset_type_name(ds: h5py.Dataset) -> str:
+    return julia_type_name(h5py.Datatype(ds.id.get_type()))
+
+
+def save_and_open(tmp_path: Path, **values: Any) -> tuple[Path, h5py.File]:
+    path = tmp_path / "t.jld2"
+    treexchange.save(path, **values)
+    return path, h5py.File(path, "r")
+
+
+def absolute_offset(ds: h5py.Dataset) -> int:
+    return ds.id.get_offset()
+
+
+# --- a Flux.state-shaped tree ------------------------------------------------------------------
+
+
+def test_flux_state_layout_matches_jld2(tmp_path: Path) -> None:
+    dense = NamedTuple(weight=np.ones((5, 10), np.float32), bias=np.zeros(5, np.float32), σ=())
+    bn = NamedTuple(
+        [
+            ("λ", ()),
+            ("β", np.zeros(5, np.float32)),
+            ("γ", np.ones(5, np.float32)),
+            ("μ", np.zeros(5, np.float32)),
+            ("σ²", np.ones(5, np.float32)),
+            ("ϵ", np.float32(1e-5)),
+            ("momentum", np.float32(0.1)),
+            ("affine", True),
+            ("track_stats", True),
+            ("active", None),
+            ("chs", 5),
+        ]
+    )
+    drop = NamedTuple(p=0.5, dims=(), active=None, rng=())
+    state = NamedTuple(layers=(dense, bn, drop))
+    path, f = save_and_open(tmp_path, model_state=state)
+    with f:
+        ds = f["model_state"]
+        assert ds.shape == () and ds.id.get_create_plist().get_layout() == h5py.h5d.COMPACT
+        assert dataset_type_name(ds) == "Core.NamedTuple"
+        # The packed layout of jld2-format.md §10: "1"@0 (16 B), "2"@16 (50 B), "3"@66 (8 B).
+        layers = ds.dtype["layers"]
+        assert layers.itemsize == 74
+        assert [(n, layers.fields[n][1]) for n in layers.names] == [("1", 0), ("2", 16), ("3", 66)]
+        b = layers["2"]
+        assert list(b.names) == ["β", "γ", "μ", "σ²", "ϵ", "momentum", "affine", "track_stats", "chs"]
+        assert [b.fields[n][1] for n in b.names] == [0, 8, 16, 24, 32, 36, 40, 41, 42]
+        names = committed_names(f)
+        assert names[0] == "Core.DataType"
+        assert {"Tuple", "Core.Nothing", "Core.Symbol", "Core.NamedTuple", "Core.Tuple"} <= set(names)
+        # The weight is an unnamed dataset with Julia's dims reversed.
+        ref = ds[()]["layers"]["1"]["weight"]
+        w = f[ref]
+        assert w.shape == (10, 5) and w.name is None
+        assert np.array_equal(w[()].T, dense["weight"])
+    back = treexchange.load(path, "model_state")
+    assert values_equal(back, state)
+
+
+# --- scalars -----------------------------------------------------------------------------------
+
+SCALARS = [
+    (np.int8(-3), "int8"),
+    (np.int16(-300), "int16"),
+    (np.int32(7), "int32"),
+    (np.int64(-(2**40)), "int64"),
+    (np.uint8(200), "uint8"),
+    (np.uint16(60000), "uint16"),
+    (np.uint32(2**31), "uint32"),
+    (np.uint64(2**63), "uint64"),
+    (np.float16(1.5), "float16"),
+    (np.float32(0.25), "float32"),
+    (np.float64(-2.5), "float64"),
+]
+
+
+@pytest.mark.parametrize(("value", "dtype"), SCALARS, ids=[d for _, d in SCALARS])
+def test_number_scalars_are_plain_compact_datasets(tmp_path: Path, value: Any, dtype: str) -> None:
+    path, f = save_and_open(tmp_path, x=value)
+    with f:
+        ds = f["x"]
+        assert ds.dtype == np.dtype(dtype) and ds.shape == ()
+        assert ds[()] == value
+        assert "_types" not in f  # plain numbers need no committed type
+    back = treexchange.load(path, "x")
+    assert type(back) is type(value) and back == value
+
+
+def test_python_scalars_map_to_julia_types(tmp_path: Path) -> None:
+    path, f = save_and_open(tmp_path, i=3, x=1.5, b=True, c=1 + 2j, s="hé")
+    with f:
+        assert f["i"].dtype == np.int64 and f["x"].dtype == np.float64
+        assert f["b"].id.get_type().get_class() == h5py.h5t.BITFIELD and f["b"][()] == 1
+        assert f["s"][()] == "hé".encode() and f["s"].dtype.itemsize == len("hé".encode())
+        assert dataset_type_name(f["c"]) == "Base.Complex"
+        assert f["c"].dtype.names == ("re", "im")
+    back = treexchange.load(path)
+    assert back["i"] == np.int64(3) and back["b"] is True and back["c"] == np.complex128(1 + 2j)
+
+
+def test_128_bit_integers_bfloat16_and_bits(tmp_path: Path) -> None:
+    path, f = save_and_open(
+        tmp_path,
+        i=Int128(-(2**100)),
+        u=UInt128(2**127 + 5),
+        bf=ml_dtypes.bfloat16(2.5),
+        ch=JuliaBits("Core.Char", b"a\x00\x00\x00"),
+    )
+    with f:
+        assert f["i"].id.get_type().get_size() == 16 and f["u"].id.get_type().get_size() == 16
+        assert f["i"].id.get_type().get_sign() == h5py.h5t.SGN_2
+        assert dataset_type_name(f["bf"]) == "Core.BFloat16"
+        assert f["bf"].id.get_type().get_class() == h5py.h5t.OPAQUE
+        assert dataset_type_name(f["ch"]) == "Core.Char"
+    back = treexchange.load(path)
+    assert back["i"] == -(2**100) and isinstance(back["i"], Int128)
+    assert back["u"] == 2**127 + 5 and isinstance(back["u"], UInt128)
+    assert back["bf"].dtype == ml_dtypes.bfloat16 and float(back["bf"]) == 2.5
+    assert back["ch"] == JuliaBits("Core.Char", b"a\x00\x00\x00")
+
+
+def test_symbol_and_ghosts(tmp_path: Path) -> None:
+    path, f = save_and_open(
+        tmp_path, s=Symbol("relu"), n=None, m=MISSING, u=(), g=Singleton("NNlib.#relu"), e=NamedTuple()
+    )
+    with f:
+        assert dataset_type_name(f["s"]) == "Core.Symbol"
+        for name, jl in [("n", "Core.Nothing"), ("m", "Base.Missing"), ("u", "Tuple"), ("g", "NNlib.#relu")]:
+            assert f[name].shape is None, name  # NULL dataspace: no data at all
+            assert dataset_type_name(f[name]) == jl
+            assert h5py.Datatype(f[name].id.get_type()).attrs["empty"] == 1
+    back = treexchange.load(path)
+    assert back["s"] == "relu" and isinstance(back["s"], Symbol)
+    assert back["n"] is None and back["m"] is MISSING and back["u"] == ()
+    assert back["g"] == Singleton("NNlib.#relu") and back["e"] == NamedTuple()
+
+
+def test_empty_top_level_string_is_written_like_jld2(tmp_path: Path) -> None:
+    # JLD2 stores "" as a size-0 fixed string, which libhdf5 >= 1.14 refuses to open (format
+    # §9.2); the rest of the file is fine and treexchange reads it.
+    path, f = save_and_open(tmp_path, s="", t="x")
+    with f:
+        assert f["t"][()] == b"x"
+        with pytest.raises((KeyError, OSError)):
+            f["s"]
+    assert treexchange.load(path) == {"s": "", "t": "x"}
+
+
+# --- arrays ------------------------------------------------------------------------------------
+
+ARRAYS = {
+    "c_order": np.arange(24, dtype=np.float32).reshape(2, 3, 4),
+    "f_order": np.asfortranarray(np.arange(24, dtype=np.int16).reshape(2, 3, 4)),
+    "strided": np.arange(80.0).reshape(8, 10)[::3, 1::4],
+    "transposed_view": np.arange(12, dtype=np.uint32).reshape(3, 4).T,
+    "big_endian": np.arange(6, dtype=">f8").reshape(2, 3),
+    "bool": np.array([[True, False, True], [False, False, True]]),
+    "complex": (np.arange(6) + 0.5j).astype(np.complex64).reshape(3, 2),
+    "float16": np.linspace(0, 1, 7, dtype=np.float16),
+    "vector": np.arange(5, dtype=np.int64),
+}
+
+
+@pytest.mark.parametrize("name", list(ARRAYS))
+def test_arrays_in_julia_order(tmp_path: Path, name: str) -> None:
+    value = ARRAYS[name]
+    path, f = save_and_open(tmp_path, a=value)
+    with f:
+        ds = f["a"]
+        assert ds.shape == value.shape[::-1]
+        data = ds[()]
+        if data.dtype.names == ("re", "im"):
+            data = data["re"] + 1j * data["im"]
+        elif value.dtype == bool:
+            data = data.astype(bool)
+        assert np.array_equal(data.T, value)
+        assert ds.id.get_create_plist().get_layout() == h5py.h5d.CONTIGUOUS
+        assert absolute_offset(ds) % 8 == 0  # JLD2 aligns array data to 8 bytes
+    back = treexchange.load(path, "a")
+    assert back.shape == value.shape and np.array_equal(back, value)
+    assert back.dtype == value.dtype.newbyteorder("=")
+
+
+def test_bfloat16_array(tmp_path: Path) -> None:
+    value = np.array([[1, 2, 3], [4, 5, 6]], dtype=ml_dtypes.bfloat16)
+    path, f = save_and_open(tmp_path, a=value)
+    with f:
+        raw = f["a"][()]
+        assert raw.shape == (3, 2) and raw.dtype.itemsize == 2
+        assert np.array_equal(raw.view(ml_dtypes.bfloat16).T, value)
+        assert committed_names(f) == ["Core.DataType", "Core.BFloat16"]
+    assert values_equal(treexchange.load(path, "a"), value)
+
+
+def test_jax_array(tmp_path: Path) -> None:
+    jnp = pytest.importorskip("jax.numpy")
+    value = jnp.arange(6.0, dtype=jnp.float32).reshape(2, 3)
+    path, f = save_and_open(tmp_path, a=value)
+    with f:
+        assert np.array_equal(f["a"][()].T, np.asarray(value))
+
+
+def test_zero_dim_and_empty_arrays(tmp_path: Path) -> None:
+    path, f = save_and_open(tmp_path, z=np.array(2.5, np.float32), e=np.zeros((0, 3)), e1=np.zeros(0, np.int8))
+    with f:
+        z = f["z"]
+        assert z.shape == (1,) and z[0] == 2.5
+        assert z.attrs["dimensions"].shape == (0,)
+        assert f["e"].shape == (3, 0)
+        assert f["e"].id.get_create_plist().get_layout() == h5py.h5d.COMPACT
+    back = treexchange.load(path)
+    assert back["z"].shape == () and back["z"].dtype == np.float32 and back["z"] == 2.5
+    assert back["e"].shape == (0, 3) and back["e1"].shape == (0,)
+
+
+def test_list_is_vector_any(tmp_path: Path) -> None:
+    value = [1, 2.5, "x", None, np.ones(2), (1, 2), [Symbol("a")]]
+    path, f = save_and_open(tmp_path, v=value)
+    with f:
+        ds = f["v"]
+        assert h5py.check_ref_dtype(ds.dtype) is h5py.Reference and ds.shape == (7,)
+        eltype = f[ds.attrs["julia_type"]]
+        assert eltype.fields("name")[()] in (b"Core.Any", "Core.Any")
+        elements = [f[r] for r in ds[()]]
+        assert elements[0][()] == 1 and elements[1][()] == 2.5 and elements[2][()] == b"x"
+        assert elements[3].shape is None
+        assert np.array_equal(elements[4][()], np.ones(2))
+    assert values_equal(treexchange.load(path, "v"), value)
+
+
+def test_julia_arrays_of_strings_symbols_and_ghosts(tmp_path: Path) -> None:
+    strings = JuliaArray("Core.String", ["a", "bb", "", "σ²"])
+    symbols = JuliaArray("Core.Symbol", [Symbol("relu"), Symbol("tanh")])
+    ghosts = JuliaArray("Core.Nothing", np.array([[None] * 3] * 2, dtype=object))
+    path, f = save_and_open(tmp_path, s=strings, y=symbols, g=ghosts)
+    with f:
+        assert [x.decode() for x in f["s"][()]] == ["a", "bb", "", "σ²"]
+        assert dataset_type_name(f["y"]) == "Core.Symbol"
+        assert f["g"].shape is None and list(f["g"].attrs["dimensions"]) == [3, 2]
+    back = treexchange.load(path)
+    assert back["s"] == strings and back["y"] == symbols and back["g"] == ghosts
+
+
+def test_dicts_are_serialized_dicts(tmp_path: Path) -> None:
+    typed = {"a": np.float32(1), "b": np.float32(2)}
+    mixed = {"x": 1, "y": "two", "z": [3]}
+    bits = {np.int64(1): 0.5, np.int64(-1): 0.25}
+    path, f = save_and_open(tmp_path, t=typed, m=mixed, b=bits, e={})
+    with f:
+        for name in "tmbe":
+            t = h5py.Datatype(f[name].id.get_type())
+            assert julia_type_name(t) == "Base.Dict"
+            arr = np.zeros((), _NAME_ONLY)
+            h5py.h5a.open(t.id, b"written_type").read(arr)
+            assert arr["name"][()] in (b"JLD2.SerializedDict", "JLD2.SerializedDict")
+        kv = f[f["b"][()]["kvvec"]]  # Vector{Pair{Int64,Float64}}: isbits pairs stored inline
+        assert kv.dtype.names == ("first", "second") and kv.shape == (2,)
+    back = treexchange.load(path)
+    assert values_equal(back["t"], typed) and values_equal(back["m"], mixed)
+    assert values_equal(back["b"], bits) and back["e"] == {}
+
+
+def test_long_homogeneous_tuples_become_vectors(tmp_path: Path) -> None:
+    floats = tuple(np.float64(i) for i in range(12))
+    layers = tuple(NamedTuple(w=np.full(2, i, np.float32)) for i in range(11))
+    short = tuple(np.float64(i) for i in range(10))
+    path, f = save_and_open(tmp_path, f=floats, l=layers, s=short, nt=NamedTuple(layers=layers))
+    with f:
+        for name in ("f", "l"):
+            t = h5py.Datatype(f[name].id.get_type())
+            assert t.id.get_class() == h5py.h5t.REFERENCE  # custom serialization: written as Vector
+            assert "written_type" in [n.decode() for n in _attr_names(t)]
+        assert f["s"].dtype.names == tuple(str(i) for i in range(1, 11))  # 10 elements: inline compound
+    assert values_equal(treexchange.load(path), {"f": floats, "l": layers, "s": short, "nt": NamedTuple(layers=layers)})
+
+
+def _attr_names(obj: Any) -> list[bytes]:
+    names: list[bytes] = []
+    h5py.h5a.iterate(obj.id, lambda n: names.append(n))
+    return names
+
+
+def test_shared_arrays_are_written_once(tmp_path: Path) -> None:
+    w = np.arange(6.0).reshape(2, 3)
+    s = "tied"
+    path, f = save_and_open(tmp_path, a=NamedTuple(enc=w, dec=w), b=w, s1=s, s2=s)
+    with f:
+        row = f["a"][()]
+        assert h5py.h5o.get_info(f[row["enc"]].id).addr == h5py.h5o.get_info(f[row["dec"]].id).addr
+        assert h5py.h5o.get_info(f["b"].id).addr == h5py.h5o.get_info(f[row["enc"]].id).addr
+        # Julia's objectid of a String is its content: equal strings are one dataset.
+        assert h5py.h5o.get_info(f["s1"].id).addr == h5py.h5o.get_info(f["s2"].id).addr
+    back = treexchange.load(path)
+    assert back["a"]["enc"] is back["a"]["dec"] is back["b"]
+
+
+def test_groups_and_link_order(tmp_path: Path) -> None:
+    path = tmp_path / "g.jld2"
+    treexchange.save(path, {"a/x": 1, "top": 2, "a/b/y": 3, "c/z": Symbol("q")})
+    # JLD2 links datasets first, then groups in creation order, then _types (h5py lists names
+    # sorted, so read the link messages in order with treexchange's HDF5 layer).
+    from treexchange._hdf5 import HDF5File
+
+    with HDF5File(path) as h5:
+        root = h5.object(h5.root_address)
+        assert list(root.links()) == ["top", "a", "c", "_types"]
+        assert list(h5.object(root.links()["a"]).links()) == ["x", "b"]
+    with h5py.File(path, "r") as f:
+        assert f["a/b/y"][()] == 3
+    back = treexchange.load(path)
+    assert back["a"]["b"]["y"] == 3 and back["c"]["z"] == "q" and back["top"] == 2
+
+
+def test_root_attributes(tmp_path: Path) -> None:
+    path = tmp_path / "r.jld2"
+    treexchange.save(path, x=np.ones(2), root_attributes={"treexchange_schema": '{"a": "μ"}'})
+    with h5py.File(path, "r") as f:
+        assert f.attrs["treexchange_schema"].decode() == '{"a": "μ"}'
+        assert list(f) == ["x"]
+    assert values_equal(treexchange.load(path), {"x": np.ones(2)})
+
+
+def test_unicode_names(tmp_path: Path) -> None:
+    value = NamedTuple(**{"σ²": np.float32(1), "μ": np.float32(2), "ϵ": 3.0, "β⃗₀": np.ones(2)})
+    path, f = save_and_open(tmp_path, **{"θ": value})
+    with f:
+        assert f["θ"].dtype.names == ("σ²", "μ", "ϵ", "β⃗₀")
+    assert values_equal(treexchange.load(path, "θ"), value)
+
+
+def test_inline_limit_and_large_compact_limit(tmp_path: Path) -> None:
+    # 129 array fields = 1032 bytes of Julia pointers > 1024: the inner NamedTuple becomes a
+    # reference of its parent instead of an inline compound (JLD2's MAX_INLINE_SIZE).
+    # A non-array value of 8192 bytes or more is contiguous, smaller ones compact.
+    wide = NamedTuple((f"w{i}", np.ones(1)) for i in range(129))
+    narrow = NamedTuple((f"w{i}", np.ones(1)) for i in range(128))
+    huge = NamedTuple((f"w{i}", np.float64(i)) for i in range(1024))
+    path, f = save_and_open(tmp_path, p=NamedTuple(wide=wide, narrow=narrow), big=wide, huge=huge)
+    with f:
+        row = f["p"].dtype
+        assert h5py.check_ref_dtype(row["wide"]) is h5py.Reference
+        assert row["narrow"].names is not None and row["narrow"].itemsize == 128 * 8
+        assert f["big"].id.get_create_plist().get_layout() == h5py.h5d.COMPACT  # 1032 bytes
+        assert f["huge"].id.get_create_plist().get_layout() == h5py.h5d.CONTIGUOUS  # 8192 bytes
+        assert f["huge"][()]["w1023"] == 1023
+    assert values_equal(treexchange.load(path, "p"), NamedTuple(wide=wide, narrow=narrow))
+
+
+def test_user_struct_without_layout(tmp_path: Path) -> None:
+    value = JuliaStruct("Main.Point{Core.Float64}", {"x": 1.0, "y": np.float32(2), "tag": Symbol("p")})
+    path, f = save_and_open(tmp_path, p=value)
+    with f:
+        assert dataset_type_name(f["p"]) == "Main.Point"
+        assert f["p"].dtype.names == ("x", "y", "tag")
+    back = treexchange.load(path, "p")
+    assert back.type == value.type and values_equal(back.fields, {"x": 1.0, "y": np.float32(2), "tag": "p"})
+
+
+# --- the bytes themselves ----------------------------------------------------------------------
+
+
+def test_header_superblock_and_checksums(tmp_path: Path) -> None:
+    path = tmp_path / "h.jld2"
+    treexchange.save(path, x=np.ones(3), producer=" (Julia 1.11.1 64-bit LE)")
+    raw = path.read_bytes()
+    assert raw[:512].rstrip(b"\x00") == b"HDF5-based Julia Data Format, version 0.2.0\x00 (Julia 1.11.1 64-bit LE)"
+    assert raw[512:520] == b"\x89HDF\r\n\x1a\n" and raw[520] == 2
+    base, _ext, eof, _root = struct.unpack("<QQQQ", raw[524:556])
+    assert base == 512 and eof == len(raw)
+    with treexchange.open(path, verify_checksums=True) as f:
+        assert f.producer == " (Julia 1.11.1 64-bit LE)"
+        assert np.array_equal(f.read("x"), np.ones(3))
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "where"),
+    [
+        (NamedTuple(a=NamedTuple(b=object())), ("m", "a", "b")),
+        ((1, {1, 2}), ("m", 2)),
+        (NamedTuple(x=np.array(["a"], dtype=object)), ("m", "x")),
+        (2**64, ("m",)),
+        ([1, NamedTuple(z=lambda: 0)], ("m", 2, "z")),
+    ],
+)
+def test_unsupported_values_name_their_path(tmp_path: Path, value: Any, where: tuple[Any, ...]) -> None:
+    path = tmp_path / "bad.jld2"
+    with pytest.raises(ConversionError) as info:
+        treexchange.save(path, m=value)
+    assert info.value.path == where
+    assert not path.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_bad_names_and_options(tmp_path: Path) -> None:
+    path = tmp_path / "x.jld2"
+    with pytest.raises(ConversionError):
+        treexchange.save(path, _types=1)
+    with pytest.raises(ConversionError):
+        treexchange.save(path, {"a": 1, "a/b": 2})
+    with pytest.raises(ValueError):
+        treexchange.save(path, compress="lzma", x=1)
+    with pytest.raises(TypeError):
+        treexchange.save(path, {1: 2})
+    with pytest.raises(TypeError):
+        treexchange.save(path, x=1, root_attributes={"a": 1})
+    assert not path.exists()
