@@ -36,6 +36,35 @@ def test_committed_json_schema_is_current() -> None:
     assert json_schema()["$schema"] == "https://json-schema.org/draft/2020-12/schema"
 
 
+def test_nodes_dispatch_on_kind_without_one_of() -> None:
+    """``oneOf`` over the node kinds makes JSON Schema validation exponential in the nesting depth
+    (docs/schema.md); the committed schema dispatches on ``kind`` with an if/then/else chain."""
+    committed = json.loads(COMMITTED.read_text(encoding="utf-8"))
+
+    def unions(data: Any) -> list[Any]:
+        if isinstance(data, dict):
+            found = [data["oneOf"]] if "oneOf" in data else []
+            return found + [u for v in data.values() for u in unions(v)]
+        if isinstance(data, list):
+            return [u for v in data for u in unions(v)]
+        return []
+
+    assert all("$ref" not in branch for union in unions(committed) for branch in union)
+    assert "discriminator" not in COMMITTED.read_text(encoding="utf-8")
+    node = committed["$defs"]["Node"]
+    kinds = node["properties"]["kind"]["enum"]
+    assert len(kinds) == 12
+    chained = []
+    while "if" in node:
+        chained.append(node["if"]["properties"]["kind"]["const"])
+        node = node["else"]
+    assert chained == kinds[:-1] and node == {"$ref": f"#/$defs/{committed_name(kinds[-1])}"}
+
+
+def committed_name(kind: str) -> str:
+    return {"namedtuple": "NamedTupleNode"}.get(kind, kind.capitalize() + "Node")
+
+
 def test_there_are_the_two_examples() -> None:
     assert {p.name for p in EXAMPLES} == {"flux_chain_state.json", "lux_ps_st.json"}
 

@@ -155,7 +155,9 @@ def _btree_keys(buf: Any, offset: int, nd1: int) -> list[tuple[int, int, tuple[i
 
 
 def test_nested_arrays_are_compressed_too(tmp_path: Path) -> None:
-    state = NamedTuple(layers=(NamedTuple(weight=np.zeros((64, 32), np.float32), bias=np.zeros(64, np.float32)),))
+    state = NamedTuple(
+        layers=(NamedTuple(weight=np.zeros((64, 32), np.float32), bias=np.zeros(64, np.float32)),)
+    )
     path = tmp_path / "c.jld2"
     treexchange.save(path, model_state=state, compress=True)
     with h5py.File(path, "r") as f:

@@ -241,13 +241,18 @@ def test_bfloat16_array(tmp_path: Path) -> None:
 def test_jax_array(tmp_path: Path) -> None:
     jnp = pytest.importorskip("jax.numpy")
     value = jnp.arange(6.0, dtype=jnp.float32).reshape(2, 3)
-    path, f = save_and_open(tmp_path, a=value)
+    path, f = save_and_open(tmp_path, a=value, pair=NamedTuple(x=value, y=value))
     with f:
         assert np.array_equal(f["a"][()].T, np.asarray(value))
+    back = treexchange.load(path)
+    assert np.array_equal(back["a"], np.asarray(value)) and back["a"].dtype == np.float32
+    assert back["pair"]["x"] is back["pair"]["y"]  # one jax array object: written once
 
 
 def test_zero_dim_and_empty_arrays(tmp_path: Path) -> None:
-    path, f = save_and_open(tmp_path, z=np.array(2.5, np.float32), e=np.zeros((0, 3)), e1=np.zeros(0, np.int8))
+    path, f = save_and_open(
+        tmp_path, z=np.array(2.5, np.float32), e=np.zeros((0, 3)), e1=np.zeros(0, np.int8)
+    )
     with f:
         z = f["z"]
         assert z.shape == (1,) and z[0] == 2.5
@@ -317,7 +322,9 @@ def test_long_homogeneous_tuples_become_vectors(tmp_path: Path) -> None:
             assert t.id.get_class() == h5py.h5t.REFERENCE  # custom serialization: written as Vector
             assert "written_type" in [n.decode() for n in _attr_names(t)]
         assert f["s"].dtype.names == tuple(str(i) for i in range(1, 11))  # 10 elements: inline compound
-    assert values_equal(treexchange.load(path), {"f": floats, "l": layers, "s": short, "nt": NamedTuple(layers=layers)})
+    assert values_equal(
+        treexchange.load(path), {"f": floats, "l": layers, "s": short, "nt": NamedTuple(layers=layers)}
+    )
 
 
 def _attr_names(obj: Any) -> list[bytes]:
@@ -409,7 +416,10 @@ def test_header_superblock_and_checksums(tmp_path: Path) -> None:
     path = tmp_path / "h.jld2"
     treexchange.save(path, x=np.ones(3), producer=" (Julia 1.11.1 64-bit LE)")
     raw = path.read_bytes()
-    assert raw[:512].rstrip(b"\x00") == b"HDF5-based Julia Data Format, version 0.2.0\x00 (Julia 1.11.1 64-bit LE)"
+    assert (
+        raw[:512].rstrip(b"\x00")
+        == b"HDF5-based Julia Data Format, version 0.2.0\x00 (Julia 1.11.1 64-bit LE)"
+    )
     assert raw[512:520] == b"\x89HDF\r\n\x1a\n" and raw[520] == 2
     base, _ext, eof, _root = struct.unpack("<QQQQ", raw[524:556])
     assert base == 512 and eof == len(raw)

@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import mmap
 import os
+from collections.abc import Callable
 from dataclasses import replace
 from types import TracebackType
+from typing import Any, TypeVar
 
 from .._errors import FormatError, LimitError, UnsupportedError, WrongFormatError
 from .._limits import DEFAULT_LIMITS, Limits
 from . import _messages as m
 from ._cursor import Cursor, format_errors
-from ._datatype import parse_datatype
 from ._globalheap import GlobalHeapCollection
-from ._model import Attribute, H5Type
+from ._model import Attribute, H5Type, Message
 from ._objectheader import ObjectHeader, read_messages
 from ._superblock import read_superblock
+
+T = TypeVar("T")
+
+_MEMO_BODY_BYTES = 256
+_MEMO_ENTRIES = 1 << 14
 
 
 class HDF5File:
@@ -79,7 +85,7 @@ class HDF5File:
         self.length_size = sb.length_size
         self._objects: dict[int, ObjectHeader] = {}
         self._types: dict[int, H5Type] = {}
-        self._inline_types: dict[bytes, H5Type] = {}
+        self._memos: dict[str, dict[bytes, Any]] = {}
         self._resolving: set[int] = set()
         self._heaps: dict[int, GlobalHeapCollection] = {}
         self._links: dict[int, list[m.Link]] = {}
@@ -148,15 +154,26 @@ class HDF5File:
         self._objects[address] = obj
         return obj
 
-    def _parse_type(self, c: Cursor) -> H5Type:
-        """Parse an inline datatype message body; identical bodies share one (immutable) H5Type."""
-        key = bytes(c.buf[c.pos : c.end])
-        t = self._inline_types.get(key)
-        if t is None:
-            t = parse_datatype(c, self.limits)
-            if len(self._inline_types) < 65536:
-                self._inline_types[key] = t
-        return t
+    def _memo(self, table: str, msg: Message, parse: Callable[[Message], T]) -> T:
+        """Decode ``msg`` with ``parse`` once per distinct body: for messages whose meaning is
+        their bytes alone (datatype, dataspace, filter pipeline), decoded values are immutable.
+
+        Only small bodies are remembered, and at most ``_MEMO_ENTRIES`` per table, so a hostile
+        file cannot make the memo hold more than a few MiB.
+        """
+        body = msg.body
+        if len(body) > _MEMO_BODY_BYTES:
+            return parse(msg)
+        memo = self._memos.get(table)
+        if memo is None:
+            memo = self._memos[table] = {}
+        key = bytes(body)
+        value = memo.get(key)
+        if value is None:
+            value = parse(msg)
+            if len(memo) < _MEMO_ENTRIES:
+                memo[key] = value
+        return value  # type: ignore[no-any-return]
 
     def _committed_type(self, address: int) -> H5Type:
         """The datatype of the committed datatype object at ``address``, ``committed_at`` set."""

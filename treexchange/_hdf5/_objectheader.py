@@ -6,14 +6,16 @@
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Callable
 from dataclasses import replace
-from functools import cached_property
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from .._errors import FormatError, LimitError, UnsupportedError
 from .._limits import Limits
 from . import _messages as m
 from ._cursor import Cursor, format_errors
+from ._datatype import parse_datatype
 from ._lookup3 import lookup3
 from ._model import Attribute, Dataspace, Filter, H5Type, Layout, Message
 
@@ -23,6 +25,12 @@ if TYPE_CHECKING:
 Kind = Literal["group", "dataset", "datatype", "other"]
 
 
+_V2_HEAD = struct.Struct("<BHB")  # type, body size, flags (+ u16 creation order if tracked)
+_V1_HEAD = struct.Struct("<HHB")  # type, body size, flags, then 3 reserved bytes
+_V2_PREFIX = struct.Struct("<4sBB")  # "OHDR", version, flags
+_V1_PREFIX = struct.Struct("<BxHII")  # version, reserved, messages, reference count, size
+
+
 def read_messages(
     c: Cursor, offset: int, base: int, limits: Limits, *, verify_checksums: bool = False
 ) -> tuple[int, list[Message]]:
@@ -30,17 +38,30 @@ def read_messages(
 
     Continuation chunks are followed in the order their continuation messages appear (each chunk
     once: a chunk seen twice is a cycle and raises FormatError). NIL messages are dropped.
+
+    Example:
+        >>> import h5py, io
+        >>> from treexchange._hdf5 import HDF5File
+        >>> bio = io.BytesIO()
+        >>> with h5py.File(bio, "w", libver="latest") as f:
+        ...     f.attrs["a"] = 1
+        >>> h5 = HDF5File(bio.getvalue())
+        >>> version, msgs = read_messages(h5._cursor(0), h5.absolute(h5.root_address), h5.base, h5.limits)
+        >>> version, [hex(msg.type) for msg in msgs if msg.type == 0x0C]
+        (2, ['0xc'])
     """
-    hc = c.at(offset)
-    hc.need(4)
+    buf = c.buf
+    n = len(buf)
+    if offset < 0 or offset + 6 > n:
+        raise FormatError(f"truncated: no room for an object header ({n} byte file)", offset=offset)
     messages: list[Message] = []
     seen: set[int] = {offset}
-    if bytes(c.buf[offset : offset + 4]) == b"OHDR":
-        hc.skip(4)
-        v = hc.u8()
+    ctx = _Chunks(buf, c.offset_size, c.length_size, base, limits, messages)
+    sig, v, flags = _V2_PREFIX.unpack_from(buf, offset)
+    if sig == b"OHDR":
         if v != 2:
             raise FormatError(f"unknown OHDR version {v}", offset=offset + 4)
-        flags = hc.u8()
+        hc = c.at(offset + 6)
         if flags & 0x20:
             hc.skip(16)  # access, modification, change, birth times
         if flags & 0x10:
@@ -48,107 +69,155 @@ def read_messages(
         size = hc.uint(1 << (flags & 0x03))
         start = hc.pos
         hc.need(size + 4)
-        queue = _v2_chunk(hc.at(start, start + size), flags, base, limits, messages)
+        head = 6 if flags & 0x04 else 4
+        queue = ctx.v2_chunk(start, start + size, head)
         if verify_checksums:
-            _check(c.buf, offset, start + size, "object header")
+            _check(buf, offset, start + size, "object header")
         while queue:
             addr, length = queue.pop(0)
-            _guard_chunk(addr, length, seen, c)
+            _guard_chunk(addr, length, seen, n)
             if length < 8:
                 raise FormatError("continuation chunk too short", offset=addr)
-            c.at(addr, addr + length).signature(b"OCHK", "object header continuation")
+            if bytes(buf[addr : addr + 4]) != b"OCHK":
+                got = bytes(buf[addr : addr + 4])
+                raise FormatError(
+                    f"bad object header continuation signature {got!r} (expected b'OCHK')", offset=addr
+                )
             if verify_checksums:
-                _check(c.buf, addr, addr + length - 4, "object header continuation")
+                _check(buf, addr, addr + length - 4, "object header continuation")
             # depth first, so messages come out in the order the chunks are chained
-            queue[:0] = _v2_chunk(c.at(addr + 4, addr + length - 4), flags, base, limits, messages)
+            queue[:0] = ctx.v2_chunk(addr + 4, addr + length - 4, head)
         return 2, messages
-    v = hc.u8()
-    if v != 1:
-        raise FormatError(f"no object header here (version byte {v}, no OHDR signature)", offset=offset)
-    hc.skip(1)
-    hc.u16()  # total number of messages (counts all chunks; not relied upon)
-    hc.u32()  # reference count
-    size = hc.u32()
-    hc.skip(4)  # the prefix is padded to 16 bytes
-    start = hc.pos
-    hc.need(size)
-    queue = _v1_chunk(hc.at(start, start + size), base, limits, messages)
+    if buf[offset] != 1:
+        raise FormatError(
+            f"no object header here (version byte {buf[offset]}, no OHDR signature)", offset=offset
+        )
+    if offset + 16 > n:
+        raise FormatError(f"truncated: no room for an object header ({n} byte file)", offset=offset)
+    _v, _count, _refs, size = _V1_PREFIX.unpack_from(buf, offset)  # the count is not relied upon
+    start = offset + 16  # the 12-byte prefix is padded to 16 bytes
+    if start + size > n:
+        raise FormatError(f"truncated: need {size} byte(s), {n - start} left", offset=start)
+    queue = ctx.v1_chunk(start, start + size)
     while queue:
         addr, length = queue.pop(0)
-        _guard_chunk(addr, length, seen, c)
-        queue[:0] = _v1_chunk(c.at(addr, addr + length), base, limits, messages)
+        _guard_chunk(addr, length, seen, n)
+        queue[:0] = ctx.v1_chunk(addr, addr + length)
     return 1, messages
 
 
-def _guard_chunk(addr: int, length: int, seen: set[int], c: Cursor) -> None:
+def _guard_chunk(addr: int, length: int, seen: set[int], size: int) -> None:
     if addr in seen:
         raise FormatError("object header continuation cycle", offset=addr)
     seen.add(addr)
-    if addr + length > len(c.buf):
+    if addr + length > size:
         raise FormatError(f"continuation chunk of {length} bytes runs past the end of the file", offset=addr)
 
 
 def _check(buf: memoryview, start: int, end: int, what: str) -> None:
+    if end + 4 > len(buf):
+        raise FormatError(f"{what} checksum runs past the end of the file", offset=end)
     stored = int.from_bytes(buf[end : end + 4], "little")
     if lookup3(buf[start:end]) != stored:
         raise FormatError(f"{what} checksum mismatch", offset=end)
 
 
-def _add(messages: list[Message], msg: Message, limits: Limits) -> None:
-    if len(messages) >= limits.max_header_messages:
-        raise LimitError(
-            f"object header has more than max_header_messages={limits.max_header_messages} messages",
-            offset=msg.offset,
-        )
-    messages.append(msg)
+class _Chunks:
+    """Decodes the message list of one header chunk after another into ``messages``.
+
+    Message headers are unpacked straight from the buffer with one ``struct`` call each, not
+    through a Cursor: this loop runs for every message of every object (the hot path of opening a
+    file of many arrays). Bounds are still checked for every message before its body is sliced.
+    """
+
+    __slots__ = ("base", "buf", "cap", "length_size", "messages", "offset_size")
+
+    def __init__(
+        self,
+        buf: memoryview,
+        offset_size: int,
+        length_size: int,
+        base: int,
+        limits: Limits,
+        messages: list[Message],
+    ) -> None:
+        self.buf = buf
+        self.offset_size = offset_size
+        self.length_size = length_size
+        self.base = base
+        self.cap = limits.max_header_messages
+        self.messages = messages
+
+    def v2_chunk(self, pos: int, end: int, head: int) -> list[tuple[int, int]]:
+        """Messages in ``buf[pos:end]`` (``head``: 4, or 6 with creation order); continuations."""
+        return self._chunk(pos, end, head, _V2_HEAD.unpack_from)
+
+    def v1_chunk(self, pos: int, end: int) -> list[tuple[int, int]]:
+        return self._chunk(pos, end, 8, _V1_HEAD.unpack_from)
+
+    def _chunk(
+        self, pos: int, end: int, head: int, unpack: Callable[[memoryview, int], tuple[int, int, int]]
+    ) -> list[tuple[int, int]]:
+        buf, messages, cap = self.buf, self.messages, self.cap
+        if end > len(buf):
+            raise FormatError("object header chunk runs past the end of the file", offset=pos)
+        pending: list[tuple[int, int]] = []
+        while end - pos >= head:  # fewer bytes left than a message header: a gap
+            mtype, size, mflags = unpack(buf, pos)
+            body_at = pos + head
+            pos = body_at + size
+            if pos > end:
+                raise FormatError(f"truncated: need {size} byte(s), {end - body_at} left", offset=body_at)
+            if mtype == m.NIL:
+                continue
+            if len(messages) >= cap:
+                raise LimitError(
+                    f"object header has more than max_header_messages={cap} messages", offset=body_at
+                )
+            if mtype == m.CONTINUATION:
+                bc = Cursor(buf, body_at, pos, offset_size=self.offset_size, length_size=self.length_size)
+                pending.append(m.parse_continuation(bc, self.base))
+            messages.append(Message(mtype, mflags, body_at, buf[body_at:pos]))
+        return pending
 
 
-def _v2_chunk(
-    c: Cursor,
-    flags: int,
-    base: int,
-    limits: Limits,
-    messages: list[Message],
-) -> list[tuple[int, int]]:
-    pending: list[tuple[int, int]] = []
-    head = 6 if flags & 0x04 else 4
-    while c.remaining >= head:  # fewer bytes left than a message header: a gap
-        mtype = c.u8()
-        size = c.u16()
-        mflags = c.u8()
-        if flags & 0x04:
-            c.u16()  # creation order
-        body_at = c.pos
-        body = c.bytes(size)
-        if mtype == m.NIL:
-            continue
-        msg = Message(mtype, mflags, body_at, body)
-        if mtype == m.CONTINUATION:
-            pending.append(m.parse_continuation(_body_cursor(c, msg), base))
-        _add(messages, msg, limits)
-    return pending
+T = TypeVar("T")
+
+# Keys of HDF5File._memo tables: messages whose decoding depends on their body bytes alone (no
+# addresses, no file state), so identical bodies -- every Float32 array of a Flux state has the
+# same datatype message, most have one of a few dataspaces -- are decoded once per file.
+_DATATYPE_MEMO = "datatype"
+_DATASPACE_MEMO = "dataspace"
+_FILTERS_MEMO = "filters"
 
 
-def _v1_chunk(c: Cursor, base: int, limits: Limits, messages: list[Message]) -> list[tuple[int, int]]:
-    pending: list[tuple[int, int]] = []
-    while c.remaining >= 8:
-        mtype = c.u16()
-        size = c.u16()
-        mflags = c.u8()
-        c.skip(3)
-        body_at = c.pos
-        body = c.bytes(size)
-        if mtype == m.NIL:
-            continue
-        msg = Message(mtype, mflags, body_at, body)
-        if mtype == m.CONTINUATION:
-            pending.append(m.parse_continuation(_body_cursor(c, msg), base))
-        _add(messages, msg, limits)
-    return pending
+class _cached(Generic[T]):
+    """``functools.cached_property`` without its lock.
 
+    Python 3.11's cached_property takes an RLock on every first access; an eager load of 20,000
+    arrays makes over 100,000 first accesses, and the locking was a sixth of the time spent in
+    this module. Object headers are not shared between threads while being decoded (and a race
+    would only decode the same immutable value twice).
+    """
 
-def _body_cursor(c: Cursor, msg: Message) -> Cursor:
-    return c.at(msg.offset, msg.offset + len(msg.body))
+    def __init__(self, func: Callable[[Any], T]) -> None:
+        self.func = func
+        self.name = func.__name__
+        self.__doc__ = func.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> _cached[T]: ...
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> T: ...
+    def __get__(self, obj: object | None, owner: type | None = None) -> T | _cached[T]:
+        if obj is None:
+            return self
+        value = self.func(obj)
+        obj.__dict__[self.name] = value  # later reads find it there, never calling __get__
+        return value
 
 
 class ObjectHeader:
@@ -165,6 +234,8 @@ class ObjectHeader:
         self.offset = offset
         self.version = version
         self.messages = messages
+        # first message of each type (reversed, so the first one wins): find() is a dict lookup
+        self._first = {msg.type: msg for msg in reversed(messages)}
 
     def __repr__(self) -> str:
         return f"<ObjectHeader {self.kind} at {self.address} (v{self.version}, {len(self.messages)} msgs)>"
@@ -172,10 +243,7 @@ class ObjectHeader:
     # --- raw access --------------------------------------------------------------------------
     def find(self, mtype: int) -> Message | None:
         """The first message of type ``mtype``, or None."""
-        for msg in self.messages:
-            if msg.type == mtype:
-                return msg
-        return None
+        return self._first.get(mtype)
 
     def find_all(self, mtype: int) -> list[Message]:
         return [msg for msg in self.messages if msg.type == mtype]
@@ -185,36 +253,41 @@ class ObjectHeader:
         return self.file._cursor(msg.offset, msg.offset + len(msg.body))
 
     # --- decoded views -----------------------------------------------------------------------
-    @cached_property
+    @_cached
     def datatype(self) -> H5Type | None:
         """The datatype message, committed (shared) types resolved, ``committed_at`` set."""
+        msg = self._first.get(m.DATATYPE)
+        if msg is None:
+            return None
         with format_errors(self.offset):
-            msg = self.find(m.DATATYPE)
-            if msg is None:
-                return None
-            c = self.cursor(msg)
             if msg.flags & m.MSG_FLAG_SHARED:
-                return self.file._committed_type(m.parse_shared_address(c))
-            return self.file._parse_type(c)
+                return self.file._committed_type(m.parse_shared_address(self.cursor(msg)))
+            return self.file._memo(_DATATYPE_MEMO, msg, self._parse_datatype)
 
-    @cached_property
+    def _parse_datatype(self, msg: Message) -> H5Type:
+        return parse_datatype(self.cursor(msg), self.file.limits)
+
+    @_cached
     def dataspace(self) -> Dataspace | None:
         """The dataspace message (dims in HDF5 order), or None."""
+        msg = self._first.get(m.DATASPACE)
+        if msg is None:
+            return None
+        if msg.flags & m.MSG_FLAG_SHARED:
+            raise UnsupportedError("shared dataspace messages are not supported", offset=msg.offset)
         with format_errors(self.offset):
-            msg = self.find(m.DATASPACE)
-            if msg is None:
-                return None
-            if msg.flags & m.MSG_FLAG_SHARED:
-                raise UnsupportedError("shared dataspace messages are not supported", offset=msg.offset)
-            return m.parse_dataspace(self.cursor(msg))
+            return self.file._memo(_DATASPACE_MEMO, msg, self._parse_dataspace)
 
-    @cached_property
+    def _parse_dataspace(self, msg: Message) -> Dataspace:
+        return m.parse_dataspace(self.cursor(msg))
+
+    @_cached
     def layout(self) -> Layout | None:
         """The data layout message with absolute offsets, or None (not a dataset)."""
+        msg = self._first.get(m.LAYOUT)
+        if msg is None:
+            return None
         with format_errors(self.offset):
-            msg = self.find(m.LAYOUT)
-            if msg is None:
-                return None
             layout = m.parse_layout(self.cursor(msg), self.file.base)
             if layout.kind == "contiguous" and layout.version < 3:
                 # Old layouts do not store the size: it is dataspace x datatype.
@@ -223,16 +296,19 @@ class ObjectHeader:
                 layout = replace(layout, data_size=n)
             return layout
 
-    @cached_property
+    @_cached
     def filters(self) -> tuple[Filter, ...]:
         """The filter pipeline in write order (decoding applies it in reverse); () if none."""
         with format_errors(self.offset):
             msg = self.find(m.FILTER_PIPELINE)
             if msg is None:
                 return ()
-            return m.parse_filters(self.cursor(msg))
+            return self.file._memo(_FILTERS_MEMO, msg, self._parse_filters)
 
-    @cached_property
+    def _parse_filters(self, msg: Message) -> tuple[Filter, ...]:
+        return m.parse_filters(self.cursor(msg))
+
+    @_cached
     def fill_value(self) -> bytes | None:
         """The dataset's fill value bytes, or None (then unwritten chunks read as zeros)."""
         with format_errors(self.offset):
@@ -241,7 +317,7 @@ class ObjectHeader:
                 return None
             return m.parse_fill_value(self.cursor(msg), msg.type)
 
-    @cached_property
+    @_cached
     def attributes(self) -> dict[str, Attribute]:
         """Attributes in on-disk order (compact messages), then dense storage if any."""
         with format_errors(self.offset):
@@ -258,12 +334,12 @@ class ObjectHeader:
                 )
             return out
 
-    @cached_property
+    @_cached
     def kind(self) -> Kind:
-        types = {msg.type for msg in self.messages}
+        types = self._first
         if m.LAYOUT in types:
             return "dataset"
-        if types & {m.LINK_INFO, m.LINK, m.SYMBOL_TABLE, m.GROUP_INFO}:
+        if m.LINK_INFO in types or m.LINK in types or m.SYMBOL_TABLE in types or m.GROUP_INFO in types:
             return "group"
         if m.DATATYPE in types and m.DATASPACE not in types:
             return "datatype"

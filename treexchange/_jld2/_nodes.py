@@ -304,20 +304,25 @@ class Group(Mapping[str, "Node | Group"]):
     def __getitem__(self, key: str) -> Node | Group:
         if not isinstance(key, str):
             raise KeyError(key)
-        if "/" in key.strip("/"):
-            head, _, rest = key.strip("/").partition("/")
+        if key in self._all():
+            return self._entry(key)
+        stripped = key.strip("/")
+        if stripped in self._all():
+            return self._entry(stripped)
+        if "/" in stripped:
+            head, _, rest = stripped.partition("/")
             child = self[head]
             if not isinstance(child, Group):
                 raise KeyError(key)
             return child[rest]
-        key = key.strip("/")
-        node = self._cache.get(key)
+        raise KeyError(key)
+
+    def _entry(self, name: str) -> Node | Group:
+        """The node linked under exactly ``name`` (no ``a/b`` path walking)."""
+        node = self._cache.get(name)
         if node is None:
-            links = self._all()
-            if key not in links:
-                raise KeyError(key)
-            node = node_for_dataset(self._reader, (*self.path, key), links[key])
-            self._cache[key] = node
+            node = node_for_dataset(self._reader, (*self.path, name), self._all()[name])
+            self._cache[name] = node
         return node
 
     def __iter__(self) -> Iterator[str]:
@@ -328,7 +333,7 @@ class Group(Mapping[str, "Node | Group"]):
 
     def children(self) -> Iterator[tuple[Segment, Node | Group]]:
         for name in self._all():
-            yield name, self[name]
+            yield name, self._entry(name)
 
     def read(self, *, order: Order = "julia") -> dict[str, Any]:
         """Every value in the group, eagerly (one session: shared arrays stay shared)."""

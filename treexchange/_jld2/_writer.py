@@ -43,6 +43,8 @@ from ._writer_types import JT, MAX_INLINE_SIZE, PRIM_DTYPES, Cat, TypeFactory, i
 BASE = enc.FILE_HEADER_LENGTH
 COMPACT_LIMIT = 8192
 """Non-array datasets smaller than this are stored compact (inside their header)."""
+SMALL_PAYLOAD = 64 << 10
+"""Array payloads up to this size are buffered with the metadata instead of written directly."""
 
 _I64 = np.dtype("<i8")
 
@@ -763,19 +765,23 @@ class JLD2Writer:
             data_address = self.end + 8 - ((self.end - 1) % 8 + 1)
             head.append(enc.layout_contiguous(data_address - BASE, datasz))
             self.end = data_address + datasz
-            if array is not None:
+            if array is not None and datasz > SMALL_PAYLOAD:
                 pos = data_address
                 for piece in column_major_pieces(array):
                     self.sink.put_large(pos, piece)
                     pos += len(piece)
+                    del piece  # the generator makes the next block only after this is freed
                 if pos != data_address + datasz:
                     raise AssertionError("array payload size mismatch")
             else:
-                assert encode is not None
-                data = encode()
+                # Small payloads join the buffered metadata (one write for many small arrays).
+                data = _array_bytes(array) if array is not None else encode()  # type: ignore[misc]
                 if len(data) != datasz:
                     raise AssertionError(f"contiguous data is {len(data)} bytes, expected {datasz}")
-                self.sink.put_large(data_address, data)
+                if datasz > SMALL_PAYLOAD:
+                    self.sink.put_large(data_address, data)
+                else:
+                    self.sink.put(data_address, data)
         head.append(enc.CONTINUATION_PLACEHOLDER)
         header = enc.object_header(b"".join(head))
         if len(header) != enc.object_header_size(psz):

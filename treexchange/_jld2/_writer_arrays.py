@@ -76,6 +76,7 @@ def column_major_pieces(arr: np.ndarray, max_bytes: int = BLOCK_BYTES) -> Iterat
     for j in range(0, arr.shape[-1], step):
         block = np.asfortranarray(arr[..., j : j + step], dtype=dtype)
         yield _as_bytes(block.T)
+        del block  # drop it before the next block is made: one block alive at a time
 
 
 @dataclass(frozen=True)

@@ -38,27 +38,41 @@ class Sink:
         self.bytes_written += len(data)
 
     def flush(self) -> None:
-        """Write out buffered metadata, in order."""
-        f = self._file
-        # Coalesce runs of adjacent writes into one syscall.
-        run_start = -1
-        run: list[bytes] = []
-        run_end = -1
-        for offset, data in self._pending:
-            if offset == run_end:
-                run.append(data)
-                run_end += len(data)
+        """Write out buffered metadata.
+
+        Pieces are sorted by offset and merged into runs of touching or overlapping pieces; each
+        run is assembled in memory, applying its pieces in the order they were put (so a later
+        write wins where two overlap), and written with one call.
+        """
+        order = sorted(range(len(self._pending)), key=lambda i: self._pending[i][0])
+        run: list[int] = []
+        run_start = run_end = -1
+        for i in order:
+            offset, data = self._pending[i]
+            if run and offset <= run_end:
+                run.append(i)
+                run_end = max(run_end, offset + len(data))
                 continue
             if run:
-                f.seek(run_start)
-                f.write(b"".join(run))
-            run_start, run, run_end = offset, [data], offset + len(data)
+                self._write_run(run, run_start, run_end)
+            run, run_start, run_end = [i], offset, offset + len(data)
         if run:
-            f.seek(run_start)
-            f.write(b"".join(run))
+            self._write_run(run, run_start, run_end)
         self.bytes_written += self._pending_bytes
         self._pending.clear()
         self._pending_bytes = 0
+
+    def _write_run(self, run: list[int], start: int, end: int) -> None:
+        if len(run) == 1:
+            data = self._pending[run[0]][1]
+        else:
+            buf = bytearray(end - start)
+            for i in sorted(run):  # insertion order: later writes win
+                offset, piece = self._pending[i]
+                buf[offset - start : offset - start + len(piece)] = piece
+            data = bytes(buf)
+        self._file.seek(start)
+        self._file.write(data)
 
     def finish(self, size: int) -> None:
         """Flush and cut the file to exactly ``size`` bytes."""

@@ -29,7 +29,7 @@ import numpy as np
 
 from .._errors import ConversionError, PathSegment, UnsupportedError
 from .._hdf5._model import H5Class, H5Type
-from .._juliatype import JuliaType
+from .._juliatype import JuliaType, _render_param
 from .._values import (
     MISSING,
     Int128,
@@ -239,26 +239,12 @@ def _prim_align(nbytes: int) -> int:
 
 
 def param_key(p: Any) -> str:
-    """Canonical text of one type parameter (types by key, values tagged with their type)."""
+    """Canonical text of one type parameter: a :class:`JT` by its key, anything else exactly as
+    :meth:`JuliaType.qualified` prints it, so a type built here and the same type read from a
+    file (``JuliaType`` text) get the same key."""
     if isinstance(p, JT):
         return p.key
-    if isinstance(p, JuliaType):
-        return p.qualified()
-    if isinstance(p, (bool, np.bool_)):
-        return "true" if p else "false"
-    if isinstance(p, Symbol):
-        return ":" + str(p)
-    if isinstance(p, tuple):
-        return "(" + ",".join(param_key(x) for x in p) + ("," if len(p) == 1 else "") + ")"
-    if isinstance(p, np.integer) and not isinstance(p, np.int64):
-        return f"{np.dtype(type(p)).name}({int(p)})"
-    if isinstance(p, (int, np.integer)):
-        return str(int(p))
-    if isinstance(p, (float, np.floating)):
-        return f"{np.dtype(type(p)).name if isinstance(p, np.floating) else 'float64'}({float(p)!r})"
-    if isinstance(p, str):
-        return repr(p)
-    return repr(p)
+    return _render_param(p, short=False, sep=",")
 
 
 def type_key(name: str, params: tuple[Any, ...]) -> str:
@@ -296,6 +282,10 @@ class TypeFactory:
 
     def __init__(self) -> None:
         self._cache: dict[str, JT] = {}
+        # Fast paths keyed by identity (interned JTs): building key text for every leaf of a
+        # 20,000-leaf tree would dominate the write time.
+        self._by_dtype: dict[np.dtype, JT] = {}
+        self._by_parts: dict[tuple[Any, ...], JT] = {}
         self.ANY = self._intern(JT(Cat.ANY, "Core.Any"))
         self.STRING = self._intern(JT(Cat.STRING, "Core.String", mutable=True))
         self.SYMBOL = self._intern(JT(Cat.SYMBOL, "Core.Symbol", mutable=True))
@@ -354,35 +344,53 @@ class TypeFactory:
 
     def tuple_of(self, elems: Sequence[JT]) -> JT:
         elems = tuple(elems)
+        fast = ("T", *map(id, elems))
+        found = self._by_parts.get(fast)
+        if found is not None:
+            return found
         key = type_key("Core.Tuple", elems)
         found = self._cache.get(key)
         if found is not None:
+            self._by_parts[fast] = found
             return found
         fields = tuple((str(i), e) for i, e in enumerate(elems, 1))
         jt = self._intern(JT(Cat.STRUCT, "Core.Tuple", elems, fields=fields, is_tuple=True, key=key))
         if len(elems) > NTUPLE_INLINE_THRESHOLD and all(e is elems[0] for e in elems):
             jt._writeas = self.array_of(elems[0], 1)
+        self._by_parts[fast] = jt
         return jt
 
     def namedtuple_of(self, names: Sequence[str], types: Sequence[JT]) -> JT:
-        names_param = tuple(Symbol(n) for n in names)
         tup = self.tuple_of(types)
-        key = type_key("Core.NamedTuple", (names_param, tup))
-        found = self._cache.get(key)
+        fast = ("NT", id(tup), *names)
+        found = self._by_parts.get(fast)
         if found is not None:
             return found
-        fields = tuple(zip(names, types))
-        return self._intern(JT(Cat.STRUCT, "Core.NamedTuple", (names_param, tup), fields=fields, key=key))
+        names_param = tuple(Symbol(n) for n in names)
+        key = type_key("Core.NamedTuple", (names_param, tup))
+        found = self._cache.get(key)
+        if found is None:
+            fields = tuple(zip(names, types))
+            found = self._intern(
+                JT(Cat.STRUCT, "Core.NamedTuple", (names_param, tup), fields=fields, key=key)
+            )
+        self._by_parts[fast] = found
+        return found
 
     def array_of(self, eltype: JT, ndims: int) -> JT:
+        fast = ("A", id(eltype), ndims)
+        found = self._by_parts.get(fast)
+        if found is not None:
+            return found
         params = (eltype, np.int64(ndims))
         key = type_key("Core.Array", params)
         found = self._cache.get(key)
-        if found is not None:
-            return found
-        return self._intern(
-            JT(Cat.ARRAY, "Core.Array", params, mutable=True, eltype=eltype, ndims=ndims, key=key)
-        )
+        if found is None:
+            found = self._intern(
+                JT(Cat.ARRAY, "Core.Array", params, mutable=True, eltype=eltype, ndims=ndims, key=key)
+            )
+        self._by_parts[fast] = found
+        return found
 
     def complex_of(self, part: JT) -> JT:
         key = type_key("Base.Complex", (part,))
@@ -412,7 +420,12 @@ class TypeFactory:
     # --- from numpy ------------------------------------------------------------------------------
     def of_dtype(self, dtype: np.dtype, path: Sequence[PathSegment] = ()) -> JT:
         """The Julia element type of a numpy dtype (byte order is normalized when writing)."""
-        dt = np.dtype(dtype)
+        found = self._by_dtype.get(dtype)
+        if found is None:
+            found = self._by_dtype[dtype] = self._of_dtype(np.dtype(dtype), path)
+        return found
+
+    def _of_dtype(self, dt: np.dtype, path: Sequence[PathSegment]) -> JT:
         if dt == BFLOAT16_DTYPE:
             return self.bits(JuliaType(BFLOAT16_NAME), 2)
         if dt.kind == "c" and dt.itemsize in (8, 16):
@@ -556,6 +569,13 @@ class TypeFactory:
         key = value.type.qualified()
         found = self._get(key)
         if found is not None:
+            # One Julia type has one set of fields: a second value of the same type must agree.
+            names = [n for n, _ in found.writeas.fields]
+            if found.cat is not Cat.STRUCT or list(value.fields) != names:
+                raise ConversionError(
+                    f"struct type {value.type} appears with fields {list(value.fields)} and with {names}",
+                    path=path,
+                )
             return found
         layout = value.layout
         fields: list[tuple[str, JT]] = []

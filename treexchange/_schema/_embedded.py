@@ -13,6 +13,7 @@ Wiring (done in ``treexchange.save`` / ``treexchange.load``)::
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -74,8 +75,8 @@ def read_embedded_schema(file: Any) -> Schema | None:
     """The schema stored in a file (path or opened file), or ``None`` when it has none.
 
     Root-group attributes are taken from the opened file when it exposes them (``attrs``);
-    otherwise they are read with h5py from the file's path (h5py reads every JLD2 file's root
-    group). A file opened from bytes has no path, hence no schema found this way.
+    otherwise they are read with h5py from the file's path or bytes (h5py reads every JLD2 file's
+    root group). A ``File`` opened from bytes has no path, hence no schema found this way.
 
     Example:
         >>> read_embedded_schema(_example_file()) is None
@@ -104,22 +105,24 @@ def _root_attributes(file: Any) -> Mapping[str, Any] | None:
             attrs = attrs()
         if isinstance(attrs, Mapping):
             return attrs
+    if isinstance(file, (bytes, bytearray, memoryview)):
+        return _h5py_root_attributes(io.BytesIO(file), "<bytes>")
     path = file if isinstance(file, (str, os.PathLike)) else getattr(file, "filename", None)
     if not isinstance(path, (str, os.PathLike)) or not os.path.isfile(path):
-        return None  # e.g. a file opened from bytes: no path to read the attributes from
-    return _h5py_root_attributes(os.fspath(path))
+        return None  # a File opened from bytes: no path to read the attributes from
+    return _h5py_root_attributes(os.fspath(path), os.fspath(path))
 
 
-def _h5py_root_attributes(path: str) -> dict[str, Any]:
+def _h5py_root_attributes(source: Any, label: str) -> dict[str, Any]:
     import h5py  # only for this fallback: the codec itself never needs h5py
 
     try:
-        with h5py.File(path, "r") as f:
+        with h5py.File(source, "r") as f:
             if SCHEMA_ATTRIBUTE not in f.attrs:
                 return {}
             return {SCHEMA_ATTRIBUTE: f.attrs[SCHEMA_ATTRIBUTE]}
     except (OSError, KeyError, TypeError, ValueError) as err:
-        raise FormatError(f"cannot read the root attributes of {path}: {err}") from None
+        raise FormatError(f"cannot read the root attributes of {label}: {err}") from None
 
 
 def check_loaded(
@@ -129,13 +132,16 @@ def check_loaded(
     name: str | None = None,
     validate: bool = True,
     schema: SchemaLike | None = None,
+    order: str = "julia",
 ) -> Schema | None:
     """The check ``load`` runs after reading: ``values`` (what was loaded from ``file``: all
     top-level names as a dict, or the value of ``name``) against ``schema`` when given, else
     against the file's embedded schema when ``validate`` is true and there is one.
 
-    Returns the schema used (``None`` when nothing was checked). Raises
-    :class:`treexchange.MismatchError` listing every violation.
+    With ``order="storage"`` the loaded arrays have reversed shapes, so the file itself (a path or
+    an opened file) is checked instead, lazily. Call it before any conversion of the values (such as
+    ``like=`` restoring into a PyTree). Returns the schema used (``None`` when nothing was
+    checked). Raises :class:`treexchange.MismatchError` listing every violation.
 
     Example:
         >>> import numpy as np
@@ -155,7 +161,8 @@ def check_loaded(
         doc = None
     if doc is None:
         return None
-    found = validate_tree(values, doc, name=name)
+    target = file if order != "julia" and file is not None else values
+    found = validate_tree(target, doc, name=name)
     if found:
         raise MismatchError(found, header=f"{len(found)} schema violation(s)")
     return doc

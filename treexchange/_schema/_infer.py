@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from .._errors import LimitError
 from ._model import (
@@ -28,11 +28,49 @@ from ._model import (
     VectorNode,
 )
 from ._scalars import to_json_value
-from ._sources import FileSource, Source, is_file_like, roots_of
+from ._sources import Source, file_roots, is_file_like, no_gc, opened, roots_of, with_bridge
 
-# Node classes are built with ``model_construct`` (no re-validation): every value put in them here
-# is already of the right type, and validating 20,000 leaves one by one would dominate the time.
 _VECTOR_OF_ANY = "Array{Any, 1}"
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _make(cls: type[_M], **values: Any) -> _M:
+    """An instance of a schema model without validation, like ``cls.model_construct`` but quicker.
+
+    Every value given here is already of the declared type (it was just computed from the tree),
+    and constructing 20,000 leaves through validation, or through ``model_construct``'s generic
+    per-field loop, would dominate the time of inferring a large file. Fields not given take
+    their defaults, which in these models are ``None``, the literal ``kind`` or ``[]``.
+    """
+    obj = cls.__new__(cls)
+    data = dict(_DEFAULTS[cls])
+    data.update(values)
+    object.__setattr__(obj, "__dict__", data)
+    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
+    object.__setattr__(obj, "__pydantic_extra__", None)
+    object.__setattr__(obj, "__pydantic_private__", None)
+    return obj
+
+
+_DEFAULTS: dict[type[BaseModel], dict[str, Any]] = {
+    cls: {name: field.get_default(call_default_factory=True) for name, field in cls.model_fields.items()}
+    for cls in (
+        ArrayNode,
+        BoolNode,
+        DictNode,
+        GroupNode,
+        NamedField,
+        NamedTupleNode,
+        NumberNode,
+        SingletonNode,
+        StringNode,
+        StructNode,
+        SymbolNode,
+        TupleNode,
+        VectorNode,
+        Schema,
+    )
+}
 
 
 def infer_schema(
@@ -63,16 +101,19 @@ def infer_schema(
         [('weight', 'array float32 (5, 16)'), ('bias', 'array float32 (5,)'), ('σ', '()')]
     """
     options = _Options(checksums=checksums, values=values)
-    if is_file_like(x):
-        with _opened(x) as file:
-            roots = _file_roots(file, name)
-            producer = _file_producer(file, x)
-            result = {key: options.node(src, 1) for key, src in roots}
-    else:
-        roots = roots_of(x, name=name)
-        producer = Producer(version=_version(), source="values")
-        result = {key: options.node(src, 1) for key, src in roots}
-    return Schema(producer=producer, description=description, roots=result)
+    with no_gc():
+        if is_file_like(x):
+            with opened(x) as file:
+                roots = file_roots(file, name)
+                producer = _file_producer(file, x)
+                result = {key: options.node(src, 1) for key, src in roots}
+        else:
+            roots = roots_of(x, name=name)
+            producer = Producer(version=_version(), source="values")
+            result = with_bridge(roots, lambda rs: {key: options.node(src, 1) for key, src in rs})
+    # Built without validation: every node is well-formed by construction, and no deeper than
+    # MAX_TREE_DEPTH (checked while walking).
+    return _make(Schema, producer=producer, description=description, roots=result)
 
 
 def infer_node(source: Source, *, checksums: bool = False, values: bool = False) -> Node:
@@ -97,40 +138,40 @@ class _Options:
         kind = src.kind
         if kind == "array":
             sha = src.sha256() if self.checksums else None
-            return ArrayNode.model_construct(dtype=src.dtype(), shape=list(src.shape() or ()), sha256=sha)
+            return _make(ArrayNode, dtype=src.dtype(), shape=list(src.shape() or ()), sha256=sha)
         if kind == "namedtuple" or kind == "struct":
             fields = []
             for seg, child in src.children():
-                fields.append(NamedField.model_construct(name=str(seg), node=self.node(child, depth + 1)))
+                fields.append(_make(NamedField, name=str(seg), node=self.node(child, depth + 1)))
             if kind == "struct":
-                return StructNode.model_construct(type=src.type_text() or "Any", fields=fields)
-            return NamedTupleNode.model_construct(fields=fields)
+                return _make(StructNode, type=src.type_text() or "Any", fields=fields)
+            return _make(NamedTupleNode, fields=fields)
         if kind == "tuple" or kind == "vector":
             items = []
             for _, child in src.children():
                 items.append(self.node(child, depth + 1))
             if kind == "tuple":
-                return TupleNode.model_construct(items=items)
+                return _make(TupleNode, items=items)
             vtype = src.type_text()
-            return VectorNode.model_construct(items=items, type=None if vtype == _VECTOR_OF_ANY else vtype)
+            return _make(VectorNode, items=items, type=None if vtype == _VECTOR_OF_ANY else vtype)
         if kind == "dict" or kind == "group":
             entries: dict[str, Node] = {}
             for seg, child in src.children():
                 entries[str(seg)] = self.node(child, depth + 1)
             if kind == "group":
-                return GroupNode.model_construct(entries=entries)
-            return DictNode.model_construct(type=src.type_text(), entries=entries)
+                return _make(GroupNode, entries=entries)
+            return _make(DictNode, type=src.type_text(), entries=entries)
         if kind == "singleton":
-            return SingletonNode.model_construct(type=src.type_text() or "Tuple{}")
+            return _make(SingletonNode, type=src.type_text() or "Tuple{}")
         if kind == "number":
             enum = [to_json_value(src.scalar())] if self.values else None
-            return NumberNode.model_construct(dtype=src.dtype(), type=src.type_text(), enum=enum)
+            return _make(NumberNode, dtype=src.dtype(), type=src.type_text(), enum=enum)
         if kind == "bool":
-            return BoolNode.model_construct(enum=[bool(src.scalar())] if self.values else None)
+            return _make(BoolNode, enum=[bool(src.scalar())] if self.values else None)
         if kind == "string":
-            return StringNode.model_construct(enum=[str(src.scalar())] if self.values else None)
+            return _make(StringNode, enum=[str(src.scalar())] if self.values else None)
         if kind == "symbol":
-            return SymbolNode.model_construct(enum=[str(src.scalar())] if self.values else None)
+            return _make(SymbolNode, enum=[str(src.scalar())] if self.values else None)
         raise LimitError(f"unknown node kind {kind!r}", path=src.path)  # pragma: no cover
 
 
@@ -138,30 +179,6 @@ def _version() -> str:
     from .. import __version__
 
     return __version__
-
-
-@contextmanager
-def _opened(x: Any) -> Iterator[Any]:
-    """An opened file for a path (closed afterwards), or ``x`` itself when it is already open."""
-    if isinstance(x, (str, os.PathLike)):
-        from .._file import File  # the reader; imported late (it is a sibling layer)
-
-        with File(x) as file:
-            yield file
-    else:
-        yield x
-
-
-def _file_roots(file: Any, name: str | None) -> list[tuple[str, Source]]:
-    if name is None:
-        return [(str(key), FileSource(file[key], (str(key),))) for key in file]
-    parts = name.strip("/").split("/")
-    src: Source = FileSource(file[name], tuple(parts))
-    from ._sources import GroupSource
-
-    for i in range(len(parts) - 1, 0, -1):
-        src = GroupSource([(parts[i], src)], tuple(parts[:i]))
-    return [(parts[0], src)]
 
 
 def _file_producer(file: Any, x: Any) -> Producer:

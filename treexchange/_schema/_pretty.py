@@ -58,7 +58,7 @@ def _short(data: Any, budget: int) -> str | None:
     if budget <= 0:
         return None
     if isinstance(data, dict):
-        parts = []
+        parts: list[str] = []
         used = 2
         for key, value in data.items():
             key_text = _compact(key)
@@ -70,16 +70,16 @@ def _short(data: Any, budget: int) -> str | None:
             parts.append(f"{key_text}: {text}")
         return "{" + ", ".join(parts) + "}" if used <= budget else None
     if isinstance(data, list):
-        parts = []
+        items: list[str] = []
         used = 2
         for value in data:
-            used += 2 if parts else 0
+            used += 2 if items else 0
             text = _short(value, budget - used)
             if text is None:
                 return None
             used += len(text)
-            parts.append(text)
-        return "[" + ", ".join(parts) + "]" if used <= budget else None
+            items.append(text)
+        return "[" + ", ".join(items) + "]" if used <= budget else None
     text = _compact(data)
     return text if len(text) <= budget else None
 

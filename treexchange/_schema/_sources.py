@@ -12,18 +12,19 @@ their path segments) for containers, its scalar value, and an array's sha256.
 
 from __future__ import annotations
 
+import gc
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
-from .._errors import ConversionError, LimitError, TreePath
+from .._errors import ConversionError, TreePath
 from .._juliatype import JuliaType
 from .._typeof import julia_type_of, kind_of, numpy_dtype
-from .._values import Int128, JuliaArray, JuliaBits, JuliaStruct, NamedTuple, UInt128
+from .._values import Int128, JuliaArray, JuliaBits, JuliaStruct, NamedTuple, Singleton, Symbol, UInt128
 from ._checksum import array_sha256
-from ._model import MAX_TREE_DEPTH
 
 DEFAULT_ROOT = "model_state"
 """Top-level name given to a single value (not a mapping of names), as Flux's docs save it."""
@@ -81,7 +82,22 @@ def _dtype_name(value: Any) -> str | None:
     if isinstance(value, complex):
         return "complex128"
     dtype = getattr(value, "dtype", None)
-    return None if dtype is None else np.dtype(dtype).name
+    if dtype is None:
+        return None
+    try:
+        return _DTYPE_NAMES[dtype]
+    except (KeyError, TypeError):
+        name: str = np.dtype(dtype).name
+        return name
+
+
+_DTYPE_NAMES: dict[Any, str] = {
+    np.dtype(t): np.dtype(t).name
+    for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
+}
+_DTYPE_NAMES.update(
+    {np.dtype(t): np.dtype(t).name for t in (np.float16, np.float32, np.float64, np.complex64, np.complex128)}
+)
 
 
 def dict_key_segment(key: Any) -> str:
@@ -100,12 +116,67 @@ def dict_key_segment(key: Any) -> str:
     return str(key)
 
 
+# Exact types of the common nodes -> kind: one dict lookup instead of an isinstance chain (a
+# 20,000-leaf tree has 40,000 nodes). Anything else (subclasses, rarer types) asks kind_of.
+_KIND_BY_TYPE: dict[type, str] = {
+    NamedTuple: "namedtuple",
+    list: "vector",
+    dict: "dict",
+    JuliaStruct: "struct",
+    JuliaArray: "vector",
+    np.ndarray: "array",
+    bool: "bool",
+    np.bool_: "bool",
+    str: "string",
+    Symbol: "symbol",
+    type(None): "singleton",
+    Singleton: "singleton",
+    JuliaType: "singleton",  # a DataType held as a value: inspect shows it as a singleton
+    int: "number",
+    float: "number",
+    complex: "number",
+    **{t: "number" for t in (np.float16, np.float32, np.float64, np.complex64, np.complex128)},
+    **{t: "number" for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32)},
+    np.uint64: "number",
+}
+
+_SINGLETON_TEXT: dict[Any, str] = {}  # cache: singleton value's Julia type text
+
+
 def value_kind(value: Any, path: TreePath) -> str:
-    """The inspect kind of a value; a Julia type held as a value (a ``DataType``, which the reader
-    returns as a :class:`JuliaType`) is a singleton, as ``inspect`` shows it."""
+    """The inspect kind of a value-model value (a ``JuliaType`` held as a value is a singleton).
+
+    Example:
+        >>> value_kind((), ()), value_kind((1,), ()), value_kind(np.float32(1), ())
+        ('singleton', 'tuple', 'number')
+    """
+    kind = _KIND_BY_TYPE.get(type(value))
+    if kind is not None:
+        return kind
+    if type(value) is tuple:
+        return "tuple" if value else "singleton"
     if isinstance(value, JuliaType):
         return "singleton"
     return kind_of(value, path=path)
+
+
+def _singleton_text(value: Any) -> str:
+    if value is None:
+        return "Nothing"
+    if isinstance(value, JuliaType):
+        return "DataType"
+    key = value.type if isinstance(value, Singleton) else value
+    try:
+        return _SINGLETON_TEXT[key]
+    except (KeyError, TypeError):
+        pass
+    text = str(julia_type_of(value))
+    try:
+        if len(_SINGLETON_TEXT) < 4096:
+            _SINGLETON_TEXT[key] = text
+    except TypeError:
+        pass
+    return text
 
 
 class ValueSource(Source):
@@ -113,19 +184,17 @@ class ValueSource(Source):
 
     __slots__ = ("kind", "value")
 
-    def __init__(self, value: Any, path: TreePath) -> None:
+    def __init__(self, value: Any, path: TreePath, kind: str | None = None) -> None:
         self.value = value
         self.path = path
-        self.kind = value_kind(value, path)
+        self.kind = kind or value_kind(value, path)
 
     def type_text(self) -> str | None:
         v = self.value
-        if isinstance(v, JuliaType):
-            return "DataType"
+        if self.kind == "singleton":
+            return _singleton_text(v)
         if isinstance(v, (JuliaStruct, JuliaBits)):
             return str(v.type)
-        if self.kind == "singleton":
-            return str(julia_type_of(v))
         if isinstance(v, JuliaArray):
             return str(julia_type_of(v))
         return None
@@ -178,6 +247,26 @@ class GroupSource(Source):
 
 
 _WIDE_INTS = {"Core.Int128": "int128", "Core.UInt128": "uint128"}
+_NUMBER_DTYPES: dict[JuliaType, str | None] = {}  # Julia number type -> numpy dtype name
+
+
+_TYPE_TEXT: dict[Any, str] = {}
+
+
+def type_text(t: Any) -> str:
+    """``str(t)`` of a Julia type, cached: a file repeats a few types (``Tuple{}``, a layer's
+    struct type) thousands of times and printing one walks its whole parameter tree."""
+    try:
+        return _TYPE_TEXT[t]
+    except (KeyError, TypeError):
+        pass
+    text = str(t)
+    if len(_TYPE_TEXT) < 4096:
+        try:
+            _TYPE_TEXT[t] = text
+        except TypeError:
+            pass
+    return text
 
 
 class FileSource(Source):
@@ -208,11 +297,11 @@ class FileSource(Source):
         t = self._julia_type()
         if t is None:
             return None
-        if self.kind == "vector" and str(t) == "Array{Any, 1}":
+        if self.kind == "vector" and type_text(t) == "Array{Any, 1}":
             return None  # a plain list on the Python side: nothing more to say
         if self.kind == "number" and self.dtype() is not None:
             return None
-        return str(t)
+        return type_text(t)
 
     def dtype(self) -> str | None:
         dtype = getattr(self.node, "dtype", None)
@@ -223,10 +312,18 @@ class FileSource(Source):
         t = self._julia_type()
         if not isinstance(t, JuliaType):
             return None
+        try:
+            return _NUMBER_DTYPES[t]
+        except KeyError:
+            pass
         if t.name in _WIDE_INTS:
-            return _WIDE_INTS[t.name]
-        dt = numpy_dtype(t)
-        return None if dt is None else dt.name
+            name: str | None = _WIDE_INTS[t.name]
+        else:
+            dt = numpy_dtype(t)
+            name = None if dt is None else dt.name
+        if len(_NUMBER_DTYPES) < 4096:  # a handful of number types occur; bound it anyway
+            _NUMBER_DTYPES[t] = name
+        return name
 
     def shape(self) -> tuple[int, ...] | None:
         shape = getattr(self.node, "shape", None)
@@ -260,19 +357,63 @@ def is_file_like(x: Any) -> bool:
     return isinstance(x, Group) and not x.path  # an opened File (its root group)
 
 
+@contextmanager
+def opened(x: Any) -> Iterator[Any]:
+    """An opened file for a path (closed afterwards), or ``x`` itself when it is already open."""
+    if isinstance(x, (str, os.PathLike)):
+        from .._file import File  # the reader; imported late (it is a sibling layer)
+
+        with File(x) as file:
+            yield file
+    else:
+        yield x
+
+
+def file_roots(file: Any, name: str | None) -> list[tuple[str, Source]]:
+    if name is None:
+        return [(str(key), FileSource(file[key], (str(key),))) for key in file]
+    parts = name.strip("/").split("/")
+    src: Source = FileSource(file[name], tuple(parts))
+    for i in range(len(parts) - 1, 0, -1):
+        src = GroupSource([(parts[i], src)], tuple(parts[:i]))
+    return [(parts[0], src)]
+
+
+@contextmanager
+def no_gc() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a tree is walked.
+
+    Walking a 20,000-leaf tree creates some 100,000 small objects that all stay alive; every
+    few hundred the collector would traverse the whole (growing) heap again, for nothing.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 def roots_of(x: Any, *, name: str | None = None) -> list[tuple[str, Source]]:
     """The top-level (name, source) pairs of a value tree or PyTree.
 
     A plain ``dict`` with ``str`` keys is a mapping of top-level names (what ``load(path)``
     returns); anything else is a single value, named ``name`` (default ``"model_state"``).
-    With ``name`` given and ``x`` such a mapping, only that name is used (``"a/b"`` reaches into
-    nested groups).
+    With ``name`` given (``"a/b"`` reaches into nested groups), a mapping in which ``name`` is
+    found stands for all names and only ``name`` is used; otherwise ``x`` is the value of ``name``
+    (what ``load(path, name)`` returns).
     """
-    if isinstance(x, dict) and all(isinstance(k, str) for k in x) and type(x) is dict:
-        if name is not None:
+    if type(x) is dict and all(isinstance(k, str) for k in x):
+        if name is None:
+            return [(k, _top_level(v, (k,))) for k, v in x.items()]
+        try:
             value = _lookup(x, name)
-            return [(name.split("/")[0], _wrap_named(name, value))]
-        return [(k, _top_level(v, (k,))) for k, v in x.items()]
+        except KeyError:
+            # Not the mapping of all names: the value of ``name`` itself, as
+            # ``load(path, name)`` returns it (a group comes back as a dict).
+            value = x
+        return [(name.split("/")[0], _wrap_named(name, value))]
     root = name or DEFAULT_ROOT
     return [(root.split("/")[0], _wrap_named(root, x))]
 
@@ -296,35 +437,50 @@ def _wrap_named(name: str, value: Any) -> Source:
 
 
 def _top_level(value: Any, path: TreePath) -> Source:
-    return ValueSource(to_values(value, path=path), path)
+    return (
+        ValueSource(value, path) if is_value_tree(value, path) else ValueSource(to_values(value, path), path)
+    )
 
 
-def to_values(x: Any, *, path: TreePath = ()) -> Any:
-    """``x`` itself when it is a value-model tree, else its conversion by the JAX bridge.
+def is_value_tree(x: Any, path: TreePath = ()) -> bool:
+    """Whether ``x``'s root has a value-model kind (deeper nodes are checked as they are walked:
+    :func:`with_bridge` retries through the JAX bridge when one of them has none)."""
+    try:
+        value_kind(x, path)
+    except ConversionError:
+        return False
+    return True
 
-    Raises ConversionError (with the path) when ``x`` holds something that is neither.
+
+def to_values(x: Any, path: TreePath = ()) -> Any:
+    """``x`` converted by the JAX bridge (PyTree -> value tree); ConversionError if impossible."""
+    convert = _bridge_converter()
+    if convert is None:
+        raise ConversionError(f"{type(x).__name__} is not a Julia value", path=path)
+    return convert(x, path=path)
+
+
+def with_bridge(roots: list[tuple[str, Source]], work: Any) -> Any:
+    """``work(roots)``; when a value deep inside has no value-model kind (a PyTree holding an
+    Equinox module, a dataclass ...), convert those roots through the JAX bridge and run again.
+
+    The common case (a value tree, or a PyTree of dicts, tuples and arrays) costs one walk.
     """
     try:
-        _check_values(x, path, 0)
-        return x
+        return work(roots)
     except ConversionError:
-        convert = _bridge_converter()
-        if convert is None:
+        if _bridge_converter() is None:
             raise
-        return convert(x, path=path)
+        converted = [(name, _converted(src)) for name, src in roots]
+        return work(converted)
 
 
-def _check_values(x: Any, path: TreePath, depth: int) -> None:
-    # A cheap pre-order walk: does every node have a value-model kind?
-    if depth > MAX_TREE_DEPTH:
-        # Not a ConversionError: the bridge must not be tried on it (it would only go deeper).
-        raise LimitError(
-            f"tree deeper than {MAX_TREE_DEPTH} levels, the most a schema document describes", path=path
-        )
-    kind = value_kind(x, path)
-    if kind in ("namedtuple", "struct", "dict", "tuple", "vector"):
-        for seg, child in ValueSource(x, path).children():
-            _check_values(child.value, (*path, seg), depth + 1)  # type: ignore[attr-defined]
+def _converted(src: Source) -> Source:
+    if isinstance(src, ValueSource):
+        return ValueSource(to_values(src.value, src.path), src.path)
+    if isinstance(src, GroupSource):
+        return GroupSource([(seg, _converted(child)) for seg, child in src.entries], src.path)
+    return src
 
 
 def _bridge_converter() -> Any:

@@ -26,7 +26,17 @@ from ._model import (
     format_shape,
 )
 from ._scalars import format_value, number_compare, number_in, to_json_value
-from ._sources import DEFAULT_ROOT, FileSource, Source, is_file_like, roots_of
+from ._sources import (
+    DEFAULT_ROOT,
+    FileSource,
+    Source,
+    file_roots,
+    is_file_like,
+    no_gc,
+    opened,
+    roots_of,
+    with_bridge,
+)
 from ._versions import SchemaLike, load_schema
 
 _MAPPING_KINDS = frozenset({"group", "dict"})
@@ -67,13 +77,12 @@ def validate(
     """
     doc = load_schema(schema)
     checker = _Checker(checksums=checksums)
-    if is_file_like(x):
-        from ._infer import _opened
-
-        with _opened(x) as file:
-            checker.check_file(file, doc, name)
-    else:
-        checker.check_values(x, doc, name)
+    with no_gc():
+        if is_file_like(x):
+            with opened(x) as file:
+                checker.check_file(file, doc, name)
+        else:
+            checker.check_values(x, doc, name)
     return checker.found
 
 
@@ -110,8 +119,12 @@ class _Checker:
         if name is None and not (type(x) is dict and all(isinstance(k, str) for k in x)):
             # A single value: the schema's only root, else "model_state".
             name = next(iter(doc.roots)) if len(doc.roots) == 1 else DEFAULT_ROOT
-        roots = roots_of(x, name=name)
-        self._check_roots(doc, roots, name)
+
+        def work(roots: list[tuple[str, Source]]) -> None:
+            self.found, self.bindings = [], {}
+            self._check_roots(doc, roots, name)
+
+        with_bridge(roots_of(x, name=name), work)
 
     def check_file(self, file: Any, doc: Schema, name: str | None) -> None:
         roots: list[tuple[str, Source]] = []
@@ -119,10 +132,8 @@ class _Checker:
             for key in file:
                 roots.append((str(key), FileSource(file[key], (str(key),))))
         else:
-            from ._infer import _file_roots
-
             try:
-                roots = _file_roots(file, name)
+                roots = file_roots(file, name)
             except KeyError:
                 roots = []
         self._check_roots(doc, roots, name)
@@ -300,14 +311,16 @@ class _Checker:
 
     def _dims(self, expected: list[Any], actual: tuple[int, ...], a: Source, *, what: str) -> bool:
         """Compare dimensions; bind symbolic names (only from otherwise matching shapes)."""
-        if what == "shape":
-            message = f"{format_shape(list(actual))} found, schema expects {format_shape(expected)}"
-        else:
-            message = f"length {actual[0]} found, schema expects {expected[0]}"
+
+        def message() -> str:
+            if what == "shape":
+                return f"{format_shape(list(actual))} found, schema expects {format_shape(expected)}"
+            return f"length {actual[0]} found, schema expects {expected[0]}"
+
         if len(expected) != len(actual) or any(
             isinstance(want, int) and want != got for want, got in zip(expected, actual)
         ):
-            self.add("shape", a.path, message)
+            self.add("shape", a.path, message())
             return False
         new: dict[str, tuple[int, TreePath]] = {}
         for want, got in zip(expected, actual):
@@ -315,7 +328,7 @@ class _Checker:
                 bound = self.bindings.get(want) or new.get(want)
                 if bound is not None and bound[0] != got:
                     where = format_path(bound[1])
-                    self.add("shape", a.path, f"{message} with {want} = {bound[0]} (bound at {where})")
+                    self.add("shape", a.path, f"{message()} with {want} = {bound[0]} (bound at {where})")
                     return False
                 new.setdefault(want, (got, a.path))
         for key, value in new.items():

@@ -1,0 +1,111 @@
+"""Schema benchmarks (figures for docs/performance.md, "Schema").
+
+A Flux-like state with many array leaves (default 20,000: 10,000 layers of ``(weight, bias, σ=())``,
+the same file as bench_read.py's lazy-access case) is written with ``treexchange.save``; then:
+
+* ``infer_schema(path)``: open lazily and describe every node, reading no array data (the target:
+  under 1 s for 20,000 leaves);
+* the same with ``checksums=True`` (reads and hashes every array);
+* ``validate(path, schema)`` without and with checksums in the schema;
+* inferring from / validating the value tree ``treexchange.load`` returns;
+* writing the document as JSON and reading it back (``load_schema``);
+* for reference, the reader alone: a lazy walk of every node (what any inference must at least do).
+
+Each figure is the best of ``--repeat`` runs (default 3), in this process, with a warm page cache.
+
+Usage: ``python benchmarks/bench_schema.py [--leaves 20000] [--repeat 3] [--dir D]``
+(``--leaves 2000`` for a quick smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def make_leaves(path: Path, n_leaves: int) -> None:
+    import treexchange as tx
+
+    rng = np.random.default_rng(0)
+    layers = tuple(
+        tx.NamedTuple(
+            weight=rng.standard_normal((8, 8)).astype(np.float32), bias=np.zeros(8, np.float32), σ=()
+        )
+        for _ in range(n_leaves // 2)
+    )
+    tx.save(path, model_state=tx.NamedTuple(layers=layers))
+
+
+def best_of(repeat: int, f: Callable[[], Any]) -> tuple[float, Any]:
+    best = float("inf")
+    result = None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = f()
+        best = min(best, time.perf_counter() - t0)
+    return best, result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--leaves", type=int, default=20_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dir", default=None)
+    args = ap.parse_args()
+
+    import treexchange as tx
+    from treexchange._file import File, load
+    from treexchange._inspect import walk_nodes
+
+    workdir = Path(args.dir or tempfile.mkdtemp(prefix="txbench-schema-"))
+    path = workdir / "leaves.jld2"
+    make_leaves(path, args.leaves)
+    path.read_bytes()  # warm the page cache
+    r = args.repeat
+
+    def walk() -> int:
+        with File(path) as f:
+            return sum(1 for _ in walk_nodes(f))
+
+    rows: list[tuple[str, float]] = []
+    t, n_nodes = best_of(r, walk)
+    rows.append(("reader alone: lazy walk of every node", t))
+    t, doc = best_of(r, lambda: tx.infer_schema(path))
+    rows.append(("**infer_schema(file)** (no array data read)", t))
+    t, doc_cs = best_of(r, lambda: tx.infer_schema(path, checksums=True))
+    rows.append(("infer_schema(file, checksums=True)", t))
+    t, found = best_of(r, lambda: tx.validate(path, doc))
+    assert found == []
+    rows.append(("validate(file, schema)", t))
+    t, found = best_of(r, lambda: tx.validate(path, doc_cs))
+    assert found == []
+    rows.append(("validate(file, schema with sha256)", t))
+    values = load(path)
+    t, doc_v = best_of(r, lambda: tx.infer_schema(values))
+    assert not tx.diff(doc, doc_v)
+    rows.append(("infer_schema(values from load)", t))
+    t, found = best_of(r, lambda: tx.validate(values, doc))
+    assert found == []
+    rows.append(("validate(values, schema)", t))
+    t, text = best_of(r, doc.to_json)
+    rows.append((f"Schema.to_json() ({len(text) / 2**20:.1f} MiB)", t))
+    t, _ = best_of(r, lambda: tx.load_schema(text))
+    rows.append(("load_schema(JSON text)", t))
+
+    size = path.stat().st_size / 2**20
+    print(f"## Schema: Flux-like state, {args.leaves} array leaves ({n_nodes} nodes), file {size:.1f} MiB\n")
+    print(f"Best of {r}, warm page cache.\n")
+    print("| operation | time (s) |")
+    print("|---|---|")
+    for label, seconds in rows:
+        print(f"| {label} | {seconds:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
