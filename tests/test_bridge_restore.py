@@ -10,8 +10,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from treexchange import Mismatch, MismatchError, NamedTuple, Singleton, flux_state, restore, to_julia
 
@@ -325,7 +324,7 @@ def _same(a: object, b: object) -> bool:
 
 
 def test_large_restores_fill_every_leaf_in_the_right_place() -> None:
-    # > 32 MiB of arrays: the leaves are materialised on a thread pool; each must land where it belongs
+    # many large leaves, materialised after the checking pass: each must land where it belongs
     n = 6
     state = NamedTuple(layers=tuple(dense(1024, 1024 + i, start=i) for i in range(n)))
     like = [{"weight": jax.ShapeDtypeStruct((1024, 1024 + i), jnp.float32), "bias": np.zeros(1024, F32)}

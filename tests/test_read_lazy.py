@@ -150,3 +150,37 @@ def test_repr_and_load_order_validation() -> None:
     assert isinstance(tx.load(path, "b", order="storage"), np.ndarray)
     state = tx.load(require_fixture("flux-state/reinforce-circuits_mymodel.jld2"), "model_state")
     assert isinstance(state, NamedTuple)
+
+
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "flux-state/silver-bullet_lenet.jld2",
+        "flux-model/urop_params_m_3LS.jld2",
+        "flux-model/vqvae_autoencoder7x7x16.jld2",
+        "misc/seriesforecast_data.jld2",
+        "misc/smlmvis_test.jld2",
+        "misc/gmg_test.jld2",
+        "misc/ternarydiagrams_data.jld2",
+        "legacy/dsge_test.jld2",
+        "lux/eikonet_model.jld2",
+        "jld2testfiles/struct_reconstruction.jld2",
+    ],
+)
+def test_node_kinds_agree_with_loaded_values(rel: str) -> None:
+    """Every node's kind is the kind of the value it reads as, and its children are the value's."""
+    from treexchange._inspect import walk_nodes
+    from treexchange._typeof import kind_of
+
+    with tx.open(require_fixture(rel)) as f:
+        for node, _ in walk_nodes(f):
+            if node.kind == "group":
+                continue
+            value = node.read()
+            assert node.kind == kind_of(value), node.path
+            if node.kind in ("namedtuple", "struct", "dict"):
+                fields = value.fields if isinstance(value, tx.JuliaStruct) else value
+                assert [k for k in node.keys()] == list(fields), node.path
+            elif node.kind in ("tuple", "vector"):
+                n = len(value.tolist()) if isinstance(value, tx.JuliaArray) else len(value)
+                assert len(node) == n, node.path  # N-d vectors: every element, linear order

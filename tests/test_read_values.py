@@ -470,3 +470,23 @@ def test_jld_v1_and_plain_hdf5(tmp_path: Path) -> None:
         assert node.kind == "array" and node.shape == (3, 2) and np.array_equal(node[1, :], [1, 4])
     with pytest.raises(WrongFormatError, match="not an HDF5 file"):
         tx.load(b"definitely not hdf5" * 40)
+
+
+def test_root_attributes() -> None:
+    bio = io.BytesIO()
+    with h5py.File(bio, "w", userblock_size=512) as f:
+        f["x"] = 1.5
+        f.attrs["schema"] = '{"version": 1}'
+        f.attrs["grid"] = np.arange(6, dtype=np.int32).reshape(2, 3)
+        f.attrs["one"] = np.float32(2.5)
+    raw = bytearray(bio.getvalue())
+    header = b"HDF5-based Julia Data Format, version 0.2.0\x00 (test)\x00"
+    raw[: len(header)] = header
+    with tx.open(bytes(raw)) as f:
+        attrs = f.attrs
+        assert attrs["schema"] == '{"version": 1}'
+        assert attrs["grid"].shape == (3, 2) and attrs["grid"][2, 1] == 5  # Julia order
+        assert type(attrs["one"]) is np.float32 and attrs["one"] == 2.5
+        assert f["x"].read() == 1.5
+    with tx.open(_build(Builder())) as f:
+        assert f.attrs == {}

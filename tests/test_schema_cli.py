@@ -192,3 +192,15 @@ def test_embedded_schema_attribute_is_plain_json(tmp_path: Path) -> None:
     text = raw.decode() if isinstance(raw, bytes) else str(raw)
     assert json.loads(text)["roots"]["x"] == {"kind": "array", "dtype": "float32", "shape": [3]}
     assert list(load(path)) == ["x"]  # the attribute is not a value of the file
+
+
+def test_unknown_names_are_errors_not_tracebacks(tmp_path: Path, capsys: Any) -> None:
+    src = require_fixture("flux-state/reinforce-circuits_mymodel.jld2")
+    schema = tmp_path / "s.json"
+    schema.write_text(tx.infer_schema(src).to_json(), encoding="utf-8")
+    code, _, err = _run(capsys, "schema", str(src), "--name", "nope")
+    assert code == 2 and "no entry named 'nope'" in err
+    code, _, err = _run(capsys, "validate", str(src), str(schema), "--name", "nope")
+    assert code == 2 and "no top-level name 'nope'" in err and "model_state" in err
+    code, out, _ = _run(capsys, "validate", str(src), str(schema), "--name", "model_state")
+    assert code == 0

@@ -67,6 +67,16 @@ class File(Group):
         self.closed = False
 
     @property
+    def attrs(self) -> dict[str, Any]:
+        """The root group's HDF5 attributes, decoded (``{}`` for files JLD2 wrote).
+
+        treexchange's writer can store text here (e.g. an embedded schema); JLD2 ignores it.
+        """
+        if self.closed:
+            raise ValueError("I/O operation on a closed treexchange.File")
+        return _guard(lambda: self._reader.attributes(self._address))
+
+    @property
     def reader(self) -> Reader:
         """The low-level reader (internal API)."""
         return self._reader

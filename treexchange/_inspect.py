@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import LimitError, TreexchangeError
+from ._jld2._reader import gc_paused
 from ._values import Int128, JuliaBits, UInt128
 
 _HASH_BLOCK = 1 << 24
@@ -114,9 +115,29 @@ def _big_int_value(node: Any, value: Any) -> Any:
     return json_value(value)
 
 
-def node_record(node: Any) -> dict[str, Any]:
+class _TypeText:
+    """``str(julia_type)``, computed once per type object during one listing (the reader shares
+    type objects between nodes; a big type printed at thousands of nodes is printed once)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[int, tuple[Any, str]] = {}
+
+    def __call__(self, jt: Any) -> str:
+        hit = self._cache.get(id(jt))
+        if hit is not None and hit[0] is jt:
+            return hit[1]
+        text = str(jt)
+        self._cache[id(jt)] = (jt, text)  # keeps jt alive, so its id stays unique
+        return text
+
+
+def node_record(node: Any, type_text: Any = str) -> dict[str, Any]:
     """The JSON Lines object of one node (arrays are read to hash them)."""
-    rec: dict[str, Any] = {"path": list(node.path), "kind": node.kind, "julia_type": str(node.julia_type)}
+    rec: dict[str, Any] = {
+        "path": list(node.path),
+        "kind": node.kind,
+        "julia_type": type_text(node.julia_type),
+    }
     kind = node.kind
     if kind == "array":
         arr = np.asarray(node)
@@ -162,10 +183,12 @@ def walk_nodes(root: Any, budget: int | None = None) -> Iterator[tuple[Any, int]
 
 def iter_records(root: Any) -> Iterator[dict[str, Any]]:
     """JSON Lines records for every node under ``root`` (groups skipped), in pre-order."""
-    for node, _ in walk_nodes(root, node_budget(root)):
-        if node.kind == "group":
-            continue
-        yield node_record(node)
+    type_text = _TypeText()
+    with gc_paused():
+        for node, _ in walk_nodes(root, node_budget(root)):
+            if node.kind == "group":
+                continue
+            yield node_record(node, type_text)
 
 
 def json_lines(root: Any) -> Iterator[str]:
@@ -193,7 +216,13 @@ def text_lines(root: Any, *, type_width: int = 100) -> Iterator[str]:
     Each line: name, Julia type, and for arrays the Julia-order shape, dtype and byte size;
     for numbers, strings and symbols the value.
     """
+    with gc_paused():
+        yield from _text_lines(root, type_width)
+
+
+def _text_lines(root: Any, type_width: int) -> Iterator[str]:
     leaves = arrays = nbytes = 0
+    type_text = _TypeText()
     root_depth_offset = 0 if root.kind != "group" else 1
     for node, depth in walk_nodes(root, node_budget(root)):
         if node.kind == "group" and not node.path:
@@ -202,7 +231,7 @@ def text_lines(root: Any, *, type_width: int = 100) -> Iterator[str]:
         label = f"[{seg}]" if isinstance(seg, int) else str(seg)
         indent = "  " * max(depth - root_depth_offset, 0)
         kind = node.kind
-        jt = _clip(str(node.julia_type), type_width)
+        jt = _clip(type_text(node.julia_type), type_width)
         if kind == "group":
             yield f"{indent}{label}/  (group, {len(node)} entries)"
             continue

@@ -32,12 +32,14 @@ Decisions worth knowing (details in the modules):
 """
 
 from ._file import HDF5File as HDF5File
-from ._model import Attribute as Attribute
-from ._model import Dataspace as Dataspace
-from ._model import Filter as Filter
-from ._model import H5Class as H5Class
-from ._model import H5Type as H5Type
-from ._model import Layout as Layout
-from ._model import Member as Member
-from ._model import Message as Message
+from ._model import (
+    Attribute as Attribute,
+    Dataspace as Dataspace,
+    Filter as Filter,
+    H5Class as H5Class,
+    H5Type as H5Type,
+    Layout as Layout,
+    Member as Member,
+    Message as Message,
+)
 from ._objectheader import ObjectHeader as ObjectHeader

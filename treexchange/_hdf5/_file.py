@@ -14,8 +14,8 @@ from .._limits import DEFAULT_LIMITS, Limits
 from . import _messages as m
 from ._cursor import Cursor, format_errors
 from ._globalheap import GlobalHeapCollection
-from ._model import Attribute, H5Type, Message
-from ._objectheader import ObjectHeader, read_messages
+from ._model import Attribute, H5Type
+from ._objectheader import ObjectHeader, RawMessage, read_messages
 from ._superblock import read_superblock
 
 T = TypeVar("T")
@@ -84,6 +84,7 @@ class HDF5File:
         self.offset_size = sb.offset_size
         self.length_size = sb.length_size
         self._objects: dict[int, ObjectHeader] = {}
+        self._widths = self._cursor(0)  # buffer and field widths for read_messages
         self._types: dict[int, H5Type] = {}
         self._memos: dict[str, dict[bytes, Any]] = {}
         self._resolving: set[int] = set()
@@ -148,26 +149,26 @@ class HDF5File:
             raise LimitError(f"more than max_objects={self.limits.max_objects} object headers", offset=offset)
         with format_errors(offset):
             version, messages = read_messages(
-                self._cursor(0), offset, self.base, self.limits, verify_checksums=self.verify_checksums
+                self._widths, offset, self.base, self.limits, verify_checksums=self.verify_checksums
             )
         obj = ObjectHeader(self, address, offset, version, messages)
         self._objects[address] = obj
         return obj
 
-    def _memo(self, table: str, msg: Message, parse: Callable[[Message], T]) -> T:
+    def _memo(self, table: str, msg: RawMessage, parse: Callable[[RawMessage], T]) -> T:
         """Decode ``msg`` with ``parse`` once per distinct body: for messages whose meaning is
         their bytes alone (datatype, dataspace, filter pipeline), decoded values are immutable.
 
         Only small bodies are remembered, and at most ``_MEMO_ENTRIES`` per table, so a hostile
         file cannot make the memo hold more than a few MiB.
         """
-        body = msg.body
-        if len(body) > _MEMO_BODY_BYTES:
+        _, _, offset, size = msg
+        if size > _MEMO_BODY_BYTES:
             return parse(msg)
         memo = self._memos.get(table)
         if memo is None:
             memo = self._memos[table] = {}
-        key = bytes(body)
+        key = bytes(self.buffer[offset : offset + size])
         value = memo.get(key)
         if value is None:
             value = parse(msg)

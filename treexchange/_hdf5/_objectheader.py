@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
@@ -23,21 +23,26 @@ if TYPE_CHECKING:
     from ._file import HDF5File
 
 Kind = Literal["group", "dataset", "datatype", "other"]
+RawMessage = tuple[int, int, int, int]
+"""A message as :func:`read_messages` returns it; :class:`Message` names the same fields."""
 
 
-_V2_HEAD = struct.Struct("<BHB")  # type, body size, flags (+ u16 creation order if tracked)
-_V1_HEAD = struct.Struct("<HHB")  # type, body size, flags, then 3 reserved bytes
+_V2_HEAD = struct.Struct("<BHB")  # type, body size, flags
+_V2_HEAD_ORDER = struct.Struct("<BHBH")  # ... and creation order (object header flag bit 2)
+_V1_HEAD = struct.Struct("<HHB3x")  # type, body size, flags, 3 reserved bytes
 _V2_PREFIX = struct.Struct("<4sBB")  # "OHDR", version, flags
 _V1_PREFIX = struct.Struct("<BxHII")  # version, reserved, messages, reference count, size
 
 
 def read_messages(
     c: Cursor, offset: int, base: int, limits: Limits, *, verify_checksums: bool = False
-) -> tuple[int, list[Message]]:
-    """Decode the object header at absolute ``offset``: ``(version, messages)``.
+) -> tuple[int, list[RawMessage]]:
+    """Decode the object header at absolute ``offset``: ``(version, messages)``, each message
+    a plain ``(type, flags, body offset, body size)`` tuple (see :class:`Message`).
 
-    Continuation chunks are followed in the order their continuation messages appear (each chunk
-    once: a chunk seen twice is a cycle and raises FormatError). NIL messages are dropped.
+    ``c`` supplies the buffer and the field widths. Continuation chunks are followed in the order
+    their continuation messages appear (each chunk once: a chunk seen twice is a cycle and raises
+    FormatError). NIL messages are dropped.
 
     Example:
         >>> import h5py, io
@@ -47,46 +52,51 @@ def read_messages(
         ...     f.attrs["a"] = 1
         >>> h5 = HDF5File(bio.getvalue())
         >>> version, msgs = read_messages(h5._cursor(0), h5.absolute(h5.root_address), h5.base, h5.limits)
-        >>> version, [hex(msg.type) for msg in msgs if msg.type == 0x0C]
+        >>> version, [hex(msg[0]) for msg in msgs if msg[0] == 0x0C]
         (2, ['0xc'])
     """
     buf = c.buf
     n = len(buf)
     if offset < 0 or offset + 6 > n:
         raise FormatError(f"truncated: no room for an object header ({n} byte file)", offset=offset)
-    messages: list[Message] = []
-    seen: set[int] = {offset}
-    ctx = _Chunks(buf, c.offset_size, c.length_size, base, limits, messages)
+    messages: list[RawMessage] = []
+    widths = (c.offset_size, c.length_size, base, limits.max_header_messages)
     sig, v, flags = _V2_PREFIX.unpack_from(buf, offset)
     if sig == b"OHDR":
         if v != 2:
             raise FormatError(f"unknown OHDR version {v}", offset=offset + 4)
-        hc = c.at(offset + 6)
+        pos = offset + 6
         if flags & 0x20:
-            hc.skip(16)  # access, modification, change, birth times
+            pos += 16  # access, modification, change, birth times
         if flags & 0x10:
-            hc.skip(4)  # attribute phase change values
-        size = hc.uint(1 << (flags & 0x03))
-        start = hc.pos
-        hc.need(size + 4)
-        head = 6 if flags & 0x04 else 4
-        queue = ctx.v2_chunk(start, start + size, head)
+            pos += 4  # attribute phase change values
+        w = 1 << (flags & 0x03)
+        if pos + w > n:
+            raise FormatError(f"truncated: need {w} byte(s), {max(n - pos, 0)} left", offset=pos)
+        size = int.from_bytes(buf[pos : pos + w], "little")
+        start = pos + w
+        if start + size + 4 > n:  # the chunk and its checksum
+            raise FormatError(f"truncated: need {size + 4} byte(s), {n - start} left", offset=start)
+        head = _V2_HEAD_ORDER if flags & 0x04 else _V2_HEAD
+        queue = _chunk(buf, start, start + size, head, messages, widths)
         if verify_checksums:
             _check(buf, offset, start + size, "object header")
-        while queue:
-            addr, length = queue.pop(0)
-            _guard_chunk(addr, length, seen, n)
-            if length < 8:
-                raise FormatError("continuation chunk too short", offset=addr)
-            if bytes(buf[addr : addr + 4]) != b"OCHK":
+        if queue:
+            seen = {offset}
+            while queue:
+                addr, length = queue.pop(0)
+                _guard_chunk(addr, length, seen, n)
+                if length < 8:
+                    raise FormatError("continuation chunk too short", offset=addr)
                 got = bytes(buf[addr : addr + 4])
-                raise FormatError(
-                    f"bad object header continuation signature {got!r} (expected b'OCHK')", offset=addr
-                )
-            if verify_checksums:
-                _check(buf, addr, addr + length - 4, "object header continuation")
-            # depth first, so messages come out in the order the chunks are chained
-            queue[:0] = ctx.v2_chunk(addr + 4, addr + length - 4, head)
+                if got != b"OCHK":
+                    raise FormatError(
+                        f"bad object header continuation signature {got!r} (expected b'OCHK')", offset=addr
+                    )
+                if verify_checksums:
+                    _check(buf, addr, addr + length - 4, "object header continuation")
+                # depth first, so messages come out in the order the chunks are chained
+                queue[:0] = _chunk(buf, addr + 4, addr + length - 4, head, messages, widths)
         return 2, messages
     if buf[offset] != 1:
         raise FormatError(
@@ -98,11 +108,12 @@ def read_messages(
     start = offset + 16  # the 12-byte prefix is padded to 16 bytes
     if start + size > n:
         raise FormatError(f"truncated: need {size} byte(s), {n - start} left", offset=start)
-    queue = ctx.v1_chunk(start, start + size)
+    queue = _chunk(buf, start, start + size, _V1_HEAD, messages, widths)
+    seen = {offset}
     while queue:
         addr, length = queue.pop(0)
         _guard_chunk(addr, length, seen, n)
-        queue[:0] = ctx.v1_chunk(addr, addr + length)
+        queue[:0] = _chunk(buf, addr, addr + length, _V1_HEAD, messages, widths)
     return 1, messages
 
 
@@ -122,63 +133,42 @@ def _check(buf: memoryview, start: int, end: int, what: str) -> None:
         raise FormatError(f"{what} checksum mismatch", offset=end)
 
 
-class _Chunks:
-    """Decodes the message list of one header chunk after another into ``messages``.
+def _chunk(
+    buf: memoryview,
+    pos: int,
+    end: int,
+    head: struct.Struct,
+    messages: list[RawMessage],
+    widths: tuple[int, int, int, int],
+) -> list[tuple[int, int]]:
+    """Append the messages in ``buf[pos:end]`` to ``messages``; return the continuations found.
 
     Message headers are unpacked straight from the buffer with one ``struct`` call each, not
-    through a Cursor: this loop runs for every message of every object (the hot path of opening a
-    file of many arrays). Bounds are still checked for every message before its body is sliced.
+    through a Cursor: this loop runs for every message of every object (the hot path of opening
+    a file of many arrays). Every body is bounds-checked before it is sliced. ``widths``: size
+    of offsets, size of lengths, base address, ``max_header_messages``.
     """
-
-    __slots__ = ("base", "buf", "cap", "length_size", "messages", "offset_size")
-
-    def __init__(
-        self,
-        buf: memoryview,
-        offset_size: int,
-        length_size: int,
-        base: int,
-        limits: Limits,
-        messages: list[Message],
-    ) -> None:
-        self.buf = buf
-        self.offset_size = offset_size
-        self.length_size = length_size
-        self.base = base
-        self.cap = limits.max_header_messages
-        self.messages = messages
-
-    def v2_chunk(self, pos: int, end: int, head: int) -> list[tuple[int, int]]:
-        """Messages in ``buf[pos:end]`` (``head``: 4, or 6 with creation order); continuations."""
-        return self._chunk(pos, end, head, _V2_HEAD.unpack_from)
-
-    def v1_chunk(self, pos: int, end: int) -> list[tuple[int, int]]:
-        return self._chunk(pos, end, 8, _V1_HEAD.unpack_from)
-
-    def _chunk(
-        self, pos: int, end: int, head: int, unpack: Callable[[memoryview, int], tuple[int, int, int]]
-    ) -> list[tuple[int, int]]:
-        buf, messages, cap = self.buf, self.messages, self.cap
-        if end > len(buf):
-            raise FormatError("object header chunk runs past the end of the file", offset=pos)
-        pending: list[tuple[int, int]] = []
-        while end - pos >= head:  # fewer bytes left than a message header: a gap
-            mtype, size, mflags = unpack(buf, pos)
-            body_at = pos + head
-            pos = body_at + size
-            if pos > end:
-                raise FormatError(f"truncated: need {size} byte(s), {end - body_at} left", offset=body_at)
-            if mtype == m.NIL:
-                continue
-            if len(messages) >= cap:
-                raise LimitError(
-                    f"object header has more than max_header_messages={cap} messages", offset=body_at
-                )
-            if mtype == m.CONTINUATION:
-                bc = Cursor(buf, body_at, pos, offset_size=self.offset_size, length_size=self.length_size)
-                pending.append(m.parse_continuation(bc, self.base))
-            messages.append(Message(mtype, mflags, body_at, buf[body_at:pos]))
-        return pending
+    unpack = head.unpack_from
+    hsize = head.size
+    cap = widths[3]
+    pending: list[tuple[int, int]] = []
+    while end - pos >= hsize:  # fewer bytes left than a message header: a gap
+        mtype, size, mflags = unpack(buf, pos)[:3]
+        body_at = pos + hsize
+        pos = body_at + size
+        if pos > end:
+            raise FormatError(f"truncated: need {size} byte(s), {end - body_at} left", offset=body_at)
+        if mtype == m.NIL:
+            continue
+        if len(messages) >= cap:
+            raise LimitError(
+                f"object header has more than max_header_messages={cap} messages", offset=body_at
+            )
+        if mtype == m.CONTINUATION:
+            bc = Cursor(buf, body_at, pos, offset_size=widths[0], length_size=widths[1])
+            pending.append(m.parse_continuation(bc, widths[2]))
+        messages.append((mtype, mflags, body_at, size))
+    return pending
 
 
 T = TypeVar("T")
@@ -227,30 +217,45 @@ class ObjectHeader:
     """
 
     def __init__(
-        self, file: HDF5File, address: int, offset: int, version: int, messages: list[Message]
+        self, file: HDF5File, address: int, offset: int, version: int, messages: Sequence[RawMessage]
     ) -> None:
         self.file = file
         self.address = address
         self.offset = offset
         self.version = version
-        self.messages = messages
-        # first message of each type (reversed, so the first one wins): find() is a dict lookup
-        self._first = {msg.type: msg for msg in reversed(messages)}
+        # Kept as plain tuples of ints (Message objects are made on request): the garbage
+        # collector stops tracking exact tuples of atomic values, and a file of 20,000 arrays
+        # has 100,000 messages it would otherwise scan on every full collection.
+        self._raw: tuple[RawMessage, ...] = tuple(messages)
+        # first message of each type (reversed, so the first one wins): a dict lookup
+        self._first: dict[int, RawMessage] = {raw[0]: raw for raw in reversed(self._raw)}
 
     def __repr__(self) -> str:
-        return f"<ObjectHeader {self.kind} at {self.address} (v{self.version}, {len(self.messages)} msgs)>"
+        return f"<ObjectHeader {self.kind} at {self.address} (v{self.version}, {len(self._raw)} msgs)>"
 
     # --- raw access --------------------------------------------------------------------------
+    @property
+    def messages(self) -> tuple[Message, ...]:
+        """Every message in header order (continuation chunks followed; NIL messages dropped)."""
+        return tuple(Message._make(raw) for raw in self._raw)
+
     def find(self, mtype: int) -> Message | None:
         """The first message of type ``mtype``, or None."""
-        return self._first.get(mtype)
+        raw = self._first.get(mtype)
+        return None if raw is None else Message._make(raw)
 
     def find_all(self, mtype: int) -> list[Message]:
-        return [msg for msg in self.messages if msg.type == mtype]
+        return [Message._make(raw) for raw in self._raw if raw[0] == mtype]
 
-    def cursor(self, msg: Message) -> Cursor:
+    def cursor(self, msg: RawMessage) -> Cursor:
         """A cursor bounded to ``msg``'s body."""
-        return self.file._cursor(msg.offset, msg.offset + len(msg.body))
+        _, _, offset, size = msg
+        return self.file._cursor(offset, offset + size)
+
+    def body(self, msg: RawMessage) -> memoryview:
+        """The bytes of ``msg``'s body (a view of the file)."""
+        _, _, offset, size = msg
+        return self.file.buffer[offset : offset + size]
 
     # --- decoded views -----------------------------------------------------------------------
     @_cached
@@ -260,11 +265,11 @@ class ObjectHeader:
         if msg is None:
             return None
         with format_errors(self.offset):
-            if msg.flags & m.MSG_FLAG_SHARED:
+            if msg[1] & m.MSG_FLAG_SHARED:
                 return self.file._committed_type(m.parse_shared_address(self.cursor(msg)))
             return self.file._memo(_DATATYPE_MEMO, msg, self._parse_datatype)
 
-    def _parse_datatype(self, msg: Message) -> H5Type:
+    def _parse_datatype(self, msg: RawMessage) -> H5Type:
         return parse_datatype(self.cursor(msg), self.file.limits)
 
     @_cached
@@ -273,12 +278,12 @@ class ObjectHeader:
         msg = self._first.get(m.DATASPACE)
         if msg is None:
             return None
-        if msg.flags & m.MSG_FLAG_SHARED:
-            raise UnsupportedError("shared dataspace messages are not supported", offset=msg.offset)
+        if msg[1] & m.MSG_FLAG_SHARED:
+            raise UnsupportedError("shared dataspace messages are not supported", offset=msg[2])
         with format_errors(self.offset):
             return self.file._memo(_DATASPACE_MEMO, msg, self._parse_dataspace)
 
-    def _parse_dataspace(self, msg: Message) -> Dataspace:
+    def _parse_dataspace(self, msg: RawMessage) -> Dataspace:
         return m.parse_dataspace(self.cursor(msg))
 
     @_cached
@@ -305,7 +310,7 @@ class ObjectHeader:
                 return ()
             return self.file._memo(_FILTERS_MEMO, msg, self._parse_filters)
 
-    def _parse_filters(self, msg: Message) -> tuple[Filter, ...]:
+    def _parse_filters(self, msg: RawMessage) -> tuple[Filter, ...]:
         return m.parse_filters(self.cursor(msg))
 
     @_cached
@@ -320,6 +325,8 @@ class ObjectHeader:
     @_cached
     def attributes(self) -> dict[str, Attribute]:
         """Attributes in on-disk order (compact messages), then dense storage if any."""
+        if m.ATTRIBUTE not in self._first and m.ATTRIBUTE_INFO not in self._first:
+            return {}  # most datasets of a JLD2 file have none
         with format_errors(self.offset):
             out: dict[str, Attribute] = {}
             for msg in self.find_all(m.ATTRIBUTE):

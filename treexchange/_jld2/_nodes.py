@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from .._errors import FormatError, TreexchangeError
+from .._errors import FormatError
 from .._juliatype import JuliaType
-from .._values import JuliaStruct, NamedTuple
+from .._values import NamedTuple
 from ._plans import (
     CompoundPlan,
     CustomPlan,
@@ -32,11 +32,8 @@ from ._plans import (
     UnionElementPlan,
     VlenSequencePlan,
 )
-from ._reader import DatasetInfo, Order, Reader, Session
+from ._reader import DatasetInfo, Order, Reader, Session, gc_paused
 from ._typeutil import NOTHING, is_namedtuple_type, is_tuple_type, namedtuple_names_types, tuple_element_types
-
-if TYPE_CHECKING:
-    pass
 
 Segment = str | int
 Thunk = Callable[[], "Node | Group"]
@@ -253,9 +250,9 @@ class ContainerNode(Node):
                 return self._child(i)
             raise TypeError(f"{self.kind} indices must be integers, not {type(key).__name__}")
         for i, (_, k, _) in enumerate(entries):
-            if (k == key and type(k) is type(key)) or (isinstance(key, str) and k == key):
+            if type(k) is type(key) and k == key:
                 return self._child(i)
-        for i, (_, k, _) in enumerate(entries):
+        for i, (_, k, _) in enumerate(entries):  # e.g. a Python int for an Int64 dict key
             if k == key:
                 return self._child(i)
         raise KeyError(key)
@@ -341,7 +338,8 @@ class Group(Mapping[str, "Node | Group"]):
         return self._read(session)
 
     def _read(self, session: Session) -> dict[str, Any]:
-        return {name: session.load_ref(addr, (*self.path, name)) for name, addr in self._all().items()}
+        with gc_paused():
+            return {name: session.load_ref(addr, (*self.path, name)) for name, addr in self._all().items()}
 
     def __repr__(self) -> str:
         from .._errors import format_path
@@ -474,26 +472,7 @@ def _custom_node(
 ) -> Node | Group:
     inner = plan.inner
     if plan.kind == "dict":
-
-        def dict_entries() -> list[tuple[Segment, Any, Thunk]]:
-            written = node_for_inline(reader, path, inner, buf, off)
-            pairs = written
-            if isinstance(written, ContainerNode) and written.kind == "struct" and "kvvec" in written:
-                pairs = written["kvvec"]
-            out: list[tuple[Segment, Any, Thunk]] = []
-            if isinstance(pairs, ArrayNode) or not isinstance(pairs, ContainerNode):
-                raise FormatError("Dict storage is not a vector of Pairs", path=path)
-            for _, pair in pairs.children():
-                if not isinstance(pair, ContainerNode) or "first" not in pair or "second" not in pair:
-                    raise FormatError("Dict entry is not a Pair", path=path)
-                key = pair["first"].read()
-                seg = key if isinstance(key, str) else _render_key(key)
-                p = (*path, seg)
-                second_path_fix = _repath(pair, "second", p)
-                out.append((seg, key, second_path_fix))
-            return out
-
-        return ContainerNode(reader, path, "dict", plan.julia_type, dict_entries, read_self)
+        return _dict_node(reader, path, plan, buf, off, read_self)
     if plan.kind == "tuple":
 
         def tuple_entries() -> list[tuple[Segment, Any, Thunk]]:
@@ -522,6 +501,42 @@ def _custom_node(
 
         return ContainerNode(reader, path, "struct", plan.julia_type, struct_entries, read_self)
     return LeafNode(reader, path, plan.kind, plan.julia_type, read_self)
+
+
+def _dict_node(
+    reader: Reader, path: Path, plan: CustomPlan, buf: Any, off: int, read_self: Callable[[Session], Any]
+) -> ContainerNode:
+    """A Dict: entries keyed by the pairs' ``first`` values (read now, to know the kind).
+
+    Like :func:`treexchange._jld2._plans.pairs_to_dict`, a Dict whose keys Python cannot hash
+    (arrays, NamedTuples) is a ``struct`` holding ``kvvec``, the vector of pairs.
+    """
+    written = node_for_inline(reader, path, plan.inner, buf, off)
+    pairs = written
+    if isinstance(written, ContainerNode) and written.kind == "struct" and "kvvec" in written:
+        pairs = written["kvvec"]
+    if isinstance(pairs, ArrayNode) or not isinstance(pairs, ContainerNode):
+        raise FormatError("Dict storage is not a vector of Pairs", path=path)
+    entries: list[tuple[Segment, Any, Thunk]] = []
+    hashable = True
+    for _, pair in pairs.children():
+        if not isinstance(pair, ContainerNode) or "first" not in pair or "second" not in pair:
+            raise FormatError("Dict entry is not a Pair", path=path)
+        key = pair["first"].read()
+        try:
+            hash(key)
+        except TypeError:
+            hashable = False
+            break
+        seg = key if isinstance(key, str) else _render_key(key)
+        entries.append((seg, key, _repath(pair, "second", (*path, seg))))
+    if hashable:
+        return ContainerNode(reader, path, "dict", plan.julia_type, lambda: entries, read_self)
+    kv_path = (*path, "kvvec")
+    kvvec = _reparent(pairs, kv_path)
+    return ContainerNode(
+        reader, path, "struct", plan.julia_type, lambda: [("kvvec", "kvvec", lambda: kvvec)], read_self
+    )
 
 
 def _render_key(key: Any) -> str:
@@ -620,32 +635,3 @@ def _value_vector_node(reader: Reader, path: Path, jt: JuliaType, base: Plan, va
         ]
 
     return ContainerNode(reader, path, "vector", jt, entries, lambda s: value, shape=(len(items),))
-
-
-def value_kind(value: Any) -> str:
-    """The inspect kind of a value-model value (used for values built without a plan)."""
-    from .._values import JuliaArray, JuliaBits, Missing, Singleton, Symbol
-
-    if isinstance(value, NamedTuple):
-        return "namedtuple"
-    if isinstance(value, tuple):
-        return "tuple" if value else "singleton"
-    if isinstance(value, (list, JuliaArray)):
-        return "vector"
-    if isinstance(value, dict):
-        return "dict"
-    if isinstance(value, JuliaStruct):
-        return "struct"
-    if isinstance(value, np.ndarray):
-        return "array"
-    if isinstance(value, (bool, np.bool_)):
-        return "bool"
-    if isinstance(value, Symbol):
-        return "symbol"
-    if isinstance(value, str):
-        return "string"
-    if value is None or isinstance(value, (Missing, Singleton, JuliaType)):
-        return "singleton"
-    if isinstance(value, (int, float, complex, np.number, JuliaBits)):
-        return "number"
-    raise TreexchangeError(f"not a value-model value: {type(value).__name__}")

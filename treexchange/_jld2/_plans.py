@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .._errors import FormatError, LimitError, UnsupportedError
+from .._errors import FormatError, LimitError
 from .._hdf5._model import H5Type, Member
 from .._juliatype import JuliaType
 from .._limits import Limits
@@ -469,8 +469,9 @@ def pairs_to_dict(julia_type: JuliaType) -> Callable[[Any, Path], Any]:
             try:
                 out[key] = val
             except TypeError:
-                # Keys Python cannot hash (arrays, NamedTuples): keep the Julia form.
-                return JuliaStruct(julia_type, {"kvvec": JuliaArray(JuliaType("Core.Pair"), pairs)})
+                # Keys Python cannot hash (arrays, NamedTuples): keep the Julia form, the pairs.
+                kvvec = value if isinstance(value, (list, JuliaArray)) else JuliaArray("Core.Pair", pairs)
+                return JuliaStruct(julia_type, {"kvvec": kvvec})
         return out
 
     return convert
@@ -510,7 +511,3 @@ def wrap_custom(julia_type: JuliaType, layout: StructLayout | None) -> Callable[
         return JuliaStruct(julia_type, {"written": value}, layout=layout)
 
     return convert
-
-
-def unsupported(what: str) -> UnsupportedError:
-    return UnsupportedError(what)

@@ -13,9 +13,12 @@ never touches the file. The map stays alive as long as any array refers to it.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import mmap
 import os
 import struct
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -33,6 +36,26 @@ from ._typesread import TypeResolver
 from ._typeutil import ANY, array_type
 
 Order = Literal["julia", "storage"]
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause Python's cyclic garbage collector while reading many small objects.
+
+    Reading a large tree creates tens of thousands of long-lived objects (object headers,
+    plans, values); CPython's collector then rescans them again and again, which measured 2-5x
+    slower on a 20,000-leaf file. Reading creates no garbage cycles worth collecting mid-way;
+    the previous state is restored afterwards.
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 _U64 = struct.Struct("<Q")
 _INT64_ATTR_CLASSES = (H5Class.FIXED,)
 
@@ -182,6 +205,38 @@ class Reader:
         if hide_types and "_types" in links:
             links = {k: v for k, v in links.items() if k != "_types"}
         return links
+
+    def attributes(self, address: int) -> dict[str, Any]:
+        """The HDF5 attributes of the object at ``address``, decoded (strings as ``str``).
+
+        Scalars decode like dataset elements; 1-d and N-d attributes of plain numbers become
+        numpy arrays in Julia order, others lists; empty (null) attributes ``None``.
+        """
+        self._check_open()
+        obj = self.h5.object(address)
+        session = Session(self, "julia")
+        out: dict[str, Any] = {}
+        for name, attr in obj.attributes.items():
+            try:
+                plan = self.types.plan_for(attr.type)
+                space = attr.space
+                if space.kind == "null":
+                    out[name] = None
+                    continue
+                n = space.count
+                if n * plan.size > len(attr.data):
+                    raise FormatError(f"attribute {name!r} is truncated", offset=attr.data_offset)
+                if space.kind == "scalar":
+                    out[name] = plan.decode(session, attr.data, 0, (name,))
+                elif plan.dtype is not None:
+                    flat = np.frombuffer(bytes(attr.data[: n * plan.size]), plan.dtype, n)
+                    out[name] = flat.reshape(tuple(space.dims)).T.copy(order="F")
+                else:
+                    out[name] = plan.decode_many(session, attr.data, n, (name,))
+            except TreexchangeError as err:
+                err.with_context(offset=attr.data_offset)
+                raise
+        return out
 
     # --- datasets ---------------------------------------------------------------------------
     def info(self, address: int, path: Path = ()) -> DatasetInfo:
@@ -432,7 +487,11 @@ class Session:
         self._busy.add(address)
         self._depth += 1
         try:
-            value = self.reader.read_value(address, path, self)
+            if self._depth == 1:
+                with gc_paused():
+                    value = self.reader.read_value(address, path, self)
+            else:
+                value = self.reader.read_value(address, path, self)
         except RecursionError as err:
             raise LimitError("values nested too deeply for Python's stack", path=path) from err
         finally:

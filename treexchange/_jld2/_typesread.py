@@ -146,6 +146,40 @@ def _check_members(t: H5Type) -> None:
         seen.add(m.name)
 
 
+_NEVER_GHOSTS = frozenset(
+    {
+        *_PRIMITIVES,
+        "Core.Int128",
+        "Core.UInt128",
+        "Core.Char",
+        "Core.String",
+        "Core.Symbol",
+        "Core.Any",
+        "Core.Array",
+        "Core.Memory",
+        "Core.GenericMemory",
+        "Core.DataType",
+        "Core.Union",
+        "Base.Complex",
+        "Base.Dict",
+    }
+)
+
+
+def _may_be_ghost(t: JuliaType) -> bool:
+    """False for types that always store bytes (numbers, strings, arrays...); True otherwise
+    (``Tuple{}``, ``Nothing``, function types, empty structs are ghosts; unknown structs may be)."""
+    if t.name in _NEVER_GHOSTS or t.basename == "BFloat16":
+        return False
+    if is_tuple_type(t):
+        elems = t.params[1:2] if t.basename == "NTuple" else t.params
+        try:
+            return all(isinstance(e, JuliaType) and _may_be_ghost(e) for e in elems)
+        except RecursionError:  # pragma: no cover - absurdly deep type
+            return False
+    return True
+
+
 def _known_fields(jt: JuliaType) -> list[tuple[str, Any]] | None:
     """Field lists of the few non-tuple structs whose definition we know (for ghost fields of
     format 0.1.x files, which do not list them): ``Pair``, ``InlineUnionEl``."""
@@ -403,7 +437,7 @@ class TypeResolver:
             declared = dict(expected) if expected is not None and len(expected) == len(names) else {}
             for fname, ref in zip(names, refs):
                 fields.append(self._field(fname, members.get(fname), ref, declared.get(fname)))
-            self._check_all_members_used(dt, fields)
+            # Members that no field names are left unread (JLD2 only warns about them).
         else:
             member_refs = [0] * len(dt.members)
             if fd_attr is not None or ft_attr is not None:
@@ -439,7 +473,9 @@ class TypeResolver:
 
     @staticmethod
     def _consistent(dt: H5Type, expected: list[tuple[str, Any]]) -> bool:
-        """Whether the members are a subsequence of the expected fields (missing = ghosts)."""
+        """Whether the members are a subsequence of the expected fields and every missing field
+        can be a ghost (zero-size): its type is not one that always stores data, and no stored
+        member has the same declared type (``NTuple{N,T}`` stores all N or none)."""
         names = [n for n, _ in expected]
         if len(set(names)) != len(names):
             return False
@@ -450,15 +486,14 @@ class TypeResolver:
             if i is None or i <= last:
                 return False
             last = i
+        stored_types = {repr(t) for n, t in expected if n in pos and any(m.name == n for m in dt.members)}
+        member_names = {m.name for m in dt.members}
+        for n, t in expected:
+            if n in member_names:
+                continue
+            if not isinstance(t, JuliaType) or not _may_be_ghost(t) or repr(t) in stored_types:
+                raise FormatError(f"field {n!r} of type {t!r} is missing from the stored compound")
         return True
-
-    @staticmethod
-    def _check_all_members_used(dt: H5Type, fields: list[FieldPlan]) -> None:
-        used = {f.name for f in fields if f.member is not None}
-        for m in dt.members:
-            if m.name not in used:
-                # JLD2 only warns about members without a field; their data stays unreachable.
-                pass
 
     def _field(self, name: str, member: Member | None, ref: int, declared: Any) -> FieldPlan:
         field_type: JuliaType | None = None

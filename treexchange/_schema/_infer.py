@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from .._errors import LimitError
+from ._gc import no_gc
 from ._model import (
     MAX_TREE_DEPTH,
     ArrayNode,
@@ -28,7 +29,7 @@ from ._model import (
     VectorNode,
 )
 from ._scalars import to_json_value
-from ._sources import Source, file_roots, is_file_like, no_gc, opened, roots_of, with_bridge
+from ._sources import Source, file_roots, is_file_like, opened, roots_of, with_bridge
 
 _VECTOR_OF_ANY = "Array{Any, 1}"
 _M = TypeVar("_M", bound=BaseModel)

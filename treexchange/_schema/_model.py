@@ -19,6 +19,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from ._gc import no_gc
+
 SCHEMA_VERSION = "1.0"
 """The schema document version this treexchange writes (and reads natively)."""
 
@@ -358,15 +360,17 @@ class Schema(_Base):
         With ``indent`` (default 2) nested structure is indented and anything that fits on one
         line of 100 characters stays on one line; ``indent=None`` gives the most compact text.
         """
-        if indent is None:
-            return self.model_dump_json(exclude_none=True)
-        from ._pretty import pretty_json
+        with no_gc():
+            if indent is None:
+                return self.model_dump_json(exclude_none=True)
+            from ._pretty import pretty_json
 
-        return pretty_json(self.to_dict(), indent=indent)
+            return pretty_json(self.to_dict(), indent=indent)
 
     def to_dict(self) -> dict[str, Any]:
         """The document as JSON-ready Python data."""
-        return self.model_dump(mode="json", exclude_none=True)
+        with no_gc():
+            return self.model_dump(mode="json", exclude_none=True)
 
     def node_at(self, path: tuple[str | int, ...] | list[str | int]) -> Node:
         """The node at ``path`` (inspect convention). KeyError when there is none.

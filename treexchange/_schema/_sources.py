@@ -12,7 +12,6 @@ their path segments) for containers, its scalar value, and an array's sha256.
 
 from __future__ import annotations
 
-import gc
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -20,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import ConversionError, TreePath
+from .._errors import ConversionError, TreePath, TreexchangeError
 from .._juliatype import JuliaType
 from .._typeof import julia_type_of, kind_of, numpy_dtype
 from .._values import Int128, JuliaArray, JuliaBits, JuliaStruct, NamedTuple, Singleton, Symbol, UInt128
@@ -373,26 +372,14 @@ def file_roots(file: Any, name: str | None) -> list[tuple[str, Source]]:
     if name is None:
         return [(str(key), FileSource(file[key], (str(key),))) for key in file]
     parts = name.strip("/").split("/")
-    src: Source = FileSource(file[name], tuple(parts))
+    try:
+        node = file[name]
+    except KeyError:
+        raise TreexchangeError(f"no entry named {name!r} in the file") from None
+    src: Source = FileSource(node, tuple(parts))
     for i in range(len(parts) - 1, 0, -1):
         src = GroupSource([(parts[i], src)], tuple(parts[:i]))
     return [(parts[0], src)]
-
-
-@contextmanager
-def no_gc() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a tree is walked.
-
-    Walking a 20,000-leaf tree creates some 100,000 small objects that all stay alive; every
-    few hundred the collector would traverse the whole (growing) heap again, for nothing.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def roots_of(x: Any, *, name: str | None = None) -> list[tuple[str, Source]]:

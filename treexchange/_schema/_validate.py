@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from .._errors import FormatError, LimitError, Mismatch, MismatchError, TreePath, format_path
+from .._errors import (
+    FormatError,
+    LimitError,
+    Mismatch,
+    MismatchError,
+    TreePath,
+    TreexchangeError,
+    format_path,
+)
 from .._juliatype import JuliaType
 from ._align import align
+from ._gc import no_gc
 from ._model import (
     MAX_TREE_DEPTH,
     ArrayNode,
@@ -32,7 +41,6 @@ from ._sources import (
     Source,
     file_roots,
     is_file_like,
-    no_gc,
     opened,
     roots_of,
     with_bridge,
@@ -134,8 +142,8 @@ class _Checker:
         else:
             try:
                 roots = file_roots(file, name)
-            except KeyError:
-                roots = []
+            except TreexchangeError:
+                roots = []  # reported below as missing
         self._check_roots(doc, roots, name)
 
     def _check_roots(self, doc: Schema, roots: list[tuple[str, Source]], name: str | None) -> None:
@@ -144,7 +152,8 @@ class _Checker:
             top = name.split("/")[0]
             expected = {top: doc.roots[top]} if top in doc.roots else {}
             if not expected:
-                raise KeyError(f"the schema has no top-level name {top!r} (it has {', '.join(doc.roots)})")
+                have = ", ".join(doc.roots) or "none"
+                raise TreexchangeError(f"the schema has no top-level name {top!r} (it has {have})")
         actual = dict(roots)
         for key, node in expected.items():
             if key in actual:
@@ -164,7 +173,7 @@ class _Checker:
         parts = name.split("/")
         for depth, part in enumerate(parts[1:], start=1):
             if not isinstance(node, (GroupNode, DictNode)) or part not in node.entries:
-                raise KeyError(f"the schema has no {'/'.join(parts[: depth + 1])!r}")
+                raise TreexchangeError(f"the schema has no {'/'.join(parts[: depth + 1])!r}")
             node = node.entries[part]
             children = dict(src.children())
             if part not in children:

@@ -1,0 +1,212 @@
+"""Writing benchmark, side by side in one run (figures for docs/performance.md, "Write").
+
+Writes the same data -- by default 1 GiB in 200 Float32 arrays (1024 x ~1310 each) -- with:
+
+* ``raw``: one file, each array's bytes written in turn (the floor for any format);
+* ``treexchange``: ``treexchange.save(path, model_state=NamedTuple(w000=..., ...))`` with the arrays
+  F-ordered (Julia's order: what the reader returns), so the bytes go out straight from memory;
+* ``treexchange-c-order``: the same with C-ordered numpy arrays, transposed to Julia's column-major
+  order block by block while writing;
+* ``h5py`` (one dataset per array), ``safetensors`` (``save_file``), ``np.save`` per leaf (200 files);
+* optionally (``--compress``) ``treexchange`` with shuffle + deflate.
+
+Every method ends with an ``fsync`` of what it wrote (``treexchange.save`` always fsyncs, as part of
+its atomic replace), and runs in a fresh subprocess after an ``os.sync()``: the input arrays are
+built first, then the peak RSS counter is reset (``/proc/self/clear_refs``) and the write is timed.
+"Extra memory" is the peak RSS above the RSS with the inputs in memory. The methods take turns;
+best of ``--repeat`` runs (the deflate run is done once).
+
+Usage: ``python benchmarks/bench_write.py [--size 1GiB] [--arrays 200] [--repeat 3] [--dir D]
+[--compress]`` (``--size 64MiB`` for a quick smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+METHODS = ("raw", "treexchange", "treexchange-c-order", "h5py", "safetensors", "np.save")
+
+
+def _parse_size(text: str) -> int:
+    units = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9, "b": 1}
+    t = text.strip().lower()
+    for suffix, mult in units.items():
+        if t.endswith(suffix):
+            return int(float(t[: -len(suffix)]) * mult)
+    return int(t)
+
+
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _reset_peak() -> int:
+    """Reset the peak-RSS counter (Linux: ``5 > /proc/self/clear_refs``); return current RSS (KiB)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+    return _status_kib("VmRSS")
+
+
+def make_arrays(size: int, n_arrays: int, order: str) -> dict[str, np.ndarray]:
+    """``n_arrays`` Float32 arrays (Julia shape 1024 x n) of ``size`` bytes in total, random values."""
+    per = max(size // n_arrays // 4, 1)
+    rows = 1024 if per >= 1024 else 1
+    cols = max(per // rows, 1)
+    rng = np.random.default_rng(0)
+    out = {}
+    for i in range(n_arrays):
+        a = rng.standard_normal((rows, cols), dtype=np.float32)
+        out[f"w{i:03d}"] = np.asfortranarray(a) if order == "F" else a
+    return out
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def run_method(method: str, outdir: str, size: int, n_arrays: int) -> dict[str, float]:
+    import h5py  # noqa: F401  (imported before the baseline: import costs are not counted)
+    import safetensors.numpy  # noqa: F401
+
+    import treexchange as tx
+
+    order = "F" if method in ("treexchange", "treexchange-deflate") else "C"
+    arrays = make_arrays(size, n_arrays, order)
+    out = Path(outdir)
+    base = _reset_peak()
+    t0 = time.perf_counter()
+    if method == "raw":
+        path = out / "raw.bin"
+        with open(path, "wb") as f:
+            for a in arrays.values():
+                f.write(a.data)
+            f.flush()
+            os.fsync(f.fileno())
+    elif method in ("treexchange", "treexchange-c-order"):
+        path = out / "tx.jld2"
+        tx.save(path, model_state=tx.NamedTuple(arrays))
+    elif method == "treexchange-deflate":
+        path = out / "txz.jld2"
+        tx.save(path, model_state=tx.NamedTuple(arrays), compress=True)
+    elif method == "h5py":
+        import h5py
+
+        path = out / "h5.h5"
+        with h5py.File(path, "w") as f:
+            for k, a in arrays.items():
+                f.create_dataset(k, data=a)
+        _fsync_path(path)
+    elif method == "safetensors":
+        from safetensors.numpy import save_file
+
+        path = out / "st.safetensors"
+        save_file(arrays, str(path))
+        _fsync_path(path)
+    elif method == "np.save":
+        path = out / "npy"
+        path.mkdir(exist_ok=True)
+        for k, a in arrays.items():
+            p = path / f"{k}.npy"
+            with open(p, "wb") as f:
+                np.save(f, a)
+                f.flush()
+                os.fsync(f.fileno())
+    else:
+        raise SystemExit(f"unknown method {method}")
+    seconds = time.perf_counter() - t0
+    peak = (_status_kib("VmHWM") - base) / 1024
+    nbytes = sum(p.stat().st_size for p in path.iterdir()) if path.is_dir() else path.stat().st_size
+    return {"seconds": seconds, "extra_mib": peak, "file_bytes": nbytes}
+
+
+def _measure_once(method: str, workdir: Path, size: int, n_arrays: int) -> dict[str, float]:
+    outdir = workdir / method
+    shutil.rmtree(outdir, ignore_errors=True)
+    outdir.mkdir(parents=True)
+    os.sync()  # start every run with no dirty pages from the previous one being written back
+    proc = subprocess.run(
+        [sys.executable, __file__, "--run", method, str(outdir), str(size), str(n_arrays)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    shutil.rmtree(outdir, ignore_errors=True)
+    return json.loads(proc.stdout)
+
+
+def measure_all(methods: list[str], workdir: Path, size: int, n_arrays: int, repeat: int) -> dict[str, dict]:
+    """Best time (and largest extra memory) of ``repeat`` runs per method; the methods take turns,
+    so a slow period of the disk does not fall on one method only."""
+    runs: dict[str, list[dict[str, float]]] = {m: [] for m in methods}
+    for i in range(repeat):
+        for m in methods:
+            if m == "treexchange-deflate" and i > 0:
+                continue  # one run: compression time dwarfs the disk's noise
+            runs[m].append(_measure_once(m, workdir, size, n_arrays))
+    out = {}
+    for m, rs in runs.items():
+        best = min(rs, key=lambda r: r["seconds"])
+        out[m] = {**best, "extra_mib": max(r["extra_mib"] for r in rs), "runs": [r["seconds"] for r in rs]}
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--size", default="1GiB", help="total array bytes (default 1GiB; e.g. 64MiB for a smoke run)"
+    )
+    ap.add_argument("--arrays", type=int, default=200)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
+    ap.add_argument("--compress", action="store_true", help="also time treexchange with shuffle + deflate")
+    ap.add_argument("--json", default=None, help="also write the results to this JSON file")
+    ap.add_argument("--run", nargs=4, metavar=("METHOD", "DIR", "SIZE", "N"), help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.run:
+        method, outdir, size, n = args.run
+        print(json.dumps(run_method(method, outdir, int(size), int(n))))
+        return
+    size = _parse_size(args.size)
+    workdir = Path(args.dir or tempfile.mkdtemp(prefix="txbench-write-"))
+    methods = list(METHODS) + (["treexchange-deflate"] if args.compress else [])
+    results = measure_all(methods, workdir, size, args.arrays, args.repeat)
+    data_mib = size / 2**20
+    print(f"## Write: {args.arrays} Float32 arrays, {data_mib:.0f} MiB (best of {args.repeat}, with fsync)\n")
+    print("| method | time (s) | vs raw write | extra memory (MiB) | file size (MiB) |")
+    print("|---|---|---|---|---|")
+    raw_t = results["raw"]["seconds"]
+    for m, r in results.items():
+        print(
+            f"| {m} | {r['seconds']:.3f} | {r['seconds'] / raw_t:.2f}× | {r['extra_mib']:.0f} | "
+            f"{r['file_bytes'] / 2**20:.1f} |"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    if not args.dir:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
