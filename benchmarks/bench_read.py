@@ -1,200 +1,390 @@
 """Reading benchmarks, side by side in one run (figures for docs/performance.md, "Read").
 
-1. Eager load of a large JLD2 file of many Float32 arrays (default 1 GiB in 200 arrays):
-   ``treexchange.load`` (zero-copy views; then every page touched), h5py reading every dataset,
-   and a raw ``readinto`` of the whole file. Each method runs in a fresh subprocess; time and
-   peak RSS above the interpreter's baseline are reported. The file is in the page cache for
-   every method (it was just written, and a warm-up read precedes the runs).
-2. Lazy open of a Flux-like state with many array leaves (default 20,000): ``treexchange.open``
-   and reaching one weight; for reference also a full walk of every node (no array data) and the
-   eager load of the whole tree.
+**A. Eager load of a large file**: a Flux-like state ``model_state = (layers = (100 × (weight,
+bias, σ = ())),)`` of 200 Float32 arrays, 1 GiB in all by default, written by
+``treexchange.save``. Contenders, each in a fresh interpreter:
 
-Usage: ``python benchmarks/bench_read.py [--size 1GiB] [--arrays 200] [--leaves 20000] [--dir D]``
-(``--size 64MiB`` for a quick smoke run).
+* ``raw``: ``readinto`` of the whole file into one preallocated buffer (the floor);
+* ``h5py``: every array read with ``ds[()]``, reached by following JLD2's object references;
+* ``treexchange``: ``treexchange.load(path)``: arrays are zero-copy views of a copy-on-write
+  memory map, so this alone reads (almost) no array bytes;
+* ``treexchange+touch``: the same, then one byte of every 4 KiB page of every array read;
+* ``+sum`` variants of all three: every array summed with numpy (every byte read), the fair
+  comparison for "the data are in memory and have been used".
+
+Peak memory is the high-water mark of RSS above the interpreter's baseline (taken after the imports);
+the file-backed part of RSS (pages of the memory map) is reported separately.
+
+**B. A state with many leaves**: ``(layers = (10,000 × (weight 8×8, bias 8, σ = ())),)`` = 20,000
+array leaves by default: ``treexchange.open`` and reach one weight; open and walk every node
+(kind, Julia type, shape; no array data); eager ``treexchange.load``; h5py reading every dataset.
+Time spent in Python's cyclic garbage collector is reported (``gc.callbacks``).
+
+Every figure is the best of ``--repeat`` fresh processes (default 3), wall-clock and CPU time.
+Cache: **warm** (the file was read just before; it sits in the page cache) and, with ``--cold``,
+also **cold(ish)**: before each run the file's pages are dropped from the page cache with
+``posix_fadvise(DONTNEED)`` (no root needed; a VM host may still cache the disk).
+
+Usage::
+
+    python benchmarks/bench_read.py                     # 1 GiB, 20,000 leaves, warm cache
+    python benchmarks/bench_read.py --cold --json out.json
+    python benchmarks/bench_read.py --size 64MiB --leaves 2000 --repeat 1   # smoke run
+
+Generated files go to ``benchmarks/data/`` (git-ignored; reused when present) or ``--dir``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
-import resource
-import subprocess
 import sys
-import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import (  # (after the path tweak that makes it importable)
+    MemoryProbe,
+    evict_cache,
+    machine,
+    markdown_table,
+    parse_size,
+    run_child,
+    warm_cache,
+)
 
-def _parse_size(text: str) -> int:
-    units = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9, "b": 1}
-    t = text.strip().lower()
-    for suffix, mult in units.items():
-        if t.endswith(suffix):
-            return int(float(t[: -len(suffix)]) * mult)
-    return int(t)
+BIG_METHODS = ("raw", "h5py", "treexchange", "treexchange+touch", "raw+sum", "h5py+sum", "treexchange+sum")
+LEAF_METHODS = ("lazy-open", "lazy-walk", "eager", "h5py-eager")
+PAGE = 4096
 
 
-def make_big(path: Path, size: int, n_arrays: int) -> None:
+# --- the files --------------------------------------------------------------------------------
+def make_big(path: Path, size: int, n_arrays: int) -> int:
+    """Write the large state; returns the bytes of array data."""
     import treexchange as tx
 
-    per = max(size // n_arrays // 4, 1)
-    cols = 1024 if per >= 1024 else 1
-    rows = max(per // cols, 1)
-    arrays = {}
-    for i in range(n_arrays):
-        a = np.empty((rows, cols), np.float32)
-        a.fill(i)
-        arrays[f"w{i:03d}"] = a
-    tx.save(path, arrays)
+    n_layers = max(n_arrays // 2, 1)
+    rows = 1024 if size >= n_layers * 4 * 1024 * 2 else 8
+    bias_bytes = rows * 4
+    cols = max((size // n_layers - bias_bytes) // (4 * rows), 1)
+    layers = []
+    for i in range(n_layers):
+        w = np.empty((rows, cols), np.float32, order="F")  # Julia's order: written as is
+        w.fill(i * 0.001)
+        layers.append(tx.NamedTuple(weight=w, bias=np.full(rows, i, np.float32), σ=()))
+    tx.save(path, model_state=tx.NamedTuple(layers=tuple(layers)))
+    return n_layers * (rows * cols + rows) * 4
 
 
 def make_leaves(path: Path, n_leaves: int) -> None:
+    """The many-leaves state (the same file bench_schema.py uses)."""
     import treexchange as tx
 
     rng = np.random.default_rng(0)
     layers = tuple(
         tx.NamedTuple(
-            weight=rng.standard_normal((8, 8)).astype(np.float32),
-            bias=np.zeros(8, np.float32),
-            σ=(),
+            weight=rng.standard_normal((8, 8)).astype(np.float32), bias=np.zeros(8, np.float32), σ=()
         )
         for _ in range(n_leaves // 2)
     )
     tx.save(path, model_state=tx.NamedTuple(layers=layers))
 
 
-# --- measured in subprocesses -----------------------------------------------------------------
+def _ensure(path: Path, make: Any, *args: Any) -> None:
+    if path.exists():
+        print(f"(reusing {path})", file=sys.stderr)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    t = time.perf_counter()
+    make(path, *args)  # treexchange.save replaces atomically: no half-written file is reused
+    print(f"(wrote {path} in {time.perf_counter() - t:.1f} s)", file=sys.stderr)
 
 
-def _status_kib(field: str) -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+# --- what each contender does (in a fresh interpreter) --------------------------------------------
+def _arrays(value: Any) -> Iterator[np.ndarray]:
+    """Every numpy array in a value tree (NamedTuple, tuple, list, dict)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, np.ndarray):
+            yield v
+        elif isinstance(v, dict) or (hasattr(v, "values") and callable(v.values)):
+            stack.extend(v.values())
+        elif isinstance(v, (tuple, list)):
+            stack.extend(v)
 
 
-def _reset_peak() -> int:
-    """Reset the peak-RSS counter (Linux: ``5 > /proc/self/clear_refs``); return current RSS."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-    return _status_kib("VmRSS")
+def _h5py_arrays(path: str) -> Iterator[np.ndarray]:
+    """h5py reading every dataset reachable from the top-level names through object references
+    (``ds[()]`` each; the files here share no objects, so nothing is read twice)."""
+    import h5py
+
+    def refs(value: Any, dtype: np.dtype) -> Iterator[Any]:
+        if h5py.check_ref_dtype(dtype) is not None or dtype.kind == "O":
+            for r in np.asarray(value).ravel():
+                if isinstance(r, h5py.Reference) and r:
+                    yield r
+        elif dtype.names:
+            for name in dtype.names:
+                yield from refs(np.asarray(value)[name], dtype[name])
+
+    with h5py.File(path, "r") as f:
+        todo = [f[k] for k in f if k != "_types"]
+        while todo:
+            ds = todo.pop()
+            value = ds[()]
+            dtype = np.asarray(value).dtype
+            if dtype.kind in "fciub" and not dtype.names:
+                yield value
+            else:
+                todo.extend(f[r] for r in refs(value, dtype))
 
 
-def run_method(method: str, path: str) -> dict[str, float]:
-    import h5py  # imported before the baseline so import costs are not counted
+def _walk(root: Any) -> int:
+    """Visit every lazy node (kind, Julia type, shape of arrays); no array data is read."""
+    n = 0
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        n += 1
+        kind = getattr(node, "kind", "group")
+        if kind != "group":
+            node.julia_type  # noqa: B018
+        if kind == "array":
+            node.shape  # noqa: B018
+        if hasattr(node, "children"):
+            stack.extend(child for _, child in node.children())
+    return n
 
-    assert h5py
+
+def _open(tx: Any, path: str) -> Any:
+    f = tx.open(path)
+    assert isinstance(f, tx.File)
+    return f
+
+
+def child(method: str, path: str) -> dict[str, Any]:
+    import h5py  # imported before the baseline, so that import costs are not counted
 
     import treexchange as tx
 
-    base = _reset_peak()
-    c0 = time.process_time()
-    t0 = time.perf_counter()
-    nbytes = 0
-    if method == "raw":
+    assert h5py and tx
+    gc_time = [0.0, 0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            gc_time[1] = time.perf_counter()
+        else:
+            gc_time[0] += time.perf_counter() - gc_time[1]
+
+    gc.callbacks.append(on_gc)
+    probe = MemoryProbe()
+    c0, t0 = time.process_time(), time.perf_counter()
+    nbytes, checksum, count = 0, 0.0, 0
+    keep: Any = None  # results stay alive until the memory is measured
+    base, _, post = method.partition("+")
+    if base == "raw":
         size = os.path.getsize(path)
-        buf = bytearray(size)
+        keep = np.empty(size, np.uint8)
         with open(path, "rb", buffering=0) as f:
-            f.readinto(buf)
+            f.readinto(memoryview(keep))
         nbytes = size
-    elif method == "h5py":
-        import h5py
-
-        with h5py.File(path, "r") as f:
-            out = {k: f[k][()] for k in f if k != "_types"}
-        nbytes = sum(a.nbytes for a in out.values())
-    elif method == "treexchange":
-        out = tx.load(path)
-        for a in out.values():
-            # Touch every page of the copy-on-write map (a read, as the other methods do).
-            flat = a.reshape(-1, order="F").view(np.uint8)
-            int(flat[::4096].sum())
-            nbytes += a.nbytes
-    elif method == "treexchange-views":
-        out = tx.load(path)
-        nbytes = sum(a.nbytes for a in out.values())
-    elif method == "lazy-open":
-        with tx.open(path) as f:
-            layers = f["model_state"]["layers"]
-            n = len(layers)
-            w = layers[0]["weight"]
-            assert w.shape == (8, 8) and n > 0
-    elif method == "lazy-walk":
-        from treexchange._inspect import walk_nodes
-
-        with tx.open(path) as f:
-            nbytes = sum(1 for _ in walk_nodes(f))
-    elif method == "eager-tree":
-        tx.load(path)
+        if post == "sum":
+            checksum = float(keep[: size // 4 * 4].view(np.float32).sum(dtype=np.float64))
+    elif base in ("h5py", "h5py-eager"):
+        keep = list(_h5py_arrays(path))
+        nbytes = sum(a.nbytes for a in keep)
+        if post == "sum":
+            checksum = sum(float(a.sum(dtype=np.float64)) for a in keep)
+    elif base in ("treexchange", "eager"):
+        keep = tx.load(path)
+        arrays = list(_arrays(keep))
+        nbytes = sum(a.nbytes for a in arrays)
+        count = len(arrays)
+        if post == "touch":
+            for a in arrays:
+                flat = a.reshape(-1, order="A").view(np.uint8)
+                checksum += int(flat[::PAGE].sum())
+        elif post == "sum":
+            checksum = sum(float(a.sum(dtype=np.float64)) for a in arrays)
+    elif base == "lazy-open":
+        with _open(tx, path) as f:
+            w = f["model_state"]["layers"][0]["weight"]
+            count = 1
+            nbytes = int(np.prod(w.shape)) * 4
+    elif base == "lazy-walk":
+        with _open(tx, path) as f:
+            count = _walk(f)
     else:
-        raise SystemExit(f"unknown method {method}")
-    seconds = time.perf_counter() - t0
-    cpu = time.process_time() - c0
-    peak = (_status_kib("VmHWM") - base) / 1024
-    return {"seconds": seconds, "cpu": cpu, "peak_mib": peak, "nbytes": nbytes}
+        raise SystemExit(f"unknown method {method!r}")
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    out = {"wall": wall, "cpu": cpu, "gc": gc_time[0], "nbytes": nbytes, "count": count, "checksum": checksum}
+    out.update(probe.result())
+    del keep
+    return out
 
 
-def _measure(method: str, path: Path, repeat: int = 3) -> dict[str, float]:
-    best: dict[str, float] | None = None
+# --- the parent ---------------------------------------------------------------------------------
+def measure(method: str, path: Path, repeat: int, cold: bool) -> dict[str, Any]:
+    """Best of ``repeat`` fresh processes (wall and CPU minimised separately; memory of the
+    fastest run)."""
+    runs = []
     for _ in range(repeat):
-        out = subprocess.run(
-            [sys.executable, __file__, "--run", method, str(path)], capture_output=True, text=True, check=True
-        ).stdout
-        res = json.loads(out)
-        if best is None or res["seconds"] < best["seconds"]:
-            best = res
-    assert best is not None
+        if cold:
+            evict_cache(path)
+        else:
+            warm_cache(path)
+        runs.append(run_child(__file__, ["--child", method, str(path)]))
+    best = min(runs, key=lambda r: r["wall"])
+    best = dict(best, cpu=min(r["cpu"] for r in runs), gc=min(r["gc"] for r in runs))
+    best["runs"] = runs
     return best
+
+
+def big_table(results: dict[str, dict[str, Any]], data_bytes: int) -> str:
+    data_mib = data_bytes / 2**20
+    rows = []
+    for m, r in results.items():
+        ref = results["raw+sum" if m.endswith("+sum") else "raw"]["wall"]
+        rows.append(
+            [
+                f"`{m}`",
+                f"{r['wall']:.3f}",
+                f"{r['cpu']:.3f}",
+                f"{r['wall'] / ref:.2f}×",
+                f"{r['peak_mib']:.0f}",
+                f"{r['peak_mib'] / data_mib:.2f}×",
+                f"{r['anon_mib']:.0f} / {r['file_mib']:.0f}",
+            ]
+        )
+    headers = [
+        "method",
+        "wall (s)",
+        "CPU (s)",
+        "vs raw",
+        "peak RSS growth (MiB)",
+        "vs data",
+        "RSS after: private / file (MiB)",
+    ]
+    return markdown_table(headers, rows)
+
+
+def leaf_table(results: dict[str, dict[str, Any]]) -> str:
+    labels = {
+        "lazy-open": "`treexchange.open` + reach one weight",
+        "lazy-walk": "`treexchange.open` + walk every node (kind, type, shape; no data)",
+        "eager": "`treexchange.load` (whole tree)",
+        "h5py-eager": "h5py: every dataset, following references",
+    }
+    rows = [
+        [labels[m], f"{r['wall']:.3f}", f"{r['cpu']:.3f}", f"{r['gc']:.3f}", f"{r['peak_mib']:.0f}"]
+        for m, r in results.items()
+    ]
+    return markdown_table(
+        ["operation", "wall (s)", "CPU (s)", "of which GC (s)", "peak RSS growth (MiB)"], rows
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--size", default="1GiB")
-    ap.add_argument("--arrays", type=int, default=200)
-    ap.add_argument("--leaves", type=int, default=20_000)
-    ap.add_argument("--dir", default=None)
-    ap.add_argument("--run", nargs=2, metavar=("METHOD", "PATH"), help=argparse.SUPPRESS)
+    ap.add_argument("--size", default="1GiB", help="array data of the large file (default 1GiB)")
+    ap.add_argument("--arrays", type=int, default=200, help="arrays in the large file (default 200)")
+    ap.add_argument("--leaves", type=int, default=20_000, help="array leaves of the small-leaf file")
+    ap.add_argument("--repeat", type=int, default=3, help="fresh processes per figure (best of)")
+    ap.add_argument("--cold", action="store_true", help="also measure with the file evicted from the cache")
+    ap.add_argument("--dir", default=None, help="where the files go (default benchmarks/data)")
+    ap.add_argument("--json", default=None, help="also write every figure to this JSON file")
+    ap.add_argument("--part", choices=("all", "big", "leaves"), default="all", help="run only A or B")
+    ap.add_argument("--child", nargs=2, metavar=("METHOD", "PATH"), help=argparse.SUPPRESS)
     args = ap.parse_args()
-    if args.run:
-        print(json.dumps(run_method(*args.run)))
+    if args.child:
+        print(json.dumps(child(*args.child)))
         return
-    workdir = Path(args.dir or tempfile.mkdtemp(prefix="txbench-"))
-    big = workdir / "big.jld2"
-    leaves = workdir / "leaves.jld2"
-    size = _parse_size(args.size)
-    make_big(big, size, args.arrays)
-    make_leaves(leaves, args.leaves)
-    with open(big, "rb") as f:  # warm the page cache the same way for every method
-        while f.read(1 << 24):
-            pass
-    data_mib = os.path.getsize(big) / 2**20
-    print(f"## Eager load: {args.arrays} Float32 arrays, file {data_mib:.0f} MiB (best of 3, warm cache)\n")
-    print("| method | time (s) | CPU (s) | vs raw read | peak RSS above baseline (MiB) | vs data size |")
-    print("|---|---|---|---|---|---|")
-    results = {m: _measure(m, big) for m in ("raw", "h5py", "treexchange", "treexchange-views")}
-    raw_t = results["raw"]["seconds"]
-    for m, r in results.items():
-        print(
-            f"| {m} | {r['seconds']:.3f} | {r['cpu']:.3f} | {r['seconds'] / raw_t:.2f}× | "
-            f"{r['peak_mib']:.0f} | {r['peak_mib'] / data_mib:.2f}× |"
-        )
-    print(f"\n## Lazy access: Flux-like state with {args.leaves} array leaves (best of 3)\n")
-    print("| operation | time (s) | CPU (s) |")
-    print("|---|---|---|")
-    for m, label in (
-        ("lazy-open", "open + reach one weight"),
-        ("lazy-walk", "walk every node (no array data)"),
-        ("eager-tree", "eager load of the whole tree"),
-    ):
-        r = _measure(m, leaves)
-        print(f"| {label} | {r['seconds']:.3f} | {r['cpu']:.3f} |")
+
+    size = parse_size(args.size)
+    workdir = Path(args.dir) if args.dir else Path(__file__).resolve().parent / "data"
+    big = workdir / f"read-{size}-{args.arrays}.jld2"
+    leaves = workdir / f"read-leaves-{args.leaves}.jld2"
+    report: dict[str, Any] = {
+        "machine": machine(),
+        "size": size,
+        "arrays": args.arrays,
+        "leaves": args.leaves,
+    }
+    info = report["machine"]
+    print(
+        f"Machine: {info['cpus']} CPUs, {info.get('ram_gib')} GiB, Python {info['python']}, "
+        f"numpy {info['numpy']}, h5py {info.get('h5py')} (HDF5 {info.get('hdf5')}), "
+        f"load average {info.get('load_average')}\n"
+    )
+    caches = ["warm", "cold"] if args.cold else ["warm"]
+    checks: list[tuple[str, float, float]] = []
+    if args.part in ("all", "big"):
+        _ensure(big, make_big, size, args.arrays)
+        import treexchange as tx
+
+        data_bytes = sum(a.nbytes for a in _arrays(tx.load(big)))
+        report["data_bytes"] = data_bytes
+        report["file_bytes"] = big.stat().st_size
+        for cache in caches:
+            results = {m: measure(m, big, args.repeat, cache == "cold") for m in BIG_METHODS}
+            report[f"big_{cache}"] = results
+            print(
+                f"### A. Eager load: {args.arrays} Float32 arrays, {data_bytes / 2**20:.0f} MiB of data "
+                f"({cache} cache, best of {args.repeat})\n"
+            )
+            print(big_table(results, data_bytes) + "\n")
+        w = report["big_warm"]
+        checks += [
+            (
+                "eager load ≤ 1.2× raw read (load + touch every page)",
+                w["treexchange+touch"]["wall"] / w["raw"]["wall"],
+                1.2,
+            ),
+            (
+                "eager load ≤ 1.2× raw read (load + sum, vs read + sum)",
+                w["treexchange+sum"]["wall"] / w["raw+sum"]["wall"],
+                1.2,
+            ),
+            (
+                "peak memory of an eager load (+ sum) ≤ 1.1× data",
+                w["treexchange+sum"]["peak_mib"] * 2**20 / data_bytes,
+                1.1,
+            ),
+        ]
+    if args.part in ("all", "leaves"):
+        _ensure(leaves, make_leaves, args.leaves)
+        for cache in caches:
+            results = {m: measure(m, leaves, args.repeat, cache == "cold") for m in LEAF_METHODS}
+            report[f"leaves_{cache}"] = results
+            print(f"### B. {args.leaves} array leaves ({cache} cache, best of {args.repeat})\n")
+            print(leaf_table(results) + "\n")
+        lw = report["leaves_warm"]
+        checks += [
+            (
+                f"lazy open of {args.leaves} leaves + walk every node < 1 s (wall)",
+                lw["lazy-walk"]["wall"],
+                1.0,
+            ),
+            (f"lazy open of {args.leaves} leaves + walk every node < 1 s (CPU)", lw["lazy-walk"]["cpu"], 1.0),
+            (
+                f"lazy open of {args.leaves} leaves + reach one weight < 1 s (wall)",
+                lw["lazy-open"]["wall"],
+                1.0,
+            ),
+        ]
+    report["targets"] = [{"target": t, "value": v, "limit": lim, "met": v <= lim} for t, v, lim in checks]
+    print("### Targets (warm cache)\n")
+    rows = [[t, f"{v:.2f}", "yes" if v <= lim else "**no**"] for t, v, lim in checks]
+    print(markdown_table(["target", "measured", "met"], rows))
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

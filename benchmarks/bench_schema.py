@@ -69,7 +69,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import treexchange as tx
-    from treexchange._file import File, load
+    from treexchange import load
     from treexchange._inspect import walk_nodes
 
     workdir = Path(args.dir or tempfile.mkdtemp(prefix="txbench-schema-"))
@@ -79,7 +79,7 @@ def main() -> None:
     r = args.repeat
 
     def walk() -> int:
-        with File(path) as f:
+        with tx.open(path) as f:
             return sum(1 for _ in walk_nodes(f))
 
     rows: list[tuple[str, tuple[float, float]]] = []

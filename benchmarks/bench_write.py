@@ -87,7 +87,8 @@ def _fsync_path(path: Path) -> None:
 
 
 def run_method(method: str, outdir: str, size: int, n_arrays: int) -> dict[str, float]:
-    import h5py  # noqa: F401  (imported before the baseline: import costs are not counted)
+    # Imported before the baseline, so import costs are not counted.
+    import h5py
     import safetensors.numpy  # noqa: F401
 
     import treexchange as tx

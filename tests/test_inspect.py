@@ -195,3 +195,20 @@ def test_cli_module_entry_point() -> None:
         "julia_type": "Int64",
         "value": 1,
     }
+
+
+def test_plain_hdf5_needs_opt_in(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "plain.h5"
+    with h5py.File(path, "w") as f:
+        f["w"] = np.arange(6, dtype=np.float32).reshape(2, 3)
+        f["g/s"] = 5
+        f["c"] = np.array([(1, 2.0)], dtype=[("a", "<i4"), ("b", "<f8")])[0]
+    assert main(["inspect", str(path)]) == 2
+    assert "plain HDF5" in capsys.readouterr().err
+    recs = {tuple(r["path"]): r for r in _records(path, capsys, "--allow-hdf5")}
+    assert recs[("w",)]["shape"] == [3, 2] and recs[("w",)]["julia_type"] == "Array{Float32, 2}"
+    assert recs[("w",)]["sha256"] == sha256_le(np.arange(6, dtype=np.float32).reshape(2, 3))
+    assert recs[("g", "s")]["value"] == 5
+    assert recs[("c", "b")] == {"path": ["c", "b"], "kind": "number", "julia_type": "Float64", "value": 2.0}
+    assert main(["inspect", str(path), "--allow-hdf5"]) == 0
+    assert "g/  (group, 1 entry)" in capsys.readouterr().out

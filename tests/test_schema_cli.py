@@ -17,10 +17,8 @@ import pytest
 from conftest import require_fixture
 
 import treexchange as tx
-from treexchange import MismatchError, NamedTuple
+from treexchange import MismatchError, NamedTuple, load, save
 from treexchange._cli import main
-from treexchange._file import load
-from treexchange._save import save
 from treexchange._schema import SCHEMA_ATTRIBUTE, check_loaded, json_schema_text
 
 REPO = Path(__file__).resolve().parents[1]
@@ -202,5 +200,5 @@ def test_unknown_names_are_errors_not_tracebacks(tmp_path: Path, capsys: Any) ->
     assert code == 2 and "no entry named 'nope'" in err
     code, _, err = _run(capsys, "validate", str(src), str(schema), "--name", "nope")
     assert code == 2 and "no top-level name 'nope'" in err and "model_state" in err
-    code, out, _ = _run(capsys, "validate", str(src), str(schema), "--name", "model_state")
+    code, _, _ = _run(capsys, "validate", str(src), str(schema), "--name", "model_state")
     assert code == 0

@@ -16,14 +16,11 @@ import pytest
 from conftest import FIXTURES, all_fixtures_or_skip, fixture_ids, require_fixture
 
 import treexchange as tx
-from treexchange import WrongFormatError
-from treexchange._file import File, load
+from treexchange import WrongFormatError, load
 
 REPO = Path(__file__).resolve().parents[1]
 FILES = all_fixtures_or_skip()
 JLD_V1 = {"jld2testfiles/jldstruct.jld"}
-# Files whose lazy node kinds and loaded values disagree in the reader (see notes-to-reader.md).
-READER_KIND_MISMATCH = {"flux-model/urop_params_m_3LS.jld2"}
 
 
 def _rel(path: Path) -> str:
@@ -52,16 +49,14 @@ def test_infer_then_validate_is_clean_for_every_fixture(path: Path, validator: A
     validator.validate(doc.to_dict())
     assert tx.load_schema(doc.to_json()) == doc
     assert tx.validate(path, doc) == []
-    if _rel(path) in READER_KIND_MISMATCH:
-        pytest.xfail("reader: lazy kind and loaded value disagree (notes-to-reader.md)")
-    values = load(path)
+    values = load(path)  # the eager values agree with the lazy nodes
     assert tx.validate(values, doc) == []
     assert not tx.diff(doc, tx.infer_schema(values, checksums=True, values=True))
 
 
 def test_an_opened_file_is_walked_lazily() -> None:
     path = require_fixture("flux-state/reinforce-circuits_mymodel.jld2")
-    with File(path) as f:
+    with tx.open(path) as f:
         doc = tx.infer_schema(f)  # no checksums, no values: reads no array data
         assert tx.validate(f, doc) == []
     assert doc == tx.infer_schema(path)

@@ -292,6 +292,21 @@ def test_julia_arrays_of_strings_symbols_and_ghosts(tmp_path: Path) -> None:
     assert back["s"] == strings and back["y"] == symbols and back["g"] == ghosts
 
 
+def test_union_arrays_are_inline_union_elements(tmp_path: Path) -> None:
+    # JLD2 writes Vector{Union{Nothing,Float64}} as JLD2.InlineUnionEl{Nothing,Float64} structs:
+    # (mask = 0 for the first member, 255 for the second; t1 is a ghost, so no member).
+    value = JuliaArray("Union{Nothing, Float64}", [None, 1.5, None, -2.0])
+    path, f = save_and_open(tmp_path, u=value)
+    with f:
+        assert dataset_type_name(f["u"]) == "JLD2.InlineUnionEl"
+        rows = f["u"][()]
+        assert rows.dtype.names == ("mask", "t2") and rows.dtype.itemsize == 9
+        assert rows["mask"].tolist() == [0, 255, 0, 255] and rows["t2"].tolist() == [0.0, 1.5, 0.0, -2.0]
+    assert treexchange.load(path, "u") == value
+    with pytest.raises(treexchange.UnsupportedError):
+        treexchange.save(tmp_path / "bad.jld2", u=JuliaArray("Union{Nothing, String}", [None, "a"]))
+
+
 def test_dicts_are_serialized_dicts(tmp_path: Path) -> None:
     typed = {"a": np.float32(1), "b": np.float32(2)}
     mixed = {"x": 1, "y": "two", "z": [3]}
@@ -447,6 +462,15 @@ def test_unsupported_values_name_their_path(tmp_path: Path, value: Any, where: t
         treexchange.save(path, m=value)
     assert info.value.path == where
     assert not path.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_absurdly_deep_nesting_is_a_conversion_error(tmp_path: Path) -> None:
+    deep: Any = 1
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(ConversionError, match="nested too deeply"):
+        treexchange.save(tmp_path / "deep.jld2", d=deep)
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_bad_names_and_options(tmp_path: Path) -> None:

@@ -233,7 +233,8 @@ def _text_lines(root: Any, type_width: int) -> Iterator[str]:
         kind = node.kind
         jt = _clip(type_text(node.julia_type), type_width)
         if kind == "group":
-            yield f"{indent}{label}/  (group, {len(node)} entries)"
+            n = len(node)
+            yield f"{indent}{label}/  (group, {n} {'entry' if n == 1 else 'entries'})"
             continue
         if kind == "array":
             leaves += 1

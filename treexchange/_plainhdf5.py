@@ -102,8 +102,52 @@ def _read_object(h5: Any, obj: Any, order: str) -> Any:
     return _convert(h5, obj[()], obj.dtype, order)
 
 
+class ValueNode:
+    """A node over an already-read value (compound scalars, string vectors of plain HDF5 files):
+    kind, Julia type and children come from the value itself."""
+
+    def __init__(self, value: Any, path: tuple[str | int, ...]) -> None:
+        from ._typeof import julia_type_of, kind_of
+
+        self._value = value
+        self.path = path
+        self.kind = kind_of(value, path=path)
+        self.julia_type = julia_type_of(value, path=path)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(np.shape(self._value))
+
+    @property
+    def dtype(self) -> np.dtype:
+        return np.asarray(self._value).dtype
+
+    def read(self, *, order: str = "julia") -> Any:
+        return self._value
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        arr = np.asarray(self._value)
+        return arr.astype(dtype) if dtype is not None else arr
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self.children())
+
+    def children(self) -> Iterator[tuple[str | int, ValueNode]]:
+        v = self._value
+        if isinstance(v, (NamedTuple, dict)):
+            for k, x in v.items():
+                seg = k if isinstance(k, str) else str(k)
+                yield seg, ValueNode(x, (*self.path, seg))
+        elif isinstance(v, (tuple, list)):
+            for i, x in enumerate(v):
+                yield i + 1, ValueNode(x, (*self.path, i + 1))
+        elif isinstance(v, JuliaArray):
+            for i, x in enumerate(v.tolist()):
+                yield i + 1, ValueNode(x, (*self.path, i + 1))
+
+
 class PlainNode:
-    """A dataset or group of a plain HDF5 file (lazy until :meth:`read` or indexing)."""
+    """A dataset or group of a plain HDF5 file; arrays are read when asked."""
 
     def __init__(self, h5: Any, obj: Any, path: tuple[str, ...]) -> None:
         import h5py
@@ -111,21 +155,20 @@ class PlainNode:
         self._h5 = h5
         self._obj = obj
         self.path = path
+        self._value_node: ValueNode | None = None
         if isinstance(obj, h5py.Group):
             self.kind = "group"
             self.julia_type = JuliaType("JLD2.Group")
             return
         dt = obj.dtype
-        if obj.shape is None:
-            self.kind, self.julia_type = "singleton", JuliaType("Core.Nothing")
-        elif obj.ndim == 0:
-            self.kind = "number" if dt.kind in "iufc" else "bool" if dt.kind == "b" else "string"
-            if dt.fields is not None:
-                self.kind = "namedtuple"
-            self.julia_type = _eltype(dt)
-        else:
-            self.kind = "array" if dt.kind in "biufc" and dt.fields is None else "vector"
+        if obj.shape is not None and obj.ndim > 0 and dt.kind in "biufc" and dt.fields is None:
+            self.kind = "array"
             self.julia_type = JuliaType("Core.Array", (_eltype(dt), np.int64(obj.ndim)))
+            return
+        # Anything else is small or structured: read it and describe the value.
+        self._value_node = ValueNode(self.read(), path)
+        self.kind = self._value_node.kind
+        self.julia_type = self._value_node.julia_type
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -143,7 +186,10 @@ class PlainNode:
         if self.kind == "group":
             return PlainNode(self._h5, self._obj[index], (*self.path, index))
         if self.kind != "array":
-            raise TypeError(f"a {self.kind} node cannot be sliced")
+            for seg, child in self.children():
+                if seg == index:
+                    return child
+            raise KeyError(index)
         idx = index if isinstance(index, tuple) else (index,)
         # Julia-shape index -> HDF5 index (reversed), then transpose back.
         return np.asarray(self._obj[tuple(reversed(idx))]).T if idx else self.read()
@@ -158,12 +204,18 @@ class PlainNode:
         return iter(self._obj)
 
     def __len__(self) -> int:
-        return len(self._obj) if self.kind == "group" else self.shape[0]
+        if self.kind == "group":
+            return len(self._obj)
+        if self._value_node is not None:
+            return len(self._value_node)
+        return self.shape[0] if self.shape else 0
 
-    def children(self) -> Iterator[tuple[str, PlainNode]]:
+    def children(self) -> Iterator[tuple[Any, Any]]:
         if self.kind == "group":
             for k in self._obj:
                 yield k, PlainNode(self._h5, self._obj[k], (*self.path, k))
+        elif self._value_node is not None:
+            yield from self._value_node.children()
 
     def __repr__(self) -> str:
         return f"<PlainNode {'/'.join(self.path)}: {self.kind} {self.julia_type}>"

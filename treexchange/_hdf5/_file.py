@@ -157,7 +157,8 @@ class HDF5File:
 
     def _memo(self, table: str, msg: RawMessage, parse: Callable[[RawMessage], T]) -> T:
         """Decode ``msg`` with ``parse`` once per distinct body: for messages whose meaning is
-        their bytes alone (datatype, dataspace, filter pipeline), decoded values are immutable.
+        their bytes alone (datatype, dataspace, filter pipeline, shared-message address);
+        decoded values are immutable.
 
         Only small bodies are remembered, and at most ``_MEMO_ENTRIES`` per table, so a hostile
         file cannot make the memo hold more than a few MiB.

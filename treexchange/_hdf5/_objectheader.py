@@ -28,7 +28,7 @@ RawMessage = tuple[int, int, int, int]
 
 
 _V2_HEAD = struct.Struct("<BHB")  # type, body size, flags
-_V2_HEAD_ORDER = struct.Struct("<BHBH")  # ... and creation order (object header flag bit 2)
+_V2_HEAD_ORDER = struct.Struct("<BHB2x")  # ... then creation order (header flag bit 2), skipped
 _V1_HEAD = struct.Struct("<HHB3x")  # type, body size, flags, 3 reserved bytes
 _V2_PREFIX = struct.Struct("<4sBB")  # "OHDR", version, flags
 _V1_PREFIX = struct.Struct("<BxHII")  # version, reserved, messages, reference count, size
@@ -153,7 +153,7 @@ def _chunk(
     cap = widths[3]
     pending: list[tuple[int, int]] = []
     while end - pos >= hsize:  # fewer bytes left than a message header: a gap
-        mtype, size, mflags = unpack(buf, pos)[:3]
+        mtype, size, mflags = unpack(buf, pos)
         body_at = pos + hsize
         pos = body_at + size
         if pos > end:
@@ -179,6 +179,7 @@ T = TypeVar("T")
 _DATATYPE_MEMO = "datatype"
 _DATASPACE_MEMO = "dataspace"
 _FILTERS_MEMO = "filters"
+_SHARED_MEMO = "shared"  # a shared message's body is the address of the object it refers to
 
 
 class _cached(Generic[T]):
@@ -266,8 +267,12 @@ class ObjectHeader:
             return None
         with format_errors(self.offset):
             if msg[1] & m.MSG_FLAG_SHARED:
-                return self.file._committed_type(m.parse_shared_address(self.cursor(msg)))
+                address = self.file._memo(_SHARED_MEMO, msg, self._parse_shared)
+                return self.file._committed_type(address)
             return self.file._memo(_DATATYPE_MEMO, msg, self._parse_datatype)
+
+    def _parse_shared(self, msg: RawMessage) -> int:
+        return m.parse_shared_address(self.cursor(msg))
 
     def _parse_datatype(self, msg: RawMessage) -> H5Type:
         return parse_datatype(self.cursor(msg), self.file.limits)

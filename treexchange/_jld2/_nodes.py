@@ -9,19 +9,24 @@ parses at most the object header of the dataset it stands for; array data is rea
 Indexing follows the Python value a node reads as: NamedTuple/struct fields and dict entries by
 key, tuple and vector elements by 0-based position (like the ``tuple``/``list`` that ``read()``
 returns), numeric arrays like the numpy array in Julia's shape.
+
+Implementation note: a node keeps *data* describing where its value lives (a dataset address, or
+a plan plus the bytes and offset of an inline element) and builds children from it on demand, with
+no per-child closures. A walk over a 20,000-leaf model creates few objects that Python's cyclic
+garbage collector has to track, which keeps full walks fast.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
-from functools import partial
+import copy
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
 
 from .._errors import FormatError
 from .._juliatype import JuliaType
-from .._values import NamedTuple
+from .._values import MISSING, NamedTuple, Singleton
 from ._plans import (
     CompoundPlan,
     CustomPlan,
@@ -33,16 +38,17 @@ from ._plans import (
     VlenSequencePlan,
 )
 from ._reader import DatasetInfo, Order, Reader, Session, gc_paused
-from ._typeutil import NOTHING, is_namedtuple_type, is_tuple_type, namedtuple_names_types, tuple_element_types
+from ._typeutil import (
+    NOTHING,
+    is_namedtuple_type,
+    is_tuple_type,
+    namedtuple_names_types,
+    tuple_element_types,
+)
 
 Segment = str | int
-Thunk = Callable[[], "Node | Group"]
 
 CONTAINER_KINDS = frozenset({"namedtuple", "tuple", "vector", "dict", "struct"})
-
-
-def _segment_key(seg: Segment) -> str:
-    return seg if isinstance(seg, str) else str(seg)
 
 
 class Node:
@@ -90,19 +96,50 @@ class Node:
         return f"<{type(self).__name__} {format_path(self.path)}: {self.kind} {self.julia_type}>"
 
 
+class _Source:
+    """Where a node's value lives: a dataset (read through the session's identity memo), an
+    inline element (plan + bytes + offset), or a value already known (ghosts, constants)."""
+
+    __slots__ = ("address", "buf", "off", "plan", "value")
+
+    def __init__(
+        self,
+        *,
+        address: int | None = None,
+        plan: Plan | None = None,
+        buf: Any = None,
+        off: int = 0,
+        value: Any = None,
+    ) -> None:
+        self.address = address
+        self.plan = plan
+        self.buf = buf
+        self.off = off
+        self.value = value
+
+    def read(self, session: Session, path: Path) -> Any:
+        if self.address is not None:
+            return session.load_ref(self.address, path)
+        if self.plan is not None:
+            return self.plan.decode(session, self.buf, self.off, path)
+        return self.value
+
+
 class LeafNode(Node):
     """A number, Bool, String, Symbol or singleton; ``read()`` decodes it."""
 
-    __slots__ = ("_decode",)
+    __slots__ = ("_src",)
 
-    def __init__(
-        self, reader: Reader, path: Path, kind: str, julia_type: JuliaType, decode: Callable[[Session], Any]
-    ) -> None:
+    def __init__(self, reader: Reader, path: Path, kind: str, julia_type: JuliaType, src: _Source) -> None:
         super().__init__(reader, path, kind, julia_type)
-        self._decode = decode
+        self._src = src
 
     def _read(self, session: Session) -> Any:
-        return self._decode(session)
+        return self._src.read(session, self.path)
+
+
+def _const(reader: Reader, path: Path, kind: str, julia_type: JuliaType, value: Any) -> LeafNode:
+    return LeafNode(reader, path, kind, julia_type, _Source(value=value))
 
 
 class ArrayNode(Node):
@@ -183,11 +220,11 @@ class ArrayNode(Node):
 class ContainerNode(Node):
     """A NamedTuple, Tuple, vector (list / JuliaArray), Dict or struct.
 
-    ``entries`` are ``(segment, key, thunk)``: the inspect path segment, the Python key
-    (field name, dict key, or 0-based position) and a function making the child node.
+    Subclasses describe their entries as ``(segment, key)`` pairs: the inspect path segment and
+    the Python key (field name, dict key, or 0-based position), and build child ``i`` on demand.
     """
 
-    __slots__ = ("_cache", "_entries", "_make_entries", "_read_value", "shape")
+    __slots__ = ("_cache", "_keys", "_src", "shape")
 
     def __init__(
         self,
@@ -195,35 +232,42 @@ class ContainerNode(Node):
         path: Path,
         kind: str,
         julia_type: JuliaType,
-        entries: Callable[[], list[tuple[Segment, Any, Thunk]]],
-        read_value: Callable[[Session], Any],
+        src: _Source,
         shape: tuple[int, ...] | None = None,
     ) -> None:
         super().__init__(reader, path, kind, julia_type)
-        self._make_entries = entries
-        self._entries: list[tuple[Segment, Any, Thunk]] | None = None
+        self._src = src
+        self._keys: list[tuple[Segment, Any]] | None = None
         self._cache: dict[int, Node | Group] = {}
-        self._read_value = read_value
         self.shape = shape
 
-    def _all(self) -> list[tuple[Segment, Any, Thunk]]:
-        if self._entries is None:
-            self._entries = self._make_entries()
-        return self._entries
+    # subclass interface
+    def _entries(self) -> list[tuple[Segment, Any]]:
+        raise NotImplementedError
+
+    def _make(self, i: int, path: Path) -> Node | Group:
+        raise NotImplementedError
+
+    # shared behaviour
+    def _all(self) -> list[tuple[Segment, Any]]:
+        if self._keys is None:
+            self._keys = self._entries()
+        return self._keys
 
     def _child(self, i: int) -> Node | Group:
         node = self._cache.get(i)
         if node is None:
-            node = self._all()[i][2]()
+            seg = self._all()[i][0]
+            node = self._make(i, (*self.path, seg))
             self._cache[i] = node
         return node
 
     def keys(self) -> list[Any]:
         """Field names / dict keys (for tuples and vectors: 0-based positions)."""
-        return [key for _, key, _ in self._all()]
+        return [key for _, key in self._all()]
 
     def children(self) -> Iterator[tuple[Segment, Node | Group]]:
-        for i, (seg, _, _) in enumerate(self._all()):
+        for i, (seg, _) in enumerate(self._all()):
             yield seg, self._child(i)
 
     def __len__(self) -> int:
@@ -249,19 +293,19 @@ class ContainerNode(Node):
                     raise IndexError(f"index {key} out of range for {len(entries)} elements")
                 return self._child(i)
             raise TypeError(f"{self.kind} indices must be integers, not {type(key).__name__}")
-        for i, (_, k, _) in enumerate(entries):
+        for i, (_, k) in enumerate(entries):
             if type(k) is type(key) and k == key:
                 return self._child(i)
-        for i, (_, k, _) in enumerate(entries):  # e.g. a Python int for an Int64 dict key
+        for i, (_, k) in enumerate(entries):  # e.g. a Python int for an Int64 dict key
             if k == key:
                 return self._child(i)
         raise KeyError(key)
 
     def __contains__(self, key: Any) -> bool:
-        return any(k == key for _, k, _ in self._all())
+        return any(k == key for _, k in self._all())
 
     def _read(self, session: Session) -> Any:
-        return self._read_value(session)
+        return self._src.read(session, self.path)
 
 
 def _linear_index(index: tuple[Any, ...], shape: tuple[int, ...]) -> int:
@@ -275,6 +319,199 @@ def _linear_index(index: tuple[Any, ...], shape: tuple[int, ...]) -> int:
         lin += i * stride
         stride *= n
     return lin
+
+
+class CompoundNode(ContainerNode):
+    """A NamedTuple / Tuple / struct stored as a compound element: children are its fields."""
+
+    __slots__ = ("_buf", "_off", "_plan")
+
+    def __init__(
+        self, reader: Reader, path: Path, plan: CompoundPlan, buf: Any, off: int, src: _Source
+    ) -> None:
+        super().__init__(reader, path, plan.kind, plan.julia_type, src)
+        self._plan, self._buf, self._off = plan, buf, off
+
+    def _entries(self) -> list[tuple[Segment, Any]]:
+        if self._plan.kind == "tuple":
+            return [(i + 1, i) for i in range(len(self._plan.fields))]
+        return [(f.name, f.name) for f in self._plan.fields]
+
+    def _make(self, i: int, path: Path) -> Node | Group:
+        f = self._plan.fields[i]
+        return node_for_inline(self._reader, path, f.plan, self._buf, self._off + f.offset)
+
+
+class RefVectorNode(ContainerNode):
+    """A dataset of references (``Vector{Any}``, ``Vector{Matrix{Float32}}``, ...)."""
+
+    __slots__ = ("_addresses", "_info")
+
+    def __init__(self, reader: Reader, path: Path, info: DatasetInfo) -> None:
+        super().__init__(reader, path, "vector", info.julia_type, _Source(address=info.address), info.shape)
+        self._info = info
+        self._addresses: list[int] | None = None
+
+    def _entries(self) -> list[tuple[Segment, Any]]:
+        self._addresses = self._reader.element_addresses(self._info)
+        return [(i + 1, i) for i in range(len(self._addresses))]
+
+    def _make(self, i: int, path: Path) -> Node | Group:
+        self._all()
+        assert self._addresses is not None
+        return node_for_ref(self._reader, path, self._addresses[i])
+
+
+class InlineVectorNode(ContainerNode):
+    """A dataset of inline non-plain elements (Symbols, Strings, structs, unions, ghosts)."""
+
+    __slots__ = ("_info", "_raw")
+
+    def __init__(self, reader: Reader, path: Path, info: DatasetInfo) -> None:
+        super().__init__(reader, path, "vector", info.julia_type, _Source(address=info.address), info.shape)
+        self._info = info
+        self._raw: Any = None
+
+    def _entries(self) -> list[tuple[Segment, Any]]:
+        info, plan = self._info, self._info.plan
+        assert plan is not None
+        n = info.count
+        if not (info.space == "null" or isinstance(plan, GhostPlan)):
+            self._raw = self._reader.raw(info, n * plan.size)
+        return [(i + 1, i) for i in range(n)]
+
+    def _make(self, i: int, path: Path) -> Node | Group:
+        self._all()
+        plan = self._info.plan
+        assert plan is not None
+        if self._raw is None:
+            return node_for_inline(self._reader, path, plan, b"", 0)
+        return node_for_inline(self._reader, path, plan, self._raw, i * plan.size)
+
+
+class ValueVectorNode(ContainerNode):
+    """Elements already decoded (an NTuple stored as a numeric vector, a vlen sequence)."""
+
+    __slots__ = ("_item_kind", "_item_type", "_items")
+
+    def __init__(
+        self,
+        reader: Reader,
+        path: Path,
+        kind: str,
+        julia_type: JuliaType,
+        src: _Source,
+        items: list[Any],
+        item_kind: str,
+        item_type: JuliaType,
+    ) -> None:
+        super().__init__(reader, path, kind, julia_type, src, (len(items),))
+        self._items, self._item_kind, self._item_type = items, item_kind, item_type
+
+    def _entries(self) -> list[tuple[Segment, Any]]:
+        return [(i + 1, i) for i in range(len(self._items))]
+
+    def _make(self, i: int, path: Path) -> Node | Group:
+        return _const(self._reader, path, self._item_kind, self._item_type, self._items[i])
+
+
+class GhostContainerNode(ContainerNode):
+    """A Tuple or NamedTuple of zero-size values: children are ghosts too."""
+
+    __slots__ = ("_types",)
+
+    def __init__(self, reader: Reader, path: Path, kind: str, jt: JuliaType, value: Any) -> None:
+        super().__init__(reader, path, kind, jt, _Source(value=value))
+        self._types: list[Any] | None = None
+
+    def _entries(self) -> list[tuple[Segment, Any]]:
+        value, jt, limits = self._src.value, self.julia_type, self._reader.type_limits
+        if isinstance(value, NamedTuple):
+            parsed = namedtuple_names_types(jt, limits) if is_namedtuple_type(jt) else None
+            types = dict(zip(*parsed)) if parsed is not None else {}
+            self._types = [types.get(k) for k in value]
+            return [(k, k) for k in value]
+        elems = tuple_element_types(jt, limits) if is_tuple_type(jt) else []
+        self._types = [elems[i] if i < len(elems) else None for i in range(len(value))]
+        return [(i + 1, i) for i in range(len(value))]
+
+    def _make(self, i: int, path: Path) -> Node | Group:
+        self._all()
+        assert self._types is not None
+        value = self._src.value
+        item = list(value.values())[i] if isinstance(value, NamedTuple) else value[i]
+        jt = self._types[i]
+        if not isinstance(jt, JuliaType):
+            jt = _ghost_type_of(item)
+        return ghost_node(self._reader, path, item, jt)
+
+
+class DelegateNode(ContainerNode):
+    """A custom-serialized Tuple or struct: the children of its written form (same paths)."""
+
+    __slots__ = ("_target",)
+
+    def __init__(
+        self, reader: Reader, path: Path, kind: str, jt: JuliaType, target: ContainerNode, src: _Source
+    ):
+        super().__init__(reader, path, kind, jt, src, target.shape)
+        self._target = target
+
+    def _entries(self) -> list[tuple[Segment, Any]]:
+        return self._target._all()
+
+    def _make(self, i: int, path: Path) -> Node | Group:
+        return self._target._child(i)
+
+
+class FixedNode(ContainerNode):
+    """Children known up front: ``(segment, key, node)`` (Dicts, a struct holding ``kvvec``)."""
+
+    __slots__ = ("_nodes",)
+
+    def __init__(
+        self,
+        reader: Reader,
+        path: Path,
+        kind: str,
+        jt: JuliaType,
+        src: _Source,
+        children: list[tuple[Segment, Any, Node | Group]],
+    ) -> None:
+        super().__init__(reader, path, kind, jt, src)
+        self._nodes = children
+
+    def _entries(self) -> list[tuple[Segment, Any]]:
+        return [(seg, key) for seg, key, _ in self._nodes]
+
+    def _make(self, i: int, path: Path) -> Node | Group:
+        return _reparent(self._nodes[i][2], path)
+
+
+class RepathedNode(ContainerNode):
+    """A container seen through another path (a Dict value): same children, new paths."""
+
+    __slots__ = ("_inner",)
+
+    def __init__(self, inner: ContainerNode, path: Path) -> None:
+        super().__init__(inner._reader, path, inner.kind, inner.julia_type, inner._src, inner.shape)
+        self._inner = inner
+
+    def _entries(self) -> list[tuple[Segment, Any]]:
+        return self._inner._all()
+
+    def _make(self, i: int, path: Path) -> Node | Group:
+        return _reparent(self._inner._child(i), path)
+
+
+def _reparent(node: Node | Group, path: Path) -> Node | Group:
+    if isinstance(node, Group) or node.path == path:
+        return node
+    if isinstance(node, ContainerNode):
+        return RepathedNode(node, path)
+    clone = copy.copy(node)
+    clone.path = path
+    return clone
 
 
 class Group(Mapping[str, "Node | Group"]):
@@ -350,6 +587,13 @@ class Group(Mapping[str, "Node | Group"]):
 # --- node factories ---------------------------------------------------------------------------
 
 
+def node_for_ref(reader: Reader, path: Path, address: int) -> Node | Group:
+    """The node a reference points to (``nothing`` for an undefined reference)."""
+    if address == 0:
+        return _const(reader, path, "singleton", NOTHING, None)
+    return node_for_dataset(reader, path, address)
+
+
 def node_for_dataset(reader: Reader, path: Path, address: int) -> Node | Group:
     """The node of the object at ``address`` (parses its header, not its data)."""
     info = reader.info(address, path)
@@ -358,61 +602,19 @@ def node_for_dataset(reader: Reader, path: Path, address: int) -> Node | Group:
     plan = info.plan
     assert plan is not None
     if info.kind == "datatype":
-        jt = plan.julia_type
-        return LeafNode(reader, path, "singleton", JuliaType("Core.DataType"), lambda s: jt)
+        return _const(reader, path, "singleton", JuliaType("Core.DataType"), plan.julia_type)
     if info.shape is None:
         if info.space == "null":
             if isinstance(plan, GhostPlan):
                 return ghost_node(reader, path, plan.value, plan.julia_type)
             raise FormatError("null dataspace for a non-empty type", path=path, offset=info.obj.offset)
         raw = reader.raw(info, plan.size)
-
-        def read_scalar(session: Session) -> Any:
-            return session.load_ref(address, path)
-
-        return node_for_inline(reader, path, plan, raw, 0, read_scalar)
+        return node_for_inline(reader, path, plan, raw, 0, _Source(address=address))
     if info.dtype is not None:
         return ArrayNode(reader, path, info)
-    return _object_array_node(reader, path, info)
-
-
-def _object_array_node(reader: Reader, path: Path, info: DatasetInfo) -> ContainerNode:
-    plan = info.plan
-    assert plan is not None and info.shape is not None
-    address = info.address
-
-    def entries() -> list[tuple[Segment, Any, Thunk]]:
-        n = info.count
-        out: list[tuple[Segment, Any, Thunk]] = []
-        if isinstance(plan, ReferencePlan) and info.space != "null":
-            for i, addr in enumerate(reader.element_addresses(info)):
-                out.append((i + 1, i, _ref_thunk(reader, (*path, i + 1), addr)))
-            return out
-        if info.space == "null" or isinstance(plan, GhostPlan):
-            for i in range(n):
-                p = (*path, i + 1)
-                out.append((i + 1, i, partial(node_for_inline, reader, p, plan, b"", 0)))
-            return out
-        raw = reader.raw(info, n * plan.size)
-        size = plan.size
-        for i in range(n):
-            p = (*path, i + 1)
-            out.append((i + 1, i, partial(node_for_inline, reader, p, plan, raw, i * size)))
-        return out
-
-    def read(session: Session) -> Any:
-        return session.load_ref(address, path)
-
-    return ContainerNode(reader, path, "vector", info.julia_type, entries, read, shape=info.shape)
-
-
-def _ref_thunk(reader: Reader, path: Path, address: int) -> Thunk:
-    def make() -> Node | Group:
-        if address == 0:
-            return LeafNode(reader, path, "singleton", NOTHING, lambda s: None)
-        return node_for_dataset(reader, path, address)
-
-    return make
+    if isinstance(plan, ReferencePlan) and info.space != "null":
+        return RefVectorNode(reader, path, info)
+    return InlineVectorNode(reader, path, info)
 
 
 def node_for_inline(
@@ -421,90 +623,65 @@ def node_for_inline(
     plan: Plan,
     buf: Any,
     off: int,
-    read_self: Callable[[Session], Any] | None = None,
+    src: _Source | None = None,
 ) -> Node | Group:
-    """The node of one element of ``plan`` stored at ``buf[off:]``."""
-    if read_self is None:
+    """The node of one element of ``plan`` stored at ``buf[off:]``.
 
-        def read_self(session: Session) -> Any:
-            return plan.decode(session, buf, off, path)
-
+    ``src`` says how ``read()`` gets the value (default: decode the element; a dataset's own
+    element is read through its address so shared objects keep their identity).
+    """
     if isinstance(plan, ReferencePlan):
-        return _ref_thunk(reader, path, ReferencePlan.address(buf, off))()
+        return node_for_ref(reader, path, ReferencePlan.address(buf, off))
     if isinstance(plan, UnionElementPlan):
         chosen = plan.t1 if buf[off + plan.mask.offset] == 0 else plan.t2
         return node_for_inline(reader, path, chosen.plan, buf, off + chosen.offset)
     if isinstance(plan, GhostPlan):
         return ghost_node(reader, path, plan.value, plan.julia_type)
+    if src is None:
+        src = _Source(plan=plan, buf=buf, off=off)
     if isinstance(plan, CompoundPlan):
-        return _compound_node(reader, path, plan, buf, off, read_self)
+        return CompoundNode(reader, path, plan, buf, off, src)
     if isinstance(plan, CustomPlan):
-        return _custom_node(reader, path, plan, buf, off, read_self)
+        return _custom_node(reader, path, plan, buf, off, src)
     if isinstance(plan, VlenSequencePlan):
         value = plan.decode(Session(reader), buf, off, path)
         if isinstance(value, np.ndarray):
             node = ArrayNode(reader, path, None, value)
             node.julia_type = plan.julia_type
             return node
-        return _value_vector_node(reader, path, plan.julia_type, plan.base, value)
-    return LeafNode(reader, path, plan.kind, plan.julia_type, read_self)
-
-
-def _compound_node(
-    reader: Reader, path: Path, plan: CompoundPlan, buf: Any, off: int, read_self: Callable[[Session], Any]
-) -> ContainerNode:
-    tuple_like = plan.kind == "tuple"
-
-    def entries() -> list[tuple[Segment, Any, Thunk]]:
-        out: list[tuple[Segment, Any, Thunk]] = []
-        for i, f in enumerate(plan.fields):
-            seg: Segment = i + 1 if tuple_like else f.name
-            key: Any = i if tuple_like else f.name
-            p = (*path, seg)
-            out.append((seg, key, partial(node_for_inline, reader, p, f.plan, buf, off + f.offset)))
-        return out
-
-    return ContainerNode(reader, path, plan.kind, plan.julia_type, entries, read_self)
+        items = value.tolist() if hasattr(value, "tolist") else list(value)
+        return ValueVectorNode(
+            reader, path, "vector", plan.julia_type, src, items, plan.base.kind, plan.base.julia_type
+        )
+    return LeafNode(reader, path, plan.kind, plan.julia_type, src)
 
 
 def _custom_node(
-    reader: Reader, path: Path, plan: CustomPlan, buf: Any, off: int, read_self: Callable[[Session], Any]
+    reader: Reader, path: Path, plan: CustomPlan, buf: Any, off: int, src: _Source
 ) -> Node | Group:
-    inner = plan.inner
     if plan.kind == "dict":
-        return _dict_node(reader, path, plan, buf, off, read_self)
+        return _dict_node(reader, path, plan, buf, off, src)
+    written = node_for_inline(reader, path, plan.inner, buf, off)
     if plan.kind == "tuple":
-
-        def tuple_entries() -> list[tuple[Segment, Any, Thunk]]:
-            written = node_for_inline(reader, path, inner, buf, off)
-            if isinstance(written, ArrayNode):
-                values = list(np.asarray(written).ravel(order="F"))
-                elt = written.julia_type.params[0] if written.julia_type.params else JuliaType("Core.Any")
-                kind = "bool" if written.dtype == np.bool_ else "number"
-                return [
-                    (i + 1, i, _const_leaf(reader, (*path, i + 1), kind, elt, v))
-                    for i, v in enumerate(values)
-                ]
-            if isinstance(written, ContainerNode):
-                # The stored vector sits at this very path: its entries are ours (built lazily).
-                return written._all()
-            raise FormatError("NTuple storage is not a vector", path=path)
-
-        return ContainerNode(reader, path, "tuple", plan.julia_type, tuple_entries, read_self)
+        # An NTuple longer than 10 is stored as a Vector at this very path.
+        if isinstance(written, ArrayNode):
+            values = list(np.asarray(written).ravel(order="F"))
+            elt = written.julia_type.params[0] if written.julia_type.params else None
+            elt = elt if isinstance(elt, JuliaType) else JuliaType("Core.Any")
+            kind = "bool" if written.dtype == np.bool_ else "number"
+            return ValueVectorNode(reader, path, "tuple", plan.julia_type, src, values, kind, elt)
+        if isinstance(written, ContainerNode):
+            return DelegateNode(reader, path, "tuple", plan.julia_type, written, src)
+        raise FormatError("NTuple storage is not a vector", path=path)
     if plan.kind == "struct":
-
-        def struct_entries() -> list[tuple[Segment, Any, Thunk]]:
-            written = node_for_inline(reader, path, inner, buf, off)
-            if isinstance(written, ContainerNode) and written.kind in ("struct", "namedtuple"):
-                return written._all()
-            return [("written", "written", lambda: written)]
-
-        return ContainerNode(reader, path, "struct", plan.julia_type, struct_entries, read_self)
-    return LeafNode(reader, path, plan.kind, plan.julia_type, read_self)
+        if isinstance(written, ContainerNode) and written.kind in ("struct", "namedtuple"):
+            return DelegateNode(reader, path, "struct", plan.julia_type, written, src)
+        return FixedNode(reader, path, "struct", plan.julia_type, src, [("written", "written", written)])
+    return LeafNode(reader, path, plan.kind, plan.julia_type, src)
 
 
 def _dict_node(
-    reader: Reader, path: Path, plan: CustomPlan, buf: Any, off: int, read_self: Callable[[Session], Any]
+    reader: Reader, path: Path, plan: CustomPlan, buf: Any, off: int, src: _Source
 ) -> ContainerNode:
     """A Dict: entries keyed by the pairs' ``first`` values (read now, to know the kind).
 
@@ -517,8 +694,7 @@ def _dict_node(
         pairs = written["kvvec"]
     if isinstance(pairs, ArrayNode) or not isinstance(pairs, ContainerNode):
         raise FormatError("Dict storage is not a vector of Pairs", path=path)
-    entries: list[tuple[Segment, Any, Thunk]] = []
-    hashable = True
+    entries: list[tuple[Segment, Any, Node | Group]] = []
     for _, pair in pairs.children():
         if not isinstance(pair, ContainerNode) or "first" not in pair or "second" not in pair:
             raise FormatError("Dict entry is not a Pair", path=path)
@@ -526,17 +702,11 @@ def _dict_node(
         try:
             hash(key)
         except TypeError:
-            hashable = False
-            break
+            kvvec = _reparent(pairs, (*path, "kvvec"))
+            return FixedNode(reader, path, "struct", plan.julia_type, src, [("kvvec", "kvvec", kvvec)])
         seg = key if isinstance(key, str) else _render_key(key)
-        entries.append((seg, key, _repath(pair, "second", (*path, seg))))
-    if hashable:
-        return ContainerNode(reader, path, "dict", plan.julia_type, lambda: entries, read_self)
-    kv_path = (*path, "kvvec")
-    kvvec = _reparent(pairs, kv_path)
-    return ContainerNode(
-        reader, path, "struct", plan.julia_type, lambda: [("kvvec", "kvvec", lambda: kvvec)], read_self
-    )
+        entries.append((seg, key, pair["second"]))
+    return FixedNode(reader, path, "dict", plan.julia_type, src, entries)
 
 
 def _render_key(key: Any) -> str:
@@ -545,75 +715,16 @@ def _render_key(key: Any) -> str:
     return str(key)
 
 
-def _const_leaf(reader: Reader, path: Path, kind: str, jt: Any, value: Any) -> Thunk:
-    jt = jt if isinstance(jt, JuliaType) else JuliaType("Core.Any")
-    return lambda: LeafNode(reader, path, kind, jt, lambda s: value)
-
-
-def _repath(container: ContainerNode, key: str, path: Path) -> Thunk:
-    return lambda: _reparent(container[key], path)
-
-
-def _reparent_thunk(thunk: Thunk, path: Path) -> Thunk:
-    return lambda: _reparent(thunk(), path)
-
-
-def _reparent(node: Node | Group, path: Path) -> Node | Group:
-    """A node seen through another path (dict values, custom-serialized fields)."""
-    if isinstance(node, Group) or node.path == path:
-        return node
-    import copy
-
-    clone = copy.copy(node)
-    clone.path = path
-    if isinstance(clone, ContainerNode):
-        # Children must be rebuilt under the new path.
-        clone._entries = None
-        clone._cache = {}
-        inner = node
-        assert isinstance(inner, ContainerNode)
-
-        def entries() -> list[tuple[Segment, Any, Thunk]]:
-            return [(seg, key, _reparent_thunk(thunk, (*path, seg))) for seg, key, thunk in inner._all()]
-
-        clone._make_entries = entries
-    return clone
-
-
 def ghost_node(reader: Reader, path: Path, value: Any, jt: JuliaType) -> Node:
     """A node for a zero-size value; tuples/NamedTuples of ghosts get ghost children."""
-    if isinstance(value, NamedTuple) and len(value):
-        parsed = namedtuple_names_types(jt, reader.type_limits) if is_namedtuple_type(jt) else None
-        types = dict(zip(*parsed)) if parsed is not None else {}
-
-        def nt_entries() -> list[tuple[Segment, Any, Thunk]]:
-            return [(k, k, _ghost_thunk(reader, (*path, k), v, types.get(k))) for k, v in value.items()]
-
-        return ContainerNode(reader, path, "namedtuple", jt, nt_entries, lambda s: value)
     if isinstance(value, NamedTuple):
-        return ContainerNode(reader, path, "namedtuple", jt, list, lambda s: value)
+        return GhostContainerNode(reader, path, "namedtuple", jt, value)
     if isinstance(value, tuple) and value:
-        elems = tuple_element_types(jt, reader.type_limits) if is_tuple_type(jt) else []
-
-        def t_entries() -> list[tuple[Segment, Any, Thunk]]:
-            return [
-                (i + 1, i, _ghost_thunk(reader, (*path, i + 1), v, elems[i] if i < len(elems) else None))
-                for i, v in enumerate(value)
-            ]
-
-        return ContainerNode(reader, path, "tuple", jt, t_entries, lambda s: value)
-    return LeafNode(reader, path, "singleton", jt, lambda s: value)
-
-
-def _ghost_thunk(reader: Reader, path: Path, value: Any, jt: Any) -> Thunk:
-    if not isinstance(jt, JuliaType):
-        jt = _ghost_type_of(value)
-    return lambda: ghost_node(reader, path, value, jt)
+        return GhostContainerNode(reader, path, "tuple", jt, value)
+    return _const(reader, path, "singleton", jt, value)
 
 
 def _ghost_type_of(value: Any) -> JuliaType:
-    from .._values import MISSING, Singleton
-
     if value is None:
         return NOTHING
     if value is MISSING:
@@ -623,15 +734,3 @@ def _ghost_type_of(value: Any) -> JuliaType:
     if value == ():
         return JuliaType("Tuple")
     return JuliaType("Core.Any")
-
-
-def _value_vector_node(reader: Reader, path: Path, jt: JuliaType, base: Plan, value: Any) -> ContainerNode:
-    items = value.tolist() if hasattr(value, "tolist") else list(value)
-
-    def entries() -> list[tuple[Segment, Any, Thunk]]:
-        return [
-            (i + 1, i, _const_leaf(reader, (*path, i + 1), base.kind, base.julia_type, v))
-            for i, v in enumerate(items)
-        ]
-
-    return ContainerNode(reader, path, "vector", jt, entries, lambda s: value, shape=(len(items),))

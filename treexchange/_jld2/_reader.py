@@ -145,6 +145,7 @@ class Reader:
         )
         self.types = TypeResolver(self)
         self._infos: dict[int, DatasetInfo] = {}
+        self._array_types: dict[tuple[Any, int, bool], JuliaType] = {}
 
     def _describe(self) -> str:
         return "file" if self.name == "<bytes>" else repr(self.name)
@@ -308,7 +309,12 @@ class Reader:
             info.eltype = self._element_type(obj, path)
         else:
             info.eltype = plan.element_type
-        info.julia_type = array_type(info.eltype, len(shape), memory=info.memory)
+        # One JuliaType object per array type: shared objects are cheap and print once.
+        key = (info.eltype, len(shape), info.memory)
+        jt = self._array_types.get(key)
+        if jt is None:
+            jt = self._array_types[key] = array_type(info.eltype, len(shape), memory=info.memory)
+        info.julia_type = jt
         info.value_kind = "array" if info.dtype is not None else "vector"
         return info
 

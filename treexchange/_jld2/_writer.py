@@ -38,7 +38,7 @@ from ._writer_arrays import (
     plan_chunk,
 )
 from ._writer_sink import Sink
-from ._writer_types import JT, MAX_INLINE_SIZE, PRIM_DTYPES, Cat, TypeFactory, is_array_value
+from ._writer_types import JT, MAX_INLINE_SIZE, PRIM_DTYPES, UNION_EL, Cat, TypeFactory
 
 BASE = enc.FILE_HEADER_LENGTH
 COMPACT_LIMIT = 8192
@@ -173,11 +173,13 @@ class JLD2Writer:
             raise RuntimeError("writer is closed")
         group, leaf = self._pathize(name)
         path: tuple[PathSegment, ...] = (name,)
-        jt = self.types.of_value(value, path)
         try:
+            jt = self.types.of_value(value, path)
             offset = self.write_dataset(value, jt, self.wsession, path)
         except TreexchangeError as err:
             raise err.with_context(path=path) from None
+        except RecursionError:
+            raise ConversionError("value nested too deeply to write", path=path) from None
         group.links[leaf] = offset
 
     def create_group(self, name: str) -> None:
@@ -831,6 +833,8 @@ class JLD2Writer:
         kind = self.field_kind(w, initialized)
         if kind == "none":
             return b""
+        if value is _ZERO:
+            return bytes(self.field_size(ty, initialized))
         if w is not ty:
             if kind == "ref":
                 if w.cat is Cat.ARRAY:
@@ -885,6 +889,12 @@ class JLD2Writer:
             return [value[n] for n in names]
         if isinstance(value, _PairValue):
             return [value.first, value.second]
+        if w.layout == UNION_EL:
+            # An element of a Union array: (mask, t1, t2) with the other member zeroed.
+            t1 = w.fields[1][1]
+            if self.types.of_value(value, path) is t1:
+                return [np.uint8(0), value, _ZERO]
+            return [np.uint8(255), _ZERO, value]
         if w.name == "Base.Complex" and not isinstance(value, JuliaStruct):
             c = complex(value)
             return [c.real, c.imag]
@@ -968,6 +978,10 @@ class JLD2Writer:
 
 
 # ==================================================================================== helpers
+
+
+_ZERO = object()
+"""The all-zero-bytes value of the unused member of a ``JLD2.InlineUnionEl``."""
 
 
 class _PairVector(list):  # type: ignore[type-arg]
@@ -1061,8 +1075,3 @@ def _encode_bits(w: JT, value: Any, path: tuple[PathSegment, ...]) -> bytes:
         if arr.size == 1:
             return arr.reshape(1).view(np.uint8).tobytes()
     raise ConversionError(f"cannot store {type(value).__name__} as {w.key}", path=path)
-
-
-def writer_supports(value: Any) -> bool:
-    """Whether ``value`` is an array the writer streams (numpy / jax / list / JuliaArray)."""
-    return is_array_value(value)

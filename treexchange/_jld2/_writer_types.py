@@ -276,6 +276,31 @@ _BFLOAT16_NAMES = ("Core.BFloat16", "BFloat16s.BFloat16")
 
 _TUPLE_NAMES = ("Core.Tuple", "Tuple")
 
+# Types Julia prints without their module (``str(JuliaType)``), for type text written by hand.
+_SHORT_NAMES = {
+    n.split(".", 1)[1]: n
+    for n in (
+        *(name for name, _ in _PRIM_BY_DTYPE.values()),
+        "Core.Int128",
+        "Core.UInt128",
+        "Core.BFloat16",
+        "Core.String",
+        "Core.Symbol",
+        "Core.Any",
+        "Core.DataType",
+        "Core.Nothing",
+        "Base.Missing",
+        "Core.NamedTuple",
+        "Core.Array",
+        "Base.Complex",
+        "Core.Pair",
+        "Base.Dict",
+    )
+}
+
+UNION_EL = "inline-union"
+"""``JT.layout`` marker of a ``JLD2.InlineUnionEl`` element type (values are converted on write)."""
+
 
 class TypeFactory:
     """Builds and interns :class:`JT` objects for one write session."""
@@ -442,6 +467,8 @@ class TypeFactory:
         if found is not None:
             return found
         name, params = t.name, t.params
+        if "." not in name and name in _SHORT_NAMES:
+            name = _SHORT_NAMES[name]  # "Float64" as Julia prints it: Core.Float64
         for dt_name, (jl_name, _) in _PRIM_BY_DTYPE.items():
             if name == jl_name and not params:
                 return self.prim(dt_name)
@@ -547,6 +574,8 @@ class TypeFactory:
         raise ConversionError(f"{type(value).__name__} has no Julia counterpart", path=path)
 
     def _array_eltype(self, value: JuliaArray, path: tuple[PathSegment, ...]) -> JT:
+        if value.eltype.name in ("Core.Union", "Union"):
+            return self._inline_union(value.eltype, path)
         jt = self.of_type(value.eltype)
         if jt.cat is Cat.OTHER:
             # A struct element type known only by name: take its layout from an element.
@@ -554,6 +583,25 @@ class TypeFactory:
                 if isinstance(item, JuliaStruct) and item.type == value.eltype:
                     return self._struct_type(item, path)
         return jt
+
+    def _inline_union(self, union: JuliaType, path: tuple[PathSegment, ...]) -> JT:
+        """The element type JLD2 writes for an array of a two-member bits ``Union`` (e.g.
+        ``Vector{Union{Nothing,Float64}}``): ``JLD2.InlineUnionEl{T1,T2}`` = ``(mask::UInt8,
+        t1::T1, t2::T2)``, mask 0 for a ``T1`` element and 255 for a ``T2`` one (JLD2's
+        src/inlineunion.jl). Other unions would need JLD2's Union datasets: not supported."""
+        members = [self.of_type(p) if isinstance(p, JuliaType) else None for p in union.params]
+        if len(members) != 2 or any(m is None or not m.isbits for m in members):
+            raise UnsupportedError(
+                f"arrays of {union} cannot be written (only two-member Unions of bits types are)", path=path
+            )
+        t1, t2 = members
+        assert t1 is not None and t2 is not None
+        key = type_key("JLD2.InlineUnionEl", (t1, t2))
+        found = self._get(key)
+        if found is not None:
+            return found
+        fields = (("mask", self.prim("uint8")), ("t1", t1), ("t2", t2))
+        return self._intern(JT(Cat.STRUCT, "JLD2.InlineUnionEl", (t1, t2), fields=fields, key=key, layout=UNION_EL))
 
     def _dict_type(self, value: dict[Any, Any], path: tuple[PathSegment, ...]) -> JT:
         key_types = {id(t): t for t in (self.of_value(k, path) for k in value)}
@@ -647,11 +695,6 @@ def _is_jax_array(value: Any) -> bool:
         and hasattr(value, "dtype")
         and type(value).__module__.split(".")[0] in ("jax", "jaxlib")
     )
-
-
-def is_array_value(value: Any) -> bool:
-    """Whether ``value`` is written as a Julia ``Array`` (numpy, jax, list, JuliaArray)."""
-    return isinstance(value, (np.ndarray, list, JuliaArray)) or _is_jax_array(value)
 
 
 PRIM_DTYPES = _PRIM_NAME_TO_DTYPE

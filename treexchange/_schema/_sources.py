@@ -305,7 +305,10 @@ class FileSource(Source):
     def dtype(self) -> str | None:
         dtype = getattr(self.node, "dtype", None)
         if dtype is not None:
-            return dtype if isinstance(dtype, str) else np.dtype(dtype).name
+            if isinstance(dtype, str):
+                return dtype
+            known = _DTYPE_NAMES.get(dtype)
+            return known if known is not None else str(np.dtype(dtype).name)
         if self.kind != "number":
             return None
         t = self._julia_type()

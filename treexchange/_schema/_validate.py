@@ -106,6 +106,12 @@ class _Stop(Exception):
 
 
 class _Checker:
+    """One validation run: walks schema nodes and source nodes together, collecting mismatches.
+
+    In a *trial* run (``trial=True``, used to align sequences and to guess renames) the first
+    mismatch stops the walk: only "does it match?" is wanted, and nothing is recorded.
+    """
+
     def __init__(
         self, *, checksums: bool, trial: bool = False, bindings: dict[str, Any] | None = None
     ) -> None:
