@@ -490,3 +490,22 @@ def test_root_attributes() -> None:
         assert f["x"].read() == 1.5
     with tx.open(_build(Builder())) as f:
         assert f.attrs == {}
+
+
+def test_types_used_as_values() -> None:
+    from _jld2_builder import t_vlen
+
+    b = Builder()
+    dt = b.datatype_type()
+    datatype = t_compound([("name", t_vlen_string(), 16), ("parameters", t_vlen(t_ref()), 16)])
+    st = b.commit(t_compound([("T", datatype, 32)]), b.jt("Main.S"), b.field_attrs(["T"], [dt]))
+    b.link("x", b.dataset(shared(st), space("scalar"), b.jt("Core.Float64")))
+    b.link("t", b.jt_dataset("Core.Array", [b.jt_dataset("Core.Int8"), b.int_dataset(3)]))
+    raw = _build(b)
+    x = tx.load(raw, "x")
+    assert x["T"] == tx.Singleton(tx.JuliaType("Core.Type", (tx.JuliaType("Core.Float64"),)))
+    t = tx.load(raw, "t")
+    assert isinstance(t, tx.Singleton) and str(t.type) == "Type{Array{Int8, 3}}"
+    with tx.open(raw) as f:
+        assert f["t"].kind == "singleton" and str(f["t"].julia_type) == "Type{Array{Int8, 3}}"
+        assert f["x"]["T"].kind == "singleton"

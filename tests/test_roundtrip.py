@@ -12,8 +12,7 @@ from typing import Any
 import h5py
 import ml_dtypes
 import numpy as np
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 import treexchange

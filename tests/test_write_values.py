@@ -295,7 +295,7 @@ def test_julia_arrays_of_strings_symbols_and_ghosts(tmp_path: Path) -> None:
 def test_union_arrays_are_inline_union_elements(tmp_path: Path) -> None:
     # JLD2 writes Vector{Union{Nothing,Float64}} as JLD2.InlineUnionEl{Nothing,Float64} structs:
     # (mask = 0 for the first member, 255 for the second; t1 is a ghost, so no member).
-    value = JuliaArray("Union{Nothing, Float64}", [None, 1.5, None, -2.0])
+    value = JuliaArray("Core.Union{Core.Nothing,Core.Float64}", [None, 1.5, None, -2.0])
     path, f = save_and_open(tmp_path, u=value)
     with f:
         assert dataset_type_name(f["u"]) == "JLD2.InlineUnionEl"
@@ -303,8 +303,19 @@ def test_union_arrays_are_inline_union_elements(tmp_path: Path) -> None:
         assert rows.dtype.names == ("mask", "t2") and rows.dtype.itemsize == 9
         assert rows["mask"].tolist() == [0, 255, 0, 255] and rows["t2"].tolist() == [0.0, 1.5, 0.0, -2.0]
     assert treexchange.load(path, "u") == value
-    with pytest.raises(treexchange.UnsupportedError):
-        treexchange.save(tmp_path / "bad.jld2", u=JuliaArray("Union{Nothing, String}", [None, "a"]))
+
+
+def test_other_union_arrays_are_references_typed_by_a_union(tmp_path: Path) -> None:
+    # Not two bits types: an array of references whose julia_type is a Core.Union dataset.
+    value = JuliaArray("Core.Union{Core.Nothing,Core.String}", [None, "a", "bc"])
+    path, f = save_and_open(tmp_path, u=value)
+    with f:
+        ds = f["u"]
+        assert h5py.check_ref_dtype(ds.dtype) is h5py.Reference
+        union = f[ds.attrs["julia_type"]]
+        assert dataset_type_name(union) == "Core.Union"
+        assert union.dtype.names == ("description", "datatype", "unionall")
+    assert treexchange.load(path, "u") == value
 
 
 def test_dicts_are_serialized_dicts(tmp_path: Path) -> None:

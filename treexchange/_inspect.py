@@ -19,6 +19,7 @@ JSON has no NaN or infinities: those floats are written as the strings ``"NaN"``
 Integers wider than 64 bits (``Int128``, ``UInt128``, ``BigInt``) are decimal strings, as
 are all values of those types. Primitive bits types numpy has no dtype for (``Char``,
 ``@enum`` values) are kind ``number`` with their bytes read as a little-endian signed integer.
+A type used as a value (``Float64`` in a field) is kind ``singleton`` with julia_type ``Type{Float64}``.
 HDF5 groups (``"a/b"`` names) get no line of their own: their names appear as path segments.
 """
 

@@ -176,6 +176,8 @@ def _render_value_param(p: Any, *, short: bool, sep: str) -> str:
         inner = sep.join(f"{k} = {r(v)}" for k, v in p.items())
         return f"({inner},)" if len(p) == 1 else f"({inner})"
     if isinstance(p, Singleton):
+        if p.type.name == "Core.Type" and len(p.type.params) == 1:
+            return r(p.type.params[0])  # a type used as a value prints as the type
         name = p.type._render(short=short, sep=sep)
         # A function's type prints as "#relu"; the function itself as "relu".
         head, _, last = name.rpartition(".")

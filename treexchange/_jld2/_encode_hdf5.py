@@ -123,6 +123,20 @@ H5TYPE_DATATYPE = H5Type(
 )
 """The bootstrap ``Core.DataType`` compound JLD2 requires byte for byte (format §4.1)."""
 
+H5TYPE_UNION = H5Type(
+    H5Class.COMPOUND,
+    _V3,
+    3,
+    48,
+    members=(
+        Member("description", 0, VLEN_UTF8),
+        Member("datatype", 16, vlen_type(REFERENCE)),
+        Member("unionall", 32, vlen_type(REFERENCE)),
+    ),
+)
+"""JLD2's ``H5TYPE_UNION``: a ``Union`` value as a description, its DataType members and its
+UnionAll members (src/data/writing_datatypes.jl)."""
+
 
 def compound_type(members: list[tuple[str, H5Type]]) -> H5Type:
     """A packed compound: member offsets are the running sum of the member sizes (JLD2's ODR)."""

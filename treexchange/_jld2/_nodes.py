@@ -30,12 +30,15 @@ from .._values import MISSING, NamedTuple, Singleton
 from ._plans import (
     CompoundPlan,
     CustomPlan,
+    DataTypePlan,
     GhostPlan,
     Path,
     Plan,
     ReferencePlan,
     UnionElementPlan,
+    UnionTypePlan,
     VlenSequencePlan,
+    type_value,
 )
 from ._reader import DatasetInfo, Order, Reader, Session, gc_paused
 from ._typeutil import (
@@ -602,7 +605,8 @@ def node_for_dataset(reader: Reader, path: Path, address: int) -> Node | Group:
     plan = info.plan
     assert plan is not None
     if info.kind == "datatype":
-        return _const(reader, path, "singleton", JuliaType("Core.DataType"), plan.julia_type)
+        value = type_value(plan.julia_type)
+        return _const(reader, path, "singleton", value.type, value)
     if info.shape is None:
         if info.space == "null":
             if isinstance(plan, GhostPlan):
@@ -637,6 +641,10 @@ def node_for_inline(
         return node_for_inline(reader, path, chosen.plan, buf, off + chosen.offset)
     if isinstance(plan, GhostPlan):
         return ghost_node(reader, path, plan.value, plan.julia_type)
+    if isinstance(plan, (DataTypePlan, UnionTypePlan)):
+        # A type used as a value: its Julia type is Type{T}, so decode it now (it is small).
+        value = plan.decode(Session(reader), buf, off, path)
+        return _const(reader, path, "singleton", value.type, value)
     if src is None:
         src = _Source(plan=plan, buf=buf, off=off)
     if isinstance(plan, CompoundPlan):

@@ -25,7 +25,7 @@ from .._errors import FormatError, LimitError
 from .._hdf5._model import H5Type, Member
 from .._juliatype import JuliaType
 from .._limits import Limits
-from .._values import Int128, JuliaArray, JuliaBits, JuliaStruct, NamedTuple, Symbol, UInt128
+from .._values import Int128, JuliaArray, JuliaBits, JuliaStruct, NamedTuple, Singleton, Symbol, UInt128
 from ._layout import FieldLayout, StructLayout
 
 Path = tuple[str | int, ...]
@@ -268,8 +268,31 @@ def ghost_kind(value: Any) -> str:
     return "singleton"
 
 
+def type_value(t: JuliaType) -> Singleton:
+    """A Julia type used as a *value* (a field holding ``Float64``): the only instance of
+    ``Type{Float64}``, i.e. ``Singleton(Type{Float64})`` in the value model.
+
+    Example:
+        >>> type_value(JuliaType("Core.Float64"))
+        Singleton('Core.Type{Core.Float64}')
+    """
+    return Singleton(JuliaType("Core.Type", (t,)))
+
+
+def type_of_value(value: Any) -> Any:
+    """Inverse of :func:`type_value` (other values unchanged): type parameters are types."""
+    if (
+        isinstance(value, Singleton)
+        and value.type.name == "Core.Type"
+        and len(value.type.params) == 1
+        and isinstance(value.type.params[0], JuliaType)
+    ):
+        return value.type.params[0]
+    return value
+
+
 class DataTypePlan(Plan):
-    """A ``Core.DataType`` value (the bootstrap compound): decodes to a :class:`JuliaType`."""
+    """A ``Core.DataType`` value (the bootstrap compound): decodes to ``Singleton(Type{T})``."""
 
     kind = "singleton"
 
@@ -279,7 +302,7 @@ class DataTypePlan(Plan):
         self.h5type = h5type
 
     def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
-        return ctx.decode_datatype(buf, off, path)
+        return type_value(ctx.decode_datatype(buf, off, path))
 
 
 class UnionTypePlan(Plan):
@@ -293,7 +316,7 @@ class UnionTypePlan(Plan):
         self.h5type = h5type
 
     def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
-        return ctx.decode_union(buf, off, path)
+        return type_value(ctx.decode_union(buf, off, path))
 
 
 class VlenSequencePlan(Plan):

@@ -31,7 +31,7 @@ from .._juliatype import JuliaType
 from .._limits import DEFAULT_LIMITS, Limits
 from .._values import JuliaArray
 from ._header import FileHeader, parse_header
-from ._plans import GhostPlan, Path, Plan, ReferencePlan
+from ._plans import GhostPlan, Path, Plan, ReferencePlan, type_value
 from ._typesread import TypeResolver
 from ._typeutil import ANY, array_type
 
@@ -417,7 +417,7 @@ class Reader:
             }
         assert plan is not None
         if info.kind == "datatype":
-            return plan.julia_type
+            return type_value(plan.julia_type)
         if info.shape is None:
             if info.space == "null":
                 if isinstance(plan, GhostPlan):

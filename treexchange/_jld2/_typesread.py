@@ -61,6 +61,7 @@ from ._plans import (
     base62_to_int,
     decode_text,
     pairs_to_dict,
+    type_of_value,
     vector_to_tuple,
     wrap_custom,
 )
@@ -280,7 +281,7 @@ class TypeResolver:
             self._enter()
             self._busy.add(ref)
             try:
-                value = self.reader.load_standalone(ref, path)
+                value = type_of_value(self.reader.load_standalone(ref, path))
             finally:
                 self._busy.discard(ref)
                 self._depth -= 1

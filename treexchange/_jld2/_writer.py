@@ -27,8 +27,7 @@ import numpy as np
 from .._errors import ConversionError, PathSegment, TreexchangeError, UnsupportedError
 from .._hdf5._model import H5Type
 from .._juliatype import JuliaType
-from .._values import JuliaArray, JuliaBits, JuliaStruct, Singleton, Symbol
-from .._values import NamedTuple as JlNamedTuple
+from .._values import JuliaArray, JuliaBits, JuliaStruct, NamedTuple as JlNamedTuple, Singleton, Symbol
 from . import _encode_hdf5 as enc
 from ._writer_arrays import (
     Compression,
@@ -429,7 +428,7 @@ class JLD2Writer:
             return self.lookup(r) or self.commit(enc.REFERENCE, w, r)
         if cat is Cat.DATATYPE:
             return self.bootstrap()
-        if cat is Cat.ANY:
+        if cat is Cat.ANY or cat is Cat.UNION:
             return enc.REFERENCE
         if cat is Cat.OTHER:
             # Known only by name: JLD2 would commit it only if it were an inline-able immutable;
@@ -489,7 +488,7 @@ class JLD2Writer:
         cat = w.cat
         if cat in (Cat.STRING, Cat.SYMBOL):
             return "vlen"
-        if cat is Cat.ARRAY or cat is Cat.ANY or cat is Cat.OTHER:
+        if cat in (Cat.ARRAY, Cat.ANY, Cat.OTHER, Cat.UNION):
             return "ref"
         if cat is Cat.DATATYPE:
             return "datatype"
@@ -523,6 +522,8 @@ class JLD2Writer:
             return ("Symbol", str(value))
         if isinstance(value, JuliaType):
             return ("DataType", self.types.of_type(value).key)
+        if jt.cat is Cat.DATATYPE and isinstance(value, Singleton):
+            return ("DataType", self._as_type(value, ()).key)
         if isinstance(value, str):
             return ("String", value)
         if jt.mutable or isinstance(value, (JuliaStruct, JuliaArray, np.ndarray, list, dict)):
@@ -649,7 +650,7 @@ class JLD2Writer:
             # WriteDataspace passes custom serialization through to its inner ODR, so arrays of
             # Dicts are reference arrays with a julia_type attribute too.
             if kind == "ref":
-                eltype_ref = self.write_datatype_dataset(e, self.datatype_wsession)
+                eltype_ref = self.write_type_dataset(e, self.datatype_wsession)
                 attrs.append(
                     _Attr("julia_type", enc.REFERENCE, enc.DS_SCALAR, (), 8, lambda: _ref(eltype_ref))
                 )
@@ -912,6 +913,11 @@ class JLD2Writer:
             return value
         if isinstance(value, JuliaType):
             return self.types.of_type(value)
+        if isinstance(value, Singleton) and value.type.name == "Core.Type" and len(value.type.params) == 1:
+            # The reader gives the type value T as the singleton of its type Type{T}.
+            inner = value.type.params[0]
+            if isinstance(inner, JuliaType):
+                return self.types.of_type(inner)
         raise ConversionError(f"expected a Julia type, found {type(value).__name__}", path=path)
 
     # --- DataType values -----------------------------------------------------------------------------
@@ -948,7 +954,9 @@ class JLD2Writer:
         datasets, values (``2``, ``true``, a names tuple) as datasets of their own."""
         refs: list[int] = []
         for p in params:
-            if isinstance(p, JT):
+            if isinstance(p, JT) and p.cat is Cat.UNION:
+                refs.append(self.write_union_dataset(p, ws))  # a Union is not a DataType
+            elif isinstance(p, JT):
                 dt = self.h5fieldtype(p.writeas, p, True)
                 if isinstance(dt, Committed):
                     refs.append(dt.offset)
@@ -957,6 +965,39 @@ class JLD2Writer:
             else:
                 refs.append(self.write_ref(p, ws, ()))
         return refs
+
+    def write_type_dataset(self, t: JT, ws: dict[Hashable, int]) -> int:
+        """A dataset holding the type ``t``: a ``Core.Union`` value for unions, else a DataType."""
+        if t.cat is Cat.UNION:
+            return self.write_union_dataset(t, ws)
+        return self.write_datatype_dataset(t, ws)
+
+    def write_union_dataset(self, t: JT, ws: dict[Hashable, int]) -> int:
+        """A scalar ``Core.Union`` dataset (JLD2's ``UnionTypeODR``): a description (for people;
+        JLD2 ignores it), references to the DataType members, references to UnionAll members.
+        Unions are immutable in Julia, so they are not shared between uses."""
+        union_jt = self.types.lookup("Core.Union") or self.types.other(JuliaType("Core.Union"))
+        dtype = self.lookup(union_jt) or self.commit(enc.H5TYPE_UNION, union_jt, union_jt)
+        members = [self.types.of_type(p) if isinstance(p, JuliaType) else p for p in (t.raw_params or t.params)]
+        description = str(JuliaType("Core.Union", tuple(t.raw_params or ()))).encode("utf-8")
+        datatypes = [m for m in members if isinstance(m, JT)]
+        unionalls = [m for m in members if not isinstance(m, JT)]
+
+        def encode() -> bytes:
+            out = self.store_vlen(description)
+            if datatypes:
+                refs = self.refs_from_types(datatypes, ws)
+                out += self.store_vlen(b"".join(_ref(r) for r in refs), count=len(refs))
+            else:
+                out += bytes(16)
+            if unionalls:
+                refs = [self.write_ref(u, ws, ()) for u in unionalls]
+                out += self.store_vlen(b"".join(_ref(r) for r in refs), count=len(refs))
+            else:
+                out += bytes(16)
+            return out
+
+        return self._write_object(_Space(enc.DS_SCALAR, (), []), dtype, 48, False, encode, None, ws, None)
 
     def write_datatype_dataset(self, t: JT, ws: dict[Hashable, int]) -> int:
         """A scalar dataset whose value is the type ``t`` (``write_ref(f, T, wsession)``)."""

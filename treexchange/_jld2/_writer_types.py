@@ -62,6 +62,7 @@ class Cat(enum.Enum):
     ANY = "any"  # Core.Any (abstract)
     DICT = "dict"  # Dict{K,V}, written as JLD2.SerializedDict
     DATATYPE = "datatype"  # Core.DataType (the bootstrap type)
+    UNION = "union"  # Union{A,B,...} (abstract; stored as a Core.Union dataset where needed)
     OTHER = "other"  # a type known only by name (a type parameter we have no value for)
 
 
@@ -151,7 +152,7 @@ class JT:
     # --- Julia type predicates ------------------------------------------------------------------
     @property
     def concrete(self) -> bool:
-        return self.cat is not Cat.ANY
+        return self.cat is not Cat.ANY and self.cat is not Cat.UNION
 
     @property
     def hasdata(self) -> bool:
@@ -275,6 +276,7 @@ BFLOAT16_NAME = "Core.BFloat16"
 _BFLOAT16_NAMES = ("Core.BFloat16", "BFloat16s.BFloat16")
 
 _TUPLE_NAMES = ("Core.Tuple", "Tuple")
+_UNION_NAMES = ("Core.Union", "Union")
 
 # Types Julia prints without their module (``str(JuliaType)``), for type text written by hand.
 _SHORT_NAMES = {
@@ -488,6 +490,9 @@ class TypeFactory:
             return self.singleton(name)
         if name in _TUPLE_NAMES:
             return self.tuple_of([self._param_type(p) for p in params])
+        if name in _UNION_NAMES:
+            members = tuple(self.of_type(p) if isinstance(p, JuliaType) else p for p in params)
+            return self._intern(JT(Cat.UNION, "Core.Union", members, key=t.qualified(), raw_params=tuple(params)))
         if name == "NTuple" and len(params) == 2 and isinstance(params[0], (int, np.integer)):
             return self.tuple_of([self._param_type(params[1])] * int(params[0]))
         if name == "Core.NamedTuple" and len(params) == 2 and isinstance(params[0], tuple):
@@ -545,6 +550,8 @@ class TypeFactory:
         if value is MISSING:
             return self.MISSING
         if isinstance(value, Singleton):
+            if is_type_singleton(value):
+                return self.DATATYPE  # the value T of type Type{T}: JLD2 stores it as a DataType
             return self.singleton(value.type.name, tuple(value.type.params))
         if isinstance(value, JuliaBits):
             if not value.data:
@@ -574,8 +581,12 @@ class TypeFactory:
         raise ConversionError(f"{type(value).__name__} has no Julia counterpart", path=path)
 
     def _array_eltype(self, value: JuliaArray, path: tuple[PathSegment, ...]) -> JT:
-        if value.eltype.name in ("Core.Union", "Union"):
-            return self._inline_union(value.eltype, path)
+        if value.eltype.name in _UNION_NAMES:
+            union = self.of_type(value.eltype)
+            members = [p for p in union.params if isinstance(p, JT)]
+            if len(members) == 2 == len(union.params) and all(m.isbits for m in members):
+                return self._inline_union(value.eltype, path)
+            return union  # an array of references, its julia_type a Core.Union dataset
         jt = self.of_type(value.eltype)
         if jt.cat is Cat.OTHER:
             # A struct element type known only by name: take its layout from an element.
@@ -601,7 +612,9 @@ class TypeFactory:
         if found is not None:
             return found
         fields = (("mask", self.prim("uint8")), ("t1", t1), ("t2", t2))
-        return self._intern(JT(Cat.STRUCT, "JLD2.InlineUnionEl", (t1, t2), fields=fields, key=key, layout=UNION_EL))
+        return self._intern(
+            JT(Cat.STRUCT, "JLD2.InlineUnionEl", (t1, t2), fields=fields, key=key, layout=UNION_EL)
+        )
 
     def _dict_type(self, value: dict[Any, Any], path: tuple[PathSegment, ...]) -> JT:
         key_types = {id(t): t for t in (self.of_value(k, path) for k in value)}
@@ -646,6 +659,8 @@ class TypeFactory:
                     fields.append((fl.name, self.ANY))
                 elif fl.storage == "inline" and fl.field_type is None and fl.member is not None:
                     fields.append((fl.name, self._member_type(fl.member.type, v, fpath)))
+                elif fl.storage == "inline" and fl.field_type is not None and fl.field_type.name == "Core.DataType":
+                    fields.append((fl.name, self.DATATYPE))  # a field declared ::DataType holds a type
                 else:
                     fields.append((fl.name, self.of_value(v, fpath)))
         jt = JT(
@@ -695,6 +710,12 @@ def _is_jax_array(value: Any) -> bool:
         and hasattr(value, "dtype")
         and type(value).__module__.split(".")[0] in ("jax", "jaxlib")
     )
+
+
+def is_type_singleton(value: Singleton) -> bool:
+    """Whether ``value`` is ``Singleton(Type{T})``: how the reader gives a type value ``T``."""
+    t = value.type
+    return t.name == "Core.Type" and len(t.params) == 1 and isinstance(t.params[0], JuliaType)
 
 
 PRIM_DTYPES = _PRIM_NAME_TO_DTYPE
