@@ -32,11 +32,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args))
+    except BrokenPipeError:
+        return 0
     except TreexchangeError as err:
         print(f"treexchange: error: {err}", file=sys.stderr)
         return 2
-    except BrokenPipeError:
-        return 0
+    except OSError as err:  # a missing or unreadable input file: a message, not a traceback
+        print(f"treexchange: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -163,6 +163,8 @@ def load(
     order: Order = "julia",
     allow_hdf5: bool = False,
     limits: Limits = DEFAULT_LIMITS,
+    validate: bool = True,
+    schema: Any = None,
     like: Any = None,
     sharding: Any = None,
     **restore_options: Any,
@@ -181,15 +183,17 @@ def load(
             reversed-dims, C-ordered view of the same bytes (what h5py shows).
         allow_hdf5: accept plain HDF5 files (read through h5py).
         limits: safety limits for untrusted files.
-
+        validate: check the value against the schema embedded in the file (a ``treexchange_schema``
+            root attribute, see docs/schema.md) when there is one; ``False`` skips the check.
+        schema: check against this schema instead (a :class:`treexchange.Schema`, its JSON text,
+            or a path to a JSON file). Either check raises :class:`treexchange.MismatchError`
+            listing every violation, before any ``like=`` conversion.
         like: a template PyTree (an Equinox model, dicts, ...): the value is put into its
             structure with jax arrays, checked, all mismatches reported together (see
             :func:`treexchange.restore`, which also lists the other options: ``strict``,
             ``allow_missing``, ``allow_extra``, ``cast``, ``numpy``, ``layout``).
         sharding: a ``jax.sharding.Sharding`` or a PyTree of them; arrays become jax arrays
             placed that way, each device reading only its own slice of the file.
-
-    Later versions add keyword-only ``validate=`` and ``schema=`` arguments.
 
     Example:
         >>> import treexchange
@@ -209,6 +213,10 @@ def load(
             value = f.read(name, order=order)
         else:
             value = f.read(name, order=order)  # type: ignore[attr-defined, union-attr]
+        if schema is not None or (validate and _has_embedded_schema(f)):
+            from ._schema import check_loaded  # pydantic is imported only when a schema is in play
+
+            check_loaded(f, value, name=name, validate=validate, schema=schema, order=order)
     except KeyError as err:
         raise TreexchangeError(f"no entry named {name!r} in the file") from err
     finally:
@@ -219,6 +227,19 @@ def load(
 
     path = tuple(p for p in name.split("/") if p) if name else ()
     return restore(value, like, sharding=sharding, path=path, **restore_options)
+
+
+def _has_embedded_schema(f: Any) -> bool:
+    attrs = getattr(f, "attrs", None)
+    try:
+        return attrs is not None and _SCHEMA_ATTRIBUTE in attrs
+    except TypeError:
+        return False
+
+
+# Kept in step with treexchange._schema._embedded.SCHEMA_ATTRIBUTE (a test checks it) so that
+# deciding whether to validate does not import the schema layer.
+_SCHEMA_ATTRIBUTE = "treexchange_schema"
 
 
 def walk(node: Node | Group) -> Iterator[tuple[Node | Group, int]]:

@@ -456,7 +456,7 @@ class _JaxImportHook(importlib.abc.MetaPathFinder):
             original_exec(module)
             _register_with_jax(module)
 
-        loader.exec_module = exec_module  # type: ignore[attr-defined]
+        loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
 
