@@ -125,12 +125,12 @@ def test_cli_convert_compress_roundtrip(tmp_path: Path) -> None:
 
 def test_convert_keeps_root_string_attributes(tmp_path: Path) -> None:
     src = tmp_path / "a.jld2"
-    treexchange.save(src, x=np.arange(3), root_attributes={"treexchange_schema": '{"v": "σ"}', "note": "hi"})
+    treexchange.save(src, x=np.arange(3), root_attributes={"custom": '{"v": "σ"}', "note": "hi"})
     out = tmp_path / "b.jld2"
     convert(src, out, keep_producer=True)
     assert out.read_bytes() == src.read_bytes()
     with h5py.File(out, "r") as f:
-        assert f.attrs["treexchange_schema"].decode() == '{"v": "σ"}'
+        assert f.attrs["custom"].decode() == '{"v": "σ"}'
 
 
 def test_convert_keeps_shared_arrays_and_write_order(tmp_path: Path) -> None:
@@ -158,3 +158,21 @@ def test_convert_empty_group(tmp_path: Path) -> None:
     assert out.read_bytes() == src.read_bytes()
     with h5py.File(out, "r") as f:
         assert isinstance(f["empty/inner"], h5py.Group) and len(f["empty/inner"]) == 0
+
+
+def test_convert_onto_itself(tmp_path: Path) -> None:
+    path = tmp_path / "same.jld2"
+    treexchange.save(path, m=NamedTuple(w=np.arange(6.0).reshape(2, 3)), producer=" (Julia 1.11.1 64-bit LE)")
+    before = path.read_bytes()
+    assert main(["convert", str(path), str(path), "--keep-producer"]) == 0
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["same.jld2"]
+
+
+def test_convert_refuses_plain_hdf5(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src = tmp_path / "plain.h5"
+    with h5py.File(src, "w") as f:
+        f["x"] = np.arange(3)
+    assert main(["convert", str(src), str(tmp_path / "out.jld2")]) == 2
+    assert "HDF5" in capsys.readouterr().err
+    assert not (tmp_path / "out.jld2").exists()

@@ -392,9 +392,9 @@ def test_groups_and_link_order(tmp_path: Path) -> None:
 
 def test_root_attributes(tmp_path: Path) -> None:
     path = tmp_path / "r.jld2"
-    treexchange.save(path, x=np.ones(2), root_attributes={"treexchange_schema": '{"a": "μ"}'})
+    treexchange.save(path, x=np.ones(2), root_attributes={"note": '{"a": "μ"}', "origin": "σ"})
     with h5py.File(path, "r") as f:
-        assert f.attrs["treexchange_schema"].decode() == '{"a": "μ"}'
+        assert f.attrs["note"].decode() == '{"a": "μ"}' and f.attrs["origin"].decode() == "σ"
         assert list(f) == ["x"]
     assert values_equal(treexchange.load(path), {"x": np.ones(2)})
 
@@ -475,6 +475,13 @@ def test_unsupported_values_name_their_path(tmp_path: Path, value: Any, where: t
     assert not path.exists() and list(tmp_path.iterdir()) == []
 
 
+def test_header_message_size_limit_is_a_clean_error(tmp_path: Path) -> None:
+    wide = NamedTuple((f"field_{i}", np.float64(i)) for i in range(5000))  # > 64 KiB compound type
+    with pytest.raises(treexchange.UnsupportedError, match="65535"):
+        treexchange.save(tmp_path / "wide.jld2", w=wide)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_absurdly_deep_nesting_is_a_conversion_error(tmp_path: Path) -> None:
     deep: Any = 1
     for _ in range(5000):
@@ -497,3 +504,18 @@ def test_bad_names_and_options(tmp_path: Path) -> None:
     with pytest.raises(TypeError):
         treexchange.save(path, x=1, root_attributes={"a": 1})
     assert not path.exists()
+
+
+def test_embedded_schema_round_trip(tmp_path: Path) -> None:
+    # The schema layer stores its JSON as a root attribute; load() then checks the file against it.
+    state = NamedTuple(weight=np.ones((2, 3), np.float32), σ=())
+    schema = treexchange.infer_schema({"model_state": state})
+    path = tmp_path / "s.jld2"
+    treexchange.save(path, model_state=state, root_attributes=treexchange.schema_to_attributes(schema))
+    assert treexchange.read_embedded_schema(str(path)) == schema
+    assert values_equal(treexchange.load(path, "model_state"), state)
+    bad = tmp_path / "bad.jld2"
+    wrong = NamedTuple(weight=np.ones((2, 4), np.float32), σ=())
+    treexchange.save(bad, model_state=wrong, root_attributes=treexchange.schema_to_attributes(schema))
+    with pytest.raises(treexchange.MismatchError):
+        treexchange.load(bad, "model_state")

@@ -431,6 +431,7 @@ def read_chunked(f: HDF5File, obj: ObjectHeader, nbytes: int) -> memoryview:
             continue  # beyond the current extent (dataset was shrunk)
         if rec.offset + rec.size > f.size:
             raise FormatError(f"chunk of {rec.size} bytes runs past the end of the file", offset=rec.offset)
+        f.prefetch(rec.offset, rec.size)
         stored = f.buffer[rec.offset : rec.offset + rec.size]
         if filters and not (dont_filter_edges and g.is_partial(rec.coords)):
             data = decode_chunk(stored, filters, rec.filter_mask, g.chunk_bytes, offset=rec.offset)

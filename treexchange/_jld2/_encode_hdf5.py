@@ -201,7 +201,16 @@ def encode_shared_datatype(address: int) -> bytes:
 
 
 def message(mtype: int, body: bytes, flags: int = 0) -> bytes:
-    """One version-2 object-header message: type u8, body size u16, flags u8, body (no padding)."""
+    """One version-2 object-header message: type u8, body size u16, flags u8, body (no padding).
+
+    HDF5 limits a message to 65535 bytes; JLD2 hits the same limit (e.g. a struct or NamedTuple
+    with thousands of fields has too large a compound datatype).
+    """
+    if len(body) > 0xFFFF:
+        raise UnsupportedError(
+            f"an HDF5 header message would be {len(body)} bytes (the format allows 65535): "
+            "too many fields in one struct/NamedTuple, or too long a name"
+        )
     return struct.pack("<BHB", mtype, len(body), flags) + body
 
 

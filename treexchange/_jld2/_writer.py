@@ -978,7 +978,9 @@ class JLD2Writer:
         Unions are immutable in Julia, so they are not shared between uses."""
         union_jt = self.types.lookup("Core.Union") or self.types.other(JuliaType("Core.Union"))
         dtype = self.lookup(union_jt) or self.commit(enc.H5TYPE_UNION, union_jt, union_jt)
-        members = [self.types.of_type(p) if isinstance(p, JuliaType) else p for p in (t.raw_params or t.params)]
+        members = [
+            self.types.of_type(p) if isinstance(p, JuliaType) else p for p in (t.raw_params or t.params)
+        ]
         description = str(JuliaType("Core.Union", tuple(t.raw_params or ()))).encode("utf-8")
         datatypes = [m for m in members if isinstance(m, JT)]
         unionalls = [m for m in members if not isinstance(m, JT)]

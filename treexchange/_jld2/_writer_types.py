@@ -492,7 +492,9 @@ class TypeFactory:
             return self.tuple_of([self._param_type(p) for p in params])
         if name in _UNION_NAMES:
             members = tuple(self.of_type(p) if isinstance(p, JuliaType) else p for p in params)
-            return self._intern(JT(Cat.UNION, "Core.Union", members, key=t.qualified(), raw_params=tuple(params)))
+            return self._intern(
+                JT(Cat.UNION, "Core.Union", members, key=t.qualified(), raw_params=tuple(params))
+            )
         if name == "NTuple" and len(params) == 2 and isinstance(params[0], (int, np.integer)):
             return self.tuple_of([self._param_type(params[1])] * int(params[0]))
         if name == "Core.NamedTuple" and len(params) == 2 and isinstance(params[0], tuple):
@@ -659,7 +661,11 @@ class TypeFactory:
                     fields.append((fl.name, self.ANY))
                 elif fl.storage == "inline" and fl.field_type is None and fl.member is not None:
                     fields.append((fl.name, self._member_type(fl.member.type, v, fpath)))
-                elif fl.storage == "inline" and fl.field_type is not None and fl.field_type.name == "Core.DataType":
+                elif (
+                    fl.storage == "inline"
+                    and fl.field_type is not None
+                    and fl.field_type.name == "Core.DataType"
+                ):
                     fields.append((fl.name, self.DATATYPE))  # a field declared ::DataType holds a type
                 else:
                     fields.append((fl.name, self.of_value(v, fpath)))
