@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import io
 import struct
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -200,3 +201,35 @@ def test_layout_fast_path_keeps_its_bounds_checks() -> None:
     short_contiguous = bytes([3, 1]) + struct.pack("<Q", 7)  # no size field
     with pytest.raises(FormatError, match="truncated"):
         m.parse_layout(Cursor(memoryview(short_contiguous), 0), 0)
+
+
+# --- page-cache advice -----------------------------------------------------------------------------
+def test_large_files_are_mapped_for_random_access_until_metadata_look_dense(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Advice is only a hint, so what can be checked is that the switch happens when it should
+    and that reading (metadata, contiguous and chunked data, prefetch) still gives the data."""
+    import treexchange._hdf5._file as hfile
+
+    data = np.arange(40_000, dtype="<f8")
+    with h5py.File(tmp_path / "f.h5", "w") as f:
+        for i in range(6):
+            f[f"c{i}"] = data + i
+        f.create_dataset("z", data=data, chunks=(4096,), compression="gzip")
+    size = (tmp_path / "f.h5").stat().st_size
+    monkeypatch.setattr(hfile, "_RANDOM_ABOVE", 0)  # treat the file as large
+    monkeypatch.setattr(hfile, "_DENSE_METADATA", size // 4)  # dense after 4 headers
+    with HDF5File(tmp_path / "f.h5") as h5:
+        assert h5._random_until == 4
+        links = h5.root.links()
+        for i in range(6):
+            obj = h5.object(links[f"c{i}"])
+            np.testing.assert_array_equal(np.frombuffer(h5.raw_data(obj), "<f8"), data + i)
+        assert h5._random_until is None  # 7 headers parsed: back to the default read-around
+        z = h5.object(links["z"])
+        np.testing.assert_array_equal(np.frombuffer(h5.raw_data(z), "<f8"), data)
+        h5.prefetch(size - 10, 1 << 20)  # past the end, or before the start: ignored
+        h5.prefetch(-5, 1 << 20)
+    with HDF5File((tmp_path / "f.h5").read_bytes()) as h5:
+        assert h5._random_until is None  # bytes: no map, no advice
+        h5.prefetch(0, 1 << 20)
