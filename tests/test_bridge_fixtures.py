@@ -8,6 +8,7 @@ inputs.
 
 from __future__ import annotations
 
+import mmap
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import numpy as np
 import pytest
 from conftest import require_fixture
 
+import treexchange as tx
 from treexchange import MismatchError, NamedTuple, flux_state, load, to_julia, values_equal
 
 HEPNET = "flux-state/juliahepnet_model.jld2"
@@ -137,11 +139,26 @@ def test_circuits_trailing_stateless_layer_must_be_in_the_template() -> None:
     assert np.array_equal(np.asarray(model[1].weight), h5_dense_layers(path)[1][0])
 
 
+def _memory_owner(a: np.ndarray) -> Any:
+    """The object at the end of an array's ``base`` chain (a buffer's exporter)."""
+    owner: Any = a
+    while isinstance(owner, np.ndarray) and owner.base is not None:
+        owner = owner.base
+    return owner.obj if isinstance(owner, memoryview) else owner
+
+
 def test_numpy_restore_stays_zero_copy_on_the_file_map() -> None:
     path = require_fixture(CIRCUITS)
     model = load(path, "model_state", like=circuits_template(), layout=flux_state, numpy=True)
     w = model.layers[0].weight
-    assert type(w) is np.ndarray and w.flags.f_contiguous and w.base is not None
+    assert type(w) is np.ndarray and w.flags.f_contiguous
+    assert isinstance(_memory_owner(w), mmap.mmap)  # a view of the file's map, not a copy
+    # Through one open File: the restored array is the very memory the lazy node views.
+    with tx.open(path) as f:
+        model = tx.restore(f.read("model_state"), circuits_template(), layout=flux_state, numpy=True)
+        node = f["model_state"]["layers"][0]["weight"]
+        assert np.shares_memory(model.layers[0].weight, np.asarray(node))
+        assert np.array_equal(model.layers[0].weight, h5_dense_layers(path)[0][0])
 
 
 # --- Lux: ps and an all-empty st (eikonet) ------------------------------------------------------------

@@ -12,7 +12,17 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from treexchange import Mismatch, MismatchError, NamedTuple, Singleton, flux_state, restore, to_julia
+import treexchange as tx
+from treexchange import (
+    JuliaArray,
+    Mismatch,
+    MismatchError,
+    NamedTuple,
+    Singleton,
+    flux_state,
+    restore,
+    to_julia,
+)
 
 F32 = np.float32
 
@@ -166,6 +176,17 @@ def test_missing_and_kind_mismatches(mlp: eqx.nn.MLP) -> None:
         "model_state.layers[2].bias: kind vector in file, array float32 (2,) in template",
     ]
     assert {m.kind for m in found} == {"missing", "kind"}
+
+
+def test_kind_mismatches_name_the_inspect_kind_of_file_values() -> None:
+    # A Vector{String} reads as a JuliaArray, whose inspect kind is "vector" (not "array");
+    # #undef is named as Julia prints it.
+    words = JuliaArray("Core.String", ["a", "b"])
+    found = mismatches(NamedTuple(w=words, u=tx.UNDEF), {"w": np.zeros(2, F32), "u": np.zeros(1, F32)})
+    assert [str(m) for m in found] == [
+        "model_state.w: kind vector in file, array float32 (2,) in template",
+        "model_state.u: kind #undef in file, array float32 (1,) in template",
+    ]
 
 
 def test_missing_positions_and_wrong_container_kinds() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import typing
 from collections import Counter
 from pathlib import Path
 
@@ -18,22 +19,11 @@ from conftest import all_fixtures_or_skip, fixture_files, fixture_ids, require_f
 import treexchange as tx
 from treexchange._cli import main
 from treexchange._inspect import array_sha256, iter_records, json_value
+from treexchange._typeof import Kind
 
 FIXTURES = all_fixtures_or_skip()
 IDS = fixture_ids(fixture_files()) or None
-KINDS = {
-    "namedtuple",
-    "tuple",
-    "vector",
-    "dict",
-    "struct",
-    "array",
-    "number",
-    "bool",
-    "string",
-    "symbol",
-    "singleton",
-}
+KINDS = set(typing.get_args(Kind))
 
 
 def _records(path: Path, capsys: pytest.CaptureFixture[str], *extra: str) -> list[dict]:
@@ -164,6 +154,10 @@ def test_json_value_encodings() -> None:
     assert json_value(tx.UInt128(5)) == "5"
     assert json_value(tx.Symbol("relu")) == "relu"
     assert json_value(np.uint64(2**64 - 1)) == 2**64 - 1
+    assert json_value(10**4000) == "1" + "0" * 4000
+    # Wider than Python prints as decimal text: our LimitError, not ValueError.
+    with pytest.raises(tx.LimitError, match="too long"):
+        json_value(10**5000)
 
 
 def test_array_sha256_is_column_major_little_endian() -> None:

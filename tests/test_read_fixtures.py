@@ -13,6 +13,7 @@ from conftest import all_fixtures_or_skip, fixture_files, fixture_ids, require_f
 
 import treexchange as tx
 from treexchange import MISSING, JuliaArray, JuliaStruct, NamedTuple, Symbol, WrongFormatError
+from treexchange._jld2._reader import Session
 
 FIXTURES = all_fixtures_or_skip()
 IDS = fixture_ids(fixture_files()) or None
@@ -46,7 +47,7 @@ def test_numeric_datasets_match_h5py(path: Path) -> None:
     checked = 0
     with tx.open(path) as f:
         reader = f.reader
-        session = reader.session()
+        session = Session(reader)
         for addr, ds in datasets.items():
             if not is_numeric(ds):
                 continue

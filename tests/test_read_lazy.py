@@ -67,6 +67,41 @@ def test_array_nodes_slice_like_numpy_in_julia_shape() -> None:
         node.read()
 
 
+def test_np_array_copies_while_asarray_views_the_shared_map() -> None:
+    path = require_fixture("flux-state/silver-bullet_lenet.jld2")
+    with tx.open(path) as f:
+        node = f["lenet_state"]["layers"][5]["weight"]
+        original = np.asarray(node).copy()
+        mine = np.array(node)  # copy=True: an array of one's own
+        assert not np.shares_memory(mine, np.asarray(node)) and mine.flags.writeable
+        mine[0, 0] += 1.0
+        assert np.array_equal(np.asarray(node), original)  # later reads do not see it
+        with pytest.raises(ValueError, match="copy"):
+            np.asarray(node, dtype=np.float64, copy=False)
+        assert np.asarray(node, dtype=np.float64).dtype == np.float64
+        # asarray / read() are views of the one copy-on-write map of this open File:
+        view = np.asarray(node)
+        assert np.shares_memory(view, node.read())
+        view[0, 0] = 42.0  # documented: changes later reads of this File, never the disk
+        assert node.read()[0, 0] == 42.0
+    assert tx.load(path, "lenet_state").layers[5].weight[0, 0] == original[0, 0]
+
+
+def test_file_names_itself_and_load_keeps_internal_key_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    path = require_fixture("misc/exactpenalty_data.jld2")
+    with tx.open(path) as f:
+        assert f.filename == str(path) and f.path == ()
+
+    def broken(self: object, *args: object, **kwargs: object) -> None:
+        raise KeyError("internal")  # a bug inside the read, not a missing name
+
+    monkeypatch.setattr(tx.File, "read", broken)
+    with pytest.raises(KeyError, match="internal"):
+        tx.load(path, "b")
+    with pytest.raises(tx.TreexchangeError, match="no entry named 'zzz'"):
+        tx.load(path, "zzz")
+
+
 def test_children_paths_and_indexing() -> None:
     path = require_fixture("flux-state/reinforce-circuits_mymodel.jld2")
     with tx.open(path) as f:

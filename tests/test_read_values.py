@@ -25,6 +25,7 @@ from _jld2_builder import (
     t_int,
     t_opaque,
     t_ref,
+    t_vlen,
     t_vlen_string,
 )
 
@@ -42,6 +43,7 @@ from treexchange import (
     UnsupportedError,
     WrongFormatError,
 )
+from treexchange._inspect import iter_records
 from treexchange._jld2._layout import StructLayout
 
 
@@ -171,6 +173,35 @@ def test_char_and_enum_as_bits() -> None:
     assert isinstance(x, JuliaBits) and x.type.name == "Core.Char" and len(x.data) == 4
 
 
+def test_committed_type_stored_as_another_class_keeps_or_refuses_its_type() -> None:
+    b = Builder()
+    # A user's 32-bit primitive type stored as an HDF5 integer: its bytes under its own type.
+    prim = b.commit(t_int(4), b.jt("Main.MyPrim"))
+    b.link("p", b.dataset(shared(prim), space("scalar"), struct.pack("<i", 7)))
+    # Float64 stored in 4 bytes is not a Float64 at all: a damaged file, not a Float32.
+    f64 = b.commit(t_float(4), b.jt("Core.Float64"))
+    b.link("f", b.dataset(shared(f64), space("scalar"), np.float32(1.5).tobytes()))
+    raw = _build(b)
+    p = tx.load(raw, "p")
+    assert isinstance(p, JuliaBits) and str(p.type) == "Main.MyPrim" and p.as_int() == 7
+    assert _jt_str(raw, "p") == "Main.MyPrim"
+    with pytest.raises(FormatError, match=r"Core\.Float64 stored as an HDF5 float of 4 bytes"):
+        tx.load(raw, "f")
+
+
+def test_basic_types_of_unexpected_size_are_refused() -> None:
+    from treexchange._hdf5._model import H5Class, H5Type
+    from treexchange._jld2._typeutil import basic_julia_type
+
+    assert str(basic_julia_type(H5Type(H5Class.FLOAT, 1, 0x20, 4))) == "Float32"
+    with pytest.raises(UnsupportedError, match="16 bytes"):
+        basic_julia_type(H5Type(H5Class.FLOAT, 1, 0x20, 16))  # not read as Float64
+    base = H5Type(H5Class.FIXED, 1, 0, 3)
+    with pytest.raises(UnsupportedError, match="enumeration of 3 bytes"):
+        basic_julia_type(H5Type(H5Class.ENUM, 3, 0, 3, base=base))  # not read as UInt8
+    assert str(basic_julia_type(H5Type(H5Class.FIXED, 1, 0, 3))) == "JLD2.OpaqueData{3}"
+
+
 # --- strings, symbols, arrays of objects -------------------------------------------------------------
 
 
@@ -238,7 +269,14 @@ def test_vector_any_matrix_any_undef_and_identity() -> None:
     v = tx.load(raw, "v")
     assert isinstance(v, list) and len(v) == 4
     assert v[0] is v[3]  # one Julia object stored once, read once
-    assert v[1] == 10 and v[2] is None
+    # A NULL reference is Julia's #undef: the UNDEF sentinel, not `nothing`.
+    assert v[1] == 10 and v[2] is tx.UNDEF
+    with tx.open(raw) as f:
+        undef = f["v"][2]
+        assert (undef.kind, str(undef.julia_type), undef.read()) == ("singleton", "Union{}", tx.UNDEF)
+        assert undef.path == ("v", 3)
+        records = {tuple(r["path"]): r for r in iter_records(f)}
+    assert records[("v", 3)] == {"path": ["v", 3], "kind": "singleton", "julia_type": "Union{}"}
     m = tx.load(raw, "m")
     assert isinstance(m, JuliaArray) and m.shape == (2, 2) and m[1, 1] is not None
     data = tx.load(raw)
@@ -313,25 +351,27 @@ def test_namedtuple_with_inline_tuple_field() -> None:
     assert x == NamedTuple(stride=(np.int64(3), np.int64(4)))
 
 
-def _dict_string_int(b: Builder, items: dict[str, int]) -> int:
-    s, i = b.jt_dataset("Core.String"), b.jt_dataset("Core.Int64")
+def _dict_to_int(b: Builder, key_type: str, key_member: tuple[bytes, int], keys: list[bytes]) -> int:
+    """A ``Dict{K,Int64}`` as JLD2 writes it (``SerializedDict`` of a vector of ``Pair``s): keys
+    stored as ``key_member`` (encoded type, size) with bytes ``keys``, values 1, 2, ..."""
+    k, i = b.jt_dataset(key_type), b.jt_dataset("Core.Int64")
     pair = b.commit(
-        t_compound([("first", t_vlen_string(), 16), ("second", t_int(8), 8)]), b.jt("Core.Pair", [s, i])
+        t_compound([("first", *key_member), ("second", t_int(8), 8)]), b.jt("Core.Pair", [k, i])
     )
     kv = b.dataset(
         shared(pair),
-        space("simple", [len(items)]),
-        b"".join(b.vstr(k) + struct.pack("<q", v) for k, v in items.items()),
+        space("simple", [len(keys)]),
+        b"".join(key + struct.pack("<q", n) for n, key in enumerate(keys, 1)),
     )
     sd = b.commit(
-        t_compound([("kvvec", t_ref(), 8)]), b.jt("Base.Dict", [s, i]), written=b.jt("JLD2.SerializedDict")
+        t_compound([("kvvec", t_ref(), 8)]), b.jt("Base.Dict", [k, i]), written=b.jt("JLD2.SerializedDict")
     )
     return b.dataset(shared(sd), space("scalar"), _ref(kv))
 
 
 def test_dict_and_pair() -> None:
     b = Builder()
-    b.link("d", _dict_string_int(b, {"a": 1, "σ": 2}))
+    b.link("d", _dict_to_int(b, "Core.String", (t_vlen_string(), 16), [b.vstr("a"), b.vstr("σ")]))
     raw = _build(b)
     d = tx.load(raw, "d")
     assert d == {"a": 1, "σ": 2} and all(type(v) is np.int64 for v in d.values())
@@ -340,6 +380,29 @@ def test_dict_and_pair() -> None:
         node = f["d"]
         assert node.kind == "dict" and node.keys() == ["a", "σ"] and node["σ"].read() == 2
         assert node["σ"].path == ("d", "σ")
+
+
+def test_dict_keys_equal_in_python_keep_every_entry() -> None:
+    # Julia's Dict(:a => 1, "a" => 2) has two entries; a Python dict would keep one.
+    b = Builder()
+    sym = b.dataset(shared(b.symbol_type()), space("scalar"), b.vstr("a"))
+    text = b.dataset(t_vlen_string(), space("scalar"), b.vstr("a"))
+    b.link("d", _dict_to_int(b, "Core.Any", (t_ref(), 8), [_ref(sym), _ref(text)]))
+    other = b.dataset(t_vlen_string(), space("scalar"), b.vstr("b"))
+    b.link("ok", _dict_to_int(b, "Core.Any", (t_ref(), 8), [_ref(sym), _ref(other)]))
+    raw = _build(b)
+    d = tx.load(raw, "d")
+    assert isinstance(d, JuliaStruct) and str(d.type) == "Dict{Any, Int64}" and list(d.fields) == ["kvvec"]
+    pairs = d["kvvec"].tolist()
+    assert [(type(p["first"]), p["first"], p["second"]) for p in pairs] == [(Symbol, "a", 1), (str, "a", 2)]
+    assert tx.load(raw, "ok") == {Symbol("a"): 1, "b": 2}
+    with tx.open(raw) as f:
+        node = f["d"]
+        assert node.kind == "struct" == tx._typeof.kind_of(d) and node.keys() == ["kvvec"]
+        paths = [child.path for _, child in node["kvvec"].children()]
+        assert paths == [("d", "kvvec", 1), ("d", "kvvec", 2)]  # two children, two paths
+        assert [p["second"].read() for p in node["kvvec"]] == [1, 2]
+        assert f["ok"].kind == "dict" and f["ok"].keys() == [Symbol("a"), "b"]
 
 
 def test_ntuple_written_as_vector() -> None:
@@ -373,7 +436,39 @@ def test_bigint_and_generic_custom_serialization() -> None:
     assert foo.layout.written_type == tx.JuliaType("Main.FooSerialization")
 
 
+def test_bigint_beyond_printable_size_is_a_limit_error() -> None:
+    from treexchange._jld2._plans import MAX_BIGINT_BASE62_DIGITS
+
+    b = Builder()
+    big = b.commit(t_vlen_string(), b.jt("Base.BigInt"), written=b.jt("Core.String"))
+    largest = "z" * MAX_BIGINT_BASE62_DIGITS
+    b.link("ok", b.dataset(shared(big), space("scalar"), b.vstr(largest)))
+    b.link("huge", b.dataset(shared(big), space("scalar"), b.vstr("1" + "0" * 3000)))
+    raw = _build(b)
+    ok = tx.load(raw, "ok")
+    assert ok == 62**MAX_BIGINT_BASE62_DIGITS - 1 and len(str(ok)) <= 4300
+    with tx.open(raw) as f:
+        records = {tuple(r["path"]): r for r in iter_records(f["ok"])}
+        assert records[("ok",)]["value"] == str(ok)  # inspect prints it as decimal text
+        with pytest.raises(LimitError, match="BigInt of 3001 base-62 digits") as err:
+            list(iter_records(f["huge"]))
+        assert err.value.path == ("huge",)
+    with pytest.raises(LimitError):
+        tx.load(raw, "huge")
+
+
 # --- hostile structures ------------------------------------------------------------------------------
+
+
+def test_vlen_of_zero_size_elements_is_bounded_by_the_file_size() -> None:
+    # An empty NamedTuple takes no bytes: a few heap bytes could claim millions of them.
+    b = Builder()
+    b.link("x", b.dataset(t_vlen(t_compound([])), space("scalar"), b.vlen(b"\x00" * 8, 5_000_000)))
+    b.link("ok", b.dataset(t_vlen(t_compound([])), space("scalar"), b.vlen(b"\x00" * 8, 3)))
+    raw = _build(b)
+    assert tx.load(raw, "ok").tolist() == [NamedTuple()] * 3
+    with pytest.raises(LimitError, match="zero-size elements per byte of file"):
+        tx.load(raw, "x")
 
 
 def test_reference_cycle_is_refused() -> None:

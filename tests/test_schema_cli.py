@@ -123,6 +123,11 @@ def test_validate_clean_file_and_errors(tmp_path: Path, capsys: Any) -> None:
     assert code == 2 and "holds no schema" in err
     code, _, err = _run(capsys, "validate", str(tmp_path / "missing.jld2"), str(schema))
     assert code == 2 and "No such file" in err
+    # Without SCHEMA the embedded one is looked for: a missing file is still a missing file.
+    code, _, err = _run(capsys, "validate", str(tmp_path / "missing.jld2"))
+    assert code == 2 and "No such file" in err and "holds no schema" not in err
+    with pytest.raises(FileNotFoundError):
+        tx.read_embedded_schema(tmp_path / "missing.jld2")
     newer = tmp_path / "newer.json"
     newer.write_text('{"schema_version": "2.0", "roots": {}}', encoding="utf-8")
     code, _, err = _run(capsys, "validate", str(src), str(newer))
@@ -167,9 +172,12 @@ def test_schema_stored_in_the_file_is_used_by_validate_and_load_check(tmp_path: 
     assert code == 1
     assert [(m["kind"], m["path"]) for m in map(json.loads, out.splitlines())] == EXPECTED
     with pytest.raises(MismatchError) as info:
-        check_loaded(bad, load(bad))
+        load(bad)  # load validates against the embedded schema by default
     assert [(m.kind, list(m.path)) for m in info.value.mismatches] == EXPECTED
-    assert check_loaded(bad, load(bad), validate=False) is None  # load(..., validate=False)
+    with pytest.raises(MismatchError) as info:
+        check_loaded(bad, load(bad, validate=False))
+    assert [(m.kind, list(m.path)) for m in info.value.mismatches] == EXPECTED
+    assert check_loaded(bad, load(bad, validate=False), validate=False) is None
     # load(..., order="storage") returns reversed shapes: the file itself is checked.
     assert check_loaded(good, load(good, order="storage"), order="storage") == doc
     with pytest.raises(MismatchError):

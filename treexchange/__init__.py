@@ -17,6 +17,7 @@ from ._errors import (
     LimitError as LimitError,
     Mismatch as Mismatch,
     MismatchError as MismatchError,
+    PlainHDF5Error as PlainHDF5Error,
     TreexchangeError as TreexchangeError,
     UnsupportedError as UnsupportedError,
     WriteError as WriteError,
@@ -29,6 +30,7 @@ from ._limits import Limits as Limits
 from ._save import save as save
 from ._values import (
     MISSING as MISSING,
+    UNDEF as UNDEF,
     Int128 as Int128,
     JuliaArray as JuliaArray,
     JuliaBits as JuliaBits,
@@ -37,6 +39,7 @@ from ._values import (
     Singleton as Singleton,
     Symbol as Symbol,
     UInt128 as UInt128,
+    Undef as Undef,
     values_equal as values_equal,
 )
 

@@ -88,6 +88,10 @@ class WrongFormatError(FormatError):
     """A readable file of another format: JLD v1, plain HDF5 where JLD2 was required, not HDF5."""
 
 
+class PlainHDF5Error(WrongFormatError):
+    """A valid HDF5 file without a JLD2 header: ``open(..., allow_hdf5=True)`` reads it (via h5py)."""
+
+
 class UnsupportedError(TreexchangeError, NotImplementedError):
     """A valid file or value that uses a feature treexchange does not handle (named in the message)."""
 

@@ -7,13 +7,12 @@ read through h5py into the same value model (see :mod:`treexchange._plainhdf5`).
 
 from __future__ import annotations
 
-import builtins
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
-from ._errors import FormatError, LimitError, TreexchangeError, WrongFormatError
+from ._errors import LimitError, PlainHDF5Error, TreexchangeError
 from ._jld2._nodes import Group, Node
 from ._jld2._reader import Order, Reader
 from ._limits import DEFAULT_LIMITS, Limits
@@ -31,21 +30,25 @@ class File(Group):
     ``file["a/b"]`` walks into them.
 
     Arrays handed out stay valid after :meth:`close` (they keep the copy-on-write map alive).
+    All reads from one open File view that one map: writing into an array you got never reaches
+    the disk, but later reads of the same open File see the change (``np.array(node)`` or
+    ``arr.copy()`` gives an array of your own).
 
     Attributes:
-        path: the file name (``"<bytes>"`` when opened from bytes).
+        filename: the file name (``"<bytes>"`` when opened from bytes).
+        path: ``()``, the tree path of the root group (as for every :class:`treexchange.Group`).
         format_version: the JLD2 format version from the header (``"0.2.0"``, ``"0.1.1"``...).
         producer: the producer note after the header, e.g. ``" (Julia 1.11.1 64-bit LE)"``.
         header: the full header text; ``legacy_header`` tells the pre-2020 spelling
             (``Julia data file (HDF5), version 0.2.0``) apart.
 
     Example:
-        >>> import treexchange, tempfile, os
-        >>> path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
-        >>> _ = builtins.open(path, "wb").write(_demo_bytes())
+        >>> import treexchange, tempfile, pathlib
+        >>> path = pathlib.Path(tempfile.mkdtemp(), "demo.jld2")
+        >>> _ = path.write_bytes(_demo_bytes())
         >>> with treexchange.open(path) as f:
-        ...     list(f), f["a"].kind, f["a"].shape, f.format_version
-        (['a'], 'array', (2,), '0.2.0')
+        ...     list(f), f["a"].kind, f["a"].shape, f.format_version, f.filename == str(path)
+        (['a'], 'array', (2,), '0.2.0', True)
     """
 
     def __init__(
@@ -148,12 +151,12 @@ def open(
     """
     try:
         return File(source, limits=limits, verify_checksums=verify_checksums)
-    except WrongFormatError as err:
-        if not allow_hdf5 or "plain HDF5" not in err.message:
+    except PlainHDF5Error:
+        if not allow_hdf5:
             raise
     from ._plainhdf5 import PlainFile
 
-    return PlainFile(source)
+    return PlainFile(source, limits=limits, verify_checksums=verify_checksums)
 
 
 def load(
@@ -207,20 +210,20 @@ def load(
     bridge = like is not None or sharding is not None or bool(restore_options)
     if bridge and order != "julia":
         raise ValueError("like= and sharding= work on arrays in Julia's shape: use order='julia'")
-    f = open(source, allow_hdf5=allow_hdf5, limits=limits)
+    f: Any = open(source, allow_hdf5=allow_hdf5, limits=limits)
     try:
-        if isinstance(f, File):
-            value = f.read(name, order=order)
-        else:
-            value = f.read(name, order=order)  # type: ignore[attr-defined, union-attr]
+        if name is not None:
+            try:
+                f[name]
+            except KeyError:
+                raise TreexchangeError(f"no entry named {name!r} in the file") from None
+        value = f.read(name, order=order)
         if schema is not None or (validate and _has_embedded_schema(f)):
             from ._schema import check_loaded  # pydantic is imported only when a schema is in play
 
             check_loaded(f, value, name=name, validate=validate, schema=schema, order=order)
-    except KeyError as err:
-        raise TreexchangeError(f"no entry named {name!r} in the file") from err
     finally:
-        f.close()  # type: ignore[attr-defined, union-attr]
+        f.close()
     if not bridge:
         return value
     from ._bridge import restore  # imports jax only now
@@ -242,17 +245,6 @@ def _has_embedded_schema(f: Any) -> bool:
 _SCHEMA_ATTRIBUTE = "treexchange_schema"
 
 
-def walk(node: Node | Group) -> Iterator[tuple[Node | Group, int]]:
-    """Pre-order walk of a node tree: ``(node, depth)`` (groups included)."""
-    stack: list[tuple[Node | Group, int]] = [(node, 0)]
-    while stack:
-        cur, depth = stack.pop()
-        yield cur, depth
-        kids = list(cur.children())
-        for _, child in reversed(kids):
-            stack.append((child, depth + 1))
-
-
 _DEMO: bytes | None = None
 
 
@@ -264,7 +256,3 @@ def _demo_bytes() -> bytes:
 
         _DEMO = demo_jld2_bytes()
     return _DEMO
-
-
-__all__ = ["File", "FormatError", "Group", "Node", "load", "open", "walk"]
-_ = builtins

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from ._errors import LimitError, TreexchangeError
-from ._jld2._reader import gc_paused
+from ._gc import gc_paused
 from ._values import Int128, JuliaBits, UInt128
 
 _HASH_BLOCK = 1 << 24
@@ -88,11 +88,11 @@ def json_value(value: Any) -> Any:
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
     if isinstance(value, (Int128, UInt128)):
-        return str(int(value))
+        return _decimal(value)
     if isinstance(value, np.integer):
         return int(value)
     if isinstance(value, int):
-        return value if -(2**63) <= value < 2**64 else str(value)
+        return value if -(2**63) <= value < 2**64 else _decimal(value)
     if isinstance(value, (complex, np.complexfloating)):
         return [_float(value.real), _float(value.imag)]
     if isinstance(value, (float, np.floating)) or _is_ml_float(value):
@@ -100,6 +100,17 @@ def json_value(value: Any) -> Any:
     if isinstance(value, JuliaBits):
         return value.as_int()
     return str(value)
+
+
+def _decimal(value: int) -> str:
+    """An integer's decimal text; LimitError beyond Python's int/str conversion limit (the
+    reader refuses such BigInts already; a value built in Python may still be one)."""
+    try:
+        return str(int(value))
+    except ValueError:
+        raise LimitError(
+            f"integer of {value.bit_length()} bits is too long to print as decimal text"
+        ) from None
 
 
 def _is_ml_float(value: Any) -> bool:
@@ -112,7 +123,7 @@ def _big_int_value(node: Any, value: Any) -> Any:
         and getattr(node, "julia_type", None) is not None
         and node.julia_type.name == "Base.BigInt"
     ):
-        return str(value)
+        return _decimal(value)
     return json_value(value)
 
 
@@ -133,7 +144,15 @@ class _TypeText:
 
 
 def node_record(node: Any, type_text: Any = str) -> dict[str, Any]:
-    """The JSON Lines object of one node (arrays are read to hash them)."""
+    """The JSON Lines object of one node (arrays are read to hash them).
+
+    Example:
+        >>> import treexchange
+        >>> from treexchange._file import _demo_bytes
+        >>> with treexchange.open(_demo_bytes()) as f:
+        ...     node_record(f["a"])["shape"]
+        [2]
+    """
     rec: dict[str, Any] = {
         "path": list(node.path),
         "kind": node.kind,
@@ -156,10 +175,17 @@ def node_budget(root: Any) -> int | None:
     A file may share one object between many places (an array tied to two layers). Inspect
     lists each place, so a hostile file sharing objects at every level of a deep structure
     could make the listing exponentially long; the budget turns that into a LimitError.
+
+    Example:
+        >>> import treexchange
+        >>> from treexchange._file import _demo_bytes
+        >>> with treexchange.open(_demo_bytes()) as f:
+        ...     node_budget(f)
+        1000000
     """
-    reader = getattr(root, "_reader", None)
-    h5 = getattr(reader, "h5", None)
-    size = getattr(h5, "size", None)
+    size = getattr(root, "file_size", None)  # plain HDF5 files (read through h5py)
+    if size is None:
+        size = getattr(getattr(getattr(root, "_reader", None), "h5", None), "size", None)
     return None if size is None else max(10**6, 64 * int(size))
 
 
@@ -168,6 +194,13 @@ def walk_nodes(root: Any, budget: int | None = None) -> Iterator[tuple[Any, int]
 
     Raises:
         LimitError: more than ``budget`` nodes (see :func:`node_budget`).
+
+    Example:
+        >>> import treexchange
+        >>> from treexchange._file import _demo_bytes
+        >>> with treexchange.open(_demo_bytes()) as f:
+        ...     [(node.path, depth) for node, depth in walk_nodes(f)]
+        [((), 0), (('a',), 1)]
     """
     stack: list[tuple[Any, int]] = [(root, 0)]
     seen = 0
@@ -183,7 +216,15 @@ def walk_nodes(root: Any, budget: int | None = None) -> Iterator[tuple[Any, int]
 
 
 def iter_records(root: Any) -> Iterator[dict[str, Any]]:
-    """JSON Lines records for every node under ``root`` (groups skipped), in pre-order."""
+    """JSON Lines records for every node under ``root`` (groups skipped), in pre-order.
+
+    Example:
+        >>> import treexchange
+        >>> from treexchange._file import _demo_bytes
+        >>> with treexchange.open(_demo_bytes()) as f:
+        ...     [(r["path"], r["kind"], r["julia_type"]) for r in iter_records(f)]
+        [(['a'], 'array', 'Array{Float64, 1}')]
+    """
     type_text = _TypeText()
     with gc_paused():
         for node, _ in walk_nodes(root, node_budget(root)):
@@ -193,7 +234,15 @@ def iter_records(root: Any) -> Iterator[dict[str, Any]]:
 
 
 def json_lines(root: Any) -> Iterator[str]:
-    """The ``inspect --json`` output, one line per node."""
+    """The ``inspect --json`` output, one line per node.
+
+    Example:
+        >>> import treexchange
+        >>> from treexchange._file import _demo_bytes
+        >>> with treexchange.open(_demo_bytes()) as f:
+        ...     print(next(json_lines(f))[:86])
+        {"path": ["a"], "kind": "array", "julia_type": "Array{Float64, 1}", "dtype": "float64"
+    """
     for rec in iter_records(root):
         yield json.dumps(rec, ensure_ascii=False, allow_nan=False)
 
@@ -216,6 +265,15 @@ def text_lines(root: Any, *, type_width: int = 100) -> Iterator[str]:
 
     Each line: name, Julia type, and for arrays the Julia-order shape, dtype and byte size;
     for numbers, strings and symbols the value.
+
+    Example:
+        >>> import treexchange
+        >>> from treexchange._file import _demo_bytes
+        >>> with treexchange.open(_demo_bytes()) as f:
+        ...     for line in text_lines(f):
+        ...         print(line)
+        a: Array{Float64, 1}  2  float64  16 B
+        -- 1 leaves, 1 arrays, 16 B of array data
     """
     with gc_paused():
         yield from _text_lines(root, type_width)
@@ -262,7 +320,18 @@ def _text_lines(root: Any, type_width: int) -> Iterator[str]:
 
 
 def select(f: Any, name: str | None) -> Any:
-    """The node to inspect: the whole file, or one entry (``"a/b"``)."""
+    """The node to inspect: the whole file, or one entry (``"a/b"``).
+
+    Raises:
+        TreexchangeError: no entry ``name`` in the file.
+
+    Example:
+        >>> import treexchange
+        >>> from treexchange._file import _demo_bytes
+        >>> with treexchange.open(_demo_bytes()) as f:
+        ...     select(f, None) is f, select(f, "a").path
+        (True, ('a',))
+    """
     if name is None:
         return f
     try:

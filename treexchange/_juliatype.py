@@ -22,6 +22,13 @@ from ._errors import FormatError
 # Module prefixes Julia leaves out when it prints a type.
 _IMPLICIT_MODULES = ("Core.", "Base.")
 _MAX_DEPTH = 64
+# Parameterless types Julia prints with braces: ``Tuple{}`` (the empty tuple's type, which JLD2
+# stores as a bare ``Core.Tuple``) and ``Union{}`` (the bottom type; a bare ``Union`` is another
+# type). The qualified form stays as JLD2 stores names.
+_EMPTY_BRACES = frozenset({"Core.Tuple", "Tuple", "Core.Union", "Union"})
+# Parse errors quote at most this much of the text.
+_QUOTE_CHARS = 80
+_INT64_RANGE = range(-(2**63), 2**63)
 
 
 class JuliaType:
@@ -82,7 +89,7 @@ class JuliaType:
 
     def _render(self, *, short: bool, sep: str) -> str:
         head = _short(self.name) if short else self.name
-        if not self.params and not (self.name in ("Core.Tuple", "Tuple") and short):
+        if not self.params and not (short and self.name in _EMPTY_BRACES):
             return head
         inner = sep.join(_render_param(p, short=short, sep=sep) for p in self.params)
         return f"{head}{{{inner}}}"
@@ -99,7 +106,7 @@ class JuliaType:
         value = parser.parse_param(0)
         parser.expect_end()
         if not isinstance(value, JuliaType):
-            raise FormatError(f"not a Julia type: {text!r}")
+            raise parser._error("not a type")
         return value
 
 
@@ -212,7 +219,9 @@ class _Parser:
         self.pos = 0
 
     def _error(self, what: str) -> FormatError:
-        return FormatError(f"cannot parse Julia type {self.text!r}: {what} at character {self.pos}")
+        text = self.text
+        quoted = repr(text) if len(text) <= _QUOTE_CHARS else f"{text[:_QUOTE_CHARS]!r}… ({len(text)} chars)"
+        return FormatError(f"cannot parse Julia type {quoted}: {what} at character {self.pos}")
 
     def peek(self) -> tuple[str, str] | None:
         m = _TOKEN.match(self.text, self.pos)
@@ -251,7 +260,14 @@ class _Parser:
         kind, text = tok
         if kind == "num":
             self.take()
-            return np.float64(text) if any(c in text for c in ".eE") else np.int64(int(text))
+            if any(c in text for c in ".eE"):
+                return np.float64(text)
+            # Int64 as JLD2 stores integer parameters; wider literals (Int128, BigInt) stay exact.
+            try:
+                n = int(text)
+            except ValueError:  # beyond Python's int/str conversion limit (4300 digits)
+                raise self._error("integer too long") from None
+            return np.int64(n) if n in _INT64_RANGE else n
         if kind == "sym":
             self.take()
             body = text[1:]

@@ -7,9 +7,17 @@ Only used when the caller opts in (``treexchange.open(path, allow_hdf5=True)`` o
 * numeric / bool datasets -> numpy arrays in Julia order: HDF5 dims reversed, F-ordered view of
   the same bytes (``order="storage"`` keeps h5py's C-ordered shape); scalars -> numpy scalars;
 * strings -> ``str``; compounds -> :class:`treexchange.NamedTuple` of their members;
-* object references -> the referenced value; empty (null) datasets -> ``None``.
+  variable-length sequences -> numpy arrays (numbers) or lists;
+* object references -> the referenced value (a NULL reference -> :data:`treexchange.UNDEF`);
+  empty (null) datasets -> ``None``;
+* N-d datasets of strings, compounds or references -> :class:`treexchange.JuliaArray` in Julia's
+  shape (1-d references: a ``list``, like JLD2's ``Vector{Any}``).
 
-Arrays are copies (h5py reads into memory), not memory maps.
+Element types come from :mod:`treexchange._typeof` (the one numpy <-> Julia mapping); a dtype
+with no Julia counterpart (``float128``, opaque bytes) raises :class:`UnsupportedError`.
+Arrays are copies (h5py reads into memory), not memory maps. ``limits`` are checked before
+h5py allocates anything, reference and group cycles are refused. libhdf5 always verifies the
+checksums of the metadata it reads, so ``verify_checksums`` adds nothing for these files.
 """
 
 from __future__ import annotations
@@ -22,93 +30,195 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import FormatError, UnsupportedError, WrongFormatError
+from ._errors import (
+    ConversionError,
+    FormatError,
+    LimitError,
+    TreexchangeError,
+    UnsupportedError,
+    WrongFormatError,
+    format_path,
+)
+from ._jld2._nodes import array_protocol
 from ._juliatype import JuliaType
-from ._values import JuliaArray, NamedTuple
+from ._limits import DEFAULT_LIMITS, Limits
+from ._typeof import ANY, STRING, julia_eltype, julia_type_of, kind_of
+from ._values import UNDEF, JuliaArray, NamedTuple, Symbol
 
-_NAMES = {
-    "i1": "Int8", "i2": "Int16", "i4": "Int32", "i8": "Int64",
-    "u1": "UInt8", "u2": "UInt16", "u4": "UInt32", "u8": "UInt64",
-    "f2": "Float16", "f4": "Float32", "f8": "Float64",
-    "c8": "Complex{Float32}", "c16": "Complex{Float64}", "b1": "Bool",
-}  # fmt: skip
+Segment = str | int
 
 
-def _eltype(dtype: np.dtype) -> JuliaType:
-    key = f"{dtype.kind}{dtype.itemsize}"
-    name = _NAMES.get(key)
-    if name is None:
-        return JuliaType("Core.String") if dtype.kind in "SUO" else JuliaType("Core.Any")
-    if name.startswith("Complex"):
-        return JuliaType("Base.Complex", (JuliaType("Core." + name[8:-1]),))
-    return JuliaType("Core." + name)
+def _h5py() -> Any:
+    import h5py  # only plain HDF5 files need it: the JLD2 codec never does
+
+    return h5py
 
 
-def _convert(h5: Any, value: Any, dtype: np.dtype, order: str) -> Any:
-    import h5py
+def plain_eltype(dtype: np.dtype) -> JuliaType:
+    """The Julia element type JLD2 reads an HDF5 dataset of this (h5py) dtype as.
 
-    if isinstance(value, np.ndarray) and value.dtype.fields is None and value.dtype.kind in "biufc":
-        if value.ndim == 0:
-            return value[()]
-        return value.T if order == "julia" else value
+    Example:
+        >>> import h5py
+        >>> str(plain_eltype(np.dtype("<f4"))), str(plain_eltype(h5py.string_dtype()))
+        ('Float32', 'String')
+        >>> str(plain_eltype(np.dtype([("a", "<i4"), ("b", "<f8")])))
+        'NamedTuple{(:a, :b), Tuple{Int32, Float64}}'
+    """
+    h5py = _h5py()
     if dtype.fields is not None:
-        if isinstance(value, np.ndarray) and value.ndim > 0:
-            flat = [_convert(h5, v, dtype, order) for v in value.T.ravel(order="F")]
-            data = np.empty(len(flat), dtype=object)
-            data[:] = flat
-            shape = value.shape[::-1] if order == "julia" else value.shape
-            return JuliaArray("Core.NamedTuple", data.reshape(shape, order="F" if order == "julia" else "C"))
-        rec = value[()] if isinstance(value, np.ndarray) else value
         assert dtype.names is not None
-        return NamedTuple(
-            (name, _convert(h5, rec[name], dtype.fields[name][0], order)) for name in dtype.names
-        )
-    if h5py.check_string_dtype(dtype) is not None or dtype.kind == "S":
-        if isinstance(value, np.ndarray):
-            items = [_text(v) for v in value.T.ravel(order="F")]
-            if value.ndim == 0:
-                return items[0]
-            return JuliaArray("Core.String", items)
-        return _text(value)
+        names = tuple(Symbol(n) for n in dtype.names)
+        types = tuple(plain_eltype(dtype.fields[n][0]) for n in dtype.names)
+        return JuliaType("Core.NamedTuple", (names, JuliaType("Core.Tuple", types)))
+    if dtype.subdtype is not None:  # an HDF5 array member: a Julia array of its base type
+        base, shape = dtype.subdtype
+        return JuliaType("Core.Array", (plain_eltype(base), np.int64(len(shape))))
+    if h5py.check_string_dtype(dtype) is not None or dtype.kind in "SU":
+        return STRING
     if h5py.check_ref_dtype(dtype) is not None:
-        if isinstance(value, np.ndarray):
-            items = [_deref(h5, r, order) for r in value.T.ravel(order="F")]
-            return items[0] if value.ndim == 0 else items
-        return _deref(h5, value, order)
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        return value[()]
-    if isinstance(value, (np.generic, int, float)):
-        return value
-    raise UnsupportedError(f"HDF5 datatype {dtype} is not supported for plain HDF5 files")
+        return ANY
+    vlen = h5py.check_vlen_dtype(dtype)
+    if vlen is not None:
+        return JuliaType("Core.Array", (plain_eltype(np.dtype(vlen)), np.int64(1)))
+    try:
+        return julia_eltype(dtype)
+    except ConversionError:
+        raise UnsupportedError(f"HDF5 datatype {dtype} has no Julia counterpart") from None
+
+
+def _is_numeric(dtype: np.dtype) -> bool:
+    return dtype.fields is None and dtype.subdtype is None and dtype.kind in "biufc"
+
+
+class _Reading:
+    """One read: limits, order, and the objects being read (reference and group cycles)."""
+
+    def __init__(self, h5: Any, limits: Limits, order: str) -> None:
+        self.h5 = h5
+        self.limits = limits
+        self.order = order
+        self.busy: set[int] = set()
+
+    def obj(self, obj: Any, path: tuple[Segment, ...]) -> Any:
+        """The value of a group or dataset."""
+        h5py = _h5py()
+        if len(path) > self.limits.max_depth or len(self.busy) > self.limits.max_depth:
+            raise LimitError(f"values nested deeper than max_depth={self.limits.max_depth}", path=path)
+        addr = _address(obj)
+        if addr in self.busy:
+            raise UnsupportedError("reference or link cycle (an object contains itself)", path=path)
+        self.busy.add(addr)
+        try:
+            if isinstance(obj, h5py.Group):
+                return {k: self.obj(obj[k], (*path, k)) for k in obj}
+            if obj.shape is None:
+                return None
+            check_size(obj.shape, obj.dtype, self.limits, path)
+            return self.value(obj[()], obj.dtype, path)
+        finally:
+            self.busy.discard(addr)
+
+    def value(self, value: Any, dtype: np.dtype, path: tuple[Segment, ...]) -> Any:
+        """A value h5py returned for data of ``dtype`` (an array, a record, a scalar)."""
+        if isinstance(value, np.ndarray) and dtype.subdtype is None:
+            if _is_numeric(value.dtype):
+                plain_eltype(value.dtype)  # refuse dtypes Julia has no type for
+                if value.ndim == 0:
+                    return value[()]
+                return value.T if self.order == "julia" else value
+            if value.ndim == 0:
+                return self.value(value[()], dtype, path)
+            return self.array(value, dtype, path)
+        if isinstance(value, np.ndarray):  # an HDF5 array member (dtype.subdtype)
+            return self.value(value, value.dtype, path)
+        h5py = _h5py()
+        if isinstance(value, h5py.Reference):
+            return self.obj(self.h5[value], path) if value else UNDEF
+        if isinstance(value, (bytes, str)):
+            text = _text(value)
+            if len(text) > self.limits.max_string_bytes:
+                raise LimitError("string longer than max_string_bytes", path=path)
+            return text
+        if isinstance(value, np.void) and dtype.fields is not None:
+            assert dtype.names is not None
+            return NamedTuple((n, self.value(value[n], dtype.fields[n][0], (*path, n))) for n in dtype.names)
+        if isinstance(value, np.generic) and _is_numeric(value.dtype):
+            plain_eltype(value.dtype)
+            return value
+        raise UnsupportedError(f"HDF5 datatype {dtype} is not supported for plain HDF5 files", path=path)
+
+    def array(self, value: np.ndarray, dtype: np.dtype, path: tuple[Segment, ...]) -> Any:
+        """An N-d array of non-numbers: JuliaArray in Julia's shape (1-d references: a list)."""
+        h5py = _h5py()
+        vlen = h5py.check_vlen_dtype(dtype)
+        item_dtype = np.dtype(vlen) if vlen is not None and h5py.check_string_dtype(dtype) is None else dtype
+        flat = value.reshape(-1)  # storage (C) order = Julia's column-major order
+        items = [self.value(v, item_dtype, (*path, i)) for i, v in enumerate(flat, 1)]
+        if h5py.check_ref_dtype(dtype) is not None and value.ndim == 1:
+            return items
+        data = np.empty(len(items), dtype=object)
+        data[:] = items
+        shaped = data.reshape(value.shape)
+        return JuliaArray(plain_eltype(dtype), shaped.T if self.order == "julia" else shaped)
+
+
+def _address(obj: Any) -> int:
+    return int(_h5py().h5o.get_info(obj.id).addr)
+
+
+def check_size(shape: tuple[int, ...], dtype: np.dtype, limits: Limits, path: tuple[Segment, ...]) -> None:
+    """Refuse a dataset that ``limits`` do not allow, before h5py allocates it."""
+    n = 1
+    for d in shape:
+        n *= int(d)
+    if _is_numeric(dtype):
+        if n * dtype.itemsize > limits.max_array_bytes:
+            raise LimitError(f"array of {n * dtype.itemsize} bytes exceeds max_array_bytes", path=path)
+    elif n > limits.max_elements:
+        raise LimitError(f"array of {n} elements exceeds max_elements={limits.max_elements}", path=path)
 
 
 def _text(v: Any) -> str:
     return v.decode("utf-8", "surrogateescape") if isinstance(v, bytes) else str(v)
 
 
-def _deref(h5: Any, ref: Any, order: str) -> Any:
-    if not ref:
+def storage_index(index: Any) -> tuple[Any, ...] | None:
+    """The h5py index (HDF5 dims) for a numpy index in Julia's shape, when h5py can read that
+    part alone: integers, positive-step slices and one ``...``. ``None``: read all, then index.
+
+    Julia's first axis is HDF5's last, so the index is reversed and anchored at the end.
+
+    Example:
+        >>> storage_index(0), storage_index((1, slice(None))), storage_index((Ellipsis, 2))
+        ((Ellipsis, 0), (Ellipsis, slice(None, None, None), 1), (2, Ellipsis))
+        >>> storage_index([0, 2]) is None
+        True
+    """
+    idx = index if isinstance(index, tuple) else (index,)
+    for i in idx:
+        if i is Ellipsis:
+            continue
+        if isinstance(i, slice):
+            if i.step is not None and (not isinstance(i.step, (int, np.integer)) or i.step < 1):
+                return None
+            continue
+        if not isinstance(i, (int, np.integer)) or isinstance(i, (bool, np.bool_)):
+            return None
+    ellipses = [k for k, i in enumerate(idx) if i is Ellipsis]
+    if len(ellipses) > 1:
         return None
-    return _read_object(h5, h5[ref], order)
-
-
-def _read_object(h5: Any, obj: Any, order: str) -> Any:
-    import h5py
-
-    if isinstance(obj, h5py.Group):
-        return {k: _read_object(h5, obj[k], order) for k in obj}
-    if obj.shape is None:
-        return None
-    return _convert(h5, obj[()], obj.dtype, order)
+    if ellipses:
+        k = ellipses[0]
+        return (*reversed(idx[k + 1 :]), Ellipsis, *reversed(idx[:k]))
+    return (Ellipsis, *reversed(idx))
 
 
 class ValueNode:
     """A node over an already-read value (compound scalars, string vectors of plain HDF5 files):
-    kind, Julia type and children come from the value itself."""
+    kind, Julia type and children come from the value itself. Indexing is the value's: fields and
+    dict entries by key, tuple and vector elements by 0-based position (as for JLD2 nodes)."""
 
-    def __init__(self, value: Any, path: tuple[str | int, ...]) -> None:
-        from ._typeof import julia_type_of, kind_of
-
+    def __init__(self, value: Any, path: tuple[Segment, ...]) -> None:
         self._value = value
         self.path = path
         self.kind = kind_of(value, path=path)
@@ -116,7 +226,12 @@ class ValueNode:
 
     @property
     def shape(self) -> tuple[int, ...]:
-        return tuple(np.shape(self._value))
+        v = self._value
+        if isinstance(v, (JuliaArray, np.ndarray)):
+            return tuple(v.shape)
+        if isinstance(v, list):
+            return (len(v),)
+        return ()
 
     @property
     def dtype(self) -> np.dtype:
@@ -125,45 +240,70 @@ class ValueNode:
     def read(self, *, order: str = "julia") -> Any:
         return self._value
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        arr = np.asarray(self._value)
-        return arr.astype(dtype) if dtype is not None else arr
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        return array_protocol(np.asarray(self._value), dtype, copy)
 
-    def __len__(self) -> int:
-        return sum(1 for _ in self.children())
-
-    def children(self) -> Iterator[tuple[str | int, ValueNode]]:
+    def _items(self) -> list[tuple[Segment, Any, Any]]:
+        """``(segment, key, value)`` of every child."""
         v = self._value
         if isinstance(v, (NamedTuple, dict)):
-            for k, x in v.items():
-                seg = k if isinstance(k, str) else str(k)
-                yield seg, ValueNode(x, (*self.path, seg))
-        elif isinstance(v, (tuple, list)):
-            for i, x in enumerate(v):
-                yield i + 1, ValueNode(x, (*self.path, i + 1))
-        elif isinstance(v, JuliaArray):
-            for i, x in enumerate(v.tolist()):
-                yield i + 1, ValueNode(x, (*self.path, i + 1))
+            return [(k if isinstance(k, str) else str(k), k, x) for k, x in v.items()]
+        if isinstance(v, (tuple, list)):
+            return [(i + 1, i, x) for i, x in enumerate(v)]
+        if isinstance(v, JuliaArray):
+            return [(i + 1, i, x) for i, x in enumerate(v.tolist())]
+        return []
+
+    def __len__(self) -> int:
+        if self.kind not in ("namedtuple", "tuple", "vector", "dict", "struct"):
+            raise TypeError(f"a {self.kind} node has no length")
+        return len(self._items())
+
+    def children(self) -> Iterator[tuple[Segment, ValueNode]]:
+        for seg, _, x in self._items():
+            yield seg, ValueNode(x, (*self.path, seg))
+
+    def __repr__(self) -> str:
+        return f"<ValueNode {format_path(self.path)}: {self.kind} {self.julia_type}>"
+
+    def __getitem__(self, key: Any) -> ValueNode:
+        items = self._items()
+        if self.kind in ("tuple", "vector") and isinstance(key, (int, np.integer)):
+            i = int(key) + (len(items) if key < 0 else 0)
+            if not 0 <= i < len(items):
+                raise IndexError(f"index {key} out of range for {len(items)} elements")
+            seg, _, x = items[i]
+            return ValueNode(x, (*self.path, seg))
+        for seg, k, x in items:
+            if self.kind not in ("tuple", "vector") and k == key:
+                return ValueNode(x, (*self.path, seg))
+        raise KeyError(key)
 
 
 class PlainNode:
-    """A dataset or group of a plain HDF5 file; arrays are read when asked."""
+    """A dataset or group of a plain HDF5 file; numeric arrays are read when asked.
 
-    def __init__(self, h5: Any, obj: Any, path: tuple[str, ...]) -> None:
-        import h5py
+    Numeric arrays index like :class:`treexchange.Node` arrays: in Julia's shape (HDF5 dims
+    reversed), reading only the selected part when h5py can; other datasets are read at once
+    and index like the value they hold (fields by name, elements by 0-based position).
+    """
 
-        self._h5 = h5
+    def __init__(self, file: PlainFile, obj: Any, path: tuple[Segment, ...]) -> None:
+        h5py = _h5py()
+        self._file = file
         self._obj = obj
         self.path = path
         self._value_node: ValueNode | None = None
+        if len(path) > file.limits.max_depth:
+            raise LimitError(f"groups nested deeper than max_depth={file.limits.max_depth}", path=path)
         if isinstance(obj, h5py.Group):
             self.kind = "group"
             self.julia_type = JuliaType("JLD2.Group")
             return
         dt = obj.dtype
-        if obj.shape is not None and obj.ndim > 0 and dt.kind in "biufc" and dt.fields is None:
+        if obj.shape is not None and obj.ndim > 0 and _is_numeric(dt):
             self.kind = "array"
-            self.julia_type = JuliaType("Core.Array", (_eltype(dt), np.int64(obj.ndim)))
+            self.julia_type = JuliaType("Core.Array", (plain_eltype(dt), np.int64(obj.ndim)))
             return
         # Anything else is small or structured: read it and describe the value.
         self._value_node = ValueNode(self.read(), path)
@@ -171,8 +311,14 @@ class PlainNode:
         self.julia_type = self._value_node.julia_type
 
     @property
+    def file_size(self) -> int:
+        return self._file.file_size
+
+    @property
     def shape(self) -> tuple[int, ...]:
         """Julia's shape (HDF5 dims reversed)."""
+        if self._value_node is not None:
+            return self._value_node.shape
         return tuple(reversed(self._obj.shape or ()))
 
     @property
@@ -180,74 +326,125 @@ class PlainNode:
         return self._obj.dtype
 
     def read(self, *, order: str = "julia") -> Any:
-        return _read_object(self._h5, self._obj, order)
+        return self._file._guard(
+            lambda: _Reading(self._file._h5, self._file.limits, order).obj(self._obj, self.path)
+        )
 
     def __getitem__(self, index: Any) -> Any:
         if self.kind == "group":
-            return PlainNode(self._h5, self._obj[index], (*self.path, index))
-        if self.kind != "array":
-            for seg, child in self.children():
-                if seg == index:
-                    return child
-            raise KeyError(index)
-        idx = index if isinstance(index, tuple) else (index,)
-        # Julia-shape index -> HDF5 index (reversed), then transpose back.
-        return np.asarray(self._obj[tuple(reversed(idx))]).T if idx else self.read()
+            if not isinstance(index, str):
+                raise KeyError(index)
+            return self._file._node(self._obj, index, self.path)
+        if self._value_node is not None:
+            return self._value_node[index]
+        obj = self._obj
+        sel = storage_index(index)
+        if sel is None:
+            part = np.asarray(self.read())[index]
+        else:
+            part = np.asarray(self._file._guard(lambda: obj[sel])).T
+        return part[()] if isinstance(part, np.ndarray) and part.ndim == 0 else part
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        arr = np.asarray(self.read())
-        return arr.astype(dtype) if dtype is not None else arr
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        # h5py reads into fresh memory: a copy already, so copy=True need not copy again.
+        return array_protocol(np.asarray(self.read()), dtype, None if copy else copy)
 
-    def __iter__(self) -> Iterator[str]:
-        if self.kind != "group":
-            raise TypeError("not a group")
-        return iter(self._obj)
+    def __iter__(self) -> Iterator[Any]:
+        if self.kind == "group":
+            return iter(self._obj)
+        if self._value_node is not None:
+            if self.kind in ("tuple", "vector"):
+                return (child for _, child in self._value_node.children())
+            return iter(k for _, k, _ in self._value_node._items())
+        raise TypeError(f"a {self.kind} node is not iterable")
 
     def __len__(self) -> int:
         if self.kind == "group":
             return len(self._obj)
         if self._value_node is not None:
             return len(self._value_node)
-        return self.shape[0] if self.shape else 0
+        if not self.shape:
+            raise TypeError("len() of a 0-dimensional array")
+        return self.shape[0]
 
     def children(self) -> Iterator[tuple[Any, Any]]:
         if self.kind == "group":
             for k in self._obj:
-                yield k, PlainNode(self._h5, self._obj[k], (*self.path, k))
+                yield k, self._file._node(self._obj, k, self.path)
         elif self._value_node is not None:
             yield from self._value_node.children()
 
     def __repr__(self) -> str:
-        return f"<PlainNode {'/'.join(self.path)}: {self.kind} {self.julia_type}>"
+        return f"<PlainNode {format_path(self.path)}: {self.kind} {self.julia_type}>"
 
 
 class PlainFile(Mapping[str, PlainNode]):
-    """A plain HDF5 file opened with ``allow_hdf5=True`` (read through h5py)."""
+    """A plain HDF5 file opened with ``allow_hdf5=True`` (read through h5py).
 
-    format_version = None
+    Mirrors :class:`treexchange.File`: a mapping of top-level names to nodes, ``read``,
+    ``attrs``, ``close``; ``format_version``, ``producer`` and ``header`` are empty strings (no
+    JLD2 header).
+    """
+
+    format_version = ""
     producer = ""
     header = ""
     legacy_header = False
     kind = "group"
+    julia_type = JuliaType("JLD2.Group")
     path: tuple[str, ...] = ()
 
-    def __init__(self, source: str | os.PathLike[str] | bytes) -> None:
-        import h5py
-
-        self.filename = "<bytes>" if isinstance(source, (bytes, bytearray)) else os.fspath(source)
-        target: Any = io.BytesIO(bytes(source)) if isinstance(source, (bytes, bytearray)) else self.filename
+    def __init__(
+        self,
+        source: str | os.PathLike[str] | bytes,
+        *,
+        limits: Limits = DEFAULT_LIMITS,
+        verify_checksums: bool = False,
+    ) -> None:
+        h5py = _h5py()
+        self.limits = limits
+        # libhdf5 verifies metadata checksums whenever it reads them; nothing to switch on.
+        self.verify_checksums = verify_checksums
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            self.filename = "<bytes>"
+            self.file_size = len(source)
+            target: Any = io.BytesIO(bytes(source))
+        else:
+            self.filename = os.fspath(source)
+            self.file_size = os.path.getsize(self.filename)
+            target = self.filename
         try:
             self._h5 = h5py.File(target, "r")
         except OSError as err:
             raise WrongFormatError(f"{self.filename!r} is not an HDF5 file h5py can open ({err})") from err
         self.closed = False
 
-    def __getitem__(self, key: str) -> PlainNode:
+    def _guard(self, f: Any) -> Any:
+        """Run an h5py read: its errors become ours."""
+        if self.closed:
+            raise ValueError("I/O operation on a closed treexchange file")
         try:
-            obj = self._h5[key]
-        except (KeyError, ValueError) as err:
+            return f()
+        except TreexchangeError:
+            raise
+        except (OSError, RuntimeError, TypeError, ValueError) as err:
+            raise FormatError(f"h5py could not read the file: {err}") from err
+        except RecursionError as err:
+            raise LimitError("structure nested too deeply for Python's stack") from err
+
+    def _node(self, group: Any, key: str, parent: tuple[Segment, ...]) -> PlainNode:
+        if key.strip("/") in ("", "."):
+            raise KeyError(key)
+        try:
+            obj = self._guard(lambda: group[key])
+        except (KeyError, FormatError) as err:
             raise KeyError(key) from err
-        return PlainNode(self._h5, obj, tuple(key.strip("/").split("/")))
+        return PlainNode(self, obj, (*parent, *key.strip("/").split("/")))
+
+    def __getitem__(self, key: str) -> PlainNode:
+        if not isinstance(key, str):
+            raise KeyError(key)
+        return self._node(self._h5, key, ())
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._h5)
@@ -255,17 +452,30 @@ class PlainFile(Mapping[str, PlainNode]):
     def __len__(self) -> int:
         return len(self._h5)
 
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """The root group's attributes, decoded like dataset values (strings as ``str``)."""
+        reading = _Reading(self._h5, self.limits, "julia")
+
+        def decode() -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            for name in self._h5.attrs:
+                value = self._h5.attrs[name]
+                dtype = value.dtype if isinstance(value, (np.ndarray, np.generic)) else np.dtype(object)
+                out[name] = reading.value(value, dtype, (name,))
+            return out
+
+        return self._guard(decode)
+
     def children(self) -> Iterator[tuple[str, PlainNode]]:
         for k in self._h5:
             yield k, self[k]
 
     def read(self, name: str | None = None, *, order: str = "julia") -> Any:
-        try:
-            if name is None:
-                return {k: _read_object(self._h5, self._h5[k], order) for k in self._h5}
+        if name is not None:
             return self[name].read(order=order)
-        except (OSError, RuntimeError) as err:
-            raise FormatError(f"h5py could not read the file: {err}") from err
+        reading = _Reading(self._h5, self.limits, order)
+        return self._guard(lambda: {k: reading.obj(self._h5[k], (k,)) for k in self._h5})
 
     def close(self) -> None:
         if not self.closed:
@@ -279,3 +489,6 @@ class PlainFile(Mapping[str, PlainNode]):
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+    def __repr__(self) -> str:
+        return f"<treexchange PlainFile {self.filename!r} (plain HDF5, {len(self)} names)>"

@@ -22,6 +22,7 @@ from ._errors import ConversionError, PathSegment
 from ._juliatype import JuliaType
 from ._values import (
     MISSING,
+    UNDEF,
     Int128,
     JuliaArray,
     JuliaBits,
@@ -57,6 +58,9 @@ INT64 = JuliaType("Core.Int64")
 FLOAT64 = JuliaType("Core.Float64")
 # Julia >= 1.11 defines BFloat16 in Core; BFloat16s.jl re-exports it there.
 BFLOAT16 = JuliaType("Core.BFloat16")
+# The bottom type ``Union{}``: the element type of an array known to hold nothing, and what
+# ``julia_type_of(UNDEF)`` answers (an undefined reference holds no value of any type).
+BOTTOM = JuliaType("Core.Union")
 
 _BFLOAT16_DTYPE = np.dtype(ml_dtypes.bfloat16)
 
@@ -145,7 +149,7 @@ def kind_of(value: Any, *, path: Sequence[PathSegment] = ()) -> Kind:
         return "symbol"
     if isinstance(value, str):
         return "string"
-    if value is None or value is MISSING or isinstance(value, Singleton):
+    if value is None or value is MISSING or value is UNDEF or isinstance(value, Singleton):
         return "singleton"
     if isinstance(value, (int, float, complex, np.number, JuliaBits)):
         return "number"
@@ -195,6 +199,8 @@ def julia_type_of(value: Any, *, path: Sequence[PathSegment] = ()) -> JuliaType:
         return NOTHING
     if value is MISSING:
         return MISSING_TYPE
+    if value is UNDEF:
+        return BOTTOM
     if isinstance(value, (Singleton, JuliaBits)):
         return value.type
     if isinstance(value, Int128):

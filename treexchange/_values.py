@@ -13,6 +13,7 @@ numbers                                numpy scalars of the exact dtype; ``Int12
 ``Bool``                               ``bool``
 ``String`` / ``Symbol``                ``str`` / :class:`Symbol`
 ``nothing`` / ``missing``              ``None`` / :data:`MISSING`
+``#undef`` (an unassigned reference)   :data:`UNDEF`
 ``Dict``                               ``dict``
 other structs                          :class:`JuliaStruct`
 primitive bits types (enums, ``Char``) :class:`JuliaBits`
@@ -144,28 +145,61 @@ class Symbol(str):
         return f'Symbol("{escaped}")'
 
 
-class Missing:
-    """Julia's ``missing``. Use the single instance :data:`MISSING`."""
+class _Sentinel:
+    """A value with exactly one instance per subclass, which pickles and copies as itself and
+    has no truth value (as in Julia, where neither ``missing`` nor ``#undef`` is a Bool)."""
 
-    _instance: ClassVar[Missing | None] = None
+    _name: ClassVar[str]
+    _no_truth: ClassVar[str]
 
-    def __new__(cls) -> Missing:
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
+    def __new__(cls) -> Any:
+        instance = cls.__dict__.get("_instance")
+        if instance is None:
+            instance = super().__new__(cls)
+            cls._instance = instance
+        return instance
 
     def __repr__(self) -> str:
-        return "MISSING"
+        return self._name
 
     def __bool__(self) -> bool:
-        raise TypeError("missing has no truth value (as in Julia)")
+        raise TypeError(self._no_truth)
 
     def __reduce__(self) -> str:
-        return "MISSING"
+        return self._name  # the module-level name: unpickling gives the one instance
+
+
+class Missing(_Sentinel):
+    """Julia's ``missing``. Use the single instance :data:`MISSING`."""
+
+    _name = "MISSING"
+    _no_truth = "missing has no truth value (as in Julia)"
 
 
 MISSING = Missing()
 """The Julia ``missing`` value."""
+
+
+class Undef(_Sentinel):
+    """An undefined reference (Julia prints it ``#undef``): a field of a mutable struct, or an
+    element of an array of non-bits values, that was never assigned. Use the single instance
+    :data:`UNDEF`.
+
+    It is not a Julia value, so it has no type of its own: ``inspect`` shows it as kind
+    ``singleton`` with julia_type ``Union{}`` (the bottom type, which no value has). JLD2 stores
+    it as a NULL object reference.
+
+    Example:
+        >>> UNDEF, Undef() is UNDEF
+        (UNDEF, True)
+    """
+
+    _name = "UNDEF"
+    _no_truth = "#undef has no truth value (reading it is an error in Julia)"
+
+
+UNDEF = Undef()
+"""An undefined reference (Julia's ``#undef``)."""
 
 
 def _as_type(type_: JuliaType | str) -> JuliaType:
@@ -279,10 +313,18 @@ class JuliaArray:
     ``eltype`` is the Julia element type; ``data`` is a numpy *object* array in Julia's shape
     (``Vector{Any}`` itself is a plain ``list``).
 
+    ``len()``, iteration and integer indexing follow Julia's ``length``, ``for x in A`` and
+    linear indexing (0-based here): every element, in column-major order, as the lazy node of the
+    same array and ``inspect`` paths count them. A tuple index (``a[i, j]``) or a slice indexes
+    ``data`` in Julia's shape.
+
     Example:
         >>> a = JuliaArray("Core.Symbol", [Symbol("a"), Symbol("b")])
         >>> a.shape, a[1], len(a)
         ((2,), Symbol('b'), 2)
+        >>> m = JuliaArray("Core.String", np.array([["a", "b", "c"], ["d", "e", "f"]], dtype=object))
+        >>> m.shape, len(m), list(m), m[1], m[1, 0]
+        ((2, 3), 6, ['a', 'd', 'b', 'e', 'c', 'f'], 'd', 'd')
     """
 
     __slots__ = ("data", "eltype")
@@ -302,9 +344,12 @@ class JuliaArray:
         return tuple(self.data.shape)
 
     def __len__(self) -> int:
-        return len(self.data)
+        return int(self.data.size)
 
     def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, (int, np.integer)) and not isinstance(index, bool) and self.data.ndim != 1:
+            flat = self.data.reshape(-1, order="F")
+            return flat[int(index)]
         return self.data[index]
 
     def __iter__(self) -> Iterator[Any]:

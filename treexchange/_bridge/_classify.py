@@ -13,10 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from .._values import JuliaArray, JuliaBits, JuliaStruct, Missing, NamedTuple, Singleton
-
-# numpy dtypes that have an exact Julia element type (bfloat16 is ``BFloat16`` via ml_dtypes).
-_JULIA_NUMERIC_KINDS = frozenset("biufc")
+from .._errors import ConversionError
+from .._typeof import kind_of
+from .._values import JuliaArray, JuliaBits, JuliaStruct, Missing, NamedTuple, Singleton, Undef
 
 
 def jax_module() -> Any:
@@ -79,44 +78,7 @@ def is_non_state(x: object) -> bool:
 
 def is_value_model_leaf(x: object) -> bool:
     """Values of the value model that pass through unchanged (already Julia-shaped)."""
-    return isinstance(x, (Singleton, JuliaBits, JuliaArray, JuliaStruct, Missing))
-
-
-def julia_dtype_ok(dtype: np.dtype) -> bool:
-    """Whether a numpy dtype has an exact Julia element type (Bool, Int8..UInt64, Float16/32/64,
-    BFloat16, ComplexF32/F64)."""
-    if dtype.kind in _JULIA_NUMERIC_KINDS:
-        if dtype.kind == "f":
-            return dtype.itemsize in (2, 4, 8)
-        if dtype.kind == "c":
-            return dtype.itemsize in (8, 16)
-        return dtype.itemsize in (1, 2, 4, 8)
-    return dtype.name == "bfloat16"
-
-
-def file_kind(value: object) -> str:
-    """The ``inspect`` kind of a value-model value (``namedtuple``, ``tuple``, ``array``, ...)."""
-    if isinstance(value, NamedTuple):
-        return "namedtuple"
-    if isinstance(value, tuple):
-        return "singleton" if value == () else "tuple"
-    if isinstance(value, list):
-        return "vector"
-    if isinstance(value, dict):
-        return "dict"
-    if isinstance(value, JuliaStruct):
-        return "struct"
-    if isinstance(value, (np.ndarray, JuliaArray)):
-        return "array"
-    if isinstance(value, (bool, np.bool_)):
-        return "bool"
-    if isinstance(value, (int, float, complex, np.number)):
-        return "number"
-    if isinstance(value, str):
-        return "symbol" if type(value).__name__ == "Symbol" else "string"
-    if value is None or isinstance(value, (Singleton, Missing)):
-        return "singleton"
-    return type(value).__name__
+    return isinstance(x, (Singleton, JuliaBits, JuliaArray, JuliaStruct, Missing, Undef))
 
 
 def describe_file_value(value: object) -> str:
@@ -127,10 +89,15 @@ def describe_file_value(value: object) -> str:
         return "()"
     if isinstance(value, Missing):
         return "missing"
+    if isinstance(value, Undef):
+        return "#undef"
     if isinstance(value, Singleton):
         return f"singleton {value.type}"
     if isinstance(value, np.ndarray):
         return f"array {value.dtype.name} {tuple(value.shape)}"
     if isinstance(value, NamedTuple) and len(value) == 0:
         return "NamedTuple()"
-    return file_kind(value)
+    try:
+        return kind_of(value)
+    except ConversionError:
+        return type(value).__name__  # not a value-model value: say what it is

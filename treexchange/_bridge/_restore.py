@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import Mismatch, MismatchError, PathSegment
-from .._values import JuliaArray, JuliaStruct, Missing, NamedTuple, Singleton, Symbol
+from .._values import JuliaArray, JuliaStruct, Missing, NamedTuple, Singleton, Symbol, Undef
 from ._classify import (
     describe_file_value,
     is_array_template,
@@ -400,9 +400,9 @@ def file_fields(v: Any) -> dict[Any, Any] | None:
 
 
 def carries_no_state(x: Any) -> bool:
-    """``()``, ``NamedTuple()``, function singletons and containers of only those (file side), or
+    """``()``, ``NamedTuple()``, function singletons, ``#undef`` and containers of only those (file side), or
     template leaves without state (functions, RNG objects, ``None``, static data)."""
-    if x is ABSENT or x is None or isinstance(x, (Singleton, Missing)):
+    if x is ABSENT or x is None or isinstance(x, (Singleton, Missing, Undef)):
         return True
     if isinstance(x, NamedTuple):
         return all(carries_no_state(c) for c in x.values())

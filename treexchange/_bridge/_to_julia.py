@@ -14,6 +14,7 @@ from typing import Any, Literal
 import numpy as np
 
 from .._errors import ConversionError, LimitError, PathSegment
+from .._typeof import julia_eltype
 from .._values import Int128, NamedTuple, Symbol, UInt128
 from ._classify import (
     is_dataclass_instance,
@@ -24,7 +25,6 @@ from ._classify import (
     is_shape_dtype_struct,
     is_value_model_leaf,
     jax_module,
-    julia_dtype_ok,
 )
 
 Lists = Literal["vector", "tuple"]
@@ -123,7 +123,7 @@ class _Converter:
         if isinstance(x, str):
             return str(x)  # np.str_ and other str subclasses become plain String
         if isinstance(x, np.generic):
-            if not julia_dtype_ok(x.dtype):
+            if not _has_julia_eltype(x.dtype):
                 raise ConversionError(f"numpy scalar of dtype {x.dtype} has no Julia counterpart", path=path)
             return x
         if isinstance(x, np.ndarray):
@@ -220,7 +220,15 @@ def _python_int(x: int, path: tuple[PathSegment, ...]) -> Any:
     raise ConversionError(f"integer {x} does not fit in 128 bits (Julia BigInt is not supported)", path=path)
 
 
+def _has_julia_eltype(dtype: np.dtype) -> bool:
+    try:
+        julia_eltype(dtype)  # the one numpy <-> Julia mapping
+    except ConversionError:
+        return False
+    return True
+
+
 def _array(a: np.ndarray, path: tuple[PathSegment, ...]) -> np.ndarray:
-    if not julia_dtype_ok(a.dtype):
+    if not _has_julia_eltype(a.dtype):
         raise ConversionError(f"array of dtype {a.dtype} has no Julia element type", path=path)
     return a

@@ -27,14 +27,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        return _run(args)
-    except OSError as err:  # a missing or unreadable file: report it like any other error
-        print(f"treexchange {args.command}: error: {err.strerror or err}: {err.filename}", file=sys.stderr)
-        return 2
-
-
-def _run(args: argparse.Namespace) -> int:
     from .._schema import read_embedded_schema, validate
 
     schema = args.schema

@@ -265,8 +265,9 @@ class ObjectHeader:
         msg = self._first.get(m.DATATYPE)
         if msg is None:
             return None
+        _, flags, _, _ = msg
         with format_errors(self.offset):
-            if msg[1] & m.MSG_FLAG_SHARED:
+            if flags & m.MSG_FLAG_SHARED:
                 address = self.file._memo(_SHARED_MEMO, msg, self._parse_shared)
                 return self.file._committed_type(address)
             return self.file._memo(_DATATYPE_MEMO, msg, self._parse_datatype)
@@ -283,8 +284,9 @@ class ObjectHeader:
         msg = self._first.get(m.DATASPACE)
         if msg is None:
             return None
-        if msg[1] & m.MSG_FLAG_SHARED:
-            raise UnsupportedError("shared dataspace messages are not supported", offset=msg[2])
+        _, flags, at, _ = msg
+        if flags & m.MSG_FLAG_SHARED:
+            raise UnsupportedError("shared dataspace messages are not supported", offset=at)
         with format_errors(self.offset):
             return self.file._memo(_DATASPACE_MEMO, msg, self._parse_dataspace)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from .._errors import WrongFormatError
+from .._errors import PlainHDF5Error, WrongFormatError
 
 JLD2_PREFIX = "HDF5-based Julia Data Format, version "
 LEGACY_PREFIX = "Julia data file (HDF5), version "
@@ -65,7 +65,8 @@ def parse_header(userblock: bytes, *, what: str = "file") -> FileHeader:
     """Classify a user block; raise :class:`WrongFormatError` unless it is a JLD2 header.
 
     Raises:
-        WrongFormatError: a JLD (v1) file, or no JLD2 header (plain HDF5).
+        WrongFormatError: a JLD (v1) file, or no JLD2 header (plain HDF5: the subclass
+            :class:`PlainHDF5Error`).
 
     Example:
         >>> try:
@@ -90,7 +91,7 @@ def parse_header(userblock: bytes, *, what: str = "file") -> FileHeader:
             "or convert it to JLD2 in Julia",
             offset=0,
         )
-    raise WrongFormatError(
+    raise PlainHDF5Error(
         f"{what} is a plain HDF5 file, not JLD2 (no JLD2 header in its user block); "
         "pass allow_hdf5=True to read it through h5py",
         offset=0,

@@ -24,9 +24,11 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import FormatError
+from .._errors import FormatError, format_path
+from .._gc import gc_paused
 from .._juliatype import JuliaType
-from .._values import MISSING, NamedTuple, Singleton
+from .._typeof import BOTTOM, julia_type_of
+from .._values import UNDEF, NamedTuple
 from ._plans import (
     CompoundPlan,
     CustomPlan,
@@ -40,9 +42,8 @@ from ._plans import (
     VlenSequencePlan,
     type_value,
 )
-from ._reader import DatasetInfo, Order, Reader, Session, gc_paused
+from ._reader import DatasetInfo, Order, Reader, Session
 from ._typeutil import (
-    NOTHING,
     is_namedtuple_type,
     is_tuple_type,
     namedtuple_names_types,
@@ -51,11 +52,36 @@ from ._typeutil import (
 
 Segment = str | int
 
+
+def array_protocol(arr: np.ndarray, dtype: Any, copy: bool | None) -> np.ndarray:
+    """``__array__`` for nodes: ``arr`` itself (a view) unless a copy is asked for or needed.
+
+    Follows numpy's protocol: ``copy=True`` always copies, ``copy=False`` refuses to copy
+    (ValueError), ``None`` copies only to convert ``dtype``.
+
+    Example:
+        >>> a = np.zeros(3, np.float32)
+        >>> array_protocol(a, None, None) is a, np.shares_memory(array_protocol(a, None, True), a)
+        (True, False)
+        >>> array_protocol(a, np.float64, None).dtype
+        dtype('float64')
+    """
+    if dtype is not None and np.dtype(dtype) != arr.dtype:
+        if copy is False:
+            raise ValueError(f"converting {arr.dtype} to {np.dtype(dtype)} needs a copy (copy=False)")
+        return arr.astype(dtype)
+    return arr.copy(order="K") if copy else arr
+
+
 CONTAINER_KINDS = frozenset({"namedtuple", "tuple", "vector", "dict", "struct"})
 
 
 class Node:
     """A value in an open JLD2 file (see the module docstring).
+
+    ``path`` (and hence ``repr(node)`` and error messages) counts positions from 1 as Julia and
+    ``inspect`` do, while indexing a node counts from 0 as the Python value does: the node
+    ``f["model_state"]["layers"][0]`` has the path ``model_state.layers[1]``.
 
     Attributes:
         path: tree path (first segment = top-level name; 1-based ints for positions).
@@ -94,8 +120,6 @@ class Node:
         raise TypeError(f"a {self.kind} node is not iterable")
 
     def __repr__(self) -> str:
-        from .._errors import format_path
-
         return f"<{type(self).__name__} {format_path(self.path)}: {self.kind} {self.julia_type}>"
 
 
@@ -150,6 +174,11 @@ class ArrayNode(Node):
 
     ``shape`` is Julia's (``W[i, j]`` is ``node[i-1, j-1]``); slicing returns numpy arrays and
     reads only the needed part of the memory map. ``numpy.asarray(node)`` reads it all.
+
+    Uncompressed arrays are views of the open file's copy-on-write memory map, and every read
+    from one open File views the same map: writing into ``np.asarray(node)`` (or into what
+    ``read()`` returned) never reaches the disk, but does change what later reads of the same
+    open File return. ``np.array(node)`` (``copy=True``) gives an independent copy.
     """
 
     __slots__ = ("_info", "_value")
@@ -208,11 +237,8 @@ class ArrayNode(Node):
     def __getitem__(self, index: Any) -> Any:
         return self._array("julia")[index]
 
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        arr = self._array("julia")
-        if dtype is not None:
-            arr = arr.astype(dtype)
-        return arr
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        return array_protocol(self._array("julia"), dtype, copy)
 
     def __len__(self) -> int:
         if not self.shape:
@@ -445,7 +471,7 @@ class GhostContainerNode(ContainerNode):
         item = list(value.values())[i] if isinstance(value, NamedTuple) else value[i]
         jt = self._types[i]
         if not isinstance(jt, JuliaType):
-            jt = _ghost_type_of(item)
+            jt = julia_type_of(item, path=path)
         return ghost_node(self._reader, path, item, jt)
 
 
@@ -582,8 +608,6 @@ class Group(Mapping[str, "Node | Group"]):
             return {name: session.load_ref(addr, (*self.path, name)) for name, addr in self._all().items()}
 
     def __repr__(self) -> str:
-        from .._errors import format_path
-
         return f"<Group {format_path(self.path)} ({len(self)} entries)>"
 
 
@@ -591,9 +615,9 @@ class Group(Mapping[str, "Node | Group"]):
 
 
 def node_for_ref(reader: Reader, path: Path, address: int) -> Node | Group:
-    """The node a reference points to (``nothing`` for an undefined reference)."""
+    """The node a reference points to (:data:`UNDEF` for an undefined reference)."""
     if address == 0:
-        return _const(reader, path, "singleton", NOTHING, None)
+        return _const(reader, path, "singleton", BOTTOM, UNDEF)
     return node_for_dataset(reader, path, address)
 
 
@@ -694,7 +718,8 @@ def _dict_node(
     """A Dict: entries keyed by the pairs' ``first`` values (read now, to know the kind).
 
     Like :func:`treexchange._jld2._plans.pairs_to_dict`, a Dict whose keys Python cannot hash
-    (arrays, NamedTuples) is a ``struct`` holding ``kvvec``, the vector of pairs.
+    (arrays, NamedTuples) or holds as one (``:a`` and ``"a"``) is a ``struct`` holding
+    ``kvvec``, the vector of pairs.
     """
     written = node_for_inline(reader, path, plan.inner, buf, off)
     pairs = written
@@ -703,18 +728,23 @@ def _dict_node(
     if isinstance(pairs, ArrayNode) or not isinstance(pairs, ContainerNode):
         raise FormatError("Dict storage is not a vector of Pairs", path=path)
     entries: list[tuple[Segment, Any, Node | Group]] = []
+    seen: set[Any] = set()
     for _, pair in pairs.children():
         if not isinstance(pair, ContainerNode) or "first" not in pair or "second" not in pair:
             raise FormatError("Dict entry is not a Pair", path=path)
         key = pair["first"].read()
         try:
-            hash(key)
+            if key in seen:
+                break
+            seen.add(key)
         except TypeError:
-            kvvec = _reparent(pairs, (*path, "kvvec"))
-            return FixedNode(reader, path, "struct", plan.julia_type, src, [("kvvec", "kvvec", kvvec)])
+            break
         seg = key if isinstance(key, str) else _render_key(key)
         entries.append((seg, key, pair["second"]))
-    return FixedNode(reader, path, "dict", plan.julia_type, src, entries)
+    else:
+        return FixedNode(reader, path, "dict", plan.julia_type, src, entries)
+    kvvec = _reparent(pairs, (*path, "kvvec"))
+    return FixedNode(reader, path, "struct", plan.julia_type, src, [("kvvec", "kvvec", kvvec)])
 
 
 def _render_key(key: Any) -> str:
@@ -730,15 +760,3 @@ def ghost_node(reader: Reader, path: Path, value: Any, jt: JuliaType) -> Node:
     if isinstance(value, tuple) and value:
         return GhostContainerNode(reader, path, "tuple", jt, value)
     return _const(reader, path, "singleton", jt, value)
-
-
-def _ghost_type_of(value: Any) -> JuliaType:
-    if value is None:
-        return NOTHING
-    if value is MISSING:
-        return JuliaType("Base.Missing")
-    if isinstance(value, Singleton):
-        return value.type
-    if value == ():
-        return JuliaType("Tuple")
-    return JuliaType("Core.Any")

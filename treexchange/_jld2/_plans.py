@@ -25,6 +25,7 @@ from .._errors import FormatError, LimitError
 from .._hdf5._model import H5Type, Member
 from .._juliatype import JuliaType
 from .._limits import Limits
+from .._typeof import kind_of
 from .._values import Int128, JuliaArray, JuliaBits, JuliaStruct, NamedTuple, Singleton, Symbol, UInt128
 from ._layout import FieldLayout, StructLayout
 
@@ -38,6 +39,9 @@ class DecodeContext(Protocol):
     """What plans need from the reader."""
 
     limits: Limits
+    # Limits for element counts that cost no bytes in the file (zero-size elements): also
+    # bounded by the file size (see Reader.type_limits).
+    type_limits: Limits
 
     def heap_bytes(self, buf: Any, off: int) -> memoryview | bytes:
         """The global-heap payload of the 16-byte vlen element at ``buf[off:]`` (b"" when empty)."""
@@ -91,7 +95,8 @@ class Plan:
 
 
 class NumberPlan(Plan):
-    """Integers and IEEE floats that numpy represents exactly (scalars come out native-endian)."""
+    """Integers, IEEE floats and ``Complex{Float32/Float64}`` (compound ``re``, ``im``) that numpy
+    represents exactly (scalars come out native-endian)."""
 
     kind = "number"
 
@@ -122,25 +127,6 @@ class BoolPlan(Plan):
 
     def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
         return buf[off] != 0
-
-
-class ComplexPlan(Plan):
-    """``Complex{Float32}`` / ``Complex{Float64}`` (compound ``re``, ``im``) as numpy complex."""
-
-    kind = "number"
-
-    def __init__(self, dtype: np.dtype, julia_type: JuliaType, h5type: H5Type | None = None) -> None:
-        self.dtype = np.dtype(dtype)
-        self.native = self.dtype.newbyteorder("=")
-        self.julia_type = julia_type
-        self.size = self.dtype.itemsize
-        self.h5type = h5type
-
-    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
-        value = np.frombuffer(buf, self.dtype, 1, off)
-        if value.dtype != self.native:
-            value = value.astype(self.native)
-        return value[0]
 
 
 class BFloat16Plan(Plan):
@@ -253,19 +239,10 @@ class GhostPlan(Plan):
         self.value = value
         self.julia_type = julia_type
         self.h5type = h5type
-        self.kind = ghost_kind(value)
+        self.kind = kind_of(value)
 
     def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
         return self.value
-
-
-def ghost_kind(value: Any) -> str:
-    """The inspect kind of a ghost value: ``()``/None/missing/functions are singletons."""
-    if isinstance(value, NamedTuple):
-        return "namedtuple"
-    if isinstance(value, tuple) and value:
-        return "tuple"
-    return "singleton"
 
 
 def type_value(t: JuliaType) -> Singleton:
@@ -336,8 +313,14 @@ class VlenSequencePlan(Plan):
         count = _U32.unpack_from(buf, off)[0]
         payload = ctx.heap_bytes(buf, off)
         base = self.base
-        if count > ctx.limits.max_elements:
-            raise LimitError(f"vlen sequence of {count} elements exceeds max_elements", path=path)
+        # Zero-size elements take no heap bytes, so the heap object does not bound their count.
+        limit = (ctx.limits if base.size else ctx.type_limits).max_elements
+        if count > limit:
+            raise LimitError(
+                f"vlen sequence of {count} elements exceeds {limit} (max_elements"
+                + (")" if base.size else ", or 16 zero-size elements per byte of file)"),
+                path=path,
+            )
         if count * base.size > len(payload):
             raise FormatError(f"vlen sequence of {count} elements does not fit its heap object", path=path)
         if base.dtype is not None:
@@ -475,7 +458,12 @@ def elements_of(value: Any) -> list[Any]:
 
 
 def pairs_to_dict(julia_type: JuliaType) -> Callable[[Any, Path], Any]:
-    """Converter for Dicts: written as ``SerializedDict(kvvec)`` or as a vector of Pairs."""
+    """Converter for Dicts: written as ``SerializedDict(kvvec)`` or as a vector of Pairs.
+
+    Keys Python cannot hash (arrays, NamedTuples), or keys distinct in Julia but equal in Python
+    (``:a`` and ``"a"``, ``1`` and ``1.0``), keep the Julia form:
+    ``JuliaStruct(julia_type, {"kvvec": <the pairs>})``, so no entry is lost.
+    """
 
     def convert(value: Any, path: Path) -> Any:
         if isinstance(value, JuliaStruct) and "kvvec" in value.fields:
@@ -490,12 +478,15 @@ def pairs_to_dict(julia_type: JuliaType) -> Callable[[Any, Path], Any]:
             else:
                 raise FormatError(f"Dict entry is not a Pair: {type(p).__name__}", path=path)
             try:
+                if key in out:
+                    break
                 out[key] = val
             except TypeError:
-                # Keys Python cannot hash (arrays, NamedTuples): keep the Julia form, the pairs.
-                kvvec = value if isinstance(value, (list, JuliaArray)) else JuliaArray("Core.Pair", pairs)
-                return JuliaStruct(julia_type, {"kvvec": kvvec})
-        return out
+                break
+        else:
+            return out
+        kvvec = value if isinstance(value, (list, JuliaArray)) else JuliaArray("Core.Pair", pairs)
+        return JuliaStruct(julia_type, {"kvvec": kvvec})
 
     return convert
 
@@ -505,14 +496,31 @@ def vector_to_tuple(value: Any, path: Path) -> Any:
     return tuple(elements_of(value))
 
 
+# The most base-62 digits of a BigInt we read: 62**2399 < 10**4300, so every value fits
+# Python's default int <-> decimal text limit (``sys.get_int_max_str_digits``), and ``inspect``,
+# JSON and schemas can print it. Bigger BigInts raise LimitError rather than fail later.
+MAX_BIGINT_BASE62_DIGITS = 2399
+
+
 def base62_to_int(value: Any, path: Path) -> Any:
-    """Converter for ``BigInt``, which JLD2 writes as its base-62 string."""
+    """Converter for ``BigInt``, which JLD2 writes as its base-62 string.
+
+    Example:
+        >>> base62_to_int("-1z", ())
+        -123
+    """
     text = str(value)
     digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
     neg = text.startswith("-")
     body = text[1:] if neg else text
-    if not body or len(body) > 100_000:
-        raise FormatError(f"malformed BigInt text {text[:40]!r}", path=path)
+    if not body:
+        raise FormatError("malformed BigInt text ''", path=path)
+    if len(body) > MAX_BIGINT_BASE62_DIGITS:
+        raise LimitError(
+            f"BigInt of {len(body)} base-62 digits exceeds {MAX_BIGINT_BASE62_DIGITS} (about 4300 "
+            "decimal digits, Python's int/text conversion limit)",
+            path=path,
+        )
     n = 0
     for ch in body:
         d = digits.find(ch)

@@ -13,47 +13,28 @@ never touches the file. The map stays alive as long as any array refers to it.
 from __future__ import annotations
 
 import dataclasses
-import gc
 import mmap
 import os
 import struct
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
 from .._errors import FormatError, LimitError, TreexchangeError, UnsupportedError, WrongFormatError
+from .._gc import gc_paused
 from .._hdf5 import HDF5File, ObjectHeader
 from .._hdf5._model import H5Class
 from .._juliatype import JuliaType
 from .._limits import DEFAULT_LIMITS, Limits
-from .._values import JuliaArray
+from .._typeof import BOTTOM
+from .._values import UNDEF, JuliaArray
 from ._header import FileHeader, parse_header
 from ._plans import GhostPlan, Path, Plan, ReferencePlan, type_value
 from ._typesread import TypeResolver
 from ._typeutil import ANY, array_type
 
 Order = Literal["julia", "storage"]
-
-
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Pause Python's cyclic garbage collector while reading many small objects.
-
-    Reading a large tree creates tens of thousands of long-lived objects (object headers,
-    plans, values); CPython's collector then rescans them again and again, which measured 2-5x
-    slower on a 20,000-leaf file. Reading creates no garbage cycles worth collecting mid-way;
-    the previous state is restored afterwards.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 _U64 = struct.Struct("<Q")
@@ -88,10 +69,6 @@ class DatasetInfo:
     value_kind: str = "struct"
     memory: bool = False
     count: int = 0  # stored elements (dataspace count)
-
-    @property
-    def is_array(self) -> bool:
-        return self.shape is not None
 
     @property
     def dtype(self) -> np.dtype | None:
@@ -176,12 +153,6 @@ class Reader:
         self._infos = {}
 
     # --- small services (also used by plans and the type resolver) -----------------------------
-    def safe_absolute(self, address: int) -> int | None:
-        try:
-            return self.h5.absolute(address)
-        except Exception:  # pragma: no cover - absolute() is arithmetic
-            return None
-
     def object_kind(self, address: int) -> str:
         return self.h5.object(address).kind
 
@@ -212,6 +183,13 @@ class Reader:
 
         Scalars decode like dataset elements; 1-d and N-d attributes of plain numbers become
         numpy arrays in Julia order, others lists; empty (null) attributes ``None``.
+
+        Example:
+            >>> from treexchange._file import _demo_bytes
+            >>> reader = Reader(_demo_bytes())
+            >>> reader.attributes(reader.root_address)
+            {}
+            >>> reader.close()
         """
         self._check_open()
         obj = self.h5.object(address)
@@ -248,7 +226,7 @@ class Reader:
             try:
                 info = self._make_info(address, path)
             except TreexchangeError as err:
-                err.with_context(offset=self.safe_absolute(address), path=path)
+                err.with_context(offset=self.h5.absolute(address), path=path)
                 raise
             except RecursionError as err:
                 raise LimitError("structure nested too deeply", path=path) from err
@@ -284,7 +262,7 @@ class Reader:
             info.value_kind = plan.kind if isinstance(plan, GhostPlan) else "vector"
             if not isinstance(plan, GhostPlan):
                 info.shape = (0,)
-                info.eltype = JuliaType("Union", ())
+                info.eltype = BOTTOM  # an array that holds nothing: Vector{Union{}}
                 info.julia_type = array_type(info.eltype, 1)
             return info
         shape = dims if dims is not None else tuple(reversed(space.dims))
@@ -357,9 +335,6 @@ class Reader:
         return value if isinstance(value, JuliaType) else ANY
 
     # --- values -----------------------------------------------------------------------------
-    def session(self, order: Order = "julia") -> Session:
-        return Session(self, order)
-
     def load_standalone(self, address: int, path: Path) -> Any:
         """Read one object in a fresh session (type parameter datasets)."""
         return Session(self, "julia").load_ref(address, path)
@@ -471,6 +446,7 @@ class Session:
             raise ValueError(f"order must be 'julia' or 'storage', not {order!r}")
         self.reader = reader
         self.limits = reader.limits
+        self.type_limits = reader.type_limits
         self.order = order
         self.memo: dict[int, Any] = {}
         self._busy: set[int] = set()
@@ -481,8 +457,7 @@ class Session:
 
     def load_ref(self, address: int, path: Path) -> Any:
         if address == 0:
-            # An undefined reference (#undef field or element); the value model has no #undef.
-            return None
+            return UNDEF  # an undefined reference: a #undef field or element
         memo = self.memo
         if address in memo:
             return memo[address]

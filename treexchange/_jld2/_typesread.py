@@ -42,7 +42,6 @@ from ._plans import (
     BFloat16Plan,
     BitsPlan,
     BoolPlan,
-    ComplexPlan,
     CompoundPlan,
     CustomPlan,
     DataTypePlan,
@@ -90,6 +89,7 @@ _PRIMITIVES: dict[str, tuple[str, int]] = {
     "Core.Float64": ("f", 8),
     "Core.Bool": ("b", 1),
 }
+_WIDE_INTS = frozenset({"Core.Int128", "Core.UInt128"})
 _DICT_NAMES = frozenset({"Dict", "IdDict", "ImmutableDict", "OrderedDict"})
 
 
@@ -230,7 +230,7 @@ class TypeResolver:
         try:
             plan = self._build_committed(address)
         except TreexchangeError as err:
-            err.with_context(offset=self.reader.safe_absolute(address))
+            err.with_context(offset=self.reader.h5.absolute(address))
             raise
         finally:
             self._busy.discard(address)
@@ -392,8 +392,21 @@ class TypeResolver:
             return BitsPlan(jt, dt.size, dt)
         if cls == H5Class.REFERENCE:
             return ReferencePlan(jt, dt)
+        return self._stored_as_other(dt, jt)
+
+    def _stored_as_other(self, dt: H5Type, jt: JuliaType) -> Plan:
+        """A committed type whose HDF5 class is not the one JLD2 gives ``jt`` (above): accept it
+        when the bytes read as ``jt`` anyway, never silently as another type."""
         plan = self._basic_plan(dataclasses.replace(dt, committed_at=None), None)
-        return plan
+        if plan.julia_type == jt:
+            return plan  # e.g. Int128, or String as a fixed-size string
+        what = f"{jt.qualified()} stored as an HDF5 {dt.cls.name.lower()} of {dt.size} bytes"
+        if jt.name in _PRIMITIVES or jt.name in _WIDE_INTS:
+            raise FormatError(f"{what}: the wrong class or size for that type")
+        if dt.cls in (H5Class.FIXED, H5Class.FLOAT, H5Class.BITFIELD):
+            # A primitive type of the user's (like the opaque ones JLD2 writes): keep its bytes.
+            return BitsPlan(jt, dt.size, dt)
+        raise UnsupportedError(f"{what} is not supported")
 
     def _complex(self, dt: H5Type, jt: JuliaType) -> Plan | None:
         members = dt.members
@@ -407,7 +420,7 @@ class TypeResolver:
         base = re.numpy_dtype()
         if base is None:
             return None
-        return ComplexPlan(
+        return NumberPlan(
             np.dtype(f"{base.byteorder if base.byteorder != '=' else '<'}c{2 * re.size}"), jt, dt
         )
 
@@ -549,7 +562,7 @@ class TypeResolver:
         if cls in (H5Class.FIXED, H5Class.ENUM):
             base = t.base if cls == H5Class.ENUM and t.base is not None else t
             if base.cls == H5Class.FIXED and base.size == 16:
-                return Int128Plan(base.signed, base.byte_order, jt, t)
+                return Int128Plan(base.signed and cls == H5Class.FIXED, base.byte_order, jt, t)
             dtype = base.numpy_dtype()
             if dtype is None:
                 return BitsPlan(jt, t.size, t)

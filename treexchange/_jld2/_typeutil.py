@@ -10,18 +10,15 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import FormatError, LimitError
+from .._errors import FormatError, LimitError, UnsupportedError
 from .._hdf5._model import H5Class, H5Type
 from .._juliatype import JuliaType
 from .._limits import Limits
+from .._typeof import ANY as ANY, NOTHING as NOTHING
 from .._values import MISSING, NamedTuple, Singleton
 
 TUPLE_NAMES = frozenset({"Tuple", "Core.Tuple", "NTuple", "Core.NTuple", "Base.NTuple"})
 NAMEDTUPLE_NAMES = frozenset({"Core.NamedTuple", "NamedTuple", "Base.NamedTuple"})
-
-NOTHING = JuliaType("Core.Nothing")
-ANY = JuliaType("Core.Any")
-EMPTY_TUPLE = JuliaType("Tuple")
 
 
 def is_tuple_type(t: Any) -> bool:
@@ -132,15 +129,20 @@ def basic_julia_type(h5: H5Type) -> JuliaType:
     """
     cls = h5.cls
     if cls == H5Class.FIXED or cls == H5Class.ENUM:
+        name = _INT_NAMES.get(h5.size)
         if cls == H5Class.ENUM:
             # JLD2 reads enums as the unsigned integer of their size (h5py's bool is an enum).
-            return JuliaType("Core.UInt" + _INT_NAMES.get(h5.size, "8")[3:])
-        name = _INT_NAMES.get(h5.size)
+            if name is None:
+                raise UnsupportedError(f"HDF5 enumeration of {h5.size} bytes (no Julia integer type)")
+            return JuliaType("Core.U" + name)
         if name is None:
-            return JuliaType(f"JLD2.OpaqueData{{{h5.size}}}")
+            return JuliaType("JLD2.OpaqueData", (np.int64(h5.size),))
         return JuliaType("Core." + (name if h5.signed else "U" + name))
     if cls == H5Class.FLOAT:
-        return JuliaType(_FLOAT_NAMES.get(h5.size, "Core.Float64"))
+        float_name = _FLOAT_NAMES.get(h5.size)
+        if float_name is None:
+            raise UnsupportedError(f"HDF5 floating-point type of {h5.size} bytes (no Julia float type)")
+        return JuliaType(float_name)
     if cls == H5Class.BITFIELD:
         return JuliaType("Core.Bool")
     if cls == H5Class.STRING or (cls == H5Class.VLEN and h5.is_vlen_string):

@@ -13,7 +13,6 @@ Wiring (done in ``treexchange.save`` / ``treexchange.load``)::
 
 from __future__ import annotations
 
-import io
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -72,18 +71,19 @@ def schema_from_attributes(attributes: Mapping[str, Any]) -> Schema | None:
 
 
 def read_embedded_schema(file: Any) -> Schema | None:
-    """The schema stored in a file (path or opened file), or ``None`` when it has none.
+    """The schema stored in a file (a path, the file's bytes, or an opened file), or ``None``
+    when it has none.
 
-    Root-group attributes are taken from the opened file when it exposes them (``attrs``);
-    otherwise they are read with h5py from the file's path or bytes (h5py reads every JLD2 file's
-    root group). A ``File`` opened from bytes has no path, hence no schema found this way.
+    The schema is read from the root group's attributes as :attr:`treexchange.File.attrs`
+    decodes them (treexchange's own reader). A path that does not exist raises
+    ``FileNotFoundError``; a file that is not JLD2 raises :class:`treexchange.WrongFormatError`.
 
     Example:
         >>> read_embedded_schema(_example_file()) is None
         True
     """
     attrs = _root_attributes(file)
-    return None if attrs is None else schema_from_attributes(attrs)
+    return schema_from_attributes(attrs)
 
 
 def _example_file() -> str:
@@ -98,31 +98,17 @@ def _example_file() -> str:
     return path
 
 
-def _root_attributes(file: Any) -> Mapping[str, Any] | None:
-    for name in ("root_attributes", "attrs", "attributes"):
-        attrs = getattr(file, name, None)
-        if callable(attrs):
-            attrs = attrs()
-        if isinstance(attrs, Mapping):
-            return attrs
-    if isinstance(file, (bytes, bytearray, memoryview)):
-        return _h5py_root_attributes(io.BytesIO(file), "<bytes>")
-    path = file if isinstance(file, (str, os.PathLike)) else getattr(file, "filename", None)
-    if not isinstance(path, (str, os.PathLike)) or not os.path.isfile(path):
-        return None  # a File opened from bytes: no path to read the attributes from
-    return _h5py_root_attributes(os.fspath(path), os.fspath(path))
+def _root_attributes(file: Any) -> Mapping[str, Any]:
+    if isinstance(file, (str, os.PathLike, bytes, bytearray, memoryview)):
+        from .._file import File  # the reader; imported late (it is a sibling layer)
 
-
-def _h5py_root_attributes(source: Any, label: str) -> dict[str, Any]:
-    import h5py  # only for this fallback: the codec itself never needs h5py
-
-    try:
-        with h5py.File(source, "r") as f:
-            if SCHEMA_ATTRIBUTE not in f.attrs:
-                return {}
-            return {SCHEMA_ATTRIBUTE: f.attrs[SCHEMA_ATTRIBUTE]}
-    except (OSError, KeyError, TypeError, ValueError) as err:
-        raise FormatError(f"cannot read the root attributes of {label}: {err}") from None
+        source = bytes(file) if isinstance(file, (bytearray, memoryview)) else file
+        with File(source) as opened:
+            return opened.attrs
+    attrs = getattr(file, "attrs", None)
+    if not isinstance(attrs, Mapping):
+        raise TypeError(f"{type(file).__name__} is neither a file path, bytes nor an opened file")
+    return attrs
 
 
 def check_loaded(

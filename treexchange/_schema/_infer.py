@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from .._errors import LimitError
-from ._gc import no_gc
+from .._gc import gc_paused
 from ._model import (
     MAX_TREE_DEPTH,
     ArrayNode,
@@ -102,7 +102,7 @@ def infer_schema(
         [('weight', 'array float32 (5, 16)'), ('bias', 'array float32 (5,)'), ('σ', '()')]
     """
     options = _Options(checksums=checksums, values=values)
-    with no_gc():
+    with gc_paused():
         if is_file_like(x):
             with opened(x) as file:
                 roots = file_roots(file, name)

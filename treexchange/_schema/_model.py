@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from ._gc import no_gc
+from .._gc import gc_paused
 
 SCHEMA_VERSION = "1.0"
 """The schema document version this treexchange writes (and reads natively)."""
@@ -360,7 +360,7 @@ class Schema(_Base):
         With ``indent`` (default 2) nested structure is indented and anything that fits on one
         line of 100 characters stays on one line; ``indent=None`` gives the most compact text.
         """
-        with no_gc():
+        with gc_paused():
             if indent is None:
                 return self.model_dump_json(exclude_none=True)
             from ._pretty import pretty_json
@@ -369,7 +369,7 @@ class Schema(_Base):
 
     def to_dict(self) -> dict[str, Any]:
         """The document as JSON-ready Python data."""
-        with no_gc():
+        with gc_paused():
             return self.model_dump(mode="json", exclude_none=True)
 
     def node_at(self, path: tuple[str | int, ...] | list[str | int]) -> Node:

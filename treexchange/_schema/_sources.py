@@ -22,7 +22,7 @@ import numpy as np
 from .._errors import ConversionError, TreePath, TreexchangeError
 from .._juliatype import JuliaType
 from .._typeof import julia_type_of, kind_of, numpy_dtype
-from .._values import Int128, JuliaArray, JuliaBits, JuliaStruct, NamedTuple, Singleton, Symbol, UInt128
+from .._values import Int128, JuliaArray, JuliaBits, JuliaStruct, NamedTuple, Singleton, UInt128
 from ._checksum import array_sha256
 
 DEFAULT_ROOT = "model_state"
@@ -81,22 +81,31 @@ def _dtype_name(value: Any) -> str | None:
     if isinstance(value, complex):
         return "complex128"
     dtype = getattr(value, "dtype", None)
-    if dtype is None:
-        return None
+    return None if dtype is None else dtype_name(dtype)
+
+
+_DTYPE_NAMES: dict[Any, str] = {}  # cache: numpy dtype -> its name
+
+
+def dtype_name(dtype: Any) -> str:
+    """``np.dtype(dtype).name``, cached (a dtype's name is rebuilt on every access, and a
+    20,000-leaf tree asks for a handful of dtypes 40,000 times).
+
+    Example:
+        >>> dtype_name(np.dtype("<f4")), dtype_name(np.float64)
+        ('float32', 'float64')
+    """
     try:
         return _DTYPE_NAMES[dtype]
     except (KeyError, TypeError):
-        name: str = np.dtype(dtype).name
-        return name
-
-
-_DTYPE_NAMES: dict[Any, str] = {
-    np.dtype(t): np.dtype(t).name
-    for t in (np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64)
-}
-_DTYPE_NAMES.update(
-    {np.dtype(t): np.dtype(t).name for t in (np.float16, np.float32, np.float64, np.complex64, np.complex128)}
-)
+        pass
+    name: str = np.dtype(dtype).name
+    if len(_DTYPE_NAMES) < 256:  # a handful of dtypes occur; bound it anyway
+        try:
+            _DTYPE_NAMES[dtype] = name
+        except TypeError:
+            pass
+    return name
 
 
 def dict_key_segment(key: Any) -> str:
@@ -115,29 +124,10 @@ def dict_key_segment(key: Any) -> str:
     return str(key)
 
 
-# Exact types of the common nodes -> kind: one dict lookup instead of an isinstance chain (a
-# 20,000-leaf tree has 40,000 nodes). Anything else (subclasses, rarer types) asks kind_of.
-_KIND_BY_TYPE: dict[type, str] = {
-    NamedTuple: "namedtuple",
-    list: "vector",
-    dict: "dict",
-    JuliaStruct: "struct",
-    JuliaArray: "vector",
-    np.ndarray: "array",
-    bool: "bool",
-    np.bool_: "bool",
-    str: "string",
-    Symbol: "symbol",
-    type(None): "singleton",
-    Singleton: "singleton",
-    JuliaType: "singleton",  # a DataType held as a value: inspect shows it as a singleton
-    int: "number",
-    float: "number",
-    complex: "number",
-    **{t: "number" for t in (np.float16, np.float32, np.float64, np.complex64, np.complex128)},
-    **{t: "number" for t in (np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32)},
-    np.uint64: "number",
-}
+# Exact type of a value -> its kind, as kind_of decided it the first time (one dict lookup
+# instead of an isinstance chain: a 20,000-leaf tree has 40,000 nodes). Tuples are not cached
+# (``()`` is a singleton, other tuples are tuples).
+_KIND_BY_TYPE: dict[type, str] = {}
 
 _SINGLETON_TEXT: dict[Any, str] = {}  # cache: singleton value's Julia type text
 
@@ -152,11 +142,12 @@ def value_kind(value: Any, path: TreePath) -> str:
     kind = _KIND_BY_TYPE.get(type(value))
     if kind is not None:
         return kind
-    if type(value) is tuple:
-        return "tuple" if value else "singleton"
     if isinstance(value, JuliaType):
-        return "singleton"
-    return kind_of(value, path=path)
+        return "singleton"  # a DataType held as a value: inspect shows it as a singleton
+    kind = kind_of(value, path=path)
+    if not isinstance(value, tuple) and len(_KIND_BY_TYPE) < 256:
+        _KIND_BY_TYPE[type(value)] = kind
+    return kind
 
 
 def _singleton_text(value: Any) -> str:
@@ -305,10 +296,7 @@ class FileSource(Source):
     def dtype(self) -> str | None:
         dtype = getattr(self.node, "dtype", None)
         if dtype is not None:
-            if isinstance(dtype, str):
-                return dtype
-            known = _DTYPE_NAMES.get(dtype)
-            return known if known is not None else str(np.dtype(dtype).name)
+            return dtype if isinstance(dtype, str) else dtype_name(dtype)
         if self.kind != "number":
             return None
         t = self._julia_type()

@@ -13,9 +13,9 @@ from .._errors import (
     TreexchangeError,
     format_path,
 )
+from .._gc import gc_paused
 from .._juliatype import JuliaType
 from ._align import align
-from ._gc import no_gc
 from ._model import (
     MAX_TREE_DEPTH,
     ArrayNode,
@@ -85,7 +85,7 @@ def validate(
     """
     doc = load_schema(schema)
     checker = _Checker(checksums=checksums)
-    with no_gc():
+    with gc_paused():
         if is_file_like(x):
             with opened(x) as file:
                 checker.check_file(file, doc, name)

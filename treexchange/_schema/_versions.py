@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .._errors import FormatError, UnsupportedError
-from ._gc import no_gc
+from .._gc import gc_paused
 from ._model import SCHEMA_VERSION, Schema
 
 SchemaLike = Schema | str | os.PathLike[str] | Mapping[str, Any] | bytes
@@ -110,7 +110,7 @@ def load_schema(source: SchemaLike) -> Schema:
     elif (major, minor) < (cur_major, cur_minor):
         data = migrate(data)
     try:
-        with no_gc():  # tens of thousands of new objects, all kept: collecting them is wasted time
+        with gc_paused():  # tens of thousands of new objects, all kept: collecting them is wasted time
             return Schema.model_validate(data, context=context)
     except ValidationError as err:
         raise FormatError(f"invalid schema document: {_first_errors(err)}") from None
@@ -165,7 +165,7 @@ def _json_data(source: Any) -> dict[str, Any]:
     else:
         raise TypeError(f"expected a Schema, a path, JSON text or a dict, not {type(source).__name__}")
     try:
-        with no_gc():
+        with gc_paused():
             data = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as err:
         raise FormatError(f"schema is not valid JSON: {err}") from None
