@@ -237,6 +237,15 @@ def test_zero_dim_and_ghost_arrays_with_dimensions_attribute() -> None:
     assert _jt_str(raw, "g") == "Array{Nothing, 2}" and _jt_str(raw, "z") == "Array{Float64, 0}"
 
 
+def test_null_array_of_stored_elements_is_an_empty_vector_of_union_bottom() -> None:
+    b = Builder()
+    b.link("e", b.dataset(t_float(8), space("null"), b""))
+    raw = _build(b)
+    e = tx.load(raw, "e")
+    assert isinstance(e, JuliaArray) and len(e) == 0 and e.shape == (0,)
+    assert str(e.eltype) == "Union{}" and _jt_str(raw, "e") == "Array{Union{}, 1}"  # not Union
+
+
 def test_memory_attribute() -> None:
     b = Builder()
     mem = Attr("Memory", t_bool(), space("scalar"), b"\x01")
@@ -355,9 +364,7 @@ def _dict_to_int(b: Builder, key_type: str, key_member: tuple[bytes, int], keys:
     """A ``Dict{K,Int64}`` as JLD2 writes it (``SerializedDict`` of a vector of ``Pair``s): keys
     stored as ``key_member`` (encoded type, size) with bytes ``keys``, values 1, 2, ..."""
     k, i = b.jt_dataset(key_type), b.jt_dataset("Core.Int64")
-    pair = b.commit(
-        t_compound([("first", *key_member), ("second", t_int(8), 8)]), b.jt("Core.Pair", [k, i])
-    )
+    pair = b.commit(t_compound([("first", *key_member), ("second", t_int(8), 8)]), b.jt("Core.Pair", [k, i]))
     kv = b.dataset(
         shared(pair),
         space("simple", [len(keys)]),

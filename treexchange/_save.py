@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
-from ._errors import TreexchangeError, WriteError
+from ._errors import ConversionError, TreexchangeError, WriteError
 from ._jld2._encode_hdf5 import FILE_HEADER_LENGTH, REQUIRED_FILE_HEADER
 from ._jld2._writer import JLD2Writer
 from ._jld2._writer_arrays import Compression
@@ -38,6 +38,7 @@ def save(
     compress: bool | str = False,
     producer: str | None = None,
     root_attributes: Mapping[str, str] | None = None,
+    schema: Any = None,
     **named_values: Any,
 ) -> None:
     """Write values to a JLD2 file that Julia's ``JLD2.load`` reads as real Julia values.
@@ -64,11 +65,18 @@ def save(
             (see docs/writing.md).
         producer: the note stored after the format string in the file header (default
             :func:`default_producer`).
-        root_attributes: UTF-8 string attributes to attach to the root group (e.g. an embedded
-            schema). JLD2.jl ignores them when loading.
+        root_attributes: UTF-8 string attributes to attach to the root group. JLD2.jl ignores
+            them when loading.
+        schema: embed a schema in the file (the ``treexchange_schema`` root attribute, which
+            ``load`` then checks; docs/schema.md). ``True`` infers the schema of exactly what is
+            written (:func:`treexchange.infer_schema` on the top-level names). A
+            :class:`treexchange.Schema`, its JSON text or a path to a JSON file is first checked
+            against the values (every violation is reported; nothing is written), then embedded.
+            ``None`` (default) embeds nothing.
 
     Raises:
         ConversionError: a value has no Julia counterpart (the message names its path).
+        MismatchError: the values do not conform to ``schema`` (nothing was written).
         WriteError: the file could not be written (``path`` is left untouched).
 
     Example:
@@ -81,6 +89,19 @@ def save(
         >>> back = treexchange.load(path, "model_state")
         >>> back["layers"][0]["weight"].shape, back["layers"][0]["σ"]
         ((2, 3), ())
+
+        With a schema (``load`` checks the file against it from then on):
+
+        >>> treexchange.save(path, model_state=state, schema=True)
+        >>> treexchange.read_embedded_schema(path).roots["model_state"].summary()
+        'namedtuple (layers)'
+        >>> wide = NamedTuple(weight=np.ones((2, 4), np.float32), bias=np.zeros(2, np.float32), σ=())
+        >>> doc = treexchange.read_embedded_schema(path)
+        >>> treexchange.save(path, model_state=NamedTuple(layers=(wide,)), schema=doc)
+        Traceback (most recent call last):
+        ...
+        treexchange._errors.MismatchError: 1 schema violation(s):
+          model_state.layers[1].weight: shape (2, 4) found, schema expects (2, 3)
     """
     items: list[tuple[str, Any]] = []
     if mapping is not None:
@@ -99,6 +120,9 @@ def save(
     note = default_producer() if producer is None else producer
     _check_producer(note)
     attrs = _check_root_attributes(root_attributes)
+    if schema is not None and schema is not False:
+        # Validation (and inference) happen here, before the temporary file is created.
+        attrs.update(_schema_attributes(schema, items, attrs))
 
     def write(f: BinaryIO) -> None:
         writer = JLD2Writer(f, compress=options, producer=note, root_attributes=attrs)
@@ -124,6 +148,72 @@ def _check_root_attributes(attrs: Mapping[str, str] | None) -> dict[str, str]:
         if not isinstance(value, str):
             raise TypeError(f"root attribute {name!r} must be a str, not {type(value).__name__}")
         out[name] = value
+    return out
+
+
+def _schema_attributes(schema: Any, items: list[tuple[str, Any]], attrs: Mapping[str, str]) -> dict[str, str]:
+    """The root attribute embedding ``schema`` (``True``: inferred from ``items``), after checking
+    that ``items`` conform to it."""
+    from ._schema import (  # the schema layer (pydantic) is imported only when a schema is given
+        SCHEMA_ATTRIBUTE,
+        infer_schema,
+        load_schema,
+        raise_if_invalid,
+        schema_to_attributes,
+    )
+
+    if SCHEMA_ATTRIBUTE in attrs:
+        raise ValueError(
+            f"root attribute {SCHEMA_ATTRIBUTE!r} is given twice: as root_attributes and schema="
+        )
+    tree, groups = value_tree(items)
+    if schema is True:
+        doc = infer_schema(tree)
+        doc = doc.model_copy(update={"roots": _group_nodes(doc.roots, groups)})
+    else:
+        doc = load_schema(schema)
+        raise_if_invalid(tree, doc)
+    return schema_to_attributes(doc)
+
+
+Groups = dict[str, "Groups"]
+
+
+def value_tree(items: list[tuple[str, Any]]) -> tuple[dict[str, Any], Groups]:
+    """What ``load(path)`` will return for ``items`` written by ``save``: ``"a/b"`` names become
+    nested dicts (the groups JLD2 creates). Also returns the group names, as nested dicts.
+
+    Example:
+        >>> value_tree([("a/b", 1), ("a/c", 2), ("x", 3)])
+        ({'a': {'b': 1, 'c': 2}, 'x': 3}, {'a': {}})
+    """
+    tree: dict[str, Any] = {}
+    groups: Groups = {}
+    for name, value in items:
+        # Empty parts are skipped, as the writer does ("/a//b" is "a/b").
+        *parents, leaf = [part for part in name.split("/") if part] or [name]
+        node, group = tree, groups
+        for depth, part in enumerate(parents):
+            if part in node and part not in group:
+                raise ConversionError(
+                    f"{'/'.join(parents[: depth + 1])!r} is a dataset, not a group", path=(name,)
+                )
+            node = node.setdefault(part, {})
+            group = group.setdefault(part, {})
+        if leaf in node:
+            raise ConversionError(f"a group or dataset named {leaf!r} is already present", path=(name,))
+        node[leaf] = value
+    return tree, groups
+
+
+def _group_nodes(roots: Mapping[str, Any], groups: Groups) -> dict[str, Any]:
+    """``roots`` with the schema nodes of groups made group nodes (inferred from plain dicts,
+    they are dict nodes)."""
+    from ._schema import GroupNode
+
+    out = dict(roots)
+    for name, subgroups in groups.items():
+        out[name] = GroupNode(entries=_group_nodes(out[name].entries, subgroups))
     return out
 
 

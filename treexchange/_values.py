@@ -151,6 +151,7 @@ class _Sentinel:
 
     _name: ClassVar[str]
     _no_truth: ClassVar[str]
+    _instance: ClassVar[Any] = None  # set on each subclass (looked up in its own __dict__)
 
     def __new__(cls) -> Any:
         instance = cls.__dict__.get("_instance")

@@ -400,8 +400,8 @@ def file_fields(v: Any) -> dict[Any, Any] | None:
 
 
 def carries_no_state(x: Any) -> bool:
-    """``()``, ``NamedTuple()``, function singletons, ``#undef`` and containers of only those (file side), or
-    template leaves without state (functions, RNG objects, ``None``, static data)."""
+    """``()``, ``NamedTuple()``, function singletons, ``#undef`` and containers of only those (file
+    side), or template leaves without state (functions, RNG objects, ``None``, static data)."""
     if x is ABSENT or x is None or isinstance(x, (Singleton, Missing, Undef)):
         return True
     if isinstance(x, NamedTuple):

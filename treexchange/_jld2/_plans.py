@@ -48,7 +48,7 @@ class DecodeContext(Protocol):
         ...
 
     def load_ref(self, address: int, path: Path) -> Any:
-        """The value of the object at relative ``address`` (``None`` for a NULL reference)."""
+        """The value of the object at relative ``address`` (``UNDEF`` for a NULL reference)."""
         ...
 
     def decode_datatype(self, buf: Any, off: int, path: Path) -> JuliaType:

@@ -27,7 +27,7 @@ import numpy as np
 from .._errors import ConversionError, PathSegment, TreexchangeError, UnsupportedError
 from .._hdf5._model import H5Type
 from .._juliatype import JuliaType
-from .._values import JuliaArray, JuliaBits, JuliaStruct, NamedTuple as JlNamedTuple, Singleton, Symbol
+from .._values import UNDEF, JuliaArray, JuliaBits, JuliaStruct, NamedTuple as JlNamedTuple, Singleton, Symbol
 from . import _encode_hdf5 as enc
 from ._writer_arrays import (
     Compression,
@@ -37,7 +37,7 @@ from ._writer_arrays import (
     plan_chunk,
 )
 from ._writer_sink import Sink
-from ._writer_types import JT, MAX_INLINE_SIZE, PRIM_DTYPES, UNION_EL, Cat, TypeFactory
+from ._writer_types import JT, MAX_INLINE_SIZE, UNION_EL, Cat, TypeFactory
 
 BASE = enc.FILE_HEADER_LENGTH
 COMPACT_LIMIT = 8192
@@ -832,6 +832,8 @@ class JLD2Writer:
         """JLD2's ``h5convert!`` for one field / array element declared ``ty``."""
         w = ty.writeas
         kind = self.field_kind(w, initialized)
+        if value is UNDEF:
+            return self._undefined(w, kind, path)
         if kind == "none":
             return b""
         if value is _ZERO:
@@ -855,6 +857,20 @@ class JLD2Writer:
         if kind == "datatype":
             return self.encode_datatype_value(self._as_type(value, path), ws)
         return self.encode_value(w, value, ws, path)
+
+    @staticmethod
+    def _undefined(w: JT, kind: str, path: tuple[PathSegment, ...]) -> bytes:
+        """An unassigned element or ``#undef`` field, as JLD2's ``h5convert_uninitialized!``
+        writes it: a NULL reference (8 zero bytes) or an empty heap reference for a String /
+        Symbol (16 zero bytes, read back by JLD2 as undefined). Inline values have no such form."""
+        if kind == "ref":
+            return bytes(8)
+        if kind == "vlen":
+            return bytes(16)
+        raise ConversionError(
+            f"#undef (treexchange.UNDEF) where a {w.key} is stored inline: only references can be undefined",
+            path=path,
+        )
 
     def encode_value(
         self, w: JT, value: Any, ws: dict[Hashable, int], path: tuple[PathSegment, ...]
@@ -1067,7 +1083,7 @@ def _array_bytes(array: np.ndarray | None) -> bytes:
 
 
 def _numeric_vector(items: list[Any], e: JT, path: tuple[PathSegment, ...]) -> np.ndarray:
-    dtype = PRIM_DTYPES.get(e.name)
+    dtype = e.dtype if e.cat is Cat.PRIM else None
     if dtype is None:
         raise UnsupportedError(f"cannot collect a tuple of {e.key} into a Vector", path=path)
     return np.asarray(items, dtype=dtype)
@@ -1084,7 +1100,8 @@ def _encode_prim(w: JT, value: Any, path: tuple[PathSegment, ...]) -> bytes:
             return int(value).to_bytes(16, "little", signed=signed)
         except OverflowError:
             raise ConversionError(f"{int(value)} does not fit {w.name}", path=path) from None
-    dtype = PRIM_DTYPES[w.name]
+    dtype = w.dtype
+    assert dtype is not None
     if isinstance(value, np.generic):
         if value.dtype.newbyteorder("=") != dtype:
             raise ConversionError(f"expected {w.name}, found numpy {value.dtype}", path=path)

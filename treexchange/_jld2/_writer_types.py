@@ -16,6 +16,10 @@ Decisions (see docs/writing.md):
 * ``dict`` becomes ``Dict{K,V}`` with K / V the common Julia type of the keys / values, else
   ``Any`` (the choice of :func:`treexchange._typeof.julia_type_of`).
 * BFloat16 is ``Core.BFloat16`` (what Julia >= 1.11 with BFloat16s.jl writes).
+
+Which numpy dtype is which Julia number type is decided in one place, :mod:`treexchange._typeof`
+(``julia_eltype`` / ``numpy_dtype``); this module adds only what JLD2 needs on top: the HDF5 type
+each native number is stored as.
 """
 
 from __future__ import annotations
@@ -24,14 +28,15 @@ import enum
 from collections.abc import Sequence
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 from .._errors import ConversionError, PathSegment, UnsupportedError
 from .._hdf5._model import H5Class, H5Type
 from .._juliatype import JuliaType, _render_param
+from .._typeof import julia_eltype, numpy_dtype
 from .._values import (
     MISSING,
+    UNDEF,
     Int128,
     JuliaArray,
     JuliaBits,
@@ -79,6 +84,7 @@ class JT:
         mutable: Julia ``ismutabletype``.
         nbytes: byte size of PRIM/BITS values.
         h5: the native HDF5 type of a PRIM.
+        dtype: the numpy dtype of a PRIM (``None`` for Int128/UInt128, which numpy lacks).
         eltype, ndims: element type and rank of an ARRAY.
         key: canonical text identifying the type (JLD2's ``jlh5type`` dictionary key).
     """
@@ -90,6 +96,7 @@ class JT:
         "_size",
         "_writeas",
         "cat",
+        "dtype",
         "eltype",
         "fields",
         "h5",
@@ -115,6 +122,7 @@ class JT:
         mutable: bool = False,
         nbytes: int = 0,
         h5: H5Type | None = None,
+        dtype: np.dtype | None = None,
         eltype: JT | None = None,
         ndims: int = 0,
         key: str | None = None,
@@ -130,6 +138,7 @@ class JT:
         self.mutable = mutable
         self.nbytes = nbytes
         self.h5 = h5
+        self.dtype = dtype
         self.eltype = eltype
         self.ndims = ndims
         self.layout = layout
@@ -256,36 +265,16 @@ def type_key(name: str, params: tuple[Any, ...]) -> str:
 
 # --- the factory -----------------------------------------------------------------------------------
 
-_PRIM_BY_DTYPE: dict[str, tuple[str, H5Type]] = {
-    "bool": ("Core.Bool", bitfield_type(1)),
-    "int8": ("Core.Int8", fixed_type(1, True)),
-    "int16": ("Core.Int16", fixed_type(2, True)),
-    "int32": ("Core.Int32", fixed_type(4, True)),
-    "int64": ("Core.Int64", fixed_type(8, True)),
-    "uint8": ("Core.UInt8", fixed_type(1, False)),
-    "uint16": ("Core.UInt16", fixed_type(2, False)),
-    "uint32": ("Core.UInt32", fixed_type(4, False)),
-    "uint64": ("Core.UInt64", fixed_type(8, False)),
-    "float16": ("Core.Float16", float_type(2)),
-    "float32": ("Core.Float32", float_type(4)),
-    "float64": ("Core.Float64", float_type(8)),
-}
-_PRIM_NAME_TO_DTYPE = {name: np.dtype(dt) for dt, (name, _) in _PRIM_BY_DTYPE.items()}
-BFLOAT16_DTYPE = np.dtype(ml_dtypes.bfloat16)
-BFLOAT16_NAME = "Core.BFloat16"
-_BFLOAT16_NAMES = ("Core.BFloat16", "BFloat16s.BFloat16")
-
 _TUPLE_NAMES = ("Core.Tuple", "Tuple")
 _UNION_NAMES = ("Core.Union", "Union")
 
 # Types Julia prints without their module (``str(JuliaType)``), for type text written by hand.
+# Number types are not listed: ``_qualified_name`` asks :func:`numpy_dtype` about ``Core.<name>``.
 _SHORT_NAMES = {
     n.split(".", 1)[1]: n
     for n in (
-        *(name for name, _ in _PRIM_BY_DTYPE.values()),
         "Core.Int128",
         "Core.UInt128",
-        "Core.BFloat16",
         "Core.String",
         "Core.Symbol",
         "Core.Any",
@@ -299,6 +288,32 @@ _SHORT_NAMES = {
         "Base.Dict",
     )
 }
+
+
+def _qualified_name(name: str) -> str:
+    """``name`` with its module, for the names Julia prints without one (``Float32``, ``String``)."""
+    if "." in name:
+        return name
+    found = _SHORT_NAMES.get(name)
+    if found is not None:
+        return found
+    core = "Core." + name
+    return core if numpy_dtype(JuliaType(core)) is not None else name
+
+
+def _h5_number_type(dtype: np.dtype) -> H5Type:
+    """The HDF5 type JLD2 stores a native number as: Bool a 1-byte bitfield, integers fixed-point,
+    floats IEEE floating point (all little-endian)."""
+    if dtype.kind == "b":
+        return bitfield_type(1)
+    if dtype.kind in "iu":
+        return fixed_type(dtype.itemsize, dtype.kind == "i")
+    return float_type(dtype.itemsize)
+
+
+_NATIVE_KINDS = "biuf"
+"""numpy kinds of the numbers HDF5 stores natively (PRIM); others (bfloat16) are opaque bits."""
+
 
 UNION_EL = "inline-union"
 """``JT.layout`` marker of a ``JLD2.InlineUnionEl`` element type (values are converted on write)."""
@@ -323,8 +338,9 @@ class TypeFactory:
         self.SERIALIZED_DICT = self._intern(
             JT(Cat.STRUCT, "JLD2.SerializedDict", fields=(("kvvec", self.ANY),), mutable=True)
         )
-        self.INT64 = self.prim("int64")
-        self.BOOL = self.prim("bool")
+        self.INT64 = self.prim("Core.Int64")
+        self.BOOL = self.prim("Core.Bool")
+        self.FLOAT64 = self.prim("Core.Float64")
 
     def _intern(self, jt: JT) -> JT:
         found = self._cache.get(jt.key)
@@ -347,12 +363,16 @@ class TypeFactory:
         return self._cache.get(key)
 
     # --- constructors ----------------------------------------------------------------------------
-    def prim(self, dtype_name: str) -> JT:
-        name, h5 = _PRIM_BY_DTYPE[dtype_name]
-        found = self._cache.get(name)
+    def prim(self, name: str) -> JT:
+        """A native number type by its Julia name (``"Core.Float32"``)."""
+        found = self._get(name)
         if found is not None:
             return found
-        return self._intern(JT(Cat.PRIM, name, nbytes=h5.size, h5=h5))
+        dtype = numpy_dtype(JuliaType(name))
+        if dtype is None or dtype.kind not in _NATIVE_KINDS:
+            raise AssertionError(f"{name} is not a native number type")
+        h5 = _h5_number_type(dtype)
+        return self._intern(JT(Cat.PRIM, name, nbytes=h5.size, h5=h5, dtype=dtype))
 
     def int128(self, signed: bool) -> JT:
         name = "Core.Int128" if signed else "Core.UInt128"
@@ -453,14 +473,7 @@ class TypeFactory:
         return found
 
     def _of_dtype(self, dt: np.dtype, path: Sequence[PathSegment]) -> JT:
-        if dt == BFLOAT16_DTYPE:
-            return self.bits(JuliaType(BFLOAT16_NAME), 2)
-        if dt.kind == "c" and dt.itemsize in (8, 16):
-            return self.complex_of(self.prim("float32" if dt.itemsize == 8 else "float64"))
-        base = dt.newbyteorder("=") if dt.byteorder not in ("=", "|") else dt
-        if base.name in _PRIM_BY_DTYPE:
-            return self.prim(base.name)
-        raise ConversionError(f"numpy dtype {dt} has no Julia element type", path=tuple(path))
+        return self.of_type(julia_eltype(dt, path=path))
 
     # --- from Julia type text (type parameters, JuliaArray element types) ------------------------
     def of_type(self, t: JuliaType) -> JT:
@@ -468,16 +481,15 @@ class TypeFactory:
         found = self._cache.get(t.qualified())
         if found is not None:
             return found
-        name, params = t.name, t.params
-        if "." not in name and name in _SHORT_NAMES:
-            name = _SHORT_NAMES[name]  # "Float64" as Julia prints it: Core.Float64
-        for dt_name, (jl_name, _) in _PRIM_BY_DTYPE.items():
-            if name == jl_name and not params:
-                return self.prim(dt_name)
+        name, params = _qualified_name(t.name), t.params  # "Float64" as Julia prints it: Core.Float64
+        if not params:
+            dtype = numpy_dtype(JuliaType(name))
+            if dtype is not None:
+                if dtype.kind in _NATIVE_KINDS:
+                    return self.prim(name)
+                return self.bits(JuliaType(name), dtype.itemsize)  # BFloat16
         if name in ("Core.Int128", "Core.UInt128") and not params:
             return self.int128(name == "Core.Int128")
-        if name in _BFLOAT16_NAMES and not params:
-            return self.bits(t, 2)
         if name == "Core.String" and not params:
             return self.STRING
         if name == "Core.Symbol" and not params:
@@ -551,6 +563,13 @@ class TypeFactory:
             return self.NOTHING
         if value is MISSING:
             return self.MISSING
+        if value is UNDEF:
+            raise ConversionError(
+                "#undef (treexchange.UNDEF) can only be stored where Julia keeps a reference: an "
+                "element of a list or of an array of non-bits values, or a struct field stored as a "
+                "reference (not a top-level value, a tuple or NamedTuple element, or a Dict entry)",
+                path=path,
+            )
         if isinstance(value, Singleton):
             if is_type_singleton(value):
                 return self.DATATYPE  # the value T of type Type{T}: JLD2 stores it as a DataType
@@ -577,9 +596,9 @@ class TypeFactory:
                 )
             return self.INT64
         if isinstance(value, float):
-            return self.prim("float64")
+            return self.FLOAT64
         if isinstance(value, complex):
-            return self.complex_of(self.prim("float64"))
+            return self.complex_of(self.FLOAT64)
         raise ConversionError(f"{type(value).__name__} has no Julia counterpart", path=path)
 
     def _array_eltype(self, value: JuliaArray, path: tuple[PathSegment, ...]) -> JT:
@@ -613,7 +632,7 @@ class TypeFactory:
         found = self._get(key)
         if found is not None:
             return found
-        fields = (("mask", self.prim("uint8")), ("t1", t1), ("t2", t2))
+        fields = (("mask", self.prim("Core.UInt8")), ("t1", t1), ("t2", t2))
         return self._intern(
             JT(Cat.STRUCT, "JLD2.InlineUnionEl", (t1, t2), fields=fields, key=key, layout=UNION_EL)
         )
@@ -650,14 +669,17 @@ class TypeFactory:
             )
         if layout is None:
             for name, v in value.fields.items():
-                fields.append((name, self.of_value(v, (*path, name))))
+                # An #undef field of a struct made in Python: declared Any, a NULL reference.
+                fields.append((name, self.ANY if v is UNDEF else self.of_value(v, (*path, name))))
         else:
             for fl in layout.fields:
                 if fl.name not in value.fields:
                     raise ConversionError(f"struct {value.type} has no field {fl.name!r}", path=path)
                 v = value.fields[fl.name]
                 fpath = (*path, fl.name)
-                if fl.storage == "reference" and fl.field_type is None:
+                if v is UNDEF:
+                    fields.append((fl.name, self._undefined_field_type(fl, fpath)))
+                elif fl.storage == "reference" and fl.field_type is None:
                     fields.append((fl.name, self.ANY))
                 elif fl.storage == "inline" and fl.field_type is None and fl.member is not None:
                     fields.append((fl.name, self._member_type(fl.member.type, v, fpath)))
@@ -692,6 +714,24 @@ class TypeFactory:
             jt._writeas = self._intern(written)
         return self._intern(jt)
 
+    def _undefined_field_type(self, fl: Any, path: tuple[PathSegment, ...]) -> JT:
+        """The declared type of a field (a ``FieldLayout``) that holds :data:`~treexchange.UNDEF`.
+
+        JLD2 can store an undefined field only where it stores a pointer: a reference (written
+        as NULL) or a String/Symbol heap reference (16 zero bytes), its ``h5convert_uninitialized!``
+        methods; an inline struct field has no undefined form."""
+        member = fl.member.type if fl.member is not None else None
+        vlen = member is not None and member.cls == H5Class.VLEN and member.is_vlen_string
+        if fl.storage == "reference" or (fl.storage == "inline" and vlen):
+            if fl.field_type is not None:
+                return self.of_type(fl.field_type)
+            return self.STRING if vlen else self.ANY
+        raise ConversionError(
+            f"#undef (treexchange.UNDEF) in field {fl.name!r}, which is stored inline: "
+            "only a field stored as a reference can be undefined",
+            path=path,
+        )
+
     def _member_type(self, t: H5Type, value: Any, path: tuple[PathSegment, ...]) -> JT:
         """The declared type of an inline field stored with its plain HDF5 type (NULL field_types)."""
         if t.cls == H5Class.BITFIELD and t.size == 1:
@@ -699,7 +739,7 @@ class TypeFactory:
         if t.cls in (H5Class.FIXED, H5Class.FLOAT):
             dt = t.numpy_dtype()
             if dt is not None:
-                return self.prim(dt.newbyteorder("=").name)
+                return self.of_dtype(dt)
             if t.cls == H5Class.FIXED and t.size == 16:
                 return self.int128(t.signed)
         if t.cls == H5Class.VLEN and t.is_vlen_string:
@@ -722,7 +762,3 @@ def is_type_singleton(value: Singleton) -> bool:
     """Whether ``value`` is ``Singleton(Type{T})``: how the reader gives a type value ``T``."""
     t = value.type
     return t.name == "Core.Type" and len(t.params) == 1 and isinstance(t.params[0], JuliaType)
-
-
-PRIM_DTYPES = _PRIM_NAME_TO_DTYPE
-"""Julia name -> numpy dtype of the PRIM types (``"Core.Float32"`` -> float32)."""
