@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, fixture_files, fixture_ids
+from conftest import FIXTURES, fixture_files, fixture_ids, require_fixture
 
 from treexchange._cli import main
 
@@ -74,3 +74,15 @@ def test_without_keep_producer_only_the_header_note_differs(tmp_path: Path) -> N
     assert written[512:] == original[512:]
     assert written[: len(FORMAT_020)] == FORMAT_020
     assert b"treexchange" in written[:512] and b"Julia 1.11.1" not in written[:512]
+
+
+def test_demo_file_is_the_file_julia_writes() -> None:
+    """The in-memory file of the docstring examples is JLD2's ``jldsave(path; a = zeros(2))``."""
+    from treexchange._demofile import demo_jld2_bytes
+    from treexchange._file import _demo_bytes
+
+    original = require_fixture("jld2jl/docs_v0.6.0_demo.jld2").read_bytes()
+    demo = demo_jld2_bytes()
+    assert demo[512:] == original[512:] and len(demo) == len(original) == 828
+    assert demo[: len(FORMAT_020)] == FORMAT_020 and b"(treexchange demo)" in demo[:512]
+    assert _demo_bytes() == demo

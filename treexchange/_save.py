@@ -13,12 +13,15 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import Callable, Mapping
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ._errors import ConversionError, TreexchangeError, WriteError
 from ._jld2._encode_hdf5 import FILE_HEADER_LENGTH, REQUIRED_FILE_HEADER
 from ._jld2._writer import JLD2Writer
 from ._jld2._writer_arrays import Compression
+
+if TYPE_CHECKING:
+    from ._schema import SchemaLike
 
 PathLike = str | os.PathLike[str]
 
@@ -38,7 +41,7 @@ def save(
     compress: bool | str = False,
     producer: str | None = None,
     root_attributes: Mapping[str, str] | None = None,
-    schema: Any = None,
+    schema: bool | SchemaLike | None = None,
     **named_values: Any,
 ) -> None:
     """Write values to a JLD2 file that Julia's ``JLD2.load`` reads as real Julia values.
@@ -151,7 +154,9 @@ def _check_root_attributes(attrs: Mapping[str, str] | None) -> dict[str, str]:
     return out
 
 
-def _schema_attributes(schema: Any, items: list[tuple[str, Any]], attrs: Mapping[str, str]) -> dict[str, str]:
+def _schema_attributes(
+    schema: bool | SchemaLike, items: list[tuple[str, Any]], attrs: Mapping[str, str]
+) -> dict[str, str]:
     """The root attribute embedding ``schema`` (``True``: inferred from ``items``), after checking
     that ``items`` conform to it."""
     from ._schema import (  # the schema layer (pydantic) is imported only when a schema is given
@@ -167,7 +172,7 @@ def _schema_attributes(schema: Any, items: list[tuple[str, Any]], attrs: Mapping
             f"root attribute {SCHEMA_ATTRIBUTE!r} is given twice: as root_attributes and schema="
         )
     tree, groups = value_tree(items)
-    if schema is True:
+    if isinstance(schema, bool):  # True (the caller handles False)
         doc = infer_schema(tree)
         doc = doc.model_copy(update={"roots": _group_nodes(doc.roots, groups)})
     else:

@@ -182,40 +182,35 @@ _FILTERS_MEMO = "filters"
 _SHARED_MEMO = "shared"  # a shared message's body is the address of the object it refers to
 
 
-class _cached(Generic[T]):
-    """``functools.cached_property`` without its lock.
-
-    Python 3.11's cached_property takes an RLock on every first access; an eager load of 20,000
-    arrays makes over 100,000 first accesses, and the locking was a sixth of the time spent in
-    this module. Object headers are not shared between threads while being decoded (and a race
-    would only decode the same immutable value twice).
-    """
-
-    def __init__(self, func: Callable[[Any], T]) -> None:
-        self.func = func
-        self.name = func.__name__
-        self.__doc__ = func.__doc__
-
-    def __set_name__(self, owner: type, name: str) -> None:
-        self.name = name
-
-    @overload
-    def __get__(self, obj: None, owner: type | None = None) -> _cached[T]: ...
-    @overload
-    def __get__(self, obj: object, owner: type | None = None) -> T: ...
-    def __get__(self, obj: object | None, owner: type | None = None) -> T | _cached[T]:
-        if obj is None:
-            return self
-        value = self.func(obj)
-        obj.__dict__[self.name] = value  # later reads find it there, never calling __get__
-        return value
+_UNSET: Any = object()  # a decoded view not computed yet (None is a valid decoded value)
 
 
 class ObjectHeader:
     """A parsed object header. Decoded views (``datatype``, ``layout``, ...) are computed once.
 
     ``address`` is relative (what links and references hold); ``offset`` is absolute.
+
+    Slots, not an instance ``__dict__``: a file of 20,000 arrays has 30,000 headers alive while
+    it is open, and every extra container per header is one more object the cyclic garbage
+    collector scans on each full collection. Each decoded view is kept in its own slot
+    (``_UNSET`` until first use) behind a property.
     """
+
+    __slots__ = (
+        "_attributes",
+        "_dataspace",
+        "_datatype",
+        "_fill_value",
+        "_filters",
+        "_first",
+        "_layout",
+        "_raw",
+        "address",
+        "file",
+        "kind",
+        "offset",
+        "version",
+    )
 
     def __init__(
         self, file: HDF5File, address: int, offset: int, version: int, messages: Sequence[RawMessage]
@@ -229,7 +224,14 @@ class ObjectHeader:
         # has 100,000 messages it would otherwise scan on every full collection.
         self._raw: tuple[RawMessage, ...] = tuple(messages)
         # first message of each type (reversed, so the first one wins): a dict lookup
-        self._first: dict[int, RawMessage] = {raw[0]: raw for raw in reversed(self._raw)}
+        first = self._first = {raw[0]: raw for raw in reversed(self._raw)}
+        self.kind: Kind = _kind_of(first)
+        self._datatype: H5Type | None = _UNSET
+        self._dataspace: Dataspace | None = _UNSET
+        self._layout: Layout | None = _UNSET
+        self._filters: tuple[Filter, ...] = _UNSET
+        self._fill_value: bytes | None = _UNSET
+        self._attributes: dict[str, Attribute] = _UNSET
 
     def __repr__(self) -> str:
         return f"<ObjectHeader {self.kind} at {self.address} (v{self.version}, {len(self._raw)} msgs)>"
@@ -259,8 +261,14 @@ class ObjectHeader:
         return self.file.buffer[offset : offset + size]
 
     # --- decoded views -----------------------------------------------------------------------
-    @_cached
+    @property
     def datatype(self) -> H5Type | None:
+        value = self._datatype
+        if value is _UNSET:
+            value = self._datatype = self._decode_datatype()
+        return value
+
+    def _decode_datatype(self) -> H5Type | None:
         """The datatype message, committed (shared) types resolved, ``committed_at`` set."""
         msg = self._first.get(m.DATATYPE)
         if msg is None:
@@ -278,8 +286,14 @@ class ObjectHeader:
     def _parse_datatype(self, msg: RawMessage) -> H5Type:
         return parse_datatype(self.cursor(msg), self.file.limits)
 
-    @_cached
+    @property
     def dataspace(self) -> Dataspace | None:
+        value = self._dataspace
+        if value is _UNSET:
+            value = self._dataspace = self._decode_dataspace()
+        return value
+
+    def _decode_dataspace(self) -> Dataspace | None:
         """The dataspace message (dims in HDF5 order), or None."""
         msg = self._first.get(m.DATASPACE)
         if msg is None:
@@ -293,8 +307,14 @@ class ObjectHeader:
     def _parse_dataspace(self, msg: RawMessage) -> Dataspace:
         return m.parse_dataspace(self.cursor(msg))
 
-    @_cached
+    @property
     def layout(self) -> Layout | None:
+        value = self._layout
+        if value is _UNSET:
+            value = self._layout = self._decode_layout()
+        return value
+
+    def _decode_layout(self) -> Layout | None:
         """The data layout message with absolute offsets, or None (not a dataset)."""
         msg = self._first.get(m.LAYOUT)
         if msg is None:
@@ -308,8 +328,14 @@ class ObjectHeader:
                 layout = replace(layout, data_size=n)
             return layout
 
-    @_cached
+    @property
     def filters(self) -> tuple[Filter, ...]:
+        value = self._filters
+        if value is _UNSET:
+            value = self._filters = self._decode_filters()
+        return value
+
+    def _decode_filters(self) -> tuple[Filter, ...]:
         """The filter pipeline in write order (decoding applies it in reverse); () if none."""
         with format_errors(self.offset):
             msg = self.find(m.FILTER_PIPELINE)
@@ -320,8 +346,14 @@ class ObjectHeader:
     def _parse_filters(self, msg: RawMessage) -> tuple[Filter, ...]:
         return m.parse_filters(self.cursor(msg))
 
-    @_cached
+    @property
     def fill_value(self) -> bytes | None:
+        value = self._fill_value
+        if value is _UNSET:
+            value = self._fill_value = self._decode_fill_value()
+        return value
+
+    def _decode_fill_value(self) -> bytes | None:
         """The dataset's fill value bytes, or None (then unwritten chunks read as zeros)."""
         with format_errors(self.offset):
             msg = self.find(m.FILL_VALUE) or self.find(m.FILL_VALUE_OLD)
@@ -329,8 +361,14 @@ class ObjectHeader:
                 return None
             return m.parse_fill_value(self.cursor(msg), msg.type)
 
-    @_cached
+    @property
     def attributes(self) -> dict[str, Attribute]:
+        value = self._attributes
+        if value is _UNSET:
+            value = self._attributes = self._decode_attributes()
+        return value
+
+    def _decode_attributes(self) -> dict[str, Attribute]:
         """Attributes in on-disk order (compact messages), then dense storage if any."""
         if m.ATTRIBUTE not in self._first and m.ATTRIBUTE_INFO not in self._first:
             return {}  # most datasets of a JLD2 file have none
@@ -347,17 +385,6 @@ class ObjectHeader:
                     self.file._dense_attributes(m.parse_attribute_info(self.cursor(info), self.file.base))
                 )
             return out
-
-    @_cached
-    def kind(self) -> Kind:
-        types = self._first
-        if m.LAYOUT in types:
-            return "dataset"
-        if m.LINK_INFO in types or m.LINK in types or m.SYMBOL_TABLE in types or m.GROUP_INFO in types:
-            return "group"
-        if m.DATATYPE in types and m.DATASPACE not in types:
-            return "datatype"
-        return "other"
 
     def links(self) -> dict[str, int]:
         """Hard links of a group: name -> relative address, in link order.
@@ -378,3 +405,14 @@ class ObjectHeader:
             ['zeta', 'alpha']
         """
         return {lk.name: lk.address for lk in self.file.link_messages(self) if lk.address is not None}
+
+
+def _kind_of(types: dict[int, RawMessage]) -> Kind:
+    """What an object header describes, from the types of its messages."""
+    if m.LAYOUT in types:
+        return "dataset"
+    if m.LINK_INFO in types or m.LINK in types or m.SYMBOL_TABLE in types or m.GROUP_INFO in types:
+        return "group"
+    if m.DATATYPE in types and m.DATASPACE not in types:
+        return "datatype"
+    return "other"

@@ -33,7 +33,7 @@ import numpy as np
 from .._errors import ConversionError, PathSegment, UnsupportedError
 from .._hdf5._model import H5Class, H5Type
 from .._juliatype import JuliaType, _render_param
-from .._typeof import julia_eltype, numpy_dtype
+from .._typeof import julia_eltype, julia_type_of, numpy_dtype
 from .._values import (
     MISSING,
     UNDEF,
@@ -311,6 +311,9 @@ def _h5_number_type(dtype: np.dtype) -> H5Type:
     return float_type(dtype.itemsize)
 
 
+_CLASS_DECIDES = frozenset({float, bool, complex, str, Symbol, type(None), type(MISSING)})
+"""Python classes whose values all have one Julia type (unlike ``int``, which may not fit Int64)."""
+
 _NATIVE_KINDS = "biuf"
 """numpy kinds of the numbers HDF5 stores natively (PRIM); others (bfloat16) are opaque bits."""
 
@@ -327,6 +330,8 @@ class TypeFactory:
         # Fast paths keyed by identity (interned JTs): building key text for every leaf of a
         # 20,000-leaf tree would dominate the write time.
         self._by_dtype: dict[np.dtype, JT] = {}
+        self._by_type: dict[JuliaType, JT] = {}
+        self._by_class: dict[type, JT] = {}
         self._by_parts: dict[tuple[Any, ...], JT] = {}
         self.ANY = self._intern(JT(Cat.ANY, "Core.Any"))
         self.STRING = self._intern(JT(Cat.STRING, "Core.String", mutable=True))
@@ -531,6 +536,9 @@ class TypeFactory:
     # --- from values -------------------------------------------------------------------------------
     def of_value(self, value: Any, path: Sequence[PathSegment] = ()) -> JT:
         """The Julia type of a value-model value (raises ConversionError with the tree path)."""
+        found = self._by_class.get(type(value))
+        if found is not None:
+            return found  # a float, a str, ...: the Python type alone decides
         path = tuple(path)
         if isinstance(value, NamedTuple):
             names = list(value)
@@ -551,18 +559,10 @@ class TypeFactory:
             return self.array_of(self.of_dtype(value.dtype, path), value.ndim)
         if _is_jax_array(value):
             return self.array_of(self.of_dtype(np.dtype(value.dtype), path), len(value.shape))
-        if isinstance(value, (bool, np.bool_)):
-            return self.BOOL
+        if isinstance(value, np.generic):
+            return self.of_dtype(value.dtype, path)
         if isinstance(value, JuliaType):
             return self.DATATYPE  # a type used as a value: a Julia DataType
-        if isinstance(value, Symbol):
-            return self.SYMBOL
-        if isinstance(value, str):
-            return self.STRING
-        if value is None:
-            return self.NOTHING
-        if value is MISSING:
-            return self.MISSING
         if value is UNDEF:
             raise ConversionError(
                 "#undef (treexchange.UNDEF) can only be stored where Julia keeps a reference: an "
@@ -586,20 +586,16 @@ class TypeFactory:
             if not 0 <= value < 2**128:
                 raise ConversionError(f"{int(value)} does not fit UInt128", path=path)
             return self.int128(False)
-        if isinstance(value, np.generic):
-            return self.of_dtype(value.dtype, path)
-        if isinstance(value, int):
-            if not -(2**63) <= value < 2**63:
-                raise ConversionError(
-                    f"Python int {value} does not fit Int64 (use treexchange.Int128 or a numpy type)",
-                    path=path,
-                )
-            return self.INT64
-        if isinstance(value, float):
-            return self.FLOAT64
-        if isinstance(value, complex):
-            return self.complex_of(self.FLOAT64)
-        raise ConversionError(f"{type(value).__name__} has no Julia counterpart", path=path)
+        # The remaining scalars (Python bool / int / float / complex / str, Symbol, nothing,
+        # missing) take the one value -> Julia type mapping, which also range-checks ints and
+        # refuses what has no Julia counterpart.
+        t = julia_type_of(value, path=path)
+        found = self._by_type.get(t)
+        if found is None:
+            found = self._by_type[t] = self.of_type(t)
+        if type(value) in _CLASS_DECIDES:
+            self._by_class[type(value)] = found
+        return found
 
     def _array_eltype(self, value: JuliaArray, path: tuple[PathSegment, ...]) -> JT:
         if value.eltype.name in _UNION_NAMES:
