@@ -16,7 +16,6 @@ import dataclasses
 import mmap
 import os
 import struct
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
@@ -39,9 +38,10 @@ Order = Literal["julia", "storage"]
 
 _U64 = struct.Struct("<Q")
 _INT64_ATTR_CLASSES = (H5Class.FIXED,)
+_GROUP_TYPE = JuliaType("JLD2.Group")
+_DATATYPE_TYPE = JuliaType("Core.DataType")
 
 
-@dataclass
 class DatasetInfo:
     """What a dataset (or group, or committed datatype used as a value) holds, without its data.
 
@@ -56,26 +56,61 @@ class DatasetInfo:
         julia_type: Julia type of the value.
         value_kind: the inspect kind; ``"ref"`` for a scalar reference (follow it).
         memory: the ``Memory`` attribute is present (a Julia ``Memory``, not an ``Array``).
+        count: stored elements (dataspace count; the array's length for arrays).
+        dtype: numpy dtype of a plain-data array (numbers, Bool, Complex, BFloat16), else None.
+
+    One per dataset a walk reaches (tens of thousands in a large model), so a plain class with
+    slots and a positional constructor: no instance ``__dict__``, no dataclass machinery.
     """
 
-    address: int
-    obj: ObjectHeader
-    kind: str
-    plan: Plan | None = None
-    space: str = "scalar"
-    shape: tuple[int, ...] | None = None
-    eltype: JuliaType | None = None
-    julia_type: JuliaType = field(default_factory=lambda: ANY)
-    value_kind: str = "struct"
-    memory: bool = False
-    count: int = 0  # stored elements (dataspace count)
+    __slots__ = (
+        "address",
+        "count",
+        "dtype",
+        "eltype",
+        "julia_type",
+        "kind",
+        "memory",
+        "obj",
+        "plan",
+        "shape",
+        "space",
+        "value_kind",
+    )
 
-    @property
-    def dtype(self) -> np.dtype | None:
-        """numpy dtype of a plain-data array (numbers, Bool, Complex, BFloat16), else None."""
-        if self.shape is None or self.plan is None or self.space == "null":
-            return None
-        return self.plan.dtype
+    def __init__(
+        self,
+        address: int,
+        obj: ObjectHeader,
+        kind: str,
+        plan: Plan | None = None,
+        space: str = "scalar",
+        shape: tuple[int, ...] | None = None,
+        eltype: JuliaType | None = None,
+        julia_type: JuliaType = ANY,
+        value_kind: str = "struct",
+        memory: bool = False,
+        count: int = 0,
+    ) -> None:
+        self.address = address
+        self.obj = obj
+        self.kind = kind
+        self.plan = plan
+        self.space = space
+        self.shape = shape
+        self.eltype = eltype
+        self.julia_type = julia_type
+        self.value_kind = value_kind
+        self.memory = memory
+        self.count = count
+        # Only arrays (a shape) of plain data (a plan with a dtype) that store something
+        # (not a null dataspace) have a dtype; fixed at construction, read at every array node.
+        self.dtype: np.dtype | None = (
+            plan.dtype if shape is not None and plan is not None and space != "null" else None
+        )
+
+    def __repr__(self) -> str:
+        return f"<DatasetInfo {self.kind} at {self.address}: {self.julia_type} {self.shape}>"
 
 
 class Reader:
@@ -122,7 +157,7 @@ class Reader:
         )
         self.types = TypeResolver(self)
         self._infos: dict[int, DatasetInfo] = {}
-        self._array_types: dict[tuple[Any, int, bool], JuliaType] = {}
+        self._array_types: dict[tuple[int, int, bool], tuple[JuliaType, JuliaType]] = {}
 
     def _describe(self) -> str:
         return "file" if self.name == "<bytes>" else repr(self.name)
@@ -237,11 +272,11 @@ class Reader:
         obj = self.h5.object(address)
         kind = obj.kind
         if kind == "group":
-            return DatasetInfo(address, obj, "group", value_kind="group", julia_type=JuliaType("JLD2.Group"))
+            return DatasetInfo(address, obj, "group", value_kind="group", julia_type=_GROUP_TYPE)
         if kind == "datatype":
             plan = self.types.committed(address)
             return DatasetInfo(
-                address, obj, "datatype", plan, value_kind="singleton", julia_type=JuliaType("Core.DataType")
+                address, obj, "datatype", plan, value_kind="singleton", julia_type=_DATATYPE_TYPE
             )
         if kind != "dataset":
             raise FormatError("object is neither a dataset, a group nor a datatype", offset=obj.offset)
@@ -250,51 +285,60 @@ class Reader:
             raise FormatError("dataset without datatype or dataspace message", offset=obj.offset)
         plan = self.types.plan_for(dt)
         attrs = obj.attributes
-        info = DatasetInfo(address, obj, "dataset", plan, space=space.kind, count=space.count)
-        info.memory = "Memory" in attrs
-        dims = self._dimensions(obj) if "dimensions" in attrs else None
-        if space.kind == "scalar":
-            info.julia_type = plan.julia_type
-            info.value_kind = plan.kind
-            return info
-        if space.kind == "null" and dims is None:
-            info.julia_type = plan.julia_type
-            info.value_kind = plan.kind if isinstance(plan, GhostPlan) else "vector"
-            if not isinstance(plan, GhostPlan):
-                info.shape = (0,)
-                info.eltype = BOTTOM  # an array that holds nothing: Vector{Union{}}
-                info.julia_type = array_type(info.eltype, 1)
-            return info
-        shape = dims if dims is not None else tuple(reversed(space.dims))
+        memory = "Memory" in attrs if attrs else False
+        dims = self._dimensions(obj) if attrs and "dimensions" in attrs else None
+        space_kind = space.kind
+        if space_kind == "scalar":
+            return DatasetInfo(
+                address, obj, "dataset", plan, "scalar", None, None, plan.julia_type, plan.kind, memory, 1
+            )
+        ghost = isinstance(plan, GhostPlan)
+        if space_kind == "null" and dims is None:
+            if ghost:
+                return DatasetInfo(
+                    address, obj, "dataset", plan, "null", None, None, plan.julia_type, plan.kind, memory
+                )
+            # an array that holds nothing: Vector{Union{}}
+            return DatasetInfo(
+                address, obj, "dataset", plan, "null", (0,), BOTTOM, array_type(BOTTOM, 1), "vector", memory
+            )
+        shape = dims if dims is not None else space.dims[::-1]
         n = 1
         for d in shape:
             n *= d
-        if space.kind == "simple" and n != space.count:
+        if space_kind == "simple" and n != space.count:
             raise FormatError(
                 f"dimensions attribute {shape} disagrees with the dataspace {space.dims}", offset=obj.offset
             )
-        if space.kind == "null" and not isinstance(plan, GhostPlan) and n:
+        if space_kind == "null" and not ghost and n:
             raise FormatError("null dataspace for an array of non-empty elements", offset=obj.offset)
-        if (space.kind == "null" or isinstance(plan, GhostPlan)) and n > self.type_limits.max_elements:
+        if (space_kind == "null" or ghost) and n > self.type_limits.max_elements:
             raise LimitError(
                 f"array of {n} zero-size elements exceeds {self.type_limits.max_elements} "
                 "(max_elements, or 16 elements per byte of file)",
                 offset=obj.offset,
             )
-        info.shape = shape
-        info.count = n
-        if isinstance(plan, ReferencePlan):
-            info.eltype = self._element_type(obj, path)
-        else:
-            info.eltype = plan.element_type
-        # One JuliaType object per array type: shared objects are cheap and print once.
-        key = (info.eltype, len(shape), info.memory)
-        jt = self._array_types.get(key)
-        if jt is None:
-            jt = self._array_types[key] = array_type(info.eltype, len(shape), memory=info.memory)
-        info.julia_type = jt
-        info.value_kind = "array" if info.dtype is not None else "vector"
-        return info
+        eltype = self._element_type(obj, path) if isinstance(plan, ReferencePlan) else plan.element_type
+        jt = self._array_type(eltype, len(shape), memory)
+        plain = plan.dtype is not None and space_kind != "null"
+        return DatasetInfo(
+            address, obj, "dataset", plan, space_kind, shape, eltype, jt, "array" if plain else "vector", memory, n
+        )
+
+    def _array_type(self, eltype: JuliaType, ndims: int, memory: bool) -> JuliaType:
+        """``Array{eltype, ndims}`` (or ``Memory``): one shared object per array type.
+
+        Shared objects are cheap and print once. Keyed by the element type's identity (it
+        comes from a cached plan or type parameter) rather than its hash, which walks the
+        whole type; the entry keeps the element type alive, so the id is not reused.
+        """
+        key = (id(eltype), ndims, memory)
+        hit = self._array_types.get(key)
+        if hit is not None and hit[0] is eltype:
+            return hit[1]
+        jt = array_type(eltype, ndims, memory=memory)
+        self._array_types[key] = (eltype, jt)
+        return jt
 
     def _dimensions(self, obj: ObjectHeader) -> tuple[int, ...]:
         attr = obj.attributes["dimensions"]
