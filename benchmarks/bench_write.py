@@ -14,7 +14,8 @@ Every method ends with an ``fsync`` of what it wrote (``treexchange.save`` alway
 its atomic replace), and runs in a fresh subprocess after an ``os.sync()``: the input arrays are
 built first, then the peak RSS counter is reset (``/proc/self/clear_refs``) and the write is timed.
 "Extra memory" is the peak RSS above the RSS with the inputs in memory. The methods take turns;
-best of ``--repeat`` runs (the deflate run is done once).
+each is run ``--repeat`` times and reported as min / median / max (the deflate run is done once):
+on a noisy disk only the median with its spread says anything, a single best run does not.
 
 Usage: ``python benchmarks/bench_write.py [--size 1GiB] [--arrays 200] [--repeat 3] [--dir D]
 [--compress]`` (``--size 64MiB`` for a quick smoke run).
@@ -27,6 +28,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -158,8 +160,8 @@ def _measure_once(method: str, workdir: Path, size: int, n_arrays: int) -> dict[
 
 
 def measure_all(methods: list[str], workdir: Path, size: int, n_arrays: int, repeat: int) -> dict[str, dict]:
-    """Best time (and largest extra memory) of ``repeat`` runs per method; the methods take turns,
-    so a slow period of the disk does not fall on one method only."""
+    """Min / median / max time (and largest extra memory) of ``repeat`` runs per method; the
+    methods take turns, so a slow period of the disk does not fall on one method only."""
     runs: dict[str, list[dict[str, float]]] = {m: [] for m in methods}
     for i in range(repeat):
         for m in methods:
@@ -168,8 +170,15 @@ def measure_all(methods: list[str], workdir: Path, size: int, n_arrays: int, rep
             runs[m].append(_measure_once(m, workdir, size, n_arrays))
     out = {}
     for m, rs in runs.items():
-        best = min(rs, key=lambda r: r["seconds"])
-        out[m] = {**best, "extra_mib": max(r["extra_mib"] for r in rs), "runs": [r["seconds"] for r in rs]}
+        times = sorted(r["seconds"] for r in rs)
+        out[m] = {
+            "min": times[0],
+            "median": statistics.median(times),
+            "max": times[-1],
+            "extra_mib": max(r["extra_mib"] for r in rs),
+            "file_bytes": rs[0]["file_bytes"],
+            "runs": [r["seconds"] for r in rs],
+        }
     return out
 
 
@@ -179,7 +188,7 @@ def main() -> None:
         "--size", default="1GiB", help="total array bytes (default 1GiB; e.g. 64MiB for a smoke run)"
     )
     ap.add_argument("--arrays", type=int, default=200)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--dir", default=None, help="where to write (default: a temporary directory)")
     ap.add_argument("--compress", action="store_true", help="also time treexchange with shuffle + deflate")
     ap.add_argument("--json", default=None, help="also write the results to this JSON file")
@@ -194,14 +203,14 @@ def main() -> None:
     methods = list(METHODS) + (["treexchange-deflate"] if args.compress else [])
     results = measure_all(methods, workdir, size, args.arrays, args.repeat)
     data_mib = size / 2**20
-    print(f"## Write: {args.arrays} Float32 arrays, {data_mib:.0f} MiB (best of {args.repeat}, with fsync)\n")
-    print("| method | time (s) | vs raw write | extra memory (MiB) | file size (MiB) |")
-    print("|---|---|---|---|---|")
-    raw_t = results["raw"]["seconds"]
+    print(f"## Write: {args.arrays} Float32 arrays, {data_mib:.0f} MiB ({args.repeat} runs, with fsync)\n")
+    print("| method | median (s) | min – max (s) | median vs raw | extra memory (MiB) | file size (MiB) |")
+    print("|---|---|---|---|---|---|")
+    raw_t = results["raw"]["median"]
     for m, r in results.items():
         print(
-            f"| {m} | {r['seconds']:.3f} | {r['seconds'] / raw_t:.2f}× | {r['extra_mib']:.0f} | "
-            f"{r['file_bytes'] / 2**20:.1f} |"
+            f"| {m} | {r['median']:.2f} | {r['min']:.2f} – {r['max']:.2f} | {r['median'] / raw_t:.2f}× | "
+            f"{r['extra_mib']:.0f} | {r['file_bytes'] / 2**20:.1f} |"
         )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

@@ -4,6 +4,7 @@
 # `jldsave(path; model_state)` in Flux's docs), plus files of plain values and compressed arrays.
 using Flux, JLD2, Random
 include("models.jl")
+include("arrays.jl")
 
 out = isempty(ARGS) ? joinpath(@__DIR__, "out", "julia") : ARGS[1]
 mkpath(out)
@@ -26,5 +27,8 @@ jldopen(joinpath(out, "groups.jld2"), "w") do f
     f["top"] = (1, 2)
     f["a/b/y"] = "deep"
 end
-jldsave(joinpath(out, "compressed.jld2"), true; x = rand(Float32, 100, 100), y = collect(1:1000))
+# compressed_arrays() (arrays.jl): large enough that `treexchange convert --compress` writes them
+# in its multi-chunk, width-fallback and two-level B-tree layouts, which verify.jl then loads.
+jldsave(joinpath(out, "compressed.jld2"), true;
+    x = rand(Float32, 100, 100), y = collect(1:1000), compressed_arrays()...)
 println("wrote ", length(readdir(out)), " files to ", out)

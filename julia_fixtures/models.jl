@@ -13,3 +13,6 @@ const MODELS = Dict{String,Function}(
     "dropout" => () -> Chain(Dense(4 => 8), Dropout(0.5), Dense(8 => 2)),
     "named" => () -> Chain(enc = Dense(4 => 3, tanh), dec = Dense(3 => 4)),
 )
+
+# The Flux equivalent of the Equinox MLP write_python_side.py saves (4 -> 16 -> 16 -> 2, relu).
+eqx_mlp() = Chain(Dense(4 => 16, relu), Dense(16 => 16, relu), Dense(16 => 2))

@@ -68,6 +68,87 @@ def test_mode_of_existing_file_is_kept(tmp_path: Path) -> None:
     assert treexchange.load(target, "x") == 2
 
 
+def test_symlink_target_is_replaced_and_link_kept(tmp_path: Path) -> None:
+    real_dir = tmp_path / "store"
+    real_dir.mkdir()
+    real = real_dir / "model-v1.jld2"
+    treexchange.save(real, x=1)
+    link = tmp_path / "latest.jld2"
+    link.symlink_to(real)
+    treexchange.save(link, x=2)
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert treexchange.load(real, "x") == 2 and treexchange.load(link, "x") == 2
+    assert sorted(os.listdir(real_dir)) == ["model-v1.jld2"]  # the temporary file went beside the target
+    assert sorted(os.listdir(tmp_path)) == ["latest.jld2", "store"]
+    # A dangling link names the file to create.
+    dangling = tmp_path / "next.jld2"
+    dangling.symlink_to(real_dir / "model-v2.jld2")
+    treexchange.save(dangling, x=3)
+    assert dangling.is_symlink() and treexchange.load(real_dir / "model-v2.jld2", "x") == 3
+
+
+def test_private_file_is_never_readable_by_others(tmp_path: Path) -> None:
+    from treexchange._save import atomic_write
+
+    target = tmp_path / "secret.jld2"
+    treexchange.save(target, x=1)
+    os.chmod(target, 0o600)
+    seen: list[int] = []
+
+    def write(f: object) -> None:
+        f.write(b"payload")  # type: ignore[attr-defined]
+        seen.append(stat.S_IMODE(os.fstat(f.fileno()).st_mode))  # type: ignore[attr-defined]
+
+    atomic_write(target, write)
+    assert seen == [0o600]
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o600 and target.read_bytes() == b"payload"
+
+
+def test_new_file_mode_follows_umask_and_special_bits_are_dropped(tmp_path: Path) -> None:
+    old = os.umask(0o027)
+    try:
+        treexchange.save(tmp_path / "new.jld2", x=1)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "new.jld2").st_mode) == 0o640
+    target = tmp_path / "shared.jld2"
+    treexchange.save(target, x=1)
+    os.chmod(target, 0o2775)  # setgid is not carried over to the new file
+    treexchange.save(target, x=2)
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o775
+
+
+def test_longest_legal_name_can_be_written(tmp_path: Path) -> None:
+    for name in ("x" * 250 + ".jld2", "σ" * 125 + ".jld2"):  # 255 bytes: the usual NAME_MAX
+        target = tmp_path / name
+        treexchange.save(target, x=1)
+        assert treexchange.load(target, "x") == 1
+    assert len(os.listdir(tmp_path)) == 2
+
+
+def test_interrupt_inside_the_open_still_cleans_up(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A Ctrl-C that arrives as the temporary file is being created (after the file exists, before
+    # the descriptor is in hand) must not leave the file behind.
+    from treexchange._save import atomic_write
+
+    real_open = os.open
+
+    def interrupted_open(path: str, flags: int, mode: int = 0o777, **kwargs: object) -> int:
+        fd = real_open(path, flags, mode, **kwargs)  # type: ignore[arg-type]
+        if str(path).endswith(".tmp"):
+            os.close(fd)
+            raise KeyboardInterrupt
+        return fd
+
+    target = tmp_path / "t.bin"
+    target.write_bytes(b"old")
+    monkeypatch.setattr(os, "open", interrupted_open)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write(target, lambda f: f.write(b"new"))
+    monkeypatch.undo()
+    assert target.read_bytes() == b"old" and sorted(os.listdir(tmp_path)) == ["t.bin"]
+
+
 CHILD = textwrap.dedent(
     """
     import sys, numpy as np, treexchange
@@ -113,6 +194,8 @@ def test_sigkill_at_random_points_never_leaves_a_partial_file(tmp_path: Path) ->
         ]
         killed_mid_write += bool(leftovers)
         for p in leftovers:
+            # Private while written; the target's own bits once complete (just before the rename).
+            assert stat.S_IMODE(p.stat().st_mode) in (0o600, stat.S_IMODE(target.stat().st_mode))
             p.unlink()
     # The kills must have hit writes in progress (otherwise this test proved nothing).
     assert killed_mid_write >= 1

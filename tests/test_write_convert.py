@@ -130,7 +130,7 @@ def test_convert_keeps_root_string_attributes(tmp_path: Path) -> None:
     convert(src, out, keep_producer=True)
     assert out.read_bytes() == src.read_bytes()
     with h5py.File(out, "r") as f:
-        assert f.attrs["custom"].decode() == '{"v": "σ"}'
+        assert f.attrs["custom"] == '{"v": "σ"}'
 
 
 def test_convert_keeps_shared_arrays_and_write_order(tmp_path: Path) -> None:

@@ -63,6 +63,26 @@ def test_schema_true_embeds_the_schema_of_what_was_written(tmp_path: Path) -> No
     assert set(loaded) == {"model_state", "g", "l", "s", "m", "big", "c", "t"}
 
 
+def test_schema_of_a_large_model_is_embedded(tmp_path: Path) -> None:
+    # 2,500 Dense-like layers, 5,000 array leaves: the schema's JSON (~600 KB) is far beyond the
+    # 64 KiB one header message holds, so it must live in the global heap (a vlen string).
+    dense = [
+        NamedTuple(weight=np.full((2, 2), i, np.float32), bias=np.zeros(2, np.float32), σ=())
+        for i in range(2500)
+    ]
+    state = NamedTuple(layers=tuple(dense))
+    path = tmp_path / "big.jld2"
+    treexchange.save(path, model_state=state, schema=True)
+    with h5py.File(path, "r") as f:
+        text = f.attrs[SCHEMA_ATTRIBUTE]
+    assert len(text) > 0xFFFF
+    assert json.loads(text)["roots"]["model_state"]["kind"] == "namedtuple"
+    embedded = treexchange.read_embedded_schema(path)
+    assert embedded == treexchange.infer_schema({"model_state": state})
+    back = treexchange.load(path, "model_state")  # checked against the embedded schema
+    assert len(back["layers"]) == 2500 and back["layers"][7]["weight"][0, 0] == 7
+
+
 def test_schema_true_with_a_dict_validates_on_load(tmp_path: Path) -> None:
     path = tmp_path / "d.jld2"
     treexchange.save(path, d={"a": 1.0, "b": 2.0}, schema=True)

@@ -5,7 +5,8 @@ is flushed and fsynced, then renamed over the target (``os.replace``), and the d
 fsynced. A crash, a kill or an exception at any point leaves either the previous file or the
 complete new one at ``path``, never a partial file; on an exception the temporary file is
 removed. (After a hard kill the temporary file ``.<name>.<random>.tmp`` may remain beside the
-target; it is never mistaken for the target.)
+target, readable by its owner only; it is never mistaken for the target.) A symbolic link at the
+target is followed: the file it points to is replaced, the link stays.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ def save(
     :class:`treexchange.ConversionError` naming its tree path.
 
     Args:
-        path: the file to write (replaced atomically).
+        path: the file to write (replaced atomically; a symbolic link is followed and its
+            target replaced).
         mapping: name -> value pairs, written before ``named_values``.
         compress: ``False`` (default), ``True``/``"deflate"`` (shuffle + deflate) or ``"zstd"``
             (shuffle + zstd; reading it in Python needs ``zstandard``). Compresses every numeric
@@ -225,11 +227,17 @@ def _group_nodes(roots: Mapping[str, Any], groups: Groups) -> dict[str, Any]:
 def atomic_write(path: PathLike, write: Callable[[BinaryIO], None]) -> None:
     """Run ``write(f)`` on a temporary file beside ``path``, then atomically replace ``path``.
 
-    Sequence: create ``.<name>.<random>.tmp`` in the same directory (so the rename cannot cross
-    file systems), write, flush, ``fsync`` the file, ``os.replace`` it onto ``path``, ``fsync`` the
-    directory (so the rename itself survives a power cut). On any exception the temporary file is
-    deleted and ``path`` is untouched. An existing target's permission bits are kept; a new file
-    gets the usual ``0o666 & ~umask``.
+    Sequence: create ``.<name>.<random>.tmp`` (``<name>`` cut to 200 bytes, so any legal file
+    name still leaves room) in the same directory, readable by the owner only; write, flush, set
+    the final permission bits, ``fsync`` the file, ``os.replace`` it onto ``path``, ``fsync`` the
+    directory (so the rename itself survives a power cut). On any exception, ``KeyboardInterrupt``
+    included, the temporary file is closed and deleted and ``path`` is untouched.
+
+    If ``path`` is a symbolic link, the file it points to is replaced and the link is kept (as
+    ``open(path, "wb")`` would). An existing file's permission bits (``0o777``; never setuid,
+    setgid or sticky) are kept; a new file gets the usual ``0o666 & ~umask``. The temporary file
+    is ``0o600`` until just before the rename, so a private checkpoint is never readable by
+    others while it is written, nor in a leftover temporary file.
 
     Example:
         >>> import tempfile, os
@@ -238,39 +246,94 @@ def atomic_write(path: PathLike, write: Callable[[BinaryIO], None]) -> None:
         >>> open(p, "rb").read(), sorted(os.listdir(os.path.dirname(p)))
         (b'hello', ['x.bin'])
     """
-    target = os.path.abspath(os.fspath(path))
+    # realpath: replacing a symlink's target, not the link (a dangling link names the file to create).
+    target = os.path.realpath(os.fspath(path))
     directory = os.path.dirname(target)
     base = os.path.basename(target)
     if not base:
         raise WriteError(f"not a file path: {os.fspath(path)!r}")
-    tmp = os.path.join(directory, f".{base}.{secrets.token_hex(6)}.tmp")
+    tmp = os.path.join(directory, f".{_shortened(base)}.{secrets.token_hex(6)}.tmp")
+    f: BinaryIO | None = None
+    created = True  # from here on the file may exist: an interrupt just after the open must clean up
     try:
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o666)
-    except OSError as err:
-        raise WriteError(f"cannot create a temporary file in {directory}: {err.strerror or err}") from err
-    try:
-        with os.fdopen(fd, "w+b") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
         try:
-            mode = os.stat(target).st_mode & 0o7777
-        except FileNotFoundError:
-            mode = None
-        except OSError:
-            mode = None
-        if mode is not None:
-            os.chmod(tmp, mode)
+            # One call makes the file object: an interrupt cannot leave a bare descriptor behind.
+            f = open(tmp, "x+b", opener=_private_opener)  # closed below, on every path
+        except OSError as err:
+            created = False  # nothing was created (or it is not ours): leave it
+            raise WriteError(f"cannot create a temporary file in {directory}: {err.strerror or err}") from err
+        write(f)
+        f.flush()
+        _set_mode(f, tmp, _final_mode(target))
+        os.fsync(f.fileno())
+        f.close()
         os.replace(tmp, target)
     except BaseException as err:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        if f is not None:
+            try:
+                f.close()
+            except OSError:
+                pass
+        if created:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
         if isinstance(err, OSError) and not isinstance(err, TreexchangeError):
             raise WriteError(f"writing {target} failed: {err}") from err
         raise
     _fsync_directory(directory)
+
+
+_TMP_NAME_BYTES = 200
+"""Longest piece of the target's name kept in the temporary file's name: with the dot, the 12
+random hex digits and the suffix, the name stays within the usual 255-byte limit."""
+
+
+def _shortened(base: str) -> str:
+    """``base`` cut to :data:`_TMP_NAME_BYTES` bytes of UTF-8 (never inside a character).
+
+    Example:
+        >>> len(_shortened("x" * 250)), _shortened("σ" * 150) == "σ" * 100
+        (200, True)
+    """
+    raw = os.fsencode(base)
+    if len(raw) <= _TMP_NAME_BYTES:
+        return base
+    return os.fsdecode(raw[:_TMP_NAME_BYTES].decode("utf-8", errors="ignore").encode("utf-8"))
+
+
+def _private_opener(path: str, flags: int) -> int:
+    return os.open(path, flags, 0o600)
+
+
+def _final_mode(target: str) -> int:
+    """The permission bits the new file gets: the replaced file's, else ``0o666 & ~umask``."""
+    try:
+        return os.stat(target).st_mode & 0o777
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    # Linux reports the umask without changing it; elsewhere set-and-restore is the only way.
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _set_mode(f: BinaryIO, tmp: str, mode: int) -> None:
+    if hasattr(os, "fchmod"):
+        os.fchmod(f.fileno(), mode)
+    else:  # pragma: no cover - Windows before Python 3.13
+        os.chmod(tmp, mode)
 
 
 def _fsync_directory(directory: str) -> None:

@@ -64,13 +64,8 @@ def demo(path: str, *, seed: int = 0, stream: TextIO) -> int:
     from .._bridge import flux_julia, flux_state
     from .._file import File, load
     from .._inspect import select, text_lines
+    from .._save import save
     from .._schema import infer_schema, validate
-
-    try:
-        from .._save import save
-    except ImportError:  # pragma: no cover - only while the writer is not merged
-        print("treexchange demo: writing (treexchange.save) is not available in this build", file=stream)
-        return 2
 
     def say(text: str = "", end: str = "\n") -> None:
         stream.write(text + end)

@@ -239,7 +239,14 @@ class format_errors:  # used like a function: ``with format_errors(offset):``
     ) -> None:
         if ev is None or isinstance(ev, TreexchangeError):
             return
-        if isinstance(ev, (IndexError, ValueError, OverflowError, RecursionError, struct.error)):
-            raise FormatError(
-                f"malformed HDF5 structure ({type(ev).__name__}: {ev})", offset=self.offset
-            ) from ev
+        if isinstance(ev, FORMAT_ERRORS):
+            raise malformed(ev, self.offset) from ev
+
+
+FORMAT_ERRORS = (IndexError, ValueError, OverflowError, RecursionError, struct.error)
+"""The low-level exceptions a malformed structure can cause (turned into FormatError)."""
+
+
+def malformed(err: BaseException, offset: int | None) -> FormatError:
+    """The FormatError that :class:`format_errors` raises for ``err``."""
+    return FormatError(f"malformed HDF5 structure ({type(err).__name__}: {err})", offset=offset)

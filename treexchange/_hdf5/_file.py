@@ -9,13 +9,14 @@ from dataclasses import replace
 from types import TracebackType
 from typing import Any, TypeVar
 
-from .._errors import FormatError, LimitError, UnsupportedError, WrongFormatError
+from .._errors import FormatError, LimitError, TreexchangeError, UnsupportedError, WrongFormatError
 from .._limits import DEFAULT_LIMITS, Limits
 from . import _messages as m
-from ._cursor import Cursor, format_errors
+from ._cursor import FORMAT_ERRORS, Cursor, format_errors, malformed
 from ._globalheap import GlobalHeapCollection
+from ._headermemo import HeaderMemo
 from ._model import Attribute, H5Type
-from ._objectheader import ObjectHeader, RawMessage, read_messages
+from ._objectheader import MEMO_TABLES, ObjectHeader, RawMessage, read_messages
 from ._superblock import read_superblock
 
 T = TypeVar("T")
@@ -49,6 +50,8 @@ class HDF5File:
         limits: safety limits (see :class:`treexchange.Limits`).
         verify_checksums: check superblock, object header and other metadata checksums. Off by
             default because JLD2 itself ignores them.
+        header_type: the class of the object headers made (a subclass of :class:`ObjectHeader`
+            with the same constructor; the JLD2 reader's carries its description of the object).
 
     Addresses are *relative* (what links, references and heap IDs hold); ``absolute(addr)``
     gives the file offset. Objects are parsed once and cached by address.
@@ -70,8 +73,10 @@ class HDF5File:
         *,
         limits: Limits = DEFAULT_LIMITS,
         verify_checksums: bool = False,
+        header_type: type[ObjectHeader] = ObjectHeader,
     ) -> None:
         self.limits = limits
+        self._header_type = header_type
         self.verify_checksums = verify_checksums
         self._mmap: mmap.mmap | None = None
         self._random_until: int | None = None  # objects parsed before MADV_RANDOM is lifted
@@ -113,10 +118,13 @@ class HDF5File:
         self._objects: dict[int, ObjectHeader] = {}
         self._widths = self._cursor(0)  # buffer and field widths for read_messages
         self._types: dict[int, H5Type] = {}
-        self._memos: dict[str, dict[bytes, Any]] = {}
+        self._memos: dict[str, dict[bytes, Any]] = {table: {} for table in MEMO_TABLES}
         self._resolving: set[int] = set()
         self._heaps: dict[int, GlobalHeapCollection] = {}
         self._links: dict[int, list[m.Link]] = {}
+        # headers alike but for their data address, parsed once (not when checksums are
+        # verified: they cover the bytes the memo leaves out)
+        self._headers = None if verify_checksums else HeaderMemo()
 
     # --- lifetime ----------------------------------------------------------------------------
     def close(self) -> None:
@@ -166,25 +174,41 @@ class HDF5File:
 
     def object(self, address: int) -> ObjectHeader:
         """The object header at relative ``address`` (parsed once, then cached)."""
-        obj = self._objects.get(address)
+        objects = self._objects
+        obj = objects.get(address)
         if obj is not None:
             return obj
-        offset = self.absolute(address)
+        offset = address + self.base
         if address < 0 or offset >= self.size:
             raise FormatError(f"object address {address} lies outside the file", offset=offset)
-        if len(self._objects) >= self.limits.max_objects:
+        if len(objects) >= self.limits.max_objects:
             raise LimitError(f"more than max_objects={self.limits.max_objects} object headers", offset=offset)
-        with format_errors(offset):
-            version, messages = read_messages(
-                self._widths, offset, self.base, self.limits, verify_checksums=self.verify_checksums
-            )
-        obj = ObjectHeader(self, address, offset, version, messages)
-        self._objects[address] = obj
+        try:
+            memo = self._headers
+            if memo is not None:
+                obj, end = memo.rebuild(self, address, offset)
+                if obj is None:
+                    obj = self._parse_object(address, offset)
+                    memo.remember(obj, end)
+            else:
+                obj = self._parse_object(address, offset)
+        except TreexchangeError:
+            raise
+        except FORMAT_ERRORS as err:
+            # what format_errors does, without a context manager per object (a hot path)
+            raise malformed(err, offset) from err
+        objects[address] = obj
         if self._random_until is not None and len(self._objects) > self._random_until:
             self._random_until = None
             if self._mmap is not None:
                 _advise(self._mmap, "MADV_NORMAL")
         return obj
+
+    def _parse_object(self, address: int, offset: int) -> ObjectHeader:
+        version, messages = read_messages(
+            self._widths, offset, self.base, self.limits, verify_checksums=self.verify_checksums
+        )
+        return self._header_type(self, address, offset, version, messages)
 
     def _memo(self, table: str, msg: RawMessage, parse: Callable[[RawMessage], T]) -> T:
         """Decode ``msg`` with ``parse`` once per distinct body: for messages whose meaning is
@@ -194,19 +218,24 @@ class HDF5File:
         Only small bodies are remembered, and at most ``_MEMO_ENTRIES`` per table, so a hostile
         file cannot make the memo hold more than a few MiB.
         """
+        memo = self._memos[table]
+        key = self._memo_key(msg)
+        if key is not None:
+            value = memo.get(key)
+            if value is not None:
+                return value  # type: ignore[no-any-return]
+        value = parse(msg)
+        self._remember(memo, key, value)
+        return value
+
+    def _memo_key(self, msg: RawMessage) -> bytes | None:
+        """The memo key of ``msg``: its body bytes, or None when too large to remember."""
         _, _, offset, size = msg
-        if size > _MEMO_BODY_BYTES:
-            return parse(msg)
-        memo = self._memos.get(table)
-        if memo is None:
-            memo = self._memos[table] = {}
-        key = bytes(self.buffer[offset : offset + size])
-        value = memo.get(key)
-        if value is None:
-            value = parse(msg)
-            if len(memo) < _MEMO_ENTRIES:
-                memo[key] = value
-        return value  # type: ignore[no-any-return]
+        return bytes(self.buffer[offset : offset + size]) if size <= _MEMO_BODY_BYTES else None
+
+    def _remember(self, memo: dict[bytes, Any], key: bytes | None, value: Any) -> None:
+        if key is not None and len(memo) < _MEMO_ENTRIES:
+            memo[key] = value
 
     def _committed_type(self, address: int) -> H5Type:
         """The datatype of the committed datatype object at ``address``, ``committed_at`` set."""

@@ -7,9 +7,8 @@
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import FormatError, LimitError, UnsupportedError
 from .._limits import Limits
@@ -32,6 +31,7 @@ _V2_HEAD_ORDER = struct.Struct("<BHB2x")  # ... then creation order (header flag
 _V1_HEAD = struct.Struct("<HHB3x")  # type, body size, flags, 3 reserved bytes
 _V2_PREFIX = struct.Struct("<4sBB")  # "OHDR", version, flags
 _V1_PREFIX = struct.Struct("<BxHII")  # version, reserved, messages, reference count, size
+_V2_SIZE = tuple(struct.Struct(f"<{c}") for c in "BHIQ")  # chunk 0 size: 1, 2, 4 or 8 bytes
 
 
 def read_messages(
@@ -61,22 +61,10 @@ def read_messages(
         raise FormatError(f"truncated: no room for an object header ({n} byte file)", offset=offset)
     messages: list[RawMessage] = []
     widths = (c.offset_size, c.length_size, base, limits.max_header_messages)
-    sig, v, flags = _V2_PREFIX.unpack_from(buf, offset)
-    if sig == b"OHDR":
-        if v != 2:
-            raise FormatError(f"unknown OHDR version {v}", offset=offset + 4)
-        pos = offset + 6
-        if flags & 0x20:
-            pos += 16  # access, modification, change, birth times
-        if flags & 0x10:
-            pos += 4  # attribute phase change values
-        w = 1 << (flags & 0x03)
-        if pos + w > n:
-            raise FormatError(f"truncated: need {w} byte(s), {max(n - pos, 0)} left", offset=pos)
-        size = int.from_bytes(buf[pos : pos + w], "little")
-        start = pos + w
-        if start + size + 4 > n:  # the chunk and its checksum
-            raise FormatError(f"truncated: need {size + 4} byte(s), {n - start} left", offset=start)
+    chunk0 = first_chunk(buf, offset)
+    if chunk0 is not None:
+        flags, start, end = chunk0
+        size = end - start
         head = _V2_HEAD_ORDER if flags & 0x04 else _V2_HEAD
         queue = _chunk(buf, start, start + size, head, messages, widths)
         if verify_checksums:
@@ -115,6 +103,36 @@ def read_messages(
         _guard_chunk(addr, length, seen, n)
         queue[:0] = _chunk(buf, addr, addr + length, _V1_HEAD, messages, widths)
     return 1, messages
+
+
+def first_chunk(buf: memoryview, offset: int) -> tuple[int, int, int] | None:
+    """``(flags, start, end)`` of the first chunk of the version 2 object header at ``offset``
+    (its messages are ``buf[start:end]``, the checksum follows), or None for version 1.
+
+    Raises FormatError as :func:`read_messages` does (a truncated or unknown header).
+    """
+    n = len(buf)
+    if offset < 0 or offset + 6 > n:
+        raise FormatError(f"truncated: no room for an object header ({n} byte file)", offset=offset)
+    sig, v, flags = _V2_PREFIX.unpack_from(buf, offset)
+    if sig != b"OHDR":
+        return None
+    if v != 2:
+        raise FormatError(f"unknown OHDR version {v}", offset=offset + 4)
+    pos = offset + 6
+    if flags & 0x20:
+        pos += 16  # access, modification, change, birth times
+    if flags & 0x10:
+        pos += 4  # attribute phase change values
+    size_field = _V2_SIZE[flags & 0x03]
+    w = size_field.size
+    if pos + w > n:
+        raise FormatError(f"truncated: need {w} byte(s), {max(n - pos, 0)} left", offset=pos)
+    (size,) = size_field.unpack_from(buf, pos)
+    start = pos + w
+    if start + size + 4 > n:  # the chunk and its checksum
+        raise FormatError(f"truncated: need {size + 4} byte(s), {n - start} left", offset=start)
+    return flags, start, start + size
 
 
 def _guard_chunk(addr: int, length: int, seen: set[int], size: int) -> None:
@@ -171,15 +189,14 @@ def _chunk(
     return pending
 
 
-T = TypeVar("T")
-
 # Keys of HDF5File._memo tables: messages whose decoding depends on their body bytes alone (no
 # addresses, no file state), so identical bodies -- every Float32 array of a Flux state has the
 # same datatype message, most have one of a few dataspaces -- are decoded once per file.
 _DATATYPE_MEMO = "datatype"
 _DATASPACE_MEMO = "dataspace"
 _FILTERS_MEMO = "filters"
-_SHARED_MEMO = "shared"  # a shared message's body is the address of the object it refers to
+_SHARED_MEMO = "shared"  # shared datatype messages: the committed type they refer to
+MEMO_TABLES = (_DATATYPE_MEMO, _DATASPACE_MEMO, _FILTERS_MEMO, _SHARED_MEMO)
 
 
 _UNSET: Any = object()  # a decoded view not computed yet (None is a valid decoded value)
@@ -202,9 +219,9 @@ class ObjectHeader:
         "_datatype",
         "_fill_value",
         "_filters",
-        "_first",
         "_layout",
         "_raw",
+        "_types",
         "address",
         "file",
         "kind",
@@ -222,16 +239,43 @@ class ObjectHeader:
         # Kept as plain tuples of ints (Message objects are made on request): the garbage
         # collector stops tracking exact tuples of atomic values, and a file of 20,000 arrays
         # has 100,000 messages it would otherwise scan on every full collection.
-        self._raw: tuple[RawMessage, ...] = tuple(messages)
-        # first message of each type (reversed, so the first one wins): a dict lookup
-        first = self._first = {raw[0]: raw for raw in reversed(self._raw)}
-        self.kind: Kind = _kind_of(first)
+        raw = self._raw = tuple(messages)
+        # The type of each message, one byte each (types beyond 254 as 255: none that is looked
+        # up): ``_types.find(t)`` is the index of the first message of type t. Bytes, not a dict
+        # of type -> message, because bytes are never tracked by the cyclic garbage collector.
+        try:
+            self._types = bytes([msg[0] for msg in raw])
+        except ValueError:  # a type beyond 255 (version 1 types are 16-bit)
+            self._types = bytes([t if t < 255 else 255 for t, _, _, _ in raw])
+        self.kind: Kind = _kind_of(self._types)
         self._datatype: H5Type | None = _UNSET
         self._dataspace: Dataspace | None = _UNSET
         self._layout: Layout | None = _UNSET
         self._filters: tuple[Filter, ...] = _UNSET
         self._fill_value: bytes | None = _UNSET
         self._attributes: dict[str, Attribute] = _UNSET
+
+    def _clone_at(self, address: int, offset: int) -> ObjectHeader:
+        """A header with the same bytes as this one but for its layout message's body, at
+        ``offset`` (see :mod:`._headermemo`): same messages, shifted, and the decoded views
+        that depend on those bytes alone (not the layout, not the attributes, which hold
+        positions). Built slot by slot: this is the hot path of opening many alike datasets."""
+        obj = object.__new__(type(self))
+        delta = offset - self.offset
+        obj.file = self.file
+        obj.address = address
+        obj.offset = offset
+        obj.version = self.version
+        obj._raw = tuple([(t, f, at + delta, size) for t, f, at, size in self._raw])
+        obj._types = self._types
+        obj.kind = self.kind
+        obj._datatype = self._datatype
+        obj._dataspace = self._dataspace
+        obj._filters = self._filters
+        obj._fill_value = self._fill_value
+        obj._layout = _UNSET
+        obj._attributes = _UNSET
+        return obj
 
     def __repr__(self) -> str:
         return f"<ObjectHeader {self.kind} at {self.address} (v{self.version}, {len(self._raw)} msgs)>"
@@ -244,8 +288,12 @@ class ObjectHeader:
 
     def find(self, mtype: int) -> Message | None:
         """The first message of type ``mtype``, or None."""
-        raw = self._first.get(mtype)
+        raw = self._first(mtype)
         return None if raw is None else Message._make(raw)
+
+    def _first(self, mtype: int) -> RawMessage | None:
+        i = self._types.find(mtype) if 0 <= mtype < 255 else -1
+        return self._raw[i] if i >= 0 else None
 
     def find_all(self, mtype: int) -> list[Message]:
         return [Message._make(raw) for raw in self._raw if raw[0] == mtype]
@@ -270,21 +318,27 @@ class ObjectHeader:
 
     def _decode_datatype(self) -> H5Type | None:
         """The datatype message, committed (shared) types resolved, ``committed_at`` set."""
-        msg = self._first.get(m.DATATYPE)
+        msg = self._first(m.DATATYPE)
         if msg is None:
             return None
-        _, flags, _, _ = msg
+        # Looked up inline rather than through HDF5File._memo: this runs once per dataset.
+        file = self.file
+        shared = msg[1] & m.MSG_FLAG_SHARED
+        memo = file._memos[_SHARED_MEMO if shared else _DATATYPE_MEMO]
+        key = file._memo_key(msg)
+        if key is not None:
+            hit = memo.get(key)
+            if hit is not None:
+                return hit  # type: ignore[no-any-return]
         with format_errors(self.offset):
-            if flags & m.MSG_FLAG_SHARED:
-                address = self.file._memo(_SHARED_MEMO, msg, self._parse_shared)
-                return self.file._committed_type(address)
-            return self.file._memo(_DATATYPE_MEMO, msg, self._parse_datatype)
-
-    def _parse_shared(self, msg: RawMessage) -> int:
-        return m.parse_shared_address(self.cursor(msg))
-
-    def _parse_datatype(self, msg: RawMessage) -> H5Type:
-        return parse_datatype(self.cursor(msg), self.file.limits)
+            if shared:
+                # A shared message's body is the address of the committed type: the same body,
+                # the same (resolved, immutable) type.
+                value = file._committed_type(m.parse_shared_address(self.cursor(msg)))
+            else:
+                value = parse_datatype(self.cursor(msg), file.limits)
+        file._remember(memo, key, value)
+        return value
 
     @property
     def dataspace(self) -> Dataspace | None:
@@ -295,17 +349,23 @@ class ObjectHeader:
 
     def _decode_dataspace(self) -> Dataspace | None:
         """The dataspace message (dims in HDF5 order), or None."""
-        msg = self._first.get(m.DATASPACE)
+        msg = self._first(m.DATASPACE)
         if msg is None:
             return None
         _, flags, at, _ = msg
         if flags & m.MSG_FLAG_SHARED:
             raise UnsupportedError("shared dataspace messages are not supported", offset=at)
+        file = self.file
+        memo = file._memos[_DATASPACE_MEMO]
+        key = file._memo_key(msg)
+        if key is not None:
+            hit = memo.get(key)
+            if hit is not None:
+                return hit  # type: ignore[no-any-return]
         with format_errors(self.offset):
-            return self.file._memo(_DATASPACE_MEMO, msg, self._parse_dataspace)
-
-    def _parse_dataspace(self, msg: RawMessage) -> Dataspace:
-        return m.parse_dataspace(self.cursor(msg))
+            value = m.parse_dataspace(self.cursor(msg))
+        file._remember(memo, key, value)
+        return value
 
     @property
     def layout(self) -> Layout | None:
@@ -316,7 +376,7 @@ class ObjectHeader:
 
     def _decode_layout(self) -> Layout | None:
         """The data layout message with absolute offsets, or None (not a dataset)."""
-        msg = self._first.get(m.LAYOUT)
+        msg = self._first(m.LAYOUT)
         if msg is None:
             return None
         with format_errors(self.offset):
@@ -325,7 +385,7 @@ class ObjectHeader:
                 # Old layouts do not store the size: it is dataspace x datatype.
                 space, dtype = self.dataspace, self.datatype
                 n = (space.count if space else 0) * (dtype.size if dtype else 0)
-                layout = replace(layout, data_size=n)
+                layout = layout._replace(data_size=n)
             return layout
 
     @property
@@ -370,7 +430,7 @@ class ObjectHeader:
 
     def _decode_attributes(self) -> dict[str, Attribute]:
         """Attributes in on-disk order (compact messages), then dense storage if any."""
-        if m.ATTRIBUTE not in self._first and m.ATTRIBUTE_INFO not in self._first:
+        if m.ATTRIBUTE not in self._types and m.ATTRIBUTE_INFO not in self._types:
             return {}  # most datasets of a JLD2 file have none
         with format_errors(self.offset):
             out: dict[str, Attribute] = {}
@@ -407,7 +467,7 @@ class ObjectHeader:
         return {lk.name: lk.address for lk in self.file.link_messages(self) if lk.address is not None}
 
 
-def _kind_of(types: dict[int, RawMessage]) -> Kind:
+def _kind_of(types: bytes) -> Kind:
     """What an object header describes, from the types of its messages."""
     if m.LAYOUT in types:
         return "dataset"

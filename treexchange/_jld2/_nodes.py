@@ -19,7 +19,7 @@ garbage collector has to track, which keeps full walks fast.
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -152,21 +152,53 @@ class _Source:
         return self.value
 
 
+Where = _Source | int
+"""A node's source: a :class:`_Source`, or just the address of the dataset that holds the value.
+
+Most containers of a large model are datasets of their own (each layer of a Flux state is one):
+an ``int`` costs no allocation and is not tracked by the cyclic garbage collector, where a
+``_Source`` per node would be one more object for every full collection to scan.
+"""
+
+
+def _read_from(src: Where, session: Session, path: Path) -> Any:
+    if type(src) is int:
+        return session.load_ref(src, path)
+    assert isinstance(src, _Source)
+    return src.read(session, path)
+
+
 class LeafNode(Node):
     """A number, Bool, String, Symbol or singleton; ``read()`` decodes it."""
 
     __slots__ = ("_src",)
 
-    def __init__(self, reader: Reader, path: Path, kind: str, julia_type: JuliaType, src: _Source) -> None:
+    def __init__(self, reader: Reader, path: Path, kind: str, julia_type: JuliaType, src: Where) -> None:
         super().__init__(reader, path, kind, julia_type)
         self._src = src
 
     def _read(self, session: Session) -> Any:
-        return self._src.read(session, self.path)
+        return _read_from(self._src, session, self.path)
 
 
 def _const(reader: Reader, path: Path, kind: str, julia_type: JuliaType, value: Any) -> LeafNode:
     return LeafNode(reader, path, kind, julia_type, _Source(value=value))
+
+
+_SHARED_CONSTANTS = 4096
+
+
+def _shared_const(reader: Reader, path: Path, kind: str, julia_type: JuliaType, value: Any) -> LeafNode:
+    """:func:`_const` for immutable values that recur at many nodes (ghosts such as ``σ = ()``
+    in every layer, undefined references): one ``_Source`` per value and file, not per node.
+    Keyed by identity (the entry keeps the value alive, so its id is not reused)."""
+    sources = reader.node_sources
+    hit = sources.get(id(value))
+    if hit is None or hit.value is not value:
+        hit = _Source(value=value)
+        if len(sources) < _SHARED_CONSTANTS:
+            sources[id(value)] = hit
+    return LeafNode(reader, path, kind, julia_type, hit)
 
 
 class ArrayNode(Node):
@@ -261,24 +293,24 @@ class ContainerNode(Node):
         path: Path,
         kind: str,
         julia_type: JuliaType,
-        src: _Source,
+        src: Where,
         shape: tuple[int, ...] | None = None,
     ) -> None:
         super().__init__(reader, path, kind, julia_type)
         self._src = src
-        self._keys: list[tuple[Segment, Any]] | None = None
+        self._keys: Sequence[tuple[Segment, Any]] | None = None
         self._cache: dict[int, Node | Group] = {}
         self.shape = shape
 
-    # subclass interface
-    def _entries(self) -> list[tuple[Segment, Any]]:
+    # subclass interface (the entries are never modified: subclasses may share them)
+    def _entries(self) -> Sequence[tuple[Segment, Any]]:
         raise NotImplementedError
 
     def _make(self, i: int, path: Path) -> Node | Group:
         raise NotImplementedError
 
     # shared behaviour
-    def _all(self) -> list[tuple[Segment, Any]]:
+    def _all(self) -> Sequence[tuple[Segment, Any]]:
         if self._keys is None:
             self._keys = self._entries()
         return self._keys
@@ -296,8 +328,12 @@ class ContainerNode(Node):
         return [key for _, key in self._all()]
 
     def children(self) -> Iterator[tuple[Segment, Node | Group]]:
+        cache, path = self._cache, self.path
         for i, (seg, _) in enumerate(self._all()):
-            yield seg, self._child(i)
+            node = cache.get(i)  # what _child does, inlined: this runs for every node of a walk
+            if node is None:
+                node = cache[i] = self._make(i, (*path, seg))
+            yield seg, node
 
     def __len__(self) -> int:
         return len(self._all())
@@ -334,7 +370,7 @@ class ContainerNode(Node):
         return any(k == key for _, k in self._all())
 
     def _read(self, session: Session) -> Any:
-        return self._src.read(session, self.path)
+        return _read_from(self._src, session, self.path)
 
 
 def _linear_index(index: tuple[Any, ...], shape: tuple[int, ...]) -> int:
@@ -356,15 +392,13 @@ class CompoundNode(ContainerNode):
     __slots__ = ("_buf", "_off", "_plan")
 
     def __init__(
-        self, reader: Reader, path: Path, plan: CompoundPlan, buf: Any, off: int, src: _Source
+        self, reader: Reader, path: Path, plan: CompoundPlan, buf: Any, off: int, src: Where
     ) -> None:
         super().__init__(reader, path, plan.kind, plan.julia_type, src)
         self._plan, self._buf, self._off = plan, buf, off
 
-    def _entries(self) -> list[tuple[Segment, Any]]:
-        if self._plan.kind == "tuple":
-            return [(i + 1, i) for i in range(len(self._plan.fields))]
-        return [(f.name, f.name) for f in self._plan.fields]
+    def _entries(self) -> Sequence[tuple[Segment, Any]]:
+        return self._plan.entries  # made once per type, shared by all its nodes
 
     def _make(self, i: int, path: Path) -> Node | Group:
         f = self._plan.fields[i]
@@ -377,11 +411,11 @@ class RefVectorNode(ContainerNode):
     __slots__ = ("_addresses", "_info")
 
     def __init__(self, reader: Reader, path: Path, info: DatasetInfo) -> None:
-        super().__init__(reader, path, "vector", info.julia_type, _Source(address=info.address), info.shape)
+        super().__init__(reader, path, "vector", info.julia_type, info.address, info.shape)
         self._info = info
         self._addresses: list[int] | None = None
 
-    def _entries(self) -> list[tuple[Segment, Any]]:
+    def _entries(self) -> Sequence[tuple[Segment, Any]]:
         self._addresses = self._reader.element_addresses(self._info)
         return [(i + 1, i) for i in range(len(self._addresses))]
 
@@ -397,11 +431,11 @@ class InlineVectorNode(ContainerNode):
     __slots__ = ("_info", "_raw")
 
     def __init__(self, reader: Reader, path: Path, info: DatasetInfo) -> None:
-        super().__init__(reader, path, "vector", info.julia_type, _Source(address=info.address), info.shape)
+        super().__init__(reader, path, "vector", info.julia_type, info.address, info.shape)
         self._info = info
         self._raw: Any = None
 
-    def _entries(self) -> list[tuple[Segment, Any]]:
+    def _entries(self) -> Sequence[tuple[Segment, Any]]:
         info, plan = self._info, self._info.plan
         assert plan is not None
         n = info.count
@@ -429,7 +463,7 @@ class ValueVectorNode(ContainerNode):
         path: Path,
         kind: str,
         julia_type: JuliaType,
-        src: _Source,
+        src: Where,
         items: list[Any],
         item_kind: str,
         item_type: JuliaType,
@@ -437,7 +471,7 @@ class ValueVectorNode(ContainerNode):
         super().__init__(reader, path, kind, julia_type, src, (len(items),))
         self._items, self._item_kind, self._item_type = items, item_kind, item_type
 
-    def _entries(self) -> list[tuple[Segment, Any]]:
+    def _entries(self) -> Sequence[tuple[Segment, Any]]:
         return [(i + 1, i) for i in range(len(self._items))]
 
     def _make(self, i: int, path: Path) -> Node | Group:
@@ -447,14 +481,15 @@ class ValueVectorNode(ContainerNode):
 class GhostContainerNode(ContainerNode):
     """A Tuple or NamedTuple of zero-size values: children are ghosts too."""
 
-    __slots__ = ("_types",)
+    __slots__ = ("_types", "_value")
 
     def __init__(self, reader: Reader, path: Path, kind: str, jt: JuliaType, value: Any) -> None:
         super().__init__(reader, path, kind, jt, _Source(value=value))
+        self._value = value
         self._types: list[Any] | None = None
 
-    def _entries(self) -> list[tuple[Segment, Any]]:
-        value, jt, limits = self._src.value, self.julia_type, self._reader.type_limits
+    def _entries(self) -> Sequence[tuple[Segment, Any]]:
+        value, jt, limits = self._value, self.julia_type, self._reader.type_limits
         if isinstance(value, NamedTuple):
             parsed = namedtuple_names_types(jt, limits) if is_namedtuple_type(jt) else None
             types = dict(zip(*parsed)) if parsed is not None else {}
@@ -467,7 +502,7 @@ class GhostContainerNode(ContainerNode):
     def _make(self, i: int, path: Path) -> Node | Group:
         self._all()
         assert self._types is not None
-        value = self._src.value
+        value = self._value
         item = list(value.values())[i] if isinstance(value, NamedTuple) else value[i]
         jt = self._types[i]
         if not isinstance(jt, JuliaType):
@@ -481,12 +516,12 @@ class DelegateNode(ContainerNode):
     __slots__ = ("_target",)
 
     def __init__(
-        self, reader: Reader, path: Path, kind: str, jt: JuliaType, target: ContainerNode, src: _Source
+        self, reader: Reader, path: Path, kind: str, jt: JuliaType, target: ContainerNode, src: Where
     ):
         super().__init__(reader, path, kind, jt, src, target.shape)
         self._target = target
 
-    def _entries(self) -> list[tuple[Segment, Any]]:
+    def _entries(self) -> Sequence[tuple[Segment, Any]]:
         return self._target._all()
 
     def _make(self, i: int, path: Path) -> Node | Group:
@@ -504,13 +539,13 @@ class FixedNode(ContainerNode):
         path: Path,
         kind: str,
         jt: JuliaType,
-        src: _Source,
+        src: Where,
         children: list[tuple[Segment, Any, Node | Group]],
     ) -> None:
         super().__init__(reader, path, kind, jt, src)
         self._nodes = children
 
-    def _entries(self) -> list[tuple[Segment, Any]]:
+    def _entries(self) -> Sequence[tuple[Segment, Any]]:
         return [(seg, key) for seg, key, _ in self._nodes]
 
     def _make(self, i: int, path: Path) -> Node | Group:
@@ -526,7 +561,7 @@ class RepathedNode(ContainerNode):
         super().__init__(inner._reader, path, inner.kind, inner.julia_type, inner._src, inner.shape)
         self._inner = inner
 
-    def _entries(self) -> list[tuple[Segment, Any]]:
+    def _entries(self) -> Sequence[tuple[Segment, Any]]:
         return self._inner._all()
 
     def _make(self, i: int, path: Path) -> Node | Group:
@@ -617,7 +652,7 @@ class Group(Mapping[str, "Node | Group"]):
 def node_for_ref(reader: Reader, path: Path, address: int) -> Node | Group:
     """The node a reference points to (:data:`UNDEF` for an undefined reference)."""
     if address == 0:
-        return _const(reader, path, "singleton", BOTTOM, UNDEF)
+        return _shared_const(reader, path, "singleton", BOTTOM, UNDEF)
     return node_for_dataset(reader, path, address)
 
 
@@ -636,8 +671,7 @@ def node_for_dataset(reader: Reader, path: Path, address: int) -> Node | Group:
             if isinstance(plan, GhostPlan):
                 return ghost_node(reader, path, plan.value, plan.julia_type)
             raise FormatError("null dataspace for a non-empty type", path=path, offset=info.obj.offset)
-        raw = reader.raw(info, plan.size)
-        return node_for_inline(reader, path, plan, raw, 0, _Source(address=address))
+        return node_for_inline(reader, path, plan, reader.element_bytes(info), 0, address)
     if info.dtype is not None:
         return ArrayNode(reader, path, info)
     if isinstance(plan, ReferencePlan) and info.space != "null":
@@ -651,7 +685,7 @@ def node_for_inline(
     plan: Plan,
     buf: Any,
     off: int,
-    src: _Source | None = None,
+    src: Where | None = None,
 ) -> Node | Group:
     """The node of one element of ``plan`` stored at ``buf[off:]``.
 
@@ -689,7 +723,7 @@ def node_for_inline(
 
 
 def _custom_node(
-    reader: Reader, path: Path, plan: CustomPlan, buf: Any, off: int, src: _Source
+    reader: Reader, path: Path, plan: CustomPlan, buf: Any, off: int, src: Where
 ) -> Node | Group:
     if plan.kind == "dict":
         return _dict_node(reader, path, plan, buf, off, src)
@@ -712,9 +746,7 @@ def _custom_node(
     return LeafNode(reader, path, plan.kind, plan.julia_type, src)
 
 
-def _dict_node(
-    reader: Reader, path: Path, plan: CustomPlan, buf: Any, off: int, src: _Source
-) -> ContainerNode:
+def _dict_node(reader: Reader, path: Path, plan: CustomPlan, buf: Any, off: int, src: Where) -> ContainerNode:
     """A Dict: entries keyed by the pairs' ``first`` values (read now, to know the kind).
 
     Like :func:`treexchange._jld2._plans.pairs_to_dict`, a Dict whose keys Python cannot hash
@@ -759,4 +791,4 @@ def ghost_node(reader: Reader, path: Path, value: Any, jt: JuliaType) -> Node:
         return GhostContainerNode(reader, path, "namedtuple", jt, value)
     if isinstance(value, tuple) and value:
         return GhostContainerNode(reader, path, "tuple", jt, value)
-    return _const(reader, path, "singleton", jt, value)
+    return _shared_const(reader, path, "singleton", jt, value)

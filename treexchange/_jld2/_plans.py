@@ -376,6 +376,13 @@ class CompoundPlan(Plan):
         self.size = h5type.size
         self.fields = tuple(fields)
         self.layout = layout
+        # The (path segment, key) of each field, as lazy nodes list them: once per type, not
+        # once per node (a model has thousands of layers of the same few types).
+        self.entries: tuple[tuple[str | int, Any], ...] = (
+            tuple((i + 1, i) for i in range(len(self.fields)))
+            if kind == "tuple"
+            else tuple((f.name, f.name) for f in self.fields)
+        )
 
     def field_values(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> list[Any]:
         tuple_like = self.kind == "tuple"

@@ -16,7 +16,8 @@ import dataclasses
 import mmap
 import os
 import struct
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Any, Literal, cast
 
 import numpy as np
 
@@ -24,6 +25,7 @@ from .._errors import FormatError, LimitError, TreexchangeError, UnsupportedErro
 from .._gc import gc_paused
 from .._hdf5 import HDF5File, ObjectHeader
 from .._hdf5._model import H5Class
+from .._hdf5._objectheader import RawMessage
 from .._juliatype import JuliaType
 from .._limits import DEFAULT_LIMITS, Limits
 from .._typeof import BOTTOM
@@ -39,15 +41,22 @@ Order = Literal["julia", "storage"]
 _U64 = struct.Struct("<Q")
 _INT64_ATTR_CLASSES = (H5Class.FIXED,)
 _GROUP_TYPE = JuliaType("JLD2.Group")
+_ARRAY_TYPES_CACHED = 4096  # distinct array types remembered per file (a file uses a handful)
 _DATATYPE_TYPE = JuliaType("Core.DataType")
 
 
-class DatasetInfo:
-    """What a dataset (or group, or committed datatype used as a value) holds, without its data.
+class DatasetInfo(ObjectHeader):
+    """An object header of a JLD2 file together with what its object holds, without its data.
 
-    Attributes:
+    The reader's :class:`HDF5File` makes every object header it parses a ``DatasetInfo``;
+    :meth:`Reader.info` fills in the description on first use (``value_kind`` is ``None``
+    until then). One object per dataset rather than a header plus a description: a walk of a
+    large model reaches tens of thousands of datasets, and each object kept alive is one more
+    for every full collection of the cyclic garbage collector to scan.
+
+    Attributes (besides the object header's own):
         address: relative address of the object header.
-        obj: the parsed object header.
+        obj: the object header (the object itself).
         kind: ``"group"``, ``"datatype"`` or ``"dataset"``.
         plan: how one element decodes (``None`` for groups).
         space: ``"scalar"``, ``"simple"`` or ``"null"`` (datasets).
@@ -58,56 +67,67 @@ class DatasetInfo:
         memory: the ``Memory`` attribute is present (a Julia ``Memory``, not an ``Array``).
         count: stored elements (dataspace count; the array's length for arrays).
         dtype: numpy dtype of a plain-data array (numbers, Bool, Complex, BFloat16), else None.
-
-    One per dataset a walk reaches (tens of thousands in a large model), so a plain class with
-    slots and a positional constructor: no instance ``__dict__``, no dataclass machinery.
     """
 
     __slots__ = (
-        "address",
         "count",
         "dtype",
         "eltype",
         "julia_type",
-        "kind",
         "memory",
-        "obj",
         "plan",
         "shape",
         "space",
         "value_kind",
     )
 
+    plan: Plan | None
+    space: str
+    shape: tuple[int, ...] | None
+    eltype: JuliaType | None
+    julia_type: JuliaType
+    memory: bool
+    count: int
+    dtype: np.dtype | None
+
     def __init__(
-        self,
-        address: int,
-        obj: ObjectHeader,
-        kind: str,
-        plan: Plan | None = None,
-        space: str = "scalar",
-        shape: tuple[int, ...] | None = None,
-        eltype: JuliaType | None = None,
-        julia_type: JuliaType = ANY,
-        value_kind: str = "struct",
-        memory: bool = False,
-        count: int = 0,
+        self, file: HDF5File, address: int, offset: int, version: int, messages: Sequence[RawMessage]
     ) -> None:
-        self.address = address
-        self.obj = obj
-        self.kind = kind
+        super().__init__(file, address, offset, version, messages)
+        self.value_kind: str | None = None  # not described yet
+
+    def _clone_at(self, address: int, offset: int) -> DatasetInfo:
+        obj = cast(DatasetInfo, super()._clone_at(address, offset))
+        obj.value_kind = None  # the description is per object (attributes, type parameters)
+        return obj
+
+    @property
+    def obj(self) -> DatasetInfo:
+        return self
+
+    def _describe(
+        self,
+        plan: Plan | None,
+        space: str,
+        shape: tuple[int, ...] | None,
+        eltype: JuliaType | None,
+        julia_type: JuliaType,
+        value_kind: str,
+        memory: bool,
+        count: int,
+    ) -> DatasetInfo:
         self.plan = plan
         self.space = space
         self.shape = shape
         self.eltype = eltype
         self.julia_type = julia_type
-        self.value_kind = value_kind
         self.memory = memory
         self.count = count
         # Only arrays (a shape) of plain data (a plan with a dtype) that store something
-        # (not a null dataspace) have a dtype; fixed at construction, read at every array node.
-        self.dtype: np.dtype | None = (
-            plan.dtype if shape is not None and plan is not None and space != "null" else None
-        )
+        # (not a null dataspace) have a dtype; fixed here, read at every array node.
+        self.dtype = plan.dtype if shape is not None and plan is not None and space != "null" else None
+        self.value_kind = value_kind  # last: described
+        return self
 
     def __repr__(self) -> str:
         return f"<DatasetInfo {self.kind} at {self.address}: {self.julia_type} {self.shape}>"
@@ -133,7 +153,7 @@ class Reader:
     ) -> None:
         self.limits = limits
         self.name = "<bytes>" if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
-        self.h5 = HDF5File(source, limits=limits, verify_checksums=verify_checksums)
+        self.h5 = HDF5File(source, limits=limits, verify_checksums=verify_checksums, header_type=DatasetInfo)
         self._data: Any = None
         try:
             self.header: FileHeader | None
@@ -156,8 +176,8 @@ class Reader:
             limits, max_elements=min(limits.max_elements, self.virtual_cap)
         )
         self.types = TypeResolver(self)
-        self._infos: dict[int, DatasetInfo] = {}
         self._array_types: dict[tuple[int, int, bool], tuple[JuliaType, JuliaType]] = {}
+        self.node_sources: dict[int, Any] = {}  # shared sources of constant nodes (_nodes)
 
     def _describe(self) -> str:
         return "file" if self.name == "<bytes>" else repr(self.name)
@@ -185,7 +205,6 @@ class Reader:
                 data.close()
             except BufferError:
                 pass  # numpy arrays still view it; the map closes when they are gone
-        self._infos = {}
 
     # --- small services (also used by plans and the type resolver) -----------------------------
     def object_kind(self, address: int) -> str:
@@ -253,31 +272,37 @@ class Reader:
         return out
 
     # --- datasets ---------------------------------------------------------------------------
+    @property
+    def _infos(self) -> dict[int, DatasetInfo]:
+        """The objects described so far, by address (a view for tests and tools)."""
+        return {
+            address: obj
+            for address, obj in self.h5._objects.items()
+            if isinstance(obj, DatasetInfo) and obj.value_kind is not None
+        }
+
     def info(self, address: int, path: Path = ()) -> DatasetInfo:
-        """Describe the object at ``address`` (cached); reads no array data."""
-        info = self._infos.get(address)
-        if info is None:
+        """Describe the object at ``address`` (described once); reads no array data."""
+        if self.closed:
             self._check_open()
-            try:
-                info = self._make_info(address, path)
-            except TreexchangeError as err:
-                err.with_context(offset=self.h5.absolute(address), path=path)
-                raise
-            except RecursionError as err:
-                raise LimitError("structure nested too deeply", path=path) from err
-            self._infos[address] = info
+        try:
+            info: DatasetInfo = self.h5.object(address)  # type: ignore[assignment]  # header_type
+            if info.value_kind is None:
+                self._make_info(info, path)
+        except TreexchangeError as err:
+            err.with_context(offset=self.h5.absolute(address), path=path)
+            raise
+        except RecursionError as err:
+            raise LimitError("structure nested too deeply", path=path) from err
         return info
 
-    def _make_info(self, address: int, path: Path) -> DatasetInfo:
-        obj = self.h5.object(address)
+    def _make_info(self, obj: DatasetInfo, path: Path) -> DatasetInfo:
         kind = obj.kind
         if kind == "group":
-            return DatasetInfo(address, obj, "group", value_kind="group", julia_type=_GROUP_TYPE)
+            return obj._describe(None, "scalar", None, None, _GROUP_TYPE, "group", False, 0)
         if kind == "datatype":
-            plan = self.types.committed(address)
-            return DatasetInfo(
-                address, obj, "datatype", plan, value_kind="singleton", julia_type=_DATATYPE_TYPE
-            )
+            plan = self.types.committed(obj.address)
+            return obj._describe(plan, "scalar", None, None, _DATATYPE_TYPE, "singleton", False, 0)
         if kind != "dataset":
             raise FormatError("object is neither a dataset, a group nor a datatype", offset=obj.offset)
         dt, space = obj.datatype, obj.dataspace
@@ -289,24 +314,18 @@ class Reader:
         dims = self._dimensions(obj) if attrs and "dimensions" in attrs else None
         space_kind = space.kind
         if space_kind == "scalar":
-            return DatasetInfo(
-                address, obj, "dataset", plan, "scalar", None, None, plan.julia_type, plan.kind, memory, 1
-            )
+            return obj._describe(plan, "scalar", None, None, plan.julia_type, plan.kind, memory, 1)
         ghost = isinstance(plan, GhostPlan)
         if space_kind == "null" and dims is None:
             if ghost:
-                return DatasetInfo(
-                    address, obj, "dataset", plan, "null", None, None, plan.julia_type, plan.kind, memory
-                )
+                return obj._describe(plan, "null", None, None, plan.julia_type, plan.kind, memory, 0)
             # an array that holds nothing: Vector{Union{}}
-            return DatasetInfo(
-                address, obj, "dataset", plan, "null", (0,), BOTTOM, array_type(BOTTOM, 1), "vector", memory
-            )
+            return obj._describe(plan, "null", (0,), BOTTOM, array_type(BOTTOM, 1), "vector", memory, 0)
         shape = dims if dims is not None else space.dims[::-1]
         n = 1
         for d in shape:
             n *= d
-        if space_kind == "simple" and n != space.count:
+        if dims is not None and space_kind == "simple" and n != space.count:
             raise FormatError(
                 f"dimensions attribute {shape} disagrees with the dataspace {space.dims}", offset=obj.offset
             )
@@ -320,10 +339,8 @@ class Reader:
             )
         eltype = self._element_type(obj, path) if isinstance(plan, ReferencePlan) else plan.element_type
         jt = self._array_type(eltype, len(shape), memory)
-        plain = plan.dtype is not None and space_kind != "null"
-        return DatasetInfo(
-            address, obj, "dataset", plan, space_kind, shape, eltype, jt, "array" if plain else "vector", memory, n
-        )
+        value_kind = "array" if plan.dtype is not None and space_kind != "null" else "vector"
+        return obj._describe(plan, space_kind, shape, eltype, jt, value_kind, memory, n)
 
     def _array_type(self, eltype: JuliaType, ndims: int, memory: bool) -> JuliaType:
         """``Array{eltype, ndims}`` (or ``Memory``): one shared object per array type.
@@ -337,7 +354,8 @@ class Reader:
         if hit is not None and hit[0] is eltype:
             return hit[1]
         jt = array_type(eltype, ndims, memory=memory)
-        self._array_types[key] = (eltype, jt)
+        if len(self._array_types) < _ARRAY_TYPES_CACHED:
+            self._array_types[key] = (eltype, jt)
         return jt
 
     def _dimensions(self, obj: ObjectHeader) -> tuple[int, ...]:
@@ -390,6 +408,21 @@ class Reader:
         if len(raw) < nbytes:
             raise FormatError(f"dataset holds {len(raw)} bytes, needs {nbytes}", offset=info.obj.offset)
         return raw
+
+    def element_bytes(self, info: DatasetInfo) -> bytes:
+        """A copy of the first element's bytes (``plan.size`` of them; a scalar dataset's value).
+
+        Lazy nodes keep these to build their children from. A copy of a few bytes, where a view
+        of the map would be one more object for the cyclic garbage collector to track per node
+        (and would keep the map exported). Bounds are checked as :meth:`raw` checks them.
+        """
+        assert info.plan is not None
+        size = info.plan.size
+        self._check_open()
+        loc = self.h5.raw_location(info.obj)
+        if loc is None or loc[1] < size:
+            return bytes(self.raw(info, size)[:size])
+        return bytes(self.h5.buffer[loc[0] : loc[0] + size])
 
     def numeric_array(self, info: DatasetInfo, order: Order = "julia") -> np.ndarray:
         """A plain-data array as a zero-copy view (uncompressed) in Julia or storage order."""

@@ -191,6 +191,9 @@ def _known_fields(jt: JuliaType) -> list[tuple[str, Any]] | None:
     return None
 
 
+_BY_ID_ENTRIES = 4096  # datatype objects remembered by identity (a file has a handful)
+
+
 class TypeResolver:
     """Builds and caches plans for the datatypes of one file."""
 
@@ -199,6 +202,7 @@ class TypeResolver:
         self.limits = reader.type_limits
         self._committed: dict[int, Plan] = {}
         self._basic: dict[tuple[H5Type, JuliaType | None], Plan] = {}
+        self._by_id: dict[int, tuple[H5Type, Plan]] = {}
         self._params: dict[int, Any] = {}
         self._busy: set[int] = set()
         self._depth = 0
@@ -208,11 +212,20 @@ class TypeResolver:
         """The plan for a datatype as found in a dataset, attribute or compound member."""
         if t.committed_at is not None:
             return self.committed(t.committed_at)
+        if declared is None:
+            # Datatypes of datasets are decoded once per distinct message body, so the same
+            # object recurs (every Float32 array): look it up by identity before hashing it
+            # (a frozen dataclass hashes every field). The entry keeps t alive: ids stay unique.
+            hit = self._by_id.get(id(t))
+            if hit is not None and hit[0] is t:
+                return hit[1]
         key = (t, declared)
         plan = self._basic.get(key)
         if plan is None:
             plan = self._basic_plan(t, declared)
             self._basic[key] = plan
+        if declared is None and len(self._by_id) < _BY_ID_ENTRIES:
+            self._by_id[id(t)] = (t, plan)
         return plan
 
     def committed(self, address: int) -> Plan:

@@ -116,7 +116,37 @@ class _Space:
         return n
 
 
-_SCALAR = (enc.DS_SCALAR, ())
+@dataclass(frozen=True)
+class _Data:
+    """What a dataset stores: ``size`` bytes, made by ``encode()`` (at write time: it may write
+    other objects) or taken from ``array`` (written column-major, in bounded pieces)."""
+
+    size: int
+    encode: Callable[[], bytes] | None = None
+    array: np.ndarray | None = None
+    is_array: bool = False
+    """An ``Array`` value: stored contiguous (or chunked) even when small, as JLD2 does."""
+    chunkable: bool = False
+    """Compress it (chunked layout); needs ``array``."""
+
+    def materialize(self) -> bytes:
+        """All the bytes at once (compact data and small payloads only)."""
+        if self.encode is not None:
+            return self.encode()
+        return _array_bytes(self.array)
+
+
+_NO_DATA = _Data(0, encode=lambda: b"")
+
+
+def _align8(offset: int) -> int:
+    """``offset`` rounded up to a multiple of 8 (JLD2 aligns array payloads and heaps so).
+
+    Example:
+        >>> _align8(560), _align8(561), _align8(567)
+        (560, 568, 568)
+    """
+    return offset + -offset % 8
 
 
 def _ref(offset: int) -> bytes:
@@ -251,16 +281,31 @@ class JLD2Writer:
         return start - BASE
 
     def _string_attr(self, name: str, value: str) -> _Attr:
+        """A scalar variable-length UTF-8 string attribute: the text goes to the global heap and
+        the header holds 16 bytes, so a long text (an embedded schema of a large model) never
+        meets the 64 KiB limit of one header message. libhdf5 and our reader decode it as str."""
         raw = value.encode("utf-8")
-        if not raw:
+        size = enc.attribute_message_size(name, enc.datatype_size(enc.VLEN_UTF8), 0, 16) - 4
+        if size > 0xFFFF:
             raise ConversionError(
-                f"root attribute {name!r}: empty strings cannot be stored (HDF5 refuses size 0)"
+                f"root attribute name {name[:20]!r}... is too long: its HDF5 attribute message would "
+                f"be {size} bytes (the format allows 65535)"
             )
-        return _Attr(name, enc.fixed_string_type(len(raw)), enc.DS_SCALAR, (), len(raw), lambda: raw)
+
+        def encode() -> bytes:
+            return self.store_vlen(raw, libhdf5_readable=True)
+
+        return _Attr(name, enc.VLEN_UTF8, enc.DS_SCALAR, (), 16, encode)
 
     # ================================================================================ heap
-    def write_heap_object(self, data: bytes) -> tuple[int, int]:
-        """JLD2's ``write_heap_object``: returns (relative collection address, object index)."""
+    def write_heap_object(self, data: bytes, *, libhdf5_readable: bool = False) -> tuple[int, int]:
+        """JLD2's ``write_heap_object``: returns (relative collection address, object index).
+
+        JLD2 stores a collection's size without its 16-byte header, while libhdf5 counts the
+        header in: an object reaching into the last 16 bytes of a collection (a new collection
+        made for an object larger than 4080 bytes) is out of libhdf5's reach. JLD2's bytes are
+        kept by default; ``libhdf5_readable`` makes a new collection 16 bytes larger (JLD2 reads
+        the trailing free space as such)."""
         psz = len(data)
         objsz = 16 + psz
         objsz += -objsz % 8
@@ -275,8 +320,8 @@ class JLD2Writer:
             self.sink.put(gh.offset + 8, struct.pack("<Q", gh.length))
             self.end += delta
         else:
-            size = max(objsz, 4096)
-            offset = self.end + 8 - ((self.end - 1) % 8 + 1)
+            size = max(objsz + 16 if libhdf5_readable else objsz, 4096)
+            offset = _align8(self.end)
             self.sink.put(offset, enc.global_heap_header(size))
             self.end = offset + 16 + size
             self.heap = gh = _GlobalHeap(offset, size, size, 0)
@@ -289,9 +334,9 @@ class JLD2Writer:
         self.sink.put(objoffset, enc.global_heap_object(index, psz) + data)
         return gh.offset - BASE, index
 
-    def store_vlen(self, data: bytes, count: int | None = None) -> bytes:
+    def store_vlen(self, data: bytes, count: int | None = None, *, libhdf5_readable: bool = False) -> bytes:
         """A 16-byte vlen element pointing at a new heap object holding ``data``."""
-        heap, index = self.write_heap_object(data)
+        heap, index = self.write_heap_object(data, libhdf5_readable=libhdf5_readable)
         return struct.pack("<IQI", len(data) if count is None else count, heap, index)
 
     # ================================================================================ commits
@@ -431,9 +476,9 @@ class JLD2Writer:
         if cat is Cat.ANY or cat is Cat.UNION:
             return enc.REFERENCE
         if cat is Cat.OTHER:
-            # Known only by name: JLD2 would commit it only if it were an inline-able immutable;
-            # reuse a commit made earlier in this file, else treat it as not inline-able.
-            return self.lookup(w) or enc.REFERENCE
+            # Known only by name, its layout unknown: stored as a reference (field_kind agrees).
+            # As a type *parameter*, refs_from_types still reuses a commit made under its name.
+            return enc.REFERENCE
         if not w.hasfielddata:
             return None
         if (w.isbits or (initialized and not w.mutable)) and w.sizeof <= MAX_INLINE_SIZE:
@@ -550,7 +595,7 @@ class JLD2Writer:
             raw = value.encode("utf-8")
             space = _Space(enc.DS_SCALAR, (), [])
             return self._write_object(
-                space, enc.fixed_string_type(len(raw)), len(raw), False, lambda: raw, None, ws, tk
+                space, enc.fixed_string_type(len(raw)), _Data(len(raw), encode=lambda: raw), ws, tk
             )
         if jt.cat is Cat.ARRAY:
             return self._write_array(value, jt, ws, tk, path)
@@ -559,12 +604,12 @@ class JLD2Writer:
         # odr(T): ghost -> nothing (null dataspace); else the packed representation.
         if not w.hasdata:
             dtype = self.h5type(jt)
-            return self._write_object(_Space(enc.DS_NULL, (), []), dtype, 0, False, lambda: b"", None, ws, tk)
+            return self._write_object(_Space(enc.DS_NULL, (), []), dtype, _NO_DATA, ws, tk)
         size = self.inline_size(w) if w.cat in (Cat.PRIM, Cat.BITS, Cat.STRUCT) else self.field_size(w, True)
         space = _Space(enc.DS_SCALAR, (), [])
         dtype = self.h5type(jt)
         return self._write_object(
-            space, dtype, size, False, lambda: self.encode_value(w, value, ws, path), None, ws, tk
+            space, dtype, _Data(size, encode=lambda: self.encode_value(w, value, ws, path)), ws, tk
         )
 
     def _write_custom(
@@ -580,19 +625,11 @@ class JLD2Writer:
             def encode() -> bytes:
                 return _ref(self._write_converted_vector(converted, vec_jt, ws, path))
 
-            return self._write_object(_Space(enc.DS_SCALAR, (), []), dtype, 8, False, encode, None, ws, tk)
+            return self._write_object(_Space(enc.DS_SCALAR, (), []), dtype, _Data(8, encode=encode), ws, tk)
         if jt.cat is Cat.DICT:
             dtype = self.h5type(jt)
-            return self._write_object(
-                _Space(enc.DS_SCALAR, (), []),
-                dtype,
-                8,
-                False,
-                lambda: _ref(self._write_kvvec(value, jt, ws, path)),
-                None,
-                ws,
-                tk,
-            )
+            data = _Data(8, encode=lambda: _ref(self._write_kvvec(value, jt, ws, path)))
+            return self._write_object(_Space(enc.DS_SCALAR, (), []), dtype, data, ws, tk)
         raise UnsupportedError(f"custom serialization of {jt.key} is not supported")
 
     def _write_converted_vector(
@@ -600,9 +637,11 @@ class JLD2Writer:
     ) -> int:
         e = vec_jt.eltype
         assert e is not None
-        if e.cat is Cat.PRIM:
-            arr = _numeric_vector(items, e, path)
+        if e.cat is Cat.PRIM and e.dtype is not None:
+            arr = _numeric_vector(items, e)
             return self._write_array(arr, vec_jt, ws, None, path)
+        # Element types numpy lacks (Int128, UInt128) or that are not numbers: encoded one by
+        # one, as the elements of a JuliaArray (the eltype given here is not used: vec_jt rules).
         ja = JuliaArray(JuliaType("Core.Any"), items)
         return self._write_array(ja, vec_jt, ws, None, path)
 
@@ -666,16 +705,9 @@ class JLD2Writer:
             arr = np.asarray(value)
             if little_endian(arr.dtype).itemsize != elsize:
                 raise ConversionError(f"array element size {arr.dtype.itemsize} != {elsize}", path=path)
+            chunkable = self.compress is not None and datasz > 0
             return self._write_object(
-                space,
-                dtype,
-                datasz,
-                True,
-                None,
-                arr,
-                ws,
-                tk,
-                chunkable=self.compress is not None and datasz > 0,
+                space, dtype, _Data(datasz, array=arr, is_array=True, chunkable=chunkable), ws, tk
             )
         items = _array_items(value)
 
@@ -686,34 +718,35 @@ class JLD2Writer:
 
         chunkable = self.compress is not None and datasz > 0 and e.isbits and kind == "inline"
         if chunkable:
+            # Elements held as Python objects (a JuliaArray or list of bits structs, bfloat16,
+            # Int128 ...) are encoded whole before chunking: unlike numpy input, they already
+            # take several times their encoded size in memory, so this copy does not change
+            # the order of the memory used.
             raw = encode()
             arr = np.frombuffer(raw, dtype=np.dtype(f"V{elsize}")).reshape(shape, order="F")
-            return self._write_object(space, dtype, datasz, True, None, arr, ws, tk, chunkable=True)
-        return self._write_object(space, dtype, datasz, True, encode, None, ws, tk)
+            data = _Data(datasz, array=arr, is_array=True, chunkable=True)
+            return self._write_object(space, dtype, data, ws, tk)
+        return self._write_object(space, dtype, _Data(datasz, encode=encode, is_array=True), ws, tk)
 
     # --- the dataset header -----------------------------------------------------------------------
     def _write_object(
         self,
         space: _Space,
         dtype: H5Type | Committed,
-        datasz: int,
-        is_array: bool,
-        encode: Callable[[], bytes] | None,
-        array: np.ndarray | None,
+        data: _Data,
         ws: dict[Hashable, int],
         tk: Hashable | None,
-        *,
-        chunkable: bool = False,
     ) -> int:
         """The second ``write_dataset`` method of JLD2: header, layout choice, data."""
+        datasz, array = data.size, data.array
         committed = isinstance(dtype, Committed)
         dt_size = enc.SHARED_DATATYPE_SIZE if committed else enc.datatype_size(dtype)  # type: ignore[arg-type]
         psz = len(enc.FILL_VALUE_MESSAGE) + 4 + enc.dataspace_size(len(space.dims)) + 4 + dt_size
         psz += sum(a.message_size for a in space.attrs) + enc.CONTINUATION_PLACEHOLDER_SIZE
-        if datasz == 0 or (not is_array and datasz < COMPACT_LIMIT):
+        if datasz == 0 or (not data.is_array and datasz < COMPACT_LIMIT):
             layout = "compact"
             psz += 4 + 4 + datasz
-        elif chunkable:
+        elif data.chunkable:
             assert array is not None and self.compress is not None
             itemsize = datasz // max(space.numel, 1)
             shape = array.shape if array.ndim else (1,)
@@ -747,10 +780,10 @@ class JLD2Writer:
         else:
             head.append(enc.message(enc.MSG_DATATYPE, enc.encode_datatype(dtype), 1))  # type: ignore[arg-type]
         if layout == "compact":
-            data = b"" if datasz == 0 else (encode() if encode is not None else _array_bytes(array))
-            if len(data) != datasz:
-                raise AssertionError(f"compact data is {len(data)} bytes, expected {datasz}")
-            head.append(enc.layout_compact(data))
+            raw = b"" if datasz == 0 else data.materialize()
+            if len(raw) != datasz:
+                raise AssertionError(f"compact data is {len(raw)} bytes, expected {datasz}")
+            head.append(enc.layout_compact(raw))
         elif layout == "single":
             assert array is not None and self.compress is not None
             (c,) = compressed_chunks(array, chunk, self.compress)
@@ -765,7 +798,7 @@ class JLD2Writer:
             head.append(pipeline)
             head.append(enc.layout_chunked_v3(btree, chunk_h5))
         else:
-            data_address = self.end + 8 - ((self.end - 1) % 8 + 1)
+            data_address = _align8(self.end)
             head.append(enc.layout_contiguous(data_address - BASE, datasz))
             self.end = data_address + datasz
             if array is not None and datasz > SMALL_PAYLOAD:
@@ -778,13 +811,13 @@ class JLD2Writer:
                     raise AssertionError("array payload size mismatch")
             else:
                 # Small payloads join the buffered metadata (one write for many small arrays).
-                data = _array_bytes(array) if array is not None else encode()  # type: ignore[misc]
-                if len(data) != datasz:
-                    raise AssertionError(f"contiguous data is {len(data)} bytes, expected {datasz}")
+                raw = data.materialize()
+                if len(raw) != datasz:
+                    raise AssertionError(f"contiguous data is {len(raw)} bytes, expected {datasz}")
                 if datasz > SMALL_PAYLOAD:
-                    self.sink.put_large(data_address, data)
+                    self.sink.put_large(data_address, raw)
                 else:
-                    self.sink.put(data_address, data)
+                    self.sink.put(data_address, raw)
         head.append(enc.CONTINUATION_PLACEHOLDER)
         header = enc.object_header(b"".join(head))
         if len(header) != enc.object_header_size(psz):
@@ -797,7 +830,7 @@ class JLD2Writer:
         assert self.compress is not None
         nd1 = len(chunk_h5)
         records: list[tuple[tuple[int, int, tuple[int, ...]], int]] = []
-        pos = self.end + 8 - ((self.end - 1) % 8 + 1)
+        pos = _align8(self.end)
         for c in compressed_chunks(arr, chunk, self.compress):
             self.sink.put_large(pos, c.data)
             records.append(((len(c.data), 0, c.offsets), pos - BASE))
@@ -972,6 +1005,11 @@ class JLD2Writer:
         for p in params:
             if isinstance(p, JT) and p.cat is Cat.UNION:
                 refs.append(self.write_union_dataset(p, ws))  # a Union is not a DataType
+            elif isinstance(p, JT) and p.cat is Cat.OTHER:
+                # JLD2 refers to a committed type by its commit; one known only by name may
+                # have been committed earlier in this file (e.g. Core.Union), else it is a dataset.
+                found = self.lookup(p)
+                refs.append(found.offset if found is not None else self.write_datatype_dataset(p, ws))
             elif isinstance(p, JT):
                 dt = self.h5fieldtype(p.writeas, p, True)
                 if isinstance(dt, Committed):
@@ -1015,7 +1053,7 @@ class JLD2Writer:
                 out += bytes(16)
             return out
 
-        return self._write_object(_Space(enc.DS_SCALAR, (), []), dtype, 48, False, encode, None, ws, None)
+        return self._write_object(_Space(enc.DS_SCALAR, (), []), dtype, _Data(48, encode=encode), ws, None)
 
     def write_datatype_dataset(self, t: JT, ws: dict[Hashable, int]) -> int:
         """A scalar dataset whose value is the type ``t`` (``write_ref(f, T, wsession)``)."""
@@ -1024,16 +1062,8 @@ class JLD2Writer:
         if found is not None:
             return found
         boot = self.bootstrap()
-        return self._write_object(
-            _Space(enc.DS_SCALAR, (), []),
-            boot,
-            32,
-            False,
-            lambda: self.encode_datatype_value(t, ws),
-            None,
-            ws,
-            tk,
-        )
+        data = _Data(32, encode=lambda: self.encode_datatype_value(t, ws))
+        return self._write_object(_Space(enc.DS_SCALAR, (), []), boot, data, ws, tk)
 
 
 # ==================================================================================== helpers
@@ -1082,11 +1112,9 @@ def _array_bytes(array: np.ndarray | None) -> bytes:
     return b"".join(bytes(p) for p in column_major_pieces(array))
 
 
-def _numeric_vector(items: list[Any], e: JT, path: tuple[PathSegment, ...]) -> np.ndarray:
-    dtype = e.dtype if e.cat is Cat.PRIM else None
-    if dtype is None:
-        raise UnsupportedError(f"cannot collect a tuple of {e.key} into a Vector", path=path)
-    return np.asarray(items, dtype=dtype)
+def _numeric_vector(items: list[Any], e: JT) -> np.ndarray:
+    assert e.dtype is not None
+    return np.asarray(items, dtype=e.dtype)
 
 
 def _encode_prim(w: JT, value: Any, path: tuple[PathSegment, ...]) -> bytes:

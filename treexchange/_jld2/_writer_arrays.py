@@ -5,12 +5,19 @@ shape are usually C-ordered, so the bytes are produced block by block along the 
 dimension. No piece is larger than :data:`BLOCK_BYTES` (plus one slab), so writing never holds a
 second full copy of an array. F-ordered input (what the reader returns) is written zero-copy.
 
-Compressed arrays use chunked layout **version 3 indexed by a version-1 B-tree**, the layout
-libhdf5 itself writes by default: both libhdf5 2.x and JLD2.jl 0.6 read it
-(``read_v1btree_dataset_chunks`` in JLD2's src/datasets.jl), unlike JLD2's own single-chunk
-layout v4 whose dimension-size width libhdf5 >= 2.0 rejects. Chunks span whole leading Julia
-dimensions and are about :data:`CHUNK_BYTES` large, so each chunk is a contiguous run of the
-column-major stream and compression memory stays bounded. See docs/writing.md.
+Compressed arrays are cut into chunks that span whole leading Julia dimensions and are about
+:data:`CHUNK_BYTES` large, so each chunk is a contiguous run of the column-major stream and
+compression memory stays bounded. An array that fits in one chunk (<= 1 MiB) is stored as JLD2
+stores every compressed array: layout **version 4 with a single-chunk index**, but with the
+dimension-size width libhdf5 computes (JLD2 writes 8, which libhdf5 >= 2.0 rejects). Larger
+arrays, and single chunks whose width would be 3, 5, 6 or 7 bytes (JLD2 reads only 1, 2, 4 or 8),
+use layout **version 3 indexed by a version-1 B-tree**, the layout libhdf5 itself writes by
+default; both libhdf5 2.x and JLD2.jl 0.6 read it (``read_v1btree_dataset_chunks`` in JLD2's
+src/datasets.jl). See docs/writing.md.
+
+"Never copied whole" holds for numpy and jax input. Arrays whose elements are Python objects (a
+``JuliaArray`` or ``list`` of structs, Int128 ...) are encoded into one buffer first: their
+objects already take several times the encoded size.
 """
 
 from __future__ import annotations

@@ -558,7 +558,7 @@ class TypeFactory:
                 raise ConversionError("numpy object arrays have no Julia element type", path=path)
             return self.array_of(self.of_dtype(value.dtype, path), value.ndim)
         if _is_jax_array(value):
-            return self.array_of(self.of_dtype(np.dtype(value.dtype), path), len(value.shape))
+            return self.array_of(self.of_dtype(_jax_numpy_dtype(value, path), path), len(value.shape))
         if isinstance(value, np.generic):
             return self.of_dtype(value.dtype, path)
         if isinstance(value, JuliaType):
@@ -752,6 +752,18 @@ def _is_jax_array(value: Any) -> bool:
         and hasattr(value, "dtype")
         and type(value).__module__.split(".")[0] in ("jax", "jaxlib")
     )
+
+
+def _jax_numpy_dtype(value: Any, path: tuple[PathSegment, ...]) -> np.dtype:
+    """The numpy dtype of a jax array; typed PRNG keys (``jax.random.key``) have none."""
+    try:
+        return np.dtype(value.dtype)
+    except TypeError:
+        raise ConversionError(
+            f"jax arrays of dtype {value.dtype} have no Julia element type"
+            + (" (a PRNG key: store jax.random.key_data(key) instead)" if "key<" in str(value.dtype) else ""),
+            path=path,
+        ) from None
 
 
 def is_type_singleton(value: Singleton) -> bool:

@@ -317,7 +317,7 @@ class FileSource(Source):
 
     def shape(self) -> tuple[int, ...] | None:
         shape = getattr(self.node, "shape", None)
-        return None if shape is None else tuple(int(d) for d in shape)
+        return None if shape is None else tuple(map(int, shape))
 
     def children(self) -> list[tuple[str | int, Source]]:
         node, p = self.node, self.path

@@ -89,6 +89,7 @@ def validate(
         if is_file_like(x):
             with opened(x) as file:
                 checker.check_file(file, doc, name)
+            del file  # let the lazy nodes go while the collector is paused (see infer_schema)
         else:
             checker.check_values(x, doc, name)
     return checker.found

@@ -1,0 +1,95 @@
+"""Object headers that differ only in where their data lie, parsed once per file.
+
+A model file holds thousands of datasets of a few kinds (every ``Float32`` weight matrix of one
+shape, every layer of a Flux state): their object headers are the same bytes except for the
+data address in the layout message. :class:`HeaderMemo` keys a parsed header by its bytes with
+the layout message's body cut out, so the next header with the same key is rebuilt from the
+first one (message positions shifted, decoded datatype and dataspace reused) instead of being
+parsed and decoded again.
+
+Why that gives exactly what parsing gives: the messages of a version 2 header (without
+continuation chunks) follow from the bytes of its first chunk alone, read in order, each
+message header giving the size of its body. The key holds every byte of the prefix and the
+chunk except the layout body, together with that body's position and size; a parse never reads
+inside a body it skips. So two headers with the same key parse to the same messages at the same
+relative positions, and every message other than the layout decodes the same. The layout is
+always decoded from the header's own bytes. Headers with checksums to verify are not memoized
+(the checksum covers the cut bytes).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from . import _messages as m
+from ._objectheader import ObjectHeader, first_chunk
+
+if TYPE_CHECKING:
+    from ._file import HDF5File
+
+_MAX_HEADER_BYTES = 4096  # larger headers (many attributes) are rare: parse them
+_MAX_ENTRIES = 4096  # distinct header forms remembered per file (bounds the memory)
+
+
+class HeaderMemo:
+    """Per-file memo of parsed object headers (see the module docstring).
+
+    Example:
+        >>> import h5py, io, numpy as np
+        >>> from treexchange._hdf5 import HDF5File
+        >>> bio = io.BytesIO()
+        >>> with h5py.File(bio, "w", libver="latest") as f:
+        ...     for i in range(3):
+        ...         _ = f.create_dataset(f"x{i}", data=np.full(4, i, "<f4"))
+        >>> with HDF5File(bio.getvalue()) as h5:
+        ...     objs = [h5.object(a) for a in h5.root.links().values()]
+        ...     [np.frombuffer(h5.raw_data(o), "<f4")[0] for o in objs], h5._headers.hits
+        ([0.0, 1.0, 2.0], 2)
+    """
+
+    def __init__(self) -> None:
+        # size of the header up to the end of its first chunk -> where the last header of that
+        # size remembered had its layout body (relative offset, size)
+        self._cuts: dict[int, tuple[int, int]] = {}
+        self._protos: dict[tuple[int, int, bytes], ObjectHeader] = {}
+        self.hits = 0
+
+    def _key(self, buf: memoryview, offset: int, end: int, cut: tuple[int, int]) -> tuple[int, int, bytes]:
+        rel, size = cut
+        return rel, size, bytes(buf[offset : offset + rel]) + bytes(buf[offset + rel + size : end])
+
+    def rebuild(self, file: HDF5File, address: int, offset: int) -> tuple[ObjectHeader | None, int]:
+        """The header at ``offset`` rebuilt from a remembered one with the same key, or None;
+        and the end of its first chunk (0 for a version 1 header) for :meth:`remember`."""
+        buf = file.buffer
+        chunk0 = first_chunk(buf, offset)
+        if chunk0 is None:
+            return None, 0
+        end = chunk0[2]
+        cut = self._cuts.get(end - offset)
+        if cut is None:
+            return None, end
+        proto = self._protos.get(self._key(buf, offset, end, cut))
+        if proto is None:
+            return None, end
+        self.hits += 1
+        return proto._clone_at(address, offset), end
+
+    def remember(self, obj: ObjectHeader, end: int) -> None:
+        """Remember ``obj`` (just parsed; ``end`` as :meth:`rebuild` gave it) if it qualifies:
+        a version 2 header, no continuation chunk, exactly one layout message."""
+        types = obj._types
+        if (
+            obj.version != 2
+            or end - obj.offset > _MAX_HEADER_BYTES
+            or len(self._protos) >= _MAX_ENTRIES
+            or m.CONTINUATION in types
+            or types.count(m.LAYOUT) != 1
+        ):
+            return
+        _, _, at, size = obj._raw[types.find(m.LAYOUT)]
+        if not obj.offset < at <= at + size <= end:
+            return  # (cannot happen without continuation chunks; keep the cut inside the chunk)
+        cut = (at - obj.offset, size)
+        self._cuts[end - obj.offset] = cut
+        self._protos.setdefault(self._key(obj.file.buffer, obj.offset, end, cut), obj)
