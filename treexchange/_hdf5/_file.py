@@ -212,30 +212,23 @@ class HDF5File:
 
     def _memo(self, table: str, msg: RawMessage, parse: Callable[[RawMessage], T]) -> T:
         """Decode ``msg`` with ``parse`` once per distinct body: for messages whose meaning is
-        their bytes alone (datatype, dataspace, filter pipeline, shared-message address);
-        decoded values are immutable.
+        their bytes alone (datatype, dataspace, filter pipeline, shared datatype -- the body is
+        the committed type's address); decoded values are immutable.
 
         Only small bodies are remembered, and at most ``_MEMO_ENTRIES`` per table, so a hostile
         file cannot make the memo hold more than a few MiB.
         """
-        memo = self._memos[table]
-        key = self._memo_key(msg)
-        if key is not None:
-            value = memo.get(key)
-            if value is not None:
-                return value  # type: ignore[no-any-return]
-        value = parse(msg)
-        self._remember(memo, key, value)
-        return value
-
-    def _memo_key(self, msg: RawMessage) -> bytes | None:
-        """The memo key of ``msg``: its body bytes, or None when too large to remember."""
         _, _, offset, size = msg
-        return bytes(self.buffer[offset : offset + size]) if size <= _MEMO_BODY_BYTES else None
-
-    def _remember(self, memo: dict[bytes, Any], key: bytes | None, value: Any) -> None:
-        if key is not None and len(memo) < _MEMO_ENTRIES:
-            memo[key] = value
+        if size > _MEMO_BODY_BYTES:
+            return parse(msg)
+        memo = self._memos[table]
+        key = bytes(self.buffer[offset : offset + size])
+        value = memo.get(key)
+        if value is None:
+            value = parse(msg)
+            if len(memo) < _MEMO_ENTRIES:
+                memo[key] = value
+        return value  # type: ignore[no-any-return]
 
     def _committed_type(self, address: int) -> H5Type:
         """The datatype of the committed datatype object at ``address``, ``committed_at`` set."""
@@ -276,12 +269,15 @@ class HDF5File:
         return dense_attributes(self, info)
 
     # --- data --------------------------------------------------------------------------------
-    def raw_location(self, obj: ObjectHeader) -> tuple[int, int] | None:
+    def raw_location(self, obj: ObjectHeader, *, keep: bool = True) -> tuple[int, int] | None:
         """``(absolute offset, nbytes)`` of the raw data when it is stored in one piece, unfiltered
         (compact or contiguous layout, or one unfiltered chunk that covers the whole dataset);
         else None. ``nbytes`` is what the dataspace and datatype need (never more than stored).
+
+        ``keep=False``: do not keep the decoded layout on ``obj`` (for a look at a small
+        dataset that is not read: one object less for the garbage collector per dataset).
         """
-        layout = obj.layout
+        layout = obj.layout if keep else obj.peek_layout()
         if layout is None:
             return None
         nbytes = self._expected_bytes(obj)

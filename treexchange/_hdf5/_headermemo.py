@@ -43,7 +43,7 @@ class HeaderMemo:
         ...         _ = f.create_dataset(f"x{i}", data=np.full(4, i, "<f4"))
         >>> with HDF5File(bio.getvalue()) as h5:
         ...     objs = [h5.object(a) for a in h5.root.links().values()]
-        ...     [np.frombuffer(h5.raw_data(o), "<f4")[0] for o in objs], h5._headers.hits
+        ...     [float(np.frombuffer(h5.raw_data(o), "<f4")[0]) for o in objs], h5._headers.hits
         ([0.0, 1.0, 2.0], 2)
     """
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._errors import FormatError, LimitError, UnsupportedError
@@ -321,24 +322,18 @@ class ObjectHeader:
         msg = self._first(m.DATATYPE)
         if msg is None:
             return None
-        # Looked up inline rather than through HDF5File._memo: this runs once per dataset.
-        file = self.file
-        shared = msg[1] & m.MSG_FLAG_SHARED
-        memo = file._memos[_SHARED_MEMO if shared else _DATATYPE_MEMO]
-        key = file._memo_key(msg)
-        if key is not None:
-            hit = memo.get(key)
-            if hit is not None:
-                return hit  # type: ignore[no-any-return]
         with format_errors(self.offset):
-            if shared:
-                # A shared message's body is the address of the committed type: the same body,
-                # the same (resolved, immutable) type.
-                value = file._committed_type(m.parse_shared_address(self.cursor(msg)))
-            else:
-                value = parse_datatype(self.cursor(msg), file.limits)
-        file._remember(memo, key, value)
-        return value
+            if msg[1] & m.MSG_FLAG_SHARED:
+                return self.file._memo(_SHARED_MEMO, msg, self._parse_shared)
+            return self.file._memo(_DATATYPE_MEMO, msg, self._parse_datatype)
+
+    def _parse_shared(self, msg: RawMessage) -> H5Type:
+        # A shared message's body is the address of the committed type: the same body, the
+        # same (resolved, immutable) type.
+        return self.file._committed_type(m.parse_shared_address(self.cursor(msg)))
+
+    def _parse_datatype(self, msg: RawMessage) -> H5Type:
+        return parse_datatype(self.cursor(msg), self.file.limits)
 
     @property
     def dataspace(self) -> Dataspace | None:
@@ -355,17 +350,11 @@ class ObjectHeader:
         _, flags, at, _ = msg
         if flags & m.MSG_FLAG_SHARED:
             raise UnsupportedError("shared dataspace messages are not supported", offset=at)
-        file = self.file
-        memo = file._memos[_DATASPACE_MEMO]
-        key = file._memo_key(msg)
-        if key is not None:
-            hit = memo.get(key)
-            if hit is not None:
-                return hit  # type: ignore[no-any-return]
         with format_errors(self.offset):
-            value = m.parse_dataspace(self.cursor(msg))
-        file._remember(memo, key, value)
-        return value
+            return self.file._memo(_DATASPACE_MEMO, msg, self._parse_dataspace)
+
+    def _parse_dataspace(self, msg: RawMessage) -> Dataspace:
+        return m.parse_dataspace(self.cursor(msg))
 
     @property
     def layout(self) -> Layout | None:
@@ -373,6 +362,11 @@ class ObjectHeader:
         if value is _UNSET:
             value = self._layout = self._decode_layout()
         return value
+
+    def peek_layout(self) -> Layout | None:
+        """:attr:`layout`, decoded but not kept when it was not decoded yet."""
+        value = self._layout
+        return self._decode_layout() if value is _UNSET else value
 
     def _decode_layout(self) -> Layout | None:
         """The data layout message with absolute offsets, or None (not a dataset)."""
@@ -385,7 +379,7 @@ class ObjectHeader:
                 # Old layouts do not store the size: it is dataspace x datatype.
                 space, dtype = self.dataspace, self.datatype
                 n = (space.count if space else 0) * (dtype.size if dtype else 0)
-                layout = layout._replace(data_size=n)
+                layout = replace(layout, data_size=n)
             return layout
 
     @property

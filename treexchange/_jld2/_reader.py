@@ -419,7 +419,7 @@ class Reader:
         assert info.plan is not None
         size = info.plan.size
         self._check_open()
-        loc = self.h5.raw_location(info.obj)
+        loc = self.h5.raw_location(info.obj, keep=False)
         if loc is None or loc[1] < size:
             return bytes(self.raw(info, size)[:size])
         return bytes(self.h5.buffer[loc[0] : loc[0] + size])
