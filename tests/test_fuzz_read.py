@@ -312,4 +312,5 @@ def test_seeds_read_cleanly_and_agree_with_h5py(tmp_path: Path) -> None:
                 assert sorted(f) == sorted(k for k in h5 if k != "_types"), name  # h5py sorts names
         assert compared or not datasets, f"{name}: no numeric array compared"
         total += compared
-    assert total >= 10
+    # The built-in kitchen-sink seed alone holds a few arrays; the fixtures add many more.
+    assert total >= (10 if len(_seeds()) > 1 else 3)
