@@ -82,3 +82,53 @@ def __getattr__(name: str) -> Any:
 
 
 __version__ = "0.1.0"
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | _LAZY_SCHEMA_NAMES)
+
+
+__all__ = [
+    "MISSING",
+    "UNDEF",
+    "ConversionError",
+    "File",
+    "FormatError",
+    "Group",
+    "Int128",
+    "JuliaArray",
+    "JuliaBits",
+    "JuliaStruct",
+    "JuliaType",
+    "LimitError",
+    "Limits",
+    "Mismatch",
+    "MismatchError",
+    "NamedTuple",
+    "Node",
+    "PlainHDF5Error",
+    "Schema",
+    "SchemaDiff",
+    "Singleton",
+    "Symbol",
+    "TreexchangeError",
+    "UInt128",
+    "Undef",
+    "UnsupportedError",
+    "WriteError",
+    "WrongFormatError",
+    "diff",
+    "flux_julia",
+    "flux_state",
+    "infer_schema",
+    "load",
+    "load_schema",
+    "open",
+    "read_embedded_schema",
+    "restore",
+    "save",
+    "schema_to_attributes",
+    "to_julia",
+    "validate",
+    "values_equal",
+]
