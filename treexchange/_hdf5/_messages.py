@@ -317,57 +317,46 @@ def parse_link(c: Cursor) -> Link:
 
 
 @dataclass(frozen=True)
-class LinkInfo:
-    """Link info message (type 2): where a *dense* group keeps its links (absolute offsets)."""
+class DenseStorageInfo:
+    """Where a *dense* group keeps its links (link info message, type 2) or an object its
+    attributes (attribute info message, type 0x15): fractal heap and B-tree addresses (absolute)."""
 
     heap_address: int | None
     name_index_address: int | None
     order_index_address: int | None
 
 
-def parse_link_info(c: Cursor, base: int) -> LinkInfo:
+# The two messages share one layout and differ only in the width of the creation-index counter.
+LinkInfo = DenseStorageInfo
+AttributeInfo = DenseStorageInfo
+
+
+def _parse_dense_storage_info(c: Cursor, base: int, what: str, counter_size: int) -> DenseStorageInfo:
     at = c.pos
     version = c.u8()
     if version != 0:
-        raise FormatError(f"unknown link info message version {version}", offset=at)
+        raise FormatError(f"unknown {what} message version {version}", offset=at)
     flags = c.u8()
     if flags & 1:
-        c.u64()  # maximum creation index
+        c.uint(counter_size)  # maximum creation index
     heap = c.address()
     name_index = c.address()
     order_index = c.address() if flags & 2 else None
-    return LinkInfo(
+    return DenseStorageInfo(
         None if heap is None else heap + base,
         None if name_index is None else name_index + base,
         None if order_index is None else order_index + base,
     )
 
 
-@dataclass(frozen=True)
-class AttributeInfo:
-    """Attribute info message (type 0x15): dense attribute storage (absolute offsets)."""
-
-    heap_address: int | None
-    name_index_address: int | None
-    order_index_address: int | None
+def parse_link_info(c: Cursor, base: int) -> DenseStorageInfo:
+    """Decode a link info message (its creation-index counter is 8 bytes)."""
+    return _parse_dense_storage_info(c, base, "link info", 8)
 
 
-def parse_attribute_info(c: Cursor, base: int) -> AttributeInfo:
-    at = c.pos
-    version = c.u8()
-    if version != 0:
-        raise FormatError(f"unknown attribute info message version {version}", offset=at)
-    flags = c.u8()
-    if flags & 1:
-        c.u16()  # maximum creation index
-    heap = c.address()
-    name_index = c.address()
-    order_index = c.address() if flags & 2 else None
-    return AttributeInfo(
-        None if heap is None else heap + base,
-        None if name_index is None else name_index + base,
-        None if order_index is None else order_index + base,
-    )
+def parse_attribute_info(c: Cursor, base: int) -> DenseStorageInfo:
+    """Decode an attribute info message (its creation-index counter is 2 bytes)."""
+    return _parse_dense_storage_info(c, base, "attribute info", 2)
 
 
 def parse_symbol_table(c: Cursor, base: int) -> tuple[int, int]:

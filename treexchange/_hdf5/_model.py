@@ -7,6 +7,7 @@ Nothing here touches a file.
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Literal, NamedTuple
 
@@ -137,12 +138,7 @@ class Dataspace:
     @property
     def count(self) -> int:
         """Number of elements: 1 for scalar, 0 for null."""
-        if self.kind == "null":
-            return 0
-        n = 1
-        for d in self.dims:
-            n *= d
-        return n
+        return 0 if self.kind == "null" else math.prod(self.dims)
 
 
 @dataclass(frozen=True)

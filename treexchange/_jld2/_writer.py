@@ -17,6 +17,7 @@ payloads of contiguous datasets start 8-byte aligned, as in JLD2.
 
 from __future__ import annotations
 
+import math
 import struct
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
@@ -108,12 +109,7 @@ class _Space:
 
     @property
     def numel(self) -> int:
-        if self.kind == enc.DS_NULL:
-            return 0
-        n = 1
-        for d in self.dims:
-            n *= d
-        return n
+        return 0 if self.kind == enc.DS_NULL else math.prod(self.dims)
 
 
 @dataclass(frozen=True)
