@@ -19,6 +19,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="treexchange",
         description="Move model state between Julia (Flux/Lux, JLD2) and Python (JAX) without loss.",
     )
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"treexchange {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _COMMAND_MODULES:
         module = importlib.import_module(f"treexchange._commands.{name}")
