@@ -9,8 +9,10 @@ bias, σ = ())),)`` of 200 Float32 arrays, 1 GiB in all by default, written by
 * ``treexchange``: ``treexchange.load(path)``: arrays are zero-copy views of a copy-on-write
   memory map, so this alone reads (almost) no array bytes;
 * ``treexchange+touch``: the same, then one byte of every 4 KiB page of every array read;
-* ``+sum`` variants of all three: every array summed with numpy (every byte read), the fair
-  comparison for "the data are in memory and have been used".
+* ``treexchange(mmap=False)``: ``treexchange.load(path, mmap=False)``: every array read into
+  memory of its own with one plain read (``os.preadv``) each;
+* ``+sum`` variants of raw, h5py and both treexchange loads: every array summed with numpy
+  (every byte read), the fair comparison for "the data are in memory and have been used".
 
 Peak memory is the high-water mark of RSS above the interpreter's baseline (taken after the imports);
 the file-backed part of RSS (pages of the memory map) is reported separately.
@@ -59,7 +61,18 @@ from _common import (  # (after the path tweak that makes it importable)
     warm_cache,
 )
 
-BIG_METHODS = ("raw", "h5py", "treexchange", "treexchange+touch", "raw+sum", "h5py+sum", "treexchange+sum")
+NOMMAP = "treexchange(mmap=False)"
+BIG_METHODS = (
+    "raw",
+    "h5py",
+    "treexchange",
+    "treexchange+touch",
+    NOMMAP,
+    "raw+sum",
+    "h5py+sum",
+    "treexchange+sum",
+    f"{NOMMAP}+sum",
+)
 LEAF_METHODS = ("lazy-open", "lazy-walk", "eager", "h5py-eager")
 PAGE = 4096
 
@@ -202,8 +215,8 @@ def child(method: str, path: str) -> dict[str, Any]:
         nbytes = sum(a.nbytes for a in keep)
         if post == "sum":
             checksum = sum(float(a.sum(dtype=np.float64)) for a in keep)
-    elif base in ("treexchange", "eager"):
-        keep = tx.load(path)
+    elif base in ("treexchange", "eager", NOMMAP):
+        keep = tx.load(path, mmap=base != NOMMAP)
         arrays = list(_arrays(keep))
         nbytes = sum(a.nbytes for a in arrays)
         count = len(arrays)
@@ -358,15 +371,26 @@ def main() -> None:
                 1.1,
             ),
         ]
+        checks.append(("eager load, mmap=False ≤ 1.2× raw read", w[NOMMAP]["wall"] / w["raw"]["wall"], 1.2))
         for cache in caches[1:]:
             c = report[f"big_{cache}"]
-            checks.append(
+            checks += [
                 (
                     f"eager load ≤ 1.2× raw read (load + touch every page), {cache} cache",
                     c["treexchange+touch"]["wall"] / c["raw"]["wall"],
                     1.2,
-                )
-            )
+                ),
+                (
+                    f"eager load, mmap=False ≤ 1.2× raw read, {cache} cache",
+                    c[NOMMAP]["wall"] / c["raw"]["wall"],
+                    1.2,
+                ),
+                (
+                    f"eager load, mmap=False + sum ≤ 1.2× raw read + sum, {cache} cache",
+                    c[f"{NOMMAP}+sum"]["wall"] / c["raw+sum"]["wall"],
+                    1.2,
+                ),
+            ]
     if args.part in ("all", "leaves"):
         _ensure(leaves, make_leaves, args.leaves)
         for cache in caches:

@@ -103,12 +103,22 @@ class File(Group):
             raise ValueError("I/O operation on a closed treexchange.File")
         return super().__getitem__(key)
 
-    def read(self, name: str | None = None, *, order: Order = "julia") -> Any:  # type: ignore[override]
-        """Read everything (``dict`` of top-level names) or one name (``"a/b"`` allowed)."""
+    def read(self, name: str | None = None, *, order: Order = "julia", mmap: bool = True) -> Any:  # type: ignore[override]
+        """Read everything (``dict`` of top-level names) or one name (``"a/b"`` allowed).
+
+        ``mmap=False`` reads every numeric array into memory of its own (see :func:`load`).
+
+        Example:
+            >>> import treexchange
+            >>> with treexchange.open(_demo_bytes()) as f:
+            ...     a = f.read("a", mmap=False)
+            >>> a, a.flags.owndata
+            (array([0., 0.]), True)
+        """
         if name is None:
-            return _guard(lambda: super(File, self).read(order=order))
+            return _guard(lambda: super(File, self).read(order=order, mmap=mmap))
         node = self[name]
-        return _guard(lambda: node.read(order=order))
+        return _guard(lambda: node.read(order=order, mmap=mmap))
 
     def __repr__(self) -> str:
         return f"<treexchange.File {self.filename!r} (JLD2 {self.format_version}, {len(self)} names)>"
@@ -170,13 +180,15 @@ def load(
     schema: Any = None,
     like: Any = None,
     sharding: Any = None,
+    mmap: bool = True,
     **restore_options: Any,
 ) -> Any:
     """Read a JLD2 file eagerly: every top-level name as a ``dict``, or the one ``name``.
 
     Values follow treexchange's value model (NamedTuple, tuple, list, numpy arrays in Julia's
     shape, ...). Uncompressed arrays are zero-copy, writable views of a copy-on-write memory map:
-    writing to them never changes the file. Arrays shared in Julia come back as one object.
+    writing to them never changes the file (``mmap=False`` reads them into arrays of their own
+    instead). Arrays shared in Julia come back as one object.
 
     Args:
         source: a path, or the file's bytes.
@@ -197,12 +209,21 @@ def load(
             ``allow_missing``, ``allow_extra``, ``cast``, ``numpy``, ``layout``).
         sharding: a ``jax.sharding.Sharding`` or a PyTree of them; arrays become jax arrays
             placed that way, each device reading only its own slice of the file.
+        mmap: ``True`` (default): uncompressed arrays are views of the memory map (nothing is
+            read until used; the map lives as long as the arrays). ``False``: every array is
+            read into memory of its own with one plain read (``os.preadv``) per array: ordinary
+            writable arrays that own their data and hold nothing of the file, which may then
+            be deleted or replaced. Faster than touching a map when the file is not in the
+            page cache and every byte will be used. Metadata is read through the map either
+            way; compressed arrays are always decoded into new arrays.
 
     Example:
         >>> import treexchange
         >>> treexchange.load(_demo_bytes())
         {'a': array([0., 0.])}
         >>> treexchange.load(_demo_bytes(), "a").flags.f_contiguous
+        True
+        >>> treexchange.load(_demo_bytes(), "a", mmap=False).flags.owndata
         True
     """
     if order not in ("julia", "storage"):
@@ -217,7 +238,8 @@ def load(
                 f[name]
             except KeyError:
                 raise TreexchangeError(f"no entry named {name!r} in the file") from None
-        value = f.read(name, order=order)
+        # plain HDF5 arrays come from h5py: private copies already
+        value = f.read(name, order=order, mmap=mmap) if isinstance(f, File) else f.read(name, order=order)
         if schema is not None or (validate and _has_embedded_schema(f)):
             from ._schema import check_loaded  # pydantic is imported only when a schema is in play
 

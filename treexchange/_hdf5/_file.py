@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import mmap
 import os
+import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from types import TracebackType
@@ -79,6 +81,9 @@ class HDF5File:
         self._header_type = header_type
         self.verify_checksums = verify_checksums
         self._mmap: mmap.mmap | None = None
+        self._fh: Any = None  # the open file, for plain reads (read_into); None for bytes
+        self._fh_lock = threading.Lock()  # seek + readinto where os.preadv is missing
+        self._from_path = not isinstance(source, (bytes, bytearray, memoryview))
         self._random_until: int | None = None  # objects parsed before MADV_RANDOM is lifted
         if isinstance(source, (bytes, bytearray, memoryview)):
             self.buffer = (
@@ -87,11 +92,20 @@ class HDF5File:
             self.name = "<bytes>"
         else:
             self.name = os.fspath(source)
-            with open(self.name, "rb") as fh:
+            # The file stays open (unbuffered) for read_into: the map and the plain reads then
+            # see the same file even if the name is replaced or deleted while it is open.
+            fh = open(self.name, "rb", buffering=0)
+            try:
                 size = os.fstat(fh.fileno()).st_size
                 if size == 0:
                     raise WrongFormatError("not an HDF5 file (empty file)", offset=0)
                 self._mmap = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            except BaseException:
+                fh.close()
+                raise
+            self._fh = fh
+            # closed with the object if close() is never called (no ResourceWarning)
+            self._fh_finalizer = weakref.finalize(self, fh.close)
             if size > _RANDOM_ABOVE:
                 # Metadata reads are small and scattered between the arrays: with the default
                 # read-around, every object-header fault in a cold file reads read_ahead_kb
@@ -133,7 +147,17 @@ class HDF5File:
         Views handed out (``raw_data`` slices, attribute data) keep the map alive: if any is still
         referenced, the map is closed by the garbage collector once they are gone.
         """
-        self._objects = {}
+        # Drop the caches that hold views of the map (attribute data, heaps, header memo), so
+        # the map can be closed now rather than when the garbage collector breaks the cycles
+        # they sit in.
+        self._objects, self._types, self._heaps, self._links = {}, {}, {}, {}
+        self._memos = {table: {} for table in MEMO_TABLES}
+        if getattr(self, "_headers", None) is not None:  # (absent when __init__ failed early)
+            self._headers = HeaderMemo()
+        if self._fh is not None:
+            fh, self._fh = self._fh, None
+            self._fh_finalizer.detach()
+            fh.close()
         if self._mmap is not None:
             mm, self._mmap = self._mmap, None
             try:
@@ -322,6 +346,52 @@ class HDF5File:
 
         with format_errors(obj.offset):
             return read_chunked(self, obj, nbytes)
+
+    def fileno(self) -> int | None:
+        """The open file's descriptor (``None`` for bytes or once closed)."""
+        return None if self._fh is None else int(self._fh.fileno())
+
+    def read_into(self, offset: int, out: memoryview) -> None:
+        """Fill ``out`` (a writable byte buffer) with the file's bytes at absolute ``offset``.
+
+        Plain reads (``os.preadv``), not the memory map: one system call that streams from the
+        disk, where touching a cold map waits on one page fault after another. For a file given
+        as bytes, a copy. The range must lie within the file as it was opened; a file truncated
+        since then raises FormatError.
+
+        Example:
+            >>> import h5py, io, numpy as np
+            >>> bio = io.BytesIO()
+            >>> h5py.File(bio, "w").close()
+            >>> buf = bytearray(8)
+            >>> with HDF5File(bio.getvalue()) as h5:
+            ...     h5.read_into(0, memoryview(buf))
+            >>> bytes(buf)
+            b'\\x89HDF\\r\\n\\x1a\\n'
+        """
+        n = out.nbytes
+        if offset < 0 or offset + n > self.size:
+            raise FormatError(f"{n} bytes at {offset} lie outside the file", offset=offset)
+        fh = self._fh
+        if fh is None:
+            if self._from_path:
+                raise ValueError("I/O operation on a closed file")
+            out[:] = self.buffer[offset : offset + n]
+            return
+        done = 0
+        while done < n:  # more than one call only for reads over 2 GiB (Linux caps one read)
+            view = out[done:]
+            if hasattr(os, "preadv"):
+                got = os.preadv(fh.fileno(), [view], offset + done)
+            else:
+                with self._fh_lock:
+                    fh.seek(offset + done)
+                    got = fh.readinto(view)
+            if not got:
+                raise FormatError(
+                    "the file ended early (truncated since it was opened?)", offset=offset + done
+                )
+            done += got
 
     def prefetch(self, offset: int, nbytes: int) -> None:
         """Ask the kernel to start reading ``[offset, offset + nbytes)`` into the page cache.

@@ -98,9 +98,13 @@ class Node:
         self.julia_type = julia_type
 
     # --- reading ----------------------------------------------------------------------------
-    def read(self, *, order: Order = "julia") -> Any:
-        """The whole value (arrays as numpy views of the file when stored uncompressed)."""
-        return self._read(Session(self._reader, order))
+    def read(self, *, order: Order = "julia", mmap: bool = True) -> Any:
+        """The whole value (arrays as numpy views of the file when stored uncompressed).
+
+        ``mmap=False``: every numeric array is read into an array of its own with a plain
+        read (see :func:`treexchange.load`).
+        """
+        return self._read(Session(self._reader, order, mmap=mmap))
 
     def _read(self, session: Session) -> Any:
         raise NotImplementedError
@@ -633,9 +637,10 @@ class Group(Mapping[str, "Node | Group"]):
         for name in self._all():
             yield name, self._entry(name)
 
-    def read(self, *, order: Order = "julia") -> dict[str, Any]:
-        """Every value in the group, eagerly (one session: shared arrays stay shared)."""
-        session = Session(self._reader, order)
+    def read(self, *, order: Order = "julia", mmap: bool = True) -> dict[str, Any]:
+        """Every value in the group, eagerly (one session: shared arrays stay shared);
+        ``mmap`` as for :meth:`Node.read`."""
+        session = Session(self._reader, order, mmap=mmap)
         return self._read(session)
 
     def _read(self, session: Session) -> dict[str, Any]:

@@ -7,7 +7,9 @@ the same Python object (as it is the same Julia object), and refuses reference c
 
 Arrays of numbers, ``Bool``, ``Complex`` and ``BFloat16`` come back as numpy views of a
 *copy-on-write* memory map of the file (``mmap.ACCESS_COPY``): zero-copy, writable, and writing
-never touches the file. The map stays alive as long as any array refers to it.
+never touches the file. The map stays alive as long as any array refers to it. A session with
+``mmap=False`` reads them instead into fresh arrays of their own with plain reads (one
+``preadv`` per array), for callers who want private copies of a file not in the page cache.
 """
 
 from __future__ import annotations
@@ -154,7 +156,8 @@ class Reader:
         self.limits = limits
         self.name = "<bytes>" if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
         self.h5 = HDF5File(source, limits=limits, verify_checksums=verify_checksums, header_type=DatasetInfo)
-        self._data: Any = None
+        self._data: Any = None  # the copy-on-write map (or bytearray), made on first use
+        self._source = source if isinstance(source, (bytes, bytearray, memoryview)) else None
         try:
             self.header: FileHeader | None
             if require_jld2:
@@ -164,7 +167,6 @@ class Reader:
                     self.header = parse_header(self.h5.userblock)
                 except WrongFormatError:
                     self.header = None
-            self._data = self._open_data(source)
         except BaseException:
             self.h5.close()
             raise
@@ -182,12 +184,20 @@ class Reader:
     def _describe(self) -> str:
         return "file" if self.name == "<bytes>" else repr(self.name)
 
-    @staticmethod
-    def _open_data(source: Any) -> Any:
-        if isinstance(source, (bytes, bytearray, memoryview)):
-            return bytearray(source)  # arrays must be writable, like the copy-on-write map
-        with open(os.fspath(source), "rb") as fh:
-            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_COPY)
+    def _data_map(self) -> Any:
+        """The copy-on-write map that array views share, made on first use (a load with
+        ``mmap=False`` never makes it). Mapped from the descriptor the HDF5 layer holds open, so
+        it is the file that was opened even if its name has been replaced since."""
+        data = self._data
+        if data is None:
+            fd = self.h5.fileno()
+            if fd is None:
+                # bytes: arrays must be writable, like the copy-on-write map
+                data = bytearray(self._source if self._source is not None else b"")
+            else:
+                data = mmap.mmap(fd, 0, access=mmap.ACCESS_COPY)
+            self._data = data
+        return data
 
     closed = False
 
@@ -424,8 +434,10 @@ class Reader:
             return bytes(self.raw(info, size)[:size])
         return bytes(self.h5.buffer[loc[0] : loc[0] + size])
 
-    def numeric_array(self, info: DatasetInfo, order: Order = "julia") -> np.ndarray:
-        """A plain-data array as a zero-copy view (uncompressed) in Julia or storage order."""
+    def numeric_array(self, info: DatasetInfo, order: Order = "julia", *, mmap: bool = True) -> np.ndarray:
+        """A plain-data array in Julia or storage order: a zero-copy view of the copy-on-write
+        map when stored uncompressed, or (``mmap=False``) a fresh array read with one plain read.
+        Compressed arrays are decoded into new arrays either way."""
         assert info.shape is not None and info.plan is not None and info.plan.dtype is not None
         self._check_open()
         dtype = info.plan.dtype
@@ -438,11 +450,20 @@ class Reader:
                     f"array of {count * dtype.itemsize} bytes exceeds max_array_bytes", offset=info.obj.offset
                 )
             loc = self.h5.raw_location(info.obj)
-            if loc is not None and self._data is not None:
+            if loc is not None:
                 off, nbytes = loc
-                if nbytes < count * dtype.itemsize or off + count * dtype.itemsize > len(self._data):
+                need = count * dtype.itemsize
+                if nbytes < need or off + need > self.h5.size:
                     raise FormatError("array data runs past its storage", offset=off)
-                flat = np.frombuffer(self._data, dtype, count, off)
+                if not mmap:
+                    # allocated in its final shape, so the array returned owns its data
+                    if order == "julia":
+                        arr = np.empty(info.shape, dtype, order="F")
+                    else:
+                        arr = np.empty(tuple(reversed(info.shape)), dtype)
+                    self.h5.read_into(off, arr.reshape(-1, order="A").view(np.uint8).data)
+                    return arr
+                flat = np.frombuffer(self._data_map(), dtype, count, off)
             else:
                 raw = self.raw(info, count * dtype.itemsize)
                 flat = np.frombuffer(raw, dtype, count)
@@ -478,7 +499,7 @@ class Reader:
             raw = self.raw(info, plan.size)
             return plan.decode(session, raw, 0, path)
         if info.dtype is not None:
-            return self.numeric_array(info, session.order)
+            return self.numeric_array(info, session.order, mmap=session.mmap)
         return self.object_array(info, path, session)
 
     def object_array(self, info: DatasetInfo, path: Path, session: Session) -> Any:
@@ -516,15 +537,20 @@ class Reader:
 
 
 class Session:
-    """One traversal: identity memo (shared objects read once), cycle and depth guards."""
+    """One traversal: identity memo (shared objects read once), cycle and depth guards.
 
-    def __init__(self, reader: Reader, order: Order = "julia") -> None:
+    ``mmap=False``: plain-data arrays are read into arrays of their own (see
+    :meth:`Reader.numeric_array`) instead of being views of the copy-on-write map.
+    """
+
+    def __init__(self, reader: Reader, order: Order = "julia", *, mmap: bool = True) -> None:
         if order not in ("julia", "storage"):
             raise ValueError(f"order must be 'julia' or 'storage', not {order!r}")
         self.reader = reader
         self.limits = reader.limits
         self.type_limits = reader.type_limits
         self.order = order
+        self.mmap = mmap
         self.memo: dict[int, Any] = {}
         self._busy: set[int] = set()
         self._depth = 0
