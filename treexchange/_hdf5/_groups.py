@@ -56,20 +56,30 @@ def _unique(links: list[m.Link], obj: ObjectHeader) -> list[m.Link]:
     return links
 
 
-def _dense_links(f: HDF5File, info: m.LinkInfo) -> list[m.Link]:
+def _dense_index(
+    f: HDF5File, info: m.DenseStorageInfo, what: str, order_records: int, name_records: int
+) -> tuple[FractalHeap, list[memoryview], bool, int]:
+    """Open the fractal heap and read the B-tree index of dense links or attributes: the
+    creation-order index when there is one, else the name index (hash order)."""
     assert info.heap_address is not None
     c = f._cursor(0)
     heap = FractalHeap(c, info.heap_address, f.base, verify=f.verify_checksums, limits=f.limits)
     by_order = info.order_index_address is not None
     index = info.order_index_address if by_order else info.name_index_address
     if index is None:
-        raise FormatError("dense group without a name index", offset=info.heap_address)
+        raise FormatError(f"dense {what} storage without a name index", offset=info.heap_address)
     header, recs = records(c, index, f.base, f.limits, verify=f.verify_checksums)
-    expected = _LINK_ORDER_RECORDS if by_order else _LINK_NAME_RECORDS
+    expected = order_records if by_order else name_records
     if header.type != expected:
         raise FormatError(
-            f"link index B-tree has record type {header.type}, expected {expected}", offset=index
+            f"{what} index B-tree has record type {header.type}, expected {expected}", offset=index
         )
+    return heap, recs, by_order, index
+
+
+def _dense_links(f: HDF5File, info: m.LinkInfo) -> list[m.Link]:
+    heap, recs, by_order, _ = _dense_index(f, info, "link", _LINK_ORDER_RECORDS, _LINK_NAME_RECORDS)
+    c = f._cursor(0)
     skip = 8 if by_order else 4  # creation order (u64) or name hash (u32) precedes the heap ID
     links = []
     for rec in recs:
@@ -85,18 +95,7 @@ def dense_attributes(f: HDF5File, info: m.AttributeInfo) -> dict[str, Attribute]
     """Attributes kept in a fractal heap: creation order when indexed, else by name."""
     if info.heap_address is None:
         return {}
-    c = f._cursor(0)
-    heap = FractalHeap(c, info.heap_address, f.base, verify=f.verify_checksums, limits=f.limits)
-    by_order = info.order_index_address is not None
-    index = info.order_index_address if by_order else info.name_index_address
-    if index is None:
-        raise FormatError("dense attribute storage without a name index", offset=info.heap_address)
-    header, recs = records(c, index, f.base, f.limits, verify=f.verify_checksums)
-    expected = _ATTR_ORDER_RECORDS if by_order else _ATTR_NAME_RECORDS
-    if header.type != expected:
-        raise FormatError(
-            f"attribute index B-tree has record type {header.type}, expected {expected}", offset=index
-        )
+    heap, recs, by_order, index = _dense_index(f, info, "attribute", _ATTR_ORDER_RECORDS, _ATTR_NAME_RECORDS)
     attrs = []
     for rec in recs:
         if rec[8] & m.MSG_FLAG_SHARED:
