@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 MiB = 1 << 20
 _UNITS = {
     "": 1,
@@ -199,3 +201,18 @@ def markdown_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def make_leaves(path: Path, n_leaves: int) -> None:
+    """The many-leaves state used by bench_read.py and bench_schema.py: Dense-like
+    layers `(weight 8×8, bias 8, σ = ())`, two array leaves each."""
+    import treexchange as tx
+
+    rng = np.random.default_rng(0)
+    layers = tuple(
+        tx.NamedTuple(
+            weight=rng.standard_normal((8, 8)).astype(np.float32), bias=np.zeros(8, np.float32), σ=()
+        )
+        for _ in range(n_leaves // 2)
+    )
+    tx.save(path, model_state=tx.NamedTuple(layers=layers))

@@ -55,6 +55,7 @@ from _common import (  # (after the path tweak that makes it importable)
     MemoryProbe,
     evict_cache,
     machine,
+    make_leaves,
     markdown_table,
     parse_size,
     run_child,
@@ -93,20 +94,6 @@ def make_big(path: Path, size: int, n_arrays: int) -> int:
         layers.append(tx.NamedTuple(weight=w, bias=np.full(rows, i, np.float32), σ=()))
     tx.save(path, model_state=tx.NamedTuple(layers=tuple(layers)))
     return n_layers * (rows * cols + rows) * 4
-
-
-def make_leaves(path: Path, n_leaves: int) -> None:
-    """The many-leaves state (the same file bench_schema.py uses)."""
-    import treexchange as tx
-
-    rng = np.random.default_rng(0)
-    layers = tuple(
-        tx.NamedTuple(
-            weight=rng.standard_normal((8, 8)).astype(np.float32), bias=np.zeros(8, np.float32), σ=()
-        )
-        for _ in range(n_leaves // 2)
-    )
-    tx.save(path, model_state=tx.NamedTuple(layers=layers))
 
 
 def _ensure(path: Path, make: Any, *args: Any) -> None:

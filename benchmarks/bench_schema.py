@@ -25,26 +25,15 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-
-def make_leaves(path: Path, n_leaves: int) -> None:
-    import treexchange as tx
-
-    rng = np.random.default_rng(0)
-    layers = tuple(
-        tx.NamedTuple(
-            weight=rng.standard_normal((8, 8)).astype(np.float32), bias=np.zeros(8, np.float32), σ=()
-        )
-        for _ in range(n_leaves // 2)
-    )
-    tx.save(path, model_state=tx.NamedTuple(layers=layers))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import make_leaves  # (after the path tweak that makes it importable)
 
 
 class _GCClock:
