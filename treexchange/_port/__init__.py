@@ -1,0 +1,4 @@
+"""Porting real models: Flux/Lux layers <-> Equinox, Flax and PyTorch, numerically exact.
+
+``_spec`` is the layer description all paths share (see its docstring).
+"""
