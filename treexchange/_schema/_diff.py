@@ -99,8 +99,9 @@ def diff(a: Any, b: Any, *, checksums: bool = False, name: str | None = None) ->
     """Compare two schemas; files, value trees and PyTrees are compared through their inferred schemas.
 
     Args:
-        a, b: each a :class:`treexchange.Schema`, a schema JSON file or text, JSON data with a
+        a: a :class:`treexchange.Schema`, a schema JSON file or text, JSON data with a
             ``schema_version``, a JLD2 file path or opened file, a value tree or a PyTree.
+        b: the other side, any of the same.
         checksums: when inferring from data, include array sha256s (so changed contents show).
         name: compare only this top-level name.
 
