@@ -44,6 +44,7 @@ class TreexchangeError(Exception):
         path: tree path of the value concerned (``()`` when not inside a value).
 
     Example:
+        >>> from treexchange import TreexchangeError
         >>> err = TreexchangeError("bad thing", offset=560, path=("model_state", "layers", 1))
         >>> str(err)
         'bad thing (at model_state.layers[1], file offset 560)'
@@ -131,6 +132,7 @@ class Mismatch:
     ``checksum``, ``value`` (and ``type`` where a Julia type differs).
 
     Example:
+        >>> from treexchange import Mismatch
         >>> path = ("model_state", "layers", 2, "weight")
         >>> m = Mismatch("shape", path, "(5, 16) in file, (5, 32) in template")
         >>> str(m)

@@ -43,9 +43,9 @@ class File(Group):
             (``Julia data file (HDF5), version 0.2.0``) apart.
 
     Example:
-        >>> import treexchange, tempfile, pathlib
+        >>> import treexchange, tempfile, pathlib, numpy as np
         >>> path = pathlib.Path(tempfile.mkdtemp(), "demo.jld2")
-        >>> _ = path.write_bytes(_demo_bytes())
+        >>> treexchange.save(path, a=np.zeros(2))
         >>> with treexchange.open(path) as f:
         ...     list(f), f["a"].kind, f["a"].shape, f.format_version, f.filename == str(path)
         (['a'], 'array', (2,), '0.2.0', True)
@@ -109,8 +109,10 @@ class File(Group):
         ``mmap=False`` reads every numeric array into memory of its own (see :func:`load`).
 
         Example:
-            >>> import treexchange
-            >>> with treexchange.open(_demo_bytes()) as f:
+            >>> import os, tempfile, numpy as np, treexchange
+            >>> path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
+            >>> treexchange.save(path, a=np.zeros(2))
+            >>> with treexchange.open(path) as f:
             ...     a = f.read("a", mmap=False)
             >>> a, a.flags.owndata
             (array([0., 0.]), True)
@@ -153,8 +155,10 @@ def open(
         FormatError: the file is damaged.
 
     Example:
-        >>> import treexchange
-        >>> with treexchange.open(_demo_bytes()) as f:
+        >>> import os, tempfile, numpy as np, treexchange
+        >>> path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
+        >>> treexchange.save(path, a=np.zeros(2))
+        >>> with treexchange.open(path) as f:
         ...     node = f["a"]
         ...     node.kind, str(node.julia_type), node[1]
         ('array', 'Array{Float64, 1}', np.float64(0.0))
@@ -218,12 +222,14 @@ def load(
             way; compressed arrays are always decoded into new arrays.
 
     Example:
-        >>> import treexchange
-        >>> treexchange.load(_demo_bytes())
+        >>> import os, tempfile, numpy as np, treexchange
+        >>> path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
+        >>> treexchange.save(path, a=np.zeros(2))
+        >>> treexchange.load(path)
         {'a': array([0., 0.])}
-        >>> treexchange.load(_demo_bytes(), "a").flags.f_contiguous
+        >>> treexchange.load(path, "a").flags.f_contiguous
         True
-        >>> treexchange.load(_demo_bytes(), "a", mmap=False).flags.owndata
+        >>> treexchange.load(path, "a", mmap=False).flags.owndata
         True
     """
     if order not in ("julia", "storage"):

@@ -148,8 +148,10 @@ def node_record(node: Any, type_text: Any = str) -> dict[str, Any]:
 
     Example:
         >>> import treexchange
-        >>> from treexchange._file import _demo_bytes
-        >>> with treexchange.open(_demo_bytes()) as f:
+        >>> import os, tempfile, numpy as np
+        >>> path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
+        >>> treexchange.save(path, a=np.zeros(2))
+        >>> with treexchange.open(path) as f:
         ...     node_record(f["a"])["shape"]
         [2]
     """
@@ -178,8 +180,10 @@ def node_budget(root: Any) -> int | None:
 
     Example:
         >>> import treexchange
-        >>> from treexchange._file import _demo_bytes
-        >>> with treexchange.open(_demo_bytes()) as f:
+        >>> import os, tempfile, numpy as np
+        >>> path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
+        >>> treexchange.save(path, a=np.zeros(2))
+        >>> with treexchange.open(path) as f:
         ...     node_budget(f)
         1000000
     """
@@ -197,8 +201,10 @@ def walk_nodes(root: Any, budget: int | None = None) -> Iterator[tuple[Any, int]
 
     Example:
         >>> import treexchange
-        >>> from treexchange._file import _demo_bytes
-        >>> with treexchange.open(_demo_bytes()) as f:
+        >>> import os, tempfile, numpy as np
+        >>> path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
+        >>> treexchange.save(path, a=np.zeros(2))
+        >>> with treexchange.open(path) as f:
         ...     [(node.path, depth) for node, depth in walk_nodes(f)]
         [((), 0), (('a',), 1)]
     """
@@ -220,8 +226,10 @@ def iter_records(root: Any) -> Iterator[dict[str, Any]]:
 
     Example:
         >>> import treexchange
-        >>> from treexchange._file import _demo_bytes
-        >>> with treexchange.open(_demo_bytes()) as f:
+        >>> import os, tempfile, numpy as np
+        >>> path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
+        >>> treexchange.save(path, a=np.zeros(2))
+        >>> with treexchange.open(path) as f:
         ...     [(r["path"], r["kind"], r["julia_type"]) for r in iter_records(f)]
         [(['a'], 'array', 'Array{Float64, 1}')]
     """
@@ -238,8 +246,10 @@ def json_lines(root: Any) -> Iterator[str]:
 
     Example:
         >>> import treexchange
-        >>> from treexchange._file import _demo_bytes
-        >>> with treexchange.open(_demo_bytes()) as f:
+        >>> import os, tempfile, numpy as np
+        >>> path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
+        >>> treexchange.save(path, a=np.zeros(2))
+        >>> with treexchange.open(path) as f:
         ...     print(next(json_lines(f))[:86])
         {"path": ["a"], "kind": "array", "julia_type": "Array{Float64, 1}", "dtype": "float64"
     """
@@ -268,8 +278,10 @@ def text_lines(root: Any, *, type_width: int = 100) -> Iterator[str]:
 
     Example:
         >>> import treexchange
-        >>> from treexchange._file import _demo_bytes
-        >>> with treexchange.open(_demo_bytes()) as f:
+        >>> import os, tempfile, numpy as np
+        >>> path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
+        >>> treexchange.save(path, a=np.zeros(2))
+        >>> with treexchange.open(path) as f:
         ...     for line in text_lines(f):
         ...         print(line)
         a: Array{Float64, 1}  2  float64  16 B
@@ -327,8 +339,10 @@ def select(f: Any, name: str | None) -> Any:
 
     Example:
         >>> import treexchange
-        >>> from treexchange._file import _demo_bytes
-        >>> with treexchange.open(_demo_bytes()) as f:
+        >>> import os, tempfile, numpy as np
+        >>> path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
+        >>> treexchange.save(path, a=np.zeros(2))
+        >>> with treexchange.open(path) as f:
         ...     select(f, None) is f, select(f, "a").path
         (True, ('a',))
     """

@@ -35,6 +35,7 @@ class JuliaType:
     """A Julia type: qualified ``name`` (``"Core.NamedTuple"``) and ``params``.
 
     Example:
+        >>> from treexchange import JuliaType
         >>> t = JuliaType.parse("Core.Array{Core.Float32,2}")
         >>> t.name, t.params[1]
         ('Core.Array', np.int64(2))

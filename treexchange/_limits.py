@@ -23,6 +23,7 @@ class Limits:
         max_string_bytes: longest string, symbol or type name.
 
     Example:
+        >>> from treexchange import Limits
         >>> Limits().max_depth
         512
         >>> Limits(max_array_bytes=1 << 20).max_array_bytes

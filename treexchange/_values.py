@@ -47,6 +47,7 @@ class NamedTuple(Mapping[str, Any]):
     with equal values. JAX's ``tree_util`` keeps the field order (a plain ``dict`` would be sorted).
 
     Example:
+        >>> from treexchange import NamedTuple
         >>> nt = NamedTuple(weight=1.0, bias=2.0, σ=())
         >>> list(nt), nt.bias, nt["σ"]
         (['weight', 'bias', 'σ'], 2.0, ())
@@ -124,6 +125,7 @@ class Symbol(str):
     """A Julia ``Symbol`` (a ``str`` that remembers it was a Symbol).
 
     Example:
+        >>> from treexchange import Symbol
         >>> s = Symbol("relu")
         >>> s == "relu", s.julia_repr()
         (True, ':relu')
@@ -191,6 +193,7 @@ class Undef(_Sentinel):
     it as a NULL object reference.
 
     Example:
+        >>> from treexchange import UNDEF, Undef
         >>> UNDEF, Undef() is UNDEF
         (UNDEF, True)
     """
@@ -212,6 +215,7 @@ class Singleton:
     singleton, an empty struct. Only its type is stored.
 
     Example:
+        >>> from treexchange import JuliaType, Singleton
         >>> Singleton("NNlib.#relu")
         Singleton('NNlib.#relu')
         >>> Singleton("NNlib.#relu") == Singleton(JuliaType("NNlib.#relu"))
@@ -241,6 +245,7 @@ class JuliaStruct:
     (used by the writer to re-encode it exactly); it plays no part in equality.
 
     Example:
+        >>> from treexchange import JuliaStruct
         >>> s = JuliaStruct("Main.Foo", {"a": 1, "b": None})
         >>> s.type.name, s["a"], list(s.fields)
         ('Main.Foo', 1, ['a', 'b'])
@@ -283,6 +288,7 @@ class JuliaBits:
     its type and raw little-endian bytes.
 
     Example:
+        >>> from treexchange import JuliaBits
         >>> JuliaBits("Main.Color", b"\\x01\\x00\\x00\\x00").as_int()
         1
     """
@@ -320,6 +326,8 @@ class JuliaArray:
     ``data`` in Julia's shape.
 
     Example:
+        >>> import numpy as np
+        >>> from treexchange import JuliaArray, Symbol
         >>> a = JuliaArray("Core.Symbol", [Symbol("a"), Symbol("b")])
         >>> a.shape, a[1], len(a)
         ((2,), Symbol('b'), 2)
@@ -424,6 +432,8 @@ def values_equal(a: Any, b: Any) -> bool:
     """Whether two value trees are equal, arrays compared by dtype, shape and contents.
 
     Example:
+        >>> import numpy as np
+        >>> from treexchange import NamedTuple, values_equal
         >>> values_equal(NamedTuple(w=np.zeros(2, np.float32)), NamedTuple(w=np.zeros(2, np.float32)))
         True
         >>> values_equal(np.zeros(2, np.float32), np.zeros(2, np.float64))

@@ -55,6 +55,7 @@ def restore(
         MismatchError: the state does not fit the template; ``err.mismatches`` lists every problem.
 
     Example:
+        >>> from treexchange import restore
         >>> import numpy as np
         >>> from treexchange import NamedTuple
         >>> state = NamedTuple(weight=np.ones((2, 3), np.float32), bias=np.zeros(2, np.float32), σ=())

@@ -74,6 +74,7 @@ def flux_state(model: Any) -> Any:
         UnsupportedError: a layer has no Flux layout yet (Conv, norms, embeddings, recurrent).
 
     Example:
+        >>> from treexchange import flux_state
         >>> import jax, equinox as eqx
         >>> mlp = eqx.nn.MLP(3, 2, 8, depth=1, key=jax.random.key(0))
         >>> state = flux_state(mlp)
@@ -87,6 +88,7 @@ def flux_julia(model: Any, *, file: str = "mlp.jld2", name: str = "model_state")
     """Julia lines that build the equivalent Flux model and load the saved state into it.
 
     Example:
+        >>> from treexchange import flux_julia
         >>> import jax, equinox as eqx
         >>> mlp = eqx.nn.MLP(4, 2, 16, depth=2, activation=jax.nn.tanh, key=jax.random.key(0))
         >>> print(flux_julia(mlp))

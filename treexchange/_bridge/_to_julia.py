@@ -68,6 +68,7 @@ def to_julia(
         ConversionError: a value has no Julia counterpart; the error's ``path`` locates it.
 
     Example:
+        >>> from treexchange import to_julia
         >>> import numpy as np
         >>> state = to_julia({"weight": np.ones((2, 3), np.float32), "bias": [0.5], "σ": max})
         >>> list(state), state.weight.dtype, state.bias, state["σ"]

@@ -249,8 +249,10 @@ class Reader:
         numpy arrays in Julia order, others lists; empty (null) attributes ``None``.
 
         Example:
-            >>> from treexchange._file import _demo_bytes
-            >>> reader = Reader(_demo_bytes())
+            >>> import os, tempfile, numpy as np, treexchange
+            >>> path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
+            >>> treexchange.save(path, a=np.zeros(2))
+            >>> reader = Reader(path)
             >>> reader.attributes(reader.root_address)
             {}
             >>> reader.close()

@@ -106,6 +106,7 @@ def diff(a: Any, b: Any, *, checksums: bool = False, name: str | None = None) ->
         name: compare only this top-level name.
 
     Example:
+        >>> from treexchange import diff
         >>> import numpy as np
         >>> from treexchange import NamedTuple
         >>> old = {"m": NamedTuple(weight=np.zeros((5, 16), np.float32), bias=np.zeros(5, np.float32))}

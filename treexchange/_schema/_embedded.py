@@ -33,8 +33,8 @@ def schema_to_attributes(schema: SchemaLike) -> dict[str, str]:
     ``root_attributes``).
 
     Example:
-        >>> from treexchange._schema._model import BoolNode
-        >>> schema_to_attributes(Schema(roots={"flag": BoolNode()}))
+        >>> from treexchange import load_schema, schema_to_attributes
+        >>> schema_to_attributes(load_schema({"schema_version": "1.0", "roots": {"flag": {"kind": "bool"}}}))
         {'treexchange_schema': '{"schema_version":"1.0","roots":{"flag":{"kind":"bool"}}}'}
     """
     return {SCHEMA_ATTRIBUTE: load_schema(schema).to_json(indent=None)}
@@ -79,23 +79,18 @@ def read_embedded_schema(file: Any) -> Schema | None:
     ``FileNotFoundError``; a file that is not JLD2 raises :class:`treexchange.WrongFormatError`.
 
     Example:
-        >>> read_embedded_schema(_example_file()) is None
+        >>> import os, tempfile, numpy as np
+        >>> from treexchange import read_embedded_schema, save
+        >>> path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
+        >>> save(path, a=np.zeros(2))
+        >>> read_embedded_schema(path) is None
         True
+        >>> save(path, a=np.zeros(2), schema=True)
+        >>> read_embedded_schema(path).roots["a"].kind
+        'array'
     """
     attrs = _root_attributes(file)
     return schema_from_attributes(attrs)
-
-
-def _example_file() -> str:
-    """A JLD2 file without a schema (for the docstring example)."""
-    import tempfile
-
-    from .._file import _demo_bytes
-
-    path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
-    with open(path, "wb") as f:
-        f.write(_demo_bytes())
-    return path
 
 
 def _root_attributes(file: Any) -> Mapping[str, Any]:

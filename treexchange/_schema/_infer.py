@@ -105,6 +105,7 @@ def infer_schema(
         description: text for the document's ``description``.
 
     Example:
+        >>> from treexchange import infer_schema
         >>> import numpy as np
         >>> from treexchange import NamedTuple
         >>> state = NamedTuple(weight=np.zeros((5, 16), np.float32), bias=np.zeros(5, np.float32), σ=())

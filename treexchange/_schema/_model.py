@@ -328,7 +328,9 @@ class Schema(_Base):
     """A schema document: version, producer, and one root node per top-level name.
 
     Example:
-        >>> doc = Schema(roots={"x": ArrayNode(dtype="float32", shape=[3, "batch"])})
+        >>> from treexchange import Schema
+        >>> x = {"kind": "array", "dtype": "float32", "shape": [3, "batch"]}
+        >>> doc = Schema.model_validate({"roots": {"x": x}})
         >>> doc.schema_version, doc.roots["x"].summary()
         ('1.0', 'array float32 (3, batch)')
         >>> Schema.model_validate_json(doc.to_json()) == doc
@@ -376,7 +378,8 @@ class Schema(_Base):
         """The node at ``path`` (inspect convention). KeyError when there is none.
 
         Example:
-            >>> doc = Schema(roots={"s": TupleNode(items=[BoolNode()])})
+            >>> from treexchange import Schema
+            >>> doc = Schema.model_validate({"roots": {"s": {"kind": "tuple", "items": [{"kind": "bool"}]}}})
             >>> doc.node_at(("s", 1)).kind
             'bool'
         """

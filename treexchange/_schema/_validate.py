@@ -74,6 +74,7 @@ def validate(
         ``dtype``, ``shape``, ``checksum``, ``value``.
 
     Example:
+        >>> from treexchange import validate
         >>> import numpy as np
         >>> from treexchange import NamedTuple, infer_schema
         >>> doc = infer_schema({"m": NamedTuple(weight=np.zeros((5, 16), np.float32), σ=())})

@@ -81,6 +81,7 @@ def load_schema(source: SchemaLike) -> Schema:
         FormatError: the document is not valid JSON or does not match the format.
 
     Example:
+        >>> from treexchange import load_schema
         >>> load_schema('{"schema_version": "1.0", "roots": {"x": {"kind": "bool"}}}').roots["x"].kind
         'bool'
         >>> load_schema({"schema_version": "2.0", "roots": {}})
