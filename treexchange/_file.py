@@ -277,7 +277,11 @@ _DEMO: bytes | None = None
 
 
 def _demo_bytes() -> bytes:
-    """A tiny JLD2 file (``a = zeros(2)``) built in memory, for the examples in docstrings."""
+    """A tiny JLD2 file (``a = zeros(2)``) built in memory.
+
+    No docstring example uses it any more (they build their file with :func:`treexchange.save`, so
+    users can paste them); kept while branches still being merged call it. Drop it with them.
+    """
     global _DEMO
     if _DEMO is None:
         from ._demofile import demo_jld2_bytes
