@@ -211,3 +211,10 @@ def test_a_failing_block_names_its_markdown_line(tmp_path: Path) -> None:
         run_page(page, tmp_path)
     frames = [(f.filename, f.lineno) for f in traceback.extract_tb(info.value.__traceback__)]
     assert (str(page), 5) in frames
+
+
+@pytest.mark.parametrize("page", RUN_PAGES, ids=[str(p.relative_to(DOCS)) for p in RUN_PAGES])
+def test_pages_use_public_names_only(page: Path) -> None:
+    code = [b for b in blocks_of(page.read_text()) if b.lang == "python"]
+    private = [f"{page.name}:{b.line}" for b in code if re.search(r"\b(treexchange|tx)\._[a-z]", b.source)]
+    assert not private, f"guide code reaches into private modules at {private}"
