@@ -1,0 +1,177 @@
+"""Whether a dtype conversion keeps every value: the check behind ``restore(..., cast=...)``.
+
+Conversions are judged on the *values*, not on the dtypes: ``int64 -> int32`` is fine for an
+array of small counters and loses data for ``2**40``. The arrays are read in bounded chunks, so
+checking a memory-mapped array never holds more than one chunk's converted copy.
+
+Modes (``cast=`` in :func:`treexchange.restore`):
+
+* ``"none"``: no conversion at all (dtypes must already agree);
+* ``"exact"`` (``cast=True``): convert only if every value converts back to itself (NaN stays NaN);
+* ``"round"``: floats may round to the nearest value of the target dtype; still refused are a
+  finite value becoming ``inf`` (overflow), a non-zero value becoming ``0`` (underflow), a
+  non-zero imaginary part dropped, and integers out of range or floats that are not integers
+  going into an integer dtype;
+* ``"unsafe"``: numpy's ``astype``, whatever it does to the values (the caller asked for it).
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Literal
+
+import numpy as np
+
+CastMode = Literal["none", "exact", "round", "unsafe"]
+
+CAST_CHOICES = (False, True, "exact", "round", "unsafe")
+
+_CHUNK = 1 << 20  # elements per checked chunk: bounds the temporary copies to a few MiB
+
+
+def cast_mode(cast: object) -> CastMode:
+    """The mode for a ``cast=`` argument.
+
+    Example:
+        >>> cast_mode(True), cast_mode(False), cast_mode("round")
+        ('exact', 'none', 'round')
+    """
+    if cast is False or cast is None:
+        return "none"
+    if cast is True or cast == "exact":
+        return "exact"
+    if cast == "round":
+        return "round"
+    if cast == "unsafe":
+        return "unsafe"
+    raise ValueError(f"cast must be False, True, 'exact', 'round' or 'unsafe', not {cast!r}")
+
+
+class Loss:
+    """Values that would change: how many, out of how many, and the first one (as text)."""
+
+    __slots__ = ("changed", "example", "reason", "total")
+
+    def __init__(self, changed: int, total: int, example: str, reason: str) -> None:
+        self.changed = changed
+        self.total = total
+        self.example = example
+        self.reason = reason
+
+    def __str__(self) -> str:
+        return f"{self.changed} of {self.total} values would change ({self.reason}, e.g. {self.example})"
+
+
+def conversion_loss(array: np.ndarray, dst: np.dtype, mode: CastMode) -> Loss | None:
+    """``None`` when converting ``array`` to ``dst`` keeps every value under ``mode``, else a Loss.
+
+    Example:
+        >>> big = np.array([1, 2**40], np.int64)
+        >>> str(conversion_loss(big, np.dtype(np.int32), "exact"))
+        '1 of 2 values would change (out of range, e.g. 1099511627776 -> 0)'
+        >>> conversion_loss(np.array([0.5, 2.0]), np.dtype(np.float32), "exact") is None
+        True
+        >>> str(conversion_loss(np.array([0.1, 1e300]), np.dtype(np.float32), "round"))
+        '1 of 2 values would change (overflow, e.g. 1e+300 -> inf)'
+    """
+    src = array.dtype
+    dst = np.dtype(dst)
+    if mode == "unsafe" or src == dst:
+        return None
+    flat = np.ravel(array, order="K")  # a view for the (F- or C-) contiguous arrays files give
+    changed, first, reason = 0, None, ""
+    for start in range(0, flat.size, _CHUNK):
+        part = np.asarray(flat[start : start + _CHUNK])
+        converted = _astype(part, dst)
+        bad, why = _changed(part, converted, mode)
+        n = int(np.count_nonzero(bad))
+        if n and first is None:
+            i = int(np.argmax(bad))
+            first, reason = f"{_text(part[i])} -> {_text(converted[i])}", why
+        changed += n
+    if not changed:
+        return None
+    assert first is not None
+    return Loss(changed, int(flat.size), first, reason)
+
+
+def scalar_loss(value: object, dst: np.dtype, mode: CastMode) -> Loss | None:
+    """:func:`conversion_loss` for one number."""
+    return conversion_loss(np.asarray(value).reshape(1), dst, mode)
+
+
+def convert(array: np.ndarray, dst: np.dtype) -> np.ndarray:
+    """``array.astype(dst)`` without numpy's cast warnings (the values were checked, or the caller
+    asked for ``cast="unsafe"``)."""
+    return _astype(array, np.dtype(dst))
+
+
+def _astype(part: np.ndarray, dst: np.dtype) -> np.ndarray:
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")  # ComplexWarning, "invalid value encountered in cast"
+        return part.astype(dst)
+
+
+def _changed(src: np.ndarray, dst: np.ndarray, mode: CastMode) -> tuple[np.ndarray, str]:
+    """A boolean mask of the values that change, and the reason in words."""
+    s, d = src.dtype, dst.dtype
+    if _is_int(s) and _is_int(d) and d.kind != "b":
+        return _out_of_range(src, d), "out of range"
+    if mode == "round" and _is_float(d):
+        with np.errstate(all="ignore"):
+            if s.kind == "c" and d.kind != "c":
+                dropped = src.imag != 0
+                if dropped.any():
+                    return dropped, "imaginary part dropped"
+            finite_before = np.isfinite(src)
+            overflow = finite_before & ~np.isfinite(dst)
+            if overflow.any():
+                return overflow, "overflow"
+            return (src != 0) & (dst == 0), "underflow"
+    back = _astype(dst, s)
+    with np.errstate(all="ignore"):
+        same = back == src
+        if _is_float(s):
+            same |= np.isnan(src) & np.isnan(back)
+    reason = "out of range" if _is_int(d) and _is_int(s) else _inexact_reason(src, dst)
+    return ~same, reason
+
+
+def _inexact_reason(src: np.ndarray, dst: np.ndarray) -> str:
+    if _is_int(dst.dtype) and dst.dtype.kind != "b":
+        return "not an integer or out of range"
+    if dst.dtype.kind == "b":
+        return "not 0 or 1"
+    with np.errstate(all="ignore"):
+        if (np.isfinite(src) & ~np.isfinite(dst)).any():
+            return "overflow"
+        if ((src != 0) & (dst == 0)).any():
+            return "underflow"
+    return "rounding"
+
+
+def _out_of_range(src: np.ndarray, d: np.dtype) -> np.ndarray:
+    lo, hi = int(np.iinfo(d).min), int(np.iinfo(d).max)
+    if src.dtype.kind == "b":
+        return np.zeros(src.shape, bool)
+    info = np.iinfo(src.dtype)
+    bad = np.zeros(src.shape, bool)
+    # Compare only against bounds the source dtype can hold (numpy refuses out-of-range scalars).
+    if int(info.min) < lo:
+        bad |= src < src.dtype.type(lo)
+    if int(info.max) > hi:
+        bad |= src > src.dtype.type(hi)
+    return bad
+
+
+def _is_int(d: np.dtype) -> bool:
+    return d.kind in "biu"
+
+
+def _is_float(d: np.dtype) -> bool:
+    return d.kind in "fc" or d.name == "bfloat16"
+
+
+def _text(x: object) -> str:
+    item = x.item() if isinstance(x, np.generic) else x
+    return repr(item) if not isinstance(item, float) else f"{item!r}"
