@@ -71,28 +71,29 @@ def conversion_loss(array: np.ndarray, dst: np.dtype, mode: CastMode) -> Loss | 
         '1 of 2 values would change (out of range, e.g. 1099511627776 -> 0)'
         >>> conversion_loss(np.array([0.5, 2.0]), np.dtype(np.float32), "exact") is None
         True
-        >>> str(conversion_loss(np.array([0.1, 1e300]), np.dtype(np.float32), "round"))
-        '1 of 2 values would change (overflow, e.g. 1e+300 -> inf)'
+        >>> str(conversion_loss(np.array([0.1, 1e300, 1e-310]), np.dtype(np.float32), "round"))
+        '2 of 3 values would change (overflow, e.g. 1e+300 -> inf)'
     """
     src = array.dtype
     dst = np.dtype(dst)
     if mode == "unsafe" or src == dst:
         return None
     flat = np.ravel(array, order="K")  # a view for the (F- or C-) contiguous arrays files give
-    changed, first, reason = 0, None, ""
+    changed, first = 0, None
     for start in range(0, flat.size, _CHUNK):
         part = np.asarray(flat[start : start + _CHUNK])
         converted = _astype(part, dst)
-        bad, why = _changed(part, converted, mode)
+        bad = _changed(part, converted, mode)
         n = int(np.count_nonzero(bad))
         if n and first is None:
             i = int(np.argmax(bad))
-            first, reason = f"{_text(part[i])} -> {_text(converted[i])}", why
+            first = (part[i], converted[i])
         changed += n
-    if not changed:
+    if first is None:
         return None
-    assert first is not None
-    return Loss(changed, int(flat.size), first, reason)
+    before, after = first
+    example = f"{_text(before)} -> {_text(after)}"
+    return Loss(changed, int(flat.size), example, _reason(before, after))
 
 
 def scalar_loss(value: object, dst: np.dtype, mode: CastMode) -> Loss | None:
@@ -112,50 +113,47 @@ def _astype(part: np.ndarray, dst: np.dtype) -> np.ndarray:
         return part.astype(dst)
 
 
-def _changed(src: np.ndarray, dst: np.ndarray, mode: CastMode) -> tuple[np.ndarray, str]:
-    """A boolean mask of the values that change, and the reason in words."""
+def _changed(src: np.ndarray, dst: np.ndarray, mode: CastMode) -> np.ndarray:
+    """A boolean mask of the values that the conversion changes (more than ``mode`` allows)."""
     s, d = src.dtype, dst.dtype
     if _is_int(s) and _is_int(d) and d.kind != "b":
-        return _out_of_range(src, d), "out of range"
-    if mode == "round" and _is_float(d):
-        with np.errstate(all="ignore"):
-            if s.kind == "c" and d.kind != "c":
-                dropped = src.imag != 0
-                if dropped.any():
-                    return dropped, "imaginary part dropped"
-            finite_before = np.isfinite(src)
-            overflow = finite_before & ~np.isfinite(dst)
-            if overflow.any():
-                return overflow, "overflow"
-            return (src != 0) & (dst == 0), "underflow"
-    back = _astype(dst, s)
+        return _out_of_range(src, d)
     with np.errstate(all="ignore"):
+        if mode == "round" and _is_float(d):
+            bad = np.isfinite(src) & ~np.isfinite(dst)  # overflow
+            bad |= (src != 0) & (dst == 0)  # underflow
+            if s.kind == "c" and d.kind != "c":
+                bad |= src.imag != 0
+            return bad
+        back = _astype(dst, s)
         same = back == src
         if _is_float(s):
             same |= np.isnan(src) & np.isnan(back)
-    reason = "out of range" if _is_int(d) and _is_int(s) else _inexact_reason(src, dst)
-    return ~same, reason
+        return ~same
 
 
-def _inexact_reason(src: np.ndarray, dst: np.ndarray) -> str:
-    if _is_int(dst.dtype) and dst.dtype.kind != "b":
-        return "not an integer or out of range"
-    if dst.dtype.kind == "b":
+def _reason(before: np.generic, after: np.generic) -> str:
+    """Why one value changed, in words."""
+    if after.dtype.kind == "b":
         return "not 0 or 1"
+    if _is_int(after.dtype):
+        return "out of range" if _is_int(before.dtype) else "not an integer or out of range"
     with np.errstate(all="ignore"):
-        if (np.isfinite(src) & ~np.isfinite(dst)).any():
+        if before.dtype.kind == "c" and after.dtype.kind != "c" and before.imag != 0:
+            return "imaginary part dropped"
+        if np.isfinite(before) and not np.isfinite(after):
             return "overflow"
-        if ((src != 0) & (dst == 0)).any():
+        if before != 0 and after == 0:
             return "underflow"
     return "rounding"
 
 
 def _out_of_range(src: np.ndarray, d: np.dtype) -> np.ndarray:
-    lo, hi = int(np.iinfo(d).min), int(np.iinfo(d).max)
-    if src.dtype.kind == "b":
-        return np.zeros(src.shape, bool)
-    info = np.iinfo(src.dtype)
     bad = np.zeros(src.shape, bool)
+    if src.dtype.kind == "b":
+        return bad
+    lo, hi = int(np.iinfo(d).min), int(np.iinfo(d).max)
+    info = np.iinfo(src.dtype)
     # Compare only against bounds the source dtype can hold (numpy refuses out-of-range scalars).
     if int(info.min) < lo:
         bad |= src < src.dtype.type(lo)
@@ -173,5 +171,4 @@ def _is_float(d: np.dtype) -> bool:
 
 
 def _text(x: object) -> str:
-    item = x.item() if isinstance(x, np.generic) else x
-    return repr(item) if not isinstance(item, float) else f"{item!r}"
+    return repr(x.item() if isinstance(x, np.generic) else x)
