@@ -74,7 +74,7 @@ def test_lenet_restores_into_a_flux_shaped_template_completely() -> None:
     assert np.array_equal(out["layers"][5]["weight"], raw.layers[5].weight)
 
 
-# --- Lux LSTM ps: Lux v0.5 names (weight_i, weight_h, bias) --------------------------------------------------
+# --- Lux LSTM ps: Lux v0.5 names (weight_i, weight_h, bias) ----------------------------------------------
 
 
 @pytest.fixture
