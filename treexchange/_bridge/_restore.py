@@ -227,14 +227,13 @@ class Walker:
     def array(
         self, v: Any, t: Any, path: Path, jpath: KeyPath, *, shape: tuple[int, ...], dtype: np.dtype
     ) -> Any:
-        to_numpy = self.placer.to_numpy(t, jpath)
-        dest = self.placer.holds(dtype, to_numpy=to_numpy)
         if v is ABSENT:
             if not _is_concrete(t):
                 self.report("missing", path, "from file, and the template is abstract (no value to keep)")
                 return None
             if not self.may_keep(t, path, array=True):
                 return None
+            dest = self.placer.holds(dtype, to_numpy=self.placer.to_numpy(t, jpath))
             keep_as: np.dtype | None = None
             if dest != dtype:  # a numpy template leaf sent to jax by sharding=, without x64
                 if not self.conversion_fits(np.asarray(t), dtype, dest, path):
@@ -251,6 +250,7 @@ class Walker:
             self.report("shape", path, f"{_shape(v.shape)} in file, {_shape(shape)} in template")
             ok = False
         cast_to: np.dtype | None = None
+        dest = self.placer.holds(dtype, to_numpy=self.placer.to_numpy(t, jpath))  # what it will hold
         if v.dtype != dtype and not self.o.cast:
             self.report("dtype", path, f"{v.dtype.name} in file, {dtype.name} in template")
             if _castable(v.dtype, dtype):
@@ -259,9 +259,10 @@ class Walker:
         elif v.dtype != dest and ok:
             ok = self.conversion_fits(v, dtype, dest, path)
             cast_to = dest
+        if ok:
+            self.restored(path, array=True)
         if not ok:
             return None
-        self.restored(path, array=True)
         return self.leaf(partial(self.placer.place, v, cast_to, jpath, t))
 
     def scalar(self, v: Any, t: Any, path: Path) -> Any:
