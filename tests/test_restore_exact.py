@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import treexchange as tx
 from treexchange import MismatchError, NamedTuple
@@ -325,3 +327,75 @@ def test_sharded_restore_narrows_fitting_values_per_shard_and_is_exact_with_x64(
     assert sharded["x64_values"]["u"] == [BIG_UINT] * 8
     assert sharded["x64_values"]["f"][:3] == [HUGE, TINY, 0.5]
     assert sharded["x64_sharded"] is True
+
+
+# --- the value check itself, against an exact oracle (Python ints and Fractions) -------------------------
+
+_DTYPES = [
+    np.bool_,
+    np.int8,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint32,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+]
+_EDGE_FLOATS = [
+    0.5,
+    0.1,
+    2.0**24 + 1,
+    2.0**40,
+    65520.0,
+    1e300,
+    1e-310,
+    1e-40,
+    -0.0,
+    float("nan"),
+    float("inf"),
+]
+
+
+def _exact(x: np.generic) -> object:
+    """One value as an exact Python number (a Fraction for finite floats; text for NaN/inf)."""
+    item = x.item()
+    if isinstance(item, float):
+        return Fraction(item) if np.isfinite(item) else repr(item)
+    return int(item)
+
+
+@st.composite
+def _source_arrays(draw: st.DrawFn) -> np.ndarray:
+    dtype = np.dtype(draw(st.sampled_from(_DTYPES)))
+    if dtype.kind == "b":
+        values: list[Any] = draw(st.lists(st.booleans(), max_size=6))
+    elif dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        edges = st.sampled_from([v for v in (0, 1, -1, 2**31, 2**40, 2**63 + 5) if info.min <= v <= info.max])
+        values = draw(st.lists(edges | st.integers(int(info.min), int(info.max)), max_size=6))
+    else:
+        values = draw(st.lists(st.sampled_from(_EDGE_FLOATS) | st.floats(width=64), max_size=6))
+    with np.errstate(all="ignore"):
+        return np.array(values, dtype=object).astype(dtype)
+
+
+@settings(max_examples=400, deadline=None)
+@given(array=_source_arrays(), dst=st.sampled_from(_DTYPES))
+def test_exact_cast_check_agrees_with_an_exact_oracle(array: np.ndarray, dst: type) -> None:
+    from treexchange._bridge._exact import conversion_loss, convert
+
+    out = convert(array, np.dtype(dst))
+    changed = sum(_exact(a) != _exact(b) for a, b in zip(array, out))
+    loss = conversion_loss(array, np.dtype(dst), "exact")
+    assert (0 if loss is None else loss.changed) == changed, (array, out, loss)
+    # "round" differs only for float destinations: rounding allowed, overflow and underflow not
+    if np.dtype(dst).kind == "f":
+        with np.errstate(all="ignore"):
+            changed = sum(
+                bool((np.isfinite(a) and not np.isfinite(b)) or (a != 0 and b == 0))
+                for a, b in zip(array, out)
+            )
+    loss = conversion_loss(array, np.dtype(dst), "round")
+    assert (0 if loss is None else loss.changed) == changed, (array, out, loss)

@@ -114,22 +114,51 @@ def _astype(part: np.ndarray, dst: np.dtype) -> np.ndarray:
 
 
 def _changed(src: np.ndarray, dst: np.ndarray, mode: CastMode) -> np.ndarray:
-    """A boolean mask of the values that the conversion changes (more than ``mode`` allows)."""
+    """A boolean mask of the values that the conversion changes (more than ``mode`` allows).
+
+    Round trips (``dst -> src`` again) are not enough on their own: out-of-range float <-> integer
+    conversions are undefined in C (x86 gives INT_MIN, ARM saturates), so a saturated value can
+    come back equal. Those directions are checked against exact power-of-two bounds first.
+    """
     s, d = src.dtype, dst.dtype
     if _is_int(s) and _is_int(d) and d.kind != "b":
         return _out_of_range(src, d)
     with np.errstate(all="ignore"):
+        if d.kind in "iu":  # float/complex -> integer: whole numbers in range only, in every mode
+            return _not_whole_in_range(src, d)
         if mode == "round" and _is_float(d):
             bad = np.isfinite(src) & ~np.isfinite(dst)  # overflow
             bad |= (src != 0) & (dst == 0)  # underflow
             if s.kind == "c" and d.kind != "c":
                 bad |= src.imag != 0
             return bad
+        if s.kind in "iu":  # integer -> float/complex: the float must be that very integer
+            held = dst.real if d.kind == "c" else dst
+            bad = ~np.isfinite(held) | _outside(held, s)
+            return bad | (_astype(dst, s) != src)
         back = _astype(dst, s)
         same = back == src
         if _is_float(s):
             same |= np.isnan(src) & np.isnan(back)
         return ~same
+
+
+def _not_whole_in_range(src: np.ndarray, d: np.dtype) -> np.ndarray:
+    if src.dtype.name == "bfloat16":
+        src = src.astype(np.float32)  # exact; numpy's ufuncs all know float32
+    x = src.real if src.dtype.kind == "c" else src
+    bad = ~np.isfinite(x) | _outside(x, d) | (np.trunc(x) != x)
+    if src.dtype.kind == "c":
+        bad |= src.imag != 0
+    return bad
+
+
+def _outside(x: np.ndarray, d: np.dtype) -> np.ndarray:
+    """Floats outside integer dtype ``d``'s range, compared with exact powers of two."""
+    bits = d.itemsize * 8
+    if d.kind == "u":
+        return (x < 0) | (x >= 2.0**bits)
+    return (x < -(2.0 ** (bits - 1))) | (x >= 2.0 ** (bits - 1))
 
 
 def _reason(before: np.generic, after: np.generic) -> str:
