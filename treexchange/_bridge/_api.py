@@ -84,6 +84,10 @@ def restore(
         >>> out = restore(state, like, numpy=True)
         >>> list(out), out["weight"].sum()
         (['weight', 'bias'], np.float32(6.0))
+        >>> out, report = restore(state, {"weight": like["weight"]}, allow_extra=True, report=True)
+        >>> print(report)
+        restored 1 of 1 template leaves from the file, ignored 1 file entry
+          ignored (file data unused): bias
         >>> restore(state, {"weight": np.zeros((2, 4), np.float32)}, numpy=True, path=["m"])
         Traceback (most recent call last):
         ...
