@@ -167,13 +167,17 @@ class Walker:
             self.log.keep(path, array=array)
         return True
 
-    def conversion_fits(self, v: np.ndarray, want: np.dtype, dest: np.dtype, path: Path) -> bool:
-        """File array ``v`` must become ``dest`` (the dtype the result will hold; it differs from
-        the template's ``want`` only for JAX without x64). Checks the values; reports if any change."""
+    def conversion_fits(
+        self, v: np.ndarray, want: np.dtype, dest: np.dtype, path: Path, *, kept: bool = False
+    ) -> bool:
+        """File array ``v`` (the template's own with ``kept``) must become ``dest`` (the dtype the
+        result will hold; it differs from the template's ``want`` only for JAX without x64).
+        Checks the values; reports if any change."""
         x64 = dest != want
         held = f" (jax without x64 holds {want.name} as {dest.name})" if x64 else ""
         if self.o.cast_mode == "none":  # dtypes agree; the destination cannot hold them
-            self.report("dtype", path, f"{v.dtype.name} in file and template{held}")
+            where = "kept from the template" if kept else "in file and template"
+            self.report("dtype", path, f"{v.dtype.name} {where}{held}")
             self.hints |= fixes_for_conversion(dest, "none", x64=x64)
             return False
         if not _castable(v.dtype, dest):
@@ -236,7 +240,7 @@ class Walker:
             dest = self.placer.holds(dtype, to_numpy=self.placer.to_numpy(t, jpath))
             keep_as: np.dtype | None = None
             if dest != dtype:  # a numpy template leaf sent to jax by sharding=, without x64
-                if not self.conversion_fits(np.asarray(t), dtype, dest, path):
+                if not self.conversion_fits(np.asarray(t), dtype, dest, path, kept=True):
                     return None
                 keep_as = dest
             return self.leaf(partial(self.placer.keep, t, jpath, keep_as))
