@@ -100,15 +100,15 @@ def restore(
         strict=strict, allow_missing=allow_missing, allow_extra=allow_extra, cast=cast, root=root
     )
     placer = Placer(numpy=numpy, sharding=sharding)
-    log = ReportLog()
+    log = options.log
     if like is None:
         if layout is not None:
             raise ValueError("layout= needs a template (like=)")
         result = _plain_checked(values, placer, options, root, log)
     elif layout is not None:
-        result = _restore_through_layout(values, like, layout, options, placer, root, log)
+        result = _restore_through_layout(values, like, layout, options, placer, root)
     else:
-        result, _ = check_and_build(values, like, options, placer, root, log=log)
+        result, _ = check_and_build(values, like, options, placer, root)
     if report:
         return result, log.freeze()
     _warn_if_partial(log, options)
@@ -144,7 +144,6 @@ def _restore_through_layout(
     options: Options,
     placer: Placer,
     root: tuple[Any, ...],
-    log: ReportLog | None = None,
 ) -> Any:
     import jax
 
@@ -153,7 +152,7 @@ def _restore_through_layout(
         LeafRef(i, leaf, tuple(kp)) if is_array_template(leaf) else leaf for i, (kp, leaf) in enumerate(pairs)
     ]
     view = layout(jax.tree_util.tree_unflatten(treedef, stand_ins))
-    _, restored = check_and_build(values, view, options, placer, root, log=log)
+    _, restored = check_and_build(values, view, options, placer, root)
     unused = [ref for ref in stand_ins if isinstance(ref, LeafRef) and ref.index not in restored]
     if unused:
         # A layout that drops a model array would silently leave it unrestored: refuse.

@@ -88,11 +88,13 @@ class LeafRef:
 
 
 class Options:
-    """The matching options. ``strict=False`` relaxes field order, extra file entries and dtypes
-    (``cast=True`` unless ``cast`` says otherwise), never missing entries: those need
-    ``allow_missing`` (a silent partial restore is the bug this library exists to prevent)."""
+    """The matching options of one restore, and its ``log`` (what it did, for the report).
 
-    __slots__ = ("allow_extra", "allow_missing", "cast", "cast_mode", "check_order", "missing")
+    ``strict=False`` relaxes field order, extra file entries and dtypes (``cast=True`` unless
+    ``cast`` says otherwise), never missing entries: those need ``allow_missing`` (a silent
+    partial restore is the bug this library exists to prevent)."""
+
+    __slots__ = ("allow_extra", "allow_missing", "cast", "cast_mode", "check_order", "log", "missing")
 
     def __init__(
         self,
@@ -110,6 +112,7 @@ class Options:
         self.cast_mode = "exact" if mode == "none" and not strict else mode
         self.cast = self.cast_mode != "none"
         self.check_order = strict
+        self.log = ReportLog()
 
 
 class Walker:
@@ -133,7 +136,7 @@ class Walker:
         self.o = options
         self.placer = placer
         self.build = build
-        self.log = log if log is not None else ReportLog()
+        self.log = log if log is not None else options.log
         self.hints: set[str] = set()  # which fixes the error message should name
         self.mismatches: list[Mismatch] = []
         self.jobs: list[Callable[[], Any]] = []
@@ -690,9 +693,10 @@ def check_and_build(
 ) -> tuple[Any, dict[int, Any]]:
     """Run the checking pass; raise one MismatchError listing everything; then build.
 
-    ``log`` (if given) receives what the restore does: leaves restored, kept, ignored, converted.
+    ``log`` (default: ``options.log``) receives what the restore does: leaves restored, kept,
+    ignored, converted.
     """
-    log = log if log is not None else ReportLog()
+    log = log if log is not None else options.log
     checker = Walker(options, placer, build=False, log=log)
     checker.node(values, like, path, ())
     if checker.mismatches:
