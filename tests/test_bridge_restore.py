@@ -225,8 +225,13 @@ def test_scalar_dtype_mismatches_and_cast() -> None:
         "model_state.n: dtype float64 in file, int in template",
         "model_state.k: dtype int32 in file, int64 in template",
     ]
-    out = restore(state, like, cast=True, numpy=True)
+    # cast=True converts only values that survive: 2.5 is no int (issue 8: no silent value changes)
+    assert [str(m) for m in mismatches(state, like, cast=True)] == [
+        "model_state.n: value float64 in file -> int: 2.5 is not an integer"
+    ]
+    out = restore(state.replace(n=np.float64(2.0)), like, cast=True, numpy=True)
     assert out == {"n": 2, "k": np.int64(4), "f": 1.5} and type(out["k"]) is np.int64
+    assert restore(state, like, cast="unsafe", numpy=True)["n"] == 2  # asked for: truncated
 
 
 # --- non-strict options -------------------------------------------------------------------------------
@@ -234,10 +239,11 @@ def test_scalar_dtype_mismatches_and_cast() -> None:
 
 def test_allow_missing_keeps_template_values() -> None:
     like = {"w": np.full(2, 7, F32), "b": jnp.full(3, 9.0, jnp.float32)}
-    out = restore(NamedTuple(w=f_order((2,))), like, allow_missing=True)
-    assert np.array_equal(np.asarray(out["w"]), [0, 1]) and isinstance(out["w"], jax.Array)
-    assert np.array_equal(np.asarray(out["b"]), [9, 9, 9])
-    out_np = restore(NamedTuple(w=f_order((2,))), like, allow_missing=True, numpy=True)
+    out = restore(NamedTuple(w=f_order((2,))), like, allow_missing=["b"])
+    # each leaf keeps the template leaf's kind (issue 8): numpy stays numpy, jax stays jax
+    assert np.array_equal(out["w"], [0, 1]) and type(out["w"]) is np.ndarray
+    assert np.array_equal(np.asarray(out["b"]), [9, 9, 9]) and isinstance(out["b"], jax.Array)
+    out_np = restore(NamedTuple(w=f_order((2,))), like, allow_missing=["b"], numpy=True)
     assert type(out_np["b"]) is np.ndarray
 
 
@@ -250,8 +256,12 @@ def test_allow_missing_cannot_invent_values_for_abstract_templates() -> None:
 
 def test_allow_extra_ignores_file_entries_and_positions() -> None:
     state = NamedTuple(w=f_order((2,)), unused=f_order((5,)), seq=(f_order((1,)), f_order((1,))))
-    out = restore(state, {"w": np.zeros(2, F32), "seq": (np.zeros(1, F32),)}, allow_extra=True, numpy=True)
+    like = {"w": np.zeros(2, F32), "seq": (np.zeros(1, F32),)}
+    with pytest.warns(tx.RestoreWarning, match=r"ignored \(file data unused\): seq\[2\], unused"):
+        out = restore(state, like, allow_extra=True, numpy=True)
     assert list(out) == ["w", "seq"] and len(out["seq"]) == 1
+    _, report = restore(state, like, allow_extra=True, numpy=True, report=True)  # no warning then
+    assert report.ignored == (("seq", 2), ("unused",)) and len(report.restored) == 2
 
 
 def test_cast_converts_array_dtypes() -> None:
@@ -264,9 +274,16 @@ def test_cast_converts_array_dtypes() -> None:
 def test_non_strict_mode_relaxes_everything_but_shapes_and_kinds() -> None:
     state = NamedTuple(b=f_order((2,), np.float64), a=f_order((2,)), extra=f_order((1,)))
     like = {"a": np.zeros(2, F32), "b": np.zeros(2, F32), "gone": np.ones(1, F32)}
-    out = restore(state, like, strict=False, numpy=True)
+    # strict=False no longer implies allow_missing (issue 8): a template leaf not in the file is named
+    assert [str(m) for m in mismatches(state, like, strict=False)] == [
+        "model_state.gone: missing from file, template has array float32 (1,)"
+    ]
+    out, report = restore(state, like, strict=False, allow_missing=["gone"], numpy=True, report=True)
     assert list(out) == ["a", "b", "gone"] and out["b"].dtype == F32 and out["gone"][0] == 1
-    assert [m.kind for m in mismatches(NamedTuple(a=f_order((3,))), like, strict=False)] == ["shape"]
+    assert report.kept == (("gone",),) and report.ignored == (("extra",),)
+    assert report.converted == ((("b",), "float64", "float32"),)
+    found = mismatches(NamedTuple(a=f_order((3,))), like, strict=False, allow_missing=True)
+    assert [m.kind for m in found] == ["shape"]
     # strict mode sees the field order
     state_same = NamedTuple(b=f_order((2,)), a=f_order((2,)))
     assert [m.kind for m in mismatches(state_same, {"a": np.zeros(2, F32), "b": np.zeros(2, F32)})] == [
@@ -353,9 +370,9 @@ def test_large_restores_fill_every_leaf_in_the_right_place() -> None:
     out = restore(state.layers, like)
     for i, layer in enumerate(out):
         assert np.array_equal(np.asarray(layer["weight"]), state.layers[i].weight)
-        assert isinstance(layer["bias"], jax.Array) and np.array_equal(
-            np.asarray(layer["bias"]), state.layers[i].bias
-        )
+        assert isinstance(layer["weight"], jax.Array)  # a ShapeDtypeStruct gives a jax array
+        assert type(layer["bias"]) is np.ndarray  # a numpy template leaf gives numpy (issue 8)
+        assert np.array_equal(layer["bias"], state.layers[i].bias)
 
 
 def test_julia_dicts_have_no_field_order_but_named_tuples_do() -> None:

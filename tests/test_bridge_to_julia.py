@@ -214,8 +214,10 @@ def test_the_bridge_imports_jax_only_when_it_needs_it() -> None:
         "out = tx.restore(state, {'w': np.zeros((2, 3), np.float32), 'f': len}, numpy=True)\n"
         "assert out['w'].sum() == 6 and out['f'] is len\n"
         "assert 'jax' not in sys.modules and 'equinox' not in sys.modules, 'imported jax'\n"
-        "tx.restore(state, {'w': np.zeros((2, 3), np.float32), 'f': len})\n"
-        "assert 'jax' in sys.modules  # jax arrays were asked for\n"
+        "out = tx.restore(state, {'w': np.zeros((2, 3), np.float32), 'f': len})\n"
+        "assert type(out['w']) is np.ndarray and 'jax' not in sys.modules  # a numpy leaf stays numpy\n"
+        "tx.restore(state)\n"
+        "assert 'jax' in sys.modules  # jax arrays were asked for (no template)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr

@@ -6,6 +6,8 @@ The public API is exactly the names re-exported here.
 from typing import TYPE_CHECKING, Any
 
 from ._bridge import (
+    RestoreReport as RestoreReport,
+    RestoreWarning as RestoreWarning,
     flux_julia as flux_julia,
     flux_state as flux_state,
     restore as restore,
@@ -107,6 +109,8 @@ __all__ = [
     "NamedTuple",
     "Node",
     "PlainHDF5Error",
+    "RestoreReport",
+    "RestoreWarning",
     "Schema",
     "SchemaDiff",
     "Singleton",

@@ -208,9 +208,11 @@ def load(
             or a path to a JSON file). Either check raises :class:`treexchange.MismatchError`
             listing every violation, before any ``like=`` conversion.
         like: a template PyTree (an Equinox model, dicts, ...): the value is put into its
-            structure with jax arrays, checked, all mismatches reported together (see
-            :func:`treexchange.restore`, which also lists the other options: ``strict``,
-            ``allow_missing``, ``allow_extra``, ``cast``, ``numpy``, ``layout``).
+            structure, each array the kind the template holds there (numpy or jax), checked,
+            all mismatches reported together; no value is changed unless asked for (64-bit data
+            into jax without x64 is a mismatch). See :func:`treexchange.restore`, which also
+            lists the other options: ``strict``, ``allow_missing``, ``allow_extra``, ``cast``,
+            ``numpy``, ``layout``, and ``report=True`` (returns ``(tree, RestoreReport)``).
         sharding: a ``jax.sharding.Sharding`` or a PyTree of them; arrays become jax arrays
             placed that way, each device reading only its own slice of the file.
         mmap: ``True`` (default): uncompressed arrays are views of the memory map (nothing is

@@ -13,20 +13,25 @@ Matching rules (docs/jax.md has the long version):
 * entries that carry no state -- static dataclass fields, functions, RNG objects, ``None``, ``()`` --
   are taken from the template and may be absent from the file; a file entry that holds only
   ``()`` / function singletons / empty NamedTuples carries no state either and is never "extra";
-* arrays must agree in shape, and in dtype unless ``cast``.
+* arrays must agree in shape, and in dtype unless ``cast``; a conversion (``cast``, or 64-bit data
+  going into JAX without x64) must keep every value (checked on the values, ``_exact``) unless the
+  caller asked for rounding or an unsafe cast;
+* template leaves absent from the file are kept only where ``allow_missing`` allows, and the
+  checking pass records what was restored, kept, ignored and converted (``_report.ReportLog``).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
 import numpy as np
 
-from .._errors import Mismatch, MismatchError, PathSegment
+from .._errors import Mismatch, PathSegment
 from .._values import JuliaArray, JuliaStruct, Missing, NamedTuple, Singleton, Symbol, Undef
 from ._classify import (
     describe_file_value,
@@ -36,7 +41,9 @@ from ._classify import (
     is_non_state,
     is_value_model_leaf,
 )
+from ._exact import cast_mode as _cast_mode, conversion_loss, convert, scalar_loss
 from ._place import KeyPath, Placer
+from ._report import MissingRule, MissingSpec, ReportLog, fixes_for_conversion, restore_error
 
 Path = tuple[PathSegment, ...]
 
@@ -81,13 +88,31 @@ class LeafRef:
 
 
 class Options:
-    __slots__ = ("allow_extra", "allow_missing", "cast", "check_order")
+    """The matching options of one restore, and its ``log`` (what it did, for the report).
 
-    def __init__(self, *, strict: bool, allow_missing: bool, allow_extra: bool, cast: bool) -> None:
-        self.allow_missing = allow_missing or not strict
+    ``strict=False`` relaxes field order, extra file entries and dtypes (``cast=True`` unless
+    ``cast`` says otherwise), never missing entries: those need ``allow_missing`` (a silent
+    partial restore is the bug this library exists to prevent)."""
+
+    __slots__ = ("allow_extra", "allow_missing", "cast", "cast_mode", "check_order", "log", "missing")
+
+    def __init__(
+        self,
+        *,
+        strict: bool,
+        allow_missing: MissingSpec,
+        allow_extra: bool,
+        cast: bool | str,
+        root: Path = (),
+    ) -> None:
+        self.missing = MissingRule(allow_missing, root)
+        self.allow_missing = self.missing.any
         self.allow_extra = allow_extra or not strict
-        self.cast = cast or not strict
+        mode = _cast_mode(cast)
+        self.cast_mode = "exact" if mode == "none" and not strict else mode
+        self.cast = self.cast_mode != "none"
         self.check_order = strict
+        self.log = ReportLog()
 
 
 class Walker:
@@ -99,10 +124,20 @@ class Walker:
     by one, and assembles the template's node types.
     """
 
-    def __init__(self, options: Options, placer: Placer, *, build: bool, results: Any = None) -> None:
+    def __init__(
+        self,
+        options: Options,
+        placer: Placer,
+        *,
+        build: bool,
+        results: Any = None,
+        log: ReportLog | None = None,
+    ) -> None:
         self.o = options
         self.placer = placer
         self.build = build
+        self.log = log if log is not None else options.log
+        self.hints: set[str] = set()  # which fixes the error message should name
         self.mismatches: list[Mismatch] = []
         self.jobs: list[Callable[[], Any]] = []
         self._results = results  # iterator over the jobs' results (building pass)
@@ -119,6 +154,46 @@ class Walker:
 
     def kind_mismatch(self, v: Any, t: Any, path: Path) -> None:
         self.report("kind", path, f"{describe_file_value(v)} in file, {describe_template(t)} in template")
+
+    def restored(self, path: Path, *, array: bool = False) -> None:
+        if not self.build:
+            self.log.restore(path, array=array)
+
+    def may_keep(self, t: Any, path: Path, *, array: bool = False) -> bool:
+        """A template leaf absent from the file: allowed by ``allow_missing`` (recorded as kept)?"""
+        if not self.o.missing.permits(path):
+            self.report(
+                "missing", path, f"from file, template has {describe_template(t)} (not in allow_missing)"
+            )
+            return False
+        if not self.build:
+            self.log.keep(path, array=array)
+        return True
+
+    def conversion_fits(
+        self, v: np.ndarray, want: np.dtype, dest: np.dtype, path: Path, *, kept: bool = False
+    ) -> bool:
+        """File array ``v`` (the template's own with ``kept``) must become ``dest`` (the dtype the
+        result will hold; it differs from the template's ``want`` only for JAX without x64).
+        Checks the values; reports if any change."""
+        x64 = dest != want
+        held = f" (jax without x64 holds {want.name} as {dest.name})" if x64 else ""
+        if self.o.cast_mode == "none":  # dtypes agree; the destination cannot hold them
+            where = "kept from the template" if kept else "in file and template"
+            self.report("dtype", path, f"{v.dtype.name} {where}{held}")
+            self.hints |= fixes_for_conversion(dest, "none", x64=x64)
+            return False
+        if not _castable(v.dtype, dest):
+            self.report("dtype", path, f"{v.dtype.name} in file, {want.name} in template")
+            return False
+        if not self.build:  # the building pass trusts the checking pass (values read once)
+            loss = conversion_loss(v, dest, self.o.cast_mode)
+            if loss is not None:
+                self.report("value", path, f"{v.dtype.name} in file -> {dest.name}{held}: {loss}")
+                self.hints |= fixes_for_conversion(dest, self.o.cast_mode, x64=x64)
+                return False
+            self.log.converted.append((path, v.dtype.name, dest.name))
+        return True
 
     # --- dispatch ---------------------------------------------------------------------------------
     def node(self, v: Any, t: Any, path: Path, jpath: KeyPath) -> Any:
@@ -163,7 +238,15 @@ class Walker:
             if not _is_concrete(t):
                 self.report("missing", path, "from file, and the template is abstract (no value to keep)")
                 return None
-            return self.leaf(partial(self.placer.keep, t, jpath))
+            if not self.may_keep(t, path, array=True):
+                return None
+            dest = self.placer.holds(dtype, to_numpy=self.placer.to_numpy(t, jpath))
+            keep_as: np.dtype | None = None
+            if dest != dtype:  # a numpy template leaf sent to jax by sharding=, without x64
+                if not self.conversion_fits(np.asarray(t), dtype, dest, path, kept=True):
+                    return None
+                keep_as = dest
+            return self.leaf(partial(self.placer.keep, t, jpath, keep_as))
         if isinstance(v, np.generic) and v.dtype.kind in "biufc" and shape == ():
             v = np.asarray(v)  # a Julia scalar fits a 0-d array template
         if not isinstance(v, np.ndarray) or v.dtype == object:
@@ -174,19 +257,24 @@ class Walker:
             self.report("shape", path, f"{_shape(v.shape)} in file, {_shape(shape)} in template")
             ok = False
         cast_to: np.dtype | None = None
-        if v.dtype != dtype:
-            if self.o.cast and _castable(v.dtype, dtype):
-                cast_to = dtype
-            else:
-                self.report("dtype", path, f"{v.dtype.name} in file, {dtype.name} in template")
-                ok = False
+        dest = self.placer.holds(dtype, to_numpy=self.placer.to_numpy(t, jpath))  # what it will hold
+        if v.dtype != dtype and not self.o.cast:
+            self.report("dtype", path, f"{v.dtype.name} in file, {dtype.name} in template")
+            if _castable(v.dtype, dtype):
+                self.hints.add("cast")
+            ok = False
+        elif v.dtype != dest and ok:
+            ok = self.conversion_fits(v, dtype, dest, path)
+            cast_to = dest
+        if ok:
+            self.restored(path, array=True)
         if not ok:
             return None
         return self.leaf(partial(self.placer.place, v, cast_to, jpath, t))
 
     def scalar(self, v: Any, t: Any, path: Path) -> Any:
         if v is ABSENT:
-            return t
+            return t if self.may_keep(t, path) else None
         if isinstance(v, np.ndarray) and v.shape == () and v.dtype.kind in "biufc":
             v = v[()]
         if not isinstance(v, (bool, int, float, complex, np.bool_, np.number)):
@@ -195,23 +283,61 @@ class Walker:
         if isinstance(t, np.generic):
             file_dtype = np.asarray(v).dtype if not isinstance(v, np.generic) else v.dtype
             if file_dtype == t.dtype:
+                self.restored(path)
                 return v
             if self.o.cast and _castable(file_dtype, t.dtype):
-                return t.dtype.type(v)
+                loss = scalar_loss(v, t.dtype, self.o.cast_mode)
+                if loss is not None:
+                    self.report("value", path, f"{file_dtype.name} in file -> {t.dtype.name}: {loss}")
+                    self.hints |= fixes_for_conversion(t.dtype, self.o.cast_mode, x64=False)
+                    return None
+                self.restored(path)
+                return convert(np.asarray(v), t.dtype)[()]
             self.report("dtype", path, f"{file_dtype.name} in file, {t.dtype.name} in template")
+            self.hints.add("cast")
             return None
         want, got = _category(t), _category(v)
-        if want == got or (self.o.cast and (want == "complex" or got != "complex")):
+        if want == got:
+            self.restored(path)
             return type(t)(v)
+        if self.o.cast and (want == "complex" or got != "complex"):
+            return self.python_scalar(v, t, path)
         self.report("dtype", path, f"{_scalar_type(v)} in file, {type(t).__name__} in template")
+        return None
+
+    def python_scalar(self, v: Any, t: Any, path: Path) -> Any:
+        """A file number converted to a template's Python ``bool``/``int``/``float``/``complex``
+        (``cast``), only if its value survives (``cast="unsafe"``: as Python converts it)."""
+        kind: type = bool if isinstance(t, bool) else int if isinstance(t, int) else type(t)
+        if kind is int and self.o.cast_mode != "unsafe":
+            fits = _category(v) in ("bool", "int") or (math.isfinite(v) and float(v).is_integer())
+            loss = None if fits else f"{_number_text(v)} is not an integer"
+        elif self.o.cast_mode != "unsafe":
+            dst = {bool: np.bool_, float: np.float64, complex: np.complex128}.get(kind, np.float64)
+            found = scalar_loss(v, np.dtype(dst), self.o.cast_mode)
+            loss = None if found is None else str(found)
+        else:
+            loss = None
+        if loss is None:
+            try:
+                out = kind(v)
+            except (ValueError, OverflowError) as err:
+                loss = str(err)
+            else:
+                self.restored(path)
+                return out
+        self.report("value", path, f"{_scalar_type(v)} in file -> {kind.__name__}: {loss}")
+        dest = np.dtype(np.int64 if kind is int else np.float64)
+        self.hints |= fixes_for_conversion(dest, self.o.cast_mode, x64=False)
         return None
 
     def string(self, v: Any, t: str, path: Path) -> Any:
         if v is ABSENT:
-            return t
+            return t if self.may_keep(t, path) else None
         if not isinstance(v, str):
             self.kind_mismatch(v, t, path)
             return None
+        self.restored(path)
         return Symbol(v) if isinstance(t, Symbol) else str(v)
 
     def empty(self, v: Any, t: Any, path: Path) -> Any:
@@ -230,10 +356,11 @@ class Walker:
 
     def opaque(self, v: Any, t: Any, path: Path, cls: type) -> Any:
         if v is ABSENT:
-            return t
+            return t if self.may_keep(t, path) else None
         if not isinstance(v, cls):
             self.kind_mismatch(v, t, path)
             return None
+        self.restored(path)
         return v
 
     # --- containers -------------------------------------------------------------------------------
@@ -265,9 +392,13 @@ class Walker:
         for name, value in fields.items():
             if name in names or name in static_names:
                 continue
-            if not (self.o.allow_extra or carries_no_state(value)):
-                cpath = (*path, _segment(name))
+            if carries_no_state(value):
+                continue
+            cpath = (*path, _segment(name))
+            if not self.o.allow_extra:
                 self.report("extra", cpath, f"{describe_file_value(value)} in file, not in template")
+            elif not self.build:
+                self.log.ignored.append(cpath)
         # Field order is part of a NamedTuple's (and a struct's) type; a Julia Dict has none.
         if self.o.check_order and not isinstance(v, dict):
             order = [n for n, _, _ in entries]
@@ -305,11 +436,14 @@ class Walker:
             else:
                 self.report("missing", cpath, f"from file, template has {describe_template(child)}")
                 out.append(None)
-        if v is not ABSENT and len(items) > len(children) and not self.o.allow_extra:
+        if v is not ABSENT and len(items) > len(children):
             for i in range(len(children), len(items)):
-                self.report(
-                    "extra", (*path, i + 1), f"{describe_file_value(items[i])} in file, not in template"
-                )
+                if not self.o.allow_extra:
+                    self.report(
+                        "extra", (*path, i + 1), f"{describe_file_value(items[i])} in file, not in template"
+                    )
+                elif not self.build and not carries_no_state(items[i]):
+                    self.log.ignored.append((*path, i + 1))
         if not self.build:
             return None
         if custom is not None:
@@ -523,6 +657,10 @@ def _category(x: Any) -> str:
     return "complex"
 
 
+def _number_text(v: Any) -> str:
+    return repr(v.item() if isinstance(v, np.generic) else v)
+
+
 def _scalar_type(v: Any) -> str:
     return v.dtype.name if isinstance(v, np.generic) else type(v).__name__
 
@@ -544,13 +682,37 @@ def _is_abstract_struct(t: Any) -> bool:
 
 
 def check_and_build(
-    values: Any, like: Any, options: Options, placer: Placer, path: Path, *, header: str | None = None
+    values: Any,
+    like: Any,
+    options: Options,
+    placer: Placer,
+    path: Path,
+    *,
+    header: str | None = None,
+    log: ReportLog | None = None,
 ) -> tuple[Any, dict[int, Any]]:
-    """Run the checking pass; raise one MismatchError listing everything; then build."""
-    checker = Walker(options, placer, build=False)
+    """Run the checking pass; raise one MismatchError listing everything; then build.
+
+    ``log`` (default: ``options.log``) receives what the restore does: leaves restored, kept,
+    ignored, converted.
+    """
+    log = log if log is not None else options.log
+    checker = Walker(options, placer, build=False, log=log)
     checker.node(values, like, path, ())
     if checker.mismatches:
-        raise MismatchError(checker.mismatches, header=header or _header(checker.mismatches, path))
+        head = header or _header(checker.mismatches, path)
+        raise restore_error(checker.mismatches, head, checker.hints, log.ignored)
+    if options.missing.bare and log.nothing_restored():
+        raise restore_error(
+            [
+                Mismatch("missing", p, "from file (allow_missing=True would keep the template's value)")
+                for p in log.kept
+            ],
+            f"nothing in the file's state{f' of {path[0]}' if path else ''} fits the template: "
+            f"allow_missing=True would keep all {len(log.kept)} template leaves",
+            {"names", "allow"},
+            log.ignored,
+        )
     results = run_jobs(checker.jobs)
     builder = Walker(options, placer, build=True, results=iter(results))
     result = builder.node(values, like, path, ())
