@@ -1,0 +1,136 @@
+"""``treexchange convert`` between formats: JLD2 <-> safetensors, JLD2 <-> orbax.
+
+The format of each side is given (``--to``) or read from the path: ``.jld2``/``.jld`` is JLD2,
+``.safetensors`` or ``.safetensors.index.json`` is safetensors, a directory (existing, or a path
+ending in ``/`` or ``.orbax``) is an orbax checkpoint. One side is always JLD2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from .._errors import UnsupportedError, format_path
+from ._progress import ProgressLine
+
+FORMATS = ("jld2", "safetensors", "orbax")
+
+
+def detect_format(path: str | os.PathLike[str], *, existing: bool) -> str | None:
+    """The format a path names, or ``None`` when its name does not say.
+
+    Example:
+        >>> detect_format("model.safetensors.index.json", existing=False)
+        'safetensors'
+        >>> detect_format("ckpt.orbax", existing=False), detect_format("m.jld2", existing=False)
+        ('orbax', 'jld2')
+    """
+    text = os.fspath(path)
+    name = Path(text).name
+    if name.endswith(".safetensors") or name.endswith(".safetensors.index.json"):
+        return "safetensors"
+    if name.endswith((".jld2", ".jld")):
+        return "jld2"
+    if text.endswith(("/", os.sep)) or name.endswith(".orbax") or (existing and Path(text).is_dir()):
+        return "orbax"
+    if existing and Path(text).is_file():
+        return "jld2"  # any other existing file: the JLD2 reader says what it is if it is not
+    return None
+
+
+def convert_formats(
+    source: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    *,
+    to: str | None = None,
+    dry_run: bool = False,
+    max_shard_size: int | None = None,
+    out: TextIO | None = None,
+    progress_stream: TextIO | None = None,
+) -> str:
+    """Convert ``source`` to ``target``; returns the pair of formats (``"jld2->safetensors"``).
+
+    ``dry_run`` prints the mapping (one line per array: source name -> target name, Julia shape,
+    dtype, transform) to ``out`` and writes nothing. A progress line is drawn on
+    ``progress_stream`` (default stderr) when it is a terminal.
+    """
+    src_fmt = detect_format(source, existing=True)
+    dst_fmt = to or detect_format(target, existing=False)
+    if src_fmt is None:
+        raise UnsupportedError(f"cannot tell the format of {os.fspath(source)!r} from its name")
+    if dst_fmt is None:
+        raise UnsupportedError(
+            f"cannot tell the format of {os.fspath(target)!r} from its name: "
+            f"give --to {{{','.join(FORMATS)}}}"
+        )
+    if dst_fmt not in FORMATS:
+        raise UnsupportedError(f"unknown format {dst_fmt!r} (choose from {', '.join(FORMATS)})")
+    if src_fmt != "jld2" and dst_fmt != "jld2":
+        raise UnsupportedError(f"{src_fmt} -> {dst_fmt}: one side must be a JLD2 file")
+    out = out if out is not None else sys.stdout
+    pair = f"{src_fmt}->{dst_fmt}"
+    if src_fmt == "jld2" and dst_fmt != "jld2":
+        _export(source, target, dst_fmt, dry_run, max_shard_size, out, progress_stream)
+    elif dst_fmt == "jld2" and src_fmt != "jld2":
+        _import(source, target, src_fmt, dry_run, out)
+    elif dry_run:  # jld2 -> jld2 re-encodes every value as it is
+        from ._safetensors import mapping_line, plan_export
+        from ._source import lazy_tree
+
+        for t in plan_export(lazy_tree(source)).tensors:
+            julia = format_path(t.path)
+            print(mapping_line(julia, t.path, t.shape, t.dtype, "none", reverse=True), file=out)
+    else:
+        raise UnsupportedError("jld2 -> jld2 is the plain re-encoding (treexchange._commands.convert)")
+    return pair
+
+
+def _export(
+    source: Any, target: Any, fmt: str, dry_run: bool, shard: int | None, out: TextIO, stream: TextIO | None
+) -> None:
+    from ._source import lazy_tree
+
+    roots = lazy_tree(source)
+    if fmt == "safetensors":
+        from . import _safetensors as fmt_module
+    else:
+        from . import _orbax as fmt_module  # type: ignore[no-redef]
+    plan = fmt_module.plan_export(roots)
+    if dry_run:
+        for line in plan.mapping_lines():
+            print(line, file=out)
+        return
+    bar = ProgressLine(plan.total_bytes, f"{Path(os.fspath(source)).name} -> {fmt}", stream=stream)
+    try:
+        if fmt == "safetensors":
+            fmt_module.write_plan(target, plan, max_shard_size=shard, progress=bar)
+        else:
+            fmt_module.write_plan(target, plan, progress=bar)
+    finally:
+        bar.close()
+
+
+def _import(source: Any, target: Any, fmt: str, dry_run: bool, out: TextIO) -> None:
+    from ._jld2io import save_jld2
+
+    opened: Any
+    if fmt == "safetensors":
+        from ._safetensors import SafetensorsSource
+
+        opened = SafetensorsSource(source)
+    else:
+        from ._orbax import OrbaxSource
+
+        opened = OrbaxSource(source)
+    if dry_run:
+        for line in opened.mapping_lines():
+            print(line, file=out)
+        return
+    roots: dict[str, Any] = opened.roots()
+    save_jld2(target, roots)
+    closer: Callable[[], None] | None = getattr(opened, "close", None)
+    if closer is not None:
+        closer()
