@@ -35,21 +35,33 @@ def flat_name(path: Sequence[PathSegment], *, drop_root: bool) -> str:
 class NameTable:
     """Hands out unique flat names (``#2``, ``#3``… for repeats).
 
+    A name is also kept from being a dotted prefix of another (``a`` and ``a.b``), so the names
+    can be the keys of nested dicts split at the dots (orbax keeps them that way).
+
     Example:
         >>> names = NameTable(drop_root=True)
-        >>> names.add(("m", "a.b")), names.add(("m", "a", "b"))
-        ('a.b', 'a.b#2')
+        >>> names.add(("m", "a.b")), names.add(("m", "a", "b")), names.add(("m", "a"))
+        ('a.b', 'a.b#2', 'a#2')
     """
 
     def __init__(self, *, drop_root: bool) -> None:
         self.drop_root = drop_root
         self._used: set[str] = set()
+        self._prefixes: set[str] = set()
 
     def add(self, path: Sequence[PathSegment]) -> str:
         base = flat_name(path, drop_root=self.drop_root)
         name, n = base, 1
-        while name in self._used:
+        while not self._free(name):
             n += 1
             name = f"{base}#{n}"
         self._used.add(name)
+        parts = name.split(".")
+        self._prefixes.update(".".join(parts[:i]) for i in range(1, len(parts)))
         return name
+
+    def _free(self, name: str) -> bool:
+        if name in self._used or name in self._prefixes:
+            return False
+        parts = name.split(".")
+        return not any(".".join(parts[:i]) in self._used for i in range(1, len(parts)))

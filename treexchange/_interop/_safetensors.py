@@ -99,6 +99,7 @@ class ExportPlan:
 
     document: dict[str, Any]
     tensors: list[TensorPlan] = field(default_factory=list)
+    layout: str = "row-major"  # how arrays are stored: "row-major" bytes, or "logical" arrays (orbax)
 
     @property
     def total_bytes(self) -> int:
@@ -108,9 +109,12 @@ class ExportPlan:
         """One line per tensor: ``julia.path -> name  shape dtype  transform`` (``reverse``: the
         tensor name first), for ``--dry-run``."""
         return [
-            mapping_line(t.name, t.path, t.shape, t.dtype, transform_of(t), reverse=reverse)
+            mapping_line(t.name, t.path, t.shape, t.dtype, self._transform(t), reverse=reverse)
             for t in self.tensors
         ]
+
+    def _transform(self, t: TensorPlan) -> str:
+        return transform_of(t) if self.layout == "row-major" else "none"
 
 
 def transform_of(t: TensorPlan) -> str:
