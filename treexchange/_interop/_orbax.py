@@ -270,7 +270,8 @@ class OrbaxSource:
     def _plain_metadata(self) -> list[tuple[tuple[str, ...], Any]]:
         ocp = self.ocp
         meta = ocp.PyTreeCheckpointer().metadata(self.path)
-        tree = getattr(meta, "item_metadata", None) or getattr(meta, "tree", None) or meta
+        tree = getattr(meta, "item_metadata", meta)
+        tree = getattr(tree, "tree", tree)  # orbax >= 0.11: TreeMetadata(tree=...)
         out: list[tuple[tuple[str, ...], Any]] = []
 
         def walk(node: Any, keys: tuple[str, ...]) -> None:
