@@ -160,7 +160,8 @@ SHARDED = textwrap.dedent(
     report["type"] = type(got).__name__
     report["sharding_ok"] = got.sharding == grid
     report["shards"] = [
-        [list(s.data.shape), bool(np.array_equal(np.asarray(s.data), w[s.index]))] for s in got.addressable_shards
+        [list(s.data.shape), bool(np.array_equal(np.asarray(s.data), w[s.index]))]
+        for s in got.addressable_shards
     ]
     report["devices"] = sorted(str(s.device) for s in got.addressable_shards)
     # arrays the grid does not fit (rank 1; 3x5 not divisible) are replicated on the same mesh
