@@ -13,8 +13,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
+
 from .._errors import UnsupportedError, format_path
 from ._progress import ProgressLine
+from ._treejson import DTYPES
 
 FORMATS = ("jld2", "safetensors", "orbax")
 
@@ -75,7 +78,7 @@ def convert_formats(
     if src_fmt == "jld2" and dst_fmt != "jld2":
         _export(source, target, dst_fmt, dry_run, max_shard_size, out, progress_stream)
     elif dst_fmt == "jld2" and src_fmt != "jld2":
-        _import(source, target, src_fmt, dry_run, out)
+        _import(source, target, src_fmt, dry_run, out, progress_stream)
     elif dry_run:  # jld2 -> jld2 re-encodes every value as it is
         from ._safetensors import mapping_line, plan_export
         from ._source import lazy_tree
@@ -113,7 +116,7 @@ def _export(
         bar.close()
 
 
-def _import(source: Any, target: Any, fmt: str, dry_run: bool, out: TextIO) -> None:
+def _import(source: Any, target: Any, fmt: str, dry_run: bool, out: TextIO, stream: TextIO | None) -> None:
     from ._jld2io import save_jld2
 
     opened: Any
@@ -130,7 +133,41 @@ def _import(source: Any, target: Any, fmt: str, dry_run: bool, out: TextIO) -> N
             print(line, file=out)
         return
     roots: dict[str, Any] = opened.roots()
-    save_jld2(target, roots)
+    bar = ProgressLine(_total_bytes(opened), f"{Path(os.fspath(source)).name} -> jld2", stream=stream)
+    release: Callable[[], None] | None = getattr(opened, "release_pages", None)
+    pending = [0]
+
+    def on_write(nbytes: int) -> None:
+        bar(nbytes)
+        pending[0] += nbytes
+        if release is not None and pending[0] >= _RELEASE_EVERY:
+            pending[0] = 0
+            release()  # pages of tensors already written: the kernel may drop them now
+
+    try:
+        save_jld2(target, roots, on_write=on_write)
+    finally:
+        bar.close()
     closer: Callable[[], None] | None = getattr(opened, "close", None)
     if closer is not None:
         closer()
+
+
+_RELEASE_EVERY = 64 << 20
+"""Bytes written between two releases of a mapped source's pages (bounds the resident size)."""
+
+
+def _total_bytes(opened: Any) -> int:
+    tensors = getattr(opened, "tensors", None)
+    if isinstance(tensors, dict):
+        return sum(t.nbytes for t in tensors.values())
+    document = getattr(opened, "document", None)
+    if document is None:
+        return 0
+    from ._treejson import array_nodes
+
+    total = 0
+    for name, root in document.get("roots", []):
+        for _, node in array_nodes(root, (name,)):
+            total += int(np.prod(node["shape"])) * DTYPES[node["dtype"]].itemsize
+    return total

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, BinaryIO
 
 from ._treejson import Group
 
@@ -24,8 +24,38 @@ def flatten_groups(roots: Mapping[str, Any], prefix: str = "") -> Iterator[tuple
             yield f"{prefix}{name}", value
 
 
-def save_jld2(path: str | os.PathLike[str], roots: Mapping[str, Any]) -> None:
-    """Write converted top-level values to a JLD2 file (atomically)."""
-    from .._save import save
+class _CountingFile:
+    """A file object that reports every write (bytes count) to a callback; all else delegates."""
 
-    save(path, dict(flatten_groups(roots)))
+    def __init__(self, file: BinaryIO, on_write: Callable[[int], None]) -> None:
+        self._file = file
+        self._on_write = on_write
+
+    def write(self, data: Any) -> int:
+        n = self._file.write(data)
+        self._on_write(len(memoryview(data).cast("B")))
+        return n
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
+
+
+def save_jld2(
+    path: str | os.PathLike[str], roots: Mapping[str, Any], *, on_write: Callable[[int], None] | None = None
+) -> None:
+    """Write converted top-level values to a JLD2 file, atomically, as :func:`treexchange.save`
+    does; ``on_write(nbytes)`` is called after every piece written (progress, releasing pages
+    of a source that is no longer needed)."""
+    from .._jld2._writer import JLD2Writer
+    from .._save import atomic_write, default_producer
+
+    items = list(flatten_groups(roots))
+
+    def write(f: BinaryIO) -> None:
+        out: Any = f if on_write is None else _CountingFile(f, on_write)
+        writer = JLD2Writer(out, compress=None, producer=default_producer(), root_attributes={})
+        for name, value in items:
+            writer.write(name, value)
+        writer.close()
+
+    atomic_write(path, write)
