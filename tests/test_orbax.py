@@ -142,7 +142,10 @@ SHARDED = textwrap.dedent(
     grid = NamedSharding(mesh, P("data", "model"))
     w = np.asfortranarray(np.arange(64 * 32, dtype=np.float32).reshape(64, 32))
     b = np.arange(64, dtype=np.float32).astype(ml_dtypes.bfloat16)
-    state = NamedTuple(layers=(NamedTuple(weight=w, bias=b, σ=()),), odd=np.ones((3, 5), np.float32))
+    # a Float64 array too: jax (x64 off) would narrow it, so it must stay numpy and exact
+    exact = np.arange(64.0).reshape(8, 8) / 3
+    layers = (NamedTuple(weight=w, bias=b, σ=()),)
+    state = NamedTuple(layers=layers, odd=np.ones((3, 5), np.float32), f64=exact)
     tx.save(tmp + "/m.jld2", model_state=state)
     report = {}
 

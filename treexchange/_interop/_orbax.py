@@ -16,12 +16,15 @@ A plain PyTree checkpoint (written by someone else) imports as nested NamedTuple
 **Sharding.** ``sharding=`` on export places each array as a ``jax.Array`` built from the JLD2
 file slice by slice (each device's shard is read from the file on its own, then written by orbax
 from that device); on import, arrays are restored straight into the given sharding (orbax reads
-each device's slice only) before the JLD2 file is written.
+each device's slice only) before the JLD2 file is written. 64-bit arrays (Float64, Int64, UInt64,
+ComplexF64) stay numpy arrays unless ``jax_enable_x64`` is on: jax would narrow them to 32 bits.
 
-**Memory.** Export hands orbax zero-copy views of the JLD2 file (or per-device slices), so the
-only copies are orbax's own. Import restores arrays in batches of at most ``batch_bytes`` (orbax's
-partial restore) and, with ``spill_dir``, moves each batch into a file-backed map before the next
-one, so a checkpoint larger than memory converts with one batch in RAM.
+**Memory.** Export hands orbax ``jax.Array`` objects on the host CPU device (or on the given
+sharding), each built from the JLD2 file slice by slice; orbax writes a tree with about one more
+copy of it in flight (its own save does the same), see docs/performance.md. Import restores
+arrays in batches of at most ``batch_bytes`` (orbax's partial restore) and, with ``spill_dir``,
+moves each batch into a file-backed map before the next one, so a checkpoint larger than memory
+converts with one batch in RAM.
 """
 
 from __future__ import annotations
@@ -97,15 +100,18 @@ def _nested(items: Iterator[tuple[str, Any]]) -> dict[str, Any]:
 
 
 def _placer(sharding: ShardingSpec) -> Callable[[TensorPlan], Any]:
-    """``place(tensor)``: the array to hand orbax — a zero-copy view of the file, or a
-    ``jax.Array`` whose every device shard is read from the file on its own."""
+    """``place(tensor)``: the ``jax.Array`` to hand orbax, every device shard of it read from the
+    file on its own. Without a sharding, arrays go to the host CPU device: orbax then writes them
+    with one copy in flight, where a numpy array in Julia's (column-major) order costs it two."""
+    import jax
+
     choose = _placer_choice(sharding)
+    host = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
 
     def place(t: TensorPlan) -> Any:
-        s = choose(t)
-        if s is None:
-            return _view(t.source)
-        import jax
+        if not jax_keeps(t.dtype):  # 64-bit without jax_enable_x64: numpy, never truncated
+            return np.asarray(t.source)
+        s = choose(t) or host
 
         source = t.source
 
@@ -115,11 +121,6 @@ def _placer(sharding: ShardingSpec) -> Callable[[TensorPlan], Any]:
         return jax.make_array_from_callback(t.shape, s, shard)
 
     return place
-
-
-def _view(source: Any) -> np.ndarray:
-    """A zero-copy view of a file's array (a lazy node) or the array itself."""
-    return np.asarray(source)
 
 
 def write_plan(
@@ -137,7 +138,7 @@ def write_plan(
     items = {TREE_ITEM: ocp.args.JsonSave(plan.document)}
     if state:
         items[STATE_ITEM] = ocp.args.PyTreeSave(state)
-    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
+    with ocp.Checkpointer(_handler(ocp)) as ckptr:
         ckptr.save(target, ocp.args.Composite(**items), force=True)
     if progress is not None:
         progress(plan.total_bytes)
@@ -160,6 +161,16 @@ def save_orbax(
         True
     """
     return write_plan(directory, plan_export(roots), sharding=sharding)
+
+
+CONCURRENT_GB = 1
+"""orbax's bound on the bytes it holds in flight while saving or restoring (its own option,
+``save_concurrent_gb``/``restore_concurrent_gb``; 1 GB is the smallest it takes)."""
+
+
+def _handler(ocp: Any) -> Any:
+    state = ocp.PyTreeCheckpointHandler(save_concurrent_gb=CONCURRENT_GB, restore_concurrent_gb=CONCURRENT_GB)
+    return ocp.CompositeCheckpointHandler(**{STATE_ITEM: state, TREE_ITEM: ocp.JsonCheckpointHandler()})
 
 
 def _orbax() -> Any:
@@ -253,7 +264,7 @@ class OrbaxSource:
         ]
         choose = _placer_choice(sharding)
         out: dict[str, Any] = {}
-        with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr, _spill(spill_dir) as spill:
+        with ocp.Checkpointer(_handler(ocp)) as ckptr, _spill(spill_dir) as spill:
             for batch in _batches(tensors, batch_bytes):
                 item = _nested((t.name, 0) for t in batch)
                 args = _nested((t.name, _restore_args(ocp, t, choose(t))) for t in batch)
@@ -339,8 +350,16 @@ def _placer_choice(sharding: ShardingSpec) -> Callable[[TensorPlan], Any]:
     return choose
 
 
+def jax_keeps(dtype: np.dtype) -> bool:
+    """Whether a ``jax.Array`` holds ``dtype`` as it is (64-bit types need ``jax_enable_x64``;
+    without it jax would silently narrow them to 32 bits)."""
+    import jax
+
+    return bool(jax.dtypes.canonicalize_dtype(dtype) == np.dtype(dtype))
+
+
 def _restore_args(ocp: Any, t: TensorPlan, sharding: Any) -> Any:
-    if sharding is None:
+    if sharding is None or not jax_keeps(t.dtype):
         return ocp.RestoreArgs(restore_type=np.ndarray, dtype=t.dtype)
     return ocp.ArrayRestoreArgs(sharding=sharding, global_shape=t.shape, dtype=t.dtype)
 
