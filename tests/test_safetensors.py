@@ -14,6 +14,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+from _interop_cases import NOT_REWRITABLE
 from conftest import all_fixtures_or_skip, fixture_files, fixture_ids, require_fixture
 
 import treexchange as tx
@@ -169,18 +170,6 @@ def test_not_a_safetensors_file(tmp_path: Path) -> None:
 
 
 FIXTURES = all_fixtures_or_skip()
-# Structs whose bytes on disk are not what their fields imply (custom serialisation: `written_type`,
-# a struct whose fields are all singletons): the *values* round-trip (checked for every fixture),
-# but writing them to JLD2 without the original layout gives what Julia would write for the value.
-# temp.jld2 does not re-encode through tx.save either (a writer limitation, not a conversion one).
-NOT_REWRITABLE = {
-    "readas_foo_a.jld2",
-    "readas_foo_n_a.jld2",
-    "readas_foo_n_sin.jld2",
-    "readas_foo_sin.jld2",
-    "betaml_test.jld2",
-    "temp.jld2",
-}
 
 
 @pytest.mark.parametrize("fixture", FIXTURES, ids=fixture_ids(fixture_files()) or None)

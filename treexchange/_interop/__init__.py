@@ -8,3 +8,10 @@ time (see :mod:`._source`), so converting never holds a second copy of a whole m
 None of these modules is imported by ``import treexchange``; each imports its format's package
 (``safetensors``, ``orbax-checkpoint``, ``torch``) only when it is used.
 """
+
+from ._convert import convert_formats as convert_formats
+from ._orbax import load_orbax as load_orbax, save_orbax as save_orbax
+from ._safetensors import load_safetensors as load_safetensors, save_safetensors as save_safetensors
+from ._source import lazy_tree as lazy_tree
+
+__all__ = ["convert_formats", "lazy_tree", "load_orbax", "load_safetensors", "save_orbax", "save_safetensors"]
