@@ -346,7 +346,7 @@ def instancenorm(layer: Layer, params: Any, x: Array) -> Array:
 def groupnorm(layer: Layer, params: Any, x: Array) -> Array:
     """Flux ``GroupNorm``: channels in ``G`` contiguous blocks (column-major reshape ``C÷G, G``)."""
     eps = float(_hyper(layer, params, "ϵ", 1e-5))
-    groups = int(_hyper(layer, params, "G", 1))
+    groups = int(layer.arg("groups") or field(params, "G") or 1)  # IR arg `groups`, state field `G`
     cax = x.ndim - 2
     c = x.shape[cax]
     xg = np.reshape(x, (*x.shape[:cax], c // groups, groups, x.shape[-1]), order="F")

@@ -303,7 +303,7 @@ def test_batchnorm_matches_torch_eval() -> None:
         "σ²": rng.uniform(0.5, 2, c),
     }
     x = rng.normal(size=(5, 6, c, 3))
-    ours = ref.forward(Layer("BatchNorm", {"chs": c, "σ": "relu"}), NamedTuple(st.items()), x)
+    ours = ref.forward(Layer("BatchNorm", {"channels": c, "σ": "relu"}), NamedTuple(st.items()), x)
     bn = torch.nn.BatchNorm2d(c, dtype=torch.float64).eval()
     with torch.no_grad():
         bn.weight.copy_(torch.from_numpy(st["γ"]))
@@ -317,7 +317,7 @@ def test_groupnorm_and_layernorm_match_torch() -> None:
     rng = np.random.default_rng(6)
     x = rng.normal(size=(5, 6, 6, 2))
     gamma, beta = rng.normal(size=6), rng.normal(size=6)
-    ours = ref.forward(Layer("GroupNorm", {"G": 3}), NamedTuple([("γ", gamma), ("β", beta)]), x)
+    ours = ref.forward(Layer("GroupNorm", {"groups": 3}), NamedTuple([("γ", gamma), ("β", beta)]), x)
     gn = torch.nn.GroupNorm(3, 6, dtype=torch.float64)
     with torch.no_grad():
         gn.weight.copy_(torch.from_numpy(gamma))

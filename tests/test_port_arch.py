@@ -115,11 +115,12 @@ def test_other_layers() -> None:
     assert parse_architecture("Dense(2 => 3; bias=false)") == _dense(2, 3, bias=False)
     bn = parse_architecture("BatchNorm(16, relu)")
     assert bn == Layer(
-        "BatchNorm", {"chs": 16, "σ": "relu", "affine": True, "track_stats": True, "ϵ": 1e-5, "momentum": 0.1}
+        "BatchNorm",
+        {"channels": 16, "σ": "relu", "affine": True, "track_stats": True, "ϵ": 1e-5, "momentum": 0.1},
     )
     assert parse_architecture("InstanceNorm(3)").args["affine"] is False
     gn = parse_architecture("GroupNorm(32, 4, ϵ=1.0f-3)")
-    assert gn.arg("G") == 4 and gn.arg("ϵ") == pytest.approx(1e-3) and gn.arg("track_stats") is False
+    assert gn.arg("groups") == 4 and gn.arg("ϵ") == pytest.approx(1e-3) and gn.arg("track_stats") is False
     assert parse_architecture("LayerNorm(10)") == Layer(
         "LayerNorm", {"size": (10,), "σ": "identity", "affine": True, "ϵ": 1e-5}
     )
@@ -142,7 +143,7 @@ def test_other_layers() -> None:
     }
     assert parse_architecture("AdaptiveMaxPool((4, 4))") == Layer("AdaptiveMaxPool", {"out": (4, 4)})
     assert parse_architecture("GlobalMeanPool()") == Layer("GlobalMeanPool")
-    assert parse_architecture("Bilinear((3, 4) => 2)").args["in2"] == 4
+    assert parse_architecture("Bilinear((3, 4) => 2)").args["in"] == (3, 4)
     assert parse_architecture("Scale(3, tanh)").args == {"size": (3,), "σ": "tanh", "bias": True}
 
 
@@ -227,7 +228,7 @@ def _print(layer: Layer) -> str:
         return f"{layer.kind}({_tuple(a['k'])}, pad={_tuple(a['pad'])}, stride={_tuple(a['stride'])})"
     if layer.kind == "BatchNorm":
         flags = f"affine={str(a['affine']).lower()}, track_stats={str(a['track_stats']).lower()}"
-        return f"BatchNorm({a['chs']}, {a['σ']}, {flags}, ϵ={a['ϵ']!r}, momentum={a['momentum']!r})"
+        return f"BatchNorm({a['channels']}, {a['σ']}, {flags}, ϵ={a['ϵ']!r}, momentum={a['momentum']!r})"
     if layer.kind == "function":
         return str(a["name"])
     return layer.kind
@@ -269,7 +270,7 @@ def _random_layer(rng: random.Random, depth: int = 0) -> Layer:
     if choice == "BatchNorm":
         flags = {"affine": rng.random() < 0.5, "track_stats": rng.random() < 0.5}
         numbers = {"ϵ": rng.choice([1e-5, 1e-3, 0.01]), "momentum": rng.choice([0.1, 0.01])}
-        return Layer("BatchNorm", {"chs": rng.randint(1, 64), "σ": sigma, **flags, **numbers})
+        return Layer("BatchNorm", {"channels": rng.randint(1, 64), "σ": sigma, **flags, **numbers})
     if choice == "function":
         return Layer("function", {"name": rng.choice(["relu", "softmax", "sigmoid", "logsoftmax"])})
     if choice == "flatten":

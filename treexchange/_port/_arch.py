@@ -490,8 +490,7 @@ def _bilinear(a: _Args) -> Layer:
     layer = Layer(
         "Bilinear",
         {
-            "in1": ins[0],
-            "in2": ins[1],
+            "in": (ins[0], ins[1]),
             "out": a.b.int_(second, "Bilinear output size"),
             "σ": _sigma(a, 1),
             "bias": _bias(a),
@@ -539,11 +538,11 @@ def _norm(a: _Args) -> Layer:
     low = 2 if kind == "GroupNorm" else 1
     a.arity(low, low + 1)
     chs = a.b.int_(a.args[0], "channels")
-    args: dict[str, Any] = {"chs": chs}
+    args: dict[str, Any] = {"channels": chs}
     if kind == "GroupNorm":
-        args["G"] = a.b.int_(a.args[1], "groups")
-        if chs % args["G"]:
-            raise a.b.error(f"GroupNorm channels {chs} not divisible by {args['G']}", a.call.pos)
+        args["groups"] = a.b.int_(a.args[1], "groups")
+        if chs % args["groups"]:
+            raise a.b.error(f"GroupNorm channels {chs} not divisible by {args['groups']}", a.call.pos)
     args["σ"] = _sigma(a, low)
     affine, track = _NORM_DEFAULTS[kind]
     for key, default in (("affine", affine), ("track_stats", track)):

@@ -160,7 +160,7 @@ def check_state(layer: Layer, state: Any, *, path: Sequence[PathSegment] = ()) -
         _expect(state, "bias", (a["out"],), p, layer, optional=not a.get("bias", True))
     elif kind in ("BatchNorm", "InstanceNorm", "GroupNorm"):
         for key in ("β", "γ", "μ", "σ²"):
-            _expect(state, key, (a["chs"],), p, layer, optional=True)
+            _expect(state, key, (a["channels"],), p, layer, optional=True)
     elif kind == "LayerNorm":
         diag = _field(state, "diag")
         for key in ("scale", "bias", "α", "β"):
@@ -168,7 +168,7 @@ def check_state(layer: Layer, state: Any, *, path: Sequence[PathSegment] = ()) -
     elif kind == "Embedding":
         _expect(state, "weight", (a["out"], a["in"]), p, layer)
     elif kind == "Bilinear":
-        _expect(state, "weight", (a["out"], a["in1"], a["in2"]), p, layer)
+        _expect(state, "weight", (a["out"], *a["in"]), p, layer)
     elif kind in _GATES:
         cell = _field(state, "cell")
         g, h = _GATES[kind], a["out"]

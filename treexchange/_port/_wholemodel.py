@@ -270,9 +270,9 @@ def _norm(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
         if not arrays:
             raise c.error(f"{s.type} stores no channel count", path)
         chs = int(arrays[0].shape[0])
-    args: dict[str, Any] = {"chs": chs}
+    args: dict[str, Any] = {"channels": chs}
     if kind == "GroupNorm":
-        args["G"] = int(f["G"])
+        args["groups"] = int(f["G"])
     args["σ"] = c.activation_of(s, kind, path)
     args.update(
         {"affine": affine, "track_stats": track, "ϵ": _float(f["ϵ"]), "momentum": _float(f["momentum"])}
@@ -305,8 +305,7 @@ def _scale(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
 def _bilinear(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
     out, in1, in2 = _array_shape(s, "weight", path)
     args = {
-        "in1": in1,
-        "in2": in2,
+        "in": (in1, in2),
         "out": out,
         "σ": c.activation_of(s, "Bilinear", path),
         "bias": _has_bias(s),
