@@ -1,34 +1,37 @@
-"""The MNIST test set from ../shared/data/mnist, laid out as Flux users feed it (MLDatasets.jl)."""
+"""The MNIST test set from ../shared/data/mnist, laid out as Flux users feed it (its README)."""
 
 from __future__ import annotations
 
 import gzip
-from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
-
-from tests.conftest import SHARED
+from conftest import SHARED
 
 MNIST = SHARED / "data" / "mnist"
 
 
-@cache
-def _read() -> tuple[np.ndarray, np.ndarray]:
-    with gzip.open(MNIST / "t10k-images-idx3-ubyte.gz") as f:
-        images = np.frombuffer(f.read(), np.uint8, offset=16).reshape(-1, 28, 28)
-    with gzip.open(MNIST / "t10k-labels-idx1-ubyte.gz") as f:
-        labels = np.frombuffer(f.read(), np.uint8, offset=8)
-    return images, labels
+def _idx(path: Path) -> np.ndarray:
+    data = gzip.decompress(path.read_bytes())
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 
 def mnist_test_set() -> tuple[np.ndarray, np.ndarray]:
-    """``(raw uint8 (N, 28, 28), labels (N,))``, or skip when ../shared/data/mnist is absent."""
-    if not (MNIST / "t10k-images-idx3-ubyte.gz").is_file():
-        pytest.skip(f"MNIST test set not found at {MNIST} (clone ../shared beside the repository)")
-    return _read()
+    """(images NCHW float32 in [0, 1] = rev of Julia's 28×28×1×N, labels), or skip when absent.
+
+    MLDatasets gives Julia ``x[i, j, 1, n] = raw[n, j, i]``; its reversed-axes view (layer-spec
+    convention C0) is ``raw[:, None, :, :] / 255``.
+    """
+    images, labels = MNIST / "t10k-images-idx3-ubyte.gz", MNIST / "t10k-labels-idx1-ubyte.gz"
+    if not (images.is_file() and labels.is_file()):
+        pytest.skip(f"MNIST test set not found at {MNIST}")
+    raw = _idx(images)
+    return (raw[:, None, :, :].astype(np.float32) / 255), _idx(labels).astype(np.int64)
 
 
-def julia_images(raw: np.ndarray) -> np.ndarray:
-    """MLDatasets' layout: a Julia 28×28×1×N Float32 array, ``x[i, j, 1, n] = raw[n, j, i] / 255``."""
-    return (raw.transpose(2, 1, 0)[:, :, None, :] / np.float32(255)).astype(np.float32)
+def julia_batch(images: np.ndarray) -> np.ndarray:
+    """The Julia-shaped batch (28×28×1×N, as MLDatasets gives it) of channels-first ``images``: ``rev``."""
+    return np.ascontiguousarray(images.transpose(range(images.ndim)[::-1]))

@@ -7,7 +7,7 @@ import pytest
 
 import treexchange as tx
 from tests import _flux_reference as ref
-from tests._mnist import julia_images, mnist_test_set
+from tests._mnist import julia_batch, mnist_test_set
 from tests.conftest import require_fixture
 from treexchange import ConversionError, JuliaStruct, NamedTuple, Singleton
 from treexchange._port._arch import parse_architecture
@@ -49,9 +49,9 @@ def test_vqvae_tree_and_state() -> None:
 
 def test_vqvae_reconstructs_digits_with_the_reference() -> None:
     """The author's scaling (pixels in [0, 1/255], spec §0.3); the output approximates the input."""
-    raw, _ = mnist_test_set()
+    images, _ = mnist_test_set()
     layer, state = from_whole_model(_load(VQVAE, "autoencoder"))
-    x = julia_images(raw[:64]) / 255
+    x = julia_batch(images[:64]) / 255
     y = ref.forward(layer, state, x)
     assert y.shape == x.shape
     rel = float(np.mean((y - x) ** 2) / np.mean(x**2))
@@ -59,11 +59,11 @@ def test_vqvae_reconstructs_digits_with_the_reference() -> None:
 
 
 def test_hwdr_mlp_classifies_mnist_with_the_reference() -> None:
-    raw, labels = mnist_test_set()
+    images, labels = mnist_test_set()
     layer, state = from_whole_model(_load("flux-model/hwdr_mlp.jld2", "mlp"))
     assert layer.kinds() == ["Chain", "Dense", "Dense", "Dense", "function"]
     assert [c.args.get("σ") for c in layer.children[:3]] == ["relu", "relu", "identity"]
-    probs = ref.forward(layer, state, ref.flatten(julia_images(raw)))
+    probs = ref.forward(layer, state, ref.flatten(julia_batch(images)))
     np.testing.assert_allclose(probs.sum(axis=0), 1.0, rtol=1e-6)  # the trailing softmax ran
     assert float(np.mean(probs.argmax(axis=0) == labels)) >= 0.86
 
@@ -88,13 +88,13 @@ def test_old_flux_files() -> None:
 
 def test_lenet_state_with_the_architecture_text_and_the_reference() -> None:
     """The LeNet Flux.state + its text, run by the reference: the first 500 test digits."""
-    raw, labels = mnist_test_set()
+    images, labels = mnist_test_set()
     arch = parse_architecture(
         "Chain(Conv((5, 5), 1 => 6, relu), MaxPool((2, 2)), Conv((5, 5), 6 => 16, relu), MaxPool((2, 2)), "
         "Flux.flatten, Dense(256 => 120, relu), Dense(120 => 84, relu), Dense(84 => 10))"
     )
     state = _load("flux-state/silver-bullet_lenet.jld2", "lenet_state")
-    logits = ref.forward(arch, state, julia_images(raw[:500]))
+    logits = ref.forward(arch, state, julia_batch(images[:500]))
     assert float(np.mean(logits.argmax(axis=0) == labels[:500])) >= 0.96
 
 
