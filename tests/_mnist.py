@@ -30,3 +30,8 @@ def mnist_test_set() -> tuple[np.ndarray, np.ndarray]:
         pytest.skip(f"MNIST test set not found at {MNIST}")
     raw = _idx(images)
     return (raw[:, None, :, :].astype(np.float32) / 255), _idx(labels).astype(np.int64)
+
+
+def julia_batch(images: np.ndarray) -> np.ndarray:
+    """The Julia-shaped batch (28×28×1×N, as MLDatasets gives it) of channels-first ``images``: ``rev``."""
+    return np.ascontiguousarray(images.transpose(range(images.ndim)[::-1]))
