@@ -47,6 +47,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="print the mapping (source name -> target name, shape, dtype, transform); write nothing",
     )
     p.add_argument(
+        "--architecture",
+        metavar="TEXT",
+        help=(
+            "safetensors -> JLD2: the Flux model as Flux prints it (Chain(...)); the tensors (a PyTorch "
+            "state_dict) are matched to it by the layer rules and written as a Flux.loadmodel!-ready "
+            "model_state"
+        ),
+    )
+    p.add_argument(
         "--max-shard-size",
         type=_size,
         metavar="SIZE",
@@ -71,12 +80,17 @@ def _run(args: argparse.Namespace) -> int:
 
     src_fmt = detect_format(args.input, existing=True) or "jld2"
     dst_fmt = args.to or detect_format(args.output, existing=False) or "jld2"
-    if (src_fmt, dst_fmt) != ("jld2", "jld2") or args.dry_run:
+    if (src_fmt, dst_fmt) != ("jld2", "jld2") or args.dry_run or args.architecture:
         # Another format on one side: the format-specific converters (treexchange._interop).
         from .._interop._convert import convert_formats
 
         convert_formats(
-            args.input, args.output, to=dst_fmt, dry_run=args.dry_run, max_shard_size=args.max_shard_size
+            args.input,
+            args.output,
+            to=dst_fmt,
+            dry_run=args.dry_run,
+            max_shard_size=args.max_shard_size,
+            architecture=args.architecture,
         )
         return 0
     compress: bool | str = False if args.compress == "none" else args.compress

@@ -53,11 +53,14 @@ def convert_formats(
     max_shard_size: int | None = None,
     out: TextIO | None = None,
     progress_stream: TextIO | None = None,
+    architecture: str | None = None,
 ) -> str:
     """Convert ``source`` to ``target``; returns the pair of formats (``"jld2->safetensors"``).
 
     ``dry_run`` prints the mapping (one line per array: source name -> target name, Julia shape,
-    dtype, transform) to ``out`` and writes nothing. A progress line is drawn on
+    dtype, transform) to ``out`` and writes nothing. ``architecture`` (safetensors -> JLD2): the Flux
+    model as Flux prints it; the tensors (a PyTorch ``state_dict``) are matched to it by the layer
+    rules and written as a ``Flux.loadmodel!``-ready ``model_state``. A progress line is drawn on
     ``progress_stream`` (default stderr) when it is a terminal.
     """
     src_fmt = detect_format(source, existing=True)
@@ -78,7 +81,7 @@ def convert_formats(
     if src_fmt == "jld2" and dst_fmt != "jld2":
         _export(source, target, dst_fmt, dry_run, max_shard_size, out, progress_stream)
     elif dst_fmt == "jld2" and src_fmt != "jld2":
-        _import(source, target, src_fmt, dry_run, out, progress_stream)
+        _import(source, target, src_fmt, dry_run, out, progress_stream, architecture)
     elif dry_run:  # jld2 -> jld2 re-encodes every value as it is
         from ._safetensors import mapping_line, plan_export
         from ._source import lazy_tree
@@ -116,14 +119,28 @@ def _export(
         bar.close()
 
 
-def _import(source: Any, target: Any, fmt: str, dry_run: bool, out: TextIO, stream: TextIO | None) -> None:
+def _import(
+    source: Any, target: Any, fmt: str, dry_run: bool, out: TextIO, stream: TextIO | None, architecture: Any
+) -> None:
     from ._jld2io import save_jld2
 
     opened: Any
+    if architecture is not None and fmt != "safetensors":
+        raise UnsupportedError("--architecture applies to a safetensors source (a PyTorch state_dict)")
     if fmt == "safetensors":
         from ._safetensors import SafetensorsSource
 
         opened = SafetensorsSource(source)
+        if architecture is not None:
+            from ._torch import mapping_lines, state_dict_to_flux, torch_order
+
+            state_dict = torch_order({name: opened.array(name) for name in opened.tensors})
+            if dry_run:
+                for line in mapping_lines(state_dict, architecture):
+                    print(line, file=out)
+                return
+            save_jld2(target, {"model_state": state_dict_to_flux(state_dict, architecture)})
+            return
     else:
         from ._orbax import OrbaxSource
 
