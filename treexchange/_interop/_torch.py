@@ -66,6 +66,7 @@ class TorchParam:
     torch: str
     perm: Perm
     shape: tuple[int, ...]
+    transform: str = "same"  # what --dry-run prints
 
 
 def torch_params(layer: Layer) -> list[TorchParam]:
@@ -84,7 +85,8 @@ def torch_params(layer: Layer) -> list[TorchParam]:
     if kind in ("Conv", "CrossCor"):
         k = tuple(a["kernel"])
         weight = (a["out"], a["in"] // a["groups"], *k[::-1])
-        out = [TorchParam("weight", "weight", conv_weight_perm(kind, dict(a)), weight)]
+        how = "rev+flip" if kind == "Conv" else "rev"
+        out = [TorchParam("weight", "weight", conv_weight_perm(kind, dict(a)), weight, how)]
         return out + ([TorchParam("bias", "bias", SAME, (a["out"],))] if a["bias"] else [])
     if kind == "BatchNorm":
         c = (a["channels"],)
@@ -98,9 +100,12 @@ def torch_params(layer: Layer) -> list[TorchParam]:
         shape = tuple(a["size"])[::-1]
         if not a["affine"]:
             return []
-        return [TorchParam("scale", "weight", REV, shape), TorchParam("bias", "bias", REV, shape)]
+        return [
+            TorchParam("scale", "weight", REV, shape, "rev"),
+            TorchParam("bias", "bias", REV, shape, "rev"),
+        ]
     if kind == "Embedding":
-        return [TorchParam("weight", "weight", Transpose((1, 0)), (a["in"], a["out"]))]
+        return [TorchParam("weight", "weight", Transpose((1, 0)), (a["in"], a["out"]), "transpose")]
     raise UnsupportedError(f"no PyTorch rule for the Flux layer {kind!r} yet")
 
 
@@ -263,7 +268,7 @@ def mapping_lines(state_dict: Mapping[str, Any], architecture: str | Layer) -> l
             name = f"{prefix}.{p.torch}" if prefix else p.torch
             dtype = getattr(tensors[p.torch], "dtype", "")
             julia = format_path((*site.path, p.flux))
-            lines.append(f"{name} -> {julia}  {p.shape} {dtype}  {type(p.perm).__name__}")
+            lines.append(f"{name} -> {julia}  {p.shape} {dtype}  {p.transform}")
     return lines
 
 
