@@ -6,6 +6,7 @@ file written here; the Julia-written fixtures are the trees.
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from conftest import all_fixtures_or_skip, fixture_files, fixture_ids, require_f
 import treexchange as tx
 from treexchange import NamedTuple
 from treexchange._cli import main
+from treexchange._interop._convert import convert_formats
 from treexchange._interop._safetensors import (
     SafetensorsSource,
     load_safetensors,
@@ -231,3 +233,21 @@ def test_import_treexchange_imports_no_optional_framework() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+class _Terminal(io.StringIO):
+    """A text stream that says it is a terminal (what a progress line checks before drawing)."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_line_on_a_terminal_only(tmp_path: Path) -> None:
+    lenet = require_fixture("flux-state/silver-bullet_lenet.jld2")
+    terminal, piped = _Terminal(), io.StringIO()
+    convert_formats(lenet, tmp_path / "a.safetensors", progress_stream=terminal)
+    convert_formats(tmp_path / "a.safetensors", tmp_path / "b.jld2", progress_stream=terminal)
+    convert_formats(lenet, tmp_path / "c.safetensors", progress_stream=piped)
+    drawn = terminal.getvalue()
+    assert "\r" in drawn and "100%" in drawn and "-> safetensors" in drawn and "-> jld2" in drawn
+    assert piped.getvalue() == ""
