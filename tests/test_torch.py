@@ -218,3 +218,80 @@ def test_import_treexchange_does_not_import_torch() -> None:
     code = "import sys, treexchange, treexchange._interop; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+class _BasicBlock(nn.Module):
+    """torchvision's BasicBlock, same attribute names (conv1, bn1, conv2, bn2, downsample)."""
+
+    def __init__(self, inplanes: int, planes: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU()
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = None
+        if stride != 1 or inplanes != planes:
+            self.downsample = nn.Sequential(
+                nn.Conv2d(inplanes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes)
+            )
+
+
+class _TorchvisionResNet18(nn.Module):
+    """torchvision.models.resnet18's module tree and state_dict names (torchvision is not needed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        inplanes = 64
+        for i, planes in enumerate((64, 128, 256, 512), 1):
+            stride = 1 if i == 1 else 2
+            blocks = [_BasicBlock(inplanes, planes, stride), _BasicBlock(planes, planes, 1)]
+            setattr(self, f"layer{i}", nn.Sequential(*blocks))
+            inplanes = planes
+        self.fc = nn.Linear(512, 1000)
+
+
+def test_torchvision_resnet18_to_metalhead_resnet18_and_back() -> None:
+    from treexchange._interop._metalhead import resnet_to_torchvision, torchvision_to_resnet
+
+    module = _randomize(_TorchvisionResNet18(), seed=18)
+    sd = module.state_dict()
+    assert len(sd) == 122  # as torchvision's resnet18
+    state = torchvision_to_resnet(sd, 18)
+    # Metalhead: ResNet(layers = Chain(backbone = Chain(stem, stage1..4), classifier)), see _metalhead.py
+    chain = state.layers
+    assert list(state) == ["layers"] and list(chain) == ["layers"] and len(chain.layers) == 2
+    backbone, classifier = chain.layers
+    stem, *stages = backbone.layers
+    assert len(stages) == 4 and all(len(s.layers) == 2 for s in stages)
+    conv, bn, pool = stem.layers
+    assert list(pool) == ["k", "pad", "stride"]  # Flux 0.15: MaxPool((3, 3); stride=2, pad=1)
+    assert conv.weight.shape == (7, 7, 3, 64) and conv.bias is False and conv.stride == (2, 2)
+    assert list(bn) == ["λ", "β", "γ", "μ", "σ²", "ϵ", "momentum", "affine", "track_stats", "active", "chs"]
+    np.testing.assert_array_equal(bn["σ²"], sd["bn1.running_var"].numpy())
+    # torchvision's conv1 (64, 3, kH, kW) is Metalhead's kernel reversed and flipped
+    np.testing.assert_array_equal(conv.weight[::-1, ::-1].transpose(3, 2, 1, 0), sd["conv1.weight"].numpy())
+    first = stages[0].layers[0]
+    assert list(first) == ["connection", "layers"] and first.layers[0] == ()  # identity shortcut
+    down = stages[1].layers[0].layers[0]  # Parallel(+, shortcut, block): shortcut first
+    assert down.layers[0].weight.shape == (1, 1, 64, 128)
+    np.testing.assert_array_equal(down.layers[1]["μ"], sd["layer2.0.downsample.1.running_mean"].numpy())
+    block = stages[3].layers[1].layers[1]
+    assert [type(x).__name__ for x in block.layers] == [
+        "NamedTuple",
+        "NamedTuple",
+        "tuple",
+        "NamedTuple",
+        "NamedTuple",
+    ]
+    assert block.layers[3].weight.shape == (3, 3, 512, 512)
+    assert classifier.layers[2].weight.shape == (1000, 512)
+    np.testing.assert_array_equal(classifier.layers[2].weight, sd["fc.weight"].numpy())
+    # and back to the same tensors
+    back = resnet_to_torchvision(state, sd, 18)
+    assert set(back) == set(sd)
+    for name, tensor in sd.items():
+        if not name.endswith("num_batches_tracked"):
+            np.testing.assert_array_equal(back[name], tensor.numpy(), err_msg=name)

@@ -132,16 +132,24 @@ class _Site:
 
 
 def array_layers(layer: Layer, root: tuple[PathSegment, ...] = ("model_state",)) -> list[_Site]:
-    """The layers with arrays in Flux's order, each with the path of its state (1-based)."""
+    """The layers with arrays in PyTorch's registration order (Flux's order, but a ``Parallel``'s
+    branches reversed), each with the path of its state in ``Flux.state`` (1-based)."""
     out: list[_Site] = []
 
     def walk(node: Layer, path: tuple[PathSegment, ...]) -> None:
-        if node.kind in TORCH_MODULES or (
-            node.kind not in ("Chain",) and not node.children and _has_arrays(node)
-        ):
+        if node.kind in TORCH_MODULES or (not node.children and _has_arrays(node)):
             out.append(_Site(node, path))
             return
-        for i, child in enumerate(node.children):
+        order = list(enumerate(node.children))
+        if node.kind == "Parallel":
+            # PyTorch registers a residual block's main branch before its shortcut; Flux's
+            # Parallel lists the shortcut first (Metalhead reverses Parallel branches to match
+            # torchvision: `_list_state(node::Parallel…)`, scripts/pytorch2flux.jl; layer-spec §2.15).
+            order.reverse()
+        for i, child in order:
+            if node.kind == "SkipConnection":  # Flux.state: (layers = <the one layer>, connection)
+                walk(child, (*path, "layers"))
+                continue
             key: PathSegment = node.names[i] if node.names else i + 1
             walk(child, (*path, "layers", key))
 
@@ -291,6 +299,7 @@ def state_dict_to_flux(
     *,
     flux: str = DEFAULT_FLUX_ERA,
     module: Any = None,
+    root: tuple[PathSegment, ...] = ("model_state",),
 ) -> Any:
     """``Flux.state`` of the Flux model ``architecture`` with the tensors of a PyTorch ``state_dict``.
 
@@ -314,7 +323,7 @@ def state_dict_to_flux(
             state_dict = module.state_dict()
     layer = as_layer(architecture)
     kinds = _module_kinds(module) if module is not None else None
-    pairs = _pair(layer, state_dict, kinds, ("model_state",))
+    pairs = _pair(layer, state_dict, kinds, root)
     arrays: dict[int, dict[str, tuple[Any, Perm]]] = {}
     for site, _, tensors in pairs:
         arrays[id(site.layer)] = {
@@ -328,7 +337,11 @@ def _port(layer: Layer, arrays: Mapping[int, dict[str, tuple[Any, Perm]]]) -> Po
 
 
 def flux_to_state_dict(
-    state: Any, architecture: str | Layer | Any, *, names: Mapping[str, Any] | None = None
+    state: Any,
+    architecture: str | Layer | Any,
+    *,
+    names: Mapping[str, Any] | None = None,
+    root: tuple[PathSegment, ...] = ("model_state",),
 ) -> dict[str, np.ndarray]:
     """The PyTorch tensors (numpy arrays) of a ``Flux.state`` value tree, keyed like ``names``
     (a template ``state_dict``, e.g. ``module.state_dict()``); without ``names``, keys follow
@@ -346,11 +359,11 @@ def flux_to_state_dict(
         for i, site in enumerate(sites):
             for p in torch_params(site.layer):
                 names[f"{i}.{p.torch}"] = np.zeros(p.shape)
-    pairs = _pair(layer, names, None, ("model_state",))
+    pairs = _pair(layer, names, None, root)
     problems: list[Mismatch] = []
     out: dict[str, np.ndarray] = {}
     for site, prefix, tensors in pairs:
-        node = _at(state, site.path[1:])
+        node = _at(state, site.path[len(root) :])
         for p in torch_params(site.layer):
             julia = _field(node, p.flux)
             path = (*site.path, p.flux)
