@@ -7,6 +7,8 @@ weight + bias + ``σ = ()``) as a JLD2 file, then runs each step once, each in a
   file handed to orbax, plus the tree item);
 * ``orbax -> jld2``: ``treexchange convert ckpt.orbax back.jld2`` (orbax restores the arrays in
   256 MiB batches, the JLD2 writer writes them);
+* ``orbax -> jld2, spilled``: the same through spill files (what ``convert`` does for a checkpoint
+  larger than half the available memory): each batch is moved to a file-backed map, pages released;
 * ``orbax save``: ``ocp.StandardCheckpointer().save`` of the same tree already in memory (numpy);
 * ``orbax restore``: ``ocp.StandardCheckpointer().restore`` of that checkpoint into numpy.
 
@@ -74,6 +76,8 @@ def child(step: str, src: str, dst: str) -> None:
         with ocp.StandardCheckpointer() as ckptr:
             restored = ckptr.restore(Path(src).absolute())
         assert restored["layers"]["0"]["weight"].shape[1] == 4096
+    elif step == "orbax -> jld2, spilled":
+        convert_formats(src, dst, spill_above=0)  # as for a checkpoint larger than memory
     else:
         convert_formats(src, dst)
     wall = time.perf_counter() - t0
@@ -100,6 +104,7 @@ def main() -> None:
         steps = (
             ("jld2 -> orbax", jld2, ckpt),
             ("orbax -> jld2", ckpt, back),
+            ("orbax -> jld2, spilled", ckpt, back),
             ("orbax save", jld2, own),
             ("orbax restore", own, own),
         )

@@ -196,3 +196,16 @@ def test_sharded_export_and_import_on_8_host_devices(tmp_path: Path) -> None:
     assert all(shape == [32, 8] and equal for shape, equal in report["shards"])
     assert report["bias_replicated"] and report["odd_replicated"]
     assert report["equal"]
+
+
+def test_convert_through_spill_files_as_for_a_checkpoint_larger_than_memory(tmp_path: Path) -> None:
+    from treexchange._interop._convert import convert_formats
+
+    lenet = require_fixture("flux-state/silver-bullet_lenet.jld2")
+    ckpt = tmp_path / "ckpt"
+    save_orbax(ckpt, lazy_tree(lenet))
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    convert_formats(ckpt, out_dir / "back.jld2", spill_above=0)
+    assert tx.values_equal(tx.load(out_dir / "back.jld2"), tx.load(lenet))
+    assert sorted(p.name for p in out_dir.iterdir()) == ["back.jld2"]  # spill files removed

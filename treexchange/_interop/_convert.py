@@ -54,13 +54,16 @@ def convert_formats(
     out: TextIO | None = None,
     progress_stream: TextIO | None = None,
     architecture: str | None = None,
+    spill_above: int | None = None,
 ) -> str:
     """Convert ``source`` to ``target``; returns the pair of formats (``"jld2->safetensors"``).
 
     ``dry_run`` prints the mapping (one line per array: source name -> target name, Julia shape,
     dtype, transform) to ``out`` and writes nothing. ``architecture`` (safetensors -> JLD2): the Flux
     model as Flux prints it; the tensors (a PyTorch ``state_dict``) are matched to it by the layer
-    rules and written as a ``Flux.loadmodel!``-ready ``model_state``. A progress line is drawn on
+    rules and written as a ``Flux.loadmodel!``-ready ``model_state``. ``spill_above`` (orbax -> JLD2):
+    restore through file-backed spill maps when the checkpoint holds more array bytes than this
+    (default: half the memory available). A progress line is drawn on
     ``progress_stream`` (default stderr) when it is a terminal.
     """
     src_fmt = detect_format(source, existing=True)
@@ -81,7 +84,7 @@ def convert_formats(
     if src_fmt == "jld2" and dst_fmt != "jld2":
         _export(source, target, dst_fmt, dry_run, max_shard_size, out, progress_stream)
     elif dst_fmt == "jld2" and src_fmt != "jld2":
-        _import(source, target, src_fmt, dry_run, out, progress_stream, architecture)
+        _import(source, target, src_fmt, dry_run, out, progress_stream, architecture, spill_above)
     elif dry_run:  # jld2 -> jld2 re-encodes every value as it is
         from ._safetensors import mapping_line, plan_export
         from ._source import lazy_tree
@@ -120,7 +123,14 @@ def _export(
 
 
 def _import(
-    source: Any, target: Any, fmt: str, dry_run: bool, out: TextIO, stream: TextIO | None, architecture: Any
+    source: Any,
+    target: Any,
+    fmt: str,
+    dry_run: bool,
+    out: TextIO,
+    stream: TextIO | None,
+    architecture: Any,
+    spill_above: int | None = None,
 ) -> None:
     from ._jld2io import save_jld2
 
@@ -149,7 +159,13 @@ def _import(
         for line in opened.mapping_lines():
             print(line, file=out)
         return
-    roots: dict[str, Any] = opened.roots()
+    limit = spill_threshold() if spill_above is None else spill_above
+    if fmt == "orbax" and _total_bytes(opened) > limit:
+        # Restore in batches, each moved to a file-backed map beside the target before the next
+        # one: a checkpoint larger than memory converts with one batch in RAM (docs/orbax.md).
+        roots: dict[str, Any] = opened.roots(spill_dir=Path(os.fspath(target)).absolute().parent)
+    else:
+        roots = opened.roots()
     bar = ProgressLine(_total_bytes(opened), f"{Path(os.fspath(source)).name} -> jld2", stream=stream)
     release: Callable[[], None] | None = getattr(opened, "release_pages", None)
     pending = [0]
@@ -168,6 +184,16 @@ def _import(
     closer: Callable[[], None] | None = getattr(opened, "close", None)
     if closer is not None:
         closer()
+
+
+def spill_threshold() -> int:
+    """orbax -> JLD2: checkpoints with more array bytes than this (half the memory available now)
+    are restored through spill files beside the target."""
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not Linux
+        available = 8 << 30
+    return int(available // 2)
 
 
 _RELEASE_EVERY = 64 << 20

@@ -29,6 +29,7 @@ converts with one batch in RAM.
 
 from __future__ import annotations
 
+import mmap
 import os
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -192,6 +193,7 @@ class OrbaxSource:
             raise FormatError(f"{self.path}: not an orbax checkpoint directory")
         self.ocp = _orbax()
         self.document: dict[str, Any] | None = None
+        self._spilled: list[np.ndarray] = []
         if (self.path / TREE_ITEM).is_dir():
             with self.ocp.Checkpointer(self.ocp.CompositeCheckpointHandler()) as ckptr:
                 restored = ckptr.restore(
@@ -272,11 +274,18 @@ class OrbaxSource:
                 state = ckptr.restore(self.path, ocp.args.Composite(**{STATE_ITEM: restore}))[STATE_ITEM]
                 for t in batch:
                     value = _lookup(state, t.name)
-                    out[t.name] = (
-                        spill(t.name, value) if spill is not None and isinstance(value, np.ndarray) else value
-                    )
+                    if spill is not None and isinstance(value, np.ndarray):
+                        value = spill(t.name, value)
+                        self._spilled.append(value)
+                    out[t.name] = value
                 del state
         return out
+
+    def release_pages(self) -> None:
+        """Drop the resident pages of spilled arrays from this process (they are read back from
+        their files when touched again); a converter calls it while it writes."""
+        for array in self._spilled:
+            release_map(array)
 
     def _plain_metadata(self) -> list[tuple[tuple[str, ...], Any]]:
         ocp = self.ocp
@@ -400,9 +409,19 @@ def _spill(directory: Any) -> Iterator[Callable[[str, np.ndarray], np.ndarray] |
             mapped = np.lib.format.open_memmap(path, mode="w+", dtype=array.dtype, shape=array.shape)
             mapped[...] = array
             mapped.flush()
+            release_map(mapped)  # written back: the pages need not stay resident
             return mapped
 
         yield spill
+
+
+def release_map(array: Any) -> None:
+    """``MADV_DONTNEED`` on the file map behind a ``numpy.memmap`` (a shared file mapping: the
+    data stays in the file and the page cache; this process just stops holding the pages)."""
+    m = getattr(array, "_mmap", None)
+    advice = getattr(mmap, "MADV_DONTNEED", None)
+    if m is not None and advice is not None:
+        m.madvise(advice)
 
 
 def load_orbax(
