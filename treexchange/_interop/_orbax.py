@@ -23,8 +23,8 @@ ComplexF64) stay numpy arrays unless ``jax_enable_x64`` is on: jax would narrow 
 sharding), each built from the JLD2 file slice by slice; orbax writes a tree with about one more
 copy of it in flight (its own save does the same), see docs/performance.md. Import restores
 arrays in batches of at most ``batch_bytes`` (orbax's partial restore) and, with ``spill_dir``,
-moves each batch into a file-backed map before the next one, so a checkpoint larger than memory
-converts with one batch in RAM.
+moves each batch into a file-backed map before the next one and releases its pages, so a
+checkpoint larger than memory converts with about one batch resident.
 """
 
 from __future__ import annotations
