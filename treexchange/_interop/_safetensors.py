@@ -367,7 +367,13 @@ class SafetensorsSource:
 
     def _scan(self, file: Path) -> dict[str, str]:
         """Check ``file`` with the safetensors package and list its tensors."""
-        from safetensors import safe_open
+        try:
+            from safetensors import safe_open
+        except ImportError as err:  # pragma: no cover - the extra is installed in CI
+            raise UnsupportedError(
+                "reading safetensors files needs the 'safetensors' package "
+                "(pip install 'treexchange[safetensors]')"
+            ) from err
 
         try:
             with safe_open(os.fspath(file), framework="numpy") as f:
