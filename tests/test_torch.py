@@ -76,6 +76,11 @@ CASES = {
         (7, 6, 4, 2),
     ),
     "Conv3d": ("Chain(Conv((2, 2, 2), 1 => 2))", lambda: nn.Sequential(nn.Conv3d(1, 2, 2)), (4, 5, 3, 1, 2)),
+    "CrossCor": (
+        "Chain(CrossCor((3, 2), 2 => 3; pad=1))",
+        lambda: nn.Sequential(nn.Conv2d(2, 3, (2, 3), padding=1)),
+        (6, 5, 2, 2),
+    ),
     "BatchNorm": (
         "Chain(Conv((3, 3), 2 => 3), BatchNorm(3, relu))",
         lambda: nn.Sequential(nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3), nn.ReLU()),
@@ -105,9 +110,11 @@ def test_layer_rule_against_torch_output_and_back(case: str) -> None:
         with torch.no_grad():
             got = module(torch.from_numpy(_rev(x))).numpy()
     np.testing.assert_allclose(_rev(got), expected, rtol=1e-4, atol=1e-5)
-    # the same from the module alone (its Layer tree read from it), and the reverse, exactly
-    assert tx.values_equal(state_dict_to_flux(None, module), state)
-    back = flux_to_state_dict(state, module)
+    # the same from the module alone (its Layer tree read from it: a torch conv reads as a Flux
+    # Conv, so not for CrossCor), and the reverse, exactly
+    if case != "CrossCor":
+        assert tx.values_equal(state_dict_to_flux(None, module), state)
+    back = flux_to_state_dict(state, text, names=module.state_dict())
     for name, tensor in module.state_dict().items():
         if name.endswith("num_batches_tracked"):
             continue
