@@ -544,7 +544,7 @@ def _one(sub: Any) -> Layer:
         return Layer("Dropout", {"p": float(sub.p)})
     if name in _ACTIVATIONS:
         return Layer("function", {"name": _ACTIVATIONS[name]})
-    raise UnsupportedError(f"torch module {name} has no Flux counterpart here (at {format_path(())})")
+    raise UnsupportedError(f"torch module {name} has no Flux counterpart here (give the architecture text)")
 
 
 def _ntuple(value: Any, n: int) -> tuple[int, ...]:
