@@ -49,7 +49,10 @@ def test_expand_ntuples() -> None:
 
 
 def inspect_types(path: Path) -> dict[str, str]:
-    code = "import sys; from treexchange._cli import main; sys.argv = ['treexchange', 'inspect', '--json', sys.argv[1]]; main()"
+    code = (
+        "import sys; from treexchange._cli import main; "
+        "sys.argv = ['treexchange', 'inspect', '--json', sys.argv[1]]; main()"
+    )
     out = subprocess.run(
         [sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True, cwd=REPO
     ).stdout
