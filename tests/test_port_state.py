@@ -160,3 +160,21 @@ def test_equinox_lambda_ravel_is_flatten() -> None:
         [eqx.nn.Conv1d(1, 2, 3, key=KEY), eqx.nn.Lambda(jnp.ravel), eqx.nn.Linear(6, 1, key=KEY)]
     )
     assert "Flux.flatten" in tx.flux_julia(seq)
+
+
+def test_equinox_batch_mode_statistics_are_debiased_like_equinox_inference() -> None:
+    # mode="batch" keeps zero-debiased running stats; Flux's μ/σ² are what Equinox's inference uses.
+    bn = eqx.nn.BatchNorm(2, "batch", momentum=0.9, mode="batch", inference=True)
+    model, state = eqx.nn.make_with_state(lambda: bn)()
+    state = state.set(model.batch_counter, jnp.array(3))
+    state = state.set(model.batch_state_index, (jnp.array([0.2, -0.4]), jnp.array([0.5, 0.8])))
+    s = tx.flux_state((model, state))
+    scale = 1 - 0.9**3
+    np.testing.assert_allclose(s["μ"], np.array([0.2, -0.4]) / scale, rtol=1e-6)
+    np.testing.assert_allclose(s["σ²"], np.array([0.5, 0.8]) / scale, rtol=1e-6)
+    x = jnp.array([1.0, 2.0])
+    want = np.asarray(model(x, state)[0])
+    # restoring those Flux statistics (counter reset to 0) computes the same
+    restored_model, restored_state = load_state((model, state), s)
+    np.testing.assert_allclose(np.asarray(restored_model(x, restored_state)[0]), want, rtol=1e-5)
+    assert int(restored_state.get(restored_model.batch_counter)) == 0
