@@ -251,3 +251,30 @@ def test_progress_line_on_a_terminal_only(tmp_path: Path) -> None:
     drawn = terminal.getvalue()
     assert "\r" in drawn and "100%" in drawn and "-> safetensors" in drawn and "-> jld2" in drawn
     assert piped.getvalue() == ""
+
+
+def test_non_array_leaves_keep_exact_types_and_bits(tmp_path: Path) -> None:
+    nan_payload = np.frombuffer(b"\x01\x00\xc0\x7f", np.float32)[0]  # a NaN with a payload
+    tree = tx.NamedTuple(
+        f32=nan_payload,
+        negzero=-0.0,
+        big=tx.Int128(-(2**100)),
+        ubig=tx.UInt128(2**127),
+        z=1.5 - 2j,
+        sym=tx.Symbol("relu"),
+        text="relu",
+        flags=(True, np.bool_(False), None, tx.MISSING),
+        d={1: "a", (2, 3): tx.Singleton("NNlib.#relu")},
+        jl=tx.JuliaStruct("Main.Foo{Float32, 3}", {"x": np.float32(1), "y": np.arange(3)}),
+        bits=tx.JuliaBits("Main.Color", b"\x02\x00\x00\x00"),
+        objs=tx.JuliaArray("Core.String", np.array([["a", "b"], ["c", "d"]], dtype=object)),
+        anys=[1, "two", np.zeros(2, np.float16)],
+    )
+    path = tmp_path / "leaves.safetensors"
+    save_safetensors(path, {"v": tree})
+    back = load_safetensors(path)["v"]
+    assert tx.values_equal(back, tree)
+    assert back["f32"].tobytes() == nan_payload.tobytes()
+    assert str(back["negzero"]) == "-0.0" and type(back["big"]) is tx.Int128
+    assert type(back["sym"]) is tx.Symbol and type(back["text"]) is str
+    assert list(back["d"]) == [1, (2, 3)] and back["jl"].type == tree["jl"].type
