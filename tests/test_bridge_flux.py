@@ -80,15 +80,15 @@ def test_unknown_activation_has_no_julia_name_but_still_has_a_state() -> None:
 @pytest.mark.parametrize(
     "model",
     [
-        eqx.nn.Conv2d(1, 2, 3, key=KEY),
-        eqx.nn.LayerNorm(3),
+        eqx.nn.Conv2d(1, 2, 3, padding="SAME", key=KEY),  # Flux's SamePad differs: explicit pads only
+        eqx.nn.RMSNorm(3),
         eqx.nn.MLP(2, 1, 3, depth=3, scan=True, key=KEY),
         eqx.nn.Linear(2, "scalar", key=KEY),
         [eqx.nn.Linear(2, 2, key=KEY), object()],
     ],
-    ids=["conv", "layernorm", "scan-mlp", "scalar-out", "object"],
+    ids=["conv-same", "rmsnorm", "scan-mlp", "scalar-out", "object"],
 )
-def test_layers_without_a_flux_layout_yet_are_refused(model: object) -> None:
+def test_layers_without_a_flux_rule_are_refused(model: object) -> None:
     with pytest.raises(UnsupportedError):
         flux_state(model)
 

@@ -154,6 +154,12 @@ def _restore_through_layout(
     ]
     view = layout(jax.tree_util.tree_unflatten(treedef, stand_ins))
     _, restored = check_and_build(values, view, options, placer, root)
+    for ref in stand_ins:
+        if isinstance(ref, LeafRef) and ref.fixed is not None and ref.index not in restored:
+            # A model leaf with no Julia counterpart, given its value by the layout.
+            restored[ref.index] = placer.place(
+                np.asarray(ref.fixed, dtype=ref.dtype), None, ref.keypath, ref.template
+            )
     unused = [ref for ref in stand_ins if isinstance(ref, LeafRef) and ref.index not in restored]
     if unused:
         # A layout that drops a model array would silently leave it unrestored: refuse.

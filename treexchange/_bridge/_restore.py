@@ -64,9 +64,14 @@ class LeafRef:
     A layout (e.g. :func:`treexchange.flux_state`) maps a model to its Julia state shape by moving
     leaves around. Run on a model whose arrays are LeafRefs, it tells which file entry feeds which
     model leaf. It looks enough like an array (``shape``, ``dtype``, ``ndim``) for layouts to read.
+
+    A layout whose Julia array is an exact permutation of the model's (a Conv kernel, layer-spec
+    §2.4) returns ``ref.through(julia_shape, transform)``: the file is checked against the Julia
+    shape and ``transform`` (Julia array -> model array, element moves only) runs when placing. A
+    model leaf with no Julia counterpart gets ``ref.fixed = value`` (placed instead of restored).
     """
 
-    __slots__ = ("dtype", "index", "keypath", "shape", "template")
+    __slots__ = ("dtype", "fixed", "index", "keypath", "shape", "template", "transform")
 
     def __init__(self, index: int, template: Any, keypath: KeyPath) -> None:
         self.index = index
@@ -74,6 +79,15 @@ class LeafRef:
         self.keypath = keypath
         self.shape = tuple(template.shape)
         self.dtype = np.dtype(template.dtype)
+        self.transform: Callable[[np.ndarray], np.ndarray] | None = None
+        self.fixed: Any = None
+
+    def through(self, shape: tuple[int, ...], transform: Callable[[np.ndarray], np.ndarray]) -> LeafRef:
+        """This leaf seen through an element permutation: file shape ``shape``, placed via ``transform``."""
+        ref = LeafRef(self.index, self.template, self.keypath)
+        ref.shape = tuple(shape)
+        ref.transform = transform
+        return ref
 
     @property
     def ndim(self) -> int:
@@ -85,6 +99,42 @@ class LeafRef:
 
     def __repr__(self) -> str:
         return f"LeafRef({self.index}, {self.dtype.name}{list(self.shape)})"
+
+
+class NoArrays:
+    """Template entry for Julia state that holds no arrays and whose form varies across versions.
+
+    A layout puts it where the Julia side has only hyper-parameters, which ``Flux.loadmodel!``
+    never loads (a pool is ``()`` in Flux ≤ 0.14 and ``(k, pad, stride)`` from 0.15; a
+    ``ConvTranspose`` gained ``outpad`` in 0.14.17): any file value without arrays fits, and it
+    may be absent. A file array there is a mismatch.
+    """
+
+    def __call__(self) -> None:  # callable: a "no state" entry for carries_no_state
+        return None
+
+    def __repr__(self) -> str:
+        return "NoArrays()"
+
+
+NO_ARRAYS = NoArrays()
+
+
+def holds_arrays(v: Any) -> bool:
+    """Whether a file value contains an array anywhere."""
+    if isinstance(v, np.ndarray):
+        return v.dtype != object or any(holds_arrays(x) for x in v.flat)
+    if isinstance(v, (JuliaArray, list)):
+        return True
+    if isinstance(v, NamedTuple):
+        return any(holds_arrays(x) for x in v.values())
+    if isinstance(v, JuliaStruct):
+        return any(holds_arrays(x) for x in v.fields.values())
+    if isinstance(v, tuple):
+        return any(holds_arrays(x) for x in v)
+    if isinstance(v, dict):
+        return any(holds_arrays(x) for x in v.values())
+    return False
 
 
 class Options:
@@ -198,12 +248,18 @@ class Walker:
     # --- dispatch ---------------------------------------------------------------------------------
     def node(self, v: Any, t: Any, path: Path, jpath: KeyPath) -> Any:
         if isinstance(t, LeafRef):
-            out = self.array(v, t.template, path, t.keypath, shape=t.shape, dtype=t.dtype)
+            out = self.array(
+                v, t.template, path, t.keypath, shape=t.shape, dtype=t.dtype, transform=t.transform
+            )
             if self.build:
                 self.refs[t.index] = out
             return out
         if is_array_template(t):
             return self.array(v, t, path, jpath, shape=tuple(t.shape), dtype=np.dtype(t.dtype))
+        if isinstance(t, NoArrays):
+            if v is not ABSENT and holds_arrays(v):
+                self.kind_mismatch(v, t, path)
+            return t
         if isinstance(t, (bool, int, float, complex, np.generic)) and not isinstance(t, Singleton):
             return self.scalar(v, t, path)
         if isinstance(t, str):
@@ -232,7 +288,15 @@ class Walker:
 
     # --- leaves -----------------------------------------------------------------------------------
     def array(
-        self, v: Any, t: Any, path: Path, jpath: KeyPath, *, shape: tuple[int, ...], dtype: np.dtype
+        self,
+        v: Any,
+        t: Any,
+        path: Path,
+        jpath: KeyPath,
+        *,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        transform: Callable[[np.ndarray], np.ndarray] | None = None,
     ) -> Any:
         if v is ABSENT:
             if not _is_concrete(t):
@@ -270,6 +334,8 @@ class Walker:
             self.restored(path, array=True)
         if not ok:
             return None
+        if transform is not None:
+            return self.leaf(partial(_place_permuted, self.placer, transform, v, cast_to, jpath, t))
         return self.leaf(partial(self.placer.place, v, cast_to, jpath, t))
 
     def scalar(self, v: Any, t: Any, path: Path) -> Any:
@@ -451,6 +517,17 @@ class Walker:
         return type(t)(out)  # tuple or list (namedtuples are named containers)
 
 
+def _place_permuted(
+    placer: Placer,
+    transform: Callable[[np.ndarray], np.ndarray],
+    v: np.ndarray,
+    cast_to: Any,
+    jpath: KeyPath,
+    t: Any,
+) -> Any:
+    return placer.place(np.ascontiguousarray(transform(v)), cast_to, jpath, t)
+
+
 # --- template structure ----------------------------------------------------------------------------
 
 
@@ -630,6 +707,8 @@ def describe_template(t: Any) -> str:
         return t.dtype.name
     if isinstance(t, (tuple, list)) and not is_namedtuple_instance(t):
         return f"{type(t).__name__} of {len(t)}"
+    if isinstance(t, NoArrays):
+        return "no arrays (hyper-parameters only)"
     if is_non_state(t) and not is_dataclass_instance(t):
         return "function (no state)" if callable(t) else f"{type(t).__name__} (no state)"
     return type(t).__name__

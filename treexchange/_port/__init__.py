@@ -1,4 +1,44 @@
 """Porting real models: Flux/Lux layers <-> Equinox, Flax and PyTorch, numerically exact.
 
-``_spec`` is the layer description all paths share (see its docstring).
+API for other engineers (stable; ``_spec.Layer`` is the one description every path shares):
+
+- ``_spec.Layer(kind, args, children, names)``: a Flux layer as Flux constructs it (conventions in
+  ``_spec``'s docstring). ``_rules.with_defaults(layer)`` fills in Flux's defaults.
+- ``_eqx.build_equinox(layer, *, key, flux="0.15") -> eqx.Module``: a runnable Equinox model, ONE
+  sample channels-first (``x_py = rev(x_jl)`` without the batch axis); a model with BatchNorm
+  needs ``state = eqx.nn.State(model)`` and is called ``model(x, state)``.
+- ``_nnx.build_nnx(layer, *, rngs, flux="0.15") -> nnx.Module``: a Flax nnx model on a batch,
+  channels-last (``x_flax = x_jl.transpose(n-1, n-3, …, 0, n-2)``).
+- ``load_state(model, state) -> model``: put a ``Flux.state`` value tree (as ``treexchange.load``
+  returns it) into a built or hand-written model (``(model, eqx_state)`` for Equinox BatchNorm);
+  the same as ``treexchange.restore(state, like=model, layout=treexchange.flux_state)``.
+- ``_rules.julia_constructor(layer, era) -> str``: the Julia expression that builds ``layer``.
+- ``_eqx.read_equinox(model, state=None, *, flux)`` / ``_nnx.read_nnx(model, *, flux)`` -> ``_state.Port``:
+  a Python model read back as its Flux twin (``port.layer`` is its ``Layer`` tree).
+
+Adding a layer: a ``Rule`` in ``_rules.RULES`` (its Flux.state fields and Julia constructor), a
+builder and a reader branch in ``_eqx.py`` and ``_nnx.py`` (array maps as ``_perm`` permutations,
+which serve both directions), and tests against the numpy Flux reference.
 """
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def load_state(model: Any, state: Any, **options: Any) -> Any:
+    """``model`` (or ``(model, eqx_state)``) with the arrays of a ``Flux.state`` value tree put in.
+
+    ``options`` are those of :func:`treexchange.restore` (``numpy``, ``cast``, ``path`` …).
+
+    Example:
+        >>> import jax, equinox as eqx
+        >>> import treexchange as tx
+        >>> lin = eqx.nn.Linear(2, 3, key=jax.random.key(0))
+        >>> back = load_state(eqx.nn.Linear(2, 3, key=jax.random.key(1)), tx.flux_state(lin))
+        >>> bool((back.weight == lin.weight).all())
+        True
+    """
+    from .._bridge import flux_state, restore
+
+    return restore(state, like=model, layout=flux_state, **options)

@@ -1,0 +1,154 @@
+"""Whole-model Flux files -> (Layer tree, Flux.state): real files, checked with the numpy reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import treexchange as tx
+from tests import _flux_reference as ref
+from tests._mnist import julia_batch, mnist_test_set
+from tests.conftest import require_fixture
+from treexchange import ConversionError, JuliaStruct, NamedTuple, Singleton
+from treexchange._port._arch import parse_architecture
+from treexchange._port._spec import Layer
+from treexchange._port._wholemodel import from_whole_model
+
+VQVAE = "flux-model/vqvae_autoencoder7x7x16.jld2"
+BN_FIELDS = ["λ", "β", "γ", "μ", "σ²", "ϵ", "momentum", "affine", "track_stats", "active", "chs"]
+CONV_FIELDS = ["σ", "weight", "bias", "stride", "pad", "dilation", "groups"]
+
+
+def _load(relpath: str, name: str) -> object:
+    return tx.load(require_fixture(relpath), name)
+
+
+def test_vqvae_tree_and_state() -> None:
+    layer, state = from_whole_model(_load(VQVAE, "autoencoder"))
+    assert layer.kinds() == [
+        "Chain",
+        "Chain", "Conv", "BatchNorm", "function", "Conv", "BatchNorm", "function", "Conv",
+        "Chain", "ConvTranspose", "BatchNorm", "function", "ConvTranspose", "BatchNorm", "function",
+        "ConvTranspose", "function",
+    ]  # fmt: skip
+    enc, dec = layer.children
+    assert enc.children[0].args == {
+        "kernel": (4, 4), "in": 1, "out": 16, "σ": "identity", "stride": (2, 2), "pad": (1, 1, 1, 1),
+        "dilation": (1, 1), "groups": 1, "bias": True,
+    }  # fmt: skip
+    assert enc.children[1].args["ϵ"] == 1e-5 and enc.children[1].args["momentum"] == 0.1
+    assert dec.children[0].args["in"] == 16 and dec.children[0].args["out"] == 32  # weight (k, out, in)
+    assert dec.children[-1].args == {"name": "sigmoid"}
+    # The ghost fields σ/λ (absent from the file) are back, in Flux's order, as Flux.state has them.
+    enc_state = state["layers"][0]["layers"]
+    assert list(enc_state[0]) == CONV_FIELDS and enc_state[0]["σ"] == ()
+    assert list(enc_state[1]) == BN_FIELDS and enc_state[1]["λ"] == () and enc_state[1]["active"] is None
+    assert enc_state[2] == ()
+    assert state["layers"][1]["layers"][0]["weight"].shape == (3, 3, 32, 16)
+
+
+def test_vqvae_reconstructs_digits_with_the_reference() -> None:
+    """The author's scaling (pixels in [0, 1/255], spec §0.3); the output approximates the input."""
+    images, _ = mnist_test_set()
+    layer, state = from_whole_model(_load(VQVAE, "autoencoder"))
+    x = julia_batch(images[:64]) / 255
+    y = ref.forward(layer, state, x)
+    assert y.shape == x.shape
+    rel = float(np.mean((y - x) ** 2) / np.mean(x**2))
+    assert rel <= 0.08
+
+
+def test_hwdr_mlp_classifies_mnist_with_the_reference() -> None:
+    images, labels = mnist_test_set()
+    layer, state = from_whole_model(_load("flux-model/hwdr_mlp.jld2", "mlp"))
+    assert layer.kinds() == ["Chain", "Dense", "Dense", "Dense", "function"]
+    assert [c.args.get("σ") for c in layer.children[:3]] == ["relu", "relu", "identity"]
+    probs = ref.forward(layer, state, ref.flatten(julia_batch(images)))
+    np.testing.assert_allclose(probs.sum(axis=0), 1.0, rtol=1e-6)  # the trailing softmax ran
+    assert float(np.mean(probs.argmax(axis=0) == labels)) >= 0.86
+
+
+def test_old_flux_files() -> None:
+    """Flux 0.11 Dense (fields W, b), a bare Dense, and a Tracker-era (Flux ≤ 0.9) Dense."""
+    layer, state = from_whole_model(_load("flux-model/kitml_example_model.jld2", "nn"))
+    assert [c.args["σ"] for c in layer.children] == ["relu", "relu", "relu", "identity"]
+    assert list(state["layers"][0]) == ["W", "b", "σ"]
+    x = np.random.default_rng(0).normal(size=(4, 3))
+    w, b = state["layers"][0]["W"], state["layers"][0]["b"]
+    np.testing.assert_allclose(
+        ref.forward(layer.children[0], state["layers"][0], x), np.maximum(w @ x + b[:, None], 0)
+    )
+    dense, dstate = from_whole_model(_load("flux-model/solaris_test_model.jld2", "nn"))
+    assert dense == Layer("Dense", {"in": 2, "out": 1, "σ": "tanh", "bias": True})
+    assert list(dstate) == ["weight", "bias", "σ"]
+    tracked, tstate = from_whole_model(_load("flux-model-zoo/temp.jld2", "temp"))
+    assert tracked.args == {"in": 784, "out": 32, "σ": "relu", "bias": True}
+    assert isinstance(tstate["W"], np.ndarray) and tstate["W"].shape == (32, 784)
+
+
+def test_lenet_state_with_the_architecture_text_and_the_reference() -> None:
+    """The LeNet Flux.state + its text, run by the reference: the first 500 test digits."""
+    images, labels = mnist_test_set()
+    arch = parse_architecture(
+        "Chain(Conv((5, 5), 1 => 6, relu), MaxPool((2, 2)), Conv((5, 5), 6 => 16, relu), MaxPool((2, 2)), "
+        "Flux.flatten, Dense(256 => 120, relu), Dense(120 => 84, relu), Dense(84 => 10))"
+    )
+    state = _load("flux-state/silver-bullet_lenet.jld2", "lenet_state")
+    logits = ref.forward(arch, state, julia_batch(images[:500]))
+    assert float(np.mean(logits.argmax(axis=0) == labels[:500])) >= 0.96
+
+
+def _struct(type_: str, **fields: object) -> JuliaStruct:
+    return JuliaStruct(type_, fields)
+
+
+def _dense(out: int, cin: int, act: str = "NNlib.#relu") -> JuliaStruct:
+    rng = np.random.default_rng(out * 100 + cin)
+    return _struct(
+        f"Flux.Dense{{{act},Core.Array{{Core.Float32,2}},Core.Array{{Core.Float32,1}}}}",
+        weight=rng.normal(size=(out, cin)).astype(np.float32),
+        bias=rng.normal(size=out).astype(np.float32),
+    )
+
+
+def test_containers_named_chains_and_ghost_connections() -> None:
+    vcat_parallel = _struct(
+        "Flux.Parallel{Base.#vcat,Core.Tuple{Flux.Dense,Flux.Dense}}", layers=(_dense(3, 2), _dense(4, 2))
+    )
+    skip = _struct("Flux.SkipConnection{Flux.Dense,Base.#+}", layers=_dense(2, 2))
+    named = _struct("Flux.Chain{Core.NamedTuple}", layers=NamedTuple(par=vcat_parallel, skip_=_struct(
+        "Flux.Chain{Core.Tuple}", layers=(Singleton("NNlib.#tanh"), skip))))  # fmt: skip
+    layer, state = from_whole_model(named)
+    assert layer.names == ("par", "skip_")
+    assert layer.children[0].args == {"connection": "vcat"} and list(state["layers"]["par"]) == [
+        "connection",
+        "layers",
+    ]
+    assert layer.children[1].children[1].args == {"connection": "+"}
+    assert list(state["layers"]["skip_"]["layers"][1]) == ["layers", "connection"]
+    x = np.random.default_rng(1).normal(size=(2, 5))
+    y = ref.forward(layer.children[0], state["layers"]["par"], x)
+    assert y.shape == (7, 5)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (Singleton("Main.#109#110"), "anonymous function Main.#109#110"),
+        (_dense(2, 2, "Main.#12#13"), "anonymous function Main.#12#13 as activation"),
+        (_dense(2, 2, "Main.myact"), "unknown activation 'myact'"),
+        (_struct("Main.MyLayer", w=np.zeros(2)), "unknown layer type Main.MyLayer"),
+        (_struct("Flux.Chain{Core.Tuple}", layers=(_dense(2, 2), 3)), "expected a Flux layer, found int"),
+        (_struct("Flux.Parallel{Main.#3#4,Core.Tuple}", layers=(_dense(2, 2),)), "anonymous function"),
+    ],
+)
+def test_errors_name_the_culprit(value: object, message: str) -> None:
+    with pytest.raises(ConversionError, match=message):
+        from_whole_model(value, path=("model",))
+
+
+def test_error_carries_the_tree_path() -> None:
+    chain = _struct("Flux.Chain{Core.Tuple}", layers=(_dense(2, 2), _struct("Main.Odd")))
+    with pytest.raises(ConversionError) as info:
+        from_whole_model(chain, path=("model",))
+    assert info.value.path == ("model", "layers", 2)

@@ -1,0 +1,304 @@
+"""PyTorch state_dict <-> Flux.state through the layer rules, checked against torch's own outputs.
+
+For every rule with a PyTorch column: a real torch module with random weights (random running
+statistics too), its state_dict converted to a Flux.state, the numpy Flux reference
+(tests/_flux_reference.py, written from Flux/NNlib) run on the converted weights and compared with
+torch's output on the same input (x_torch = rev(x_julia)); then the reverse conversion gives back
+torch's tensors exactly. Acceptance: the Julia-trained LeNet in a torch module classifies MNIST.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _flux_reference import forward
+from _mnist import julia_batch, mnist_test_set
+from conftest import require_fixture
+
+import treexchange as tx
+from treexchange._cli import main
+from treexchange._interop._safetensors import save_safetensors
+from treexchange._interop._torch import (
+    as_layer,
+    flux_to_state_dict,
+    layer_of_module,
+    load_into_module,
+    state_dict_to_flux,
+)
+
+torch = pytest.importorskip("torch")
+nn = torch.nn
+
+
+def _rev(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x.transpose(tuple(range(x.ndim))[::-1]))
+
+
+def _randomize(module: nn.Module, seed: int) -> nn.Module:
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, t in list(module.named_parameters()) + list(module.named_buffers()):
+            if t.dtype.is_floating_point:
+                values = (
+                    torch.rand(t.shape, generator=g) + 0.5
+                    if "var" in name
+                    else torch.randn(t.shape, generator=g)
+                )
+                t.copy_(values)
+    return module.eval()
+
+
+# (Flux architecture, equivalent torch module, Julia-shaped input)
+CASES = {
+    "Dense": ("Chain(Dense(5 => 3, tanh))", lambda: nn.Sequential(nn.Linear(5, 3), nn.Tanh()), (5, 4)),
+    "Dense-nobias": (
+        "Chain(Dense(5 => 3; bias=false))",
+        lambda: nn.Sequential(nn.Linear(5, 3, bias=False)),
+        (5, 2),
+    ),
+    "Conv1d": (
+        "Chain(Conv((3,), 2 => 4, relu))",
+        lambda: nn.Sequential(nn.Conv1d(2, 4, 3), nn.ReLU()),
+        (9, 2, 2),
+    ),
+    "Conv2d": (
+        "Chain(Conv((5, 3), 2 => 4; stride=(2, 1), pad=(1, 2), dilation=(1, 2)))",
+        lambda: nn.Sequential(nn.Conv2d(2, 4, (3, 5), stride=(1, 2), padding=(2, 1), dilation=(2, 1))),
+        (11, 12, 2, 2),
+    ),
+    "Conv2d-groups": (
+        "Chain(Conv((3, 3), 4 => 6; groups=2))",
+        lambda: nn.Sequential(nn.Conv2d(4, 6, 3, groups=2)),
+        (7, 6, 4, 2),
+    ),
+    "Conv3d": ("Chain(Conv((2, 2, 2), 1 => 2))", lambda: nn.Sequential(nn.Conv3d(1, 2, 2)), (4, 5, 3, 1, 2)),
+    "CrossCor": (
+        "Chain(CrossCor((3, 2), 2 => 3; pad=1))",
+        lambda: nn.Sequential(nn.Conv2d(2, 3, (2, 3), padding=1)),
+        (6, 5, 2, 2),
+    ),
+    "BatchNorm": (
+        "Chain(Conv((3, 3), 2 => 3), BatchNorm(3, relu))",
+        lambda: nn.Sequential(nn.Conv2d(2, 3, 3), nn.BatchNorm2d(3), nn.ReLU()),
+        (6, 6, 2, 3),
+    ),
+    "LayerNorm": ("Chain(LayerNorm(6))", lambda: nn.Sequential(nn.LayerNorm(6)), (6, 3)),
+    "Embedding": ("Chain(Embedding(10 => 4))", lambda: nn.Sequential(nn.Embedding(10, 4)), None),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_layer_rule_against_torch_output_and_back(case: str) -> None:
+    text, make, shape = CASES[case]
+    module = _randomize(make(), seed=len(case))
+    layer = as_layer(text)
+    state = state_dict_to_flux(module.state_dict(), text)
+    rng = np.random.default_rng(0)
+    if case == "Embedding":
+        ids = rng.integers(1, 11, size=(5, 2))  # Julia ids, 1-based, shape (5, 2)
+        expected = forward(layer, state, ids)  # (dim, 5, 2)
+        with torch.no_grad():
+            got = module(torch.from_numpy(_rev(ids - 1))).numpy()  # (2, 5, dim)
+    else:
+        x = rng.standard_normal(shape).astype(np.float32)
+        # LayerNorm: torch normalises with √(σ²+ϵ), as Flux ≥ 0.16.11 does (layer-spec §2.11)
+        expected = forward(layer, state, x, flux="0.16.11")
+        with torch.no_grad():
+            got = module(torch.from_numpy(_rev(x))).numpy()
+    np.testing.assert_allclose(_rev(got), expected, rtol=1e-4, atol=1e-5)
+    # the same from the module alone (its Layer tree read from it: a torch conv reads as a Flux
+    # Conv, so not for CrossCor), and the reverse, exactly
+    if case != "CrossCor":
+        assert tx.values_equal(state_dict_to_flux(None, module), state)
+    back = flux_to_state_dict(state, text, names=module.state_dict())
+    for name, tensor in module.state_dict().items():
+        if name.endswith("num_batches_tracked"):
+            continue
+        np.testing.assert_array_equal(back[name], tensor.numpy(), err_msg=name)
+
+
+def test_conv_kernel_is_flipped_not_just_reordered() -> None:
+    """Flux convolves, PyTorch cross-correlates: the converted Julia kernel is the spatial flip."""
+    module = _randomize(nn.Sequential(nn.Conv2d(1, 1, (2, 3), bias=False)), seed=3)
+    w_torch = module[0].weight.detach().numpy()[0, 0]  # (kH, kW)
+    w_julia = (
+        state_dict_to_flux(module.state_dict(), "Chain(Conv((3, 2), 1 => 1; bias=false))").layers[0].weight
+    )
+    np.testing.assert_array_equal(w_julia[:, :, 0, 0], w_torch.T[::-1, ::-1])
+
+
+LENET_TEXT = (
+    "Chain(Conv((5, 5), 1 => 6, relu), MaxPool((2, 2)), Conv((5, 5), 6 => 16, relu), MaxPool((2, 2)), "
+    "Flux.flatten, Dense(256 => 120, relu), Dense(120 => 84, relu), Dense(84 => 10))"
+)
+
+
+def torch_lenet() -> nn.Sequential:
+    """LeNet as a PyTorch user writes it (NCHW)."""
+    return nn.Sequential(
+        nn.Conv2d(1, 6, 5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(6, 16, 5),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(256, 120),
+        nn.ReLU(),
+        nn.Linear(120, 84),
+        nn.ReLU(),
+        nn.Linear(84, 10),
+    ).eval()
+
+
+def test_lenet_flux_state_in_torch_classifies_mnist() -> None:
+    path = require_fixture("flux-state/silver-bullet_lenet.jld2")
+    images, labels = mnist_test_set()
+    state = tx.load(path, "lenet_state")
+    model = load_into_module(torch_lenet(), state)
+    with torch.no_grad():
+        predicted = model(torch.from_numpy(images)).argmax(dim=1).numpy()
+    accuracy = float((predicted == labels).mean())
+    assert accuracy >= 0.975, accuracy
+    # the torch forward agrees with the Flux reference on the same state (first 20 images)
+    x = julia_batch(images[:20])
+    with torch.no_grad():
+        logits = model(torch.from_numpy(images[:20])).numpy()
+    np.testing.assert_allclose(_rev(logits), forward(as_layer(LENET_TEXT), state, x), rtol=1e-4, atol=1e-4)
+    # and back: the module's state_dict is the file's Flux.state (Flux 0.14 era: pools are ())
+    assert tx.values_equal(state_dict_to_flux(model.state_dict(), LENET_TEXT, flux="0.14"), state)
+    # the torch module read as a Flux model is exactly the architecture Flux prints
+    assert as_layer(layer_of_module(model)) == as_layer(LENET_TEXT)
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    sd = {k: v.numpy() for k, v in torch_lenet().state_dict().items()}
+    sd["extra.weight"] = np.zeros(3, np.float32)
+    del sd["3.bias"]
+    wrong = LENET_TEXT.replace("Dense(120 => 84, relu)", "Dense(120 => 80, relu)")
+    with pytest.raises(tx.MismatchError) as info:
+        state_dict_to_flux(sd, wrong)
+    kinds = sorted(m.kind for m in info.value.mismatches)
+    assert kinds == ["extra", "missing", "shape", "shape"], info.value.mismatches
+    text = str(info.value)
+    assert "no tensor 3.bias" in text and "model_state.layers[3].bias" in text
+    assert "9.weight is (84, 120), Flux Dense needs (80, 120)" in text
+    assert "tensors left over: extra.weight" in text
+
+
+def test_kind_mismatch_with_a_module() -> None:
+    module = nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4))
+    with pytest.raises(tx.MismatchError, match="Flux BatchNorm paired with torch LayerNorm"):
+        state_dict_to_flux(module.state_dict(), "Chain(Dense(4 => 4), BatchNorm(4))", module=module)
+
+
+def test_cli_safetensors_with_architecture_writes_a_flux_state(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = require_fixture("flux-state/silver-bullet_lenet.jld2")
+    state = tx.load(path, "lenet_state")
+    model = load_into_module(torch_lenet(), state)
+    # a PyTorch-written file: safetensors.torch sorts names ("10.weight" before "3.weight")
+    from safetensors.torch import save_file
+
+    st = tmp_path / "lenet.safetensors"
+    save_file(model.state_dict(), str(st))
+    out = tmp_path / "lenet.jld2"
+    assert main(["convert", str(st), str(out), "--architecture", LENET_TEXT, "--dry-run"]) == 0
+    assert "0.weight -> model_state.layers[1].weight  (6, 1, 5, 5)" in capsys.readouterr().out
+    assert main(["convert", str(st), str(out), "--architecture", LENET_TEXT]) == 0
+    written = tx.load(out, "model_state")
+    for mine, theirs in zip(written.layers, state.layers):
+        if isinstance(theirs, tx.NamedTuple) and "weight" in theirs:
+            np.testing.assert_array_equal(mine.weight, theirs.weight)
+            np.testing.assert_array_equal(mine.bias, theirs.bias)
+    # a file written by treexchange (tree metadata) converts back as it is, no architecture needed
+    save_safetensors(tmp_path / "t.safetensors", {"model_state": written})
+    assert main(["convert", str(tmp_path / "t.safetensors"), str(tmp_path / "t.jld2")]) == 0
+
+
+def test_import_treexchange_does_not_import_torch() -> None:
+    code = "import sys, treexchange, treexchange._interop; print('torch' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "False"
+
+
+class _BasicBlock(nn.Module):
+    """torchvision's BasicBlock, same attribute names (conv1, bn1, conv2, bn2, downsample)."""
+
+    def __init__(self, inplanes: int, planes: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(inplanes, planes, 3, stride, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(planes)
+        self.relu = nn.ReLU()
+        self.conv2 = nn.Conv2d(planes, planes, 3, 1, 1, bias=False)
+        self.bn2 = nn.BatchNorm2d(planes)
+        self.downsample = None
+        if stride != 1 or inplanes != planes:
+            self.downsample = nn.Sequential(
+                nn.Conv2d(inplanes, planes, 1, stride, bias=False), nn.BatchNorm2d(planes)
+            )
+
+
+class _TorchvisionResNet18(nn.Module):
+    """torchvision.models.resnet18's module tree and state_dict names (torchvision is not needed)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 64, 7, 2, 3, bias=False)
+        self.bn1 = nn.BatchNorm2d(64)
+        inplanes = 64
+        for i, planes in enumerate((64, 128, 256, 512), 1):
+            stride = 1 if i == 1 else 2
+            blocks = [_BasicBlock(inplanes, planes, stride), _BasicBlock(planes, planes, 1)]
+            setattr(self, f"layer{i}", nn.Sequential(*blocks))
+            inplanes = planes
+        self.fc = nn.Linear(512, 1000)
+
+
+def test_torchvision_resnet18_to_metalhead_resnet18_and_back() -> None:
+    from treexchange._interop._metalhead import resnet_to_torchvision, torchvision_to_resnet
+
+    module = _randomize(_TorchvisionResNet18(), seed=18)
+    sd = module.state_dict()
+    assert len(sd) == 122  # as torchvision's resnet18
+    state = torchvision_to_resnet(sd, 18)
+    # Metalhead: ResNet(layers = Chain(backbone = Chain(stem, stage1..4), classifier)), see _metalhead.py
+    chain = state.layers
+    assert list(state) == ["layers"] and list(chain) == ["layers"] and len(chain.layers) == 2
+    backbone, classifier = chain.layers
+    stem, *stages = backbone.layers
+    assert len(stages) == 4 and all(len(s.layers) == 2 for s in stages)
+    conv, bn, pool = stem.layers
+    assert list(pool) == ["k", "pad", "stride"]  # Flux 0.15: MaxPool((3, 3); stride=2, pad=1)
+    assert conv.weight.shape == (7, 7, 3, 64) and conv.bias is False and conv.stride == (2, 2)
+    assert list(bn) == ["λ", "β", "γ", "μ", "σ²", "ϵ", "momentum", "affine", "track_stats", "active", "chs"]
+    np.testing.assert_array_equal(bn["σ²"], sd["bn1.running_var"].numpy())
+    # torchvision's conv1 (64, 3, kH, kW) is Metalhead's kernel reversed and flipped
+    np.testing.assert_array_equal(conv.weight[::-1, ::-1].transpose(3, 2, 1, 0), sd["conv1.weight"].numpy())
+    first = stages[0].layers[0]
+    assert list(first) == ["connection", "layers"] and first.layers[0] == ()  # identity shortcut
+    down = stages[1].layers[0].layers[0]  # Parallel(+, shortcut, block): shortcut first
+    assert down.layers[0].weight.shape == (1, 1, 64, 128)
+    np.testing.assert_array_equal(down.layers[1]["μ"], sd["layer2.0.downsample.1.running_mean"].numpy())
+    block = stages[3].layers[1].layers[1]
+    assert [type(x).__name__ for x in block.layers] == [
+        "NamedTuple",
+        "NamedTuple",
+        "tuple",
+        "NamedTuple",
+        "NamedTuple",
+    ]
+    assert block.layers[3].weight.shape == (3, 3, 512, 512)
+    assert classifier.layers[2].weight.shape == (1000, 512)
+    np.testing.assert_array_equal(classifier.layers[2].weight, sd["fc.weight"].numpy())
+    # and back to the same tensors
+    back = resnet_to_torchvision(state, sd, 18)
+    assert set(back) == set(sd)
+    for name, tensor in sd.items():
+        if not name.endswith("num_batches_tracked"):
+            np.testing.assert_array_equal(back[name], tensor.numpy(), err_msg=name)

@@ -1,0 +1,216 @@
+"""``treexchange convert`` between formats: JLD2 <-> safetensors, JLD2 <-> orbax.
+
+The format of each side is given (``--to``) or read from the path: ``.jld2``/``.jld`` is JLD2,
+``.safetensors`` or ``.safetensors.index.json`` is safetensors, a directory (existing, or a path
+ending in ``/`` or ``.orbax``) is an orbax checkpoint. One side is always JLD2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from .._errors import UnsupportedError, format_path
+from ._progress import ProgressLine
+from ._treejson import DTYPES
+
+FORMATS = ("jld2", "safetensors", "orbax")
+
+
+def detect_format(path: str | os.PathLike[str], *, existing: bool) -> str | None:
+    """The format a path names, or ``None`` when its name does not say.
+
+    Example:
+        >>> detect_format("model.safetensors.index.json", existing=False)
+        'safetensors'
+        >>> detect_format("ckpt.orbax", existing=False), detect_format("m.jld2", existing=False)
+        ('orbax', 'jld2')
+    """
+    text = os.fspath(path)
+    name = Path(text).name
+    if name.endswith(".safetensors") or name.endswith(".safetensors.index.json"):
+        return "safetensors"
+    if name.endswith((".jld2", ".jld")):
+        return "jld2"
+    if text.endswith(("/", os.sep)) or name.endswith(".orbax") or (existing and Path(text).is_dir()):
+        return "orbax"
+    if existing and Path(text).is_file():
+        return "jld2"  # any other existing file: the JLD2 reader says what it is if it is not
+    return None
+
+
+def convert_formats(
+    source: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    *,
+    to: str | None = None,
+    dry_run: bool = False,
+    max_shard_size: int | None = None,
+    out: TextIO | None = None,
+    progress_stream: TextIO | None = None,
+    architecture: str | None = None,
+    spill_above: int | None = None,
+) -> str:
+    """Convert ``source`` to ``target``; returns the pair of formats (``"jld2->safetensors"``).
+
+    ``dry_run`` prints the mapping (one line per array: source name -> target name, Julia shape,
+    dtype, transform) to ``out`` and writes nothing. ``architecture`` (safetensors -> JLD2): the Flux
+    model as Flux prints it; the tensors (a PyTorch ``state_dict``) are matched to it by the layer
+    rules and written as a ``Flux.loadmodel!``-ready ``model_state``. ``spill_above`` (orbax -> JLD2):
+    restore through file-backed spill maps when the checkpoint holds more array bytes than this
+    (default: half the memory available). A progress line is drawn on
+    ``progress_stream`` (default stderr) when it is a terminal.
+    """
+    src_fmt = detect_format(source, existing=True)
+    dst_fmt = to or detect_format(target, existing=False)
+    if src_fmt is None:
+        raise UnsupportedError(f"cannot tell the format of {os.fspath(source)!r} from its name")
+    if dst_fmt is None:
+        raise UnsupportedError(
+            f"cannot tell the format of {os.fspath(target)!r} from its name: "
+            f"give --to {{{','.join(FORMATS)}}}"
+        )
+    if dst_fmt not in FORMATS:
+        raise UnsupportedError(f"unknown format {dst_fmt!r} (choose from {', '.join(FORMATS)})")
+    if src_fmt != "jld2" and dst_fmt != "jld2":
+        raise UnsupportedError(f"{src_fmt} -> {dst_fmt}: one side must be a JLD2 file")
+    out = out if out is not None else sys.stdout
+    pair = f"{src_fmt}->{dst_fmt}"
+    if src_fmt == "jld2" and dst_fmt != "jld2":
+        _export(source, target, dst_fmt, dry_run, max_shard_size, out, progress_stream)
+    elif dst_fmt == "jld2" and src_fmt != "jld2":
+        _import(source, target, src_fmt, dry_run, out, progress_stream, architecture, spill_above)
+    elif dry_run:  # jld2 -> jld2 re-encodes every value as it is
+        from ._safetensors import mapping_line, plan_export
+        from ._source import lazy_tree
+
+        for t in plan_export(lazy_tree(source)).tensors:
+            julia = format_path(t.path)
+            print(mapping_line(julia, t.path, t.shape, t.dtype, "none", reverse=True), file=out)
+    else:
+        raise UnsupportedError("jld2 -> jld2 is the plain re-encoding (treexchange._commands.convert)")
+    return pair
+
+
+def _export(
+    source: Any, target: Any, fmt: str, dry_run: bool, shard: int | None, out: TextIO, stream: TextIO | None
+) -> None:
+    from ._source import lazy_tree
+
+    roots = lazy_tree(source)
+    if fmt == "safetensors":
+        from . import _safetensors as fmt_module
+    else:
+        from . import _orbax as fmt_module  # type: ignore[no-redef]
+    plan = fmt_module.plan_export(roots)
+    if dry_run:
+        for line in plan.mapping_lines():
+            print(line, file=out)
+        return
+    bar = ProgressLine(plan.total_bytes, f"{Path(os.fspath(source)).name} -> {fmt}", stream=stream)
+    try:
+        if fmt == "safetensors":
+            fmt_module.write_plan(target, plan, max_shard_size=shard, progress=bar)
+        else:
+            fmt_module.write_plan(target, plan, progress=bar)
+    finally:
+        bar.close()
+
+
+def _import(
+    source: Any,
+    target: Any,
+    fmt: str,
+    dry_run: bool,
+    out: TextIO,
+    stream: TextIO | None,
+    architecture: Any,
+    spill_above: int | None = None,
+) -> None:
+    from ._jld2io import save_jld2
+
+    opened: Any
+    if architecture is not None and fmt != "safetensors":
+        raise UnsupportedError("--architecture applies to a safetensors source (a PyTorch state_dict)")
+    if fmt == "safetensors":
+        from ._safetensors import SafetensorsSource
+
+        opened = SafetensorsSource(source)
+        if architecture is not None:
+            from ._torch import mapping_lines, state_dict_to_flux, torch_order
+
+            state_dict = torch_order({name: opened.array(name) for name in opened.tensors})
+            if dry_run:
+                for line in mapping_lines(state_dict, architecture):
+                    print(line, file=out)
+                return
+            save_jld2(target, {"model_state": state_dict_to_flux(state_dict, architecture)})
+            return
+    else:
+        from ._orbax import OrbaxSource
+
+        opened = OrbaxSource(source)
+    if dry_run:
+        for line in opened.mapping_lines():
+            print(line, file=out)
+        return
+    limit = spill_threshold() if spill_above is None else spill_above
+    if fmt == "orbax" and _total_bytes(opened) > limit:
+        # Restore in batches, each moved to a file-backed map beside the target before the next
+        # one: a checkpoint larger than memory converts with one batch in RAM (docs/orbax.md).
+        roots: dict[str, Any] = opened.roots(spill_dir=Path(os.fspath(target)).absolute().parent)
+    else:
+        roots = opened.roots()
+    bar = ProgressLine(_total_bytes(opened), f"{Path(os.fspath(source)).name} -> jld2", stream=stream)
+    release: Callable[[], None] | None = getattr(opened, "release_pages", None)
+    pending = [0]
+
+    def on_write(nbytes: int) -> None:
+        bar(nbytes)
+        pending[0] += nbytes
+        if release is not None and pending[0] >= _RELEASE_EVERY:
+            pending[0] = 0
+            release()  # pages of tensors already written: the kernel may drop them now
+
+    try:
+        save_jld2(target, roots, on_write=on_write)
+    finally:
+        bar.close()
+    closer: Callable[[], None] | None = getattr(opened, "close", None)
+    if closer is not None:
+        closer()
+
+
+def spill_threshold() -> int:
+    """orbax -> JLD2: checkpoints with more array bytes than this (half the memory available now)
+    are restored through spill files beside the target."""
+    try:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # pragma: no cover - not Linux
+        available = 8 << 30
+    return int(available // 2)
+
+
+_RELEASE_EVERY = 64 << 20
+"""Bytes written between two releases of a mapped source's pages (bounds the resident size)."""
+
+
+def _total_bytes(opened: Any) -> int:
+    tensors = getattr(opened, "tensors", None)
+    if isinstance(tensors, dict):
+        return sum(t.nbytes for t in tensors.values())
+    document = getattr(opened, "document", None)
+    if document is None:
+        return 0
+    from ._treejson import array_nodes
+
+    total = 0
+    for name, root in document.get("roots", []):
+        for _, node in array_nodes(root, (name,)):
+            total += int(np.prod(node["shape"])) * DTYPES[node["dtype"]].itemsize
+    return total

@@ -1,0 +1,442 @@
+"""orbax checkpoints <-> value trees, through ``orbax-checkpoint`` itself.
+
+**Layout.** A checkpoint directory written here is an orbax *composite* checkpoint with two items:
+
+- ``state``: a PyTree checkpoint (OCDBT/TensorStore, orbax's default) of a nested ``dict`` holding
+  every numeric array of the tree, keyed by the parts of its flat name (:mod:`._flatnames`:
+  ``{"layers": {"0": {"weight": ...}}}``), each array in its Julia shape (``w[i-1, j-1] == W[i, j]``)
+  and dtype (bfloat16, complex and bool included). A JAX program restores it with
+  ``ocp.StandardCheckpointer().restore(path / "state")`` or through ``ocp.args.Composite``.
+- ``treexchange``: a JSON item (``ocp.args.JsonSave``) with the tree (:mod:`._treejson`): structure,
+  names, Julia types, ``()``/``nothing`` markers, every non-array leaf, and arrays orbax refuses
+  (zero-size ones) inline. With it, JLD2 -> orbax -> JLD2 is value-equal.
+
+A plain PyTree checkpoint (written by someone else) imports as nested NamedTuples of its dicts.
+
+**Sharding.** ``sharding=`` on export places each array as a ``jax.Array`` built from the JLD2
+file slice by slice (each device's shard is read from the file on its own, then written by orbax
+from that device); on import, arrays are restored straight into the given sharding (orbax reads
+each device's slice only) before the JLD2 file is written. 64-bit arrays (Float64, Int64, UInt64,
+ComplexF64) stay numpy arrays unless ``jax_enable_x64`` is on: jax would narrow them to 32 bits.
+
+**Memory.** Export hands orbax ``jax.Array`` objects on the host CPU device (or on the given
+sharding), each built from the JLD2 file slice by slice; orbax writes a tree with about one more
+copy of it in flight (its own save does the same), see docs/performance.md. Import restores
+arrays in batches of at most ``batch_bytes`` (orbax's partial restore) and, with ``spill_dir``,
+moves each batch into a file-backed map before the next one and releases its pages, so a
+checkpoint larger than memory converts with about one batch resident.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._errors import FormatError, UnsupportedError
+from .._values import NamedTuple
+from . import _treejson as tj
+from ._flatnames import NameTable
+from ._safetensors import ExportPlan, Progress, TensorPlan, mapping_line
+
+STATE_ITEM = "state"
+TREE_ITEM = "treexchange"
+INLINE = "inline"
+
+ShardingSpec = Any
+"""A ``jax.sharding.Sharding`` for every array (replicated where it does not fit an array), or a
+function ``(path, shape, dtype) -> Sharding | None``."""
+
+
+def plan_export(roots: Mapping[str, Any]) -> ExportPlan:
+    """The arrays of ``roots`` and the tree item; nothing is read.
+
+    Example:
+        >>> from treexchange import NamedTuple
+        >>> plan = plan_export({"ps": NamedTuple(w=np.ones((2, 3), np.float32), e=np.zeros(0), σ=())})
+        >>> plan.mapping_lines()
+        ['ps.w -> w  (2, 3) float32  none']
+    """
+    names = NameTable(drop_root=len(roots) == 1)
+    tensors: list[TensorPlan] = []
+
+    def on_array(array: Any, path: tj.Path) -> dict[str, Any]:
+        dtype = np.dtype(array.dtype).newbyteorder("=")
+        shape = tuple(int(d) for d in array.shape)
+        node: dict[str, Any] = {
+            "dtype": dtype.name,
+            "shape": list(shape),
+            "julia_type": tj.julia_array_type(dtype, len(shape)),
+        }
+        if 0 in shape:  # orbax refuses zero-size arrays; there are no bytes to store anyway
+            node[INLINE] = True
+            return node
+        name = names.add(path)
+        tensors.append(TensorPlan(name, path, array, dtype, shape))
+        node["name"] = name
+        return node
+
+    encoded = [[name, tj.encode(value, on_array, (name,))] for name, value in roots.items()]
+    document = {"format": tj.TREE_FORMAT, "version": tj.TREE_VERSION, "axes": "julia-shape"}
+    document["roots"] = encoded
+    return ExportPlan(document, tensors, layout="logical")
+
+
+def _nested(items: Iterator[tuple[str, Any]]) -> dict[str, Any]:
+    """``{"a.b": x}`` -> ``{"a": {"b": x}}`` (names from :class:`NameTable` never clash)."""
+    out: dict[str, Any] = {}
+    for name, value in items:
+        *parents, leaf = name.split(".")
+        node = out
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return out
+
+
+def _placer(sharding: ShardingSpec) -> Callable[[TensorPlan], Any]:
+    """``place(tensor)``: the ``jax.Array`` to hand orbax, every device shard of it read from the
+    file on its own. Without a sharding, arrays go to the host CPU device: orbax then writes them
+    with one copy in flight, where a numpy array in Julia's (column-major) order costs it two."""
+    import jax
+
+    choose = _placer_choice(sharding)
+    host = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
+
+    def place(t: TensorPlan) -> Any:
+        if not jax_keeps(t.dtype):  # 64-bit without jax_enable_x64: numpy, never truncated
+            return np.asarray(t.source)
+        s = choose(t) or host
+
+        source = t.source
+
+        def shard(index: Any) -> np.ndarray:
+            return np.ascontiguousarray(source[index])  # only this device's slice is read
+
+        return jax.make_array_from_callback(t.shape, s, shard)
+
+    return place
+
+
+def write_plan(
+    directory: str | os.PathLike[str],
+    plan: ExportPlan,
+    *,
+    sharding: ShardingSpec = None,
+    progress: Progress | None = None,
+) -> Path:
+    """Write ``plan`` as an orbax checkpoint at ``directory`` (replaced if it exists)."""
+    ocp = _orbax()
+    place = _placer(sharding)
+    state = _nested((t.name, place(t)) for t in plan.tensors)
+    target = Path(directory).absolute()
+    items = {TREE_ITEM: ocp.args.JsonSave(plan.document)}
+    if state:
+        items[STATE_ITEM] = ocp.args.PyTreeSave(state)
+    with ocp.Checkpointer(_handler(ocp)) as ckptr:
+        ckptr.save(target, ocp.args.Composite(**items), force=True)
+    if progress is not None:
+        progress(plan.total_bytes)
+    return target
+
+
+def save_orbax(
+    directory: str | os.PathLike[str], roots: Mapping[str, Any], *, sharding: ShardingSpec = None
+) -> Path:
+    """Write ``roots`` (top-level name -> value, as :func:`treexchange.load` returns) as an orbax
+    checkpoint directory (see the module docstring for its layout).
+
+    Example:
+        >>> import os, tempfile
+        >>> from treexchange import NamedTuple
+        >>> path = os.path.join(tempfile.mkdtemp(), "ckpt")
+        >>> state = NamedTuple(layers=(NamedTuple(weight=np.ones((2, 3), np.float32), σ=()),))
+        >>> _ = save_orbax(path, {"model_state": state})
+        >>> load_orbax(path)["model_state"] == state
+        True
+    """
+    return write_plan(directory, plan_export(roots), sharding=sharding)
+
+
+CONCURRENT_GB = 1
+"""orbax's bound on the bytes it holds in flight while saving or restoring (its own option,
+``save_concurrent_gb``/``restore_concurrent_gb``; 1 GB is the smallest it takes)."""
+
+
+def _handler(ocp: Any) -> Any:
+    state = ocp.PyTreeCheckpointHandler(save_concurrent_gb=CONCURRENT_GB, restore_concurrent_gb=CONCURRENT_GB)
+    return ocp.CompositeCheckpointHandler(**{STATE_ITEM: state, TREE_ITEM: ocp.JsonCheckpointHandler()})
+
+
+def _orbax() -> Any:
+    try:
+        import orbax.checkpoint as ocp
+    except ImportError as err:  # pragma: no cover - the extra is installed in CI
+        raise UnsupportedError(
+            "orbax checkpoints need 'orbax-checkpoint' (pip install treexchange[orbax])"
+        ) from err
+    return ocp
+
+
+class OrbaxSource:
+    """An orbax checkpoint directory to import: its tree (when written here) and its arrays."""
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.path = Path(directory).absolute()
+        if not self.path.is_dir():
+            raise FormatError(f"{self.path}: not an orbax checkpoint directory")
+        self.ocp = _orbax()
+        self.document: dict[str, Any] | None = None
+        self._spilled: list[np.ndarray] = []
+        if (self.path / TREE_ITEM).is_dir():
+            with self.ocp.Checkpointer(self.ocp.CompositeCheckpointHandler()) as ckptr:
+                restored = ckptr.restore(
+                    self.path, self.ocp.args.Composite(**{TREE_ITEM: self.ocp.args.JsonRestore()})
+                )
+            doc = restored[TREE_ITEM]
+            if not isinstance(doc, dict) or doc.get("format") != tj.TREE_FORMAT:
+                raise FormatError(f"{self.path}: the {TREE_ITEM!r} item is not a treexchange tree")
+            if int(doc.get("version", 0)) > tj.TREE_VERSION:
+                raise UnsupportedError(f"{self.path}: tree version {doc['version']} is newer than this")
+            self.document = doc
+        elif not (self.path / "_METADATA").is_file():
+            raise FormatError(f"{self.path}: neither a treexchange nor a PyTree orbax checkpoint")
+
+    def _arrays(self) -> list[tuple[tj.Path, dict[str, Any]]]:
+        assert self.document is not None
+        out: list[tuple[tj.Path, dict[str, Any]]] = []
+        for name, root in self.document["roots"]:
+            out.extend((p, n) for p, n in tj.array_nodes(root, (name,)) if not n.get(INLINE))
+        return out
+
+    def mapping_lines(self) -> list[str]:
+        """One line per array: ``state/name -> julia.path  shape dtype  none`` (``--dry-run``)."""
+        if self.document is None:
+            meta = self._plain_metadata()
+            return [
+                mapping_line(
+                    ".".join(k), ("state", *k), tuple(v.shape), np.dtype(v.dtype), "none", reverse=True
+                )
+                for k, v in meta
+            ]
+        return [
+            mapping_line(n["name"], p, tuple(n["shape"]), tj.DTYPES[n["dtype"]], "none", reverse=True)
+            for p, n in self._arrays()
+        ]
+
+    def roots(
+        self,
+        *,
+        sharding: ShardingSpec = None,
+        batch_bytes: int = 256 << 20,
+        spill_dir: str | os.PathLike[str] | None = None,
+    ) -> dict[str, Any]:
+        """The values of the checkpoint (see :func:`load_orbax`)."""
+        if self.document is None:
+            return self._plain_roots(sharding)
+        arrays = self._restore(sharding, batch_bytes, spill_dir)
+
+        def get(node: dict[str, Any], path: tj.Path) -> Any:
+            dtype = tj.DTYPES[node["dtype"]]
+            shape = tuple(node["shape"])
+            if node.get(INLINE):
+                return np.zeros(shape, dtype)
+            array = arrays[node["name"]]
+            if tuple(array.shape) != shape or np.dtype(array.dtype) != dtype:
+                raise FormatError(
+                    f"array {node['name']!r} is {array.dtype} {tuple(array.shape)}, "
+                    f"the tree says {dtype} {shape}",
+                    path=path,
+                )
+            return array
+
+        return {name: tj.decode(root, get, (name,)) for name, root in self.document["roots"]}
+
+    def _restore(self, sharding: ShardingSpec, batch_bytes: int, spill_dir: Any) -> dict[str, Any]:
+        ocp = self.ocp
+        tensors = [
+            TensorPlan(n["name"], p, None, tj.DTYPES[n["dtype"]], tuple(n["shape"]))
+            for p, n in self._arrays()
+        ]
+        choose = _placer_choice(sharding)
+        out: dict[str, Any] = {}
+        with ocp.Checkpointer(_handler(ocp)) as ckptr, _spill(spill_dir) as spill:
+            for batch in _batches(tensors, batch_bytes):
+                item = _nested((t.name, 0) for t in batch)
+                args = _nested((t.name, _restore_args(ocp, t, choose(t))) for t in batch)
+                restore = ocp.args.PyTreeRestore(item=item, restore_args=args, partial_restore=True)
+                state = ckptr.restore(self.path, ocp.args.Composite(**{STATE_ITEM: restore}))[STATE_ITEM]
+                for t in batch:
+                    value = _lookup(state, t.name)
+                    if spill is not None and isinstance(value, np.ndarray):
+                        value = spill(t.name, value)
+                        self._spilled.append(value)
+                    out[t.name] = value
+                del state
+        return out
+
+    def release_pages(self) -> None:
+        """Drop the resident pages of spilled arrays from this process (they are read back from
+        their files when touched again); a converter calls it while it writes."""
+        for array in self._spilled:
+            release_map(array)
+
+    def _plain_metadata(self) -> list[tuple[tuple[str, ...], Any]]:
+        ocp = self.ocp
+        meta = ocp.PyTreeCheckpointer().metadata(self.path)
+        tree = getattr(meta, "item_metadata", meta)
+        tree = getattr(tree, "tree", tree)  # orbax >= 0.11: TreeMetadata(tree=...)
+        out: list[tuple[tuple[str, ...], Any]] = []
+
+        def walk(node: Any, keys: tuple[str, ...]) -> None:
+            if isinstance(node, Mapping):
+                for k, v in node.items():
+                    walk(v, (*keys, str(k)))
+            elif isinstance(node, (list, tuple)):
+                for i, v in enumerate(node):
+                    walk(v, (*keys, str(i)))
+            elif hasattr(node, "shape") and hasattr(node, "dtype"):
+                out.append((keys, node))
+
+        walk(tree, ())
+        return out
+
+    def _plain_roots(self, sharding: ShardingSpec) -> dict[str, Any]:
+        ocp = self.ocp
+        meta = self._plain_metadata()
+        choose = _placer_choice(sharding)
+        args = _nested(
+            (
+                ".".join(k),
+                _restore_args(
+                    ocp,
+                    TensorPlan(".".join(k), k, None, np.dtype(v.dtype), tuple(v.shape)),
+                    choose_k(choose, k, v),
+                ),
+            )
+            for k, v in meta
+        )
+        with ocp.PyTreeCheckpointer() as ckptr:
+            tree = ckptr.restore(self.path, args=ocp.args.PyTreeRestore(restore_args=args))
+        return {"state": _as_namedtuples(tree)}
+
+
+def choose_k(choose: Callable[[TensorPlan], Any], keys: tuple[str, ...], meta: Any) -> Any:
+    return choose(TensorPlan(".".join(keys), ("state", *keys), None, np.dtype(meta.dtype), tuple(meta.shape)))
+
+
+def _as_namedtuples(tree: Any) -> Any:
+    if isinstance(tree, Mapping):
+        return NamedTuple((str(k), _as_namedtuples(v)) for k, v in tree.items())
+    if isinstance(tree, (list, tuple)):
+        return tuple(_as_namedtuples(v) for v in tree)
+    return tree
+
+
+def _placer_choice(sharding: ShardingSpec) -> Callable[[TensorPlan], Any]:
+    if sharding is None:
+        return lambda t: None
+    import jax
+
+    def choose(t: TensorPlan) -> Any:
+        if callable(sharding) and not isinstance(sharding, jax.sharding.Sharding):
+            return sharding(t.path, t.shape, t.dtype)
+        try:
+            sharding.shard_shape(t.shape)
+            return sharding
+        except (ValueError, TypeError, IndexError):
+            mesh = getattr(sharding, "mesh", None)
+            return (
+                jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec()) if mesh is not None else None
+            )
+
+    return choose
+
+
+def jax_keeps(dtype: np.dtype) -> bool:
+    """Whether a ``jax.Array`` holds ``dtype`` as it is (64-bit types need ``jax_enable_x64``;
+    without it jax would silently narrow them to 32 bits)."""
+    import jax
+
+    return bool(jax.dtypes.canonicalize_dtype(dtype) == np.dtype(dtype))
+
+
+def _restore_args(ocp: Any, t: TensorPlan, sharding: Any) -> Any:
+    if sharding is None or not jax_keeps(t.dtype):
+        return ocp.RestoreArgs(restore_type=np.ndarray, dtype=t.dtype)
+    return ocp.ArrayRestoreArgs(sharding=sharding, global_shape=t.shape, dtype=t.dtype)
+
+
+def _lookup(tree: Mapping[str, Any], name: str) -> Any:
+    node: Any = tree
+    for part in name.split("."):
+        node = node[part]
+    return node
+
+
+def _batches(tensors: list[TensorPlan], max_bytes: int) -> Iterator[list[TensorPlan]]:
+    batch: list[TensorPlan] = []
+    size = 0
+    for t in tensors:
+        if batch and size + t.nbytes > max_bytes:
+            yield batch
+            batch, size = [], 0
+        batch.append(t)
+        size += t.nbytes
+    if batch:
+        yield batch
+
+
+@contextmanager
+def _spill(directory: Any) -> Iterator[Callable[[str, np.ndarray], np.ndarray] | None]:
+    """With a directory: a function moving an array into a file-backed map there (the maps stay
+    valid after the temporary files are unlinked at the end)."""
+    if directory is None:
+        yield None
+        return
+    with tempfile.TemporaryDirectory(dir=directory, prefix=".treexchange-spill-") as tmp:
+        counter = [0]
+
+        def spill(name: str, array: np.ndarray) -> np.ndarray:
+            counter[0] += 1
+            path = os.path.join(tmp, f"{counter[0]}.bin")
+            mapped = np.lib.format.open_memmap(path, mode="w+", dtype=array.dtype, shape=array.shape)
+            mapped[...] = array
+            mapped.flush()
+            release_map(mapped)  # written back: the pages need not stay resident
+            return mapped
+
+        yield spill
+
+
+def release_map(array: Any) -> None:
+    """``MADV_DONTNEED`` on the file map behind a ``numpy.memmap`` (a shared file mapping: the
+    data stays in the file and the page cache; this process just stops holding the pages)."""
+    m = getattr(array, "_mmap", None)
+    advice = getattr(mmap, "MADV_DONTNEED", None)
+    if m is not None and advice is not None:
+        m.madvise(advice)
+
+
+def load_orbax(
+    directory: str | os.PathLike[str],
+    *,
+    sharding: ShardingSpec = None,
+    batch_bytes: int = 256 << 20,
+    spill_dir: str | os.PathLike[str] | None = None,
+) -> dict[str, Any]:
+    """Read an orbax checkpoint directory into values (top-level name -> value).
+
+    A checkpoint written by :func:`save_orbax` gives back exactly the values written (numpy
+    arrays, or ``jax.Array``\\ s placed with ``sharding``, each device having read only its
+    slice). A plain PyTree checkpoint gives ``{"state": nested NamedTuples}``. Arrays are restored
+    ``batch_bytes`` at a time; ``spill_dir`` moves each batch into file-backed maps there (for
+    checkpoints larger than memory).
+    """
+    return OrbaxSource(directory).roots(sharding=sharding, batch_bytes=batch_bytes, spill_dir=spill_dir)

@@ -1,0 +1,551 @@
+"""PyTorch ``state_dict`` <-> ``Flux.state``, matched by the layer rules (layer-spec §2–3).
+
+The Flux side is a :class:`~treexchange._port._spec.Layer` tree: parsed from the model as Flux prints
+it (``Chain(Conv((5, 5), 1 => 6, relu), …)``, never evaluated) or read from an equivalent
+``torch.nn.Module`` (:func:`layer_of_module`). Its layers with arrays, in Flux's order, are paired
+with the PyTorch modules that hold parameters, in registration order (the order of a
+``state_dict``); each pair must be of matching kinds (``Linear`` for ``Dense``…), and each tensor is
+moved by the rule's exact permutation (``_port._perm``):
+
+=============  ========================================  ==============================================
+Flux           PyTorch                                    Julia array -> tensor
+=============  ========================================  ==============================================
+Dense          Linear ``weight``, ``bias``                same (both ``(out, in)``)
+Conv           Conv1d/2d/3d ``weight``, ``bias``          ``flip_spatial(rev(W))``: Flux convolves,
+                                                          PyTorch cross-correlates (layer-spec §1.3)
+CrossCor       Conv1d/2d/3d                               ``rev(W)``
+BatchNorm      BatchNorm1d/2d/3d ``weight`` = γ,          same; ``num_batches_tracked`` has no Flux
+               ``bias`` = β, ``running_mean`` = μ,        counterpart (ignored one way, 0 the other)
+               ``running_var`` = σ²
+LayerNorm      LayerNorm ``weight``/``bias`` =            ``rev`` (``normalized_shape`` is the Julia
+               ``diag.scale``/``diag.bias``               ``size`` reversed)
+Embedding      Embedding ``weight``                       transpose (Julia ``(dim, vocab)``)
+=============  ========================================  ==============================================
+
+Every problem (a missing or left-over tensor, a kind or shape that does not fit) is collected and
+raised at once as one :class:`treexchange.MismatchError` naming the tensor and the Julia path.
+
+torch is optional: this module imports it only inside the functions that take modules or tensors.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+from .._errors import ConversionError, Mismatch, MismatchError, PathSegment, UnsupportedError, format_path
+from .._port._eqx import conv_weight_perm
+from .._port._perm import REV, SAME, Perm, Transpose
+from .._port._rules import RULES, Arr, _NamedFields, with_defaults
+from .._port._spec import DEFAULT_FLUX_ERA, Layer
+from .._port._state import Port, state_of
+from .._values import NamedTuple
+
+TORCH_MODULES: dict[str, tuple[str, ...]] = {
+    "Dense": ("Linear",),
+    "Conv": ("Conv1d", "Conv2d", "Conv3d"),
+    "CrossCor": ("Conv1d", "Conv2d", "Conv3d"),
+    "BatchNorm": ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d"),
+    "LayerNorm": ("LayerNorm",),
+    "Embedding": ("Embedding",),
+}
+"""Flux layer kind -> the PyTorch module classes that hold the same parameters."""
+
+IGNORED = frozenset({"num_batches_tracked"})
+"""PyTorch buffers with no Flux counterpart."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TorchParam:
+    """One tensor of a layer: its Flux field, its PyTorch name, the permutation and torch shape."""
+
+    flux: str
+    torch: str
+    perm: Perm
+    shape: tuple[int, ...]
+    transform: str = "same"  # what --dry-run prints
+
+
+def torch_params(layer: Layer) -> list[TorchParam]:
+    """The PyTorch tensors of one Flux layer (defaults filled in), by the rules in the docstring.
+
+    Example:
+        >>> conv = with_defaults(Layer("Conv", {"kernel": (5, 3), "in": 2, "out": 4}))
+        >>> [(p.flux, p.torch, p.shape) for p in torch_params(conv)]
+        [('weight', 'weight', (4, 2, 3, 5)), ('bias', 'bias', (4,))]
+    """
+    a = layer.args
+    kind = layer.kind
+    if kind == "Dense":
+        out = [TorchParam("weight", "weight", SAME, (a["out"], a["in"]))]
+        return out + ([TorchParam("bias", "bias", SAME, (a["out"],))] if a.get("bias", True) else [])
+    if kind in ("Conv", "CrossCor"):
+        k = tuple(a["kernel"])
+        weight = (a["out"], a["in"] // a["groups"], *k[::-1])
+        how = "rev+flip" if kind == "Conv" else "rev"
+        out = [TorchParam("weight", "weight", conv_weight_perm(kind, dict(a)), weight, how)]
+        return out + ([TorchParam("bias", "bias", SAME, (a["out"],))] if a["bias"] else [])
+    if kind == "BatchNorm":
+        c = (a["channels"],)
+        out = []
+        if a["affine"]:
+            out += [TorchParam("γ", "weight", SAME, c), TorchParam("β", "bias", SAME, c)]
+        if a["track_stats"]:
+            out += [TorchParam("μ", "running_mean", SAME, c), TorchParam("σ²", "running_var", SAME, c)]
+        return out
+    if kind == "LayerNorm":
+        shape = tuple(a["size"])[::-1]
+        if not a["affine"]:
+            return []
+        return [
+            TorchParam("scale", "weight", REV, shape, "rev"),
+            TorchParam("bias", "bias", REV, shape, "rev"),
+        ]
+    if kind == "Embedding":
+        return [TorchParam("weight", "weight", Transpose((1, 0)), (a["in"], a["out"]), "transpose")]
+    raise UnsupportedError(f"no PyTorch rule for the Flux layer {kind!r} yet")
+
+
+def _has_arrays(layer: Layer) -> bool:
+    rule = RULES.get(layer.kind)
+    if rule is None:
+        raise UnsupportedError(f"no porting rule for the Flux layer {layer.kind!r} yet")
+    fields = rule.fields(layer, DEFAULT_FLUX_ERA)
+    return fields != () and any(_is_arr(spec) for _, spec in fields)
+
+
+def _is_arr(spec: Any) -> bool:
+    if isinstance(spec, Arr):
+        return True
+    return isinstance(spec, _NamedFields) and any(_is_arr(s) for _, s in spec)
+
+
+@dataclasses.dataclass
+class _Site:
+    """A Flux layer with arrays, and where its state sits in ``Flux.state``."""
+
+    layer: Layer
+    path: tuple[PathSegment, ...]
+
+
+def array_layers(layer: Layer, root: tuple[PathSegment, ...] = ("model_state",)) -> list[_Site]:
+    """The layers with arrays in PyTorch's registration order (Flux's order, but a ``Parallel``'s
+    branches reversed), each with the path of its state in ``Flux.state`` (1-based)."""
+    out: list[_Site] = []
+
+    def walk(node: Layer, path: tuple[PathSegment, ...]) -> None:
+        if node.kind in TORCH_MODULES or (not node.children and _has_arrays(node)):
+            out.append(_Site(node, path))
+            return
+        order = list(enumerate(node.children))
+        if node.kind == "Parallel":
+            # PyTorch registers a residual block's main branch before its shortcut; Flux's
+            # Parallel lists the shortcut first (Metalhead reverses Parallel branches to match
+            # torchvision: `_list_state(node::Parallel…)`, scripts/pytorch2flux.jl; layer-spec §2.15).
+            order.reverse()
+        for i, child in order:
+            if node.kind == "SkipConnection":  # Flux.state: (layers = <the one layer>, connection)
+                walk(child, (*path, "layers"))
+                continue
+            key: PathSegment = node.names[i] if node.names else i + 1
+            walk(child, (*path, "layers", key))
+
+    walk(layer, root)
+    return out
+
+
+def _groups(state_dict: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """``state_dict`` entries grouped by module (the name before the last dot), in order."""
+    groups: dict[str, dict[str, Any]] = {}
+    for name, tensor in state_dict.items():
+        prefix, _, leaf = name.rpartition(".")
+        groups.setdefault(prefix, {})[leaf] = tensor
+    return list(groups.items())
+
+
+def _numpy(tensor: Any) -> np.ndarray:
+    if isinstance(tensor, np.ndarray):
+        return tensor
+    detach = getattr(tensor, "detach", None)
+    if detach is not None:  # a torch.Tensor: bfloat16 has no numpy dtype in torch, go through float32
+        t = detach().cpu()
+        if str(t.dtype) == "torch.bfloat16":
+            import ml_dtypes
+
+            return np.asarray(t.float().numpy()).astype(ml_dtypes.bfloat16)
+        return np.asarray(t.numpy())
+    return np.asarray(tensor)
+
+
+def _module_kinds(module: Any) -> dict[str, str]:
+    """module path -> class name, for the modules of ``module`` that hold tensors directly."""
+    out = {}
+    for name, sub in module.named_modules():
+        own = [n for n, _ in sub.named_parameters(recurse=False)] + [
+            n for n, _ in sub.named_buffers(recurse=False)
+        ]
+        if own:
+            out[name] = type(sub).__name__
+    return out
+
+
+def _pair(
+    layer: Layer,
+    state_dict: Mapping[str, Any],
+    kinds: Mapping[str, str] | None,
+    root: tuple[PathSegment, ...],
+) -> list[tuple[_Site, str, dict[str, Any]]]:
+    """Flux layers with arrays paired with tensor groups; every problem raised at once."""
+    sites = array_layers(layer, root)
+    groups = _groups(state_dict)
+    problems: list[Mismatch] = []
+    pairs = []
+    for site, (prefix, tensors) in zip(sites, groups):
+        where = site.path
+        label = f"{prefix}." if prefix else ""
+        if site.layer.kind not in TORCH_MODULES:
+            problems.append(Mismatch("kind", where, f"Flux {site.layer.kind} has no PyTorch rule yet"))
+            continue
+        torch_kind = kinds.get(prefix) if kinds is not None else None
+        if torch_kind is not None and torch_kind not in TORCH_MODULES[site.layer.kind]:
+            problems.append(
+                Mismatch("kind", where, f"Flux {site.layer.kind} paired with torch {torch_kind} {prefix!r}")
+            )
+            continue
+        expected = {p.torch: p for p in torch_params(site.layer)}
+        for name, p in expected.items():
+            if name not in tensors:
+                problems.append(Mismatch("missing", (*where, p.flux), f"no tensor {label}{name}"))
+                continue
+            shape = tuple(_shape(tensors[name]))
+            if shape != p.shape:
+                problems.append(
+                    Mismatch(
+                        "shape",
+                        (*where, p.flux),
+                        f"{label}{name} is {shape}, Flux {site.layer.kind} needs {p.shape}",
+                    )
+                )
+        for name in tensors:
+            if name not in expected and name not in IGNORED:
+                problems.append(
+                    Mismatch("extra", where, f"tensor {label}{name} has no place in Flux {site.layer.kind}")
+                )
+        pairs.append((site, prefix, tensors))
+    for site in sites[len(groups) :]:
+        problems.append(Mismatch("missing", site.path, f"no tensors for Flux {site.layer.kind}"))
+    for prefix, tensors in groups[len(sites) :]:
+        names = ", ".join(f"{prefix}.{n}" if prefix else n for n in tensors)
+        problems.append(Mismatch("extra", (), f"tensors left over: {names}"))
+    if problems:
+        raise MismatchError(
+            problems, header=f"{len(problems)} problem(s) matching the state_dict to the Flux model"
+        )
+    return pairs
+
+
+def torch_order(state_dict: Mapping[str, Any]) -> dict[str, Any]:
+    """``state_dict`` with its modules in registration order as far as names tell it: module paths
+    compared part by part, numbers as numbers (``"2.weight"`` before ``"10.weight"``). For files that
+    lost the order (``safetensors.torch.save_file`` sorts names); a ``state_dict`` from a module
+    is already in order and is better used as it is.
+
+    Example:
+        >>> list(torch_order({"10.weight": 0, "2.bias": 0, "2.weight": 0}))
+        ['2.bias', '2.weight', '10.weight']
+    """
+
+    def key(name: str) -> list[tuple[int, int | str]]:
+        prefix = name.rpartition(".")[0]
+        return (
+            [(0, int(part)) if part.isdigit() else (1, part) for part in prefix.split(".")] if prefix else []
+        )
+
+    return {name: state_dict[name] for name in sorted(state_dict, key=key)}
+
+
+def mapping_lines(state_dict: Mapping[str, Any], architecture: str | Layer) -> list[str]:
+    """``tensor -> julia.path  torch shape dtype  permutation``, one line per tensor (``--dry-run``)."""
+    layer = as_layer(architecture)
+    lines = []
+    for site, prefix, tensors in _pair(layer, state_dict, None, ("model_state",)):
+        for p in torch_params(site.layer):
+            name = f"{prefix}.{p.torch}" if prefix else p.torch
+            dtype = getattr(tensors[p.torch], "dtype", "")
+            julia = format_path((*site.path, p.flux))
+            lines.append(f"{name} -> {julia}  {p.shape} {dtype}  {p.transform}")
+    return lines
+
+
+def _shape(tensor: Any) -> tuple[int, ...]:
+    return tuple(int(d) for d in tensor.shape)
+
+
+def as_layer(architecture: str | Layer) -> Layer:
+    """The Layer tree of an architecture text (parsed, never evaluated) or a Layer, defaults filled."""
+    if isinstance(architecture, Layer):
+        return with_defaults(architecture)
+    from .._port._arch import parse_architecture
+
+    return with_defaults(parse_architecture(architecture))
+
+
+def state_dict_to_flux(
+    state_dict: Mapping[str, Any],
+    architecture: str | Layer | Any,
+    *,
+    flux: str = DEFAULT_FLUX_ERA,
+    module: Any = None,
+    root: tuple[PathSegment, ...] = ("model_state",),
+) -> Any:
+    """``Flux.state`` of the Flux model ``architecture`` with the tensors of a PyTorch ``state_dict``.
+
+    ``architecture`` is the Flux model as Flux prints it, a Layer tree, or an equivalent
+    ``torch.nn.Module`` (then ``state_dict`` may be ``None``: the module's own is used). Tensors are
+    matched to the Flux layers with arrays in order, by the rules in the module docstring; every
+    mismatch is reported at once. The result is a value tree ``treexchange.save`` writes as a
+    ``Flux.loadmodel!``-ready ``model_state``.
+
+    Example:
+        >>> import numpy as np
+        >>> sd = {"0.weight": np.ones((3, 2), np.float32), "0.bias": np.zeros(3, np.float32)}
+        >>> state = state_dict_to_flux(sd, "Chain(Dense(2 => 3, relu))")
+        >>> state.layers[0].weight.shape, state.layers[0].σ
+        ((3, 2), ())
+    """
+    if not isinstance(architecture, (str, Layer)):
+        module = architecture
+        architecture = layer_of_module(module)
+        if state_dict is None:
+            state_dict = module.state_dict()
+    layer = as_layer(architecture)
+    kinds = _module_kinds(module) if module is not None else None
+    pairs = _pair(layer, state_dict, kinds, root)
+    arrays: dict[int, dict[str, tuple[Any, Perm]]] = {}
+    for site, _, tensors in pairs:
+        arrays[id(site.layer)] = {
+            p.flux: (_numpy(tensors[p.torch]), p.perm) for p in torch_params(site.layer)
+        }
+    return state_of(_port(layer, arrays), flux)
+
+
+def _port(layer: Layer, arrays: Mapping[int, dict[str, tuple[Any, Perm]]]) -> Port:
+    return Port(layer, dict(arrays.get(id(layer), {})), tuple(_port(c, arrays) for c in layer.children))
+
+
+def flux_to_state_dict(
+    state: Any,
+    architecture: str | Layer | Any,
+    *,
+    names: Mapping[str, Any] | None = None,
+    root: tuple[PathSegment, ...] = ("model_state",),
+) -> dict[str, np.ndarray]:
+    """The PyTorch tensors (numpy arrays) of a ``Flux.state`` value tree, keyed like ``names``
+    (a template ``state_dict``, e.g. ``module.state_dict()``); without ``names``, keys follow
+    ``nn.Sequential``: one group per Flux layer with arrays, numbered in order (``"0.weight"``).
+
+    ``architecture`` may be an equivalent ``torch.nn.Module`` (its ``state_dict`` gives the names).
+    """
+    if not isinstance(architecture, (str, Layer)):
+        names = architecture.state_dict() if names is None else names
+        architecture = layer_of_module(architecture)
+    layer = as_layer(architecture)
+    sites = array_layers(layer, ())
+    if names is None:
+        names = {}
+        for i, site in enumerate(sites):
+            for p in torch_params(site.layer):
+                names[f"{i}.{p.torch}"] = np.zeros(p.shape)
+    pairs = _pair(layer, names, None, root)
+    problems: list[Mismatch] = []
+    out: dict[str, np.ndarray] = {}
+    for site, prefix, tensors in pairs:
+        node = _at(state, site.path[len(root) :])
+        for p in torch_params(site.layer):
+            julia = _field(node, p.flux)
+            path = (*site.path, p.flux)
+            if julia is None:
+                problems.append(Mismatch("missing", path, "not in the Julia state"))
+                continue
+            julia = np.asarray(julia)
+            if tuple(julia.shape) != p.perm.julia_shape(p.shape):
+                problems.append(
+                    Mismatch(
+                        "shape",
+                        path,
+                        f"Julia {tuple(julia.shape)}, the rule needs {p.perm.julia_shape(p.shape)}",
+                    )
+                )
+                continue
+            out[f"{prefix}.{p.torch}" if prefix else p.torch] = np.ascontiguousarray(p.perm.forward(julia))
+        for name in tensors:
+            if name in IGNORED:
+                out[f"{prefix}.{name}" if prefix else name] = np.zeros((), np.int64)
+    if problems:
+        raise MismatchError(problems, header=f"{len(problems)} problem(s) reading the Flux state")
+    return out
+
+
+def _at(state: Any, path: tuple[PathSegment, ...]) -> Any:
+    node = state
+    for seg in path:
+        try:
+            node = node[seg - 1] if isinstance(seg, int) else node[seg]
+        except (KeyError, IndexError, TypeError):
+            raise ConversionError("the Julia state has no entry here", path=("model_state", *path)) from None
+    return node
+
+
+def _field(node: Any, name: str) -> Any:
+    if name in ("scale", "bias") and isinstance(node, NamedTuple) and "diag" in node:  # LayerNorm
+        return node["diag"][name] if isinstance(node["diag"], NamedTuple) else None
+    return node.get(name) if isinstance(node, Mapping) else None
+
+
+def load_into_module(
+    module: Any, state: Any, architecture: str | Layer | None = None, *, strict: bool = True
+) -> Any:
+    """Fill a ``torch.nn.Module`` with a ``Flux.state`` value tree (as ``treexchange.load`` returns it).
+
+    The Flux model is ``architecture`` (text or Layer), or read from ``module`` itself. Returns the
+    module (its parameters and buffers replaced in place, dtypes kept as the module has them).
+    """
+    import torch
+
+    names = module.state_dict()
+    tensors = flux_to_state_dict(state, module if architecture is None else architecture, names=names)
+    converted = {k: torch.from_numpy(np.array(v)).to(names[k].dtype) for k, v in tensors.items()}
+    module.load_state_dict(converted, strict=strict)
+    return module
+
+
+# --- an equivalent torch.nn.Module read as a Flux Layer tree ------------------------------------------
+
+_ACTIVATIONS = {
+    "ReLU": "relu",
+    "Sigmoid": "sigmoid",
+    "Tanh": "tanh",
+    "GELU": "gelu",
+    "ELU": "elu",
+    "SELU": "selu",
+    "Softplus": "softplus",
+    "LeakyReLU": "leakyrelu",
+    "SiLU": "swish",
+    "Hardtanh": "hardtanh",
+}
+
+
+def layer_of_module(module: Any) -> Layer:
+    """The Flux Layer tree an ``nn.Sequential`` of supported modules stands for.
+
+    An activation module right after a layer that takes one (``Linear``, ``ConvNd``, norms) becomes
+    that layer's ``σ`` (as one writes ``Dense(2 => 3, relu)`` in Flux); ``nn.Flatten`` is ``flatten``,
+    pools and dropout map to Flux's.
+
+    Example:
+        >>> import torch
+        >>> m = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.ReLU(), torch.nn.Linear(3, 1))
+        >>> layer_of_module(m).kinds(), layer_of_module(m).children[0].args["σ"]
+        (['Chain', 'Dense', 'Dense'], 'relu')
+    """
+    layers = list(_sequential(module))
+    return Layer("Chain", children=tuple(layers))
+
+
+def _sequential(module: Any) -> Iterator[Layer]:
+    import torch.nn as nn
+
+    items = list(module.children()) if isinstance(module, nn.Sequential) else [module]
+    pending: Layer | None = None
+    for sub in items:
+        name = type(sub).__name__
+        if (
+            name in _ACTIVATIONS
+            and pending is not None
+            and "σ" in pending.args
+            and pending.args["σ"] == "identity"
+        ):
+            pending = dataclasses.replace(pending, args={**pending.args, "σ": _ACTIVATIONS[name]})
+            continue
+        if pending is not None:
+            yield pending
+        pending = _one(sub)
+    if pending is not None:
+        yield pending
+
+
+def _one(sub: Any) -> Layer:
+    import torch.nn as nn
+
+    name = type(sub).__name__
+    if isinstance(sub, nn.Sequential):
+        return Layer("Chain", children=tuple(_sequential(sub)))
+    if isinstance(sub, nn.Linear):
+        return Layer(
+            "Dense",
+            {"in": sub.in_features, "out": sub.out_features, "bias": sub.bias is not None, "σ": "identity"},
+        )
+    if isinstance(sub, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
+        if sub.padding_mode != "zeros" or isinstance(sub.padding, str):
+            raise UnsupportedError(
+                f"torch {name} padding {sub.padding!r}/{sub.padding_mode!r} has no Flux rule here"
+            )
+        pad = tuple(p for p in sub.padding[::-1] for _ in range(2))
+        return Layer(
+            "Conv",
+            {
+                "kernel": tuple(sub.kernel_size[::-1]),
+                "in": sub.in_channels,
+                "out": sub.out_channels,
+                "stride": tuple(sub.stride[::-1]),
+                "pad": pad,
+                "dilation": tuple(sub.dilation[::-1]),
+                "groups": sub.groups,
+                "bias": sub.bias is not None,
+                "σ": "identity",
+            },
+        )
+    if isinstance(sub, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)):
+        return Layer(
+            "BatchNorm",
+            {
+                "channels": sub.num_features,
+                "ϵ": float(sub.eps),
+                "momentum": float(sub.momentum if sub.momentum is not None else 0.1),
+                "affine": sub.affine,
+                "track_stats": sub.track_running_stats,
+                "σ": "identity",
+            },
+        )
+    if isinstance(sub, nn.LayerNorm):
+        return Layer(
+            "LayerNorm",
+            {
+                "size": tuple(sub.normalized_shape[::-1]),
+                "ϵ": float(sub.eps),
+                "affine": sub.elementwise_affine,
+                "σ": "identity",
+            },
+        )
+    if isinstance(sub, nn.Embedding):
+        return Layer("Embedding", {"in": sub.num_embeddings, "out": sub.embedding_dim})
+    if isinstance(sub, (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d)):
+        n = int(name[-2])
+        k = _ntuple(sub.kernel_size, n)[::-1]
+        stride = _ntuple(sub.stride if sub.stride is not None else sub.kernel_size, n)[::-1]
+        pad = tuple(p for p in _ntuple(sub.padding, n)[::-1] for _ in range(2))
+        return Layer("MaxPool" if "Max" in name else "MeanPool", {"k": k, "stride": stride, "pad": pad})
+    if isinstance(sub, nn.Flatten):
+        return Layer("flatten")
+    if isinstance(sub, nn.Dropout):
+        return Layer("Dropout", {"p": float(sub.p)})
+    if name in _ACTIVATIONS:
+        return Layer("function", {"name": _ACTIVATIONS[name]})
+    raise UnsupportedError(f"torch module {name} has no Flux counterpart here (give the architecture text)")
+
+
+def _ntuple(value: Any, n: int) -> tuple[int, ...]:
+    return tuple(value) if isinstance(value, (tuple, list)) else (int(value),) * n

@@ -1,0 +1,286 @@
+"""A value tree as JSON, with its numeric arrays stored elsewhere (a safetensors file, an orbax
+checkpoint).
+
+:func:`encode` turns any value-model value into a JSON-ready *skeleton*: containers, names, Julia
+types, the ``()``/``nothing``/``missing`` markers and every non-array leaf are written out exactly
+(numbers as their little-endian bytes in hex, so NaN payloads and ``-0.0`` survive); each numeric
+array is handed to a callback that stores it and returns the JSON node that stands for it.
+:func:`decode` is the inverse: it rebuilds the value, asking a callback for each array.
+
+Node tags (``"t"``): ``nt`` (NamedTuple: ``f`` = ``[[name, node], ...]``), ``tuple`` / ``list``
+(``v``), ``dict`` (``items`` = ``[[key, value], ...]``), ``group`` (an HDF5 group of a JLD2 file:
+``items``), ``struct`` (``type``, ``f``), ``jarray`` (``eltype``, ``shape``, ``v`` in column-major
+order), ``array`` (a stored array: whatever the callback wrote, at least ``dtype`` and ``shape``),
+``num`` (numpy scalar: ``dtype``, ``hex``), ``int`` / ``float`` / ``complex`` / ``bool`` (Python
+scalars), ``int128`` / ``uint128`` (decimal ``v``), ``str``, ``sym``, ``nothing``, ``missing``,
+``undef``, ``singleton`` (``type``), ``bits`` (``type``, ``hex``), ``type`` (a Julia type used as a
+type parameter: ``name``, ``p``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._errors import ConversionError, FormatError, PathSegment
+from .._juliatype import JuliaType
+from .._typeof import _DTYPE_TO_JULIA
+from .._values import (
+    MISSING,
+    UNDEF,
+    Int128,
+    JuliaArray,
+    JuliaBits,
+    JuliaStruct,
+    Missing,
+    NamedTuple,
+    Singleton,
+    Symbol,
+    UInt128,
+    Undef,
+)
+
+TREE_FORMAT = "treexchange-tree"
+TREE_VERSION = 1
+
+Path = tuple[PathSegment, ...]
+OnArray = Callable[[Any, Path], dict[str, Any]]
+"""``on_array(array, path) -> node``: store a numeric array (a numpy array, or a lazy array node
+with ``shape`` and ``dtype``), return the JSON node that refers to it (tag ``array`` is added)."""
+GetArray = Callable[[dict[str, Any], Path], Any]
+"""``get_array(node, path) -> array``: the array an ``array`` node refers to."""
+
+DTYPES: dict[str, np.dtype] = {dt.name: dt for dt in _DTYPE_TO_JULIA}
+"""Numeric dtypes a stored array may have, by numpy name (``bfloat16`` included)."""
+
+
+class Group(dict):  # type: ignore[type-arg]
+    """An HDF5 group of a JLD2 file (``"a/b"`` names), as opposed to a Julia ``Dict``."""
+
+
+def is_numeric_array(value: Any) -> bool:
+    """Whether ``value`` is an array stored as a tensor (numeric dtype, not an object array)."""
+    dtype = getattr(value, "dtype", None)
+    return (
+        hasattr(value, "shape")
+        and not isinstance(value, np.generic)
+        and dtype is not None
+        and np.dtype(dtype).newbyteorder("=") in _DTYPE_TO_JULIA
+    )
+
+
+def encode(value: Any, on_array: OnArray, path: Path = ()) -> dict[str, Any]:
+    """The JSON skeleton of ``value``; numeric arrays go to ``on_array``.
+
+    Example:
+        >>> tree = NamedTuple(weight=np.ones((2, 3), np.float32), σ=(), act=None)
+        >>> skeleton = encode(tree, lambda a, p: {"shape": list(a.shape), "dtype": a.dtype.name})
+        >>> skeleton["f"][0]
+        ['weight', {'shape': [2, 3], 'dtype': 'float32', 't': 'array'}]
+        >>> skeleton["f"][1:]
+        [['σ', {'t': 'tuple', 'v': []}], ['act', {'t': 'nothing'}]]
+    """
+    if is_numeric_array(value):
+        node = dict(on_array(value, path))
+        node["t"] = "array"
+        return node
+    if isinstance(value, NamedTuple):
+        return {"t": "nt", "f": [[k, encode(v, on_array, (*path, k))] for k, v in value.items()]}
+    if isinstance(value, tuple):
+        return {"t": "tuple", "v": [encode(v, on_array, (*path, i)) for i, v in enumerate(value, 1)]}
+    if isinstance(value, list):
+        return {"t": "list", "v": [encode(v, on_array, (*path, i)) for i, v in enumerate(value, 1)]}
+    if isinstance(value, dict):
+        tag = "group" if isinstance(value, Group) else "dict"
+        items = [
+            [encode(k, _no_arrays, path), encode(v, on_array, (*path, str(k)))] for k, v in value.items()
+        ]
+        return {"t": tag, "items": items}
+    if isinstance(value, JuliaStruct):
+        fields = [[k, encode(v, on_array, (*path, k))] for k, v in value.fields.items()]
+        return {"t": "struct", "type": encode_type(value.type), "f": fields}
+    if isinstance(value, JuliaArray):
+        elements = [encode(v, on_array, (*path, i)) for i, v in enumerate(value, 1)]
+        return {"t": "jarray", "eltype": encode_type(value.eltype), "shape": list(value.shape), "v": elements}
+    return _encode_scalar(value, path)
+
+
+def _no_arrays(value: Any, path: Path) -> dict[str, Any]:
+    raise ConversionError("an array cannot be a dict key here", path=path)
+
+
+def _encode_scalar(value: Any, path: Path) -> dict[str, Any]:
+    if value is None:
+        return {"t": "nothing"}
+    if isinstance(value, Missing):
+        return {"t": "missing"}
+    if isinstance(value, Undef):
+        return {"t": "undef"}
+    if isinstance(value, bool):
+        return {"t": "bool", "v": value}
+    if isinstance(value, Int128):
+        return {"t": "int128", "v": str(int(value))}
+    if isinstance(value, UInt128):
+        return {"t": "uint128", "v": str(int(value))}
+    if isinstance(value, np.generic):
+        dtype = np.dtype(value.dtype).newbyteorder("<")
+        if dtype.newbyteorder("=") not in _DTYPE_TO_JULIA:
+            raise ConversionError(f"numpy scalar of dtype {value.dtype} has no Julia type", path=path)
+        raw = np.asarray(value, dtype=dtype).tobytes()
+        return {"t": "num", "dtype": value.dtype.name, "hex": raw.hex()}
+    if isinstance(value, int):
+        return {"t": "int", "v": int(value)}
+    if isinstance(value, float):
+        return {"t": "float", "hex": value.hex()}
+    if isinstance(value, complex):
+        return {"t": "complex", "re": value.real.hex(), "im": value.imag.hex()}
+    if isinstance(value, Symbol):
+        return {"t": "sym", "v": str(value)}
+    if isinstance(value, str):
+        return {"t": "str", "v": value}
+    if isinstance(value, Singleton):
+        return {"t": "singleton", "type": encode_type(value.type)}
+    if isinstance(value, JuliaBits):
+        return {"t": "bits", "type": encode_type(value.type), "hex": value.data.hex()}
+    if isinstance(value, JuliaType):
+        return encode_type(value)
+    raise ConversionError(f"{type(value).__name__} is not a value treexchange can store", path=path)
+
+
+def encode_type(t: JuliaType) -> dict[str, Any]:
+    """A Julia type as JSON, parameters included (exact: no re-parsing of printed text)."""
+    return {"t": "type", "name": t.name, "p": [encode(p, _no_arrays) for p in t.params]}
+
+
+def decode(node: Any, get_array: GetArray, path: Path = ()) -> Any:
+    """The value a skeleton stands for; ``get_array`` supplies each stored array.
+
+    Example:
+        >>> arrays = {"w": np.arange(3.0)}
+        >>> skeleton = encode(NamedTuple(w=arrays["w"], σ=()), lambda a, p: {"name": "w"})
+        >>> decode(skeleton, lambda node, path: arrays[node["name"]])
+        NamedTuple(w=array([0., 1., 2.]), σ=())
+    """
+    try:
+        tag = node["t"]
+    except (TypeError, KeyError):
+        raise FormatError("tree metadata: a node without a tag", path=path) from None
+    try:
+        return _decode(tag, node, get_array, path)
+    except (KeyError, TypeError, ValueError, IndexError) as err:
+        if isinstance(err, FormatError):
+            raise
+        raise FormatError(f"tree metadata: bad {tag!r} node ({err})", path=path) from None
+
+
+def _decode(tag: str, node: dict[str, Any], get_array: GetArray, path: Path) -> Any:
+    if tag == "array":
+        return get_array(node, path)
+    if tag == "nt":
+        return NamedTuple((k, decode(v, get_array, (*path, k))) for k, v in node["f"])
+    if tag in ("tuple", "list"):
+        items = [decode(v, get_array, (*path, i)) for i, v in enumerate(node["v"], 1)]
+        return tuple(items) if tag == "tuple" else items
+    if tag in ("dict", "group"):
+        out: dict[Any, Any] = Group() if tag == "group" else {}
+        for k, v in node["items"]:
+            key = decode(k, get_array, path)
+            out[key] = decode(v, get_array, (*path, str(key)))
+        return out
+    if tag == "struct":
+        fields = [(k, decode(v, get_array, (*path, k))) for k, v in node["f"]]
+        return JuliaStruct(decode_type(node["type"]), fields)
+    if tag == "jarray":
+        items = [decode(v, get_array, (*path, i)) for i, v in enumerate(node["v"], 1)]
+        data = np.empty(len(items), dtype=object)
+        data[:] = items
+        return JuliaArray(decode_type(node["eltype"]), data.reshape(tuple(node["shape"]), order="F"))
+    return _decode_scalar(tag, node, path)
+
+
+def _decode_scalar(tag: str, node: dict[str, Any], path: Path) -> Any:
+    if tag == "nothing":
+        return None
+    if tag == "missing":
+        return MISSING
+    if tag == "undef":
+        return UNDEF
+    if tag == "bool":
+        return bool(node["v"])
+    if tag == "int128":
+        return Int128(int(node["v"]))
+    if tag == "uint128":
+        return UInt128(int(node["v"]))
+    if tag == "num":
+        dtype = DTYPES[node["dtype"]]
+        return np.frombuffer(bytes.fromhex(node["hex"]), dtype=dtype.newbyteorder("<"))[0].astype(dtype)
+    if tag == "int":
+        return int(node["v"])
+    if tag == "float":
+        return float.fromhex(node["hex"])
+    if tag == "complex":
+        return complex(float.fromhex(node["re"]), float.fromhex(node["im"]))
+    if tag == "str":
+        return str(node["v"])
+    if tag == "sym":
+        return Symbol(node["v"])
+    if tag == "singleton":
+        return Singleton(decode_type(node["type"]))
+    if tag == "bits":
+        return JuliaBits(decode_type(node["type"]), bytes.fromhex(node["hex"]))
+    if tag == "type":
+        return decode_type(node)
+    raise FormatError(f"tree metadata: unknown node tag {tag!r}", path=path)
+
+
+def decode_type(node: dict[str, Any]) -> JuliaType:
+    """The inverse of :func:`encode_type`."""
+    if node.get("t") != "type":
+        raise FormatError("tree metadata: expected a Julia type")
+    return JuliaType(node["name"], tuple(decode(p, _no_array_in_type) for p in node["p"]))
+
+
+def _no_array_in_type(node: dict[str, Any], path: Path) -> Any:
+    raise FormatError("tree metadata: an array inside a Julia type")
+
+
+def array_nodes(node: Any, path: Path = ()) -> list[tuple[Path, dict[str, Any]]]:
+    """Every ``array`` node of a skeleton with its tree path, in tree order (nothing is read)."""
+    out: list[tuple[Path, dict[str, Any]]] = []
+
+    def walk(n: Any, p: Path) -> None:
+        tag = n.get("t") if isinstance(n, dict) else None
+        if tag == "array":
+            out.append((p, n))
+        elif tag in ("nt", "struct"):
+            for k, v in n["f"]:
+                walk(v, (*p, k))
+        elif tag in ("tuple", "list", "jarray"):
+            for i, v in enumerate(n["v"], 1):
+                walk(v, (*p, i))
+        elif tag in ("dict", "group"):
+            for k, v in n["items"]:
+                walk(v, (*p, _key_segment(k)))
+
+    walk(node, path)
+    return out
+
+
+def _key_segment(key_node: dict[str, Any]) -> str:
+    try:
+        return str(_decode_scalar(key_node["t"], key_node, ()))
+    except (FormatError, KeyError, TypeError, ValueError):
+        return "?"
+
+
+def julia_array_type(dtype: np.dtype, ndim: int) -> str:
+    """How Julia prints the type of a numeric array (``Array{Float32, 2}``), for readers of the
+    metadata and for ``--dry-run``."""
+    return str(JuliaType("Core.Array", (_DTYPE_TO_JULIA[np.dtype(dtype).newbyteorder("=")], np.int64(ndim))))
+
+
+def segments(path: Sequence[PathSegment]) -> list[PathSegment]:
+    """A tree path as a JSON list (ints stay 1-based, as in ``inspect --json``)."""
+    return list(path)

@@ -1,0 +1,88 @@
+"""Flux (NNlib) activation names <-> JAX functions."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+# Element-wise NNlib functions: a Dense/Conv ``σ`` may be one of these.
+ELEMENTWISE = frozenset(
+    {
+        "identity", "relu", "sigmoid", "tanh", "elu", "gelu", "softplus", "swish", "leakyrelu", "selu",
+        "celu", "relu6", "hardtanh", "logsigmoid", "softsign", "hardsigmoid", "mish", "hardswish",
+    }
+)  # fmt: skip
+
+# Flux prints some functions under other names (σ is sigmoid); the parser and the reader agree on these.
+ALIASES = {"σ": "sigmoid", "logσ": "logsigmoid", "hardσ": "hardsigmoid", "leaky_relu": "leakyrelu"}
+
+
+def table() -> list[tuple[Callable[..., Any], str]]:
+    """(JAX function, NNlib name) pairs, first match wins when reading a model."""
+    import jax
+    import jax.numpy as jnp
+
+    nn = jax.nn
+    pairs = [
+        (getattr(nn, "identity", None), "identity"),
+        (nn.relu, "relu"),
+        (nn.sigmoid, "sigmoid"),
+        (nn.tanh, "tanh"),
+        (jnp.tanh, "tanh"),
+        (nn.elu, "elu"),
+        (nn.gelu, "gelu"),  # approximate=True by default: NNlib's gelu is the tanh form as well
+        (nn.softplus, "softplus"),
+        (nn.swish, "swish"),
+        (nn.silu, "swish"),
+        (nn.leaky_relu, "leakyrelu"),  # slope 0.01, NNlib's default
+        (nn.selu, "selu"),
+        (nn.celu, "celu"),
+        (nn.relu6, "relu6"),
+        (nn.hard_tanh, "hardtanh"),
+        (nn.log_sigmoid, "logsigmoid"),
+        (nn.soft_sign, "softsign"),
+        (nn.hard_sigmoid, "hardsigmoid"),
+        (nn.mish, "mish"),
+        (nn.hard_swish, "hardswish"),
+        (nn.softmax, "softmax"),
+        (nn.log_softmax, "logsoftmax"),
+    ]
+    return [(f, n) for f, n in pairs if f is not None]
+
+
+def name_of(fn: Any) -> str | None:
+    """The NNlib name of a JAX function (``None`` -> ``"identity"``), or None if it has none."""
+    if fn is None or fn is _identity:
+        return "identity"
+    for candidate, name in table():
+        if fn is candidate:
+            return name
+    flax_nnx = sys.modules.get("flax.nnx")
+    if flax_nnx is not None:
+        for attr, name in (("relu", "relu"), ("sigmoid", "sigmoid"), ("tanh", "tanh"), ("gelu", "gelu"),
+                           ("softmax", "softmax"), ("log_softmax", "logsoftmax"), ("elu", "elu"),
+                           ("swish", "swish"), ("silu", "swish"), ("leaky_relu", "leakyrelu")):  # fmt: skip
+            if fn is getattr(flax_nnx, attr, None):
+                return name
+    eqx_mlp = sys.modules.get("equinox.nn._mlp")
+    if eqx_mlp is not None and fn is getattr(eqx_mlp, "_identity", None):
+        return "identity"
+    return None
+
+
+def function_of(name: str) -> Callable[..., Any]:
+    """The JAX function for an NNlib name (softmax/logsoftmax over the feature axis: see callers)."""
+    name = ALIASES.get(name, name)
+    if name == "identity":
+        return _identity
+    for fn, candidate in table():
+        if candidate == name:
+            return fn
+    from .._errors import UnsupportedError
+
+    raise UnsupportedError(f"no JAX function for the NNlib activation {name!r}")
+
+
+def _identity(x: Any) -> Any:
+    return x

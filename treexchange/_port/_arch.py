@@ -1,0 +1,770 @@
+"""Parse a Flux model as Flux prints it (``Chain(Conv((5, 5), 1 => 6, relu), ...)``) into a Layer tree.
+
+The text is tokenized and parsed by a small recursive-descent parser into a generic expression tree
+(calls, tuples, pairs, names, numbers), which is then turned into :class:`~._spec.Layer` nodes by one
+constructor table that follows Flux's own constructors (defaults, ``SamePad``, ``pad`` expansion).
+Nothing is ever evaluated. An unknown layer or function, an anonymous function or a construct Flux
+does not print is a :class:`~treexchange.ConversionError` naming it and its line and column.
+
+Flux's printed decorations are accepted: ``# 156 parameters`` comments, multi-line layouts with
+trailing commas, ``; keyword=…`` sections, module prefixes (``Flux.flatten``, ``NNlib.relu``) and
+the Flux ≤ 0.14 ``Recur(LSTMCell(3 => 5))`` spelling of recurrent layers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Callable
+from typing import Any
+
+from treexchange._errors import ConversionError
+from treexchange._port._spec import Layer
+
+# --- tokens ------------------------------------------------------------------------------------
+
+_TOKEN = re.compile(
+    r"""
+    (?P<space>[ \t\r\n]+|\#[^\n]*)
+  | (?P<number>(?:\d[\d_]*\.?[\d_]*|\.\d[\d_]*)(?:[eEf][+-]?\d+)?)
+  | (?P<name>var"[^"]*"|[^\W\d][\w!′²³⁺⁻]*(?:\.[^\W\d][\w!′²³⁺⁻]*)*)
+  | (?P<punct>=>|->|\.\*|\.\+|==|[()\[\],;=+*\-:/^.'{}|&<>@$"\\])
+    """,
+    re.VERBOSE,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Token:
+    kind: str  # "number", "name", "punct", "end"
+    text: str
+    pos: int
+
+
+def _where(text: str, pos: int) -> str:
+    line = text.count("\n", 0, pos) + 1
+    column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+    return f"line {line}, column {column}"
+
+
+def _tokenize(text: str) -> list[_Token]:
+    tokens: list[_Token] = []
+    pos = 0
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if m is None:
+            raise ConversionError(
+                f"unexpected character {text[pos]!r} at {_where(text, pos)} of the architecture"
+            )
+        kind = m.lastgroup or ""
+        if kind != "space":
+            tokens.append(_Token(kind, m.group(), pos))
+        pos = m.end()
+    tokens.append(_Token("end", "", len(text)))
+    return tokens
+
+
+# --- expressions -------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class _Name:
+    name: str
+    pos: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Number:
+    value: int | float
+    pos: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Tuple:
+    items: tuple[Any, ...]
+    pos: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Pair:
+    first: Any
+    second: Any
+    pos: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Call:
+    func: str
+    args: tuple[Any, ...]
+    kwargs: tuple[tuple[str, Any], ...]
+    pos: int
+
+
+@dataclasses.dataclass(frozen=True)
+class _Lambda:
+    pos: int
+
+
+class _Parser:
+    """Recursive descent over the tokens; grammar: ``expr := atom ('=>' expr | '->' …)?``."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens = _tokenize(text)
+        self.i = 0
+
+    def error(self, message: str, pos: int) -> ConversionError:
+        return ConversionError(f"{message} at {_where(self.text, pos)} of the architecture")
+
+    def found(self) -> str:
+        return repr(self.tok.text) if self.tok.kind != "end" else "the end of the text"
+
+    @property
+    def tok(self) -> _Token:
+        return self.tokens[self.i]
+
+    def take(self, text: str | None = None) -> _Token:
+        tok = self.tok
+        if text is not None and tok.text != text:
+            found = repr(tok.text) if tok.kind != "end" else "the end of the text"
+            raise self.error(f"expected {text!r} but found {found}", tok.pos)
+        self.i += 1
+        return tok
+
+    def parse(self) -> Any:
+        expr = self.expr()
+        if self.tok.kind != "end":
+            raise self.error(f"unexpected {self.tok.text!r} after the model", self.tok.pos)
+        return expr
+
+    def expr(self) -> Any:
+        left = self.atom()
+        if self.tok.text == "=>":
+            pos = self.take().pos
+            return _Pair(left, self.expr(), pos)
+        if self.tok.text == "->":
+            self.take()
+            self.skip_lambda_body()
+            return _Lambda(_pos(left))
+        return left
+
+    def skip_lambda_body(self) -> None:
+        """Consume an anonymous function's body (up to the enclosing ``,``/``)``) so that the caller
+        can name it in the error (or ignore it, as in ``init = (dims...) -> …``)."""
+        depth = 0
+        while self.tok.kind != "end":
+            if self.tok.text in "([{":
+                depth += 1
+            elif self.tok.text in ")]}":
+                if depth == 0:
+                    return
+                depth -= 1
+            elif self.tok.text in ",;" and depth == 0:
+                return
+            self.take()
+
+    def atom(self) -> Any:
+        tok = self.tok
+        if tok.kind == "number":
+            self.take()
+            return _Number(_number(tok.text), tok.pos)
+        if tok.text == "-" and self.tokens[self.i + 1].kind == "number":
+            self.take()
+            num = self.take()
+            return _Number(-_number(num.text), tok.pos)
+        if tok.text == "(":
+            return self.paren()
+        if tok.text == "[":
+            return self.vector()
+        if tok.kind == "name":
+            self.take()
+            if tok.text.startswith('var"'):
+                raise self.error(f"anonymous function {tok.text} (write the model without closures)", tok.pos)
+            if self.tok.text == "(":
+                return self.call(tok)
+            return _Name(tok.text, tok.pos)
+        if tok.kind == "punct" and tok.text in ("+", "*", ".*", ".+", "-", "/", "^"):
+            self.take()
+            return _Name(tok.text, tok.pos)
+        found = repr(tok.text) if tok.kind != "end" else "the end of the text"
+        raise self.error(f"unexpected {found}", tok.pos)
+
+    def paren(self) -> Any:
+        pos = self.take("(").pos
+        items: list[Any] = []
+        trailing_comma = False
+        while self.tok.text != ")":
+            items.append(self.expr())
+            trailing_comma = False
+            if self.tok.text == ",":
+                self.take()
+                trailing_comma = True
+            elif self.tok.text != ")":
+                raise self.error(f"expected ',' or ')' but found {self.found()}", self.tok.pos)
+        self.take(")")
+        if self.tok.text == "->":  # (a, b) -> …
+            self.take()
+            self.skip_lambda_body()
+            return _Lambda(pos)
+        if len(items) == 1 and not trailing_comma:
+            return items[0]
+        return _Tuple(tuple(items), pos)
+
+    def vector(self) -> Any:
+        pos = self.take("[").pos
+        items: list[Any] = []
+        while self.tok.text != "]":
+            items.append(self.expr())
+            if self.tok.text == ",":
+                self.take()
+            elif self.tok.text != "]":
+                raise self.error(f"expected ',' or ']' but found {self.found()}", self.tok.pos)
+        self.take("]")
+        return _Tuple(tuple(items), pos)
+
+    def call(self, name: _Token) -> _Call:
+        self.take("(")
+        args: list[Any] = []
+        kwargs: list[tuple[str, Any]] = []
+        while self.tok.text != ")":
+            if self.tok.text == ";":
+                self.take()
+                continue
+            if self.tok.kind == "name" and self.tokens[self.i + 1].text == "=":
+                key = self.take().text
+                self.take("=")
+                kwargs.append((key, self.expr()))
+            else:
+                if kwargs:
+                    raise self.error("positional argument after keyword arguments", self.tok.pos)
+                args.append(self.expr())
+            if self.tok.text == ",":
+                self.take()
+            elif self.tok.text not in (")", ";"):
+                raise self.error(f"expected ',' or ')' but found {self.found()}", self.tok.pos)
+        self.take(")")
+        return _Call(name.text, tuple(args), tuple(kwargs), name.pos)
+
+
+def _number(text: str) -> int | float:
+    text = text.replace("_", "")
+    if re.fullmatch(r"\d+", text):
+        return int(text)
+    return float(text.replace("f", "e"))
+
+
+# --- expressions -> Layer ----------------------------------------------------------------------
+
+# Module prefixes Flux may print in front of its own names.
+_PREFIXES = ("Flux.", "NNlib.", "MLUtils.", "Base.", "Main.", "Core.", "Metalhead.", "Functors.")
+
+# NNlib activations (Julia names); the IR stores the canonical name (σ -> sigmoid, ...).
+ACTIVATION_ALIASES = {"σ": "sigmoid", "hardσ": "hardsigmoid", "logσ": "logsigmoid"}
+ACTIVATIONS = frozenset(
+    {
+        "identity", "relu", "sigmoid", "sigmoid_fast", "tanh", "tanh_fast", "leakyrelu", "relu6", "elu",
+        "celu", "selu", "gelu", "gelu_tanh", "gelu_erf", "swish", "hardswish", "softplus", "softsign",
+        "logsigmoid", "hardsigmoid", "hardtanh", "mish", "tanhshrink", "lisht", "softmax", "logsoftmax",
+    }
+)  # fmt: skip
+# Connections of Parallel / SkipConnection / PairwiseFusion, by their Julia name.
+CONNECTIONS = frozenset({"+", "*", ".*", ".+", "vcat", "hcat", "cat", "tuple", "max", "min"})
+
+
+def _strip(name: str) -> str:
+    for prefix in _PREFIXES:
+        if name.startswith(prefix):
+            return name[len(prefix) :]
+    return name
+
+
+def canonical_activation(name: str) -> str | None:
+    """The IR name of an NNlib activation (``"σ"`` -> ``"sigmoid"``), or None if it is not one.
+
+    Example:
+        >>> canonical_activation("NNlib.σ"), canonical_activation("relu"), canonical_activation("foo")
+        ('sigmoid', 'relu', None)
+    """
+    name = _strip(name)
+    name = ACTIVATION_ALIASES.get(name, name)
+    return name if name in ACTIVATIONS else None
+
+
+class _Builder:
+    """Turns the expression tree into Layers; knows the text for error positions."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def error(self, message: str, pos: int) -> ConversionError:
+        return ConversionError(f"{message} at {_where(self.text, pos)} of the architecture")
+
+    # -- values -------------------------------------------------------------------------------
+
+    def int_(self, e: Any, what: str) -> int:
+        if isinstance(e, _Number) and isinstance(e.value, int):
+            return e.value
+        raise self.error(f"{what} must be an integer", _pos(e))
+
+    def float_(self, e: Any, what: str) -> float:
+        if isinstance(e, _Number):
+            return float(e.value)
+        raise self.error(f"{what} must be a number", _pos(e))
+
+    def bool_(self, e: Any, what: str) -> bool:
+        if isinstance(e, _Name) and e.name in ("true", "false"):
+            return e.name == "true"
+        raise self.error(f"{what} must be true or false", _pos(e))
+
+    def ints(self, e: Any, n: int | None, what: str) -> tuple[int, ...]:
+        """An Int (repeated ``n`` times) or a tuple of Ints."""
+        if isinstance(e, _Tuple):
+            return tuple(self.int_(v, what) for v in e.items)
+        value = self.int_(e, what)
+        return (value,) * (n or 1)
+
+    def pair(self, e: Any, what: str) -> tuple[Any, Any]:
+        if isinstance(e, _Pair):
+            return e.first, e.second
+        raise self.error(f"{what} must be written `in => out`", _pos(e))
+
+    def activation(self, e: Any) -> str:
+        if isinstance(e, _Name):
+            name = canonical_activation(e.name)
+            if name is not None:
+                return name
+            raise self.error(f"unknown activation function {e.name!r}", e.pos)
+        if isinstance(e, _Lambda):
+            raise self.error("anonymous function (activations must be named NNlib functions)", e.pos)
+        raise self.error("expected an activation function", _pos(e))
+
+    def connection(self, e: Any) -> str:
+        if isinstance(e, _Name) and _strip(e.name) in CONNECTIONS:
+            return _strip(e.name)
+        if isinstance(e, _Lambda):
+            raise self.error("anonymous function as a connection", e.pos)
+        if isinstance(e, _Name):
+            raise self.error(f"unknown connection function {e.name!r}", e.pos)
+        raise self.error("expected a connection function such as + or vcat", _pos(e))
+
+    # -- layers -------------------------------------------------------------------------------
+
+    def layer(self, e: Any) -> Layer:
+        if isinstance(e, _Lambda):
+            raise self.error("anonymous function (not portable; write the model without closures)", e.pos)
+        if isinstance(e, _Name):
+            name = _strip(e.name)
+            if name == "flatten":
+                return Layer("flatten")
+            act = canonical_activation(name)
+            if act is not None:
+                return Layer("function", {"name": act})
+            if name in _CONSTRUCTORS:
+                raise self.error(f"layer {name} without its arguments", e.pos)
+            raise self.error(f"unknown function {e.name!r}", e.pos)
+        if isinstance(e, _Call):
+            name = _strip(e.func)
+            build = _CONSTRUCTORS.get(name)
+            if build is None:
+                raise self.error(f"unknown layer {e.func!r}", e.pos)
+            return build(self, _Args(self, e))
+        raise self.error("expected a layer", _pos(e))
+
+
+def _pos(e: Any) -> int:
+    return int(getattr(e, "pos", 0))
+
+
+class _Args:
+    """A call's arguments with helpers that report their position on error."""
+
+    def __init__(self, builder: _Builder, call: _Call) -> None:
+        self.b = builder
+        self.call = call
+        self.args = list(call.args)
+        self.kwargs = dict(call.kwargs)
+        self.kwargs.pop("init", None)  # initialisers do not matter for a trained state
+        self.kwargs.pop("rng", None)
+
+    @property
+    def name(self) -> str:
+        return _strip(self.call.func)
+
+    def arity(self, low: int, high: int) -> None:
+        if not low <= len(self.args) <= high:
+            raise self.b.error(
+                f"{self.name} takes {low}–{high} positional arguments, got {len(self.args)}", self.call.pos
+            )
+
+    def pop_kw(self, key: str) -> Any:
+        return self.kwargs.pop(key, None)
+
+    def done(self) -> None:
+        if self.kwargs:
+            key = next(iter(self.kwargs))
+            raise self.b.error(f"unknown keyword {key!r} for {self.name}", _pos(self.kwargs[key]))
+
+
+def _pad(b: _Builder, e: Any, kernel: tuple[int, ...], dilation: tuple[int, ...]) -> tuple[int, ...]:
+    """Flux's ``calc_padding`` then NNlib's expansion to the 2N form (lo₁, hi₁, lo₂, hi₂, …)."""
+    n = len(kernel)
+    if e is None:
+        return (0,) * (2 * n)
+    if isinstance(e, _Call) and _strip(e.func) == "SamePad" and not e.args:
+        out: list[int] = []
+        for k, d in zip(kernel, dilation, strict=True):
+            total = (k - 1) * d  # larger half first: [cld(i, 2), fld(i, 2)]
+            out += [-(-total // 2), total // 2]
+        return tuple(out)
+    values = b.ints(e, n, "pad")
+    if len(values) == n:
+        return tuple(v for v in values for _ in range(2))
+    if len(values) == 2 * n:
+        return values
+    raise b.error(f"pad must have {n} or {2 * n} entries for a {n}-D kernel", _pos(e))
+
+
+def _sigma(a: _Args, index: int) -> str:
+    return a.b.activation(a.args[index]) if len(a.args) > index else "identity"
+
+
+def _bias(a: _Args) -> bool:
+    e = a.pop_kw("bias")
+    return True if e is None else a.b.bool_(e, "bias")
+
+
+def _conv(a: _Args) -> Layer:
+    a.arity(2, 3)
+    kernel = a.b.ints(a.args[0], None, "kernel size")
+    first, second = a.b.pair(a.args[1], "channels")
+    cin, cout = a.b.int_(first, "input channels"), a.b.int_(second, "output channels")
+    n = len(kernel)
+    kind = a.name
+    stride = a.b.ints(a.pop_kw("stride") or _Number(1, 0), n, "stride")
+    dilation = a.b.ints(a.pop_kw("dilation") or _Number(1, 0), n, "dilation")
+    if len(stride) != n or len(dilation) != n:
+        raise a.b.error(f"stride and dilation need {n} entries", a.call.pos)
+    args: dict[str, Any] = {"kernel": kernel, "in": cin, "out": cout, "σ": _sigma(a, 2), "stride": stride}
+    args["pad"] = _pad(a.b, a.pop_kw("pad"), kernel, dilation)
+    args["dilation"] = dilation
+    groups_e = a.pop_kw("groups")
+    if kind == "DepthwiseConv":
+        args["groups"] = cin
+    elif kind != "CrossCor":
+        args["groups"] = a.b.int_(groups_e, "groups") if groups_e is not None else 1
+    elif groups_e is not None:
+        raise a.b.error("CrossCor has no groups", _pos(groups_e))
+    if kind == "ConvTranspose":
+        outpad = a.pop_kw("outpad")
+        args["outpad"] = a.b.ints(outpad, n, "outpad") if outpad is not None else (0,) * n
+    args["bias"] = _bias(a)
+    a.done()
+    groups = args.get("groups", 1)
+    if cin % groups or cout % groups:
+        raise a.b.error(f"channels {cin} => {cout} are not divisible by groups={groups}", a.call.pos)
+    return Layer(kind, args)
+
+
+def _dense(a: _Args) -> Layer:
+    a.arity(1, 3)
+    if isinstance(a.args[0], _Pair):
+        cin, cout = (a.b.int_(v, "Dense size") for v in a.b.pair(a.args[0], "Dense size"))
+        sigma = _sigma(a, 1)
+        if len(a.args) > 2:
+            raise a.b.error("Dense(in => out, σ) takes no third argument", _pos(a.args[2]))
+    else:  # Flux ≤ 0.12 printing: Dense(in, out, σ)
+        a.arity(2, 3)
+        cin, cout = a.b.int_(a.args[0], "Dense input size"), a.b.int_(a.args[1], "Dense output size")
+        sigma = _sigma(a, 2)
+    layer = Layer("Dense", {"in": cin, "out": cout, "σ": sigma, "bias": _bias(a)})
+    a.done()
+    return layer
+
+
+def _bilinear(a: _Args) -> Layer:
+    a.arity(1, 2)
+    first, second = a.b.pair(a.args[0], "Bilinear size")
+    ins = a.b.ints(first, 2, "Bilinear input sizes")
+    if len(ins) != 2:
+        raise a.b.error("Bilinear needs (in1, in2) => out", _pos(first))
+    layer = Layer(
+        "Bilinear",
+        {
+            "in": (ins[0], ins[1]),
+            "out": a.b.int_(second, "Bilinear output size"),
+            "σ": _sigma(a, 1),
+            "bias": _bias(a),
+        },
+    )
+    a.done()
+    return layer
+
+
+def _scale(a: _Args) -> Layer:
+    sizes = [v for v in a.args if not isinstance(v, _Name)]
+    size = tuple(a.b.int_(v, "Scale size") for v in sizes)
+    if len(size) == 1 and isinstance(a.args[0], _Tuple):
+        size = a.b.ints(a.args[0], None, "Scale size")
+    sigma = a.b.activation(a.args[-1]) if isinstance(a.args[-1], _Name) else "identity"
+    layer = Layer("Scale", {"size": size, "σ": sigma, "bias": _bias(a)})
+    a.done()
+    return layer
+
+
+def _embedding(a: _Args) -> Layer:
+    a.arity(1, 2)
+    if isinstance(a.args[0], _Pair):
+        vocab, dim = (a.b.int_(v, "Embedding size") for v in a.b.pair(a.args[0], "Embedding size"))
+    else:
+        a.arity(2, 2)
+        vocab, dim = a.b.int_(a.args[0], "Embedding size"), a.b.int_(a.args[1], "Embedding size")
+    args: dict[str, Any] = {"in": vocab, "out": dim}
+    pad_idx = a.pop_kw("pad_idx") or a.pop_kw("padding_idx")
+    if pad_idx is not None:
+        args["padding_idx"] = a.b.int_(pad_idx, "padding_idx")
+    a.done()
+    return Layer("Embedding", args)
+
+
+_NORM_DEFAULTS = {
+    "BatchNorm": (True, True),
+    "InstanceNorm": (False, False),
+    "GroupNorm": (True, False),
+}
+
+
+def _norm(a: _Args) -> Layer:
+    kind = a.name
+    low = 2 if kind == "GroupNorm" else 1
+    a.arity(low, low + 1)
+    chs = a.b.int_(a.args[0], "channels")
+    args: dict[str, Any] = {"channels": chs}
+    if kind == "GroupNorm":
+        args["groups"] = a.b.int_(a.args[1], "groups")
+        if chs % args["groups"]:
+            raise a.b.error(f"GroupNorm channels {chs} not divisible by {args['groups']}", a.call.pos)
+    args["σ"] = _sigma(a, low)
+    affine, track = _NORM_DEFAULTS[kind]
+    for key, default in (("affine", affine), ("track_stats", track)):
+        e = a.pop_kw(key)
+        args[key] = default if e is None else a.b.bool_(e, key)
+    for key, number in (("ϵ", 1e-5), ("momentum", 0.1)):
+        e = a.pop_kw(key) if key != "ϵ" else (a.pop_kw("ϵ") or a.pop_kw("eps"))
+        args[key] = number if e is None else a.b.float_(e, key)
+    a.pop_kw("active")
+    a.done()
+    return Layer(kind, args)
+
+
+def _layernorm(a: _Args) -> Layer:
+    sizes = [v for v in a.args if not isinstance(v, _Name)]
+    if len(sizes) == 1 and isinstance(sizes[0], _Tuple):
+        size = a.b.ints(sizes[0], None, "LayerNorm size")
+    else:
+        size = tuple(a.b.int_(v, "LayerNorm size") for v in sizes)
+    if not size:
+        raise a.b.error("LayerNorm needs a size", a.call.pos)
+    sigma = a.b.activation(a.args[-1]) if isinstance(a.args[-1], _Name) else "identity"
+    args: dict[str, Any] = {"size": size, "σ": sigma}
+    e = a.pop_kw("affine")
+    args["affine"] = True if e is None else a.b.bool_(e, "affine")
+    e = a.pop_kw("ϵ") or a.pop_kw("eps")
+    args["ϵ"] = 1e-5 if e is None else a.b.float_(e, "ϵ")
+    a.done()
+    return Layer("LayerNorm", args)
+
+
+def _dropout(a: _Args) -> Layer:
+    a.arity(1, 1)
+    args: dict[str, Any] = {"p": a.b.float_(a.args[0], "p")}
+    if a.name == "Dropout":
+        dims = a.pop_kw("dims")
+        args["dims"] = None if dims is None else a.b.ints(dims, None, "dims")
+    a.pop_kw("active")
+    a.done()
+    return Layer(a.name, args)
+
+
+def _pool(a: _Args) -> Layer:
+    a.arity(1, 1)
+    k = a.b.ints(a.args[0], None, "window")
+    stride_e = a.pop_kw("stride")
+    stride = k if stride_e is None else a.b.ints(stride_e, len(k), "stride")
+    pad = _pad(a.b, a.pop_kw("pad"), k, (1,) * len(k))
+    a.done()
+    return Layer(a.name, {"k": k, "pad": pad, "stride": stride})
+
+
+def _adaptive(a: _Args) -> Layer:
+    a.arity(1, 1)
+    out = a.b.ints(a.args[0], None, "output size")
+    a.done()
+    return Layer(a.name, {"out": out})
+
+
+def _global(a: _Args) -> Layer:
+    a.arity(0, 0)
+    a.done()
+    return Layer(a.name)
+
+
+def _recurrent(a: _Args, kind: str | None = None) -> Layer:
+    kind = kind or a.name
+    a.arity(1, 2)
+    cin, cout = (a.b.int_(v, f"{kind} size") for v in a.b.pair(a.args[0], f"{kind} size"))
+    args: dict[str, Any] = {"in": cin, "out": cout}
+    if kind == "RNN":
+        args["σ"] = _sigma(a, 1) if len(a.args) > 1 else "tanh"
+    elif len(a.args) > 1:
+        raise a.b.error(f"{kind} takes no activation", _pos(a.args[1]))
+    for key in ("return_state", "bias"):
+        e = a.pop_kw(key)
+        if e is not None:
+            args[key] = a.b.bool_(e, key)
+    a.done()
+    return Layer(kind, args)
+
+
+def _recur(a: _Args) -> Layer:
+    """Flux ≤ 0.14 prints ``LSTM(3 => 5)`` as ``Recur(LSTMCell(3 => 5))``."""
+    if len(a.args) < 1 or not isinstance(a.args[0], _Call) or not _strip(a.args[0].func).endswith("Cell"):
+        raise a.b.error("Recur must wrap an RNNCell, LSTMCell, GRUCell or GRUv3Cell", a.call.pos)
+    cell = a.args[0]
+    kind = _strip(cell.func)[: -len("Cell")]
+    if kind not in ("RNN", "LSTM", "GRU", "GRUv3"):
+        raise a.b.error(f"unknown recurrent cell {cell.func!r}", cell.pos)
+    layer = _recurrent(_Args(a.b, cell), kind)
+    return Layer(kind, {**layer.args, "recur": True})
+
+
+def _mha(a: _Args) -> Layer:
+    a.arity(1, 1)
+    dims = a.args[0]
+    if isinstance(dims, _Number):
+        e = a.b.int_(dims, "dims")
+        q_in = k_in = v_in = qk = v = out = e
+    else:  # (q_in, k_in, v_in) => (qk_dim, v_dim) => out_dim, or in => qk_v => out forms
+        ins, rest = a.b.pair(dims, "dims")
+        mid, out_e = a.b.pair(rest, "dims")
+        q_in, k_in, v_in = a.b.ints(ins, 3, "input dims")
+        qk, v = a.b.ints(mid, 2, "qk and v dims")
+        out = a.b.int_(out_e, "output dim")
+    nheads_e = a.pop_kw("nheads")
+    nheads = 8 if nheads_e is None else a.b.int_(nheads_e, "nheads")
+    bias_e = a.pop_kw("bias")
+    dropout_e = a.pop_kw("dropout_prob")
+    a.done()
+    if qk % nheads or v % nheads:
+        raise a.b.error(f"dims not divisible by nheads={nheads}", a.call.pos)
+    return Layer(
+        "MultiHeadAttention",
+        {
+            "q_in": q_in, "k_in": k_in, "v_in": v_in, "qk_dim": qk, "v_dim": v, "out": out,
+            "nheads": nheads,
+            "bias": False if bias_e is None else a.b.bool_(bias_e, "bias"),
+            "dropout_prob": 0.0 if dropout_e is None else a.b.float_(dropout_e, "dropout_prob"),
+        },
+    )  # fmt: skip
+
+
+def _children(
+    a: _Args, items: list[Any], kwargs: dict[str, Any]
+) -> tuple[tuple[Layer, ...], tuple[str, ...] | None]:
+    if items and kwargs:
+        raise a.b.error(f"{a.name} mixes positional and named layers", a.call.pos)
+    if kwargs:
+        names = tuple(kwargs)
+        layers = tuple(a.b.layer(v) for v in kwargs.values())
+        kwargs.clear()
+        return layers, names
+    return tuple(a.b.layer(v) for v in items), None
+
+
+def _chain(a: _Args) -> Layer:
+    items = list(a.args)
+    if len(items) == 1 and isinstance(items[0], _Tuple) and not a.kwargs:  # Chain([...]) / Chain((...))
+        items = list(items[0].items)
+    layers, names = _children(a, items, a.kwargs)
+    return Layer("Chain", children=layers, names=names)
+
+
+def _parallel(a: _Args) -> Layer:
+    if not a.args:
+        raise a.b.error(f"{a.name} needs a connection", a.call.pos)
+    connection = a.b.connection(a.args[0])
+    layers, names = _children(a, a.args[1:], a.kwargs)
+    if not layers:
+        raise a.b.error(f"{a.name} needs at least one layer", a.call.pos)
+    return Layer(a.name, {"connection": connection}, layers, names)
+
+
+def _skip(a: _Args) -> Layer:
+    a.arity(2, 2)
+    a.done()
+    return Layer("SkipConnection", {"connection": a.b.connection(a.args[1])}, (a.b.layer(a.args[0]),))
+
+
+def _maxout(a: _Args) -> Layer:
+    a.done()
+    if not a.args or any(isinstance(v, _Lambda) for v in a.args):
+        raise a.b.error(
+            "Maxout must list its layers (the `Maxout(() -> layer, n)` form is not portable)", a.call.pos
+        )
+    return Layer("Maxout", children=tuple(a.b.layer(v) for v in a.args))
+
+
+_CONSTRUCTORS: dict[str, Callable[[_Builder, _Args], Layer]] = {
+    "Chain": lambda b, a: _chain(a),
+    "Parallel": lambda b, a: _parallel(a),
+    "PairwiseFusion": lambda b, a: _parallel(a),
+    "SkipConnection": lambda b, a: _skip(a),
+    "Maxout": lambda b, a: _maxout(a),
+    "Dense": lambda b, a: _dense(a),
+    "Bilinear": lambda b, a: _bilinear(a),
+    "Scale": lambda b, a: _scale(a),
+    "Embedding": lambda b, a: _embedding(a),
+    "Conv": lambda b, a: _conv(a),
+    "CrossCor": lambda b, a: _conv(a),
+    "ConvTranspose": lambda b, a: _conv(a),
+    "DepthwiseConv": lambda b, a: _conv(a),
+    "BatchNorm": lambda b, a: _norm(a),
+    "InstanceNorm": lambda b, a: _norm(a),
+    "GroupNorm": lambda b, a: _norm(a),
+    "LayerNorm": lambda b, a: _layernorm(a),
+    "Dropout": lambda b, a: _dropout(a),
+    "AlphaDropout": lambda b, a: _dropout(a),
+    "MaxPool": lambda b, a: _pool(a),
+    "MeanPool": lambda b, a: _pool(a),
+    "AdaptiveMaxPool": lambda b, a: _adaptive(a),
+    "AdaptiveMeanPool": lambda b, a: _adaptive(a),
+    "GlobalMaxPool": lambda b, a: _global(a),
+    "GlobalMeanPool": lambda b, a: _global(a),
+    "RNN": lambda b, a: _recurrent(a),
+    "LSTM": lambda b, a: _recurrent(a),
+    "GRU": lambda b, a: _recurrent(a),
+    "GRUv3": lambda b, a: _recurrent(a),
+    "Recur": lambda b, a: _recur(a),
+    "MultiHeadAttention": lambda b, a: _mha(a),
+}
+
+
+def parse_architecture(text: str) -> Layer:
+    """Parse a Flux model as Flux prints it into a :class:`~._spec.Layer` tree (never evaluated).
+
+    Hyper-parameters are filled in explicitly with Flux's defaults (``stride``, ``pad`` in its 2N
+    form, ``dilation``, ``groups``, ``bias``, ``ϵ`` …), so consumers need no defaults of their own.
+
+    Raises:
+        ConversionError: an unknown layer or function, an anonymous function, or text that is not
+            a Flux model; the message names it and gives its line and column.
+
+    Example:
+        >>> text = "Chain(Conv((5, 5), 1 => 6, relu, pad=SamePad()), MaxPool((2, 2)), Flux.flatten)"
+        >>> net = parse_architecture(text)
+        >>> net.kinds()
+        ['Chain', 'Conv', 'MaxPool', 'flatten']
+        >>> net.children[0].args["pad"], net.children[1].args["stride"]
+        ((2, 2, 2, 2), (2, 2))
+    """
+    builder = _Builder(text)
+    return builder.layer(_Parser(text).parse())

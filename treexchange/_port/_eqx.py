@@ -1,0 +1,620 @@
+"""The Equinox target: a runnable Equinox model from a :class:`Layer` tree, and an Equinox model
+read back as its Flux twin (a :class:`~treexchange._port._state.Port` tree).
+
+Built models take ONE sample, channels first (layer-spec §0.2, convention C0: ``x_py = rev(x_jl)``
+without the batch axis); ``jax.vmap`` them for a batch. A Flux layer with an activation becomes the
+Equinox layer followed by ``eqx.nn.Lambda(σ)`` in the enclosing ``eqx.nn.Sequential``; reading folds
+such a Lambda back into the layer, as one writes ``Conv(…, relu)`` in Flux.
+
+Per-layer array maps (Julia array -> Equinox leaf, exact, see ``_perm``), from layer-spec §2–3:
+
+=================  ===============================================================================
+Dense              ``weight`` same, ``bias`` same
+Conv/Depthwise     ``weight = flip_sp(rev(W))`` (Flux convolves, JAX cross-correlates), ``bias (C,1…)``
+CrossCor           ``weight = rev(W)`` (no flip)
+ConvTranspose      ``rev(W)`` regrouped to ``(Cout, Cin÷G, k…)``, **no flip** (§2.8)
+Embedding          ``weight = W.T``
+BatchNorm          ``weight = γ``, ``bias = β``; μ, σ² in ``eqx.nn.State``; ``momentum = 1 − m``
+LayerNorm          ``weight``, ``bias`` = ``rev(scale)``, ``rev(bias)``
+GroupNorm          ``weight = γ``, ``bias = β``; InstanceNorm = GroupNorm(groups = C)
+=================  ===============================================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from typing import Any
+
+import numpy as np
+
+from .._errors import ConversionError, PathSegment, UnsupportedError
+from . import _eqx_layers as L
+from ._activations import ELEMENTWISE, function_of, name_of
+from ._perm import REV, SAME, Compose, Perm, Reshape, Transpose, spatial_flip
+from ._rules import with_defaults
+from ._spec import DEFAULT_FLUX_ERA, Layer
+from ._state import KEEP, Port
+
+# Flux layers whose constructor takes an activation (σ / λ) that Equinox keeps as a separate Lambda.
+ACTIVATED = frozenset(
+    {"Dense", "Conv", "CrossCor", "ConvTranspose", "DepthwiseConv", "BatchNorm", "GroupNorm", "InstanceNorm",
+     "LayerNorm"}
+)  # fmt: skip
+
+
+# === building ======================================================================================
+
+
+def build_equinox(layer: Layer, *, key: Any, flux: str = DEFAULT_FLUX_ERA) -> Any:
+    """A runnable Equinox model for a Flux layer tree (weights random; restore a state into it).
+
+    A model with BatchNorm needs its state: ``state = eqx.nn.State(model)``, call
+    ``model(x, state)``; layers are in inference mode (running statistics used).
+
+    Example:
+        >>> import jax
+        >>> from treexchange._port._spec import Layer
+        >>> net = Layer("Chain", children=(Layer("Dense", {"in": 3, "out": 2, "σ": "relu"}),))
+        >>> model = build_equinox(net, key=jax.random.key(0))
+        >>> type(model).__name__, model(jax.numpy.ones(3)).shape
+        ('Sequential', (2,))
+    """
+
+    return _one(with_defaults(layer), key, flux)
+
+
+def _one(layer: Layer, key: Any, era: str) -> Any:
+    """One module for ``layer``; with an activation: ``Activated(module, σ)``, or for a stateful
+    layer (BatchNorm, which needs ``eqx.nn.Sequential`` to pass its state) a Sequential."""
+    import equinox as eqx
+
+    modules = _build(layer, key, era)
+    if len(modules) == 1:
+        return modules[0]
+    if isinstance(modules[0], eqx.nn.StatefulLayer):
+        return eqx.nn.Sequential(modules)
+    return L.Activated(modules[0], str(layer.args["σ"]))
+
+
+def _build(layer: Layer, key: Any, era: str) -> list[Any]:
+    """The Equinox module for ``layer``, followed by its activation Lambda when it has one."""
+    import equinox as eqx
+
+    builder = _BUILDERS.get(layer.kind)
+    if builder is None:
+        raise UnsupportedError(f"no Equinox builder for the Flux layer {layer.kind!r} yet")
+    module = builder(layer, key, era)
+    act = layer.arg("σ", "identity")
+    if layer.kind in ACTIVATED and act != "identity":
+        return [module, eqx.nn.Lambda(function_of(act))]
+    return [module]
+
+
+def _keys(key: Any, n: int) -> list[Any]:
+    import jax
+
+    return list(jax.random.split(key, max(n, 1)))
+
+
+def _children(layer: Layer, key: Any, era: str) -> list[Any]:
+    return [_one(child, k, era) for child, k in zip(layer.children, _keys(key, len(layer.children)))]
+
+
+def _rev(t: Any) -> tuple[int, ...]:
+    return tuple(int(v) for v in t)[::-1]
+
+
+def _padding(pad: tuple[int, ...]) -> list[tuple[int, int]]:
+    """Flux ``(lo₁, hi₁, lo₂, hi₂, …)`` over Julia dims -> Python per-axis pairs (spatial order reversed)."""
+    n = len(pad) // 2
+    return [(int(pad[2 * k]), int(pad[2 * k + 1])) for k in reversed(range(n))]
+
+
+def _julia_pad(padding: Any, path: tuple[PathSegment, ...]) -> tuple[int, ...]:
+    if isinstance(padding, str):
+        raise UnsupportedError(
+            f"padding={padding!r}: Flux needs explicit padding (SamePad differs)", path=path
+        )
+    out: list[int] = []
+    for lo, hi in reversed(list(padding)):
+        out += [int(lo), int(hi)]
+    return tuple(out)
+
+
+def _build_chain(layer: Layer, key: Any, era: str) -> Any:
+    import equinox as eqx
+
+    if layer.names:
+        return L.NamedChain(tuple(_children(layer, key, era)), tuple(layer.names))
+    flat: list[Any] = []
+    for child, k in zip(layer.children, _keys(key, len(layer.children))):
+        flat += _build(child, k, era)
+    return eqx.nn.Sequential(flat)
+
+
+def _build_dense(layer: Layer, key: Any, era: str) -> Any:
+    import equinox as eqx
+
+    a = layer.args
+    return eqx.nn.Linear(a["in"], a["out"], use_bias=a["bias"], key=key)
+
+
+def _build_conv(layer: Layer, key: Any, era: str) -> Any:
+    import equinox as eqx
+
+    a = layer.args
+    n = len(a["kernel"])
+    groups = a["in"] if layer.kind == "DepthwiseConv" else a["groups"]
+    common = dict(
+        num_spatial_dims=n,
+        in_channels=a["in"],
+        out_channels=a["out"],
+        kernel_size=_rev(a["kernel"]),
+        stride=_rev(a["stride"]),
+        padding=_padding(a["pad"]),
+        dilation=_rev(a["dilation"]),
+        use_bias=a["bias"],
+        key=key,
+    )
+    if layer.kind == "ConvTranspose":
+        return eqx.nn.ConvTranspose(output_padding=_rev(a["outpad"]), groups=groups, **common)
+    if layer.kind == "CrossCor":
+        return L.CrossCor(eqx.nn.Conv(**common))
+    return eqx.nn.Conv(groups=groups, **common)
+
+
+def _build_pool(layer: Layer, key: Any, era: str) -> Any:
+    import equinox as eqx
+
+    a = layer.args
+    n = len(a["k"])
+    nn = eqx.nn
+    cls = {
+        ("MaxPool", 1): nn.MaxPool1d, ("MaxPool", 2): nn.MaxPool2d, ("MaxPool", 3): nn.MaxPool3d,
+        ("MeanPool", 1): nn.AvgPool1d, ("MeanPool", 2): nn.AvgPool2d, ("MeanPool", 3): nn.AvgPool3d,
+    }[(layer.kind, n)]  # fmt: skip
+    # Stride passed explicitly: Equinox's default is 1, Flux's is the window (layer-spec §1.5).
+    return cls(kernel_size=_rev(a["k"]), stride=_rev(a["stride"]), padding=_padding(a["pad"]))
+
+
+def _build_norm(layer: Layer, key: Any, era: str) -> Any:
+    import equinox as eqx
+
+    a = layer.args
+    if layer.kind == "BatchNorm":
+        if not a["track_stats"]:
+            raise UnsupportedError("BatchNorm(track_stats=false) has no Equinox equivalent in inference mode")
+        return eqx.nn.BatchNorm(
+            a["channels"],
+            axis_name="batch",
+            eps=float(a["ϵ"]),
+            channelwise_affine=a["affine"],
+            momentum=1.0 - float(a["momentum"]),  # Flux: new = (1-m)·old + m·batch; Equinox: the reverse
+            inference=True,
+            mode="ema",
+        )
+    if a["track_stats"]:
+        raise UnsupportedError(
+            f"{layer.kind}(track_stats=true): Equinox GroupNorm keeps no running statistics"
+        )
+    groups = a["channels"] if layer.kind == "InstanceNorm" else a["groups"]
+    norm = eqx.nn.GroupNorm(groups, a["channels"], eps=float(a["ϵ"]), channelwise_affine=a["affine"])
+    return L.InstanceNorm(norm) if layer.kind == "InstanceNorm" else norm
+
+
+def layernorm_eps(epsilon: float, era: str) -> float:
+    """Flux LayerNorm ϵ -> the ``eps`` of ``(x−μ)/√(σ²+eps)`` (layer-spec §2.11)."""
+    if era == "0.14":
+        raise UnsupportedError(
+            "Flux ≤ 0.14 LayerNorm divides by (σ + ϵ), which no Equinox/Flax LayerNorm computes; "
+            "port it with flux='0.15'"
+        )
+    return float(epsilon) ** 2  # Flux 0.15–0.16.10: √(σ² + ϵ²)
+
+
+def _build_layernorm(layer: Layer, key: Any, era: str) -> Any:
+    import equinox as eqx
+
+    a = layer.args
+    return eqx.nn.LayerNorm(
+        _rev(a["size"]), eps=layernorm_eps(a["ϵ"], era), use_weight=a["affine"], use_bias=a["affine"]
+    )
+
+
+def _build_embedding(layer: Layer, key: Any, era: str) -> Any:
+    import equinox as eqx
+
+    return eqx.nn.Embedding(layer.args["in"], layer.args["out"], key=key)
+
+
+def _build_bilinear(layer: Layer, key: Any, era: str) -> Any:
+    import jax
+
+    a = layer.args
+    in1, in2 = a["in"]
+    bound = 1.0 / math.sqrt(in1 * in2)
+    k1, k2 = _keys(key, 2)
+    weight = jax.random.uniform(k1, (a["out"], in1, in2), minval=-bound, maxval=bound)
+    bias = jax.random.uniform(k2, (a["out"],), minval=-bound, maxval=bound) if a["bias"] else None
+    return L.Bilinear(weight, bias, a["σ"])
+
+
+def _build_dropout(layer: Layer, key: Any, era: str) -> Any:
+    import equinox as eqx
+
+    if layer.kind == "AlphaDropout":
+        return L.AlphaDropout(float(layer.args["p"]))
+    return eqx.nn.Dropout(float(layer.args["p"]), inference=True)
+
+
+def _build_function(layer: Layer, key: Any, era: str) -> Any:
+    import equinox as eqx
+
+    return eqx.nn.Lambda(function_of(str(layer.args["name"])))
+
+
+_BUILDERS: dict[str, Any] = {
+    "Chain": _build_chain,
+    "Dense": _build_dense,
+    "Bilinear": _build_bilinear,
+    "Embedding": _build_embedding,
+    "Conv": _build_conv,
+    "DepthwiseConv": _build_conv,
+    "CrossCor": _build_conv,
+    "ConvTranspose": _build_conv,
+    "MaxPool": _build_pool,
+    "MeanPool": _build_pool,
+    "AdaptiveMaxPool": lambda layer, key, era: L.AdaptivePool("max", _rev(layer.args["out"])),
+    "AdaptiveMeanPool": lambda layer, key, era: L.AdaptivePool("mean", _rev(layer.args["out"])),
+    "GlobalMaxPool": lambda layer, key, era: L.GlobalPool("max"),
+    "GlobalMeanPool": lambda layer, key, era: L.GlobalPool("mean"),
+    "flatten": lambda layer, key, era: L.Flatten(),
+    "function": _build_function,
+    "BatchNorm": _build_norm,
+    "GroupNorm": _build_norm,
+    "InstanceNorm": _build_norm,
+    "LayerNorm": _build_layernorm,
+    "Dropout": _build_dropout,
+    "AlphaDropout": _build_dropout,
+    "Parallel": lambda layer, key, era: L.Parallel(
+        tuple(_children(layer, key, era)), layer.arg("connection", "+"), layer.names
+    ),
+    "SkipConnection": lambda layer, key, era: L.SkipConnection(
+        _children(layer, key, era)[0], layer.arg("connection", "+")
+    ),
+    "PairwiseFusion": lambda layer, key, era: L.PairwiseFusion(
+        tuple(_children(layer, key, era)), layer.arg("connection", "+")
+    ),
+    "Maxout": lambda layer, key, era: L.Maxout(tuple(_children(layer, key, era))),
+}
+
+
+# === reading =======================================================================================
+
+
+def read_equinox(model: Any, state: Any = None, *, flux: str = DEFAULT_FLUX_ERA) -> Port:
+    """An Equinox model (with its ``eqx.nn.State`` if it has BatchNorm) read as its Flux twin.
+
+    Example:
+        >>> import jax, equinox as eqx
+        >>> conv = eqx.nn.Conv2d(1, 6, 5, key=jax.random.key(0))
+        >>> port = read_equinox(eqx.nn.Sequential([conv, eqx.nn.Lambda(jax.nn.relu)]))
+        >>> port.children[0].layer.args["kernel"], port.children[0].layer.args["σ"]
+        ((5, 5), 'relu')
+    """
+    return _Reader(state, flux).read(model, ())
+
+
+class _Reader:
+    def __init__(self, state: Any, era: str) -> None:
+        self.state = state
+        self.era = era
+
+    def read(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+        import equinox as eqx
+
+        nn = eqx.nn
+        if isinstance(m, nn.Sequential):
+            return self.chain(list(m.layers), (*path, "layers"))
+        if isinstance(m, (tuple, list)):
+            return self.chain(list(m), path)
+        if isinstance(m, nn.MLP):
+            return self.mlp(m, path)
+        if isinstance(m, nn.Linear):
+            return self.linear(m, path)
+        if isinstance(m, (nn.Conv, nn.ConvTranspose)):
+            return self.conv(m, "Conv", path)
+        if isinstance(m, L.CrossCor):
+            return self.conv(m.conv, "CrossCor", path)
+        if isinstance(m, nn.Pool):
+            return self.pool(m, path)
+        if isinstance(m, L.AdaptivePool):
+            kind = "AdaptiveMaxPool" if m.op == "max" else "AdaptiveMeanPool"
+            return Port(with_defaults(Layer(kind, {"out": _rev(m.out)})))
+        if isinstance(m, L.GlobalPool):
+            return Port(Layer("GlobalMaxPool" if m.op == "max" else "GlobalMeanPool"))
+        if isinstance(m, L.Flatten):
+            return Port(Layer("flatten"))
+        if isinstance(m, nn.BatchNorm):
+            return self.batchnorm(m, path)
+        if isinstance(m, (nn.GroupNorm, L.InstanceNorm)):
+            return self.groupnorm(m, path)
+        if isinstance(m, nn.LayerNorm):
+            return self.layernorm(m, path)
+        if isinstance(m, nn.Embedding):
+            n, d = m.weight.shape
+            return Port(
+                Layer("Embedding", {"in": int(n), "out": int(d)}), {"weight": (m.weight, Transpose((1, 0)))}
+            )
+        if isinstance(m, nn.Dropout):
+            return Port(Layer("Dropout", {"p": float(m.p)}))
+        if isinstance(m, L.AlphaDropout):
+            return Port(Layer("AlphaDropout", {"p": float(m.p)}))
+        if isinstance(m, L.Bilinear):
+            out, in1, in2 = m.weight.shape
+            layer = Layer("Bilinear", {"in": (int(in1), int(in2)), "out": int(out), "σ": m.activation,
+                                       "bias": m.bias is not None})  # fmt: skip
+            arrays: dict[str, tuple[Any, Perm]] = {"weight": (m.weight, SAME)}
+            if m.bias is not None:
+                arrays["bias"] = (m.bias, SAME)
+            return Port(layer, arrays)
+        if isinstance(m, L.NamedChain):
+            ports = tuple(self.read(c, (*path, "layers", n)) for c, n in zip(m.layers, m.names))
+            return Port(Layer("Chain", {}, tuple(p.layer for p in ports), m.names), children=ports)
+        if isinstance(m, (L.Parallel, L.PairwiseFusion, L.Maxout)):
+            kind = type(m).__name__
+            ports = tuple(self.read(c, (*path, "layers", i + 1)) for i, c in enumerate(m.layers))
+            args = {} if isinstance(m, L.Maxout) else {"connection": m.connection}
+            names = getattr(m, "names", None)
+            return Port(Layer(kind, args, tuple(p.layer for p in ports), names), children=ports)
+        if isinstance(m, L.SkipConnection):
+            inner = self.read(m.layers, (*path, "layers"))
+            return Port(
+                Layer("SkipConnection", {"connection": m.connection}, (inner.layer,)), children=(inner,)
+            )
+        if isinstance(m, L.Activated):
+            port = self.read(m.layer, (*path, "layer"))
+            port.layer = dataclasses.replace(port.layer, args={**port.layer.args, "σ": m.activation})
+            return port
+        if isinstance(m, nn.Lambda):
+            return self.function(m.fn, path)
+        if isinstance(m, nn.Identity):
+            return Port(Layer("function", {"name": "identity"}))
+        if isinstance(m, eqx.Module):
+            raise UnsupportedError(
+                f"no Flux layer for {type(m).__module__}.{type(m).__qualname__} (see docs/porting.md)",
+                path=path,
+            )
+        if callable(m) and not dataclasses.is_dataclass(m):
+            return self.function(m, path)
+        raise UnsupportedError(f"no Flux layer for {type(m).__name__}", path=path)
+
+    # --- containers --------------------------------------------------------------------------------
+    def chain(self, items: list[Any], path: tuple[PathSegment, ...]) -> Port:
+        ports: list[Port] = []
+        folded: set[int] = set()
+        for i, item in enumerate(items, 1):
+            port = self.read(item, (*path, i))
+            prev = ports[-1] if ports else None
+            name = port.layer.arg("name") if port.layer.kind == "function" else None
+            if (
+                prev is not None
+                and id(prev) not in folded
+                and prev.layer.kind in ACTIVATED
+                and prev.layer.arg("σ", "identity") == "identity"
+                and name in ELEMENTWISE
+            ):
+                prev.layer = dataclasses.replace(prev.layer, args={**prev.layer.args, "σ": name})
+                folded.add(id(prev))  # Conv(…, relu): one Flux layer
+                continue
+            ports.append(port)
+        return Port(Layer("Chain", {}, tuple(p.layer for p in ports)), children=tuple(ports))
+
+    def mlp(self, mlp: Any, path: tuple[PathSegment, ...]) -> Port:
+        if getattr(mlp, "scan", False):
+            raise UnsupportedError(
+                "eqx.nn.MLP(scan=True) stacks its hidden layers; use scan=False", path=path
+            )
+        ports = []
+        last = len(mlp.layers) - 1
+        for i, lin in enumerate(mlp.layers):
+            fn = mlp.final_activation if i == last else mlp.activation
+            port = self.linear(lin, (*path, "layers", i + 1))
+            name = name_of(fn)
+            args = {**port.layer.args, "σ": name if name is not None else "<unknown>", "fn": fn}
+            port.layer = dataclasses.replace(port.layer, args=args)
+            ports.append(port)
+        return Port(Layer("Chain", {}, tuple(p.layer for p in ports)), children=tuple(ports))
+
+    def function(self, fn: Any, path: tuple[PathSegment, ...]) -> Port:
+        import jax.numpy as jnp
+
+        if fn is jnp.ravel:  # eqx.nn.Lambda(jnp.ravel) on one sample is Flux's flatten (§1.4)
+            return Port(Layer("flatten"))
+        return Port(Layer("function", {"name": name_of(fn), "fn": fn}))
+
+    # --- layers ------------------------------------------------------------------------------------
+    def linear(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+        if len(m.weight.shape) != 2:
+            raise UnsupportedError(
+                f"Linear weight of shape {tuple(m.weight.shape)} is not a matrix", path=path
+            )
+        if getattr(m, "out_features", None) == "scalar" or getattr(m, "in_features", None) == "scalar":
+            raise UnsupportedError(
+                'Linear(..., "scalar") has a 0-d array; Flux Dense needs vectors', path=path
+            )
+        out, inp = m.weight.shape
+        arrays: dict[str, tuple[Any, Perm]] = {"weight": (m.weight, SAME)}
+        if m.use_bias:
+            arrays["bias"] = (m.bias, SAME)
+        layer = Layer("Dense", {"in": int(inp), "out": int(out), "bias": bool(m.use_bias), "σ": "identity"})
+        return Port(layer, arrays)
+
+    def conv(self, m: Any, kind: str, path: tuple[PathSegment, ...]) -> Port:
+        import equinox as eqx
+
+        transpose = isinstance(m, eqx.nn.ConvTranspose)
+        if transpose:
+            kind = "ConvTranspose"
+        if getattr(m, "padding_mode", "ZEROS") != "ZEROS":
+            raise UnsupportedError(f"padding_mode={m.padding_mode!r}: Flux pads with zeros", path=path)
+        n = int(m.num_spatial_dims)
+        args: dict[str, Any] = {
+            "kernel": _rev(m.kernel_size),
+            "in": int(m.in_channels),
+            "out": int(m.out_channels),
+            "stride": _rev(m.stride),
+            "pad": _julia_pad(m.padding, path),
+            "dilation": _rev(m.dilation),
+            "groups": int(m.groups),
+            "bias": bool(m.use_bias),
+            "σ": "identity",
+        }
+        if kind == "CrossCor" and m.groups != 1:
+            raise UnsupportedError("Flux CrossCor has no groups", path=path)
+        if transpose:
+            args["outpad"] = _rev(m.output_padding)
+        arrays: dict[str, tuple[Any, Perm]] = {"weight": (m.weight, conv_weight_perm(kind, args))}
+        if m.use_bias:
+            arrays["bias"] = (m.bias, Reshape((args["out"],), (args["out"],) + (1,) * n))
+        return Port(with_defaults(Layer(kind, args)), arrays)
+
+    def pool(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+        import equinox as eqx
+
+        nn = eqx.nn
+        if isinstance(m, (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)):
+            kind = "MaxPool"
+        elif isinstance(m, (nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d)):
+            kind = "MeanPool"
+        else:
+            raise UnsupportedError(f"no Flux pool for {type(m).__name__}", path=path)
+        if m.use_ceil:
+            raise UnsupportedError("use_ceil=True: Flux pools floor the output size", path=path)
+        args = {"k": _rev(m.kernel_size), "stride": _rev(m.stride), "pad": _julia_pad(m.padding, path)}
+        return Port(Layer(kind, args))
+
+    def batchnorm(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+        if self.state is None:
+            raise UnsupportedError(
+                "eqx.nn.BatchNorm keeps its running statistics in an eqx.nn.State: pass (model, state)",
+                path=path,
+            )
+        args = {
+            "channels": int(m.input_size),
+            "ϵ": float(m.eps),
+            "momentum": 1.0 - float(m.momentum),  # Equinox keeps 1 − m (layer-spec §2.9)
+            "affine": bool(m.channelwise_affine),
+            "track_stats": True,
+        }
+        port = Port(with_defaults(Layer("BatchNorm", args)))
+        if m.channelwise_affine:
+            port.arrays.update({"γ": (m.weight, SAME), "β": (m.bias, SAME)})
+        # The StateIndex initial values are model leaves too; a restore keeps them as they are
+        # (the restored statistics are in the returned state).
+        for index in (m.ema_state_index, m.ema_first_time_index, m.batch_state_index, m.batch_counter):
+            if index is not None:
+                port.fixed += [(leaf, KEEP) for leaf in _leaves(index.init)]
+        if m.mode == "ema":
+            mean, var = self.state.get(m.ema_state_index)
+            port.fixed.append((self.state.get(m.ema_first_time_index), np.asarray(False)))
+        else:
+            mean, var = self.state.get(m.batch_state_index)
+            counter = self.state.get(m.batch_counter)
+            port.fixed.append((counter, np.asarray(0)))
+            mean, var = _debias(mean, var, counter, float(m.momentum))
+        port.arrays.update({"μ": (mean, SAME), "σ²": (var, SAME)})
+        return port
+
+    def groupnorm(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+        instance = isinstance(m, L.InstanceNorm)
+        norm = m.norm if instance else m
+        if norm.channels is None:
+            raise UnsupportedError("GroupNorm(channels=None): Flux needs the channel count", path=path)
+        args = {
+            "channels": int(norm.channels),
+            "ϵ": float(norm.eps),
+            "affine": bool(norm.channelwise_affine),
+            "track_stats": False,
+        }
+        if not instance:
+            args["groups"] = int(norm.groups)
+        port = Port(with_defaults(Layer("InstanceNorm" if instance else "GroupNorm", args)))
+        if norm.channelwise_affine:
+            port.arrays.update({"γ": (norm.weight, SAME), "β": (norm.bias, SAME)})
+        return port
+
+    def layernorm(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+        affine = bool(m.use_weight)
+        if affine != bool(m.use_bias):
+            raise UnsupportedError("Flux LayerNorm has both scale and bias or neither", path=path)
+        if self.era == "0.14":
+            raise UnsupportedError(layernorm_0_14_message(), path=path)
+        args = {"size": _rev(m.shape), "ϵ": math.sqrt(float(m.eps)), "affine": affine}
+        port = Port(with_defaults(Layer("LayerNorm", args)))
+        if affine:
+            port.arrays.update({"scale": (m.weight, REV), "bias": (m.bias, REV)})
+        return port
+
+
+def _leaves(tree: Any) -> list[Any]:
+    import jax
+
+    from .._bridge._restore import LeafRef
+
+    return jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, LeafRef))
+
+
+def layernorm_0_14_message() -> str:
+    return (
+        "Flux ≤ 0.14 LayerNorm divides by (σ + ϵ), which no Equinox/Flax LayerNorm computes; use flux='0.15'"
+    )
+
+
+def _debias(mean: Any, var: Any, counter: Any, momentum: float) -> tuple[Any, Any]:
+    """Equinox ``mode="batch"`` keeps zero-debiased running stats: μ = hidden / (1 − momentum^counter)."""
+    from .._bridge._restore import LeafRef
+
+    if isinstance(mean, LeafRef):
+        return mean, var  # restoring: counter is reset to 0, so the stats are stored as they are
+    n = int(np.asarray(counter))
+    if n == 0:
+        return mean, var
+    scale = 1.0 - momentum**n
+    return np.asarray(mean) / scale, np.asarray(var) / scale
+
+
+def conv_weight_perm(kind: str, args: dict[str, Any]) -> Perm:
+    """Julia kernel -> Equinox ``weight`` for Conv/DepthwiseConv (flip), CrossCor, ConvTranspose (no flip)."""
+    n = len(args["kernel"])
+    if kind == "CrossCor":
+        return REV
+    if kind != "ConvTranspose":
+        return Compose(REV, spatial_flip(n, 2))  # true convolution -> cross-correlation
+    # Julia (k…, Cout÷G, Cin) -> rev (Cin, Cout÷G, k_rev…) -> (G, Cin÷G, Cout÷G, k…) -> (G, Cout÷G, Cin÷G, k…)
+    g, cin, cout = int(args["groups"]), int(args["in"]), int(args["out"])
+    k = tuple(args["kernel"])[::-1]
+    rev_shape = (cin, cout // g, *k)
+    split = (g, cin // g, cout // g, *k)
+    swapped = (0, 2, 1, *range(3, 3 + n))
+    return Compose(
+        REV,
+        Reshape(rev_shape, split),
+        Transpose(swapped),
+        Reshape((g, cout // g, cin // g, *k), (cout, cin // g, *k)),
+    )
+
+
+def check_julia_names(layer: Layer) -> None:
+    """Every activation and Chain function must have an NNlib name to be written as Julia."""
+    for sub in layer.walk():
+        if sub.kind == "function" and sub.arg("name") is None:
+            raise ConversionError(f"function {sub.arg('fn')!r} has no Flux (NNlib) name")
+        if sub.arg("σ") == "<unknown>":
+            raise ConversionError(f"activation {sub.arg('fn')!r} has no Flux (NNlib) name")
+
+
+def equinox_loaded() -> bool:
+    return "equinox" in sys.modules

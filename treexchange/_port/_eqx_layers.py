@@ -1,0 +1,209 @@
+"""Small Equinox modules for Flux layers that Equinox lacks (or whose defaults differ).
+
+Every module here works on ONE sample in Equinox style, channels first, under the data
+convention C0 of layer-spec §0.2: a Julia sample of size ``(s1, …, sN, C)`` is the Python array
+``(C, sN, …, s1)``. Julia dim ``d`` of a sample with Python ``ndim`` axes is Python axis ``ndim - d``.
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> Flatten()(jnp.arange(6.0).reshape(1, 2, 3)).shape
+    (6,)
+    >>> AdaptivePool("max", (2,))(jnp.arange(8.0).reshape(1, 8)).tolist()
+    [[3.0, 7.0]]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+
+class Flatten(eqx.Module):
+    """Flux's ``flatten`` on one sample: column-major over Julia dims = row-major ``ravel`` here (§1.4)."""
+
+    def __call__(self, x: jax.Array, *, key: Any = None) -> jax.Array:
+        return jnp.ravel(x)
+
+
+class CrossCor(eqx.Module):
+    """Flux ``CrossCor``: a cross-correlation, which is what ``eqx.nn.Conv`` computes (no kernel flip)."""
+
+    conv: eqx.nn.Conv
+
+    def __call__(self, x: jax.Array, *, key: Any = None) -> jax.Array:
+        return self.conv(x)
+
+
+class AdaptivePool(eqx.Module):
+    """Flux ``AdaptiveMaxPool``/``AdaptiveMeanPool``: uniform windows ``stride = in ÷ out``,
+    ``k = in − (out − 1)·stride`` per spatial dim (Flux ``conv.jl``; not PyTorch's floor/ceil windows)."""
+
+    op: str = eqx.field(static=True)
+    out: tuple[int, ...] = eqx.field(static=True)  # Python spatial order
+
+    def __call__(self, x: jax.Array, *, key: Any = None) -> jax.Array:
+        spatial = x.shape[1:]
+        strides = tuple(size // out for size, out in zip(spatial, self.out))
+        window = tuple(size - (out - 1) * s for size, out, s in zip(spatial, self.out, strides))
+        return _reduce(self.op, x, (1, *window), (1, *strides))
+
+
+class GlobalPool(eqx.Module):
+    """Flux ``GlobalMaxPool``/``GlobalMeanPool``: one value per channel, spatial dims kept as size 1."""
+
+    op: str = eqx.field(static=True)
+
+    def __call__(self, x: jax.Array, *, key: Any = None) -> jax.Array:
+        axes = tuple(range(1, x.ndim))
+        return (
+            jnp.max(x, axis=axes, keepdims=True)
+            if self.op == "max"
+            else jnp.mean(x, axis=axes, keepdims=True)
+        )
+
+
+def _reduce(op: str, x: jax.Array, window: tuple[int, ...], strides: tuple[int, ...]) -> jax.Array:
+    if op == "max":
+        return lax.reduce_window(x, -jnp.inf, lax.max, window, strides, "VALID")
+    total = lax.reduce_window(x, 0.0, lax.add, window, strides, "VALID")
+    count = 1
+    for w in window:
+        count *= w
+    return total / count
+
+
+class InstanceNorm(eqx.Module):
+    """Flux ``InstanceNorm`` (no running statistics): ``eqx.nn.GroupNorm`` with one group per channel."""
+
+    norm: eqx.nn.GroupNorm
+
+    def __call__(self, x: jax.Array, *, key: Any = None) -> jax.Array:
+        return self.norm(x)
+
+
+class AlphaDropout(eqx.Module):
+    """Flux ``AlphaDropout``; identity at inference (training-mode noise is not ported)."""
+
+    p: float = eqx.field(static=True)
+
+    def __call__(self, x: jax.Array, *, key: Any = None) -> jax.Array:
+        return x
+
+
+class Bilinear(eqx.Module):
+    """Flux ``Bilinear((in1, in2) => out, σ)``: ``z[o] = σ(Σᵢⱼ W[o,i,j] x[i] y[j] + b[o])`` (W as-is)."""
+
+    weight: jax.Array
+    bias: jax.Array | None
+    activation: str = eqx.field(static=True, default="identity")
+
+    def __call__(self, x: Any, y: Any = None, *, key: Any = None) -> jax.Array:
+        from ._activations import function_of
+
+        if y is None:
+            x, y = x if isinstance(x, tuple) else (x, x)  # Flux: B(x) == B(x, x), B((x, y)) == B(x, y)
+        z = jnp.einsum("oij,i,j->o", self.weight, x, y)
+        if self.bias is not None:
+            z = z + self.bias
+        return function_of(self.activation)(z)
+
+
+def connect(name: str, values: list[jax.Array]) -> jax.Array:
+    """Apply a Flux connection (``+``, ``*``, ``vcat``, ``hcat``, ``max``) to one sample's outputs."""
+    if name == "+":
+        out = values[0]
+        for v in values[1:]:
+            out = out + v
+        return out
+    if name == "*":
+        out = values[0]
+        for v in values[1:]:
+            out = out * v
+        return out
+    if name in ("vcat", "hcat"):
+        julia_dim = 1 if name == "vcat" else 2
+        return jnp.concatenate(values, axis=values[0].ndim - julia_dim)
+    if name == "max":
+        out = values[0]
+        for v in values[1:]:
+            out = jnp.maximum(out, v)
+        return out
+    raise ValueError(f"unknown connection {name!r}")
+
+
+class Activated(eqx.Module):
+    """One Flux layer with its activation (``Dense(4 => 3, relu)``) where it is not inside a Chain
+    (at the root, in a Parallel …), so that it reads back as that one layer, not as a Chain."""
+
+    layer: Any
+    activation: str = eqx.field(static=True)
+
+    def __call__(self, x: Any, *, key: Any = None) -> Any:
+        from ._activations import function_of
+
+        return function_of(self.activation)(self.layer(x))
+
+
+class NamedChain(eqx.Module):
+    """Flux ``Chain(a = …, b = …)``: layers applied in order, with their names kept."""
+
+    layers: tuple[Any, ...]
+    names: tuple[str, ...] = eqx.field(static=True)
+
+    def __call__(self, x: Any, *, key: Any = None) -> Any:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class Parallel(eqx.Module):
+    """Flux ``Parallel(connection, layers…)``: ``connection(layer₁(x), layer₂(x), …)``."""
+
+    layers: tuple[Any, ...]
+    connection: str = eqx.field(static=True, default="+")
+    names: tuple[str, ...] | None = eqx.field(static=True, default=None)
+
+    def __call__(self, x: Any, *, key: Any = None) -> Any:
+        return connect(self.connection, [layer(x) for layer in self.layers])
+
+
+class SkipConnection(eqx.Module):
+    """Flux ``SkipConnection(layers, connection)``: ``connection(layers(x), x)``."""
+
+    layers: Any
+    connection: str = eqx.field(static=True, default="+")
+
+    def __call__(self, x: Any, *, key: Any = None) -> Any:
+        return connect(self.connection, [self.layers(x), x])
+
+
+class PairwiseFusion(eqx.Module):
+    """Flux ``PairwiseFusion(connection, layers…)``: ``y₁ = l₁(x₁)``, ``yᵢ = lᵢ(connection(yᵢ₋₁, xᵢ))``;
+    returns the tuple of all ``yᵢ`` (a single ``x`` is used as every ``xᵢ``)."""
+
+    layers: tuple[Any, ...]
+    connection: str = eqx.field(static=True, default="+")
+
+    def __call__(self, x: Any, *, key: Any = None) -> tuple[Any, ...]:
+        xs = x if isinstance(x, tuple) else (x,) * len(self.layers)
+        outputs = [self.layers[0](xs[0])]
+        for layer, xi in zip(self.layers[1:], xs[1:]):
+            outputs.append(layer(connect(self.connection, [outputs[-1], xi])))
+        return tuple(outputs)
+
+
+class Maxout(eqx.Module):
+    """Flux ``Maxout(layers…)``: the element-wise maximum of the layers' outputs."""
+
+    layers: tuple[Any, ...]
+
+    def __call__(self, x: Any, *, key: Any = None) -> Any:
+        return connect("max", [layer(x) for layer in self.layers])
+
+
+Activation = Callable[[jax.Array], jax.Array]

@@ -1,0 +1,447 @@
+"""The Julia side of every layer rule: its ``Flux.state`` fields in Flux's order, and its constructor.
+
+One :class:`Rule` per Flux constructor (``RULES[kind]``). ``fields(layer, era)`` lists the entries
+of the layer's ``Flux.state`` NamedTuple in Flux's field order, each either
+
+- :class:`Arr` (``Arr("weight")``): an array of the layer, named by its Flux field; a framework
+  adapter (``_eqx.py``, ``_nnx.py``) says which framework leaf holds it and through which exact
+  :class:`~treexchange._port._perm.Perm` (with inverse, so one adapter serves both directions);
+- :class:`Children`: the states of the sub-layers (a Tuple, or a NamedTuple for named Chains);
+- :class:`Child` (``Child(0)``): one sub-layer's state (``SkipConnection.layers``);
+- a Julia value, typed as Flux has it (``np.float32`` ϵ/momentum, ``np.int64`` groups/strides,
+  ``()`` for functions and RNGs, ``None`` for ``nothing``, ``False`` for ``bias = false``).
+
+A rule returning ``()`` means the whole layer is ``()`` in ``Flux.state`` (a pool in Flux ≤ 0.14).
+
+Adding a layer = one entry here + a builder/reader in each framework adapter + tests. Field
+orders and values are from layer-spec.md §2 (Flux sources cited there).
+
+Example:
+    >>> from treexchange._port._spec import Layer
+    >>> conv = Layer("Conv", {"kernel": (5, 5), "in": 1, "out": 6, "σ": "relu"})
+    >>> [name for name, _ in RULES["Conv"].fields(with_defaults(conv), "0.15")]
+    ['σ', 'weight', 'bias', 'stride', 'pad', 'dilation', 'groups']
+    >>> julia_constructor(conv)
+    'Conv((5, 5), 1 => 6, relu)'
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from .._errors import UnsupportedError
+from ._spec import Layer
+
+
+@dataclasses.dataclass(frozen=True)
+class Arr:
+    """An array field of the layer (``key`` = its Flux field name)."""
+
+    key: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Child:
+    """The state of ``layer.children[index]``."""
+
+    index: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Children:
+    """The states of all ``layer.children`` (a Tuple; a NamedTuple when the layer has ``names``)."""
+
+
+Fields = list[tuple[str, Any]]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """How one Flux constructor looks in ``Flux.state`` and in Julia source."""
+
+    kind: str
+    fields: Callable[[Layer, str], Fields | tuple[()]]
+    julia: Callable[[Layer, list[str], str], str]
+    defaults: Callable[[Layer], dict[str, Any]] = lambda layer: {}
+
+
+# --- typed Julia values ----------------------------------------------------------------------------
+
+
+def i64(x: int) -> np.int64:
+    return np.int64(x)
+
+
+def ints(t: tuple[int, ...]) -> tuple[np.int64, ...]:
+    return tuple(np.int64(v) for v in t)
+
+
+def f32(x: float) -> np.float32:
+    return np.float32(x)
+
+
+def julia_f32(x: float) -> str:
+    """A Float32 literal Julia parses back to the same value: ``1f-5``, ``0.1f0``."""
+    text = str(np.float32(x))
+    if "e" in text:
+        mantissa, exponent = text.split("e")
+        return f"{mantissa}f{int(exponent)}"
+    return f"{text}f0"
+
+
+def julia_tuple(t: tuple[Any, ...]) -> str:
+    return "(" + ", ".join(str(v) for v in t) + ("," if len(t) == 1 else "") + ")"
+
+
+def _activation(layer: Layer) -> str:
+    return str(layer.arg("σ", "identity"))
+
+
+def _with_activation(parts: list[str], layer: Layer) -> list[str]:
+    act = _activation(layer)
+    return [*parts, act] if act != "identity" else parts
+
+
+def _call(name: str, positional: list[str], keywords: list[str]) -> str:
+    inner = ", ".join(positional)
+    if keywords:
+        inner += "; " + ", ".join(keywords)
+    return f"{name}({inner})"
+
+
+# --- Dense, Bilinear, Embedding ---------------------------------------------------------------------
+
+
+def _dense_fields(layer: Layer, era: str) -> Fields:
+    bias: Any = Arr("bias") if layer.arg("bias", True) else False  # Flux: Dense(...; bias=false)
+    return [("weight", Arr("weight")), ("bias", bias), ("σ", ())]
+
+
+def _dense_julia(layer: Layer, children: list[str], era: str) -> str:
+    parts = _with_activation([f"{layer.args['in']} => {layer.args['out']}"], layer)
+    if not layer.arg("bias", True):
+        parts.append("bias=false")
+    return "Dense(" + ", ".join(parts) + ")"
+
+
+def _bilinear_julia(layer: Layer, children: list[str], era: str) -> str:
+    in1, in2 = layer.args["in"]
+    parts = _with_activation([f"({in1}, {in2}) => {layer.args['out']}"], layer)
+    keywords = [] if layer.arg("bias", True) else ["bias=false"]
+    return _call("Bilinear", parts, keywords)
+
+
+def _embedding_julia(layer: Layer, children: list[str], era: str) -> str:
+    return f"Embedding({layer.args['in']} => {layer.args['out']})"
+
+
+# --- convolutions ----------------------------------------------------------------------------------
+
+
+def conv_defaults(layer: Layer) -> dict[str, Any]:
+    n = len(layer.args["kernel"])
+    return {
+        "stride": (1,) * n,
+        "pad": (0,) * (2 * n),
+        "dilation": (1,) * n,
+        "groups": 1,
+        "bias": True,
+        "σ": "identity",
+        **({"outpad": (0,) * n} if layer.kind == "ConvTranspose" else {}),
+    }
+
+
+def _conv_fields(layer: Layer, era: str) -> Fields:
+    bias: Any = Arr("bias") if layer.args["bias"] else False
+    fields: Fields = [
+        ("σ", ()),
+        ("weight", Arr("weight")),
+        ("bias", bias),
+        ("stride", ints(layer.args["stride"])),
+        ("pad", ints(layer.args["pad"])),
+    ]
+    if layer.kind == "ConvTranspose" and era != "0.14":
+        fields.append(("outpad", ints(layer.args["outpad"])))  # Flux ≥ 0.14.17 (#2462)
+    fields.append(("dilation", ints(layer.args["dilation"])))
+    if layer.kind != "CrossCor":  # CrossCor has no groups field
+        fields.append(("groups", i64(layer.args["groups"])))
+    return fields
+
+
+def _pad_text(pad: tuple[int, ...]) -> str:
+    if len(set(pad)) == 1:
+        return str(pad[0])
+    pairs = [pad[i : i + 2] for i in range(0, len(pad), 2)]
+    if all(lo == hi for lo, hi in pairs):
+        return julia_tuple(tuple(lo for lo, _ in pairs))
+    return julia_tuple(pad)
+
+
+def _conv_julia(layer: Layer, children: list[str], era: str) -> str:
+    a = layer.args
+    channels = f"{a['in']} => {a['out']}"
+    positional = _with_activation([julia_tuple(a["kernel"]), channels], layer)
+    keywords = []
+    n = len(a["kernel"])
+    if tuple(a["stride"]) != (1,) * n:
+        keywords.append(f"stride={_tuple_or_int(a['stride'])}")
+    if any(a["pad"]):
+        keywords.append(f"pad={_pad_text(tuple(a['pad']))}")
+    if layer.kind == "ConvTranspose" and any(a["outpad"]):
+        keywords.append(f"outpad={_tuple_or_int(a['outpad'])}")
+    if tuple(a["dilation"]) != (1,) * n:
+        keywords.append(f"dilation={_tuple_or_int(a['dilation'])}")
+    if layer.kind in ("Conv", "ConvTranspose") and a["groups"] != 1:
+        keywords.append(f"groups={a['groups']}")
+    if not a["bias"]:
+        keywords.append("bias=false")
+    return _call(layer.kind, positional, keywords)
+
+
+def _tuple_or_int(t: tuple[int, ...]) -> str:
+    return str(t[0]) if len(set(t)) == 1 else julia_tuple(tuple(t))
+
+
+# --- pooling ----------------------------------------------------------------------------------------
+
+
+def pool_defaults(layer: Layer) -> dict[str, Any]:
+    k = tuple(layer.args["k"])
+    return {"stride": k, "pad": (0,) * (2 * len(k))}
+
+
+def _pool_fields(layer: Layer, era: str) -> Fields | tuple[()]:
+    if era == "0.14":
+        return ()  # Functors 0.4: pools are leaves -> () (layer-spec §1.2)
+    a = layer.args
+    return [("k", ints(a["k"])), ("pad", ints(a["pad"])), ("stride", ints(a["stride"]))]
+
+
+def _pool_julia(layer: Layer, children: list[str], era: str) -> str:
+    a = layer.args
+    keywords = []
+    if any(a["pad"]):
+        keywords.append(f"pad={_pad_text(tuple(a['pad']))}")
+    if tuple(a["stride"]) != tuple(a["k"]):
+        keywords.append(f"stride={_tuple_or_int(a['stride'])}")
+    return _call(layer.kind, [julia_tuple(a["k"])], keywords)
+
+
+def _adaptive_fields(layer: Layer, era: str) -> Fields | tuple[()]:
+    return () if era == "0.14" else [("out", ints(layer.args["out"]))]
+
+
+def _adaptive_julia(layer: Layer, children: list[str], era: str) -> str:
+    return f"{layer.kind}({julia_tuple(layer.args['out'])})"
+
+
+def _no_state(layer: Layer, era: str) -> tuple[()]:
+    return ()
+
+
+# --- normalisation ----------------------------------------------------------------------------------
+
+
+def norm_defaults(layer: Layer) -> dict[str, Any]:
+    instance = layer.kind == "InstanceNorm"
+    return {
+        "σ": "identity",
+        "ϵ": 1e-5,
+        "momentum": 0.1,
+        "affine": not instance,
+        "track_stats": not instance and layer.kind != "GroupNorm",
+    }
+
+
+def _norm_fields(layer: Layer, era: str) -> Fields:
+    a = layer.args
+    fields: Fields = []
+    if layer.kind == "GroupNorm":
+        fields.append(("G", i64(a["groups"])))
+    fields += [
+        ("λ", ()),
+        ("β", Arr("β") if a["affine"] else None),
+        ("γ", Arr("γ") if a["affine"] else None),
+        ("μ", Arr("μ") if a["track_stats"] else None),
+        ("σ²", Arr("σ²") if a["track_stats"] else None),
+        ("ϵ", f32(a["ϵ"])),
+        ("momentum", f32(a["momentum"])),
+        ("affine", bool(a["affine"])),
+        ("track_stats", bool(a["track_stats"])),
+        ("active", None),
+        ("chs", i64(a["channels"])),
+    ]
+    return fields
+
+
+def _norm_julia(layer: Layer, children: list[str], era: str) -> str:
+    a = layer.args
+    positional = [str(a["channels"])]
+    if layer.kind == "GroupNorm":
+        positional.append(str(a["groups"]))
+    positional = _with_activation(positional, layer)
+    defaults = norm_defaults(layer)
+    keywords = []
+    eps_name = "ϵ" if era == "0.14" else "eps"
+    if float(np.float32(a["ϵ"])) != float(np.float32(defaults["ϵ"])):
+        keywords.append(f"{eps_name}={julia_f32(a['ϵ'])}")
+    if float(np.float32(a["momentum"])) != float(np.float32(defaults["momentum"])):
+        keywords.append(f"momentum={julia_f32(a['momentum'])}")
+    for flag in ("affine", "track_stats"):
+        if a[flag] != defaults[flag]:
+            keywords.append(f"{flag}={str(a[flag]).lower()}")
+    return _call(layer.kind, positional, keywords)
+
+
+def layernorm_defaults(layer: Layer) -> dict[str, Any]:
+    return {"ϵ": 1e-5, "affine": True, "σ": "identity"}
+
+
+def _layernorm_fields(layer: Layer, era: str) -> Fields:
+    a = layer.args
+    diag: Any = ()
+    if a["affine"]:
+        diag = _named([("scale", Arr("scale")), ("bias", Arr("bias")), ("σ", ())])
+    return [
+        ("λ", ()),
+        ("diag", diag),
+        ("ϵ", f32(a["ϵ"])),
+        ("size", ints(a["size"])),
+        ("affine", bool(a["affine"])),
+    ]
+
+
+def _layernorm_julia(layer: Layer, children: list[str], era: str) -> str:
+    a = layer.args
+    size = tuple(a["size"])
+    positional = _with_activation([julia_tuple(size) if len(size) > 1 else str(size[0])], layer)
+    keywords = []
+    if float(np.float32(a["ϵ"])) != float(np.float32(1e-5)):
+        keywords.append(f"{'ϵ' if era == '0.14' else 'eps'}={julia_f32(a['ϵ'])}")
+    if not a["affine"]:
+        keywords.append("affine=false")
+    return _call("LayerNorm", positional, keywords)
+
+
+class _NamedFields(list):  # type: ignore[type-arg]
+    """Fields of a nested NamedTuple inside a layer's state (LayerNorm's ``diag``)."""
+
+
+def _named(entries: Fields) -> _NamedFields:
+    return _NamedFields(entries)
+
+
+# --- dropout ----------------------------------------------------------------------------------------
+
+
+def _dropout_fields(layer: Layer, era: str) -> Fields:
+    dims = layer.arg("dims")
+    dims_value: Any = () if dims is None else (i64(dims) if isinstance(dims, int) else ints(dims))
+    return [("p", float(layer.args["p"])), ("dims", dims_value), ("active", None), ("rng", ())]
+
+
+def _dropout_julia(layer: Layer, children: list[str], era: str) -> str:
+    dims = layer.arg("dims")
+    keywords = [] if dims is None else [f"dims={dims if isinstance(dims, int) else julia_tuple(dims)}"]
+    return _call("Dropout", [repr(float(layer.args["p"]))], keywords)
+
+
+def _alphadropout_fields(layer: Layer, era: str) -> Fields:
+    return [("p", float(layer.args["p"])), ("active", None), ("rng", ())]
+
+
+# --- containers -------------------------------------------------------------------------------------
+
+
+def _chain_julia(layer: Layer, children: list[str], era: str) -> str:
+    if layer.names:
+        return "Chain(" + ", ".join(f"{n} = {c}" for n, c in zip(layer.names, children)) + ")"
+    return "Chain(" + ", ".join(children) + ")"
+
+
+def _connection(layer: Layer) -> str:
+    return str(layer.arg("connection", "+"))
+
+
+RULES: dict[str, Rule] = {
+    rule.kind: rule
+    for rule in [
+        Rule("Dense", _dense_fields, _dense_julia, lambda layer: {"bias": True, "σ": "identity"}),
+        Rule("Bilinear", _dense_fields, _bilinear_julia, lambda layer: {"bias": True, "σ": "identity"}),
+        Rule("Embedding", lambda layer, era: [("weight", Arr("weight"))], _embedding_julia),
+        Rule("Conv", _conv_fields, _conv_julia, conv_defaults),
+        Rule("DepthwiseConv", _conv_fields, _conv_julia, conv_defaults),
+        Rule("CrossCor", _conv_fields, _conv_julia, conv_defaults),
+        Rule("ConvTranspose", _conv_fields, _conv_julia, conv_defaults),
+        Rule("MaxPool", _pool_fields, _pool_julia, pool_defaults),
+        Rule("MeanPool", _pool_fields, _pool_julia, pool_defaults),
+        Rule("AdaptiveMaxPool", _adaptive_fields, _adaptive_julia),
+        Rule("AdaptiveMeanPool", _adaptive_fields, _adaptive_julia),
+        Rule("GlobalMaxPool", _no_state, lambda layer, c, era: "GlobalMaxPool()"),
+        Rule("GlobalMeanPool", _no_state, lambda layer, c, era: "GlobalMeanPool()"),
+        Rule("flatten", _no_state, lambda layer, c, era: "Flux.flatten"),
+        Rule("function", _no_state, lambda layer, c, era: str(layer.args["name"])),
+        Rule("BatchNorm", _norm_fields, _norm_julia, norm_defaults),
+        Rule("InstanceNorm", _norm_fields, _norm_julia, norm_defaults),
+        Rule("GroupNorm", _norm_fields, _norm_julia, norm_defaults),
+        Rule("LayerNorm", _layernorm_fields, _layernorm_julia, layernorm_defaults),
+        Rule("Dropout", _dropout_fields, _dropout_julia),
+        Rule(
+            "AlphaDropout",
+            _alphadropout_fields,
+            lambda layer, c, era: f"AlphaDropout({float(layer.args['p'])!r})",
+        ),
+        Rule("Chain", lambda layer, era: [("layers", Children())], _chain_julia),
+        Rule(
+            "Parallel",
+            lambda layer, era: [("connection", ()), ("layers", Children())],
+            lambda layer, c, era: f"Parallel({_connection(layer)}, {', '.join(c)})",
+        ),
+        Rule(
+            "SkipConnection",
+            lambda layer, era: [("layers", Child(0)), ("connection", ())],
+            lambda layer, c, era: f"SkipConnection({c[0]}, {_connection(layer)})",
+        ),
+        Rule(
+            "PairwiseFusion",
+            lambda layer, era: [("connection", ()), ("layers", Children())],
+            lambda layer, c, era: f"PairwiseFusion({_connection(layer)}, {', '.join(c)})",
+        ),
+        Rule(
+            "Maxout",
+            lambda layer, era: [("layers", Children())],
+            lambda layer, c, era: f"Maxout({', '.join(c)})",
+        ),
+    ]
+}
+
+
+def rule_for(layer: Layer) -> Rule:
+    """The rule of ``layer.kind``; :class:`UnsupportedError` naming it if there is none yet."""
+    rule = RULES.get(layer.kind)
+    if rule is None:
+        raise UnsupportedError(f"no porting rule for the Flux layer {layer.kind!r} yet")
+    return rule
+
+
+def with_defaults(layer: Layer) -> Layer:
+    """``layer`` with every hyper-parameter its rule needs (Flux's defaults filled in), recursively."""
+    rule = rule_for(layer)
+    args = {**rule.defaults(layer), **dict(layer.args)}
+    children = tuple(with_defaults(child) for child in layer.children)
+    return dataclasses.replace(layer, args=args, children=children)
+
+
+def julia_constructor(layer: Layer, era: str = "0.15") -> str:
+    """The Julia expression that constructs ``layer`` (``Chain(Conv((5, 5), 1 => 6, relu), …)``)."""
+    layer = with_defaults(layer)
+    return _julia(layer, era)
+
+
+def _julia(layer: Layer, era: str) -> str:
+    children = [_julia(child, era) for child in layer.children]
+    return rule_for(layer).julia(layer, children, era)

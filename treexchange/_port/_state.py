@@ -1,0 +1,152 @@
+"""A Python model read as its Flux twin (:class:`Port`), and the ``Flux.state`` it gives.
+
+A framework adapter reads a model into a :class:`Port` tree: the Flux :class:`Layer` each module
+stands for, and for each of the layer's array fields the framework array (or, during a restore,
+the :class:`~treexchange._bridge._restore.LeafRef` standing for it) with the exact permutation
+from the Julia array to it. :func:`state_of` then assembles ``Flux.state`` from the layer rules;
+on a restore the same walk hands back LeafRefs that know the Julia shape and the permutation to
+apply when placing the file's array.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from .._errors import UnsupportedError
+from .._values import NamedTuple
+from ._perm import Perm
+from ._rules import Arr, Child, Children, _NamedFields, rule_for
+from ._spec import FLUX_ERAS, Layer
+
+
+@dataclasses.dataclass
+class Port:
+    """One model module read as a Flux layer.
+
+    ``arrays`` maps a Flux array field (``"weight"``, ``"σ²"``) to ``(framework array, perm)``
+    with ``perm.forward(julia_array)`` = the framework array. ``fixed`` lists model leaves with
+    no Flux counterpart and the value a restore gives them (Equinox BatchNorm's "first time" flag).
+    """
+
+    layer: Layer
+    arrays: dict[str, tuple[Any, Perm]] = dataclasses.field(default_factory=dict)
+    children: tuple[Port, ...] = ()
+    fixed: list[tuple[Any, Any]] = dataclasses.field(default_factory=list)
+
+    def all_fixed(self) -> list[tuple[Any, Any]]:
+        out = list(self.fixed)
+        for child in self.children:
+            out += child.all_fixed()
+        return out
+
+
+KEEP: Any = type("Keep", (), {"__repr__": lambda self: "KEEP"})()  # a "fixed" value: the template's own
+
+
+def check_era(era: str) -> str:
+    if era not in FLUX_ERAS:
+        raise ValueError(f"flux must be one of {', '.join(FLUX_ERAS)} (the Flux.state eras), not {era!r}")
+    return era
+
+
+def state_of(port: Port, era: str) -> Any:
+    """``Flux.state`` of the Flux twin of ``port`` (arrays in Julia shape, or LeafRefs for a restore).
+
+    For a restore (the model's arrays are LeafRefs) the result is a template: arrays as LeafRefs,
+    and every entry without arrays (hyper-parameters, whole pools) a ``NoArrays`` that fits the
+    state of any Flux era, because ``Flux.loadmodel!`` never loads those either.
+    """
+    if _restoring(port):
+        return _template(port)
+    return _state(port, era, restoring=False)
+
+
+def _state(port: Port, era: str, *, restoring: bool) -> Any:
+    fields = rule_for(port.layer).fields(port.layer, era)
+    if fields == ():
+        return ()
+    return NamedTuple((name, _resolve(port, spec, era, restoring)) for name, spec in fields)
+
+
+def _template(port: Port) -> Any:
+    from .._bridge._restore import NO_ARRAYS
+
+    state = _state(port, "0.15", restoring=True)  # 0.15 lists every field any era has
+    return NO_ARRAYS if state == () or (not _has_refs(state) and not port.children) else state
+
+
+def _restoring(port: Port) -> bool:
+    from .._bridge._restore import LeafRef
+
+    if any(isinstance(value, LeafRef) for value, _ in port.arrays.values()):
+        return True
+    return any(_restoring(child) for child in port.children)
+
+
+def _has_refs(state: Any) -> bool:
+    from .._bridge._restore import LeafRef
+
+    if isinstance(state, LeafRef):
+        return True
+    if isinstance(state, NamedTuple):
+        return any(_has_refs(v) for v in state.values())
+    if isinstance(state, tuple):
+        return any(_has_refs(v) for v in state)
+    return False
+
+
+def _resolve(port: Port, spec: Any, era: str, restoring: bool = False) -> Any:
+    if isinstance(spec, Arr):
+        if spec.key not in port.arrays:
+            raise UnsupportedError(f"{port.layer.kind} has no array for its field {spec.key!r}")
+        value, perm = port.arrays[spec.key]
+        return julia_array(value, perm)
+    if isinstance(spec, Children):
+        states = tuple(_template(c) if restoring else _state(c, era, restoring=False) for c in port.children)
+        if port.layer.names:
+            return NamedTuple(zip(port.layer.names, states))
+        return states
+    if isinstance(spec, Child):
+        child = port.children[spec.index]
+        return _template(child) if restoring else _state(child, era, restoring=False)
+    if isinstance(spec, _NamedFields):
+        return NamedTuple((name, _resolve(port, sub, era, restoring)) for name, sub in spec)
+    if restoring:
+        from .._bridge._restore import NO_ARRAYS
+
+        return NO_ARRAYS  # a hyper-parameter: Flux.loadmodel! does not load it either
+    return spec
+
+
+def julia_array(value: Any, perm: Perm) -> Any:
+    """The Julia-shaped array of a framework array (a LeafRef becomes a LeafRef that permutes)."""
+    from .._bridge._restore import LeafRef
+
+    if isinstance(value, LeafRef):
+        return value.through(perm.julia_shape(value.shape), perm.forward)
+    return np.ascontiguousarray(perm.inverse(np.asarray(value)))
+
+
+def float_dtype(port: Port) -> str | None:
+    """The dtype name of the first floating array (``flux_julia`` adds ``|> f64`` when not Float32)."""
+    for value, _ in port.arrays.values():
+        dtype = np.dtype(value.dtype)
+        if dtype.kind == "f":
+            return dtype.name
+    for child in port.children:
+        found = float_dtype(child)
+        if found:
+            return found
+    return None
+
+
+def fix_unported_leaves(port: Port) -> None:
+    """Give every restore stand-in of a model leaf without Julia counterpart its fixed value."""
+    from .._bridge._restore import LeafRef
+
+    for leaf, value in port.all_fixed():
+        if isinstance(leaf, LeafRef):
+            leaf.fixed = leaf.template if value is KEEP else value

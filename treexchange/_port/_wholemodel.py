@@ -1,0 +1,518 @@
+"""Whole-model Flux files (the structs themselves, ``jldsave(path; model)``) -> Layer tree + Flux.state.
+
+A whole-model file holds Flux's structs as ``tx.JuliaStruct``: each struct's type names the layer,
+and functions exist only as type parameters (``Flux.Dense{NNlib.#relu, …}``) or as singletons
+(``Singleton('NNlib.#softmax')`` in a Chain). JLD2 ≤ 0.4 leaves zero-size fields out of the stored
+struct, so ``σ``/``λ`` are absent (layer-spec §1.2); :func:`from_whole_model` re-inserts them as
+``()`` in Flux's field order, so the state it returns is what ``Flux.state(model)`` gives for that
+model in the Flux version that wrote it (Functors 0.4: pools, ``flatten`` and functions are ``()``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from treexchange._errors import ConversionError, PathSegment
+from treexchange._juliatype import JuliaType
+from treexchange._port._arch import CONNECTIONS, canonical_activation
+from treexchange._port._spec import Layer
+from treexchange._values import JuliaStruct, NamedTuple, Singleton
+
+_GHOSTS = frozenset({"σ", "λ"})  # zero-size function fields JLD2 ≤ 0.4 does not store
+
+# Flux's field order per struct (alternatives for older Flux versions), for re-inserting ghosts.
+_FIELD_ORDERS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "Dense": (("weight", "bias", "σ"), ("W", "b", "σ")),
+    "Conv": (
+        ("σ", "weight", "bias", "stride", "pad", "dilation", "groups"),
+        ("σ", "weight", "bias", "stride", "pad", "dilation"),
+    ),
+    "ConvTranspose": (
+        ("σ", "weight", "bias", "stride", "pad", "outpad", "dilation", "groups"),
+        ("σ", "weight", "bias", "stride", "pad", "dilation", "groups"),
+        ("σ", "weight", "bias", "stride", "pad", "dilation"),
+    ),
+    "CrossCor": (("σ", "weight", "bias", "stride", "pad", "dilation"),),
+    "DepthwiseConv": (("σ", "weight", "bias", "stride", "pad", "dilation"),),
+    "BatchNorm": (
+        ("λ", "β", "γ", "μ", "σ²", "ϵ", "momentum", "affine", "track_stats", "active", "chs"),
+        ("λ", "β", "γ", "μ", "σ²", "ϵ", "momentum", "active"),
+    ),
+    "InstanceNorm": (("λ", "β", "γ", "μ", "σ²", "ϵ", "momentum", "affine", "track_stats", "active", "chs"),),
+    "GroupNorm": (
+        ("G", "λ", "β", "γ", "μ", "σ²", "ϵ", "momentum", "affine", "track_stats", "active", "chs"),
+    ),
+    "LayerNorm": (("λ", "diag", "ϵ", "size", "affine"),),
+    "Scale": (("scale", "bias", "σ"),),
+    "Diagonal": (("α", "β"),),
+    "Bilinear": (("weight", "bias", "σ"),),
+    "RNNCell": (("σ", "Wi", "Wh", "b", "state0"), ("σ", "Wi", "Wh", "bias")),
+}
+
+# Which type parameter holds the activation (0-based), per struct.
+_ACTIVATION_PARAM = {
+    "Dense": 0, "Conv": 2, "ConvTranspose": 2, "CrossCor": 2, "DepthwiseConv": 2, "BatchNorm": 0,
+    "InstanceNorm": 0, "GroupNorm": 0, "LayerNorm": 0, "Scale": 0, "Bilinear": 0, "RNNCell": 0,
+}  # fmt: skip
+
+Path = tuple[PathSegment, ...]
+
+
+def _basename(type_: JuliaType) -> str:
+    return type_.basename
+
+
+def function_name(value: Any) -> str:
+    """The Julia name of a function given as a singleton, its type, or its type's name.
+
+    ``NNlib.#relu`` -> ``relu``; an anonymous function (``Main.#109#110``) keeps an inner ``#``.
+
+    Example:
+        >>> function_name(JuliaType("NNlib.#relu")), function_name(Singleton("Main.#109#110"))
+        ('relu', '109#110')
+    """
+    if isinstance(value, Singleton):
+        value = value.type
+    name = _raw_name(value)
+    # Split the module path off; operators such as `Base.#+` keep their symbol.
+    head, _, tail = name.rpartition(".#")
+    base = tail if head else name.rsplit(".", 1)[-1]
+    base = base[1:] if base.startswith("#") else base
+    return base
+
+
+def _raw_name(value: Any) -> str:
+    if isinstance(value, Singleton):
+        value = value.type
+    return value.name if isinstance(value, JuliaType) else str(value)
+
+
+def _is_anonymous(name: str) -> bool:
+    return "#" in name or name[:1].isdigit()
+
+
+class _Converter:
+    def __init__(self, era: str) -> None:
+        self.era = era
+
+    # -- errors -------------------------------------------------------------------------------
+
+    @staticmethod
+    def error(message: str, path: Path) -> ConversionError:
+        return ConversionError(message, path=path)
+
+    # -- values -------------------------------------------------------------------------------
+
+    def activation_of(self, s: JuliaStruct, kind: str, path: Path) -> str:
+        index = _ACTIVATION_PARAM[kind]
+        params = s.type.params
+        if len(params) <= index:
+            raise self.error(f"{s.type} records no activation type parameter", path)
+        return self.function(params[index], path, what="activation")
+
+    def function(self, value: Any, path: Path, *, what: str = "function") -> str:
+        name = function_name(value)
+        if _is_anonymous(name):
+            raise self.error(f"anonymous function {_raw_name(value)} as {what} (not portable)", path)
+        canonical = canonical_activation(name)
+        if canonical is None:
+            raise self.error(f"unknown {what} {name!r}", path)
+        return canonical
+
+    def connection(self, value: Any, path: Path) -> str:
+        name = function_name(value)
+        if name not in CONNECTIONS:
+            if _is_anonymous(name):
+                raise self.error(f"anonymous function {_raw_name(value)} as connection", path)
+            raise self.error(f"unknown connection function {name!r}", path)
+        return name
+
+    def state_value(self, value: Any) -> Any:
+        """A plain field value as ``Flux.state`` keeps it (functions and other objects -> ``()``)."""
+        if isinstance(value, (np.ndarray, int, float, bool, np.generic, str)) or value is None:
+            return value
+        if isinstance(value, tuple):
+            return tuple(self.state_value(v) for v in value)
+        return ()
+
+    def struct_state(
+        self, s: JuliaStruct, kind: str, overrides: Mapping[str, Any] | None = None
+    ) -> NamedTuple:
+        """The struct's fields in Flux's order with the ghost fields back as ``()``."""
+        names = list(s.fields)
+        order: Sequence[str] = names
+        for candidate in _FIELD_ORDERS.get(kind, ()):
+            if [n for n in candidate if n not in _GHOSTS] == [n for n in names if n not in _GHOSTS]:
+                order = candidate
+                break
+        overrides = overrides or {}
+        items = []
+        for name in order:
+            if name in overrides:
+                items.append((name, overrides[name]))
+            elif name in s.fields:
+                items.append((name, self.state_value(s.fields[name])))
+            else:
+                items.append((name, ()))
+        return NamedTuple(items)
+
+    # -- layers -------------------------------------------------------------------------------
+
+    def convert(self, value: Any, path: Path) -> tuple[Layer, Any]:
+        if isinstance(value, Singleton):
+            name = function_name(value)
+            if name == "flatten":
+                return Layer("flatten"), ()
+            return Layer("function", {"name": self.function(value, path)}), ()
+        if not isinstance(value, JuliaStruct):
+            raise self.error(f"expected a Flux layer, found {type(value).__name__}", path)
+        kind = _basename(value.type)
+        handler = _HANDLERS.get(kind)
+        if handler is None:
+            raise self.error(f"unknown layer type {value.type}", path)
+        return handler(self, value, path)
+
+    def children(self, layers: Any, path: Path) -> tuple[tuple[Layer, ...], tuple[str, ...] | None, Any]:
+        """Convert a ``layers`` field: a Tuple, a NamedTuple (named Chain) or a Vector."""
+        if isinstance(layers, Mapping):
+            names = tuple(layers)
+            pairs = [self.convert(v, (*path, k)) for k, v in layers.items()]
+            return (
+                tuple(p[0] for p in pairs),
+                names,
+                NamedTuple(zip(names, (p[1] for p in pairs), strict=True)),
+            )
+        if isinstance(layers, JuliaStruct) or not isinstance(layers, (tuple, list)):
+            layer, state = self.convert(layers, path)
+            return (layer,), None, state
+        pairs = [self.convert(v, (*path, i + 1)) for i, v in enumerate(layers)]
+        states = [p[1] for p in pairs]
+        return tuple(p[0] for p in pairs), None, (states if isinstance(layers, list) else tuple(states))
+
+
+def _array_shape(s: JuliaStruct, name: str, path: Path) -> tuple[int, ...]:
+    value = s.fields.get(name)
+    if not isinstance(value, np.ndarray):
+        raise ConversionError(f"{s.type} has no array field {name!r}", path=path)
+    return tuple(int(v) for v in value.shape)
+
+
+def _has_bias(s: JuliaStruct, name: str = "bias") -> bool:
+    value = s.fields.get(name)
+    return isinstance(value, np.ndarray)
+
+
+def _ints(value: Any) -> tuple[int, ...]:
+    if isinstance(value, (int, np.integer)):
+        return (int(value),)
+    return tuple(int(v) for v in value)
+
+
+def _float(value: Any) -> float:
+    """A Julia number as a Python float; Float32 by its shortest repr (1f-5 -> 1e-05, not 9.99…e-06)."""
+    if isinstance(value, np.float32):
+        return float(str(value))
+    return float(value)
+
+
+def _chain(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+    children, names, state = c.children(s.fields["layers"], (*path, "layers"))
+    return Layer("Chain", children=children, names=names), NamedTuple(layers=state)
+
+
+def _dense(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+    weight = "weight" if "weight" in s.fields else "W"
+    out, cin = _array_shape(s, weight, path)
+    bias = _has_bias(s, "bias" if weight == "weight" else "b")
+    layer = Layer("Dense", {"in": cin, "out": out, "σ": c.activation_of(s, "Dense", path), "bias": bias})
+    return layer, c.struct_state(s, "Dense")
+
+
+def _conv(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+    kind = _basename(s.type)
+    shape = _array_shape(s, "weight", path)
+    n = len(shape) - 2
+    groups = int(s.fields.get("groups", 1))
+    args: dict[str, Any] = {"kernel": shape[:n]}
+    if kind == "ConvTranspose":
+        args["in"], args["out"] = shape[n + 1], shape[n] * groups
+    elif kind == "DepthwiseConv":  # Flux ≤ 0.12 struct: weight (k…, multiplier, Cin)
+        args["in"], args["out"] = shape[n + 1], shape[n] * shape[n + 1]
+    else:
+        args["in"], args["out"] = shape[n] * groups, shape[n + 1]
+    args["σ"] = c.activation_of(s, kind, path)
+    args["stride"] = _ints(s.fields["stride"])
+    pad = _ints(s.fields["pad"])
+    args["pad"] = pad if len(pad) == 2 * n else tuple(p for p in pad for _ in range(2))
+    args["dilation"] = _ints(s.fields["dilation"])
+    if kind == "DepthwiseConv":
+        args["groups"] = args["in"]
+    elif kind != "CrossCor":
+        args["groups"] = groups
+    if kind == "ConvTranspose":
+        args["outpad"] = _ints(s.fields["outpad"]) if "outpad" in s.fields else (0,) * n
+    args["bias"] = _has_bias(s)
+    return Layer(kind, args), c.struct_state(s, kind)
+
+
+def _norm(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+    kind = _basename(s.type)
+    f = s.fields
+    affine = bool(f["affine"]) if "affine" in f else isinstance(f.get("γ"), np.ndarray)
+    track = bool(f["track_stats"]) if "track_stats" in f else isinstance(f.get("μ"), np.ndarray)
+    if "chs" in f:
+        chs = int(f["chs"])
+    else:
+        arrays = [v for k in ("β", "γ", "μ", "σ²") if isinstance(v := f.get(k), np.ndarray)]
+        if not arrays:
+            raise c.error(f"{s.type} stores no channel count", path)
+        chs = int(arrays[0].shape[0])
+    args: dict[str, Any] = {"channels": chs}
+    if kind == "GroupNorm":
+        args["groups"] = int(f["G"])
+    args["σ"] = c.activation_of(s, kind, path)
+    args.update(
+        {"affine": affine, "track_stats": track, "ϵ": _float(f["ϵ"]), "momentum": _float(f["momentum"])}
+    )
+    return Layer(kind, args), c.struct_state(s, kind)
+
+
+def _layernorm(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+    f = s.fields
+    diag = f.get("diag")
+    sigma = c.activation_of(s, "LayerNorm", path)
+    diag_state: Any = ()
+    if isinstance(diag, JuliaStruct):
+        diag_kind = _basename(diag.type)
+        if diag_kind == "Scale":
+            sigma = c.activation_of(diag, "Scale", (*path, "diag"))
+        diag_state = c.struct_state(diag, diag_kind)
+    size = _ints(f["size"])
+    affine = bool(f["affine"]) if "affine" in f else isinstance(diag, JuliaStruct)
+    args = {"size": size, "σ": sigma, "affine": affine, "ϵ": _float(f["ϵ"])}
+    return Layer("LayerNorm", args), c.struct_state(s, "LayerNorm", {"diag": diag_state})
+
+
+def _scale(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+    size = _array_shape(s, "scale", path)
+    layer = Layer("Scale", {"size": size, "σ": c.activation_of(s, "Scale", path), "bias": _has_bias(s)})
+    return layer, c.struct_state(s, "Scale")
+
+
+def _bilinear(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+    out, in1, in2 = _array_shape(s, "weight", path)
+    args = {
+        "in": (in1, in2),
+        "out": out,
+        "σ": c.activation_of(s, "Bilinear", path),
+        "bias": _has_bias(s),
+    }
+    return Layer("Bilinear", args), c.struct_state(s, "Bilinear")
+
+
+def _embedding(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+    dim, vocab = _array_shape(s, "weight", path)
+    return Layer("Embedding", {"in": vocab, "out": dim}), c.struct_state(s, "Embedding")
+
+
+def _pool(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+    kind = _basename(s.type)
+    f = s.fields
+    if kind in ("MaxPool", "MeanPool"):
+        k = _ints(f["k"])
+        pad = _ints(f["pad"])
+        pad = pad if len(pad) == 2 * len(k) else tuple(p for p in pad for _ in range(2))
+        args: dict[str, Any] = {"k": k, "pad": pad, "stride": _ints(f["stride"])}
+    elif kind in ("AdaptiveMaxPool", "AdaptiveMeanPool"):
+        args = {"out": _ints(f["out"])}
+    else:
+        args = {}
+    state: Any = () if c.era == "0.14" else c.struct_state(s, kind)
+    return Layer(kind, args), state
+
+
+def _dropout(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+    kind = _basename(s.type)
+    args: dict[str, Any] = {"p": _float(s.fields["p"])}
+    if kind == "Dropout":
+        dims = s.fields.get("dims")
+        args["dims"] = _ints(dims) if isinstance(dims, (int, np.integer, tuple)) and dims != () else None
+    return Layer(kind, args), c.struct_state(s, kind)
+
+
+_CELLS = {"RNNCell": "RNN", "LSTMCell": "LSTM", "GRUCell": "GRU", "GRUv3Cell": "GRUv3"}
+
+
+def _cell_layer(c: _Converter, cell: JuliaStruct, path: Path, recur: bool) -> tuple[Layer, Any]:
+    cell_kind = _basename(cell.type)
+    kind = _CELLS.get(cell_kind)
+    if kind is None:
+        raise c.error(f"unknown recurrent cell {cell.type}", path)
+    wi = _array_shape(cell, "Wi", path)
+    wh = _array_shape(cell, "Wh", path)
+    args: dict[str, Any] = {"in": wi[1], "out": wh[1]}
+    if kind == "RNN":
+        args["σ"] = c.activation_of(cell, "RNNCell", path)
+    if recur:
+        args["recur"] = True
+    state = c.struct_state(cell, cell_kind)
+    if "state0" in state:  # a tuple (h0, c0) for LSTM stays a tuple
+        state = state.replace(state0=c.state_value(cell.fields["state0"]))
+    return Layer(kind, args), state
+
+
+def _recur(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+    cell = s.fields["cell"]
+    if not isinstance(cell, JuliaStruct):
+        raise c.error("Recur without a cell", path)
+    layer, cell_state = _cell_layer(c, cell, (*path, "cell"), recur=True)
+    return layer, NamedTuple(cell=cell_state, state=c.state_value(s.fields.get("state")))
+
+
+def _rnn15(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+    cell = s.fields["cell"]
+    if not isinstance(cell, JuliaStruct):
+        raise c.error(f"{s.type} without a cell", path)
+    layer, cell_state = _cell_layer(c, cell, (*path, "cell"), recur=False)
+    return layer, NamedTuple(cell=cell_state)
+
+
+def _mha(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+    f = s.fields
+    projections = {}
+    for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+        proj = f[name]
+        if not isinstance(proj, JuliaStruct):
+            raise c.error(f"MultiHeadAttention.{name} is not a Dense", (*path, name))
+        projections[name] = (proj, _dense(c, proj, (*path, name)))
+    q, k, v, o = (projections[n][0] for n in ("q_proj", "k_proj", "v_proj", "out_proj"))
+    drop = f.get("attn_drop")
+    args = {
+        "q_in": _array_shape(q, "weight", path)[1],
+        "k_in": _array_shape(k, "weight", path)[1],
+        "v_in": _array_shape(v, "weight", path)[1],
+        "qk_dim": _array_shape(q, "weight", path)[0],
+        "v_dim": _array_shape(v, "weight", path)[0],
+        "out": _array_shape(o, "weight", path)[0],
+        "nheads": int(f["nheads"]),
+        "bias": _has_bias(q),
+        "dropout_prob": float(drop.fields["p"]) if isinstance(drop, JuliaStruct) else 0.0,
+    }
+    drop_state = _dropout(c, drop, (*path, "attn_drop"))[1] if isinstance(drop, JuliaStruct) else ()
+    state = NamedTuple(
+        [
+            ("nheads", int(f["nheads"])),
+            *((n, projections[n][1][1]) for n in ("q_proj", "k_proj", "v_proj")),
+            ("attn_drop", drop_state),
+            ("out_proj", projections["out_proj"][1][1]),
+        ]
+    )
+    return Layer("MultiHeadAttention", args), state
+
+
+def _connection_of(c: _Converter, s: JuliaStruct, param: int, path: Path) -> str:
+    value = s.fields.get("connection")
+    if value is None or not isinstance(value, Singleton):
+        params = s.type.params
+        if len(params) <= param:
+            raise c.error(f"{s.type} records no connection", path)
+        value = params[param]
+    return c.connection(value, (*path, "connection"))
+
+
+def _parallel(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+    kind = _basename(s.type)
+    connection = _connection_of(c, s, 0, path)
+    children, names, state = c.children(s.fields["layers"], (*path, "layers"))
+    return Layer(kind, {"connection": connection}, children, names), NamedTuple(connection=(), layers=state)
+
+
+def _skip(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+    connection = _connection_of(c, s, 1, path)
+    layer, state = c.convert(s.fields["layers"], (*path, "layers"))
+    return Layer("SkipConnection", {"connection": connection}, (layer,)), NamedTuple(
+        layers=state, connection=()
+    )
+
+
+def _maxout(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+    children, _, state = c.children(s.fields["layers"], (*path, "layers"))
+    return Layer("Maxout", children=children), NamedTuple(layers=state)
+
+
+_HANDLERS: dict[str, Callable[[_Converter, JuliaStruct, Path], tuple[Layer, Any]]] = {
+    "Chain": _chain,
+    "Dense": _dense,
+    "Conv": _conv,
+    "ConvTranspose": _conv,
+    "CrossCor": _conv,
+    "DepthwiseConv": _conv,
+    "BatchNorm": _norm,
+    "InstanceNorm": _norm,
+    "GroupNorm": _norm,
+    "LayerNorm": _layernorm,
+    "Scale": _scale,
+    "Bilinear": _bilinear,
+    "Embedding": _embedding,
+    "MaxPool": _pool,
+    "MeanPool": _pool,
+    "AdaptiveMaxPool": _pool,
+    "AdaptiveMeanPool": _pool,
+    "GlobalMaxPool": _pool,
+    "GlobalMeanPool": _pool,
+    "Dropout": _dropout,
+    "AlphaDropout": _dropout,
+    "Recur": _recur,
+    "RNN": _rnn15,
+    "LSTM": _rnn15,
+    "GRU": _rnn15,
+    "GRUv3": _rnn15,
+    "MultiHeadAttention": _mha,
+    "Parallel": _parallel,
+    "PairwiseFusion": _parallel,
+    "SkipConnection": _skip,
+    "Maxout": _maxout,
+}
+
+
+def _unwrap_tracked(value: Any) -> Any:
+    """Tracker-era files (Flux ≤ 0.9) wrap every parameter in a ``Tracker.TrackedArray``: keep ``data``."""
+    if isinstance(value, JuliaStruct):
+        if value.type.basename == "TrackedArray" and "data" in value.fields:
+            return value.fields["data"]
+        fields = {k: _unwrap_tracked(v) for k, v in value.fields.items()}
+        return JuliaStruct(value.type, fields, layout=value.layout)
+    if isinstance(value, tuple):
+        return tuple(_unwrap_tracked(v) for v in value)
+    if isinstance(value, NamedTuple):
+        return NamedTuple((k, _unwrap_tracked(v)) for k, v in value.items())
+    return value
+
+
+def from_whole_model(
+    model: Any, *, path: Sequence[PathSegment] = (), flux: str = "0.14"
+) -> tuple[Layer, Any]:
+    """A whole-model Flux value (as ``tx.load`` returns it) -> ``(Layer tree, Flux.state value tree)``.
+
+    ``flux`` is the era whose ``Flux.state`` conventions to follow for stateless layers (``"0.14"``:
+    pools are ``()``, as Functors 0.4 made them; ``"0.15"``: their fields). Whole-model files in the
+    wild come from Flux ≤ 0.14.
+
+    Raises:
+        ConversionError: a struct that is not a supported Flux layer, or an anonymous/unknown
+            function, named with its tree path.
+
+    Example:
+        >>> import numpy as np
+        >>> dense = JuliaStruct("Flux.Dense{NNlib.#relu,Array{Float32,2},Array{Float32,1}}",
+        ...                     {"weight": np.zeros((3, 2), np.float32), "bias": np.zeros(3, np.float32)})
+        >>> layer, state = from_whole_model(dense)
+        >>> layer.args["σ"], list(state)
+        ('relu', ['weight', 'bias', 'σ'])
+    """
+    model = _unwrap_tracked(model)
+    era = "0.14" if flux.startswith("0.1") and tuple(map(int, flux.split(".")[:2])) < (0, 15) else "0.15"
+    return _Converter(era).convert(model, tuple(path))
