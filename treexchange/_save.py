@@ -121,6 +121,7 @@ def save(
         if name in seen:
             raise ValueError(f"name {name!r} given twice")
         seen.add(name)
+    items = prepare_values(items)
     options = Compression.from_option(compress)
     note = default_producer() if producer is None else producer
     _check_producer(note)
@@ -136,6 +137,36 @@ def save(
         writer.close()
 
     atomic_write(path, write)
+
+
+def prepare_values(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """What ``save`` writes for each ``(name, value)``: the value as :func:`treexchange.to_julia`
+    makes it (one conversion, one rule for dicts), checked before anything touches the disk.
+
+    Refused with the tree path: cycles and names or strings without a UTF-8 form
+    (:class:`ConversionError`), trees deeper than ``Limits().max_depth``
+    (:class:`treexchange.LimitError`). A plain ``dict`` with ``str`` keys becomes a
+    ``NamedTuple``; a :class:`treexchange.JuliaDict` (what ``load`` returns for a Julia ``Dict``)
+    or a dict with other keys stays a ``Dict``.
+
+    Example:
+        >>> [(n, type(v).__name__) for n, v in prepare_values([("ps", {"weight": 1.0}), ("d", {1: 2})])]
+        [('ps', 'NamedTuple'), ('d', 'JuliaDict')]
+    """
+    from ._bridge._to_julia import convert_items
+
+    for name, _ in items:
+        _check_name(name)
+    return convert_items(items)
+
+
+def _check_name(name: str) -> None:
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConversionError(
+            f"name {name!r} holds a lone surrogate, which has no UTF-8 form", path=(name,)
+        ) from None
 
 
 def _check_producer(note: str) -> None:

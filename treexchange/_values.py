@@ -14,7 +14,7 @@ numbers                                numpy scalars of the exact dtype; ``Int12
 ``String`` / ``Symbol``                ``str`` / :class:`Symbol`
 ``nothing`` / ``missing``              ``None`` / :data:`MISSING`
 ``#undef`` (an unassigned reference)   :data:`UNDEF`
-``Dict``                               ``dict``
+``Dict``                               :class:`JuliaDict` (a ``dict`` that remembers it is a Dict)
 other structs                          :class:`JuliaStruct`
 primitive bits types (enums, ``Char``) :class:`JuliaBits`
 other zero-size values (functions)     :class:`Singleton`
@@ -143,6 +143,29 @@ class Symbol(str):
             return f":{text}"
         escaped = text.replace("\\", "\\\\").replace('"', '\\"')
         return f'Symbol("{escaped}")'
+
+
+class JuliaDict(dict):  # type: ignore[type-arg]
+    """A Julia ``Dict``: a ``dict`` that remembers it is one, so that it is written back as a
+    ``Dict`` (``treexchange.save`` writes a *plain* ``dict`` with ``str`` keys as a
+    ``NamedTuple``, the form Lux and Flux states use; see docs/writing.md).
+
+    ``load`` returns every Julia ``Dict`` as a ``JuliaDict``. It compares equal to a plain ``dict``
+    with the same items (it *is* one), and JAX sees it as a pytree node in insertion order.
+
+    Example:
+        >>> d = JuliaDict({"lr": 0.1, "epochs": 3})
+        >>> isinstance(d, dict), d == {"lr": 0.1, "epochs": 3}, d
+        (True, True, JuliaDict({'lr': 0.1, 'epochs': 3}))
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"JuliaDict({dict.__repr__(self)})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (JuliaDict, (dict(self),))
 
 
 class _Sentinel:
@@ -483,6 +506,20 @@ def _register_with_jax(jax_tree_util: ModuleType) -> None:
             return JuliaArray(eltype, data.reshape(shape, order="F"))
 
         jax_tree_util.register_pytree_node(JuliaArray, arr_flatten, arr_unflatten)
+
+        # Insertion order (a Julia Dict's keys may not be sortable: Symbols and Ints mixed).
+        def jd_flatten_with_keys(d: JuliaDict) -> tuple[Any, Any]:
+            keys = tuple(d)
+            return [(dict_key(k), d[k]) for k in keys], keys
+
+        def jd_flatten(d: JuliaDict) -> tuple[Any, Any]:
+            keys = tuple(d)
+            return [d[k] for k in keys], keys
+
+        def jd_unflatten(keys: tuple[Any, ...], children: Iterable[Any]) -> JuliaDict:
+            return JuliaDict(zip(keys, children))
+
+        jax_tree_util.register_pytree_with_keys(JuliaDict, jd_flatten_with_keys, jd_unflatten, jd_flatten)
         _registered = True
 
 

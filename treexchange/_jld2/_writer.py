@@ -21,13 +21,17 @@ import math
 import struct
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
-from .._errors import ConversionError, PathSegment, TreexchangeError, UnsupportedError
+from .._errors import ConversionError, LimitError, PathSegment, TreexchangeError, UnsupportedError
+from .._hdf5._datatype import MAX_TYPE_NESTING
 from .._hdf5._model import H5Type
 from .._juliatype import JuliaType
+from .._limits import DEFAULT_LIMITS
+from .._recursion import stack_for_depth
 from .._values import UNDEF, JuliaArray, JuliaBits, JuliaStruct, NamedTuple as JlNamedTuple, Singleton, Symbol
 from . import _encode_hdf5 as enc
 from ._writer_arrays import (
@@ -199,12 +203,20 @@ class JLD2Writer:
         group, leaf = self._pathize(name)
         path: tuple[PathSegment, ...] = (name,)
         try:
-            jt = self.types.of_value(value, path)
-            offset = self.write_dataset(value, jt, self.wsession, path)
+            with stack_for_depth(DEFAULT_LIMITS.max_depth):
+                jt = self.types.of_value(value, path)
+                offset = self.write_dataset(value, jt, self.wsession, path)
         except TreexchangeError as err:
             raise err.with_context(path=path) from None
         except RecursionError:
-            raise ConversionError("value nested too deeply to write", path=path) from None
+            raise LimitError(
+                "value nested too deeply to write (save checks Limits().max_depth first)", path=path
+            ) from None
+        except UnicodeEncodeError as err:
+            raise ConversionError(
+                f"text with a lone surrogate ({err.object[err.start : err.end]!r}) has no UTF-8 form",
+                path=path,
+            ) from None
         group.links[leaf] = offset
 
     def create_group(self, name: str) -> None:
@@ -413,6 +425,13 @@ class JLD2Writer:
             field_types.append(type_offset)
             members.append((name, dtype))
         compound = enc.compound_type(members)
+        if _type_chain(compound) > MAX_TYPE_NESTING + 1:
+            # The reader (and libhdf5-based tools) stop at this nesting: never write what
+            # treexchange cannot read back.
+            raise LimitError(
+                f"struct {readas.key[:80]} nests inline types deeper than {MAX_TYPE_NESTING} levels, "
+                "the most treexchange reads back"
+            )
         if compound.size == 0:
             raise UnsupportedError(f"struct {readas.key} has no stored fields but is not a ghost")
         if not nondefault:
@@ -1080,6 +1099,15 @@ class _PairValue:
     first: Any
     second: Any
     jt: JT
+
+
+@lru_cache(maxsize=4096)
+def _type_chain(t: H5Type) -> int:
+    """Datatypes on the longest chain from ``t`` down to a leaf type (a plain number: 1)."""
+    inner = [m.type for m in t.members]
+    if t.base is not None:
+        inner.append(t.base)
+    return 1 + max(map(_type_chain, inner), default=0)
 
 
 def _julia_shape(value: Any) -> tuple[int, ...]:
