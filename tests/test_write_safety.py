@@ -100,7 +100,9 @@ def _chain(kind: str, levels: int) -> Any:
     """``levels`` values nested in each other, the innermost a Float64."""
     v: Any = np.float64(1.5)
     for _ in range(levels - 1):
-        v = [v] if kind == "list" else JuliaDict({"a": v}) if kind == "dict" else (v, np.int8(0))
+        # Dict{String,Any} (the "n" entry makes the value type Any): a Dict{String,Dict{...}} 512
+        # levels deep would have a 512-level type, written again for every level, as JLD2 does.
+        v = [v] if kind == "list" else JuliaDict(a=v, n=0) if kind == "dict" else (v, np.int8(0))
     return v
 
 

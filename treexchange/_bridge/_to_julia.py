@@ -60,6 +60,7 @@ def to_julia(
     Python                                       Julia
     ===========================================  ==============================================
     ``dict`` (str keys), :class:`NamedTuple`     ``NamedTuple`` in the mapping's own order
+    :class:`JuliaDict`, dict with other keys     ``Dict{K,V}`` (a :class:`JuliaDict`)
     namedtuple, dataclass, Equinox module        ``NamedTuple`` of all its fields, in order
     ``tuple`` / ``list``                         ``Tuple`` / ``Vector{Any}`` (``Tuple`` if
                                                  ``lists="tuple"``, as Flux's ``Chain.layers``)

@@ -333,6 +333,7 @@ class TypeFactory:
         self._by_type: dict[JuliaType, JT] = {}
         self._by_class: dict[type, JT] = {}
         self._by_parts: dict[tuple[Any, ...], JT] = {}
+        self._by_id: dict[int, tuple[Any, JT]] = {}  # the value is kept: its id stays unique
         self.ANY = self._intern(JT(Cat.ANY, "Core.Any"))
         self.STRING = self._intern(JT(Cat.STRING, "Core.String", mutable=True))
         self.SYMBOL = self._intern(JT(Cat.SYMBOL, "Core.Symbol", mutable=True))
@@ -550,7 +551,12 @@ class TypeFactory:
         if isinstance(value, JuliaArray):
             return self.array_of(self._array_eltype(value, path), len(value.shape))
         if isinstance(value, dict):
-            return self._dict_type(value, path)
+            # Memoized per object: a Dict's type needs its values' types, and nested Dicts would
+            # otherwise be typed again at every level above them (quadratic in the depth).
+            memo = self._by_id.get(id(value))
+            if memo is None:
+                memo = self._by_id[id(value)] = (value, self._dict_type(value, path))
+            return memo[1]
         if isinstance(value, JuliaStruct):
             return self._struct_type(value, path)
         if isinstance(value, np.ndarray):
