@@ -142,6 +142,7 @@ def save(
 
     def write(f: BinaryIO) -> None:
         writer = JLD2Writer(f, compress=options, producer=note, root_attributes=attrs)
+        writer.prepare(items)  # every struct's layout known before the first type is committed
         for name, value in items:
             writer.write(name, value)
         writer.close()
@@ -265,8 +266,17 @@ def _group_nodes(roots: Mapping[str, Any], groups: Groups) -> dict[str, Any]:
     return out
 
 
-def atomic_write(path: PathLike, write: Callable[[BinaryIO], None]) -> None:
+def atomic_write(
+    path: PathLike,
+    write: Callable[[BinaryIO], None],
+    *,
+    check: Callable[[str], None] | None = None,
+) -> None:
     """Run ``write(f)`` on a temporary file beside ``path``, then atomically replace ``path``.
+
+    ``check``, if given, is called with the temporary file's path once it is complete and
+    closed, before the rename; an exception from it leaves ``path`` untouched (``convert`` reads
+    its output back there).
 
     Sequence: remove stale temporary files of killed saves (:func:`remove_stale_temporaries`),
     create ``.<name>.txtmp<pid>-<random>.tmp`` (``<name>`` cut to 200 bytes, so any legal file
@@ -313,8 +323,10 @@ def atomic_write(path: PathLike, write: Callable[[BinaryIO], None]) -> None:
         f.flush()
         _set_mode(f, tmp, _final_mode(target))
         os.fsync(f.fileno())
-        written = os.fstat(f.fileno())
         f.close()
+        if check is not None:
+            check(tmp)  # raises to keep the target untouched
+        written = os.stat(tmp)
         os.replace(tmp, target)
         _fsync_directory(directory)
     except BaseException as err:

@@ -26,6 +26,7 @@ registered as pytree nodes the moment ``jax`` is imported (or at once if it alre
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import sys
@@ -36,7 +37,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ._juliatype import JuliaType
+from ._juliatype import JuliaType, _render_param, _short
 
 
 class NamedTuple(Mapping[str, Any]):
@@ -226,6 +227,55 @@ UNDEF = Undef()
 """An undefined reference (Julia's ``#undef``)."""
 
 
+_NTUPLE_EXPAND_MAX = 64
+"""``NTuple{N,T}`` is compared as ``Tuple{T,...}`` up to this N (longer ones as written)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def canonical_type(t: JuliaType) -> str:
+    """One spelling per Julia type, for comparing values: module prefixes Julia prints without
+    (``Core.``, ``Base.``) dropped and ``NTuple{N,T}`` spelled ``Tuple{T,...}``, so a type read
+    from a Julia 1.6 file (``Core.Tuple{Core.Int64}``) and the same type written by treexchange
+    (``Tuple{Int64}``) compare equal. The stored spelling stays in the ``JuliaType`` itself
+    (byte identity needs it); only comparison uses this one.
+
+    Example:
+        >>> canonical_type(JuliaType.parse("Core.Tuple{Core.Int64,Core.Int64}"))
+        'Tuple{Int64,Int64}'
+        >>> canonical_type(JuliaType.parse("NTuple{2, Int64}"))
+        'Tuple{Int64,Int64}'
+    """
+    name = _short(t.name)
+    params: list[Any] = list(t.params)
+    if name == "NTuple" and len(params) == 2 and isinstance(params[0], (int, np.integer)):
+        n = int(params[0])
+        if 0 <= n <= _NTUPLE_EXPAND_MAX:
+            name, params = "Tuple", [params[1]] * n
+    if not params:
+        return name
+    return name + "{" + ",".join(_canonical_param(p) for p in params) + "}"
+
+
+def _canonical_param(p: Any) -> str:
+    if isinstance(p, JuliaType):
+        return canonical_type(p)
+    if isinstance(p, tuple):
+        return "(" + ",".join(_canonical_param(x) for x in p) + ",)"
+    return _render_param(p, short=True, sep=",")
+
+
+def same_type(a: JuliaType, b: JuliaType) -> bool:
+    """Whether two :class:`JuliaType` name the same Julia type (see :func:`canonical_type`).
+
+    Example:
+        >>> same_type(JuliaType.parse("Core.Tuple{Core.Int64}"), JuliaType.parse("Tuple{Int64}"))
+        True
+        >>> same_type(JuliaType.parse("Main.Foo"), JuliaType.parse("Other.Foo"))
+        False
+    """
+    return a == b or canonical_type(a) == canonical_type(b)
+
+
 def _as_type(type_: JuliaType | str) -> JuliaType:
     return type_ if isinstance(type_, JuliaType) else JuliaType.parse(type_)
 
@@ -247,10 +297,10 @@ class Singleton:
         self.type = _as_type(type_)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Singleton) and self.type == other.type
+        return isinstance(other, Singleton) and same_type(self.type, other.type)
 
     def __hash__(self) -> int:
-        return hash(("Singleton", self.type))
+        return hash(("Singleton", canonical_type(self.type)))
 
     def __repr__(self) -> str:
         return f"Singleton({self.type.qualified()!r})"
@@ -289,7 +339,7 @@ class JuliaStruct:
         if not isinstance(other, JuliaStruct):
             return NotImplemented
         return (
-            self.type == other.type
+            same_type(self.type, other.type)
             and list(self.fields) == list(other.fields)
             and all(_values_equal(v, other.fields[k]) for k, v in self.fields.items())
         )
@@ -321,10 +371,10 @@ class JuliaBits:
         return int.from_bytes(self.data, "little", signed=True)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, JuliaBits) and (self.type, self.data) == (other.type, other.data)
+        return isinstance(other, JuliaBits) and self.data == other.data and same_type(self.type, other.type)
 
     def __hash__(self) -> int:
-        return hash((self.type, self.data))
+        return hash((canonical_type(self.type), self.data))
 
     def __repr__(self) -> str:
         return f"JuliaBits({str(self.type)!r}, {self.data!r})"
@@ -387,7 +437,7 @@ class JuliaArray:
         if not isinstance(other, JuliaArray):
             return NotImplemented
         return (
-            self.eltype == other.eltype
+            same_type(self.eltype, other.eltype)
             and self.shape == other.shape
             and all(_values_equal(a, b) for a, b in zip(self, other))
         )

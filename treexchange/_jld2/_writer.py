@@ -26,7 +26,14 @@ from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
-from .._errors import ConversionError, LimitError, PathSegment, TreexchangeError, UnsupportedError
+from .._errors import (
+    ConversionError,
+    LimitError,
+    PathSegment,
+    TreexchangeError,
+    UnsupportedError,
+    WriteError,
+)
 from .._hdf5._datatype import MAX_TYPE_NESTING
 from .._hdf5._model import H5Type
 from .._juliatype import JuliaType
@@ -193,6 +200,7 @@ class JLD2Writer:
         self.datatype_wsession: dict[Hashable, int] = {}
         self._keepalive: list[Any] = []
         self._inline_sizes: dict[str, int] = {}
+        self._prepared: dict[int, Any] = {}  # id -> object typed by prepare (kept: ids stay unique)
         self._closed = False
 
     # ================================================================================ public
@@ -204,6 +212,7 @@ class JLD2Writer:
         path: tuple[PathSegment, ...] = (name,)
         try:
             with stack_for_depth(DEFAULT_LIMITS.max_depth):
+                self.prepare([(name, value)])
                 jt = self.types.of_value(value, path)
                 offset = self.write_dataset(value, jt, self.wsession, path)
         except TreexchangeError as err:
@@ -218,6 +227,45 @@ class JLD2Writer:
                 path=path,
             ) from None
         group.links[leaf] = offset
+
+    def prepare(self, items: Sequence[tuple[str, Any]]) -> None:
+        """Learn the Julia type of every struct and bits value in ``items`` before anything is
+        written, so that no type is laid out while known by name only (from a type parameter
+        such as ``Space{Tuple{Sector,Sector}}``) when a value shows its layout later: committed
+        types then follow JLD2's layout. Call it with every value of the file first (``save`` and
+        ``convert`` do); :meth:`write` calls it for its own value. Visits each object once."""
+        seen = self._prepared
+        for name, value in items:
+            todo: list[tuple[Any, tuple[PathSegment, ...]]] = [(value, (name,))]
+            while todo:
+                v, path = todo.pop()
+                if isinstance(v, (str, np.ndarray, np.generic, int, float)) or v is None:
+                    continue
+                if id(v) in seen:
+                    continue
+                seen[id(v)] = v
+                if isinstance(v, JuliaStruct):
+                    todo.extend((f, (*path, k)) for k, f in v.fields.items())
+                    self._type_for_layout(v, path)
+                elif isinstance(v, JuliaArray):
+                    todo.extend((x, (*path, i)) for i, x in enumerate(v.data.ravel(order="F"), 1))
+                    self._type_for_layout(v, path)
+                elif isinstance(v, JuliaBits):
+                    self._type_for_layout(v, path)
+                elif isinstance(v, JlNamedTuple):
+                    todo.extend((x, (*path, k)) for k, x in v.items())
+                elif isinstance(v, (list, tuple)):
+                    todo.extend((x, (*path, i)) for i, x in enumerate(v, 1))
+                elif isinstance(v, dict):
+                    for k, x in v.items():
+                        todo.append((k, path))
+                        todo.append((x, (*path, str(k))))
+
+    def _type_for_layout(self, value: Any, path: tuple[PathSegment, ...]) -> None:
+        try:
+            self.types.of_value(value, path)
+        except TreexchangeError:
+            pass  # reported with its path when the value itself is written
 
     def create_group(self, name: str) -> None:
         """An empty group ``name`` (JLD2's ``Group(f, name)``), intermediate groups included."""
@@ -471,39 +519,36 @@ class JLD2Writer:
         """JLD2's ``h5fieldtype``: the HDF5 type of a field declared ``r`` (written as ``w``);
         ``None`` for ghosts; a :class:`Committed` when the type is committed."""
         cat = w.cat
-        if cat is Cat.STRING:
-            if r is w:
-                return enc.VLEN_UTF8
-            return self.lookup(r) or self.commit(enc.VLEN_UTF8, w, r)
-        if cat is Cat.SYMBOL:
-            return self.lookup(r) or self.commit(enc.VLEN_UTF8, w, r)
-        if cat is Cat.PRIM:
-            assert w.h5 is not None
-            if r is w:
-                return w.h5
-            return self.lookup(r) or self.commit(w.h5, w, r)
         if cat is Cat.ARRAY:
             if r is w:
                 return enc.REFERENCE
             return self.lookup(r) or self.commit(enc.REFERENCE, w, r)
-        if cat is Cat.DATATYPE:
-            return self.bootstrap()
-        if cat is Cat.ANY or cat is Cat.UNION:
-            return enc.REFERENCE
-        if cat is Cat.OTHER:
-            # Known only by name, its layout unknown: stored as a reference (field_kind agrees).
-            # As a type *parameter*, refs_from_types still reuses a commit made under its name.
-            return enc.REFERENCE
-        if not w.hasfielddata:
+        # The one storage decision for this type (field_kind): the datatype written here is the
+        # one every encoded value follows, by construction.
+        kind = self.field_kind(w, initialized)
+        if kind == "none":
             return None
-        if (w.isbits or (initialized and not w.mutable)) and w.sizeof <= MAX_INLINE_SIZE:
-            found = self.lookup(w)
-            if found is not None:
-                return found
-            if cat is Cat.BITS:
-                return self.commit(enc.opaque_type(w.nbytes), w, r)
-            return self.commit_compound(w, r)
-        return enc.REFERENCE
+        if kind == "ref":
+            # Abstract types, unions, types known only by name, mutable or large structs.
+            return enc.REFERENCE
+        if kind == "datatype":
+            return self.bootstrap()
+        if kind == "vlen":
+            if cat is Cat.STRING and r is w:
+                return enc.VLEN_UTF8
+            return self.lookup(r) or self.commit(enc.VLEN_UTF8, w, r)
+        if cat is Cat.PRIM:
+            if w.h5 is None:
+                raise WriteError(f"number type {w.key} has no HDF5 type")
+            if r is w:
+                return w.h5
+            return self.lookup(r) or self.commit(w.h5, w, r)
+        found = self.lookup(w)
+        if found is not None:
+            return found
+        if cat is Cat.BITS:
+            return self.commit(enc.opaque_type(w.nbytes), w, r)
+        return self.commit_compound(w, r)
 
     def h5type(self, jt: JT) -> H5Type | Committed:
         """JLD2's ``h5type`` for a stand-alone (dataset) value of type ``jt``."""
@@ -544,7 +589,23 @@ class JLD2Writer:
     # ================================================================================ ODR
     def field_kind(self, w: JT, initialized: bool) -> str:
         """JLD2's ``fieldodr`` for a field written as ``w``: ``none`` (ghost), ``inline``,
-        ``ref`` (8-byte reference), ``vlen`` (16-byte vlen string) or ``datatype`` (32 bytes)."""
+        ``ref`` (8-byte reference), ``vlen`` (16-byte vlen string) or ``datatype`` (32 bytes).
+
+        Decided once per type and kept (``JT._kind_init`` / ``_kind_uninit``): a type known by
+        name only is stored as a reference, and stays so for this file even once a value shows
+        its layout, so headers, committed types and encoded bytes always agree."""
+        frozen = w._kind_init if initialized else w._kind_uninit
+        if frozen is not None:
+            return frozen
+        kind = self._decide_kind(w, initialized)
+        if initialized:
+            w._kind_init = kind
+        else:
+            w._kind_uninit = kind
+        return kind
+
+    @staticmethod
+    def _decide_kind(w: JT, initialized: bool) -> str:
         cat = w.cat
         if cat in (Cat.STRING, Cat.SYMBOL):
             return "vlen"

@@ -93,6 +93,8 @@ class JT:
         "_align",
         "_hasdata",
         "_isbits",
+        "_kind_init",
+        "_kind_uninit",
         "_size",
         "_writeas",
         "cat",
@@ -148,6 +150,11 @@ class JT:
         self._isbits: bool | None = None
         self._size: int | None = None
         self._align: int = 1
+        # How a field (initialized) / array element (not) of this type is stored, decided once by
+        # the writer (JLD2Writer.field_kind) and never changed: every later header, committed
+        # compound and encoded value of this type follows the first decision.
+        self._kind_init: str | None = None
+        self._kind_uninit: str | None = None
 
     def __repr__(self) -> str:
         return f"JT({self.key})"
@@ -354,8 +361,16 @@ class TypeFactory:
             if found.cat is Cat.OTHER and jt.cat is not Cat.OTHER:
                 # A type first met by name only (a type parameter) whose value we now have:
                 # upgrade the placeholder in place so every holder of it sees the real type.
+                # A storage decision already taken (a reference, as for every type known by
+                # name only) stays: data already laid out follows it, so must all later data.
                 for slot in JT.__slots__:
+                    if slot in ("_kind_init", "_kind_uninit") and getattr(found, slot) is not None:
+                        continue
                     setattr(found, slot, getattr(jt, slot))
+                # Types built around the placeholder (a Tuple{Inner,Inner} from a type parameter)
+                # cached facts about it (isbits, size): let them be worked out again.
+                for other in self._cache.values():
+                    other._isbits = other._hasdata = other._size = None
             return found
         self._cache[jt.key] = jt
         return jt
@@ -612,10 +627,13 @@ class TypeFactory:
             return union  # an array of references, its julia_type a Core.Union dataset
         jt = self.of_type(value.eltype)
         if jt.cat is Cat.OTHER:
-            # A struct element type known only by name: take its layout from an element.
-            for item in value.data.ravel(order="F"):
+            # An element type known only by name (a struct, an @enum): take its layout from an
+            # element, before anything is laid out with it.
+            for i, item in enumerate(value.data.ravel(order="F"), 1):
                 if isinstance(item, JuliaStruct) and item.type == value.eltype:
-                    return self._struct_type(item, path)
+                    return self._struct_type(item, (*path, i))
+                if isinstance(item, JuliaBits) and item.type == value.eltype and item.data:
+                    return self.bits(item.type, len(item.data))
         return jt
 
     def _inline_union(self, union: JuliaType, path: tuple[PathSegment, ...]) -> JT:
