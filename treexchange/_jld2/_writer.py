@@ -22,7 +22,7 @@ import struct
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple, TypeVar
 
 import numpy as np
 
@@ -89,7 +89,7 @@ class _Attr:
     def message(self) -> bytes:
         data = self.encode()
         if len(data) != self.nbytes:
-            raise AssertionError(f"attribute {self.name}: {len(data)} bytes, expected {self.nbytes}")
+            raise WriteError(f"attribute {self.name}: {len(data)} bytes, expected {self.nbytes}")
         dtype = self.dtype.offset if isinstance(self.dtype, Committed) else self.dtype
         return enc.attribute_message(self.name, dtype, self.space_kind, self.dims, data)
 
@@ -439,7 +439,7 @@ class JLD2Writer:
         parts += [a.message() for a in attrs]
         header = enc.object_header(b"".join(parts))
         if len(header) != size:
-            raise AssertionError("committed datatype header size mismatch")
+            raise WriteError("committed datatype header size mismatch")
         self.sink.put(offset, header)
 
     def _datatype_attr(self, name: str, t: JT, *, dtype: Committed) -> _Attr:
@@ -555,22 +555,14 @@ class JLD2Writer:
         w = jt.writeas
         if w.cat is Cat.ARRAY:
             if w is not jt:
-                result = self.h5fieldtype(w, jt, True)
-                assert result is not None
-                return result
-            e = jt.eltype
-            assert e is not None
+                return _stored(self.h5fieldtype(w, jt, True), jt)
+            e = _eltype(jt)
             if not e.writeas.hasfielddata:
                 return self._h5type_generic(e)
-            result = self.h5fieldtype(e.writeas, e, False)
-            assert result is not None
-            return result
-        if w.cat in (Cat.SYMBOL, Cat.PRIM, Cat.DATATYPE):
-            result = self.h5fieldtype(w, jt, True)
-            assert result is not None
-            return result
-        if w.cat is Cat.STRING:
-            raise AssertionError("top-level strings are handled by the caller")
+            return _stored(self.h5fieldtype(e.writeas, e, False), e)
+        if w.cat in (Cat.SYMBOL, Cat.PRIM, Cat.DATATYPE, Cat.STRING):
+            # (A top-level String is a fixed-length string dataset: write_dataset does it.)
+            return _stored(self.h5fieldtype(w, jt, True), jt)
         return self._h5type_generic(jt)
 
     def _h5type_generic(self, jt: JT) -> Committed:
@@ -668,10 +660,10 @@ class JLD2Writer:
                 return found
         w = jt.writeas
         if w.cat is Cat.STRING and w is jt:
-            raw = value.encode("utf-8")
+            raw = _utf8(value, path)
             space = _Space(enc.DS_SCALAR, (), [])
             return self._write_object(
-                space, enc.fixed_string_type(len(raw)), _Data(len(raw), encode=lambda: raw), ws, tk
+                space, enc.fixed_string_type(len(raw)), _Data(len(raw), encode=lambda: raw), ws, tk, path
             )
         if jt.cat is Cat.ARRAY:
             return self._write_array(value, jt, ws, tk, path)
@@ -680,12 +672,12 @@ class JLD2Writer:
         # odr(T): ghost -> nothing (null dataspace); else the packed representation.
         if not w.hasdata:
             dtype = self.h5type(jt)
-            return self._write_object(_Space(enc.DS_NULL, (), []), dtype, _NO_DATA, ws, tk)
+            return self._write_object(_Space(enc.DS_NULL, (), []), dtype, _NO_DATA, ws, tk, path)
         size = self.inline_size(w) if w.cat in (Cat.PRIM, Cat.BITS, Cat.STRUCT) else self.field_size(w, True)
         space = _Space(enc.DS_SCALAR, (), [])
         dtype = self.h5type(jt)
         return self._write_object(
-            space, dtype, _Data(size, encode=lambda: self.encode_value(w, value, ws, path)), ws, tk
+            space, dtype, _Data(size, encode=lambda: self.encode_value(w, value, ws, path)), ws, tk, path
         )
 
     def _write_custom(
@@ -701,18 +693,19 @@ class JLD2Writer:
             def encode() -> bytes:
                 return _ref(self._write_converted_vector(converted, vec_jt, ws, path))
 
-            return self._write_object(_Space(enc.DS_SCALAR, (), []), dtype, _Data(8, encode=encode), ws, tk)
+            return self._write_object(
+                _Space(enc.DS_SCALAR, (), []), dtype, _Data(8, encode=encode), ws, tk, path
+            )
         if jt.cat is Cat.DICT:
             dtype = self.h5type(jt)
             data = _Data(8, encode=lambda: _ref(self._write_kvvec(value, jt, ws, path)))
-            return self._write_object(_Space(enc.DS_SCALAR, (), []), dtype, data, ws, tk)
+            return self._write_object(_Space(enc.DS_SCALAR, (), []), dtype, data, ws, tk, path)
         raise UnsupportedError(f"custom serialization of {jt.key} is not supported")
 
     def _write_converted_vector(
         self, items: list[Any], vec_jt: JT, ws: dict[Hashable, int], path: tuple[PathSegment, ...]
     ) -> int:
-        e = vec_jt.eltype
-        assert e is not None
+        e = _eltype(vec_jt)
         if e.cat is Cat.PRIM and e.dtype is not None:
             arr = _numeric_vector(items, e)
             return self._write_array(arr, vec_jt, ws, None, path)
@@ -734,8 +727,7 @@ class JLD2Writer:
     def _write_array(
         self, value: Any, jt: JT, ws: dict[Hashable, int], tk: Hashable | None, path: tuple[PathSegment, ...]
     ) -> int:
-        e = jt.eltype
-        assert e is not None
+        e = _eltype(jt)
         ew = e.writeas
         shape = _julia_shape(value)
         ndims = len(shape)
@@ -783,14 +775,23 @@ class JLD2Writer:
                 raise ConversionError(f"array element size {arr.dtype.itemsize} != {elsize}", path=path)
             chunkable = self.compress is not None and datasz > 0
             return self._write_object(
-                space, dtype, _Data(datasz, array=arr, is_array=True, chunkable=chunkable), ws, tk
+                space, dtype, _Data(datasz, array=arr, is_array=True, chunkable=chunkable), ws, tk, path
             )
         items = _array_items(value)
 
         def encode() -> bytes:
-            return b"".join(
-                self.encode_field(e, item, False, ws, (*path, i)) for i, item in enumerate(items, 1)
-            )
+            parts = []
+            for i, item in enumerate(items, 1):
+                raw = self.encode_field(e, item, False, ws, (*path, i))
+                if len(raw) != elsize:
+                    # Never written: the datatype above says every element takes elsize bytes.
+                    raise WriteError(
+                        f"element encodes to {len(raw)} bytes, its element type {e.key[:80]} "
+                        f"takes {elsize} ({kind})",
+                        path=(*path, i),
+                    )
+                parts.append(raw)
+            return b"".join(parts)
 
         chunkable = self.compress is not None and datasz > 0 and e.isbits and kind == "inline"
         if chunkable:
@@ -801,8 +802,8 @@ class JLD2Writer:
             raw = encode()
             arr = np.frombuffer(raw, dtype=np.dtype(f"V{elsize}")).reshape(shape, order="F")
             data = _Data(datasz, array=arr, is_array=True, chunkable=True)
-            return self._write_object(space, dtype, data, ws, tk)
-        return self._write_object(space, dtype, _Data(datasz, encode=encode, is_array=True), ws, tk)
+            return self._write_object(space, dtype, data, ws, tk, path)
+        return self._write_object(space, dtype, _Data(datasz, encode=encode, is_array=True), ws, tk, path)
 
     # --- the dataset header -----------------------------------------------------------------------
     def _write_object(
@@ -812,6 +813,7 @@ class JLD2Writer:
         data: _Data,
         ws: dict[Hashable, int],
         tk: Hashable | None,
+        path: tuple[PathSegment, ...] = (),
     ) -> int:
         """The second ``write_dataset`` method of JLD2: header, layout choice, data."""
         datasz, array = data.size, data.array
@@ -823,12 +825,12 @@ class JLD2Writer:
             layout = "compact"
             psz += 4 + 4 + datasz
         elif data.chunkable:
-            assert array is not None and self.compress is not None
+            array, compress = _need(array, "array"), _need(self.compress, "compression")
             itemsize = datasz // max(space.numel, 1)
             shape = array.shape if array.ndim else (1,)
-            chunk = plan_chunk(tuple(shape), itemsize, self.compress.chunk_bytes)
+            chunk = plan_chunk(tuple(shape), itemsize, compress.chunk_bytes)
             chunk_h5 = (*reversed(chunk), itemsize)
-            pipeline = enc.filter_pipeline(self.compress.filters(itemsize))
+            pipeline = enc.filter_pipeline(compress.filters(itemsize))
             psz += len(pipeline)
             # One chunk: JLD2's own single-chunk layout (v4) with libhdf5's dimension width;
             # JLD2 reads widths of 1, 2, 4 or 8 bytes only, else use the B-tree layout (v3).
@@ -858,19 +860,17 @@ class JLD2Writer:
         if layout == "compact":
             raw = b"" if datasz == 0 else data.materialize()
             if len(raw) != datasz:
-                raise AssertionError(f"compact data is {len(raw)} bytes, expected {datasz}")
+                raise WriteError(f"compact data is {len(raw)} bytes, its datatype takes {datasz}", path=path)
             head.append(enc.layout_compact(raw))
         elif layout == "single":
-            assert array is not None and self.compress is not None
-            (c,) = compressed_chunks(array, chunk, self.compress)
+            (c,) = compressed_chunks(_need(array, "array"), chunk, _need(self.compress, "compression"))
             address = self.end  # right after the header, as JLD2 places it
             self.sink.put_large(address, c.data)
             self.end += len(c.data)
             head.append(pipeline)
             head.append(enc.layout_single_chunk(chunk_h5, len(c.data), address - BASE))
         elif layout == "chunked":
-            assert array is not None and self.compress is not None
-            btree = self._write_chunks(array, chunk, chunk_h5)
+            btree = self._write_chunks(_need(array, "array"), chunk, chunk_h5)
             head.append(pipeline)
             head.append(enc.layout_chunked_v3(btree, chunk_h5))
         else:
@@ -884,12 +884,16 @@ class JLD2Writer:
                     pos += len(piece)
                     del piece  # the generator makes the next block only after this is freed
                 if pos != data_address + datasz:
-                    raise AssertionError("array payload size mismatch")
+                    raise WriteError(
+                        f"array payload is {pos - data_address} bytes, its datatype takes {datasz}", path=path
+                    )
             else:
                 # Small payloads join the buffered metadata (one write for many small arrays).
                 raw = data.materialize()
                 if len(raw) != datasz:
-                    raise AssertionError(f"contiguous data is {len(raw)} bytes, expected {datasz}")
+                    raise WriteError(
+                        f"contiguous data is {len(raw)} bytes, its datatype takes {datasz}", path=path
+                    )
                 if datasz > SMALL_PAYLOAD:
                     self.sink.put_large(data_address, raw)
                 else:
@@ -897,17 +901,17 @@ class JLD2Writer:
         head.append(enc.CONTINUATION_PLACEHOLDER)
         header = enc.object_header(b"".join(head))
         if len(header) != enc.object_header_size(psz):
-            raise AssertionError("object header size mismatch")
+            raise WriteError("object header size mismatch", path=path)
         self.sink.put(header_offset, header)
         return rel
 
     def _write_chunks(self, arr: np.ndarray, chunk: tuple[int, ...], chunk_h5: tuple[int, ...]) -> int:
         """Compressed chunks, then the v1 B-tree indexing them; returns the B-tree's address."""
-        assert self.compress is not None
+        compress = _need(self.compress, "compression")
         nd1 = len(chunk_h5)
         records: list[tuple[tuple[int, int, tuple[int, ...]], int]] = []
         pos = _align8(self.end)
-        for c in compressed_chunks(arr, chunk, self.compress):
+        for c in compressed_chunks(arr, chunk, compress):
             self.sink.put_large(pos, c.data)
             records.append(((len(c.data), 0, c.offsets), pos - BASE))
             pos += len(c.data)
@@ -962,7 +966,7 @@ class JLD2Writer:
                     f"found {type(value).__name__}",
                     path=path,
                 )
-            return self.store_vlen(value.encode("utf-8"))
+            return self.store_vlen(_utf8(value, path))
         if kind == "datatype":
             return self.encode_datatype_value(self._as_type(value, path), ws)
         return self.encode_value(w, value, ws, path)
@@ -1193,13 +1197,42 @@ def _array_items(value: Any) -> list[Any]:
 
 
 def _array_bytes(array: np.ndarray | None) -> bytes:
-    assert array is not None
-    return b"".join(bytes(p) for p in column_major_pieces(array))
+    return b"".join(bytes(p) for p in column_major_pieces(_need(array, "array")))
 
 
 def _numeric_vector(items: list[Any], e: JT) -> np.ndarray:
-    assert e.dtype is not None
-    return np.asarray(items, dtype=e.dtype)
+    return np.asarray(items, dtype=_need(e.dtype, f"numpy dtype of {e.key}"))
+
+
+def _utf8(text: str, path: tuple[PathSegment, ...]) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        bad = text[err.start : err.end].encode("unicode_escape").decode("ascii")
+        raise ConversionError(
+            f"text holds {bad}, a lone surrogate, which has no UTF-8 form", path=path
+        ) from None
+
+
+_T = TypeVar("_T")
+
+
+def _need(value: _T | None, what: str) -> _T:
+    """``value``, which the writer's own logic guarantees; a :class:`WriteError` if it is not."""
+    if value is None:
+        raise WriteError(f"internal inconsistency: no {what}")
+    return value
+
+
+def _eltype(jt: JT) -> JT:
+    return _need(jt.eltype, f"element type of {jt.key}")
+
+
+def _stored(dtype: H5Type | Committed | None, jt: JT) -> H5Type | Committed:
+    """The HDF5 type of a stand-alone value: ghosts are handled by the callers."""
+    if dtype is None:
+        raise WriteError(f"internal inconsistency: no stored datatype for {jt.key}")
+    return dtype
 
 
 def _encode_prim(w: JT, value: Any, path: tuple[PathSegment, ...]) -> bytes:
@@ -1213,8 +1246,7 @@ def _encode_prim(w: JT, value: Any, path: tuple[PathSegment, ...]) -> bytes:
             return int(value).to_bytes(16, "little", signed=signed)
         except OverflowError:
             raise ConversionError(f"{int(value)} does not fit {w.name}", path=path) from None
-    dtype = w.dtype
-    assert dtype is not None
+    dtype = _need(w.dtype, f"numpy dtype of {w.key}")
     if isinstance(value, np.generic):
         if value.dtype.newbyteorder("=") != dtype:
             raise ConversionError(f"expected {w.name}, found numpy {value.dtype}", path=path)

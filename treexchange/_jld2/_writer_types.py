@@ -212,8 +212,7 @@ class JT:
     def sizeof(self) -> int:
         """Julia ``sizeof`` of the type (in-memory, with alignment padding)."""
         self._layout_size()
-        assert self._size is not None
-        return self._size
+        return self._size if self._size is not None else 8
 
     def inline_size_align(self) -> tuple[int, int]:
         """Size and alignment this type takes *as a field* in Julia memory."""
@@ -221,8 +220,7 @@ class JT:
             return self.nbytes, _prim_align(self.nbytes)
         if self.cat is Cat.STRUCT and not self.mutable:
             self._layout_size()
-            assert self._size is not None
-            return self._size, self._align
+            return (self._size if self._size is not None else 8), self._align
         return 8, 8  # a pointer
 
     def _layout_size(self) -> None:
@@ -391,7 +389,7 @@ class TypeFactory:
             return found
         dtype = numpy_dtype(JuliaType(name))
         if dtype is None or dtype.kind not in _NATIVE_KINDS:
-            raise AssertionError(f"{name} is not a native number type")
+            raise UnsupportedError(f"{name} is not a native number type")
         h5 = _h5_number_type(dtype)
         return self._intern(JT(Cat.PRIM, name, nbytes=h5.size, h5=h5, dtype=dtype))
 
@@ -647,7 +645,8 @@ class TypeFactory:
                 f"arrays of {union} cannot be written (only two-member Unions of bits types are)", path=path
             )
         t1, t2 = members
-        assert t1 is not None and t2 is not None
+        if t1 is None or t2 is None:  # excluded above; spelled out for the type checker
+            raise UnsupportedError(f"arrays of {union} cannot be written", path=path)
         key = type_key("JLD2.InlineUnionEl", (t1, t2))
         found = self._get(key)
         if found is not None:
