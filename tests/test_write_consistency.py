@@ -129,7 +129,7 @@ def test_element_that_does_not_match_its_array_type_is_a_write_error(tmp_path: P
     odd = JuliaArray("Main.Color", [_enum("Main.Color", 1, 4), _enum("Main.Color", 2, 8)])
     with pytest.raises(treexchange.TreexchangeError) as info:
         treexchange.save(tmp_path / "o.jld2", odd=odd)
-    assert info.value.path == ("odd", 2)
+    assert info.value.path == ("odd", 2) and "needs 4 bytes, found 8" in str(info.value)
     assert list(tmp_path.iterdir()) == []
 
 
