@@ -1070,7 +1070,10 @@ class JLD2Writer:
             n = len(params)
             # JLD2's NTuple method applies to homogeneous tuples of a concrete type (the diagonal
             # rule); its `reduce(==, params)` test is true only for N == 2.
-            homogeneous = n == 0 or (all(p is params[0] for p in params) and params[0].concrete)
+            homogeneous = n == 0 or (
+                all(_same_param(p, params[0]) for p in params)
+                and (params[0].concrete if isinstance(params[0], JT) else True)
+            )
             if homogeneous:
                 if n == 2:
                     return "NTuple", (np.int64(2), params[0])
@@ -1202,6 +1205,14 @@ def _array_bytes(array: np.ndarray | None) -> bytes:
 
 def _numeric_vector(items: list[Any], e: JT) -> np.ndarray:
     return np.asarray(items, dtype=_need(e.dtype, f"numpy dtype of {e.key}"))
+
+
+def _same_param(a: Any, b: Any) -> bool:
+    """Julia's ``==`` on two type parameters: one interned type, or equal values of one type
+    (``2`` and ``2``; the values of StaticArrays' ``Tuple{2,2}``)."""
+    if isinstance(a, JT) or isinstance(b, JT):
+        return a is b
+    return type(a) is type(b) and bool(np.all(a == b))
 
 
 def _utf8(text: str, path: tuple[PathSegment, ...]) -> bytes:

@@ -520,6 +520,20 @@ class TypeFactory:
         if name in ("Core.Nothing", "Base.Missing") and not params:
             return self.singleton(name)
         if name in _TUPLE_NAMES:
+            if not all(isinstance(p, JuliaType) for p in params):
+                # A tuple type with value parameters (StaticArrays' Tuple{2,3}): a type parameter
+                # only, never the type of a value; written by name with its parameters.
+                key = t.qualified()
+                return self._cache.get(key) or self._intern(
+                    JT(
+                        Cat.OTHER,
+                        "Core.Tuple",
+                        tuple(params),
+                        key=key,
+                        is_tuple=True,
+                        raw_params=tuple(params),
+                    )
+                )
             return self.tuple_of([self._param_type(p) for p in params])
         if name in _UNION_NAMES:
             members = tuple(self.of_type(p) if isinstance(p, JuliaType) else p for p in params)
@@ -527,7 +541,7 @@ class TypeFactory:
                 JT(Cat.UNION, "Core.Union", members, key=t.qualified(), raw_params=tuple(params))
             )
         if name == "NTuple" and len(params) == 2 and isinstance(params[0], (int, np.integer)):
-            return self.tuple_of([self._param_type(params[1])] * int(params[0]))
+            return self.of_type(JuliaType("Core.Tuple", (params[1],) * int(params[0])))
         if name == "Core.NamedTuple" and len(params) == 2 and isinstance(params[0], tuple):
             tup = self._param_type(params[1])
             if tup.is_tuple and len(tup.fields) == len(params[0]):
