@@ -310,3 +310,25 @@ def test_julia_dict_is_a_jax_pytree_in_insertion_order() -> None:
     assert leaves == [1.0, 2.0, 3.0]
     back = jax.tree_util.tree_unflatten(treedef, leaves)
     assert type(back) is JuliaDict and list(back) == ["b", "a", 3]
+
+
+@pytest.mark.parametrize(
+    ("value", "where"),
+    [
+        (NamedTuple(**{"a\x00b": 1.0}), ("m", "a\x00b")),
+        ({"\x00": 1.0}, ("m", "\x00")),
+        (Symbol("x\x00"), ("m",)),
+        (JuliaStruct("Main.T", {"f\x00": 1.0}), ("m", "f\x00")),
+    ],
+)
+def test_nul_in_a_name_or_symbol_is_a_conversion_error(
+    tmp_path: Path, value: Any, where: tuple[Any, ...]
+) -> None:
+    """Julia Symbols cannot hold NUL (and HDF5 would end a compound member's name there); a
+    String can, and does round-trip."""
+    with pytest.raises(ConversionError, match="NUL") as info:
+        treexchange.save(tmp_path / "n.jld2", m=value)
+    assert info.value.path == where
+    treexchange.save(tmp_path / "s.jld2", s="a\x00b", d=JuliaDict({"\x00": 1.0}))
+    back = treexchange.load(tmp_path / "s.jld2")
+    assert back["s"] == "a\x00b" and back["d"] == {"\x00": 1.0}

@@ -172,6 +172,8 @@ def prepare_values(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
 
 
 def _check_name(name: str) -> None:
+    if "\x00" in name:
+        raise ConversionError(f"name {name!r} contains a NUL character", path=(name,))
     try:
         name.encode("utf-8")
     except UnicodeEncodeError:

@@ -148,17 +148,18 @@ class _Converter:
     # --- leaves ---------------------------------------------------------------------------------
     def _leaf(self, x: Any, path: tuple[PathSegment, ...]) -> Any:
         if isinstance(x, str):
-            _check_text(x, path)
             if isinstance(x, Symbol):
+                _check_text(x, path, name=True)
                 return x
+            _check_text(x, path)
             return str(x)  # np.str_ and other str subclasses become plain String
         if x is None or isinstance(x, (Int128, UInt128, Missing, Undef)):
             return x
         if isinstance(x, (Singleton, JuliaBits)):
-            _check_text(x.type.qualified(), path)
+            _check_text(x.type.qualified(), path, name=True)
             return x
         if isinstance(x, JuliaType):
-            _check_text(x.qualified(), path)
+            _check_text(x.qualified(), path, name=True)
             return x
         if isinstance(x, (bool, np.bool_)):
             return bool(x)
@@ -208,11 +209,11 @@ class _Converter:
             items = [self.convert(v, (*path, i), depth) for i, v in enumerate(x, 1)]
             return tuple(items) if self.lists == "tuple" else items
         if isinstance(x, JuliaStruct):
-            _check_text(x.type.qualified(), path)
+            _check_text(x.type.qualified(), path, name=True)
             fields = [(_name(k, path), self.convert(v, (*path, k), depth)) for k, v in x.fields.items()]
             return JuliaStruct(x.type, fields, layout=x.layout)
         if isinstance(x, JuliaArray):
-            _check_text(x.eltype.qualified(), path)
+            _check_text(x.eltype.qualified(), path, name=True)
             flat = x.data.ravel(order="F")
             out = np.empty(flat.shape, dtype=object)
             for i, v in enumerate(flat):
@@ -280,8 +281,14 @@ class _Converter:
         return tuple(self.convert(child, (*path, i), depth) for i, (_, child) in enumerate(pairs, 1))
 
 
-def _check_text(text: str, path: tuple[PathSegment, ...]) -> None:
-    """Refuse text that has no UTF-8 form (lone surrogates), which every Julia string needs."""
+def _check_text(text: str, path: tuple[PathSegment, ...], *, name: bool = False) -> None:
+    """Refuse text that has no UTF-8 form (lone surrogates), which every Julia string needs;
+    with ``name``, also a NUL character, which Julia forbids in a Symbol (and so in field and
+    type names) and HDF5 ends a member name at."""
+    if name and "\x00" in text:
+        raise ConversionError(
+            f"name {text[:40]!r} contains a NUL character, which a Julia Symbol cannot hold", path=path
+        )
     if not text.isascii():
         try:
             text.encode("utf-8")
@@ -298,7 +305,7 @@ def _name(key: Any, path: tuple[PathSegment, ...]) -> str:
     """A NamedTuple field or struct field name, checked."""
     if not isinstance(key, str):
         raise ConversionError(f"field name {key!r} is not a str", path=path)
-    _check_text(key, (*path, key))
+    _check_text(key, (*path, key), name=True)
     return str(key)
 
 
