@@ -266,7 +266,7 @@ def test_what_a_killed_save_leaves_is_removed_by_the_next_save(tmp_path: Path) -
     one_save = time.perf_counter() - t0
     (tmp_path / "timing.jld2").unlink()
     leftovers_seen = 0
-    for seed in range(4):
+    for seed in range(6):
         rng = random.Random(100 + seed)
         proc = subprocess.Popen(
             [sys.executable, "-c", CHILD, str(target), str(N)], stdout=subprocess.PIPE, text=True
