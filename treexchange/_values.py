@@ -253,7 +253,18 @@ def canonical_type(t: JuliaType) -> str:
             name, params = "Tuple", [params[1]] * n
     if not params:
         return name
-    return name + "{" + ",".join(_canonical_param(p) for p in params) + "}"
+    text = name + "{" + ",".join(_canonical_param(p) for p in params) + "}"
+    if len(text) > _CANONICAL_MAX_CHARS:
+        # A type DAG (Tuple{T,T} nested) doubles its text at every level: stop early.
+        raise _TypeTooLarge
+    return text
+
+
+_CANONICAL_MAX_CHARS = 1 << 16
+
+
+class _TypeTooLarge(Exception):
+    """The canonical text of a type would exceed :data:`_CANONICAL_MAX_CHARS`."""
 
 
 def _canonical_param(p: Any) -> str:
@@ -273,7 +284,19 @@ def same_type(a: JuliaType, b: JuliaType) -> bool:
         >>> same_type(JuliaType.parse("Main.Foo"), JuliaType.parse("Other.Foo"))
         False
     """
-    return a == b or canonical_type(a) == canonical_type(b)
+    if a is b or a == b:
+        return True
+    try:
+        return canonical_type(a) == canonical_type(b)
+    except _TypeTooLarge:
+        return False  # too large to normalize: only the exact spelling compares equal
+
+
+def _type_hash(t: JuliaType) -> int:
+    try:
+        return hash(canonical_type(t))
+    except _TypeTooLarge:
+        return hash(t.name)
 
 
 def _as_type(type_: JuliaType | str) -> JuliaType:
@@ -300,7 +323,7 @@ class Singleton:
         return isinstance(other, Singleton) and same_type(self.type, other.type)
 
     def __hash__(self) -> int:
-        return hash(("Singleton", canonical_type(self.type)))
+        return hash(("Singleton", _type_hash(self.type)))
 
     def __repr__(self) -> str:
         return f"Singleton({self.type.qualified()!r})"
@@ -374,7 +397,7 @@ class JuliaBits:
         return isinstance(other, JuliaBits) and self.data == other.data and same_type(self.type, other.type)
 
     def __hash__(self) -> int:
-        return hash((canonical_type(self.type), self.data))
+        return hash((_type_hash(self.type), self.data))
 
     def __repr__(self) -> str:
         return f"JuliaBits({str(self.type)!r}, {self.data!r})"
