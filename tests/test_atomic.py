@@ -3,6 +3,7 @@ target and never damages the file that was there."""
 
 from __future__ import annotations
 
+import inspect
 import os
 import random
 import signal
@@ -11,7 +12,9 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -199,3 +202,84 @@ def test_sigkill_at_random_points_never_leaves_a_partial_file(tmp_path: Path) ->
             p.unlink()
     # The kills must have hit writes in progress (otherwise this test proved nothing).
     assert killed_mid_write >= 1
+
+
+def _interrupt_at(code: Any, line_text: str) -> Callable[..., Any]:
+    """A trace function raising ``KeyboardInterrupt`` when ``code`` reaches the line holding
+    ``line_text`` (before it runs): a Ctrl-C arriving at exactly that point."""
+    lines, first = inspect.getsourcelines(code)
+    lineno = next(first + i for i, text in enumerate(lines) if text.strip() == line_text)  # the first
+
+    def local(frame: Any, event: str, arg: Any) -> Any:
+        if event == "line" and frame.f_lineno == lineno:
+            raise KeyboardInterrupt
+        return local
+
+    def tracer(frame: Any, event: str, arg: Any) -> Any:
+        return local if frame.f_code is code else None
+
+    return tracer
+
+
+def test_interrupt_after_the_rename_is_not_a_failure(tmp_path: Path) -> None:
+    from treexchange._save import atomic_write
+
+    target = tmp_path / "t.bin"
+    target.write_bytes(b"old")
+    # Ctrl-C just after os.replace: the new file is in place, the save reports success.
+    sys.settrace(_interrupt_at(atomic_write.__code__, "_fsync_directory(directory)"))
+    try:
+        atomic_write(target, lambda f: f.write(b"new"))
+    finally:
+        sys.settrace(None)
+    assert target.read_bytes() == b"new" and sorted(os.listdir(tmp_path)) == ["t.bin"]
+    # Ctrl-C just before os.replace: nothing happened, and the interrupt is reported.
+    sys.settrace(_interrupt_at(atomic_write.__code__, "os.replace(tmp, target)"))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            atomic_write(target, lambda f: f.write(b"newer"))
+    finally:
+        sys.settrace(None)
+    assert target.read_bytes() == b"new" and sorted(os.listdir(tmp_path)) == ["t.bin"]
+
+
+def test_stale_temporaries_of_dead_processes_only_are_removed(tmp_path: Path) -> None:
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True)
+    dead_pid = int(dead.stdout)  # exited: its pid names no process (until reused, rare in a test)
+    stale = tmp_path / f".m.jld2.txtmp{dead_pid}-0123456789ab.tmp"
+    live = tmp_path / f".m.jld2.txtmp{os.getppid()}-0123456789ab.tmp"  # our parent: alive
+    mine = tmp_path / f".m.jld2.txtmp{os.getpid()}-0123456789ab.tmp"  # this process: alive
+    unrelated = tmp_path / f".m.jld2.{dead_pid}.tmp"  # not our naming: never touched
+    for p in (stale, live, mine, unrelated):
+        p.write_bytes(b"x")
+    treexchange.save(tmp_path / "m.jld2", x=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["m.jld2", live.name, mine.name, unrelated.name]
+    )
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL (POSIX)")
+def test_what_a_killed_save_leaves_is_removed_by_the_next_save(tmp_path: Path) -> None:
+    target = tmp_path / "model.jld2"
+    t0 = time.perf_counter()
+    treexchange.save(tmp_path / "timing.jld2", x=np.full(N, 7, np.int64))
+    one_save = time.perf_counter() - t0
+    (tmp_path / "timing.jld2").unlink()
+    leftovers_seen = 0
+    for seed in range(6):
+        rng = random.Random(100 + seed)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(target), str(N)], stdout=subprocess.PIPE, text=True
+        )
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"
+        time.sleep(rng.uniform(0.2, 1.5) * one_save)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        left = [p.name for p in tmp_path.iterdir() if p.name != "model.jld2"]
+        assert all(f"txtmp{proc.pid}-" in name for name in left), left
+        leftovers_seen += bool(left)
+        treexchange.save(target, x=np.arange(3))  # the next save to the same directory
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["model.jld2"]
+        assert list(treexchange.load(target, "x")) == [0, 1, 2]
+    assert leftovers_seen > 0, "no kill landed in the middle of a write: the test proved nothing"

@@ -85,10 +85,18 @@ def test_schema_of_a_large_model_is_embedded(tmp_path: Path) -> None:
 
 def test_schema_true_with_a_dict_validates_on_load(tmp_path: Path) -> None:
     path = tmp_path / "d.jld2"
-    treexchange.save(path, d={"a": 1.0, "b": 2.0}, schema=True)
+    treexchange.save(path, d=treexchange.JuliaDict({"a": 1.0, "b": 2.0}), schema=True)
     embedded = treexchange.read_embedded_schema(path)
     assert embedded is not None and embedded.roots["d"].kind == "dict"
     assert treexchange.load(path) == {"d": {"a": 1.0, "b": 2.0}}
+    assert treexchange.validate(path, embedded) == []
+
+
+def test_schema_true_with_a_plain_dict_describes_the_namedtuple_written(tmp_path: Path) -> None:
+    path = tmp_path / "p.jld2"
+    treexchange.save(path, ps={"weight": np.ones(2, np.float32)}, schema=True)
+    embedded = treexchange.read_embedded_schema(path)
+    assert embedded is not None and embedded.roots["ps"].kind == "namedtuple"
     assert treexchange.validate(path, embedded) == []
 
 

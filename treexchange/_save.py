@@ -4,15 +4,19 @@ Files are written atomically: the bytes go to a temporary file in the target's d
 is flushed and fsynced, then renamed over the target (``os.replace``), and the directory is
 fsynced. A crash, a kill or an exception at any point leaves either the previous file or the
 complete new one at ``path``, never a partial file; on an exception the temporary file is
-removed. (After a hard kill the temporary file ``.<name>.<random>.tmp`` may remain beside the
-target, readable by its owner only; it is never mistaken for the target.) A symbolic link at the
-target is followed: the file it points to is replaced, the link stays.
+removed. After a hard kill (SIGKILL, power loss) the temporary file
+``.<name>.txtmp<pid>-<random>.tmp`` may remain beside the target, readable by its owner only; the
+next save to the same directory removes it (its process is gone). A ``KeyboardInterrupt`` that
+arrives once the new file is in place is not reported: the save is complete. A symbolic link at
+the target is followed: the file it points to is replaced, the link stays.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import secrets
+import stat
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO
 
@@ -53,12 +57,16 @@ def save(
     (or clash with the options below) go in ``mapping``: ``save(path, {"model/state": x})``;
     ``"a/b"`` names create nested groups, as in JLD2.
 
-    Values: everything the reader returns (see :mod:`treexchange._values`), plus Python scalars
-    (``float`` -> Float64, ``int`` -> Int64, ``bool`` -> Bool, ``str`` -> String), numpy and jax
-    arrays in Julia's shape (any memory order; C-ordered input is written column-major block by
-    block, never copied whole), ``dict`` -> ``Dict{K,V}`` and ``list`` -> ``Vector{Any}``. An array
-    object used in two places is written once and shared, as JLD2 does. Anything else raises
-    :class:`treexchange.ConversionError` naming its tree path.
+    Values: everything the reader returns (see :mod:`treexchange._values`) and everything
+    :func:`treexchange.to_julia` accepts (Equinox modules, dataclasses, namedtuples, jax arrays,
+    Python scalars), converted as it converts them: numpy and jax arrays in Julia's shape (any
+    memory order; C-ordered input is written column-major block by block, never copied whole),
+    ``list`` -> ``Vector{Any}``, a plain ``dict`` with ``str`` keys -> ``NamedTuple`` (Lux's
+    ``ps``), a :class:`treexchange.JuliaDict` (what ``load`` returns for a Julia ``Dict``) or a
+    dict with other keys -> ``Dict{K,V}``. An object used in two places is written once and
+    shared, as JLD2 does. Cycles, text with lone surrogates and anything without a Julia
+    counterpart raise :class:`treexchange.ConversionError` naming its tree path; trees deeper
+    than ``Limits().max_depth`` raise :class:`treexchange.LimitError`.
 
     Args:
         path: the file to write (replaced atomically; a symbolic link is followed and its
@@ -80,7 +88,9 @@ def save(
             ``None`` (default) embeds nothing.
 
     Raises:
-        ConversionError: a value has no Julia counterpart (the message names its path).
+        ConversionError: a value has no Julia counterpart, holds a cycle or text without a UTF-8
+            form (the message names its path).
+        LimitError: the tree is nested deeper than ``Limits().max_depth``.
         MismatchError: the values do not conform to ``schema`` (nothing was written).
         WriteError: the file could not be written (``path`` is left untouched).
 
@@ -121,6 +131,7 @@ def save(
         if name in seen:
             raise ValueError(f"name {name!r} given twice")
         seen.add(name)
+    items = prepare_values(items)
     options = Compression.from_option(compress)
     note = default_producer() if producer is None else producer
     _check_producer(note)
@@ -131,11 +142,44 @@ def save(
 
     def write(f: BinaryIO) -> None:
         writer = JLD2Writer(f, compress=options, producer=note, root_attributes=attrs)
+        writer.prepare(items)  # every struct's layout known before the first type is committed
         for name, value in items:
             writer.write(name, value)
         writer.close()
 
     atomic_write(path, write)
+
+
+def prepare_values(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """What ``save`` writes for each ``(name, value)``: the value as :func:`treexchange.to_julia`
+    makes it (one conversion, one rule for dicts), checked before anything touches the disk.
+
+    Refused with the tree path: cycles and names or strings without a UTF-8 form
+    (:class:`ConversionError`), trees deeper than ``Limits().max_depth``
+    (:class:`treexchange.LimitError`). A plain ``dict`` with ``str`` keys becomes a
+    ``NamedTuple``; a :class:`treexchange.JuliaDict` (what ``load`` returns for a Julia ``Dict``)
+    or a dict with other keys stays a ``Dict``.
+
+    Example:
+        >>> [(n, type(v).__name__) for n, v in prepare_values([("ps", {"weight": 1.0}), ("d", {1: 2})])]
+        [('ps', 'NamedTuple'), ('d', 'JuliaDict')]
+    """
+    from ._bridge._to_julia import convert_items
+
+    for name, _ in items:
+        _check_name(name)
+    return convert_items(items)
+
+
+def _check_name(name: str) -> None:
+    if "\x00" in name:
+        raise ConversionError(f"name {name!r} contains a NUL character", path=(name,))
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConversionError(
+            f"name {name!r} holds a lone surrogate, which has no UTF-8 form", path=(name,)
+        ) from None
 
 
 def _check_producer(note: str) -> None:
@@ -224,14 +268,27 @@ def _group_nodes(roots: Mapping[str, Any], groups: Groups) -> dict[str, Any]:
     return out
 
 
-def atomic_write(path: PathLike, write: Callable[[BinaryIO], None]) -> None:
+def atomic_write(
+    path: PathLike,
+    write: Callable[[BinaryIO], None],
+    *,
+    check: Callable[[str], None] | None = None,
+) -> None:
     """Run ``write(f)`` on a temporary file beside ``path``, then atomically replace ``path``.
 
-    Sequence: create ``.<name>.<random>.tmp`` (``<name>`` cut to 200 bytes, so any legal file
+    ``check``, if given, is called with the temporary file's path once it is complete and
+    closed, before the rename; an exception from it leaves ``path`` untouched (``convert`` reads
+    its output back there).
+
+    Sequence: remove stale temporary files of killed saves (:func:`remove_stale_temporaries`),
+    create ``.<name>.txtmp<pid>-<random>.tmp`` (``<name>`` cut to 200 bytes, so any legal file
     name still leaves room) in the same directory, readable by the owner only; write, flush, set
     the final permission bits, ``fsync`` the file, ``os.replace`` it onto ``path``, ``fsync`` the
-    directory (so the rename itself survives a power cut). On any exception, ``KeyboardInterrupt``
-    included, the temporary file is closed and deleted and ``path`` is untouched.
+    directory (so the rename itself survives a power cut). On any exception before the rename,
+    ``KeyboardInterrupt`` included, the temporary file is closed and deleted and ``path`` is
+    untouched. Once the rename has happened (checked by the file's identity, not by where the
+    exception struck), an exception such as a ``KeyboardInterrupt`` is not reported: the new
+    file is complete and in place.
 
     If ``path`` is a symbolic link, the file it points to is replaced and the link is kept (as
     ``open(path, "wb")`` would). An existing file's permission bits (``0o777``; never setuid,
@@ -252,8 +309,10 @@ def atomic_write(path: PathLike, write: Callable[[BinaryIO], None]) -> None:
     base = os.path.basename(target)
     if not base:
         raise WriteError(f"not a file path: {os.fspath(path)!r}")
-    tmp = os.path.join(directory, f".{_shortened(base)}.{secrets.token_hex(6)}.tmp")
+    remove_stale_temporaries(directory)
+    tmp = os.path.join(directory, f".{_shortened(base)}.{_TMP_TAG}{os.getpid()}-{secrets.token_hex(6)}.tmp")
     f: BinaryIO | None = None
+    written: os.stat_result | None = None  # the new file, once complete: is it at ``target``?
     created = True  # from here on the file may exist: an interrupt just after the open must clean up
     try:
         try:
@@ -267,13 +326,23 @@ def atomic_write(path: PathLike, write: Callable[[BinaryIO], None]) -> None:
         _set_mode(f, tmp, _final_mode(target))
         os.fsync(f.fileno())
         f.close()
+        if check is not None:
+            check(tmp)  # raises to keep the target untouched
+        written = os.stat(tmp)
         os.replace(tmp, target)
+        _fsync_directory(directory)
     except BaseException as err:
         if f is not None:
             try:
                 f.close()
             except OSError:
                 pass
+        if written is not None and _is_in_place(target, written):
+            # The rename happened: the complete new file is at ``target`` and the save succeeded.
+            # An interrupt (Ctrl-C) that arrived after it must not report a failure (nor remove
+            # anything); the directory fsync it may have cut short is done now.
+            _fsync_directory(directory)
+            return
         if created:
             try:
                 os.unlink(tmp)
@@ -282,7 +351,77 @@ def atomic_write(path: PathLike, write: Callable[[BinaryIO], None]) -> None:
         if isinstance(err, OSError) and not isinstance(err, TreexchangeError):
             raise WriteError(f"writing {target} failed: {err}") from err
         raise
-    _fsync_directory(directory)
+
+
+_TMP_TAG = "txtmp"
+"""Marks treexchange's temporary files: ``.<name>.txtmp<pid>-<12 hex digits>.tmp``."""
+
+_TMP_PATTERN = re.compile(r"^\..*\." + _TMP_TAG + r"(\d+)-[0-9a-f]{12}\.tmp$", re.DOTALL)
+
+
+def remove_stale_temporaries(directory: str) -> list[str]:
+    """Delete the temporary files that killed saves left in ``directory``; returns their names.
+
+    A temporary file is stale when the process named in it (``.<name>.txtmp<pid>-<hex>.tmp``) no
+    longer exists. Only regular files owned by the current user are touched; files of live
+    processes (a save running now) and of this process are left alone. Every ``save`` and
+    ``convert`` calls this first, so what a SIGKILL leaves behind does not outlive the next save
+    to the same directory. (Processes in another PID namespace sharing the directory look dead:
+    their temporary files would be removed; run such writers with distinct directories.)
+
+    Example:
+        >>> import tempfile, os
+        >>> d = tempfile.mkdtemp()
+        >>> dead = 2**22 + 1  # above Linux's largest PID: no such process
+        >>> stale = os.path.join(d, f".m.jld2.txtmp{dead}-0123456789ab.tmp")
+        >>> open(stale, "wb").close()
+        >>> remove_stale_temporaries(d), os.listdir(d)
+        (['.m.jld2.txtmp4194305-0123456789ab.tmp'], [])
+    """
+    removed: list[str] = []
+    try:
+        entries = list(os.scandir(directory or "."))
+    except OSError:
+        return removed
+    me = os.getpid()
+    uid = os.geteuid() if hasattr(os, "geteuid") else None
+    for entry in entries:
+        match = _TMP_PATTERN.match(entry.name)
+        if match is None:
+            continue
+        pid = int(match.group(1))
+        if pid == me or _process_exists(pid):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+            if not stat.S_ISREG(st.st_mode) or (uid is not None and st.st_uid != uid):
+                continue
+            os.unlink(entry.path)
+        except OSError:
+            continue  # gone meanwhile, or not ours to remove
+        removed.append(entry.name)
+    return removed
+
+
+def _process_exists(pid: int) -> bool:
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)  # signal 0: only checks that the process exists
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, OSError):
+        return True  # exists (another user's), or cannot tell: keep its file
+    return True
+
+
+def _is_in_place(target: str, written: os.stat_result) -> bool:
+    """Whether ``target`` is the file whose ``fstat`` was ``written`` (the rename happened)."""
+    try:
+        now = os.stat(target)
+    except OSError:
+        return False
+    return (now.st_dev, now.st_ino) == (written.st_dev, written.st_ino)
 
 
 _TMP_NAME_BYTES = 200

@@ -14,7 +14,7 @@ numbers                                numpy scalars of the exact dtype; ``Int12
 ``String`` / ``Symbol``                ``str`` / :class:`Symbol`
 ``nothing`` / ``missing``              ``None`` / :data:`MISSING`
 ``#undef`` (an unassigned reference)   :data:`UNDEF`
-``Dict``                               ``dict``
+``Dict``                               :class:`JuliaDict` (a ``dict`` that remembers it is a Dict)
 other structs                          :class:`JuliaStruct`
 primitive bits types (enums, ``Char``) :class:`JuliaBits`
 other zero-size values (functions)     :class:`Singleton`
@@ -26,6 +26,7 @@ registered as pytree nodes the moment ``jax`` is imported (or at once if it alre
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
 import importlib.machinery
 import sys
@@ -36,7 +37,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ._juliatype import JuliaType
+from ._juliatype import JuliaType, _render_param, _short
 
 
 class NamedTuple(Mapping[str, Any]):
@@ -147,6 +148,29 @@ class Symbol(str):
         return f'Symbol("{escaped}")'
 
 
+class JuliaDict(dict):  # type: ignore[type-arg]
+    """A Julia ``Dict``: a ``dict`` that remembers it is one, so that it is written back as a
+    ``Dict`` (``treexchange.save`` writes a *plain* ``dict`` with ``str`` keys as a
+    ``NamedTuple``, the form Lux and Flux states use; see docs/writing.md).
+
+    ``load`` returns every Julia ``Dict`` as a ``JuliaDict``. It compares equal to a plain ``dict``
+    with the same items (it *is* one), and JAX sees it as a pytree node in insertion order.
+
+    Example:
+        >>> d = JuliaDict({"lr": 0.1, "epochs": 3})
+        >>> isinstance(d, dict), d == {"lr": 0.1, "epochs": 3}, d
+        (True, True, JuliaDict({'lr': 0.1, 'epochs': 3}))
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"JuliaDict({dict.__repr__(self)})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (JuliaDict, (dict(self),))
+
+
 class _Sentinel:
     """A value with exactly one instance per subclass, which pickles and copies as itself and
     has no truth value (as in Julia, where neither ``missing`` nor ``#undef`` is a Bool)."""
@@ -206,6 +230,78 @@ UNDEF = Undef()
 """An undefined reference (Julia's ``#undef``)."""
 
 
+_NTUPLE_EXPAND_MAX = 64
+"""``NTuple{N,T}`` is compared as ``Tuple{T,...}`` up to this N (longer ones as written)."""
+
+
+@functools.lru_cache(maxsize=4096)
+def canonical_type(t: JuliaType) -> str:
+    """One spelling per Julia type, for comparing values: module prefixes Julia prints without
+    (``Core.``, ``Base.``) dropped and ``NTuple{N,T}`` spelled ``Tuple{T,...}``, so a type read
+    from a Julia 1.6 file (``Core.Tuple{Core.Int64}``) and the same type written by treexchange
+    (``Tuple{Int64}``) compare equal. The stored spelling stays in the ``JuliaType`` itself
+    (byte identity needs it); only comparison uses this one.
+
+    Example:
+        >>> canonical_type(JuliaType.parse("Core.Tuple{Core.Int64,Core.Int64}"))
+        'Tuple{Int64,Int64}'
+        >>> canonical_type(JuliaType.parse("NTuple{2, Int64}"))
+        'Tuple{Int64,Int64}'
+    """
+    name = _short(t.name)
+    params: list[Any] = list(t.params)
+    if name == "NTuple" and len(params) == 2 and isinstance(params[0], (int, np.integer)):
+        n = int(params[0])
+        if 0 <= n <= _NTUPLE_EXPAND_MAX:
+            name, params = "Tuple", [params[1]] * n
+    if not params:
+        return name
+    text = name + "{" + ",".join(_canonical_param(p) for p in params) + "}"
+    if len(text) > _CANONICAL_MAX_CHARS:
+        # A type DAG (Tuple{T,T} nested) doubles its text at every level: stop early.
+        raise _TypeTooLarge
+    return text
+
+
+_CANONICAL_MAX_CHARS = 1 << 16
+
+
+class _TypeTooLarge(Exception):
+    """The canonical text of a type would exceed :data:`_CANONICAL_MAX_CHARS`."""
+
+
+def _canonical_param(p: Any) -> str:
+    if isinstance(p, JuliaType):
+        return canonical_type(p)
+    if isinstance(p, tuple):
+        return "(" + ",".join(_canonical_param(x) for x in p) + ",)"
+    return _render_param(p, short=True, sep=",")
+
+
+def same_type(a: JuliaType, b: JuliaType) -> bool:
+    """Whether two :class:`JuliaType` name the same Julia type (see :func:`canonical_type`).
+
+    Example:
+        >>> same_type(JuliaType.parse("Core.Tuple{Core.Int64}"), JuliaType.parse("Tuple{Int64}"))
+        True
+        >>> same_type(JuliaType.parse("Main.Foo"), JuliaType.parse("Other.Foo"))
+        False
+    """
+    if a is b or a == b:
+        return True
+    try:
+        return canonical_type(a) == canonical_type(b)
+    except _TypeTooLarge:
+        return False  # too large to normalize: only the exact spelling compares equal
+
+
+def _type_hash(t: JuliaType) -> int:
+    try:
+        return hash(canonical_type(t))
+    except _TypeTooLarge:
+        return hash(t.name)
+
+
 def _as_type(type_: JuliaType | str) -> JuliaType:
     return type_ if isinstance(type_, JuliaType) else JuliaType.parse(type_)
 
@@ -228,10 +324,10 @@ class Singleton:
         self.type = _as_type(type_)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Singleton) and self.type == other.type
+        return isinstance(other, Singleton) and same_type(self.type, other.type)
 
     def __hash__(self) -> int:
-        return hash(("Singleton", self.type))
+        return hash(("Singleton", _type_hash(self.type)))
 
     def __repr__(self) -> str:
         return f"Singleton({self.type.qualified()!r})"
@@ -271,7 +367,7 @@ class JuliaStruct:
         if not isinstance(other, JuliaStruct):
             return NotImplemented
         return (
-            self.type == other.type
+            same_type(self.type, other.type)
             and list(self.fields) == list(other.fields)
             and all(_values_equal(v, other.fields[k]) for k, v in self.fields.items())
         )
@@ -304,10 +400,10 @@ class JuliaBits:
         return int.from_bytes(self.data, "little", signed=True)
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, JuliaBits) and (self.type, self.data) == (other.type, other.data)
+        return isinstance(other, JuliaBits) and self.data == other.data and same_type(self.type, other.type)
 
     def __hash__(self) -> int:
-        return hash((self.type, self.data))
+        return hash((_type_hash(self.type), self.data))
 
     def __repr__(self) -> str:
         return f"JuliaBits({str(self.type)!r}, {self.data!r})"
@@ -372,7 +468,7 @@ class JuliaArray:
         if not isinstance(other, JuliaArray):
             return NotImplemented
         return (
-            self.eltype == other.eltype
+            same_type(self.eltype, other.eltype)
             and self.shape == other.shape
             and all(_values_equal(a, b) for a, b in zip(self, other))
         )
@@ -493,6 +589,20 @@ def _register_with_jax(jax_tree_util: ModuleType) -> None:
             return JuliaArray(eltype, data.reshape(shape, order="F"))
 
         jax_tree_util.register_pytree_node(JuliaArray, arr_flatten, arr_unflatten)
+
+        # Insertion order (a Julia Dict's keys may not be sortable: Symbols and Ints mixed).
+        def jd_flatten_with_keys(d: JuliaDict) -> tuple[Any, Any]:
+            keys = tuple(d)
+            return [(dict_key(k), d[k]) for k in keys], keys
+
+        def jd_flatten(d: JuliaDict) -> tuple[Any, Any]:
+            keys = tuple(d)
+            return [d[k] for k in keys], keys
+
+        def jd_unflatten(keys: tuple[Any, ...], children: Iterable[Any]) -> JuliaDict:
+            return JuliaDict(zip(keys, children))
+
+        jax_tree_util.register_pytree_with_keys(JuliaDict, jd_flatten_with_keys, jd_unflatten, jd_flatten)
         _registered = True
 
 

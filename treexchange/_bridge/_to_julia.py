@@ -14,8 +14,23 @@ from typing import Any, Literal
 import numpy as np
 
 from .._errors import ConversionError, LimitError, PathSegment
+from .._juliatype import JuliaType
+from .._limits import Limits
+from .._recursion import stack_for_depth
 from .._typeof import julia_eltype
-from .._values import Int128, NamedTuple, Symbol, UInt128
+from .._values import (
+    Int128,
+    JuliaArray,
+    JuliaBits,
+    JuliaDict,
+    JuliaStruct,
+    Missing,
+    NamedTuple,
+    Singleton,
+    Symbol,
+    UInt128,
+    Undef,
+)
 from ._classify import (
     is_dataclass_instance,
     is_jax_array,
@@ -23,7 +38,6 @@ from ._classify import (
     is_non_state,
     is_prng_key,
     is_shape_dtype_struct,
-    is_value_model_leaf,
     jax_module,
 )
 
@@ -31,7 +45,6 @@ Lists = Literal["vector", "tuple"]
 OnUnknown = Literal["error", "empty"]
 
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
-_MAX_DEPTH = 512
 
 
 def to_julia(
@@ -47,6 +60,7 @@ def to_julia(
     Python                                       Julia
     ===========================================  ==============================================
     ``dict`` (str keys), :class:`NamedTuple`     ``NamedTuple`` in the mapping's own order
+    :class:`JuliaDict`, dict with other keys     ``Dict{K,V}`` (a :class:`JuliaDict`)
     namedtuple, dataclass, Equinox module        ``NamedTuple`` of all its fields, in order
     ``tuple`` / ``list``                         ``Tuple`` / ``Vector{Any}`` (``Tuple`` if
                                                  ``lists="tuple"``, as Flux's ``Chain.layers``)
@@ -84,34 +98,69 @@ def to_julia(
         raise ValueError(f"lists must be 'vector' or 'tuple', not {lists!r}")
     if on_unknown not in ("error", "empty"):
         raise ValueError(f"on_unknown must be 'error' or 'empty', not {on_unknown!r}")
-    return _Converter(lists, on_unknown).convert(tree, tuple(path), 0)
+    converter = _Converter(lists, on_unknown)
+    with stack_for_depth(converter.max_depth):
+        return converter.convert(tree, tuple(path), 0)
+
+
+def convert_items(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """:func:`to_julia` of each ``(name, tree)`` in one conversion, so that an object under two
+    names stays one object (one dataset in the file). Used by ``treexchange.save``."""
+    converter = _Converter("vector", "error")
+    with stack_for_depth(converter.max_depth):
+        return [(name, converter.convert(tree, (name,), 0)) for name, tree in items]
 
 
 class _Converter:
-    def __init__(self, lists: Lists, on_unknown: OnUnknown) -> None:
+    """One conversion: shared containers stay shared (converted once), cycles and excessive
+    depth are refused with the tree path, every string is checked to be encodable as UTF-8."""
+
+    def __init__(self, lists: Lists, on_unknown: OnUnknown, max_depth: int | None = None) -> None:
         self.lists = lists
         self.on_unknown = on_unknown
+        self.max_depth = Limits().max_depth if max_depth is None else max_depth
         # ids of containers on the current path: a cycle would otherwise recurse forever.
         self.active: set[int] = set()
+        # id -> converted container: an object used twice stays one object (one JLD2 dataset).
+        self.done: dict[int, Any] = {}
 
     def convert(self, x: Any, path: tuple[PathSegment, ...], depth: int) -> Any:
-        if depth > _MAX_DEPTH:
-            raise LimitError(f"tree nested deeper than {_MAX_DEPTH} levels", path=path)
+        # ``depth`` counts the values above ``x``: a chain of max_depth values is admitted, as
+        # many as the reader follows (Limits.max_depth, each value possibly its own dataset).
+        if depth >= self.max_depth:
+            raise LimitError(f"tree nested deeper than Limits().max_depth={self.max_depth} levels", path=path)
         leaf = self._leaf(x, path)
         if leaf is not _NOT_LEAF:
             return leaf
         key = id(x)
+        found = self.done.get(key)
+        if found is not None:
+            return found[1]
         if key in self.active:
             raise ConversionError("the tree contains a cycle (a container inside itself)", path=path)
         self.active.add(key)
         try:
-            return self._container(x, path, depth + 1)
+            result = self._container(x, path, depth + 1)
         finally:
             self.active.discard(key)
+        self.done[key] = (x, result)  # x kept alive: its id stays unique while we run
+        return result
 
     # --- leaves ---------------------------------------------------------------------------------
     def _leaf(self, x: Any, path: tuple[PathSegment, ...]) -> Any:
-        if x is None or isinstance(x, (Symbol, Int128, UInt128)) or is_value_model_leaf(x):
+        if isinstance(x, str):
+            if isinstance(x, Symbol):
+                _check_text(x, path, name=True)
+                return x
+            _check_text(x, path)
+            return str(x)  # np.str_ and other str subclasses become plain String
+        if x is None or isinstance(x, (Int128, UInt128, Missing, Undef)):
+            return x
+        if isinstance(x, (Singleton, JuliaBits)):
+            _check_text(x.type.qualified(), path, name=True)
+            return x
+        if isinstance(x, JuliaType):
+            _check_text(x.qualified(), path, name=True)
             return x
         if isinstance(x, (bool, np.bool_)):
             return bool(x)
@@ -121,8 +170,6 @@ class _Converter:
             return np.float64(x)
         if isinstance(x, complex):
             return np.complex128(x)
-        if isinstance(x, str):
-            return str(x)  # np.str_ and other str subclasses become plain String
         if isinstance(x, np.generic):
             if not _has_julia_eltype(x.dtype):
                 raise ConversionError(f"numpy scalar of dtype {x.dtype} has no Julia counterpart", path=path)
@@ -132,7 +179,11 @@ class _Converter:
         if is_prng_key(x):
             return ()  # RNG state: Flux.state drops it as ()
         if is_jax_array(x):
-            return _array(np.asarray(x), path)
+            # One host copy per jax array: used twice, it stays one array (one dataset).
+            found = self.done.get(id(x))
+            if found is None:
+                found = self.done[id(x)] = (x, _array(np.asarray(x), path))
+            return found[1]
         if is_shape_dtype_struct(x):
             raise ConversionError(
                 "jax.ShapeDtypeStruct has no values to write (an abstract template?)", path=path
@@ -142,18 +193,33 @@ class _Converter:
     # --- containers -----------------------------------------------------------------------------
     def _container(self, x: Any, path: tuple[PathSegment, ...], depth: int) -> Any:
         if isinstance(x, NamedTuple):
-            return NamedTuple((k, self.convert(v, (*path, k), depth)) for k, v in x.items())
+            return NamedTuple((_name(k, path), self.convert(v, (*path, k), depth)) for k, v in x.items())
+        if isinstance(x, JuliaDict):
+            return self._julia_dict(x, path, depth)
         if isinstance(x, Mapping):
             return self._mapping(x, path, depth)
         if is_namedtuple_instance(x):
             return NamedTuple(
-                (name, self.convert(getattr(x, name), (*path, name), depth)) for name in type(x)._fields
+                (_name(name, path), self.convert(getattr(x, name), (*path, name), depth))
+                for name in type(x)._fields
             )
         if isinstance(x, tuple):
+            # Iteration decides the elements (a subclass's __len__ is not trusted).
             return tuple(self.convert(v, (*path, i), depth) for i, v in enumerate(x, 1))
         if isinstance(x, list):
             items = [self.convert(v, (*path, i), depth) for i, v in enumerate(x, 1)]
             return tuple(items) if self.lists == "tuple" else items
+        if isinstance(x, JuliaStruct):
+            _check_text(x.type.qualified(), path, name=True)
+            fields = [(_name(k, path), self.convert(v, (*path, k), depth)) for k, v in x.fields.items()]
+            return JuliaStruct(x.type, fields, layout=x.layout)
+        if isinstance(x, JuliaArray):
+            _check_text(x.eltype.qualified(), path, name=True)
+            flat = x.data.ravel(order="F")
+            out = np.empty(flat.shape, dtype=object)
+            for i, v in enumerate(flat):
+                out[i] = self.convert(v, (*path, i + 1), depth)
+            return JuliaArray(x.eltype, out.reshape(x.data.shape, order="F"))
         if is_dataclass_instance(x):
             # Every field in declaration order, static ones included: Flux.state keeps numbers too.
             return NamedTuple(
@@ -169,13 +235,26 @@ class _Converter:
             return ()
         raise ConversionError(f"{type(x).__name__} has no Julia counterpart", path=path)
 
-    def _mapping(self, x: Mapping[Any, Any], path: tuple[PathSegment, ...], depth: int) -> NamedTuple:
-        for key in x:
-            if not isinstance(key, str):
-                raise ConversionError(
-                    f"mapping key {key!r} is not a str; a Julia NamedTuple needs names", path=path
-                )
-        return NamedTuple((k, self.convert(v, (*path, k), depth)) for k, v in x.items())
+    def _mapping(self, x: Mapping[Any, Any], path: tuple[PathSegment, ...], depth: int) -> Any:
+        """The one rule for plain mappings: ``str`` keys make a ``NamedTuple`` (what Lux's ``ps``
+        and a Flux state are); any other key makes a Julia ``Dict``."""
+        items = list(x.items())  # one pass: a mapping whose __len__ or keys() lie is read once
+        if all(isinstance(k, str) and not isinstance(k, Symbol) for k, _ in items):
+            return NamedTuple((_name(k, path), self.convert(v, (*path, k), depth)) for k, v in items)
+        return self._julia_dict(dict(items), path, depth)
+
+    def _julia_dict(self, x: Mapping[Any, Any], path: tuple[PathSegment, ...], depth: int) -> JuliaDict:
+        out = JuliaDict()
+        for k, v in list(x.items()):
+            seg = str(k)
+            key = self.convert(k, (*path, seg), depth)
+            try:
+                out[key] = self.convert(v, (*path, seg), depth)
+            except TypeError as err:
+                if isinstance(err, ConversionError):
+                    raise
+                raise ConversionError(f"Dict key {k!r} cannot be hashed", path=path) from None
+        return out
 
     def _custom_pytree(self, x: Any, path: tuple[PathSegment, ...], depth: int) -> Any:
         """Other registered JAX pytree nodes: named children -> NamedTuple, positional -> Tuple."""
@@ -201,6 +280,34 @@ class _Converter:
                 (n, self.convert(child, (*path, n), depth)) for n, (_, child) in zip(names, pairs)
             )
         return tuple(self.convert(child, (*path, i), depth) for i, (_, child) in enumerate(pairs, 1))
+
+
+def _check_text(text: str, path: tuple[PathSegment, ...], *, name: bool = False) -> None:
+    """Refuse text that has no UTF-8 form (lone surrogates), which every Julia string needs;
+    with ``name``, also a NUL character, which Julia forbids in a Symbol (and so in field and
+    type names) and HDF5 ends a member name at."""
+    if name and "\x00" in text:
+        raise ConversionError(
+            f"name {text[:40]!r} contains a NUL character, which a Julia Symbol cannot hold", path=path
+        )
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as err:
+            bad = text[err.start : err.end].encode("unicode_escape").decode("ascii")
+            raise ConversionError(
+                f"text {text[:40]!r} holds {bad}, a lone surrogate, which has no UTF-8 form "
+                "(Julia strings, names and Symbols are UTF-8)",
+                path=path,
+            ) from None
+
+
+def _name(key: Any, path: tuple[PathSegment, ...]) -> str:
+    """A NamedTuple field or struct field name, checked."""
+    if not isinstance(key, str):
+        raise ConversionError(f"field name {key!r} is not a str", path=path)
+    _check_text(key, (*path, key), name=True)
+    return str(key)
 
 
 class _NotLeaf:

@@ -16,7 +16,7 @@ import argparse
 import os
 from typing import Any, BinaryIO
 
-from .._errors import TreexchangeError, UnsupportedError
+from .._errors import TreexchangeError, UnsupportedError, WriteError
 from .._hdf5._model import H5Class
 from .._jld2._writer import JLD2Writer
 from .._jld2._writer_arrays import Compression
@@ -72,6 +72,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         default="none",
         help="compress numeric arrays (shuffle + deflate or zstd); default: none",
     )
+    p.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="skip reading the output back and comparing it with the input's values (faster)",
+    )
     p.set_defaults(func=_run)
 
 
@@ -94,7 +99,13 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 0
     compress: bool | str = False if args.compress == "none" else args.compress
-    convert(args.input, args.output, keep_producer=args.keep_producer, compress=compress)
+    convert(
+        args.input,
+        args.output,
+        keep_producer=args.keep_producer,
+        compress=compress,
+        verify=not args.no_verify,
+    )
     return 0
 
 
@@ -130,8 +141,15 @@ def convert(
     *,
     keep_producer: bool = False,
     compress: bool | str = False,
+    verify: bool = True,
 ) -> None:
     """Re-encode ``source`` as a JLD2 0.2.0 file at ``target`` (replaced atomically).
+
+    With ``verify`` (the default) the new file is read back before it replaces ``target`` and
+    every value is compared with the one written (:func:`treexchange.values_equal`): a file
+    that does not read back, or reads back different, raises :class:`treexchange.WriteError`
+    naming the values and leaves ``target`` untouched. ``verify=False`` (``--no-verify``) skips
+    that second read.
 
     Example:
         >>> import os, tempfile, numpy as np, treexchange
@@ -168,16 +186,54 @@ def convert(
         walk(f, "", ())
         leaves.sort()  # Julia allocates each top-level object header in the order it writes them
         session = Session(reader, "julia")
+        # Every value first (one session: shared objects stay shared), so that the writer knows
+        # every struct's layout before it commits the first type.
+        values = [(name, session.load_ref(address, path)) for address, name, path in leaves]
 
         def write(out: BinaryIO) -> None:
             writer = JLD2Writer(out, compress=options, producer=producer, root_attributes=attributes)
-            for address, name, path in leaves:
-                writer.write(name, session.load_ref(address, path))
+            writer.prepare(values)
+            for name, value in values:
+                writer.write(name, value)
             for name in empty_groups:
                 writer.create_group(name)
             writer.close()
 
-        atomic_write(target, write)
+        atomic_write(target, write, check=(lambda tmp: verify_output(tmp, values)) if verify else None)
+
+
+def verify_output(path: str, written: list[tuple[str, Any]]) -> None:
+    """Read ``path`` back and compare each ``(name, value)`` written with what it now holds.
+
+    Raises :class:`WriteError` when the file cannot be read or a value differs (all such names
+    are listed).
+
+    Example:
+        >>> import os, tempfile, numpy as np, treexchange
+        >>> p = os.path.join(tempfile.mkdtemp(), "v.jld2")
+        >>> treexchange.save(p, a=np.zeros(2))
+        >>> verify_output(p, [("a", np.zeros(2))])
+        >>> verify_output(p, [("a", np.ones(2))])
+        Traceback (most recent call last):
+        ...
+        treexchange._errors.WriteError: the new file reads back different values for: a
+    """
+    from .._file import File
+    from .._values import values_equal
+
+    differ: list[str] = []
+    try:
+        with File(path) as f:
+            for name, value in written:
+                node: Any = f
+                for part in (p for p in name.split("/") if p):
+                    node = node[part]
+                if not values_equal(node.read(), value):
+                    differ.append(name)
+    except (TreexchangeError, KeyError) as err:
+        raise WriteError(f"the new file cannot be read back: {err}") from err
+    if differ:
+        raise WriteError("the new file reads back different values for: " + ", ".join(differ))
 
 
 def _root_string_attributes(reader: Any) -> dict[str, str]:

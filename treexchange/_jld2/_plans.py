@@ -26,7 +26,17 @@ from .._hdf5._model import H5Type, Member
 from .._juliatype import JuliaType
 from .._limits import Limits
 from .._typeof import kind_of
-from .._values import Int128, JuliaArray, JuliaBits, JuliaStruct, NamedTuple, Singleton, Symbol, UInt128
+from .._values import (
+    Int128,
+    JuliaArray,
+    JuliaBits,
+    JuliaDict,
+    JuliaStruct,
+    NamedTuple,
+    Singleton,
+    Symbol,
+    UInt128,
+)
 from ._layout import FieldLayout, StructLayout
 
 Path = tuple[str | int, ...]
@@ -476,7 +486,7 @@ def pairs_to_dict(julia_type: JuliaType) -> Callable[[Any, Path], Any]:
         if isinstance(value, JuliaStruct) and "kvvec" in value.fields:
             value = value.fields["kvvec"]
         pairs = elements_of(value)
-        out: dict[Any, Any] = {}
+        out: JuliaDict = JuliaDict()
         for p in pairs:
             if isinstance(p, JuliaStruct) and "first" in p.fields and "second" in p.fields:
                 key, val = p.fields["first"], p.fields["second"]

@@ -21,13 +21,24 @@ import math
 import struct
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, NamedTuple
+from functools import lru_cache
+from typing import Any, BinaryIO, NamedTuple, TypeVar
 
 import numpy as np
 
-from .._errors import ConversionError, PathSegment, TreexchangeError, UnsupportedError
+from .._errors import (
+    ConversionError,
+    LimitError,
+    PathSegment,
+    TreexchangeError,
+    UnsupportedError,
+    WriteError,
+)
+from .._hdf5._datatype import MAX_TYPE_NESTING
 from .._hdf5._model import H5Type
 from .._juliatype import JuliaType
+from .._limits import DEFAULT_LIMITS
+from .._recursion import stack_for_depth
 from .._values import UNDEF, JuliaArray, JuliaBits, JuliaStruct, NamedTuple as JlNamedTuple, Singleton, Symbol
 from . import _encode_hdf5 as enc
 from ._writer_arrays import (
@@ -78,7 +89,7 @@ class _Attr:
     def message(self) -> bytes:
         data = self.encode()
         if len(data) != self.nbytes:
-            raise AssertionError(f"attribute {self.name}: {len(data)} bytes, expected {self.nbytes}")
+            raise WriteError(f"attribute {self.name}: {len(data)} bytes, expected {self.nbytes}")
         dtype = self.dtype.offset if isinstance(self.dtype, Committed) else self.dtype
         return enc.attribute_message(self.name, dtype, self.space_kind, self.dims, data)
 
@@ -189,6 +200,7 @@ class JLD2Writer:
         self.datatype_wsession: dict[Hashable, int] = {}
         self._keepalive: list[Any] = []
         self._inline_sizes: dict[str, int] = {}
+        self._prepared: dict[int, Any] = {}  # id -> object typed by prepare (kept: ids stay unique)
         self._closed = False
 
     # ================================================================================ public
@@ -199,13 +211,61 @@ class JLD2Writer:
         group, leaf = self._pathize(name)
         path: tuple[PathSegment, ...] = (name,)
         try:
-            jt = self.types.of_value(value, path)
-            offset = self.write_dataset(value, jt, self.wsession, path)
+            with stack_for_depth(DEFAULT_LIMITS.max_depth):
+                self.prepare([(name, value)])
+                jt = self.types.of_value(value, path)
+                offset = self.write_dataset(value, jt, self.wsession, path)
         except TreexchangeError as err:
             raise err.with_context(path=path) from None
         except RecursionError:
-            raise ConversionError("value nested too deeply to write", path=path) from None
+            raise LimitError(
+                "value nested too deeply to write (save checks Limits().max_depth first)", path=path
+            ) from None
+        except UnicodeEncodeError as err:
+            raise ConversionError(
+                f"text with a lone surrogate ({err.object[err.start : err.end]!r}) has no UTF-8 form",
+                path=path,
+            ) from None
         group.links[leaf] = offset
+
+    def prepare(self, items: Sequence[tuple[str, Any]]) -> None:
+        """Learn the Julia type of every struct and bits value in ``items`` before anything is
+        written, so that no type is laid out while known by name only (from a type parameter
+        such as ``Space{Tuple{Sector,Sector}}``) when a value shows its layout later: committed
+        types then follow JLD2's layout. Call it with every value of the file first (``save`` and
+        ``convert`` do); :meth:`write` calls it for its own value. Visits each object once."""
+        seen = self._prepared
+        for name, value in items:
+            todo: list[tuple[Any, tuple[PathSegment, ...]]] = [(value, (name,))]
+            while todo:
+                v, path = todo.pop()
+                if isinstance(v, (str, np.ndarray, np.generic, int, float)) or v is None:
+                    continue
+                if id(v) in seen:
+                    continue
+                seen[id(v)] = v
+                if isinstance(v, JuliaStruct):
+                    todo.extend((f, (*path, k)) for k, f in v.fields.items())
+                    self._type_for_layout(v, path)
+                elif isinstance(v, JuliaArray):
+                    todo.extend((x, (*path, i)) for i, x in enumerate(v.data.ravel(order="F"), 1))
+                    self._type_for_layout(v, path)
+                elif isinstance(v, JuliaBits):
+                    self._type_for_layout(v, path)
+                elif isinstance(v, JlNamedTuple):
+                    todo.extend((x, (*path, k)) for k, x in v.items())
+                elif isinstance(v, (list, tuple)):
+                    todo.extend((x, (*path, i)) for i, x in enumerate(v, 1))
+                elif isinstance(v, dict):
+                    for k, x in v.items():
+                        todo.append((k, path))
+                        todo.append((x, (*path, str(k))))
+
+    def _type_for_layout(self, value: Any, path: tuple[PathSegment, ...]) -> None:
+        try:
+            self.types.of_value(value, path)
+        except TreexchangeError:
+            pass  # reported with its path when the value itself is written
 
     def create_group(self, name: str) -> None:
         """An empty group ``name`` (JLD2's ``Group(f, name)``), intermediate groups included."""
@@ -379,7 +439,7 @@ class JLD2Writer:
         parts += [a.message() for a in attrs]
         header = enc.object_header(b"".join(parts))
         if len(header) != size:
-            raise AssertionError("committed datatype header size mismatch")
+            raise WriteError("committed datatype header size mismatch")
         self.sink.put(offset, header)
 
     def _datatype_attr(self, name: str, t: JT, *, dtype: Committed) -> _Attr:
@@ -413,6 +473,13 @@ class JLD2Writer:
             field_types.append(type_offset)
             members.append((name, dtype))
         compound = enc.compound_type(members)
+        if _type_chain(compound) > MAX_TYPE_NESTING + 1:
+            # The reader (and libhdf5-based tools) stop at this nesting: never write what
+            # treexchange cannot read back.
+            raise LimitError(
+                f"struct {readas.key[:80]} nests inline types deeper than {MAX_TYPE_NESTING} levels, "
+                "the most treexchange reads back"
+            )
         if compound.size == 0:
             raise UnsupportedError(f"struct {readas.key} has no stored fields but is not a ghost")
         if not nondefault:
@@ -452,61 +519,50 @@ class JLD2Writer:
         """JLD2's ``h5fieldtype``: the HDF5 type of a field declared ``r`` (written as ``w``);
         ``None`` for ghosts; a :class:`Committed` when the type is committed."""
         cat = w.cat
-        if cat is Cat.STRING:
-            if r is w:
-                return enc.VLEN_UTF8
-            return self.lookup(r) or self.commit(enc.VLEN_UTF8, w, r)
-        if cat is Cat.SYMBOL:
-            return self.lookup(r) or self.commit(enc.VLEN_UTF8, w, r)
-        if cat is Cat.PRIM:
-            assert w.h5 is not None
-            if r is w:
-                return w.h5
-            return self.lookup(r) or self.commit(w.h5, w, r)
         if cat is Cat.ARRAY:
             if r is w:
                 return enc.REFERENCE
             return self.lookup(r) or self.commit(enc.REFERENCE, w, r)
-        if cat is Cat.DATATYPE:
-            return self.bootstrap()
-        if cat is Cat.ANY or cat is Cat.UNION:
-            return enc.REFERENCE
-        if cat is Cat.OTHER:
-            # Known only by name, its layout unknown: stored as a reference (field_kind agrees).
-            # As a type *parameter*, refs_from_types still reuses a commit made under its name.
-            return enc.REFERENCE
-        if not w.hasfielddata:
+        # The one storage decision for this type (field_kind): the datatype written here is the
+        # one every encoded value follows, by construction.
+        kind = self.field_kind(w, initialized)
+        if kind == "none":
             return None
-        if (w.isbits or (initialized and not w.mutable)) and w.sizeof <= MAX_INLINE_SIZE:
-            found = self.lookup(w)
-            if found is not None:
-                return found
-            if cat is Cat.BITS:
-                return self.commit(enc.opaque_type(w.nbytes), w, r)
-            return self.commit_compound(w, r)
-        return enc.REFERENCE
+        if kind == "ref":
+            # Abstract types, unions, types known only by name, mutable or large structs.
+            return enc.REFERENCE
+        if kind == "datatype":
+            return self.bootstrap()
+        if kind == "vlen":
+            if cat is Cat.STRING and r is w:
+                return enc.VLEN_UTF8
+            return self.lookup(r) or self.commit(enc.VLEN_UTF8, w, r)
+        if cat is Cat.PRIM:
+            if w.h5 is None:
+                raise WriteError(f"number type {w.key} has no HDF5 type")
+            if r is w:
+                return w.h5
+            return self.lookup(r) or self.commit(w.h5, w, r)
+        found = self.lookup(w)
+        if found is not None:
+            return found
+        if cat is Cat.BITS:
+            return self.commit(enc.opaque_type(w.nbytes), w, r)
+        return self.commit_compound(w, r)
 
     def h5type(self, jt: JT) -> H5Type | Committed:
         """JLD2's ``h5type`` for a stand-alone (dataset) value of type ``jt``."""
         w = jt.writeas
         if w.cat is Cat.ARRAY:
             if w is not jt:
-                result = self.h5fieldtype(w, jt, True)
-                assert result is not None
-                return result
-            e = jt.eltype
-            assert e is not None
+                return _stored(self.h5fieldtype(w, jt, True), jt)
+            e = _eltype(jt)
             if not e.writeas.hasfielddata:
                 return self._h5type_generic(e)
-            result = self.h5fieldtype(e.writeas, e, False)
-            assert result is not None
-            return result
-        if w.cat in (Cat.SYMBOL, Cat.PRIM, Cat.DATATYPE):
-            result = self.h5fieldtype(w, jt, True)
-            assert result is not None
-            return result
-        if w.cat is Cat.STRING:
-            raise AssertionError("top-level strings are handled by the caller")
+            return _stored(self.h5fieldtype(e.writeas, e, False), e)
+        if w.cat in (Cat.SYMBOL, Cat.PRIM, Cat.DATATYPE, Cat.STRING):
+            # (A top-level String is a fixed-length string dataset: write_dataset does it.)
+            return _stored(self.h5fieldtype(w, jt, True), jt)
         return self._h5type_generic(jt)
 
     def _h5type_generic(self, jt: JT) -> Committed:
@@ -525,7 +581,23 @@ class JLD2Writer:
     # ================================================================================ ODR
     def field_kind(self, w: JT, initialized: bool) -> str:
         """JLD2's ``fieldodr`` for a field written as ``w``: ``none`` (ghost), ``inline``,
-        ``ref`` (8-byte reference), ``vlen`` (16-byte vlen string) or ``datatype`` (32 bytes)."""
+        ``ref`` (8-byte reference), ``vlen`` (16-byte vlen string) or ``datatype`` (32 bytes).
+
+        Decided once per type and kept (``JT._kind_init`` / ``_kind_uninit``): a type known by
+        name only is stored as a reference, and stays so for this file even once a value shows
+        its layout, so headers, committed types and encoded bytes always agree."""
+        frozen = w._kind_init if initialized else w._kind_uninit
+        if frozen is not None:
+            return frozen
+        kind = self._decide_kind(w, initialized)
+        if initialized:
+            w._kind_init = kind
+        else:
+            w._kind_uninit = kind
+        return kind
+
+    @staticmethod
+    def _decide_kind(w: JT, initialized: bool) -> str:
         cat = w.cat
         if cat in (Cat.STRING, Cat.SYMBOL):
             return "vlen"
@@ -588,10 +660,10 @@ class JLD2Writer:
                 return found
         w = jt.writeas
         if w.cat is Cat.STRING and w is jt:
-            raw = value.encode("utf-8")
+            raw = _utf8(value, path)
             space = _Space(enc.DS_SCALAR, (), [])
             return self._write_object(
-                space, enc.fixed_string_type(len(raw)), _Data(len(raw), encode=lambda: raw), ws, tk
+                space, enc.fixed_string_type(len(raw)), _Data(len(raw), encode=lambda: raw), ws, tk, path
             )
         if jt.cat is Cat.ARRAY:
             return self._write_array(value, jt, ws, tk, path)
@@ -600,12 +672,12 @@ class JLD2Writer:
         # odr(T): ghost -> nothing (null dataspace); else the packed representation.
         if not w.hasdata:
             dtype = self.h5type(jt)
-            return self._write_object(_Space(enc.DS_NULL, (), []), dtype, _NO_DATA, ws, tk)
+            return self._write_object(_Space(enc.DS_NULL, (), []), dtype, _NO_DATA, ws, tk, path)
         size = self.inline_size(w) if w.cat in (Cat.PRIM, Cat.BITS, Cat.STRUCT) else self.field_size(w, True)
         space = _Space(enc.DS_SCALAR, (), [])
         dtype = self.h5type(jt)
         return self._write_object(
-            space, dtype, _Data(size, encode=lambda: self.encode_value(w, value, ws, path)), ws, tk
+            space, dtype, _Data(size, encode=lambda: self.encode_value(w, value, ws, path)), ws, tk, path
         )
 
     def _write_custom(
@@ -621,18 +693,19 @@ class JLD2Writer:
             def encode() -> bytes:
                 return _ref(self._write_converted_vector(converted, vec_jt, ws, path))
 
-            return self._write_object(_Space(enc.DS_SCALAR, (), []), dtype, _Data(8, encode=encode), ws, tk)
+            return self._write_object(
+                _Space(enc.DS_SCALAR, (), []), dtype, _Data(8, encode=encode), ws, tk, path
+            )
         if jt.cat is Cat.DICT:
             dtype = self.h5type(jt)
             data = _Data(8, encode=lambda: _ref(self._write_kvvec(value, jt, ws, path)))
-            return self._write_object(_Space(enc.DS_SCALAR, (), []), dtype, data, ws, tk)
+            return self._write_object(_Space(enc.DS_SCALAR, (), []), dtype, data, ws, tk, path)
         raise UnsupportedError(f"custom serialization of {jt.key} is not supported")
 
     def _write_converted_vector(
         self, items: list[Any], vec_jt: JT, ws: dict[Hashable, int], path: tuple[PathSegment, ...]
     ) -> int:
-        e = vec_jt.eltype
-        assert e is not None
+        e = _eltype(vec_jt)
         if e.cat is Cat.PRIM and e.dtype is not None:
             arr = _numeric_vector(items, e)
             return self._write_array(arr, vec_jt, ws, None, path)
@@ -654,8 +727,7 @@ class JLD2Writer:
     def _write_array(
         self, value: Any, jt: JT, ws: dict[Hashable, int], tk: Hashable | None, path: tuple[PathSegment, ...]
     ) -> int:
-        e = jt.eltype
-        assert e is not None
+        e = _eltype(jt)
         ew = e.writeas
         shape = _julia_shape(value)
         ndims = len(shape)
@@ -703,14 +775,23 @@ class JLD2Writer:
                 raise ConversionError(f"array element size {arr.dtype.itemsize} != {elsize}", path=path)
             chunkable = self.compress is not None and datasz > 0
             return self._write_object(
-                space, dtype, _Data(datasz, array=arr, is_array=True, chunkable=chunkable), ws, tk
+                space, dtype, _Data(datasz, array=arr, is_array=True, chunkable=chunkable), ws, tk, path
             )
         items = _array_items(value)
 
         def encode() -> bytes:
-            return b"".join(
-                self.encode_field(e, item, False, ws, (*path, i)) for i, item in enumerate(items, 1)
-            )
+            parts = []
+            for i, item in enumerate(items, 1):
+                raw = self.encode_field(e, item, False, ws, (*path, i))
+                if len(raw) != elsize:
+                    # Never written: the datatype above says every element takes elsize bytes.
+                    raise WriteError(
+                        f"element encodes to {len(raw)} bytes, its element type {e.key[:80]} "
+                        f"takes {elsize} ({kind})",
+                        path=(*path, i),
+                    )
+                parts.append(raw)
+            return b"".join(parts)
 
         chunkable = self.compress is not None and datasz > 0 and e.isbits and kind == "inline"
         if chunkable:
@@ -721,8 +802,8 @@ class JLD2Writer:
             raw = encode()
             arr = np.frombuffer(raw, dtype=np.dtype(f"V{elsize}")).reshape(shape, order="F")
             data = _Data(datasz, array=arr, is_array=True, chunkable=True)
-            return self._write_object(space, dtype, data, ws, tk)
-        return self._write_object(space, dtype, _Data(datasz, encode=encode, is_array=True), ws, tk)
+            return self._write_object(space, dtype, data, ws, tk, path)
+        return self._write_object(space, dtype, _Data(datasz, encode=encode, is_array=True), ws, tk, path)
 
     # --- the dataset header -----------------------------------------------------------------------
     def _write_object(
@@ -732,6 +813,7 @@ class JLD2Writer:
         data: _Data,
         ws: dict[Hashable, int],
         tk: Hashable | None,
+        path: tuple[PathSegment, ...] = (),
     ) -> int:
         """The second ``write_dataset`` method of JLD2: header, layout choice, data."""
         datasz, array = data.size, data.array
@@ -743,12 +825,12 @@ class JLD2Writer:
             layout = "compact"
             psz += 4 + 4 + datasz
         elif data.chunkable:
-            assert array is not None and self.compress is not None
+            array, compress = _need(array, "array"), _need(self.compress, "compression")
             itemsize = datasz // max(space.numel, 1)
             shape = array.shape if array.ndim else (1,)
-            chunk = plan_chunk(tuple(shape), itemsize, self.compress.chunk_bytes)
+            chunk = plan_chunk(tuple(shape), itemsize, compress.chunk_bytes)
             chunk_h5 = (*reversed(chunk), itemsize)
-            pipeline = enc.filter_pipeline(self.compress.filters(itemsize))
+            pipeline = enc.filter_pipeline(compress.filters(itemsize))
             psz += len(pipeline)
             # One chunk: JLD2's own single-chunk layout (v4) with libhdf5's dimension width;
             # JLD2 reads widths of 1, 2, 4 or 8 bytes only, else use the B-tree layout (v3).
@@ -778,19 +860,17 @@ class JLD2Writer:
         if layout == "compact":
             raw = b"" if datasz == 0 else data.materialize()
             if len(raw) != datasz:
-                raise AssertionError(f"compact data is {len(raw)} bytes, expected {datasz}")
+                raise WriteError(f"compact data is {len(raw)} bytes, its datatype takes {datasz}", path=path)
             head.append(enc.layout_compact(raw))
         elif layout == "single":
-            assert array is not None and self.compress is not None
-            (c,) = compressed_chunks(array, chunk, self.compress)
+            (c,) = compressed_chunks(_need(array, "array"), chunk, _need(self.compress, "compression"))
             address = self.end  # right after the header, as JLD2 places it
             self.sink.put_large(address, c.data)
             self.end += len(c.data)
             head.append(pipeline)
             head.append(enc.layout_single_chunk(chunk_h5, len(c.data), address - BASE))
         elif layout == "chunked":
-            assert array is not None and self.compress is not None
-            btree = self._write_chunks(array, chunk, chunk_h5)
+            btree = self._write_chunks(_need(array, "array"), chunk, chunk_h5)
             head.append(pipeline)
             head.append(enc.layout_chunked_v3(btree, chunk_h5))
         else:
@@ -804,12 +884,16 @@ class JLD2Writer:
                     pos += len(piece)
                     del piece  # the generator makes the next block only after this is freed
                 if pos != data_address + datasz:
-                    raise AssertionError("array payload size mismatch")
+                    raise WriteError(
+                        f"array payload is {pos - data_address} bytes, its datatype takes {datasz}", path=path
+                    )
             else:
                 # Small payloads join the buffered metadata (one write for many small arrays).
                 raw = data.materialize()
                 if len(raw) != datasz:
-                    raise AssertionError(f"contiguous data is {len(raw)} bytes, expected {datasz}")
+                    raise WriteError(
+                        f"contiguous data is {len(raw)} bytes, its datatype takes {datasz}", path=path
+                    )
                 if datasz > SMALL_PAYLOAD:
                     self.sink.put_large(data_address, raw)
                 else:
@@ -817,17 +901,17 @@ class JLD2Writer:
         head.append(enc.CONTINUATION_PLACEHOLDER)
         header = enc.object_header(b"".join(head))
         if len(header) != enc.object_header_size(psz):
-            raise AssertionError("object header size mismatch")
+            raise WriteError("object header size mismatch", path=path)
         self.sink.put(header_offset, header)
         return rel
 
     def _write_chunks(self, arr: np.ndarray, chunk: tuple[int, ...], chunk_h5: tuple[int, ...]) -> int:
         """Compressed chunks, then the v1 B-tree indexing them; returns the B-tree's address."""
-        assert self.compress is not None
+        compress = _need(self.compress, "compression")
         nd1 = len(chunk_h5)
         records: list[tuple[tuple[int, int, tuple[int, ...]], int]] = []
         pos = _align8(self.end)
-        for c in compressed_chunks(arr, chunk, self.compress):
+        for c in compressed_chunks(arr, chunk, compress):
             self.sink.put_large(pos, c.data)
             records.append(((len(c.data), 0, c.offsets), pos - BASE))
             pos += len(c.data)
@@ -882,7 +966,7 @@ class JLD2Writer:
                     f"found {type(value).__name__}",
                     path=path,
                 )
-            return self.store_vlen(value.encode("utf-8"))
+            return self.store_vlen(_utf8(value, path))
         if kind == "datatype":
             return self.encode_datatype_value(self._as_type(value, path), ws)
         return self.encode_value(w, value, ws, path)
@@ -986,7 +1070,10 @@ class JLD2Writer:
             n = len(params)
             # JLD2's NTuple method applies to homogeneous tuples of a concrete type (the diagonal
             # rule); its `reduce(==, params)` test is true only for N == 2.
-            homogeneous = n == 0 or (all(p is params[0] for p in params) and params[0].concrete)
+            homogeneous = n == 0 or (
+                all(_same_param(p, params[0]) for p in params)
+                and (params[0].concrete if isinstance(params[0], JT) else True)
+            )
             if homogeneous:
                 if n == 2:
                     return "NTuple", (np.int64(2), params[0])
@@ -1082,6 +1169,15 @@ class _PairValue:
     jt: JT
 
 
+@lru_cache(maxsize=4096)
+def _type_chain(t: H5Type) -> int:
+    """Datatypes on the longest chain from ``t`` down to a leaf type (a plain number: 1)."""
+    inner = [m.type for m in t.members]
+    if t.base is not None:
+        inner.append(t.base)
+    return 1 + max(map(_type_chain, inner), default=0)
+
+
 def _julia_shape(value: Any) -> tuple[int, ...]:
     if isinstance(value, list):
         return (len(value),)
@@ -1104,13 +1200,50 @@ def _array_items(value: Any) -> list[Any]:
 
 
 def _array_bytes(array: np.ndarray | None) -> bytes:
-    assert array is not None
-    return b"".join(bytes(p) for p in column_major_pieces(array))
+    return b"".join(bytes(p) for p in column_major_pieces(_need(array, "array")))
 
 
 def _numeric_vector(items: list[Any], e: JT) -> np.ndarray:
-    assert e.dtype is not None
-    return np.asarray(items, dtype=e.dtype)
+    return np.asarray(items, dtype=_need(e.dtype, f"numpy dtype of {e.key}"))
+
+
+def _same_param(a: Any, b: Any) -> bool:
+    """Julia's ``==`` on two type parameters: one interned type, or equal values of one type
+    (``2`` and ``2``; the values of StaticArrays' ``Tuple{2,2}``)."""
+    if isinstance(a, JT) or isinstance(b, JT):
+        return a is b
+    return type(a) is type(b) and bool(np.all(a == b))
+
+
+def _utf8(text: str, path: tuple[PathSegment, ...]) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        bad = text[err.start : err.end].encode("unicode_escape").decode("ascii")
+        raise ConversionError(
+            f"text holds {bad}, a lone surrogate, which has no UTF-8 form", path=path
+        ) from None
+
+
+_T = TypeVar("_T")
+
+
+def _need(value: _T | None, what: str) -> _T:
+    """``value``, which the writer's own logic guarantees; a :class:`WriteError` if it is not."""
+    if value is None:
+        raise WriteError(f"internal inconsistency: no {what}")
+    return value
+
+
+def _eltype(jt: JT) -> JT:
+    return _need(jt.eltype, f"element type of {jt.key}")
+
+
+def _stored(dtype: H5Type | Committed | None, jt: JT) -> H5Type | Committed:
+    """The HDF5 type of a stand-alone value: ghosts are handled by the callers."""
+    if dtype is None:
+        raise WriteError(f"internal inconsistency: no stored datatype for {jt.key}")
+    return dtype
 
 
 def _encode_prim(w: JT, value: Any, path: tuple[PathSegment, ...]) -> bytes:
@@ -1124,8 +1257,7 @@ def _encode_prim(w: JT, value: Any, path: tuple[PathSegment, ...]) -> bytes:
             return int(value).to_bytes(16, "little", signed=signed)
         except OverflowError:
             raise ConversionError(f"{int(value)} does not fit {w.name}", path=path) from None
-    dtype = w.dtype
-    assert dtype is not None
+    dtype = _need(w.dtype, f"numpy dtype of {w.key}")
     if isinstance(value, np.generic):
         if value.dtype.newbyteorder("=") != dtype:
             raise ConversionError(f"expected {w.name}, found numpy {value.dtype}", path=path)

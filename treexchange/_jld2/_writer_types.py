@@ -93,6 +93,8 @@ class JT:
         "_align",
         "_hasdata",
         "_isbits",
+        "_kind_init",
+        "_kind_uninit",
         "_size",
         "_writeas",
         "cat",
@@ -148,6 +150,11 @@ class JT:
         self._isbits: bool | None = None
         self._size: int | None = None
         self._align: int = 1
+        # How a field (initialized) / array element (not) of this type is stored, decided once by
+        # the writer (JLD2Writer.field_kind) and never changed: every later header, committed
+        # compound and encoded value of this type follows the first decision.
+        self._kind_init: str | None = None
+        self._kind_uninit: str | None = None
 
     def __repr__(self) -> str:
         return f"JT({self.key})"
@@ -205,8 +212,7 @@ class JT:
     def sizeof(self) -> int:
         """Julia ``sizeof`` of the type (in-memory, with alignment padding)."""
         self._layout_size()
-        assert self._size is not None
-        return self._size
+        return self._size if self._size is not None else 8
 
     def inline_size_align(self) -> tuple[int, int]:
         """Size and alignment this type takes *as a field* in Julia memory."""
@@ -214,8 +220,7 @@ class JT:
             return self.nbytes, _prim_align(self.nbytes)
         if self.cat is Cat.STRUCT and not self.mutable:
             self._layout_size()
-            assert self._size is not None
-            return self._size, self._align
+            return (self._size if self._size is not None else 8), self._align
         return 8, 8  # a pointer
 
     def _layout_size(self) -> None:
@@ -333,6 +338,7 @@ class TypeFactory:
         self._by_type: dict[JuliaType, JT] = {}
         self._by_class: dict[type, JT] = {}
         self._by_parts: dict[tuple[Any, ...], JT] = {}
+        self._by_id: dict[int, tuple[Any, JT]] = {}  # the value is kept: its id stays unique
         self.ANY = self._intern(JT(Cat.ANY, "Core.Any"))
         self.STRING = self._intern(JT(Cat.STRING, "Core.String", mutable=True))
         self.SYMBOL = self._intern(JT(Cat.SYMBOL, "Core.Symbol", mutable=True))
@@ -353,8 +359,16 @@ class TypeFactory:
             if found.cat is Cat.OTHER and jt.cat is not Cat.OTHER:
                 # A type first met by name only (a type parameter) whose value we now have:
                 # upgrade the placeholder in place so every holder of it sees the real type.
+                # A storage decision already taken (a reference, as for every type known by
+                # name only) stays: data already laid out follows it, so must all later data.
                 for slot in JT.__slots__:
+                    if slot in ("_kind_init", "_kind_uninit") and getattr(found, slot) is not None:
+                        continue
                     setattr(found, slot, getattr(jt, slot))
+                # Types built around the placeholder (a Tuple{Inner,Inner} from a type parameter)
+                # cached facts about it (isbits, size): let them be worked out again.
+                for other in self._cache.values():
+                    other._isbits = other._hasdata = other._size = None
             return found
         self._cache[jt.key] = jt
         return jt
@@ -375,7 +389,7 @@ class TypeFactory:
             return found
         dtype = numpy_dtype(JuliaType(name))
         if dtype is None or dtype.kind not in _NATIVE_KINDS:
-            raise AssertionError(f"{name} is not a native number type")
+            raise UnsupportedError(f"{name} is not a native number type")
         h5 = _h5_number_type(dtype)
         return self._intern(JT(Cat.PRIM, name, nbytes=h5.size, h5=h5, dtype=dtype))
 
@@ -506,6 +520,20 @@ class TypeFactory:
         if name in ("Core.Nothing", "Base.Missing") and not params:
             return self.singleton(name)
         if name in _TUPLE_NAMES:
+            if not all(isinstance(p, JuliaType) for p in params):
+                # A tuple type with value parameters (StaticArrays' Tuple{2,3}): a type parameter
+                # only, never the type of a value; written by name with its parameters.
+                key = t.qualified()
+                return self._cache.get(key) or self._intern(
+                    JT(
+                        Cat.OTHER,
+                        "Core.Tuple",
+                        tuple(params),
+                        key=key,
+                        is_tuple=True,
+                        raw_params=tuple(params),
+                    )
+                )
             return self.tuple_of([self._param_type(p) for p in params])
         if name in _UNION_NAMES:
             members = tuple(self.of_type(p) if isinstance(p, JuliaType) else p for p in params)
@@ -513,7 +541,7 @@ class TypeFactory:
                 JT(Cat.UNION, "Core.Union", members, key=t.qualified(), raw_params=tuple(params))
             )
         if name == "NTuple" and len(params) == 2 and isinstance(params[0], (int, np.integer)):
-            return self.tuple_of([self._param_type(params[1])] * int(params[0]))
+            return self.of_type(JuliaType("Core.Tuple", (params[1],) * int(params[0])))
         if name == "Core.NamedTuple" and len(params) == 2 and isinstance(params[0], tuple):
             tup = self._param_type(params[1])
             if tup.is_tuple and len(tup.fields) == len(params[0]):
@@ -550,7 +578,12 @@ class TypeFactory:
         if isinstance(value, JuliaArray):
             return self.array_of(self._array_eltype(value, path), len(value.shape))
         if isinstance(value, dict):
-            return self._dict_type(value, path)
+            # Memoized per object: a Dict's type needs its values' types, and nested Dicts would
+            # otherwise be typed again at every level above them (quadratic in the depth).
+            memo = self._by_id.get(id(value))
+            if memo is None:
+                memo = self._by_id[id(value)] = (value, self._dict_type(value, path))
+            return memo[1]
         if isinstance(value, JuliaStruct):
             return self._struct_type(value, path)
         if isinstance(value, np.ndarray):
@@ -606,10 +639,13 @@ class TypeFactory:
             return union  # an array of references, its julia_type a Core.Union dataset
         jt = self.of_type(value.eltype)
         if jt.cat is Cat.OTHER:
-            # A struct element type known only by name: take its layout from an element.
-            for item in value.data.ravel(order="F"):
+            # An element type known only by name (a struct, an @enum): take its layout from an
+            # element, before anything is laid out with it.
+            for i, item in enumerate(value.data.ravel(order="F"), 1):
                 if isinstance(item, JuliaStruct) and item.type == value.eltype:
-                    return self._struct_type(item, path)
+                    return self._struct_type(item, (*path, i))
+                if isinstance(item, JuliaBits) and item.type == value.eltype and item.data:
+                    return self.bits(item.type, len(item.data))
         return jt
 
     def _inline_union(self, union: JuliaType, path: tuple[PathSegment, ...]) -> JT:
@@ -623,7 +659,8 @@ class TypeFactory:
                 f"arrays of {union} cannot be written (only two-member Unions of bits types are)", path=path
             )
         t1, t2 = members
-        assert t1 is not None and t2 is not None
+        if t1 is None or t2 is None:  # excluded above; spelled out for the type checker
+            raise UnsupportedError(f"arrays of {union} cannot be written", path=path)
         key = type_key("JLD2.InlineUnionEl", (t1, t2))
         found = self._get(key)
         if found is not None:
