@@ -157,6 +157,7 @@ class JuliaDict(dict):  # type: ignore[type-arg]
     with the same items (it *is* one), and JAX sees it as a pytree node in insertion order.
 
     Example:
+        >>> from treexchange import JuliaDict
         >>> d = JuliaDict({"lr": 0.1, "epochs": 3})
         >>> isinstance(d, dict), d == {"lr": 0.1, "epochs": 3}, d
         (True, True, JuliaDict({'lr': 0.1, 'epochs': 3}))
