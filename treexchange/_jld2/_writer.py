@@ -798,11 +798,8 @@ class JLD2Writer:
             head.append(enc.layout_contiguous(data_address - BASE, datasz))
             self.end = data_address + datasz
             if array is not None and datasz > SMALL_PAYLOAD:
-                pos = data_address
-                for piece in column_major_pieces(array):
-                    self.sink.put_large(pos, piece)
-                    pos += len(piece)
-                    del piece  # the generator makes the next block only after this is freed
+                # Transposed (C-ordered input) block by block, written by the sink's writer thread.
+                pos = data_address + self.sink.put_array(data_address, array)
                 if pos != data_address + datasz:
                     raise AssertionError("array payload size mismatch")
             else:
