@@ -30,6 +30,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from .._hdf5._lookup3 import lookup3_many
 from ._writer_arrays import column_major_pieces
 
 _FLUSH_BYTES = 4 << 20
@@ -48,6 +49,7 @@ class Sink:
         self._file = file
         self._pending: list[tuple[int, bytes]] = []
         self._pending_bytes = 0
+        self._unsummed: list[int] = []  # indexes into _pending still lacking their checksum
         self.bytes_written = 0
         self._fd = _descriptor(file)
         self._pipe: _WritePipe | None = None
@@ -56,6 +58,18 @@ class Sink:
         """Write a (small) piece of metadata at ``offset`` (buffered)."""
         self._pending.append((offset, data))
         self._pending_bytes += len(data)
+        if self._pending_bytes >= _FLUSH_BYTES:
+            self.flush()
+
+    def put_checksummed(self, offset: int, data: bytes) -> None:
+        """Write ``data`` followed by its 4-byte lookup3 checksum (an HDF5 v2 object header).
+
+        The checksums of all pieces buffered so far are computed together when they are flushed
+        (:func:`treexchange._hdf5._lookup3.lookup3_many`).
+        """
+        self._unsummed.append(len(self._pending))
+        self._pending.append((offset, data))
+        self._pending_bytes += len(data) + 4
         if self._pending_bytes >= _FLUSH_BYTES:
             self.flush()
 
@@ -105,6 +119,12 @@ class Sink:
         write wins where two overlap), and written with one call.
         """
         pending = self._pending
+        if self._unsummed:
+            unsummed, self._unsummed = self._unsummed, []
+            sums = lookup3_many([pending[i][1] for i in unsummed])
+            for i, value in zip(unsummed, sums):
+                offset, data = pending[i]
+                pending[i] = (offset, data + value.to_bytes(4, "little"))
         order = sorted(range(len(pending)), key=lambda i: pending[i][0])
         run: list[int] = []
         run_start = run_end = -1
@@ -135,8 +155,11 @@ class Sink:
                 offset, piece = pending[i]
                 buf[offset - start : offset - start + len(piece)] = piece
             data = bytes(buf)
-        self._file.seek(start)
-        self._file.write(data)
+        if self._fd is not None:
+            _pwrite_all(self._fd, data, start)
+        else:
+            self._file.seek(start)
+            self._file.write(data)
 
     def drain(self) -> None:
         """Wait until every payload write is done; raise the first error one of them had."""
