@@ -43,6 +43,7 @@ def save(
     producer: str | None = None,
     root_attributes: Mapping[str, str] | None = None,
     schema: bool | SchemaLike | None = None,
+    fsync: bool = True,
     **named_values: Any,
 ) -> None:
     """Write values to a JLD2 file that Julia's ``JLD2.load`` reads as real Julia values.
@@ -78,6 +79,11 @@ def save(
             :class:`treexchange.Schema`, its JSON text or a path to a JSON file is first checked
             against the values (every violation is reported; nothing is written), then embedded.
             ``None`` (default) embeds nothing.
+        fsync: ``True`` (default): the file and its directory are fsynced before ``save``
+            returns, so the new file survives a power cut. ``False`` skips both fsyncs, for
+            scratch files: still atomic against crashes of the process (the replace happens
+            only after every byte is written), but after a power cut the file may be missing
+            or incomplete.
 
     Raises:
         ConversionError: a value has no Julia counterpart (the message names its path).
@@ -135,7 +141,7 @@ def save(
             writer.write(name, value)
         writer.close()
 
-    atomic_write(path, write)
+    atomic_write(path, write, fsync=fsync)
 
 
 def _check_producer(note: str) -> None:
@@ -224,7 +230,7 @@ def _group_nodes(roots: Mapping[str, Any], groups: Groups) -> dict[str, Any]:
     return out
 
 
-def atomic_write(path: PathLike, write: Callable[[BinaryIO], None]) -> None:
+def atomic_write(path: PathLike, write: Callable[[BinaryIO], None], *, fsync: bool = True) -> None:
     """Run ``write(f)`` on a temporary file beside ``path``, then atomically replace ``path``.
 
     Sequence: create ``.<name>.<random>.tmp`` (``<name>`` cut to 200 bytes, so any legal file
@@ -237,7 +243,8 @@ def atomic_write(path: PathLike, write: Callable[[BinaryIO], None]) -> None:
     ``open(path, "wb")`` would). An existing file's permission bits (``0o777``; never setuid,
     setgid or sticky) are kept; a new file gets the usual ``0o666 & ~umask``. The temporary file
     is ``0o600`` until just before the rename, so a private checkpoint is never readable by
-    others while it is written, nor in a leftover temporary file.
+    others while it is written, nor in a leftover temporary file. ``fsync=False`` skips the
+    two ``fsync`` calls (scratch files: atomic, not durable).
 
     Example:
         >>> import tempfile, os
@@ -265,7 +272,8 @@ def atomic_write(path: PathLike, write: Callable[[BinaryIO], None]) -> None:
         write(f)
         f.flush()
         _set_mode(f, tmp, _final_mode(target))
-        os.fsync(f.fileno())
+        if fsync:
+            os.fsync(f.fileno())
         f.close()
         os.replace(tmp, target)
     except BaseException as err:
@@ -282,7 +290,8 @@ def atomic_write(path: PathLike, write: Callable[[BinaryIO], None]) -> None:
         if isinstance(err, OSError) and not isinstance(err, TreexchangeError):
             raise WriteError(f"writing {target} failed: {err}") from err
         raise
-    _fsync_directory(directory)
+    if fsync:
+        _fsync_directory(directory)
 
 
 _TMP_NAME_BYTES = 200
