@@ -128,27 +128,32 @@ class Sink:
         order = sorted(range(len(pending)), key=lambda i: pending[i][0])
         run: list[int] = []
         run_start = run_end = -1
+        overlaps = False
         for i in order:
             offset, data = pending[i]
             if run and offset <= run_end:
+                overlaps |= offset < run_end
                 run.append(i)
                 end = offset + len(data)
                 if end > run_end:
                     run_end = end
                 continue
             if run:
-                self._write_run(run, run_start, run_end)
-            run, run_start, run_end = [i], offset, offset + len(data)
+                self._write_run(run, run_start, run_end, overlaps)
+            run, run_start, run_end, overlaps = [i], offset, offset + len(data), False
         if run:
-            self._write_run(run, run_start, run_end)
+            self._write_run(run, run_start, run_end, overlaps)
         self.bytes_written += self._pending_bytes
         self._pending.clear()
         self._pending_bytes = 0
 
-    def _write_run(self, run: list[int], start: int, end: int) -> None:
+    def _write_run(self, run: list[int], start: int, end: int, overlaps: bool) -> None:
+        """Write the pieces ``run`` (indexes in offset order) covering ``start:end``."""
         pending = self._pending
         if len(run) == 1:
             data = pending[run[0]][1]
+        elif not overlaps:  # pieces end to end (the usual case): one join
+            data = b"".join([pending[i][1] for i in run])
         else:
             buf = bytearray(end - start)
             for i in sorted(run):  # insertion order: later writes win
