@@ -170,3 +170,34 @@ def test_save_of_large_arrays_reads_back_in_h5py(tmp_path: Path, order: str) -> 
     for name, arr in arrays.items():
         assert np.array_equal(back[name], arr)
     assert list(itertools.chain(back)) == list(arrays)
+
+
+@pytest.mark.parametrize("real_file", [False, True])
+def test_metadata_runs_and_checksums(tmp_path: Path, real_file: bool) -> None:
+    """Touching pieces, overlapping pieces (the later put wins), separate runs, and pieces
+    whose lookup3 checksum the sink appends at flush time."""
+    from treexchange._hdf5._lookup3 import lookup3
+
+    expected = bytearray(200)
+
+    def put(sink: Sink, offset: int, data: bytes) -> None:
+        sink.put(offset, data)
+        expected[offset : offset + len(data)] = data
+
+    target = open(tmp_path / "m.bin", "w+b") if real_file else io.BytesIO()
+    with target as f:
+        sink = Sink(f)
+        put(sink, 0, b"aaaa")
+        put(sink, 4, b"bbbb")  # touching
+        put(sink, 2, b"XY")  # overlapping, later: wins
+        put(sink, 50, b"cccc")  # a separate run
+        headers = [b"OHDR" + bytes([i]) * (i + 3) for i in range(5)]
+        pos = 100
+        for h in headers:
+            sink.put_checksummed(pos, h)
+            expected[pos : pos + len(h) + 4] = h + lookup3(h).to_bytes(4, "little")
+            pos += len(h) + 4
+        sink.finish(pos)
+        f.seek(0)
+        got = f.read()
+    assert got == bytes(expected[:pos])
