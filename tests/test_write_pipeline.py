@@ -15,7 +15,12 @@ import pytest
 
 import treexchange
 from treexchange import NamedTuple
-from treexchange._jld2._writer_arrays import TILE_ELEMENTS, column_major_pieces, transpose_into
+from treexchange._jld2._writer_arrays import (
+    TILE_ELEMENTS,
+    column_major_bytes,
+    column_major_pieces,
+    transpose_into,
+)
 from treexchange._jld2._writer_sink import PIPE_BLOCK_BYTES, Sink
 
 DTYPES = [
@@ -75,6 +80,16 @@ def test_transpose_into_matches_asfortranarray(dtype: np.dtype) -> None:
         out = np.empty(shape[::-1], arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype)
         transpose_into(arr, out)
         assert out.tobytes() == _expected(arr), shape
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_small_arrays_in_one_piece(dtype: np.dtype) -> None:
+    for shape in [(), *SHAPES]:
+        arr = _random(shape, np.dtype(dtype), seed=2)
+        assert column_major_bytes(arr) == (
+            _expected(arr) if shape else arr.astype(arr.dtype.newbyteorder("<")).tobytes()
+        )
+        assert column_major_bytes(arr) == b"".join(bytes(p) for p in column_major_pieces(arr))
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ from .._values import UNDEF, JuliaArray, JuliaBits, JuliaStruct, NamedTuple as J
 from . import _encode_hdf5 as enc
 from ._writer_arrays import (
     Compression,
-    column_major_pieces,
+    column_major_bytes,
     compressed_chunks,
     little_endian,
     plan_chunk,
@@ -1104,7 +1104,7 @@ def _array_items(value: Any) -> list[Any]:
 
 def _array_bytes(array: np.ndarray | None) -> bytes:
     assert array is not None
-    return b"".join(bytes(p) for p in column_major_pieces(array))
+    return column_major_bytes(array)  # small arrays only: one copy, no pieces
 
 
 def _numeric_vector(items: list[Any], e: JT) -> np.ndarray:

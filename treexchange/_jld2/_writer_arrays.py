@@ -135,6 +135,18 @@ def column_major_pieces(
         del buf, piece  # without a pool, one block is alive at a time
 
 
+def column_major_bytes(arr: np.ndarray) -> bytes:
+    """All of ``arr``'s column-major little-endian bytes in one ``bytes`` (small arrays: the
+    writer uses it for payloads it buffers with the metadata, at most 64 KiB).
+
+    Example:
+        >>> a = np.arange(6, dtype=">i2").reshape(2, 3)
+        >>> column_major_bytes(a) == a.astype("<i2").tobytes(order="F")
+        True
+    """
+    return np.asarray(arr, dtype=little_endian(arr.dtype)).tobytes(order="F")
+
+
 @dataclass(frozen=True)
 class Compression:
     """A compression choice: ``"deflate"`` (shuffle + zlib) or ``"zstd"`` (shuffle + zstd), and
