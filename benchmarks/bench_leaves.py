@@ -26,7 +26,8 @@ done before the clock starts):
   ``get_slice(k).get_shape()``; h5py ``f[k].shape``); methods with no lazy open have none.
 
 Usage: ``python benchmarks/bench_leaves.py [--leaves 1000,10000,100000] [--repeat 3]
-[--methods tx-dict,safetensors] [--json FILE] [--plot docs/performance-scaling.png]``.
+[--methods tx-dict,safetensors] [--json FILE] [--plot docs/performance-scaling.png]``;
+``--from-json FILE [--plot PNG]`` prints the tables (and draws the plot) of an earlier run.
 """
 
 from __future__ import annotations
@@ -223,8 +224,17 @@ def main() -> None:
     ap.add_argument("--h5py-max", type=int, default=100000)
     ap.add_argument("--json", default=None)
     ap.add_argument("--plot", default=None, help="write a PNG of the scaling curves here")
+    ap.add_argument("--from-json", default=None, help="print tables (and --plot) from a --json file")
     ap.add_argument("--run", nargs=3, metavar=("METHOD", "N", "REPEAT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.from_json:
+        loaded = json.loads(Path(args.from_json).read_text())
+        saved = {m: {int(n): r for n, r in by_n.items()} for m, by_n in loaded.items()}
+        sizes = sorted({n for by_n in saved.values() for n in by_n})
+        print_tables(saved, sizes)
+        if args.plot:
+            plot(saved, sizes, Path(args.plot))
+        return
     if args.run:
         method, n, repeat = args.run
         print(json.dumps(run_child(method, int(n), int(repeat))))
@@ -278,16 +288,19 @@ def plot(results: dict[str, dict[int, dict[str, float]]], sizes: list[int], out:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.8), sharex=True)
+    colors = {m: f"C{i}" for i, m in enumerate(results)}  # one color per method in every panel
     for ax, op in zip(axes, ("save", "load", "walk")):
         for m, by_n in results.items():
             ns = [n for n in sizes if op in by_n.get(n, {})]
             if ns:
-                ax.loglog(ns, [by_n[n][op] for n in ns], marker="o", label=m)
+                style = "-" if m.startswith("tx-") else "--"
+                ax.loglog(ns, [by_n[n][op] for n in ns], style, marker="o", color=colors[m], label=m)
         ax.set_title(f"{op}" + (" (with fsync)" if op == "save" else ""))
         ax.set_xlabel("leaves (4 KiB Float32 arrays)")
         ax.set_ylabel("seconds (best of runs)")
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=8)
+    for ax in axes:
+        ax.legend(fontsize=7)
     fig.suptitle("treexchange vs other formats: time against number of leaves (log-log; slope 1 = linear)")
     fig.tight_layout()
     fig.savefig(out, dpi=90)
