@@ -47,6 +47,7 @@ def save(
     producer: str | None = None,
     root_attributes: Mapping[str, str] | None = None,
     schema: bool | SchemaLike | None = None,
+    fsync: bool = True,
     **named_values: Any,
 ) -> None:
     """Write values to a JLD2 file that Julia's ``JLD2.load`` reads as real Julia values.
@@ -86,6 +87,11 @@ def save(
             :class:`treexchange.Schema`, its JSON text or a path to a JSON file is first checked
             against the values (every violation is reported; nothing is written), then embedded.
             ``None`` (default) embeds nothing.
+        fsync: ``True`` (default): the file and its directory are fsynced before ``save``
+            returns, so the new file survives a power cut. ``False`` skips both fsyncs, for
+            scratch files: still atomic against crashes of the process (the replace happens
+            only after every byte is written), but after a power cut the file may be missing
+            or incomplete.
 
     Raises:
         ConversionError: a value has no Julia counterpart, holds a cycle or text without a UTF-8
@@ -147,7 +153,7 @@ def save(
             writer.write(name, value)
         writer.close()
 
-    atomic_write(path, write)
+    atomic_write(path, write, fsync=fsync)
 
 
 def prepare_values(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
@@ -273,6 +279,7 @@ def atomic_write(
     write: Callable[[BinaryIO], None],
     *,
     check: Callable[[str], None] | None = None,
+    fsync: bool = True,
 ) -> None:
     """Run ``write(f)`` on a temporary file beside ``path``, then atomically replace ``path``.
 
@@ -294,7 +301,8 @@ def atomic_write(
     ``open(path, "wb")`` would). An existing file's permission bits (``0o777``; never setuid,
     setgid or sticky) are kept; a new file gets the usual ``0o666 & ~umask``. The temporary file
     is ``0o600`` until just before the rename, so a private checkpoint is never readable by
-    others while it is written, nor in a leftover temporary file.
+    others while it is written, nor in a leftover temporary file. ``fsync=False`` skips the
+    two ``fsync`` calls (scratch files: atomic, not durable).
 
     Example:
         >>> import tempfile, os
@@ -324,13 +332,15 @@ def atomic_write(
         write(f)
         f.flush()
         _set_mode(f, tmp, _final_mode(target))
-        os.fsync(f.fileno())
+        if fsync:
+            os.fsync(f.fileno())
         f.close()
         if check is not None:
             check(tmp)  # raises to keep the target untouched
         written = os.stat(tmp)
         os.replace(tmp, target)
-        _fsync_directory(directory)
+        if fsync:
+            _fsync_directory(directory)
     except BaseException as err:
         if f is not None:
             try:
@@ -341,7 +351,8 @@ def atomic_write(
             # The rename happened: the complete new file is at ``target`` and the save succeeded.
             # An interrupt (Ctrl-C) that arrived after it must not report a failure (nor remove
             # anything); the directory fsync it may have cut short is done now.
-            _fsync_directory(directory)
+            if fsync:
+                _fsync_directory(directory)
             return
         if created:
             try:

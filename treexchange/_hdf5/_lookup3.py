@@ -1,16 +1,26 @@
 """Bob Jenkins' lookup3 ``hashlittle``: the checksum of HDF5 superblock v2+ and object headers v2.
 
-Written from the published algorithm description; metadata blocks are small, so plain Python
-integer arithmetic is fast enough.
+Written from the published algorithm description. Two implementations of the same function:
+
+* :func:`lookup3` hashes one buffer with plain Python integers: all words are unpacked with one
+  ``struct`` call and the rotations are inlined (about 2x the straightforward transcription).
+  Metadata blocks are small, so this is what the reader uses as it meets each header.
+* :func:`lookup3_many` hashes many buffers at once with numpy, one array lane per buffer: the
+  mixing rounds run as whole-array ``uint32`` operations (which wrap modulo 2**32, exactly the
+  algorithm's arithmetic). The writer computes every object header's checksum this way when it
+  flushes its metadata (:meth:`treexchange._jld2._writer_sink.Sink.put_checksummed`): a
+  20,000-leaf save has 40,000 headers, and the per-buffer cost drops from tens of microseconds
+  to well under one.
 """
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Sequence
+
+import numpy as np
+
 _M = 0xFFFFFFFF
-
-
-def _rot(x: int, k: int) -> int:
-    return ((x << k) | (x >> (32 - k))) & _M
 
 
 def lookup3(data: bytes | bytearray | memoryview, initval: int = 0) -> int:
@@ -25,49 +35,122 @@ def lookup3(data: bytes | bytearray | memoryview, initval: int = 0) -> int:
     buf = bytes(data)
     length = len(buf)
     a = b = c = (0xDEADBEEF + length + initval) & _M
-    i = 0
-    while length > 12:
-        a = (a + int.from_bytes(buf[i : i + 4], "little")) & _M
-        b = (b + int.from_bytes(buf[i + 4 : i + 8], "little")) & _M
-        c = (c + int.from_bytes(buf[i + 8 : i + 12], "little")) & _M
-        a = (a - c) & _M
-        a ^= _rot(c, 4)
-        c = (c + b) & _M
-        b = (b - a) & _M
-        b ^= _rot(a, 6)
-        a = (a + c) & _M
-        c = (c - b) & _M
-        c ^= _rot(b, 8)
-        b = (b + a) & _M
-        a = (a - c) & _M
-        a ^= _rot(c, 16)
-        c = (c + b) & _M
-        b = (b - a) & _M
-        b ^= _rot(a, 19)
-        a = (a + c) & _M
-        c = (c - b) & _M
-        c ^= _rot(b, 4)
-        b = (b + a) & _M
-        length -= 12
-        i += 12
     if length == 0:
         return c
-    tail = buf[i:] + bytes(12 - length)
-    a = (a + int.from_bytes(tail[0:4], "little")) & _M
-    b = (b + int.from_bytes(tail[4:8], "little")) & _M
-    c = (c + int.from_bytes(tail[8:12], "little")) & _M
-    c ^= b
-    c = (c - _rot(b, 14)) & _M
-    a ^= c
-    a = (a - _rot(c, 11)) & _M
-    b ^= a
-    b = (b - _rot(a, 25)) & _M
-    c ^= b
-    c = (c - _rot(b, 16)) & _M
-    a ^= c
-    a = (a - _rot(c, 4)) & _M
-    b ^= a
-    b = (b - _rot(a, 14)) & _M
-    c ^= b
-    c = (c - _rot(b, 24)) & _M
+    full = (length - 1) // 12  # blocks mixed before the final (1..12 byte) block
+    words = struct.unpack(f"<{3 * full + 3}I", buf + bytes(12 * full + 12 - length))
+    for k in range(0, 3 * full, 3):
+        a = (a + words[k]) & _M
+        b = (b + words[k + 1]) & _M
+        c = (c + words[k + 2]) & _M
+        a = ((a - c) & _M) ^ (((c << 4) | (c >> 28)) & _M)
+        c = (c + b) & _M
+        b = ((b - a) & _M) ^ (((a << 6) | (a >> 26)) & _M)
+        a = (a + c) & _M
+        c = ((c - b) & _M) ^ (((b << 8) | (b >> 24)) & _M)
+        b = (b + a) & _M
+        a = ((a - c) & _M) ^ (((c << 16) | (c >> 16)) & _M)
+        c = (c + b) & _M
+        b = ((b - a) & _M) ^ (((a << 19) | (a >> 13)) & _M)
+        a = (a + c) & _M
+        c = ((c - b) & _M) ^ (((b << 4) | (b >> 28)) & _M)
+        b = (b + a) & _M
+    k = 3 * full
+    a = (a + words[k]) & _M
+    b = (b + words[k + 1]) & _M
+    c = (c + words[k + 2]) & _M
+    c = ((c ^ b) - (((b << 14) | (b >> 18)) & _M)) & _M
+    a = ((a ^ c) - (((c << 11) | (c >> 21)) & _M)) & _M
+    b = ((b ^ a) - (((a << 25) | (a >> 7)) & _M)) & _M
+    c = ((c ^ b) - (((b << 16) | (b >> 16)) & _M)) & _M
+    a = ((a ^ c) - (((c << 4) | (c >> 28)) & _M)) & _M
+    b = ((b ^ a) - (((a << 14) | (a >> 18)) & _M)) & _M
+    c = ((c ^ b) - (((b << 24) | (b >> 8)) & _M)) & _M
+    return c
+
+
+def _rot(x: np.ndarray, k: int) -> np.ndarray:
+    return (x << np.uint32(k)) | (x >> np.uint32(32 - k))
+
+
+def lookup3_many(buffers: Sequence[bytes | bytearray | memoryview], initval: int = 0) -> list[int]:
+    """:func:`lookup3` of every buffer, computed together with numpy.
+
+    Buffers are grouped by their number of 12-byte blocks; each group is one ``(n, 3 * blocks)``
+    ``uint32`` matrix, zero-padded at the end as the algorithm pads its last block.
+
+    Example:
+        >>> lookup3_many([b"", b"Four score and seven years ago", b"x" * 13])
+        [3735928559, 393676113, 3517418150]
+        >>> lookup3_many([b"x" * 13]) == [lookup3(b"x" * 13)]
+        True
+    """
+    out = [0] * len(buffers)
+    groups: dict[int, list[int]] = {}
+    for i, data in enumerate(buffers):
+        n = len(data)
+        if n == 0:
+            out[i] = (0xDEADBEEF + initval) & _M
+        else:
+            groups.setdefault((n - 1) // 12 + 1, []).append(i)
+    for blocks, members in groups.items():
+        if len(members) < 4:  # numpy's fixed cost is not worth it for a few buffers
+            for i in members:
+                out[i] = lookup3(buffers[i], initval)
+            continue
+        width = 12 * blocks
+        raw = b"".join(bytes(buffers[i]).ljust(width, b"\0") for i in members)
+        words = np.frombuffer(raw, dtype="<u4").reshape(len(members), 3 * blocks).astype(np.uint32)
+        lengths = np.array([len(buffers[i]) for i in members], dtype=np.uint64)
+        start = ((0xDEADBEEF + initval + lengths) & _M).astype(np.uint32)
+        for i, c in zip(members, _hash_blocks(words, start, blocks).tolist()):
+            out[i] = c
+    return out
+
+
+def _hash_blocks(words: np.ndarray, start: np.ndarray, blocks: int) -> np.ndarray:
+    """The lookup3 rounds over ``blocks`` blocks of every row of ``words`` (uint32 arithmetic
+    wraps modulo 2**32, as the algorithm's does)."""
+    a, b, c = start.copy(), start.copy(), start.copy()
+    with np.errstate(over="ignore"):
+        for k in range(0, 3 * (blocks - 1), 3):
+            a += words[:, k]
+            b += words[:, k + 1]
+            c += words[:, k + 2]
+            a -= c
+            a ^= _rot(c, 4)
+            c += b
+            b -= a
+            b ^= _rot(a, 6)
+            a += c
+            c -= b
+            c ^= _rot(b, 8)
+            b += a
+            a -= c
+            a ^= _rot(c, 16)
+            c += b
+            b -= a
+            b ^= _rot(a, 19)
+            a += c
+            c -= b
+            c ^= _rot(b, 4)
+            b += a
+        k = 3 * (blocks - 1)
+        a += words[:, k]
+        b += words[:, k + 1]
+        c += words[:, k + 2]
+        c ^= b
+        c -= _rot(b, 14)
+        a ^= c
+        a -= _rot(c, 11)
+        b ^= a
+        b -= _rot(a, 25)
+        c ^= b
+        c -= _rot(b, 16)
+        a ^= c
+        a -= _rot(c, 4)
+        b ^= a
+        b -= _rot(a, 14)
+        c ^= b
+        c -= _rot(b, 24)
     return c

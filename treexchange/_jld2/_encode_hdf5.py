@@ -383,11 +383,17 @@ def object_header(payload: bytes) -> bytes:
         >>> h[:6], len(h) == object_header_size(8)
         (b'OHDR\\x02\\x00', True)
     """
+    head = object_header_unsummed(payload)
+    return head + struct.pack("<I", lookup3(head))
+
+
+def object_header_unsummed(payload: bytes) -> bytes:
+    """:func:`object_header` without its last 4 bytes, the checksum (for the writer, which
+    computes many checksums at once: ``Sink.put_checksummed``)."""
     n = len(payload)
     width = size_width(n)
     flag = {1: 0, 2: 1, 4: 2, 8: 3}[width]
-    head = b"OHDR" + bytes((2, flag)) + n.to_bytes(width, "little") + payload
-    return head + struct.pack("<I", lookup3(head))
+    return b"OHDR" + bytes((2, flag)) + n.to_bytes(width, "little") + payload
 
 
 # --- global heap, B-tree, superblock, user block ------------------------------------------------

@@ -289,7 +289,7 @@ class ContainerNode(Node):
     the Python key (field name, dict key, or 0-based position), and build child ``i`` on demand.
     """
 
-    __slots__ = ("_cache", "_keys", "_src", "shape")
+    __slots__ = ("_cache", "_index", "_keys", "_src", "shape")
 
     def __init__(
         self,
@@ -304,6 +304,7 @@ class ContainerNode(Node):
         self._src = src
         self._keys: Sequence[tuple[Segment, Any]] | None = None
         self._cache: dict[int, Node | Group] = {}
+        self._index: dict[Any, int] | None = None  # key -> position, built on the first lookup
         self.shape = shape
 
     # subclass interface (the entries are never modified: subclasses may share them)
@@ -362,19 +363,63 @@ class ContainerNode(Node):
                     raise IndexError(f"index {key} out of range for {len(entries)} elements")
                 return self._child(i)
             raise TypeError(f"{self.kind} indices must be integers, not {type(key).__name__}")
-        for i, (_, k) in enumerate(entries):
-            if type(k) is type(key) and k == key:
-                return self._child(i)
-        for i, (_, k) in enumerate(entries):  # e.g. a Python int for an Int64 dict key
-            if k == key:
-                return self._child(i)
-        raise KeyError(key)
+        position = self._position(key)
+        if position is None:
+            raise KeyError(key)
+        return self._child(position)
 
     def __contains__(self, key: Any) -> bool:
-        return any(k == key for _, k in self._all())
+        if self.kind in ("tuple", "vector"):
+            return any(k == key for _, k in self._all())
+        return self._position(key) is not None
+
+    def _position(self, key: Any) -> int | None:
+        """The position of ``key`` among the entries: the first with the same type and an equal
+        value, else the first equal one (a Python ``int`` for an ``Int64`` key). Large entry
+        lists are looked up through a dict built once, so walking a Dict by keys is linear."""
+        entries = self._all()
+        if len(entries) > _INDEXED_ENTRIES:
+            index = self._index
+            if index is None:
+                index = self._index = _key_index(entries)
+            # Every key indexed and no two equal: a hit is the only entry equal to ``key``.
+            complete = len(index) == len(entries)
+            try:
+                i = index.get(key)
+            except TypeError:  # an unhashable key: no hashable entry is it (as in a dict)
+                if complete:
+                    return None
+            else:
+                if i is not None and (complete or type(entries[i][1]) is type(key)):
+                    return i
+                if i is None and complete:
+                    return None
+        for i, (_, k) in enumerate(entries):
+            if type(k) is type(key) and k == key:
+                return i
+        for i, (_, k) in enumerate(entries):  # e.g. a Python int for an Int64 dict key
+            if k == key:
+                return i
+        return None
 
     def _read(self, session: Session) -> Any:
         return _read_from(self._src, session, self.path)
+
+
+_INDEXED_ENTRIES = 16
+"""Containers with more entries than this get a key -> position dict on their first lookup."""
+
+
+def _key_index(entries: Sequence[tuple[Segment, Any]]) -> dict[Any, int]:
+    """Key -> first position, for the hashable keys (unhashable ones are left out, so a miss
+    is only conclusive when every key is in the index)."""
+    index: dict[Any, int] = {}
+    for i, (_, k) in enumerate(entries):
+        try:
+            index.setdefault(k, i)
+        except TypeError:
+            pass
+    return index
 
 
 def _linear_index(index: tuple[Any, ...], shape: tuple[int, ...]) -> int:
@@ -764,6 +809,9 @@ def _dict_node(reader: Reader, path: Path, plan: CustomPlan, buf: Any, off: int,
         pairs = written["kvvec"]
     if isinstance(pairs, ArrayNode) or not isinstance(pairs, ContainerNode):
         raise FormatError("Dict storage is not a vector of Pairs", path=path)
+    lazy = _lazy_dict_node(reader, path, plan, src, pairs)
+    if lazy is not None:
+        return lazy
     entries: list[tuple[Segment, Any, Node | Group]] = []
     seen: set[Any] = set()
     for _, pair in pairs.children():
@@ -782,6 +830,96 @@ def _dict_node(reader: Reader, path: Path, plan: CustomPlan, buf: Any, off: int,
         return FixedNode(reader, path, "dict", plan.julia_type, src, entries)
     kvvec = _reparent(pairs, (*path, "kvvec"))
     return FixedNode(reader, path, "struct", plan.julia_type, src, [("kvvec", "kvvec", kvvec)])
+
+
+class DictNode(ContainerNode):
+    """A Dict: the keys are decoded when the node is made, straight from the pairs' bytes; a
+    value's node is made only when it is looked at, at its own path (no copies of nodes, no
+    node per pair). Lookups by key use the container's key index (O(1))."""
+
+    __slots__ = ("_pair_at",)
+
+    def __init__(
+        self,
+        reader: Reader,
+        path: Path,
+        jt: JuliaType,
+        src: Where,
+        entries: list[tuple[Segment, Any]],
+        pair_at: list[tuple[CompoundPlan, Any, int]],
+    ) -> None:
+        super().__init__(reader, path, "dict", jt, src)
+        self._keys = entries
+        self._pair_at = pair_at  # (Pair plan, bytes, offset) of each entry
+
+    def _entries(self) -> Sequence[tuple[Segment, Any]]:
+        return self._keys or []
+
+    def _make(self, i: int, path: Path) -> Node | Group:
+        plan, buf, off = self._pair_at[i]
+        second = plan.fields[1]
+        return node_for_inline(self._reader, path, second.plan, buf, off + second.offset)
+
+
+def _pair_locations(reader: Reader, pairs: ContainerNode) -> list[tuple[CompoundPlan, Any, int]] | None:
+    """Where each ``Pair`` of a Dict's pair vector is stored: inline in the vector's bytes, or
+    (a vector of references) each in a dataset of its own, whose header is parsed here. None if
+    the pairs are stored in a way the general path must handle."""
+    out: list[tuple[CompoundPlan, Any, int]] = []
+    if isinstance(pairs, InlineVectorNode):
+        plan = pairs._info.plan
+        n = len(pairs)
+        if not _is_pair_plan(plan) or (pairs._raw is None and n):
+            return None
+        assert isinstance(plan, CompoundPlan)
+        size, raw = plan.size, pairs._raw
+        return [(plan, raw, i * size) for i in range(n)]
+    if isinstance(pairs, RefVectorNode):
+        pairs._all()
+        addresses = pairs._addresses or []
+        for i, address in enumerate(addresses):
+            if address == 0:
+                return None
+            info = reader.info(address, (*pairs.path, i + 1))
+            if info.kind == "group" or info.shape is not None or info.space == "null":
+                return None
+            plan = info.plan
+            if not _is_pair_plan(plan):
+                return None
+            assert isinstance(plan, CompoundPlan)
+            out.append((plan, reader.element_bytes(info), 0))
+        return out
+    return None
+
+
+def _is_pair_plan(plan: Plan | None) -> bool:
+    return isinstance(plan, CompoundPlan) and [f.name for f in plan.fields] == ["first", "second"]
+
+
+def _lazy_dict_node(
+    reader: Reader, path: Path, plan: CustomPlan, src: Where, pairs: ContainerNode
+) -> DictNode | None:
+    """A :class:`DictNode`, or None when the pairs are stored otherwise or their keys do not
+    make a Python dict (unhashable, or equal in Python): the caller's general path decides."""
+    with gc_paused():  # thousands of entries: no collection scans the half-built lists
+        pair_at = _pair_locations(reader, pairs)
+        if pair_at is None:
+            return None
+        session = Session(reader)
+        entries: list[tuple[Segment, Any]] = []
+        seen: set[Any] = set()
+        base = pairs.path
+        for i, (pair, buf, off) in enumerate(pair_at):
+            first = pair.fields[0]
+            key = first.plan.decode(session, buf, off + first.offset, (*base, i + 1, "first"))
+            try:
+                if key in seen:
+                    return None
+                seen.add(key)
+            except TypeError:
+                return None
+            entries.append((key if isinstance(key, str) else _render_key(key), key))
+    return DictNode(reader, path, plan.julia_type, src, entries, pair_at)
 
 
 def _render_key(key: Any) -> str:

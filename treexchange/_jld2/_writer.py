@@ -43,7 +43,7 @@ from .._values import UNDEF, JuliaArray, JuliaBits, JuliaStruct, NamedTuple as J
 from . import _encode_hdf5 as enc
 from ._writer_arrays import (
     Compression,
-    column_major_pieces,
+    column_major_bytes,
     compressed_chunks,
     little_endian,
     plan_chunk,
@@ -333,7 +333,7 @@ class JLD2Writer:
         if extra:
             parts.append(enc.nil_message(extra - 4))
         parts.append(enc.CONTINUATION_PLACEHOLDER)
-        self.sink.put(start, enc.object_header(b"".join(parts)))
+        self.sink.put_checksummed(start, enc.object_header_unsummed(b"".join(parts)))
         return start - BASE
 
     def _string_attr(self, name: str, value: str) -> _Attr:
@@ -437,10 +437,10 @@ class JLD2Writer:
         self.end += size
         parts = [enc.message(enc.MSG_DATATYPE, body, enc.DATATYPE_MSG_FLAGS_COMMITTED_OBJECT)]
         parts += [a.message() for a in attrs]
-        header = enc.object_header(b"".join(parts))
-        if len(header) != size:
+        header = enc.object_header_unsummed(b"".join(parts))  # the sink appends the checksum
+        if len(header) + 4 != size:
             raise WriteError("committed datatype header size mismatch")
-        self.sink.put(offset, header)
+        self.sink.put_checksummed(offset, header)
 
     def _datatype_attr(self, name: str, t: JT, *, dtype: Committed) -> _Attr:
         # A fresh write session per attribute, as JLD2's write_header_message(io, f, attr) does.
@@ -874,15 +874,13 @@ class JLD2Writer:
             head.append(pipeline)
             head.append(enc.layout_chunked_v3(btree, chunk_h5))
         else:
-            data_address = _align8(self.end)
+            header_end = self.end
+            data_address = _align8(header_end)
             head.append(enc.layout_contiguous(data_address - BASE, datasz))
             self.end = data_address + datasz
             if array is not None and datasz > SMALL_PAYLOAD:
-                pos = data_address
-                for piece in column_major_pieces(array):
-                    self.sink.put_large(pos, piece)
-                    pos += len(piece)
-                    del piece  # the generator makes the next block only after this is freed
+                # Transposed (C-ordered input) block by block, written by the sink's writer thread.
+                pos = data_address + self.sink.put_array(data_address, array)
                 if pos != data_address + datasz:
                     raise WriteError(
                         f"array payload is {pos - data_address} bytes, its datatype takes {datasz}", path=path
@@ -897,12 +895,13 @@ class JLD2Writer:
                 if datasz > SMALL_PAYLOAD:
                     self.sink.put_large(data_address, raw)
                 else:
-                    self.sink.put(data_address, raw)
+                    # With its alignment padding: touching the header, so both go in one write.
+                    self.sink.put(header_end, bytes(data_address - header_end) + raw)
         head.append(enc.CONTINUATION_PLACEHOLDER)
-        header = enc.object_header(b"".join(head))
-        if len(header) != enc.object_header_size(psz):
+        header = enc.object_header_unsummed(b"".join(head))  # the sink appends the checksum
+        if len(header) + 4 != enc.object_header_size(psz):
             raise WriteError("object header size mismatch", path=path)
-        self.sink.put(header_offset, header)
+        self.sink.put_checksummed(header_offset, header)
         return rel
 
     def _write_chunks(self, arr: np.ndarray, chunk: tuple[int, ...], chunk_h5: tuple[int, ...]) -> int:
@@ -1200,7 +1199,7 @@ def _array_items(value: Any) -> list[Any]:
 
 
 def _array_bytes(array: np.ndarray | None) -> bytes:
-    return b"".join(bytes(p) for p in column_major_pieces(_need(array, "array")))
+    return column_major_bytes(_need(array, "array"))  # small arrays only: one copy, no pieces
 
 
 def _numeric_vector(items: list[Any], e: JT) -> np.ndarray:

@@ -23,6 +23,7 @@ objects already take several times the encoded size.
 from __future__ import annotations
 
 import itertools
+import math
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -55,8 +56,52 @@ def _as_bytes(a: np.ndarray) -> memoryview:
     return flat.view(np.uint8).data
 
 
-def column_major_pieces(arr: np.ndarray, max_bytes: int = BLOCK_BYTES) -> Iterator[memoryview]:
+TILE_ELEMENTS = 64 << 10
+"""Elements per tile of the blocked transpose: source and destination tiles (256 KiB each for
+float32) stay in the L2 cache, so every cache line is read and written once."""
+
+
+def transpose_into(src: np.ndarray, dst: np.ndarray) -> None:
+    """``dst[...] = src.T`` (every axis reversed, dtype converted), computed tile by tile.
+
+    A plain strided copy of a large C-ordered array into column-major order touches a new cache
+    line for almost every element it reads; tiles over the first and last axes of ``src`` (the
+    fastest axes of ``dst`` and ``src``) keep both sides in the cache. numpy releases the GIL
+    in each tile's copy, so a writer thread runs meanwhile.
+
+    Example:
+        >>> a = np.arange(12, dtype=np.int32).reshape(3, 4)
+        >>> out = np.empty((4, 3), np.int32)
+        >>> transpose_into(a, out)
+        >>> bool((out == a.T).all())
+        True
+    """
+    if src.ndim < 2 or src.size <= TILE_ELEMENTS or src.T.flags.c_contiguous:
+        dst[...] = src.T
+        return
+    first, last = src.shape[0], src.shape[-1]
+    middle = max(1, src.size // (first * last))
+    t0 = min(first, max(1, math.isqrt(TILE_ELEMENTS // middle)))
+    t1 = min(last, max(1, TILE_ELEMENTS // (t0 * middle)))
+    for j in range(0, last, t1):
+        dst_rows = dst[j : j + t1]
+        src_cols = src[..., j : j + t1]
+        for i in range(0, first, t0):
+            dst_rows[..., i : i + t0] = src_cols[i : i + t0].T
+
+
+def column_major_pieces(
+    arr: np.ndarray,
+    max_bytes: int = BLOCK_BYTES,
+    take_buffer: Callable[[int], np.ndarray] | None = None,
+) -> Iterator[memoryview]:
     """Yield the bytes of ``arr`` (Julia shape) in column-major order, little endian, in pieces.
+
+    C-ordered (or any non-F-contiguous) input is transposed block by block along the slowest
+    Julia dimension with :func:`transpose_into`. Each block goes into ``take_buffer(nbytes)``
+    (a ``uint8`` array of at least ``nbytes``; the writer's pool of reusable buffers, see
+    :class:`treexchange._jld2._writer_sink.Sink`), or a fresh array when it is ``None``; a
+    yielded piece is only valid until the consumer lets its buffer be reused.
 
     Example:
         >>> a = np.arange(6, dtype=np.int16).reshape(2, 3)   # C-ordered, Julia shape 2x3
@@ -74,16 +119,32 @@ def column_major_pieces(arr: np.ndarray, max_bytes: int = BLOCK_BYTES) -> Iterat
         for start in range(0, len(raw), max_bytes):
             yield raw[start : start + max_bytes]
         return
-    slab = arr[..., 0].nbytes if arr.ndim > 1 else arr.itemsize
+    slab = dtype.itemsize * (arr.size // arr.shape[-1])
     if arr.ndim > 1 and slab > max_bytes:
         for j in range(arr.shape[-1]):
-            yield from column_major_pieces(arr[..., j], max_bytes)
+            yield from column_major_pieces(arr[..., j], max_bytes, take_buffer)
         return
-    step = max(1, max_bytes // max(slab, 1))
+    step = max(1, max_bytes // slab)
     for j in range(0, arr.shape[-1], step):
-        block = np.asfortranarray(arr[..., j : j + step], dtype=dtype)
-        yield _as_bytes(block.T)
-        del block  # drop it before the next block is made: one block alive at a time
+        src = arr[..., j : j + step]
+        nbytes = src.size * dtype.itemsize
+        buf = np.empty(nbytes, np.uint8) if take_buffer is None else take_buffer(nbytes)
+        piece = buf[:nbytes]
+        transpose_into(src, piece.view(dtype).reshape(src.shape[::-1]))
+        yield piece.data
+        del buf, piece  # without a pool, one block is alive at a time
+
+
+def column_major_bytes(arr: np.ndarray) -> bytes:
+    """All of ``arr``'s column-major little-endian bytes in one ``bytes`` (small arrays: the
+    writer uses it for payloads it buffers with the metadata, at most 64 KiB).
+
+    Example:
+        >>> a = np.arange(6, dtype=">i2").reshape(2, 3)
+        >>> column_major_bytes(a) == a.astype("<i2").tobytes(order="F")
+        True
+    """
+    return np.asarray(arr, dtype=little_endian(arr.dtype)).tobytes(order="F")
 
 
 @dataclass(frozen=True)

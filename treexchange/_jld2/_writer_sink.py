@@ -6,13 +6,40 @@ at explicit offsets. Small metadata writes are buffered and flushed in the order
 (later writes may overwrite earlier ones, e.g. a global heap's size field); array payloads go
 straight to the file. Holes left between writes read back as zeros, exactly like the zero-filled
 memory map JLD2.jl writes through.
+
+Array payloads of a real file (one with a descriptor) are written by a background thread with
+``os.pwrite`` while the calling thread prepares the next block (the column-major transpose of
+C-ordered input, see :func:`treexchange._jld2._writer_arrays.column_major_pieces`): numpy's
+copies and the write system call both release the GIL, so the transpose hides behind the I/O.
+The blocks live in a small pool of reusable buffers (:data:`PIPE_BUFFERS` of
+:data:`PIPE_BLOCK_BYTES`), so the extra memory stays a few blocks whatever the data size. The
+thread writes through its own duplicate of the descriptor: if the writer is abandoned (an
+exception while encoding), the pending writes go to the abandoned file, never to whatever file
+later reuses the caller's descriptor number. Payload and metadata regions never overlap, so the
+two kinds of writes need no ordering between them; :meth:`Sink.finish` waits for every payload
+write (and reports its error) before cutting the file to size.
 """
 
 from __future__ import annotations
 
+import os
+import queue
+import threading
+import weakref
 from typing import BinaryIO
 
+import numpy as np
+
+from .._hdf5._lookup3 import lookup3_many
+from ._writer_arrays import column_major_pieces
+
 _FLUSH_BYTES = 4 << 20
+
+PIPE_BLOCK_BYTES = 4 << 20
+"""Size of one reusable transpose buffer (and the largest single ``pwrite`` of a transposed array)."""
+
+PIPE_BUFFERS = 4
+"""Buffers in the pool: one being filled, up to three queued or being written."""
 
 
 class Sink:
@@ -22,7 +49,10 @@ class Sink:
         self._file = file
         self._pending: list[tuple[int, bytes]] = []
         self._pending_bytes = 0
+        self._unsummed: list[int] = []  # indexes into _pending still lacking their checksum
         self.bytes_written = 0
+        self._fd = _descriptor(file)
+        self._pipe: _WritePipe | None = None
 
     def put(self, offset: int, data: bytes) -> None:
         """Write a (small) piece of metadata at ``offset`` (buffered)."""
@@ -31,11 +61,55 @@ class Sink:
         if self._pending_bytes >= _FLUSH_BYTES:
             self.flush()
 
+    def put_checksummed(self, offset: int, data: bytes) -> None:
+        """Write ``data`` followed by its 4-byte lookup3 checksum (an HDF5 v2 object header).
+
+        The checksums of all pieces buffered so far are computed together when they are flushed
+        (:func:`treexchange._hdf5._lookup3.lookup3_many`).
+        """
+        self._unsummed.append(len(self._pending))
+        self._pending.append((offset, data))
+        self._pending_bytes += len(data) + 4
+        if self._pending_bytes >= _FLUSH_BYTES:
+            self.flush()
+
     def put_large(self, offset: int, data: bytes | memoryview) -> None:
-        """Write a payload at ``offset`` directly (no copy beyond the OS's)."""
-        self._file.seek(offset)
-        self._file.write(data)
+        """Write a payload at ``offset`` directly (no copy beyond the OS's); ``data`` must not be
+        modified afterwards (it may be written later, by the writer thread)."""
         self.bytes_written += len(data)
+        if self._fd is None:
+            self._file.seek(offset)
+            self._file.write(data)
+            return
+        self._pipeline().submit(offset, data)
+
+    def put_array(self, offset: int, array: np.ndarray) -> int:
+        """Write ``array``'s column-major little-endian bytes at ``offset``; returns their size.
+
+        C-ordered input is transposed block by block into the pool's reusable buffers while the
+        writer thread writes the previous blocks.
+        """
+        if self._fd is None:
+            pos = offset
+            for piece in column_major_pieces(array):
+                self.put_large(pos, piece)
+                pos += len(piece)
+            return pos - offset
+        pipe = self._pipeline()
+        pos = offset
+        for piece in column_major_pieces(array, PIPE_BLOCK_BYTES, pipe.take):
+            n = len(piece)
+            pipe.submit(pos, piece)
+            pos += n
+            self.bytes_written += n
+            del piece  # the buffer goes back to the pool once written
+        return pos - offset
+
+    def _pipeline(self) -> _WritePipe:
+        if self._pipe is None:
+            assert self._fd is not None
+            self._pipe = _WritePipe(self._fd)
+        return self._pipe
 
     def flush(self) -> None:
         """Write out buffered metadata.
@@ -44,38 +118,184 @@ class Sink:
         run is assembled in memory, applying its pieces in the order they were put (so a later
         write wins where two overlap), and written with one call.
         """
-        order = sorted(range(len(self._pending)), key=lambda i: self._pending[i][0])
+        pending = self._pending
+        if self._unsummed:
+            unsummed, self._unsummed = self._unsummed, []
+            sums = lookup3_many([pending[i][1] for i in unsummed])
+            for i, value in zip(unsummed, sums):
+                offset, data = pending[i]
+                pending[i] = (offset, data + value.to_bytes(4, "little"))
+        order = sorted(range(len(pending)), key=lambda i: pending[i][0])
         run: list[int] = []
         run_start = run_end = -1
+        overlaps = False
         for i in order:
-            offset, data = self._pending[i]
+            offset, data = pending[i]
             if run and offset <= run_end:
+                overlaps |= offset < run_end
                 run.append(i)
-                run_end = max(run_end, offset + len(data))
+                end = offset + len(data)
+                if end > run_end:
+                    run_end = end
                 continue
             if run:
-                self._write_run(run, run_start, run_end)
-            run, run_start, run_end = [i], offset, offset + len(data)
+                self._write_run(run, run_start, run_end, overlaps)
+            run, run_start, run_end, overlaps = [i], offset, offset + len(data), False
         if run:
-            self._write_run(run, run_start, run_end)
+            self._write_run(run, run_start, run_end, overlaps)
         self.bytes_written += self._pending_bytes
         self._pending.clear()
         self._pending_bytes = 0
 
-    def _write_run(self, run: list[int], start: int, end: int) -> None:
+    def _write_run(self, run: list[int], start: int, end: int, overlaps: bool) -> None:
+        """Write the pieces ``run`` (indexes in offset order) covering ``start:end``."""
+        pending = self._pending
         if len(run) == 1:
-            data = self._pending[run[0]][1]
+            data = pending[run[0]][1]
+        elif not overlaps:  # pieces end to end (the usual case): one join
+            data = b"".join([pending[i][1] for i in run])
         else:
             buf = bytearray(end - start)
             for i in sorted(run):  # insertion order: later writes win
-                offset, piece = self._pending[i]
+                offset, piece = pending[i]
                 buf[offset - start : offset - start + len(piece)] = piece
             data = bytes(buf)
-        self._file.seek(start)
-        self._file.write(data)
+        if self._fd is not None:
+            _pwrite_all(self._fd, data, start)
+        else:
+            self._file.seek(start)
+            self._file.write(data)
+
+    def drain(self) -> None:
+        """Wait until every payload write is done; raise the first error one of them had."""
+        if self._pipe is not None:
+            self._pipe.drain()
 
     def finish(self, size: int) -> None:
-        """Flush and cut the file to exactly ``size`` bytes."""
+        """Wait for the payload writes, flush, and cut the file to exactly ``size`` bytes."""
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            pipe.close()
         self.flush()
         self._file.truncate(size)
         self._file.flush()
+
+
+def _descriptor(file: BinaryIO) -> int | None:
+    """The OS descriptor to ``pwrite`` to, or None (in-memory files, platforms without pwrite)."""
+    if not hasattr(os, "pwrite"):  # pragma: no cover - Windows
+        return None
+    try:
+        fd = file.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError
+        return None
+    file.flush()  # nothing of the caller's may sit in the file object's buffer behind our writes
+    return fd
+
+
+class _PipeState:
+    """What the writer thread shares with the producer (never the Sink itself, so an abandoned
+    Sink is collected and its finalizer stops the thread)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = os.dup(fd)
+        self.jobs: queue.Queue[tuple[int, memoryview | bytes, np.ndarray | None] | None] = queue.Queue(
+            maxsize=PIPE_BUFFERS - 1
+        )
+        self.free: queue.Queue[np.ndarray] = queue.Queue()
+        self.error: BaseException | None = None
+
+
+def _write_loop(state: _PipeState) -> None:
+    try:
+        while True:
+            job = state.jobs.get()
+            if job is None:
+                state.jobs.task_done()
+                return
+            offset, data, buf = job
+            if state.error is None:
+                try:
+                    _pwrite_all(state.fd, data, offset)
+                except BaseException as err:  # reported to the producer by drain()/submit()
+                    state.error = err
+            del job, data
+            if buf is not None:
+                state.free.put(buf)
+            state.jobs.task_done()
+    finally:
+        os.close(state.fd)
+
+
+def _pwrite_all(fd: int, data: memoryview | bytes, offset: int) -> None:
+    view = memoryview(data).cast("B")
+    while view:
+        n = os.pwrite(fd, view, offset)
+        if n <= 0:
+            raise OSError("pwrite wrote nothing")
+        view = view[n:]
+        offset += n
+
+
+class _WritePipe:
+    """A writer thread with a bounded queue and a pool of reusable block buffers."""
+
+    def __init__(self, fd: int) -> None:
+        self._state = state = _PipeState(fd)
+        self._buffers = 0
+        self._taken: list[np.ndarray] = []
+        self._thread = threading.Thread(
+            target=_write_loop, args=(state,), name="treexchange-writer", daemon=True
+        )
+        self._thread.start()
+        # An abandoned pipe (the writer raised and was dropped) still stops its thread.
+        self._finalizer = weakref.finalize(self, state.jobs.put, None)
+
+    def take(self, nbytes: int) -> np.ndarray:
+        """A free buffer of at least ``nbytes`` (waits for the writer to return one when all
+        :data:`PIPE_BUFFERS` are in use); it returns to the pool after the next :meth:`submit`."""
+        if nbytes > PIPE_BLOCK_BYTES:
+            buf = np.empty(nbytes, np.uint8)  # larger than a block (never from column_major_pieces)
+        else:
+            try:
+                buf = self._state.free.get_nowait()
+            except queue.Empty:
+                if self._buffers < PIPE_BUFFERS:
+                    self._buffers += 1
+                    buf = np.empty(PIPE_BLOCK_BYTES, np.uint8)
+                else:
+                    buf = self._get_free()
+        self._taken.append(buf)
+        return buf
+
+    def _get_free(self) -> np.ndarray:
+        while True:
+            self._raise_error()
+            try:
+                return self._state.free.get(timeout=0.5)
+            except queue.Empty:
+                if not self._thread.is_alive():  # pragma: no cover - the thread never dies early
+                    raise OSError("the writer thread stopped") from None
+
+    def submit(self, offset: int, data: memoryview | bytes) -> None:
+        """Queue ``data`` to be written at ``offset`` (waits while the queue is full); the buffer
+        last taken with :meth:`take` goes back to the pool once it is written."""
+        self._raise_error()
+        buf = self._taken.pop() if self._taken else None
+        self._state.jobs.put((offset, data, buf))
+
+    def drain(self) -> None:
+        self._state.jobs.join()
+        self._raise_error()
+
+    def close(self) -> None:
+        """Wait for every write, stop the thread (closing its descriptor), report any error."""
+        if self._finalizer.alive:
+            self._finalizer()  # queues the stop marker
+            self._thread.join()
+        self._raise_error()
+
+    def _raise_error(self) -> None:
+        err = self._state.error
+        if err is not None:
+            raise err
