@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -9,10 +11,13 @@ import numpy as np
 import pytest
 from _mnist import mnist_test_set
 from conftest import require_fixture
+from flax import nnx
 
 import treexchange as tx
 from treexchange._port._eqx import build_equinox
 from treexchange._port._eqx_layers import Flatten
+from treexchange._port._nnx import build_nnx
+from treexchange._port._nnx_layers import Flatten as NnxFlatten
 from treexchange._port._spec import Layer
 
 LENET = Layer(
@@ -76,3 +81,43 @@ def test_lenet_state_restored_into_equinox_classifies_mnist(make: str) -> None:
         assert list(mine) == list(theirs) if theirs != () else mine == ()
         if theirs != ():
             assert np.array_equal(mine.weight, theirs.weight)
+
+
+def hand_written_nnx_lenet() -> nnx.Sequential:
+    """A LeNet as a Flax user writes it: channels last, pools as partials, explicit VALID padding."""
+    rngs = nnx.Rngs(0)
+    pool = functools.partial(nnx.max_pool, window_shape=(2, 2), strides=(2, 2))
+    return nnx.Sequential(
+        nnx.Conv(1, 6, (5, 5), padding="VALID", rngs=rngs),
+        nnx.relu,
+        pool,
+        nnx.Conv(6, 16, (5, 5), padding="VALID", rngs=rngs),
+        nnx.relu,
+        pool,
+        NnxFlatten(),
+        nnx.Linear(256, 120, rngs=rngs),
+        nnx.relu,
+        nnx.Linear(120, 84, rngs=rngs),
+        nnx.relu,
+        nnx.Linear(84, 10, rngs=rngs),
+    )
+
+
+@pytest.mark.parametrize("make", ["builder", "hand-written"])
+def test_lenet_state_restored_into_flax_nnx_classifies_mnist(make: str) -> None:
+    path = require_fixture("flux-state/silver-bullet_lenet.jld2")
+    images, labels = mnist_test_set()
+    like = build_nnx(LENET, rngs=nnx.Rngs(0)) if make == "builder" else hand_written_nnx_lenet()
+    model = tx.load(path, "lenet_state", like=like, layout=tx.flux_state)
+    graphdef, params = nnx.split(model)
+
+    def predict(x: jax.Array) -> jax.Array:
+        return nnx.merge(graphdef, params)(x.transpose(0, 2, 3, 1))  # NCHW -> NHWC (channels last)
+
+    acc = _accuracy(predict, images, labels)
+    assert acc >= 0.975, acc
+    original = tx.load(path, "lenet_state")
+    again = tx.flux_state(model, flux="0.14")
+    for mine, theirs in zip(again.layers, original.layers):
+        if theirs != ():
+            assert np.array_equal(mine.weight, theirs.weight) and np.array_equal(mine.bias, theirs.bias)

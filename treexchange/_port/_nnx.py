@@ -1,0 +1,576 @@
+"""The Flax nnx target: a runnable nnx model from a :class:`Layer` tree, and an nnx model read back
+as its Flux twin.
+
+Built models take a batch, channels last (layer-spec §0.2). A Flux layer with an activation
+becomes the nnx module followed by the JAX function in the enclosing ``nnx.Sequential``.
+
+Per-layer array maps (Julia array -> Flax leaf, exact), from layer-spec §2–3:
+
+=================  ===============================================================================
+Dense              ``kernel = W.T``; after ``flatten`` of C channels the input columns are permuted
+                   from Julia's column-major order to channels-last (§1.4)
+Conv/Depthwise     ``kernel = flip_sp(W.transpose(N-1, …, 0, N, N+1))``; ``feature_group_count``
+CrossCor           ``kernel = W.transpose(N-1, …, 0, N, N+1)`` (no flip)
+ConvTranspose      ``kernel = W.transpose(N-1, …, 0, N+1, N)`` (no flip), explicit dilated padding
+Embedding          ``embedding = W.T``
+BatchNorm          ``scale = γ``, ``bias = β``, ``mean = μ``, ``var = σ²``; ``momentum = 1 − m``
+GroupNorm          ``scale = γ``, ``bias = β``; InstanceNorm = ``nnx.InstanceNorm``
+LayerNorm          ``scale``, ``bias`` (one feature dim); ``epsilon = ϵ²`` (Flux 0.15–0.16.10)
+=================  ===============================================================================
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from .._errors import PathSegment, UnsupportedError
+from ._activations import ELEMENTWISE, function_of, name_of
+from ._eqx import ACTIVATED, layernorm_0_14_message, layernorm_eps
+from ._perm import SAME, Compose, Perm, Reshape, Transpose, spatial_flip
+from ._rules import with_defaults
+from ._spec import DEFAULT_FLUX_ERA, Layer
+from ._state import Port
+
+Path = tuple[PathSegment, ...]
+
+
+# === building ======================================================================================
+
+
+def build_nnx(layer: Layer, *, rngs: Any, flux: str = DEFAULT_FLUX_ERA) -> Any:
+    """A runnable Flax nnx model for a Flux layer tree (weights random; restore a state into it).
+
+    Example:
+        >>> from flax import nnx
+        >>> import jax.numpy as jnp
+        >>> conv = Layer("Conv", {"kernel": (3, 3), "in": 1, "out": 2, "σ": "relu"})
+        >>> net = Layer("Chain", children=(conv,))
+        >>> build_nnx(net, rngs=nnx.Rngs(0))(jnp.ones((4, 8, 8, 1))).shape
+        (4, 6, 6, 2)
+    """
+    from flax import nnx
+
+    modules = _build(with_defaults(layer), rngs, flux)
+    return modules[0] if len(modules) == 1 else nnx.Sequential(*modules)
+
+
+def _build(layer: Layer, rngs: Any, era: str) -> list[Any]:
+    builder = _BUILDERS.get(layer.kind)
+    if builder is None:
+        raise UnsupportedError(f"no Flax nnx builder for the Flux layer {layer.kind!r} yet")
+    module = builder(layer, rngs, era)
+    act = layer.arg("σ", "identity")
+    if layer.kind in ACTIVATED and act != "identity":
+        return [module, function_of(act)]
+    return [module]
+
+
+def _one(layer: Layer, rngs: Any, era: str) -> Any:
+    from flax import nnx
+
+    modules = _build(layer, rngs, era)
+    return modules[0] if len(modules) == 1 else nnx.Sequential(*modules)
+
+
+def _rev(t: Any) -> tuple[int, ...]:
+    return tuple(int(v) for v in t)[::-1]
+
+
+def _padding(pad: tuple[int, ...]) -> list[tuple[int, int]]:
+    n = len(pad) // 2
+    return [(int(pad[2 * k]), int(pad[2 * k + 1])) for k in reversed(range(n))]
+
+
+def _build_chain(layer: Layer, rngs: Any, era: str) -> Any:
+    from flax import nnx
+
+    from . import _nnx_layers as NL
+
+    if layer.names:
+        return NL.NamedChain([_one(c, rngs, era) for c in layer.children], tuple(layer.names))
+    flat: list[Any] = []
+    for child in layer.children:
+        flat += _build(child, rngs, era)
+    return nnx.Sequential(*flat)
+
+
+def _build_dense(layer: Layer, rngs: Any, era: str) -> Any:
+    from flax import nnx
+
+    a = layer.args
+    return nnx.Linear(a["in"], a["out"], use_bias=a["bias"], rngs=rngs)
+
+
+def transpose_padding(a: Mapping[str, Any]) -> list[tuple[int, int]]:
+    """Flux ConvTranspose pad/outpad -> ``lax.conv_transpose`` pairs: ``(d(k−1) − lo, d(k−1) − hi + outpad)``
+    per Python spatial axis (layer-spec §2.8)."""
+    n = len(a["kernel"])
+    pairs = []
+    for j in reversed(range(n)):
+        reach = a["dilation"][j] * (a["kernel"][j] - 1)
+        pairs.append((reach - a["pad"][2 * j], reach - a["pad"][2 * j + 1] + a["outpad"][j]))
+    return pairs
+
+
+def _build_conv(layer: Layer, rngs: Any, era: str) -> Any:
+    from flax import nnx
+
+    from . import _nnx_layers as NL
+
+    a = layer.args
+    common: dict[str, Any] = dict(
+        kernel_size=_rev(a["kernel"]),
+        strides=_rev(a["stride"]),
+        kernel_dilation=_rev(a["dilation"]),
+        use_bias=a["bias"],
+        rngs=rngs,
+    )
+    if layer.kind == "ConvTranspose":
+        if a["groups"] != 1:
+            raise UnsupportedError("Flax nnx ConvTranspose has no groups (feature_group_count)")
+        return nnx.ConvTranspose(
+            a["in"], a["out"], padding=transpose_padding(a), transpose_kernel=False, **common
+        )
+    groups = a["in"] if layer.kind == "DepthwiseConv" else a["groups"]
+    conv = nnx.Conv(a["in"], a["out"], padding=_padding(a["pad"]), feature_group_count=groups, **common)
+    return NL.CrossCor(conv) if layer.kind == "CrossCor" else conv
+
+
+def _build_pool(layer: Layer, rngs: Any, era: str) -> Any:
+    from . import _nnx_layers as NL
+
+    a = layer.args
+    cls = NL.MaxPool if layer.kind == "MaxPool" else NL.MeanPool
+    return cls(_rev(a["k"]), _rev(a["stride"]), _padding(a["pad"]))
+
+
+def _build_norm(layer: Layer, rngs: Any, era: str) -> Any:
+    from flax import nnx
+
+    a = layer.args
+    affine = dict(use_bias=a["affine"], use_scale=a["affine"])
+    if layer.kind == "BatchNorm":
+        if not a["track_stats"]:
+            raise UnsupportedError("BatchNorm(track_stats=false) has no Flax equivalent in inference mode")
+        return nnx.BatchNorm(
+            a["channels"],
+            use_running_average=True,
+            momentum=1.0 - float(a["momentum"]),  # Flux: new = (1-m)·old + m·batch; Flax: the reverse
+            epsilon=float(a["ϵ"]),
+            rngs=rngs,
+            **affine,
+        )
+    if a["track_stats"]:
+        raise UnsupportedError(f"{layer.kind}(track_stats=true): Flax keeps no running statistics for it")
+    if layer.kind == "InstanceNorm":
+        return nnx.InstanceNorm(a["channels"], epsilon=float(a["ϵ"]), rngs=rngs, **affine)
+    return nnx.GroupNorm(a["channels"], num_groups=a["groups"], epsilon=float(a["ϵ"]), rngs=rngs, **affine)
+
+
+def _build_layernorm(layer: Layer, rngs: Any, era: str) -> Any:
+    from flax import nnx
+
+    a = layer.args
+    if len(a["size"]) != 1:
+        raise UnsupportedError("Flax nnx LayerNorm over more than one dim is not ported yet; use Equinox")
+    return nnx.LayerNorm(
+        a["size"][0],
+        epsilon=layernorm_eps(a["ϵ"], era),
+        use_bias=a["affine"],
+        use_scale=a["affine"],
+        rngs=rngs,
+    )
+
+
+def _build_bilinear(layer: Layer, rngs: Any, era: str) -> Any:
+    import jax
+
+    from . import _nnx_layers as NL
+
+    a = layer.args
+    in1, in2 = a["in"]
+    bound = 1.0 / math.sqrt(in1 * in2)
+    key = rngs.params()
+    k1, k2 = jax.random.split(key)
+    weight = jax.random.uniform(k1, (a["out"], in1, in2), minval=-bound, maxval=bound)
+    bias = jax.random.uniform(k2, (a["out"],), minval=-bound, maxval=bound) if a["bias"] else None
+    return NL.Bilinear(weight, bias, a["σ"])
+
+
+def _build_other(layer: Layer, rngs: Any, era: str) -> Any:
+    from flax import nnx
+
+    from . import _nnx_layers as NL
+
+    a = layer.args
+    kind = layer.kind
+    if kind in ("AdaptiveMaxPool", "AdaptiveMeanPool"):
+        return NL.AdaptivePool("max" if kind == "AdaptiveMaxPool" else "mean", _rev(a["out"]))
+    if kind in ("GlobalMaxPool", "GlobalMeanPool"):
+        return NL.GlobalPool("max" if kind == "GlobalMaxPool" else "mean")
+    if kind == "flatten":
+        return NL.Flatten()
+    if kind == "function":
+        return function_of(str(a["name"]))
+    if kind == "Embedding":
+        return nnx.Embed(a["in"], a["out"], rngs=rngs)
+    if kind == "Dropout":
+        return nnx.Dropout(float(a["p"]), deterministic=True)
+    if kind == "AlphaDropout":
+        return NL.AlphaDropout(float(a["p"]))
+    children = [_one(c, rngs, era) for c in layer.children]
+    if kind == "Parallel":
+        return NL.Parallel(children, a.get("connection", "+"), layer.names)
+    if kind == "SkipConnection":
+        return NL.SkipConnection(children[0], a.get("connection", "+"))
+    if kind == "PairwiseFusion":
+        return NL.PairwiseFusion(children, a.get("connection", "+"))
+    if kind == "Maxout":
+        return NL.Maxout(children)
+    raise UnsupportedError(f"no Flax nnx builder for the Flux layer {kind!r} yet")  # pragma: no cover
+
+
+_BUILDERS: dict[str, Any] = {
+    "Chain": _build_chain,
+    "Dense": _build_dense,
+    "Bilinear": _build_bilinear,
+    "Conv": _build_conv,
+    "DepthwiseConv": _build_conv,
+    "CrossCor": _build_conv,
+    "ConvTranspose": _build_conv,
+    "MaxPool": _build_pool,
+    "MeanPool": _build_pool,
+    "BatchNorm": _build_norm,
+    "GroupNorm": _build_norm,
+    "InstanceNorm": _build_norm,
+    "LayerNorm": _build_layernorm,
+    **{
+        kind: _build_other
+        for kind in (
+            "AdaptiveMaxPool", "AdaptiveMeanPool", "GlobalMaxPool", "GlobalMeanPool", "flatten", "function",
+            "Embedding", "Dropout", "AlphaDropout", "Parallel", "SkipConnection", "PairwiseFusion", "Maxout",
+        )
+    },
+}  # fmt: skip
+
+
+# === reading =======================================================================================
+
+
+def read_nnx(model: Any, *, flux: str = DEFAULT_FLUX_ERA) -> Port:
+    """A Flax nnx model read as its Flux twin.
+
+    Example:
+        >>> from flax import nnx
+        >>> port = read_nnx(nnx.Sequential(nnx.Linear(3, 2, rngs=nnx.Rngs(0)), nnx.relu))
+        >>> port.layer.children[0].args["σ"], port.children[0].arrays["weight"][1]
+        ('relu', Transpose(axes=(1, 0)))
+    """
+    return _Reader(flux).read(model, ())
+
+
+def _value(variable: Any) -> Any:
+    return variable.get_value() if hasattr(variable, "get_value") else variable
+
+
+def _tuple(value: Any, n: int) -> tuple[int, ...]:
+    if value is None:
+        return (1,) * n
+    if isinstance(value, int):
+        return (value,) * n
+    return tuple(int(v) for v in value)
+
+
+class _Reader:
+    def __init__(self, era: str) -> None:
+        self.era = era
+
+    def read(self, m: Any, path: Path) -> Port:
+        from flax import nnx
+
+        from . import _nnx_layers as NL
+
+        if isinstance(m, nnx.Sequential):
+            return self.chain(list(m.layers), (*path, "layers"))
+        if isinstance(m, nnx.Linear):
+            return self.linear(m, path, None)
+        if isinstance(m, (nnx.Conv, NL.CrossCor, nnx.ConvTranspose)):
+            return self.conv(m, path)
+        if isinstance(m, NL.MaxPool):  # MeanPool too
+            kind = "MeanPool" if isinstance(m, NL.MeanPool) else "MaxPool"
+            return Port(
+                Layer(kind, {"k": _rev(m.window), "stride": _rev(m.strides), "pad": _julia_pad(m.padding)})
+            )
+        if isinstance(m, functools.partial) and m.func in (nnx.max_pool, nnx.avg_pool):
+            return self.partial_pool(m, path)
+        if isinstance(m, NL.AdaptivePool):
+            kind = "AdaptiveMaxPool" if m.op == "max" else "AdaptiveMeanPool"
+            return Port(Layer(kind, {"out": _rev(m.out)}))
+        if isinstance(m, NL.GlobalPool):
+            return Port(Layer("GlobalMaxPool" if m.op == "max" else "GlobalMeanPool"))
+        if isinstance(m, NL.Flatten):
+            return Port(Layer("flatten"))
+        if isinstance(m, nnx.BatchNorm):
+            return self.batchnorm(m, path)
+        if isinstance(m, (nnx.GroupNorm, nnx.InstanceNorm)):
+            return self.groupnorm(m, path)
+        if isinstance(m, nnx.LayerNorm):
+            return self.layernorm(m, path)
+        if isinstance(m, nnx.Embed):
+            layer = Layer("Embedding", {"in": int(m.num_embeddings), "out": int(m.features)})
+            return Port(layer, {"weight": (_value(m.embedding), Transpose((1, 0)))})
+        if isinstance(m, nnx.Dropout):
+            return Port(Layer("Dropout", {"p": float(m.rate)}))
+        if isinstance(m, NL.AlphaDropout):
+            return Port(Layer("AlphaDropout", {"p": m.p}))
+        if isinstance(m, NL.Bilinear):
+            weight = _value(m.weight)
+            out, in1, in2 = weight.shape
+            args = {
+                "in": (int(in1), int(in2)),
+                "out": int(out),
+                "σ": m.activation,
+                "bias": m.bias is not None,
+            }
+            arrays: dict[str, tuple[Any, Perm]] = {"weight": (weight, SAME)}
+            if m.bias is not None:
+                arrays["bias"] = (_value(m.bias), SAME)
+            return Port(Layer("Bilinear", args), arrays)
+        if isinstance(m, NL.NamedChain):
+            ports = tuple(self.read(c, (*path, "layers", n)) for c, n in zip(m.layers, m.names))
+            return Port(Layer("Chain", {}, tuple(p.layer for p in ports), m.names), children=ports)
+        if isinstance(m, (NL.Parallel, NL.PairwiseFusion, NL.Maxout)):
+            ports = tuple(self.read(c, (*path, "layers", i + 1)) for i, c in enumerate(m.layers))
+            args = {} if isinstance(m, NL.Maxout) else {"connection": m.connection}
+            names = getattr(m, "names", None)
+            return Port(Layer(type(m).__name__, args, tuple(p.layer for p in ports), names), children=ports)
+        if isinstance(m, NL.SkipConnection):
+            inner = self.read(m.layers, (*path, "layers"))
+            layer = Layer("SkipConnection", {"connection": m.connection}, (inner.layer,))
+            return Port(layer, children=(inner,))
+        if isinstance(m, nnx.Module):
+            raise UnsupportedError(
+                f"no Flux layer for {type(m).__module__}.{type(m).__qualname__} (see docs/porting.md)",
+                path=path,
+            )
+        if callable(m):
+            return Port(Layer("function", {"name": name_of(m), "fn": m}))
+        raise UnsupportedError(f"no Flux layer for {type(m).__name__}", path=path)
+
+    def chain(self, items: list[Any], path: Path) -> Port:
+        from flax import nnx
+
+        from . import _nnx_layers as NL
+
+        ports: list[Port] = []
+        folded: set[int] = set()
+        channels: int | None = None  # channel count of the conv-like data flowing here
+        flattened_channels: int | None = None  # set right after a Flatten of conv data
+        for i, item in enumerate(items, 1):
+            ipath = (*path, i)
+            if isinstance(item, nnx.Linear) and flattened_channels:
+                port = self.linear(item, ipath, flattened_channels)
+            else:
+                port = self.read(item, ipath)
+            flattened_channels = None
+            kind = port.layer.kind
+            if kind in ("Conv", "CrossCor", "ConvTranspose", "DepthwiseConv"):
+                channels = int(port.layer.args["out"])
+            elif kind in ("Dense", "Embedding", "Bilinear"):
+                channels = None
+            elif isinstance(item, NL.Flatten):
+                flattened_channels, channels = channels, None
+            prev = ports[-1] if ports else None
+            name = port.layer.arg("name") if kind == "function" else None
+            if (
+                prev is not None
+                and id(prev) not in folded
+                and prev.layer.kind in ACTIVATED
+                and prev.layer.arg("σ", "identity") == "identity"
+                and name in ELEMENTWISE
+            ):
+                prev.layer = dataclasses.replace(prev.layer, args={**prev.layer.args, "σ": name})
+                folded.add(id(prev))
+                continue
+            ports.append(port)
+        return Port(Layer("Chain", {}, tuple(p.layer for p in ports)), children=tuple(ports))
+
+    def linear(self, m: Any, path: Path, flattened_channels: int | None) -> Port:
+        kernel = _value(m.kernel)
+        inp, out = kernel.shape
+        perm: Perm = Transpose((1, 0))
+        if flattened_channels and flattened_channels > 1 and inp % flattened_channels == 0:
+            perm = flatten_dense_perm(int(out), int(inp), flattened_channels)
+        arrays: dict[str, tuple[Any, Perm]] = {"weight": (kernel, perm)}
+        if m.use_bias:
+            arrays["bias"] = (_value(m.bias), SAME)
+        layer = Layer("Dense", {"in": int(inp), "out": int(out), "bias": bool(m.use_bias), "σ": "identity"})
+        return Port(layer, arrays)
+
+    def conv(self, m: Any, path: Path) -> Port:
+        from flax import nnx
+
+        from . import _nnx_layers as NL
+
+        kind = (
+            "CrossCor"
+            if isinstance(m, NL.CrossCor)
+            else "ConvTranspose"
+            if isinstance(m, nnx.ConvTranspose)
+            else "Conv"
+        )
+        conv = m.conv if isinstance(m, NL.CrossCor) else m
+        kernel = _value(conv.kernel)
+        n = kernel.ndim - 2
+        args: dict[str, Any] = {
+            "kernel": _rev(kernel.shape[:n]),
+            "stride": _rev(_tuple(conv.strides, n)),
+            "dilation": _rev(_tuple(conv.kernel_dilation, n)),
+            "bias": bool(conv.use_bias),
+            "σ": "identity",
+        }
+        if kind == "ConvTranspose":
+            args.update({"in": int(kernel.shape[n]), "out": int(kernel.shape[n + 1]), "groups": 1})
+            if getattr(conv, "transpose_kernel", False):
+                raise UnsupportedError("ConvTranspose(transpose_kernel=True) is not ported", path=path)
+            args["pad"], args["outpad"] = _transpose_pads(conv.padding, args, path)
+        else:
+            if _tuple(getattr(conv, "input_dilation", 1), n) != (1,) * n:
+                raise UnsupportedError("Conv(input_dilation != 1) has no Flux equivalent", path=path)
+            groups = int(conv.feature_group_count)
+            args.update(
+                {"in": int(kernel.shape[n]) * groups, "out": int(kernel.shape[n + 1]), "groups": groups}
+            )
+            args["pad"] = _julia_pad(_pairs(conv.padding, n, path))
+        to_flax = Transpose((*range(n - 1, -1, -1), n, n + 1))
+        if kind == "ConvTranspose":
+            perm: Perm = Transpose((*range(n - 1, -1, -1), n + 1, n))
+        elif kind == "CrossCor":
+            perm = to_flax
+        else:
+            perm = Compose(to_flax, spatial_flip(n, 0))  # true convolution -> cross-correlation
+        arrays: dict[str, tuple[Any, Perm]] = {"weight": (kernel, perm)}
+        if conv.use_bias:
+            arrays["bias"] = (_value(conv.bias), SAME)
+        return Port(with_defaults(Layer(kind, args)), arrays)
+
+    def partial_pool(self, m: Any, path: Path) -> Port:
+        from flax import nnx
+
+        kw = dict(m.keywords)
+        window = tuple(kw.get("window_shape", m.args[0] if m.args else ()))
+        n = len(window)
+        strides = _tuple(kw.get("strides"), n)
+        if m.func is nnx.avg_pool and not kw.get("count_include_pad", True):
+            raise UnsupportedError(
+                "avg_pool(count_include_pad=False): Flux MeanPool counts padding", path=path
+            )
+        pad = _julia_pad(_pairs(kw.get("padding", "VALID"), n, path))
+        kind = "MaxPool" if m.func is nnx.max_pool else "MeanPool"
+        return Port(Layer(kind, {"k": _rev(window), "stride": _rev(strides), "pad": pad}))
+
+    def batchnorm(self, m: Any, path: Path) -> Port:
+        mean = _value(m.mean)
+        args = {
+            "channels": int(mean.shape[0]),
+            "ϵ": float(m.epsilon),
+            "momentum": 1.0 - float(m.momentum),  # Flax keeps 1 − m (layer-spec §2.9)
+            "affine": bool(m.use_scale),
+            "track_stats": True,
+        }
+        if bool(m.use_scale) != bool(m.use_bias):
+            raise UnsupportedError("Flux BatchNorm has both γ and β or neither", path=path)
+        port = Port(with_defaults(Layer("BatchNorm", args)))
+        if m.use_scale:
+            port.arrays.update({"γ": (_value(m.scale), SAME), "β": (_value(m.bias), SAME)})
+        port.arrays.update({"μ": (mean, SAME), "σ²": (_value(m.var), SAME)})
+        return port
+
+    def groupnorm(self, m: Any, path: Path) -> Port:
+        from flax import nnx
+
+        instance = isinstance(m, nnx.InstanceNorm)
+        if bool(m.use_scale) != bool(m.use_bias):
+            raise UnsupportedError("Flux norms have both γ and β or neither", path=path)
+        if instance:
+            channels = int(m.num_features)
+        elif m.scale is not None:
+            channels = int(_value(m.scale).shape[0])
+        else:
+            channels = int(m.num_groups) * int(m.group_size)
+        args: dict[str, Any] = {"channels": channels, "ϵ": float(m.epsilon), "affine": bool(m.use_scale),
+                                "track_stats": False}  # fmt: skip
+        if not instance:
+            args["groups"] = int(m.num_groups)
+        port = Port(with_defaults(Layer("InstanceNorm" if instance else "GroupNorm", args)))
+        if m.use_scale:
+            port.arrays.update({"γ": (_value(m.scale), SAME), "β": (_value(m.bias), SAME)})
+        return port
+
+    def layernorm(self, m: Any, path: Path) -> Port:
+        if self.era == "0.14":
+            raise UnsupportedError(layernorm_0_14_message(), path=path)
+        if bool(m.use_scale) != bool(m.use_bias):
+            raise UnsupportedError("Flux LayerNorm has both scale and bias or neither", path=path)
+        args = {"size": (int(m.num_features),), "ϵ": math.sqrt(float(m.epsilon)), "affine": bool(m.use_scale)}
+        port = Port(with_defaults(Layer("LayerNorm", args)))
+        if m.use_scale:
+            port.arrays.update({"scale": (_value(m.scale), SAME), "bias": (_value(m.bias), SAME)})
+        return port
+
+
+def flatten_dense_perm(out: int, inp: int, channels: int) -> Perm:
+    """Julia Dense weight ``(out, S·C)`` (column index ``s + S·c``: Julia's column-major flatten)
+    -> Flax kernel ``(S·C, out)`` (row index ``s·C + c``: channels-last reshape) (layer-spec §1.4)."""
+    spatial = inp // channels
+    return Compose(
+        Reshape((out, inp), (out, channels, spatial)),
+        Transpose((0, 2, 1)),
+        Reshape((out, spatial, channels), (out, inp)),
+        Transpose((1, 0)),
+    )
+
+
+def _pairs(padding: Any, n: int, path: Path) -> list[tuple[int, int]]:
+    if isinstance(padding, str):
+        if padding.upper() == "VALID":
+            return [(0, 0)] * n
+        raise UnsupportedError(
+            f"padding={padding!r}: Flux needs explicit padding (SamePad differs)", path=path
+        )
+    if isinstance(padding, int):
+        return [(padding, padding)] * n
+    out = []
+    for p in padding:
+        out.append((int(p), int(p)) if isinstance(p, int) else (int(p[0]), int(p[1])))
+    return out
+
+
+def _julia_pad(pairs: Any) -> tuple[int, ...]:
+    out: list[int] = []
+    for lo, hi in reversed(list(pairs)):
+        out += [int(lo), int(hi)]
+    return tuple(out)
+
+
+def _transpose_pads(
+    padding: Any, args: dict[str, Any], path: Path
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Inverse of :func:`transpose_padding`; a negative ``hi`` pad is read as output padding."""
+    n = len(args["kernel"])
+    pairs = _pairs(padding, n, path) if not isinstance(padding, str) or padding.upper() == "VALID" else None
+    if pairs is None:
+        raise UnsupportedError(f"ConvTranspose padding={padding!r}: give explicit pairs", path=path)
+    pad: list[int] = []
+    outpad: list[int] = []
+    for j, (lo, hi) in zip(range(n), reversed(pairs)):
+        reach = args["dilation"][j] * (args["kernel"][j] - 1)
+        p_lo, p_hi = reach - lo, reach - hi
+        extra = max(0, -p_hi)
+        pad += [p_lo, p_hi + extra]
+        outpad.append(extra)
+    return tuple(pad), tuple(outpad)

@@ -1,0 +1,201 @@
+"""Small Flax nnx modules for Flux layers that Flax lacks (or whose defaults differ).
+
+They take a batch, channels last (layer-spec §0.2: a Julia batch ``(s1, …, sN, C, B)`` is the
+Flax array ``(B, sN, …, s1, C)``; dense data ``(F, B)`` is ``(B, F)``).
+
+Example:
+    >>> import jax.numpy as jnp
+    >>> MaxPool((2, 2), (2, 2), ((0, 0), (0, 0)))(jnp.ones((1, 4, 4, 3))).shape
+    (1, 2, 2, 3)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+
+class Flatten(nnx.Module):
+    """``x.reshape(batch, -1)`` of a channels-last batch: the order differs from Flux's ``flatten``
+    (column-major over Julia dims), so the Dense after it gets its input columns permuted (§1.4)."""
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return x.reshape(x.shape[0], -1)
+
+
+class MaxPool(nnx.Module):
+    """Flux ``MaxPool`` with its window, stride and padding spelt out (Flax's stride default is 1)."""
+
+    def __init__(self, window: tuple[int, ...], strides: tuple[int, ...], padding: Any) -> None:
+        self.window = tuple(window)
+        self.strides = tuple(strides)
+        self.padding = tuple(tuple(p) for p in padding)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return nnx.max_pool(x, self.window, self.strides, self.padding)
+
+
+class MeanPool(MaxPool):
+    """Flux ``MeanPool``: divides by the window size, padding included (NNlib ``pooling_direct.jl``)."""
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return nnx.avg_pool(x, self.window, self.strides, self.padding, count_include_pad=True)
+
+
+class AdaptivePool(nnx.Module):
+    """Flux ``AdaptiveMaxPool``/``AdaptiveMeanPool``: uniform windows ``stride = in ÷ out``."""
+
+    def __init__(self, op: str, out: tuple[int, ...]) -> None:
+        self.op = op
+        self.out = tuple(out)  # Flax spatial order
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        spatial = x.shape[1:-1]
+        strides = tuple(size // o for size, o in zip(spatial, self.out))
+        window = tuple(size - (o - 1) * s for size, o, s in zip(spatial, self.out, strides))
+        if self.op == "max":
+            return nnx.max_pool(x, window, strides, "VALID")
+        return nnx.avg_pool(x, window, strides, "VALID")
+
+
+class GlobalPool(nnx.Module):
+    """Flux ``GlobalMaxPool``/``GlobalMeanPool``: spatial dims reduced to size 1."""
+
+    def __init__(self, op: str) -> None:
+        self.op = op
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        axes = tuple(range(1, x.ndim - 1))
+        return (
+            jnp.max(x, axis=axes, keepdims=True)
+            if self.op == "max"
+            else jnp.mean(x, axis=axes, keepdims=True)
+        )
+
+
+class CrossCor(nnx.Module):
+    """Flux ``CrossCor``: what ``nnx.Conv`` computes (no kernel flip)."""
+
+    def __init__(self, conv: nnx.Conv) -> None:
+        self.conv = conv
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.conv(x)
+
+
+class AlphaDropout(nnx.Module):
+    """Flux ``AlphaDropout``; identity at inference."""
+
+    def __init__(self, p: float) -> None:
+        self.p = float(p)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return x
+
+
+class Bilinear(nnx.Module):
+    """Flux ``Bilinear``: ``z[b, o] = σ(Σᵢⱼ W[o,i,j] x[b,i] y[b,j] + b[o])`` with Flux's W as-is."""
+
+    def __init__(self, weight: jax.Array, bias: jax.Array | None, activation: str) -> None:
+        self.weight = nnx.Param(weight)
+        self.bias = nnx.Param(bias) if bias is not None else None
+        self.activation = activation
+
+    def __call__(self, x: Any, y: Any = None) -> jax.Array:
+        from ._activations import function_of
+
+        if y is None:
+            x, y = x if isinstance(x, tuple) else (x, x)
+        z = jnp.einsum("oij,bi,bj->bo", self.weight.get_value(), x, y)
+        if self.bias is not None:
+            z = z + self.bias.get_value()
+        return function_of(self.activation)(z)
+
+
+def julia_dim_axis(julia_dim: int, ndim: int) -> int:
+    """The Flax (batch, channels-last) axis of Julia dim ``julia_dim`` for an array of ``ndim`` axes."""
+    nsp = ndim - 2
+    if julia_dim <= nsp:
+        return 1 + nsp - julia_dim
+    if julia_dim == nsp + 1:
+        return ndim - 1
+    raise ValueError(f"Julia dim {julia_dim} of a {ndim}-d batch is the batch dim")
+
+
+def connect(name: str, values: list[jax.Array]) -> jax.Array:
+    """A Flux connection (``+``, ``*``, ``vcat``, ``hcat``, ``max``) on channels-last batches."""
+    if name in ("vcat", "hcat"):
+        axis = julia_dim_axis(1 if name == "vcat" else 2, values[0].ndim)
+        return jnp.concatenate(values, axis=axis)
+    out = values[0]
+    for v in values[1:]:
+        out = out + v if name == "+" else out * v if name == "*" else jnp.maximum(out, v)
+    if name not in ("+", "*", "max"):
+        raise ValueError(f"unknown connection {name!r}")
+    return out
+
+
+class NamedChain(nnx.Module):
+    """Flux ``Chain(a = …, b = …)``."""
+
+    def __init__(self, layers: list[Any], names: tuple[str, ...]) -> None:
+        self.layers = nnx.List(layers)
+        self.names = tuple(names)
+
+    def __call__(self, x: Any) -> Any:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class Parallel(nnx.Module):
+    """Flux ``Parallel(connection, layers…)``."""
+
+    def __init__(
+        self, layers: list[Any], connection: str = "+", names: tuple[str, ...] | None = None
+    ) -> None:
+        self.layers = nnx.List(layers)
+        self.connection = connection
+        self.names = names
+
+    def __call__(self, x: Any) -> Any:
+        return connect(self.connection, [layer(x) for layer in self.layers])
+
+
+class SkipConnection(nnx.Module):
+    """Flux ``SkipConnection(layers, connection)``: ``connection(layers(x), x)``."""
+
+    def __init__(self, layers: Any, connection: str = "+") -> None:
+        self.layers = layers
+        self.connection = connection
+
+    def __call__(self, x: Any) -> Any:
+        return connect(self.connection, [self.layers(x), x])
+
+
+class PairwiseFusion(nnx.Module):
+    """Flux ``PairwiseFusion(connection, layers…)``; returns the tuple of every layer's output."""
+
+    def __init__(self, layers: list[Any], connection: str = "+") -> None:
+        self.layers = nnx.List(layers)
+        self.connection = connection
+
+    def __call__(self, x: Any) -> tuple[Any, ...]:
+        xs = x if isinstance(x, tuple) else (x,) * len(self.layers)
+        outputs = [self.layers[0](xs[0])]
+        for layer, xi in zip(list(self.layers)[1:], xs[1:]):
+            outputs.append(layer(connect(self.connection, [outputs[-1], xi])))
+        return tuple(outputs)
+
+
+class Maxout(nnx.Module):
+    """Flux ``Maxout(layers…)``: the element-wise maximum of the layers' outputs."""
+
+    def __init__(self, layers: list[Any]) -> None:
+        self.layers = nnx.List(layers)
+
+    def __call__(self, x: Any) -> Any:
+        return connect("max", [layer(x) for layer in self.layers])
