@@ -28,11 +28,32 @@ LENET = (
 )
 
 
+TARGETS = ["equinox", "nnx"]
+
+
 def _batched(fn: Callable[[Any], Any], images: np.ndarray, size: int = 2500) -> np.ndarray:
     run = jax.jit(jax.vmap(fn))
     return np.concatenate(
         [np.asarray(run(jnp.asarray(images[i : i + size]))) for i in range(0, len(images), size)]
     )
+
+
+def _run(built: Any, target: str, x: np.ndarray) -> np.ndarray:
+    """Run a built model on a channels-first batch ``x``; outputs channels-first too.
+
+    Equinox models take one sample (vmapped here; ``(model, state)`` with BatchNorm); Flax nnx
+    models take a channels-last batch.
+    """
+    if target == "equinox":
+        if isinstance(built, tuple):
+            model, state = built
+            return _batched(lambda s: model(s, state)[0], x)
+        return _batched(built, x)
+    last = (0, *range(2, x.ndim), 1)
+    xs = x.transpose(last) if x.ndim > 2 else x
+    outs = [np.asarray(built(jnp.asarray(xs[i : i + 2500]))) for i in range(0, len(xs), 2500)]
+    y = np.concatenate(outs)
+    return y.transpose(np.argsort(last)) if y.ndim > 2 else y
 
 
 def _close_to_reference(out: np.ndarray, expected: np.ndarray) -> None:
@@ -41,12 +62,12 @@ def _close_to_reference(out: np.ndarray, expected: np.ndarray) -> None:
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5 * scale)
 
 
-def test_vqvae_whole_model_reconstructs_digits() -> None:
+@pytest.mark.parametrize("target", TARGETS)
+def test_vqvae_whole_model_reconstructs_digits(target: str) -> None:
     path = require_fixture("flux-model/vqvae_autoencoder7x7x16.jld2")
     images, _ = mnist_test_set()
     x = images / 255  # the author's scaling: pixels in [0, 1/255] (layer-spec §0.3)
-    model, state = tx.from_flux(path, "autoencoder")
-    y = _batched(lambda s: model(s, state)[0], x)
+    y = _run(tx.from_flux(path, "autoencoder", target=target), target, x)
     rel = float(np.mean((y - x) ** 2) / np.mean(x**2))
     assert rel <= 0.08, rel
     layer, flux_state = read_flux_source(path, "autoencoder")
@@ -54,12 +75,12 @@ def test_vqvae_whole_model_reconstructs_digits() -> None:
     _close_to_reference(julia_batch(y[:4]), expected)
 
 
-def test_hwdr_whole_model_classifies_mnist() -> None:
+@pytest.mark.parametrize("target", TARGETS)
+def test_hwdr_whole_model_classifies_mnist(target: str) -> None:
     path = require_fixture("flux-model/hwdr_mlp.jld2")
     images, labels = mnist_test_set()
-    model = tx.from_flux(path, "mlp")
     flat = images.reshape(len(images), -1)  # Flux.flatten of the Julia batch = row-major NCHW ravel
-    probs = _batched(model, flat)
+    probs = _run(tx.from_flux(path, "mlp", target=target), target, flat)
     np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
     accuracy = float(np.mean(probs.argmax(axis=1) == labels))
     assert accuracy >= 0.86, accuracy
@@ -68,11 +89,11 @@ def test_hwdr_whole_model_classifies_mnist() -> None:
     _close_to_reference(probs[:16].T, expected)
 
 
-def test_lenet_state_with_its_architecture_classifies_mnist() -> None:
+@pytest.mark.parametrize("target", TARGETS)
+def test_lenet_state_with_its_architecture_classifies_mnist(target: str) -> None:
     path = require_fixture("flux-state/silver-bullet_lenet.jld2")
     images, labels = mnist_test_set()
-    model = tx.from_flux(path, "lenet_state", architecture=LENET)
-    logits = _batched(model, images)
+    logits = _run(tx.from_flux(path, "lenet_state", architecture=LENET, target=target), target, images)
     accuracy = float(np.mean(logits.argmax(axis=1) == labels))
     assert accuracy >= 0.975, accuracy
     layer, flux_state = read_flux_source(path, "lenet_state", LENET)

@@ -238,12 +238,12 @@ def from_flux(
 
     era = check_era(flux if flux is not None else ("0.14" if architecture is None else DEFAULT_FLUX_ERA))
     layer, state = read_flux_source(path, name, architecture, flux=era)
+    layer, state = fold_activations(layer, state)  # both targets' readers fold these
     if target == "equinox":
         import jax
 
         from treexchange._port._eqx import build_equinox
 
-        layer, state = fold_activations(layer, state)
         model = build_equinox(layer, key=jax.random.key(0) if key is None else key, flux=era)
         if any(sub.kind == "BatchNorm" for sub in layer.walk()):
             return _load_stateful(model, state, name)
