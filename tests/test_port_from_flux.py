@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import _flux_reference as ref
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,7 +19,6 @@ from _mnist import julia_batch, mnist_test_set
 from conftest import require_fixture
 
 import treexchange as tx
-from tests import _flux_reference as ref
 from treexchange import ConversionError
 from treexchange._port._fromflux import read_flux_source
 

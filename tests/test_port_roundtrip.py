@@ -13,6 +13,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+import _flux_reference as ref
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -20,7 +21,6 @@ import numpy as np
 import pytest
 
 import treexchange as tx
-from tests import _flux_reference as ref
 from treexchange._port._arch import parse_architecture
 from treexchange._port._eqx import build_equinox
 from treexchange._port._spec import Layer

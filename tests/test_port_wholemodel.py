@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import _flux_reference as ref
 import numpy as np
 import pytest
+from _mnist import julia_batch, mnist_test_set
+from conftest import require_fixture
 
 import treexchange as tx
-from tests import _flux_reference as ref
-from tests._mnist import julia_batch, mnist_test_set
-from tests.conftest import require_fixture
 from treexchange import ConversionError, JuliaStruct, NamedTuple, Singleton
 from treexchange._port._arch import parse_architecture
 from treexchange._port._spec import Layer
