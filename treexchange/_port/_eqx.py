@@ -35,7 +35,7 @@ from ._activations import ELEMENTWISE, function_of, name_of
 from ._perm import REV, SAME, Compose, Perm, Reshape, Transpose, spatial_flip
 from ._rules import with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
-from ._state import Port
+from ._state import KEEP, Port
 
 # Flux layers whose constructor takes an activation (σ / λ) that Equinox keeps as a separate Lambda.
 ACTIVATED = frozenset(
@@ -61,13 +61,21 @@ def build_equinox(layer: Layer, *, key: Any, flux: str = DEFAULT_FLUX_ERA) -> An
         >>> type(model).__name__, model(jax.numpy.ones(3)).shape
         ('Sequential', (2,))
     """
+
+    return _one(with_defaults(layer), key, flux)
+
+
+def _one(layer: Layer, key: Any, era: str) -> Any:
+    """One module for ``layer``; with an activation: ``Activated(module, σ)``, or for a stateful
+    layer (BatchNorm, which needs ``eqx.nn.Sequential`` to pass its state) a Sequential."""
     import equinox as eqx
 
-    layer = with_defaults(layer)
-    modules = _build(layer, key, flux)
+    modules = _build(layer, key, era)
     if len(modules) == 1:
         return modules[0]
-    return eqx.nn.Sequential(modules)
+    if isinstance(modules[0], eqx.nn.StatefulLayer):
+        return eqx.nn.Sequential(modules)
+    return L.Activated(modules[0], str(layer.args["σ"]))
 
 
 def _build(layer: Layer, key: Any, era: str) -> list[Any]:
@@ -91,13 +99,7 @@ def _keys(key: Any, n: int) -> list[Any]:
 
 
 def _children(layer: Layer, key: Any, era: str) -> list[Any]:
-    import equinox as eqx
-
-    out = []
-    for child, k in zip(layer.children, _keys(key, len(layer.children))):
-        modules = _build(child, k, era)
-        out.append(modules[0] if len(modules) == 1 else eqx.nn.Sequential(modules))
-    return out
+    return [_one(child, k, era) for child, k in zip(layer.children, _keys(key, len(layer.children)))]
 
 
 def _rev(t: Any) -> tuple[int, ...]:
@@ -372,6 +374,10 @@ class _Reader:
             return Port(
                 Layer("SkipConnection", {"connection": m.connection}, (inner.layer,)), children=(inner,)
             )
+        if isinstance(m, L.Activated):
+            port = self.read(m.layer, (*path, "layer"))
+            port.layer = dataclasses.replace(port.layer, args={**port.layer.args, "σ": m.activation})
+            return port
         if isinstance(m, nn.Lambda):
             return self.function(m.fn, path)
         if isinstance(m, nn.Identity):
@@ -502,6 +508,11 @@ class _Reader:
         port = Port(with_defaults(Layer("BatchNorm", args)))
         if m.channelwise_affine:
             port.arrays.update({"γ": (m.weight, SAME), "β": (m.bias, SAME)})
+        # The StateIndex initial values are model leaves too; a restore keeps them as they are
+        # (the restored statistics are in the returned state).
+        for index in (m.ema_state_index, m.ema_first_time_index, m.batch_state_index, m.batch_counter):
+            if index is not None:
+                port.fixed += [(leaf, KEEP) for leaf in _leaves(index.init)]
         if m.mode == "ema":
             mean, var = self.state.get(m.ema_state_index)
             port.fixed.append((self.state.get(m.ema_first_time_index), np.asarray(False)))
@@ -542,6 +553,14 @@ class _Reader:
         if affine:
             port.arrays.update({"scale": (m.weight, REV), "bias": (m.bias, REV)})
         return port
+
+
+def _leaves(tree: Any) -> list[Any]:
+    import jax
+
+    from .._bridge._restore import LeafRef
+
+    return jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, LeafRef))
 
 
 def layernorm_0_14_message() -> str:

@@ -136,6 +136,19 @@ def connect(name: str, values: list[jax.Array]) -> jax.Array:
     raise ValueError(f"unknown connection {name!r}")
 
 
+class Activated(eqx.Module):
+    """One Flux layer with its activation (``Dense(4 => 3, relu)``) where it is not inside a Chain
+    (at the root, in a Parallel …), so that it reads back as that one layer, not as a Chain."""
+
+    layer: Any
+    activation: str = eqx.field(static=True)
+
+    def __call__(self, x: Any, *, key: Any = None) -> Any:
+        from ._activations import function_of
+
+        return function_of(self.activation)(self.layer(x))
+
+
 class NamedChain(eqx.Module):
     """Flux ``Chain(a = …, b = …)``: layers applied in order, with their names kept."""
 

@@ -52,10 +52,8 @@ def build_nnx(layer: Layer, *, rngs: Any, flux: str = DEFAULT_FLUX_ERA) -> Any:
         >>> build_nnx(net, rngs=nnx.Rngs(0))(jnp.ones((4, 8, 8, 1))).shape
         (4, 6, 6, 2)
     """
-    from flax import nnx
 
-    modules = _build(with_defaults(layer), rngs, flux)
-    return modules[0] if len(modules) == 1 else nnx.Sequential(*modules)
+    return _one(with_defaults(layer), rngs, flux)
 
 
 def _build(layer: Layer, rngs: Any, era: str) -> list[Any]:
@@ -70,10 +68,10 @@ def _build(layer: Layer, rngs: Any, era: str) -> list[Any]:
 
 
 def _one(layer: Layer, rngs: Any, era: str) -> Any:
-    from flax import nnx
+    from . import _nnx_layers as NL
 
     modules = _build(layer, rngs, era)
-    return modules[0] if len(modules) == 1 else nnx.Sequential(*modules)
+    return modules[0] if len(modules) == 1 else NL.Activated(modules[0], str(layer.args["σ"]))
 
 
 def _rev(t: Any) -> tuple[int, ...]:
@@ -352,6 +350,10 @@ class _Reader:
             inner = self.read(m.layers, (*path, "layers"))
             layer = Layer("SkipConnection", {"connection": m.connection}, (inner.layer,))
             return Port(layer, children=(inner,))
+        if isinstance(m, NL.Activated):
+            port = self.read(m.layer, (*path, "layer"))
+            port.layer = dataclasses.replace(port.layer, args={**port.layer.args, "σ": m.activation})
+            return port
         if isinstance(m, nnx.Module):
             raise UnsupportedError(
                 f"no Flux layer for {type(m).__module__}.{type(m).__qualname__} (see docs/porting.md)",

@@ -138,6 +138,19 @@ def connect(name: str, values: list[jax.Array]) -> jax.Array:
     return out
 
 
+class Activated(nnx.Module):
+    """One Flux layer with its activation outside a Chain (reads back as that one layer)."""
+
+    def __init__(self, layer: Any, activation: str) -> None:
+        self.layer = layer
+        self.activation = activation
+
+    def __call__(self, x: Any) -> Any:
+        from ._activations import function_of
+
+        return function_of(self.activation)(self.layer(x))
+
+
 class NamedChain(nnx.Module):
     """Flux ``Chain(a = …, b = …)``."""
 

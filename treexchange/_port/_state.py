@@ -43,6 +43,9 @@ class Port:
         return out
 
 
+KEEP: Any = type("Keep", (), {"__repr__": lambda self: "KEEP"})()  # a "fixed" value: the template's own
+
+
 def check_era(era: str) -> str:
     if era not in FLUX_ERAS:
         raise ValueError(f"flux must be one of {', '.join(FLUX_ERAS)} (the Flux.state eras), not {era!r}")
@@ -146,4 +149,4 @@ def fix_unported_leaves(port: Port) -> None:
 
     for leaf, value in port.all_fixed():
         if isinstance(leaf, LeafRef):
-            leaf.fixed = value
+            leaf.fixed = leaf.template if value is KEEP else value
