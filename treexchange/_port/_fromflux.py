@@ -240,13 +240,14 @@ def from_flux(
     layer, state = read_flux_source(path, name, architecture, flux=era)
     layer, state = fold_activations(layer, state)  # both targets' readers fold these
     if target == "equinox":
+        import equinox as eqx
         import jax
 
         from treexchange._port._eqx import build_equinox
 
         model = build_equinox(layer, key=jax.random.key(0) if key is None else key, flux=era)
-        if any(sub.kind == "BatchNorm" for sub in layer.walk()):
-            return _load_stateful(model, state, name)
+        if any(sub.kind == "BatchNorm" for sub in layer.walk()):  # running statistics live in a State
+            return load_state((model, eqx.nn.State(model)), state, path=(name,))
         return load_state(model, state, path=(name,))
     if target == "nnx":
         try:
@@ -311,29 +312,3 @@ def _replace_field(state: Any, key: str, value: Any) -> Any:
     if isinstance(state, Mapping):
         return {**state, key: value}
     return state
-
-
-def _load_stateful(model: Any, state: Any, name: str) -> tuple[Any, Any]:
-    """Restore a built Equinox model with BatchNorm together with its ``eqx.nn.State``.
-
-    The running statistics go into the ``State``. The ``init`` arrays of the modules'
-    ``StateIndex`` fields (the values a fresh ``State`` starts from) have no Flux counterpart, so
-    they are set aside while restoring and put back afterwards, untouched.
-    """
-    import equinox as eqx
-    import jax
-
-    from treexchange._port import load_state
-
-    def is_index(x: Any) -> bool:
-        return isinstance(x, eqx.nn.StateIndex)
-
-    def inits(m: Any) -> list[Any]:
-        return [leaf.init for leaf in jax.tree_util.tree_leaves(m, is_leaf=is_index) if is_index(leaf)]
-
-    originals = inits(model)
-    eqx_state = eqx.nn.State(model)
-    stripped = eqx.tree_at(inits, model, replace_fn=lambda _: None)
-    restored, eqx_state = load_state((stripped, eqx_state), state, path=(name,))
-    restored = eqx.tree_at(inits, restored, originals, is_leaf=lambda x: x is None)
-    return restored, eqx_state
