@@ -6,6 +6,7 @@ import io
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -57,3 +58,32 @@ def test_demo_out_option_directory_and_file(tmp_path: Path, capsys: object) -> N
     text = stream.getvalue()
     assert target.is_file()
     assert 'JLD2.load("' + str(target).replace('"', '\\"') + '", "model_state")' in text
+
+
+def test_demo_ports_the_julia_lenet_into_equinox_and_measures_it(tmp_path: Path) -> None:
+    from conftest import SHARED, require_fixture
+
+    require_fixture("flux-state/silver-bullet_lenet.jld2")
+    stream = io.StringIO()
+    assert demo(str(tmp_path / "mlp.jld2"), stream=stream, shared=str(SHARED)) == 0
+    text = stream.getvalue()
+    assert "into an Equinox CNN" in text
+    if (SHARED / "data" / "mnist").is_dir():
+        line = next(x for x in text.splitlines() if "MNIST test accuracy:" in x)
+        assert float(line.split(":")[1].split("%")[0]) >= 97.5
+    assert (
+        "       model = Chain(Conv((5, 5), 1 => 6, relu), MaxPool((2, 2)), Conv((5, 5), 6 => 16, relu), "
+        "MaxPool((2, 2)), Flux.flatten, Dense(256 => 120, relu), Dense(120 => 84, relu), Dense(84 => 10))"
+    ) in text.splitlines()
+    assert (tmp_path / "lenet.jld2").is_file()
+
+
+def test_demo_without_the_lenet_still_writes_a_cnn_for_flux(tmp_path: Path, monkeypatch: Any) -> None:
+    monkeypatch.delenv("TREEXCHANGE_SHARED", raising=False)
+    monkeypatch.chdir(tmp_path)  # no ./shared, no ../shared with the fixture
+    stream = io.StringIO()
+    assert demo("mlp.jld2", stream=stream, shared=str(tmp_path / "nowhere")) == 0
+    text = stream.getvalue()
+    assert "LeNet was not found" in text and "MNIST" not in text
+    assert 'Flux.loadmodel!(model, JLD2.load("lenet.jld2", "lenet_state"))' in text
+    assert (tmp_path / "lenet.jld2").is_file()

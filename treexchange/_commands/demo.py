@@ -8,7 +8,9 @@ Steps (each one a real use of the library, nothing simulated):
 3. read it back into the Equinox model (``treexchange.load(..., like=mlp, layout=flux_state)``)
    and check every array and a forward pass against the original;
 4. validate the file against the schema inferred from what was meant to be written;
-5. print the tree (as ``treexchange inspect`` does) and the Julia lines that load the file.
+5. port a Julia-trained LeNet into an Equinox CNN, measure it on MNIST when the data is there, and
+   write it back for Flux (``demo_cnn``);
+6. print the tree (as ``treexchange inspect`` does) and the Julia lines that load the file.
 """
 
 from __future__ import annotations
@@ -37,6 +39,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help=f"file to write (default: ./{DEFAULT_FILE}); an existing directory gets {DEFAULT_FILE} inside",
     )
     p.add_argument("--seed", type=int, default=0, help="PRNG seed for the MLP's weights (default 0)")
+    p.add_argument(
+        "--shared",
+        default=None,
+        help="folder with julia_fixtures/ and data/mnist/ for the CNN part (default: $TREEXCHANGE_SHARED, "
+        "./shared or ../shared)",
+    )
     p.set_defaults(func=run)
 
 
@@ -44,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     out = args.out
     if os.path.isdir(out):
         out = os.path.join(out, DEFAULT_FILE)
-    return demo(out, seed=args.seed, stream=sys.stdout)
+    return demo(out, seed=args.seed, stream=sys.stdout, shared=args.shared)
 
 
 def build_mlp(seed: int = 0) -> Any:
@@ -55,7 +63,7 @@ def build_mlp(seed: int = 0) -> Any:
     return eqx.nn.MLP(4, 2, 16, depth=2, activation=jax.nn.relu, key=jax.random.key(seed))
 
 
-def demo(path: str, *, seed: int = 0, stream: TextIO) -> int:
+def demo(path: str, *, seed: int = 0, stream: TextIO, shared: str | None = None) -> int:
     """Run the demo, writing ``path``; returns the exit code (0: everything checked out)."""
     import jax
     import jax.numpy as jnp
@@ -94,6 +102,10 @@ def demo(path: str, *, seed: int = 0, stream: TextIO) -> int:
     for problem in problems:
         say(f"   {problem}")
 
+    from .demo_cnn import cnn_demo
+
+    cnn_ok = cnn_demo(os.path.dirname(path), shared, say)
+
     say("")
     say(f"$ treexchange inspect {path}")
     with File(path) as f:
@@ -105,5 +117,5 @@ def demo(path: str, *, seed: int = 0, stream: TextIO) -> int:
     say("")
     for line in flux_julia(mlp, file=path, name="model_state").splitlines():
         say(f"    {line}")
-    ok = same_arrays and same_output and not problems
+    ok = same_arrays and same_output and not problems and cnn_ok
     return 0 if ok else 1

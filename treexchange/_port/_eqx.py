@@ -429,6 +429,10 @@ class _Reader:
         return Port(Layer("Chain", {}, tuple(p.layer for p in ports)), children=tuple(ports))
 
     def function(self, fn: Any, path: tuple[PathSegment, ...]) -> Port:
+        import jax.numpy as jnp
+
+        if fn is jnp.ravel:  # eqx.nn.Lambda(jnp.ravel) on one sample is Flux's flatten (§1.4)
+            return Port(Layer("flatten"))
         return Port(Layer("function", {"name": name_of(fn), "fn": fn}))
 
     # --- layers ------------------------------------------------------------------------------------
