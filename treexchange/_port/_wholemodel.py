@@ -250,8 +250,8 @@ def _conv(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
     args["dilation"] = _ints(s.fields["dilation"])
     if kind == "DepthwiseConv":
         args["groups"] = args["in"]
-    elif kind != "CrossCor":
-        args["groups"] = groups
+    else:
+        args["groups"] = groups  # CrossCor: 1 (no such field in Flux)
     if kind == "ConvTranspose":
         args["outpad"] = _ints(s.fields["outpad"]) if "outpad" in s.fields else (0,) * n
     args["bias"] = _has_bias(s)
