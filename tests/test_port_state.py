@@ -160,3 +160,57 @@ def test_equinox_lambda_ravel_is_flatten() -> None:
         [eqx.nn.Conv1d(1, 2, 3, key=KEY), eqx.nn.Lambda(jnp.ravel), eqx.nn.Linear(6, 1, key=KEY)]
     )
     assert "Flux.flatten" in tx.flux_julia(seq)
+
+
+def test_equinox_batch_mode_statistics_are_debiased_like_equinox_inference() -> None:
+    # mode="batch" keeps zero-debiased running stats; Flux's μ/σ² are what Equinox's inference uses.
+    bn = eqx.nn.BatchNorm(2, "batch", momentum=0.9, mode="batch", inference=True)
+    model, state = eqx.nn.make_with_state(lambda: bn)()
+    state = state.set(model.batch_counter, jnp.array(3))
+    state = state.set(model.batch_state_index, (jnp.array([0.2, -0.4]), jnp.array([0.5, 0.8])))
+    s = tx.flux_state((model, state))
+    scale = 1 - 0.9**3
+    np.testing.assert_allclose(s["μ"], np.array([0.2, -0.4]) / scale, rtol=1e-6)
+    np.testing.assert_allclose(s["σ²"], np.array([0.5, 0.8]) / scale, rtol=1e-6)
+    x = jnp.array([1.0, 2.0])
+    want = np.asarray(model(x, state)[0])
+    # restoring those Flux statistics (counter reset to 0) computes the same
+    restored_model, restored_state = load_state((model, state), s)
+    np.testing.assert_allclose(np.asarray(restored_model(x, restored_state)[0]), want, rtol=1e-5)
+    assert int(restored_state.get(restored_model.batch_counter)) == 0
+
+
+def test_flax_lambda_flatten_after_conv_is_refused_not_ported_silently() -> None:
+    rngs = nnx.Rngs(0)
+    model = nnx.Sequential(
+        nnx.Conv(1, 2, (3, 3), padding="VALID", rngs=rngs),
+        lambda x: x.reshape(x.shape[0], -1),  # channels-last order: not Flux's flatten
+        nnx.Linear(8, 2, rngs=rngs),
+    )
+    with pytest.raises(tx.UnsupportedError, match="Flatten"):
+        tx.flux_state(model)
+
+
+def test_flux_0_14_layernorm_ported_exactly_with_its_own_module() -> None:
+    from _flux_reference import forward
+
+    layer = Layer("LayerNorm", {"size": (5,), "ϵ": 0.1})
+    model = build_equinox(layer, key=KEY, flux="0.14")
+    rng = np.random.default_rng(0)
+    state = tx.flux_state(model, flux="0.14")
+    state = tx.NamedTuple(
+        (
+            k,
+            tx.NamedTuple((n, rng.standard_normal(5).astype(np.float32) if n != "σ" else ()) for n in v)
+            if k == "diag"
+            else v,
+        )
+        for k, v in state.items()
+    )
+    restored = load_state(model, state)
+    x = rng.standard_normal((5, 3)).astype(np.float32)
+    got = np.asarray(jax.vmap(restored)(jnp.asarray(x.T))).T
+    np.testing.assert_allclose(got, forward(layer, state, x, flux="0.14.25"), rtol=1e-5, atol=1e-6)
+    assert tx.flux_julia(restored, flux="0.14").splitlines()[1] == "model = LayerNorm(5; ϵ=0.1f0)"
+    with pytest.raises(tx.UnsupportedError, match=r"flux='0\.14'"):
+        tx.flux_state(restored)  # Flux 0.15 computes √(σ² + ϵ²): no exact twin
