@@ -134,7 +134,7 @@ def test_other_layers() -> None:
     assert mha.args["nheads"] == 8 and mha.args["qk_dim"] == 64 and mha.args["bias"] is False
     mha2 = parse_architecture("MultiHeadAttention((4, 5, 6) => (8, 12) => 10; nheads=2, bias=true)")
     assert [mha2.args[k] for k in ("q_in", "k_in", "v_in", "qk_dim", "v_dim", "out")] == [4, 5, 6, 8, 12, 10]
-    assert parse_architecture("Dropout(0.5)") == Layer("Dropout", {"p": 0.5, "dims": None})
+    assert parse_architecture("Dropout(0.5)") == Layer("Dropout", {"p": 0.5})
     assert parse_architecture("AlphaDropout(0.1)").args == {"p": 0.1}
     assert parse_architecture("MeanPool((2, 2), pad=1, stride=1)").args == {
         "k": (2, 2),

@@ -581,7 +581,8 @@ def _dropout(a: _Args) -> Layer:
     args: dict[str, Any] = {"p": a.b.float_(a.args[0], "p")}
     if a.name == "Dropout":
         dims = a.pop_kw("dims")
-        args["dims"] = None if dims is None else a.b.ints(dims, None, "dims")
+        if dims is not None:  # absent = Flux's `:` (all dims)
+            args["dims"] = a.b.ints(dims, None, "dims")
     a.pop_kw("active")
     a.done()
     return Layer(a.name, args)
