@@ -111,3 +111,22 @@ def test_from_flux_errors() -> None:
         tx.from_flux(path, "lenet_state", architecture=LENET.replace("Dense(84 => 10)", "Dense(84 => 12)"))
     with pytest.raises(ValueError, match="target must be"):
         tx.from_flux(path, "lenet_state", architecture=LENET, target="torch")
+
+
+def test_equinox_models_are_fully_concrete_and_a_fresh_state_starts_from_the_file() -> None:
+    """from_flux builds by shape only; every leaf must still come out a real array, and the
+    BatchNorm StateIndex inits hold the file's running statistics."""
+    import equinox as eqx
+
+    path = require_fixture("flux-model/vqvae_autoencoder7x7x16.jld2")
+    model, state = tx.from_flux(path, "autoencoder")
+    leaves = jax.tree_util.tree_leaves((model, state))
+    assert leaves and all(isinstance(leaf, jax.Array) for leaf in leaves if hasattr(leaf, "shape"))
+    x = np.random.default_rng(0).uniform(size=(1, 28, 28)).astype(np.float32) / 255
+    fresh = eqx.nn.State(model)
+    np.testing.assert_array_equal(np.asarray(model(x, fresh)[0]), np.asarray(model(x, state)[0]))
+    flux_state = tx.load(path, "autoencoder")["layers"][0]["layers"][1]
+    bn = model.layers[0].layers[1]
+    mean, var = state.get(bn.ema_state_index)
+    np.testing.assert_array_equal(np.asarray(mean), flux_state["μ"])
+    np.testing.assert_array_equal(np.asarray(var), flux_state["σ²"])

@@ -245,10 +245,15 @@ def from_flux(
 
         from treexchange._port._eqx import build_equinox
 
-        model = build_equinox(layer, key=jax.random.key(0) if key is None else key, flux=era)
-        if any(sub.kind == "BatchNorm" for sub in layer.walk()):  # running statistics live in a State
-            return load_state((model, eqx.nn.State(model)), state, path=(name,))
-        return load_state(model, state, path=(name,))
+        key = jax.random.key(0) if key is None else key
+        stateful = any(sub.kind == "BatchNorm" for sub in layer.walk())  # running statistics: a State
+        try:
+            return _restore_abstract(layer, state, name, key, era, stateful)
+        except _NotConcrete:  # a leaf the restore does not fill: build real initial weights instead
+            model = build_equinox(layer, key=key, flux=era)
+            if stateful:
+                return load_state((model, eqx.nn.State(model)), state, path=(name,))
+            return load_state(model, state, path=(name,))
     if target == "nnx":
         try:
             from treexchange._port._nnx import build_nnx  # type: ignore[import-not-found, unused-ignore]
@@ -312,3 +317,54 @@ def _replace_field(state: Any, key: str, value: Any) -> Any:
     if isinstance(state, Mapping):
         return {**state, key: value}
     return state
+
+
+class _NotConcrete(Exception):
+    """The restored model still holds a shape-only leaf."""
+
+
+def _restore_abstract(layer: Layer, state: Any, name: str, key: Any, era: str, stateful: bool) -> Any:
+    """Build the Equinox model by shape only (no weight initialisation: milliseconds instead of
+    seconds of XLA compilation per layer) and let the restore fill every array.
+
+    BatchNorm's ``StateIndex.init`` (the values a fresh ``eqx.nn.State`` starts from) has no Flux
+    counterpart; it is set to the restored running statistics, so ``eqx.nn.State(model)`` of the
+    result starts from the file's statistics too.
+    """
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    from treexchange._port import load_state
+    from treexchange._port._eqx import build_equinox
+
+    abstract = eqx.filter_eval_shape(lambda: build_equinox(layer, key=key, flux=era))
+    if not stateful:
+        model = load_state(abstract, state, path=(name,))
+        _require_concrete(model)
+        return model
+
+    def is_index(x: Any) -> bool:
+        return isinstance(x, eqx.nn.StateIndex)
+
+    def indices(m: Any) -> list[Any]:
+        return [leaf for leaf in jax.tree_util.tree_leaves(m, is_leaf=is_index) if is_index(leaf)]
+
+    def inits(m: Any) -> list[Any]:
+        return [index.init for index in indices(m)]
+
+    def zeros(tree: Any) -> Any:
+        return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), tree)
+
+    model = eqx.tree_at(inits, abstract, [zeros(init) for init in inits(abstract)])
+    model, eqx_state = load_state((model, eqx.nn.State(model)), state, path=(name,))
+    model = eqx.tree_at(inits, model, [eqx_state.get(index) for index in indices(model)])
+    _require_concrete(model)
+    return model, eqx_state
+
+
+def _require_concrete(model: Any) -> None:
+    import jax
+
+    if any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree_util.tree_leaves(model)):
+        raise _NotConcrete
