@@ -261,8 +261,15 @@ def from_flux(
             raise UnsupportedError("target='nnx' is not available in this version") from err
         from flax import nnx
 
-        model = build_nnx(layer, rngs=nnx.Rngs(0 if key is None else key), flux=era)
-        return load_state(model, state, path=(name,))
+        def build() -> Any:
+            return build_nnx(layer, rngs=nnx.Rngs(0 if key is None else key), flux=era)
+
+        try:  # by shape only, as for Equinox; RNG keys (Dropout) are not restored: then for real
+            model = load_state(nnx.eval_shape(build), state, path=(name,))
+            _require_concrete(nnx.state(model))
+            return model
+        except _NotConcrete:
+            return load_state(build(), state, path=(name,))
     raise ValueError(f"target must be 'equinox' or 'nnx', not {target!r}")
 
 
