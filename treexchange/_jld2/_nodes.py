@@ -109,6 +109,18 @@ class Node:
     def _read(self, session: Session) -> Any:
         raise NotImplementedError
 
+    @property
+    def object_address(self) -> int | None:
+        """The address of the HDF5 object (dataset) that holds this value, or ``None`` for a
+        value stored inline in another object. Two nodes with one address are one Julia object
+        (shared, or a reference cycle): a walk that visits each object once keys on this."""
+        src = getattr(self, "_src", None)
+        if type(src) is int:
+            return src
+        if isinstance(src, _Source):
+            return src.address
+        return None
+
     # --- children (containers override) -------------------------------------------------------
     def children(self) -> Iterator[tuple[Segment, Node | Group]]:
         """Child nodes in order with their path segments (none for leaves and arrays)."""
@@ -258,6 +270,10 @@ class ArrayNode(Node):
     @property
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
+
+    @property
+    def object_address(self) -> int | None:
+        return self._info.address if self._info is not None else None
 
     def _array(self, order: Order) -> np.ndarray:
         if self._info is not None:
@@ -597,6 +613,11 @@ class Group(Mapping[str, "Node | Group"]):
         self._address = address
         self._links: dict[str, int] | None = None
         self._cache: dict[str, Node | Group] = {}
+
+    @property
+    def object_address(self) -> int:
+        """The group's object header address (a hard link to an ancestor makes a cycle)."""
+        return self._address
 
     def _all(self) -> dict[str, int]:
         if self._links is None:

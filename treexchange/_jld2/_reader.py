@@ -335,6 +335,13 @@ class Reader:
         n = 1
         for d in shape:
             n *= d
+        # Each dimension on its own too: a zero-size array may claim a 2**64-1 long side, which
+        # numpy cannot even describe (its shapes are int64 and their byte size must fit).
+        widest = max(shape, default=0)
+        if widest > self.limits.max_elements:
+            raise LimitError(
+                f"array dimension {widest} exceeds max_elements={self.limits.max_elements}", offset=obj.offset
+            )
         if dims is not None and space_kind == "simple" and n != space.count:
             raise FormatError(
                 f"dimensions attribute {shape} disagrees with the dataspace {space.dims}", offset=obj.offset
