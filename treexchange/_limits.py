@@ -75,3 +75,26 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
+
+
+def type_depth(limits: Limits) -> int:
+    """How deep type parameters may nest: ``2 * max_depth + 16``. A value ``max_depth`` levels
+    deep has a type about twice as deep (each NamedTuple level is ``NamedTuple{names, Tuple{...}}``).
+
+    Example:
+        >>> type_depth(Limits())
+        1040
+    """
+    return 2 * limits.max_depth + 16
+
+
+def reference_depth(limits: Limits) -> int:
+    """How deep the reader follows references: ``3 * max_depth``. A value ``max_depth`` levels
+    deep may be three times as many datasets deep (a Julia ``Dict`` is the Dict, its
+    serialized form and its vector of pairs).
+
+    Example:
+        >>> reference_depth(Limits())
+        1536
+    """
+    return 3 * limits.max_depth

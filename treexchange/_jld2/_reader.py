@@ -14,10 +14,12 @@ never touches the file. The map stays alive as long as any array refers to it. A
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import mmap
 import os
 import struct
+import sys
 from collections.abc import Sequence
 from typing import Any, Literal, cast
 
@@ -29,7 +31,8 @@ from .._hdf5 import HDF5File, ObjectHeader
 from .._hdf5._model import H5Class
 from .._hdf5._objectheader import RawMessage
 from .._juliatype import JuliaType
-from .._limits import DEFAULT_LIMITS, Limits
+from .._limits import DEFAULT_LIMITS, Limits, reference_depth
+from .._recursion import FRAMES_PER_LEVEL, stack_for_depth
 from .._typeof import BOTTOM
 from .._values import UNDEF, JuliaArray
 from ._header import FileHeader, parse_header
@@ -177,6 +180,14 @@ class Reader:
         self.type_limits = dataclasses.replace(
             limits, max_elements=min(limits.max_elements, self.virtual_cap)
         )
+        # Frames a read as deep as limits.max_depth may need (see treexchange._recursion): entry
+        # points make that much room first, so Python's recursion limit is never hit before
+        # Limits.max_depth is.
+        self.stack_frames = reference_depth(limits) * FRAMES_PER_LEVEL + 1000
+        # Lazy nodes recurse outside any one entry point (a Dict's entries are built when the
+        # Dict node is), so the room is made for as long as the file is open.
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(stack_for_depth(reference_depth(limits)))
         self.types = TypeResolver(self)
         self._array_types: dict[tuple[int, int, bool], tuple[JuliaType, JuliaType]] = {}
         self.node_sources: dict[int, Any] = {}  # shared sources of constant nodes (_nodes)
@@ -209,6 +220,7 @@ class Reader:
         """Close the file. Arrays already returned stay valid (they keep the map alive)."""
         self.closed = True
         self.h5.close()
+        self._stack.close()
         data, self._data = self._data, None
         if isinstance(data, mmap.mmap):
             try:
@@ -295,6 +307,9 @@ class Reader:
         """Describe the object at ``address`` (described once); reads no array data."""
         if self.closed:
             self._check_open()
+        if sys.getrecursionlimit() < self.stack_frames:
+            with stack_for_depth(reference_depth(self.limits)):
+                return self.info(address, path)
         try:
             info: DatasetInfo = self.h5.object(address)  # type: ignore[assignment]  # header_type
             if info.value_kind is None:
@@ -559,6 +574,7 @@ class Session:
         self.order = order
         self.mmap = mmap
         self.memo: dict[int, Any] = {}
+        self.max_refs = reference_depth(self.limits)
         self._busy: set[int] = set()
         self._depth = 0
         self.heap_bytes = reader.heap_bytes
@@ -573,8 +589,15 @@ class Session:
             return memo[address]
         if address in self._busy:
             raise UnsupportedError("reference cycle (an object contains itself)", path=path)
-        if self._depth >= self.limits.max_depth:
-            raise LimitError(f"values nested deeper than max_depth={self.limits.max_depth}", path=path)
+        if self._depth > self.max_refs:  # the leaf under max_refs containers is one more
+            raise LimitError(
+                f"references nested deeper than {self.max_refs} (3 * max_depth={self.limits.max_depth}: "
+                "a Julia Dict is three datasets per level)",
+                path=path,
+            )
+        if self._depth == 0 and sys.getrecursionlimit() < self.reader.stack_frames:
+            with stack_for_depth(reference_depth(self.limits)):
+                return self.load_ref(address, path)
         self._busy.add(address)
         self._depth += 1
         try:

@@ -36,6 +36,7 @@ import numpy as np
 from .._errors import FormatError, LimitError, TreexchangeError, UnsupportedError
 from .._hdf5._model import Attribute, H5Class, H5Type, Member
 from .._juliatype import JuliaType
+from .._limits import type_depth
 from .._values import Symbol
 from ._layout import StructLayout
 from ._plans import (
@@ -303,9 +304,11 @@ class TypeResolver:
 
     def _enter(self) -> None:
         self._depth += 1
-        if self._depth > self.limits.max_depth:
+        if self._depth > type_depth(self.limits):
             self._depth -= 1
-            raise LimitError(f"types nested deeper than max_depth={self.limits.max_depth}")
+            raise LimitError(
+                f"types nested deeper than {type_depth(self.limits)} levels (2 * max_depth={self.limits.max_depth} + 16)"
+            )
 
     def type_attribute(self, attr: Attribute, path: Path = ()) -> JuliaType:
         """Decode a ``julia_type``/``written_type`` attribute of a committed datatype."""
