@@ -1,10 +1,11 @@
 """Child process for tests/test_hostile.py and tests/fuzz_long.py: one entry point on one file.
 
-``python tests/_hostile_child.py ENTRY FILE`` runs ENTRY (``walk``, ``load_mmap``, ``load_nommap``,
-``infer``, ``validate``, ``inspect``, ``inspect_json``, ``convert``) on FILE and prints one JSON
-line: ``outcome`` (``ok`` or the exception class), ``treexchange`` (the exception is a
-TreexchangeError, or there was none), ``message``, ``seconds`` and ``maxrss_kb`` (this process's
-peak resident set, from ``resource.getrusage``) plus ``baseline_kb`` (the peak after imports).
+``python tests/_hostile_child.py ENTRY[,ENTRY...] FILE`` runs each ENTRY (``walk``, ``load_mmap``,
+``load_nommap``, ``infer``, ``validate``, ``inspect``, ``inspect_json``, ``convert``) on FILE in
+turn and prints one JSON line per entry: ``outcome`` (``ok`` or the exception class),
+``treexchange`` (the exception is a TreexchangeError, or there was none), ``message``, the error's
+``offset`` and ``path``, ``seconds`` and ``maxrss_kb`` (this process's peak resident set so far,
+from ``resource.getrusage``) plus ``baseline_kb`` (the peak after imports).
 """
 
 from __future__ import annotations
@@ -83,29 +84,30 @@ def run(entry: str, path: str) -> None:
 
 
 def main() -> None:
-    entry, path = sys.argv[1], sys.argv[2]
+    entries, path = sys.argv[1].split(","), sys.argv[2]
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    t0 = time.perf_counter()
-    outcome, is_tx, message = "ok", True, ""
-    try:
-        run(entry, path)
-    except BaseException as err:  # noqa: BLE001 - every other escape is what we look for
-        outcome, is_tx, message = type(err).__name__, isinstance(err, tx.TreexchangeError), str(err)[:500]
-    seconds = time.perf_counter() - t0
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    print(
-        json.dumps(
-            {
-                "entry": entry,
-                "outcome": outcome,
-                "treexchange": is_tx,
-                "message": message,
-                "seconds": seconds,
-                "maxrss_kb": rss,
-                "baseline_kb": baseline,
-            }
-        )
-    )
+    for entry in entries:
+        t0 = time.perf_counter()
+        outcome, is_tx, message, offset, where = "ok", True, "", None, None
+        try:
+            run(entry, path)
+        except BaseException as err:  # noqa: BLE001 - every other escape is what we look for
+            outcome, is_tx, message = type(err).__name__, isinstance(err, tx.TreexchangeError), str(err)[:500]
+            offset, where = getattr(err, "offset", None), list(map(str, getattr(err, "path", ()) or ()))
+        seconds = time.perf_counter() - t0
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        record = {
+            "entry": entry,
+            "outcome": outcome,
+            "treexchange": is_tx,
+            "message": message,
+            "offset": offset,
+            "path": where,
+            "seconds": seconds,
+            "maxrss_kb": rss,
+            "baseline_kb": baseline,
+        }
+        print(json.dumps(record), flush=True)
 
 
 if __name__ == "__main__":

@@ -58,7 +58,24 @@ class JuliaType:
             return True
         if not isinstance(other, JuliaType):
             return NotImplemented
-        return self.name == other.name and _params_equal(self.params, other.params)
+        if self.name != other.name or hash(self) != hash(other):
+            return False
+        # Pairs found equal so far in this comparison, by identity: two DAG-shaped types
+        # compare in time linear in their distinct objects, not in their printed size.
+        seen = _EQUAL.pairs
+        if seen is None:
+            _EQUAL.pairs = set()
+            try:
+                return _params_equal(self.params, other.params)
+            finally:
+                _EQUAL.pairs = None
+        key = (id(self), id(other))
+        if key in seen:
+            return True
+        equal = _params_equal(self.params, other.params)
+        if equal:
+            seen.add(key)  # both are alive for the whole comparison: their ids stay unique
+        return equal
 
     def __hash__(self) -> int:
         # Structural and cached per object: a type-parameter DAG (``Tuple{T,T}`` nested 40
@@ -157,6 +174,13 @@ class _Current(threading.local):
 _BUDGET = _Current()  # the rendering in progress in this thread
 
 
+class _Equal(threading.local):
+    pairs: set[tuple[int, int]] | None = None
+
+
+_EQUAL = _Equal()  # the comparison in progress in this thread
+
+
 def _render_top(t: JuliaType, *, short: bool, sep: str, strict: bool) -> str:
     from ._limits import DEFAULT_LIMITS
 
@@ -229,6 +253,28 @@ def _params_equal(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
 
 
 def _render_param(p: Any, *, short: bool, sep: str) -> str:
+    """One type parameter as text (the writer keys types by it): budgeted like ``qualified()``."""
+    if _BUDGET.current is None and not isinstance(p, (str, int, float, np.generic)):
+        cap = _limit_chars()
+        _BUDGET.current = _Budget(cap)
+        try:
+            return _render_param_in(p, short=short, sep=sep)
+        except _TooLong:
+            from ._errors import LimitError
+
+            raise LimitError(f"type text longer than max_type_chars={cap} characters") from None
+        finally:
+            _BUDGET.current = None
+    return _render_param_in(p, short=short, sep=sep)
+
+
+def _limit_chars() -> int:
+    from ._limits import DEFAULT_LIMITS
+
+    return DEFAULT_LIMITS.max_type_chars
+
+
+def _render_param_in(p: Any, *, short: bool, sep: str) -> str:
     from ._values import Symbol  # local: _values imports this module
 
     if isinstance(p, JuliaType):

@@ -666,7 +666,7 @@ class Group(Mapping[str, "Node | Group"]):
 
     def _read(self, session: Session) -> dict[str, Any]:
         with gc_paused():
-            return {name: session.load_ref(addr, (*self.path, name)) for name, addr in self._all().items()}
+            return session.fill_group(self._address, self._all(), self.path)
 
     def __repr__(self) -> str:
         return f"<Group {format_path(self.path)} ({len(self)} entries)>"

@@ -506,10 +506,7 @@ class Reader:
     def _read(self, info: DatasetInfo, path: Path, session: Session) -> Any:
         plan = info.plan
         if info.kind == "group":
-            return {
-                name: session.load_ref(addr, (*path, name))
-                for name, addr in self.links(info.address, hide_types=True).items()
-            }
+            return session.fill_group(info.address, self.links(info.address, hide_types=True), path)
         assert plan is not None
         if info.kind == "datatype":
             return type_value(plan.julia_type)
@@ -531,15 +528,21 @@ class Reader:
         n = info.count
         if n > self.limits.max_elements:
             raise LimitError(f"array of {n} elements exceeds max_elements={self.limits.max_elements}")
+        eltype = info.eltype or ANY
+        as_list = isinstance(plan, ReferencePlan) and len(info.shape) == 1 and eltype == ANY and not info.memory
         if isinstance(plan, GhostPlan):
             items = [plan.value] * n
         elif info.space == "null":
             items = []  # a null dataspace of non-ghost elements holds nothing (checked: n == 0)
         else:
             raw = self.raw(info, n * plan.size)
-            items = plan.decode_many(session, raw, n, path)
-        eltype = info.eltype or ANY
-        if isinstance(plan, ReferencePlan) and len(info.shape) == 1 and eltype == ANY and not info.memory:
+            if as_list:
+                # made before its elements: an element referring back to it closes the cycle
+                items = session.partial[info.address] = []
+                items.extend(plan.decode_many(session, raw, n, path))
+            else:
+                items = plan.decode_many(session, raw, n, path)
+        if as_list:
             return items
         flat = np.empty(n, dtype=object)
         flat[:] = items
@@ -576,10 +579,29 @@ class Session:
         self.memo: dict[int, Any] = {}
         self.max_refs = reference_depth(self.limits)
         self._busy: set[int] = set()
+        # lists and dicts being filled, by address: a reference back to one closes the cycle
+        self.partial: dict[int, Any] = {}
         self._depth = 0
         self.heap_bytes = reader.heap_bytes
         self.decode_datatype = reader.types.decode_datatype
         self.decode_union = reader.types.decode_union
+
+    def fill_group(self, address: int, links: dict[str, int], path: Path) -> dict[str, Any]:
+        """A group's values as a dict, made before its entries: a hard link back to the group
+        (legal in HDF5) closes on this very dict."""
+        group: dict[str, Any] = {}
+        self.partial[address] = group
+        added = address not in self._busy
+        self._busy.add(address)
+        try:
+            for name, addr in links.items():
+                group[name] = self.load_ref(addr, (*path, name))
+        finally:
+            if added:
+                self._busy.discard(address)
+            self.partial.pop(address, None)
+        self.memo[address] = group
+        return group
 
     def load_ref(self, address: int, path: Path) -> Any:
         if address == 0:
@@ -588,7 +610,18 @@ class Session:
         if address in memo:
             return memo[address]
         if address in self._busy:
-            raise UnsupportedError("reference cycle (an object contains itself)", path=path)
+            # A cycle: legal in Julia (a Vector{Any} holding itself) and in HDF5 (a hard link to
+            # an ancestor group). Lists and dicts are made before their contents, so the cycle
+            # closes on the same Python object; other values cannot be made before their parts.
+            partial = self.partial.get(address)
+            if partial is not None:
+                return partial
+            raise UnsupportedError(
+                "reference cycle through an immutable value (a struct or array that contains "
+                "itself); only Vector{Any} and group cycles can be loaded",
+                path=path,
+                offset=self.reader.h5.absolute(address),
+            )
         if self._depth > self.max_refs:  # the leaf under max_refs containers is one more
             raise LimitError(
                 f"references nested deeper than {self.max_refs} (3 * max_depth={self.limits.max_depth}: "
@@ -610,6 +643,7 @@ class Session:
             raise LimitError("values nested too deeply for Python's stack", path=path) from err
         finally:
             self._busy.discard(address)
+            self.partial.pop(address, None)
             self._depth -= 1
         memo[address] = value
         return value
