@@ -142,6 +142,8 @@ def _root_string_attributes(reader: Any) -> dict[str, str]:
         elif t.cls == H5Class.VLEN and t.is_vlen_string:
             raw = bytes(h5.read_vlen(attr.data))
         else:
-            raise UnsupportedError(f"root attribute {name!r} is not a string; convert cannot keep it")
+            raise UnsupportedError(
+                f"root attribute {name!r} is not a string; convert cannot keep it", offset=attr.data_offset
+            )
         out[name] = raw.decode("utf-8", errors="replace")
     return out
