@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import FormatError, format_path
+from .._errors import FormatError, UnsupportedError, format_path
 from .._gc import gc_paused
 from .._juliatype import JuliaType
 from .._typeof import BOTTOM, julia_type_of
@@ -697,7 +697,20 @@ def node_for_dataset(reader: Reader, path: Path, address: int) -> Node | Group:
             if isinstance(plan, GhostPlan):
                 return ghost_node(reader, path, plan.value, plan.julia_type)
             raise FormatError("null dataspace for a non-empty type", path=path, offset=info.obj.offset)
-        return node_for_inline(reader, path, plan, reader.element_bytes(info), 0, address)
+        # A scalar dataset's node may build children at once (a Dict reads its keys): one that
+        # reaches itself while being built would recurse without end, so it is refused here.
+        building = reader.nodes_building
+        if address in building:
+            raise UnsupportedError(
+                "a Dict that contains itself (a reference cycle) cannot be shown as a lazy tree",
+                path=path,
+                offset=info.obj.offset,
+            )
+        building.add(address)
+        try:
+            return node_for_inline(reader, path, plan, reader.element_bytes(info), 0, address)
+        finally:
+            building.discard(address)
     if info.dtype is not None:
         return ArrayNode(reader, path, info)
     if isinstance(plan, ReferencePlan) and info.space != "null":
