@@ -29,10 +29,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import test_fuzz_read as fz  # noqa: E402
-from conftest import FIXTURES  # noqa: E402
+import test_fuzz_read as fz
+from conftest import FIXTURES
 
-import treexchange as tx  # noqa: E402
+import treexchange as tx
 
 TIME_LIMIT = 10.0
 SLOW = 2.0
@@ -44,7 +44,10 @@ def written_seeds() -> list[tuple[str, bytes]]:
     tied = np.arange(6, dtype=np.float32).reshape(2, 3)
     values = {
         "nested": tx.NamedTuple(
-            layers=(tx.NamedTuple(weight=tied, bias=np.zeros(2, np.float32), σ=()), tx.NamedTuple(weight=tied)),
+            layers=(
+                tx.NamedTuple(weight=tied, bias=np.zeros(2, np.float32), σ=()),
+                tx.NamedTuple(weight=tied),
+            ),
             step=np.int64(3),
             name="model",
         ),
@@ -121,7 +124,7 @@ def main() -> int:
             except _Timeout:
                 counts["hang"] += 1
                 failures.append(f"{desc}: hang")
-            except Exception as err:  # noqa: BLE001 - what the run looks for
+            except Exception as err:
                 counts["other_exception"] += 1
                 failures.append(f"{desc}: {type(err).__name__}: {str(err)[:300]}")
             finally:

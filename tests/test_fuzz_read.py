@@ -128,7 +128,11 @@ def _hostile_seeds() -> list[tuple[str, bytes]]:
     """The files of ../shared/hostile (small ones: the two 200+ KB mutants add little but time)."""
     if not HOSTILE.is_dir():
         return []
-    return [(f"hostile/{p.name}", p.read_bytes()) for p in sorted(HOSTILE.glob("*.jld2")) if p.stat().st_size < 100_000]
+    return [
+        (f"hostile/{p.name}", p.read_bytes())
+        for p in sorted(HOSTILE.glob("*.jld2"))
+        if p.stat().st_size < 100_000
+    ]
 
 
 def _object_graph(f: tx.File, max_nodes: int = 20_000) -> tuple[dict[int, set[int]], dict[int, set[int]]]:
@@ -299,7 +303,9 @@ def _alarm(signum: int, frame: object) -> None:
     raise _Timeout()
 
 
-def _cases(n_cases: int = N_CASES, extra: list[tuple[str, bytes]] | None = None) -> Iterator[tuple[_Seed, str, bytes]]:
+def _cases(
+    n_cases: int = N_CASES, extra: list[tuple[str, bytes]] | None = None
+) -> Iterator[tuple[_Seed, str, bytes]]:
     seeds = [_Seed(name, raw) for name, raw in _seeds() + _hostile_seeds() + (extra or [])]
     rng = random.Random(20240611)
     for i in range(n_cases):

@@ -530,7 +530,9 @@ class Reader:
         if n > self.limits.max_elements:
             raise LimitError(f"array of {n} elements exceeds max_elements={self.limits.max_elements}")
         eltype = info.eltype or ANY
-        as_list = isinstance(plan, ReferencePlan) and len(info.shape) == 1 and eltype == ANY and not info.memory
+        as_list = (
+            isinstance(plan, ReferencePlan) and len(info.shape) == 1 and eltype == ANY and not info.memory
+        )
         if isinstance(plan, GhostPlan):
             items = [plan.value] * n
         elif info.space == "null":

@@ -307,7 +307,8 @@ class TypeResolver:
         if self._depth > type_depth(self.limits):
             self._depth -= 1
             raise LimitError(
-                f"types nested deeper than {type_depth(self.limits)} levels (2 * max_depth={self.limits.max_depth} + 16)"
+                f"types nested deeper than {type_depth(self.limits)} levels "
+                f"(2 * max_depth={self.limits.max_depth} + 16)"
             )
 
     def type_attribute(self, attr: Attribute, path: Path = ()) -> JuliaType:

@@ -8,9 +8,9 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from .._errors import LimitError, UnsupportedError, format_path
+from .._gc import gc_paused
 from .._inspect import node_budget
 from .._limits import DEFAULT_LIMITS
-from .._gc import gc_paused
 from ._model import (
     MAX_TREE_DEPTH,
     ArrayNode,
