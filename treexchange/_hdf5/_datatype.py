@@ -128,6 +128,10 @@ def _compound_members(c: Cursor, version: int, n: int, size: int, limits: Limits
     for _ in range(n):
         name_at = c.pos
         name = _decode_name(c.cstring(), name_at)
+        if len(name) > limits.max_name_bytes:
+            raise LimitError(
+                f"member name longer than max_name_bytes={limits.max_name_bytes}", offset=name_at
+            )
         if padded:
             c.align(8, name_at)
             offset = c.u32()

@@ -251,6 +251,12 @@ class Reader:
         if obj.kind != "group":
             raise FormatError("not a group", offset=obj.offset)
         links = obj.links()
+        longest = max(map(len, links), default=0)
+        if longest > self.limits.max_name_bytes:
+            raise LimitError(
+                f"link name of {longest} characters, more than max_name_bytes={self.limits.max_name_bytes}",
+                offset=obj.offset,
+            )
         if hide_types and "_types" in links:
             links = {k: v for k, v in links.items() if k != "_types"}
         return links

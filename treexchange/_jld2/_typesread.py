@@ -260,8 +260,8 @@ class TypeResolver:
     def decode_datatype(self, buf: Any, off: int, path: Path) -> JuliaType:
         """Decode a ``Core.DataType`` element (32 bytes: name vlen string, parameters vlen refs)."""
         name = decode_text(self.reader.heap_bytes(buf, off))
-        if len(name) > self.limits.max_string_bytes:
-            raise LimitError("type name longer than max_string_bytes", path=path)
+        if len(name) > self.limits.max_name_bytes:
+            raise LimitError(f"type name longer than max_name_bytes={self.limits.max_name_bytes}", path=path)
         if not name:
             raise FormatError("Julia type with an empty name", path=path)
         params = tuple(self._param(ref, path) for ref in self._refs(buf, off + 16, path))
