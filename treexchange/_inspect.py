@@ -35,6 +35,7 @@ import numpy as np
 
 from ._errors import LimitError, TreexchangeError
 from ._gc import gc_paused
+from ._limits import DEFAULT_LIMITS
 from ._values import Int128, JuliaBits, UInt128
 
 _HASH_BLOCK = 1 << 24
@@ -170,11 +171,12 @@ def node_record(node: Any, type_text: Any = str) -> dict[str, Any]:
 
 
 def node_budget(root: Any) -> int | None:
-    """How many nodes a walk may visit: ``max(10**6, 64 × file size)``.
+    """How many nodes a walk may visit: the file's ``Limits.max_nodes`` (by default
+    ``max(10**6, 64 × file size)``).
 
-    A file may share one object between many places (an array tied to two layers). Inspect
-    lists each place, so a hostile file sharing objects at every level of a deep structure
-    could make the listing exponentially long; the budget turns that into a LimitError.
+    A walk lists each container object once (later places are back-references) but arrays and
+    scalars at every place; a hostile file sharing leaves at every level of a deep structure
+    could still make the listing long; the budget turns that into a LimitError.
 
     Example:
         >>> import treexchange
@@ -184,9 +186,13 @@ def node_budget(root: Any) -> int | None:
         1000000
     """
     size = getattr(root, "file_size", None)  # plain HDF5 files (read through h5py)
+    reader = getattr(root, "_reader", None)
     if size is None:
-        size = getattr(getattr(getattr(root, "_reader", None), "h5", None), "size", None)
-    return None if size is None else max(10**6, 64 * int(size))
+        size = getattr(getattr(reader, "h5", None), "size", None)
+    if size is None:
+        return None
+    limits = getattr(reader, "limits", None) or getattr(root, "limits", None) or DEFAULT_LIMITS
+    return int(limits.nodes_for(int(size)))
 
 
 def walk_nodes(root: Any, budget: int | None = None) -> Iterator[tuple[Any, int]]:

@@ -121,6 +121,11 @@ def infer_schema(
                 roots = file_roots(file, name)
                 producer = _file_producer(file, x)
                 options.budget = node_budget(file)
+                limits = getattr(getattr(file, "reader", None), "limits", None) or getattr(
+                    file, "limits", None
+                )
+                if limits is not None:
+                    options.max_depth = min(MAX_TREE_DEPTH, limits.max_schema_depth)
                 result = {key: options.node(src, 1) for key, src in roots}
             # Let the lazy nodes go while the collector is still paused: when it resumes, it
             # scans everything made meanwhile that is still alive once (for a path, the file's
