@@ -254,3 +254,19 @@ def test_references_deeper_than_the_limit_are_a_limit_error(tmp_path: Path) -> N
     tx.save(path2, x=_nest("list", 3 * small.max_depth + 1))
     with pytest.raises(tx.LimitError, match="max_depth=4"):
         tx.load(path2, "x", limits=small)
+
+
+def test_nested_dicts_built_eagerly_stop_at_the_limit(tmp_path: Path) -> None:
+    """A Dict node reads its keys when it is made: nesting is bounded there too (not by the stack)."""
+    v: object = np.zeros(2)
+    for _ in range(20):
+        v = {"a": v}  # written as a Julia Dict per level
+    path = tmp_path / "dicts.jld2"
+    tx.save(path, x=v)
+    small = tx.Limits(max_depth=4)
+    with tx.open(path, limits=small) as f, pytest.raises(tx.LimitError, match="max_depth=4"):
+        f["x"]
+    with pytest.raises(tx.LimitError, match="max_depth=4"):
+        tx.load(path, "x", limits=small)
+    with tx.open(path) as f:
+        assert f["x"].kind in ("dict", "namedtuple")

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import FormatError, UnsupportedError, format_path
+from .._errors import FormatError, LimitError, UnsupportedError, format_path
 from .._gc import gc_paused
 from .._juliatype import JuliaType
 from .._typeof import BOTTOM, julia_type_of
@@ -703,6 +703,13 @@ def node_for_dataset(reader: Reader, path: Path, address: int) -> Node | Group:
         if address in building:
             raise UnsupportedError(
                 "a Dict that contains itself (a reference cycle) cannot be shown as a lazy tree",
+                path=path,
+                offset=info.obj.offset,
+            )
+        if len(building) >= reader.max_refs:  # nested that deep while being built: a limit
+            raise LimitError(
+                f"values nested deeper than {reader.max_refs} datasets "
+                f"(3 * max_depth={reader.limits.max_depth}) while building nodes",
                 path=path,
                 offset=info.obj.offset,
             )

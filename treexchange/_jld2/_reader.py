@@ -183,7 +183,8 @@ class Reader:
         # Frames a read as deep as limits.max_depth may need (see treexchange._recursion): entry
         # points make that much room first, so Python's recursion limit is never hit before
         # Limits.max_depth is.
-        self.stack_frames = reference_depth(limits) * FRAMES_PER_LEVEL + 1000
+        self.max_refs = reference_depth(limits)
+        self.stack_frames = self.max_refs * FRAMES_PER_LEVEL + 1000
         # Lazy nodes recurse outside any one entry point (a Dict's entries are built when the
         # Dict node is), so the room is made for as long as the file is open.
         self._stack = contextlib.ExitStack()
