@@ -738,6 +738,13 @@ def node_for_inline(
     ``src`` says how ``read()`` gets the value (default: decode the element; a dataset's own
     element is read through its address so shared objects keep their identity).
     """
+    if len(path) > reader.max_path:
+        # Nodes that are built at once (a Dict's entries) nest without passing through a
+        # dataset when a lying type makes a plan contain itself: the path length bounds them.
+        raise LimitError(
+            f"path longer than {reader.max_path} segments (4 * max_depth={reader.limits.max_depth} + 16)",
+            path=path[:8],
+        )
     if isinstance(plan, ReferencePlan):
         return node_for_ref(reader, path, ReferencePlan.address(buf, off))
     if isinstance(plan, UnionElementPlan):

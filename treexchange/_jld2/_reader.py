@@ -184,6 +184,7 @@ class Reader:
         # points make that much room first, so Python's recursion limit is never hit before
         # Limits.max_depth is.
         self.max_refs = reference_depth(limits)
+        self.max_path = 4 * limits.max_depth + 16  # segments: a Dict level is three (kvvec[i].second)
         self.stack_frames = self.max_refs * FRAMES_PER_LEVEL + 1000
         # Lazy nodes recurse outside any one entry point (a Dict's entries are built when the
         # Dict node is), so the room is made for as long as the file is open.
