@@ -8,7 +8,12 @@ outside array payloads; runs of 0x00/0xFF; truncations. Every case is read compl
 ``load`` and the ``inspect --json`` listing) under a per-case time alarm and a tracemalloc
 peak budget, to catch hangs and allocations that the file size does not justify.
 
-``TREEXCHANGE_FUZZ_CASES`` (default 2400) sets the number of cases.
+The hostile files of ../shared/hostile (each broke a promise once) are seeds too, and a graph
+mutation redirects a link or reference to an ancestor of its object (a cycle) or to a sibling (a
+DAG): every walk must end, and visit each object once.
+
+``TREEXCHANGE_FUZZ_CASES`` (default 2400) sets the number of cases; ``tests/fuzz_long.py`` runs
+the same mutations much longer, outside CI.
 """
 
 from __future__ import annotations
@@ -38,11 +43,11 @@ from _jld2_builder import (
     t_ref,
     t_vlen_string,
 )
-from conftest import FIXTURES
+from conftest import FIXTURES, SHARED
 
 import treexchange as tx
 from treexchange import TreexchangeError
-from treexchange._inspect import json_lines, node_record, walk_nodes
+from treexchange._inspect import json_lines, node_record, text_lines, walk_nodes
 
 N_CASES = int(os.environ.get("TREEXCHANGE_FUZZ_CASES", "2400"))
 SEED_FILES = [
@@ -60,6 +65,7 @@ SEED_FILES = [
     "jld2testfiles/readas_foo_n_sin.jld2",
     "jld2testfiles/unionall_typeparam_v0.1.2.jld2",
 ]
+HOSTILE = SHARED / "hostile"
 TIME_LIMIT = 10.0  # seconds per case before the alarm fires (a hang)
 SLOW = 2.0  # seconds per case that count as suspiciously slow
 
@@ -118,6 +124,45 @@ def _seeds() -> list[tuple[str, bytes]]:
     return seeds
 
 
+def _hostile_seeds() -> list[tuple[str, bytes]]:
+    """The files of ../shared/hostile (small ones: the two 200+ KB mutants add little but time)."""
+    if not HOSTILE.is_dir():
+        return []
+    return [
+        (f"hostile/{p.name}", p.read_bytes())
+        for p in sorted(HOSTILE.glob("*.jld2"))
+        if p.stat().st_size < 100_000
+    ]
+
+
+def _object_graph(f: tx.File, max_nodes: int = 20_000) -> tuple[dict[int, set[int]], dict[int, set[int]]]:
+    """For every object (dataset or group) reached: its ancestor objects and its sibling objects."""
+    ancestors: dict[int, set[int]] = {}
+    children: dict[int | None, set[int]] = {}
+    parent_of: dict[int, int | None] = {}
+    stack: list[tuple[object, tuple[int, ...]]] = [(f, ())]
+    seen = 0
+    while stack and seen < max_nodes:
+        node, above = stack.pop()
+        seen += 1
+        address = getattr(node, "object_address", None)
+        if address is not None:
+            if address in ancestors:
+                continue
+            ancestors[address] = set(above)
+            parent = above[-1] if above else None
+            parent_of[address] = parent
+            children.setdefault(parent, set()).add(address)
+            above = (*above, address)
+        if hasattr(node, "children"):
+            try:
+                stack.extend((child, above) for _, child in node.children())  # type: ignore[attr-defined]
+            except TreexchangeError:
+                pass
+    siblings = {a: children.get(parent_of[a], set()) - {a} for a in ancestors}
+    return ancestors, siblings
+
+
 class _Seed:
     """A seed file with the positions of its pointer/length fields, found by parsing it."""
 
@@ -127,8 +172,12 @@ class _Seed:
         addrs: set[int] = set()
         data_ranges: list[tuple[int, int]] = []
         with tx.open(raw) as f:
-            tx.load(raw)
-            list(json_lines(f))
+            try:  # a hostile seed may refuse to be read (that is what it is for)
+                tx.load(raw)
+                list(json_lines(f))
+            except TreexchangeError:
+                pass
+            self.ancestors, self.siblings = _object_graph(f)
             reader = f.reader
             # Parse every object reachable by a full read, then harvest addresses.
             reader.h5.object(reader.root_address)
@@ -152,6 +201,13 @@ class _Seed:
             fields.extend(int(h) for h in hits)
         self.pointer_fields = sorted(fields)
         self.known_addrs = [int(a) for a in known]
+        # pointer fields that hold the address of an object with an ancestor or a sibling
+        self.graph_fields = [
+            p
+            for p in self.pointer_fields
+            if self.ancestors.get(struct.unpack_from("<Q", raw, p)[0])
+            or self.siblings.get(struct.unpack_from("<Q", raw, p)[0])
+        ]
         heap_addrs = set(reader.h5._heaps) if hasattr(reader.h5, "_heaps") else set()
         self.count_fields = [
             p - 4 for p in self.pointer_fields if p >= 4 and struct.unpack_from("<Q", raw, p)[0] in heap_addrs
@@ -165,6 +221,15 @@ class _Seed:
 
     def mutate(self, rng: random.Random) -> tuple[str, bytes]:
         raw = bytearray(self.raw)
+        if self.graph_fields and rng.random() < 0.15:
+            # graph-shaped: a link or reference now points at an ancestor (a cycle) or a sibling
+            pos = rng.choice(self.graph_fields)
+            old = struct.unpack_from("<Q", raw, pos)[0]
+            up, side = sorted(self.ancestors.get(old, ())), sorted(self.siblings.get(old, ()))
+            choices = [("ancestor", a) for a in up] + [("sibling", a) for a in side]
+            how, new = rng.choice(choices)
+            struct.pack_into("<Q", raw, pos, new)
+            return f"graph@{pos}: {old} -> {how} {new}", bytes(raw)
         r = rng.random()
         if r < 0.4 and self.pointer_fields:
             pos = rng.choice(self.pointer_fields)
@@ -218,11 +283,16 @@ class _Seed:
 
 
 def _read_everything(raw: bytes) -> None:
-    """Eager read of every value (what ``load`` does) and the full ``inspect --json`` listing."""
+    """Eager read of every value (what ``load`` does) and the full ``inspect --json`` listing;
+    the text listing too when the JSON one succeeds (it has its own cycle rendering)."""
     with tx.open(raw) as f:
-        f.read()
-        for _ in json_lines(f):
-            pass
+        try:
+            f.read()
+        finally:  # even when the eager read refuses (a cycle through a struct), list it
+            for _ in json_lines(f):
+                pass
+            for _ in text_lines(f):
+                pass
 
 
 class _Timeout(Exception):
@@ -233,10 +303,12 @@ def _alarm(signum: int, frame: object) -> None:
     raise _Timeout()
 
 
-def _cases() -> Iterator[tuple[_Seed, str, bytes]]:
-    seeds = [_Seed(name, raw) for name, raw in _seeds()]
+def _cases(
+    n_cases: int = N_CASES, extra: list[tuple[str, bytes]] | None = None
+) -> Iterator[tuple[_Seed, str, bytes]]:
+    seeds = [_Seed(name, raw) for name, raw in _seeds() + _hostile_seeds() + (extra or [])]
     rng = random.Random(20240611)
-    for i in range(N_CASES):
+    for i in range(n_cases):
         seed = seeds[i % len(seeds)]
         desc, raw = seed.mutate(rng)
         yield seed, f"case {i}: {seed.name}: {desc}", raw
@@ -245,17 +317,19 @@ def _cases() -> Iterator[tuple[_Seed, str, bytes]]:
 def test_fuzz_only_treexchange_errors() -> None:
     if not FIXTURES.is_dir():
         pytest.skip("fixtures absent: fuzzing only the kitchen-sink seed is not enough")
-    old_handler = signal.signal(signal.SIGALRM, _alarm)
+    old_handler = signal.signal(signal.SIGPROF, _alarm)
     tracemalloc.start()
     failures: list[str] = []
     slow: list[str] = []
     outcomes = {"ok": 0, "error": 0}
+    graph_cases = 0
     try:
         for _seed, desc, raw in _cases():
+            graph_cases += ": graph@" in desc
             tracemalloc.reset_peak()
             budget = 48 * 2**20 + 64 * len(raw)
-            signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT)
-            t0 = time.perf_counter()
+            signal.setitimer(signal.ITIMER_PROF, TIME_LIMIT)  # CPU time: a loaded machine is no hang
+            t0 = time.process_time()  # CPU seconds: other processes do not make a case slow
             try:
                 _read_everything(raw)
                 outcomes["ok"] += 1
@@ -266,8 +340,8 @@ def test_fuzz_only_treexchange_errors() -> None:
             except Exception as err:
                 failures.append(f"{desc}: {type(err).__name__}: {err}")
             finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-            elapsed = time.perf_counter() - t0
+                signal.setitimer(signal.ITIMER_PROF, 0)
+            elapsed = time.process_time() - t0
             peak = tracemalloc.get_traced_memory()[1]
             if peak > budget:
                 failures.append(f"{desc}: allocated {peak} bytes for a {len(raw)}-byte file")
@@ -277,11 +351,12 @@ def test_fuzz_only_treexchange_errors() -> None:
                 break
     finally:
         tracemalloc.stop()
-        signal.signal(signal.SIGALRM, old_handler)
+        signal.signal(signal.SIGPROF, old_handler)
     assert not failures, "\n".join(failures)
     assert not slow, "\n".join(slow)
     # The mutations must actually bite (and not all be rejected at the first byte).
     assert outcomes["error"] > N_CASES // 10 and outcomes["ok"] > N_CASES // 20, outcomes
+    assert graph_cases > N_CASES // 20, graph_cases  # cycles and DAGs made by redirection
 
 
 def test_seeds_read_cleanly_and_agree_with_h5py(tmp_path: Path) -> None:

@@ -325,12 +325,20 @@ def test_datatype_nesting_is_bounded() -> None:
         _parse(raw, Limits(max_depth=64))
     with pytest.raises(LimitError):
         _parse(raw)  # the default limits also stop it, well before Python's recursion limit
-    # compounds nest two parser frames per level
-    nested = I32
-    for _ in range(300):
-        nested = bytes([0x36, 1, 0, 0]) + struct.pack("<I", 4) + b"m\x00\x00" + nested
-    with pytest.raises(LimitError):
-        _parse(nested)
+    # compounds nest two parser frames per level; a value max_depth deep is a compound per level,
+    # so max_depth (+16) levels parse (the reader makes room on the stack for that), more do not
+    from treexchange._recursion import stack_for_depth
+
+    def compounds(n: int) -> bytes:
+        nested = I32
+        for _ in range(n):
+            nested = bytes([0x36, 1, 0, 0]) + struct.pack("<I", 4) + b"m\x00\x00" + nested
+        return nested
+
+    with stack_for_depth(Limits().max_depth):
+        assert _parse(compounds(Limits().max_depth)).size == 4
+        with pytest.raises(LimitError, match="max_depth"):
+            _parse(compounds(Limits().max_depth + 17))
     ok = I32
     for _ in range(20):
         ok = bytes([0x36, 1, 0, 0]) + struct.pack("<I", 4) + b"m\x00\x00" + ok

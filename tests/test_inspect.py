@@ -51,7 +51,16 @@ def test_json_lists_every_array_like_h5py(path: Path, capsys: pytest.CaptureFixt
         assert isinstance(rec["julia_type"], str) and rec["julia_type"]
         assert isinstance(rec["path"][0], str)
         assert all(isinstance(s, str) or (isinstance(s, int) and s >= 1) for s in rec["path"])
-        if rec["kind"] == "array":
+        if "ref" in rec:  # a container listed before (shared object or cycle): not listed again
+            assert set(rec) == {"path", "kind", "julia_type", "ref"}
+            assert rec["ref"] != rec["path"] and rec["kind"] not in (
+                "array",
+                "number",
+                "bool",
+                "string",
+                "symbol",
+            )
+        elif rec["kind"] == "array":
             assert set(rec) == {"path", "kind", "julia_type", "dtype", "shape", "sha256"}
         elif rec["kind"] in ("number", "bool", "string", "symbol"):
             assert set(rec) == {"path", "kind", "julia_type", "value"}

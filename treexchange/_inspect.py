@@ -35,6 +35,7 @@ import numpy as np
 
 from ._errors import LimitError, TreexchangeError
 from ._gc import gc_paused
+from ._limits import DEFAULT_LIMITS
 from ._values import Int128, JuliaBits, UInt128
 
 _HASH_BLOCK = 1 << 24
@@ -172,11 +173,12 @@ def node_record(node: Any, type_text: Any = str) -> dict[str, Any]:
 
 
 def node_budget(root: Any) -> int | None:
-    """How many nodes a walk may visit: ``max(10**6, 64 × file size)``.
+    """How many nodes a walk may visit: the file's ``Limits.max_nodes`` (by default
+    ``max(10**6, 64 × file size)``).
 
-    A file may share one object between many places (an array tied to two layers). Inspect
-    lists each place, so a hostile file sharing objects at every level of a deep structure
-    could make the listing exponentially long; the budget turns that into a LimitError.
+    A walk lists each container object once (later places are back-references) but arrays and
+    scalars at every place; a hostile file sharing leaves at every level of a deep structure
+    could still make the listing long; the budget turns that into a LimitError.
 
     Example:
         >>> import treexchange
@@ -188,13 +190,21 @@ def node_budget(root: Any) -> int | None:
         1000000
     """
     size = getattr(root, "file_size", None)  # plain HDF5 files (read through h5py)
+    reader = getattr(root, "_reader", None)
     if size is None:
-        size = getattr(getattr(getattr(root, "_reader", None), "h5", None), "size", None)
-    return None if size is None else max(10**6, 64 * int(size))
+        size = getattr(getattr(reader, "h5", None), "size", None)
+    if size is None:
+        return None
+    limits = getattr(reader, "limits", None) or getattr(root, "limits", None) or DEFAULT_LIMITS
+    return int(limits.nodes_for(int(size)))
 
 
 def walk_nodes(root: Any, budget: int | None = None) -> Iterator[tuple[Any, int]]:
     """Pre-order ``(node, depth)`` over a file, group or node; groups included.
+
+    Each container object (a dataset, or a group) is descended into once: a later place that
+    holds the same object (see :func:`walk_refs`) is yielded but not descended into, so a hard
+    link to an ancestor group or a reference cycle ends, and a DAG costs one visit per object.
 
     Raises:
         LimitError: more than ``budget`` nodes (see :func:`node_budget`).
@@ -208,6 +218,27 @@ def walk_nodes(root: Any, budget: int | None = None) -> Iterator[tuple[Any, int]
         ...     [(node.path, depth) for node, depth in walk_nodes(f)]
         [((), 0), (('a',), 1)]
     """
+    for node, depth, _ in walk_refs(root, budget):
+        yield node, depth
+
+
+def walk_refs(root: Any, budget: int | None = None) -> Iterator[tuple[Any, int, tuple[Any, ...] | None]]:
+    """Pre-order ``(node, depth, ref)``: ``ref`` is ``None``, or the path where the same container
+    object was first listed (its children are then not listed again).
+
+    Arrays and other leaves are listed at every place (their records do not grow with sharing);
+    containers and groups that are the same HDF5 object as one listed before become
+    back-references. ``ref`` is an ancestor's path for a cycle (a group hard-linked into itself,
+    a self-referential mutable struct), another path for a shared object.
+
+    Example:
+        >>> import treexchange
+        >>> from treexchange._file import _demo_bytes
+        >>> with treexchange.open(_demo_bytes()) as f:
+        ...     [(node.path, ref) for node, _, ref in walk_refs(f)]
+        [((), None), (('a',), None)]
+    """
+    first: dict[int, tuple[Any, ...]] = {}
     stack: list[tuple[Any, int]] = [(root, 0)]
     seen = 0
     while stack:
@@ -215,7 +246,15 @@ def walk_nodes(root: Any, budget: int | None = None) -> Iterator[tuple[Any, int]
         seen += 1
         if budget is not None and seen > budget:
             raise LimitError(f"more than {budget} nodes to list (objects shared many times over?)")
-        yield node, depth
+        container = node.kind == "group" or hasattr(node, "_all")
+        address = getattr(node, "object_address", None) if container else None
+        if address is not None:
+            where = first.get(address)
+            if where is not None:
+                yield node, depth, where
+                continue
+            first[address] = tuple(node.path)
+        yield node, depth, None
         kids = list(node.children()) if hasattr(node, "children") else []
         for _, child in reversed(kids):
             stack.append((child, depth + 1))
@@ -235,10 +274,16 @@ def iter_records(root: Any) -> Iterator[dict[str, Any]]:
     """
     type_text = _TypeText()
     with gc_paused():
-        for node, _ in walk_nodes(root, node_budget(root)):
-            if node.kind == "group":
-                continue
-            yield node_record(node, type_text)
+        for node, _, ref in walk_refs(root, node_budget(root)):
+            if ref is not None:
+                yield {
+                    "path": list(node.path),
+                    "kind": node.kind,
+                    "julia_type": type_text(node.julia_type),
+                    "ref": list(ref),
+                }
+            elif node.kind != "group":
+                yield node_record(node, type_text)
 
 
 def json_lines(root: Any) -> Iterator[str]:
@@ -295,14 +340,20 @@ def _text_lines(root: Any, type_width: int) -> Iterator[str]:
     leaves = arrays = nbytes = 0
     type_text = _TypeText()
     root_depth_offset = 0 if root.kind != "group" else 1
-    for node, depth in walk_nodes(root, node_budget(root)):
-        if node.kind == "group" and not node.path:
+    for node, depth, ref in walk_refs(root, node_budget(root)):
+        if node.kind == "group" and not node.path and ref is None:
             continue
         seg = node.path[-1] if node.path else "<root>"
         label = f"[{seg}]" if isinstance(seg, int) else str(seg)
         indent = "  " * max(depth - root_depth_offset, 0)
         kind = node.kind
         jt = _clip(type_text(node.julia_type), type_width)
+        if ref is not None:
+            where = _path_text(ref)
+            cyclic = tuple(node.path[: len(ref)]) == tuple(ref)
+            note = f"cycle: back to {where}" if cyclic else f"same object as {where}"
+            yield f"{indent}{label}{'/' if kind == 'group' else ''}: {jt}  ({note})"
+            continue
         if kind == "group":
             n = len(node)
             yield f"{indent}{label}/  (group, {n} {'entry' if n == 1 else 'entries'})"
@@ -329,6 +380,16 @@ def _text_lines(root: Any, type_width: int) -> Iterator[str]:
             n = len(node)
             yield f"{indent}{label}: {jt}  ({kind}, {n} {'entry' if n == 1 else 'entries'})"
     yield f"-- {leaves} leaves, {arrays} arrays, {_human(nbytes)} of array data"
+
+
+def _path_text(path: tuple[Any, ...]) -> str:
+    """A path as errors print it (``model_state.layers[2]``); the root group is ``/``."""
+    if not path:
+        return "/"
+    out = str(path[0])
+    for seg in path[1:]:
+        out += f"[{seg}]" if isinstance(seg, int) else f".{seg}"
+    return out
 
 
 def select(f: Any, name: str | None) -> Any:

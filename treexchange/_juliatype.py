@@ -13,6 +13,7 @@ depth limit, and printed in two forms: :meth:`JuliaType.qualified` (as stored, w
 from __future__ import annotations
 
 import re
+import threading
 from typing import Any
 
 import numpy as np
@@ -54,20 +55,43 @@ class JuliaType:
 
     # --- identity -------------------------------------------------------------------------
     def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
         if not isinstance(other, JuliaType):
             return NotImplemented
-        return self.name == other.name and _params_equal(self.params, other.params)
+        if self.name != other.name or hash(self) != hash(other):
+            return False
+        # Pairs found equal so far in this comparison, by identity: two DAG-shaped types
+        # compare in time linear in their distinct objects, not in their printed size.
+        seen = _EQUAL.pairs
+        if seen is None:
+            _EQUAL.pairs = set()
+            try:
+                return _params_equal(self.params, other.params)
+            finally:
+                _EQUAL.pairs = None
+        key = (id(self), id(other))
+        if key in seen:
+            return True
+        equal = _params_equal(self.params, other.params)
+        if equal:
+            seen.add(key)  # both are alive for the whole comparison: their ids stay unique
+        return equal
 
     def __hash__(self) -> int:
+        # Structural and cached per object: a type-parameter DAG (``Tuple{T,T}`` nested 40
+        # times) hashes in time linear in its number of distinct objects, not its printed size.
         if self._hash is None:
-            self._hash = hash(self.qualified())
+            self._hash = hash((self.name, tuple(_param_hash(p) for p in self.params)))
         return self._hash
 
     def __repr__(self) -> str:
         return f"JuliaType({self.qualified()!r})"
 
     def __str__(self) -> str:
-        return self._render(short=True, sep=", ")
+        """The type as Julia prints it; text longer than ``Limits().max_type_chars`` is cut
+        (``…`` marks the cut), so a type-parameter DAG cannot make printing exponential."""
+        return _render_top(self, short=True, sep=", ", strict=False)
 
     # --- views ----------------------------------------------------------------------------
     @property
@@ -81,8 +105,12 @@ class JuliaType:
         return _short(self.name)
 
     def qualified(self) -> str:
-        """The type as JLD2 writes names: full module paths, ``,`` between parameters."""
-        return self._render(short=False, sep=",")
+        """The type as JLD2 writes names: full module paths, ``,`` between parameters.
+
+        Raises:
+            LimitError: the text would be longer than ``Limits().max_type_chars``.
+        """
+        return _render_top(self, short=False, sep=",", strict=True)
 
     def is_named(self, *names: str) -> bool:
         """Whether the short name is one of ``names`` (``t.is_named("Tuple", "NTuple")``)."""
@@ -92,8 +120,18 @@ class JuliaType:
         head = _short(self.name) if short else self.name
         if not self.params and not (short and self.name in _EMPTY_BRACES):
             return head
+        budget = _BUDGET.current
+        if budget is not None:
+            hit = budget.memo.get(id(self))
+            if hit is not None:
+                budget.spend(len(hit))
+                return hit
         inner = sep.join(_render_param(p, short=short, sep=sep) for p in self.params)
-        return f"{head}{{{inner}}}"
+        text = f"{head}{{{inner}}}"
+        if budget is not None:
+            budget.memo[id(self)] = text  # the type tree keeps self alive: its id stays unique
+            budget.spend(len(head) + 2)
+        return text
 
     # --- parsing --------------------------------------------------------------------------
     @classmethod
@@ -109,6 +147,72 @@ class JuliaType:
         if not isinstance(value, JuliaType):
             raise parser._error("not a type")
         return value
+
+
+class _TooLong(Exception):
+    pass
+
+
+class _Budget:
+    """One rendering: rendered sub-types by identity (a DAG is rendered once per object) and
+    the characters produced so far (a DAG's text can still be exponentially long: cut it)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = cap
+        self.spent = 0
+        self.memo: dict[int, str] = {}
+
+    def spend(self, n: int) -> None:
+        self.spent += n
+        if self.spent > self.cap:
+            raise _TooLong()
+
+
+class _Current(threading.local):
+    current: _Budget | None = None
+
+
+_BUDGET = _Current()  # the rendering in progress in this thread
+
+
+class _Equal(threading.local):
+    pairs: set[tuple[int, int]] | None = None
+
+
+_EQUAL = _Equal()  # the comparison in progress in this thread
+
+
+def _render_top(t: JuliaType, *, short: bool, sep: str, strict: bool) -> str:
+    from ._limits import DEFAULT_LIMITS
+
+    if not t.params:
+        return t._render(short=short, sep=sep)
+    outer = _BUDGET.current
+    if outer is not None:  # nested call (a value parameter printing its type): same budget
+        return t._render(short=short, sep=sep)
+    cap = DEFAULT_LIMITS.max_type_chars
+    _BUDGET.current = _Budget(cap)
+    try:
+        return t._render(short=short, sep=sep)
+    except _TooLong:
+        if strict:
+            from ._errors import LimitError
+
+            raise LimitError(f"type text longer than max_type_chars={cap} characters") from None
+        head = _short(t.name) if short else t.name
+        return f"{head}{{…}}"
+    finally:
+        _BUDGET.current = None
+
+
+def _param_hash(p: Any) -> int:
+    if isinstance(p, JuliaType):
+        return hash(p)
+    if isinstance(p, tuple):
+        return hash(tuple(_param_hash(x) for x in p))
+    if isinstance(p, (str, int, float, np.generic)):
+        return hash(p)
+    return hash(type(p).__name__)  # structs, NamedTuples...: by kind (equality decides)
 
 
 def normalize_name(name: str) -> str:
@@ -131,6 +235,8 @@ def _short(name: str) -> str:
 
 
 def _params_equal(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
+    if a is b:
+        return True
     if len(a) != len(b):
         return False
     for x, y in zip(a, b):
@@ -148,6 +254,28 @@ def _params_equal(a: tuple[Any, ...], b: tuple[Any, ...]) -> bool:
 
 
 def _render_param(p: Any, *, short: bool, sep: str) -> str:
+    """One type parameter as text (the writer keys types by it): budgeted like ``qualified()``."""
+    if _BUDGET.current is None and not isinstance(p, (str, int, float, np.generic)):
+        cap = _limit_chars()
+        _BUDGET.current = _Budget(cap)
+        try:
+            return _render_param_in(p, short=short, sep=sep)
+        except _TooLong:
+            from ._errors import LimitError
+
+            raise LimitError(f"type text longer than max_type_chars={cap} characters") from None
+        finally:
+            _BUDGET.current = None
+    return _render_param_in(p, short=short, sep=sep)
+
+
+def _limit_chars() -> int:
+    from ._limits import DEFAULT_LIMITS
+
+    return DEFAULT_LIMITS.max_type_chars
+
+
+def _render_param_in(p: Any, *, short: bool, sep: str) -> str:
     from ._values import Symbol  # local: _values imports this module
 
     if isinstance(p, JuliaType):

@@ -172,18 +172,33 @@ def convert(
         leaves: list[tuple[int, str, tuple[str, ...]]] = []
         empty_groups: list[str] = []
 
-        def walk(group: Any, prefix: str, path: tuple[str, ...]) -> None:
+        # Iterative, each group once: a hard link to an ancestor (legal HDF5, a cycle) or a group
+        # linked from two places cannot be written as JLD2 by treexchange's writer.
+        groups_seen: dict[int, str] = {}
+        pending: list[tuple[Any, str, tuple[str, ...]]] = [(f, "", ())]
+        while pending:
+            group, prefix, path = pending.pop()
+            where = groups_seen.get(group.object_address)
+            if where is not None:
+                raise UnsupportedError(
+                    f"group {prefix.rstrip('/') or '/'} is the same HDF5 group as {where or '/'} "
+                    "(a hard link cycle or a shared group); convert cannot write it",
+                    path=path,
+                    offset=reader.h5.absolute(group.object_address),
+                )
+            groups_seen[group.object_address] = prefix.rstrip("/")
             links = group._all()  # name -> object address, in link order
             if not links and prefix:
                 empty_groups.append(prefix.rstrip("/"))
+            subgroups = []
             for name, address in links.items():
                 node = group[name]
                 if isinstance(node, Group):
-                    walk(node, f"{prefix}{name}/", (*path, name))
+                    subgroups.append((node, f"{prefix}{name}/", (*path, name)))
                 else:
                     leaves.append((address, prefix + name, (*path, name)))
+            pending.extend(reversed(subgroups))
 
-        walk(f, "", ())
         leaves.sort()  # Julia allocates each top-level object header in the order it writes them
         session = Session(reader, "julia")
         # Every value first (one session: shared objects stay shared), so that the writer knows
@@ -253,6 +268,8 @@ def _root_string_attributes(reader: Any) -> dict[str, str]:
         elif t.cls == H5Class.VLEN and t.is_vlen_string:
             raw = bytes(h5.read_vlen(attr.data))
         else:
-            raise UnsupportedError(f"root attribute {name!r} is not a string; convert cannot keep it")
+            raise UnsupportedError(
+                f"root attribute {name!r} is not a string; convert cannot keep it", offset=attr.data_offset
+            )
         out[name] = raw.decode("utf-8", errors="replace")
     return out

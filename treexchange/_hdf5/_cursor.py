@@ -11,7 +11,7 @@ import builtins
 import struct
 from types import TracebackType
 
-from .._errors import FormatError, TreexchangeError
+from .._errors import FormatError, LimitError, TreexchangeError
 
 UNDEFINED = None
 """What :meth:`Cursor.address` returns for the undefined address (all bits set)."""
@@ -239,11 +239,15 @@ class format_errors:  # used like a function: ``with format_errors(offset):``
     ) -> None:
         if ev is None or isinstance(ev, TreexchangeError):
             return
+        if isinstance(ev, RecursionError):  # depth is a limit, never damage
+            raise LimitError(
+                "structure nested too deeply for Python's stack (see Limits.max_depth)", offset=self.offset
+            ) from ev
         if isinstance(ev, FORMAT_ERRORS):
             raise malformed(ev, self.offset) from ev
 
 
-FORMAT_ERRORS = (IndexError, ValueError, OverflowError, RecursionError, struct.error)
+FORMAT_ERRORS = (IndexError, ValueError, OverflowError, struct.error)
 """The low-level exceptions a malformed structure can cause (turned into FormatError)."""
 
 

@@ -24,9 +24,10 @@ from .._limits import DEFAULT_LIMITS, Limits
 from ._cursor import Cursor, enc_size
 from ._model import H5Class, H5Type, Member
 
-MAX_TYPE_NESTING = 100
-"""Hard cap on datatype nesting, below ``limits.max_depth``: each level costs the parser up to two
-Python frames, and real files nest a handful of levels (JLD2's deepest Flux states: about 6)."""
+TYPE_NESTING_SLACK = 16
+"""Datatype levels allowed beyond ``limits.max_depth``: a value nested ``max_depth`` levels deep
+(NamedTuples in NamedTuples, stored inline) has one compound per level plus a few for its leaf
+(arrays of vlen strings ...). The reader makes room on the stack for that many levels."""
 
 _FIXED_PROPS = {
     H5Class.FIXED: 4,
@@ -48,9 +49,10 @@ def parse_datatype(c: Cursor, limits: Limits = DEFAULT_LIMITS, depth: int = 0) -
         >>> t.cls.name, t.size, t.numpy_dtype()
         ('FLOAT', 4, dtype('float32'))
     """
-    if depth > min(limits.max_depth, MAX_TYPE_NESTING):
+    if depth > limits.max_depth + TYPE_NESTING_SLACK:
         raise LimitError(
-            f"datatype nesting deeper than {min(limits.max_depth, MAX_TYPE_NESTING)} levels", offset=c.pos
+            f"datatype nesting deeper than max_depth={limits.max_depth} (+{TYPE_NESTING_SLACK}) levels",
+            offset=c.pos,
         )
     start = c.pos
     b0 = c.u8()
@@ -126,6 +128,10 @@ def _compound_members(c: Cursor, version: int, n: int, size: int, limits: Limits
     for _ in range(n):
         name_at = c.pos
         name = _decode_name(c.cstring(), name_at)
+        if len(name) > limits.max_name_bytes:
+            raise LimitError(
+                f"member name longer than max_name_bytes={limits.max_name_bytes}", offset=name_at
+            )
         if padded:
             c.align(8, name_at)
             offset = c.u32()

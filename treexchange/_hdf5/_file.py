@@ -78,6 +78,8 @@ class HDF5File:
         header_type: type[ObjectHeader] = ObjectHeader,
     ) -> None:
         self.limits = limits
+        self._decoded: dict[int, int] = {}  # datasets decoded so far (offset -> bytes), see charge_decoded
+        self._decoded_total = 0
         self._header_type = header_type
         self.verify_checksums = verify_checksums
         self._mmap: mmap.mmap | None = None
@@ -342,10 +344,37 @@ class HDF5File:
                 f"dataset needs {nbytes} bytes, more than max_array_bytes={self.limits.max_array_bytes}",
                 offset=obj.offset,
             )
+        self.charge_decoded(obj.offset, nbytes)
         from ._chunks import read_chunked
 
         with format_errors(obj.offset):
             return read_chunked(self, obj, nbytes)
+
+    def charge_decoded(self, offset: int, nbytes: int) -> None:
+        """Count ``nbytes`` that the dataset at ``offset`` produces without storing them
+        (decompressed chunks, fill values) against ``Limits.max_decoded_bytes``, before they are
+        allocated: per array, and in total for the file (each dataset once, however often read).
+
+        Raises:
+            LimitError: the array alone, or all decoded arrays together, exceed the budget.
+        """
+        budget = self.limits.decoded_for(self.size)
+        if offset in self._decoded:
+            return
+        if nbytes > budget:
+            raise LimitError(
+                f"array decodes to {nbytes} bytes from a {self.size}-byte file, more than "
+                f"max_decoded_bytes={budget} (pass treexchange.Limits(max_decoded_bytes=...) to allow it)",
+                offset=offset,
+            )
+        total = self._decoded_total + nbytes
+        if total > budget:
+            raise LimitError(
+                f"decoded arrays of this file total {total} bytes, more than max_decoded_bytes={budget}",
+                offset=offset,
+            )
+        self._decoded[offset] = nbytes
+        self._decoded_total = total
 
     def fileno(self) -> int | None:
         """The open file's descriptor (``None`` for bytes or once closed)."""

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import FormatError, format_path
+from .._errors import FormatError, LimitError, UnsupportedError, format_path
 from .._gc import gc_paused
 from .._juliatype import JuliaType
 from .._typeof import BOTTOM, julia_type_of
@@ -108,6 +108,18 @@ class Node:
 
     def _read(self, session: Session) -> Any:
         raise NotImplementedError
+
+    @property
+    def object_address(self) -> int | None:
+        """The address of the HDF5 object (dataset) that holds this value, or ``None`` for a
+        value stored inline in another object. Two nodes with one address are one Julia object
+        (shared, or a reference cycle): a walk that visits each object once keys on this."""
+        src = getattr(self, "_src", None)
+        if type(src) is int:
+            return src
+        if isinstance(src, _Source):
+            return src.address
+        return None
 
     # --- children (containers override) -------------------------------------------------------
     def children(self) -> Iterator[tuple[Segment, Node | Group]]:
@@ -258,6 +270,10 @@ class ArrayNode(Node):
     @property
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
+
+    @property
+    def object_address(self) -> int | None:
+        return self._info.address if self._info is not None else None
 
     def _array(self, order: Order) -> np.ndarray:
         if self._info is not None:
@@ -643,6 +659,11 @@ class Group(Mapping[str, "Node | Group"]):
         self._links: dict[str, int] | None = None
         self._cache: dict[str, Node | Group] = {}
 
+    @property
+    def object_address(self) -> int:
+        """The group's object header address (a hard link to an ancestor makes a cycle)."""
+        return self._address
+
     def _all(self) -> dict[str, int]:
         if self._links is None:
             self._links = self._reader.links(self._address, hide_types=not self.path)
@@ -690,7 +711,7 @@ class Group(Mapping[str, "Node | Group"]):
 
     def _read(self, session: Session) -> dict[str, Any]:
         with gc_paused():
-            return {name: session.load_ref(addr, (*self.path, name)) for name, addr in self._all().items()}
+            return session.fill_group(self._address, self._all(), self.path)
 
     def __repr__(self) -> str:
         return f"<Group {format_path(self.path)} ({len(self)} entries)>"
@@ -721,7 +742,27 @@ def node_for_dataset(reader: Reader, path: Path, address: int) -> Node | Group:
             if isinstance(plan, GhostPlan):
                 return ghost_node(reader, path, plan.value, plan.julia_type)
             raise FormatError("null dataspace for a non-empty type", path=path, offset=info.obj.offset)
-        return node_for_inline(reader, path, plan, reader.element_bytes(info), 0, address)
+        # A scalar dataset's node may build children at once (a Dict reads its keys): one that
+        # reaches itself while being built would recurse without end, so it is refused here.
+        building = reader.nodes_building
+        if address in building:
+            raise UnsupportedError(
+                "a Dict that contains itself (a reference cycle) cannot be shown as a lazy tree",
+                path=path,
+                offset=info.obj.offset,
+            )
+        if len(building) >= reader.max_refs:  # nested that deep while being built: a limit
+            raise LimitError(
+                f"values nested deeper than {reader.max_refs} datasets "
+                f"(3 * max_depth={reader.limits.max_depth}) while building nodes",
+                path=path,
+                offset=info.obj.offset,
+            )
+        building.add(address)
+        try:
+            return node_for_inline(reader, path, plan, reader.element_bytes(info), 0, address)
+        finally:
+            building.discard(address)
     if info.dtype is not None:
         return ArrayNode(reader, path, info)
     if isinstance(plan, ReferencePlan) and info.space != "null":
@@ -742,6 +783,13 @@ def node_for_inline(
     ``src`` says how ``read()`` gets the value (default: decode the element; a dataset's own
     element is read through its address so shared objects keep their identity).
     """
+    if len(path) > reader.max_path:
+        # Nodes that are built at once (a Dict's entries) nest without passing through a
+        # dataset when a lying type makes a plan contain itself: the path length bounds them.
+        raise LimitError(
+            f"path longer than {reader.max_path} segments (4 * max_depth={reader.limits.max_depth} + 16)",
+            path=path[:8],
+        )
     if isinstance(plan, ReferencePlan):
         return node_for_ref(reader, path, ReferencePlan.address(buf, off))
     if isinstance(plan, UnionElementPlan):

@@ -407,9 +407,12 @@ class CompoundPlan(Plan):
         if self.kind == "tuple":
             return tuple(values)
         names = [f.name for f in self.fields]
-        if self.kind == "namedtuple":
-            return NamedTuple(zip(names, values))
-        return JuliaStruct(self.julia_type, zip(names, values), layout=self.layout)
+        try:
+            if self.kind == "namedtuple":
+                return NamedTuple(zip(names, values))
+            return JuliaStruct(self.julia_type, zip(names, values), layout=self.layout)
+        except ValueError as err:  # a field named twice: the compound lies
+            raise FormatError(f"{self.julia_type}: {err}", path=path) from None
 
 
 class UnionElementPlan(Plan):

@@ -14,10 +14,12 @@ never touches the file. The map stays alive as long as any array refers to it. A
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import mmap
 import os
 import struct
+import sys
 from collections.abc import Sequence
 from typing import Any, Literal, cast
 
@@ -29,7 +31,8 @@ from .._hdf5 import HDF5File, ObjectHeader
 from .._hdf5._model import H5Class
 from .._hdf5._objectheader import RawMessage
 from .._juliatype import JuliaType
-from .._limits import DEFAULT_LIMITS, Limits
+from .._limits import DEFAULT_LIMITS, Limits, reference_depth
+from .._recursion import FRAMES_PER_LEVEL, stack_for_depth
 from .._typeof import BOTTOM
 from .._values import UNDEF, JuliaArray
 from ._header import FileHeader, parse_header
@@ -177,9 +180,20 @@ class Reader:
         self.type_limits = dataclasses.replace(
             limits, max_elements=min(limits.max_elements, self.virtual_cap)
         )
+        # Frames a read as deep as limits.max_depth may need (see treexchange._recursion): entry
+        # points make that much room first, so Python's recursion limit is never hit before
+        # Limits.max_depth is.
+        self.max_refs = reference_depth(limits)
+        self.max_path = 4 * limits.max_depth + 16  # segments: a Dict level is three (kvvec[i].second)
+        self.stack_frames = self.max_refs * FRAMES_PER_LEVEL + 1000
+        # Lazy nodes recurse outside any one entry point (a Dict's entries are built when the
+        # Dict node is), so the room is made for as long as the file is open.
+        self._stack = contextlib.ExitStack()
+        self._stack.enter_context(stack_for_depth(reference_depth(limits)))
         self.types = TypeResolver(self)
         self._array_types: dict[tuple[int, int, bool], tuple[JuliaType, JuliaType]] = {}
         self.node_sources: dict[int, Any] = {}  # shared sources of constant nodes (_nodes)
+        self.nodes_building: set[int] = set()  # scalar datasets whose node is being made (_nodes)
 
     def _describe(self) -> str:
         return "file" if self.name == "<bytes>" else repr(self.name)
@@ -209,6 +223,7 @@ class Reader:
         """Close the file. Arrays already returned stay valid (they keep the map alive)."""
         self.closed = True
         self.h5.close()
+        self._stack.close()
         data, self._data = self._data, None
         if isinstance(data, mmap.mmap):
             try:
@@ -238,6 +253,12 @@ class Reader:
         if obj.kind != "group":
             raise FormatError("not a group", offset=obj.offset)
         links = obj.links()
+        longest = max(map(len, links), default=0)
+        if longest > self.limits.max_name_bytes:
+            raise LimitError(
+                f"link name of {longest} characters, more than max_name_bytes={self.limits.max_name_bytes}",
+                offset=obj.offset,
+            )
         if hide_types and "_types" in links:
             links = {k: v for k, v in links.items() if k != "_types"}
         return links
@@ -297,6 +318,9 @@ class Reader:
         """Describe the object at ``address`` (described once); reads no array data."""
         if self.closed:
             self._check_open()
+        if sys.getrecursionlimit() < self.stack_frames:
+            with stack_for_depth(reference_depth(self.limits)):
+                return self.info(address, path)
         try:
             info: DatasetInfo = self.h5.object(address)  # type: ignore[assignment]  # header_type
             if info.value_kind is None:
@@ -337,6 +361,13 @@ class Reader:
         n = 1
         for d in shape:
             n *= d
+        # Each dimension on its own too: a zero-size array may claim a 2**64-1 long side, which
+        # numpy cannot even describe (its shapes are int64 and their byte size must fit).
+        widest = max(shape, default=0)
+        if widest > self.limits.max_elements:
+            raise LimitError(
+                f"array dimension {widest} exceeds max_elements={self.limits.max_elements}", offset=obj.offset
+            )
         if dims is not None and space_kind == "simple" and n != space.count:
             raise FormatError(
                 f"dimensions attribute {shape} disagrees with the dataspace {space.dims}", offset=obj.offset
@@ -486,10 +517,7 @@ class Reader:
     def _read(self, info: DatasetInfo, path: Path, session: Session) -> Any:
         plan = info.plan
         if info.kind == "group":
-            return {
-                name: session.load_ref(addr, (*path, name))
-                for name, addr in self.links(info.address, hide_types=True).items()
-            }
+            return session.fill_group(info.address, self.links(info.address, hide_types=True), path)
         assert plan is not None
         if info.kind == "datatype":
             return type_value(plan.julia_type)
@@ -511,15 +539,23 @@ class Reader:
         n = info.count
         if n > self.limits.max_elements:
             raise LimitError(f"array of {n} elements exceeds max_elements={self.limits.max_elements}")
+        eltype = info.eltype or ANY
+        as_list = (
+            isinstance(plan, ReferencePlan) and len(info.shape) == 1 and eltype == ANY and not info.memory
+        )
         if isinstance(plan, GhostPlan):
             items = [plan.value] * n
         elif info.space == "null":
             items = []  # a null dataspace of non-ghost elements holds nothing (checked: n == 0)
         else:
             raw = self.raw(info, n * plan.size)
-            items = plan.decode_many(session, raw, n, path)
-        eltype = info.eltype or ANY
-        if isinstance(plan, ReferencePlan) and len(info.shape) == 1 and eltype == ANY and not info.memory:
+            if as_list:
+                # made before its elements: an element referring back to it closes the cycle
+                items = session.partial[info.address] = []
+                items.extend(plan.decode_many(session, raw, n, path))
+            else:
+                items = plan.decode_many(session, raw, n, path)
+        if as_list:
             return items
         flat = np.empty(n, dtype=object)
         flat[:] = items
@@ -554,11 +590,31 @@ class Session:
         self.order = order
         self.mmap = mmap
         self.memo: dict[int, Any] = {}
+        self.max_refs = reference_depth(self.limits)
         self._busy: set[int] = set()
+        # lists and dicts being filled, by address: a reference back to one closes the cycle
+        self.partial: dict[int, Any] = {}
         self._depth = 0
         self.heap_bytes = reader.heap_bytes
         self.decode_datatype = reader.types.decode_datatype
         self.decode_union = reader.types.decode_union
+
+    def fill_group(self, address: int, links: dict[str, int], path: Path) -> dict[str, Any]:
+        """A group's values as a dict, made before its entries: a hard link back to the group
+        (legal in HDF5) closes on this very dict."""
+        group: dict[str, Any] = {}
+        self.partial[address] = group
+        added = address not in self._busy
+        self._busy.add(address)
+        try:
+            for name, addr in links.items():
+                group[name] = self.load_ref(addr, (*path, name))
+        finally:
+            if added:
+                self._busy.discard(address)
+            self.partial.pop(address, None)
+        self.memo[address] = group
+        return group
 
     def load_ref(self, address: int, path: Path) -> Any:
         if address == 0:
@@ -567,9 +623,27 @@ class Session:
         if address in memo:
             return memo[address]
         if address in self._busy:
-            raise UnsupportedError("reference cycle (an object contains itself)", path=path)
-        if self._depth >= self.limits.max_depth:
-            raise LimitError(f"values nested deeper than max_depth={self.limits.max_depth}", path=path)
+            # A cycle: legal in Julia (a Vector{Any} holding itself) and in HDF5 (a hard link to
+            # an ancestor group). Lists and dicts are made before their contents, so the cycle
+            # closes on the same Python object; other values cannot be made before their parts.
+            partial = self.partial.get(address)
+            if partial is not None:
+                return partial
+            raise UnsupportedError(
+                "reference cycle through an immutable value (a struct or array that contains "
+                "itself); only Vector{Any} and group cycles can be loaded",
+                path=path,
+                offset=self.reader.h5.absolute(address),
+            )
+        if self._depth > self.max_refs:  # the leaf under max_refs containers is one more
+            raise LimitError(
+                f"references nested deeper than {self.max_refs} (3 * max_depth={self.limits.max_depth}: "
+                "a Julia Dict is three datasets per level)",
+                path=path,
+            )
+        if self._depth == 0 and sys.getrecursionlimit() < self.reader.stack_frames:
+            with stack_for_depth(reference_depth(self.limits)):
+                return self.load_ref(address, path)
         self._busy.add(address)
         self._depth += 1
         try:
@@ -582,6 +656,7 @@ class Session:
             raise LimitError("values nested too deeply for Python's stack", path=path) from err
         finally:
             self._busy.discard(address)
+            self.partial.pop(address, None)
             self._depth -= 1
         memo[address] = value
         return value

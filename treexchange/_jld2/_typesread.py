@@ -36,6 +36,7 @@ import numpy as np
 from .._errors import FormatError, LimitError, TreexchangeError, UnsupportedError
 from .._hdf5._model import Attribute, H5Class, H5Type, Member
 from .._juliatype import JuliaType
+from .._limits import type_depth
 from .._values import Symbol
 from ._layout import StructLayout
 from ._plans import (
@@ -259,8 +260,8 @@ class TypeResolver:
     def decode_datatype(self, buf: Any, off: int, path: Path) -> JuliaType:
         """Decode a ``Core.DataType`` element (32 bytes: name vlen string, parameters vlen refs)."""
         name = decode_text(self.reader.heap_bytes(buf, off))
-        if len(name) > self.limits.max_string_bytes:
-            raise LimitError("type name longer than max_string_bytes", path=path)
+        if len(name) > self.limits.max_name_bytes:
+            raise LimitError(f"type name longer than max_name_bytes={self.limits.max_name_bytes}", path=path)
         if not name:
             raise FormatError("Julia type with an empty name", path=path)
         params = tuple(self._param(ref, path) for ref in self._refs(buf, off + 16, path))
@@ -303,9 +304,12 @@ class TypeResolver:
 
     def _enter(self) -> None:
         self._depth += 1
-        if self._depth > self.limits.max_depth:
+        if self._depth > type_depth(self.limits):
             self._depth -= 1
-            raise LimitError(f"types nested deeper than max_depth={self.limits.max_depth}")
+            raise LimitError(
+                f"types nested deeper than {type_depth(self.limits)} levels "
+                f"(2 * max_depth={self.limits.max_depth} + 16)"
+            )
 
     def type_attribute(self, attr: Attribute, path: Path = ()) -> JuliaType:
         """Decode a ``julia_type``/``written_type`` attribute of a committed datatype."""

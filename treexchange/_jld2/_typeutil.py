@@ -79,7 +79,10 @@ def namedtuple_names_types(t: JuliaType, limits: Limits) -> tuple[list[str], lis
     elems = tuple_element_types(types, limits)
     if len(elems) != len(names):
         return None
-    return [str(n) for n in names], elems
+    out = [str(n) for n in names]
+    if len(set(out)) != len(out):
+        raise FormatError(f"NamedTuple type {t} names a field twice")
+    return out, elems
 
 
 def ghost_value(t: Any, limits: Limits, depth: int = 0) -> Any:

@@ -7,8 +7,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from .._errors import LimitError
+from .._errors import LimitError, UnsupportedError, format_path
 from .._gc import gc_paused
+from .._inspect import node_budget
+from .._limits import DEFAULT_LIMITS
 from ._model import (
     MAX_TREE_DEPTH,
     ArrayNode,
@@ -119,6 +121,12 @@ def infer_schema(
             with opened(x) as file:
                 roots = file_roots(file, name)
                 producer = _file_producer(file, x)
+                options.budget = node_budget(file)
+                limits = getattr(getattr(file, "reader", None), "limits", None) or getattr(
+                    file, "limits", None
+                )
+                if limits is not None:
+                    options.max_depth = min(MAX_TREE_DEPTH, limits.max_schema_depth)
                 result = {key: options.node(src, 1) for key, src in roots}
             # Let the lazy nodes go while the collector is still paused: when it resumes, it
             # scans everything made meanwhile that is still alive once (for a path, the file's
@@ -139,12 +147,20 @@ def infer_node(source: Source, *, checksums: bool = False, values: bool = False)
 
 
 class _Options:
-    __slots__ = ("checksums", "max_depth", "values")
+    """One inference: options, and the objects met so far (a file's DAG is inferred once per
+    object, its schema node reused at every other place; a cycle cannot be a schema)."""
+
+    __slots__ = ("_active", "_deepest", "_memo", "budget", "checksums", "count", "max_depth", "values")
 
     def __init__(self, *, checksums: bool, values: bool) -> None:
         self.checksums = checksums
         self.values = values
-        self.max_depth = MAX_TREE_DEPTH
+        self.max_depth = min(MAX_TREE_DEPTH, DEFAULT_LIMITS.max_schema_depth)
+        self.budget: int | None = None  # Limits.max_nodes for the file (derived from its size)
+        self.count = 0  # schema nodes described, reused subtrees counted in full
+        self._memo: dict[int, tuple[Node, int, int]] = {}  # address -> (node, size, height)
+        self._active: dict[int, tuple[Any, ...]] = {}  # containers on the current path
+        self._deepest = 0
 
     def node(self, src: Source, depth: int) -> Node:
         if depth > self.max_depth:
@@ -152,6 +168,51 @@ class _Options:
                 f"tree deeper than {self.max_depth} levels, the most a schema document describes",
                 path=src.path,
             )
+        address = src.object_address()
+        if address is None:
+            self._charge(1, src)
+            self._deepest = max(self._deepest, depth)
+            return self._build(src, depth)
+        back = self._active.get(address)
+        if back is not None:
+            raise UnsupportedError(
+                f"reference cycle: this is the object at {format_path(back)} again; a schema "
+                "describes trees, not cycles",
+                path=src.path,
+            )
+        hit = self._memo.get(address)
+        if hit is not None:
+            node, size, height = hit
+            if depth + height > self.max_depth:
+                raise LimitError(
+                    f"tree deeper than {self.max_depth} levels, the most a schema document describes",
+                    path=src.path,
+                )
+            self._charge(size, src)
+            self._deepest = max(self._deepest, depth + height)
+            return node
+        before_count, before_deepest = self.count, self._deepest
+        self._deepest = depth
+        self._active[address] = src.path
+        try:
+            self._charge(1, src)
+            node = self._build(src, depth)
+        finally:
+            del self._active[address]
+        height = self._deepest - depth
+        self._memo[address] = (node, self.count - before_count, height)
+        self._deepest = max(before_deepest, self._deepest)
+        return node
+
+    def _charge(self, n: int, src: Source) -> None:
+        self.count += n
+        if self.budget is not None and self.count > self.budget:
+            raise LimitError(
+                f"schema of more than max_nodes={self.budget} nodes (objects shared many times over?)",
+                path=src.path,
+            )
+
+    def _build(self, src: Source, depth: int) -> Node:
         kind = src.kind
         if kind == "array":
             sha = src.sha256() if self.checksums else None

@@ -61,6 +61,11 @@ class Source:
         """sha256 of an array's elements (reads the data)."""
         raise NotImplementedError
 
+    def object_address(self) -> int | None:
+        """For a container stored as an object of its own in a file: its address (the same
+        object reached twice is shared, or a cycle); ``None`` otherwise."""
+        return None
+
 
 # --- value trees ---------------------------------------------------------------------------------
 
@@ -259,6 +264,9 @@ def type_text(t: Any) -> str:
     return text
 
 
+_LEAF_KINDS = frozenset({"array", "number", "bool", "string", "symbol", "singleton"})
+
+
 class FileSource(Source):
     """A lazy node of an opened file (``treexchange.open``): walking it reads no array data.
 
@@ -333,6 +341,12 @@ class FileSource(Source):
 
     def sha256(self) -> str:
         return array_sha256(self.node.read())
+
+    def object_address(self) -> int | None:
+        if self.kind in _LEAF_KINDS:
+            return None
+        address = getattr(self.node, "object_address", None)
+        return address if isinstance(address, int) else None
 
 
 # --- entry points ------------------------------------------------------------------------------------

@@ -1,0 +1,114 @@
+"""Child process for tests/test_hostile.py and tests/fuzz_long.py: one entry point on one file.
+
+``python tests/_hostile_child.py ENTRY[,ENTRY...] FILE`` runs each ENTRY (``walk``, ``load_mmap``,
+``load_nommap``, ``infer``, ``validate``, ``inspect``, ``inspect_json``, ``convert``) on FILE in
+turn and prints one JSON line per entry: ``outcome`` (``ok`` or the exception class),
+``treexchange`` (the exception is a TreexchangeError, or there was none), ``message``, the error's
+``offset`` and ``path``, ``seconds`` and ``maxrss_kb`` (this process's peak resident set so far,
+from ``resource.getrusage``) plus ``baseline_kb`` (the peak after imports).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import resource
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+import treexchange as tx
+from treexchange._commands.convert import convert
+from treexchange._inspect import json_lines, select, text_lines
+
+
+def _walk(node: Any) -> None:
+    """Open + full lazy walk reading every array (iteratively: a deep file must not need a deep stack)."""
+    seen: set[int] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        address = n.object_address
+        if address is not None:
+            if address in seen:
+                continue  # each object once: a shared object, or a cycle back to an ancestor
+            seen.add(address)
+        if isinstance(n, tx.Group):
+            stack.extend(n[k] for k in n)
+        elif n.kind == "array":
+            np.asarray(n)
+        elif hasattr(n, "children"):
+            stack.extend(child for _seg, child in n.children())
+        else:
+            n.read()
+
+
+def _inspect(path: str, as_json: bool) -> None:
+    """What ``treexchange inspect FILE [--json]`` does, with its exceptions left to propagate."""
+    with tx.open(path) as f, contextlib.redirect_stdout(io.StringIO()) as out:
+        root = select(f, None)
+        for line in json_lines(root) if as_json else text_lines(root):
+            out.write(line + "\n")
+
+
+def run(entry: str, path: str) -> None:
+    if entry == "walk":
+        with tx.open(path) as f:
+            _walk(f)
+    elif entry == "load_mmap":
+        tx.load(path, mmap=True)
+    elif entry == "load_nommap":
+        tx.load(path, mmap=False)
+    elif entry == "infer":
+        tx.infer_schema(path)
+    elif entry == "validate":
+        try:
+            doc = tx.infer_schema(path)
+        except tx.TreexchangeError:
+            doc = tx.infer_schema({"x": np.zeros(1)})
+        tx.validate(path, doc)
+    elif entry == "inspect":
+        _inspect(path, False)
+    elif entry == "inspect_json":
+        _inspect(path, True)
+    elif entry == "convert":
+        with tempfile.TemporaryDirectory() as d:
+            convert(path, os.path.join(d, "out.jld2"))
+    else:
+        raise SystemExit(f"unknown entry {entry}")
+
+
+def main() -> None:
+    entries, path = sys.argv[1].split(","), sys.argv[2]
+    baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    for entry in entries:
+        t0 = time.perf_counter()
+        outcome, is_tx, message, offset, where = "ok", True, "", None, None
+        try:
+            run(entry, path)
+        except BaseException as err:
+            outcome, is_tx, message = type(err).__name__, isinstance(err, tx.TreexchangeError), str(err)[:500]
+            offset, where = getattr(err, "offset", None), list(map(str, getattr(err, "path", ()) or ()))
+        seconds = time.perf_counter() - t0
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        record = {
+            "entry": entry,
+            "outcome": outcome,
+            "treexchange": is_tx,
+            "message": message,
+            "offset": offset,
+            "path": where,
+            "seconds": seconds,
+            "maxrss_kb": rss,
+            "baseline_kb": baseline,
+        }
+        print(json.dumps(record), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,272 @@
+"""Hostile and edge-case files (../shared/hostile) through every entry point, and legal graphs.
+
+Each file of ../shared/hostile/ broke a promise of treexchange 0.1.0 (a hang, an exception other
+than TreexchangeError, memory far beyond the file's size). Every one now gets, from ``open`` + a
+full lazy walk reading every array, ``load`` with ``mmap`` both ways, ``infer_schema``,
+``validate``, ``inspect`` (text and ``--json``) and ``convert``, a result or a TreexchangeError
+that names an offset or a path, within seconds and in bounded memory. Each file runs in a child
+process (tests/_hostile_child.py) so that its time and peak resident set are its own.
+
+The rest builds legal graphs (an HDF5 hard link to an ancestor group, a ``Vector{Any}`` that holds
+itself, a reference DAG) and deep trees with ``tx.save`` and checks what each entry point makes of
+them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO, SHARED
+
+import treexchange as tx
+from treexchange._inspect import iter_records, text_lines
+from treexchange._limits import DEFAULT_LIMITS, reference_depth
+from treexchange._recursion import stack_for_depth
+
+HOSTILE = SHARED / "hostile"
+HOSTILE_FILES = sorted(HOSTILE.glob("*.jld2")) if HOSTILE.is_dir() else []
+ENTRIES = ("walk", "load_mmap", "load_nommap", "infer", "validate", "inspect", "inspect_json", "convert")
+SECONDS = 10.0  # per entry point, generous: a hang is what this catches (the issue asks ~1 s)
+RSS_SLACK_KB = 300 * 1024  # above the child's baseline (Python + numpy + treexchange imported)
+RSS_PER_FILE_BYTE = 64  # "a small multiple of the file size"
+
+# Files that are legal (a result is expected from the entry points that can represent them).
+LEGAL = {
+    "linkcycle_shared_demo.jld2": {"walk", "load_mmap", "load_nommap", "inspect", "inspect_json"},
+    "crafted_L14.jld2": {"walk", "load_mmap", "load_nommap", "inspect", "inspect_json", "convert"},
+    "crafted_L12.jld2": {"walk", "load_mmap", "load_nommap", "inspect", "inspect_json", "convert"},
+    "crafted_L15.jld2": {"walk", "load_mmap", "load_nommap", "inspect", "inspect_json", "infer"},
+}
+
+
+def _params() -> list:
+    if not HOSTILE_FILES:
+        return [pytest.param(None, marks=pytest.mark.skip(reason=f"{HOSTILE} absent (../shared not cloned)"))]
+    return [pytest.param(p, id=p.name) for p in HOSTILE_FILES]
+
+
+def _run_child(path: Path, entries: tuple[str, ...] = ENTRIES) -> list[dict]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "_hostile_child.py"), ",".join(entries), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=SECONDS * len(entries) + 30,
+        env=env,
+        cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+@pytest.mark.parametrize("path", _params())
+def test_every_entry_point_is_bounded(path: Path) -> None:
+    records = _run_child(path)
+    assert [r["entry"] for r in records] == list(ENTRIES)
+    size_kb = path.stat().st_size / 1024
+    problems = []
+    for r in records:
+        what = f"{path.name} {r['entry']}: {r['outcome']} {r['message'][:200]}"
+        if not r["treexchange"]:
+            problems.append(f"not a TreexchangeError: {what}")
+        elif r["outcome"] != "ok" and r["offset"] is None and not r["path"]:
+            problems.append(f"error names neither an offset nor a path: {what}")
+        if r["seconds"] > SECONDS:
+            problems.append(f"{r['seconds']:.1f} s: {what}")
+        grown = r["maxrss_kb"] - r["baseline_kb"]
+        if grown > RSS_SLACK_KB + RSS_PER_FILE_BYTE * size_kb:
+            problems.append(f"peak RSS grew by {grown // 1024} MiB: {what}")
+        if r["entry"] in LEGAL.get(path.name, ()) and r["outcome"] != "ok":
+            problems.append(f"legal file refused: {what}")
+    assert not problems, "\n".join(problems)
+
+
+# --- legal graphs, built here ----------------------------------------------------------------------
+
+
+def _group_cycle(tmp_path: Path) -> Path:
+    """An h5py-made JLD2 file whose group ``g`` holds a hard link ``back`` to itself."""
+    import h5py
+
+    src = tmp_path / "plain.jld2"
+    tx.save(src, g=tx.NamedTuple(w=np.arange(3.0)))
+    path = tmp_path / "cycle.jld2"
+    path.write_bytes(src.read_bytes())
+    with h5py.File(path, "r+") as h5:
+        grp = h5.create_group("grp")
+        grp["w"] = h5["g"]  # the NamedTuple dataset, linked from the group as well
+        grp["back"] = grp  # a hard link to the group itself: a cycle
+    return path
+
+
+def test_group_cycle_is_read_walked_once_and_shown(tmp_path: Path) -> None:
+    path = _group_cycle(tmp_path)
+    value = tx.load(path)
+    assert value["grp"]["back"] is value["grp"]  # the cycle closes on the same dict
+    with tx.open(path) as f:
+        recs = list(iter_records(f))
+        text = list(text_lines(f))
+    back = [r for r in recs if r["path"] == ["grp", "back"]]
+    assert back == [{"path": ["grp", "back"], "kind": "group", "julia_type": "JLD2.Group", "ref": ["grp"]}]
+    assert any("back/: JLD2.Group  (cycle: back to grp)" in line for line in text)
+    # the NamedTuple reached through two links is listed at both places (its children once)
+    shared = [r for r in recs if r["path"] == ["grp", "w"]]
+    assert shared and shared[0]["ref"] == ["g"]
+
+
+def test_list_cycle_loads_as_one_object(tmp_path: Path) -> None:
+    """``a = Any[]; push!(a, Any[a])`` in Julia: a reference cycle, loaded with identity kept."""
+    path = HOSTILE / "crafted_L14.jld2"
+    if not path.is_file():
+        pytest.skip(f"{HOSTILE} absent")
+    for mmap in (True, False):
+        a = tx.load(path, "a", mmap=mmap)
+        assert isinstance(a, list) and a[0][0] is a
+    with tx.open(path) as f:
+        recs = list(iter_records(f))
+    assert recs[-1]["ref"] == ["a"] and recs[-1]["path"] == ["a", 1, 1]
+    with pytest.raises(tx.UnsupportedError, match="cycle"):
+        tx.infer_schema(path)
+    out = tmp_path / "converted.jld2"
+    from treexchange._commands.convert import convert
+
+    convert(path, out)
+    again = tx.load(out, "a")
+    assert again[0][0] is again
+
+
+def test_reference_dag_is_visited_once_per_object() -> None:
+    """A vector k holds [ref k-1, ref k-1], 40 levels: 2**40 paths, 41 objects."""
+    path = HOSTILE / "crafted_L12.jld2"
+    if not path.is_file():
+        pytest.skip(f"{HOSTILE} absent")
+    with tx.open(path) as f:
+        recs = list(iter_records(f))
+    assert len(recs) < 200
+    assert sum("ref" in r for r in recs) >= 39
+    with pytest.raises(tx.LimitError, match="max_nodes"):
+        tx.infer_schema(path)
+
+
+def test_type_dag_renders_within_max_type_chars() -> None:
+    path = HOSTILE / "crafted_L15.jld2"
+    if not path.is_file():
+        pytest.skip(f"{HOSTILE} absent")
+    with tx.open(path) as f:
+        jt = f["x"].julia_type
+        text = str(jt)
+        assert len(text) <= DEFAULT_LIMITS.max_type_chars + 10
+        assert text.endswith("…}")
+        assert jt == jt and hash(jt) == hash(jt)
+        with pytest.raises(tx.LimitError, match="max_type_chars"):
+            jt.qualified()
+
+
+# --- allocation follows what the file stores ------------------------------------------------------
+
+
+def test_decoded_bytes_budget(tmp_path: Path) -> None:
+    path = tmp_path / "zeros.jld2"
+    tx.save(path, z=np.zeros(1 << 22), compress="zstd")  # 32 MiB decoded from a small file
+    assert path.stat().st_size < 1 << 20
+    assert tx.load(path, "z").sum() == 0  # the default budget: max(256 MiB, 100 x file size)
+    tight = tx.Limits(max_decoded_bytes=1 << 20)
+    with pytest.raises(tx.LimitError, match="max_decoded_bytes") as err:
+        tx.load(path, "z", limits=tight)
+    assert err.value.offset is not None
+    with tx.open(path, limits=tight) as f, pytest.raises(tx.LimitError):
+        np.asarray(f["z"])
+
+
+@pytest.mark.parametrize(
+    ("name", "error"),
+    [
+        ("crafted_L01.jld2", tx.LimitError),
+        ("crafted_L02.jld2", tx.LimitError),
+        ("crafted_L04.jld2", tx.LimitError),
+        ("crafted_L06.jld2", tx.LimitError),
+        ("crafted_L10.jld2", tx.LimitError),
+        ("crafted_L11.jld2", tx.LimitError),
+        ("crafted_dupfield.jld2", tx.FormatError),
+    ],
+)
+def test_hostile_sizes_raise_our_errors(name: str, error: type[Exception]) -> None:
+    path = HOSTILE / name
+    if not path.is_file():
+        pytest.skip(f"{HOSTILE} absent")
+    with pytest.raises(error) as err:
+        tx.load(path)
+    assert err.value.offset is not None or err.value.path
+
+
+# --- depth: decided once, in _limits -----------------------------------------------------------------
+
+
+def _nest(kind: str, levels: int) -> object:
+    v: object = np.arange(2.0)
+    for _ in range(levels):
+        v = [v] if kind == "list" else tx.NamedTuple(a=v)
+    return v
+
+
+def _depth_of(v: object) -> int:
+    d = 0
+    while not isinstance(v, np.ndarray):
+        v = v[0] if isinstance(v, list) else v["a"]  # type: ignore[index]
+        d += 1
+    return d
+
+
+@pytest.mark.parametrize(
+    ("kind", "levels"),
+    # NamedTuples nested in NamedTuples are stored inline with types whose text grows with the
+    # depth (a file quadratic in it): 512 levels take ~30 s, so the limit is tested with lists.
+    [("list", 82), ("list", DEFAULT_LIMITS.max_depth), ("namedtuple", 82), ("namedtuple", 160)],
+)
+def test_deep_trees_saved_by_treexchange_load(tmp_path: Path, kind: str, levels: int) -> None:
+    path = tmp_path / "deep.jld2"
+    with stack_for_depth(DEFAULT_LIMITS.max_depth):
+        tx.save(path, x=_nest(kind, levels))
+    assert _depth_of(tx.load(path, "x")) == levels
+    assert _depth_of(tx.load(path, "x", mmap=False)) == levels
+    with tx.open(path) as f:
+        assert sum(1 for _ in iter_records(f)) == levels + 1
+
+
+def test_references_deeper_than_the_limit_are_a_limit_error(tmp_path: Path) -> None:
+    """A chain of references one past ``reference_depth`` raises LimitError, never RecursionError."""
+    limit = reference_depth(DEFAULT_LIMITS)
+    path = tmp_path / "deeper.jld2"
+    with stack_for_depth(limit + 8):
+        tx.save(path, x=_nest("list", limit + 1))
+    with pytest.raises(tx.LimitError, match="references nested deeper"):
+        tx.load(path, "x")
+    small = tx.Limits(max_depth=4)
+    path2 = tmp_path / "five.jld2"
+    tx.save(path2, x=_nest("list", 3 * small.max_depth))
+    assert _depth_of(tx.load(path2, "x", limits=small)) == 3 * small.max_depth
+    tx.save(path2, x=_nest("list", 3 * small.max_depth + 1))
+    with pytest.raises(tx.LimitError, match="max_depth=4"):
+        tx.load(path2, "x", limits=small)
+
+
+def test_nested_dicts_built_eagerly_stop_at_the_limit(tmp_path: Path) -> None:
+    """A Dict node reads its keys when it is made: nesting is bounded there too (not by the stack)."""
+    v: object = np.zeros(2)
+    for _ in range(20):
+        v = {"a": v}  # written as a Julia Dict per level
+    path = tmp_path / "dicts.jld2"
+    tx.save(path, x=v)
+    small = tx.Limits(max_depth=4)
+    with tx.open(path, limits=small) as f, pytest.raises(tx.LimitError, match="max_depth=4"):
+        f["x"]
+    with pytest.raises(tx.LimitError, match="max_depth=4"):
+        tx.load(path, "x", limits=small)
+    with tx.open(path) as f:
+        assert f["x"].kind in ("dict", "namedtuple")
