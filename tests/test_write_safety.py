@@ -26,6 +26,7 @@ from treexchange import (
     to_julia,
     values_equal,
 )
+from treexchange._limits import DEFAULT_LIMITS
 
 _NAME_ONLY = np.dtype([("name", h5py.string_dtype())])
 
@@ -145,20 +146,34 @@ def test_moderately_deep_trees_round_trip(tmp_path: Path) -> None:
     assert values_equal(treexchange.load(path, "v"), value)
 
 
-def test_inline_types_deeper_than_the_reader_reads_are_refused(tmp_path: Path) -> None:
-    """Nested isbits NamedTuples make one nested HDF5 compound; the reader parses 100 levels."""
+def test_inline_types_as_deep_as_the_limit_round_trip(tmp_path: Path) -> None:
+    """Nested isbits NamedTuples make one nested HDF5 compound. The value depth limit
+    (``Limits().max_depth``) is what bounds them: the writer's own bound on inline type nesting
+    (``MAX_TYPE_NESTING``, what the reader parses) lies beyond it, so everything ``save`` accepts
+    reads back."""
+    from treexchange._jld2._writer import MAX_TYPE_NESTING
+
+    assert MAX_TYPE_NESTING > DEFAULT_LIMITS.max_depth
 
     def nested(levels: int) -> Any:
         v: Any = np.float64(1.0)
-        for _ in range(levels - 1):
+        for _ in range(levels):
             v = NamedTuple(a=v)
         return v
 
-    treexchange.save(tmp_path / "ok.jld2", v=nested(101))
-    with h5py.File(tmp_path / "ok.jld2") as f:
+    treexchange.save(tmp_path / "h5.jld2", v=nested(100))
+    with h5py.File(tmp_path / "h5.jld2") as f:
         assert f["v"].dtype.names == ("a",)
-    with pytest.raises(LimitError, match="100 levels"):
-        treexchange.save(tmp_path / "no.jld2", v=nested(102))
+    for levels in range(DEFAULT_LIMITS.max_depth - 2, DEFAULT_LIMITS.max_depth + 3):
+        try:
+            treexchange.save(tmp_path / "deep.jld2", v=nested(levels))
+        except LimitError as err:
+            assert "max_depth" in str(err)
+            assert levels > DEFAULT_LIMITS.max_depth - 2
+            break
+        assert values_equal(treexchange.load(tmp_path / "deep.jld2", "v"), nested(levels))
+    else:
+        pytest.fail("a tree deeper than max_depth was saved")
 
 
 # --- bad text and lying containers -----------------------------------------------------------

@@ -501,7 +501,63 @@ class UInt128(int):
 
 
 def _values_equal(a: Any, b: Any) -> bool:
-    """Structural equality that treats arrays by value, dtype and shape (NaN == NaN)."""
+    """Structural equality that treats arrays by value, dtype and shape (NaN == NaN).
+
+    Iterative (an explicit stack, so any depth the reader admits compares without touching
+    Python's recursion limit), and each pair of containers is compared once (memoised by
+    identity): a shared sub-tree (a DAG of references, which a file may use to make a tree
+    exponentially large) costs its size once, and a cycle compares as equal where it closes.
+    """
+    seen: set[tuple[int, int]] = set()
+    keep: list[Any] = []  # the compared containers stay alive, so their ids stay unique
+    stack: list[tuple[Any, Any]] = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        children = _children_if_equal_shells(x, y)
+        if children is None:
+            if not _leaves_equal(x, y):
+                return False
+            continue
+        if children is False:
+            return False
+        key = (id(x), id(y))
+        if key in seen:
+            continue
+        seen.add(key)
+        keep.append((x, y))
+        stack.extend(children)
+    return True
+
+
+def _children_if_equal_shells(x: Any, y: Any) -> list[tuple[Any, Any]] | bool | None:
+    """For two containers: ``False`` if their shells differ, else the pairs of children to
+    compare; ``None`` if ``x`` and ``y`` are not both containers (compare them as leaves)."""
+    if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):
+        return None
+    if isinstance(x, (tuple, list)) and isinstance(y, (tuple, list)):
+        if type(x) is not type(y) or len(x) != len(y):
+            return False
+        return list(zip(x, y))
+    if isinstance(x, dict) and isinstance(y, dict):
+        if list(x) != list(y):
+            return False
+        return [(x[k], y[k]) for k in x]
+    if isinstance(x, NamedTuple) and isinstance(y, NamedTuple):
+        if list(x._data) != list(y._data):
+            return False
+        return [(x._data[k], y._data[k]) for k in x._data]
+    if isinstance(x, JuliaStruct) and isinstance(y, JuliaStruct):
+        if not same_type(x.type, y.type) or list(x.fields) != list(y.fields):
+            return False
+        return [(v, y.fields[k]) for k, v in x.fields.items()]
+    if isinstance(x, JuliaArray) and isinstance(y, JuliaArray):
+        if not same_type(x.eltype, y.eltype) or x.shape != y.shape:
+            return False
+        return list(zip(x, y))
+    return None
+
+
+def _leaves_equal(a: Any, b: Any) -> bool:
     if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
         if not (isinstance(a, np.ndarray) and isinstance(b, np.ndarray)):
             return False
@@ -510,10 +566,6 @@ def _values_equal(a: Any, b: Any) -> bool:
         if a.dtype.kind in "fc":
             return bool(np.array_equal(a, b, equal_nan=True))
         return bool(np.array_equal(a, b))
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return type(a) is type(b) and len(a) == len(b) and all(map(_values_equal, a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return list(a) == list(b) and all(_values_equal(a[k], b[k]) for k in a)
     if isinstance(a, np.generic) and isinstance(b, np.generic):
         if a.dtype != b.dtype:
             return False

@@ -34,7 +34,7 @@ from .._errors import (
     UnsupportedError,
     WriteError,
 )
-from .._hdf5._datatype import MAX_TYPE_NESTING
+from .._hdf5._datatype import TYPE_NESTING_SLACK
 from .._hdf5._model import H5Type
 from .._juliatype import JuliaType
 from .._limits import DEFAULT_LIMITS
@@ -1196,6 +1196,10 @@ def _array_items(value: Any) -> list[Any]:
         return value.tolist()
     arr = np.asarray(value)
     return list(arr.ravel(order="F"))
+
+
+# The deepest inline type nesting the reader accepts with default limits (_hdf5/_datatype.py).
+MAX_TYPE_NESTING = DEFAULT_LIMITS.max_depth + TYPE_NESTING_SLACK
 
 
 def _array_bytes(array: np.ndarray | None) -> bytes:
