@@ -134,6 +134,22 @@ CASES: list[tuple[str, Layer, Any, tuple[str, ...]]] = [
         (8, 7, 2, 3),
         BOTH,
     ),
+    (
+        "nested-chains-flatten-dense",
+        L(
+            "Chain",
+            children=(
+                L(
+                    "Chain",
+                    children=(L("Conv", {"kernel": (3, 3), "in": 2, "out": 3, "σ": "relu"}), L("flatten")),
+                ),
+                L("Chain", children=(dense(3 * 6 * 5, 4, σ="relu"), dense(4, 2))),
+            ),
+            names=("features", "head"),
+        ),
+        (8, 7, 2, 3),
+        BOTH,
+    ),
     # (a BatchNorm with an activation is built inside a Chain: Equinox passes state through Sequential)
     (
         "batchnorm-conv",

@@ -16,6 +16,13 @@ API for other engineers (stable; ``_spec.Layer`` is the one description every pa
 - ``_eqx.read_equinox(model, state=None, *, flux)`` / ``_nnx.read_nnx(model, *, flux)`` -> ``_state.Port``:
   a Python model read back as its Flux twin (``port.layer`` is its ``Layer`` tree).
 
+Contracts with the restore code (``_bridge/_restore.py``, ``_api.py``): a layout may return
+``LeafRef.through(julia_shape, transform)`` (file checked against the Julia shape, ``transform``
+applied when placing), set ``ref.fixed`` for a model leaf with no Julia counterpart, and put
+``NoArrays()`` where the Julia state holds only hyper-parameters (any array-free value fits).
+A Flux layer with an activation outside a Chain is ``_eqx_layers.Activated`` /
+``_nnx_layers.Activated`` (inside a Chain: the module then the activation, folded when read).
+
 Adding a layer: a ``Rule`` in ``_rules.RULES`` (its Flux.state fields and Julia constructor), a
 builder and a reader branch in ``_eqx.py`` and ``_nnx.py`` (array maps as ``_perm`` permutations,
 which serve both directions), and tests against the numpy Flux reference.

@@ -286,16 +286,27 @@ def _tuple(value: Any, n: int) -> tuple[int, ...]:
 class _Reader:
     def __init__(self, era: str) -> None:
         self.era = era
+        self.channels: int | None = None  # channels of the conv-like data at this point of the model
+        self.flattened: int | None = None  # channels a Flatten just flattened (the next Linear permutes)
+        self.after_unknown = False  # the last module read was a function without an NNlib name
 
     def read(self, m: Any, path: Path) -> Port:
+        from flax import nnx
+
+        if isinstance(m, nnx.Linear):
+            port = self.linear(m, path, self.flattened)
+        else:
+            port = self.read_module(m, path)
+        self.track(m, port, path)
+        return port
+
+    def read_module(self, m: Any, path: Path) -> Port:
         from flax import nnx
 
         from . import _nnx_layers as NL
 
         if isinstance(m, nnx.Sequential):
             return self.chain(list(m.layers), (*path, "layers"))
-        if isinstance(m, nnx.Linear):
-            return self.linear(m, path, None)
         if isinstance(m, (nnx.Conv, NL.CrossCor, nnx.ConvTranspose)):
             return self.conv(m, path)
         if isinstance(m, NL.MaxPool):  # MeanPool too
@@ -364,38 +375,12 @@ class _Reader:
         raise UnsupportedError(f"no Flux layer for {type(m).__name__}", path=path)
 
     def chain(self, items: list[Any], path: Path) -> Port:
-        from flax import nnx
-
-        from . import _nnx_layers as NL
-
         ports: list[Port] = []
         folded: set[int] = set()
-        channels: int | None = None  # channel count of the conv-like data flowing here
-        flattened_channels: int | None = None  # set right after a Flatten of conv data
         for i, item in enumerate(items, 1):
-            ipath = (*path, i)
-            if isinstance(item, nnx.Linear) and flattened_channels:
-                port = self.linear(item, ipath, flattened_channels)
-            else:
-                port = self.read(item, ipath)
-            if isinstance(item, nnx.Linear) and channels and ports and _unnamed_function(ports[-1]):
-                # Most likely ``lambda x: x.reshape(len(x), -1)`` of channels-last conv data: its order
-                # is not Flux's flatten, and a silent port would compute something else (§1.4).
-                raise UnsupportedError(
-                    "a Linear after conv layers follows an unknown function; if it flattens, use "
-                    "treexchange._port._nnx_layers.Flatten so the Dense columns get Flux's order",
-                    path=ipath,
-                )
-            flattened_channels = None
-            kind = port.layer.kind
-            if kind in ("Conv", "CrossCor", "ConvTranspose", "DepthwiseConv"):
-                channels = int(port.layer.args["out"])
-            elif kind in ("Dense", "Embedding", "Bilinear"):
-                channels = None
-            elif isinstance(item, NL.Flatten):
-                flattened_channels, channels = channels, None
+            port = self.read(item, (*path, i))
             prev = ports[-1] if ports else None
-            name = port.layer.arg("name") if kind == "function" else None
+            name = port.layer.arg("name") if port.layer.kind == "function" else None
             if (
                 prev is not None
                 and id(prev) not in folded
@@ -408,6 +393,40 @@ class _Reader:
                 continue
             ports.append(port)
         return Port(Layer("Chain", {}, tuple(p.layer for p in ports)), children=tuple(ports))
+
+    def track(self, m: Any, port: Port, path: Path) -> None:
+        """Follow the channel count of channels-last conv data along the model, in call order, so
+        that the Linear after a Flatten (at any nesting depth) gets Flux's column order (§1.4)."""
+        from flax import nnx
+
+        from . import _nnx_layers as NL
+        from ._spec import CONTAINERS
+
+        kind = port.layer.kind
+        if kind in CONTAINERS:  # its children were tracked as they were read
+            if port.layer.arg("connection") in ("vcat", "hcat"):
+                self.channels = None  # concatenated: no longer one branch's channel count
+            return
+        if kind == "function" and port.layer.arg("name") in ELEMENTWISE:
+            return  # an activation changes no layout
+        after_unknown, self.after_unknown = self.after_unknown, False
+        self.flattened = None  # a Linear right after the Flatten has used it in read()
+        if isinstance(m, nnx.Linear) and self.channels and after_unknown:
+            # Most likely ``lambda x: x.reshape(len(x), -1)`` of channels-last conv data: its order
+            # is not Flux's flatten, and a silent port would compute something else.
+            raise UnsupportedError(
+                "a Linear after conv layers follows an unknown function; if it flattens, use "
+                "treexchange._port._nnx_layers.Flatten so the Dense columns get Flux's order",
+                path=path,
+            )
+        if kind in ("Conv", "CrossCor", "ConvTranspose", "DepthwiseConv"):
+            self.channels = int(port.layer.args["out"])
+        elif kind in ("Dense", "Embedding", "Bilinear"):
+            self.channels = None
+        elif isinstance(m, NL.Flatten):
+            self.flattened, self.channels = self.channels, None
+        elif kind == "function" and port.layer.arg("name") is None:
+            self.after_unknown = True
 
     def linear(self, m: Any, path: Path, flattened_channels: int | None) -> Port:
         kernel = _value(m.kernel)
@@ -531,10 +550,6 @@ class _Reader:
         if m.use_scale:
             port.arrays.update({"scale": (_value(m.scale), SAME), "bias": (_value(m.bias), SAME)})
         return port
-
-
-def _unnamed_function(port: Port) -> bool:
-    return port.layer.kind == "function" and port.layer.arg("name") is None
 
 
 def flatten_dense_perm(out: int, inp: int, channels: int) -> Perm:
