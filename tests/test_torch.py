@@ -299,6 +299,20 @@ def test_import_treexchange_does_not_import_torch() -> None:
     assert result.stdout.strip() == "False"
 
 
+def test_public_format_names_import_their_package_only_when_called() -> None:
+    """``import treexchange`` and naming the public format functions import no format package."""
+    code = (
+        "import sys, treexchange as tx\n"
+        "fs = [tx.save_safetensors, tx.load_safetensors, tx.save_orbax, tx.load_orbax,\n"
+        "      tx.state_dict_to_flux, tx.flux_to_state_dict, tx.load_into_module]\n"
+        "print(sorted(m for m in ('torch', 'safetensors', 'orbax') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+    for name in ("save_safetensors", "load_orbax", "state_dict_to_flux", "load_into_module"):
+        assert name in tx.__all__ and name in dir(tx)
+
+
 class _BasicBlock(nn.Module):
     """torchvision's BasicBlock, same attribute names (conv1, bn1, conv2, bn2, downsample)."""
 

@@ -337,10 +337,18 @@ def state_dict_to_flux(
 
     Example:
         >>> import numpy as np
+        >>> from treexchange import state_dict_to_flux
         >>> sd = {"0.weight": np.ones((3, 2), np.float32), "0.bias": np.zeros(3, np.float32)}
         >>> state = state_dict_to_flux(sd, "Chain(Dense(2 => 3, relu))")
         >>> state.layers[0].weight.shape, state.layers[0].σ
         ((3, 2), ())
+
+        A torch module stands for its own architecture (a Conv kernel comes back flipped and reversed):
+
+        >>> import torch
+        >>> conv = torch.nn.Sequential(torch.nn.Conv2d(1, 2, (3, 5)), torch.nn.ReLU())
+        >>> state_dict_to_flux(None, conv).layers[0].weight.shape  # Julia (kW, kH, in, out)
+        (5, 3, 1, 2)
     """
     if not isinstance(architecture, (str, Layer)):
         module = architecture
@@ -374,6 +382,15 @@ def flux_to_state_dict(
     ``nn.Sequential``: one group per Flux layer with arrays, numbered in order (``"0.weight"``).
 
     ``architecture`` may be an equivalent ``torch.nn.Module`` (its ``state_dict`` gives the names).
+    ``num_batches_tracked`` buffers (no Flux counterpart) come out as 0.
+
+    Example:
+        >>> import numpy as np
+        >>> from treexchange import NamedTuple, flux_to_state_dict
+        >>> dense = NamedTuple(weight=np.ones((3, 2), np.float32), bias=np.zeros(3, np.float32), σ=())
+        >>> sd = flux_to_state_dict(NamedTuple(layers=(dense,)), "Chain(Dense(2 => 3, relu))")
+        >>> {name: t.shape for name, t in sd.items()}
+        {'0.weight': (3, 2), '0.bias': (3,)}
     """
     if not isinstance(architecture, (str, Layer)):
         names = architecture.state_dict() if names is None else names
@@ -438,6 +455,15 @@ def load_into_module(
 
     The Flux model is ``architecture`` (text or Layer), or read from ``module`` itself. Returns the
     module (its parameters and buffers replaced in place, dtypes kept as the module has them).
+
+    Example:
+        >>> import numpy as np, torch
+        >>> from treexchange import NamedTuple, load_into_module
+        >>> w = np.arange(6, dtype=np.float32).reshape(3, 2)  # Julia (out, in), as torch's
+        >>> state = NamedTuple(layers=(NamedTuple(weight=w, bias=np.ones(3, np.float32), σ=()),))
+        >>> model = load_into_module(torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Tanh()), state)
+        >>> model[0].weight[2].tolist(), model[0].bias.tolist()
+        ([4.0, 5.0], [1.0, 1.0, 1.0])
     """
     import torch
 
