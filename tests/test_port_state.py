@@ -178,3 +178,39 @@ def test_equinox_batch_mode_statistics_are_debiased_like_equinox_inference() -> 
     restored_model, restored_state = load_state((model, state), s)
     np.testing.assert_allclose(np.asarray(restored_model(x, restored_state)[0]), want, rtol=1e-5)
     assert int(restored_state.get(restored_model.batch_counter)) == 0
+
+
+def test_flax_lambda_flatten_after_conv_is_refused_not_ported_silently() -> None:
+    rngs = nnx.Rngs(0)
+    model = nnx.Sequential(
+        nnx.Conv(1, 2, (3, 3), padding="VALID", rngs=rngs),
+        lambda x: x.reshape(x.shape[0], -1),  # channels-last order: not Flux's flatten
+        nnx.Linear(8, 2, rngs=rngs),
+    )
+    with pytest.raises(tx.UnsupportedError, match="Flatten"):
+        tx.flux_state(model)
+
+
+def test_flux_0_14_layernorm_ported_exactly_with_its_own_module() -> None:
+    from _flux_reference import forward
+
+    layer = Layer("LayerNorm", {"size": (5,), "ϵ": 0.1})
+    model = build_equinox(layer, key=KEY, flux="0.14")
+    rng = np.random.default_rng(0)
+    state = tx.flux_state(model, flux="0.14")
+    state = tx.NamedTuple(
+        (
+            k,
+            tx.NamedTuple((n, rng.standard_normal(5).astype(np.float32) if n != "σ" else ()) for n in v)
+            if k == "diag"
+            else v,
+        )
+        for k, v in state.items()
+    )
+    restored = load_state(model, state)
+    x = rng.standard_normal((5, 3)).astype(np.float32)
+    got = np.asarray(jax.vmap(restored)(jnp.asarray(x.T))).T
+    np.testing.assert_allclose(got, forward(layer, state, x, flux="0.14.25"), rtol=1e-5, atol=1e-6)
+    assert tx.flux_julia(restored, flux="0.14").splitlines()[1] == "model = LayerNorm(5; ϵ=0.1f0)"
+    with pytest.raises(tx.UnsupportedError, match=r"flux='0\.14'"):
+        tx.flux_state(restored)  # Flux 0.15 computes √(σ² + ϵ²): no exact twin

@@ -216,8 +216,13 @@ def layernorm_eps(epsilon: float, era: str) -> float:
 
 def _build_layernorm(layer: Layer, key: Any, era: str) -> Any:
     import equinox as eqx
+    import jax.numpy as jnp
 
     a = layer.args
+    if era == "0.14":
+        shape = _rev(a["size"])
+        weight, bias = (jnp.ones(shape), jnp.zeros(shape)) if a["affine"] else (None, None)
+        return L.LayerNormStdEps(weight, bias, shape, float(a["ϵ"]))
     return eqx.nn.LayerNorm(
         _rev(a["size"]), eps=layernorm_eps(a["ϵ"], era), use_weight=a["affine"], use_bias=a["affine"]
     )
@@ -343,6 +348,8 @@ class _Reader:
             return self.groupnorm(m, path)
         if isinstance(m, nn.LayerNorm):
             return self.layernorm(m, path)
+        if isinstance(m, L.LayerNormStdEps):
+            return self.layernorm_std_eps(m, path)
         if isinstance(m, nn.Embedding):
             n, d = m.weight.shape
             return Port(
@@ -558,6 +565,22 @@ class _Reader:
             port.arrays.update({"scale": (m.weight, REV), "bias": (m.bias, REV)})
         return port
 
+    def layernorm_std_eps(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+        from .._bridge._restore import LeafRef
+
+        # A restore (LeafRef arrays) reads arrays only, whatever the era; a written state must be 0.14's.
+        if self.era != "0.14" and not isinstance(m.weight, LeafRef):
+            raise UnsupportedError(layernorm_0_15_message(), path=path)
+        if (m.weight is None) != (m.bias is None):
+            raise UnsupportedError("Flux LayerNorm has both scale and bias or neither", path=path)
+        affine = m.weight is not None
+        port = Port(
+            with_defaults(Layer("LayerNorm", {"size": _rev(m.shape), "ϵ": float(m.eps), "affine": affine}))
+        )
+        if affine:
+            port.arrays.update({"scale": (m.weight, REV), "bias": (m.bias, REV)})
+        return port
+
 
 def _leaves(tree: Any) -> list[Any]:
     import jax
@@ -565,6 +588,13 @@ def _leaves(tree: Any) -> list[Any]:
     from .._bridge._restore import LeafRef
 
     return jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, LeafRef))
+
+
+def layernorm_0_15_message() -> str:
+    return (
+        "LayerNormStdEps is Flux ≤ 0.14's LayerNorm ((x−μ)/(σ+ϵ)); Flux ≥ 0.15 computes "
+        "√(σ²+ϵ²) instead: use flux='0.14'"
+    )
 
 
 def layernorm_0_14_message() -> str:

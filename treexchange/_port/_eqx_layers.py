@@ -86,6 +86,27 @@ class InstanceNorm(eqx.Module):
         return self.norm(x)
 
 
+class LayerNormStdEps(eqx.Module):
+    """Flux ≤ 0.14 ``LayerNorm``: ``(x − μ) / (σ + ϵ)`` over the last ``len(shape)`` axes (ϵ added
+    to the biased standard deviation, Flux ``normalise`` before #2421), then ``scale``/``bias``."""
+
+    weight: jax.Array | None
+    bias: jax.Array | None
+    shape: tuple[int, ...] = eqx.field(static=True)  # Python order (reversed Flux ``size``)
+    eps: float = eqx.field(static=True, default=1e-5)
+
+    def __call__(self, x: jax.Array, *, key: Any = None) -> jax.Array:
+        axes = tuple(range(x.ndim - len(self.shape), x.ndim))
+        mean = jnp.mean(x, axis=axes, keepdims=True)
+        std = jnp.sqrt(jnp.mean((x - mean) ** 2, axis=axes, keepdims=True))
+        y = (x - mean) / (std + self.eps)
+        if self.weight is not None:
+            y = y * self.weight
+        if self.bias is not None:
+            y = y + self.bias
+        return y
+
+
 class AlphaDropout(eqx.Module):
     """Flux ``AlphaDropout``; identity at inference (training-mode noise is not ported)."""
 

@@ -378,6 +378,14 @@ class _Reader:
                 port = self.linear(item, ipath, flattened_channels)
             else:
                 port = self.read(item, ipath)
+            if isinstance(item, nnx.Linear) and channels and ports and _unnamed_function(ports[-1]):
+                # Most likely ``lambda x: x.reshape(len(x), -1)`` of channels-last conv data: its order
+                # is not Flux's flatten, and a silent port would compute something else (§1.4).
+                raise UnsupportedError(
+                    "a Linear after conv layers follows an unknown function; if it flattens, use "
+                    "treexchange._port._nnx_layers.Flatten so the Dense columns get Flux's order",
+                    path=ipath,
+                )
             flattened_channels = None
             kind = port.layer.kind
             if kind in ("Conv", "CrossCor", "ConvTranspose", "DepthwiseConv"):
@@ -523,6 +531,10 @@ class _Reader:
         if m.use_scale:
             port.arrays.update({"scale": (_value(m.scale), SAME), "bias": (_value(m.bias), SAME)})
         return port
+
+
+def _unnamed_function(port: Port) -> bool:
+    return port.layer.kind == "function" and port.layer.arg("name") is None
 
 
 def flatten_dense_perm(out: int, inp: int, channels: int) -> Perm:
