@@ -193,6 +193,12 @@ def test_layers_without_a_pytorch_rule_say_so() -> None:
         state_dict_to_flux({"0.weight": np.ones(3, np.float32)}, "Chain(Scale(3))")
 
 
+def test_gruv3_has_no_pytorch_equivalent() -> None:
+    with pytest.raises(tx.UnsupportedError, match="no PyTorch equivalent: Flux's GRUv3") as info:
+        state_dict_to_flux({}, "Chain(Dense(2 => 3), GRUv3(3 => 4))")
+    assert "model_state.layers[2]" in str(info.value)
+
+
 def test_conv_kernel_is_flipped_not_just_reordered() -> None:
     """Flux convolves, PyTorch cross-correlates: the converted Julia kernel is the spatial flip."""
     module = _randomize(nn.Sequential(nn.Conv2d(1, 1, (2, 3), bias=False)), seed=3)

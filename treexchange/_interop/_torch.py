@@ -65,6 +65,12 @@ TORCH_MODULES: dict[str, tuple[str, ...]] = {
 }
 """Flux layer kind -> the PyTorch module classes that hold the same parameters."""
 
+NO_TORCH_EQUIVALENT = {
+    "GRUv3": "Flux's GRUv3 applies the reset gate before Wh (the paper's form); PyTorch's GRU has no "
+    "such variant, so its weights cannot be moved exactly (use GRU)",
+}
+"""Flux layers PyTorch cannot compute, with the reason given in the error."""
+
 IGNORED = frozenset({"num_batches_tracked"})
 """PyTorch buffers with no Flux counterpart."""
 
@@ -312,11 +318,23 @@ def _shape(tensor: Any) -> tuple[int, ...]:
 
 def as_layer(architecture: str | Layer) -> Layer:
     """The Layer tree of an architecture text (parsed, never evaluated) or a Layer, defaults filled."""
-    if isinstance(architecture, Layer):
-        return with_defaults(architecture)
-    from .._port._arch import parse_architecture
+    if not isinstance(architecture, Layer):
+        from .._port._arch import parse_architecture
 
-    return with_defaults(parse_architecture(architecture))
+        architecture = parse_architecture(architecture)
+    _refuse_no_equivalent(architecture, ("model_state",))
+    return with_defaults(architecture)
+
+
+def _refuse_no_equivalent(layer: Layer, path: tuple[PathSegment, ...]) -> None:
+    """:class:`UnsupportedError` at the first layer PyTorch cannot compute (before any rule lookup)."""
+    if layer.kind in NO_TORCH_EQUIVALENT:
+        raise UnsupportedError(f"no PyTorch equivalent: {NO_TORCH_EQUIVALENT[layer.kind]}", path=path)
+    for i, child in enumerate(layer.children):
+        if layer.kind == "SkipConnection":
+            _refuse_no_equivalent(child, (*path, "layers"))
+        else:
+            _refuse_no_equivalent(child, (*path, "layers", layer.names[i] if layer.names else i + 1))
 
 
 def state_dict_to_flux(
