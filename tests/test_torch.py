@@ -88,6 +88,52 @@ CASES = {
     ),
     "LayerNorm": ("Chain(LayerNorm(6))", lambda: nn.Sequential(nn.LayerNorm(6)), (6, 3)),
     "Embedding": ("Chain(Embedding(10 => 4))", lambda: nn.Sequential(nn.Embedding(10, 4)), None),
+    "ConvTranspose": (
+        "Chain(ConvTranspose((3, 2), 4 => 6; stride=(2, 1), pad=1, outpad=(1, 0), groups=2))",
+        lambda: nn.Sequential(
+            nn.ConvTranspose2d(4, 6, (2, 3), stride=(1, 2), padding=1, output_padding=(0, 1), groups=2)
+        ),
+        (5, 4, 4, 2),
+    ),
+    "ConvTranspose1d-dilation": (
+        "Chain(ConvTranspose((3,), 2 => 3, relu; stride=3, dilation=2))",
+        lambda: nn.Sequential(nn.ConvTranspose1d(2, 3, 3, stride=3, dilation=2), nn.ReLU()),
+        (6, 2, 2),
+    ),
+    "DepthwiseConv": (
+        "Chain(DepthwiseConv((3, 3), 3 => 6; pad=1))",
+        lambda: nn.Sequential(nn.Conv2d(3, 6, 3, padding=1, groups=3)),
+        (5, 6, 3, 2),
+    ),
+    "GroupNorm": (
+        "Chain(GroupNorm(6, 3, relu))",
+        lambda: nn.Sequential(nn.GroupNorm(3, 6), nn.ReLU()),
+        (5, 4, 6, 2),
+    ),
+    "InstanceNorm": (
+        "Chain(InstanceNorm(3; affine=true))",
+        lambda: nn.Sequential(nn.InstanceNorm2d(3, affine=True)),
+        (5, 5, 3, 2),
+    ),
+    "InstanceNorm-track": (
+        "Chain(InstanceNorm(3; affine=true, track_stats=true))",
+        lambda: nn.Sequential(nn.InstanceNorm2d(3, affine=True, track_running_stats=True)),
+        (5, 5, 3, 2),
+    ),
+    "InstanceNorm-plain": ("Chain(InstanceNorm(2))", lambda: nn.Sequential(nn.InstanceNorm1d(2)), (7, 2, 3)),
+    "pools-flatten-dropout": (
+        "Chain(Conv((3, 3), 2 => 3), MaxPool((2, 2)), MeanPool((2, 2); pad=1), Dropout(0.5), "
+        "Flux.flatten, Dense(12 => 4))",
+        lambda: nn.Sequential(
+            nn.Conv2d(2, 3, 3),
+            nn.MaxPool2d(2),
+            nn.AvgPool2d(2, padding=1),
+            nn.Dropout(0.5),
+            nn.Flatten(),
+            nn.Linear(12, 4),
+        ),
+        (9, 9, 2, 2),
+    ),
 }
 
 
@@ -119,6 +165,38 @@ def test_layer_rule_against_torch_output_and_back(case: str) -> None:
         if name.endswith("num_batches_tracked"):
             continue
         np.testing.assert_array_equal(back[name], tensor.numpy(), err_msg=name)
+
+
+def test_bilinear_rule_against_torch_output_and_back() -> None:
+    """nn.Bilinear.weight (out, in1, in2) is Flux's W as it is (layer-spec §2.2); two inputs."""
+    module = _randomize(nn.Bilinear(3, 4, 5), seed=7)
+    text = "Chain(Bilinear((3, 4) => 5))"
+    sd = {f"0.{k}": v for k, v in module.state_dict().items()}
+    state = state_dict_to_flux(sd, text)
+    rng = np.random.default_rng(1)
+    x, y = rng.standard_normal((3, 6)).astype(np.float32), rng.standard_normal((4, 6)).astype(np.float32)
+    expected = forward(as_layer(text), state, (x, y))
+    with torch.no_grad():
+        got = module(torch.from_numpy(_rev(x)), torch.from_numpy(_rev(y))).numpy()
+    np.testing.assert_allclose(_rev(got), expected, rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(state.layers[0].weight, module.weight.detach().numpy())
+    assert as_layer(layer_of_module(nn.Sequential(module))) == as_layer(text)
+    back = flux_to_state_dict(state, text)
+    assert set(back) == set(sd)
+    for name, tensor in sd.items():
+        np.testing.assert_array_equal(back[name], tensor.numpy(), err_msg=name)
+
+
+def test_layers_without_a_pytorch_rule_say_so() -> None:
+    # Scale has no layer rule yet (portcore); the error names the layer instead of guessing
+    with pytest.raises(tx.UnsupportedError, match="'Scale'"):
+        state_dict_to_flux({"0.weight": np.ones(3, np.float32)}, "Chain(Scale(3))")
+
+
+def test_gruv3_has_no_pytorch_equivalent() -> None:
+    with pytest.raises(tx.UnsupportedError, match="no PyTorch equivalent: Flux's GRUv3") as info:
+        state_dict_to_flux({}, "Chain(Dense(2 => 3), GRUv3(3 => 4))")
+    assert "model_state.layers[2]" in str(info.value)
 
 
 def test_conv_kernel_is_flipped_not_just_reordered() -> None:
@@ -225,6 +303,20 @@ def test_import_treexchange_does_not_import_torch() -> None:
     code = "import sys, treexchange, treexchange._interop; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"
+
+
+def test_public_format_names_import_their_package_only_when_called() -> None:
+    """``import treexchange`` and naming the public format functions import no format package."""
+    code = (
+        "import sys, treexchange as tx\n"
+        "fs = [tx.save_safetensors, tx.load_safetensors, tx.save_orbax, tx.load_orbax,\n"
+        "      tx.state_dict_to_flux, tx.flux_to_state_dict, tx.load_into_module]\n"
+        "print(sorted(m for m in ('torch', 'safetensors', 'orbax') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
+    for name in ("save_safetensors", "load_orbax", "state_dict_to_flux", "load_into_module"):
+        assert name in tx.__all__ and name in dir(tx)
 
 
 class _BasicBlock(nn.Module):

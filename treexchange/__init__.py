@@ -1,4 +1,4 @@
-"""treexchange: lossless model-state exchange between Julia (Flux/Lux via JLD2) and Python (JAX).
+"""treexchange: lossless model-state exchange between Julia (Flux/Lux via JLD2) and Python (JAX, PyTorch).
 
 The public API is exactly the names re-exported here.
 """
@@ -50,6 +50,16 @@ from ._values import (
 # The schema layer (pydantic) is imported on first use of one of its names, so that
 # ``import treexchange`` and reading files stay cheap (design.md: the codec never needs pydantic).
 if TYPE_CHECKING:
+    from ._interop._orbax import load_orbax as load_orbax, save_orbax as save_orbax
+    from ._interop._safetensors import (
+        load_safetensors as load_safetensors,
+        save_safetensors as save_safetensors,
+    )
+    from ._interop._torch import (
+        flux_to_state_dict as flux_to_state_dict,
+        load_into_module as load_into_module,
+        state_dict_to_flux as state_dict_to_flux,
+    )
     from ._schema import (
         Schema as Schema,
         SchemaDiff as SchemaDiff,
@@ -61,25 +71,35 @@ if TYPE_CHECKING:
         validate as validate,
     )
 
-_LAZY_SCHEMA_NAMES = frozenset(
-    {
-        "Schema",
-        "SchemaDiff",
-        "diff",
-        "infer_schema",
-        "load_schema",
-        "read_embedded_schema",
-        "schema_to_attributes",
-        "validate",
-    }
-)
+# Names whose module is imported on first use (name -> module): the schema layer needs pydantic, the
+# other formats need safetensors / orbax / torch (each imported only inside the functions that use it)
+# and the layer rules; ``import treexchange`` and reading files stay cheap (design.md).
+_LAZY_NAMES = {
+    **dict.fromkeys(
+        (
+            "Schema",
+            "SchemaDiff",
+            "diff",
+            "infer_schema",
+            "load_schema",
+            "read_embedded_schema",
+            "schema_to_attributes",
+            "validate",
+        ),
+        "._schema",
+    ),
+    **dict.fromkeys(("save_safetensors", "load_safetensors"), "._interop._safetensors"),
+    **dict.fromkeys(("save_orbax", "load_orbax"), "._interop._orbax"),
+    **dict.fromkeys(("state_dict_to_flux", "flux_to_state_dict", "load_into_module"), "._interop._torch"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY_SCHEMA_NAMES:
-        from . import _schema
+    module_name = _LAZY_NAMES.get(name)
+    if module_name is not None:
+        import importlib
 
-        value = getattr(_schema, name)
+        value = getattr(importlib.import_module(module_name, __name__), name)
         globals()[name] = value
         return value
     raise AttributeError(f"module 'treexchange' has no attribute {name!r}")
@@ -89,7 +109,7 @@ __version__ = "0.1.0"
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | _LAZY_SCHEMA_NAMES)
+    return sorted(set(globals()) | set(_LAZY_NAMES))
 
 
 __all__ = [
@@ -127,15 +147,22 @@ __all__ = [
     "diff",
     "flux_julia",
     "flux_state",
+    "flux_to_state_dict",
     "from_flux",
     "infer_schema",
     "load",
+    "load_into_module",
+    "load_orbax",
+    "load_safetensors",
     "load_schema",
     "open",
     "read_embedded_schema",
     "restore",
     "save",
+    "save_orbax",
+    "save_safetensors",
     "schema_to_attributes",
+    "state_dict_to_flux",
     "to_julia",
     "validate",
     "values_equal",

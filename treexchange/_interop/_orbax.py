@@ -154,7 +154,8 @@ def save_orbax(
 
     Example:
         >>> import os, tempfile
-        >>> from treexchange import NamedTuple
+        >>> import numpy as np
+        >>> from treexchange import NamedTuple, load_orbax, save_orbax
         >>> path = os.path.join(tempfile.mkdtemp(), "ckpt")
         >>> state = NamedTuple(layers=(NamedTuple(weight=np.ones((2, 3), np.float32), σ=()),))
         >>> _ = save_orbax(path, {"model_state": state})
@@ -438,5 +439,15 @@ def load_orbax(
     slice). A plain PyTree checkpoint gives ``{"state": nested NamedTuples}``. Arrays are restored
     ``batch_bytes`` at a time; ``spill_dir`` moves each batch into file-backed maps there (for
     checkpoints larger than memory).
+
+    Example:
+        >>> import os, tempfile
+        >>> import numpy as np
+        >>> import treexchange as tx
+        >>> path = os.path.join(tempfile.mkdtemp(), "ckpt")
+        >>> _ = tx.save_orbax(path, {"x": np.arange(6.0).reshape(2, 3), "n": 3})
+        >>> back = tx.load_orbax(path, batch_bytes=1 << 20)
+        >>> back["x"].shape, back["n"]
+        ((2, 3), 3)
     """
     return OrbaxSource(directory).roots(sharding=sharding, batch_bytes=batch_bytes, spill_dir=spill_dir)

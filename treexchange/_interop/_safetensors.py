@@ -193,7 +193,8 @@ def save_safetensors(
 
     Example:
         >>> import os, tempfile
-        >>> from treexchange import NamedTuple
+        >>> import numpy as np
+        >>> from treexchange import NamedTuple, load_safetensors, save_safetensors
         >>> path = os.path.join(tempfile.mkdtemp(), "model.safetensors")
         >>> state = NamedTuple(layers=(NamedTuple(weight=np.ones((2, 3), np.float32), σ=()),))
         >>> _ = save_safetensors(path, {"model_state": state})
@@ -483,6 +484,17 @@ def load_safetensors(path: str | os.PathLike[str]) -> dict[str, Any]:
     Arrays are read-only views of the file in the tree's Julia shape. A file written by
     :func:`save_safetensors` gives back exactly the values written; another file gives
     ``{stem: NamedTuple(name=tensor, ...)}`` in file order.
+
+    Example:
+        >>> import os, tempfile
+        >>> import numpy as np
+        >>> from safetensors.numpy import save_file
+        >>> from treexchange import load_safetensors
+        >>> path = os.path.join(tempfile.mkdtemp(), "linear.safetensors")
+        >>> save_file({"weight": np.eye(2, dtype=np.float32), "bias": np.zeros(2, np.float32)}, path)
+        >>> tree = load_safetensors(path)["linear"]
+        >>> sorted(tree), tree.weight.shape
+        (['bias', 'weight'], (2, 2))
     """
     return SafetensorsSource(path).roots()
 

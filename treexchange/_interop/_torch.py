@@ -20,6 +20,12 @@ BatchNorm      BatchNorm1d/2d/3d ``weight`` = γ,          same; ``num_batches_t
 LayerNorm      LayerNorm ``weight``/``bias`` =            ``rev`` (``normalized_shape`` is the Julia
                ``diag.scale``/``diag.bias``               ``size`` reversed)
 Embedding      Embedding ``weight``                       transpose (Julia ``(dim, vocab)``)
+Bilinear       Bilinear ``weight``, ``bias``              same (both ``(out, in1, in2)``)
+DepthwiseConv  Conv1d/2d/3d with ``groups = in``          as Conv
+ConvTranspose  ConvTranspose1d/2d/3d ``weight``, ``bias`` ``flip_spatial(rev(W))``: Julia
+                                                          ``(k…, out÷G, in)`` -> ``(in, out÷G, k…)``
+InstanceNorm,  InstanceNorm1d/2d/3d, GroupNorm            as BatchNorm (those tensors that exist:
+GroupNorm      ``weight`` = γ, ``bias`` = β (+ stats)     ``affine``/``track_stats``)
 =============  ========================================  ==============================================
 
 Every problem (a missing or left-over tensor, a kind or shape that does not fit) is collected and
@@ -46,13 +52,24 @@ from .._values import NamedTuple
 
 TORCH_MODULES: dict[str, tuple[str, ...]] = {
     "Dense": ("Linear",),
+    "Bilinear": ("Bilinear",),
     "Conv": ("Conv1d", "Conv2d", "Conv3d"),
+    "DepthwiseConv": ("Conv1d", "Conv2d", "Conv3d"),
     "CrossCor": ("Conv1d", "Conv2d", "Conv3d"),
+    "ConvTranspose": ("ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"),
     "BatchNorm": ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d"),
+    "InstanceNorm": ("InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"),
+    "GroupNorm": ("GroupNorm",),
     "LayerNorm": ("LayerNorm",),
     "Embedding": ("Embedding",),
 }
 """Flux layer kind -> the PyTorch module classes that hold the same parameters."""
+
+NO_TORCH_EQUIVALENT = {
+    "GRUv3": "Flux's GRUv3 applies the reset gate before Wh (the paper's form); PyTorch's GRU has no "
+    "such variant, so its weights cannot be moved exactly (use GRU)",
+}
+"""Flux layers PyTorch cannot compute, with the reason given in the error."""
 
 IGNORED = frozenset({"num_batches_tracked"})
 """PyTorch buffers with no Flux counterpart."""
@@ -82,18 +99,29 @@ def torch_params(layer: Layer) -> list[TorchParam]:
     if kind == "Dense":
         out = [TorchParam("weight", "weight", SAME, (a["out"], a["in"]))]
         return out + ([TorchParam("bias", "bias", SAME, (a["out"],))] if a.get("bias", True) else [])
-    if kind in ("Conv", "CrossCor"):
+    if kind == "Bilinear":  # nn.Bilinear.weight (out, in1, in2) is Flux's W as it is
+        out = [TorchParam("weight", "weight", SAME, (a["out"], *a["in"]))]
+        return out + ([TorchParam("bias", "bias", SAME, (a["out"],))] if a.get("bias", True) else [])
+    if kind in ("Conv", "DepthwiseConv", "CrossCor"):
         k = tuple(a["kernel"])
-        weight = (a["out"], a["in"] // a["groups"], *k[::-1])
-        how = "rev+flip" if kind == "Conv" else "rev"
+        weight = (a["out"], a["in"] // a.get("groups", 1), *k[::-1])
+        how = "rev" if kind == "CrossCor" else "rev+flip"
         out = [TorchParam("weight", "weight", conv_weight_perm(kind, dict(a)), weight, how)]
         return out + ([TorchParam("bias", "bias", SAME, (a["out"],))] if a["bias"] else [])
-    if kind == "BatchNorm":
+    if kind == "ConvTranspose":
+        # Flux's ConvTranspose is the adjoint of its (true) convolution, PyTorch's the adjoint of its
+        # cross-correlation: flip as for Conv. rev of Julia's (k…, Cout÷G, Cin) is already torch's
+        # (Cin, Cout÷G, k…) for any groups (layer-spec §2.8).
+        k = tuple(a["kernel"])
+        weight = (a["in"], a["out"] // a["groups"], *k[::-1])
+        out = [TorchParam("weight", "weight", conv_weight_perm("Conv", dict(a)), weight, "rev+flip")]
+        return out + ([TorchParam("bias", "bias", SAME, (a["out"],))] if a["bias"] else [])
+    if kind in ("BatchNorm", "InstanceNorm", "GroupNorm"):
         c = (a["channels"],)
         out = []
         if a["affine"]:
             out += [TorchParam("γ", "weight", SAME, c), TorchParam("β", "bias", SAME, c)]
-        if a["track_stats"]:
+        if a["track_stats"] and kind != "GroupNorm":
             out += [TorchParam("μ", "running_mean", SAME, c), TorchParam("σ²", "running_var", SAME, c)]
         return out
     if kind == "LayerNorm":
@@ -137,7 +165,11 @@ def array_layers(layer: Layer, root: tuple[PathSegment, ...] = ("model_state",))
     out: list[_Site] = []
 
     def walk(node: Layer, path: tuple[PathSegment, ...]) -> None:
-        if node.kind in TORCH_MODULES or (not node.children and _has_arrays(node)):
+        if node.kind in TORCH_MODULES:
+            if torch_params(node):  # an InstanceNorm without affine/stats holds no tensor in torch either
+                out.append(_Site(node, path))
+            return
+        if not node.children and _has_arrays(node):
             out.append(_Site(node, path))
             return
         order = list(enumerate(node.children))
@@ -286,11 +318,23 @@ def _shape(tensor: Any) -> tuple[int, ...]:
 
 def as_layer(architecture: str | Layer) -> Layer:
     """The Layer tree of an architecture text (parsed, never evaluated) or a Layer, defaults filled."""
-    if isinstance(architecture, Layer):
-        return with_defaults(architecture)
-    from .._port._arch import parse_architecture
+    if not isinstance(architecture, Layer):
+        from .._port._arch import parse_architecture
 
-    return with_defaults(parse_architecture(architecture))
+        architecture = parse_architecture(architecture)
+    _refuse_no_equivalent(architecture, ("model_state",))
+    return with_defaults(architecture)
+
+
+def _refuse_no_equivalent(layer: Layer, path: tuple[PathSegment, ...]) -> None:
+    """:class:`UnsupportedError` at the first layer PyTorch cannot compute (before any rule lookup)."""
+    if layer.kind in NO_TORCH_EQUIVALENT:
+        raise UnsupportedError(f"no PyTorch equivalent: {NO_TORCH_EQUIVALENT[layer.kind]}", path=path)
+    for i, child in enumerate(layer.children):
+        if layer.kind == "SkipConnection":
+            _refuse_no_equivalent(child, (*path, "layers"))
+        else:
+            _refuse_no_equivalent(child, (*path, "layers", layer.names[i] if layer.names else i + 1))
 
 
 def state_dict_to_flux(
@@ -311,10 +355,18 @@ def state_dict_to_flux(
 
     Example:
         >>> import numpy as np
+        >>> from treexchange import state_dict_to_flux
         >>> sd = {"0.weight": np.ones((3, 2), np.float32), "0.bias": np.zeros(3, np.float32)}
         >>> state = state_dict_to_flux(sd, "Chain(Dense(2 => 3, relu))")
         >>> state.layers[0].weight.shape, state.layers[0].σ
         ((3, 2), ())
+
+        A torch module stands for its own architecture (a Conv kernel comes back flipped and reversed):
+
+        >>> import torch
+        >>> conv = torch.nn.Sequential(torch.nn.Conv2d(1, 2, (3, 5)), torch.nn.ReLU())
+        >>> state_dict_to_flux(None, conv).layers[0].weight.shape  # Julia (kW, kH, in, out)
+        (5, 3, 1, 2)
     """
     if not isinstance(architecture, (str, Layer)):
         module = architecture
@@ -348,6 +400,15 @@ def flux_to_state_dict(
     ``nn.Sequential``: one group per Flux layer with arrays, numbered in order (``"0.weight"``).
 
     ``architecture`` may be an equivalent ``torch.nn.Module`` (its ``state_dict`` gives the names).
+    ``num_batches_tracked`` buffers (no Flux counterpart) come out as 0.
+
+    Example:
+        >>> import numpy as np
+        >>> from treexchange import NamedTuple, flux_to_state_dict
+        >>> dense = NamedTuple(weight=np.ones((3, 2), np.float32), bias=np.zeros(3, np.float32), σ=())
+        >>> sd = flux_to_state_dict(NamedTuple(layers=(dense,)), "Chain(Dense(2 => 3, relu))")
+        >>> {name: t.shape for name, t in sd.items()}
+        {'0.weight': (3, 2), '0.bias': (3,)}
     """
     if not isinstance(architecture, (str, Layer)):
         names = architecture.state_dict() if names is None else names
@@ -412,6 +473,15 @@ def load_into_module(
 
     The Flux model is ``architecture`` (text or Layer), or read from ``module`` itself. Returns the
     module (its parameters and buffers replaced in place, dtypes kept as the module has them).
+
+    Example:
+        >>> import numpy as np, torch
+        >>> from treexchange import NamedTuple, load_into_module
+        >>> w = np.arange(6, dtype=np.float32).reshape(3, 2)  # Julia (out, in), as torch's
+        >>> state = NamedTuple(layers=(NamedTuple(weight=w, bias=np.ones(3, np.float32), σ=()),))
+        >>> model = load_into_module(torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Tanh()), state)
+        >>> model[0].weight[2].tolist(), model[0].bias.tolist()
+        ([4.0, 5.0], [1.0, 1.0, 1.0])
     """
     import torch
 
@@ -505,6 +575,58 @@ def _one(sub: Any) -> Layer:
                 "dilation": tuple(sub.dilation[::-1]),
                 "groups": sub.groups,
                 "bias": sub.bias is not None,
+                "σ": "identity",
+            },
+        )
+    if isinstance(sub, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)):
+        if sub.padding_mode != "zeros":
+            raise UnsupportedError(f"torch {name} padding_mode {sub.padding_mode!r} has no Flux rule")
+        return Layer(
+            "ConvTranspose",
+            {
+                "kernel": tuple(sub.kernel_size[::-1]),
+                "in": sub.in_channels,
+                "out": sub.out_channels,
+                "stride": tuple(sub.stride[::-1]),
+                "pad": tuple(p for p in sub.padding[::-1] for _ in range(2)),
+                "dilation": tuple(sub.dilation[::-1]),
+                "groups": sub.groups,
+                "outpad": tuple(sub.output_padding[::-1]),
+                "bias": sub.bias is not None,
+                "σ": "identity",
+            },
+        )
+    if isinstance(sub, nn.Bilinear):
+        return Layer(
+            "Bilinear",
+            {
+                "in": (sub.in1_features, sub.in2_features),
+                "out": sub.out_features,
+                "bias": sub.bias is not None,
+                "σ": "identity",
+            },
+        )
+    if isinstance(sub, nn.GroupNorm):
+        return Layer(
+            "GroupNorm",
+            {
+                "channels": sub.num_channels,
+                "groups": sub.num_groups,
+                "ϵ": float(sub.eps),
+                "affine": sub.affine,
+                "track_stats": False,
+                "σ": "identity",
+            },
+        )
+    if isinstance(sub, (nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d)):
+        return Layer(
+            "InstanceNorm",
+            {
+                "channels": sub.num_features,
+                "ϵ": float(sub.eps),
+                "momentum": float(sub.momentum if sub.momentum is not None else 0.1),
+                "affine": sub.affine,
+                "track_stats": sub.track_running_stats,
                 "σ": "identity",
             },
         )
