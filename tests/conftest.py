@@ -14,6 +14,10 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(os.environ.get("TREEXCHANGE_SHARED", REPO.parent / "shared"))
 FIXTURES = SHARED / "julia_fixtures"
+# Whether the corpus is the project's own ../shared (whose files some tests name) or a folder of
+# other Julia-written files given through TREEXCHANGE_SHARED (tests/test_corpus.py runs over it).
+OWN_CORPUS = (FIXTURES / "CATALOG.md").is_file() and (FIXTURES / "jld2jl").is_dir()
+FOREIGN_REASON = f"names a file of ../shared, and the corpus at {FIXTURES} is another one"
 SKIP_REASON = (
     f"Julia-written fixtures not found at {FIXTURES} (clone ../shared beside the repository "
     "or set TREEXCHANGE_SHARED)"
@@ -35,8 +39,16 @@ def require_fixture(relpath: str) -> Path:
     """The path of one fixture (e.g. ``"flux-state/silver-bullet_lenet.jld2"``), or skip."""
     path = FIXTURES / relpath
     if not path.is_file():
-        pytest.skip(SKIP_REASON)
+        pytest.skip(SKIP_REASON if OWN_CORPUS or not FIXTURES.is_dir() else FOREIGN_REASON)
     return path
+
+
+def require_own_corpus() -> None:
+    """Skip a test that names ../shared's files (or counts them) when the corpus is another one."""
+    if not FIXTURES.is_dir():
+        pytest.skip(SKIP_REASON)
+    if not OWN_CORPUS:
+        pytest.skip(FOREIGN_REASON)
 
 
 def all_fixtures_or_skip() -> list[Path]:

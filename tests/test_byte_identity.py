@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, fixture_files, fixture_ids, require_fixture
+from conftest import FIXTURES, fixture_files, fixture_ids, require_fixture, require_own_corpus
 
 from treexchange._cli import main
 
@@ -41,8 +41,7 @@ FILES = _format_020()
 
 
 def test_every_required_fixture_is_a_020_file() -> None:
-    if not FIXTURES.is_dir():
-        pytest.skip("fixtures absent")
+    require_own_corpus()
     names = {str(p.relative_to(FIXTURES)) for p in FILES}
     assert set(REQUIRED) <= names, set(REQUIRED) - names
 
@@ -51,6 +50,7 @@ def test_every_required_fixture_is_a_020_file() -> None:
 def test_convert_keep_producer_is_byte_identical(path: Path | None, tmp_path: Path) -> None:
     if path is None:
         pytest.skip("fixtures absent")
+    require_own_corpus()  # another corpus: tests/test_corpus.py checks its 0.2.0 files
     name = str(path.relative_to(FIXTURES))
     if name in NOT_IDENTICAL:
         pytest.skip(NOT_IDENTICAL[name])
@@ -65,9 +65,7 @@ def test_convert_keep_producer_is_byte_identical(path: Path | None, tmp_path: Pa
 
 
 def test_without_keep_producer_only_the_header_note_differs(tmp_path: Path) -> None:
-    path = FIXTURES / "flux-state/reinforce-circuits_mymodel.jld2"
-    if not path.is_file():
-        pytest.skip("fixtures absent")
+    path = require_fixture("flux-state/reinforce-circuits_mymodel.jld2")
     out = tmp_path / "out.jld2"
     assert main(["convert", str(path), str(out)]) == 0
     original, written = path.read_bytes(), out.read_bytes()

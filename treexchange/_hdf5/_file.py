@@ -295,18 +295,21 @@ class HDF5File:
         return dense_attributes(self, info)
 
     # --- data --------------------------------------------------------------------------------
-    def raw_location(self, obj: ObjectHeader, *, keep: bool = True) -> tuple[int, int] | None:
+    def raw_location(
+        self, obj: ObjectHeader, *, keep: bool = True, element_size: int | None = None
+    ) -> tuple[int, int] | None:
         """``(absolute offset, nbytes)`` of the raw data when it is stored in one piece, unfiltered
         (compact or contiguous layout, or one unfiltered chunk that covers the whole dataset);
         else None. ``nbytes`` is what the dataspace and datatype need (never more than stored).
 
         ``keep=False``: do not keep the decoded layout on ``obj`` (for a look at a small
         dataset that is not read: one object less for the garbage collector per dataset).
+        ``element_size``: as for :meth:`raw_data`.
         """
         layout = obj.layout if keep else obj.peek_layout()
         if layout is None:
             return None
-        nbytes = self._expected_bytes(obj)
+        nbytes = self._expected_bytes(obj, element_size)
         if layout.kind in ("compact", "contiguous"):
             if layout.data_offset is None or nbytes == 0:
                 return None
@@ -317,17 +320,18 @@ class HDF5File:
         with format_errors(obj.offset):
             return single_unfiltered_chunk(self, obj, nbytes)
 
-    def raw_data(self, obj: ObjectHeader) -> memoryview | bytes:
+    def raw_data(self, obj: ObjectHeader, element_size: int | None = None) -> memoryview | bytes:
         """The dataset's raw element bytes in storage (HDF5, C) order.
 
         Compact and contiguous data come back as a zero-copy view of the file; chunked data are
         assembled (filters applied) into new bytes. Null dataspaces and undefined addresses give
-        ``b""``.
+        ``b""``. ``element_size`` reads each element as that many bytes instead of the datatype's
+        size (JLD2 reads old files' strings as their bytes this way).
         """
         layout = obj.layout
         if layout is None:
             raise FormatError("object is not a dataset (no layout message)", offset=obj.offset)
-        nbytes = self._expected_bytes(obj)
+        nbytes = self._expected_bytes(obj, element_size)
         if nbytes == 0:
             return b""
         if obj.find(m.EXTERNAL_FILES) is not None:
@@ -434,11 +438,11 @@ class HDF5File:
         start = offset - offset % mmap.ALLOCATIONGRANULARITY
         _advise(self._mmap, "MADV_WILLNEED", start, min(offset + nbytes, self.size) - start)
 
-    def _expected_bytes(self, obj: ObjectHeader) -> int:
+    def _expected_bytes(self, obj: ObjectHeader, element_size: int | None = None) -> int:
         space, dtype = obj.dataspace, obj.datatype
         if space is None or dtype is None:
             raise FormatError("dataset lacks a dataspace or datatype message", offset=obj.offset)
-        return space.count * dtype.size
+        return space.count * (dtype.size if element_size is None else element_size)
 
     def _check_stored(self, obj: ObjectHeader, offset: int, stored: int, nbytes: int) -> None:
         if stored < nbytes:

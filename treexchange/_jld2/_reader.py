@@ -36,7 +36,7 @@ from .._recursion import FRAMES_PER_LEVEL, stack_for_depth
 from .._typeof import BOTTOM
 from .._values import UNDEF, JuliaArray
 from ._header import FileHeader, parse_header
-from ._plans import GhostPlan, Path, Plan, ReferencePlan, type_value
+from ._plans import FixedStringPlan, GhostPlan, Path, Plan, ReferencePlan, type_value
 from ._typesread import TypeResolver
 from ._typeutil import ANY, array_type
 
@@ -48,6 +48,14 @@ _INT64_ATTR_CLASSES = (H5Class.FIXED,)
 _GROUP_TYPE = JuliaType("JLD2.Group")
 _ARRAY_TYPES_CACHED = 4096  # distinct array types remembered per file (a file uses a handful)
 _DATATYPE_TYPE = JuliaType("Core.DataType")
+
+
+def _element_size(info: DatasetInfo) -> int | None:
+    """1 for an old file's String stored over its bytes' dataspace (see ``Reader._make_info``):
+    its data are the dataspace's count of bytes, not that many strings. Else None (the
+    datatype's size)."""
+    space = info.obj.dataspace
+    return 1 if info.space == "scalar" and space is not None and space.kind == "simple" else None
 
 
 class DatasetInfo(ObjectHeader):
@@ -351,6 +359,13 @@ class Reader:
         space_kind = space.kind
         if space_kind == "scalar":
             return obj._describe(plan, "scalar", None, None, plan.julia_type, plan.kind, memory, 1)
+        if isinstance(plan, FixedStringPlan) and space_kind == "simple" and dims is None:
+            # JLD2 0.1.12-0.3.1 (2019-2021, file format <= 0.1.1) wrote a String with the
+            # dataspace of its bytes as a Vector{UInt8} (n elements) and an n-byte string
+            # datatype. JLD2 still reads that (backwards_compatibility.jl): a string datatype
+            # over a simple dataspace is the String of the dataspace's count of bytes.
+            text = FixedStringPlan(space.count, plan.padding, plan.julia_type, plan.h5type)
+            return obj._describe(text, "scalar", None, None, text.julia_type, text.kind, memory, 1)
         ghost = isinstance(plan, GhostPlan)
         if space_kind == "null" and dims is None:
             if ghost:
@@ -447,7 +462,7 @@ class Reader:
     def raw(self, info: DatasetInfo, nbytes: int) -> memoryview | bytes:
         """At least ``nbytes`` of the dataset's raw (storage-order) bytes."""
         self._check_open()
-        raw = self.h5.raw_data(info.obj)
+        raw = self.h5.raw_data(info.obj, _element_size(info))
         if len(raw) < nbytes:
             raise FormatError(f"dataset holds {len(raw)} bytes, needs {nbytes}", offset=info.obj.offset)
         return raw
@@ -462,7 +477,7 @@ class Reader:
         assert info.plan is not None
         size = info.plan.size
         self._check_open()
-        loc = self.h5.raw_location(info.obj, keep=False)
+        loc = self.h5.raw_location(info.obj, keep=False, element_size=_element_size(info))
         if loc is None or loc[1] < size:
             return bytes(self.raw(info, size)[:size])
         return bytes(self.h5.buffer[loc[0] : loc[0] + size])
