@@ -386,6 +386,7 @@ class CompoundPlan(Plan):
         self.size = h5type.size
         self.fields = tuple(fields)
         self.layout = layout
+        self._declared: tuple[JuliaType | None, ...] | None = None
         # The (path segment, key) of each field, as lazy nodes list them: once per type, not
         # once per node (a model has thousands of layers of the same few types).
         self.entries: tuple[tuple[str | int, Any], ...] = (
@@ -399,8 +400,41 @@ class CompoundPlan(Plan):
         out = []
         for i, f in enumerate(self.fields):
             seg: str | int = i + 1 if tuple_like else f.name
-            out.append(f.plan.decode(ctx, buf, off + f.offset, (*path, seg)))
+            value = f.plan.decode(ctx, buf, off + f.offset, (*path, seg))
+            if isinstance(value, JuliaStruct) and not value.mutable and isinstance(f.plan, ReferencePlan):
+                declared = self.declared[i]
+                if declared is not None and value.type == declared:
+                    # A field declared with the struct's own concrete type yet stored by
+                    # reference: JLD2 does that for mutable types (and for immutables over
+                    # 1024 bytes, flagged too: it changes nothing in how they are written).
+                    value.mutable = True
+            out.append(value)
         return out
+
+    @property
+    def declared(self) -> tuple[JuliaType | None, ...]:
+        """The declared type of each field where the file says it: a Tuple's or NamedTuple's
+        type parameters, a struct's ``field_types`` entries (NULL for reference fields)."""
+        found = self._declared
+        if found is None:
+            found = tuple(f.field_type for f in self.fields)
+            params = self.julia_type.params
+            if self.kind == "namedtuple" and len(params) == 2 and isinstance(params[1], JuliaType):
+                params = params[1].params
+            if self.kind in ("tuple", "namedtuple") and len(params) == len(self.fields):
+                found = tuple(p if isinstance(p, JuliaType) else None for p in params)
+            self._declared = found
+        return found
+
+    def new_struct(self) -> JuliaStruct:
+        """An empty struct of this type, to be filled by :meth:`fill` (cycles close on it)."""
+        return JuliaStruct(self.julia_type, layout=self.layout)
+
+    def fill(self, target: JuliaStruct, ctx: DecodeContext, buf: Any, off: int, path: Path) -> JuliaStruct:
+        """Decode the fields into ``target`` (made by :meth:`new_struct`); returns it."""
+        values = self.field_values(ctx, buf, off, path)
+        target.fields.update(zip((f.name for f in self.fields), values))
+        return target
 
     def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
         values = self.field_values(ctx, buf, off, path)
@@ -410,6 +444,14 @@ class CompoundPlan(Plan):
         if self.kind == "namedtuple":
             return NamedTuple(zip(names, values))
         return JuliaStruct(self.julia_type, zip(names, values), layout=self.layout)
+
+
+def mark_mutable(items: Sequence[Any], eltype: JuliaType) -> None:
+    """Flag the structs of a reference array whose element type is their own concrete type:
+    JLD2 stores elements of a concrete struct type by reference only when it is mutable."""
+    for item in items:
+        if isinstance(item, JuliaStruct) and not item.mutable and item.type == eltype:
+            item.mutable = True
 
 
 class UnionElementPlan(Plan):

@@ -31,9 +31,9 @@ from .._hdf5._objectheader import RawMessage
 from .._juliatype import JuliaType
 from .._limits import DEFAULT_LIMITS, Limits
 from .._typeof import BOTTOM
-from .._values import UNDEF, JuliaArray
+from .._values import UNDEF, JuliaArray, JuliaStruct
 from ._header import FileHeader, parse_header
-from ._plans import GhostPlan, Path, Plan, ReferencePlan, type_value
+from ._plans import CompoundPlan, GhostPlan, Path, Plan, ReferencePlan, mark_mutable, type_value
 from ._typesread import TypeResolver
 from ._typeutil import ANY, array_type
 
@@ -499,6 +499,11 @@ class Reader:
                     return plan.value
                 raise FormatError("null dataspace for a non-empty type")
             raw = self.raw(info, plan.size)
+            if isinstance(plan, CompoundPlan) and plan.kind == "struct":
+                # Made before its fields: a field referring back to it (a mutable struct in a
+                # cycle, JLD2 reads those too) closes on this very object.
+                target = session.partial[info.address] = plan.new_struct()
+                return plan.fill(target, session, raw, 0, path)
             return plan.decode(session, raw, 0, path)
         if info.dtype is not None:
             return self.numeric_array(info, session.order, mmap=session.mmap)
@@ -519,8 +524,10 @@ class Reader:
             raw = self.raw(info, n * plan.size)
             items = plan.decode_many(session, raw, n, path)
         eltype = info.eltype or ANY
-        if isinstance(plan, ReferencePlan) and len(info.shape) == 1 and eltype == ANY and not info.memory:
-            return items
+        if isinstance(plan, ReferencePlan):
+            if len(info.shape) == 1 and eltype == ANY and not info.memory:
+                return items
+            mark_mutable(items, eltype)  # elements of a concrete struct type stored by reference
         flat = np.empty(n, dtype=object)
         flat[:] = items
         if session.order == "julia":
@@ -555,6 +562,9 @@ class Session:
         self.mmap = mmap
         self.memo: dict[int, Any] = {}
         self._busy: set[int] = set()
+        # values being filled, by address (structs made before their fields): a reference back
+        # to one closes the cycle on the same Python object
+        self.partial: dict[int, Any] = {}
         self._depth = 0
         self.heap_bytes = reader.heap_bytes
         self.decode_datatype = reader.types.decode_datatype
@@ -565,8 +575,15 @@ class Session:
             return UNDEF  # an undefined reference: a #undef field or element
         memo = self.memo
         if address in memo:
-            return memo[address]
+            value = memo[address]
+            if isinstance(value, JuliaStruct):
+                value.mutable = True  # one struct referenced twice: JLD2 shares mutable ones only
+            return value
         if address in self._busy:
+            partial = self.partial.get(address)
+            if isinstance(partial, JuliaStruct):
+                partial.mutable = True  # only a mutable struct can contain itself
+                return partial
             raise UnsupportedError("reference cycle (an object contains itself)", path=path)
         if self._depth >= self.limits.max_depth:
             raise LimitError(f"values nested deeper than max_depth={self.limits.max_depth}", path=path)
@@ -582,6 +599,7 @@ class Session:
             raise LimitError("values nested too deeply for Python's stack", path=path) from err
         finally:
             self._busy.discard(address)
+            self.partial.pop(address, None)
             self._depth -= 1
         memo[address] = value
         return value
