@@ -61,6 +61,11 @@ class DecodeContext(Protocol):
         """The value of the object at relative ``address`` (``UNDEF`` for a NULL reference)."""
         ...
 
+    def flag_mutable(self, value: JuliaStruct) -> None:
+        """The file shows ``value``'s type is a mutable struct: flag it and every other struct
+        of that type this traversal has read or will read."""
+        ...
+
     def decode_datatype(self, buf: Any, off: int, path: Path) -> JuliaType:
         """A ``Core.DataType`` element (name + parameter references) as a :class:`JuliaType`."""
         ...
@@ -407,7 +412,7 @@ class CompoundPlan(Plan):
                     # A field declared with the struct's own concrete type yet stored by
                     # reference: JLD2 does that for mutable types (and for immutables over
                     # 1024 bytes, flagged too: it changes nothing in how they are written).
-                    value.mutable = True
+                    ctx.flag_mutable(value)
             out.append(value)
         return out
 
@@ -446,12 +451,12 @@ class CompoundPlan(Plan):
         return JuliaStruct(self.julia_type, zip(names, values), layout=self.layout)
 
 
-def mark_mutable(items: Sequence[Any], eltype: JuliaType) -> None:
+def mark_mutable(ctx: DecodeContext, items: Sequence[Any], eltype: JuliaType) -> None:
     """Flag the structs of a reference array whose element type is their own concrete type:
     JLD2 stores elements of a concrete struct type by reference only when it is mutable."""
     for item in items:
         if isinstance(item, JuliaStruct) and not item.mutable and item.type == eltype:
-            item.mutable = True
+            ctx.flag_mutable(item)
 
 
 class UnionElementPlan(Plan):

@@ -503,6 +503,8 @@ class Reader:
                 # Made before its fields: a field referring back to it (a mutable struct in a
                 # cycle, JLD2 reads those too) closes on this very object.
                 target = session.partial[info.address] = plan.new_struct()
+                if target.type.qualified() in session.mutable_types:
+                    target.mutable = True
                 return plan.fill(target, session, raw, 0, path)
             return plan.decode(session, raw, 0, path)
         if info.dtype is not None:
@@ -527,7 +529,7 @@ class Reader:
         if isinstance(plan, ReferencePlan):
             if len(info.shape) == 1 and eltype == ANY and not info.memory:
                 return items
-            mark_mutable(items, eltype)  # elements of a concrete struct type stored by reference
+            mark_mutable(session, items, eltype)  # elements of a concrete struct type stored by reference
         flat = np.empty(n, dtype=object)
         flat[:] = items
         if session.order == "julia":
@@ -565,10 +567,24 @@ class Session:
         # values being filled, by address (structs made before their fields): a reference back
         # to one closes the cycle on the same Python object
         self.partial: dict[int, Any] = {}
+        self.mutable_types: set[str] = set()  # struct types the file shows are mutable
         self._depth = 0
         self.heap_bytes = reader.heap_bytes
         self.decode_datatype = reader.types.decode_datatype
         self.decode_union = reader.types.decode_union
+
+    def flag_mutable(self, value: JuliaStruct) -> None:
+        """Mutability is a property of the type: once the file shows one struct of a type is
+        mutable, every struct of that type read so far (each its own dataset, so in the memo or
+        being filled) and read later is flagged."""
+        value.mutable = True
+        key = value.type.qualified()
+        if key in self.mutable_types:
+            return
+        self.mutable_types.add(key)
+        for seen in (*self.memo.values(), *self.partial.values()):
+            if isinstance(seen, JuliaStruct) and not seen.mutable and seen.type.qualified() == key:
+                seen.mutable = True
 
     def load_ref(self, address: int, path: Path) -> Any:
         if address == 0:
@@ -576,13 +592,14 @@ class Session:
         memo = self.memo
         if address in memo:
             value = memo[address]
-            if isinstance(value, JuliaStruct):
-                value.mutable = True  # one struct referenced twice: JLD2 shares mutable ones only
+            if isinstance(value, JuliaStruct) and not value.mutable:
+                self.flag_mutable(value)  # one struct referenced twice: JLD2 shares mutable ones only
             return value
         if address in self._busy:
             partial = self.partial.get(address)
             if isinstance(partial, JuliaStruct):
-                partial.mutable = True  # only a mutable struct can contain itself
+                if not partial.mutable:
+                    self.flag_mutable(partial)  # only a mutable struct can contain itself
                 return partial
             raise UnsupportedError("reference cycle (an object contains itself)", path=path)
         if self._depth >= self.limits.max_depth:
