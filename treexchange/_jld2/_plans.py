@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .._errors import FormatError, LimitError
-from .._hdf5._model import H5Type, Member
+from .._hdf5._model import H5Class, H5Type, Member
 from .._juliatype import JuliaType
 from .._limits import Limits
 from .._typeof import kind_of
@@ -452,11 +452,38 @@ class CompoundPlan(Plan):
 
 
 def mark_mutable(ctx: DecodeContext, items: Sequence[Any], eltype: JuliaType) -> None:
-    """Flag the structs of a reference array whose element type is their own concrete type:
-    JLD2 stores elements of a concrete struct type by reference only when it is mutable."""
+    """Flag the structs of a reference array whose element type is their own concrete type
+    and plain bits: JLD2 stores array elements of an ``isbitstype`` struct inline, so by
+    reference means mutable. (Elements of other immutable structs, a ``Pair{String,Float64}``,
+    are stored by reference too: they may be undefined, JLD2's ``fieldodr(T, false)``.)"""
     for item in items:
-        if isinstance(item, JuliaStruct) and not item.mutable and item.type == eltype:
+        if (
+            isinstance(item, JuliaStruct)
+            and not item.mutable
+            and item.type == eltype
+            and item.layout is not None
+            and _plain_bits(item.layout)
+        ):
             ctx.flag_mutable(item)
+
+
+def _plain_bits(layout: StructLayout) -> bool:
+    """Whether a struct's stored fields are all inline plain data (no reference, no heap
+    string or sequence anywhere inside): what an ``isbitstype`` struct looks like on disk."""
+    if layout.written_type is not None:
+        return False
+    for f in layout.fields:
+        if f.storage == "reference" or (f.member is not None and _has_pointer(f.member.type)):
+            return False
+    return True
+
+
+def _has_pointer(t: H5Type) -> bool:
+    if t.cls in (H5Class.REFERENCE, H5Class.VLEN):
+        return True
+    if t.base is not None and _has_pointer(t.base):
+        return True
+    return any(_has_pointer(m.type) for m in t.members)
 
 
 class UnionElementPlan(Plan):
