@@ -418,15 +418,17 @@ class CompoundPlan(Plan):
 
     @property
     def declared(self) -> tuple[JuliaType | None, ...]:
-        """The declared type of each field where the file says it: a Tuple's or NamedTuple's
-        type parameters, a struct's ``field_types`` entries (NULL for reference fields)."""
+        """The declared type of each field where the file says it: a Tuple's, NamedTuple's or
+        Pair's type parameters, a struct's ``field_types`` entries (NULL for reference fields)."""
         found = self._declared
         if found is None:
             found = tuple(f.field_type for f in self.fields)
             params = self.julia_type.params
             if self.kind == "namedtuple" and len(params) == 2 and isinstance(params[1], JuliaType):
                 params = params[1].params
-            if self.kind in ("tuple", "namedtuple") and len(params) == len(self.fields):
+            # Pair{A,B} (a Dict's entries) declares ``first::A, second::B`` in its parameters.
+            is_pair = self.julia_type.name in ("Core.Pair", "Base.Pair")
+            if (self.kind in ("tuple", "namedtuple") or is_pair) and len(params) == len(self.fields):
                 found = tuple(p if isinstance(p, JuliaType) else None for p in params)
             self._declared = found
         return found
