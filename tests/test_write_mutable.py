@@ -7,16 +7,19 @@ laid out the way JLD2.jl lays them out); h5py is the independent check of what w
 
 from __future__ import annotations
 
+import io
 import struct
 from pathlib import Path
 
 import h5py
 import numpy as np
+import pytest
 from _jld2_builder import Builder, shared, space, t_compound, t_int, t_ref
 
 import treexchange as tx
 from treexchange import JuliaArray, JuliaStruct, NamedTuple, values_equal
 from treexchange._cli import main
+from treexchange._jld2._writer import JLD2Writer
 
 
 def _params(lr: float = 0.1) -> JuliaStruct:
@@ -200,3 +203,25 @@ def test_builder_shared_struct_in_namedtuple(tmp_path: Path) -> None:
     with h5py.File(out, "r") as f:
         refs = f["a"][()]
         assert _same_object(f, refs[0], refs[1])
+
+
+def test_dict_of_mutable_structs_keeps_identity_and_flag(tmp_path: Path) -> None:
+    """Graph edge data in a Dict: ``Dict{String,Edge}`` is stored as ``Pair{String,Edge}``
+    entries whose ``second`` is a reference; the Pair's type parameters declare ``Edge``."""
+    edge = JuliaStruct("Main.Edge", {"weight": 0.5}, mutable=True)
+    path = tmp_path / "dict.jld2"
+    tx.save(path, g={"a": edge, "b": edge, "c": JuliaStruct("Main.Edge", {"weight": 1.5}, mutable=True)})
+    g = tx.load(path)["g"]
+    assert g["a"] is g["b"] and g["a"] is not g["c"]
+    assert g["c"].mutable  # flagged by its declared type, not by sharing
+    again = tmp_path / "again.jld2"
+    tx.save(again, g=g)
+    assert again.read_bytes() == path.read_bytes()
+
+
+def test_flag_after_immutable_use_is_refused(tmp_path: Path) -> None:
+    """A type already laid out as immutable cannot turn mutable later in the same file."""
+    w = JLD2Writer(io.BytesIO())
+    w.write("first", NamedTuple(p=JuliaStruct("Main.Params", {"lr": 0.5, "n": np.int64(1)})))
+    with pytest.raises(tx.ConversionError, match="mutable"):
+        w.write("later", NamedTuple(p=_params()))
