@@ -130,12 +130,13 @@ def _h5_depth(f: h5py.File, top: h5py.Dataset) -> int:
 def test_trees_as_deep_as_the_limit_are_written(tmp_path: Path, kind: str) -> None:
     limit = Limits().max_depth
     path = tmp_path / "deep.jld2"
-    treexchange.save(path, d=_chain(kind, limit))
+    # max_depth counts nested containers (as the reader does): limit containers and the leaf.
+    treexchange.save(path, d=_chain(kind, limit + 1))
     with h5py.File(path) as f:
         assert _h5_depth(f, f["d"]) >= limit  # every level its own dataset (a Dict: two)
     with pytest.raises(LimitError, match=f"max_depth={limit}") as info:
-        treexchange.save(tmp_path / "deeper.jld2", d=_chain(kind, limit + 1))
-    assert len(info.value.path) == limit + 1  # the name, then one segment per level
+        treexchange.save(tmp_path / "deeper.jld2", d=_chain(kind, limit + 2))
+    assert len(info.value.path) == limit + 2  # the name, then one segment per level
     assert sorted(p.name for p in tmp_path.iterdir()) == ["deep.jld2"]
 
 

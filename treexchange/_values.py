@@ -29,11 +29,12 @@ from __future__ import annotations
 import functools
 import importlib.abc
 import importlib.machinery
+import reprlib
 import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -334,6 +335,17 @@ class Singleton:
         return f"Singleton({self.type.qualified()!r})"
 
 
+_local = threading.local()
+
+
+def _comparing() -> set[tuple[int, int]]:
+    """The pairs of structs being compared on this thread (cycle guard of ``JuliaStruct.__eq__``)."""
+    busy = getattr(_local, "comparing", None)
+    if busy is None:
+        busy = _local.comparing = set()
+    return busy
+
+
 class JuliaStruct:
     """Any Julia struct without a more specific Python face: its type and its fields in order.
 
@@ -341,14 +353,26 @@ class JuliaStruct:
     ``layout`` is an opaque description of how the struct was laid out on disk when it was read
     (used by the writer to re-encode it exactly); it plays no part in equality.
 
+    ``mutable`` says the struct's type is a Julia ``mutable struct``: JLD2 then writes every
+    instance as a dataset of its own, referenced from wherever it appears, and one Python object
+    appearing twice is one Julia object (one dataset). The reader sets it when the file shows it
+    (the struct is referenced from a field or array element declared with its own concrete type,
+    referenced twice, or part of a cycle); ``False`` means "not known to be mutable". It plays
+    no part in equality. A mutable struct may contain itself (a cycle); equality and ``repr``
+    handle that.
+
     Example:
         >>> from treexchange import JuliaStruct
         >>> s = JuliaStruct("Main.Foo", {"a": 1, "b": None})
         >>> s.type.name, s["a"], list(s.fields)
         ('Main.Foo', 1, ['a', 'b'])
+        >>> node = JuliaStruct("Main.Node", {"value": 1, "parent": None}, mutable=True)
+        >>> node.fields["parent"] = node  # a cycle: the node is its own parent
+        >>> node["parent"] is node, node == node
+        (True, True)
     """
 
-    __slots__ = ("fields", "layout", "type")
+    __slots__ = ("fields", "layout", "mutable", "type")
 
     def __init__(
         self,
@@ -356,10 +380,12 @@ class JuliaStruct:
         fields: Mapping[str, Any] | Iterable[tuple[str, Any]] = (),
         *,
         layout: Any = None,
+        mutable: bool = False,
     ) -> None:
         self.type = _as_type(type_)
         self.fields: dict[str, Any] = dict(fields.items() if isinstance(fields, Mapping) else fields)
         self.layout = layout
+        self.mutable = mutable
 
     def __getitem__(self, key: str) -> Any:
         return self.fields[key]
@@ -367,14 +393,25 @@ class JuliaStruct:
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, JuliaStruct):
             return NotImplemented
-        return (
-            same_type(self.type, other.type)
-            and list(self.fields) == list(other.fields)
-            and all(_values_equal(v, other.fields[k]) for k, v in self.fields.items())
-        )
+        if self is other:
+            return True
+        if not (same_type(self.type, other.type) and list(self.fields) == list(other.fields)):
+            return False
+        # Cycles (mutable structs that contain themselves): a pair already being compared is
+        # taken as equal here; the comparison of the rest of the two graphs decides.
+        busy = _comparing()
+        pair = (id(self), id(other))
+        if pair in busy:
+            return True
+        busy.add(pair)
+        try:
+            return all(_values_equal(v, other.fields[k]) for k, v in self.fields.items())
+        finally:
+            busy.discard(pair)
 
     __hash__ = None  # type: ignore[assignment]
 
+    @reprlib.recursive_repr("JuliaStruct(...)")
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v!r}" for k, v in self.fields.items())
         return f"JuliaStruct({str(self.type)!r}, {inner})"
@@ -529,7 +566,7 @@ def _values_equal(a: Any, b: Any) -> bool:
     return True
 
 
-def _children_if_equal_shells(x: Any, y: Any) -> list[tuple[Any, Any]] | bool | None:
+def _children_if_equal_shells(x: Any, y: Any) -> list[tuple[Any, Any]] | Literal[False] | None:
     """For two containers: ``False`` if their shells differ, else the pairs of children to
     compare; ``None`` if ``x`` and ``y`` are not both containers (compare them as leaves)."""
     if isinstance(x, np.ndarray) or isinstance(y, np.ndarray):

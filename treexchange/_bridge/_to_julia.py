@@ -125,9 +125,9 @@ class _Converter:
         self.done: dict[int, Any] = {}
 
     def convert(self, x: Any, path: tuple[PathSegment, ...], depth: int) -> Any:
-        # ``depth`` counts the values above ``x``: a chain of max_depth values is admitted, as
-        # many as the reader follows (Limits.max_depth, each value possibly its own dataset).
-        if depth >= self.max_depth:
+        # ``depth`` counts the containers above ``x``: max_depth nested containers (and the leaf
+        # inside the innermost) are admitted, the nesting the reader follows (Limits.max_depth).
+        if depth > self.max_depth:
             raise LimitError(f"tree nested deeper than Limits().max_depth={self.max_depth} levels", path=path)
         leaf = self._leaf(x, path)
         if leaf is not _NOT_LEAF:
@@ -136,6 +136,8 @@ class _Converter:
         found = self.done.get(key)
         if found is not None:
             return found[1]
+        if isinstance(x, JuliaStruct) and x.mutable:
+            return self._mutable_struct(x, path, depth)
         if key in self.active:
             raise ConversionError("the tree contains a cycle (a container inside itself)", path=path)
         self.active.add(key)
@@ -144,6 +146,16 @@ class _Converter:
         finally:
             self.active.discard(key)
         self.done[key] = (x, result)  # x kept alive: its id stays unique while we run
+        return result
+
+    def _mutable_struct(self, x: JuliaStruct, path: tuple[PathSegment, ...], depth: int) -> JuliaStruct:
+        """A mutable struct is made before its fields, so a cycle through it (a node whose
+        parent points back to it) closes on the converted object, as in Julia."""
+        _check_text(x.type.qualified(), path, name=True)
+        result = JuliaStruct(x.type, layout=x.layout, mutable=True)
+        self.done[id(x)] = (x, result)
+        for k, v in x.fields.items():
+            result.fields[_name(k, path)] = self.convert(v, (*path, k), depth + 1)
         return result
 
     # --- leaves ---------------------------------------------------------------------------------
@@ -212,7 +224,7 @@ class _Converter:
         if isinstance(x, JuliaStruct):
             _check_text(x.type.qualified(), path, name=True)
             fields = [(_name(k, path), self.convert(v, (*path, k), depth)) for k, v in x.fields.items()]
-            return JuliaStruct(x.type, fields, layout=x.layout)
+            return JuliaStruct(x.type, fields, layout=x.layout, mutable=x.mutable)
         if isinstance(x, JuliaArray):
             _check_text(x.eltype.qualified(), path, name=True)
             flat = x.data.ravel(order="F")

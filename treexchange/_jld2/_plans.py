@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .._errors import FormatError, LimitError
-from .._hdf5._model import H5Type, Member
+from .._hdf5._model import H5Class, H5Type, Member
 from .._juliatype import JuliaType
 from .._limits import Limits
 from .._typeof import kind_of
@@ -59,6 +59,11 @@ class DecodeContext(Protocol):
 
     def load_ref(self, address: int, path: Path) -> Any:
         """The value of the object at relative ``address`` (``UNDEF`` for a NULL reference)."""
+        ...
+
+    def flag_mutable(self, value: JuliaStruct) -> None:
+        """The file shows ``value``'s type is a mutable struct: flag it and every other struct
+        of that type this traversal has read or will read."""
         ...
 
     def decode_datatype(self, buf: Any, off: int, path: Path) -> JuliaType:
@@ -386,6 +391,7 @@ class CompoundPlan(Plan):
         self.size = h5type.size
         self.fields = tuple(fields)
         self.layout = layout
+        self._declared: tuple[JuliaType | None, ...] | None = None
         # The (path segment, key) of each field, as lazy nodes list them: once per type, not
         # once per node (a model has thousands of layers of the same few types).
         self.entries: tuple[tuple[str | int, Any], ...] = (
@@ -399,8 +405,43 @@ class CompoundPlan(Plan):
         out = []
         for i, f in enumerate(self.fields):
             seg: str | int = i + 1 if tuple_like else f.name
-            out.append(f.plan.decode(ctx, buf, off + f.offset, (*path, seg)))
+            value = f.plan.decode(ctx, buf, off + f.offset, (*path, seg))
+            if isinstance(value, JuliaStruct) and not value.mutable and isinstance(f.plan, ReferencePlan):
+                declared = self.declared[i]
+                if declared is not None and value.type == declared:
+                    # A field declared with the struct's own concrete type yet stored by
+                    # reference: JLD2 does that for mutable types (and for immutables over
+                    # 1024 bytes, flagged too: it changes nothing in how they are written).
+                    ctx.flag_mutable(value)
+            out.append(value)
         return out
+
+    @property
+    def declared(self) -> tuple[JuliaType | None, ...]:
+        """The declared type of each field where the file says it: a Tuple's, NamedTuple's or
+        Pair's type parameters, a struct's ``field_types`` entries (NULL for reference fields)."""
+        found = self._declared
+        if found is None:
+            found = tuple(f.field_type for f in self.fields)
+            params = self.julia_type.params
+            if self.kind == "namedtuple" and len(params) == 2 and isinstance(params[1], JuliaType):
+                params = params[1].params
+            # Pair{A,B} (a Dict's entries) declares ``first::A, second::B`` in its parameters.
+            is_pair = self.julia_type.name in ("Core.Pair", "Base.Pair")
+            if (self.kind in ("tuple", "namedtuple") or is_pair) and len(params) == len(self.fields):
+                found = tuple(p if isinstance(p, JuliaType) else None for p in params)
+            self._declared = found
+        return found
+
+    def new_struct(self) -> JuliaStruct:
+        """An empty struct of this type, to be filled by :meth:`fill` (cycles close on it)."""
+        return JuliaStruct(self.julia_type, layout=self.layout)
+
+    def fill(self, target: JuliaStruct, ctx: DecodeContext, buf: Any, off: int, path: Path) -> JuliaStruct:
+        """Decode the fields into ``target`` (made by :meth:`new_struct`); returns it."""
+        values = self.field_values(ctx, buf, off, path)
+        target.fields.update(zip((f.name for f in self.fields), values))
+        return target
 
     def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
         values = self.field_values(ctx, buf, off, path)
@@ -413,6 +454,41 @@ class CompoundPlan(Plan):
             return JuliaStruct(self.julia_type, zip(names, values), layout=self.layout)
         except ValueError as err:  # a field named twice: the compound lies
             raise FormatError(f"{self.julia_type}: {err}", path=path) from None
+
+
+def mark_mutable(ctx: DecodeContext, items: Sequence[Any], eltype: JuliaType) -> None:
+    """Flag the structs of a reference array whose element type is their own concrete type
+    and plain bits: JLD2 stores array elements of an ``isbitstype`` struct inline, so by
+    reference means mutable. (Elements of other immutable structs, a ``Pair{String,Float64}``,
+    are stored by reference too: they may be undefined, JLD2's ``fieldodr(T, false)``.)"""
+    for item in items:
+        if (
+            isinstance(item, JuliaStruct)
+            and not item.mutable
+            and item.type == eltype
+            and item.layout is not None
+            and _plain_bits(item.layout)
+        ):
+            ctx.flag_mutable(item)
+
+
+def _plain_bits(layout: StructLayout) -> bool:
+    """Whether a struct's stored fields are all inline plain data (no reference, no heap
+    string or sequence anywhere inside): what an ``isbitstype`` struct looks like on disk."""
+    if layout.written_type is not None:
+        return False
+    for f in layout.fields:
+        if f.storage == "reference" or (f.member is not None and _has_pointer(f.member.type)):
+            return False
+    return True
+
+
+def _has_pointer(t: H5Type) -> bool:
+    if t.cls in (H5Class.REFERENCE, H5Class.VLEN):
+        return True
+    if t.base is not None and _has_pointer(t.base):
+        return True
+    return any(_has_pointer(m.type) for m in t.members)
 
 
 class UnionElementPlan(Plan):

@@ -34,9 +34,18 @@ from .._juliatype import JuliaType
 from .._limits import DEFAULT_LIMITS, Limits, reference_depth
 from .._recursion import FRAMES_PER_LEVEL, stack_for_depth
 from .._typeof import BOTTOM
-from .._values import UNDEF, JuliaArray
+from .._values import UNDEF, JuliaArray, JuliaStruct
 from ._header import FileHeader, parse_header
-from ._plans import FixedStringPlan, GhostPlan, Path, Plan, ReferencePlan, type_value
+from ._plans import (
+    CompoundPlan,
+    FixedStringPlan,
+    GhostPlan,
+    Path,
+    Plan,
+    ReferencePlan,
+    mark_mutable,
+    type_value,
+)
 from ._typesread import TypeResolver
 from ._typeutil import ANY, array_type
 
@@ -542,6 +551,13 @@ class Reader:
                     return plan.value
                 raise FormatError("null dataspace for a non-empty type")
             raw = self.raw(info, plan.size)
+            if isinstance(plan, CompoundPlan) and plan.kind == "struct":
+                # Made before its fields: a field referring back to it (a mutable struct in a
+                # cycle, JLD2 reads those too) closes on this very object.
+                target = session.partial[info.address] = plan.new_struct()
+                if target.type.qualified() in session.mutable_types:
+                    target.mutable = True
+                return plan.fill(target, session, raw, 0, path)
             return plan.decode(session, raw, 0, path)
         if info.dtype is not None:
             return self.numeric_array(info, session.order, mmap=session.mmap)
@@ -572,6 +588,8 @@ class Reader:
                 items = plan.decode_many(session, raw, n, path)
         if as_list:
             return items
+        if isinstance(plan, ReferencePlan):
+            mark_mutable(session, items, eltype)  # elements of a concrete struct type stored by reference
         flat = np.empty(n, dtype=object)
         flat[:] = items
         if session.order == "julia":
@@ -607,8 +625,10 @@ class Session:
         self.memo: dict[int, Any] = {}
         self.max_refs = reference_depth(self.limits)
         self._busy: set[int] = set()
-        # lists and dicts being filled, by address: a reference back to one closes the cycle
+        # values being filled, by address (lists, dicts, and structs made before their fields):
+        # a reference back to one closes the cycle on the same Python object
         self.partial: dict[int, Any] = {}
+        self.mutable_types: set[str] = set()  # struct types the file shows are mutable
         self._depth = 0
         self.heap_bytes = reader.heap_bytes
         self.decode_datatype = reader.types.decode_datatype
@@ -631,22 +651,43 @@ class Session:
         self.memo[address] = group
         return group
 
+    def flag_mutable(self, value: JuliaStruct) -> None:
+        """Mutability is a property of the type: once the file shows one struct of a type is
+        mutable, every struct of that type read so far (each its own dataset, so in the memo or
+        being filled) and read later is flagged."""
+        value.mutable = True
+        key = value.type.qualified()
+        if key in self.mutable_types:
+            return
+        self.mutable_types.add(key)
+        for seen in (*self.memo.values(), *self.partial.values()):
+            if isinstance(seen, JuliaStruct) and not seen.mutable and seen.type.qualified() == key:
+                seen.mutable = True
+
     def load_ref(self, address: int, path: Path) -> Any:
         if address == 0:
             return UNDEF  # an undefined reference: a #undef field or element
         memo = self.memo
         if address in memo:
-            return memo[address]
+            value = memo[address]
+            if isinstance(value, JuliaStruct) and not value.mutable:
+                self.flag_mutable(value)  # one struct referenced twice: JLD2 shares mutable ones only
+            return value
         if address in self._busy:
-            # A cycle: legal in Julia (a Vector{Any} holding itself) and in HDF5 (a hard link to
-            # an ancestor group). Lists and dicts are made before their contents, so the cycle
-            # closes on the same Python object; other values cannot be made before their parts.
+            # A cycle: legal in Julia (a Vector{Any} holding itself, a mutable struct pointing
+            # back to its parent) and in HDF5 (a hard link to an ancestor group). Lists, dicts and
+            # structs are made before their contents, so the cycle closes on the same Python
+            # object; other values cannot be made before their parts.
             partial = self.partial.get(address)
+            if isinstance(partial, JuliaStruct):
+                if not partial.mutable:
+                    self.flag_mutable(partial)  # only a mutable struct can contain itself
+                return partial
             if partial is not None:
                 return partial
             raise UnsupportedError(
-                "reference cycle through an immutable value (a struct or array that contains "
-                "itself); only Vector{Any} and group cycles can be loaded",
+                "reference cycle through an immutable value (an array or a value that contains "
+                "itself); only Vector{Any}, mutable struct and group cycles can be loaded",
                 path=path,
                 offset=self.reader.h5.absolute(address),
             )

@@ -629,8 +629,10 @@ class JLD2Writer:
 
     # ================================================================================ values
     def _track_key(self, value: Any, jt: JT) -> Hashable | None:
-        """JLD2 tracks mutable objects by ``objectid``: arrays, dicts, structs by identity;
-        Strings and Symbols by content (Julia's objectid hashes their bytes)."""
+        """JLD2 tracks mutable objects by ``objectid``: arrays, dicts, mutable structs by
+        identity (one object written twice is one dataset, cycles close on it); Strings and
+        Symbols by content (Julia's objectid hashes their bytes). Immutable structs are not
+        tracked: JLD2 writes each occurrence again."""
         if isinstance(value, Symbol):
             return ("Symbol", str(value))
         if isinstance(value, JuliaType):
@@ -639,7 +641,7 @@ class JLD2Writer:
             return ("DataType", self._as_type(value, ()).key)
         if isinstance(value, str):
             return ("String", value)
-        if jt.mutable or isinstance(value, (JuliaStruct, JuliaArray, np.ndarray, list, dict)):
+        if jt.mutable or isinstance(value, (JuliaArray, np.ndarray, list, dict)):
             self._keepalive.append(value)
             return ("id", id(value))
         return None

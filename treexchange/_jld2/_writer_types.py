@@ -10,9 +10,11 @@ read from a file (:meth:`TypeFactory.of_type`, used for type parameters).
 
 Decisions (see docs/writing.md):
 
-* A :class:`~treexchange.JuliaStruct` is taken to be *immutable* (JLD2 cannot tell us), with
-  the field storage recorded in its ``layout`` when it has one, else with concrete field types
-  inferred from the field values (like a NamedTuple).
+* A :class:`~treexchange.JuliaStruct` is *immutable* unless flagged ``mutable=True`` (the file
+  does not say; the reader flags what the file shows, see docs/writing.md), with the field
+  storage recorded in its ``layout`` when it has one, else with concrete field types inferred
+  from the field values (like a NamedTuple). Mutability is a property of the type: one flagged
+  instance makes its type mutable.
 * ``dict`` becomes ``Dict{K,V}`` with K / V the common Julia type of the keys / values, else
   ``Any`` (the choice of :func:`treexchange._typeof.julia_type_of`).
 * BFloat16 is ``Core.BFloat16`` (what Julia >= 1.11 with BFloat16s.jl writes).
@@ -338,6 +340,7 @@ class TypeFactory:
         self._by_type: dict[JuliaType, JT] = {}
         self._by_class: dict[type, JT] = {}
         self._by_parts: dict[tuple[Any, ...], JT] = {}
+        self._building: set[str] = set()  # mutable struct types whose fields are being typed
         self._by_id: dict[int, tuple[Any, JT]] = {}  # the value is kept: its id stays unique
         self.ANY = self._intern(JT(Cat.ANY, "Core.Any"))
         self.STRING = self._intern(JT(Cat.STRING, "Core.String", mutable=True))
@@ -683,7 +686,11 @@ class TypeFactory:
     def _struct_type(self, value: JuliaStruct, path: tuple[PathSegment, ...]) -> JT:
         key = value.type.qualified()
         found = self._get(key)
+        if found is not None and key in self._building:
+            return found  # a mutable struct type whose fields reach itself (Node.parent::Node)
         if found is not None:
+            if value.mutable and not found.mutable:
+                self._make_mutable(found, path)
             # One Julia type has one set of fields: a second value of the same type must agree.
             names = [n for n, _ in found.writeas.fields]
             if found.cat is not Cat.STRUCT or list(value.fields) != names:
@@ -694,6 +701,65 @@ class TypeFactory:
             return found
         layout = value.layout
         fields: list[tuple[str, JT]] = []
+        jt = JT(
+            Cat.STRUCT,
+            value.type.name,
+            tuple(value.type.params),
+            key=key,
+            raw_params=tuple(value.type.params),
+            layout=layout,
+            mutable=value.mutable,
+        )
+        if value.mutable:
+            # Known (interned) before its fields are typed: a field may hold a struct of this
+            # very type (a tree whose nodes point to their parent).
+            jt = self._intern(jt)
+            self._building.add(key)
+        try:
+            self._struct_fields(value, layout, fields, path)
+        finally:
+            self._building.discard(key)
+        jt.fields = tuple(fields)
+        if layout is not None and layout.written_type is not None:
+            # JLD2 custom serialization (``writeas``): the fields are those of the written type.
+            wt = layout.written_type
+            written = JT(
+                Cat.STRUCT,
+                wt.name,
+                tuple(wt.params),
+                fields=tuple(fields),
+                key=wt.qualified() + " (written)",
+                raw_params=tuple(wt.params),
+                mutable=value.mutable,
+            )
+            jt._writeas = self._intern(written)
+        return self._intern(jt)
+
+    def _make_mutable(self, jt: JT, path: tuple[PathSegment, ...]) -> None:
+        """A struct type first met through an instance not flagged mutable, then through one
+        that is: the type is mutable (Julia mutability is a property of the type), provided
+        nothing has been decided from it yet."""
+        if jt._kind_init is not None or jt._kind_uninit is not None:
+            raise ConversionError(
+                f"struct type {jt.key} is used as immutable before an instance marked mutable; "
+                "mark every instance of a mutable struct type mutable=True",
+                path=path,
+            )
+        jt.mutable = True
+        if jt._writeas is not None:
+            jt._writeas.mutable = True
+        # Types built around it cached facts that depend on it (isbits, size): work them out again.
+        for other in self._cache.values():
+            other._isbits = other._hasdata = other._size = None
+
+    def _struct_fields(
+        self,
+        value: JuliaStruct,
+        layout: Any,
+        fields: list[tuple[str, JT]],
+        path: tuple[PathSegment, ...],
+    ) -> None:
+        """The Julia type of each field of ``value`` (appended to ``fields``)."""
         if layout is not None and layout.written_type is not None and layout.h5type.cls != H5Class.COMPOUND:
             raise UnsupportedError(
                 f"struct {value.type} is custom-serialized as {layout.written_type}; only struct-to-struct "
@@ -724,28 +790,6 @@ class TypeFactory:
                     fields.append((fl.name, self.DATATYPE))  # a field declared ::DataType holds a type
                 else:
                     fields.append((fl.name, self.of_value(v, fpath)))
-        jt = JT(
-            Cat.STRUCT,
-            value.type.name,
-            tuple(value.type.params),
-            fields=tuple(fields),
-            key=key,
-            raw_params=tuple(value.type.params),
-            layout=layout,
-        )
-        if layout is not None and layout.written_type is not None:
-            # JLD2 custom serialization (``writeas``): the fields are those of the written type.
-            wt = layout.written_type
-            written = JT(
-                Cat.STRUCT,
-                wt.name,
-                tuple(wt.params),
-                fields=tuple(fields),
-                key=wt.qualified() + " (written)",
-                raw_params=tuple(wt.params),
-            )
-            jt._writeas = self._intern(written)
-        return self._intern(jt)
 
     def _undefined_field_type(self, fl: Any, path: tuple[PathSegment, ...]) -> JT:
         """The declared type of a field (a ``FieldLayout``) that holds :data:`~treexchange.UNDEF`.
