@@ -541,7 +541,7 @@ def test_absurdly_deep_nesting_is_a_limit_error(tmp_path: Path) -> None:
         deep = [deep]
     with pytest.raises(treexchange.LimitError, match="max_depth=512") as info:
         treexchange.save(tmp_path / "deep.jld2", d=deep)
-    assert len(info.value.path) == 513  # the name and 512 positions: where the limit was crossed
+    assert len(info.value.path) == 514  # the name and 513 positions: the 513th nested list crosses it
     assert list(tmp_path.iterdir()) == []
 
 
