@@ -8,11 +8,11 @@ PyTorch serves as a second, independent implementation (cross-correlation, chann
 
 from __future__ import annotations
 
+import _flux_reference as ref
 import numpy as np
 import pytest
 import torch
 
-from tests import _flux_reference as ref
 from treexchange import NamedTuple
 from treexchange._port._spec import Layer
 

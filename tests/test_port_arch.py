@@ -99,7 +99,7 @@ def test_conv_variants() -> None:
     ct = parse_architecture("ConvTranspose((4, 4), 16 => 1, sigmoid, stride=2, pad=1)")
     assert ct.kind == "ConvTranspose" and ct.arg("outpad") == (0, 0) and ct.arg("pad") == (1, 1, 1, 1)
     cc = parse_architecture("CrossCor((2,), 3 => 5, dilation=3)")
-    assert cc.kind == "CrossCor" and "groups" not in cc.args and cc.arg("dilation") == (3,)
+    assert cc.kind == "CrossCor" and cc.arg("groups") == 1 and cc.arg("dilation") == (3,)
     dw = parse_architecture("DepthwiseConv((3, 3, 3), 4 => 8)")
     assert dw.kind == "DepthwiseConv" and dw.arg("groups") == 4 and dw.arg("pad") == (0,) * 6
     with pytest.raises(ConversionError, match="CrossCor has no groups"):
@@ -134,7 +134,7 @@ def test_other_layers() -> None:
     assert mha.args["nheads"] == 8 and mha.args["qk_dim"] == 64 and mha.args["bias"] is False
     mha2 = parse_architecture("MultiHeadAttention((4, 5, 6) => (8, 12) => 10; nheads=2, bias=true)")
     assert [mha2.args[k] for k in ("q_in", "k_in", "v_in", "qk_dim", "v_dim", "out")] == [4, 5, 6, 8, 12, 10]
-    assert parse_architecture("Dropout(0.5)") == Layer("Dropout", {"p": 0.5, "dims": None})
+    assert parse_architecture("Dropout(0.5)") == Layer("Dropout", {"p": 0.5})
     assert parse_architecture("AlphaDropout(0.1)").args == {"p": 0.1}
     assert parse_architecture("MeanPool((2, 2), pad=1, stride=1)").args == {
         "k": (2, 2),
@@ -218,7 +218,7 @@ def _print(layer: Layer) -> str:
         return "Chain(\n  " + ",\n  ".join(parts) + ",  # 12 parameters\n)"
     if layer.kind in ("Conv", "ConvTranspose", "CrossCor"):
         kw = f"stride={_tuple(a['stride'])}, pad={_tuple(a['pad'])}, dilation={_tuple(a['dilation'])}"
-        if "groups" in a:
+        if layer.kind != "CrossCor":
             kw += f", groups={a['groups']}"
         head = f"{layer.kind}({_tuple(a['kernel'])}, {a['in']} => {a['out']}, {a['σ']}"
         return f"{head}; {kw}, bias={str(a['bias']).lower()})"
@@ -249,8 +249,7 @@ def _random_layer(rng: random.Random, depth: int = 0) -> Layer:
             "pad": tuple(rng.randint(0, 3) for _ in range(2 * n)),
             "dilation": tuple(rng.randint(1, 3) for _ in range(n)),
         }  # fmt: skip
-        if kind != "CrossCor":
-            args["groups"] = groups
+        args["groups"] = groups
         if kind == "ConvTranspose":
             args["outpad"] = (0,) * n
         args["bias"] = rng.random() < 0.5

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from conftest import require_fixture
 
-from tests.conftest import require_fixture
 from treexchange import ConversionError
 from treexchange._port._fromflux import read_flux_source
 

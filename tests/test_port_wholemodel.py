@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+import _flux_reference as ref
 import numpy as np
 import pytest
+from _mnist import julia_batch, mnist_test_set
+from conftest import require_fixture
 
 import treexchange as tx
-from tests import _flux_reference as ref
-from tests._mnist import julia_batch, mnist_test_set
-from tests.conftest import require_fixture
 from treexchange import ConversionError, JuliaStruct, NamedTuple, Singleton
 from treexchange._port._arch import parse_architecture
 from treexchange._port._spec import Layer
@@ -152,3 +152,42 @@ def test_error_carries_the_tree_path() -> None:
     with pytest.raises(ConversionError) as info:
         from_whole_model(chain, path=("model",))
     assert info.value.path == ("model", "layers", 2)
+
+
+def test_other_layer_structs_and_their_ghost_fields() -> None:
+    """Structs as JLD2 ≤ 0.4 stores them (no σ/λ): LayerNorm+Scale, pools, Recur(LSTMCell), Embedding."""
+    rng = np.random.default_rng(2)
+    f32 = np.float32
+    scale = _struct(
+        "Flux.Scale{NNlib.#relu,Core.Array{Core.Float32,1},Core.Array{Core.Float32,1}}",
+        scale=rng.normal(size=4).astype(f32),
+        bias=rng.normal(size=4).astype(f32),
+    )
+    # Built from pairs: a keyword `ϵ=` would be NFKC-normalised to 'ε' (layer-spec §1.5).
+    ln_fields = {"diag": scale, "\u03f5": f32(1e-5), "size": (4,), "affine": True}
+    layernorm = JuliaStruct("Flux.LayerNorm{NNlib.#relu,Flux.Scale,Core.Float32,1}", ln_fields)
+    pool = _struct("Flux.MaxPool{1,2}", k=(2,), pad=(0, 0), stride=(2,))
+    lstm_cell = _struct(
+        "Flux.LSTMCell{Core.Array{Core.Float32,2},Core.Array{Core.Float32,1},Core.Tuple}",
+        Wi=rng.normal(size=(8, 4)).astype(f32), Wh=rng.normal(size=(8, 2)).astype(f32),
+        b=rng.normal(size=8).astype(f32), state0=(np.zeros((2, 1), f32), np.ones((2, 1), f32)),
+    )  # fmt: skip
+    recur = _struct(
+        "Flux.Recur{Flux.LSTMCell,Core.Tuple}", cell=lstm_cell, state=(np.zeros((2, 1), f32),) * 2
+    )
+    emb = _struct("Flux.Embedding{Core.Array{Core.Float32,2}}", weight=rng.normal(size=(4, 10)).astype(f32))
+    chain = _struct("Flux.Chain{Core.Tuple}", layers=(emb, layernorm, recur))
+    layer, state = from_whole_model(chain)
+    assert layer.kinds() == ["Chain", "Embedding", "LayerNorm", "LSTM"]
+    assert layer.children[1].args == {"size": (4,), "σ": "relu", "affine": True, "ϵ": 1e-5}
+    assert layer.children[2].args == {"in": 4, "out": 2, "recur": True}
+    assert list(state["layers"][1]) == ["λ", "diag", "ϵ", "size", "affine"]
+    assert list(state["layers"][1]["diag"]) == ["scale", "bias", "σ"]
+    assert list(state["layers"][2]["cell"]) == ["Wi", "Wh", "b", "state0"]  # LSTMCell has no σ
+    ids = np.array([[1, 5, 10], [2, 2, 3]])  # (sequence, batch) token ids, 1-based
+    y = ref.forward(layer, state, ids.T.copy(), flux="0.14")  # Embedding -> (4, 3, 2), then per step
+    assert y.shape == (2, 3, 2)
+    pooled, pstate = from_whole_model(pool)
+    assert pooled == Layer("MaxPool", {"k": (2,), "pad": (0, 0), "stride": (2,)}) and pstate == ()
+    _, pstate15 = from_whole_model(pool, flux="0.15")
+    assert list(pstate15) == ["k", "pad", "stride"]

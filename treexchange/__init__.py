@@ -27,6 +27,7 @@ from ._file import File as File, load as load, open as open
 from ._jld2._nodes import Group as Group, Node as Node
 from ._juliatype import JuliaType as JuliaType
 from ._limits import Limits as Limits
+from ._port._fromflux import from_flux as from_flux
 from ._save import save as save
 from ._values import (
     MISSING as MISSING,
@@ -120,6 +121,7 @@ __all__ = [
     "diff",
     "flux_julia",
     "flux_state",
+    "from_flux",
     "infer_schema",
     "load",
     "load_schema",

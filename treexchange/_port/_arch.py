@@ -454,6 +454,8 @@ def _conv(a: _Args) -> Layer:
         args["groups"] = a.b.int_(groups_e, "groups") if groups_e is not None else 1
     elif groups_e is not None:
         raise a.b.error("CrossCor has no groups", _pos(groups_e))
+    else:
+        args["groups"] = 1  # Flux's CrossCor has no groups field; 1 is what it computes
     if kind == "ConvTranspose":
         outpad = a.pop_kw("outpad")
         args["outpad"] = a.b.ints(outpad, n, "outpad") if outpad is not None else (0,) * n
@@ -579,7 +581,8 @@ def _dropout(a: _Args) -> Layer:
     args: dict[str, Any] = {"p": a.b.float_(a.args[0], "p")}
     if a.name == "Dropout":
         dims = a.pop_kw("dims")
-        args["dims"] = None if dims is None else a.b.ints(dims, None, "dims")
+        if dims is not None:  # absent = Flux's `:` (all dims)
+            args["dims"] = a.b.ints(dims, None, "dims")
     a.pop_kw("active")
     a.done()
     return Layer(a.name, args)

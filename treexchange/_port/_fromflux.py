@@ -18,10 +18,10 @@ from typing import Any
 
 import numpy as np
 
-from treexchange._errors import ConversionError, PathSegment
+from treexchange._errors import ConversionError, PathSegment, UnsupportedError
 from treexchange._port._arch import parse_architecture
 from treexchange._port._spec import Layer
-from treexchange._values import JuliaStruct
+from treexchange._values import JuliaStruct, NamedTuple
 
 Path = tuple[PathSegment, ...]
 
@@ -182,3 +182,196 @@ def check_state(layer: Layer, state: Any, *, path: Sequence[PathSegment] = ()) -
             ("out_proj", (a["out"], a["v_dim"])),
         ):
             _expect(_field(state, proj), "weight", (o, i), (*p, proj), layer)
+
+
+def from_flux(
+    path: str | os.PathLike[str],
+    name: str,
+    architecture: str | None = None,
+    *,
+    target: str = "equinox",
+    flux: str | None = None,
+    key: Any = None,
+) -> Any:
+    """A runnable Equinox (or Flax nnx) model from a Flux file, with no template.
+
+    Without ``architecture``, ``name`` must hold a whole Flux model (``jldsave(path; model)``): the
+    structs' types record every layer and activation. With ``architecture`` (the model as Flux
+    prints it, ``"Chain(Conv((5, 5), 1 => 6, relu), MaxPool((2, 2)), …)"``), ``name`` holds its
+    ``Flux.state``. The text is parsed, never evaluated, and checked against the state's sizes.
+
+    The Equinox model takes ONE sample, channels first (``x_py = rev(x_jl)`` without the batch
+    axis, layer-spec §0.2; ``jax.vmap`` it for a batch). A model with BatchNorm is returned as
+    ``(model, state)`` (an ``eqx.nn.State`` holding the running statistics), called ``model(x, state)``.
+
+    Args:
+        path: the JLD2 file.
+        name: the entry in it.
+        architecture: the Flux model text for a ``Flux.state`` file.
+        target: ``"equinox"`` or ``"nnx"`` (Flax nnx, on a channels-last batch).
+        flux: the Flux era whose semantics apply (``"0.14"`` or ``"0.15"``); default ``"0.14"``
+            for a whole-model file (those come from Flux ≤ 0.14), else the current release.
+        key: a ``jax.random`` key for the (immediately overwritten) initial weights.
+
+    Raises:
+        ConversionError: an unknown layer or function, an anonymous function, or a text that does
+            not match the state (named with its position or file path).
+        UnsupportedError: a layer the target has no builder for.
+
+    Example:
+        >>> import os, tempfile, jax, equinox as eqx
+        >>> import treexchange as tx
+        >>> k1, k2 = jax.random.split(jax.random.key(0))
+        >>> layers = [eqx.nn.Linear(3, 4, key=k1), eqx.nn.Lambda(jax.nn.relu), eqx.nn.Linear(4, 2, key=k2)]
+        >>> mlp = eqx.nn.Sequential(layers)
+        >>> path = os.path.join(tempfile.mkdtemp(), "mlp.jld2")
+        >>> tx.save(path, model_state=tx.flux_state(mlp))
+        >>> text = "Chain(Dense(3 => 4, relu), Dense(4 => 2))"
+        >>> model = tx.from_flux(path, "model_state", architecture=text)
+        >>> x = jax.numpy.ones(3)
+        >>> bool(jax.numpy.allclose(model(x), mlp(x)))
+        True
+    """
+    from treexchange._port import load_state
+    from treexchange._port._spec import DEFAULT_FLUX_ERA
+    from treexchange._port._state import check_era
+
+    era = check_era(flux if flux is not None else ("0.14" if architecture is None else DEFAULT_FLUX_ERA))
+    layer, state = read_flux_source(path, name, architecture, flux=era)
+    layer, state = fold_activations(layer, state)  # both targets' readers fold these
+    if target == "equinox":
+        import equinox as eqx
+        import jax
+
+        from treexchange._port._eqx import build_equinox
+
+        key = jax.random.key(0) if key is None else key
+        stateful = any(sub.kind == "BatchNorm" for sub in layer.walk())  # running statistics: a State
+        try:
+            return _restore_abstract(layer, state, name, key, era, stateful)
+        except _NotConcrete:  # a leaf the restore does not fill: build real initial weights instead
+            model = build_equinox(layer, key=key, flux=era)
+            if stateful:
+                return load_state((model, eqx.nn.State(model)), state, path=(name,))
+            return load_state(model, state, path=(name,))
+    if target == "nnx":
+        try:
+            from treexchange._port._nnx import build_nnx  # type: ignore[import-not-found, unused-ignore]
+        except ImportError as err:
+            raise UnsupportedError("target='nnx' is not available in this version") from err
+        from flax import nnx
+
+        def build() -> Any:
+            return build_nnx(layer, rngs=nnx.Rngs(0 if key is None else key), flux=era)
+
+        try:  # by shape only, as for Equinox; RNG keys (Dropout) are not restored: then for real
+            model = load_state(nnx.eval_shape(build), state, path=(name,))
+            _require_concrete(nnx.state(model))
+            return model
+        except _NotConcrete:
+            return load_state(build(), state, path=(name,))
+    raise ValueError(f"target must be 'equinox' or 'nnx', not {target!r}")
+
+
+def fold_activations(layer: Layer, state: Any) -> tuple[Layer, Any]:
+    """``Chain(…, Conv(…), relu, …)`` -> ``Chain(…, Conv(…, relu), …)``, with the state to match.
+
+    The two are the same function. Equinox keeps an activation as a ``Lambda`` after its layer
+    either way, and reading an Equinox model back folds such a Lambda into the layer before it
+    (``_eqx.Reader.chain``), so the state restored into a built model must have the folded shape.
+    The rule is the reader's: an element-wise function right after an activatable layer whose own
+    activation is ``identity``.
+    """
+    from treexchange._port._activations import ELEMENTWISE
+    from treexchange._port._eqx import ACTIVATED
+
+    if not layer.children:
+        return layer, state
+    inner = _field(state, "layers")
+    if layer.kind == "Chain" and layer.names is None and isinstance(inner, (tuple, list)):
+        children: list[Layer] = []
+        states: list[Any] = []
+        folded: set[int] = set()
+        for child, sub in zip(layer.children, inner, strict=True):
+            prev = children[-1] if children else None
+            name = child.arg("name") if child.kind == "function" else None
+            if (
+                prev is not None
+                and len(children) - 1 not in folded
+                and prev.kind in ACTIVATED
+                and prev.arg("σ", "identity") == "identity"
+                and name in ELEMENTWISE
+            ):
+                children[-1] = Layer(prev.kind, {**prev.args, "σ": name}, prev.children, prev.names)
+                folded.add(len(children) - 1)
+                continue
+            child, sub = fold_activations(child, sub)
+            children.append(child)
+            states.append(sub)
+        new_inner: Any = type(inner)(states) if isinstance(inner, list) else tuple(states)
+        return Layer("Chain", dict(layer.args), tuple(children)), _replace_field(state, "layers", new_inner)
+    if isinstance(inner, Mapping) and layer.names is not None:
+        pairs = [fold_activations(c, inner[n]) for c, n in zip(layer.children, layer.names, strict=True)]
+        named = NamedTuple(zip(layer.names, (p[1] for p in pairs), strict=True))
+        new_state = _replace_field(state, "layers", named)
+        return Layer(layer.kind, dict(layer.args), tuple(p[0] for p in pairs), layer.names), new_state
+    return layer, state
+
+
+def _replace_field(state: Any, key: str, value: Any) -> Any:
+    if isinstance(state, NamedTuple):
+        return NamedTuple((k, value if k == key else v) for k, v in state.items())
+    if isinstance(state, Mapping):
+        return {**state, key: value}
+    return state
+
+
+class _NotConcrete(Exception):
+    """The restored model still holds a shape-only leaf."""
+
+
+def _restore_abstract(layer: Layer, state: Any, name: str, key: Any, era: str, stateful: bool) -> Any:
+    """Build the Equinox model by shape only (no weight initialisation: milliseconds instead of
+    seconds of XLA compilation per layer) and let the restore fill every array.
+
+    BatchNorm's ``StateIndex.init`` (the values a fresh ``eqx.nn.State`` starts from) has no Flux
+    counterpart; it is set to the restored running statistics, so ``eqx.nn.State(model)`` of the
+    result starts from the file's statistics too.
+    """
+    import equinox as eqx
+    import jax
+    import jax.numpy as jnp
+
+    from treexchange._port import load_state
+    from treexchange._port._eqx import build_equinox
+
+    abstract = eqx.filter_eval_shape(lambda: build_equinox(layer, key=key, flux=era))
+    if not stateful:
+        model = load_state(abstract, state, path=(name,))
+        _require_concrete(model)
+        return model
+
+    def is_index(x: Any) -> bool:
+        return isinstance(x, eqx.nn.StateIndex)
+
+    def indices(m: Any) -> list[Any]:
+        return [leaf for leaf in jax.tree_util.tree_leaves(m, is_leaf=is_index) if is_index(leaf)]
+
+    def inits(m: Any) -> list[Any]:
+        return [index.init for index in indices(m)]
+
+    def zeros(tree: Any) -> Any:
+        return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), tree)
+
+    model = eqx.tree_at(inits, abstract, [zeros(init) for init in inits(abstract)])
+    model, eqx_state = load_state((model, eqx.nn.State(model)), state, path=(name,))
+    model = eqx.tree_at(inits, model, [eqx_state.get(index) for index in indices(model)])
+    _require_concrete(model)
+    return model, eqx_state
+
+
+def _require_concrete(model: Any) -> None:
+    import jax
+
+    if any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree_util.tree_leaves(model)):
+        raise _NotConcrete

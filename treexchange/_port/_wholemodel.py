@@ -250,8 +250,8 @@ def _conv(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
     args["dilation"] = _ints(s.fields["dilation"])
     if kind == "DepthwiseConv":
         args["groups"] = args["in"]
-    elif kind != "CrossCor":
-        args["groups"] = groups
+    else:
+        args["groups"] = groups  # CrossCor: 1 (no such field in Flux)
     if kind == "ConvTranspose":
         args["outpad"] = _ints(s.fields["outpad"]) if "outpad" in s.fields else (0,) * n
     args["bias"] = _has_bias(s)
@@ -339,7 +339,8 @@ def _dropout(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
     args: dict[str, Any] = {"p": _float(s.fields["p"])}
     if kind == "Dropout":
         dims = s.fields.get("dims")
-        args["dims"] = _ints(dims) if isinstance(dims, (int, np.integer, tuple)) and dims != () else None
+        if isinstance(dims, (int, np.integer)) or (isinstance(dims, tuple) and dims):
+            args["dims"] = _ints(dims)  # absent = Flux's `:` (all dims)
     return Layer(kind, args), c.struct_state(s, kind)
 
 

@@ -1,0 +1,132 @@
+"""Acceptance: real Julia-trained models built by ``tx.from_flux`` with no template, on MNIST.
+
+Each model is also checked against the numpy Flux reference (tests/_flux_reference.py) on a few
+inputs, so a model that classifies well but computes something else than Flux would still fail.
+Images: convention C0 (layer-spec §0.2), the Equinox sample is ``rev`` of the Julia sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import _flux_reference as ref
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _mnist import julia_batch, mnist_test_set
+from conftest import require_fixture
+
+import treexchange as tx
+from treexchange import ConversionError
+from treexchange._port._fromflux import read_flux_source
+
+LENET = (
+    "Chain(Conv((5, 5), 1 => 6, relu), MaxPool((2, 2)), Conv((5, 5), 6 => 16, relu), MaxPool((2, 2)), "
+    "Flux.flatten, Dense(256 => 120, relu), Dense(120 => 84, relu), Dense(84 => 10))"
+)
+
+
+TARGETS = ["equinox", "nnx"]
+
+
+def _batched(fn: Callable[[Any], Any], images: np.ndarray, size: int = 2500) -> np.ndarray:
+    run = jax.jit(jax.vmap(fn))
+    return np.concatenate(
+        [np.asarray(run(jnp.asarray(images[i : i + size]))) for i in range(0, len(images), size)]
+    )
+
+
+def _run(built: Any, target: str, x: np.ndarray) -> np.ndarray:
+    """Run a built model on a channels-first batch ``x``; outputs channels-first too.
+
+    Equinox models take one sample (vmapped here; ``(model, state)`` with BatchNorm); Flax nnx
+    models take a channels-last batch.
+    """
+    if target == "equinox":
+        if isinstance(built, tuple):
+            model, state = built
+            return _batched(lambda s: model(s, state)[0], x)
+        return _batched(built, x)
+    last = (0, *range(2, x.ndim), 1)
+    xs = x.transpose(last) if x.ndim > 2 else x
+    outs = [np.asarray(built(jnp.asarray(xs[i : i + 2500]))) for i in range(0, len(xs), 2500)]
+    y = np.concatenate(outs)
+    return y.transpose(np.argsort(last)) if y.ndim > 2 else y
+
+
+def _close_to_reference(out: np.ndarray, expected: np.ndarray) -> None:
+    """float32 model vs float64 reference: equal to float32 precision at the outputs' scale."""
+    scale = float(np.abs(expected).max())
+    np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-5 * scale)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_vqvae_whole_model_reconstructs_digits(target: str) -> None:
+    path = require_fixture("flux-model/vqvae_autoencoder7x7x16.jld2")
+    images, _ = mnist_test_set()
+    x = images / 255  # the author's scaling: pixels in [0, 1/255] (layer-spec §0.3)
+    y = _run(tx.from_flux(path, "autoencoder", target=target), target, x)
+    rel = float(np.mean((y - x) ** 2) / np.mean(x**2))
+    assert rel <= 0.08, rel
+    layer, flux_state = read_flux_source(path, "autoencoder")
+    expected = ref.forward(layer, flux_state, julia_batch(x[:4]))
+    _close_to_reference(julia_batch(y[:4]), expected)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_hwdr_whole_model_classifies_mnist(target: str) -> None:
+    path = require_fixture("flux-model/hwdr_mlp.jld2")
+    images, labels = mnist_test_set()
+    flat = images.reshape(len(images), -1)  # Flux.flatten of the Julia batch = row-major NCHW ravel
+    probs = _run(tx.from_flux(path, "mlp", target=target), target, flat)
+    np.testing.assert_allclose(probs.sum(axis=1), 1.0, rtol=1e-5)
+    accuracy = float(np.mean(probs.argmax(axis=1) == labels))
+    assert accuracy >= 0.86, accuracy
+    layer, flux_state = read_flux_source(path, "mlp")
+    expected = ref.forward(layer, flux_state, ref.flatten(julia_batch(images[:16])))
+    _close_to_reference(probs[:16].T, expected)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_lenet_state_with_its_architecture_classifies_mnist(target: str) -> None:
+    path = require_fixture("flux-state/silver-bullet_lenet.jld2")
+    images, labels = mnist_test_set()
+    logits = _run(tx.from_flux(path, "lenet_state", architecture=LENET, target=target), target, images)
+    accuracy = float(np.mean(logits.argmax(axis=1) == labels))
+    assert accuracy >= 0.975, accuracy
+    layer, flux_state = read_flux_source(path, "lenet_state", LENET)
+    expected = ref.forward(layer, flux_state, julia_batch(images[:8]))
+    _close_to_reference(logits[:8].T, expected)
+
+
+def test_from_flux_errors() -> None:
+    path = require_fixture("flux-state/silver-bullet_lenet.jld2")
+    with pytest.raises(ConversionError, match="pass architecture="):
+        tx.from_flux(path, "lenet_state")
+    with pytest.raises(ConversionError, match=r"unknown layer 'Conv2D' at line 1, column 7"):
+        tx.from_flux(path, "lenet_state", architecture="Chain(Conv2D((5, 5), 1 => 6))")
+    with pytest.raises(ConversionError, match=r"lenet_state.layers\[8\].weight"):
+        tx.from_flux(path, "lenet_state", architecture=LENET.replace("Dense(84 => 10)", "Dense(84 => 12)"))
+    with pytest.raises(ValueError, match="target must be"):
+        tx.from_flux(path, "lenet_state", architecture=LENET, target="torch")
+
+
+def test_equinox_models_are_fully_concrete_and_a_fresh_state_starts_from_the_file() -> None:
+    """from_flux builds by shape only; every leaf must still come out a real array, and the
+    BatchNorm StateIndex inits hold the file's running statistics."""
+    import equinox as eqx
+
+    path = require_fixture("flux-model/vqvae_autoencoder7x7x16.jld2")
+    model, state = tx.from_flux(path, "autoencoder")
+    leaves = jax.tree_util.tree_leaves((model, state))
+    assert leaves and all(isinstance(leaf, jax.Array) for leaf in leaves if hasattr(leaf, "shape"))
+    x = np.random.default_rng(0).uniform(size=(1, 28, 28)).astype(np.float32) / 255
+    fresh = eqx.nn.State(model)
+    np.testing.assert_array_equal(np.asarray(model(x, fresh)[0]), np.asarray(model(x, state)[0]))
+    flux_state = tx.load(path, "autoencoder")["layers"][0]["layers"][1]
+    bn = model.layers[0].layers[1]
+    mean, var = state.get(bn.ema_state_index)
+    np.testing.assert_array_equal(np.asarray(mean), flux_state["μ"])
+    np.testing.assert_array_equal(np.asarray(var), flux_state["σ²"])
