@@ -335,6 +335,45 @@ def _named(entries: Fields) -> _NamedFields:
     return _NamedFields(entries)
 
 
+# --- recurrent: RNN, LSTM, GRU, GRUv3 (layer-spec.md §2.13) -----------------------------------------
+
+# Gate blocks along dim 1 of Wi/Wh/b (contiguous, Flux's ``gate(h, n)``): RNN 1, LSTM 4 (i, f, g, o),
+# GRU/GRUv3 3 (r, z, h̃); GRUv3's Wh holds only r, z (its h̃ block is the separate ``Wh_h̃``).
+RECURRENT_GATES = {"RNN": 1, "LSTM": 4, "GRU": 3, "GRUv3": 3}
+
+
+def _recurrent_fields(layer: Layer, era: str) -> Fields:
+    """``(cell = (…),)`` from Flux 0.15; ``(cell = (…, state0), state)`` for Flux ≤ 0.14's ``Recur``.
+
+    The bias is ``b`` everywhere except RNNCell/LSTMCell from 0.15 (renamed ``bias``). ``state0`` is
+    Flux's default (zeros ``(H, 1)``); a restore discards ``state0``/``state`` (zero initial state on
+    the Python side, which is what Flux ≥ 0.15 uses too).
+    """
+    kind, hidden = layer.kind, int(layer.args["out"])
+    cell: Fields = [("σ", ())] if kind == "RNN" else []
+    bias_name = "bias" if era != "0.14" and kind in ("RNN", "LSTM") else "b"
+    cell += [("Wi", Arr("Wi")), ("Wh", Arr("Wh")), (bias_name, Arr("b"))]
+    if kind == "GRUv3":
+        cell.append(("Wh_h̃", Arr("Wh_h̃")))
+    if era != "0.14":
+        return [("cell", _named(cell))]
+
+    def zeros() -> Any:
+        return np.zeros((hidden, 1), np.float32)
+
+    def initial() -> Any:
+        return (zeros(), zeros()) if kind == "LSTM" else zeros()
+
+    return [("cell", _named([*cell, ("state0", initial())])), ("state", initial())]
+
+
+def _recurrent_julia(layer: Layer, children: list[str], era: str) -> str:
+    parts = [f"{layer.args['in']} => {layer.args['out']}"]
+    if layer.kind == "RNN" and _activation(layer) != "tanh":
+        parts.append(_activation(layer))
+    return _call(layer.kind, parts, [])
+
+
 # --- dropout ----------------------------------------------------------------------------------------
 
 
@@ -395,6 +434,10 @@ RULES: dict[str, Rule] = {
             _alphadropout_fields,
             lambda layer, c, era: f"AlphaDropout({float(layer.args['p'])!r})",
         ),
+        Rule("RNN", _recurrent_fields, _recurrent_julia, lambda layer: {"σ": "tanh"}),
+        Rule("LSTM", _recurrent_fields, _recurrent_julia),
+        Rule("GRU", _recurrent_fields, _recurrent_julia),
+        Rule("GRUv3", _recurrent_fields, _recurrent_julia),
         Rule("Chain", lambda layer, era: [("layers", Children())], _chain_julia),
         Rule(
             "Parallel",
