@@ -99,3 +99,25 @@ def test_gru_with_nonzero_bias_n_is_refused() -> None:
     cell = eqx.nn.GRUCell(3, 4, key=jax.random.key(0))  # Equinox initialises bias_n randomly
     with pytest.raises(tx.TreexchangeError, match="bias_n"):
         tx.flux_state(cell)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_from_flux_architecture_round_trip(kind: str, tmp_path: Path) -> None:
+    """from_flux(architecture=flux_julia(m)) restored from flux_state(m) computes what m computes."""
+    model = _model(kind, seed=5)
+    script = tx.flux_julia(model)
+    constructor = next(line for line in script.splitlines() if line.startswith("model = "))[len("model = ") :]
+    assert constructor == f"{kind}(3 => 5)"
+    path = tmp_path / "rec.jld2"
+    tx.save(path, model_state=tx.flux_state(model))
+    built = tx.from_flux(path, "model_state", architecture=constructor)
+    xs = _sequence(6)
+    np.testing.assert_allclose(np.asarray(built(xs)), np.asarray(model(xs)), rtol=1e-6, atol=1e-6)
+
+
+def test_rnn_activation_is_kept() -> None:
+    model = build_equinox(Layer("RNN", {"in": 2, "out": 3, "σ": "relu"}), key=jax.random.key(0))
+    assert "RNN(2 => 3, relu)" in tx.flux_julia(model)
+    xs = _sequence(7, n_in=2)
+    expected = recurrent(Layer("RNN", {"σ": "relu"}), tx.flux_state(model), xs.T[:, :, None])[:, :, 0].T
+    np.testing.assert_allclose(np.asarray(model(xs)), expected, rtol=2e-5, atol=2e-5)
