@@ -121,3 +121,22 @@ def test_rnn_activation_is_kept() -> None:
     xs = _sequence(7, n_in=2)
     expected = recurrent(Layer("RNN", {"σ": "relu"}), tx.flux_state(model), xs.T[:, :, None])[:, :, 0].T
     np.testing.assert_allclose(np.asarray(model(xs)), expected, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_flux_0_14_recur_file_restores_with_the_0_14_layout(kind: str, tmp_path: Path) -> None:
+    """A Flux ≤ 0.14 ``Recur`` state (``b``, ``state0``, ``state``) restores through the 0.14 layout."""
+    import functools
+
+    donor = _model(kind, seed=11)
+    state = tx.flux_state(donor, flux="0.14")
+    path = tmp_path / "recur.jld2"
+    tx.save(path, model_state=state)
+    template = _model(kind, seed=12)
+    with pytest.raises(tx.TreexchangeError, match="state0"):  # the default (0.15) layout lists it
+        tx.load(path, "model_state", like=template, layout=tx.flux_state)
+    layout = functools.partial(tx.flux_state, flux="0.14")
+    restored = tx.load(path, "model_state", like=template, layout=layout)
+    xs = _sequence(13)
+    expected = recurrent(Layer(kind, {"σ": "tanh"}), state, xs.T[:, :, None])[:, :, 0].T
+    np.testing.assert_allclose(np.asarray(restored(xs)), expected, rtol=2e-5, atol=2e-5)

@@ -56,6 +56,13 @@ class Children:
     """The states of all ``layer.children`` (a Tuple; a NamedTuple when the layer has ``names``)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Discard:
+    """Julia state written as ``value`` and ignored by a restore (a ``Recur``'s ``state0``/``state``)."""
+
+    value: Any
+
+
 Fields = list[tuple[str, Any]]
 
 
@@ -364,7 +371,7 @@ def _recurrent_fields(layer: Layer, era: str) -> Fields:
     def initial() -> Any:
         return (zeros(), zeros()) if kind == "LSTM" else zeros()
 
-    return [("cell", _named([*cell, ("state0", initial())])), ("state", initial())]
+    return [("cell", _named([*cell, ("state0", Discard(initial()))])), ("state", Discard(initial()))]
 
 
 def _recurrent_julia(layer: Layer, children: list[str], era: str) -> str:
