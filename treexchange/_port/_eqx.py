@@ -272,6 +272,24 @@ def _build_recurrent(layer: Layer, key: Any, era: str) -> Any:
     return L.Recurrence(cell)
 
 
+def _build_attention(layer: Layer, key: Any, era: str) -> Any:
+    """Flux's ``MultiHeadAttention(E; nheads, bias)`` (equal sizes) as ``eqx.nn.MultiheadAttention``."""
+    import equinox as eqx
+
+    a, bias = layer.args, bool(layer.args["bias"])
+    return eqx.nn.MultiheadAttention(
+        int(a["nheads"]),
+        int(a["in"]),
+        use_query_bias=bias,
+        use_key_bias=bias,
+        use_value_bias=bias,
+        use_output_bias=bias,
+        dropout_p=float(a["dropout_prob"]),
+        inference=True,
+        key=key,
+    )
+
+
 def _build_dropout(layer: Layer, key: Any, era: str) -> Any:
     import equinox as eqx
 
@@ -308,6 +326,7 @@ _BUILDERS: dict[str, Any] = {
     "InstanceNorm": _build_norm,
     "LayerNorm": _build_layernorm,
     "Dropout": _build_dropout,
+    "MultiHeadAttention": _build_attention,
     "RNN": _build_recurrent,
     "LSTM": _build_recurrent,
     "GRU": _build_recurrent,
@@ -385,6 +404,8 @@ class _Reader:
             return Port(
                 Layer("Embedding", {"in": int(n), "out": int(d)}), {"weight": (m.weight, Transpose((1, 0)))}
             )
+        if isinstance(m, nn.MultiheadAttention):
+            return self.attention(m, path)
         if isinstance(m, L.Recurrence):
             return self.recurrent_cell(m.cell, (*path, "cell"))
         if isinstance(m, (nn.LSTMCell, nn.GRUCell, L.RNNCell, L.GRUv3Cell)):
@@ -492,6 +513,30 @@ class _Reader:
             arrays["bias"] = (m.bias, SAME)
         layer = Layer("Dense", {"in": int(inp), "out": int(out), "bias": bool(m.use_bias), "σ": "identity"})
         return Port(layer, arrays)
+
+    def attention(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+        """Same matrices (Flux's heads own contiguous row blocks, as Equinox's); one bias flag for all."""
+        projections = {
+            "q_proj": m.query_proj,
+            "k_proj": m.key_proj,
+            "v_proj": m.value_proj,
+            "out_proj": m.output_proj,
+        }
+        flags = {p.use_bias for p in projections.values()}
+        sizes = {m.query_size, m.key_size, m.value_size, m.output_size, m.qk_size * m.num_heads}
+        if len(flags) != 1 or len(sizes) != 1 or m.qk_size != m.vo_size:
+            raise UnsupportedError(
+                "MultiheadAttention ports only with equal sizes and one bias flag for all projections",
+                path=path,
+            )
+        arrays: dict[str, tuple[Any, Perm]] = {}
+        for name, proj in projections.items():
+            arrays[f"{name}.weight"] = (proj.weight, SAME)
+            if proj.use_bias:
+                arrays[f"{name}.bias"] = (proj.bias, SAME)
+        args = {"in": int(m.query_size), "nheads": int(m.num_heads), "bias": flags.pop()}
+        args["dropout_prob"] = float(m.dropout.p)
+        return Port(with_defaults(Layer("MultiHeadAttention", args)), arrays)
 
     def recurrent_cell(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
         """A recurrent cell as Flux's layer: same matrices (Flux's gate order is Equinox's), no state0.

@@ -381,6 +381,38 @@ def _recurrent_julia(layer: Layer, children: list[str], era: str) -> str:
     return _call(layer.kind, parts, [])
 
 
+# --- MultiHeadAttention (layer-spec.md §2.14, Flux ≥ 0.13.15) -------------------------------------
+
+
+def _attention_fields(layer: Layer, era: str) -> Fields:
+    """``(nheads, q_proj, k_proj, v_proj, attn_drop, out_proj)``, each projection a Dense state."""
+    bias = bool(layer.arg("bias", False))
+
+    def proj(name: str) -> Any:
+        return _named(
+            [("weight", Arr(f"{name}.weight")), ("bias", Arr(f"{name}.bias") if bias else False), ("σ", ())]
+        )
+
+    drop = _dropout_fields(Layer("Dropout", {"p": float(layer.arg("dropout_prob", 0.0))}), era)
+    return [
+        ("nheads", i64(int(layer.args["nheads"]))),
+        ("q_proj", proj("q_proj")),
+        ("k_proj", proj("k_proj")),
+        ("v_proj", proj("v_proj")),
+        ("attn_drop", _named(drop)),
+        ("out_proj", proj("out_proj")),
+    ]
+
+
+def _attention_julia(layer: Layer, children: list[str], era: str) -> str:
+    keywords = [f"nheads={layer.args['nheads']}"]
+    if layer.arg("bias", False):
+        keywords.append("bias=true")
+    if float(layer.arg("dropout_prob", 0.0)):
+        keywords.append(f"dropout_prob={float(layer.args['dropout_prob'])!r}")
+    return _call("MultiHeadAttention", [str(layer.args["in"])], keywords)
+
+
 # --- dropout ----------------------------------------------------------------------------------------
 
 
@@ -445,6 +477,12 @@ RULES: dict[str, Rule] = {
         Rule("LSTM", _recurrent_fields, _recurrent_julia),
         Rule("GRU", _recurrent_fields, _recurrent_julia),
         Rule("GRUv3", _recurrent_fields, _recurrent_julia),
+        Rule(
+            "MultiHeadAttention",
+            _attention_fields,
+            _attention_julia,
+            lambda layer: {"nheads": 8, "bias": False, "dropout_prob": 0.0},
+        ),
         Rule("Chain", lambda layer, era: [("layers", Children())], _chain_julia),
         Rule(
             "Parallel",
