@@ -120,6 +120,20 @@ class NoArrays:
 NO_ARRAYS = NoArrays()
 
 
+class Discarded(NoArrays):
+    """Template entry for Julia state a restore ignores on purpose, arrays included.
+
+    A Flux ≤ 0.14 ``Recur``'s ``state0``/``state`` (layer-spec §2.13): the Python cells start from
+    zeros, as Flux ≥ 0.15 does, so any file value fits and it may be absent.
+    """
+
+    def __repr__(self) -> str:
+        return "Discarded()"
+
+
+DISCARDED = Discarded()
+
+
 def holds_arrays(v: Any) -> bool:
     """Whether a file value contains an array anywhere."""
     if isinstance(v, np.ndarray):
@@ -257,7 +271,7 @@ class Walker:
         if is_array_template(t):
             return self.array(v, t, path, jpath, shape=tuple(t.shape), dtype=np.dtype(t.dtype))
         if isinstance(t, NoArrays):
-            if v is not ABSENT and holds_arrays(v):
+            if not isinstance(t, Discarded) and v is not ABSENT and holds_arrays(v):
                 self.kind_mismatch(v, t, path)
             return t
         if isinstance(t, (bool, int, float, complex, np.generic)) and not isinstance(t, Singleton):

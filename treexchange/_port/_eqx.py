@@ -246,6 +246,50 @@ def _build_bilinear(layer: Layer, key: Any, era: str) -> Any:
     return L.Bilinear(weight, bias, a["σ"])
 
 
+def _build_recurrent(layer: Layer, key: Any, era: str) -> Any:
+    """Flux's RNN/LSTM/GRU/GRUv3 as :class:`~._eqx_layers.Recurrence` over its cell (zero ``bias_n``)."""
+    import equinox as eqx
+    import jax.numpy as jnp
+
+    kind, n_in, hidden = layer.kind, int(layer.args["in"]), int(layer.args["out"])
+    cell: Any
+    if kind == "LSTM":
+        cell = eqx.nn.LSTMCell(n_in, hidden, key=key)
+    elif kind == "GRU":
+        cell = eqx.nn.GRUCell(n_in, hidden, key=key)
+        cell = eqx.tree_at(lambda c: c.bias_n, cell, jnp.zeros_like(cell.bias_n))  # Flux has no b_hn
+    else:
+        k1, k2, k3 = _keys(key, 3)
+        gates = 1 if kind == "RNN" else 3
+        wi = eqx.nn.Linear(n_in, gates * hidden, key=k1)
+        assert wi.bias is not None
+        wh = eqx.nn.Linear(hidden, (gates if kind == "RNN" else 2) * hidden, key=k2, use_bias=False)
+        if kind == "RNN":
+            cell = L.RNNCell(wi.weight, wh.weight, wi.bias, function_of(str(layer.args["σ"])))
+        else:
+            wc = eqx.nn.Linear(hidden, hidden, use_bias=False, key=k3)
+            cell = L.GRUv3Cell(wi.weight, wh.weight, wi.bias, wc.weight)
+    return L.Recurrence(cell)
+
+
+def _build_attention(layer: Layer, key: Any, era: str) -> Any:
+    """Flux's ``MultiHeadAttention(E; nheads, bias)`` (equal sizes) as ``eqx.nn.MultiheadAttention``."""
+    import equinox as eqx
+
+    a, bias = layer.args, bool(layer.args["bias"])
+    return eqx.nn.MultiheadAttention(
+        int(a["nheads"]),
+        int(a["in"]),
+        use_query_bias=bias,
+        use_key_bias=bias,
+        use_value_bias=bias,
+        use_output_bias=bias,
+        dropout_p=float(a["dropout_prob"]),
+        inference=True,
+        key=key,
+    )
+
+
 def _build_dropout(layer: Layer, key: Any, era: str) -> Any:
     import equinox as eqx
 
@@ -282,6 +326,11 @@ _BUILDERS: dict[str, Any] = {
     "InstanceNorm": _build_norm,
     "LayerNorm": _build_layernorm,
     "Dropout": _build_dropout,
+    "MultiHeadAttention": _build_attention,
+    "RNN": _build_recurrent,
+    "LSTM": _build_recurrent,
+    "GRU": _build_recurrent,
+    "GRUv3": _build_recurrent,
     "AlphaDropout": _build_dropout,
     "Parallel": lambda layer, key, era: L.Parallel(
         tuple(_children(layer, key, era)), layer.arg("connection", "+"), layer.names
@@ -355,6 +404,12 @@ class _Reader:
             return Port(
                 Layer("Embedding", {"in": int(n), "out": int(d)}), {"weight": (m.weight, Transpose((1, 0)))}
             )
+        if isinstance(m, nn.MultiheadAttention):
+            return self.attention(m, path)
+        if isinstance(m, L.Recurrence):
+            return self.recurrent_cell(m.cell, (*path, "cell"))
+        if isinstance(m, (nn.LSTMCell, nn.GRUCell, L.RNNCell, L.GRUv3Cell)):
+            return self.recurrent_cell(m, path)
         if isinstance(m, nn.Dropout):
             return Port(Layer("Dropout", {"p": float(m.p)}))
         if isinstance(m, L.AlphaDropout):
@@ -458,6 +513,67 @@ class _Reader:
             arrays["bias"] = (m.bias, SAME)
         layer = Layer("Dense", {"in": int(inp), "out": int(out), "bias": bool(m.use_bias), "σ": "identity"})
         return Port(layer, arrays)
+
+    def attention(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+        """Same matrices (Flux's heads own contiguous row blocks, as Equinox's); one bias flag for all."""
+        projections = {
+            "q_proj": m.query_proj,
+            "k_proj": m.key_proj,
+            "v_proj": m.value_proj,
+            "out_proj": m.output_proj,
+        }
+        flags = {p.use_bias for p in projections.values()}
+        sizes = {m.query_size, m.key_size, m.value_size, m.output_size, m.qk_size * m.num_heads}
+        if len(flags) != 1 or len(sizes) != 1 or m.qk_size != m.vo_size:
+            raise UnsupportedError(
+                "MultiheadAttention ports only with equal sizes and one bias flag for all projections",
+                path=path,
+            )
+        arrays: dict[str, tuple[Any, Perm]] = {}
+        for name, proj in projections.items():
+            arrays[f"{name}.weight"] = (proj.weight, SAME)
+            if proj.use_bias:
+                arrays[f"{name}.bias"] = (proj.bias, SAME)
+        args = {"in": int(m.query_size), "nheads": int(m.num_heads), "bias": flags.pop()}
+        args["dropout_prob"] = float(m.dropout.p)
+        return Port(with_defaults(Layer("MultiHeadAttention", args)), arrays)
+
+    def recurrent_cell(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+        """A recurrent cell as Flux's layer: same matrices (Flux's gate order is Equinox's), no state0.
+
+        ``eqx.nn.GRUCell.bias_n`` (inside ``r``) has no Flux counterpart: it must be zero to port, and a
+        restore sets it to zero. A cell without bias has none in Flux either: refused.
+        """
+        import equinox as eqx
+        import jax.numpy as jnp
+
+        if not getattr(m, "use_bias", True):
+            raise UnsupportedError("a recurrent cell without bias has no Flux twin", path=path)
+        hidden, n_in = int(m.weight_hh.shape[-1]), int(m.weight_ih.shape[-1])
+        arrays: dict[str, tuple[Any, Perm]] = {
+            "Wi": (m.weight_ih, SAME),
+            "Wh": (m.weight_hh, SAME),
+            "b": (m.bias, SAME),
+        }
+        args: dict[str, Any] = {"in": n_in, "out": hidden}
+        fixed: list[tuple[Any, Any]] = []
+        if isinstance(m, eqx.nn.LSTMCell):
+            kind = "LSTM"
+        elif isinstance(m, eqx.nn.GRUCell):
+            kind = "GRU"
+            if not _is_restoring(m.bias_n) and bool(jnp.any(m.bias_n != 0)):
+                raise UnsupportedError(
+                    "GRUCell.bias_n is not zero: Flux's GRU has no bias inside r (layer-spec §2.13)",
+                    path=(*path, "bias_n"),
+                )
+            fixed.append((m.bias_n, np.zeros(hidden, np.float32)))
+        elif isinstance(m, L.GRUv3Cell):
+            kind = "GRUv3"
+            arrays["Wh_h̃"] = (m.weight_hh_candidate, SAME)
+        else:
+            kind = "RNN"
+            args["σ"] = name_of(m.activation)
+        return Port(with_defaults(Layer(kind, args)), arrays, fixed=fixed)
 
     def conv(self, m: Any, kind: str, path: tuple[PathSegment, ...]) -> Port:
         import equinox as eqx
@@ -580,6 +696,12 @@ class _Reader:
         if affine:
             port.arrays.update({"scale": (m.weight, REV), "bias": (m.bias, REV)})
         return port
+
+
+def _is_restoring(leaf: Any) -> bool:
+    from .._bridge._restore import LeafRef
+
+    return isinstance(leaf, LeafRef)
 
 
 def _leaves(tree: Any) -> list[Any]:

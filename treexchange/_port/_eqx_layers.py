@@ -228,3 +228,59 @@ class Maxout(eqx.Module):
 
 
 Activation = Callable[[jax.Array], jax.Array]
+
+
+class RNNCell(eqx.Module):
+    """Flux's ``RNNCell`` (Equinox has none): ``h' = σ(Wi x + Wh h + b)``, arrays in Flux's shapes."""
+
+    weight_ih: jax.Array  # Wi (H, in)
+    weight_hh: jax.Array  # Wh (H, H)
+    bias: jax.Array  # b (H,)
+    activation: Callable[[jax.Array], jax.Array] = eqx.field(static=True, default=jnp.tanh)
+
+    def __call__(self, x: jax.Array, h: jax.Array, *, key: Any = None) -> jax.Array:
+        return self.activation(self.weight_ih @ x + self.weight_hh @ h + self.bias)
+
+
+class GRUv3Cell(eqx.Module):
+    """Flux's ``GRUv3Cell``, the paper's GRU (no PyTorch/Equinox twin).
+
+    ``h̃ = tanh(Wi_h̃ x + Wh_h̃ (r .* h) + b_h̃)``: ``r`` applied to ``h`` before the matrix.
+    """
+
+    weight_ih: jax.Array  # Wi (3H, in): r, z, h̃ blocks
+    weight_hh: jax.Array  # Wh (2H, H): r, z blocks
+    bias: jax.Array  # b (3H,)
+    weight_hh_candidate: jax.Array  # Wh_h̃ (H, H)
+
+    def __call__(self, x: jax.Array, h: jax.Array, *, key: Any = None) -> jax.Array:
+        gx = jnp.split(self.weight_ih @ x + self.bias, 3)
+        gh = jnp.split(self.weight_hh @ h, 2)
+        r = jax.nn.sigmoid(gx[0] + gh[0])
+        z = jax.nn.sigmoid(gx[1] + gh[1])
+        candidate = jnp.tanh(gx[2] + self.weight_hh_candidate @ (r * h))
+        return (1 - z) * candidate + z * h
+
+
+class Recurrence(eqx.Module):
+    """A cell scanned over one sequence, as Flux ≥ 0.15's ``RNN``/``LSTM``/``GRU``/``GRUv3`` do.
+
+    Input ``(L, in)`` (the Julia sequence ``(in, L)`` under C0), output the hidden states ``(L, H)``,
+    starting from zeros (Flux's ``initialstates``). ``cell`` is an ``eqx.nn.LSTMCell``/``GRUCell``,
+    :class:`RNNCell` or :class:`GRUv3Cell`.
+    """
+
+    cell: Any
+
+    def __call__(self, xs: jax.Array, *, key: Any = None) -> jax.Array:
+        hidden = self.cell.weight_hh.shape[-1]
+        zero = jnp.zeros((hidden,), xs.dtype)
+        lstm = isinstance(self.cell, eqx.nn.LSTMCell)
+        carry0: Any = (zero, zero) if lstm else zero
+
+        def step(carry: Any, x: jax.Array) -> tuple[Any, jax.Array]:
+            carry = self.cell(x, carry)
+            return carry, carry[0] if lstm else carry
+
+        _, hs = lax.scan(step, carry0, xs)
+        return hs

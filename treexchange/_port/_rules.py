@@ -56,6 +56,13 @@ class Children:
     """The states of all ``layer.children`` (a Tuple; a NamedTuple when the layer has ``names``)."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Discard:
+    """Julia state written as ``value`` and ignored by a restore (a ``Recur``'s ``state0``/``state``)."""
+
+    value: Any
+
+
 Fields = list[tuple[str, Any]]
 
 
@@ -335,6 +342,77 @@ def _named(entries: Fields) -> _NamedFields:
     return _NamedFields(entries)
 
 
+# --- recurrent: RNN, LSTM, GRU, GRUv3 (layer-spec.md §2.13) -----------------------------------------
+
+# Gate blocks along dim 1 of Wi/Wh/b (contiguous, Flux's ``gate(h, n)``): RNN 1, LSTM 4 (i, f, g, o),
+# GRU/GRUv3 3 (r, z, h̃); GRUv3's Wh holds only r, z (its h̃ block is the separate ``Wh_h̃``).
+RECURRENT_GATES = {"RNN": 1, "LSTM": 4, "GRU": 3, "GRUv3": 3}
+
+
+def _recurrent_fields(layer: Layer, era: str) -> Fields:
+    """``(cell = (…),)`` from Flux 0.15; ``(cell = (…, state0), state)`` for Flux ≤ 0.14's ``Recur``.
+
+    The bias is ``b`` everywhere except RNNCell/LSTMCell from 0.15 (renamed ``bias``). ``state0`` is
+    Flux's default (zeros ``(H, 1)``); a restore discards ``state0``/``state`` (zero initial state on
+    the Python side, which is what Flux ≥ 0.15 uses too).
+    """
+    kind, hidden = layer.kind, int(layer.args["out"])
+    cell: Fields = [("σ", ())] if kind == "RNN" else []
+    bias_name = "bias" if era != "0.14" and kind in ("RNN", "LSTM") else "b"
+    cell += [("Wi", Arr("Wi")), ("Wh", Arr("Wh")), (bias_name, Arr("b"))]
+    if kind == "GRUv3":
+        cell.append(("Wh_h̃", Arr("Wh_h̃")))
+    if era != "0.14":
+        return [("cell", _named(cell))]
+
+    def zeros() -> Any:
+        return np.zeros((hidden, 1), np.float32)
+
+    def initial() -> Any:
+        return (zeros(), zeros()) if kind == "LSTM" else zeros()
+
+    return [("cell", _named([*cell, ("state0", Discard(initial()))])), ("state", Discard(initial()))]
+
+
+def _recurrent_julia(layer: Layer, children: list[str], era: str) -> str:
+    parts = [f"{layer.args['in']} => {layer.args['out']}"]
+    if layer.kind == "RNN" and _activation(layer) != "tanh":
+        parts.append(_activation(layer))
+    return _call(layer.kind, parts, [])
+
+
+# --- MultiHeadAttention (layer-spec.md §2.14, Flux ≥ 0.13.15) -------------------------------------
+
+
+def _attention_fields(layer: Layer, era: str) -> Fields:
+    """``(nheads, q_proj, k_proj, v_proj, attn_drop, out_proj)``, each projection a Dense state."""
+    bias = bool(layer.arg("bias", False))
+
+    def proj(name: str) -> Any:
+        return _named(
+            [("weight", Arr(f"{name}.weight")), ("bias", Arr(f"{name}.bias") if bias else False), ("σ", ())]
+        )
+
+    drop = _dropout_fields(Layer("Dropout", {"p": float(layer.arg("dropout_prob", 0.0))}), era)
+    return [
+        ("nheads", i64(int(layer.args["nheads"]))),
+        ("q_proj", proj("q_proj")),
+        ("k_proj", proj("k_proj")),
+        ("v_proj", proj("v_proj")),
+        ("attn_drop", _named(drop)),
+        ("out_proj", proj("out_proj")),
+    ]
+
+
+def _attention_julia(layer: Layer, children: list[str], era: str) -> str:
+    keywords = [f"nheads={layer.args['nheads']}"]
+    if layer.arg("bias", False):
+        keywords.append("bias=true")
+    if float(layer.arg("dropout_prob", 0.0)):
+        keywords.append(f"dropout_prob={float(layer.args['dropout_prob'])!r}")
+    return _call("MultiHeadAttention", [str(layer.args["in"])], keywords)
+
+
 # --- dropout ----------------------------------------------------------------------------------------
 
 
@@ -394,6 +472,16 @@ RULES: dict[str, Rule] = {
             "AlphaDropout",
             _alphadropout_fields,
             lambda layer, c, era: f"AlphaDropout({float(layer.args['p'])!r})",
+        ),
+        Rule("RNN", _recurrent_fields, _recurrent_julia, lambda layer: {"σ": "tanh"}),
+        Rule("LSTM", _recurrent_fields, _recurrent_julia),
+        Rule("GRU", _recurrent_fields, _recurrent_julia),
+        Rule("GRUv3", _recurrent_fields, _recurrent_julia),
+        Rule(
+            "MultiHeadAttention",
+            _attention_fields,
+            _attention_julia,
+            lambda layer: {"nheads": 8, "bias": False, "dropout_prob": 0.0},
         ),
         Rule("Chain", lambda layer, era: [("layers", Children())], _chain_julia),
         Rule(

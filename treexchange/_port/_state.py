@@ -18,7 +18,7 @@ import numpy as np
 from .._errors import UnsupportedError
 from .._values import NamedTuple
 from ._perm import Perm
-from ._rules import Arr, Child, Children, _NamedFields, rule_for
+from ._rules import Arr, Child, Children, Discard, _NamedFields, rule_for
 from ._spec import FLUX_ERAS, Layer
 
 
@@ -60,7 +60,7 @@ def state_of(port: Port, era: str) -> Any:
     state of any Flux era, because ``Flux.loadmodel!`` never loads those either.
     """
     if _restoring(port):
-        return _template(port)
+        return _template(port, era)
     return _state(port, era, restoring=False)
 
 
@@ -71,10 +71,12 @@ def _state(port: Port, era: str, *, restoring: bool) -> Any:
     return NamedTuple((name, _resolve(port, spec, era, restoring)) for name, spec in fields)
 
 
-def _template(port: Port) -> Any:
+def _template(port: Port, era: str = "0.15") -> Any:
     from .._bridge._restore import NO_ARRAYS
 
-    state = _state(port, "0.15", restoring=True)  # 0.15 lists every field any era has
+    # 0.15 (the default) lists every field any era has, except a Flux ≤ 0.14 Recur's ``b``/``state0``:
+    # those files restore through ``layout=functools.partial(flux_state, flux="0.14")``.
+    state = _state(port, era, restoring=True)
     return NO_ARRAYS if state == () or (not _has_refs(state) and not port.children) else state
 
 
@@ -105,15 +107,21 @@ def _resolve(port: Port, spec: Any, era: str, restoring: bool = False) -> Any:
         value, perm = port.arrays[spec.key]
         return julia_array(value, perm)
     if isinstance(spec, Children):
-        states = tuple(_template(c) if restoring else _state(c, era, restoring=False) for c in port.children)
+        states = tuple(
+            _template(c, era) if restoring else _state(c, era, restoring=False) for c in port.children
+        )
         if port.layer.names:
             return NamedTuple(zip(port.layer.names, states))
         return states
     if isinstance(spec, Child):
         child = port.children[spec.index]
-        return _template(child) if restoring else _state(child, era, restoring=False)
+        return _template(child, era) if restoring else _state(child, era, restoring=False)
     if isinstance(spec, _NamedFields):
         return NamedTuple((name, _resolve(port, sub, era, restoring)) for name, sub in spec)
+    if isinstance(spec, Discard):
+        from .._bridge._restore import DISCARDED
+
+        return DISCARDED if restoring else spec.value
     if restoring:
         from .._bridge._restore import NO_ARRAYS
 

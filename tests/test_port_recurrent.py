@@ -1,0 +1,142 @@
+"""Recurrent layers (RNN, LSTM, GRU, GRUv3; layer-spec §2.13) between Flux and Equinox, both eras."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import pytest
+
+import treexchange as tx
+from tests._flux_reference import recurrent
+from treexchange._port._eqx import build_equinox
+from treexchange._port._spec import Layer
+from treexchange._values import NamedTuple
+
+KINDS = ["RNN", "LSTM", "GRU", "GRUv3"]
+
+CELL_FIELDS = {
+    ("RNN", "0.15"): ["σ", "Wi", "Wh", "bias"],
+    ("LSTM", "0.15"): ["Wi", "Wh", "bias"],
+    ("GRU", "0.15"): ["Wi", "Wh", "b"],
+    ("GRUv3", "0.15"): ["Wi", "Wh", "b", "Wh_h̃"],
+    ("RNN", "0.14"): ["σ", "Wi", "Wh", "b", "state0"],
+    ("LSTM", "0.14"): ["Wi", "Wh", "b", "state0"],
+    ("GRU", "0.14"): ["Wi", "Wh", "b", "state0"],
+    ("GRUv3", "0.14"): ["Wi", "Wh", "b", "Wh_h̃", "state0"],
+}
+
+
+def _model(kind: str, seed: int = 0, n_in: int = 3, hidden: int = 5) -> Any:
+    return build_equinox(Layer(kind, {"in": n_in, "out": hidden}), key=jax.random.key(seed))
+
+
+def _sequence(seed: int, n_in: int = 3, length: int = 7) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((length, n_in)).astype(np.float32)
+
+
+@pytest.mark.parametrize("era", ["0.14", "0.15"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_flux_state_fields_in_flux_order(kind: str, era: str) -> None:
+    state = tx.flux_state(_model(kind), flux=era)
+    assert list(state.keys()) == (["cell", "state"] if era == "0.14" else ["cell"])
+    assert list(state["cell"].keys()) == CELL_FIELDS[(kind, era)]
+    gates = {"RNN": 1, "LSTM": 4, "GRU": 3, "GRUv3": 3}[kind]
+    assert state["cell"]["Wi"].shape == (gates * 5, 3)
+    assert state["cell"]["Wh"].shape == ((2 if kind == "GRUv3" else gates) * 5, 5)
+    if era == "0.14":
+        zero = np.zeros((5, 1), np.float32)
+        state0 = state["cell"]["state0"]
+        for part in state0 if kind == "LSTM" else (state0,):
+            np.testing.assert_array_equal(part, zero)
+
+
+@pytest.mark.parametrize("era", ["0.14", "0.15"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_equinox_model_computes_what_its_flux_state_computes(kind: str, era: str) -> None:
+    """Python -> Julia: the Flux reference on flux_state(model) gives the model's outputs."""
+    model = _model(kind, seed=1)
+    xs = _sequence(2)
+    expected = np.asarray(model(xs))  # (L, H)
+    state = tx.flux_state(model, flux=era)
+    julia_seq = xs.T[:, :, None]  # Julia (in, L, B=1)
+    got = recurrent(Layer(kind, {"σ": "tanh"}), state, julia_seq)[:, :, 0].T
+    np.testing.assert_allclose(expected, got, rtol=2e-5, atol=2e-5)
+
+
+def _random_state(kind: str, seed: int, n_in: int = 3, hidden: int = 5) -> Any:
+    """A 0.15 Flux.state with random arrays, as Julia would write it (through a donor model's form)."""
+    rng = np.random.default_rng(seed)
+    state = tx.flux_state(_model(kind, seed + 100, n_in, hidden), flux="0.15")
+    cell = NamedTuple(
+        (name, rng.standard_normal(v.shape).astype(np.float32) if isinstance(v, np.ndarray) else v)
+        for name, v in state["cell"].items()
+    )
+    return NamedTuple([("cell", cell)])
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_flux_state_file_restores_into_equinox(kind: str, tmp_path: Path) -> None:
+    """Julia -> Python: a saved Flux ≥ 0.15 state restored into a fresh model computes the reference."""
+    state = _random_state(kind, seed=3)
+    path = tmp_path / "rnn.jld2"
+    tx.save(path, model_state=state)
+    restored = tx.load(path, "model_state", like=_model(kind, seed=9), layout=tx.flux_state)
+    xs = _sequence(4)
+    expected = recurrent(Layer(kind, {"σ": "tanh"}), state, xs.T[:, :, None])[:, :, 0].T
+    np.testing.assert_allclose(np.asarray(restored(xs)), expected, rtol=2e-5, atol=2e-5)
+    again = tx.flux_state(restored, flux="0.15")
+    for name, value in state["cell"].items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(again["cell"][name], value)
+
+
+def test_gru_with_nonzero_bias_n_is_refused() -> None:
+    import equinox as eqx
+
+    cell = eqx.nn.GRUCell(3, 4, key=jax.random.key(0))  # Equinox initialises bias_n randomly
+    with pytest.raises(tx.TreexchangeError, match="bias_n"):
+        tx.flux_state(cell)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_from_flux_architecture_round_trip(kind: str, tmp_path: Path) -> None:
+    """from_flux(architecture=flux_julia(m)) restored from flux_state(m) computes what m computes."""
+    model = _model(kind, seed=5)
+    script = tx.flux_julia(model)
+    constructor = next(line for line in script.splitlines() if line.startswith("model = "))[len("model = ") :]
+    assert constructor == f"{kind}(3 => 5)"
+    path = tmp_path / "rec.jld2"
+    tx.save(path, model_state=tx.flux_state(model))
+    built = tx.from_flux(path, "model_state", architecture=constructor)
+    xs = _sequence(6)
+    np.testing.assert_allclose(np.asarray(built(xs)), np.asarray(model(xs)), rtol=1e-6, atol=1e-6)
+
+
+def test_rnn_activation_is_kept() -> None:
+    model = build_equinox(Layer("RNN", {"in": 2, "out": 3, "σ": "relu"}), key=jax.random.key(0))
+    assert "RNN(2 => 3, relu)" in tx.flux_julia(model)
+    xs = _sequence(7, n_in=2)
+    expected = recurrent(Layer("RNN", {"σ": "relu"}), tx.flux_state(model), xs.T[:, :, None])[:, :, 0].T
+    np.testing.assert_allclose(np.asarray(model(xs)), expected, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_flux_0_14_recur_file_restores_with_the_0_14_layout(kind: str, tmp_path: Path) -> None:
+    """A Flux ≤ 0.14 ``Recur`` state (``b``, ``state0``, ``state``) restores through the 0.14 layout."""
+    import functools
+
+    donor = _model(kind, seed=11)
+    state = tx.flux_state(donor, flux="0.14")
+    path = tmp_path / "recur.jld2"
+    tx.save(path, model_state=state)
+    template = _model(kind, seed=12)
+    with pytest.raises(tx.TreexchangeError, match="state0"):  # the default (0.15) layout lists it
+        tx.load(path, "model_state", like=template, layout=tx.flux_state)
+    layout = functools.partial(tx.flux_state, flux="0.14")
+    restored = tx.load(path, "model_state", like=template, layout=layout)
+    xs = _sequence(13)
+    expected = recurrent(Layer(kind, {"σ": "tanh"}), state, xs.T[:, :, None])[:, :, 0].T
+    np.testing.assert_allclose(np.asarray(restored(xs)), expected, rtol=2e-5, atol=2e-5)
