@@ -270,3 +270,22 @@ def test_nested_dicts_built_eagerly_stop_at_the_limit(tmp_path: Path) -> None:
         tx.load(path, "x", limits=small)
     with tx.open(path) as f:
         assert f["x"].kind in ("dict", "namedtuple")
+
+
+def test_a_chunk_larger_than_its_dataspace_is_charged_whole(tmp_path: Path) -> None:
+    """Found by the long fuzz on the merged reader: three bytes of the bzip2 bomb turn its 512 MiB
+    array into a 0-d UInt8, whose one stored chunk still decodes to 512 MiB. The budget must count
+    the chunk, not the dataspace (before: 1 GiB allocated, no error)."""
+    source = HOSTILE / "crafted_L11.jld2"
+    if not source.is_file():
+        pytest.skip(f"{source} not found (../shared absent)")
+    data = bytearray(source.read_bytes())
+    for pos, value in ((980, 0), (400, 181), (274, 255)):
+        data[pos] = value
+    path = tmp_path / "scalar_bomb.jld2"
+    path.write_bytes(bytes(data))
+    with pytest.raises(tx.LimitError, match="max_decoded_bytes") as info:
+        tx.load(path)
+    assert info.value.offset is not None
+    big = tx.Limits(max_decoded_bytes=1 << 30)
+    assert tx.load(path, limits=big)["bomb"].shape == ()

@@ -348,7 +348,12 @@ class HDF5File:
                 f"dataset needs {nbytes} bytes, more than max_array_bytes={self.limits.max_array_bytes}",
                 offset=obj.offset,
             )
-        self.charge_decoded(obj.offset, nbytes)
+        # Every stored chunk decodes whole, so one chunk is decoded even for a smaller dataspace
+        # (a lying dataspace must not hide a huge chunk from the budget).
+        chunk_bytes = obj.datatype.size if obj.datatype is not None else 1
+        for d in layout.chunk_dims[:-1]:
+            chunk_bytes *= d
+        self.charge_decoded(obj.offset, max(nbytes, chunk_bytes))
         from ._chunks import read_chunked
 
         with format_errors(obj.offset):
