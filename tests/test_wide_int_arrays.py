@@ -160,3 +160,12 @@ def test_schema_infer_validate(rng_file: Path) -> None:
     other["rng"].fields["state"].data[0] = UInt128(12345)
     errors = treexchange.validate(other, schema)
     assert errors, "a changed element must fail a schema that pins the sha256"
+
+
+def test_schema_of_values_built_in_python() -> None:
+    # spelled as users write it ("UInt128"), not as files store it ("Core.UInt128")
+    values = {"state": JuliaArray("UInt128", _state())}
+    roots = treexchange.infer_schema(values, checksums=True).model_dump(mode="json")["roots"]
+    expected = b"".join(int(x).to_bytes(16, "little") for x in _state())
+    assert roots["state"]["kind"] == "array" and roots["state"]["dtype"] == "uint128"
+    assert roots["state"]["sha256"] == hashlib.sha256(expected).hexdigest()

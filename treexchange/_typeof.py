@@ -274,10 +274,10 @@ def wide_int_array(value: Any) -> np.ndarray | None:
     """
     if not isinstance(value, JuliaArray) or value.eltype.params:
         return None
-    name = value.eltype.name
-    if name not in ("Core.Int128", "Core.UInt128"):
+    eltype = value.eltype  # "UInt128" as users spell it, or "Core.UInt128" as files do
+    if not eltype.is_named("Int128", "UInt128") or eltype.name.split(".")[0] not in ("Core", eltype.name):
         return None
-    signed = name == "Core.Int128"
+    signed = eltype.is_named("Int128")
     try:
         raw = b"".join(int(x).to_bytes(16, "little", signed=signed) for x in value)
     except (OverflowError, TypeError, ValueError):
