@@ -169,3 +169,18 @@ def test_schema_of_values_built_in_python() -> None:
     expected = b"".join(int(x).to_bytes(16, "little") for x in _state())
     assert roots["state"]["kind"] == "array" and roots["state"]["dtype"] == "uint128"
     assert roots["state"]["sha256"] == hashlib.sha256(expected).hexdigest()
+
+
+def test_compressed_array(tmp_path: Path) -> None:
+    path = tmp_path / "c.jld2"
+    values = [UInt128(i * 2**70 + i) for i in range(3000)]
+    treexchange.save(path, s=JuliaArray("UInt128", values), compress="deflate")
+    with h5py.File(path, "r") as f:
+        assert f["s"].compression == "gzip"
+    expected = hashlib.sha256(b"".join(int(v).to_bytes(16, "little") for v in values)).hexdigest()
+    with treexchange.open(path) as f:
+        node = f["s"]
+        assert node.kind == "array" and int.from_bytes(node[2999].tobytes(), "little") == values[2999]
+        roots = treexchange.infer_schema(f, checksums=True).model_dump(mode="json")["roots"]
+        assert roots["s"]["sha256"] == expected
+    assert list(treexchange.load(path)["s"]) == values
