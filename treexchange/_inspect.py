@@ -36,6 +36,7 @@ import numpy as np
 from ._errors import LimitError, TreexchangeError
 from ._gc import gc_paused
 from ._limits import DEFAULT_LIMITS
+from ._typeof import presented_dtype_name
 from ._values import Int128, JuliaBits, UInt128
 
 _HASH_BLOCK = 1 << 24
@@ -164,7 +165,7 @@ def node_record(node: Any, type_text: Any = str) -> dict[str, Any]:
     kind = node.kind
     if kind == "array":
         arr = np.asarray(node)
-        rec["dtype"] = arr.dtype.name
+        rec["dtype"] = presented_dtype_name(arr.dtype)
         rec["shape"] = list(arr.shape)
         rec["sha256"] = array_sha256(arr)
     elif kind in ("number", "bool", "string", "symbol"):
@@ -365,7 +366,8 @@ def _text_lines(root: Any, type_width: int) -> Iterator[str]:
             size = int(np.prod(shape, dtype=np.int64)) * np.dtype(node.dtype).itemsize
             nbytes += size
             dims = "×".join(str(d) for d in shape) if shape else "0-dim"
-            yield f"{indent}{label}: {jt}  {dims}  {np.dtype(node.dtype).name}  {_human(size)}"
+            dtype = presented_dtype_name(np.dtype(node.dtype))
+            yield f"{indent}{label}: {jt}  {dims}  {dtype}  {_human(size)}"
         elif kind in ("number", "bool", "string", "symbol"):
             leaves += 1
             value = json_value(node.read())

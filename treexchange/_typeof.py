@@ -229,3 +229,58 @@ def _dict_params(value: dict[Any, Any], path: tuple[PathSegment, ...]) -> tuple[
     key_type = key_types.pop() if len(key_types) == 1 else (STRING if not value else ANY)
     value_type = value_types.pop() if len(value_types) == 1 else ANY
     return key_type, value_type
+
+
+_WIDE_INT_DTYPES = {
+    signed: np.dtype("V16", metadata={"julia": "int128" if signed else "uint128"}) for signed in (True, False)
+}
+
+
+def wide_int_dtype(signed: bool) -> np.dtype:
+    """The 16-byte dtype of little-endian ``Int128`` / ``UInt128`` arrays, labelled by its metadata.
+
+    numpy has no 128-bit integers: arrays of them are shown as raw 16-byte elements whose
+    ``dtype.metadata["julia"]`` names the type (``presented_dtype_name`` reads it).
+
+    Example:
+        >>> wide_int_dtype(False).itemsize, wide_int_dtype(False).metadata["julia"]
+        (16, 'uint128')
+    """
+    return _WIDE_INT_DTYPES[signed]
+
+
+def presented_dtype_name(dtype: np.dtype) -> str:
+    """``dtype.name``, or ``int128`` / ``uint128`` for :func:`wide_int_dtype` dtypes.
+
+    Example:
+        >>> presented_dtype_name(wide_int_dtype(True)), presented_dtype_name(np.dtype("<f4"))
+        ('int128', 'float32')
+    """
+    meta = dtype.metadata
+    if meta is not None and "julia" in meta:
+        return str(meta["julia"])
+    return dtype.name
+
+
+def wide_int_array(value: Any) -> np.ndarray | None:
+    """A ``JuliaArray`` of ``Int128`` / ``UInt128`` as an array of :func:`wide_int_dtype` (the
+    little-endian bytes JLD2 stores, Julia's shape); ``None`` for any other value.
+
+    Example:
+        >>> from treexchange import JuliaArray, UInt128
+        >>> a = wide_int_array(JuliaArray("UInt128", [UInt128(1), UInt128(2**100)]))
+        >>> a.shape, presented_dtype_name(a.dtype), a.tobytes()[:3].hex()
+        ((2,), 'uint128', '010000')
+    """
+    if not isinstance(value, JuliaArray) or value.eltype.params:
+        return None
+    eltype = value.eltype  # "UInt128" as users spell it, or "Core.UInt128" as files do
+    if not eltype.is_named("Int128", "UInt128") or eltype.name.split(".")[0] not in ("Core", eltype.name):
+        return None
+    signed = eltype.is_named("Int128")
+    try:
+        raw = b"".join(int(x).to_bytes(16, "little", signed=signed) for x in value)
+    except (OverflowError, TypeError, ValueError):
+        return None  # not every element is an integer of that width: not a plain array
+    dtype = wide_int_dtype(signed)
+    return np.frombuffer(raw, dtype, len(value)).reshape(value.shape, order="F")

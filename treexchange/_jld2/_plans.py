@@ -11,6 +11,10 @@ the :class:`DecodeContext` the reader passes in. Each plan knows
 * ``size``: the element size on disk (0 for ghosts, which store nothing),
 * ``dtype``: for plain-data plans, the numpy dtype whose arrays view the stored bytes as they are
   (numbers, Bool, Complex, BFloat16); ``None`` otherwise.
+* ``array_dtype``: the dtype an *array* of these values is presented with by ``inspect``, the
+  lazy nodes and the schema: ``dtype``, or for little-endian ``Int128`` / ``UInt128`` (which
+  numpy lacks) a 16-byte void dtype labelled ``int128`` / ``uint128`` (see :func:`wide_int_dtype`).
+  ``load`` still decodes those elements one by one into :class:`treexchange.Int128` values.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from .._errors import FormatError, LimitError
 from .._hdf5._model import H5Class, H5Type, Member
 from .._juliatype import JuliaType
 from .._limits import Limits
-from .._typeof import kind_of
+from .._typeof import kind_of, wide_int_dtype
 from .._values import (
     Int128,
     JuliaArray,
@@ -88,6 +92,11 @@ class Plan:
     size: int = 0
     h5type: H5Type | None = None
     dtype: np.dtype | None = None
+
+    @property
+    def array_dtype(self) -> np.dtype | None:
+        """The dtype arrays of these values are presented with (see the module docstring)."""
+        return self.dtype
 
     def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
         raise NotImplementedError
@@ -172,6 +181,11 @@ class Int128Plan(Plan):
         self.julia_type = julia_type
         self.size = 16
         self.h5type = h5type
+
+    @property
+    def array_dtype(self) -> np.dtype | None:
+        # Little-endian only: the presented bytes are then the stored bytes (what sha256 hashes).
+        return wide_int_dtype(self.signed) if self.byteorder == "little" else None
 
     def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
         value = int.from_bytes(bytes(buf[off : off + 16]), self.byteorder, signed=self.signed)

@@ -88,7 +88,8 @@ class DatasetInfo(ObjectHeader):
         value_kind: the inspect kind; ``"ref"`` for a scalar reference (follow it).
         memory: the ``Memory`` attribute is present (a Julia ``Memory``, not an ``Array``).
         count: stored elements (dataspace count; the array's length for arrays).
-        dtype: numpy dtype of a plain-data array (numbers, Bool, Complex, BFloat16), else None.
+        dtype: numpy dtype of a plain-data array (numbers, Bool, Complex, BFloat16, and
+            little-endian Int128/UInt128 as labelled 16-byte elements), else None.
     """
 
     __slots__ = (
@@ -147,7 +148,7 @@ class DatasetInfo(ObjectHeader):
         self.count = count
         # Only arrays (a shape) of plain data (a plan with a dtype) that store something
         # (not a null dataspace) have a dtype; fixed here, read at every array node.
-        self.dtype = plan.dtype if shape is not None and plan is not None and space != "null" else None
+        self.dtype = plan.array_dtype if shape is not None and plan is not None and space != "null" else None
         self.value_kind = value_kind  # last: described
         return self
 
@@ -406,7 +407,7 @@ class Reader:
             )
         eltype = self._element_type(obj, path) if isinstance(plan, ReferencePlan) else plan.element_type
         jt = self._array_type(eltype, len(shape), memory)
-        value_kind = "array" if plan.dtype is not None and space_kind != "null" else "vector"
+        value_kind = "array" if plan.array_dtype is not None and space_kind != "null" else "vector"
         return obj._describe(plan, space_kind, shape, eltype, jt, value_kind, memory, n)
 
     def _array_type(self, eltype: JuliaType, ndims: int, memory: bool) -> JuliaType:
@@ -495,9 +496,9 @@ class Reader:
         """A plain-data array in Julia or storage order: a zero-copy view of the copy-on-write
         map when stored uncompressed, or (``mmap=False``) a fresh array read with one plain read.
         Compressed arrays are decoded into new arrays either way."""
-        assert info.shape is not None and info.plan is not None and info.plan.dtype is not None
+        assert info.shape is not None and info.dtype is not None
         self._check_open()
-        dtype = info.plan.dtype
+        dtype = info.dtype
         count = info.count
         if count == 0:
             flat = np.empty(0, dtype)
@@ -559,8 +560,9 @@ class Reader:
                     target.mutable = True
                 return plan.fill(target, session, raw, 0, path)
             return plan.decode(session, raw, 0, path)
-        if info.dtype is not None:
+        if plan.dtype is not None and info.dtype is not None:
             return self.numeric_array(info, session.order, mmap=session.mmap)
+        # Int128 arrays too: presented as arrays (info.dtype), loaded as Int128 values.
         return self.object_array(info, path, session)
 
     def object_array(self, info: DatasetInfo, path: Path, session: Session) -> Any:

@@ -21,7 +21,7 @@ import numpy as np
 
 from .._errors import ConversionError, TreePath, TreexchangeError
 from .._juliatype import JuliaType
-from .._typeof import julia_type_of, kind_of, numpy_dtype
+from .._typeof import julia_type_of, kind_of, numpy_dtype, presented_dtype_name, wide_int_array
 from .._values import Int128, JuliaArray, JuliaBits, JuliaStruct, NamedTuple, Singleton, UInt128
 from ._checksum import array_sha256
 
@@ -100,6 +100,9 @@ def dtype_name(dtype: Any) -> str:
         >>> dtype_name(np.dtype("<f4")), dtype_name(np.float64)
         ('float32', 'float64')
     """
+    meta = getattr(dtype, "metadata", None)
+    if meta is not None:  # Int128 arrays: 16-byte elements labelled int128/uint128 (equal as dtypes)
+        return presented_dtype_name(np.dtype(dtype))
     try:
         return _DTYPE_NAMES[dtype]
     except (KeyError, TypeError):
@@ -177,12 +180,16 @@ def _singleton_text(value: Any) -> str:
 class ValueSource(Source):
     """A value-model value (what ``treexchange.load`` returns), or an array-like leaf."""
 
-    __slots__ = ("kind", "value")
+    __slots__ = ("kind", "value", "wide")
 
     def __init__(self, value: Any, path: TreePath, kind: str | None = None) -> None:
         self.value = value
         self.path = path
         self.kind = kind or value_kind(value, path)
+        # An Int128/UInt128 JuliaArray is an array (as the file shows it), not a vector of numbers.
+        self.wide = wide_int_array(value) if self.kind == "vector" else None
+        if self.wide is not None:
+            self.kind = "array"
 
     def type_text(self) -> str | None:
         v = self.value
@@ -190,11 +197,13 @@ class ValueSource(Source):
             return _singleton_text(v)
         if isinstance(v, (JuliaStruct, JuliaBits)):
             return str(v.type)
-        if isinstance(v, JuliaArray):
+        if isinstance(v, JuliaArray) and self.wide is None:
             return str(julia_type_of(v))
         return None
 
     def dtype(self) -> str | None:
+        if self.wide is not None:
+            return presented_dtype_name(self.wide.dtype)
         return _dtype_name(self.value)
 
     def shape(self) -> tuple[int, ...] | None:
@@ -221,7 +230,7 @@ class ValueSource(Source):
         return self.value
 
     def sha256(self) -> str:
-        return array_sha256(self.value)
+        return array_sha256(self.wide if self.wide is not None else self.value)
 
 
 class GroupSource(Source):
@@ -340,7 +349,9 @@ class FileSource(Source):
         return self.node.read()
 
     def sha256(self) -> str:
-        return array_sha256(self.node.read())
+        value = self.node.read()
+        wide = wide_int_array(value)  # Int128 arrays load as JuliaArrays of Int128 values
+        return array_sha256(value if wide is None else wide)
 
     def object_address(self) -> int | None:
         if self.kind in _LEAF_KINDS:
