@@ -213,3 +213,46 @@ def test_lux_state_rejects_unknown_versions_and_parts() -> None:
         tx.lux_state(lin, lux="0.4")
     with pytest.raises(ValueError, match="part"):
         tx.lux_state(lin, part="both")
+
+
+def test_layernorm_embedding_and_parallel_take_their_lux_places(tmp_path: Path) -> None:
+    arch = Layer(
+        "Chain",
+        children=(
+            Layer("LayerNorm", {"size": (5,)}),
+            Layer(
+                "Parallel",
+                {"connection": "vcat"},
+                (Layer("Dense", {"in": 5, "out": 2}), Layer("Dense", {"in": 5, "out": 3, "σ": "relu"})),
+            ),
+        ),
+    )
+    model = build_equinox(arch, key=jax.random.key(0))
+    ps, st = tx.lux_state(model, lux="0.5")
+    assert list(ps.layer_1) == ["bias", "scale"]  # Lux LayerNorm: bias first
+    assert ps.layer_1.scale.shape == (5, 1)
+    assert list(ps.layer_2) == ["layer_1", "layer_2"] and ps.layer_2.layer_2.bias.shape == (3, 1)
+    assert st == tx.NamedTuple(
+        layer_1=tx.NamedTuple(), layer_2=tx.NamedTuple(layer_1=tx.NamedTuple(), layer_2=tx.NamedTuple())
+    )
+    rng = np.random.default_rng(0)
+    ps = tx.NamedTuple(
+        layer_1=tx.NamedTuple(
+            bias=rng.standard_normal((5, 1)).astype(np.float32),
+            scale=rng.standard_normal((5, 1)).astype(np.float32),
+        ),
+        layer_2=ps.layer_2,
+    )
+    path = tmp_path / "ln.jld2"
+    tx.save(path, ps=ps)
+    fresh = build_equinox(arch, key=jax.random.key(5))
+    got = tx.load(path, "ps", like=fresh, layout=functools.partial(tx.lux_state, lux="0.5", part="ps"))
+    again = tx.lux_state(got, lux="0.5", part="ps")
+    np.testing.assert_array_equal(again.layer_1.bias, ps.layer_1.bias)
+    np.testing.assert_array_equal(again.layer_1.scale, ps.layer_1.scale)
+    np.testing.assert_array_equal(again.layer_2.layer_1.weight, ps.layer_2.layer_1.weight)
+
+    emb = build_equinox(Layer("Embedding", {"in": 10, "out": 4}), key=jax.random.key(0))
+    eps, est = tx.lux_state(emb)
+    assert eps.weight.shape == (4, 10) and est == tx.NamedTuple()  # (dim, vocab), as Flux
+    np.testing.assert_array_equal(_rev(eps.weight), np.asarray(emb.weight))

@@ -14,7 +14,9 @@ BatchNorm          ``scale`` = γ, ``bias`` = β                ``running_mean``
 LayerNorm          ``bias``, ``scale`` (bias first),          ``NamedTuple()``
                    shapes ``(size…, 1)``
 Embedding          ``weight (dim, vocab)``                    ``NamedTuple()``
-Chain              ``layer_1``, ``layer_2``, … (or its names) the same names
+Chain, Parallel,   ``layer_1``, ``layer_2``, … (or its names) the same names
+PairwiseFusion,
+Maxout
 SkipConnection     the wrapped layer's ``ps``                 the wrapped layer's ``st``
 anything else      ``NamedTuple()`` (no arrays)               ``NamedTuple()``
 =================  =========================================  =====================================
@@ -102,7 +104,7 @@ def lux_ps_st(port: Port, lux: str, part: str | None, restoring: bool) -> tuple[
     from .._bridge._restore import NO_ARRAYS
 
     layer = port.layer
-    if layer.kind == "Chain":
+    if layer.kind in ("Chain", "Parallel", "PairwiseFusion", "Maxout"):  # connection: a function
         pairs = [lux_ps_st(child, lux, part, restoring) for child in port.children]
         names = layer.names or tuple(f"layer_{i}" for i in range(1, len(pairs) + 1))
         return (
@@ -112,7 +114,9 @@ def lux_ps_st(port: Port, lux: str, part: str | None, restoring: bool) -> tuple[
     if layer.kind == "SkipConnection":
         return lux_ps_st(port.children[0], lux, part, restoring)
     if port.children:
-        raise UnsupportedError(f"Lux ps/st for {layer.kind} is not mapped (Chain and SkipConnection are)")
+        raise UnsupportedError(
+            f"Lux ps/st for {layer.kind} is not mapped (containers with a function connection are)"
+        )
     if not port.arrays:
         empty = NO_ARRAYS if restoring else NamedTuple()
         return empty, empty
