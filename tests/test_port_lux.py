@@ -256,3 +256,18 @@ def test_layernorm_embedding_and_parallel_take_their_lux_places(tmp_path: Path) 
     eps, est = tx.lux_state(emb)
     assert eps.weight.shape == (4, 10) and est == tx.NamedTuple()  # (dim, vocab), as Flux
     np.testing.assert_array_equal(_rev(eps.weight), np.asarray(emb.weight))
+
+
+def test_flax_nnx_model_gives_the_same_lux_ps_as_its_flux_state() -> None:
+    from flax import nnx
+
+    from treexchange._port._nnx import build_nnx
+
+    model = build_nnx(CNN, rngs=nnx.Rngs(0))
+    ps, st = tx.lux_state(model, lux="0.5")
+    flux = tx.flux_state(model)
+    np.testing.assert_array_equal(ps.layer_1.weight, flux.layers[0].weight)  # Lux Conv kernel = Flux's
+    np.testing.assert_array_equal(ps.layer_3.weight, flux.layers[2].weight)  # cross_correlation=true
+    np.testing.assert_array_equal(ps.layer_1.bias.reshape(-1), flux.layers[0].bias)
+    np.testing.assert_array_equal(st.layer_2.running_var, flux.layers[1]["σ²"])
+    np.testing.assert_array_equal(ps.layer_5.weight, flux.layers[4].weight)
