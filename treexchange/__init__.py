@@ -10,6 +10,7 @@ from ._bridge import (
     RestoreWarning as RestoreWarning,
     flux_julia as flux_julia,
     flux_state as flux_state,
+    lux_state as lux_state,
     restore as restore,
     to_julia as to_julia,
 )
@@ -155,6 +156,7 @@ __all__ = [
     "load_orbax",
     "load_safetensors",
     "load_schema",
+    "lux_state",
     "open",
     "read_embedded_schema",
     "restore",

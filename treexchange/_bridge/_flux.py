@@ -120,3 +120,48 @@ def to_julia_keeping_refs(state: Any) -> Any:
 def _julia_string(text: str) -> str:
     escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("$", "\\$")
     return f'"{escaped}"'
+
+
+def lux_state(model: Any, *, lux: str = "1", part: str | None = None) -> Any:
+    """The Lux ``(ps, st)`` of the Lux model equivalent to an Equinox or Flax nnx model.
+
+    The model is read as its Flux twin (as :func:`flux_state` does) and each array is moved to its
+    Lux place: ``Chain`` children ``layer_1``, ``layer_2`` …; a ``SkipConnection`` is its wrapped
+    layer; BatchNorm ``ps = (scale, bias)``, ``st = (running_mean, running_var, training)``;
+    LayerNorm ``ps = (bias, scale)``. Lux's ``Conv`` convolves as Flux's does (kernel flipped
+    against JAX); an Equinox model read as Flux ``CrossCor`` is Lux ``Conv(…; cross_correlation=true)``.
+
+    As a restore layout, pick one part:
+    ``treexchange.load(path, "ps", like=model, layout=functools.partial(lux_state, part="ps"))``,
+    then the same with ``"st"`` and ``part="st"`` into the result for a model with BatchNorm
+    (each part leaves the other part's arrays as they are).
+
+    Args:
+        model: an Equinox model, ``(model, state)`` for an Equinox model with BatchNorm, or a Flax
+            nnx model.
+        lux: ``"1"`` (Lux ≥ 1.0, the default: biases ``(out,)``) or ``"0.5"`` (Lux 0.5: Dense bias
+            ``(out, 1)``, Conv bias ``(1, …, 1, out, 1)``).
+        part: ``None`` for the pair ``(ps, st)``, ``"ps"`` or ``"st"`` for one of them.
+
+    Raises:
+        UnsupportedError: a layer has no Lux mapping (docs/porting.md lists what is covered).
+
+    Example:
+        >>> from treexchange import lux_state
+        >>> import jax, equinox as eqx
+        >>> mlp = eqx.nn.MLP(3, 2, 8, depth=1, key=jax.random.key(0))
+        >>> ps, st = lux_state(mlp, lux="0.5")
+        >>> ps.layer_1.weight.shape, ps.layer_1.bias.shape, st.layer_2
+        ((8, 3), (8, 1), NamedTuple())
+    """
+    from .._port._lux import check_lux, lux_ps_st
+    from .._port._state import _restoring, fix_unported_leaves
+
+    check_lux(lux, part)
+    port = read_model(model, DEFAULT_FLUX_ERA)
+    restoring = _restoring(port)
+    ps, st = lux_ps_st(port, lux, part, restoring)
+    fix_unported_leaves(port)
+    if part is None:
+        return to_julia_keeping_refs(ps), to_julia_keeping_refs(st)
+    return to_julia_keeping_refs(ps if part == "ps" else st)
