@@ -309,19 +309,28 @@ def test_nnx_round_trip(seed: int, tmp_path: Path) -> None:
     np.testing.assert_allclose(y, expected, rtol=2e-4, atol=2e-5 * max(1.0, float(np.abs(expected).max())))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="portcore nnx reader: the flatten->Dense column permutation needs the channel count, "
-    "which it takes only from a Conv right before the flatten (treexchange/_port/_nnx.py chain())",
-)
 @pytest.mark.parametrize(
-    "text",
+    ("text", "shape"),
     [
-        "Chain(MaxPool((1, 2)), Flux.flatten, Dense(16 => 3))",
-        "Chain(GroupNorm(2, 2), Flux.flatten, Dense(32 => 3))",
+        ("Chain(MaxPool((1, 2)), Flux.flatten, Dense(16 => 3))", (4, 4, 2)),
+        ("Chain(GroupNorm(2, 2), Flux.flatten, Dense(32 => 3))", (4, 4, 2)),
+        ("Chain(Flux.flatten, Dense(48 => 3))", (4, 4, 3)),  # no layer reveals the channel count
+        ("Chain(Flux.flatten, Dense(15 => 2))", (5, 3)),  # 1-D data: the 2nd Julia dim is channels
+        ("Chain(Flux.flatten, Dense(24 => 2))", (2, 3, 2, 2)),  # 3-D data
+        (
+            "Chain(Conv((3, 3), 2 => 3), MaxPool((2, 2)), Dropout(0.5), Flux.flatten, Dense(3 => 2))",
+            (4, 4, 2),
+        ),
+        ("Chain(Conv((1, 1), 2 => 4), BatchNorm(4, relu), Flux.flatten, Dense(64 => 2))", (4, 4, 2)),
+        (
+            "Chain(SkipConnection(Conv((1, 1), 2 => 2), +), MeanPool((2, 2)), Flux.flatten, Dense(8 => 2))",
+            (4, 4, 2),
+        ),
     ],
 )
-def test_nnx_flatten_after_a_non_conv_layer(text: str, tmp_path: Path) -> None:
+def test_nnx_flatten_after_a_non_conv_layer(text: str, shape: tuple[int, ...], tmp_path: Path) -> None:
+    """Flux's column-major flatten whatever precedes it: both directions (the built model's own
+    Flux.state, and a perturbed Julia-side state restored into a fresh model) against the reference."""
     from flax import nnx
 
     from treexchange._port._nnx import build_nnx
@@ -329,6 +338,25 @@ def test_nnx_flatten_after_a_non_conv_layer(text: str, tmp_path: Path) -> None:
     model = build_nnx(parse_architecture(text), rngs=nnx.Rngs(0))
     path = tmp_path / "m.jld2"
     tx.save(path, model_state=tx.flux_state(model))
-    x = np.random.default_rng(0).normal(size=(4, 4, 2, 3)).astype(np.float32)
+    x = np.random.default_rng(0).normal(size=(*shape, 3)).astype(np.float32)
     expected = ref.forward(parse_architecture(text), tx.load(path, "model_state"), x)
     np.testing.assert_allclose(_run_nnx(model, x), expected, rtol=2e-4, atol=2e-5)
+    # Julia -> Python: a state the model did not produce (scaled, so variances stay positive),
+    # restored into a freshly built model.
+    state = tx.load(path, "model_state")
+    rng = np.random.default_rng(1)
+    state = jax.tree_util.tree_map(
+        lambda a: (
+            (a * rng.uniform(0.5, 1.5, size=a.shape)).astype(a.dtype)
+            if isinstance(a, np.ndarray) and np.issubdtype(a.dtype, np.floating)
+            else a
+        ),
+        state,
+    )
+    fresh = tx.restore(
+        state, like=build_nnx(parse_architecture(text), rngs=nnx.Rngs(5)), layout=tx.flux_state
+    )
+    expected = ref.forward(parse_architecture(text), state, x)
+    np.testing.assert_allclose(
+        _run_nnx(fresh, x), expected, rtol=2e-4, atol=2e-5 * max(1.0, float(np.abs(expected).max()))
+    )

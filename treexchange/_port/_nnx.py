@@ -7,8 +7,8 @@ becomes the nnx module followed by the JAX function in the enclosing ``nnx.Seque
 Per-layer array maps (Julia array -> Flax leaf, exact), from layer-spec §2–3:
 
 =================  ===============================================================================
-Dense              ``kernel = W.T``; after ``flatten`` of C channels the input columns are permuted
-                   from Julia's column-major order to channels-last (§1.4)
+Dense              ``kernel = W.T`` (``_nnx_layers.Flatten`` flattens in Flux's order, so a Dense
+                   after it needs no column permutation, whatever the channel count; §1.4)
 Conv/Depthwise     ``kernel = flip_sp(W.transpose(N-1, …, 0, N, N+1))``; ``feature_group_count``
 CrossCor           ``kernel = W.transpose(N-1, …, 0, N, N+1)`` (no flip)
 ConvTranspose      ``kernel = W.transpose(N-1, …, 0, N+1, N)`` (no flip), explicit dilated padding
@@ -30,7 +30,7 @@ from typing import Any
 from .._errors import PathSegment, UnsupportedError
 from ._activations import ELEMENTWISE, function_of, name_of
 from ._eqx import ACTIVATED, layernorm_0_14_message, layernorm_eps
-from ._perm import SAME, Compose, Perm, Reshape, Transpose, spatial_flip
+from ._perm import SAME, Compose, Perm, Transpose, spatial_flip
 from ._rules import with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
 from ._state import Port
@@ -286,15 +286,14 @@ def _tuple(value: Any, n: int) -> tuple[int, ...]:
 class _Reader:
     def __init__(self, era: str) -> None:
         self.era = era
-        self.channels: int | None = None  # channels of the conv-like data at this point of the model
-        self.flattened: int | None = None  # channels a Flatten just flattened (the next Linear permutes)
+        self.conv_data = False  # the data at this point of the model came out of a conv layer
         self.after_unknown = False  # the last module read was a function without an NNlib name
 
     def read(self, m: Any, path: Path) -> Port:
         from flax import nnx
 
         if isinstance(m, nnx.Linear):
-            port = self.linear(m, path, self.flattened)
+            port = self.linear(m)
         else:
             port = self.read_module(m, path)
         self.track(m, port, path)
@@ -395,8 +394,9 @@ class _Reader:
         return Port(Layer("Chain", {}, tuple(p.layer for p in ports)), children=tuple(ports))
 
     def track(self, m: Any, port: Port, path: Path) -> None:
-        """Follow the channel count of channels-last conv data along the model, in call order, so
-        that the Linear after a Flatten (at any nesting depth) gets Flux's column order (§1.4)."""
+        """Follow, in call order, whether the data is conv output, so that a Linear fed by an unknown
+        function of it (most likely a channels-last ``reshape``, whose order is not Flux's) is refused
+        instead of ported into a model that computes something else."""
         from flax import nnx
 
         from . import _nnx_layers as NL
@@ -404,37 +404,27 @@ class _Reader:
 
         kind = port.layer.kind
         if kind in CONTAINERS:  # its children were tracked as they were read
-            if port.layer.arg("connection") in ("vcat", "hcat"):
-                self.channels = None  # concatenated: no longer one branch's channel count
             return
         if kind == "function" and port.layer.arg("name") in ELEMENTWISE:
             return  # an activation changes no layout
         after_unknown, self.after_unknown = self.after_unknown, False
-        self.flattened = None  # a Linear right after the Flatten has used it in read()
-        if isinstance(m, nnx.Linear) and self.channels and after_unknown:
-            # Most likely ``lambda x: x.reshape(len(x), -1)`` of channels-last conv data: its order
-            # is not Flux's flatten, and a silent port would compute something else.
+        if isinstance(m, nnx.Linear) and self.conv_data and after_unknown:
             raise UnsupportedError(
                 "a Linear after conv layers follows an unknown function; if it flattens, use "
                 "treexchange._port._nnx_layers.Flatten so the Dense columns get Flux's order",
                 path=path,
             )
         if kind in ("Conv", "CrossCor", "ConvTranspose", "DepthwiseConv"):
-            self.channels = int(port.layer.args["out"])
-        elif kind in ("Dense", "Embedding", "Bilinear"):
-            self.channels = None
-        elif isinstance(m, NL.Flatten):
-            self.flattened, self.channels = self.channels, None
+            self.conv_data = True
+        elif kind in ("Dense", "Embedding", "Bilinear") or isinstance(m, NL.Flatten):
+            self.conv_data = False
         elif kind == "function" and port.layer.arg("name") is None:
             self.after_unknown = True
 
-    def linear(self, m: Any, path: Path, flattened_channels: int | None) -> Port:
+    def linear(self, m: Any) -> Port:
         kernel = _value(m.kernel)
         inp, out = kernel.shape
-        perm: Perm = Transpose((1, 0))
-        if flattened_channels and flattened_channels > 1 and inp % flattened_channels == 0:
-            perm = flatten_dense_perm(int(out), int(inp), flattened_channels)
-        arrays: dict[str, tuple[Any, Perm]] = {"weight": (kernel, perm)}
+        arrays: dict[str, tuple[Any, Perm]] = {"weight": (kernel, Transpose((1, 0)))}
         if m.use_bias:
             arrays["bias"] = (_value(m.bias), SAME)
         layer = Layer("Dense", {"in": int(inp), "out": int(out), "bias": bool(m.use_bias), "σ": "identity"})
@@ -550,18 +540,6 @@ class _Reader:
         if m.use_scale:
             port.arrays.update({"scale": (_value(m.scale), SAME), "bias": (_value(m.bias), SAME)})
         return port
-
-
-def flatten_dense_perm(out: int, inp: int, channels: int) -> Perm:
-    """Julia Dense weight ``(out, S·C)`` (column index ``s + S·c``: Julia's column-major flatten)
-    -> Flax kernel ``(S·C, out)`` (row index ``s·C + c``: channels-last reshape) (layer-spec §1.4)."""
-    spatial = inp // channels
-    return Compose(
-        Reshape((out, inp), (out, channels, spatial)),
-        Transpose((0, 2, 1)),
-        Reshape((out, spatial, channels), (out, inp)),
-        Transpose((1, 0)),
-    )
 
 
 def _pairs(padding: Any, n: int, path: Path) -> list[tuple[int, int]]:

@@ -19,10 +19,17 @@ from flax import nnx
 
 
 class Flatten(nnx.Module):
-    """``x.reshape(batch, -1)`` of a channels-last batch: the order differs from Flux's ``flatten``
-    (column-major over Julia dims), so the Dense after it gets its input columns permuted (§1.4)."""
+    """Flux's ``flatten`` of a channels-last batch, in Flux's element order.
+
+    Julia's column-major flatten of ``(W, H, C)`` runs ``W`` fastest; the channels-last batch is
+    ``(N, H, W, C)``, so moving the channel axis first (``(N, C, H, W)``) and reshaping row-major gives
+    the same order (layer-spec §1.4). Doing it here rather than permuting the next Dense's columns
+    needs no channel count, which the model alone does not always reveal (a pool or norm first).
+    """
 
     def __call__(self, x: jax.Array) -> jax.Array:
+        if x.ndim > 2:
+            x = jnp.moveaxis(x, -1, 1)
         return x.reshape(x.shape[0], -1)
 
 
