@@ -26,7 +26,18 @@ ConvTranspose  ConvTranspose1d/2d/3d ``weight``, ``bias`` ``flip_spatial(rev(W))
                                                           ``(k…, out÷G, in)`` -> ``(in, out÷G, k…)``
 InstanceNorm,  InstanceNorm1d/2d/3d, GroupNorm            as BatchNorm (those tensors that exist:
 GroupNorm      ``weight`` = γ, ``bias`` = β (+ stats)     ``affine``/``track_stats``)
+RNN, LSTM,     RNN/LSTM/GRU (one layer, one direction)    same, gate blocks in the same order (LSTM
+GRU            ``weight_ih_l0`` = Wi, ``weight_hh_l0`` =  i, f, g, o; GRU r, z, n); ``bias_hh_l0`` is 0
+               Wh, ``bias_ih_l0`` = b, ``bias_hh_l0``     going to torch and folded into b coming back
+                                                          (see :func:`_fold_bias_hh`)
+MultiHead-     MultiheadAttention ``in_proj_weight`` =    same; separate ``q/k/v_proj_weight`` when
+Attention      vcat(q, k, v weights), ``in_proj_bias``,   ``kdim``/``vdim`` differ from ``embed_dim``
+               ``out_proj.weight``/``.bias``
 =============  ========================================  ==============================================
+
+GRUv3 (reset gate before ``Wh``), an RNN whose activation is neither tanh nor relu, and attention whose
+q/k/v/output sizes torch cannot express are refused with :class:`~treexchange.UnsupportedError`: no
+conversion is ever approximate.
 
 Every problem (a missing or left-over tensor, a kind or shape that does not fit) is collected and
 raised at once as one :class:`treexchange.MismatchError` naming the tensor and the Julia path.
@@ -45,7 +56,7 @@ import numpy as np
 from .._errors import ConversionError, Mismatch, MismatchError, PathSegment, UnsupportedError, format_path
 from .._port._eqx import conv_weight_perm
 from .._port._perm import REV, SAME, Perm, Transpose
-from .._port._rules import RULES, Arr, _NamedFields, with_defaults
+from .._port._rules import RECURRENT_GATES, RULES, Arr, _NamedFields, with_defaults
 from .._port._spec import DEFAULT_FLUX_ERA, Layer
 from .._port._state import Port, state_of
 from .._values import NamedTuple
@@ -62,6 +73,10 @@ TORCH_MODULES: dict[str, tuple[str, ...]] = {
     "GroupNorm": ("GroupNorm",),
     "LayerNorm": ("LayerNorm",),
     "Embedding": ("Embedding",),
+    "RNN": ("RNN",),
+    "LSTM": ("LSTM",),
+    "GRU": ("GRU",),
+    "MultiHeadAttention": ("MultiheadAttention",),
 }
 """Flux layer kind -> the PyTorch module classes that hold the same parameters."""
 
@@ -77,13 +92,19 @@ IGNORED = frozenset({"num_batches_tracked"})
 
 @dataclasses.dataclass(frozen=True)
 class TorchParam:
-    """One tensor of a layer: its Flux field, its PyTorch name, the permutation and torch shape."""
+    """One tensor of a layer: its Flux field, its PyTorch name, the permutation and torch shape.
+
+    ``flux`` is the rule's array key (``"Wi"``, ``"q_proj.weight"``); ``""`` marks a tensor with no
+    Flux counterpart (a recurrent ``bias_hh``: zeros going to torch, folded into ``b`` coming back).
+    ``parts`` lists the Flux arrays stacked along dim 1 into one tensor (``in_proj_weight``).
+    """
 
     flux: str
     torch: str
     perm: Perm
     shape: tuple[int, ...]
     transform: str = "same"  # what --dry-run prints
+    parts: tuple[str, ...] = ()
 
 
 def torch_params(layer: Layer) -> list[TorchParam]:
@@ -134,7 +155,92 @@ def torch_params(layer: Layer) -> list[TorchParam]:
         ]
     if kind == "Embedding":
         return [TorchParam("weight", "weight", Transpose((1, 0)), (a["in"], a["out"]), "transpose")]
+    if kind in ("RNN", "LSTM", "GRU"):
+        return _recurrent_params(layer)
+    if kind == "MultiHeadAttention":
+        return _attention_params(layer)
     raise UnsupportedError(f"no PyTorch rule for the Flux layer {kind!r} yet")
+
+
+def _recurrent_params(layer: Layer) -> list[TorchParam]:
+    """RNN/LSTM/GRU: torch stacks the gate blocks along dim 1 in Flux's order (LSTM i, f, g, o; GRU
+    r, z, n), so every array moves as it is. torch adds ``b_hh`` inside the GRU's reset product
+    (``n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn))``) where Flux's GRU has no bias, which a zero
+    ``bias_hh`` reproduces exactly; Flux's RNN/LSTM add one bias, torch two (the sum)."""
+    a = layer.args
+    if layer.kind == "RNN" and a.get("σ", "tanh") not in ("tanh", "relu"):
+        raise UnsupportedError(
+            f"no PyTorch equivalent: torch's RNN computes tanh or relu, this Flux RNN {a['σ']}"
+        )
+    if a.get("bias") is False:
+        raise UnsupportedError(
+            f"no PyTorch rule for {layer.kind}(bias=false) yet (torch's bias=False drops both)"
+        )
+    rows, inp, hidden = RECURRENT_GATES[layer.kind] * a["out"], a["in"], a["out"]
+    return [
+        TorchParam("Wi", "weight_ih_l0", SAME, (rows, inp)),
+        TorchParam("Wh", "weight_hh_l0", SAME, (rows, hidden)),
+        TorchParam("b", "bias_ih_l0", SAME, (rows,)),
+        TorchParam("", "bias_hh_l0", SAME, (rows,), "zeros (folded into b coming back)"),
+    ]
+
+
+def _attention_params(layer: Layer) -> list[TorchParam]:
+    """MultiHeadAttention: torch's ``embed_dim`` E is Flux's q input, qk, v and output size at once;
+    both split heads into contiguous row blocks and scale by ``1/√(E/nheads)``."""
+    a = layer.args
+    e = a["q_in"]
+    if not (a["qk_dim"] == a["v_dim"] == a["out"] == e):
+        raise UnsupportedError(
+            "no PyTorch equivalent: torch's MultiheadAttention has one embed_dim for the query input, "
+            f"the q/k/v projections and the output; this one is ({a['q_in']}, {a['k_in']}, {a['v_in']}) "
+            f"=> {a['qk_dim']}, {a['v_dim']} => {a['out']}"
+        )
+    out: list[TorchParam] = []
+    if a["k_in"] == a["v_in"] == e:
+        out.append(
+            TorchParam(
+                "q_proj.weight", "in_proj_weight", SAME, (3 * e, e), "vcat(q, k, v)",
+                parts=("q_proj.weight", "k_proj.weight", "v_proj.weight"),
+            )
+        )  # fmt: skip
+    else:
+        out += [
+            TorchParam("q_proj.weight", "q_proj_weight", SAME, (e, e)),
+            TorchParam("k_proj.weight", "k_proj_weight", SAME, (e, a["k_in"])),
+            TorchParam("v_proj.weight", "v_proj_weight", SAME, (e, a["v_in"])),
+        ]
+    if a.get("bias"):
+        out.append(
+            TorchParam(
+                "q_proj.bias", "in_proj_bias", SAME, (3 * e,), "vcat(q, k, v)",
+                parts=("q_proj.bias", "k_proj.bias", "v_proj.bias"),
+            )
+        )  # fmt: skip
+    out.append(TorchParam("out_proj.weight", "out_proj.weight", SAME, (e, e)))
+    if a.get("bias"):
+        out.append(TorchParam("out_proj.bias", "out_proj.bias", SAME, (e,)))
+    return out
+
+
+def _fold_bias_hh(
+    layer: Layer, b: np.ndarray, bias_hh: np.ndarray, where: tuple[PathSegment, ...]
+) -> np.ndarray:
+    """Flux's one bias from torch's two. RNN/LSTM: ``b = bias_ih + bias_hh`` (torch adds both to the
+    same pre-activation). GRU: the r and z blocks add the same way; the n block of ``bias_hh`` sits
+    inside torch's reset product, where Flux's GRU has none, so it must be zero. A zero ``bias_hh`` (what
+    :func:`flux_to_state_dict` writes) leaves ``b`` bit for bit as it is."""
+    if not bias_hh.any():
+        return b
+    if layer.kind == "GRU":
+        h = layer.args["out"]
+        if bias_hh[2 * h :].any():
+            raise UnsupportedError(
+                "no Flux equivalent: this torch GRU has a nonzero bias_hh for the candidate gate (inside "
+                "r ⊙ (W_hn h + b_hn)); Flux's GRU has no bias there, so it cannot be moved exactly",
+                path=where,
+            )
+    return (b + bias_hh).astype(b.dtype)
 
 
 def _has_arrays(layer: Layer) -> bool:
@@ -189,11 +295,18 @@ def array_layers(layer: Layer, root: tuple[PathSegment, ...] = ("model_state",))
     return out
 
 
+_ATTENTION_TENSORS = frozenset({"in_proj_weight", "q_proj_weight"})
+
+
 def _groups(state_dict: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """``state_dict`` entries grouped by module (the name before the last dot), in order."""
+    """``state_dict`` entries grouped by module (the name before the last dot), in order. A
+    ``MultiheadAttention``'s ``out_proj`` submodule joins its parent's group (one Flux layer)."""
     groups: dict[str, dict[str, Any]] = {}
     for name, tensor in state_dict.items():
         prefix, _, leaf = name.rpartition(".")
+        parent, _, sub = prefix.rpartition(".")
+        if sub == "out_proj" and _ATTENTION_TENSORS & groups.get(parent, {}).keys():
+            prefix, leaf = parent, f"out_proj.{leaf}"
         groups.setdefault(prefix, {})[leaf] = tensor
     return list(groups.items())
 
@@ -307,7 +420,7 @@ def mapping_lines(state_dict: Mapping[str, Any], architecture: str | Layer) -> l
         for p in torch_params(site.layer):
             name = f"{prefix}.{p.torch}" if prefix else p.torch
             dtype = getattr(tensors[p.torch], "dtype", "")
-            julia = format_path((*site.path, p.flux))
+            julia = format_path((*site.path, p.flux)) if p.flux else "(no Flux array)"
             lines.append(f"{name} -> {julia}  {p.shape} {dtype}  {p.transform}")
     return lines
 
@@ -378,10 +491,27 @@ def state_dict_to_flux(
     pairs = _pair(layer, state_dict, kinds, root)
     arrays: dict[int, dict[str, tuple[Any, Perm]]] = {}
     for site, _, tensors in pairs:
-        arrays[id(site.layer)] = {
-            p.flux: (_numpy(tensors[p.torch]), p.perm) for p in torch_params(site.layer)
-        }
+        arrays[id(site.layer)] = _flux_arrays(site, tensors)
     return state_of(_port(layer, arrays), flux)
+
+
+def _flux_arrays(site: _Site, tensors: Mapping[str, Any]) -> dict[str, tuple[Any, Perm]]:
+    """One layer's tensors as the rule's arrays (stacked tensors split, ``bias_hh`` folded)."""
+    out: dict[str, tuple[Any, Perm]] = {}
+    bias_hh = None
+    for p in torch_params(site.layer):
+        tensor = _numpy(tensors[p.torch])
+        if not p.flux:
+            bias_hh = tensor
+        elif p.parts:
+            for part, block in zip(p.parts, np.split(tensor, len(p.parts), axis=0)):
+                out[part] = (block, p.perm)
+        else:
+            out[p.flux] = (tensor, p.perm)
+    if bias_hh is not None:
+        b, perm = out["b"]
+        out["b"] = (_fold_bias_hh(site.layer, np.asarray(b), np.asarray(bias_hh), site.path), perm)
+    return out
 
 
 def _port(layer: Layer, arrays: Mapping[int, dict[str, tuple[Any, Perm]]]) -> Port:
@@ -425,13 +555,18 @@ def flux_to_state_dict(
     out: dict[str, np.ndarray] = {}
     for site, prefix, tensors in pairs:
         node = _at(state, site.path[len(root) :])
-        for p in torch_params(site.layer):
-            julia = _field(node, p.flux)
+        params = torch_params(site.layer)
+        for p in params:
             path = (*site.path, p.flux)
-            if julia is None:
+            if not p.flux:  # bias_hh: Flux's one bias is all in bias_ih
+                like = np.asarray(_julia_array(node, site.layer, "b"))
+                out[f"{prefix}.{p.torch}" if prefix else p.torch] = np.zeros(p.shape, like.dtype)
+                continue
+            parts = [_julia_array(node, site.layer, key) for key in (p.parts or (p.flux,))]
+            if any(part is None for part in parts):
                 problems.append(Mismatch("missing", path, "not in the Julia state"))
                 continue
-            julia = np.asarray(julia)
+            julia = np.concatenate([np.asarray(x) for x in parts]) if p.parts else np.asarray(parts[0])
             if tuple(julia.shape) != p.perm.julia_shape(p.shape):
                 problems.append(
                     Mismatch(
@@ -458,6 +593,33 @@ def _at(state: Any, path: tuple[PathSegment, ...]) -> Any:
         except (KeyError, IndexError, TypeError):
             raise ConversionError("the Julia state has no entry here", path=("model_state", *path)) from None
     return node
+
+
+def _julia_array(node: Any, layer: Layer, key: str) -> Any:
+    """The array the rule calls ``key`` in one layer's state (``Wi`` is ``cell.Wi``; the bias is
+    ``cell.bias`` or ``cell.b`` by Flux era), or None."""
+    rule = RULES.get(layer.kind)
+    if rule is not None and layer.kind in ("RNN", "LSTM", "GRU", "MultiHeadAttention"):
+        for era in ("0.15", "0.14"):
+            where = _arr_path(rule.fields(layer, era), key)
+            value = node
+            for name in where or ():
+                value = value.get(name) if isinstance(value, Mapping) else None
+            if where is not None and value is not None:
+                return value
+        return None
+    return _field(node, key)
+
+
+def _arr_path(fields: Any, key: str) -> tuple[str, ...] | None:
+    for name, spec in fields:
+        if isinstance(spec, Arr) and spec.key == key:
+            return (name,)
+        if isinstance(spec, _NamedFields):
+            inner = _arr_path(spec, key)
+            if inner is not None:
+                return (name, *inner)
+    return None
 
 
 def _field(node: Any, name: str) -> Any:
@@ -654,6 +816,10 @@ def _one(sub: Any) -> Layer:
         )
     if isinstance(sub, nn.Embedding):
         return Layer("Embedding", {"in": sub.num_embeddings, "out": sub.embedding_dim})
+    if isinstance(sub, (nn.RNN, nn.LSTM, nn.GRU)):
+        return _recurrent_layer(sub)
+    if isinstance(sub, nn.MultiheadAttention):
+        return _attention_layer(sub)
     if isinstance(sub, (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d)):
         n = int(name[-2])
         k = _ntuple(sub.kernel_size, n)[::-1]
@@ -671,3 +837,34 @@ def _one(sub: Any) -> Layer:
 
 def _ntuple(value: Any, n: int) -> tuple[int, ...]:
     return tuple(value) if isinstance(value, (tuple, list)) else (int(value),) * n
+
+
+def _recurrent_layer(sub: Any) -> Layer:
+    name = type(sub).__name__
+    if sub.num_layers != 1 or sub.bidirectional or getattr(sub, "proj_size", 0):
+        raise UnsupportedError(
+            f"torch {name}(num_layers={sub.num_layers}, bidirectional={sub.bidirectional}, "
+            f"proj_size={getattr(sub, 'proj_size', 0)}): a Flux {name} is one layer, one direction, "
+            "no projection (stack Flux layers in a Chain and give the architecture text)"
+        )
+    args: dict[str, Any] = {"in": sub.input_size, "out": sub.hidden_size}
+    if name == "RNN":
+        args["σ"] = sub.nonlinearity
+    if not sub.bias:
+        args["bias"] = False
+    return Layer(name, args)
+
+
+def _attention_layer(sub: Any) -> Layer:
+    if sub.bias_k is not None or sub.add_zero_attn:
+        raise UnsupportedError(
+            "torch MultiheadAttention with add_bias_kv/add_zero_attn has no Flux counterpart"
+        )
+    e = sub.embed_dim
+    return Layer(
+        "MultiHeadAttention",
+        {
+            "q_in": e, "k_in": sub.kdim, "v_in": sub.vdim, "qk_dim": e, "v_dim": e, "out": e,
+            "nheads": sub.num_heads, "bias": sub.in_proj_bias is not None, "dropout_prob": float(sub.dropout),
+        },
+    )  # fmt: skip
