@@ -130,3 +130,38 @@ def test_equinox_models_are_fully_concrete_and_a_fresh_state_starts_from_the_fil
     mean, var = state.get(bn.ema_state_index)
     np.testing.assert_array_equal(np.asarray(mean), flux_state["μ"])
     np.testing.assert_array_equal(np.asarray(var), flux_state["σ²"])
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Chain(Dense(4 => 3), relu, Dense(3 => 2), tanh)",
+        "Chain(Conv((3, 3), 2 => 3), BatchNorm(3), relu, MaxPool((2, 2)), Flux.flatten, Dense(12 => 2), "
+        "softmax)",
+    ],
+)
+def test_from_flux_keeps_the_authors_chain(target: str, text: str, tmp_path: Any) -> None:
+    """Standalone functions stay Chain entries of their own: the built model's Flux.state has the
+    author's shape (``()`` per function), so the author's file restores into it and what it saves
+    is what Flux.loadmodel! expects for the author's architecture."""
+    from treexchange._port._arch import parse_architecture
+    from treexchange._port._eqx import build_equinox
+
+    layer = parse_architecture(text)
+    source = build_equinox(layer, key=jax.random.key(3))
+    stateful = "BatchNorm" in text
+    import equinox as eqx
+
+    author = tx.flux_state((source, eqx.nn.State(source)) if stateful else source)
+    assert len(author.layers) == len(layer.children)  # e.g. (Dense, (), Dense, ())
+    assert sum(entry == () for entry in author.layers) >= 2
+    path = tmp_path / "author.jld2"
+    tx.save(path, model_state=author)
+    built = tx.from_flux(path, "model_state", architecture=text, target=target)
+    assert tx.values_equal(tx.flux_state(built), tx.load(path, "model_state"))
+    assert tx.flux_julia(built).splitlines()[1] == f"model = {text}"
+    again = tx.load(path, "model_state", like=built, layout=tx.flux_state)  # the author's file fits
+    x = np.random.default_rng(0).normal(size=(2, 2, 6, 6) if stateful else (2, 4)).astype(np.float32)
+    expected = ref.forward(layer, tx.load(path, "model_state"), x.transpose(np.arange(x.ndim)[::-1]))
+    _close_to_reference(_run(again, target, x), expected.transpose(np.arange(expected.ndim)[::-1]))

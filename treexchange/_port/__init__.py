@@ -21,7 +21,9 @@ Contracts with the restore code (``_bridge/_restore.py``, ``_api.py``): a layout
 applied when placing), set ``ref.fixed`` for a model leaf with no Julia counterpart, and put
 ``NoArrays()`` where the Julia state holds only hyper-parameters (any array-free value fits).
 A Flux layer with an activation outside a Chain is ``_eqx_layers.Activated`` /
-``_nnx_layers.Activated`` (inside a Chain: the module then the activation, folded when read).
+``_nnx_layers.Activated`` (inside a Chain: the module then the activation, folded when read). A
+standalone function Chain entry is built as ``_eqx_layers.Function`` / ``_nnx_layers.Function``,
+which the readers never fold, so a built model's Flux.state keeps its source's Chain entry for entry.
 
 Adding a layer: a ``Rule`` in ``_rules.RULES`` (its Flux.state fields and Julia constructor), a
 builder and a reader branch in ``_eqx.py`` and ``_nnx.py`` (array maps as ``_perm`` permutations,

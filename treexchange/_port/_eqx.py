@@ -299,9 +299,8 @@ def _build_dropout(layer: Layer, key: Any, era: str) -> Any:
 
 
 def _build_function(layer: Layer, key: Any, era: str) -> Any:
-    import equinox as eqx
-
-    return eqx.nn.Lambda(function_of(str(layer.args["name"])))
+    function_of(str(layer.args["name"]))  # an unknown name fails here, at build time
+    return L.Function(str(layer.args["name"]))
 
 
 _BUILDERS: dict[str, Any] = {
@@ -440,6 +439,8 @@ class _Reader:
             port = self.read(m.layer, (*path, "layer"))
             port.layer = dataclasses.replace(port.layer, args={**port.layer.args, "σ": m.activation})
             return port
+        if isinstance(m, L.Function):
+            return Port(Layer("function", {"name": m.name}))
         if isinstance(m, nn.Lambda):
             return self.function(m.fn, path)
         if isinstance(m, nn.Identity):
@@ -463,6 +464,7 @@ class _Reader:
             name = port.layer.arg("name") if port.layer.kind == "function" else None
             if (
                 prev is not None
+                and not isinstance(item, L.Function)  # the author's own Chain entry
                 and id(prev) not in folded
                 and prev.layer.kind in ACTIVATED
                 and prev.layer.arg("σ", "identity") == "identity"

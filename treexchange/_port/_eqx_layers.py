@@ -170,6 +170,19 @@ class Activated(eqx.Module):
         return function_of(self.activation)(self.layer(x))
 
 
+class Function(eqx.Module):
+    """A Flux function that is a Chain entry of its own (``Chain(Dense(2 => 3), relu)``): it reads
+    back as that entry, never folded into the layer before it, so the model's ``Flux.state`` keeps
+    the author's Chain (``()`` for the function) and the author's file restores into it."""
+
+    name: str = eqx.field(static=True)
+
+    def __call__(self, x: Any, *, key: Any = None) -> Any:
+        from ._activations import function_of
+
+        return function_of(self.name)(x)
+
+
 class NamedChain(eqx.Module):
     """Flux ``Chain(a = …, b = …)``: layers applied in order, with their names kept."""
 

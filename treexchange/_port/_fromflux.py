@@ -21,7 +21,7 @@ import numpy as np
 from treexchange._errors import ConversionError, PathSegment, UnsupportedError
 from treexchange._port._arch import parse_architecture
 from treexchange._port._spec import Layer
-from treexchange._values import JuliaStruct, NamedTuple
+from treexchange._values import JuliaStruct
 
 Path = tuple[PathSegment, ...]
 
@@ -238,7 +238,6 @@ def from_flux(
 
     era = check_era(flux if flux is not None else ("0.14" if architecture is None else DEFAULT_FLUX_ERA))
     layer, state = read_flux_source(path, name, architecture, flux=era)
-    layer, state = fold_activations(layer, state)  # both targets' readers fold these
     if target == "equinox":
         import equinox as eqx
         import jax
@@ -271,59 +270,6 @@ def from_flux(
         except _NotConcrete:
             return load_state(build(), state, path=(name,))
     raise ValueError(f"target must be 'equinox' or 'nnx', not {target!r}")
-
-
-def fold_activations(layer: Layer, state: Any) -> tuple[Layer, Any]:
-    """``Chain(…, Conv(…), relu, …)`` -> ``Chain(…, Conv(…, relu), …)``, with the state to match.
-
-    The two are the same function. Equinox keeps an activation as a ``Lambda`` after its layer
-    either way, and reading an Equinox model back folds such a Lambda into the layer before it
-    (``_eqx.Reader.chain``), so the state restored into a built model must have the folded shape.
-    The rule is the reader's: an element-wise function right after an activatable layer whose own
-    activation is ``identity``.
-    """
-    from treexchange._port._activations import ELEMENTWISE
-    from treexchange._port._eqx import ACTIVATED
-
-    if not layer.children:
-        return layer, state
-    inner = _field(state, "layers")
-    if layer.kind == "Chain" and layer.names is None and isinstance(inner, (tuple, list)):
-        children: list[Layer] = []
-        states: list[Any] = []
-        folded: set[int] = set()
-        for child, sub in zip(layer.children, inner, strict=True):
-            prev = children[-1] if children else None
-            name = child.arg("name") if child.kind == "function" else None
-            if (
-                prev is not None
-                and len(children) - 1 not in folded
-                and prev.kind in ACTIVATED
-                and prev.arg("σ", "identity") == "identity"
-                and name in ELEMENTWISE
-            ):
-                children[-1] = Layer(prev.kind, {**prev.args, "σ": name}, prev.children, prev.names)
-                folded.add(len(children) - 1)
-                continue
-            child, sub = fold_activations(child, sub)
-            children.append(child)
-            states.append(sub)
-        new_inner: Any = type(inner)(states) if isinstance(inner, list) else tuple(states)
-        return Layer("Chain", dict(layer.args), tuple(children)), _replace_field(state, "layers", new_inner)
-    if isinstance(inner, Mapping) and layer.names is not None:
-        pairs = [fold_activations(c, inner[n]) for c, n in zip(layer.children, layer.names, strict=True)]
-        named = NamedTuple(zip(layer.names, (p[1] for p in pairs), strict=True))
-        new_state = _replace_field(state, "layers", named)
-        return Layer(layer.kind, dict(layer.args), tuple(p[0] for p in pairs), layer.names), new_state
-    return layer, state
-
-
-def _replace_field(state: Any, key: str, value: Any) -> Any:
-    if isinstance(state, NamedTuple):
-        return NamedTuple((k, value if k == key else v) for k, v in state.items())
-    if isinstance(state, Mapping):
-        return {**state, key: value}
-    return state
 
 
 class _NotConcrete(Exception):

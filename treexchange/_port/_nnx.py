@@ -213,7 +213,8 @@ def _build_other(layer: Layer, rngs: Any, era: str) -> Any:
     if kind == "flatten":
         return NL.Flatten()
     if kind == "function":
-        return function_of(str(a["name"]))
+        function_of(str(a["name"]))  # an unknown name fails here, at build time
+        return NL.Function(str(a["name"]))
     if kind == "Embedding":
         return nnx.Embed(a["in"], a["out"], rngs=rngs)
     if kind == "Dropout":
@@ -360,6 +361,8 @@ class _Reader:
             inner = self.read(m.layers, (*path, "layers"))
             layer = Layer("SkipConnection", {"connection": m.connection}, (inner.layer,))
             return Port(layer, children=(inner,))
+        if isinstance(m, NL.Function):
+            return Port(Layer("function", {"name": m.name}))
         if isinstance(m, NL.Activated):
             port = self.read(m.layer, (*path, "layer"))
             port.layer = dataclasses.replace(port.layer, args={**port.layer.args, "σ": m.activation})
@@ -374,6 +377,8 @@ class _Reader:
         raise UnsupportedError(f"no Flux layer for {type(m).__name__}", path=path)
 
     def chain(self, items: list[Any], path: Path) -> Port:
+        from . import _nnx_layers as NL
+
         ports: list[Port] = []
         folded: set[int] = set()
         for i, item in enumerate(items, 1):
@@ -382,6 +387,7 @@ class _Reader:
             name = port.layer.arg("name") if port.layer.kind == "function" else None
             if (
                 prev is not None
+                and not isinstance(item, NL.Function)  # the author's own Chain entry
                 and id(prev) not in folded
                 and prev.layer.kind in ACTIVATED
                 and prev.layer.arg("σ", "identity") == "identity"

@@ -158,6 +158,19 @@ class Activated(nnx.Module):
         return function_of(self.activation)(self.layer(x))
 
 
+class Function(nnx.Module):
+    """A Flux function that is a Chain entry of its own (``Chain(Dense(2 => 3), relu)``): it reads
+    back as that entry, never folded into the layer before it (see ``_eqx_layers.Function``)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, x: Any) -> Any:
+        from ._activations import function_of
+
+        return function_of(self.name)(x)
+
+
 class NamedChain(nnx.Module):
     """Flux ``Chain(a = …, b = …)``."""
 
