@@ -273,13 +273,20 @@ def _build_recurrent(layer: Layer, key: Any, era: str) -> Any:
 
 
 def _build_attention(layer: Layer, key: Any, era: str) -> Any:
-    """Flux's ``MultiHeadAttention(E; nheads, bias)`` (equal sizes) as ``eqx.nn.MultiheadAttention``."""
+    """Flux's ``MultiHeadAttention((q_in, k_in, v_in) => (qk_dim, v_dim) => out; nheads, bias)`` as
+    ``eqx.nn.MultiheadAttention`` (whose ``qk_size``/``vo_size`` are per head)."""
     import equinox as eqx
 
     a, bias = layer.args, bool(layer.args["bias"])
+    heads = int(a["nheads"])
     return eqx.nn.MultiheadAttention(
-        int(a["nheads"]),
-        int(a["in"]),
+        heads,
+        int(a["q_in"]),
+        key_size=int(a["k_in"]),
+        value_size=int(a["v_in"]),
+        output_size=int(a["out"]),
+        qk_size=int(a["qk_dim"]) // heads,
+        vo_size=int(a["v_dim"]) // heads,
         use_query_bias=bias,
         use_key_bias=bias,
         use_value_bias=bias,
@@ -517,7 +524,7 @@ class _Reader:
         return Port(layer, arrays)
 
     def attention(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
-        """Same matrices (Flux's heads own contiguous row blocks, as Equinox's); one bias flag for all."""
+        """Same matrices (Flux's heads own contiguous row blocks, as Equinox's), any sizes; one bias flag."""
         projections = {
             "q_proj": m.query_proj,
             "k_proj": m.key_proj,
@@ -525,19 +532,21 @@ class _Reader:
             "out_proj": m.output_proj,
         }
         flags = {p.use_bias for p in projections.values()}
-        sizes = {m.query_size, m.key_size, m.value_size, m.output_size, m.qk_size * m.num_heads}
-        if len(flags) != 1 or len(sizes) != 1 or m.qk_size != m.vo_size:
+        if len(flags) != 1:
             raise UnsupportedError(
-                "MultiheadAttention ports only with equal sizes and one bias flag for all projections",
-                path=path,
+                "Flux's MultiHeadAttention has one bias flag for all four projections", path=path
             )
         arrays: dict[str, tuple[Any, Perm]] = {}
         for name, proj in projections.items():
             arrays[f"{name}.weight"] = (proj.weight, SAME)
             if proj.use_bias:
                 arrays[f"{name}.bias"] = (proj.bias, SAME)
-        args = {"in": int(m.query_size), "nheads": int(m.num_heads), "bias": flags.pop()}
-        args["dropout_prob"] = float(m.dropout.p)
+        heads = int(m.num_heads)
+        args: dict[str, Any] = {
+            "q_in": int(m.query_size), "k_in": int(m.key_size), "v_in": int(m.value_size),
+            "qk_dim": int(m.qk_size) * heads, "v_dim": int(m.vo_size) * heads, "out": int(m.output_size),
+            "nheads": heads, "bias": flags.pop(), "dropout_prob": float(m.dropout.p),
+        }  # fmt: skip
         return Port(with_defaults(Layer("MultiHeadAttention", args)), arrays)
 
     def recurrent_cell(self, m: Any, path: tuple[PathSegment, ...]) -> Port:

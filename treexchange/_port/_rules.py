@@ -404,13 +404,28 @@ def _attention_fields(layer: Layer, era: str) -> Fields:
     ]
 
 
+ATTENTION_SIZES = ("q_in", "k_in", "v_in", "qk_dim", "v_dim", "out")
+"""A MultiHeadAttention's sizes, as Flux's ``(q_in, k_in, v_in) => (qk_dim, v_dim) => out``."""
+
+
+def _attention_defaults(layer: Layer) -> dict[str, Any]:
+    """Flux's defaults; ``MultiHeadAttention(E)`` (``"in": E``) is every size ``E``."""
+    sizes = {k: layer.args["in"] for k in ATTENTION_SIZES} if "in" in layer.args else {}
+    return {"nheads": 8, "bias": False, "dropout_prob": 0.0, **sizes}
+
+
 def _attention_julia(layer: Layer, children: list[str], era: str) -> str:
     keywords = [f"nheads={layer.args['nheads']}"]
     if layer.arg("bias", False):
         keywords.append("bias=true")
     if float(layer.arg("dropout_prob", 0.0)):
         keywords.append(f"dropout_prob={float(layer.args['dropout_prob'])!r}")
-    return _call("MultiHeadAttention", [str(layer.args["in"])], keywords)
+    q_in, k_in, v_in, qk, v, out = (int(layer.args[k]) for k in ATTENTION_SIZES)
+    if q_in == k_in == v_in == qk == v == out:
+        dims = str(q_in)
+    else:
+        dims = f"({q_in}, {k_in}, {v_in}) => ({qk}, {v}) => {out}"
+    return _call("MultiHeadAttention", [dims], keywords)
 
 
 # --- dropout ----------------------------------------------------------------------------------------
@@ -481,7 +496,7 @@ RULES: dict[str, Rule] = {
             "MultiHeadAttention",
             _attention_fields,
             _attention_julia,
-            lambda layer: {"nheads": 8, "bias": False, "dropout_prob": 0.0},
+            _attention_defaults,
         ),
         Rule("Chain", lambda layer, era: [("layers", Children())], _chain_julia),
         Rule(
