@@ -35,9 +35,10 @@ from __future__ import annotations
 from typing import Any
 
 
-def load_state(model: Any, state: Any, **options: Any) -> Any:
+def load_state(model: Any, state: Any, *, flux: str | None = None, **options: Any) -> Any:
     """``model`` (or ``(model, eqx_state)``) with the arrays of a ``Flux.state`` value tree put in.
 
+    ``flux`` is the Flux era the state comes from (``"0.14"``: a ``Recur``'s ``b``/``state0``);
     ``options`` are those of :func:`treexchange.restore` (``numpy``, ``cast``, ``path`` …).
 
     Example:
@@ -48,6 +49,9 @@ def load_state(model: Any, state: Any, **options: Any) -> Any:
         >>> bool((back.weight == lin.weight).all())
         True
     """
+    import functools
+
     from .._bridge import flux_state, restore
 
-    return restore(state, like=model, layout=flux_state, **options)
+    layout = flux_state if flux is None else functools.partial(flux_state, flux=flux)
+    return restore(state, like=model, layout=layout, **options)

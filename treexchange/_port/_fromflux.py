@@ -251,8 +251,8 @@ def from_flux(
         except _NotConcrete:  # a leaf the restore does not fill: build real initial weights instead
             model = build_equinox(layer, key=key, flux=era)
             if stateful:
-                return load_state((model, eqx.nn.State(model)), state, path=(name,))
-            return load_state(model, state, path=(name,))
+                return load_state((model, eqx.nn.State(model)), state, path=(name,), flux=era)
+            return load_state(model, state, path=(name,), flux=era)
     if target == "nnx":
         try:
             from treexchange._port._nnx import build_nnx  # type: ignore[import-not-found, unused-ignore]
@@ -264,11 +264,11 @@ def from_flux(
             return build_nnx(layer, rngs=nnx.Rngs(0 if key is None else key), flux=era)
 
         try:  # by shape only, as for Equinox; RNG keys (Dropout) are not restored: then for real
-            model = load_state(nnx.eval_shape(build), state, path=(name,))
+            model = load_state(nnx.eval_shape(build), state, path=(name,), flux=era)
             _require_concrete(nnx.state(model))
             return model
         except _NotConcrete:
-            return load_state(build(), state, path=(name,))
+            return load_state(build(), state, path=(name,), flux=era)
     raise ValueError(f"target must be 'equinox' or 'nnx', not {target!r}")
 
 
@@ -293,7 +293,7 @@ def _restore_abstract(layer: Layer, state: Any, name: str, key: Any, era: str, s
 
     abstract = eqx.filter_eval_shape(lambda: build_equinox(layer, key=key, flux=era))
     if not stateful:
-        model = load_state(abstract, state, path=(name,))
+        model = load_state(abstract, state, path=(name,), flux=era)
         _require_concrete(model)
         return model
 
@@ -310,7 +310,7 @@ def _restore_abstract(layer: Layer, state: Any, name: str, key: Any, era: str, s
         return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), tree)
 
     model = eqx.tree_at(inits, abstract, [zeros(init) for init in inits(abstract)])
-    model, eqx_state = load_state((model, eqx.nn.State(model)), state, path=(name,))
+    model, eqx_state = load_state((model, eqx.nn.State(model)), state, path=(name,), flux=era)
     model = eqx.tree_at(inits, model, [eqx_state.get(index) for index in indices(model)])
     _require_concrete(model)
     return model, eqx_state

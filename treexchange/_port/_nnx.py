@@ -30,8 +30,8 @@ from typing import Any
 from .._errors import PathSegment, UnsupportedError
 from ._activations import ELEMENTWISE, function_of, name_of
 from ._eqx import ACTIVATED, layernorm_0_14_message, layernorm_eps
-from ._perm import SAME, Compose, Perm, Transpose, spatial_flip
-from ._rules import with_defaults
+from ._perm import SAME, Compose, Perm, Reshape, Transpose, spatial_flip
+from ._rules import RECURRENT_GATES, with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
 from ._state import Port
 
@@ -233,8 +233,58 @@ def _build_other(layer: Layer, rngs: Any, era: str) -> Any:
     raise UnsupportedError(f"no Flax nnx builder for the Flux layer {kind!r} yet")  # pragma: no cover
 
 
+def _build_recurrent(layer: Layer, rngs: Any, era: str) -> Any:
+    """Flux's RNN/LSTM/GRU/GRUv3 as :class:`~._nnx_layers.Recurrence` (Flux's init: Glorot-uniform
+    matrices, zero bias; the values are replaced by a restore anyway)."""
+    import jax
+    import jax.numpy as jnp
+
+    from . import _nnx_layers as NL
+
+    kind, n_in, hidden = layer.kind, int(layer.args["in"]), int(layer.args["out"])
+    gates = RECURRENT_GATES[kind]
+    init = jax.nn.initializers.glorot_uniform()
+    k1, k2, k3 = jax.random.split(rngs.params(), 3)
+    wi = init(k1, (gates * hidden, n_in))
+    wh = init(k2, ((2 if kind == "GRUv3" else gates) * hidden, hidden))
+    wc = init(k3, (hidden, hidden)) if kind == "GRUv3" else None
+    act = str(layer.args.get("σ", "tanh"))
+    return NL.Recurrence(kind, wi, wh, jnp.zeros(gates * hidden), wc, act)
+
+
+def _build_attention(layer: Layer, rngs: Any, era: str) -> Any:
+    """Flux's MultiHeadAttention as ``nnx.MultiHeadAttention``, which has one input size for keys and
+    values and one size for q, k and v (Equinox's has all of Flux's sizes)."""
+    from flax import nnx
+
+    a = layer.args
+    if a["k_in"] != a["v_in"] or a["qk_dim"] != a["v_dim"]:
+        raise UnsupportedError(
+            "nnx.MultiHeadAttention needs k_in == v_in and qk_dim == v_dim; this Flux layer is "
+            f"({a['q_in']}, {a['k_in']}, {a['v_in']}) => ({a['qk_dim']}, {a['v_dim']}) => {a['out']} "
+            "(target='equinox' ports it)"
+        )
+    return nnx.MultiHeadAttention(
+        num_heads=int(a["nheads"]),
+        in_features=int(a["q_in"]),
+        qkv_features=int(a["qk_dim"]),
+        out_features=int(a["out"]),
+        in_kv_features=int(a["k_in"]),
+        use_bias=bool(a["bias"]),
+        dropout_rate=float(a["dropout_prob"]),
+        deterministic=True,
+        decode=False,
+        rngs=rngs,
+    )
+
+
 _BUILDERS: dict[str, Any] = {
     "Chain": _build_chain,
+    "RNN": _build_recurrent,
+    "LSTM": _build_recurrent,
+    "GRU": _build_recurrent,
+    "GRUv3": _build_recurrent,
+    "MultiHeadAttention": _build_attention,
     "Dense": _build_dense,
     "Bilinear": _build_bilinear,
     "Conv": _build_conv,
@@ -363,6 +413,10 @@ class _Reader:
             return Port(layer, children=(inner,))
         if isinstance(m, NL.Function):
             return Port(Layer("function", {"name": m.name}))
+        if isinstance(m, NL.Recurrence):
+            return self.recurrence(m)
+        if isinstance(m, nnx.MultiHeadAttention):
+            return self.attention(m, path)
         if isinstance(m, NL.Activated):
             port = self.read(m.layer, (*path, "layer"))
             port.layer = dataclasses.replace(port.layer, args={**port.layer.args, "σ": m.activation})
@@ -535,6 +589,56 @@ class _Reader:
         if m.use_scale:
             port.arrays.update({"γ": (_value(m.scale), SAME), "β": (_value(m.bias), SAME)})
         return port
+
+    def recurrence(self, m: Any) -> Port:
+        """Flux's arrays as they are (the module keeps Flux's shapes and gate order)."""
+        args: dict[str, Any] = {
+            "in": int(_value(m.weight_ih).shape[1]),
+            "out": int(_value(m.weight_hh).shape[1]),
+        }
+        if m.kind == "RNN":
+            args["σ"] = m.activation
+        arrays: dict[str, tuple[Any, Perm]] = {
+            "Wi": (_value(m.weight_ih), SAME),
+            "Wh": (_value(m.weight_hh), SAME),
+            "b": (_value(m.bias), SAME),
+        }
+        if m.weight_hh_candidate is not None:
+            arrays["Wh_h̃"] = (_value(m.weight_hh_candidate), SAME)
+        return Port(with_defaults(Layer(m.kind, args)), arrays)
+
+    def attention(self, m: Any, path: Path) -> Port:
+        """``nnx.MultiHeadAttention``: kernels ``(in, heads, head_dim)`` are Flux's ``W.T`` with its
+        rows split into contiguous head blocks (as Flux splits them), ``out`` ``(heads, head_dim,
+        out)`` likewise; biases reshaped the same way."""
+        if m.normalize_qk or m.num_kv_heads != m.num_heads:
+            raise UnsupportedError("normalize_qk / grouped kv heads have no Flux counterpart", path=path)
+        heads, dim = int(m.num_heads), int(m.head_dim)
+        qk = heads * dim
+        arrays: dict[str, tuple[Any, Perm]] = {}
+        for name, proj in (("q_proj", m.query), ("k_proj", m.key), ("v_proj", m.value)):
+            kernel = _value(proj.kernel)
+            n_in = int(kernel.shape[0])
+            arrays[f"{name}.weight"] = (
+                kernel,
+                Compose(Transpose((1, 0)), Reshape((n_in, qk), (n_in, heads, dim))),
+            )
+            if m.use_bias:
+                arrays[f"{name}.bias"] = (_value(proj.bias), Reshape((qk,), (heads, dim)))
+        out_kernel = _value(m.out.kernel)
+        n_out = int(out_kernel.shape[-1])
+        arrays["out_proj.weight"] = (
+            out_kernel,
+            Compose(Transpose((1, 0)), Reshape((qk, n_out), (heads, dim, n_out))),
+        )
+        if m.use_bias:
+            arrays["out_proj.bias"] = (_value(m.out.bias), SAME)
+        args: dict[str, Any] = {
+            "q_in": int(m.in_features), "k_in": int(m.in_kv_features), "v_in": int(m.in_kv_features),
+            "qk_dim": qk, "v_dim": qk, "out": n_out, "nheads": heads, "bias": bool(m.use_bias),
+            "dropout_prob": float(m.dropout_rate),
+        }  # fmt: skip
+        return Port(with_defaults(Layer("MultiHeadAttention", args)), arrays)
 
     def layernorm(self, m: Any, path: Path) -> Port:
         if self.era == "0.14":

@@ -232,3 +232,73 @@ class Maxout(nnx.Module):
 
     def __call__(self, x: Any) -> Any:
         return connect("max", [layer(x) for layer in self.layers])
+
+
+class Recurrence(nnx.Module):
+    """Flux's ``RNN``/``LSTM``/``GRU``/``GRUv3`` over a batch of sequences, arrays in Flux's shapes.
+
+    Input ``(batch, time, features)`` (``nnx.RNN``'s layout; the Julia sequence ``(in, L, B)``
+    reversed), output the hidden states ``(batch, time, H)``, from a zero initial state (Flux ≥ 0.15's
+    ``initialstates``; a Flux ≤ 0.14 ``state0`` is not restored). Flax's own cells split every gate
+    into separate ``Linear`` layers and put the GRU's hidden bias inside the reset product, so the
+    cell is written here once for all four kinds, from Flux's equations (layer-spec §2.13):
+
+    - RNN: ``h' = σ(Wi x + Wh h + b)``
+    - LSTM: ``i, f, g, o`` blocks of ``Wi x + Wh h + b``; ``c' = σ(f) c + σ(i) tanh(g)``,
+      ``h' = σ(o) tanh(c')``
+    - GRU: ``r, z`` from ``Wi x + Wh h + b``; ``h̃ = tanh(Wi_h̃ x + b_h̃ + r ⊙ (Wh_h̃ h))``
+    - GRUv3: as GRU but ``h̃ = tanh(Wi_h̃ x + b_h̃ + Wh_h̃ (r ⊙ h))`` with its own ``Wh_h̃``
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        weight_ih: jax.Array,
+        weight_hh: jax.Array,
+        bias: jax.Array,
+        weight_hh_candidate: jax.Array | None = None,
+        activation: str = "tanh",
+    ) -> None:
+        self.kind = kind
+        self.weight_ih = nnx.Param(weight_ih)  # Wi (G·H, in)
+        self.weight_hh = nnx.Param(weight_hh)  # Wh (G·H, H); GRUv3: (2H, H)
+        self.bias = nnx.Param(bias)  # b (G·H,)
+        self.weight_hh_candidate = nnx.Param(weight_hh_candidate) if weight_hh_candidate is not None else None
+        self.activation = activation
+
+    def __call__(self, xs: jax.Array) -> jax.Array:
+        from ._activations import function_of
+
+        wi, wh, b = self.weight_ih.get_value(), self.weight_hh.get_value(), self.bias.get_value()
+        hidden = wh.shape[-1]
+        zero = jnp.zeros((xs.shape[0], hidden), xs.dtype)
+        kind = self.kind
+        act = function_of(self.activation)
+        wc = self.weight_hh_candidate.get_value() if self.weight_hh_candidate is not None else None
+
+        def step(carry: Any, x: jax.Array) -> tuple[Any, jax.Array]:
+            if kind == "LSTM":
+                h, c = carry
+                i, f, g, o = jnp.split(x @ wi.T + h @ wh.T + b, 4, axis=-1)
+                c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+                h = jax.nn.sigmoid(o) * jnp.tanh(c)
+                return (h, c), h
+            h = carry
+            if kind == "RNN":
+                h = act(x @ wi.T + h @ wh.T + b)
+                return h, h
+            gx = jnp.split(x @ wi.T + b, 3, axis=-1)
+            gh = jnp.split(h @ wh.T, 3 if kind == "GRU" else 2, axis=-1)
+            r = jax.nn.sigmoid(gx[0] + gh[0])
+            z = jax.nn.sigmoid(gx[1] + gh[1])
+            if kind == "GRU":
+                candidate = jnp.tanh(gx[2] + r * gh[2])
+            else:
+                assert wc is not None
+                candidate = jnp.tanh(gx[2] + (r * h) @ wc.T)
+            h = (1 - z) * candidate + z * h
+            return h, h
+
+        carry0: Any = (zero, zero) if kind == "LSTM" else zero
+        _, hs = jax.lax.scan(step, carry0, jnp.swapaxes(xs, 0, 1))
+        return jnp.swapaxes(hs, 0, 1)
