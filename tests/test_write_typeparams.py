@@ -81,3 +81,44 @@ def test_type_names_are_compared_normalized() -> None:
         NamedTuple(f=Singleton(JuliaType.parse("Core.Tuple{Core.Int64}"))),
         NamedTuple(f=Singleton(JuliaType.parse("Tuple{Int64}"))),
     )
+
+
+@pytest.mark.parametrize(
+    ("stored", "shown"),
+    [
+        (
+            "StaticArrays.SArray{NTuple{2,2},Core.Float64,2,4}",
+            "StaticArrays.SArray{Tuple{2, 2}, Float64, 2, 4}",
+        ),
+        ("NTuple{2,Core.Int64}", "Tuple{Int64, Int64}"),
+        ("NTuple{4,Core.Int64}", "NTuple{4, Int64}"),
+        ("Tuple{Float64,Float64,Float64,Float64}", "NTuple{4, Float64}"),
+        ("Tuple{Float64,Float64,Float64}", "Tuple{Float64, Float64, Float64}"),
+        ("Tuple{3,1,2}", "Tuple{3, 1, 2}"),
+        ("Tuple{}", "Tuple{}"),
+    ],
+)
+def test_tuple_types_print_as_julia_shows_them(stored: str, shown: str) -> None:
+    t = JuliaType.parse(stored)
+    assert str(t) == shown
+    assert JuliaType.parse(t.qualified()) == t  # the stored spelling is kept for writing back
+
+
+def test_value_parameters_print_as_julia_shows_them(tmp_path: Path) -> None:
+    def char(c: str) -> JuliaBits:  # UTF-8 bytes left-aligned in a big-endian UInt32, stored little-endian
+        return JuliaBits("Core.Char", c.encode().ljust(4, b"\x00")[::-1])
+
+    params = (
+        char("a"), char("é"), char("'"), char("\n"),
+        np.uint8(7), np.uint16(7), np.uint64(2**64 - 1), np.int32(-3), np.int64(5),
+        np.float32(1.5), np.float32(1e-8), np.float16(0.5), np.float64(2.0), True, Symbol("x"),
+    )  # fmt: skip
+    value = JuliaStruct(JuliaType("Main.W", params), {"a": np.float64(1)})
+    treexchange.save(tmp_path / "w.jld2", w=value)
+    shown = (
+        "Main.W{'a', 'é', '\\'', '\\n', 0x07, 0x0007, 0xffffffffffffffff, -3, 5, 1.5f0, 1.0f-8, "
+        "Float16(0.5), 2.0, true, :x}"
+    )
+    assert str(treexchange.load(tmp_path / "w.jld2", "w").type) == shown
+    with treexchange.open(tmp_path / "w.jld2") as f:
+        assert str(f["w"].julia_type) == shown

@@ -118,6 +118,8 @@ class JuliaType:
 
     def _render(self, *, short: bool, sep: str) -> str:
         head = _short(self.name) if short else self.name
+        if short and head in ("Tuple", "NTuple") and self.params:
+            return self._render_tuple(head, sep)
         if not self.params and not (short and self.name in _EMPTY_BRACES):
             return head
         budget = _BUDGET.current
@@ -132,6 +134,22 @@ class JuliaType:
             budget.memo[id(self)] = text  # the type tree keeps self alive: its id stays unique
             budget.spend(len(head) + 2)
         return text
+
+    def _render_tuple(self, head: str, sep: str) -> str:
+        """A tuple type as Julia's ``show`` prints it: ``NTuple{N, T}`` (how JLD2 stores a
+        homogeneous pair) is the tuple of ``N`` copies of ``T``, and any tuple type of more than 3
+        identical parameters prints as ``NTuple{N, T}``: ``Tuple{2, 2}``, ``NTuple{4, Float64}``."""
+        params = self.params
+        if head == "NTuple":
+            count = params[0] if len(params) == 2 else None
+            if not isinstance(count, (int, np.integer)) or isinstance(count, (bool, np.bool_)):
+                return f"NTuple{{{sep.join(_render_param(p, short=True, sep=sep) for p in params)}}}"
+            if int(count) > 3:
+                return f"NTuple{{{int(count)}{sep}{_render_param(params[1], short=True, sep=sep)}}}"
+            params = (params[1],) * int(count)
+        if len(params) > 3 and all(_params_equal((p,), (params[0],)) for p in params):
+            return f"NTuple{{{len(params)}{sep}{_render_param(params[0], short=True, sep=sep)}}}"
+        return f"Tuple{{{sep.join(_render_param(p, short=True, sep=sep) for p in params)}}}"
 
     # --- parsing --------------------------------------------------------------------------
     @classmethod
@@ -284,6 +302,10 @@ def _render_param_in(p: Any, *, short: bool, sep: str) -> str:
         return "true" if p else "false"
     if isinstance(p, Symbol):
         return p.julia_repr()
+    if short:  # as Julia's show prints a value parameter (qualified text stays as stored)
+        shown = _julia_shown_number(p)
+        if shown is not None:
+            return shown
     if isinstance(p, tuple):
         items = [_render_param(x, short=short, sep=sep) for x in p]
         return "(" + (items[0] + "," if len(items) == 1 else sep.join(items)) + ")"
@@ -294,6 +316,35 @@ def _render_param_in(p: Any, *, short: bool, sep: str) -> str:
     if isinstance(p, str):
         return '"' + p.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return _render_value_param(p, short=short, sep=sep)
+
+
+def _julia_shown_number(p: Any) -> str | None:
+    """``0x07`` for a ``UInt8`` (Julia prints unsigned integers in hex, zero-padded to their
+    width), ``1.5f0`` for a ``Float32``, ``Float16(1.5)``, ``'a'`` for a ``Char``; None otherwise."""
+    from ._values import JuliaBits  # local: _values imports this module
+
+    if isinstance(p, np.unsignedinteger):
+        return f"0x{int(p):0{2 * p.dtype.itemsize}x}"
+    if isinstance(p, np.float32):
+        text = str(p)  # the shortest text that reads back as this Float32
+        mantissa, _, exponent = text.partition("e")
+        if "." not in mantissa and mantissa.lstrip("-").isdigit():
+            mantissa += ".0"
+        return f"{mantissa}f{int(exponent) if exponent else 0}"
+    if isinstance(p, np.float16):
+        return f"Float16({float(p)!r})"
+    if isinstance(p, JuliaBits) and _short(p.type.name) == "Char" and len(p.data) == 4:
+        # A Char is its UTF-8 bytes left-aligned in a big-endian UInt32 (stored little-endian).
+        raw = p.data[::-1].rstrip(b"\x00") or b"\x00"
+        try:
+            char = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return "'" + "".join(f"\\x{b:02x}" for b in raw) + "'"
+        if char.isprintable() and char not in "'\\":
+            return f"'{char}'"
+        special = {"'": "\\'", "\\": "\\\\"}
+        return "'" + special.get(char, char.encode("unicode_escape").decode("ascii")) + "'"
+    return None
 
 
 def _render_value_param(p: Any, *, short: bool, sep: str) -> str:
