@@ -47,6 +47,7 @@ from ._values import (
     Undef as Undef,
     values_equal as values_equal,
 )
+from ._version import __version__ as __version__
 
 # The schema layer (pydantic) is imported on first use of one of its names, so that
 # ``import treexchange`` and reading files stay cheap (design.md: the codec never needs pydantic).
@@ -104,9 +105,6 @@ def __getattr__(name: str) -> Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module 'treexchange' has no attribute {name!r}")
-
-
-__version__ = "0.1.0"
 
 
 def __dir__() -> list[str]:

@@ -19,7 +19,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="treexchange",
         description="Move model state between Julia (Flux/Lux, JLD2) and Python (JAX) without loss.",
     )
-    from . import __version__
+    from ._version import __version__
 
     parser.add_argument("--version", action="version", version=f"treexchange {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")

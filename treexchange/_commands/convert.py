@@ -16,11 +16,12 @@ import argparse
 import os
 from typing import Any, BinaryIO
 
+from .._atomic import atomic_write
 from .._errors import TreexchangeError, UnsupportedError, WriteError
 from .._hdf5._model import H5Class
 from .._jld2._writer import JLD2Writer
 from .._jld2._writer_arrays import Compression
-from .._save import atomic_write, default_producer
+from .._version import default_producer
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -46,8 +46,9 @@ def save_jld2(
     """Write converted top-level values to a JLD2 file, atomically, as :func:`treexchange.save`
     does; ``on_write(nbytes)`` is called after every piece written (progress, releasing pages
     of a source that is no longer needed)."""
+    from .._atomic import atomic_write
     from .._jld2._writer import JLD2Writer
-    from .._save import atomic_write, default_producer
+    from .._version import default_producer
 
     items = list(flatten_groups(roots))
 

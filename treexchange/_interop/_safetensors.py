@@ -35,9 +35,9 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
+from .._atomic import atomic_write
 from .._errors import ConversionError, FormatError, PathSegment, UnsupportedError, format_path
 from .._jld2._writer_arrays import column_major_pieces
-from .._save import atomic_write
 from .._values import NamedTuple
 from . import _treejson as tj
 from ._flatnames import NameTable

@@ -255,7 +255,7 @@ class _Options:
 
 
 def _version() -> str:
-    from .. import __version__
+    from .._version import __version__
 
     return __version__
 
