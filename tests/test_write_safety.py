@@ -348,3 +348,22 @@ def test_nul_in_a_name_or_symbol_is_a_conversion_error(
     treexchange.save(tmp_path / "s.jld2", s="a\x00b", d=JuliaDict({"\x00": 1.0}))
     back = treexchange.load(tmp_path / "s.jld2")
     assert back["s"] == "a\x00b" and back["d"] == {"\x00": 1.0}
+
+
+def test_a_namedtuple_too_wide_for_hdf5_is_refused_as_jld2_does(tmp_path: Path) -> None:
+    """HDF5 describes a type in one header message of at most 65535 bytes; JLD2.jl cannot write
+    a wider NamedTuple either (InexactError, JLD2.jl #343/#487). Refused with the field count, the
+    limit and the ways out; nothing is left at the target. Just below the limit writes fine."""
+    tx = treexchange
+    wide = tx.NamedTuple((f"f{i}", np.zeros(2, np.float32)) for i in range(5000))
+    target = tmp_path / "wide.jld2"
+    with pytest.raises(tx.WriteError, match=r"5000 fields.*65535.*JuliaDict") as err:
+        tx.save(target, s=wide)
+    assert err.value.path == ("s",)
+    assert not target.exists() and not list(tmp_path.iterdir())
+    tx.save(target, s=tx.JuliaDict(wide.items()))  # the way out the message names
+    assert len(tx.load(target, "s")) == 5000
+    fits = tx.NamedTuple((f"f{i}", np.zeros(2, np.float32)) for i in range(3000))
+    tx.save(target, s=fits)
+    with h5py.File(target) as f:
+        assert len(f["s"].dtype.names) == 3000

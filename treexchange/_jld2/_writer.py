@@ -482,6 +482,17 @@ class JLD2Writer:
             )
         if compound.size == 0:
             raise UnsupportedError(f"struct {readas.key} has no stored fields but is not a ghost")
+        described = enc.datatype_size(compound)
+        if described > 0xFFFF:
+            # HDF5 describes a datatype in one header message of at most 65535 bytes. JLD2.jl
+            # hits the same wall (an InexactError in its commit, JLD2.jl issues #343 and #487,
+            # "wontfix"), so no Julia-readable encoding exists: refuse with what to change.
+            raise WriteError(
+                f"{readas.name.rpartition('.')[2] or 'struct'} with {len(writeas.fields)} fields: its HDF5 "
+                f"datatype would take {described} bytes, over the 65535 bytes HDF5 (and JLD2.jl) allow "
+                "for one type description; JLD2.jl cannot write it either. Split it into nested "
+                "NamedTuples, or save a treexchange.JuliaDict (a Julia Dict) instead"
+            )
         if not nondefault:
             return self.commit(compound, writeas, readas)
         names_bytes = [n.encode("utf-8") for n in field_names]
