@@ -55,7 +55,16 @@ _NAMES: dict[str, dict[str, tuple[str, str]]] = {
         "σ²": ("st", "running_var"),
     },
     "LayerNorm": {"bias": ("ps", "bias"), "scale": ("ps", "scale")},
+    "GroupNorm": {"γ": ("ps", "scale"), "β": ("ps", "bias")},
 }
+
+# Recurrent cells (layer-spec §2.13): Flux's one bias ``b``; Lux v1 has PyTorch's two, Lux v0.5 one
+# ``(G·H, 1)`` column. The wrappers (``Recurrence``, ``StatefulRecurrentCell``) hold the cell's ps.
+_RECURRENT_V05 = {
+    "LSTM": {"Wi": "weight_i", "Wh": "weight_h", "b": "bias"},
+    "RNN": {"Wi": "weight_ih", "Wh": "weight_hh", "b": "bias"},
+}
+_RECURRENT_V1 = {"Wi": "weight_ih", "Wh": "weight_hh", "b": "bias_ih"}
 # Lux.setup's BatchNorm state flag (a `Val`, stored by JLD2 as an empty struct).
 _TRAINING = Singleton("Base.Val{true}")
 
@@ -120,10 +129,15 @@ def lux_ps_st(port: Port, lux: str, part: str | None, restoring: bool) -> tuple[
     if not port.arrays:
         empty = NO_ARRAYS if restoring else NamedTuple()
         return empty, empty
+    if layer.kind == "MultiHeadAttention":
+        return _attention_ps_st(port, lux, part, restoring)
+    if layer.kind in ("RNN", "LSTM", "GRU", "GRUv3"):
+        return _recurrent_ps_st(port, lux, part, restoring)
     if layer.kind not in _NAMES:
         raise UnsupportedError(
             f"Lux ps/st for {layer.kind} is not mapped "
-            "(Dense, Conv, CrossCor, Embedding, BatchNorm, LayerNorm are)"
+            "(Dense, Conv, CrossCor, Embedding, BatchNorm, LayerNorm, GroupNorm, RNN/LSTM/GRU, "
+            "MultiHeadAttention are)"
         )
     ps: dict[str, Any] = {}
     st: dict[str, Any] = {}
@@ -137,3 +151,59 @@ def lux_ps_st(port: Port, lux: str, part: str | None, restoring: bool) -> tuple[
     if layer.kind == "BatchNorm" and not (restoring and part == "ps"):
         st["training"] = NO_ARRAYS if restoring else _TRAINING
     return NamedTuple(ps.items()), NamedTuple(st.items()) if st or not restoring else NO_ARRAYS
+
+
+def _attention_ps_st(port: Port, lux: str, part: str | None, restoring: bool) -> tuple[Any, Any]:
+    """Lux ``MultiHeadAttention``: ``(q_proj, k_proj, v_proj, attention_dropout, out_proj)``, each
+    projection a Lux Dense ``(weight, bias)`` holding Flux's arrays as they are (layer-spec §2.14)."""
+    from .._bridge._restore import NO_ARRAYS
+
+    if lux == "0.5":
+        raise UnsupportedError("Lux v0.5 has no MultiHeadAttention layer (Lux ≥ 1 has)")
+    if restoring and part == "st":  # attention keeps no state arrays: the ps part sets them
+        for value, _ in port.arrays.values():
+            port.fixed.append((value, KEEP))
+        return NO_ARRAYS, NO_ARRAYS
+    ps: list[tuple[str, Any]] = []
+    for name in ("q_proj", "k_proj", "v_proj", "attention_dropout", "out_proj"):
+        keys = [f for f in ("weight", "bias") if f"{name}.{f}" in port.arrays]
+        ps.append((name, NamedTuple((f, lux_array(port, f"{name}.{f}", lux)) for f in keys)))
+    st = NO_ARRAYS if restoring else NamedTuple((name, NamedTuple()) for name, _ in ps)
+    return NamedTuple(ps), st
+
+
+def _recurrent_ps_st(port: Port, lux: str, part: str | None, restoring: bool) -> tuple[Any, Any]:
+    """A recurrent layer as its Lux cell: v1 ``(weight_ih, weight_hh, bias_ih, bias_hh)`` with
+    ``bias_hh = 0`` (exact: Flux's one bias is all in ``bias_ih``; for GRU Lux v1 puts ``b_hn``
+    inside ``r``, where Flux has none, and zero is the same); v0.5 ``(weight_i, weight_h, bias)``
+    for LSTM, ``(weight_ih, weight_hh, bias)`` for RNN, biases ``(G·H, 1)``."""
+    from .._bridge._restore import NO_ARRAYS
+
+    kind = port.layer.kind
+    if kind == "GRUv3":
+        raise UnsupportedError("Lux has no GRUv3 cell (the reset gate before Wh_h̃)")
+    if lux == "1" and restoring and part != "st":
+        raise UnsupportedError(
+            "restoring Lux v1 recurrent ps is not supported yet: its bias_ih + bias_hh would have to be "
+            "summed into Flux's one bias (write with tx.lux_state, or restore a Flux.state)"
+        )
+    names = _RECURRENT_V1 if lux == "1" else _RECURRENT_V05.get(kind)
+    if names is None:
+        raise UnsupportedError(f"Lux v0.5 {kind}Cell ps are not mapped (LSTMCell and RNNCell are)")
+    if restoring and part == "st":
+        for field in names:
+            port.fixed.append((port.arrays[field][0], KEEP))
+        return NO_ARRAYS, NO_ARRAYS
+    ps: list[tuple[str, Any]] = []
+    for field, name in names.items():
+        array = lux_array(port, field, lux)
+        if field == "b" and lux == "0.5" and not restoring:
+            array = array.reshape(-1, 1)
+        elif field == "b" and lux == "0.5":
+            value, perm = port.arrays[field]
+            flux_shape = perm.julia_shape(tuple(value.shape))
+            array = value.through((*flux_shape, 1), _reshaped(perm, flux_shape))
+        ps.append((name, array))
+    if lux == "1":  # only when writing (a v1 restore was refused above)
+        ps.append(("bias_hh", np.zeros_like(np.asarray(dict(ps)["bias_ih"]))))
+    return NamedTuple(ps), (NO_ARRAYS if restoring else NamedTuple())
