@@ -530,7 +530,7 @@ def test_unsupported_values_name_their_path(tmp_path: Path, value: Any, where: t
 
 def test_header_message_size_limit_is_a_clean_error(tmp_path: Path) -> None:
     wide = NamedTuple((f"field_{i}", np.float64(i)) for i in range(5000))  # > 64 KiB compound type
-    with pytest.raises(treexchange.WriteError, match="5000 fields.*65535"):
+    with pytest.raises(treexchange.WriteError, match=r"5000 fields.*65535"):
         treexchange.save(tmp_path / "wide.jld2", w=wide)
     assert list(tmp_path.iterdir()) == []
 
