@@ -24,7 +24,7 @@ LAYERS: dict[str, int] = {
     # 3: the domain layers
     "_schema": 3, "_port": 3, "_bridge": 3, "_interop": 3,
     # 4: the front door (load, save, open) and the package's public surface
-    "_file": 4, "_save": 4, "_demofile": 4, "__init__": 4,
+    "_file": 4, "_save": 4, "__init__": 4,
     # 5: the command line
     "_cli": 5, "_commands": 5,
 }  # fmt: skip

@@ -273,20 +273,3 @@ def _has_embedded_schema(f: Any) -> bool:
 # Kept in step with treexchange._schema._embedded.SCHEMA_ATTRIBUTE (a test checks it) so that
 # deciding whether to validate does not import the schema layer.
 _SCHEMA_ATTRIBUTE = "treexchange_schema"
-
-
-_DEMO: bytes | None = None
-
-
-def _demo_bytes() -> bytes:
-    """A tiny JLD2 file (``a = zeros(2)``) built in memory.
-
-    No docstring example uses it any more (they build their file with :func:`treexchange.save`, so
-    users can paste them); kept while branches still being merged call it. Drop it with them.
-    """
-    global _DEMO
-    if _DEMO is None:
-        from ._demofile import demo_jld2_bytes
-
-        _DEMO = demo_jld2_bytes()
-    return _DEMO

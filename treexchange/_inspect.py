@@ -233,9 +233,12 @@ def walk_refs(root: Any, budget: int | None = None) -> Iterator[tuple[Any, int, 
     a self-referential mutable struct), another path for a shared object.
 
     Example:
+        >>> import os, tempfile
+        >>> import numpy as np
         >>> import treexchange
-        >>> from treexchange._file import _demo_bytes
-        >>> with treexchange.open(_demo_bytes()) as f:
+        >>> path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
+        >>> treexchange.save(path, a=np.zeros(2))
+        >>> with treexchange.open(path) as f:
         ...     [(node.path, ref) for node, _, ref in walk_refs(f)]
         [((), None), (('a',), None)]
     """

@@ -1,4 +1,4 @@
-"""A tiny JLD2 file built in memory, for docstring examples and smoke tests.
+"""A tiny JLD2 file built in memory, for tests (it is not part of the package).
 
 It holds ``a = zeros(2)`` like ``jldsave("demo.jld2"; a = zeros(2))``, written by treexchange's
 own JLD2 writer: the same bytes JLD2.jl writes for it (the fixture
@@ -19,16 +19,10 @@ def demo_jld2_bytes(**arrays: object) -> bytes:
     Each value goes through ``numpy.asarray`` and is written in Julia's shape (column-major on
     disk), as JLD2 does.
 
-    Example:
-        >>> demo_jld2_bytes()[:29]
-        b'HDF5-based Julia Data Format,'
-        >>> import treexchange
-        >>> treexchange.load(demo_jld2_bytes(w=[[1.0, 2.0]]), "w").shape
-        (1, 2)
     """
     import numpy as np
 
-    from ._jld2._writer import JLD2Writer
+    from treexchange._jld2._writer import JLD2Writer
 
     if not arrays:
         arrays = {"a": np.zeros(2)}
