@@ -118,8 +118,6 @@ class JuliaType:
 
     def _render(self, *, short: bool, sep: str) -> str:
         head = _short(self.name) if short else self.name
-        if short and head in ("Tuple", "NTuple") and self.params:
-            return self._render_tuple(head, sep)
         if not self.params and not (short and self.name in _EMPTY_BRACES):
             return head
         budget = _BUDGET.current
@@ -128,8 +126,11 @@ class JuliaType:
             if hit is not None:
                 budget.spend(len(hit))
                 return hit
-        inner = sep.join(_render_param(p, short=short, sep=sep) for p in self.params)
-        text = f"{head}{{{inner}}}"
+        if short and head in ("Tuple", "NTuple") and self.params:
+            text = self._render_tuple(head, sep)
+        else:
+            inner = sep.join(_render_param(p, short=short, sep=sep) for p in self.params)
+            text = f"{head}{{{inner}}}"
         if budget is not None:
             budget.memo[id(self)] = text  # the type tree keeps self alive: its id stays unique
             budget.spend(len(head) + 2)
@@ -138,18 +139,22 @@ class JuliaType:
     def _render_tuple(self, head: str, sep: str) -> str:
         """A tuple type as Julia's ``show`` prints it: ``NTuple{N, T}`` (how JLD2 stores a
         homogeneous pair) is the tuple of ``N`` copies of ``T``, and any tuple type of more than 3
-        identical parameters prints as ``NTuple{N, T}``: ``Tuple{2, 2}``, ``NTuple{4, Float64}``."""
+        identical parameters prints as ``NTuple{N, T}``: ``Tuple{2, 2}``, ``NTuple{4, Float64}``.
+        Parameters are compared by their (budgeted, memoised) text, never structurally, so a
+        type-parameter DAG costs no more than printing it."""
         params = self.params
-        if head == "NTuple":
-            count = params[0] if len(params) == 2 else None
-            if not isinstance(count, (int, np.integer)) or isinstance(count, (bool, np.bool_)):
-                return f"NTuple{{{sep.join(_render_param(p, short=True, sep=sep) for p in params)}}}"
+        count = params[0] if head == "NTuple" and len(params) == 2 else None
+        if isinstance(count, (int, np.integer)) and not isinstance(count, (bool, np.bool_)):
+            element = _render_param(params[1], short=True, sep=sep)
             if int(count) > 3:
-                return f"NTuple{{{int(count)}{sep}{_render_param(params[1], short=True, sep=sep)}}}"
-            params = (params[1],) * int(count)
-        if len(params) > 3 and all(_params_equal((p,), (params[0],)) for p in params):
-            return f"NTuple{{{len(params)}{sep}{_render_param(params[0], short=True, sep=sep)}}}"
-        return f"Tuple{{{sep.join(_render_param(p, short=True, sep=sep) for p in params)}}}"
+                return f"NTuple{{{int(count)}{sep}{element}}}"
+            return f"Tuple{{{sep.join([element] * max(int(count), 0))}}}"
+        items = [_render_param(p, short=True, sep=sep) for p in params]
+        if head == "NTuple":
+            return f"NTuple{{{sep.join(items)}}}"
+        if len(items) > 3 and all(item == items[0] for item in items):
+            return f"NTuple{{{len(items)}{sep}{items[0]}}}"
+        return f"Tuple{{{sep.join(items)}}}"
 
     # --- parsing --------------------------------------------------------------------------
     @classmethod
