@@ -95,3 +95,16 @@ def test_imports_point_down() -> None:
 def test_known_upward_list_only_shrinks() -> None:
     gone = sorted(KNOWN_UPWARD.keys() - _upward_edges())
     assert not gone, "fixed: remove from KNOWN_UPWARD:\n" + "\n".join(f"  {a} -> {b}" for a, b in gone)
+
+
+def test_one_jax_array_test_for_every_layer() -> None:
+    """JAX arrays are recognised by one function; the writer and the bridge call that one."""
+    import jax.numpy as jnp
+    import numpy as np
+
+    from treexchange import _typeof
+    from treexchange._bridge import _classify
+    from treexchange._jld2 import _writer_types
+
+    assert _classify.is_jax_array is _typeof.is_jax_array is _writer_types.is_jax_array
+    assert _typeof.is_jax_array(jnp.zeros(2)) and not _typeof.is_jax_array(np.zeros(2))

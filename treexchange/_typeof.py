@@ -12,6 +12,7 @@ stores where that differs.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -113,15 +114,18 @@ def numpy_dtype(julia_type: JuliaType) -> np.dtype | None:
     return _JULIA_TO_DTYPE.get(julia_type.qualified())
 
 
-def _is_array_like(value: Any) -> bool:
-    # jax.Array and friends, recognized without importing jax.
-    return (
-        not isinstance(value, np.ndarray)
-        and hasattr(value, "__array__")
-        and hasattr(value, "shape")
-        and hasattr(value, "dtype")
-        and type(value).__module__.split(".")[0] in ("jax", "jaxlib")
-    )
+def is_jax_array(value: Any) -> bool:
+    """Whether ``value`` is a ``jax.Array`` (tracers included), without importing jax: a jax array
+    can only exist once jax is imported, so ``jax`` absent from ``sys.modules`` means no. The one
+    test every layer uses (the writer, ``inspect``, the schema, the bridge).
+
+    Example:
+        >>> import numpy as np
+        >>> is_jax_array(np.zeros(2))
+        False
+    """
+    jax = sys.modules.get("jax")
+    return jax is not None and isinstance(value, jax.Array)
 
 
 def kind_of(value: Any, *, path: Sequence[PathSegment] = ()) -> Kind:
@@ -141,7 +145,7 @@ def kind_of(value: Any, *, path: Sequence[PathSegment] = ()) -> Kind:
         return "dict"
     if isinstance(value, JuliaStruct):
         return "struct"
-    if isinstance(value, np.ndarray) or _is_array_like(value):
+    if isinstance(value, np.ndarray) or is_jax_array(value):
         return "array"
     if isinstance(value, (bool, np.bool_)):
         return "bool"
@@ -186,7 +190,7 @@ def julia_type_of(value: Any, *, path: Sequence[PathSegment] = ()) -> JuliaType:
         return JuliaType("Base.Dict", _dict_params(value, path))
     if isinstance(value, JuliaStruct):
         return value.type
-    if isinstance(value, np.ndarray) or _is_array_like(value):
+    if isinstance(value, np.ndarray) or is_jax_array(value):
         dtype = np.dtype(value.dtype)
         return JuliaType("Core.Array", (julia_eltype(dtype, path=path), np.int64(len(value.shape))))
     if isinstance(value, (bool, np.bool_)):

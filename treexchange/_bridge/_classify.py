@@ -14,18 +14,13 @@ from typing import Any
 import numpy as np
 
 from .._errors import ConversionError
-from .._typeof import kind_of
+from .._typeof import is_jax_array, kind_of
 from .._values import JuliaArray, JuliaBits, JuliaStruct, Missing, NamedTuple, Singleton, Undef
 
 
 def jax_module() -> Any:
     """The ``jax`` module if it has been imported, else None (we never import it here)."""
     return sys.modules.get("jax")
-
-
-def is_jax_array(x: object) -> bool:
-    jax = jax_module()
-    return jax is not None and isinstance(x, jax.Array)
 
 
 def is_shape_dtype_struct(x: object) -> bool:

@@ -35,7 +35,7 @@ import numpy as np
 from .._errors import ConversionError, PathSegment, UnsupportedError
 from .._hdf5._model import H5Class, H5Type
 from .._juliatype import JuliaType, _render_param
-from .._typeof import julia_eltype, julia_type_of, numpy_dtype
+from .._typeof import is_jax_array, julia_eltype, julia_type_of, numpy_dtype
 from .._values import (
     MISSING,
     UNDEF,
@@ -593,7 +593,7 @@ class TypeFactory:
             if value.dtype == object:
                 raise ConversionError("numpy object arrays have no Julia element type", path=path)
             return self.array_of(self.of_dtype(value.dtype, path), value.ndim)
-        if _is_jax_array(value):
+        if is_jax_array(value):
             return self.array_of(self.of_dtype(_jax_numpy_dtype(value, path), path), len(value.shape))
         if isinstance(value, np.generic):
             return self.of_dtype(value.dtype, path)
@@ -824,15 +824,6 @@ class TypeFactory:
         if t.cls == H5Class.REFERENCE:
             return self.ANY
         return self.of_value(value, path)
-
-
-def _is_jax_array(value: Any) -> bool:
-    return (
-        hasattr(value, "__array__")
-        and hasattr(value, "shape")
-        and hasattr(value, "dtype")
-        and type(value).__module__.split(".")[0] in ("jax", "jaxlib")
-    )
 
 
 def _jax_numpy_dtype(value: Any, path: tuple[PathSegment, ...]) -> np.dtype:
