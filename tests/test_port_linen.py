@@ -178,8 +178,8 @@ def test_refusals_name_the_problem() -> None:
     assert err.value.path == ("layers_1",)
     with pytest.raises(TypeError, match=r"pass \(module, variables\)"):
         tx.flux_state(nn.Dense(3))
-    same = nn.Sequential([nn.Conv(2, (3, 3))])  # padding="SAME" by default: Flux has no such pad
-    with pytest.raises(tx.UnsupportedError, match="explicit padding"):
+    same = nn.Sequential([nn.Conv(2, (3, 3), strides=2)])  # "SAME" with a stride: depends on the input
+    with pytest.raises(tx.UnsupportedError, match="depends on the input size"):
         tx.flux_state((same, same.init(jax.random.key(0), jnp.ones((1, 5, 5, 1)))))
     with pytest.raises(tx.UnsupportedError, match="no variable 'kernel'"):
         tx.flux_state((nn.Sequential([nn.Dense(3)]), {"params": {}}))
@@ -190,3 +190,37 @@ def test_refusals_name_the_problem() -> None:
     variables = reshape.init(jax.random.key(0), jnp.ones((1, 5, 5, 1)))
     with pytest.raises(tx.UnsupportedError, match=r"_linen_layers\.Flatten"):
         tx.flux_state((reshape, variables))
+
+
+@pytest.mark.parametrize(
+    ("padding", "kernel", "dilation"),
+    [("SAME", (3, 3), 1), ("SAME", (4, 3), 1), ("SAME_LOWER", (4, 2), 1), ("SAME", (3, 2), 2)],
+)
+@pytest.mark.parametrize("framework", ["linen", "nnx", "equinox"])
+def test_same_padding_of_a_stride_1_conv_is_explicit_flux_padding(
+    framework: str, padding: str, kernel: tuple[int, int], dilation: int
+) -> None:
+    """Flax's default ``padding="SAME"`` (stride 1) is a static pad ``d(k−1)`` split larger half last
+    (``SAME_LOWER``: first): written as Flux's explicit ``pad`` and checked against the reference."""
+    from flax import nnx
+
+    x = np.random.default_rng(0).normal(size=(2, 7, 6, 2)).astype(np.float32)  # (B, H, W, C)
+    if framework == "linen":
+        module = nn.Sequential([nn.Conv(3, kernel, padding=padding, kernel_dilation=dilation)])
+        model: Any = (module, module.init(jax.random.key(0), jnp.asarray(x)))
+        y = np.asarray(module.apply(model[1], jnp.asarray(x)))
+    elif framework == "equinox":
+        import equinox as eqx
+
+        conv = eqx.nn.Conv2d(2, 3, kernel, padding=padding, dilation=dilation, key=jax.random.key(0))
+        model = eqx.nn.Sequential([conv])
+        y = np.asarray(jax.vmap(model)(jnp.asarray(x.transpose(0, 3, 1, 2)))).transpose(0, 2, 3, 1)
+    else:
+        model = nnx.Sequential(
+            nnx.Conv(2, 3, kernel, padding=padding, kernel_dilation=dilation, rngs=nnx.Rngs(0))
+        )
+        y = np.asarray(model(jnp.asarray(x)))
+    text = tx.flux_julia(model).splitlines()[1].removeprefix("model = ")
+    assert "pad=" in text
+    expected = ref.forward(parse_architecture(text), tx.flux_state(model), x.transpose(2, 1, 3, 0))
+    np.testing.assert_allclose(y.transpose(2, 1, 3, 0), expected, rtol=1e-4, atol=1e-5)

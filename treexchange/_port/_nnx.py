@@ -31,7 +31,7 @@ from .._errors import PathSegment, UnsupportedError
 from ._activations import ELEMENTWISE, function_of, name_of
 from ._eqx import ACTIVATED, layernorm_0_14_message, layernorm_eps
 from ._perm import SAME, Compose, Perm, Reshape, Transpose, spatial_flip
-from ._rules import RECURRENT_GATES, with_defaults
+from ._rules import RECURRENT_GATES, same_padding, with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
 from ._state import Port
 
@@ -524,7 +524,12 @@ class _Reader:
             args.update(
                 {"in": int(kernel.shape[n]) * groups, "out": int(kernel.shape[n + 1]), "groups": groups}
             )
-            args["pad"] = _julia_pad(_pairs(conv.padding, n, path))
+            padding = conv.padding
+            if isinstance(padding, str) and padding.upper() in ("SAME", "SAME_LOWER"):
+                padding = same_padding(
+                    padding, kernel.shape[:n], _tuple(conv.strides, n), _tuple(conv.kernel_dilation, n), path
+                )
+            args["pad"] = _julia_pad(_pairs(padding, n, path))
         to_flax = Transpose((*range(n - 1, -1, -1), n, n + 1))
         if kind == "ConvTranspose":
             perm: Perm = Transpose((*range(n - 1, -1, -1), n + 1, n))
