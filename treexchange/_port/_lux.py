@@ -182,10 +182,10 @@ def _recurrent_ps_st(port: Port, lux: str, part: str | None, restoring: bool) ->
     kind = port.layer.kind
     if kind == "GRUv3":
         raise UnsupportedError("Lux has no GRUv3 cell (the reset gate before Wh_h̃)")
-    if lux == "1" and restoring and part != "st":
+    if lux == "1" and restoring and part != "st" and kind == "GRU":
         raise UnsupportedError(
-            "restoring Lux v1 recurrent ps is not supported yet: its bias_ih + bias_hh would have to be "
-            "summed into Flux's one bias (write with tx.lux_state, or restore a Flux.state)"
+            "restoring Lux v1 GRU ps is not supported: its bias_hh's last block sits inside the reset "
+            "product, where Flux's GRU has no bias (write with tx.lux_state, or restore a Flux.state)"
         )
     names = _RECURRENT_V1 if lux == "1" else _RECURRENT_V05.get(kind)
     if names is None:
@@ -204,6 +204,11 @@ def _recurrent_ps_st(port: Port, lux: str, part: str | None, restoring: bool) ->
             flux_shape = perm.julia_shape(tuple(value.shape))
             array = value.through((*flux_shape, 1), _reshaped(perm, flux_shape))
         ps.append((name, array))
-    if lux == "1":  # only when writing (a v1 restore was refused above)
+    if lux == "1" and restoring:
+        # Flux's one bias is the sum of Lux's two (both are added to the same pre-activations)
+        bias = dict(ps)["bias_ih"]
+        ps = [(name, bias.addend(0, 2) if name == "bias_ih" else a) for name, a in ps]
+        ps.append(("bias_hh", bias.addend(1, 2)))
+    elif lux == "1":
         ps.append(("bias_hh", np.zeros_like(np.asarray(dict(ps)["bias_ih"]))))
     return NamedTuple(ps), (NO_ARRAYS if restoring else NamedTuple())
