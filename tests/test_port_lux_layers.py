@@ -90,10 +90,49 @@ def test_lux_v1_recurrent_ps_with_two_biases_restore(text: str, forward: Any, tm
         tx.load(tmp_path / "half.jld2", "ps", like=_model(text, 1), layout=layout)
 
 
-def test_lux_v1_gru_restore_is_refused_not_guessed(tmp_path: Path) -> None:
-    ps, _ = tx.lux_state(_model("Chain(GRU(3 => 4))", 0))
+def _lux_v05_gru(ps: Any, xs: np.ndarray) -> np.ndarray:
+    """Lux 0.5 ``GRUCell`` (its docstring and ``(gru::GRUCell)(...)``, v0.5.68): ``r, z`` from
+    ``W_i x + W_h h + bias_h``, ``n = tanh(W_in x + bias_i + r ⊙ (W_hn h + b_hn))``."""
+    hidden = ps.weight_h.shape[1]
+    h = np.zeros(hidden)
+    out = []
+    for x in xs.astype(np.float64):
+        gx = np.split(ps.weight_i @ x, 3)
+        gh = np.split(ps.weight_h @ h + ps.bias_h[:, 0], 3)
+        r = _sigmoid(gx[0] + gh[0])
+        z = _sigmoid(gx[1] + gh[1])
+        n = np.tanh(gx[2] + r * gh[2] + ps.bias_i[:, 0])
+        h = (1 - z) * n + z * h
+        out.append(h)
+    return np.stack(out)
+
+
+def test_lux_v05_gru_ps_compute_what_the_model_computes() -> None:
+    model = _model("Chain(GRU(3 => 4))", 0)
+    state = tx.flux_state(model)
+    rng = np.random.default_rng(5)
+    state = jax.tree_util.tree_map(  # every array random (the biases non-zero), so their places are tested
+        lambda a: (
+            rng.normal(size=a.shape).astype(a.dtype)
+            if isinstance(a, np.ndarray) and a.dtype.kind == "f"
+            else a
+        ),
+        state,
+    )
+    model = tx.restore(state, like=model, layout=tx.flux_state)
+    ps, _ = tx.lux_state(model, lux="0.5")
+    cell = ps.layer_1
+    assert list(cell.keys()) == ["weight_i", "weight_h", "bias_i", "bias_h"]
+    assert cell.bias_i.shape == (4, 1) and cell.bias_h.shape == (12, 1) and not cell.bias_h[8:].any()
+    xs = rng.normal(size=(5, 3)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(model(xs)), _lux_v05_gru(cell, xs), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("lux", ["1", "0.5"])
+def test_lux_gru_restore_is_refused_not_guessed(lux: str, tmp_path: Path) -> None:
+    ps, _ = tx.lux_state(_model("Chain(GRU(3 => 4))", 0), lux=lux)
     tx.save(tmp_path / "ps.jld2", ps=ps)
-    layout = functools.partial(tx.lux_state, part="ps")
+    layout = functools.partial(tx.lux_state, part="ps", lux=lux)
     with pytest.raises(tx.UnsupportedError, match="inside the reset product"):
         tx.load(tmp_path / "ps.jld2", "ps", like=_model("Chain(GRU(3 => 4))", 1), layout=layout)
 
