@@ -586,7 +586,9 @@ def _place_permuted(
     jpath: KeyPath,
     t: Any,
 ) -> Any:
-    return placer.place(np.ascontiguousarray(transform(v)), cast_to, jpath, t)
+    # No contiguous copy here: the permuted view goes to the placer as it is, so ``numpy=True`` stays
+    # zero-copy and JAX makes its one row-major copy straight from the (strided) view.
+    return placer.place(transform(v), cast_to, jpath, t)
 
 
 # --- template structure ----------------------------------------------------------------------------
