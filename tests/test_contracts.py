@@ -1,0 +1,110 @@
+"""One implementation per contract: where two parts of the package must agree, they call one function.
+
+- the Julia type of a Python value: ``julia_type_of`` (``inspect``, the schema) and the writer's
+  ``TypeFactory.of_value`` both run ``_typeof.type_of``; here they are compared on a broad set of values.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import treexchange as tx
+from treexchange._jld2._writer_types import TypeFactory
+from treexchange._typeof import julia_type_of
+
+_DTYPES = ["?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8", "c8", "c16", ">f4", ">i8"]
+_CHAR = tx.JuliaBits("Core.Char", b"\x00\x00\x00a")  # 'a' (0x61000000, little-endian)
+
+
+def _values() -> dict[str, object]:
+    out: dict[str, object] = {
+        "namedtuple": tx.NamedTuple(weight=np.zeros((2, 3), np.float32), bias=np.zeros(2, np.float32), σ=()),
+        "nested namedtuple": tx.NamedTuple(layers=(tx.NamedTuple(w=np.ones(2)), tx.NamedTuple(w=None))),
+        "empty namedtuple": tx.NamedTuple(),
+        "tuple": (1, "a", tx.Symbol("x"), 2.5),
+        "long homogeneous tuple": tuple(range(12)),
+        "empty tuple": (),
+        "list": [1, "a", None],
+        "dict": {"a": 1.0, "b": 2.0},
+        "dict of mixed values": {"a": 1, "b": "x"},
+        "empty dict": {},
+        "JuliaDict": tx.JuliaDict({1: "a", 2: "b"}),
+        "dict of dicts": tx.JuliaDict({"g": tx.JuliaDict({"x": np.zeros(2)})}),
+        "struct": tx.JuliaStruct("Main.Foo", {"x": 1.0, "y": np.int32(2)}),
+        "parametric struct": tx.JuliaStruct("Main.Foo{Float64}", {"x": 1.0}),
+        "string": "hello",
+        "empty string": "",
+        "Symbol": tx.Symbol("relu"),
+        "Char": _CHAR,
+        "nothing": None,
+        "missing": tx.MISSING,
+        "Int128": tx.Int128(2**100),
+        "UInt128": tx.UInt128(2**127),
+        "int": 5,
+        "negative int": -(2**63),
+        "float": 1.5,
+        "complex": 1 + 2j,
+        "bool": True,
+        "singleton": tx.Singleton("Main.Relu"),
+        "JuliaArray of strings": tx.JuliaArray("Core.String", np.array(["a", "b"], dtype=object)),
+        "JuliaArray spelled by hand": tx.JuliaArray("UInt128", [tx.UInt128(1)]),
+        "a type as a value": tx.JuliaType.parse("Core.Float64"),
+        "bfloat16 array": np.zeros((2, 2), ml_dtypes.bfloat16),
+        "bfloat16 scalar": ml_dtypes.bfloat16(1.5),
+        "0-d array": np.zeros((), np.float32),
+    }
+    for dt in _DTYPES:
+        out[f"array {dt}"] = np.zeros((3, 2), dt)
+        out[f"numpy scalar {dt}"] = np.zeros((), dt)[()]
+    return out
+
+
+_VALUES = _values()
+
+
+@pytest.mark.parametrize("name", sorted(_VALUES))
+def test_writer_and_julia_type_of_agree(name: str) -> None:
+    value = _VALUES[name]
+    assert TypeFactory().of_value(value).key == julia_type_of(value).qualified()
+
+
+def test_jax_arrays_type_the_same() -> None:
+    import jax.numpy as jnp
+
+    for dt in ("float32", "int32", "bfloat16", "bool", "uint8"):
+        a = jnp.zeros((2, 3), dt)
+        expected = julia_type_of(np.asarray(a)).qualified()
+        assert TypeFactory().of_value(a).key == julia_type_of(a).qualified() == expected
+
+
+def test_where_the_writer_differs_it_is_storage() -> None:
+    """The writer stores a ``Type{T}`` value as a DataType (what JLD2 does) and refuses ``#undef``
+    where JLD2 keeps no reference; the type named is the same rule's."""
+    type_value = tx.Singleton("Core.Type{Core.Float64}")
+    assert julia_type_of(type_value).qualified() == "Core.Type{Core.Float64}"
+    assert TypeFactory().of_value(type_value).key == "Core.DataType"
+    assert julia_type_of(tx.UNDEF).qualified() == "Core.Union"
+    with pytest.raises(tx.ConversionError, match="#undef"):
+        TypeFactory().of_value(tx.UNDEF)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (2**63, "does not fit Int64"),
+        (tx.Int128(2**127), "does not fit Int128"),
+        (tx.UInt128(-1), "does not fit UInt128"),
+        ({1, 2}, "has no Julia counterpart"),
+        (np.zeros(2, object), "no Julia element type"),
+        (tx.JuliaBits("Main.E", b""), "no bytes"),
+        (tx.NamedTuple(a=(1, object())), "has no Julia counterpart"),
+    ],
+)
+def test_both_refuse_the_same_values(value: object, message: str) -> None:
+    with pytest.raises(tx.ConversionError, match=message) as a:
+        julia_type_of(value)
+    with pytest.raises(tx.ConversionError, match=message) as b:
+        TypeFactory().of_value(value)
+    assert a.value.path == b.value.path
