@@ -1,7 +1,9 @@
 """One implementation per contract: where two parts of the package must agree, they call one function.
 
 - the Julia type of a Python value: ``julia_type_of`` (``inspect``, the schema) and the writer's
-  ``TypeFactory.of_value`` both run ``_typeof.type_of``; here they are compared on a broad set of values.
+  ``TypeFactory.of_value`` both run ``_typeof.type_of``; here they are compared on a broad set of values;
+- the JSON form of scalars and the array digest (``_jsonform``): ``inspect --json`` and the schema
+  print the same ``value`` / ``enum`` and ``sha256`` for the same file.
 """
 
 from __future__ import annotations
@@ -108,3 +110,84 @@ def test_both_refuse_the_same_values(value: object, message: str) -> None:
     with pytest.raises(tx.ConversionError, match=message) as b:
         TypeFactory().of_value(value)
     assert a.value.path == b.value.path
+
+
+# --- JSON form of scalars and arrays: inspect --json and the schema -----------------------------------
+
+
+def _scalars() -> dict[str, object]:
+    return {
+        "nan": float("nan"),
+        "minus_inf": np.float32(-np.inf),
+        "inf16": np.float16(np.inf),
+        "half": np.float16(0.1),
+        "tenth": np.float32(0.1),
+        "bf": ml_dtypes.bfloat16(0.1),
+        "c64": np.complex64(1 + 0.1j),
+        "c_nonfinite": complex(float("nan"), float("inf")),
+        "char": _CHAR,
+        "sym": tx.Symbol("relu"),
+        "text": "text",
+        "flag": True,
+        "i128": tx.Int128(2**100),
+        "small_i128": tx.Int128(-5),
+        "u128": tx.UInt128(2**128 - 1),
+        "u64_max": np.uint64(2**64 - 1),
+        "i64_min": np.int64(-(2**63)),
+        "int": 7,
+    }
+
+
+def _bigint_file() -> bytes:
+    from _jld2_builder import Builder, shared, space, t_vlen_string
+
+    b = Builder()
+    big = b.commit(t_vlen_string(), b.jt("Base.BigInt"), written=b.jt("Core.String"))
+    b.link("small_big", b.dataset(shared(big), space("scalar"), b.vstr("5")))
+    b.link("huge_big", b.dataset(shared(big), space("scalar"), b.vstr("z" * 20)))  # 62**20 > 2**64
+    return b.finish()
+
+
+def _enums(doc: tx.Schema, names: list[str]) -> dict[str, object]:
+    return {n: doc.node_at((n,)).enum for n in names}  # type: ignore[union-attr]
+
+
+def test_inspect_and_schema_spell_scalars_alike(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from treexchange._inspect import iter_records
+
+    path = tmp_path / "scalars.jld2"
+    tx.save(path, **_scalars())
+    with tx.open(path) as f:
+        shown = {r["path"][0]: [r["value"]] for r in iter_records(f)}
+    assert shown["nan"] == ["NaN"] and shown["minus_inf"] == ["-Infinity"] and shown["inf16"] == ["Infinity"]
+    assert shown["tenth"] == [0.1] and shown["half"] == [0.1] and shown["c64"] == [[1.0, 0.1]]
+    assert shown["i128"] == [str(2**100)] and shown["small_i128"] == ["-5"]
+    assert shown["u64_max"] == [2**64 - 1] and shown["i64_min"] == [-(2**63)]
+    assert _enums(tx.infer_schema(path, values=True), list(shown)) == shown
+    assert _enums(tx.infer_schema(tx.load(path), values=True), list(shown)) == shown
+
+    raw = _bigint_file()
+    with tx.open(raw) as f:
+        shown = {r["path"][0]: [r["value"]] for r in iter_records(f)}
+        doc = tx.infer_schema(f, values=True)
+    # Every value of a type wider than 64 bits is decimal text, however small (JSON numbers beyond
+    # 64 bits do not survive common parsers).
+    assert shown == {"small_big": ["5"], "huge_big": [str(62**20 - 1)]}
+    assert _enums(doc, list(shown)) == shown
+    with tx.open(raw) as f:
+        assert tx.validate(f, doc) == []
+
+
+def test_one_checksum_for_inspect_and_schema(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from treexchange import _inspect, _jsonform
+    from treexchange._inspect import iter_records
+    from treexchange._schema import _sources
+
+    assert _inspect.array_sha256 is _sources.array_sha256 is _jsonform.array_sha256
+    path = tmp_path / "arrays.jld2"
+    arrays = {f"a_{dt.replace('>', 'be')}": (np.arange(12) % 3).astype(dt).reshape(3, 4) for dt in _DTYPES}
+    tx.save(path, **arrays, wide=tx.JuliaArray("Core.UInt128", [tx.UInt128(1), tx.UInt128(2**100)]))
+    with tx.open(path) as f:
+        shown = {r["path"][0]: r["sha256"] for r in iter_records(f)}
+    doc = tx.infer_schema(path, checksums=True)
+    assert {n: doc.node_at((n,)).sha256 for n in shown} == shown  # type: ignore[union-attr]

@@ -162,6 +162,8 @@ def kind_of(value: Any, *, path: Sequence[PathSegment] = ()) -> Kind:
         return "singleton"  # a JuliaType held as a value is a DataType: no fields
     if isinstance(value, (int, float, complex, np.number, JuliaBits)):
         return "number"
+    if isinstance(value, np.generic) and value.dtype in _DTYPE_TO_JULIA:
+        return "number"  # a BFloat16 scalar (ml_dtypes scalars are not np.number)
     raise ConversionError(f"{type(value).__name__} is not a Julia value", path=path)
 
 

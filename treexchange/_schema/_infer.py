@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from .._errors import LimitError, UnsupportedError, format_path
 from .._gc import gc_paused
 from .._inspect import node_budget
+from .._jsonform import json_scalar
 from .._limits import DEFAULT_LIMITS
 from ._model import (
     MAX_TREE_DEPTH,
@@ -30,7 +31,6 @@ from ._model import (
     TupleNode,
     VectorNode,
 )
-from ._scalars import to_json_value
 from ._sources import Source, file_roots, is_file_like, opened, roots_of, with_bridge
 
 _VECTOR_OF_ANY = "Array{Any, 1}"
@@ -243,8 +243,9 @@ class _Options:
         if kind == "singleton":
             return _make(SingletonNode, type=src.type_text() or "Tuple{}")
         if kind == "number":
-            enum = [to_json_value(src.scalar())] if self.values else None
-            return _make(NumberNode, dtype=src.dtype(), type=src.type_text(), enum=enum)
+            type_text = src.type_text()
+            enum = [json_scalar(src.scalar(), type_text)] if self.values else None
+            return _make(NumberNode, dtype=src.dtype(), type=type_text, enum=enum)
         if kind == "bool":
             return _make(BoolNode, enum=[bool(src.scalar())] if self.values else None)
         if kind == "string":

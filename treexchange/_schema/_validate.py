@@ -14,6 +14,7 @@ from .._errors import (
     format_path,
 )
 from .._gc import gc_paused
+from .._jsonform import json_scalar
 from .._juliatype import JuliaType
 from ._align import align
 from ._model import (
@@ -34,7 +35,7 @@ from ._model import (
     VectorNode,
     format_shape,
 )
-from ._scalars import format_value, number_compare, number_in, to_json_value
+from ._scalars import format_value, number_compare, number_in
 from ._sources import (
     DEFAULT_ROOT,
     FileSource,
@@ -361,7 +362,7 @@ class _Checker:
         if s.enum is None and s.minimum is None and s.maximum is None:
             return
         value = a.scalar()
-        shown = format_value(to_json_value(value))
+        shown = format_value(json_scalar(value))
         if s.enum is not None and not number_in(value, s.enum):
             self.add("value", a.path, f"{shown} found, schema allows {_enum_text(s.enum)}")
         if s.minimum is not None:
