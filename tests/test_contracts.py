@@ -3,7 +3,8 @@
 - the Julia type of a Python value: ``julia_type_of`` (``inspect``, the schema) and the writer's
   ``TypeFactory.of_value`` both run ``_typeof.type_of``; here they are compared on a broad set of values;
 - the JSON form of scalars and the array digest (``_jsonform``): ``inspect --json`` and the schema
-  print the same ``value`` / ``enum`` and ``sha256`` for the same file.
+  print the same ``value`` / ``enum`` and ``sha256`` for the same file;
+- tree paths: errors, mismatches and ``inspect``'s text print them with ``_errors.format_path``.
 """
 
 from __future__ import annotations
@@ -191,3 +192,20 @@ def test_one_checksum_for_inspect_and_schema(tmp_path) -> None:  # type: ignore[
         shown = {r["path"][0]: r["sha256"] for r in iter_records(f)}
     doc = tx.infer_schema(path, checksums=True)
     assert {n: doc.node_at((n,)).sha256 for n in shown} == shown  # type: ignore[union-attr]
+
+
+# --- tree paths: one type (_errors.TreePath), one formatter (_errors.format_path) -------------------
+
+
+def test_inspect_text_prints_paths_as_errors_do(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from treexchange._errors import format_path
+    from treexchange._inspect import text_lines
+
+    node = tx.JuliaStruct("Main.Node", {"x": 1.0}, mutable=True)
+    path = tmp_path / "shared.jld2"
+    tx.save(path, **{"layer-1": [node, node], "ok": tx.NamedTuple(v=[node])})
+    with tx.open(path) as f:
+        text = "\n".join(text_lines(f))
+    where = format_path(("layer-1", 1))
+    assert where == "['layer-1'][1]" and text.count(f"(same object as {where})") == 2
+    assert str(tx.Mismatch("shape", ("layer-1", 1), "x")) == f"{where}: shape x"

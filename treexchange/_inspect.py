@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import LimitError, TreexchangeError
+from ._errors import LimitError, TreexchangeError, format_path
 from ._gc import gc_paused
 from ._jsonform import array_sha256, json_scalar
 from ._limits import DEFAULT_LIMITS
@@ -263,7 +263,7 @@ def _text_lines(root: Any, type_width: int) -> Iterator[str]:
         kind = node.kind
         jt = _clip(type_text(node.julia_type), type_width)
         if ref is not None:
-            where = _path_text(ref)
+            where = format_path(ref) if ref else "/"  # the root group: "/", as HDF5 names it
             cyclic = tuple(node.path[: len(ref)]) == tuple(ref)
             note = f"cycle: back to {where}" if cyclic else f"same object as {where}"
             yield f"{indent}{label}{'/' if kind == 'group' else ''}: {jt}  ({note})"
@@ -295,16 +295,6 @@ def _text_lines(root: Any, type_width: int) -> Iterator[str]:
             n = len(node)
             yield f"{indent}{label}: {jt}  ({kind}, {n} {'entry' if n == 1 else 'entries'})"
     yield f"-- {leaves} leaves, {arrays} arrays, {_human(nbytes)} of array data"
-
-
-def _path_text(path: tuple[Any, ...]) -> str:
-    """A path as errors print it (``model_state.layers[2]``); the root group is ``/``."""
-    if not path:
-        return "/"
-    out = str(path[0])
-    for seg in path[1:]:
-        out += f"[{seg}]" if isinstance(seg, int) else f".{seg}"
-    return out
 
 
 def select(f: Any, name: str | None) -> Any:
