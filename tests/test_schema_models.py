@@ -25,7 +25,7 @@ from treexchange._schema import (
     TupleNode,
     VectorNode,
 )
-from treexchange._schema._model import MAX_TREE_DEPTH, format_shape
+from treexchange._schema._model import format_shape
 from treexchange._schema._pretty import pretty_json
 from treexchange._schema._scalars import number_compare, number_in
 
@@ -74,13 +74,14 @@ def test_json_text_is_canonical_and_readable() -> None:
 
 
 def test_depth_is_bounded_with_our_errors() -> None:
+    most = tx.Limits().max_schema_depth
     deep: Any = np.zeros(1)
-    for _ in range(MAX_TREE_DEPTH + 5):
+    for _ in range(most + 5):
         deep = (deep,)
     with pytest.raises(LimitError, match="64 levels"):
         tx.infer_schema({"x": deep})
     node: dict[str, Any] = {"kind": "bool"}
-    for _ in range(MAX_TREE_DEPTH + 5):
+    for _ in range(most + 5):
         node = {"kind": "tuple", "items": [node]}
     with pytest.raises(FormatError):
         tx.load_schema({"schema_version": "1.0", "roots": {"x": node}})

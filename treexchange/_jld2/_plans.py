@@ -346,7 +346,11 @@ class VlenSequencePlan(Plan):
         if count > limit:
             raise LimitError(
                 f"vlen sequence of {count} elements exceeds {limit} (max_elements"
-                + (")" if base.size else ", or 16 zero-size elements per byte of file)"),
+                + (
+                    ")"
+                    if base.size
+                    else ", or max_virtual_elements: by default 16 zero-size elements per byte of file)"
+                ),
                 path=path,
             )
         if count * base.size > len(payload):
@@ -607,17 +611,14 @@ def vector_to_tuple(value: Any, path: TreePath) -> Any:
     return tuple(elements_of(value))
 
 
-# The most base-62 digits of a BigInt we read: 62**2399 < 10**4300, so every value fits
-# Python's default int <-> decimal text limit (``sys.get_int_max_str_digits``), and ``inspect``,
-# JSON and schemas can print it. Bigger BigInts raise LimitError rather than fail later.
-MAX_BIGINT_BASE62_DIGITS = 2399
-
-
-def base62_to_int(value: Any, path: TreePath) -> Any:
-    """Converter for ``BigInt``, which JLD2 writes as its base-62 string.
+def base62_to_int(value: Any, path: TreePath, *, max_digits: int) -> Any:
+    """Converter for ``BigInt``, which JLD2 writes as its base-62 string (bind ``max_digits``,
+    ``Limits.max_bigint_digits``: by default every value read fits Python's int <-> decimal text
+    limit, so ``inspect``, JSON and schemas can print it; a bigger one is a LimitError here
+    rather than a failure later).
 
     Example:
-        >>> base62_to_int("-1z", ())
+        >>> base62_to_int("-1z", (), max_digits=2399)
         -123
     """
     text = str(value)
@@ -626,10 +627,10 @@ def base62_to_int(value: Any, path: TreePath) -> Any:
     body = text[1:] if neg else text
     if not body:
         raise FormatError("malformed BigInt text ''", path=path)
-    if len(body) > MAX_BIGINT_BASE62_DIGITS:
+    if len(body) > max_digits:
         raise LimitError(
-            f"BigInt of {len(body)} base-62 digits exceeds {MAX_BIGINT_BASE62_DIGITS} (about 4300 "
-            "decimal digits, Python's int/text conversion limit)",
+            f"BigInt of {len(body)} base-62 digits exceeds max_bigint_digits={max_digits} (by default "
+            "about 4300 decimal digits, Python's int/text conversion limit)",
             path=path,
         )
     n = 0

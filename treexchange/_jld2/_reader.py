@@ -31,7 +31,7 @@ from .._hdf5 import HDF5File, ObjectHeader
 from .._hdf5._model import H5Class
 from .._hdf5._objectheader import RawMessage
 from .._juliatype import JuliaType
-from .._limits import DEFAULT_LIMITS, Limits, reference_depth
+from .._limits import DEFAULT_LIMITS, Limits, path_depth, reference_depth
 from .._recursion import FRAMES_PER_LEVEL, stack_for_depth
 from .._typeof import BOTTOM
 from .._values import UNDEF, JuliaArray, JuliaStruct
@@ -193,15 +193,12 @@ class Reader:
         # Some values cost no bytes in the file (arrays of ghosts, NTuple{N} of ghosts): their
         # element counts come from header numbers alone, so they are bounded by the file size
         # as well as by Limits.max_elements (a lying header must not drive a huge allocation).
-        self.virtual_cap = max(1 << 16, 16 * self.h5.size)
-        self.type_limits = dataclasses.replace(
-            limits, max_elements=min(limits.max_elements, self.virtual_cap)
-        )
+        self.type_limits = dataclasses.replace(limits, max_elements=limits.virtual_elements_for(self.h5.size))
         # Frames a read as deep as limits.max_depth may need (see treexchange._recursion): entry
         # points make that much room first, so Python's recursion limit is never hit before
         # Limits.max_depth is.
         self.max_refs = reference_depth(limits)
-        self.max_path = 4 * limits.max_depth + 16  # segments: a Dict level is three (kvvec[i].second)
+        self.max_path = path_depth(limits)
         self.stack_frames = self.max_refs * FRAMES_PER_LEVEL + 1000
         # Lazy nodes recurse outside any one entry point (a Dict's entries are built when the
         # Dict node is), so the room is made for as long as the file is open.
@@ -401,7 +398,7 @@ class Reader:
         if (space_kind == "null" or ghost) and n > self.type_limits.max_elements:
             raise LimitError(
                 f"array of {n} zero-size elements exceeds {self.type_limits.max_elements} "
-                "(max_elements, or 16 elements per byte of file)",
+                "(max_elements, or max_virtual_elements: by default 16 per byte of file)",
                 offset=obj.offset,
             )
         eltype = self._element_type(obj, path) if isinstance(plan, ReferencePlan) else plan.element_type

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -351,7 +352,9 @@ class TypeResolver:
         if is_tuple_type(jt) and wt.basename in ("Array", "Vector", "Memory"):
             return CustomPlan("tuple", jt, inner, vector_to_tuple)
         if jt.name == "Base.BigInt" and isinstance(inner, (VlenStringPlan, FixedStringPlan)):
-            return CustomPlan("number", jt, inner, base62_to_int)
+            return CustomPlan(
+                "number", jt, inner, partial(base62_to_int, max_digits=self.limits.max_bigint_digits)
+            )
         layout = None
         if isinstance(inner, CompoundPlan) and inner.layout is not None:
             layout = dataclasses.replace(inner.layout, julia_type=jt, written_type=wt)
