@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import Mismatch, PathSegment
+from .._errors import Mismatch, PathSegment, TreePath
 from .._values import JuliaArray, JuliaStruct, Missing, NamedTuple, Singleton, Symbol, Undef
 from ._classify import (
     describe_file_value,
@@ -44,8 +44,6 @@ from ._classify import (
 from ._exact import cast_mode as _cast_mode, conversion_loss, convert, scalar_loss
 from ._place import KeyPath, Placer
 from ._report import MissingRule, MissingSpec, ReportLog, fixes_for_conversion, restore_error
-
-Path = tuple[PathSegment, ...]
 
 
 class _Absent:
@@ -178,7 +176,7 @@ class Options:
         allow_missing: MissingSpec,
         allow_extra: bool,
         cast: bool | str,
-        root: Path = (),
+        root: TreePath = (),
     ) -> None:
         self.missing = MissingRule(allow_missing, root)
         self.allow_missing = self.missing.any
@@ -225,17 +223,17 @@ class Walker:
         self.jobs.append(job)
         return None
 
-    def report(self, kind: str, path: Path, detail: str) -> None:
+    def report(self, kind: str, path: TreePath, detail: str) -> None:
         self.mismatches.append(Mismatch(kind, path, detail))
 
-    def kind_mismatch(self, v: Any, t: Any, path: Path) -> None:
+    def kind_mismatch(self, v: Any, t: Any, path: TreePath) -> None:
         self.report("kind", path, f"{describe_file_value(v)} in file, {describe_template(t)} in template")
 
-    def restored(self, path: Path, *, array: bool = False) -> None:
+    def restored(self, path: TreePath, *, array: bool = False) -> None:
         if not self.build:
             self.log.restore(path, array=array)
 
-    def may_keep(self, t: Any, path: Path, *, array: bool = False) -> bool:
+    def may_keep(self, t: Any, path: TreePath, *, array: bool = False) -> bool:
         """A template leaf absent from the file: allowed by ``allow_missing`` (recorded as kept)?"""
         if not self.o.missing.permits(path):
             self.report(
@@ -247,7 +245,7 @@ class Walker:
         return True
 
     def conversion_fits(
-        self, v: np.ndarray, want: np.dtype, dest: np.dtype, path: Path, *, kept: bool = False
+        self, v: np.ndarray, want: np.dtype, dest: np.dtype, path: TreePath, *, kept: bool = False
     ) -> bool:
         """File array ``v`` (the template's own with ``kept``) must become ``dest`` (the dtype the
         result will hold; it differs from the template's ``want`` only for JAX without x64).
@@ -272,7 +270,7 @@ class Walker:
         return True
 
     # --- dispatch ---------------------------------------------------------------------------------
-    def node(self, v: Any, t: Any, path: Path, jpath: KeyPath) -> Any:
+    def node(self, v: Any, t: Any, path: TreePath, jpath: KeyPath) -> Any:
         if isinstance(t, LeafRef):
             summed = t.parts is not None
             out = self.array(
@@ -338,7 +336,7 @@ class Walker:
         self,
         v: Any,
         t: Any,
-        path: Path,
+        path: TreePath,
         jpath: KeyPath,
         *,
         shape: tuple[int, ...],
@@ -393,7 +391,7 @@ class Walker:
             return self.leaf(partial(_place_permuted, self.placer, transform, v, cast_to, jpath, t))
         return self.leaf(partial(self.placer.place, v, cast_to, jpath, t))
 
-    def scalar(self, v: Any, t: Any, path: Path) -> Any:
+    def scalar(self, v: Any, t: Any, path: TreePath) -> Any:
         if v is ABSENT:
             return t if self.may_keep(t, path) else None
         if isinstance(v, np.ndarray) and v.shape == () and v.dtype.kind in "biufc":
@@ -426,7 +424,7 @@ class Walker:
         self.report("dtype", path, f"{_scalar_type(v)} in file, {type(t).__name__} in template")
         return None
 
-    def python_scalar(self, v: Any, t: Any, path: Path) -> Any:
+    def python_scalar(self, v: Any, t: Any, path: TreePath) -> Any:
         """A file number converted to a template's Python ``bool``/``int``/``float``/``complex``
         (``cast``), only if its value survives (``cast="unsafe"``: as Python converts it)."""
         kind: type = bool if isinstance(t, bool) else int if isinstance(t, int) else type(t)
@@ -452,7 +450,7 @@ class Walker:
         self.hints |= fixes_for_conversion(dest, self.o.cast_mode, x64=False)
         return None
 
-    def string(self, v: Any, t: str, path: Path) -> Any:
+    def string(self, v: Any, t: str, path: TreePath) -> Any:
         if v is ABSENT:
             return t if self.may_keep(t, path) else None
         if not isinstance(v, str):
@@ -461,21 +459,21 @@ class Walker:
         self.restored(path)
         return Symbol(v) if isinstance(t, Symbol) else str(v)
 
-    def empty(self, v: Any, t: Any, path: Path) -> Any:
+    def empty(self, v: Any, t: Any, path: TreePath) -> Any:
         """Template ``None`` or ``()``: the file holds nothing there (``False`` is Flux's "no bias")."""
         if v is ABSENT or v is None or carries_no_state(v) or (t is None and v is False):
             return t
         self.kind_mismatch(v, t, path)
         return None
 
-    def stateless(self, v: Any, t: Any, path: Path) -> Any:
+    def stateless(self, v: Any, t: Any, path: TreePath) -> Any:
         """Template functions, RNG objects, singletons: kept from the template."""
         if v is ABSENT or v is None or isinstance(v, Missing) or carries_no_state(v):
             return t
         self.kind_mismatch(v, t, path)
         return None
 
-    def opaque(self, v: Any, t: Any, path: Path, cls: type) -> Any:
+    def opaque(self, v: Any, t: Any, path: TreePath, cls: type) -> Any:
         if v is ABSENT:
             return t if self.may_keep(t, path) else None
         if not isinstance(v, cls):
@@ -485,7 +483,7 @@ class Walker:
         return v
 
     # --- containers -------------------------------------------------------------------------------
-    def named(self, v: Any, t: Any, path: Path, jpath: KeyPath) -> Any:
+    def named(self, v: Any, t: Any, path: TreePath, jpath: KeyPath) -> Any:
         entries, static_names, rebuild = named_entries(t)
         if v is not ABSENT:
             if not entries and carries_no_state(v):
@@ -531,7 +529,7 @@ class Walker:
                 self.report("order", path, f"{_names(in_file)} in file, {_names(in_template)} in template")
         return rebuild(out) if self.build else None
 
-    def positional(self, v: Any, t: Any, path: Path, jpath: KeyPath) -> Any:
+    def positional(self, v: Any, t: Any, path: TreePath, jpath: KeyPath) -> Any:
         custom = _custom_children(t) if not isinstance(t, (tuple, list)) else None
         children: list[Any] = list(t) if custom is None else [c for _, c in custom[1]]
         if custom is None:
@@ -828,7 +826,7 @@ def check_and_build(
     like: Any,
     options: Options,
     placer: Placer,
-    path: Path,
+    path: TreePath,
     *,
     header: str | None = None,
     log: ReportLog | None = None,
@@ -870,7 +868,7 @@ def run_jobs(jobs: list[Callable[[], Any]]) -> list[Any]:
     return [job() for job in jobs]
 
 
-def _header(mismatches: list[Mismatch], path: Path) -> str:
+def _header(mismatches: list[Mismatch], path: TreePath) -> str:
     n = len(mismatches)
     where = f" of {path[0]}" if path else ""
     return f"the file's state{where} does not fit the template ({n} mismatch{'es' if n != 1 else ''})"

@@ -25,13 +25,13 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
-from .._errors import FormatError, LimitError, TreexchangeError, UnsupportedError, WrongFormatError
+from .._errors import FormatError, LimitError, TreePath, TreexchangeError, UnsupportedError, WrongFormatError
 from .._gc import gc_paused
 from .._hdf5 import HDF5File, ObjectHeader
 from .._hdf5._model import H5Class
 from .._hdf5._objectheader import RawMessage
 from .._juliatype import JuliaType
-from .._limits import DEFAULT_LIMITS, Limits, reference_depth
+from .._limits import DEFAULT_LIMITS, Limits, path_depth, reference_depth
 from .._recursion import FRAMES_PER_LEVEL, stack_for_depth
 from .._typeof import BOTTOM
 from .._values import UNDEF, JuliaArray, JuliaStruct
@@ -40,7 +40,6 @@ from ._plans import (
     CompoundPlan,
     FixedStringPlan,
     GhostPlan,
-    Path,
     Plan,
     ReferencePlan,
     mark_mutable,
@@ -194,15 +193,12 @@ class Reader:
         # Some values cost no bytes in the file (arrays of ghosts, NTuple{N} of ghosts): their
         # element counts come from header numbers alone, so they are bounded by the file size
         # as well as by Limits.max_elements (a lying header must not drive a huge allocation).
-        self.virtual_cap = max(1 << 16, 16 * self.h5.size)
-        self.type_limits = dataclasses.replace(
-            limits, max_elements=min(limits.max_elements, self.virtual_cap)
-        )
+        self.type_limits = dataclasses.replace(limits, max_elements=limits.virtual_elements_for(self.h5.size))
         # Frames a read as deep as limits.max_depth may need (see treexchange._recursion): entry
         # points make that much room first, so Python's recursion limit is never hit before
         # Limits.max_depth is.
         self.max_refs = reference_depth(limits)
-        self.max_path = 4 * limits.max_depth + 16  # segments: a Dict level is three (kvvec[i].second)
+        self.max_path = path_depth(limits)
         self.stack_frames = self.max_refs * FRAMES_PER_LEVEL + 1000
         # Lazy nodes recurse outside any one entry point (a Dict's entries are built when the
         # Dict node is), so the room is made for as long as the file is open.
@@ -332,7 +328,7 @@ class Reader:
             if isinstance(obj, DatasetInfo) and obj.value_kind is not None
         }
 
-    def info(self, address: int, path: Path = ()) -> DatasetInfo:
+    def info(self, address: int, path: TreePath = ()) -> DatasetInfo:
         """Describe the object at ``address`` (described once); reads no array data."""
         if self.closed:
             self._check_open()
@@ -350,7 +346,7 @@ class Reader:
             raise LimitError("structure nested too deeply", path=path) from err
         return info
 
-    def _make_info(self, obj: DatasetInfo, path: Path) -> DatasetInfo:
+    def _make_info(self, obj: DatasetInfo, path: TreePath) -> DatasetInfo:
         kind = obj.kind
         if kind == "group":
             return obj._describe(None, "scalar", None, None, _GROUP_TYPE, "group", False, 0)
@@ -402,7 +398,7 @@ class Reader:
         if (space_kind == "null" or ghost) and n > self.type_limits.max_elements:
             raise LimitError(
                 f"array of {n} zero-size elements exceeds {self.type_limits.max_elements} "
-                "(max_elements, or 16 elements per byte of file)",
+                "(max_elements, or max_virtual_elements: by default 16 per byte of file)",
                 offset=obj.offset,
             )
         eltype = self._element_type(obj, path) if isinstance(plan, ReferencePlan) else plan.element_type
@@ -450,7 +446,7 @@ class Reader:
                 raise LimitError("array dimensions exceed max_elements", offset=attr.data_offset)
         return tuple(int(v) for v in vals[::-1])
 
-    def _element_type(self, obj: ObjectHeader, path: Path) -> JuliaType:
+    def _element_type(self, obj: ObjectHeader, path: TreePath) -> JuliaType:
         attr = obj.attributes.get("julia_type")
         if attr is None:
             return ANY
@@ -465,7 +461,7 @@ class Reader:
         return value if isinstance(value, JuliaType) else ANY
 
     # --- values -----------------------------------------------------------------------------
-    def load_standalone(self, address: int, path: Path) -> Any:
+    def load_standalone(self, address: int, path: TreePath) -> Any:
         """Read one object in a fresh session (type parameter datasets)."""
         return Session(self, "julia").load_ref(address, path)
 
@@ -531,7 +527,7 @@ class Reader:
             return flat.reshape(info.shape, order="F")
         return flat.reshape(tuple(reversed(info.shape)))
 
-    def read_value(self, address: int, path: Path, session: Session) -> Any:
+    def read_value(self, address: int, path: TreePath, session: Session) -> Any:
         info = self.info(address, path)
         try:
             return self._read(info, path, session)
@@ -539,7 +535,7 @@ class Reader:
             err.with_context(offset=info.obj.offset, path=path)
             raise
 
-    def _read(self, info: DatasetInfo, path: Path, session: Session) -> Any:
+    def _read(self, info: DatasetInfo, path: TreePath, session: Session) -> Any:
         plan = info.plan
         if info.kind == "group":
             return session.fill_group(info.address, self.links(info.address, hide_types=True), path)
@@ -565,7 +561,7 @@ class Reader:
         # Int128 arrays too: presented as arrays (info.dtype), loaded as Int128 values.
         return self.object_array(info, path, session)
 
-    def object_array(self, info: DatasetInfo, path: Path, session: Session) -> Any:
+    def object_array(self, info: DatasetInfo, path: TreePath, session: Session) -> Any:
         """An array whose elements are Python objects: list or :class:`JuliaArray`."""
         plan = info.plan
         assert plan is not None and info.shape is not None
@@ -636,7 +632,7 @@ class Session:
         self.decode_datatype = reader.types.decode_datatype
         self.decode_union = reader.types.decode_union
 
-    def fill_group(self, address: int, links: dict[str, int], path: Path) -> dict[str, Any]:
+    def fill_group(self, address: int, links: dict[str, int], path: TreePath) -> dict[str, Any]:
         """A group's values as a dict, made before its entries: a hard link back to the group
         (legal in HDF5) closes on this very dict."""
         group: dict[str, Any] = {}
@@ -666,7 +662,7 @@ class Session:
             if isinstance(seen, JuliaStruct) and not seen.mutable and seen.type.qualified() == key:
                 seen.mutable = True
 
-    def load_ref(self, address: int, path: Path) -> Any:
+    def load_ref(self, address: int, path: TreePath) -> Any:
         if address == 0:
             return UNDEF  # an undefined reference: a #undef field or element
         memo = self.memo

@@ -399,6 +399,11 @@ def _view(**attrs: Any) -> SimpleNamespace:
 class _LinenReader(_Reader):
     flatten_hint = "treexchange._port._linen_layers.Flatten"
 
+    def own_entry(self, item: Any) -> bool:
+        from . import _linen_layers as LL
+
+        return isinstance(item, _Scoped) and isinstance(item.module, LL.Function)
+
     def read(self, m: Any, path: Path) -> Port:
         if not isinstance(m, _Scoped):  # a function in a Sequential (nn.relu, a partial pool)
             return super().read(m, path)

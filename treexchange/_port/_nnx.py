@@ -29,7 +29,7 @@ from typing import Any
 
 from .._errors import PathSegment, UnsupportedError
 from ._activations import ELEMENTWISE, function_of, name_of
-from ._eqx import ACTIVATED, layernorm_0_14_message, layernorm_eps
+from ._eqx import ACTIVATED, chain_port, layernorm_0_14_message, layernorm_eps
 from ._perm import SAME, Compose, Perm, Reshape, Transpose, spatial_flip
 from ._rules import RECURRENT_GATES, same_padding, with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
@@ -434,25 +434,13 @@ class _Reader:
 
     def chain(self, items: list[Any], path: Path, keys: list[PathSegment] | None = None) -> Port:
         """A Chain of ``items``; ``keys`` are their path segments (default ``1, 2, …`` as in Flux)."""
-        ports: list[Port] = []
-        folded: set[int] = set()
-        for i, item in enumerate(items, 1):
-            port = self.read(item, (*path, keys[i - 1] if keys is not None else i))
-            prev = ports[-1] if ports else None
-            name = port.layer.arg("name") if port.layer.kind == "function" else None
-            if (
-                prev is not None
-                and "fn" in port.layer.args  # a bare function, not the author's own Function entry
-                and id(prev) not in folded
-                and prev.layer.kind in ACTIVATED
-                and prev.layer.arg("σ", "identity") == "identity"
-                and name in ELEMENTWISE
-            ):
-                prev.layer = dataclasses.replace(prev.layer, args={**prev.layer.args, "σ": name})
-                folded.add(id(prev))
-                continue
-            ports.append(port)
-        return Port(Layer("Chain", {}, tuple(p.layer for p in ports)), children=tuple(ports))
+        return chain_port(items, path, self.read, self.own_entry, keys)
+
+    def own_entry(self, item: Any) -> bool:
+        """Whether a Chain item is the author's own Function entry (never folded into the layer before)."""
+        from . import _nnx_layers as NL
+
+        return isinstance(item, NL.Function)
 
     def track(self, m: Any, port: Port, path: Path) -> None:
         """Follow, in call order, whether the data is conv output, so that a Linear fed by an unknown
