@@ -16,25 +16,22 @@ PACKAGE = Path(__file__).resolve().parent.parent / "treexchange"
 LAYERS: dict[str, int] = {
     # 0: the value model and its helpers; the version; atomic file replacement
     "_version": 0, "_atomic": 0, "_errors": 0, "_limits": 0, "_recursion": 0, "_gc": 0,
-    "_juliatype": 0, "_values": 0, "_typeof": 0,
+    "_juliatype": 0, "_values": 0, "_typeof": 0, "_nodeproto": 0,
     # 1: the codec
     "_hdf5": 1, "_jld2": 1,
-    # 2: presentation over the codec
-    "_plainhdf5": 2, "_inspect": 2,
+    # 2: the reader facade (open, File, reading an entry) and presentation over the codec
+    "_plainhdf5": 2, "_reader": 2, "_inspect": 2,
     # 3: the domain layers
     "_schema": 3, "_port": 3, "_bridge": 3, "_interop": 3,
-    # 4: the front door (load, save, open) and the package's public surface
+    # 4: the front door (load, save, convert) and the package's public surface
     "_file": 4, "_save": 4, "__init__": 4,
     # 5: the command line
     "_cli": 5, "_commands": 5,
 }  # fmt: skip
 
 KNOWN_UPWARD: dict[tuple[str, str], str] = {
-    # (importing module, imported module): why it is still there (issue 11 removes them).
-    ("treexchange._schema._sources", "treexchange._file"): "a schema source opens a file through File",
-    ("treexchange._schema._embedded", "treexchange._file"): "an embedded schema is read through File",
-    ("treexchange._port._fromflux", "treexchange"): "from_flux opens its file through the public load()",
-    ("treexchange._interop._source", "treexchange"): "a conversion source is opened through open()",
+    # (importing module, imported module): why it is still there. Empty since issue 11 moved the
+    # reader facade (File, open, reading an entry) below the domain layers.
 }
 
 

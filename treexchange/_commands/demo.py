@@ -70,8 +70,9 @@ def demo(path: str, *, seed: int = 0, stream: TextIO, shared: str | None = None)
     import numpy as np
 
     from .._bridge import flux_julia, flux_state
-    from .._file import File, load
+    from .._file import load
     from .._inspect import select, text_lines
+    from .._reader import File
     from .._save import save
     from .._schema import infer_schema, validate
 

@@ -11,6 +11,7 @@ from .._errors import LimitError, UnsupportedError, format_path
 from .._gc import gc_paused
 from .._inspect import node_budget
 from .._limits import DEFAULT_LIMITS
+from .._nodeproto import LazyFile
 from ._model import (
     MAX_TREE_DEPTH,
     ArrayNode,
@@ -122,11 +123,7 @@ def infer_schema(
                 roots = file_roots(file, name)
                 producer = _file_producer(file, x)
                 options.budget = node_budget(file)
-                limits = getattr(getattr(file, "reader", None), "limits", None) or getattr(
-                    file, "limits", None
-                )
-                if limits is not None:
-                    options.max_depth = min(MAX_TREE_DEPTH, limits.max_schema_depth)
+                options.max_depth = min(MAX_TREE_DEPTH, file.limits.max_schema_depth)
                 result = {key: options.node(src, 1) for key, src in roots}
             # Let the lazy nodes go while the collector is still paused: when it resumes, it
             # scans everything made meanwhile that is still alive once (for a path, the file's
@@ -260,14 +257,12 @@ def _version() -> str:
     return __version__
 
 
-def _file_producer(file: Any, x: Any) -> Producer:
-    path = x if isinstance(x, (str, os.PathLike)) else getattr(file, "filename", None)
-    source = os.path.basename(os.fspath(path)) if path is not None else None
-    producer = getattr(file, "producer", None)
-    fmt = getattr(file, "format_version", None)
+def _file_producer(file: LazyFile, x: Any) -> Producer:
+    path = x if isinstance(x, (str, os.PathLike)) else file.filename
+    producer, fmt = file.producer, file.format_version
     return Producer(
         version=_version(),
-        source=source,
-        julia=str(producer).strip() if producer else None,
-        format=str(fmt) if fmt else None,
+        source=os.path.basename(os.fspath(path)),
+        julia=producer.strip() if producer else None,
+        format=fmt or None,
     )

@@ -15,6 +15,7 @@ from .._errors import (
 )
 from .._gc import gc_paused
 from .._juliatype import JuliaType
+from .._nodeproto import LazyFile
 from ._align import align
 from ._model import (
     MAX_TREE_DEPTH,
@@ -142,7 +143,7 @@ class _Checker:
 
         with_bridge(roots_of(x, name=name), work)
 
-    def check_file(self, file: Any, doc: Schema, name: str | None) -> None:
+    def check_file(self, file: LazyFile, doc: Schema, name: str | None) -> None:
         roots: list[tuple[str, Source]] = []
         if name is None:
             for key in file:
