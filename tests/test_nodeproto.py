@@ -158,3 +158,13 @@ def test_container_nodes_have_children_and_no_array_access(varied: tuple[Path, P
         words = f["words"]
         assert words.kind == "vector" and words.shape == (3, 2) and len(words) == 6
         assert [child.read() for child in words] == list("abcdef")  # Julia's column-major order
+
+
+def test_the_schema_walks_both_readers_alike(files: tuple[Path, Path]) -> None:
+    jld2, plain = files
+    doc = tx.infer_schema(jld2, checksums=True)
+    with tx.open(plain, allow_hdf5=True) as f:
+        assert tx.infer_schema(f, checksums=True).roots == doc.roots
+        assert tx.validate(f, doc) == []
+        wrong = tx.infer_schema({"w": W[:2], "g": {"b": B}})
+        assert [m.path for m in tx.validate(f, wrong)] == [("w",)]

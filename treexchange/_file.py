@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._bridge import restore
 from ._limits import DEFAULT_LIMITS, Limits
 from ._nodeproto import Order
 from ._reader import Source, has_embedded_schema, open, read_entry
@@ -89,7 +90,5 @@ def load(
             check_loaded(f, value, name=name, validate=validate, schema=schema, order=order)
     if not bridge:
         return value
-    from ._bridge import restore  # imports jax only now
-
     path = tuple(p for p in name.split("/") if p) if name else ()
     return restore(value, like, sharding=sharding, path=path, **restore_options)

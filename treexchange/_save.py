@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ._atomic import atomic_write, remove_stale_temporaries
+from ._bridge._to_julia import convert_items
 from ._errors import ConversionError, TreexchangeError, WriteError
 from ._jld2._encode_hdf5 import FILE_HEADER_LENGTH, REQUIRED_FILE_HEADER
 from ._jld2._writer import JLD2Writer
@@ -266,8 +267,6 @@ def prepare_values(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
         >>> [(n, type(v).__name__) for n, v in prepare_values([("ps", {"weight": 1.0}), ("d", {1: 2})])]
         [('ps', 'NamedTuple'), ('d', 'JuliaDict')]
     """
-    from ._bridge._to_julia import convert_items
-
     for name, _ in items:
         _check_name(name)
     return convert_items(items)
@@ -362,7 +361,7 @@ def value_tree(items: list[tuple[str, Any]]) -> tuple[dict[str, Any], Groups]:
 def _group_nodes(roots: Mapping[str, Any], groups: Groups) -> dict[str, Any]:
     """``roots`` with the schema nodes of groups made group nodes (inferred from plain dicts,
     they are dict nodes)."""
-    from ._schema import GroupNode
+    from ._schema import GroupNode  # pydantic: only when a schema is given
 
     out = dict(roots)
     for name, subgroups in groups.items():

@@ -2,8 +2,8 @@
 
 :func:`infer_schema` and :func:`validate` walk :class:`Source` nodes, so they work the same on a
 ``dict`` returned by ``treexchange.load``, on an opened file (lazily: array data is only read when a
-checksum is asked for) and on JAX PyTrees (through the JAX bridge's conversion, imported lazily so
-this layer never imports jax itself).
+checksum is asked for) and on JAX PyTrees (through the JAX bridge's conversion, which imports jax
+only when it meets a JAX array, so this layer never imports jax itself).
 
 A source node answers: its ``kind`` (the inspect kinds, plus ``group`` for a file group), its path,
 its Julia type as text when known, ``dtype``/``shape`` for arrays and numbers, its children (with
@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from .._bridge import to_julia
 from .._errors import ConversionError, TreePath, TreexchangeError
 from .._juliatype import JuliaType
 from .._nodeproto import LazyFile, LazyNode
@@ -435,10 +436,7 @@ def is_value_tree(x: Any, path: TreePath = ()) -> bool:
 
 def to_values(x: Any, path: TreePath = ()) -> Any:
     """``x`` converted by the JAX bridge (PyTree -> value tree); ConversionError if impossible."""
-    convert = _bridge_converter()
-    if convert is None:
-        raise ConversionError(f"{type(x).__name__} is not a Julia value", path=path)
-    return convert(x, path=path)
+    return to_julia(x, path=path)
 
 
 def with_bridge(roots: list[tuple[str, Source]], work: Any) -> Any:
@@ -450,8 +448,6 @@ def with_bridge(roots: list[tuple[str, Source]], work: Any) -> Any:
     try:
         return work(roots)
     except ConversionError:
-        if _bridge_converter() is None:
-            raise
         converted = [(name, _converted(src)) for name, src in roots]
         return work(converted)
 
@@ -462,12 +458,3 @@ def _converted(src: Source) -> Source:
     if isinstance(src, GroupSource):
         return GroupSource([(seg, _converted(child)) for seg, child in src.entries], src.path)
     return src
-
-
-def _bridge_converter() -> Any:
-    """The JAX bridge's PyTree → value-tree function, when the bridge is installed."""
-    try:
-        from .._bridge import to_julia
-    except ImportError:
-        return None
-    return to_julia
