@@ -69,9 +69,12 @@ class LeafRef:
     §2.4) returns ``ref.through(julia_shape, transform)``: the file is checked against the Julia
     shape and ``transform`` (Julia array -> model array, element moves only) runs when placing. A
     model leaf with no Julia counterpart gets ``ref.fixed = value`` (placed instead of restored).
+    A model leaf that is the sum of several file arrays (Lux 1's ``bias_ih + bias_hh`` for Flux's one
+    recurrent bias) appears once per array as ``ref.addend(k, n)``: it is placed when all ``n`` arrays
+    have been read, as their sum (the one arithmetic a restore does, where a convention demands it).
     """
 
-    __slots__ = ("dtype", "fixed", "index", "keypath", "shape", "template", "transform")
+    __slots__ = ("dtype", "fixed", "index", "keypath", "parts", "shape", "template", "transform")
 
     def __init__(self, index: int, template: Any, keypath: KeyPath) -> None:
         self.index = index
@@ -81,12 +84,20 @@ class LeafRef:
         self.dtype = np.dtype(template.dtype)
         self.transform: Callable[[np.ndarray], np.ndarray] | None = None
         self.fixed: Any = None
+        self.parts: tuple[int, int] | None = None  # (k, n): the k-th of n file arrays summed into it
 
     def through(self, shape: tuple[int, ...], transform: Callable[[np.ndarray], np.ndarray]) -> LeafRef:
         """This leaf seen through an element permutation: file shape ``shape``, placed via ``transform``."""
         ref = LeafRef(self.index, self.template, self.keypath)
         ref.shape = tuple(shape)
         ref.transform = transform
+        ref.parts = self.parts
+        return ref
+
+    def addend(self, k: int, n: int) -> LeafRef:
+        """The ``k``-th (from 0) of ``n`` file arrays whose sum is this leaf."""
+        ref = LeafRef(self.index, self.template, self.keypath)
+        ref.shape, ref.transform, ref.parts = self.shape, self.transform, (k, n)
         return ref
 
     @property
@@ -206,6 +217,7 @@ class Walker:
         self.jobs: list[Callable[[], Any]] = []
         self._results = results  # iterator over the jobs' results (building pass)
         self.refs: dict[int, Any] = {}  # LeafRef.index -> restored leaf
+        self.addends: dict[int, dict[int, tuple[np.ndarray, Any]]] = {}  # index -> k -> (array, cast)
 
     def leaf(self, job: Callable[[], Any]) -> Any:
         if self.build:
@@ -262,10 +274,20 @@ class Walker:
     # --- dispatch ---------------------------------------------------------------------------------
     def node(self, v: Any, t: Any, path: Path, jpath: KeyPath) -> Any:
         if isinstance(t, LeafRef):
+            summed = t.parts is not None
             out = self.array(
-                v, t.template, path, t.keypath, shape=t.shape, dtype=t.dtype, transform=t.transform
+                v,
+                t.template,
+                path,
+                t.keypath,
+                shape=t.shape,
+                dtype=t.dtype,
+                transform=t.transform,
+                unplaced=summed,
             )
-            if self.build:
+            if self.build and t.parts is not None:
+                self.add_part(t, out)
+            elif self.build:
                 self.refs[t.index] = out
             return out
         if is_array_template(t):
@@ -301,6 +323,17 @@ class Walker:
         return self.stateless(v, t, path)
 
     # --- leaves -----------------------------------------------------------------------------------
+    def add_part(self, ref: LeafRef, part: tuple[np.ndarray, Any]) -> None:
+        """One addend of a summed leaf read; the last one places the sum."""
+        k, n = ref.parts or (0, 1)
+        parts = self.addends.setdefault(ref.index, {})
+        parts[k] = part
+        if len(parts) == n:
+            total = parts[0][0].copy()
+            for i in range(1, n):
+                total += parts[i][0]
+            self.refs[ref.index] = self.placer.place(total, parts[0][1], ref.keypath, ref.template)
+
     def array(
         self,
         v: Any,
@@ -311,7 +344,13 @@ class Walker:
         shape: tuple[int, ...],
         dtype: np.dtype,
         transform: Callable[[np.ndarray], np.ndarray] | None = None,
+        unplaced: bool = False,
     ) -> Any:
+        """Check one file array against its template leaf; its job places it (``unplaced``: returns
+        ``(model-layout numpy array, dtype to cast to)`` for a summed leaf, placed by :meth:`add_part`)."""
+        if v is ABSENT and unplaced:  # one addend of a sum cannot be kept from the template
+            self.report("missing", path, "from file (a part of a summed leaf)")
+            return None
         if v is ABSENT:
             if not _is_concrete(t):
                 self.report("missing", path, "from file, and the template is abstract (no value to keep)")
@@ -348,6 +387,8 @@ class Walker:
             self.restored(path, array=True)
         if not ok:
             return None
+        if unplaced:
+            return self.leaf(partial(_unplaced, transform, v, cast_to))
         if transform is not None:
             return self.leaf(partial(_place_permuted, self.placer, transform, v, cast_to, jpath, t))
         return self.leaf(partial(self.placer.place, v, cast_to, jpath, t))
@@ -529,6 +570,12 @@ class Walker:
         if custom is not None:
             return custom[2].unflatten(out)
         return type(t)(out)  # tuple or list (namedtuples are named containers)
+
+
+def _unplaced(
+    transform: Callable[[np.ndarray], np.ndarray] | None, v: np.ndarray, cast_to: Any
+) -> tuple[np.ndarray, Any]:
+    return np.ascontiguousarray(transform(v) if transform is not None else v), cast_to
 
 
 def _place_permuted(

@@ -33,7 +33,7 @@ from .._errors import ConversionError, PathSegment, UnsupportedError
 from . import _eqx_layers as L
 from ._activations import ELEMENTWISE, function_of, name_of
 from ._perm import REV, SAME, Compose, Perm, Reshape, Transpose, spatial_flip
-from ._rules import with_defaults
+from ._rules import same_padding, with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
 from ._state import KEEP, Port
 
@@ -110,6 +110,14 @@ def _padding(pad: tuple[int, ...]) -> list[tuple[int, int]]:
     """Flux ``(lo₁, hi₁, lo₂, hi₂, …)`` over Julia dims -> Python per-axis pairs (spatial order reversed)."""
     n = len(pad) // 2
     return [(int(pad[2 * k]), int(pad[2 * k + 1])) for k in reversed(range(n))]
+
+
+def _same(m: Any, transpose: bool, path: tuple[PathSegment, ...]) -> Any:
+    """An Equinox conv's padding, with ``"SAME"`` of a stride-1 conv made explicit (``same_padding``)."""
+    padding = m.padding
+    if isinstance(padding, str) and padding.upper() in ("SAME", "SAME_LOWER") and not transpose:
+        return same_padding(padding, m.kernel_size, m.stride, m.dilation, path)
+    return padding
 
 
 def _julia_pad(padding: Any, path: tuple[PathSegment, ...]) -> tuple[int, ...]:
@@ -600,7 +608,7 @@ class _Reader:
             "in": int(m.in_channels),
             "out": int(m.out_channels),
             "stride": _rev(m.stride),
-            "pad": _julia_pad(m.padding, path),
+            "pad": _julia_pad(_same(m, transpose, path), path),
             "dilation": _rev(m.dilation),
             "groups": int(m.groups),
             "bias": bool(m.use_bias),
