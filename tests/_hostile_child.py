@@ -23,8 +23,8 @@ from typing import Any
 import numpy as np
 
 import treexchange as tx
-from treexchange._commands.convert import convert
 from treexchange._inspect import json_lines, select, text_lines
+from treexchange._save import convert
 
 
 def _walk(node: Any) -> None:

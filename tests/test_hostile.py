@@ -134,7 +134,7 @@ def test_list_cycle_loads_as_one_object(tmp_path: Path) -> None:
     with pytest.raises(tx.UnsupportedError, match="cycle"):
         tx.infer_schema(path)
     out = tmp_path / "converted.jld2"
-    from treexchange._commands.convert import convert
+    from treexchange._save import convert
 
     convert(path, out)
     again = tx.load(out, "a")

@@ -8,17 +8,11 @@ import numpy as np
 import pytest
 
 import treexchange as tx
-from treexchange import _file
-from treexchange._schema import _embedded
 
 
 def _state(width: int) -> tx.NamedTuple:
     layer = tx.NamedTuple(weight=np.ones((width, 3), np.float32), bias=np.zeros(width, np.float32), σ=())
     return tx.NamedTuple(layers=(layer, ()))
-
-
-def test_attribute_name_is_shared_with_schema_layer() -> None:
-    assert _file._SCHEMA_ATTRIBUTE == _embedded.SCHEMA_ATTRIBUTE
 
 
 def test_embedded_schema_is_checked_on_load(tmp_path: Path) -> None:

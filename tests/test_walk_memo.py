@@ -21,11 +21,11 @@ from conftest import all_fixtures_or_skip, fixture_files, fixture_ids
 
 import treexchange as tx
 from treexchange import NamedTuple
-from treexchange._file import File
 from treexchange._hdf5 import HDF5File
 from treexchange._hdf5._objectheader import ObjectHeader
 from treexchange._inspect import walk_nodes
 from treexchange._jld2._reader import DatasetInfo, Reader
+from treexchange._reader import File
 
 
 def _views(obj: ObjectHeader) -> tuple[Any, ...]:

@@ -20,7 +20,7 @@ import pytest
 import treexchange
 from treexchange import Int128, JuliaArray, JuliaStruct, UInt128, values_equal
 from treexchange._cli import main
-from treexchange._commands.convert import convert
+from treexchange._save import convert
 
 N_STATE = 501  # the length of a MersenneTwister's state vector
 

@@ -24,9 +24,8 @@ from treexchange import (
     values_equal,
 )
 from treexchange._cli import main
-from treexchange._commands.convert import convert, verify_output
 from treexchange._jld2._writer import JLD2Writer
-from treexchange._save import atomic_write
+from treexchange._save import atomic_write, convert, verify_output
 
 
 def _enum(name: str, value: int, nbytes: int) -> JuliaBits:

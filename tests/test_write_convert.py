@@ -21,7 +21,7 @@ from conftest import FIXTURES, fixture_files, fixture_ids
 import treexchange
 from treexchange import JuliaArray, JuliaStruct, JuliaType, NamedTuple, Singleton, values_equal
 from treexchange._cli import main
-from treexchange._commands.convert import convert
+from treexchange._save import convert
 
 FILES = [p for p in fixture_files("**/*.jld2")]
 

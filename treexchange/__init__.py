@@ -26,11 +26,12 @@ from ._errors import (
     WriteError as WriteError,
     WrongFormatError as WrongFormatError,
 )
-from ._file import File as File, load as load, open as open
+from ._file import load as load
 from ._jld2._nodes import Group as Group, Node as Node
 from ._juliatype import JuliaType as JuliaType
 from ._limits import Limits as Limits
 from ._port._fromflux import from_flux as from_flux
+from ._reader import File as File, open as open
 from ._save import save as save
 from ._values import (
     MISSING as MISSING,

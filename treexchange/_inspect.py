@@ -36,6 +36,7 @@ from ._errors import LimitError, TreexchangeError, format_path
 from ._gc import gc_paused
 from ._jsonform import array_sha256, json_scalar
 from ._limits import DEFAULT_LIMITS
+from ._nodeproto import CONTAINER_KINDS, LazyFile, LazyNode
 from ._typeof import presented_dtype_name
 
 
@@ -110,7 +111,7 @@ def node_budget(root: Any) -> int | None:
     return int(limits.nodes_for(int(size)))
 
 
-def walk_nodes(root: Any, budget: int | None = None) -> Iterator[tuple[Any, int]]:
+def walk_nodes(root: LazyNode, budget: int | None = None) -> Iterator[tuple[LazyNode, int]]:
     """Pre-order ``(node, depth)`` over a file, group or node; groups included.
 
     Each container object (a dataset, or a group) is descended into once: a later place that
@@ -133,7 +134,9 @@ def walk_nodes(root: Any, budget: int | None = None) -> Iterator[tuple[Any, int]
         yield node, depth
 
 
-def walk_refs(root: Any, budget: int | None = None) -> Iterator[tuple[Any, int, tuple[Any, ...] | None]]:
+def walk_refs(
+    root: LazyNode, budget: int | None = None
+) -> Iterator[tuple[LazyNode, int, tuple[Any, ...] | None]]:
     """Pre-order ``(node, depth, ref)``: ``ref`` is ``None``, or the path where the same container
     object was first listed (its children are then not listed again).
 
@@ -153,15 +156,15 @@ def walk_refs(root: Any, budget: int | None = None) -> Iterator[tuple[Any, int, 
         [((), None), (('a',), None)]
     """
     first: dict[int, tuple[Any, ...]] = {}
-    stack: list[tuple[Any, int]] = [(root, 0)]
+    stack: list[tuple[LazyNode, int]] = [(root, 0)]
     seen = 0
     while stack:
         node, depth = stack.pop()
         seen += 1
         if budget is not None and seen > budget:
             raise LimitError(f"more than {budget} nodes to list (objects shared many times over?)")
-        container = node.kind == "group" or hasattr(node, "_all")
-        address = getattr(node, "object_address", None) if container else None
+        kind = node.kind  # containers and groups may be one object reached from several places
+        address = node.object_address if kind == "group" or kind in CONTAINER_KINDS else None
         if address is not None:
             where = first.get(address)
             if where is not None:
@@ -169,12 +172,11 @@ def walk_refs(root: Any, budget: int | None = None) -> Iterator[tuple[Any, int, 
                 continue
             first[address] = tuple(node.path)
         yield node, depth, None
-        kids = list(node.children()) if hasattr(node, "children") else []
-        for _, child in reversed(kids):
+        for _, child in reversed(list(node.children())):
             stack.append((child, depth + 1))
 
 
-def iter_records(root: Any) -> Iterator[dict[str, Any]]:
+def iter_records(root: LazyNode) -> Iterator[dict[str, Any]]:
     """JSON Lines records for every node under ``root`` (groups skipped), in pre-order.
 
     Example:
@@ -200,7 +202,7 @@ def iter_records(root: Any) -> Iterator[dict[str, Any]]:
                 yield node_record(node, type_text)
 
 
-def json_lines(root: Any) -> Iterator[str]:
+def json_lines(root: LazyNode) -> Iterator[str]:
     """The ``inspect --json`` output, one line per node.
 
     Example:
@@ -229,7 +231,7 @@ def _clip(text: str, width: int = 100) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def text_lines(root: Any, *, type_width: int = 100) -> Iterator[str]:
+def text_lines(root: LazyNode, *, type_width: int = 100) -> Iterator[str]:
     """The readable ``inspect`` output: an indented tree, then totals.
 
     Each line: name, Julia type, and for arrays the Julia-order shape, dtype and byte size;
@@ -250,7 +252,7 @@ def text_lines(root: Any, *, type_width: int = 100) -> Iterator[str]:
         yield from _text_lines(root, type_width)
 
 
-def _text_lines(root: Any, type_width: int) -> Iterator[str]:
+def _text_lines(root: LazyNode, type_width: int) -> Iterator[str]:
     leaves = arrays = nbytes = 0
     type_text = _TypeText()
     root_depth_offset = 0 if root.kind != "group" else 1
@@ -275,7 +277,7 @@ def _text_lines(root: Any, type_width: int) -> Iterator[str]:
         if kind == "array":
             leaves += 1
             arrays += 1
-            shape = tuple(node.shape)
+            shape = tuple(node.shape or ())
             size = int(np.prod(shape, dtype=np.int64)) * np.dtype(node.dtype).itemsize
             nbytes += size
             dims = "×".join(str(d) for d in shape) if shape else "0-dim"
@@ -297,7 +299,7 @@ def _text_lines(root: Any, type_width: int) -> Iterator[str]:
     yield f"-- {leaves} leaves, {arrays} arrays, {_human(nbytes)} of array data"
 
 
-def select(f: Any, name: str | None) -> Any:
+def select(f: LazyFile, name: str | None) -> LazyNode:
     """The node to inspect: the whole file, or one entry (``"a/b"``).
 
     Raises:

@@ -42,6 +42,7 @@ from ._errors import (
 from ._jld2._nodes import array_protocol
 from ._juliatype import JuliaType
 from ._limits import DEFAULT_LIMITS, Limits
+from ._nodeproto import CONTAINER_KINDS
 from ._typeof import ANY, STRING, julia_eltype, julia_type_of, kind_of
 from ._values import UNDEF, JuliaArray, NamedTuple, Symbol
 
@@ -218,6 +219,8 @@ class ValueNode:
     kind, Julia type and children come from the value itself. Indexing is the value's: fields and
     dict entries by key, tuple and vector elements by 0-based position (as for JLD2 nodes)."""
 
+    object_address = None  # part of a dataset's value, not an object of its own
+
     def __init__(self, value: Any, path: tuple[Segment, ...]) -> None:
         self._value = value
         self.path = path
@@ -237,7 +240,8 @@ class ValueNode:
     def dtype(self) -> np.dtype:
         return np.asarray(self._value).dtype
 
-    def read(self, *, order: str = "julia") -> Any:
+    def read(self, *, order: str = "julia", mmap: bool = True) -> Any:
+        """The value (already read; ``order`` and ``mmap`` change nothing)."""
         return self._value
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
@@ -255,13 +259,19 @@ class ValueNode:
         return []
 
     def __len__(self) -> int:
-        if self.kind not in ("namedtuple", "tuple", "vector", "dict", "struct"):
+        if self.kind not in CONTAINER_KINDS:
             raise TypeError(f"a {self.kind} node has no length")
         return len(self._items())
 
     def children(self) -> Iterator[tuple[Segment, ValueNode]]:
         for seg, _, x in self._items():
             yield seg, ValueNode(x, (*self.path, seg))
+
+    def __iter__(self) -> Iterator[Any]:
+        """Tuple and vector elements (as nodes), or the keys of fields and dict entries."""
+        if self.kind in ("tuple", "vector"):
+            return (child for _, child in self.children())
+        return iter(k for _, k, _ in self._items())
 
     def __repr__(self) -> str:
         return f"<ValueNode {format_path(self.path)}: {self.kind} {self.julia_type}>"
@@ -315,17 +325,27 @@ class PlainNode:
         return self._file.file_size
 
     @property
-    def shape(self) -> tuple[int, ...]:
-        """Julia's shape (HDF5 dims reversed)."""
+    def object_address(self) -> None:
+        """``None``: h5py objects are not walked by address (groups nest at most
+        ``max_depth`` deep, reference cycles are refused when read)."""
+        return None
+
+    @property
+    def shape(self) -> tuple[int, ...] | None:
+        """Julia's shape (HDF5 dims reversed); ``None`` for a group."""
+        if self.kind == "group":
+            return None
         if self._value_node is not None:
             return self._value_node.shape
         return tuple(reversed(self._obj.shape or ()))
 
     @property
-    def dtype(self) -> np.dtype:
-        return self._obj.dtype
+    def dtype(self) -> np.dtype | None:
+        """The dataset's numpy dtype (as h5py reports it); ``None`` for a group."""
+        return None if self.kind == "group" else self._obj.dtype
 
-    def read(self, *, order: str = "julia") -> Any:
+    def read(self, *, order: str = "julia", mmap: bool = True) -> Any:
+        """The value (read through h5py into memory of its own, so ``mmap`` changes nothing)."""
         return self._file._guard(
             lambda: _Reading(self._file._h5, self._file.limits, order).obj(self._obj, self.path)
         )
@@ -353,9 +373,7 @@ class PlainNode:
         if self.kind == "group":
             return iter(self._obj)
         if self._value_node is not None:
-            if self.kind in ("tuple", "vector"):
-                return (child for _, child in self._value_node.children())
-            return iter(k for _, k, _ in self._value_node._items())
+            return iter(self._value_node)
         raise TypeError(f"a {self.kind} node is not iterable")
 
     def __len__(self) -> int:
@@ -367,7 +385,7 @@ class PlainNode:
             raise TypeError("len() of a 0-dimensional array")
         return self.shape[0]
 
-    def children(self) -> Iterator[tuple[Any, Any]]:
+    def children(self) -> Iterator[tuple[Segment, PlainNode | ValueNode]]:
         if self.kind == "group":
             for k in self._obj:
                 yield k, self._file._node(self._obj, k, self.path)
@@ -393,6 +411,9 @@ class PlainFile(Mapping[str, PlainNode]):
     kind = "group"
     julia_type = JuliaType("JLD2.Group")
     path: tuple[str, ...] = ()
+    object_address = None  # (see PlainNode.object_address)
+    shape = None  # a group: no array access
+    dtype = None
 
     def __init__(
         self,
@@ -471,7 +492,9 @@ class PlainFile(Mapping[str, PlainNode]):
         for k in self._h5:
             yield k, self[k]
 
-    def read(self, name: str | None = None, *, order: str = "julia") -> Any:
+    def read(self, name: str | None = None, *, order: str = "julia", mmap: bool = True) -> Any:
+        """Everything (``dict`` of top-level names) or one name, read through h5py into memory of
+        its own (``mmap`` changes nothing)."""
         if name is not None:
             return self[name].read(order=order)
         reading = _Reading(self._h5, self.limits, order)

@@ -1,4 +1,5 @@
-"""Public writing API: :func:`save`, in the spirit of ``jldsave(path; model_state)``.
+"""The front door for writing: :func:`save`, in the spirit of ``jldsave(path; model_state)``, and
+:func:`convert`, which re-encodes a JLD2 file (``treexchange convert``).
 
 Files are written atomically: the bytes go to a temporary file in the target's directory, which
 is flushed and fsynced, then renamed over the target (``os.replace``), and the directory is
@@ -18,10 +19,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ._atomic import atomic_write, remove_stale_temporaries
-from ._errors import ConversionError
+from ._bridge._to_julia import convert_items
+from ._errors import ConversionError, TreexchangeError, WriteError
 from ._jld2._encode_hdf5 import FILE_HEADER_LENGTH, REQUIRED_FILE_HEADER
 from ._jld2._writer import JLD2Writer
 from ._jld2._writer_arrays import Compression
+from ._reader import File, read_objects
+from ._values import values_equal
 from ._version import default_producer
 
 if TYPE_CHECKING:
@@ -139,13 +143,114 @@ def save(
         attrs.update(_schema_attributes(schema, items, attrs))
 
     def write(f: BinaryIO) -> None:
-        writer = JLD2Writer(f, compress=options, producer=note, root_attributes=attrs)
-        writer.prepare(items)  # every struct's layout known before the first type is committed
-        for name, value in items:
-            writer.write(name, value)
-        writer.close()
+        write_jld2(f, items, compress=options, producer=note, root_attributes=attrs)
 
     atomic_write(path, write, fsync=fsync)
+
+
+def write_jld2(
+    out: BinaryIO,
+    items: list[tuple[str, Any]],
+    *,
+    compress: Compression | None,
+    producer: str,
+    root_attributes: Mapping[str, str],
+    empty_groups: list[str] | None = None,
+) -> None:
+    """Write ``(name, value)`` pairs (values as :func:`prepare_values` makes them, or as the reader
+    returns them) and ``empty_groups`` as a JLD2 file to ``out`` (what ``save`` and ``convert``
+    write)."""
+    writer = JLD2Writer(out, compress=compress, producer=producer, root_attributes=dict(root_attributes))
+    writer.prepare(items)  # every struct's layout known before the first type is committed
+    for name, value in items:
+        writer.write(name, value)
+    for name in empty_groups or ():
+        writer.create_group(name)
+    writer.close()
+
+
+def convert(
+    source: PathLike,
+    target: PathLike,
+    *,
+    keep_producer: bool = False,
+    compress: bool | str = False,
+    verify: bool = True,
+) -> None:
+    """Re-encode ``source`` as a JLD2 0.2.0 file at ``target`` (replaced atomically): what
+    ``treexchange convert IN OUT`` does.
+
+    The output is always format 0.2.0 (what JLD2.jl >= 0.5 writes), whatever the input's
+    version. To reproduce a file Julia wrote, the values are read in one reader session (an
+    array shared by two names stays one object, hence one dataset) and written in the order of
+    their object-header addresses, which is the order Julia wrote them in; string attributes of
+    the root group (an embedded schema) are carried over. A 0.2.0 file that Julia wrote comes
+    out byte for byte when ``keep_producer`` keeps its producer note
+    (tests/test_byte_identity.py).
+
+    With ``verify`` (the default) the new file is read back before it replaces ``target`` and
+    every value is compared with the one written (:func:`treexchange.values_equal`): a file
+    that does not read back, or reads back different, raises :class:`treexchange.WriteError`
+    naming the values and leaves ``target`` untouched. ``verify=False`` (``--no-verify``) skips
+    that second read.
+
+    Example:
+        >>> import os, tempfile, numpy as np, treexchange
+        >>> d = tempfile.mkdtemp()
+        >>> src, dst = os.path.join(d, "in.jld2"), os.path.join(d, "out.jld2")
+        >>> treexchange.save(src, a=np.zeros(2), producer=" (Julia 1.11.6 64-bit LE)")
+        >>> convert(src, dst, keep_producer=True)
+        >>> open(dst, "rb").read() == open(src, "rb").read()
+        True
+    """
+    options = Compression.from_option(compress)
+    with File(source) as f:
+        producer = f.producer if keep_producer else default_producer()
+        objects = read_objects(f)
+        values = objects.values
+
+        def write(out: BinaryIO) -> None:
+            write_jld2(
+                out,
+                values,
+                compress=options,
+                producer=producer,
+                root_attributes=objects.string_attributes,
+                empty_groups=objects.empty_groups,
+            )
+
+        atomic_write(target, write, check=(lambda tmp: verify_output(tmp, values)) if verify else None)
+
+
+def verify_output(path: str, written: list[tuple[str, Any]]) -> None:
+    """Read ``path`` back and compare each ``(name, value)`` written with what it now holds.
+
+    Raises :class:`WriteError` when the file cannot be read or a value differs (all such names
+    are listed).
+
+    Example:
+        >>> import os, tempfile, numpy as np, treexchange
+        >>> p = os.path.join(tempfile.mkdtemp(), "v.jld2")
+        >>> treexchange.save(p, a=np.zeros(2))
+        >>> verify_output(p, [("a", np.zeros(2))])
+        >>> verify_output(p, [("a", np.ones(2))])
+        Traceback (most recent call last):
+        ...
+        treexchange._errors.WriteError: the new file reads back different values for: a
+    """
+    differ: list[str] = []
+    try:
+        with File(path) as f:
+            for name, value in written:
+                node: Any = f
+                for part in (p for p in name.split("/") if p):
+                    node = node[part]
+                if not values_equal(node.read(), value):
+                    differ.append(name)
+    except (TreexchangeError, KeyError) as err:
+        raise WriteError(f"the new file cannot be read back: {err}") from err
+    if differ:
+        raise WriteError("the new file reads back different values for: " + ", ".join(differ))
 
 
 def prepare_values(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
@@ -162,8 +267,6 @@ def prepare_values(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
         >>> [(n, type(v).__name__) for n, v in prepare_values([("ps", {"weight": 1.0}), ("d", {1: 2})])]
         [('ps', 'NamedTuple'), ('d', 'JuliaDict')]
     """
-    from ._bridge._to_julia import convert_items
-
     for name, _ in items:
         _check_name(name)
     return convert_items(items)
@@ -258,7 +361,7 @@ def value_tree(items: list[tuple[str, Any]]) -> tuple[dict[str, Any], Groups]:
 def _group_nodes(roots: Mapping[str, Any], groups: Groups) -> dict[str, Any]:
     """``roots`` with the schema nodes of groups made group nodes (inferred from plain dicts,
     they are dict nodes)."""
-    from ._schema import GroupNode
+    from ._schema import GroupNode  # pydantic: only when a schema is given
 
     out = dict(roots)
     for name, subgroups in groups.items():

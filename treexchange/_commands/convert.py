@@ -1,27 +1,19 @@
-"""``treexchange convert IN OUT``: re-encode a JLD2 file through the value model.
+"""``treexchange convert IN OUT``: re-encode a JLD2 file through the value model
+(:func:`treexchange._save.convert`), or convert between JLD2 and another format
+(:func:`treexchange._interop.convert_formats`).
 
 The output is always JLD2 format 0.2.0 (what JLD2.jl >= 0.5 writes), whatever the input's
 version. Re-encoding a 0.2.0 file that Julia wrote reproduces it byte for byte when
 ``--keep-producer`` keeps the input's producer note (tests/test_byte_identity.py).
-
-To reproduce Julia's file, the values are read in one reader session (an array shared by two
-names stays one object, hence one dataset) and written in the order of their object-header
-addresses, which is the order Julia wrote them in. String attributes of the root group (an
-embedded schema) are carried over.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-from typing import Any, BinaryIO
 
-from .._atomic import atomic_write
-from .._errors import TreexchangeError, UnsupportedError, WriteError
-from .._hdf5._model import H5Class
-from .._jld2._writer import JLD2Writer
-from .._jld2._writer_arrays import Compression
-from .._version import default_producer
+from .._interop import convert_formats
+from .._interop._convert import detect_format
+from .._save import convert
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -82,14 +74,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .._interop._convert import detect_format
-
     src_fmt = detect_format(args.input, existing=True) or "jld2"
     dst_fmt = args.to or detect_format(args.output, existing=False) or "jld2"
     if (src_fmt, dst_fmt) != ("jld2", "jld2") or args.dry_run or args.architecture:
         # Another format on one side: the format-specific converters (treexchange._interop).
-        from .._interop._convert import convert_formats
-
         convert_formats(
             args.input,
             args.output,
@@ -134,143 +122,3 @@ def _size(text: str) -> int:
     if unit not in _UNITS or value <= 0:
         raise argparse.ArgumentTypeError(f"not a size: {text!r}")
     return int(value * _UNITS[unit])
-
-
-def convert(
-    source: str | os.PathLike[str],
-    target: str | os.PathLike[str],
-    *,
-    keep_producer: bool = False,
-    compress: bool | str = False,
-    verify: bool = True,
-) -> None:
-    """Re-encode ``source`` as a JLD2 0.2.0 file at ``target`` (replaced atomically).
-
-    With ``verify`` (the default) the new file is read back before it replaces ``target`` and
-    every value is compared with the one written (:func:`treexchange.values_equal`): a file
-    that does not read back, or reads back different, raises :class:`treexchange.WriteError`
-    naming the values and leaves ``target`` untouched. ``verify=False`` (``--no-verify``) skips
-    that second read.
-
-    Example:
-        >>> import os, tempfile, numpy as np, treexchange
-        >>> d = tempfile.mkdtemp()
-        >>> src, dst = os.path.join(d, "in.jld2"), os.path.join(d, "out.jld2")
-        >>> treexchange.save(src, a=np.zeros(2), producer=" (Julia 1.11.6 64-bit LE)")
-        >>> convert(src, dst, keep_producer=True)
-        >>> open(dst, "rb").read() == open(src, "rb").read()
-        True
-    """
-    from .._file import File
-    from .._jld2._nodes import Group
-    from .._jld2._reader import Session
-
-    options = Compression.from_option(compress)
-    with File(source) as f:
-        reader = f.reader
-        producer = f.producer if keep_producer else default_producer()
-        attributes = _root_string_attributes(reader)
-        leaves: list[tuple[int, str, tuple[str, ...]]] = []
-        empty_groups: list[str] = []
-
-        # Iterative, each group once: a hard link to an ancestor (legal HDF5, a cycle) or a group
-        # linked from two places cannot be written as JLD2 by treexchange's writer.
-        groups_seen: dict[int, str] = {}
-        pending: list[tuple[Any, str, tuple[str, ...]]] = [(f, "", ())]
-        while pending:
-            group, prefix, path = pending.pop()
-            where = groups_seen.get(group.object_address)
-            if where is not None:
-                raise UnsupportedError(
-                    f"group {prefix.rstrip('/') or '/'} is the same HDF5 group as {where or '/'} "
-                    "(a hard link cycle or a shared group); convert cannot write it",
-                    path=path,
-                    offset=reader.h5.absolute(group.object_address),
-                )
-            groups_seen[group.object_address] = prefix.rstrip("/")
-            links = group._all()  # name -> object address, in link order
-            if not links and prefix:
-                empty_groups.append(prefix.rstrip("/"))
-            subgroups = []
-            for name, address in links.items():
-                node = group[name]
-                if isinstance(node, Group):
-                    subgroups.append((node, f"{prefix}{name}/", (*path, name)))
-                else:
-                    leaves.append((address, prefix + name, (*path, name)))
-            pending.extend(reversed(subgroups))
-
-        leaves.sort()  # Julia allocates each top-level object header in the order it writes them
-        session = Session(reader, "julia")
-        # Every value first (one session: shared objects stay shared), so that the writer knows
-        # every struct's layout before it commits the first type.
-        values = [(name, session.load_ref(address, path)) for address, name, path in leaves]
-
-        def write(out: BinaryIO) -> None:
-            writer = JLD2Writer(out, compress=options, producer=producer, root_attributes=attributes)
-            writer.prepare(values)
-            for name, value in values:
-                writer.write(name, value)
-            for name in empty_groups:
-                writer.create_group(name)
-            writer.close()
-
-        atomic_write(target, write, check=(lambda tmp: verify_output(tmp, values)) if verify else None)
-
-
-def verify_output(path: str, written: list[tuple[str, Any]]) -> None:
-    """Read ``path`` back and compare each ``(name, value)`` written with what it now holds.
-
-    Raises :class:`WriteError` when the file cannot be read or a value differs (all such names
-    are listed).
-
-    Example:
-        >>> import os, tempfile, numpy as np, treexchange
-        >>> p = os.path.join(tempfile.mkdtemp(), "v.jld2")
-        >>> treexchange.save(p, a=np.zeros(2))
-        >>> verify_output(p, [("a", np.zeros(2))])
-        >>> verify_output(p, [("a", np.ones(2))])
-        Traceback (most recent call last):
-        ...
-        treexchange._errors.WriteError: the new file reads back different values for: a
-    """
-    from .._file import File
-    from .._values import values_equal
-
-    differ: list[str] = []
-    try:
-        with File(path) as f:
-            for name, value in written:
-                node: Any = f
-                for part in (p for p in name.split("/") if p):
-                    node = node[part]
-                if not values_equal(node.read(), value):
-                    differ.append(name)
-    except (TreexchangeError, KeyError) as err:
-        raise WriteError(f"the new file cannot be read back: {err}") from err
-    if differ:
-        raise WriteError("the new file reads back different values for: " + ", ".join(differ))
-
-
-def _root_string_attributes(reader: Any) -> dict[str, str]:
-    """String attributes of the root group (fixed or variable length); others cannot be kept."""
-    h5 = reader.h5
-    try:
-        attrs = h5.object(h5.root_address).attributes
-    except TreexchangeError:
-        return {}
-    out: dict[str, str] = {}
-    for name, attr in attrs.items():
-        t = attr.type
-        if t.cls == H5Class.STRING:
-            raw = (
-                bytes(attr.data).split(b"\x00", 1)[0] if t.string_padding != 2 else bytes(attr.data).rstrip()
-            )
-        elif t.cls == H5Class.VLEN and t.is_vlen_string:
-            raw = bytes(h5.read_vlen(attr.data))
-        else:
-            raise UnsupportedError(
-                f"root attribute {name!r} is not a string; convert cannot keep it", offset=attr.data_offset
-            )
-        out[name] = raw.decode("utf-8", errors="replace")
-    return out

@@ -20,6 +20,13 @@ import os
 import sys
 from typing import Any, TextIO
 
+from .._bridge import flux_julia, flux_state
+from .._file import load
+from .._inspect import select, text_lines
+from .._reader import open as open_file
+from .._save import save
+from .demo_cnn import cnn_demo
+
 DEFAULT_FILE = "mlp.jld2"
 
 
@@ -57,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
 
 def build_mlp(seed: int = 0) -> Any:
     """The demo's model: ``eqx.nn.MLP(4, 2, width 16, depth 2, relu)`` with weights from ``seed``."""
-    import equinox as eqx
+    import equinox as eqx  # jax and equinox: imported when the demo runs, not by every command
     import jax
 
     return eqx.nn.MLP(4, 2, 16, depth=2, activation=jax.nn.relu, key=jax.random.key(seed))
@@ -65,14 +72,10 @@ def build_mlp(seed: int = 0) -> Any:
 
 def demo(path: str, *, seed: int = 0, stream: TextIO, shared: str | None = None) -> int:
     """Run the demo, writing ``path``; returns the exit code (0: everything checked out)."""
-    import jax
+    import jax  # jax and pydantic: imported when the demo runs, not by every command
     import jax.numpy as jnp
     import numpy as np
 
-    from .._bridge import flux_julia, flux_state
-    from .._file import File, load
-    from .._inspect import select, text_lines
-    from .._save import save
     from .._schema import infer_schema, validate
 
     def say(text: str = "", end: str = "\n") -> None:
@@ -102,13 +105,11 @@ def demo(path: str, *, seed: int = 0, stream: TextIO, shared: str | None = None)
     for problem in problems:
         say(f"   {problem}")
 
-    from .demo_cnn import cnn_demo
-
     cnn_ok = cnn_demo(os.path.dirname(path), shared, say)
 
     say("")
     say(f"$ treexchange inspect {path}")
-    with File(path) as f:
+    with open_file(path) as f:
         for line in text_lines(select(f, None)):
             say(line)
 

@@ -17,6 +17,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .._bridge import flux_julia, flux_state
+from .._file import load
+from .._port._spec import Layer
+from .._save import save
+
 LENET_FILE = Path("julia_fixtures") / "flux-state" / "silver-bullet_lenet.jld2"
 MNIST_DIR = Path("data") / "mnist"
 ACCEPTED = 0.975  # the original Flux pipeline gives 97.89%
@@ -24,8 +29,6 @@ ACCEPTED = 0.975  # the original Flux pipeline gives 97.89%
 
 def lenet_layer() -> Any:
     """The LeNet-5 of the FluxML model zoo (``conv_mnist.jl``) as a Flux layer tree."""
-    from .._port._spec import Layer
-
     return Layer(
         "Chain",
         children=(
@@ -87,10 +90,7 @@ def cnn_demo(out_dir: str, shared: str | None, say: Callable[..., None]) -> bool
     """Run the CNN part; returns whether everything checked out."""
     import jax
 
-    from .._bridge import flux_julia, flux_state
-    from .._file import load
-    from .._port._eqx import build_equinox
-    from .._save import save
+    from .._port._eqx import build_equinox  # equinox: imported when the demo runs
 
     folder = find_shared(shared)
     like = build_equinox(lenet_layer(), key=jax.random.key(0))

@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
-    from .._schema import diff
+    from .._schema import diff  # pydantic: imported by the schema commands only
 
     result = diff(args.a, args.b, checksums=args.checksums, name=args.name)
     if args.json:

@@ -5,6 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .._inspect import json_lines, select, text_lines
+from .._reader import open as open_file
+
 _FLAGS = {"--json": "json", "--allow-hdf5": "allow_hdf5"}
 
 
@@ -46,11 +49,8 @@ def _split_rest(args: argparse.Namespace) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .._file import open as open_file
-    from .._inspect import json_lines, select, text_lines
-
     name = _split_rest(args)
-    with open_file(args.file, allow_hdf5=args.allow_hdf5) as f:  # type: ignore[union-attr]
+    with open_file(args.file, allow_hdf5=args.allow_hdf5) as f:
         root = select(f, name)
         lines = json_lines(root) if args.json else text_lines(root)
         out = sys.stdout

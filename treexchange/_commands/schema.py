@@ -31,7 +31,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
-    from .._schema import infer_schema, json_schema_text
+    from .._schema import infer_schema, json_schema_text  # pydantic: the schema commands only
 
     if args.json_schema:
         text = json_schema_text()

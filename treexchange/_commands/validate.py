@@ -27,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def run(args: argparse.Namespace) -> int:
-    from .._schema import read_embedded_schema, validate
+    from .._schema import read_embedded_schema, validate  # pydantic: the schema commands only
 
     schema = args.schema
     source = args.schema

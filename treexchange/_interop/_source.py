@@ -1,8 +1,8 @@
 """A JLD2 file as a value tree whose big arrays are not read yet.
 
-Converters walk the file's lazy nodes: NamedTuples, tuples and groups (the containers of a
-``Flux.state`` or a Lux ``ps``) are rebuilt from their children, numeric arrays stay
-:class:`treexchange.Node` objects (shape and dtype known, nothing read), every other value is read
+Converters walk the file's lazy nodes (:mod:`treexchange._nodeproto`): NamedTuples, tuples and
+groups (the containers of a ``Flux.state`` or a Lux ``ps``) are rebuilt from their children,
+numeric arrays stay lazy nodes (shape and dtype known, nothing read), every other value is read
 whole (structs, dicts, strings... are small). :func:`fetch` then reads one array into memory of its
 own (one ``pread``, no memory map), so a converter holds one array at a time.
 """
@@ -14,7 +14,9 @@ from typing import Any
 
 import numpy as np
 
-from .._jld2._nodes import ArrayNode, Group as NodeGroup, Node
+from .._nodeproto import LazyNode, is_node
+from .._reader import open as open_file
+from .._values import NamedTuple
 from ._treejson import Group
 
 
@@ -30,38 +32,33 @@ def lazy_tree(source: str | os.PathLike[str]) -> Group:
         >>> node.shape, fetch(node).flags.owndata
         ((2, 3), True)
     """
-    import treexchange
-
-    f = treexchange.open(source)
+    f = open_file(source)
     # Nodes read through the open file; it stays open as long as they do (closed with the reader).
     return _group(f)
 
 
-def _group(group: Any) -> Group:
+def _group(group: LazyNode) -> Group:
     out = Group()
-    for name in group:
-        child = group[name]
-        out[name] = _group(child) if isinstance(child, NodeGroup) else _node(child)
+    for name, child in group.children():
+        out[str(name)] = _node(child)
     return out
 
 
-def _node(node: Node | NodeGroup) -> Any:
-    if isinstance(node, NodeGroup):
+def _node(node: LazyNode) -> Any:
+    kind = node.kind
+    if kind == "group":
         return _group(node)
-    if isinstance(node, ArrayNode) and node.kind == "array" and node.dtype != np.dtype(object):
+    if kind == "array" and node.dtype is not None and node.dtype != np.dtype(object):
         return node
-    if node.kind == "namedtuple":
-        import treexchange
-
-        return treexchange.NamedTuple((str(k), _node(node[k])) for k in node.keys())  # type: ignore[attr-defined]
-    if node.kind == "tuple":
+    if kind == "namedtuple":
+        return NamedTuple((str(seg), _node(child)) for seg, child in node.children())
+    if kind == "tuple":
         return tuple(_node(child) for _, child in node.children())
     return node.read()
 
 
 def fetch(array: Any) -> np.ndarray:
     """The data of one array leaf: a lazy node is read into memory of its own; arrays pass."""
-    if isinstance(array, ArrayNode):
-        value = array.read(mmap=False)
-        return np.asarray(value)
+    if is_node(array):
+        return np.asarray(array.read(mmap=False))
     return np.asarray(array)

@@ -73,9 +73,6 @@ def array_protocol(arr: np.ndarray, dtype: Any, copy: bool | None) -> np.ndarray
     return arr.copy(order="K") if copy else arr
 
 
-CONTAINER_KINDS = frozenset({"namedtuple", "tuple", "vector", "dict", "struct"})
-
-
 class Node:
     """A value in an open JLD2 file (see the module docstring).
 
@@ -119,6 +116,17 @@ class Node:
             return src
         if isinstance(src, _Source):
             return src.address
+        return None
+
+    # --- array access (arrays and vectors override) -------------------------------------------
+    @property
+    def shape(self) -> tuple[int, ...] | None:
+        """Julia's shape of an array or vector; ``None`` for other values."""
+        return None
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        """The numpy element type of a numeric array; ``None`` for other values."""
         return None
 
     # --- children (containers override) -------------------------------------------------------
@@ -305,7 +313,7 @@ class ContainerNode(Node):
     the Python key (field name, dict key, or 0-based position), and build child ``i`` on demand.
     """
 
-    __slots__ = ("_cache", "_index", "_keys", "_src", "shape")
+    __slots__ = ("_cache", "_index", "_keys", "_shape", "_src")
 
     def __init__(
         self,
@@ -321,7 +329,12 @@ class ContainerNode(Node):
         self._keys: Sequence[tuple[Segment, Any]] | None = None
         self._cache: dict[int, Node | Group] = {}
         self._index: dict[Any, int] | None = None  # key -> position, built on the first lookup
-        self.shape = shape
+        self._shape = shape
+
+    @property
+    def shape(self) -> tuple[int, ...] | None:
+        """Julia's shape of a vector stored as an array (``None`` for other containers)."""
+        return self._shape
 
     # subclass interface (the entries are never modified: subclasses may share them)
     def _entries(self) -> Sequence[tuple[Segment, Any]]:
@@ -651,6 +664,8 @@ class Group(Mapping[str, "Node | Group"]):
 
     kind = "group"
     julia_type = JuliaType("JLD2.Group")
+    shape: tuple[int, ...] | None = None  # (no array access: see treexchange._nodeproto)
+    dtype: np.dtype | None = None
 
     def __init__(self, reader: Reader, path: Path, address: int) -> None:
         self._reader = reader
@@ -715,6 +730,21 @@ class Group(Mapping[str, "Node | Group"]):
 
     def __repr__(self) -> str:
         return f"<Group {format_path(self.path)} ({len(self)} entries)>"
+
+
+def group_links(group: Group) -> dict[str, int]:
+    """A group's links: name -> object address, in link order (JLD2's ``/_types`` hidden at the
+    root). For tools that walk a file's objects rather than its values (``convert``).
+
+    Example:
+        >>> import os, tempfile, treexchange
+        >>> path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
+        >>> treexchange.save(path, a=1, b=2)
+        >>> with treexchange.open(path) as f:
+        ...     list(group_links(f))
+        ['a', 'b']
+    """
+    return group._all()
 
 
 # --- node factories ---------------------------------------------------------------------------

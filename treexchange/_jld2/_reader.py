@@ -21,7 +21,7 @@ import os
 import struct
 import sys
 from collections.abc import Sequence
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from .._hdf5._model import H5Class
 from .._hdf5._objectheader import RawMessage
 from .._juliatype import JuliaType
 from .._limits import DEFAULT_LIMITS, Limits, path_depth, reference_depth
+from .._nodeproto import Order
 from .._recursion import FRAMES_PER_LEVEL, stack_for_depth
 from .._typeof import BOTTOM
 from .._values import UNDEF, JuliaArray, JuliaStruct
@@ -47,9 +48,6 @@ from ._plans import (
 )
 from ._typesread import TypeResolver
 from ._typeutil import ANY, array_type
-
-Order = Literal["julia", "storage"]
-
 
 _U64 = struct.Struct("<Q")
 _INT64_ATTR_CLASSES = (H5Class.FIXED,)

@@ -21,6 +21,8 @@ import numpy as np
 from treexchange._errors import ConversionError, PathSegment, UnsupportedError
 from treexchange._port._arch import parse_architecture
 from treexchange._port._spec import Layer
+from treexchange._port._wholemodel import from_whole_model
+from treexchange._reader import has_embedded_schema, open as open_file, read_entry
 from treexchange._values import JuliaStruct
 
 Path = tuple[PathSegment, ...]
@@ -36,10 +38,7 @@ def read_flux_source(
     Without ``architecture`` the entry must be a whole Flux model (structs); with it, the entry is a
     ``Flux.state`` (or a whole model, whose arrays are then used) and the text describes the model.
     """
-    from treexchange import load  # the public loader; imported here to keep import order simple
-    from treexchange._port._wholemodel import from_whole_model
-
-    value = load(path, name)
+    value = _read(path, name)
     if architecture is None:
         if not isinstance(value, JuliaStruct):
             raise ConversionError(
@@ -52,6 +51,18 @@ def read_flux_source(
     state = from_whole_model(value, path=(name,), flux=flux)[1] if isinstance(value, JuliaStruct) else value
     check_state(layer, state, path=(name,))
     return layer, state
+
+
+def _read(path: str | os.PathLike[str], name: str) -> Any:
+    """``treexchange.load(path, name)``: the entry, checked against the file's embedded schema
+    when it has one (MismatchError)."""
+    with open_file(path) as f:
+        value = read_entry(f, name)
+        if has_embedded_schema(f):
+            from treexchange._schema import check_loaded  # pydantic: only for a file with a schema
+
+            check_loaded(f, value, name=name)
+    return value
 
 
 def _field(state: Any, key: str) -> Any:

@@ -19,12 +19,10 @@ from typing import Any
 
 from .._errors import FormatError, MismatchError
 from .._limits import DEFAULT_LIMITS, Limits
+from .._reader import SCHEMA_ATTRIBUTE, File
 from ._model import Schema
 from ._validate import validate as validate_tree
 from ._versions import SchemaLike, load_schema
-
-SCHEMA_ATTRIBUTE = "treexchange_schema"
-"""Name of the root-group attribute that holds a file's schema (JSON text)."""
 
 
 def schema_to_attributes(schema: SchemaLike) -> dict[str, str]:
@@ -100,8 +98,6 @@ def read_embedded_schema(file: Any) -> Schema | None:
 
 def _root_attributes(file: Any) -> Mapping[str, Any]:
     if isinstance(file, (str, os.PathLike, bytes, bytearray, memoryview)):
-        from .._file import File  # the reader; imported late (it is a sibling layer)
-
         source = bytes(file) if isinstance(file, (bytearray, memoryview)) else file
         with File(source) as opened:
             return opened.attrs

@@ -12,6 +12,7 @@ from .._gc import gc_paused
 from .._inspect import node_budget
 from .._jsonform import json_scalar
 from .._limits import DEFAULT_LIMITS, Limits
+from .._nodeproto import LazyFile
 from ._model import (
     ArrayNode,
     BoolNode,
@@ -262,14 +263,12 @@ def _version() -> str:
     return __version__
 
 
-def _file_producer(file: Any, x: Any) -> Producer:
-    path = x if isinstance(x, (str, os.PathLike)) else getattr(file, "filename", None)
-    source = os.path.basename(os.fspath(path)) if path is not None else None
-    producer = getattr(file, "producer", None)
-    fmt = getattr(file, "format_version", None)
+def _file_producer(file: LazyFile, x: Any) -> Producer:
+    path = x if isinstance(x, (str, os.PathLike)) else file.filename
+    producer, fmt = file.producer, file.format_version
     return Producer(
         version=_version(),
-        source=source,
-        julia=str(producer).strip() if producer else None,
-        format=str(fmt) if fmt else None,
+        source=os.path.basename(os.fspath(path)),
+        julia=producer.strip() if producer else None,
+        format=fmt or None,
     )

@@ -2,8 +2,8 @@
 
 :func:`infer_schema` and :func:`validate` walk :class:`Source` nodes, so they work the same on a
 ``dict`` returned by ``treexchange.load``, on an opened file (lazily: array data is only read when a
-checksum is asked for) and on JAX PyTrees (through the JAX bridge's conversion, imported lazily so
-this layer never imports jax itself).
+checksum is asked for) and on JAX PyTrees (through the JAX bridge's conversion, which imports jax
+only when it meets a JAX array, so this layer never imports jax itself).
 
 A source node answers: its ``kind`` (the inspect kinds, plus ``group`` for a file group), its path,
 its Julia type as text when known, ``dtype``/``shape`` for arrays and numbers, its children (with
@@ -13,15 +13,18 @@ their path segments) for containers, its scalar value, and an array's sha256.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
 
+from .._bridge import to_julia
 from .._errors import ConversionError, TreePath, TreexchangeError
 from .._jsonform import array_sha256
 from .._juliatype import JuliaType
+from .._nodeproto import LazyFile, LazyNode
+from .._reader import File
 from .._typeof import julia_type_of, kind_of, numpy_dtype, presented_dtype_name, wide_int_array
 from .._values import Int128, JuliaArray, JuliaBits, JuliaStruct, NamedTuple, Singleton, UInt128
 
@@ -279,31 +282,21 @@ _LEAF_KINDS = frozenset({"array", "number", "bool", "string", "symbol", "singlet
 class FileSource(Source):
     """A lazy node of an opened file (``treexchange.open``): walking it reads no array data.
 
-    Uses the node API of :mod:`treexchange._jld2._nodes`: ``kind``, ``julia_type``,
-    ``children()`` (segment, child) pairs, ``shape``/``dtype`` on arrays, ``read()``.
+    Uses the node protocol (:mod:`treexchange._nodeproto`) and nothing else, so JLD2 files and
+    plain HDF5 files are walked alike.
     """
 
     __slots__ = ("kind", "node")
 
-    def __init__(self, node: Any, path: TreePath) -> None:
+    def __init__(self, node: LazyNode, path: TreePath) -> None:
         self.node = node
         self.path = path
-        kind = getattr(node, "kind", None)
-        if kind is None and isinstance(node, Mapping):
-            kind = "group"
-        if kind is None:
-            raise ConversionError(f"{type(node).__name__} is not a file node", path=path)
-        self.kind = str(kind)
-
-    def _julia_type(self) -> Any:
-        return getattr(self.node, "julia_type", None)
+        self.kind = node.kind
 
     def type_text(self) -> str | None:
         if self.kind not in ("struct", "singleton", "dict", "vector", "number"):
             return None
-        t = self._julia_type()
-        if t is None:
-            return None
+        t = self.node.julia_type
         if self.kind == "vector" and type_text(t) == "Array{Any, 1}":
             return None  # a plain list on the Python side: nothing more to say
         if self.kind == "number" and self.dtype() is not None:
@@ -311,14 +304,12 @@ class FileSource(Source):
         return type_text(t)
 
     def dtype(self) -> str | None:
-        dtype = getattr(self.node, "dtype", None)
+        dtype = self.node.dtype
         if dtype is not None:
-            return dtype if isinstance(dtype, str) else dtype_name(dtype)
+            return dtype_name(dtype)
         if self.kind != "number":
             return None
-        t = self._julia_type()
-        if not isinstance(t, JuliaType):
-            return None
+        t = self.node.julia_type
         try:
             return _NUMBER_DTYPES[t]
         except KeyError:
@@ -333,17 +324,12 @@ class FileSource(Source):
         return name
 
     def shape(self) -> tuple[int, ...] | None:
-        shape = getattr(self.node, "shape", None)
+        shape = self.node.shape
         return None if shape is None else tuple(map(int, shape))
 
     def children(self) -> list[tuple[str | int, Source]]:
-        node, p = self.node, self.path
-        kids = getattr(node, "children", None)
-        if callable(kids):
-            return [(seg, FileSource(child, (*p, seg))) for seg, child in kids()]
-        if isinstance(node, Mapping):
-            return [(str(k), FileSource(node[k], (*p, str(k)))) for k in node]
-        return []
+        p = self.path
+        return [(seg, FileSource(child, (*p, seg))) for seg, child in self.node.children()]
 
     def scalar(self) -> Any:
         return self.node.read()
@@ -356,35 +342,28 @@ class FileSource(Source):
     def object_address(self) -> int | None:
         if self.kind in _LEAF_KINDS:
             return None
-        address = getattr(self.node, "object_address", None)
-        return address if isinstance(address, int) else None
+        return self.node.object_address
 
 
 # --- entry points ------------------------------------------------------------------------------------
 
 
 def is_file_like(x: Any) -> bool:
-    """Whether ``x`` is a path to a file or an opened treexchange file."""
-    if isinstance(x, (str, os.PathLike)):
-        return True
-    from .._jld2._nodes import Group
-
-    return isinstance(x, Group) and not x.path  # an opened File (its root group)
+    """Whether ``x`` is a path to a file or an opened treexchange file (``treexchange.open``)."""
+    return isinstance(x, (str, os.PathLike, LazyFile))
 
 
 @contextmanager
-def opened(x: Any) -> Iterator[Any]:
+def opened(x: str | os.PathLike[str] | LazyFile) -> Iterator[LazyFile]:
     """An opened file for a path (closed afterwards), or ``x`` itself when it is already open."""
     if isinstance(x, (str, os.PathLike)):
-        from .._file import File  # the reader; imported late (it is a sibling layer)
-
         with File(x) as file:
             yield file
     else:
         yield x
 
 
-def file_roots(file: Any, name: str | None) -> list[tuple[str, Source]]:
+def file_roots(file: LazyFile, name: str | None) -> list[tuple[str, Source]]:
     if name is None:
         return [(str(key), FileSource(file[key], (str(key),))) for key in file]
     parts = name.strip("/").split("/")
@@ -457,10 +436,7 @@ def is_value_tree(x: Any, path: TreePath = ()) -> bool:
 
 def to_values(x: Any, path: TreePath = ()) -> Any:
     """``x`` converted by the JAX bridge (PyTree -> value tree); ConversionError if impossible."""
-    convert = _bridge_converter()
-    if convert is None:
-        raise ConversionError(f"{type(x).__name__} is not a Julia value", path=path)
-    return convert(x, path=path)
+    return to_julia(x, path=path)
 
 
 def with_bridge(roots: list[tuple[str, Source]], work: Any) -> Any:
@@ -472,8 +448,6 @@ def with_bridge(roots: list[tuple[str, Source]], work: Any) -> Any:
     try:
         return work(roots)
     except ConversionError:
-        if _bridge_converter() is None:
-            raise
         converted = [(name, _converted(src)) for name, src in roots]
         return work(converted)
 
@@ -484,12 +458,3 @@ def _converted(src: Source) -> Source:
     if isinstance(src, GroupSource):
         return GroupSource([(seg, _converted(child)) for seg, child in src.entries], src.path)
     return src
-
-
-def _bridge_converter() -> Any:
-    """The JAX bridge's PyTree → value-tree function, when the bridge is installed."""
-    try:
-        from .._bridge import to_julia
-    except ImportError:
-        return None
-    return to_julia

@@ -17,6 +17,7 @@ from .._gc import gc_paused
 from .._jsonform import json_scalar
 from .._juliatype import JuliaType
 from .._limits import DEFAULT_LIMITS, Limits
+from .._nodeproto import LazyFile
 from ._align import align
 from ._infer import file_limits
 from ._model import (
@@ -153,7 +154,7 @@ class _Checker:
 
         with_bridge(roots_of(x, name=name), work)
 
-    def check_file(self, file: Any, doc: Schema, name: str | None) -> None:
+    def check_file(self, file: LazyFile, doc: Schema, name: str | None) -> None:
         roots: list[tuple[str, Source]] = []
         if name is None:
             for key in file:

@@ -1,0 +1,148 @@
+"""The node protocol: what every lazy node of an opened file answers, whatever read the file.
+
+Two readers hand out lazy nodes: treexchange's own JLD2 codec (:mod:`treexchange._jld2._nodes`:
+``Group``, ``Node`` and its subclasses, and the root :class:`treexchange.File`) and h5py for plain
+HDF5 files opened with ``allow_hdf5=True`` (:mod:`treexchange._plainhdf5`: ``PlainFile``,
+``PlainNode``, ``ValueNode``). Both implement :class:`LazyNode`, and their root objects
+:class:`LazyFile`; ``treexchange.open`` returns a :class:`LazyFile`. Everything that walks a file
+(``inspect``, the schema's file sources, the conversion sources of other formats) is written
+against these two protocols and nothing else.
+
+A node answers:
+
+* ``kind``: the ``inspect`` kind (``namedtuple``, ``tuple``, ``vector``, ``dict``, ``struct``,
+  ``array``, ``number``, ``bool``, ``string``, ``symbol``, ``singleton``), or ``group`` for an HDF5
+  group;
+* ``julia_type``: the Julia type (a :class:`treexchange.JuliaType`; ``str()`` of it is the text
+  Julia prints);
+* ``path``: the tree path (first segment = top-level name; 1-based ``int`` positions);
+* ``object_address``: for a container stored as an object of its own, its address (the same
+  address twice is one shared object, or a cycle); ``None`` when it has none or it is unknown;
+* children: ``children()`` gives ``(segment, node)`` pairs in order; ``node[key]`` indexes like
+  the Python value the node reads as (fields and dict keys by key, tuple and vector elements by
+  0-based position, groups by name), ``len`` and ``iter`` follow the same value;
+* arrays: ``shape`` (Julia's order) and ``dtype`` (numpy), ``node[index]`` slices like the numpy
+  array in Julia's shape, reading only what is needed; other kinds give ``None`` for ``dtype``
+  and for ``shape`` what they know (a vector's shape; ``None`` or ``()`` otherwise);
+* ``read(order=..., mmap=...)``: the whole value in the value model.
+
+The protocols are ``runtime_checkable``, but such an ``isinstance`` looks up every member
+(some 20 µs): code that tells nodes from values once per node uses :func:`is_node`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from types import TracebackType
+from typing import Any, Literal, Protocol, TypeGuard, runtime_checkable
+
+import numpy as np
+
+from ._errors import PathSegment, TreePath
+from ._juliatype import JuliaType
+from ._limits import Limits
+
+CONTAINER_KINDS = frozenset({"namedtuple", "tuple", "vector", "dict", "struct"})
+"""The kinds of values with children (groups, kind ``group``, have children too)."""
+
+Order = Literal["julia", "storage"]
+"""Array order of what is read: ``"julia"`` (Julia's shape, F-ordered) or ``"storage"`` (the
+reversed-dims, C-ordered view of the same bytes, what h5py shows)."""
+
+
+@runtime_checkable
+class LazyNode(Protocol):
+    """A node of an opened file (see the module docstring)."""
+
+    @property
+    def kind(self) -> str: ...
+
+    @property
+    def julia_type(self) -> JuliaType: ...
+
+    @property
+    def path(self) -> TreePath: ...
+
+    @property
+    def object_address(self) -> int | None: ...
+
+    @property
+    def shape(self) -> tuple[int, ...] | None: ...
+
+    @property
+    def dtype(self) -> np.dtype | None: ...
+
+    def children(self) -> Iterator[tuple[PathSegment, LazyNode]]: ...
+
+    def __getitem__(self, key: Any) -> Any: ...
+
+    def __len__(self) -> int: ...
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+    def read(self, *, order: Order = "julia", mmap: bool = True) -> Any: ...
+
+
+@runtime_checkable
+class LazyFile(LazyNode, Protocol):
+    """An opened file: its root group (a :class:`LazyNode` of kind ``group``, a mapping of
+    top-level names to nodes), what the header says, the root's attributes, and ``close``."""
+
+    @property
+    def filename(self) -> str: ...
+
+    @property
+    def format_version(self) -> str: ...
+
+    @property
+    def producer(self) -> str: ...
+
+    @property
+    def header(self) -> str: ...
+
+    @property
+    def legacy_header(self) -> bool: ...
+
+    @property
+    def closed(self) -> bool: ...
+
+    @property
+    def limits(self) -> Limits: ...
+
+    @property
+    def attrs(self) -> dict[str, Any]: ...
+
+    def __getitem__(self, key: Any) -> LazyNode: ...
+
+    def read(self, name: str | None = None, *, order: Order = "julia", mmap: bool = True) -> Any: ...
+
+    def close(self) -> None: ...
+
+    def __enter__(self) -> LazyFile: ...
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None: ...
+
+
+_NODE_TYPES: dict[type, bool] = {}
+"""Type -> whether its instances are :class:`LazyNode` s (a handful of classes ever asked)."""
+
+
+def is_node(x: object) -> TypeGuard[LazyNode]:
+    """Whether ``x`` is a lazy node, decided once per type (a runtime-checkable ``isinstance``
+    looks up every member of the protocol on every call; the node classes set them all in
+    ``__init__`` or on the class, so the answer is the same for every instance of a type).
+
+    Example:
+        >>> import numpy as np
+        >>> is_node(np.zeros(2)), is_node(None)
+        (False, False)
+    """
+    t = type(x)
+    hit = _NODE_TYPES.get(t)
+    if hit is None:
+        hit = isinstance(x, LazyNode)
+        if len(_NODE_TYPES) < 256:
+            _NODE_TYPES[t] = hit
+    return hit
