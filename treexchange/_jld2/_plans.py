@@ -56,6 +56,8 @@ class DecodeContext(Protocol):
     # Limits for element counts that cost no bytes in the file (zero-size elements): also
     # bounded by the file size (see Reader.type_limits).
     type_limits: Limits
+    # The values read so far in this traversal, by relative address.
+    memo: dict[int, Any]
 
     def heap_bytes(self, buf: Any, off: int) -> memoryview | bytes:
         """The global-heap payload of the 16-byte vlen element at ``buf[off:]`` (b"" when empty)."""
@@ -580,6 +582,7 @@ def pairs_to_dict(julia_type: JuliaType) -> Callable[[Any, Path], Any]:
             value = value.fields["kvvec"]
         pairs = elements_of(value)
         out: JuliaDict = JuliaDict()
+        out.julia_type = julia_type
         for p in pairs:
             if isinstance(p, JuliaStruct) and "first" in p.fields and "second" in p.fields:
                 key, val = p.fields["first"], p.fields["second"]

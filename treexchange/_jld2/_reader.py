@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import mmap
 import os
 import struct
@@ -30,7 +31,7 @@ from .._gc import gc_paused
 from .._hdf5 import HDF5File, ObjectHeader
 from .._hdf5._model import H5Class
 from .._hdf5._objectheader import RawMessage
-from .._juliatype import JuliaType
+from .._juliatype import JuliaType, where_type
 from .._limits import DEFAULT_LIMITS, Limits, reference_depth
 from .._recursion import FRAMES_PER_LEVEL, stack_for_depth
 from .._typeof import BOTTOM
@@ -462,6 +463,8 @@ class Reader:
         if ref == 0:
             return ANY
         value = self.types._param(ref, path)
+        if isinstance(value, JuliaStruct) and value.type.name == "Core.UnionAll":
+            return where_type(value)  # Vector{Foo{T} where T}: elements of any Foo
         return value if isinstance(value, JuliaType) else ANY
 
     # --- values -----------------------------------------------------------------------------
@@ -556,8 +559,9 @@ class Reader:
                 # Made before its fields: a field referring back to it (a mutable struct in a
                 # cycle, JLD2 reads those too) closes on this very object.
                 target = session.partial[info.address] = plan.new_struct()
-                if target.type.qualified() in session.mutable_types:
-                    target.mutable = True
+                by_name = self.types.by_name_params
+                if target.type.qualified() in session.mutable_types or (by_name and target.type in by_name):
+                    target.mutable = True  # by_name_params: see TypeResolver.decode_datatype
                 return plan.fill(target, session, raw, 0, path)
             return plan.decode(session, raw, 0, path)
         if plan.dtype is not None and info.dtype is not None:
@@ -633,8 +637,8 @@ class Session:
         self.mutable_types: set[str] = set()  # struct types the file shows are mutable
         self._depth = 0
         self.heap_bytes = reader.heap_bytes
-        self.decode_datatype = reader.types.decode_datatype
-        self.decode_union = reader.types.decode_union
+        self.decode_datatype = functools.partial(reader.types.decode_datatype, ctx=self)
+        self.decode_union = functools.partial(reader.types.decode_union, ctx=self)
 
     def fill_group(self, address: int, links: dict[str, int], path: Path) -> dict[str, Any]:
         """A group's values as a dict, made before its entries: a hard link back to the group

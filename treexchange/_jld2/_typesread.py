@@ -46,6 +46,7 @@ from ._plans import (
     CompoundPlan,
     CustomPlan,
     DataTypePlan,
+    DecodeContext,
     FieldPlan,
     FixedStringPlan,
     GhostPlan,
@@ -205,6 +206,8 @@ class TypeResolver:
         self._basic: dict[tuple[H5Type, JuliaType | None], Plan] = {}
         self._by_id: dict[int, tuple[H5Type, Plan]] = {}
         self._params: dict[int, Any] = {}
+        # Types the file writes as parameters by name (a DataType dataset), not committed.
+        self.by_name_params: set[JuliaType] = set()
         self._busy: set[int] = set()
         self._depth = 0
 
@@ -257,20 +260,31 @@ class TypeResolver:
         return self.reader.object_kind(address) == "datatype"
 
     # --- DataType values ------------------------------------------------------------------------
-    def decode_datatype(self, buf: Any, off: int, path: Path) -> JuliaType:
-        """Decode a ``Core.DataType`` element (32 bytes: name vlen string, parameters vlen refs)."""
+    def decode_datatype(self, buf: Any, off: int, path: Path, ctx: DecodeContext | None = None) -> JuliaType:
+        """Decode a ``Core.DataType`` element (32 bytes: name vlen string, parameters vlen refs).
+
+        ``ctx``: the traversal reading the element, if any; its parameters that are values
+        (a ``TypeVar`` of a ``where`` type) are then the objects it has already read, so the
+        ``T`` of ``Foo{T} where T`` is one object in ``var`` and in the body, as in Julia."""
         name = decode_text(self.reader.heap_bytes(buf, off))
         if len(name) > self.limits.max_name_bytes:
             raise LimitError(f"type name longer than max_name_bytes={self.limits.max_name_bytes}", path=path)
         if not name:
             raise FormatError("Julia type with an empty name", path=path)
-        params = tuple(self._param(ref, path) for ref in self._refs(buf, off + 16, path))
+        refs = self._refs(buf, off + 16, path)
+        params = tuple(self._param(ref, path, ctx) for ref in refs)
+        for ref, param in zip(refs, params):
+            if isinstance(param, JuliaType) and not self.is_committed_datatype(ref):
+                # JLD2 (refs_from_types) commits a concrete struct type used as a parameter
+                # exactly when it stores such structs inline (bits, or immutable of at most
+                # MAX_INLINE_SIZE bytes); one it writes by name instead is mutable (or larger).
+                self.by_name_params.add(param)
         return JuliaType(name, params)
 
-    def decode_union(self, buf: Any, off: int, path: Path) -> JuliaType:
+    def decode_union(self, buf: Any, off: int, path: Path, ctx: DecodeContext | None = None) -> JuliaType:
         """Decode a ``Core.Union`` element: ``Union{datatypes..., unionalls...}``."""
-        members = [self._param(ref, path) for ref in self._refs(buf, off + 16, path)]
-        members += [self._param(ref, path) for ref in self._refs(buf, off + 32, path)]
+        members = [self._param(ref, path, ctx) for ref in self._refs(buf, off + 16, path)]
+        members += [self._param(ref, path, ctx) for ref in self._refs(buf, off + 32, path)]
         return JuliaType("Core.Union", tuple(members))
 
     def _refs(self, buf: Any, off: int, path: Path) -> list[int]:
@@ -282,7 +296,9 @@ class TypeResolver:
             raise FormatError(f"{count} type parameters do not fit their heap object", path=path)
         return [_U64.unpack_from(payload, 8 * i)[0] for i in range(count)]
 
-    def _param(self, ref: int, path: Path) -> Any:
+    def _param(self, ref: int, path: Path, ctx: DecodeContext | None = None) -> Any:
+        if ctx is not None and ref in ctx.memo:
+            return type_of_value(ctx.memo[ref])  # read in this traversal: the same object
         if ref in self._params:
             return self._params[ref]
         if ref == 0:
@@ -295,7 +311,11 @@ class TypeResolver:
             self._enter()
             self._busy.add(ref)
             try:
-                value = type_of_value(self.reader.load_standalone(ref, path))
+                # In the traversal reading the type, if any: a value read twice is one object.
+                if ctx is not None:
+                    value = type_of_value(ctx.load_ref(ref, path))
+                else:
+                    value = type_of_value(self.reader.load_standalone(ref, path))
             finally:
                 self._busy.discard(ref)
                 self._depth -= 1
