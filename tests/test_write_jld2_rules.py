@@ -51,10 +51,12 @@ def _objects_named(path: Path, type_name: str) -> int:
 # --- where types as element types -------------------------------------------------------------
 
 
-def _where_vector_file() -> bytes:
+def _where_vector_file(*, twice: bool = False) -> bytes:
     """``v = Main.Foo[Foo{Int64}(1), Foo{Int64}(2)]``, its element type ``Foo{T} where T``: a
     ``Core.UnionAll`` dataset (var: a ``Core.TypeVar`` dataset, body: the DataType ``Foo{T}``
-    whose parameter refers to that same TypeVar), as JLD2 writes ``write_ref(f, eltype, ...)``."""
+    whose parameter refers to that same TypeVar), as JLD2 writes ``write_ref(f, eltype, ...)``.
+    ``twice``: a second vector ``w`` whose element type is a second UnionAll dataset (UnionAll
+    is immutable: JLD2 writes it again) over the same TypeVar dataset (mutable: written once)."""
     b = Builder()
     unionall_t = b.commit(t_compound([("var", t_ref(), 8), ("body", t_ref(), 8)]), b.jt("Core.UnionAll"))
     sym = b.symbol_type()
@@ -73,6 +75,12 @@ def _where_vector_file() -> bytes:
     items = [b.dataset(shared(foo_t), space("scalar"), struct.pack("<q", i)) for i in (1, 2)]
     julia_type = Attr("julia_type", t_ref(), space("scalar"), struct.pack("<Q", where))
     b.link("v", b.dataset(t_ref(), space("simple", [2]), struct.pack("<QQ", *items), [julia_type]))
+    if twice:
+        where2 = b.dataset(
+            shared(unionall_t), space("scalar"), struct.pack("<QQ", tvar, b.jt_dataset("Main.Foo", [tvar]))
+        )
+        julia_type2 = Attr("julia_type", t_ref(), space("scalar"), struct.pack("<Q", where2))
+        b.link("w", b.dataset(t_ref(), space("simple", [1]), struct.pack("<Q", items[0]), [julia_type2]))
     return b.finish()
 
 
@@ -94,6 +102,35 @@ def test_where_element_type_is_kept_and_written_as_a_unionall(tmp_path: Path) ->
     assert tx.values_equal(back, v)
     assert _objects_named(out, "Core.UnionAll") == 1
     assert _objects_named(out, "Core.TypeVar") == 1  # shared by var and body: one dataset
+
+
+def test_typevar_shared_by_two_where_types_is_one_object(tmp_path: Path) -> None:
+    """Type parameters of the whole file are read in one traversal: the TypeVar JLD2 wrote once
+    for two element types (e.g. ``Vector{VarName}`` in two places) stays one object, one dataset."""
+    path = tmp_path / "where2.jld2"
+    path.write_bytes(_where_vector_file(twice=True))
+    loaded = tx.load(path)
+    first, second = loaded["v"].eltype.params[0], loaded["w"].eltype.params[0]
+    assert first is not second and first["var"] is second["var"]
+    out = tmp_path / "out.jld2"
+    assert main(["convert", str(path), str(out)]) == 0
+    assert _objects_named(out, "Core.UnionAll") == 2
+    assert _objects_named(out, "Core.TypeVar") == 1
+
+
+def test_a_union_type_value_is_a_union_dataset_with_julias_description(tmp_path: Path) -> None:
+    """A Union used as a value (a TypeVar's bound, a field of type ``Type``) is a ``Core.Union``
+    dataset, not a DataType; its description is Julia's ``string(U)``: ``typeof(f)`` for a
+    function's type, the bare name for a where type over all of its type's parameters."""
+    path = tmp_path / "where.jld2"
+    path.write_bytes(_where_vector_file())
+    unionall = tx.load(path)["v"].eltype.params[0]  # Foo{T} where T, i.e. Foo
+    union = JuliaType("Core.Union", (JuliaType("Base.#identity"), unionall))
+    out = tmp_path / "union.jld2"
+    tx.save(out, u=Singleton(JuliaType("Core.Type", (union,))))
+    assert b"Union{typeof(identity), Main.Foo}" in out.read_bytes()
+    reader = Reader(out)
+    assert reader.info(reader.links(reader.root_address)["u"]).julia_type.name == "Core.Union"
 
 
 def test_unionall_parts_are_written_in_the_datatype_session(tmp_path: Path) -> None:

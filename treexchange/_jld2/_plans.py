@@ -56,8 +56,6 @@ class DecodeContext(Protocol):
     # Limits for element counts that cost no bytes in the file (zero-size elements): also
     # bounded by the file size (see Reader.type_limits).
     type_limits: Limits
-    # The values read so far in this traversal, by relative address.
-    memo: dict[int, Any]
 
     def heap_bytes(self, buf: Any, off: int) -> memoryview | bytes:
         """The global-heap payload of the 16-byte vlen element at ``buf[off:]`` (b"" when empty)."""

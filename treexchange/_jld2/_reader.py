@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import mmap
 import os
 import struct
@@ -179,6 +178,7 @@ class Reader:
         self.name = "<bytes>" if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
         self.h5 = HDF5File(source, limits=limits, verify_checksums=verify_checksums, header_type=DatasetInfo)
         self._data: Any = None  # the copy-on-write map (or bytearray), made on first use
+        self._type_session: Session | None = None  # see load_type_param
         self._source = source if isinstance(source, (bytes, bytearray, memoryview)) else None
         try:
             self.header: FileHeader | None
@@ -472,6 +472,14 @@ class Reader:
         """Read one object in a fresh session (type parameter datasets)."""
         return Session(self, "julia").load_ref(address, path)
 
+    def load_type_param(self, address: int, path: Path) -> Any:
+        """Read a type parameter dataset in the one session every type parameter of the file is
+        read in: a ``TypeVar`` (mutable in Julia) used in several ``where`` types, or in the
+        ``var`` and the body of one, is one object, as JLD2 wrote it once."""
+        if self._type_session is None:
+            self._type_session = Session(self, "julia")
+        return self._type_session.load_ref(address, path)
+
     def raw(self, info: DatasetInfo, nbytes: int) -> memoryview | bytes:
         """At least ``nbytes`` of the dataset's raw (storage-order) bytes."""
         self._check_open()
@@ -637,8 +645,8 @@ class Session:
         self.mutable_types: set[str] = set()  # struct types the file shows are mutable
         self._depth = 0
         self.heap_bytes = reader.heap_bytes
-        self.decode_datatype = functools.partial(reader.types.decode_datatype, ctx=self)
-        self.decode_union = functools.partial(reader.types.decode_union, ctx=self)
+        self.decode_datatype = reader.types.decode_datatype
+        self.decode_union = reader.types.decode_union
 
     def fill_group(self, address: int, links: dict[str, int], path: Path) -> dict[str, Any]:
         """A group's values as a dict, made before its entries: a hard link back to the group

@@ -46,7 +46,6 @@ from ._plans import (
     CompoundPlan,
     CustomPlan,
     DataTypePlan,
-    DecodeContext,
     FieldPlan,
     FixedStringPlan,
     GhostPlan,
@@ -260,19 +259,15 @@ class TypeResolver:
         return self.reader.object_kind(address) == "datatype"
 
     # --- DataType values ------------------------------------------------------------------------
-    def decode_datatype(self, buf: Any, off: int, path: Path, ctx: DecodeContext | None = None) -> JuliaType:
-        """Decode a ``Core.DataType`` element (32 bytes: name vlen string, parameters vlen refs).
-
-        ``ctx``: the traversal reading the element, if any; its parameters that are values
-        (a ``TypeVar`` of a ``where`` type) are then the objects it has already read, so the
-        ``T`` of ``Foo{T} where T`` is one object in ``var`` and in the body, as in Julia."""
+    def decode_datatype(self, buf: Any, off: int, path: Path) -> JuliaType:
+        """Decode a ``Core.DataType`` element (32 bytes: name vlen string, parameters vlen refs)."""
         name = decode_text(self.reader.heap_bytes(buf, off))
         if len(name) > self.limits.max_name_bytes:
             raise LimitError(f"type name longer than max_name_bytes={self.limits.max_name_bytes}", path=path)
         if not name:
             raise FormatError("Julia type with an empty name", path=path)
         refs = self._refs(buf, off + 16, path)
-        params = tuple(self._param(ref, path, ctx) for ref in refs)
+        params = tuple(self._param(ref, path) for ref in refs)
         for ref, param in zip(refs, params):
             if isinstance(param, JuliaType) and not self.is_committed_datatype(ref):
                 # JLD2 (refs_from_types) commits a concrete struct type used as a parameter
@@ -281,10 +276,10 @@ class TypeResolver:
                 self.by_name_params.add(param)
         return JuliaType(name, params)
 
-    def decode_union(self, buf: Any, off: int, path: Path, ctx: DecodeContext | None = None) -> JuliaType:
+    def decode_union(self, buf: Any, off: int, path: Path) -> JuliaType:
         """Decode a ``Core.Union`` element: ``Union{datatypes..., unionalls...}``."""
-        members = [self._param(ref, path, ctx) for ref in self._refs(buf, off + 16, path)]
-        members += [self._param(ref, path, ctx) for ref in self._refs(buf, off + 32, path)]
+        members = [self._param(ref, path) for ref in self._refs(buf, off + 16, path)]
+        members += [self._param(ref, path) for ref in self._refs(buf, off + 32, path)]
         return JuliaType("Core.Union", tuple(members))
 
     def _refs(self, buf: Any, off: int, path: Path) -> list[int]:
@@ -296,9 +291,7 @@ class TypeResolver:
             raise FormatError(f"{count} type parameters do not fit their heap object", path=path)
         return [_U64.unpack_from(payload, 8 * i)[0] for i in range(count)]
 
-    def _param(self, ref: int, path: Path, ctx: DecodeContext | None = None) -> Any:
-        if ctx is not None and ref in ctx.memo:
-            return type_of_value(ctx.memo[ref])  # read in this traversal: the same object
+    def _param(self, ref: int, path: Path) -> Any:
         if ref in self._params:
             return self._params[ref]
         if ref == 0:
@@ -311,11 +304,7 @@ class TypeResolver:
             self._enter()
             self._busy.add(ref)
             try:
-                # In the traversal reading the type, if any: a value read twice is one object.
-                if ctx is not None:
-                    value = type_of_value(ctx.load_ref(ref, path))
-                else:
-                    value = type_of_value(self.reader.load_standalone(ref, path))
+                value = type_of_value(self.reader.load_type_param(ref, path))
             finally:
                 self._busy.discard(ref)
                 self._depth -= 1

@@ -680,6 +680,10 @@ class JLD2Writer:
             )
         if jt.cat is Cat.ARRAY:
             return self._write_array(value, jt, ws, tk, path)
+        if jt.cat is Cat.DATATYPE and isinstance(value, (Singleton, JuliaType)):
+            t = self._as_type(value, path)
+            if t.cat is Cat.UNION:
+                return self.write_union_dataset(t, ws)  # a Union is a Core.Union value, no DataType
         if w is not jt and (jt.cat is Cat.DICT or w.cat is not Cat.STRUCT):
             return self._write_custom(value, jt, ws, tk, path)
         # odr(T): ghost -> nothing (null dataspace); else the packed representation.
@@ -1142,7 +1146,7 @@ class JLD2Writer:
         members = [
             self.types.of_type(p) if isinstance(p, JuliaType) else p for p in (t.raw_params or t.params)
         ]
-        description = str(JuliaType("Core.Union", tuple(t.raw_params or ()))).encode("utf-8")
+        description = _union_description(t.raw_params or ()).encode("utf-8")
         datatypes = [m for m in members if isinstance(m, JT)]
         unionalls = [m for m in members if not isinstance(m, JT)]
 
@@ -1216,6 +1220,44 @@ def _dict_entries(value: Any, path: tuple[PathSegment, ...]) -> list[tuple[Any, 
         else:
             raise ConversionError("a Dict entry is not a Pair", path=(*path, "kvvec", i))
     return out
+
+
+def _union_description(members: Sequence[Any]) -> str:
+    """JLD2's ``string(U)`` for a Union's description (only people read it; byte identity needs
+    it): Julia's ``show`` of each member, where a function's type is ``typeof(f)`` and a
+    ``where`` type over all of its type's parameters, in order, is the bare name
+    (``Accessors.IndexLens`` for ``IndexLens{I} where I``)."""
+    return "Union{" + ", ".join(_show_member(m) for m in members) + "}"
+
+
+def _show_member(p: Any) -> str:
+    if isinstance(p, JuliaStruct) and p.type.name == "Core.UnionAll":
+        wrapper = _wrapper_name(p)
+        if wrapper is not None:
+            return wrapper
+    if isinstance(p, JuliaType) and not p.params:
+        head, _, last = p.name.rpartition(".")
+        if last.startswith("#") and len(last) > 1 and "#" not in last[1:]:
+            module = "" if head in ("Core", "Base", "") else head + "."
+            return f"typeof({module}{last[1:]})"
+    return str(JuliaType("Core.Union", (p,)))[len("Union{") : -1]
+
+
+def _wrapper_name(unionall: JuliaStruct) -> str | None:
+    """The type's name when ``unionall`` is ``T{A, B} where B where A`` (its parameters exactly
+    the variables of the chain, outermost first), as Julia shows such a type."""
+    variables = []
+    body: Any = unionall
+    while isinstance(body, JuliaStruct) and body.type.name == "Core.UnionAll":
+        variables.append(body.fields.get("var"))
+        body = body.fields.get("body")
+    if isinstance(body, Singleton) and body.type.name == "Core.Type" and len(body.type.params) == 1:
+        body = body.type.params[0]
+    if not isinstance(body, JuliaType) or len(body.params) != len(variables):
+        return None
+    if any(a is not b for a, b in zip(body.params, variables)):
+        return None
+    return body.short_name
 
 
 def _is_vararg(p: Any) -> bool:
