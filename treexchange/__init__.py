@@ -8,9 +8,6 @@ from typing import TYPE_CHECKING, Any
 from ._bridge import (
     RestoreReport as RestoreReport,
     RestoreWarning as RestoreWarning,
-    flux_julia as flux_julia,
-    flux_state as flux_state,
-    lux_state as lux_state,
     restore as restore,
     to_julia as to_julia,
 )
@@ -30,6 +27,7 @@ from ._file import load as load
 from ._jld2._nodes import Group as Group, Node as Node
 from ._juliatype import JuliaType as JuliaType
 from ._limits import Limits as Limits
+from ._port._flux import flux_julia as flux_julia, flux_state as flux_state, lux_state as lux_state
 from ._port._fromflux import from_flux as from_flux
 from ._reader import File as File, open as open
 from ._save import save as save

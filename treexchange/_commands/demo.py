@@ -20,9 +20,9 @@ import os
 import sys
 from typing import Any, TextIO
 
-from .._bridge import flux_julia, flux_state
 from .._file import load
 from .._inspect import select, text_lines
+from .._port._flux import flux_julia, flux_state
 from .._reader import open as open_file
 from .._save import save
 from .demo_cnn import cnn_demo

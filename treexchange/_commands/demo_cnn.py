@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .._bridge import flux_julia, flux_state
 from .._file import load
+from .._port._flux import flux_julia, flux_state
 from .._port._spec import Layer
 from .._save import save
 

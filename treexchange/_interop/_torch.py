@@ -54,8 +54,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import ConversionError, Mismatch, MismatchError, PathSegment, UnsupportedError, format_path
-from .._port._eqx import conv_weight_perm
-from .._port._perm import REV, SAME, Perm, Transpose
+from .._port._perm import REV, SAME, Perm, Transpose, conv_weight_perm
 from .._port._rules import RECURRENT_GATES, RULES, Arr, _NamedFields, with_defaults
 from .._port._spec import DEFAULT_FLUX_ERA, Layer
 from .._port._state import Port, state_of

@@ -28,12 +28,16 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import equinox as eqx
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from .._errors import ConversionError, PathSegment, UnsupportedError
+from .._bridge._restore import LeafRef
+from .._errors import PathSegment, UnsupportedError
 from . import _eqx_layers as L
 from ._activations import ELEMENTWISE, function_of, name_of
-from ._perm import REV, SAME, Compose, Perm, Reshape, Transpose, spatial_flip
+from ._perm import REV, SAME, Perm, Reshape, Transpose, conv_weight_perm
 from ._rules import same_padding, with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
 from ._state import KEEP, Port
@@ -103,8 +107,6 @@ def build_equinox(layer: Layer, *, key: Any, flux: str = DEFAULT_FLUX_ERA) -> An
 def _one(layer: Layer, key: Any, era: str) -> Any:
     """One module for ``layer``; with an activation: ``Activated(module, σ)``, or for a stateful
     layer (BatchNorm, which needs ``eqx.nn.Sequential`` to pass its state) a Sequential."""
-    import equinox as eqx
-
     modules = _build(layer, key, era)
     if len(modules) == 1:
         return modules[0]
@@ -115,8 +117,6 @@ def _one(layer: Layer, key: Any, era: str) -> Any:
 
 def _build(layer: Layer, key: Any, era: str) -> list[Any]:
     """The Equinox module for ``layer``, followed by its activation Lambda when it has one."""
-    import equinox as eqx
-
     builder = _BUILDERS.get(layer.kind)
     if builder is None:
         raise UnsupportedError(f"no Equinox builder for the Flux layer {layer.kind!r} yet")
@@ -128,8 +128,6 @@ def _build(layer: Layer, key: Any, era: str) -> list[Any]:
 
 
 def _keys(key: Any, n: int) -> list[Any]:
-    import jax
-
     return list(jax.random.split(key, max(n, 1)))
 
 
@@ -167,8 +165,6 @@ def _julia_pad(padding: Any, path: tuple[PathSegment, ...]) -> tuple[int, ...]:
 
 
 def _build_chain(layer: Layer, key: Any, era: str) -> Any:
-    import equinox as eqx
-
     if layer.names:
         return L.NamedChain(tuple(_children(layer, key, era)), tuple(layer.names))
     flat: list[Any] = []
@@ -178,15 +174,11 @@ def _build_chain(layer: Layer, key: Any, era: str) -> Any:
 
 
 def _build_dense(layer: Layer, key: Any, era: str) -> Any:
-    import equinox as eqx
-
     a = layer.args
     return eqx.nn.Linear(a["in"], a["out"], use_bias=a["bias"], key=key)
 
 
 def _build_conv(layer: Layer, key: Any, era: str) -> Any:
-    import equinox as eqx
-
     a = layer.args
     n = len(a["kernel"])
     groups = a["in"] if layer.kind == "DepthwiseConv" else a["groups"]
@@ -209,8 +201,6 @@ def _build_conv(layer: Layer, key: Any, era: str) -> Any:
 
 
 def _build_pool(layer: Layer, key: Any, era: str) -> Any:
-    import equinox as eqx
-
     a = layer.args
     n = len(a["k"])
     nn = eqx.nn
@@ -223,8 +213,6 @@ def _build_pool(layer: Layer, key: Any, era: str) -> Any:
 
 
 def _build_norm(layer: Layer, key: Any, era: str) -> Any:
-    import equinox as eqx
-
     a = layer.args
     if layer.kind == "BatchNorm":
         if not a["track_stats"]:
@@ -258,9 +246,6 @@ def layernorm_eps(epsilon: float, era: str) -> float:
 
 
 def _build_layernorm(layer: Layer, key: Any, era: str) -> Any:
-    import equinox as eqx
-    import jax.numpy as jnp
-
     a = layer.args
     if era == "0.14":
         shape = _rev(a["size"])
@@ -272,14 +257,10 @@ def _build_layernorm(layer: Layer, key: Any, era: str) -> Any:
 
 
 def _build_embedding(layer: Layer, key: Any, era: str) -> Any:
-    import equinox as eqx
-
     return eqx.nn.Embedding(layer.args["in"], layer.args["out"], key=key)
 
 
 def _build_bilinear(layer: Layer, key: Any, era: str) -> Any:
-    import jax
-
     a = layer.args
     in1, in2 = a["in"]
     bound = 1.0 / math.sqrt(in1 * in2)
@@ -291,9 +272,6 @@ def _build_bilinear(layer: Layer, key: Any, era: str) -> Any:
 
 def _build_recurrent(layer: Layer, key: Any, era: str) -> Any:
     """Flux's RNN/LSTM/GRU/GRUv3 as :class:`~._eqx_layers.Recurrence` over its cell (zero ``bias_n``)."""
-    import equinox as eqx
-    import jax.numpy as jnp
-
     kind, n_in, hidden = layer.kind, int(layer.args["in"]), int(layer.args["out"])
     cell: Any
     if kind == "LSTM":
@@ -318,8 +296,6 @@ def _build_recurrent(layer: Layer, key: Any, era: str) -> Any:
 def _build_attention(layer: Layer, key: Any, era: str) -> Any:
     """Flux's ``MultiHeadAttention((q_in, k_in, v_in) => (qk_dim, v_dim) => out; nheads, bias)`` as
     ``eqx.nn.MultiheadAttention`` (whose ``qk_size``/``vo_size`` are per head)."""
-    import equinox as eqx
-
     a, bias = layer.args, bool(layer.args["bias"])
     heads = int(a["nheads"])
     return eqx.nn.MultiheadAttention(
@@ -341,8 +317,6 @@ def _build_attention(layer: Layer, key: Any, era: str) -> Any:
 
 
 def _build_dropout(layer: Layer, key: Any, era: str) -> Any:
-    import equinox as eqx
-
     if layer.kind == "AlphaDropout":
         return L.AlphaDropout(float(layer.args["p"]))
     return eqx.nn.Dropout(float(layer.args["p"]), inference=True)
@@ -416,8 +390,6 @@ class _Reader:
         self.era = era
 
     def read(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
-        import equinox as eqx
-
         nn = eqx.nn
         if isinstance(m, nn.Sequential):
             return self.chain(list(m.layers), (*path, "layers"))
@@ -525,8 +497,6 @@ class _Reader:
         return Port(Layer("Chain", {}, tuple(p.layer for p in ports)), children=tuple(ports))
 
     def function(self, fn: Any, path: tuple[PathSegment, ...]) -> Port:
-        import jax.numpy as jnp
-
         if fn is jnp.ravel:  # eqx.nn.Lambda(jnp.ravel) on one sample is Flux's flatten (§1.4)
             return Port(Layer("flatten"))
         return Port(Layer("function", {"name": name_of(fn), "fn": fn}))
@@ -580,9 +550,6 @@ class _Reader:
         ``eqx.nn.GRUCell.bias_n`` (inside ``r``) has no Flux counterpart: it must be zero to port, and a
         restore sets it to zero. A cell without bias has none in Flux either: refused.
         """
-        import equinox as eqx
-        import jax.numpy as jnp
-
         if not getattr(m, "use_bias", True):
             raise UnsupportedError("a recurrent cell without bias has no Flux twin", path=path)
         hidden, n_in = int(m.weight_hh.shape[-1]), int(m.weight_ih.shape[-1])
@@ -612,8 +579,6 @@ class _Reader:
         return Port(with_defaults(Layer(kind, args)), arrays, fixed=fixed)
 
     def conv(self, m: Any, kind: str, path: tuple[PathSegment, ...]) -> Port:
-        import equinox as eqx
-
         transpose = isinstance(m, eqx.nn.ConvTranspose)
         if transpose:
             kind = "ConvTranspose"
@@ -641,8 +606,6 @@ class _Reader:
         return Port(with_defaults(Layer(kind, args)), arrays)
 
     def pool(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
-        import equinox as eqx
-
         nn = eqx.nn
         if isinstance(m, (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)):
             kind = "MaxPool"
@@ -718,8 +681,6 @@ class _Reader:
         return port
 
     def layernorm_std_eps(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
-        from .._bridge._restore import LeafRef
-
         # A restore (LeafRef arrays) reads arrays only, whatever the era; a written state must be 0.14's.
         if self.era != "0.14" and not isinstance(m.weight, LeafRef):
             raise UnsupportedError(layernorm_0_15_message(), path=path)
@@ -735,16 +696,10 @@ class _Reader:
 
 
 def _is_restoring(leaf: Any) -> bool:
-    from .._bridge._restore import LeafRef
-
     return isinstance(leaf, LeafRef)
 
 
 def _leaves(tree: Any) -> list[Any]:
-    import jax
-
-    from .._bridge._restore import LeafRef
-
     return jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, LeafRef))
 
 
@@ -763,8 +718,6 @@ def layernorm_0_14_message() -> str:
 
 def _debias(mean: Any, var: Any, counter: Any, momentum: float) -> tuple[Any, Any]:
     """Equinox ``mode="batch"`` keeps zero-debiased running stats: μ = hidden / (1 − momentum^counter)."""
-    from .._bridge._restore import LeafRef
-
     if isinstance(mean, LeafRef):
         return mean, var  # restoring: counter is reset to 0, so the stats are stored as they are
     n = int(np.asarray(counter))
@@ -772,36 +725,6 @@ def _debias(mean: Any, var: Any, counter: Any, momentum: float) -> tuple[Any, An
         return mean, var
     scale = 1.0 - momentum**n
     return np.asarray(mean) / scale, np.asarray(var) / scale
-
-
-def conv_weight_perm(kind: str, args: dict[str, Any]) -> Perm:
-    """Julia kernel -> Equinox ``weight`` for Conv/DepthwiseConv (flip), CrossCor, ConvTranspose (no flip)."""
-    n = len(args["kernel"])
-    if kind == "CrossCor":
-        return REV
-    if kind != "ConvTranspose":
-        return Compose(REV, spatial_flip(n, 2))  # true convolution -> cross-correlation
-    # Julia (k…, Cout÷G, Cin) -> rev (Cin, Cout÷G, k_rev…) -> (G, Cin÷G, Cout÷G, k…) -> (G, Cout÷G, Cin÷G, k…)
-    g, cin, cout = int(args["groups"]), int(args["in"]), int(args["out"])
-    k = tuple(args["kernel"])[::-1]
-    rev_shape = (cin, cout // g, *k)
-    split = (g, cin // g, cout // g, *k)
-    swapped = (0, 2, 1, *range(3, 3 + n))
-    return Compose(
-        REV,
-        Reshape(rev_shape, split),
-        Transpose(swapped),
-        Reshape((g, cout // g, cin // g, *k), (cout, cin // g, *k)),
-    )
-
-
-def check_julia_names(layer: Layer) -> None:
-    """Every activation and Chain function must have an NNlib name to be written as Julia."""
-    for sub in layer.walk():
-        if sub.kind == "function" and sub.arg("name") is None:
-            raise ConversionError(f"function {sub.arg('fn')!r} has no Flux (NNlib) name")
-        if sub.arg("σ") == "<unknown>":
-            raise ConversionError(f"activation {sub.arg('fn')!r} has no Flux (NNlib) name")
 
 
 def equinox_loaded() -> bool:

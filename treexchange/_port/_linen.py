@@ -18,9 +18,13 @@ compose ``nn.Sequential`` of Flax layers and the modules of :mod:`._linen_layers
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
+
+import jax
+import jax.numpy as jnp
 
 from .._errors import PathSegment, UnsupportedError
 from ._activations import function_of
@@ -70,9 +74,6 @@ class _Built:
 
 
 def _shape(*shape: int) -> Any:
-    import jax
-    import jax.numpy as jnp
-
     return jax.ShapeDtypeStruct(tuple(int(n) for n in shape), jnp.float32)
 
 
@@ -88,7 +89,7 @@ def _build(layer: Layer, era: str) -> list[_Built]:
 
 
 def _one(layer: Layer, era: str) -> tuple[Any, Vars, Vars]:
-    from . import _linen_layers as LL
+    from . import _linen_layers as LL  # _linen_layers imports flax (optional)
 
     built = _build(layer, era)
     if len(built) == 1:
@@ -114,7 +115,7 @@ def _container(children: list[tuple[Any, Vars, Vars]]) -> tuple[list[Any], Vars,
 
 
 def _build_chain(layer: Layer, era: str) -> _Built:
-    from flax import linen as nn
+    from flax import linen as nn  # flax is optional (and _linen_layers imports it)
 
     from . import _linen_layers as LL
 
@@ -127,7 +128,7 @@ def _build_chain(layer: Layer, era: str) -> _Built:
 
 
 def _build_dense(layer: Layer, era: str) -> _Built:
-    from flax import linen as nn
+    from flax import linen as nn  # flax is optional
 
     a = layer.args
     params = {"kernel": _shape(a["in"], a["out"])}
@@ -137,7 +138,7 @@ def _build_dense(layer: Layer, era: str) -> _Built:
 
 
 def _build_conv(layer: Layer, era: str) -> _Built:
-    from flax import linen as nn
+    from flax import linen as nn  # flax is optional (and _linen_layers imports it)
 
     from . import _linen_layers as LL
 
@@ -160,7 +161,7 @@ def _build_conv(layer: Layer, era: str) -> _Built:
 
 
 def _build_pool(layer: Layer, era: str) -> _Built:
-    from . import _linen_layers as LL
+    from . import _linen_layers as LL  # _linen_layers imports flax (optional)
 
     a = layer.args
     cls = LL.MaxPool if layer.kind == "MaxPool" else LL.MeanPool
@@ -172,7 +173,7 @@ def _affine(a: Mapping[str, Any], size: int) -> Vars:
 
 
 def _build_norm(layer: Layer, era: str) -> _Built:
-    from flax import linen as nn
+    from flax import linen as nn  # flax is optional (and _linen_layers imports it)
 
     from . import _linen_layers as LL
 
@@ -200,7 +201,7 @@ def _build_norm(layer: Layer, era: str) -> _Built:
 
 
 def _build_layernorm(layer: Layer, era: str) -> _Built:
-    from . import _linen_layers as LL
+    from . import _linen_layers as LL  # _linen_layers imports flax (optional)
 
     a = layer.args
     if len(a["size"]) != 1:
@@ -211,7 +212,7 @@ def _build_layernorm(layer: Layer, era: str) -> _Built:
 
 
 def _build_other(layer: Layer, era: str) -> _Built:
-    from flax import linen as nn
+    from flax import linen as nn  # flax is optional (and _linen_layers imports it)
 
     from . import _linen_layers as LL
 
@@ -255,7 +256,7 @@ def _build_other(layer: Layer, era: str) -> _Built:
 
 
 def _build_recurrent(layer: Layer, era: str) -> _Built:
-    from . import _linen_layers as LL
+    from . import _linen_layers as LL  # _linen_layers imports flax (optional)
 
     kind, n_in, hidden = layer.kind, int(layer.args["in"]), int(layer.args["out"])
     gates = RECURRENT_GATES[kind]
@@ -272,7 +273,7 @@ def _build_recurrent(layer: Layer, era: str) -> _Built:
 def _build_attention(layer: Layer, era: str) -> _Built:
     """Flux's MultiHeadAttention as ``nn.MultiHeadDotProductAttention``: one size for q, k and v
     (``qk_dim == v_dim``); keys and values may come in with different sizes."""
-    from flax import linen as nn
+    from flax import linen as nn  # flax is optional
 
     a = layer.args
     if a["qk_dim"] != a["v_dim"]:
@@ -327,8 +328,6 @@ _BUILDERS: dict[str, Any] = {
 
 def is_linen_model(model: Any) -> bool:
     """``(linen module, variables)``: the pair that stands for a Flax linen model."""
-    import sys
-
     linen = sys.modules.get("flax.linen")
     return (
         linen is not None
@@ -366,7 +365,7 @@ class _Scoped:
 
     def child(self, item: Any, scope: str) -> Any:
         """A child entry: a module with its scope's variables, or a plain function as it is."""
-        from flax import linen as nn
+        from flax import linen as nn  # flax is optional
 
         if not isinstance(item, nn.Module):
             return item
@@ -400,7 +399,7 @@ class _LinenReader(_Reader):
     flatten_hint = "treexchange._port._linen_layers.Flatten"
 
     def own_entry(self, item: Any) -> bool:
-        from . import _linen_layers as LL
+        from . import _linen_layers as LL  # _linen_layers imports flax (optional)
 
         return isinstance(item, _Scoped) and isinstance(item.module, LL.Function)
 
@@ -412,7 +411,7 @@ class _LinenReader(_Reader):
         return port
 
     def linen(self, s: _Scoped, path: Path) -> Port:
-        from flax import linen as nn
+        from flax import linen as nn  # flax is optional (and _linen_layers imports it)
 
         from . import _linen_layers as LL
 
@@ -497,7 +496,7 @@ class _LinenReader(_Reader):
         )
 
     def conv_module(self, s: _Scoped, path: Path) -> Port:
-        from flax import linen as nn
+        from flax import linen as nn  # flax is optional (and _linen_layers imports it)
 
         from . import _linen_layers as LL
 
@@ -519,7 +518,7 @@ class _LinenReader(_Reader):
         return self.conv(view, path, kind)
 
     def norm(self, s: _Scoped, path: Path) -> Port:
-        from flax import linen as nn
+        from flax import linen as nn  # flax is optional
 
         m = s.module
         if isinstance(m, nn.LayerNorm) and (m.reduction_axes != -1 or m.feature_axes != -1):
@@ -561,7 +560,7 @@ class _LinenReader(_Reader):
         return self.layernorm(view, path)
 
     def attention_module(self, s: _Scoped, path: Path) -> Port:
-        from flax import linen as nn
+        from flax import linen as nn  # flax is optional
 
         m = s.module
         if m.attention_fn is not nn.dot_product_attention:

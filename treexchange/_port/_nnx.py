@@ -27,12 +27,15 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import jax
+import jax.numpy as jnp
+
 from .._errors import PathSegment, UnsupportedError
 from ._activations import ELEMENTWISE, function_of, name_of
 from ._eqx import ACTIVATED, chain_port, layernorm_0_14_message, layernorm_eps
 from ._perm import SAME, Compose, Perm, Reshape, Transpose, spatial_flip
 from ._rules import RECURRENT_GATES, same_padding, with_defaults
-from ._spec import DEFAULT_FLUX_ERA, Layer
+from ._spec import CONTAINERS, DEFAULT_FLUX_ERA, Layer
 from ._state import Port
 
 Path = tuple[PathSegment, ...]
@@ -68,7 +71,7 @@ def _build(layer: Layer, rngs: Any, era: str) -> list[Any]:
 
 
 def _one(layer: Layer, rngs: Any, era: str) -> Any:
-    from . import _nnx_layers as NL
+    from . import _nnx_layers as NL  # _nnx_layers imports flax (optional)
 
     modules = _build(layer, rngs, era)
     return modules[0] if len(modules) == 1 else NL.Activated(modules[0], str(layer.args["σ"]))
@@ -84,7 +87,7 @@ def _padding(pad: tuple[int, ...]) -> list[tuple[int, int]]:
 
 
 def _build_chain(layer: Layer, rngs: Any, era: str) -> Any:
-    from flax import nnx
+    from flax import nnx  # flax is optional (and _nnx_layers imports it)
 
     from . import _nnx_layers as NL
 
@@ -97,7 +100,7 @@ def _build_chain(layer: Layer, rngs: Any, era: str) -> Any:
 
 
 def _build_dense(layer: Layer, rngs: Any, era: str) -> Any:
-    from flax import nnx
+    from flax import nnx  # flax is optional
 
     a = layer.args
     return nnx.Linear(a["in"], a["out"], use_bias=a["bias"], rngs=rngs)
@@ -115,7 +118,7 @@ def transpose_padding(a: Mapping[str, Any]) -> list[tuple[int, int]]:
 
 
 def _build_conv(layer: Layer, rngs: Any, era: str) -> Any:
-    from flax import nnx
+    from flax import nnx  # flax is optional (and _nnx_layers imports it)
 
     from . import _nnx_layers as NL
 
@@ -139,7 +142,7 @@ def _build_conv(layer: Layer, rngs: Any, era: str) -> Any:
 
 
 def _build_pool(layer: Layer, rngs: Any, era: str) -> Any:
-    from . import _nnx_layers as NL
+    from . import _nnx_layers as NL  # _nnx_layers imports flax (optional)
 
     a = layer.args
     cls = NL.MaxPool if layer.kind == "MaxPool" else NL.MeanPool
@@ -147,7 +150,7 @@ def _build_pool(layer: Layer, rngs: Any, era: str) -> Any:
 
 
 def _build_norm(layer: Layer, rngs: Any, era: str) -> Any:
-    from flax import nnx
+    from flax import nnx  # flax is optional
 
     a = layer.args
     affine = dict(use_bias=a["affine"], use_scale=a["affine"])
@@ -170,7 +173,7 @@ def _build_norm(layer: Layer, rngs: Any, era: str) -> Any:
 
 
 def _build_layernorm(layer: Layer, rngs: Any, era: str) -> Any:
-    from flax import nnx
+    from flax import nnx  # flax is optional
 
     a = layer.args
     if len(a["size"]) != 1:
@@ -185,9 +188,7 @@ def _build_layernorm(layer: Layer, rngs: Any, era: str) -> Any:
 
 
 def _build_bilinear(layer: Layer, rngs: Any, era: str) -> Any:
-    import jax
-
-    from . import _nnx_layers as NL
+    from . import _nnx_layers as NL  # _nnx_layers imports flax (optional)
 
     a = layer.args
     in1, in2 = a["in"]
@@ -200,7 +201,7 @@ def _build_bilinear(layer: Layer, rngs: Any, era: str) -> Any:
 
 
 def _build_other(layer: Layer, rngs: Any, era: str) -> Any:
-    from flax import nnx
+    from flax import nnx  # flax is optional (and _nnx_layers imports it)
 
     from . import _nnx_layers as NL
 
@@ -236,10 +237,7 @@ def _build_other(layer: Layer, rngs: Any, era: str) -> Any:
 def _build_recurrent(layer: Layer, rngs: Any, era: str) -> Any:
     """Flux's RNN/LSTM/GRU/GRUv3 as :class:`~._nnx_layers.Recurrence` (Flux's init: Glorot-uniform
     matrices, zero bias; the values are replaced by a restore anyway)."""
-    import jax
-    import jax.numpy as jnp
-
-    from . import _nnx_layers as NL
+    from . import _nnx_layers as NL  # _nnx_layers imports flax (optional)
 
     kind, n_in, hidden = layer.kind, int(layer.args["in"]), int(layer.args["out"])
     gates = RECURRENT_GATES[kind]
@@ -255,7 +253,7 @@ def _build_recurrent(layer: Layer, rngs: Any, era: str) -> Any:
 def _build_attention(layer: Layer, rngs: Any, era: str) -> Any:
     """Flux's MultiHeadAttention as ``nnx.MultiHeadAttention``, which has one input size for keys and
     values and one size for q, k and v (Equinox's has all of Flux's sizes)."""
-    from flax import nnx
+    from flax import nnx  # flax is optional
 
     a = layer.args
     if a["k_in"] != a["v_in"] or a["qk_dim"] != a["v_dim"]:
@@ -343,7 +341,7 @@ class _Reader:
     flatten_hint = "treexchange._port._nnx_layers.Flatten"
 
     def read(self, m: Any, path: Path) -> Port:
-        from flax import nnx
+        from flax import nnx  # flax is optional
 
         if isinstance(m, nnx.Linear):
             port = self.linear(m)
@@ -353,7 +351,7 @@ class _Reader:
         return port
 
     def read_module(self, m: Any, path: Path) -> Port:
-        from flax import nnx
+        from flax import nnx  # flax is optional (and _nnx_layers imports it)
 
         from . import _nnx_layers as NL
 
@@ -438,7 +436,7 @@ class _Reader:
 
     def own_entry(self, item: Any) -> bool:
         """Whether a Chain item is the author's own Function entry (never folded into the layer before)."""
-        from . import _nnx_layers as NL
+        from . import _nnx_layers as NL  # _nnx_layers imports flax (optional)
 
         return isinstance(item, NL.Function)
 
@@ -446,8 +444,6 @@ class _Reader:
         """Follow, in call order, whether the data is conv output, so that a Linear fed by an unknown
         function of it (most likely a channels-last ``reshape``, whose order is not Flux's) is refused
         instead of ported into a model that computes something else."""
-        from ._spec import CONTAINERS
-
         kind = port.layer.kind
         if kind in CONTAINERS:  # its children were tracked as they were read
             return
@@ -478,7 +474,7 @@ class _Reader:
 
     def conv(self, m: Any, path: Path, kind: str | None = None) -> Port:
         """A Conv/CrossCor/ConvTranspose; ``kind`` given for a module that is not nnx's (linen)."""
-        from flax import nnx
+        from flax import nnx  # flax is optional (and _nnx_layers imports it)
 
         from . import _nnx_layers as NL
 
@@ -531,7 +527,7 @@ class _Reader:
         return Port(with_defaults(Layer(kind, args)), arrays)
 
     def partial_pool(self, m: Any, path: Path) -> Port:
-        from flax import nnx
+        from flax import nnx  # flax is optional
 
         kw = dict(m.keywords)
         window = tuple(kw.get("window_shape", m.args[0] if m.args else ()))
@@ -563,7 +559,7 @@ class _Reader:
         return port
 
     def groupnorm(self, m: Any, path: Path, instance: bool | None = None) -> Port:
-        from flax import nnx
+        from flax import nnx  # flax is optional
 
         if instance is None:
             instance = isinstance(m, nnx.InstanceNorm)
