@@ -3,6 +3,7 @@
 The public API is exactly the names re-exported here.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._bridge import (
@@ -98,8 +99,6 @@ _LAZY_NAMES = {
 def __getattr__(name: str) -> Any:
     module_name = _LAZY_NAMES.get(name)
     if module_name is not None:
-        import importlib
-
         value = getattr(importlib.import_module(module_name, __name__), name)
         globals()[name] = value
         return value

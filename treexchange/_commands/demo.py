@@ -20,6 +20,8 @@ import os
 import sys
 from typing import Any, TextIO
 
+import numpy as np
+
 from .._file import load
 from .._inspect import select, text_lines
 from .._port._flux import flux_julia, flux_state
@@ -74,7 +76,6 @@ def demo(path: str, *, seed: int = 0, stream: TextIO, shared: str | None = None)
     """Run the demo, writing ``path``; returns the exit code (0: everything checked out)."""
     import jax  # jax and pydantic: imported when the demo runs, not by every command
     import jax.numpy as jnp
-    import numpy as np
 
     from .._schema import infer_schema, validate
 

@@ -369,7 +369,7 @@ class SafetensorsSource:
     def _scan(self, file: Path) -> dict[str, str]:
         """Check ``file`` with the safetensors package and list its tensors."""
         try:
-            from safetensors import safe_open
+            from safetensors import safe_open  # safetensors is optional
         except ImportError as err:  # pragma: no cover - the extra is installed in CI
             raise UnsupportedError(
                 "reading safetensors files needs the 'safetensors' package "

@@ -51,9 +51,11 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
 from .._errors import ConversionError, Mismatch, MismatchError, PathSegment, UnsupportedError, format_path
+from .._port._arch import parse_architecture
 from .._port._perm import REV, SAME, Perm, Transpose, conv_weight_perm
 from .._port._rules import RECURRENT_GATES, RULES, Arr, _NamedFields, with_defaults
 from .._port._spec import DEFAULT_FLUX_ERA, Layer
@@ -317,8 +319,6 @@ def _numpy(tensor: Any) -> np.ndarray:
     if detach is not None:  # a torch.Tensor: bfloat16 has no numpy dtype in torch, go through float32
         t = detach().cpu()
         if str(t.dtype) == "torch.bfloat16":
-            import ml_dtypes
-
             return np.asarray(t.float().numpy()).astype(ml_dtypes.bfloat16)
         return np.asarray(t.numpy())
     return np.asarray(tensor)
@@ -431,8 +431,6 @@ def _shape(tensor: Any) -> tuple[int, ...]:
 def as_layer(architecture: str | Layer) -> Layer:
     """The Layer tree of an architecture text (parsed, never evaluated) or a Layer, defaults filled."""
     if not isinstance(architecture, Layer):
-        from .._port._arch import parse_architecture
-
         architecture = parse_architecture(architecture)
     _refuse_no_equivalent(architecture, ("model_state",))
     return with_defaults(architecture)
@@ -644,7 +642,7 @@ def load_into_module(
         >>> model[0].weight[2].tolist(), model[0].bias.tolist()
         ([4.0, 5.0], [1.0, 1.0, 1.0])
     """
-    import torch
+    import torch  # torch is optional
 
     names = module.state_dict()
     tensors = flux_to_state_dict(state, module if architecture is None else architecture, names=names)
@@ -687,7 +685,7 @@ def layer_of_module(module: Any) -> Layer:
 
 
 def _sequential(module: Any) -> Iterator[Layer]:
-    import torch.nn as nn
+    import torch.nn as nn  # torch is optional
 
     items = list(module.children()) if isinstance(module, nn.Sequential) else [module]
     pending: Layer | None = None
@@ -709,7 +707,7 @@ def _sequential(module: Any) -> Iterator[Layer]:
 
 
 def _one(sub: Any) -> Layer:
-    import torch.nn as nn
+    import torch.nn as nn  # torch is optional
 
     name = type(sub).__name__
     if isinstance(sub, nn.Sequential):

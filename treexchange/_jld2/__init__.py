@@ -16,6 +16,7 @@ of :mod:`treexchange._values` and back, byte for byte as JLD2.jl 0.6 writes (for
 ``_writer_types``      the Julia types the writer reasons with (``JT``, ``TypeFactory.of_value``)
 ``_writer_arrays``     array payloads: column-major bytes in bounded pieces, compressed chunks
 ``_writer_sink``       random-access output, header checksums in bulk
+``_writefile``         ``write_jld2``: the one write loop (``save``, ``convert``, other formats' import)
 ``_encode_hdf5``       byte encoders of the HDF5 structures JLD2.jl writes
 =====================  =========================================================================
 

@@ -22,7 +22,7 @@ ALIASES = {"σ": "sigmoid", "logσ": "logsigmoid", "hardσ": "hardsigmoid", "lea
 
 def table() -> list[tuple[Callable[..., Any], str]]:
     """(JAX function, NNlib name) pairs, first match wins when reading a model."""
-    import jax
+    import jax  # jax is costly to import: loaded on first use
     import jax.numpy as jnp
 
     nn = jax.nn

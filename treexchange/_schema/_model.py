@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from .._gc import gc_paused
 from .._limits import DEFAULT_LIMITS, Limits
+from ._pretty import pretty_json
 
 SCHEMA_VERSION = "1.0"
 """The schema document version this treexchange writes (and reads natively)."""
@@ -367,8 +368,6 @@ class Schema(_Base):
         with gc_paused():
             if indent is None:
                 return self.model_dump_json(exclude_none=True)
-            from ._pretty import pretty_json
-
             return pretty_json(self.to_dict(), indent=indent)
 
     def to_dict(self) -> dict[str, Any]:
