@@ -23,7 +23,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from .._file import load
-from .._inspect import select, text_lines
+from .._inspect import text_lines
 from .._port._flux import flux_julia, flux_state
 from .._reader import open as open_file
 from .._save import save
@@ -111,7 +111,7 @@ def demo(path: str, *, seed: int = 0, stream: TextIO, shared: str | None = None)
     say("")
     say(f"$ treexchange inspect {path}")
     with open_file(path) as f:
-        for line in text_lines(select(f, None)):
+        for line in text_lines(f):
             say(line)
 
     say("")
