@@ -54,7 +54,15 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from .._errors import ConversionError, Mismatch, MismatchError, PathSegment, UnsupportedError, format_path
+from .._errors import (
+    ConversionError,
+    Mismatch,
+    MismatchError,
+    PathSegment,
+    TreePath,
+    UnsupportedError,
+    format_path,
+)
 from .._port._arch import parse_architecture
 from .._port._perm import REV, SAME, Perm, Transpose, conv_weight_perm
 from .._port._rules import RECURRENT_GATES, RULES, Arr, _NamedFields, with_defaults
@@ -224,9 +232,7 @@ def _attention_params(layer: Layer) -> list[TorchParam]:
     return out
 
 
-def _fold_bias_hh(
-    layer: Layer, b: np.ndarray, bias_hh: np.ndarray, where: tuple[PathSegment, ...]
-) -> np.ndarray:
+def _fold_bias_hh(layer: Layer, b: np.ndarray, bias_hh: np.ndarray, where: TreePath) -> np.ndarray:
     """Flux's one bias from torch's two. RNN/LSTM: ``b = bias_ih + bias_hh`` (torch adds both to the
     same pre-activation). GRU: the r and z blocks add the same way; the n block of ``bias_hh`` sits
     inside torch's reset product, where Flux's GRU has none, so it must be zero. A zero ``bias_hh`` (what
@@ -263,15 +269,15 @@ class _Site:
     """A Flux layer with arrays, and where its state sits in ``Flux.state``."""
 
     layer: Layer
-    path: tuple[PathSegment, ...]
+    path: TreePath
 
 
-def array_layers(layer: Layer, root: tuple[PathSegment, ...] = ("model_state",)) -> list[_Site]:
+def array_layers(layer: Layer, root: TreePath = ("model_state",)) -> list[_Site]:
     """The layers with arrays in PyTorch's registration order (Flux's order, but a ``Parallel``'s
     branches reversed), each with the path of its state in ``Flux.state`` (1-based)."""
     out: list[_Site] = []
 
-    def walk(node: Layer, path: tuple[PathSegment, ...]) -> None:
+    def walk(node: Layer, path: TreePath) -> None:
         if node.kind in TORCH_MODULES:
             if torch_params(node):  # an InstanceNorm without affine/stats holds no tensor in torch either
                 out.append(_Site(node, path))
@@ -340,7 +346,7 @@ def _pair(
     layer: Layer,
     state_dict: Mapping[str, Any],
     kinds: Mapping[str, str] | None,
-    root: tuple[PathSegment, ...],
+    root: TreePath,
 ) -> list[tuple[_Site, str, dict[str, Any]]]:
     """Flux layers with arrays paired with tensor groups; every problem raised at once."""
     sites = array_layers(layer, root)
@@ -436,7 +442,7 @@ def as_layer(architecture: str | Layer) -> Layer:
     return with_defaults(architecture)
 
 
-def _refuse_no_equivalent(layer: Layer, path: tuple[PathSegment, ...]) -> None:
+def _refuse_no_equivalent(layer: Layer, path: TreePath) -> None:
     """:class:`UnsupportedError` at the first layer PyTorch cannot compute (before any rule lookup)."""
     if layer.kind in NO_TORCH_EQUIVALENT:
         raise UnsupportedError(f"no PyTorch equivalent: {NO_TORCH_EQUIVALENT[layer.kind]}", path=path)
@@ -453,7 +459,7 @@ def state_dict_to_flux(
     *,
     flux: str = DEFAULT_FLUX_ERA,
     module: Any = None,
-    root: tuple[PathSegment, ...] = ("model_state",),
+    root: TreePath = ("model_state",),
 ) -> Any:
     """``Flux.state`` of the Flux model ``architecture`` with the tensors of a PyTorch ``state_dict``.
 
@@ -520,7 +526,7 @@ def flux_to_state_dict(
     architecture: str | Layer | Any,
     *,
     names: Mapping[str, Any] | None = None,
-    root: tuple[PathSegment, ...] = ("model_state",),
+    root: TreePath = ("model_state",),
 ) -> dict[str, np.ndarray]:
     """The PyTorch tensors (numpy arrays) of a ``Flux.state`` value tree, keyed like ``names``
     (a template ``state_dict``, e.g. ``module.state_dict()``); without ``names``, keys follow
@@ -582,7 +588,7 @@ def flux_to_state_dict(
     return out
 
 
-def _at(state: Any, path: tuple[PathSegment, ...]) -> Any:
+def _at(state: Any, path: TreePath) -> Any:
     node = state
     for seg in path:
         try:

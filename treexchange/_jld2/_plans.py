@@ -44,7 +44,6 @@ from .._values import (
 )
 from ._layout import FieldLayout, StructLayout
 
-Path = TreePath  # the name _nodes imports; the one tree-path type is _errors.TreePath
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 

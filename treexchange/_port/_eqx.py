@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._bridge._restore import LeafRef
-from .._errors import PathSegment, UnsupportedError
+from .._errors import PathSegment, TreePath, UnsupportedError
 from . import _eqx_layers as L
 from ._activations import ELEMENTWISE, function_of, name_of
 from ._perm import REV, SAME, Perm, Reshape, Transpose, conv_weight_perm
@@ -51,8 +51,8 @@ ACTIVATED = frozenset(
 
 def chain_port(
     items: list[Any],
-    path: tuple[PathSegment, ...],
-    read: Callable[[Any, tuple[PathSegment, ...]], Port],
+    path: TreePath,
+    read: Callable[[Any, TreePath], Port],
     own_entry: Callable[[Any], bool],
     keys: Sequence[PathSegment] | None = None,
 ) -> Port:
@@ -145,7 +145,7 @@ def _padding(pad: tuple[int, ...]) -> list[tuple[int, int]]:
     return [(int(pad[2 * k]), int(pad[2 * k + 1])) for k in reversed(range(n))]
 
 
-def _same(m: Any, transpose: bool, path: tuple[PathSegment, ...]) -> Any:
+def _same(m: Any, transpose: bool, path: TreePath) -> Any:
     """An Equinox conv's padding, with ``"SAME"`` of a stride-1 conv made explicit (``same_padding``)."""
     padding = m.padding
     if isinstance(padding, str) and padding.upper() in ("SAME", "SAME_LOWER") and not transpose:
@@ -153,7 +153,7 @@ def _same(m: Any, transpose: bool, path: tuple[PathSegment, ...]) -> Any:
     return padding
 
 
-def _julia_pad(padding: Any, path: tuple[PathSegment, ...]) -> tuple[int, ...]:
+def _julia_pad(padding: Any, path: TreePath) -> tuple[int, ...]:
     if isinstance(padding, str):
         raise UnsupportedError(
             f"padding={padding!r}: Flux needs explicit padding (SamePad differs)", path=path
@@ -389,7 +389,7 @@ class _Reader:
         self.state = state
         self.era = era
 
-    def read(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+    def read(self, m: Any, path: TreePath) -> Port:
         nn = eqx.nn
         if isinstance(m, nn.Sequential):
             return self.chain(list(m.layers), (*path, "layers"))
@@ -477,10 +477,10 @@ class _Reader:
         raise UnsupportedError(f"no Flux layer for {type(m).__name__}", path=path)
 
     # --- containers --------------------------------------------------------------------------------
-    def chain(self, items: list[Any], path: tuple[PathSegment, ...]) -> Port:
+    def chain(self, items: list[Any], path: TreePath) -> Port:
         return chain_port(items, path, self.read, lambda item: isinstance(item, L.Function))
 
-    def mlp(self, mlp: Any, path: tuple[PathSegment, ...]) -> Port:
+    def mlp(self, mlp: Any, path: TreePath) -> Port:
         if getattr(mlp, "scan", False):
             raise UnsupportedError(
                 "eqx.nn.MLP(scan=True) stacks its hidden layers; use scan=False", path=path
@@ -496,13 +496,13 @@ class _Reader:
             ports.append(port)
         return Port(Layer("Chain", {}, tuple(p.layer for p in ports)), children=tuple(ports))
 
-    def function(self, fn: Any, path: tuple[PathSegment, ...]) -> Port:
+    def function(self, fn: Any, path: TreePath) -> Port:
         if fn is jnp.ravel:  # eqx.nn.Lambda(jnp.ravel) on one sample is Flux's flatten (§1.4)
             return Port(Layer("flatten"))
         return Port(Layer("function", {"name": name_of(fn), "fn": fn}))
 
     # --- layers ------------------------------------------------------------------------------------
-    def linear(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+    def linear(self, m: Any, path: TreePath) -> Port:
         if len(m.weight.shape) != 2:
             raise UnsupportedError(
                 f"Linear weight of shape {tuple(m.weight.shape)} is not a matrix", path=path
@@ -518,7 +518,7 @@ class _Reader:
         layer = Layer("Dense", {"in": int(inp), "out": int(out), "bias": bool(m.use_bias), "σ": "identity"})
         return Port(layer, arrays)
 
-    def attention(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+    def attention(self, m: Any, path: TreePath) -> Port:
         """Same matrices (Flux's heads own contiguous row blocks, as Equinox's), any sizes; one bias flag."""
         projections = {
             "q_proj": m.query_proj,
@@ -544,7 +544,7 @@ class _Reader:
         }  # fmt: skip
         return Port(with_defaults(Layer("MultiHeadAttention", args)), arrays)
 
-    def recurrent_cell(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+    def recurrent_cell(self, m: Any, path: TreePath) -> Port:
         """A recurrent cell as Flux's layer: same matrices (Flux's gate order is Equinox's), no state0.
 
         ``eqx.nn.GRUCell.bias_n`` (inside ``r``) has no Flux counterpart: it must be zero to port, and a
@@ -578,7 +578,7 @@ class _Reader:
             args["σ"] = name_of(m.activation)
         return Port(with_defaults(Layer(kind, args)), arrays, fixed=fixed)
 
-    def conv(self, m: Any, kind: str, path: tuple[PathSegment, ...]) -> Port:
+    def conv(self, m: Any, kind: str, path: TreePath) -> Port:
         transpose = isinstance(m, eqx.nn.ConvTranspose)
         if transpose:
             kind = "ConvTranspose"
@@ -605,7 +605,7 @@ class _Reader:
             arrays["bias"] = (m.bias, Reshape((args["out"],), (args["out"],) + (1,) * n))
         return Port(with_defaults(Layer(kind, args)), arrays)
 
-    def pool(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+    def pool(self, m: Any, path: TreePath) -> Port:
         nn = eqx.nn
         if isinstance(m, (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)):
             kind = "MaxPool"
@@ -618,7 +618,7 @@ class _Reader:
         args = {"k": _rev(m.kernel_size), "stride": _rev(m.stride), "pad": _julia_pad(m.padding, path)}
         return Port(Layer(kind, args))
 
-    def batchnorm(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+    def batchnorm(self, m: Any, path: TreePath) -> Port:
         if self.state is None:
             raise UnsupportedError(
                 "eqx.nn.BatchNorm keeps its running statistics in an eqx.nn.State: pass (model, state)",
@@ -650,7 +650,7 @@ class _Reader:
         port.arrays.update({"μ": (mean, SAME), "σ²": (var, SAME)})
         return port
 
-    def groupnorm(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+    def groupnorm(self, m: Any, path: TreePath) -> Port:
         instance = isinstance(m, L.InstanceNorm)
         norm = m.norm if instance else m
         if norm.channels is None:
@@ -668,7 +668,7 @@ class _Reader:
             port.arrays.update({"γ": (norm.weight, SAME), "β": (norm.bias, SAME)})
         return port
 
-    def layernorm(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+    def layernorm(self, m: Any, path: TreePath) -> Port:
         affine = bool(m.use_weight)
         if affine != bool(m.use_bias):
             raise UnsupportedError("Flux LayerNorm has both scale and bias or neither", path=path)
@@ -680,7 +680,7 @@ class _Reader:
             port.arrays.update({"scale": (m.weight, REV), "bias": (m.bias, REV)})
         return port
 
-    def layernorm_std_eps(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+    def layernorm_std_eps(self, m: Any, path: TreePath) -> Port:
         # A restore (LeafRef arrays) reads arrays only, whatever the era; a written state must be 0.14's.
         if self.era != "0.14" and not isinstance(m.weight, LeafRef):
             raise UnsupportedError(layernorm_0_15_message(), path=path)

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from treexchange._errors import ConversionError, PathSegment, UnsupportedError
+from treexchange._errors import ConversionError, PathSegment, TreePath, UnsupportedError
 from treexchange._port import load_state
 from treexchange._port._arch import parse_architecture
 from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
@@ -26,8 +26,6 @@ from treexchange._port._state import check_era
 from treexchange._port._wholemodel import from_whole_model
 from treexchange._reader import has_embedded_schema, open as open_file, read_entry
 from treexchange._values import JuliaStruct
-
-Path = tuple[PathSegment, ...]
 
 _GATES = {"RNN": 1, "LSTM": 4, "GRU": 3, "GRUv3": 3}
 
@@ -84,7 +82,7 @@ def _fmt(shape: Sequence[int]) -> str:
 
 
 def _expect(
-    state: Any, key: str, shape: tuple[int, ...], path: Path, layer: Layer, *, optional: bool = False
+    state: Any, key: str, shape: tuple[int, ...], path: TreePath, layer: Layer, *, optional: bool = False
 ) -> None:
     value = _field(state, key)
     got = _shape(value)
@@ -101,7 +99,7 @@ def _expect(
         )
 
 
-def _children_states(layer: Layer, state: Any, path: Path) -> list[tuple[Any, Path]]:
+def _children_states(layer: Layer, state: Any, path: TreePath) -> list[tuple[Any, TreePath]]:
     inner = _field(state, "layers")
     base = (*path, "layers")
     n = len(layer.children)

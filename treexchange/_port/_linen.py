@@ -26,7 +26,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from .._errors import PathSegment, UnsupportedError
+from .._errors import PathSegment, TreePath, UnsupportedError
 from ._activations import function_of
 from ._eqx import ACTIVATED, layernorm_eps
 from ._nnx import _julia_pad, _padding, _Reader, _rev, transpose_padding
@@ -35,7 +35,6 @@ from ._rules import RECURRENT_GATES, with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
 from ._state import Port
 
-Path = tuple[PathSegment, ...]
 Vars = dict[str, Any]
 
 
@@ -371,7 +370,7 @@ class _Scoped:
             return item
         return _Scoped(item, self.params.get(scope, {}), self.stats.get(scope, {}))
 
-    def param(self, name: str, path: Path) -> Any:
+    def param(self, name: str, path: TreePath) -> Any:
         if name not in self.params:
             raise UnsupportedError(
                 f"{type(self.module).__name__} has no variable {name!r} here: pass the variables "
@@ -380,7 +379,7 @@ class _Scoped:
             )
         return self.params[name]
 
-    def stat(self, name: str, path: Path) -> Any:
+    def stat(self, name: str, path: TreePath) -> Any:
         if name not in self.stats:
             raise UnsupportedError(
                 f"{type(self.module).__name__} has no batch_stats {name!r}: pass the whole variables, "
@@ -403,14 +402,14 @@ class _LinenReader(_Reader):
 
         return isinstance(item, _Scoped) and isinstance(item.module, LL.Function)
 
-    def read(self, m: Any, path: Path) -> Port:
+    def read(self, m: Any, path: TreePath) -> Port:
         if not isinstance(m, _Scoped):  # a function in a Sequential (nn.relu, a partial pool)
             return super().read(m, path)
         port = self.linen(m, path)
         self.track(m, port, path)
         return port
 
-    def linen(self, s: _Scoped, path: Path) -> Port:
+    def linen(self, s: _Scoped, path: TreePath) -> Port:
         from flax import linen as nn  # flax is optional (and _linen_layers imports it)
 
         from . import _linen_layers as LL
@@ -495,7 +494,7 @@ class _LinenReader(_Reader):
             path=path,
         )
 
-    def conv_module(self, s: _Scoped, path: Path) -> Port:
+    def conv_module(self, s: _Scoped, path: TreePath) -> Port:
         from flax import linen as nn  # flax is optional (and _linen_layers imports it)
 
         from . import _linen_layers as LL
@@ -517,7 +516,7 @@ class _LinenReader(_Reader):
         )
         return self.conv(view, path, kind)
 
-    def norm(self, s: _Scoped, path: Path) -> Port:
+    def norm(self, s: _Scoped, path: TreePath) -> Port:
         from flax import linen as nn  # flax is optional
 
         m = s.module
@@ -559,7 +558,7 @@ class _LinenReader(_Reader):
             return self.groupnorm(view, path, instance=True)
         return self.layernorm(view, path)
 
-    def attention_module(self, s: _Scoped, path: Path) -> Port:
+    def attention_module(self, s: _Scoped, path: TreePath) -> Port:
         from flax import linen as nn  # flax is optional
 
         m = s.module

@@ -30,16 +30,13 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from .._errors import PathSegment, UnsupportedError
+from .._errors import PathSegment, TreePath, UnsupportedError
 from ._activations import ELEMENTWISE, function_of, name_of
 from ._eqx import ACTIVATED, chain_port, layernorm_0_14_message, layernorm_eps
 from ._perm import SAME, Compose, Perm, Reshape, Transpose, spatial_flip
 from ._rules import RECURRENT_GATES, same_padding, with_defaults
 from ._spec import CONTAINERS, DEFAULT_FLUX_ERA, Layer
 from ._state import Port
-
-Path = tuple[PathSegment, ...]
-
 
 # === building ======================================================================================
 
@@ -340,7 +337,7 @@ class _Reader:
 
     flatten_hint = "treexchange._port._nnx_layers.Flatten"
 
-    def read(self, m: Any, path: Path) -> Port:
+    def read(self, m: Any, path: TreePath) -> Port:
         from flax import nnx  # flax is optional
 
         if isinstance(m, nnx.Linear):
@@ -350,7 +347,7 @@ class _Reader:
         self.track(m, port, path)
         return port
 
-    def read_module(self, m: Any, path: Path) -> Port:
+    def read_module(self, m: Any, path: TreePath) -> Port:
         from flax import nnx  # flax is optional (and _nnx_layers imports it)
 
         from . import _nnx_layers as NL
@@ -430,7 +427,7 @@ class _Reader:
             return Port(Layer("function", {"name": name_of(m), "fn": m}))
         raise UnsupportedError(f"no Flux layer for {type(m).__name__}", path=path)
 
-    def chain(self, items: list[Any], path: Path, keys: list[PathSegment] | None = None) -> Port:
+    def chain(self, items: list[Any], path: TreePath, keys: list[PathSegment] | None = None) -> Port:
         """A Chain of ``items``; ``keys`` are their path segments (default ``1, 2, …`` as in Flux)."""
         return chain_port(items, path, self.read, self.own_entry, keys)
 
@@ -440,7 +437,7 @@ class _Reader:
 
         return isinstance(item, NL.Function)
 
-    def track(self, m: Any, port: Port, path: Path) -> None:
+    def track(self, m: Any, port: Port, path: TreePath) -> None:
         """Follow, in call order, whether the data is conv output, so that a Linear fed by an unknown
         function of it (most likely a channels-last ``reshape``, whose order is not Flux's) is refused
         instead of ported into a model that computes something else."""
@@ -472,7 +469,7 @@ class _Reader:
         layer = Layer("Dense", {"in": int(inp), "out": int(out), "bias": bool(m.use_bias), "σ": "identity"})
         return Port(layer, arrays)
 
-    def conv(self, m: Any, path: Path, kind: str | None = None) -> Port:
+    def conv(self, m: Any, path: TreePath, kind: str | None = None) -> Port:
         """A Conv/CrossCor/ConvTranspose; ``kind`` given for a module that is not nnx's (linen)."""
         from flax import nnx  # flax is optional (and _nnx_layers imports it)
 
@@ -526,7 +523,7 @@ class _Reader:
             arrays["bias"] = (_value(conv.bias), SAME)
         return Port(with_defaults(Layer(kind, args)), arrays)
 
-    def partial_pool(self, m: Any, path: Path) -> Port:
+    def partial_pool(self, m: Any, path: TreePath) -> Port:
         from flax import nnx  # flax is optional
 
         kw = dict(m.keywords)
@@ -541,7 +538,7 @@ class _Reader:
         kind = "MaxPool" if m.func is nnx.max_pool else "MeanPool"
         return Port(Layer(kind, {"k": _rev(window), "stride": _rev(strides), "pad": pad}))
 
-    def batchnorm(self, m: Any, path: Path) -> Port:
+    def batchnorm(self, m: Any, path: TreePath) -> Port:
         mean = _value(m.mean)
         args = {
             "channels": int(mean.shape[0]),
@@ -558,7 +555,7 @@ class _Reader:
         port.arrays.update({"μ": (mean, SAME), "σ²": (_value(m.var), SAME)})
         return port
 
-    def groupnorm(self, m: Any, path: Path, instance: bool | None = None) -> Port:
+    def groupnorm(self, m: Any, path: TreePath, instance: bool | None = None) -> Port:
         from flax import nnx  # flax is optional
 
         if instance is None:
@@ -597,7 +594,7 @@ class _Reader:
             arrays["Wh_h̃"] = (_value(m.weight_hh_candidate), SAME)
         return Port(with_defaults(Layer(m.kind, args)), arrays)
 
-    def attention(self, m: Any, path: Path) -> Port:
+    def attention(self, m: Any, path: TreePath) -> Port:
         """``nnx.MultiHeadAttention``: kernels ``(in, heads, head_dim)`` are Flux's ``W.T`` with its
         rows split into contiguous head blocks (as Flux splits them), ``out`` ``(heads, head_dim,
         out)`` likewise; biases reshaped the same way."""
@@ -630,7 +627,7 @@ class _Reader:
         }  # fmt: skip
         return Port(with_defaults(Layer("MultiHeadAttention", args)), arrays)
 
-    def layernorm(self, m: Any, path: Path) -> Port:
+    def layernorm(self, m: Any, path: TreePath) -> Port:
         if self.era == "0.14":
             raise UnsupportedError(layernorm_0_14_message(), path=path)
         if bool(m.use_scale) != bool(m.use_bias):
@@ -642,7 +639,7 @@ class _Reader:
         return port
 
 
-def _pairs(padding: Any, n: int, path: Path) -> list[tuple[int, int]]:
+def _pairs(padding: Any, n: int, path: TreePath) -> list[tuple[int, int]]:
     if isinstance(padding, str):
         if padding.upper() == "VALID":
             return [(0, 0)] * n
@@ -665,7 +662,7 @@ def _julia_pad(pairs: Any) -> tuple[int, ...]:
 
 
 def _transpose_pads(
-    padding: Any, args: dict[str, Any], path: Path
+    padding: Any, args: dict[str, Any], path: TreePath
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Inverse of :func:`transpose_padding`; a negative ``hi`` pad is read as output padding."""
     n = len(args["kernel"])

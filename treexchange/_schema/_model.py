@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from .._errors import TreePath
 from .._gc import gc_paused
 from .._limits import DEFAULT_LIMITS, Limits
 from ._pretty import pretty_json
@@ -375,7 +376,7 @@ class Schema(_Base):
         with gc_paused():
             return self.model_dump(mode="json", exclude_none=True)
 
-    def node_at(self, path: tuple[str | int, ...] | list[str | int]) -> Node:
+    def node_at(self, path: TreePath | list[str | int]) -> Node:
         """The node at ``path`` (inspect convention). KeyError when there is none.
 
         Example:
