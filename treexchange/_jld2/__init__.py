@@ -29,7 +29,7 @@ of its kind, each one function or one table:
 - ``Int128``/``UInt128``, ``BFloat16``: ``Int128Plan``, ``BFloat16Plan`` -> ``ArrayNode`` (dtype
   ``int128``/``bfloat16``) -> ``TypeFactory.int128``/``of_dtype``, ``_writer_arrays``
 - ``Char``, ``@enum``, other primitive bits: ``BitsPlan`` (a ``JuliaBits``) -> ``LeafNode``
-  (``treexchange._juliatype`` prints a Char ``'a'``) -> ``TypeFactory.bits``
+  (a ``JuliaBits`` Char prints itself ``'a'`` in type text) -> ``TypeFactory.bits``
 - ``String``, ``Symbol``: ``VlenStringPlan`` (``symbol=True``), ``FixedStringPlan`` -> ``LeafNode``
   -> ``TypeFactory.of_value``
 - ``Array{T,N}``: ``Reader`` datasets with an element plan (``ReferencePlan`` for references) ->
