@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     import flax.serialization
     import jax
 
-    from treexchange._bridge import flux_state
+    from treexchange import flux_state
     from treexchange._file import load
     from treexchange._save import save
 

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 import treexchange as tx
-from treexchange._inspect import json_lines, select, text_lines
+from treexchange._inspect import json_lines, text_lines
 from treexchange._save import convert
 
 
@@ -51,8 +51,7 @@ def _walk(node: Any) -> None:
 def _inspect(path: str, as_json: bool) -> None:
     """What ``treexchange inspect FILE [--json]`` does, with its exceptions left to propagate."""
     with tx.open(path) as f, contextlib.redirect_stdout(io.StringIO()) as out:
-        root = select(f, None)
-        for line in json_lines(root) if as_json else text_lines(root):
+        for line in json_lines(f) if as_json else text_lines(f):
             out.write(line + "\n")
 
 

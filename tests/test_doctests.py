@@ -103,7 +103,7 @@ def test_module_examples_run(module_name: str) -> None:
 
 
 def test_every_module_is_searched() -> None:
-    assert "treexchange._jld2._reader" in MODULES and "treexchange._bridge._flux" in MODULES
+    assert "treexchange._jld2._reader" in MODULES and "treexchange._port._flux" in MODULES
 
 
 def test_every_public_function_has_an_example() -> None:

@@ -4,25 +4,33 @@ Every ``import`` of a ``treexchange`` module, at module level or inside a functi
 module of the same or a lower layer. The edges that do not yet are listed in ``KNOWN_UPWARD`` with
 the reason; the list may only shrink (a listed edge that no longer exists fails the test, so the
 entry is removed with the fix), and a new upward edge fails until it is fixed or listed and argued.
+
+The graph has no cycle, and no import inside a function hides one; every import inside a function
+says why it is there (a comment: the package is optional, or costly to import).
 """
 
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "treexchange"
 
-LAYERS: dict[str, int] = {
+LAYERS: dict[str, float] = {
     # 0: the value model and its helpers; the version; atomic file replacement
     "_version": 0, "_atomic": 0, "_errors": 0, "_limits": 0, "_recursion": 0, "_gc": 0,
-    "_juliatype": 0, "_values": 0, "_typeof": 0, "_jsonform": 0, "_nodeproto": 0,
+    "_symbol": 0, "_juliatype": 0, "_values": 0, "_typeof": 0, "_jsonform": 0, "_nodeproto": 0,
     # 1: the codec
     "_hdf5": 1, "_jld2": 1,
     # 2: the reader facade (open, File, reading an entry) and presentation over the codec
     "_plainhdf5": 2, "_reader": 2, "_inspect": 2,
-    # 3: the domain layers
-    "_schema": 3, "_port": 3, "_bridge": 3, "_interop": 3,
+    # 3: the domain layers, in this order: the bridge (restore, to_julia) below the schema (which
+    # converts PyTrees through it), the ports (Flux layouts, from_flux: they restore through the
+    # bridge and check embedded schemas), the other formats (PyTorch through the ports' rules)
+    "_bridge": 3.0, "_schema": 3.1, "_port": 3.2, "_interop": 3.3,
     # 4: the front door (load, save, convert) and the package's public surface
     "_file": 4, "_save": 4, "__init__": 4,
     # 5: the command line
@@ -57,7 +65,7 @@ def _targets(module: str, path: Path, node: ast.Import | ast.ImportFrom, known: 
     return [f"{target}.{a.name}" if f"{target}.{a.name}" in known else target for a in node.names]
 
 
-def _layer(module: str) -> int:
+def _layer(module: str) -> float:
     parts = module.split(".")
     return LAYERS[parts[1] if len(parts) > 1 else "__init__"]
 
@@ -94,22 +102,20 @@ def test_known_upward_list_only_shrinks() -> None:
     assert not gone, "fixed: remove from KNOWN_UPWARD:\n" + "\n".join(f"  {a} -> {b}" for a, b in gone)
 
 
-KNOWN_CYCLES: dict[tuple[str, str], str] = {
-    # (module, what it imports inside a function): the cycle that import closes (issue 11).
-    ("treexchange._juliatype", "treexchange._values"): "types print value parameters, values print types",
-}
-
-
 def _import_edges() -> tuple[dict[str, set[str]], set[tuple[str, str]]]:
     """The module-level import graph (``TYPE_CHECKING`` blocks left out: they never run), and the
-    imports made inside functions, between the package's modules."""
+    imports made inside functions, between the package's modules.
+
+    Importing ``a.b.c`` first runs the package ``a.b`` (its ``__init__``), unless that package is
+    one the importer lives in (then it is already running): the graph has that edge too, since a
+    package that re-exports its modules closes cycles through it."""
     modules = _modules()
     known = set(modules)
     top: dict[str, set[str]] = {m: set() for m in modules}
     inner: set[tuple[str, str]] = set()
     for module, path in modules.items():
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        skipped: set[int] = set()  # ids of nodes under a function or an ``if TYPE_CHECKING``
+        skipped: set[int] = set()  # ids of nodes under an ``if TYPE_CHECKING``
         in_function: set[int] = set()
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -120,12 +126,21 @@ def _import_edges() -> tuple[dict[str, set[str]], set[tuple[str, str]]]:
             if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in skipped:
                 continue
             for target in _targets(module, path, node, known):
-                if target in modules and target != module:
+                if target not in modules or target == module:
+                    continue
+                reached = {target} | {p for p in _packages_of(target) if p not in _packages_of(module)}
+                for t in reached - {module}:
                     if id(node) in in_function:
-                        inner.add((module, target))
+                        inner.add((module, t))
                     else:
-                        top[module].add(target)
+                        top[module].add(t)
     return top, inner
+
+
+def _packages_of(module: str) -> list[str]:
+    """The packages ``module`` is in, below ``treexchange`` itself (which is always running)."""
+    parts = module.split(".")
+    return [".".join(parts[:i]) for i in range(2, len(parts))]
 
 
 def _reaches(graph: dict[str, set[str]], start: str, goal: str) -> bool:
@@ -140,15 +155,94 @@ def _reaches(graph: dict[str, set[str]], start: str, goal: str) -> bool:
     return False
 
 
+def test_no_import_cycle() -> None:
+    top, _ = _import_edges()
+    cycles = sorted((a, b) for a in top for b in top[a] if _reaches(top, b, a))
+    assert not cycles, "module-level imports in a cycle:\n" + "\n".join(f"  {a} -> {b}" for a, b in cycles)
+
+
 def test_no_function_level_import_closes_a_cycle() -> None:
     """An import inside a function may save work (an optional or costly package), never hide a
     cycle: were it at module level, the imported module must not lead back to the importer."""
     top, inner = _import_edges()
-    cycles = {(a, b) for a, b in inner if _reaches(top, b, a)}
-    new = sorted(cycles - KNOWN_CYCLES.keys())
-    assert not new, "function-level imports closing a cycle:\n" + "\n".join(f"  {a} -> {b}" for a, b in new)
-    gone = sorted(KNOWN_CYCLES.keys() - cycles)
-    assert not gone, "fixed: remove from KNOWN_CYCLES:\n" + "\n".join(f"  {a} -> {b}" for a, b in gone)
+    cycles = sorted((a, b) for a, b in inner if _reaches(top, b, a))
+    listed = "\n".join(f"  {a} -> {b}" for a, b in cycles)
+    assert not cycles, "function-level imports closing a cycle:\n" + listed
+
+
+_TOOL_COMMENT = re.compile(r"(type|noqa|pragma|fmt)\b:?")
+
+
+def _reason_lines(source: str) -> tuple[set[int], set[int]]:
+    """Lines with a comment that says something (tool directives such as ``# type: ignore`` do
+    not): those with code before the comment, and those that are only a comment."""
+    trailing: set[int] = set()
+    alone: set[int] = set()
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type != tokenize.COMMENT:
+            continue
+        parts = [p.strip() for p in tok.string.split("#")]
+        if any(p and not _TOOL_COMMENT.match(p) for p in parts):
+            (alone if not tok.line[: tok.start[1]].strip() else trailing).add(tok.start[0])
+    return trailing, alone
+
+
+def _unexplained_imports(source: str) -> list[int]:
+    """Lines of imports inside a function with no reason: a comment on the import's own lines or
+    alone on the line just above, or the import follows one that has a reason in the same
+    block (one comment for a group of imports)."""
+    trailing, alone = _reason_lines(source)
+    bad = []
+    for fn in ast.walk(ast.parse(source)):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for holder in ast.walk(fn):
+            for field in ("body", "orelse", "finalbody"):
+                block = getattr(holder, field, None)
+                if not isinstance(block, list):
+                    continue
+                explained = False  # the previous statement was an import with a reason
+                for stmt in block:
+                    if not isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                        explained = False
+                        continue
+                    own = range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1)
+                    explained = explained or any(n in trailing or n in alone for n in own)
+                    explained = explained or stmt.lineno - 1 in alone
+                    if not explained:
+                        bad.append(stmt.lineno)
+    return sorted(set(bad))
+
+
+def test_every_function_level_import_says_why() -> None:
+    """An import inside a function is there for a reason a reader cannot guess (the package is
+    optional, or costly to import and only some calls need it): a comment says which."""
+    bad = [
+        f"  {path.relative_to(PACKAGE.parent)}:{line}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for line in _unexplained_imports(path.read_text(encoding="utf-8"))
+    ]
+    assert not bad, "imports inside functions without a comment saying why:\n" + "\n".join(bad)
+
+
+def test_the_reason_check_reads_comments() -> None:
+    """The check above on a sample: a reason on the line, above it, or above the group counts; a
+    tool directive alone does not."""
+    sample = (
+        "def f():\n"
+        "    import jax  # jax is costly to import\n"
+        "    import jax.numpy as jnp\n"
+        "\n"
+        "    # flax is optional\n"
+        "    from flax import nnx\n"
+        "    return jax, jnp, nnx\n"
+        "\n"
+        "def g():\n"
+        "    x = 1  # a comment about x\n"
+        "    import torch  # type: ignore[import-not-found]\n"
+        "    return x, torch\n"
+    )
+    assert _unexplained_imports(sample) == [11]
 
 
 def test_one_jax_array_test_for_every_layer() -> None:

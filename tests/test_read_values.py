@@ -454,10 +454,10 @@ def test_bigint_beyond_printable_size_is_a_limit_error() -> None:
     ok = tx.load(raw, "ok")
     assert ok == 62**most - 1 and len(str(ok)) <= 4300
     with tx.open(raw) as f:
-        records = {tuple(r["path"]): r for r in iter_records(f["ok"])}
+        records = {tuple(r["path"]): r for r in iter_records(f, "ok")}
         assert records[("ok",)]["value"] == str(ok)  # inspect prints it as decimal text
         with pytest.raises(LimitError, match="BigInt of 3001 base-62 digits") as err:
-            list(iter_records(f["huge"]))
+            list(iter_records(f, "huge"))
         assert err.value.path == ("huge",)
     with pytest.raises(LimitError):
         tx.load(raw, "huge")

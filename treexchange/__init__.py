@@ -3,14 +3,12 @@
 The public API is exactly the names re-exported here.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from ._bridge import (
     RestoreReport as RestoreReport,
     RestoreWarning as RestoreWarning,
-    flux_julia as flux_julia,
-    flux_state as flux_state,
-    lux_state as lux_state,
     restore as restore,
     to_julia as to_julia,
 )
@@ -30,6 +28,7 @@ from ._file import load as load
 from ._jld2._nodes import Group as Group, Node as Node
 from ._juliatype import JuliaType as JuliaType
 from ._limits import Limits as Limits
+from ._port._flux import flux_julia as flux_julia, flux_state as flux_state, lux_state as lux_state
 from ._port._fromflux import from_flux as from_flux
 from ._reader import File as File, open as open
 from ._save import save as save
@@ -100,8 +99,6 @@ _LAZY_NAMES = {
 def __getattr__(name: str) -> Any:
     module_name = _LAZY_NAMES.get(name)
     if module_name is not None:
-        import importlib
-
         value = getattr(importlib.import_module(module_name, __name__), name)
         globals()[name] = value
         return value

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Sequence
 
 from ._errors import TreexchangeError
+from ._version import __version__
 
 # Each module defines ``add_parser(subparsers)``, which registers its sub-command and sets
 # ``func`` (taking the parsed namespace, returning the exit code) as the parser default.
@@ -19,8 +20,6 @@ def build_parser() -> argparse.ArgumentParser:
         prog="treexchange",
         description="Move model state between Julia (Flux/Lux, JLD2) and Python (JAX) without loss.",
     )
-    from ._version import __version__
-
     parser.add_argument("--version", action="version", version=f"treexchange {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in _COMMAND_MODULES:

@@ -35,7 +35,6 @@ import numpy as np
 from ._errors import LimitError, TreexchangeError, format_path
 from ._gc import gc_paused
 from ._jsonform import array_sha256, json_scalar
-from ._limits import DEFAULT_LIMITS
 from ._nodeproto import CONTAINER_KINDS, LazyFile, LazyNode
 from ._typeof import presented_dtype_name
 
@@ -84,9 +83,9 @@ def node_record(node: Any, type_text: Any = str) -> dict[str, Any]:
     return rec
 
 
-def node_budget(root: Any) -> int | None:
-    """How many nodes a walk may visit: the file's ``Limits.max_nodes`` (by default
-    ``max(10**6, 64 × file size)``).
+def node_budget(file: LazyFile) -> int:
+    """How many nodes a walk of ``file`` (or of an entry in it) may visit: the file's
+    ``Limits.max_nodes`` (by default ``max(10**6, 64 × file size)``).
 
     A walk lists each container object once (later places are back-references) but arrays and
     scalars at every place; a hostile file sharing leaves at every level of a deep structure
@@ -101,14 +100,7 @@ def node_budget(root: Any) -> int | None:
         ...     node_budget(f)
         1000000
     """
-    size = getattr(root, "file_size", None)  # plain HDF5 files (read through h5py)
-    reader = getattr(root, "_reader", None)
-    if size is None:
-        size = getattr(getattr(reader, "h5", None), "size", None)
-    if size is None:
-        return None
-    limits = getattr(reader, "limits", None) or getattr(root, "limits", None) or DEFAULT_LIMITS
-    return int(limits.nodes_for(int(size)))
+    return file.limits.nodes_for(file.file_size)
 
 
 def walk_nodes(root: LazyNode, budget: int | None = None) -> Iterator[tuple[LazyNode, int]]:
@@ -176,8 +168,9 @@ def walk_refs(
             stack.append((child, depth + 1))
 
 
-def iter_records(root: LazyNode) -> Iterator[dict[str, Any]]:
-    """JSON Lines records for every node under ``root`` (groups skipped), in pre-order.
+def iter_records(file: LazyFile, name: str | None = None) -> Iterator[dict[str, Any]]:
+    """JSON Lines records for every node of ``file``, or of its entry ``name`` (``"a/b"``; see
+    :func:`select`), groups skipped, in pre-order; at most :func:`node_budget` of them.
 
     Example:
         >>> import treexchange
@@ -190,7 +183,7 @@ def iter_records(root: LazyNode) -> Iterator[dict[str, Any]]:
     """
     type_text = _TypeText()
     with gc_paused():
-        for node, _, ref in walk_refs(root, node_budget(root)):
+        for node, _, ref in walk_refs(select(file, name), node_budget(file)):
             if ref is not None:
                 yield {
                     "path": list(node.path),
@@ -202,8 +195,8 @@ def iter_records(root: LazyNode) -> Iterator[dict[str, Any]]:
                 yield node_record(node, type_text)
 
 
-def json_lines(root: LazyNode) -> Iterator[str]:
-    """The ``inspect --json`` output, one line per node.
+def json_lines(file: LazyFile, name: str | None = None) -> Iterator[str]:
+    """The ``inspect --json`` output, one line per node (of the whole file, or of ``name``).
 
     Example:
         >>> import treexchange
@@ -214,7 +207,7 @@ def json_lines(root: LazyNode) -> Iterator[str]:
         ...     print(next(json_lines(f))[:86])
         {"path": ["a"], "kind": "array", "julia_type": "Array{Float64, 1}", "dtype": "float64"
     """
-    for rec in iter_records(root):
+    for rec in iter_records(file, name):
         yield json.dumps(rec, ensure_ascii=False, allow_nan=False)
 
 
@@ -231,8 +224,9 @@ def _clip(text: str, width: int = 100) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def text_lines(root: LazyNode, *, type_width: int = 100) -> Iterator[str]:
-    """The readable ``inspect`` output: an indented tree, then totals.
+def text_lines(file: LazyFile, name: str | None = None, *, type_width: int = 100) -> Iterator[str]:
+    """The readable ``inspect`` output (of the whole file, or of ``name``): an indented tree,
+    then totals.
 
     Each line: name, Julia type, and for arrays the Julia-order shape, dtype and byte size;
     for numbers, strings and symbols the value.
@@ -249,14 +243,14 @@ def text_lines(root: LazyNode, *, type_width: int = 100) -> Iterator[str]:
         -- 1 leaves, 1 arrays, 16 B of array data
     """
     with gc_paused():
-        yield from _text_lines(root, type_width)
+        yield from _text_lines(select(file, name), type_width, node_budget(file))
 
 
-def _text_lines(root: LazyNode, type_width: int) -> Iterator[str]:
+def _text_lines(root: LazyNode, type_width: int, budget: int) -> Iterator[str]:
     leaves = arrays = nbytes = 0
     type_text = _TypeText()
     root_depth_offset = 0 if root.kind != "group" else 1
-    for node, depth, ref in walk_refs(root, node_budget(root)):
+    for node, depth, ref in walk_refs(root, budget):
         if node.kind == "group" and not node.path and ref is None:
             continue
         seg = node.path[-1] if node.path else "<root>"

@@ -5,6 +5,10 @@ A type is a name plus parameters: ``Core.Array{Core.Float32,2}`` is
 (``2``, ``true``, ``:relu``, the names tuple ``(:weight, :bias)`` of a NamedTuple) keep their exact
 Python value-model type so a writer can re-encode them with the same Julia type.
 
+A value parameter other than a number, ``Bool``, string, Symbol or tuple (a struct, NamedTuple,
+singleton, ``missing``) is a :class:`TypeParameterValue` and prints itself: this module knows no
+value class, and the value model (:mod:`._values`), which builds on types, imports this one.
+
 Text is only ever *parsed* by a hand-written recursive-descent parser (never ``eval``), with a
 depth limit, and printed in two forms: :meth:`JuliaType.qualified` (as stored, with modules) and
 ``str()`` (as Julia prints it: ``Core.``/``Base.`` prefixes dropped, ``", "`` between parameters).
@@ -20,6 +24,7 @@ import numpy as np
 
 from ._errors import FormatError, LimitError
 from ._limits import DEFAULT_LIMITS, Limits
+from ._symbol import Symbol
 
 # Module prefixes Julia leaves out when it prints a type.
 _IMPLICIT_MODULES = ("Core.", "Base.")
@@ -30,6 +35,24 @@ _EMPTY_BRACES = frozenset({"Core.Tuple", "Tuple", "Core.Union", "Union"})
 # Parse errors quote at most this much of the text.
 _QUOTE_CHARS = 80
 _INT64_RANGE = range(-(2**63), 2**63)
+
+
+class TypeParameterValue:
+    """A value that can stand as a type parameter and prints itself there as Julia's ``show``
+    does: ``(a = 1, b = 2)``, ``relu``, ``UnitRange{Int64}(1, 320)``, ``missing``, ``'a'``.
+
+    The value model's classes (:mod:`._values`: structs, NamedTuples, singletons, bits values,
+    ``missing``) implement it; the type printer calls it for any parameter that is not a type,
+    number, ``Bool``, string, Symbol, tuple or ``nothing``.
+    """
+
+    __slots__ = ()
+
+    def _julia_param_text(self, *, short: bool, sep: str) -> str:
+        """This value as a type parameter: Julia's printing if ``short``, else as JLD2 stores
+        it; ``sep`` goes between parameters. Nested parameters go through ``_render_param``,
+        which keeps the whole text within its budget."""
+        raise NotImplementedError
 
 
 class JuliaType:
@@ -320,8 +343,6 @@ def _limit_chars() -> int:
 
 
 def _render_param_in(p: Any, *, short: bool, sep: str) -> str:
-    from ._values import Symbol  # local: _values imports this module
-
     if isinstance(p, JuliaType):
         return p._render(short=short, sep=sep)
     if isinstance(p, (bool, np.bool_)):
@@ -341,14 +362,17 @@ def _render_param_in(p: Any, *, short: bool, sep: str) -> str:
         return repr(float(p))
     if isinstance(p, str):
         return '"' + p.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return _render_value_param(p, short=short, sep=sep)
+    if p is None:
+        return "nothing"
+    if isinstance(p, TypeParameterValue):
+        return p._julia_param_text(short=short, sep=sep)
+    return repr(p)
 
 
 def _julia_shown_number(p: Any) -> str | None:
     """``0x07`` for a ``UInt8`` (Julia prints unsigned integers in hex, zero-padded to their
-    width), ``1.5f0`` for a ``Float32``, ``Float16(1.5)``, ``'a'`` for a ``Char``; None otherwise."""
-    from ._values import JuliaBits  # local: _values imports this module
-
+    width), ``1.5f0`` for a ``Float32``, ``Float16(1.5)``; None otherwise (a ``Char`` is a
+    :class:`TypeParameterValue`)."""
     if isinstance(p, np.unsignedinteger):
         return f"0x{int(p):0{2 * p.dtype.itemsize}x}"
     if isinstance(p, np.float32):
@@ -359,52 +383,7 @@ def _julia_shown_number(p: Any) -> str | None:
         return f"{mantissa}f{int(exponent) if exponent else 0}"
     if isinstance(p, np.float16):
         return f"Float16({float(p)!r})"
-    if isinstance(p, JuliaBits) and _short(p.type.name) == "Char" and len(p.data) == 4:
-        # A Char is its UTF-8 bytes left-aligned in a big-endian UInt32 (stored little-endian).
-        raw = p.data[::-1].rstrip(b"\x00") or b"\x00"
-        try:
-            char = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            return "'" + "".join(f"\\x{b:02x}" for b in raw) + "'"
-        if char.isprintable() and char not in "'\\":
-            return f"'{char}'"
-        special = {"'": "\\'", "\\": "\\\\"}
-        return "'" + special.get(char, char.encode("unicode_escape").decode("ascii")) + "'"
     return None
-
-
-def _render_value_param(p: Any, *, short: bool, sep: str) -> str:
-    """Value parameters the JLD2 reader finds (structs, NamedTuples, singletons), printed the way
-    Julia shows them: ``Foo{T} where T``, ``(a = 1, b = 2)``, ``UnitRange{Int64}(1, 320)``."""
-    from ._values import JuliaStruct, Missing, NamedTuple, Singleton
-
-    def r(x: Any) -> str:
-        return _render_param(x, short=short, sep=sep)
-
-    if p is None:
-        return "nothing"
-    if isinstance(p, Missing):
-        return "missing"
-    if isinstance(p, NamedTuple):
-        inner = sep.join(f"{k} = {r(v)}" for k, v in p.items())
-        return f"({inner},)" if len(p) == 1 else f"({inner})"
-    if isinstance(p, Singleton):
-        if p.type.name == "Core.Type" and len(p.type.params) == 1:
-            return r(p.type.params[0])  # a type used as a value prints as the type
-        name = p.type._render(short=short, sep=sep)
-        # A function's type prints as "#relu"; the function itself as "relu".
-        head, _, last = name.rpartition(".")
-        if last.startswith("#") and "{" not in last:
-            return (head + "." if head and not short else "") + last[1:]
-        return f"{name}()"
-    if isinstance(p, JuliaStruct):
-        fields = p.fields
-        if p.type.name == "Core.TypeVar" and "name" in fields:
-            return str(fields["name"])
-        if p.type.name == "Core.UnionAll" and {"var", "body"} <= set(fields):
-            return f"{r(fields['body'])} where {r(fields['var'])}"
-        return f"{p.type._render(short=short, sep=sep)}({sep.join(r(v) for v in fields.values())})"
-    return repr(p)
 
 
 _TOKEN = re.compile(
@@ -457,8 +436,6 @@ class _Parser:
             raise self._error("trailing text")
 
     def parse_param(self, depth: int) -> Any:
-        from ._values import Symbol
-
         if depth > self.max_depth:
             raise self._error(f"nesting deeper than max_type_text_depth={self.max_depth}")
         tok = self.peek()

@@ -86,7 +86,9 @@ class LazyNode(Protocol):
 @runtime_checkable
 class LazyFile(LazyNode, Protocol):
     """An opened file: its root group (a :class:`LazyNode` of kind ``group``, a mapping of
-    top-level names to nodes), what the header says, the root's attributes, and ``close``."""
+    top-level names to nodes), what the header says, the root's attributes, the ``limits`` it is
+    read with and its size in bytes (``file_size``: the bounds that scale with the file, such as
+    how many nodes a listing may visit, derive from it), and ``close``."""
 
     @property
     def filename(self) -> str: ...
@@ -108,6 +110,9 @@ class LazyFile(LazyNode, Protocol):
 
     @property
     def limits(self) -> Limits: ...
+
+    @property
+    def file_size(self) -> int: ...
 
     @property
     def attrs(self) -> dict[str, Any]: ...

@@ -34,6 +34,8 @@ from ._errors import (
     ConversionError,
     FormatError,
     LimitError,
+    PathSegment,
+    TreePath,
     TreexchangeError,
     UnsupportedError,
     WrongFormatError,
@@ -45,8 +47,6 @@ from ._limits import DEFAULT_LIMITS, Limits
 from ._nodeproto import CONTAINER_KINDS
 from ._typeof import ANY, STRING, julia_eltype, julia_type_of, kind_of
 from ._values import UNDEF, JuliaArray, NamedTuple, Symbol
-
-Segment = str | int
 
 
 def _h5py() -> Any:
@@ -100,7 +100,7 @@ class _Reading:
         self.order = order
         self.busy: set[int] = set()
 
-    def obj(self, obj: Any, path: tuple[Segment, ...]) -> Any:
+    def obj(self, obj: Any, path: TreePath) -> Any:
         """The value of a group or dataset."""
         h5py = _h5py()
         if len(path) > self.limits.max_depth or len(self.busy) > self.limits.max_depth:
@@ -119,7 +119,7 @@ class _Reading:
         finally:
             self.busy.discard(addr)
 
-    def value(self, value: Any, dtype: np.dtype, path: tuple[Segment, ...]) -> Any:
+    def value(self, value: Any, dtype: np.dtype, path: TreePath) -> Any:
         """A value h5py returned for data of ``dtype`` (an array, a record, a scalar)."""
         if isinstance(value, np.ndarray) and dtype.subdtype is None:
             if _is_numeric(value.dtype):
@@ -148,7 +148,7 @@ class _Reading:
             return value
         raise UnsupportedError(f"HDF5 datatype {dtype} is not supported for plain HDF5 files", path=path)
 
-    def array(self, value: np.ndarray, dtype: np.dtype, path: tuple[Segment, ...]) -> Any:
+    def array(self, value: np.ndarray, dtype: np.dtype, path: TreePath) -> Any:
         """An N-d array of non-numbers: JuliaArray in Julia's shape (1-d references: a list)."""
         h5py = _h5py()
         vlen = h5py.check_vlen_dtype(dtype)
@@ -167,7 +167,7 @@ def _address(obj: Any) -> int:
     return int(_h5py().h5o.get_info(obj.id).addr)
 
 
-def check_size(shape: tuple[int, ...], dtype: np.dtype, limits: Limits, path: tuple[Segment, ...]) -> None:
+def check_size(shape: tuple[int, ...], dtype: np.dtype, limits: Limits, path: TreePath) -> None:
     """Refuse a dataset that ``limits`` do not allow, before h5py allocates it."""
     n = 1
     for d in shape:
@@ -221,7 +221,7 @@ class ValueNode:
 
     object_address = None  # part of a dataset's value, not an object of its own
 
-    def __init__(self, value: Any, path: tuple[Segment, ...]) -> None:
+    def __init__(self, value: Any, path: TreePath) -> None:
         self._value = value
         self.path = path
         self.kind = kind_of(value, path=path)
@@ -247,7 +247,7 @@ class ValueNode:
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         return array_protocol(np.asarray(self._value), dtype, copy)
 
-    def _items(self) -> list[tuple[Segment, Any, Any]]:
+    def _items(self) -> list[tuple[PathSegment, Any, Any]]:
         """``(segment, key, value)`` of every child."""
         v = self._value
         if isinstance(v, (NamedTuple, dict)):
@@ -263,7 +263,7 @@ class ValueNode:
             raise TypeError(f"a {self.kind} node has no length")
         return len(self._items())
 
-    def children(self) -> Iterator[tuple[Segment, ValueNode]]:
+    def children(self) -> Iterator[tuple[PathSegment, ValueNode]]:
         for seg, _, x in self._items():
             yield seg, ValueNode(x, (*self.path, seg))
 
@@ -298,7 +298,7 @@ class PlainNode:
     and index like the value they hold (fields by name, elements by 0-based position).
     """
 
-    def __init__(self, file: PlainFile, obj: Any, path: tuple[Segment, ...]) -> None:
+    def __init__(self, file: PlainFile, obj: Any, path: TreePath) -> None:
         h5py = _h5py()
         self._file = file
         self._obj = obj
@@ -385,7 +385,7 @@ class PlainNode:
             raise TypeError("len() of a 0-dimensional array")
         return self.shape[0]
 
-    def children(self) -> Iterator[tuple[Segment, PlainNode | ValueNode]]:
+    def children(self) -> Iterator[tuple[PathSegment, PlainNode | ValueNode]]:
         if self.kind == "group":
             for k in self._obj:
                 yield k, self._file._node(self._obj, k, self.path)
@@ -453,7 +453,7 @@ class PlainFile(Mapping[str, PlainNode]):
         except RecursionError as err:
             raise LimitError("structure nested too deeply for Python's stack") from err
 
-    def _node(self, group: Any, key: str, parent: tuple[Segment, ...]) -> PlainNode:
+    def _node(self, group: Any, key: str, parent: TreePath) -> PlainNode:
         if key.strip("/") in ("", "."):
             raise KeyError(key)
         try:

@@ -100,6 +100,11 @@ class File(Group):
         return self._reader.limits
 
     @property
+    def file_size(self) -> int:
+        """The file's size in bytes (what the bounds that scale with the file derive from)."""
+        return self._reader.h5.size
+
+    @property
     def reader(self) -> Reader:
         """The low-level reader (internal API)."""
         return self._reader

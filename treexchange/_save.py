@@ -22,7 +22,7 @@ from ._atomic import atomic_write, remove_stale_temporaries
 from ._bridge._to_julia import convert_items
 from ._errors import ConversionError, TreexchangeError, WriteError
 from ._jld2._encode_hdf5 import FILE_HEADER_LENGTH, REQUIRED_FILE_HEADER
-from ._jld2._writer import JLD2Writer
+from ._jld2._writefile import write_jld2
 from ._jld2._writer_arrays import Compression
 from ._reader import File, read_objects
 from ._values import values_equal
@@ -146,27 +146,6 @@ def save(
         write_jld2(f, items, compress=options, producer=note, root_attributes=attrs)
 
     atomic_write(path, write, fsync=fsync)
-
-
-def write_jld2(
-    out: BinaryIO,
-    items: list[tuple[str, Any]],
-    *,
-    compress: Compression | None,
-    producer: str,
-    root_attributes: Mapping[str, str],
-    empty_groups: list[str] | None = None,
-) -> None:
-    """Write ``(name, value)`` pairs (values as :func:`prepare_values` makes them, or as the reader
-    returns them) and ``empty_groups`` as a JLD2 file to ``out`` (what ``save`` and ``convert``
-    write)."""
-    writer = JLD2Writer(out, compress=compress, producer=producer, root_attributes=dict(root_attributes))
-    writer.prepare(items)  # every struct's layout known before the first type is committed
-    for name, value in items:
-        writer.write(name, value)
-    for name in empty_groups or ():
-        writer.create_group(name)
-    writer.close()
 
 
 def convert(

@@ -38,10 +38,11 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from ._juliatype import JuliaType, _render_param, _short
+from ._juliatype import JuliaType, TypeParameterValue, _render_param, _short
+from ._symbol import Symbol as Symbol  # defined below the type AST, which parses Symbols
 
 
-class NamedTuple(Mapping[str, Any]):
+class NamedTuple(Mapping[str, Any], TypeParameterValue):
     """A Julia ``NamedTuple``: an immutable mapping whose field order is part of its identity.
 
     Fields are reached by key (``nt["σ²"]``) or, for identifier names, by attribute
@@ -122,31 +123,9 @@ class NamedTuple(Mapping[str, Any]):
                 raise KeyError(key)
         return NamedTuple((k, changes.get(k, v)) for k, v in self._data.items())
 
-
-class Symbol(str):
-    """A Julia ``Symbol`` (a ``str`` that remembers it was a Symbol).
-
-    Example:
-        >>> from treexchange import Symbol
-        >>> s = Symbol("relu")
-        >>> s == "relu", s.julia_repr()
-        (True, ':relu')
-    """
-
-    __slots__ = ()
-
-    def __repr__(self) -> str:
-        return f"Symbol({str.__repr__(self)})"
-
-    def julia_repr(self) -> str:
-        """How Julia writes this Symbol as a literal."""
-        text = str(self)
-        if text.isidentifier() or (
-            text and all(c.isalnum() or c in "_!²₀₁₂³⁴" for c in text) and not text[0].isdigit()
-        ):
-            return f":{text}"
-        escaped = text.replace("\\", "\\\\").replace('"', '\\"')
-        return f'Symbol("{escaped}")'
+    def _julia_param_text(self, *, short: bool, sep: str) -> str:
+        inner = sep.join(f"{k} = {_render_param(v, short=short, sep=sep)}" for k, v in self._data.items())
+        return f"({inner},)" if len(self._data) == 1 else f"({inner})"
 
 
 class JuliaDict(dict):  # type: ignore[type-arg]
@@ -216,11 +195,14 @@ class _Sentinel:
         return self._name  # the module-level name: unpickling gives the one instance
 
 
-class Missing(_Sentinel):
+class Missing(_Sentinel, TypeParameterValue):
     """Julia's ``missing``. Use the single instance :data:`MISSING`."""
 
     _name = "MISSING"
     _no_truth = "missing has no truth value (as in Julia)"
+
+    def _julia_param_text(self, *, short: bool, sep: str) -> str:
+        return "missing"
 
 
 MISSING = Missing()
@@ -329,7 +311,7 @@ def _as_type(type_: JuliaType | str) -> JuliaType:
     return type_ if isinstance(type_, JuliaType) else JuliaType.parse(type_)
 
 
-class Singleton:
+class Singleton(TypeParameterValue):
     """A zero-size Julia value other than ``()``/``nothing``/``missing``: a function, an RNG
     singleton, an empty struct. Only its type is stored.
 
@@ -355,6 +337,16 @@ class Singleton:
     def __repr__(self) -> str:
         return f"Singleton({self.type.qualified()!r})"
 
+    def _julia_param_text(self, *, short: bool, sep: str) -> str:
+        if self.type.name == "Core.Type" and len(self.type.params) == 1:
+            return _render_param(self.type.params[0], short=short, sep=sep)  # a type as a value
+        name = self.type._render(short=short, sep=sep)
+        # A function's type prints as "#relu"; the function itself as "relu".
+        head, _, last = name.rpartition(".")
+        if last.startswith("#") and "{" not in last:
+            return (head + "." if head and not short else "") + last[1:]
+        return f"{name}()"
+
 
 _local = threading.local()
 
@@ -367,7 +359,7 @@ def _comparing() -> set[tuple[int, int]]:
     return busy
 
 
-class JuliaStruct:
+class JuliaStruct(TypeParameterValue):
     """Any Julia struct without a more specific Python face: its type and its fields in order.
 
     ``fields`` holds every field, including zero-size ones (as ``()``, ``None``, :class:`Singleton`).
@@ -437,8 +429,22 @@ class JuliaStruct:
         inner = ", ".join(f"{k}={v!r}" for k, v in self.fields.items())
         return f"JuliaStruct({str(self.type)!r}, {inner})"
 
+    def _julia_param_text(self, *, short: bool, sep: str) -> str:
+        """``Foo{T} where T`` for a ``UnionAll``, ``T`` for a ``TypeVar``, else the constructor
+        call Julia shows: ``UnitRange{Int64}(1, 320)``."""
 
-class JuliaBits:
+        def r(x: Any) -> str:
+            return _render_param(x, short=short, sep=sep)
+
+        fields = self.fields
+        if self.type.name == "Core.TypeVar" and "name" in fields:
+            return str(fields["name"])
+        if self.type.name == "Core.UnionAll" and {"var", "body"} <= set(fields):
+            return f"{r(fields['body'])} where {r(fields['var'])}"
+        return f"{self.type._render(short=short, sep=sep)}({sep.join(r(v) for v in fields.values())})"
+
+
+class JuliaBits(TypeParameterValue):
     """A value of a Julia primitive bits type with no numpy equivalent (an ``@enum``, ``Char``):
     its type and raw little-endian bytes.
 
@@ -466,6 +472,22 @@ class JuliaBits:
 
     def __repr__(self) -> str:
         return f"JuliaBits({str(self.type)!r}, {self.data!r})"
+
+    def _julia_param_text(self, *, short: bool, sep: str) -> str:
+        """A ``Char`` as Julia shows it (``'a'``); any other bits value (and a ``Char`` in the
+        stored spelling) as its ``repr``."""
+        if not (short and _short(self.type.name) == "Char" and len(self.data) == 4):
+            return repr(self)
+        # A Char is its UTF-8 bytes left-aligned in a big-endian UInt32 (stored little-endian).
+        raw = self.data[::-1].rstrip(b"\x00") or b"\x00"
+        try:
+            char = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return "'" + "".join(f"\\x{b:02x}" for b in raw) + "'"
+        if char.isprintable() and char not in "'\\":
+            return f"'{char}'"
+        special = {"'": "\\'", "\\": "\\\\"}
+        return "'" + special.get(char, char.encode("unicode_escape").decode("ascii")) + "'"
 
 
 class JuliaArray:

@@ -5,6 +5,5 @@ need them (``import treexchange`` must stay cheap and usable without JAX).
 """
 
 from ._api import restore as restore
-from ._flux import flux_julia as flux_julia, flux_state as flux_state, lux_state as lux_state
 from ._report import RestoreReport as RestoreReport, RestoreWarning as RestoreWarning
 from ._to_julia import to_julia as to_julia

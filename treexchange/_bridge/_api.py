@@ -16,7 +16,7 @@ from ._classify import is_array_template
 from ._exact import conversion_loss
 from ._place import KeyPath, Placer
 from ._report import MissingSpec, ReportLog, RestoreWarning, fixes_for_conversion, restore_error
-from ._restore import LeafRef, Options, check_and_build
+from ._restore import LeafRef, Options, _dict_key, _segment, _seq_key, check_and_build
 
 
 def restore(
@@ -146,7 +146,7 @@ def _restore_through_layout(
     placer: Placer,
     root: tuple[Any, ...],
 ) -> Any:
-    import jax
+    import jax  # jax is costly to import: loaded on first use
 
     pairs, treedef = jax.tree_util.tree_flatten_with_path(like)
     stand_ins = [
@@ -220,7 +220,6 @@ def _walk_plain(
     on_array: Callable[[np.ndarray, tuple[Any, ...], KeyPath], Any],
 ) -> Any:
     """Arrays handed to ``on_array``, containers rebuilt with their order and types kept."""
-    from ._restore import _dict_key, _segment, _seq_key
 
     def child(v: Any, key: Any, j: Any) -> Any:
         return _walk_plain(v, (*path, key), (*jpath, j), on_array)

@@ -38,7 +38,7 @@ class Placer:
             return
         if numpy:
             raise ValueError("sharding= places jax arrays; it cannot be combined with numpy=True")
-        import jax
+        import jax  # jax is costly to import: loaded on first use
 
         if isinstance(sharding, jax.sharding.Sharding):
             self._single = sharding
@@ -82,7 +82,7 @@ class Placer:
         dtype = np.dtype(dtype)
         if to_numpy:
             return dtype
-        import jax
+        import jax  # jax is costly to import: loaded on first use
 
         return np.dtype(jax.dtypes.canonicalize_dtype(dtype))
 
@@ -93,7 +93,7 @@ class Placer:
         is, so ``device_put`` never narrows."""
         if self.to_numpy(template, keypath):
             return array if dtype is None or array.dtype == dtype else convert(array, dtype)
-        import jax
+        import jax  # jax is costly to import: loaded on first use
 
         sharding = self.sharding_for(keypath, template)
         if sharding is None or isinstance(sharding, jax.sharding.SingleDeviceSharding):
@@ -106,7 +106,7 @@ class Placer:
         ``sharding=`` entry asks for); ``dtype`` as in :meth:`place`."""
         if self.to_numpy(value, keypath):
             return np.asarray(value)
-        import jax
+        import jax  # jax is costly to import: loaded on first use
 
         sharding = self._explicit(keypath)
         if isinstance(value, jax.Array) and (sharding is None or value.sharding == sharding):
@@ -137,7 +137,7 @@ def _slicer(array: np.ndarray, dtype: np.dtype | None) -> Callable[[Any], np.nda
 
 
 def _is_abstract(x: Any) -> bool:
-    import jax
+    import jax  # jax is costly to import: loaded on first use
 
     return isinstance(x, jax.ShapeDtypeStruct)
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import sys
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
@@ -711,8 +712,6 @@ def _custom_children(t: Any) -> tuple[Any, ...] | None:
 
 
 def _jax_tree_util() -> Any:
-    import sys
-
     jax = sys.modules.get("jax")
     return jax.tree_util if jax is not None else None
 
@@ -815,8 +814,6 @@ def _is_concrete(t: Any) -> bool:
 
 
 def _is_abstract_struct(t: Any) -> bool:
-    import sys
-
     jax = sys.modules.get("jax")
     return jax is not None and isinstance(t, jax.ShapeDtypeStruct)
 

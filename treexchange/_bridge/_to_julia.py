@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .._errors import ConversionError, LimitError, PathSegment
+from .._errors import ConversionError, LimitError, TreePath
 from .._juliatype import JuliaType
 from .._limits import Limits
 from .._recursion import stack_for_depth
@@ -52,7 +52,7 @@ def to_julia(
     *,
     lists: Lists = "vector",
     on_unknown: OnUnknown = "error",
-    path: tuple[PathSegment, ...] = (),
+    path: TreePath = (),
 ) -> Any:
     """Convert a PyTree into Julia state (value-model values) that ``treexchange.save`` writes.
 
@@ -124,7 +124,7 @@ class _Converter:
         # id -> converted container: an object used twice stays one object (one JLD2 dataset).
         self.done: dict[int, Any] = {}
 
-    def convert(self, x: Any, path: tuple[PathSegment, ...], depth: int) -> Any:
+    def convert(self, x: Any, path: TreePath, depth: int) -> Any:
         # ``depth`` counts the containers above ``x``: max_depth nested containers (and the leaf
         # inside the innermost) are admitted, the nesting the reader follows (Limits.max_depth).
         if depth > self.max_depth:
@@ -148,7 +148,7 @@ class _Converter:
         self.done[key] = (x, result)  # x kept alive: its id stays unique while we run
         return result
 
-    def _mutable_struct(self, x: JuliaStruct, path: tuple[PathSegment, ...], depth: int) -> JuliaStruct:
+    def _mutable_struct(self, x: JuliaStruct, path: TreePath, depth: int) -> JuliaStruct:
         """A mutable struct is made before its fields, so a cycle through it (a node whose
         parent points back to it) closes on the converted object, as in Julia."""
         _check_text(x.type.qualified(), path, name=True)
@@ -159,7 +159,7 @@ class _Converter:
         return result
 
     # --- leaves ---------------------------------------------------------------------------------
-    def _leaf(self, x: Any, path: tuple[PathSegment, ...]) -> Any:
+    def _leaf(self, x: Any, path: TreePath) -> Any:
         if isinstance(x, str):
             if isinstance(x, Symbol):
                 _check_text(x, path, name=True)
@@ -203,7 +203,7 @@ class _Converter:
         return _NOT_LEAF
 
     # --- containers -----------------------------------------------------------------------------
-    def _container(self, x: Any, path: tuple[PathSegment, ...], depth: int) -> Any:
+    def _container(self, x: Any, path: TreePath, depth: int) -> Any:
         if isinstance(x, NamedTuple):
             return NamedTuple((_name(k, path), self.convert(v, (*path, k), depth)) for k, v in x.items())
         if isinstance(x, JuliaDict):
@@ -247,7 +247,7 @@ class _Converter:
             return ()
         raise ConversionError(f"{type(x).__name__} has no Julia counterpart", path=path)
 
-    def _mapping(self, x: Mapping[Any, Any], path: tuple[PathSegment, ...], depth: int) -> Any:
+    def _mapping(self, x: Mapping[Any, Any], path: TreePath, depth: int) -> Any:
         """The one rule for plain mappings: ``str`` keys make a ``NamedTuple`` (what Lux's ``ps``
         and a Flux state are); any other key makes a Julia ``Dict``."""
         items = list(x.items())  # one pass: a mapping whose __len__ or keys() lie is read once
@@ -255,7 +255,7 @@ class _Converter:
             return NamedTuple((_name(k, path), self.convert(v, (*path, k), depth)) for k, v in items)
         return self._julia_dict(dict(items), path, depth)
 
-    def _julia_dict(self, x: Mapping[Any, Any], path: tuple[PathSegment, ...], depth: int) -> JuliaDict:
+    def _julia_dict(self, x: Mapping[Any, Any], path: TreePath, depth: int) -> JuliaDict:
         out = JuliaDict()
         out.julia_type = getattr(x, "julia_type", None)  # a Dict read from a file keeps its type
         for k, v in list(x.items()):
@@ -269,7 +269,7 @@ class _Converter:
                 raise ConversionError(f"Dict key {k!r} cannot be hashed", path=path) from None
         return out
 
-    def _custom_pytree(self, x: Any, path: tuple[PathSegment, ...], depth: int) -> Any:
+    def _custom_pytree(self, x: Any, path: TreePath, depth: int) -> Any:
         """Other registered JAX pytree nodes: named children -> NamedTuple, positional -> Tuple."""
         jax = jax_module()
         if jax is None:
@@ -295,7 +295,7 @@ class _Converter:
         return tuple(self.convert(child, (*path, i), depth) for i, (_, child) in enumerate(pairs, 1))
 
 
-def _check_text(text: str, path: tuple[PathSegment, ...], *, name: bool = False) -> None:
+def _check_text(text: str, path: TreePath, *, name: bool = False) -> None:
     """Refuse text that has no UTF-8 form (lone surrogates), which every Julia string needs;
     with ``name``, also a NUL character, which Julia forbids in a Symbol (and so in field and
     type names) and HDF5 ends a member name at."""
@@ -315,7 +315,7 @@ def _check_text(text: str, path: tuple[PathSegment, ...], *, name: bool = False)
             ) from None
 
 
-def _name(key: Any, path: tuple[PathSegment, ...]) -> str:
+def _name(key: Any, path: TreePath) -> str:
     """A NamedTuple field or struct field name, checked."""
     if not isinstance(key, str):
         raise ConversionError(f"field name {key!r} is not a str", path=path)
@@ -331,7 +331,7 @@ class _NotLeaf:
 _NOT_LEAF: Any = _NotLeaf()
 
 
-def _python_int(x: int, path: tuple[PathSegment, ...]) -> Any:
+def _python_int(x: int, path: TreePath) -> Any:
     if _INT64_MIN <= x <= _INT64_MAX:
         return np.int64(x)
     if -(1 << 127) <= x < (1 << 127):
@@ -349,7 +349,7 @@ def _has_julia_eltype(dtype: np.dtype) -> bool:
     return True
 
 
-def _array(a: np.ndarray, path: tuple[PathSegment, ...]) -> np.ndarray:
+def _array(a: np.ndarray, path: TreePath) -> np.ndarray:
     if not _has_julia_eltype(a.dtype):
         raise ConversionError(f"array of dtype {a.dtype} has no Julia element type", path=path)
     return a

@@ -20,9 +20,11 @@ import os
 import sys
 from typing import Any, TextIO
 
-from .._bridge import flux_julia, flux_state
+import numpy as np
+
 from .._file import load
-from .._inspect import select, text_lines
+from .._inspect import text_lines
+from .._port._flux import flux_julia, flux_state
 from .._reader import open as open_file
 from .._save import save
 from .demo_cnn import cnn_demo
@@ -74,7 +76,6 @@ def demo(path: str, *, seed: int = 0, stream: TextIO, shared: str | None = None)
     """Run the demo, writing ``path``; returns the exit code (0: everything checked out)."""
     import jax  # jax and pydantic: imported when the demo runs, not by every command
     import jax.numpy as jnp
-    import numpy as np
 
     from .._schema import infer_schema, validate
 
@@ -110,7 +111,7 @@ def demo(path: str, *, seed: int = 0, stream: TextIO, shared: str | None = None)
     say("")
     say(f"$ treexchange inspect {path}")
     with open_file(path) as f:
-        for line in text_lines(select(f, None)):
+        for line in text_lines(f):
             say(line)
 
     say("")

@@ -17,8 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from .._bridge import flux_julia, flux_state
+import numpy as np
+
 from .._file import load
+from .._port._flux import flux_julia, flux_state
 from .._port._spec import Layer
 from .._save import save
 
@@ -58,8 +60,6 @@ def mnist(folder: Path) -> tuple[Any, Any] | None:
 
     NCHW is the reversed-axes view of the Julia batch ``28×28×1×N`` MLDatasets gives (layer-spec §0.2).
     """
-    import numpy as np
-
     images, labels = folder / "t10k-images-idx3-ubyte.gz", folder / "t10k-labels-idx1-ubyte.gz"
     if not (images.is_file() and labels.is_file()):
         return None
@@ -75,8 +75,7 @@ def mnist(folder: Path) -> tuple[Any, Any] | None:
 
 def accuracy(model: Any, images: Any, labels: Any) -> float:
     """Classification accuracy of a one-sample Equinox model, batched under ``jax.jit``."""
-    import jax
-    import numpy as np
+    import jax  # jax: imported when the demo runs, not by every command
 
     predict = jax.jit(jax.vmap(model))
     hits = 0
@@ -88,7 +87,7 @@ def accuracy(model: Any, images: Any, labels: Any) -> float:
 
 def cnn_demo(out_dir: str, shared: str | None, say: Callable[..., None]) -> bool:
     """Run the CNN part; returns whether everything checked out."""
-    import jax
+    import jax  # jax: imported when the demo runs, not by every command
 
     from .._port._eqx import build_equinox  # equinox: imported when the demo runs
 

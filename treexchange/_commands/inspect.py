@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from .._inspect import json_lines, select, text_lines
+from .._inspect import json_lines, text_lines
 from .._reader import open as open_file
 
 _FLAGS = {"--json": "json", "--allow-hdf5": "allow_hdf5"}
@@ -51,8 +51,7 @@ def _split_rest(args: argparse.Namespace) -> str | None:
 def run(args: argparse.Namespace) -> int:
     name = _split_rest(args)
     with open_file(args.file, allow_hdf5=args.allow_hdf5) as f:
-        root = select(f, name)
-        lines = json_lines(root) if args.json else text_lines(root)
+        lines = json_lines(f, name) if args.json else text_lines(f, name)
         out = sys.stdout
         for line in lines:
             out.write(line + "\n")

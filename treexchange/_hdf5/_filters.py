@@ -86,7 +86,7 @@ def _undo(flt: Filter, data: bytes | memoryview, bound: int, offset: int | None)
         return _check_fletcher32(data, offset)
     if fid == ZSTD:
         try:
-            import zstandard
+            import zstandard  # zstandard is optional (the compression extra)
         except ImportError:
             raise UnsupportedError(
                 f"zstd-compressed data needs the 'zstandard' package: {_EXTRA}", offset=offset
@@ -170,7 +170,7 @@ def _check_fletcher32(data: bytes | memoryview, offset: int | None) -> bytes | m
 
 def _lz4(data: bytes | memoryview, bound: int, offset: int | None) -> bytes:
     try:
-        import lz4.block
+        import lz4.block  # lz4 is optional (the compression extra)
         import lz4.frame
     except ImportError:
         raise UnsupportedError(

@@ -16,8 +16,14 @@ from typing import Any, TextIO
 import numpy as np
 
 from .._errors import UnsupportedError, format_path
+from . import _orbax, _safetensors
+from ._jld2io import save_jld2
+from ._orbax import OrbaxSource
 from ._progress import ProgressLine
-from ._treejson import DTYPES
+from ._safetensors import SafetensorsSource, mapping_line, plan_export
+from ._source import lazy_tree
+from ._torch import mapping_lines, state_dict_to_flux, torch_order
+from ._treejson import DTYPES, array_nodes
 
 FORMATS = ("jld2", "safetensors", "orbax")
 
@@ -86,9 +92,6 @@ def convert_formats(
     elif dst_fmt == "jld2" and src_fmt != "jld2":
         _import(source, target, src_fmt, dry_run, out, progress_stream, architecture, spill_above)
     elif dry_run:  # jld2 -> jld2 re-encodes every value as it is
-        from ._safetensors import mapping_line, plan_export
-        from ._source import lazy_tree
-
         for t in plan_export(lazy_tree(source)).tensors:
             julia = format_path(t.path)
             print(mapping_line(julia, t.path, t.shape, t.dtype, "none", reverse=True), file=out)
@@ -100,13 +103,8 @@ def convert_formats(
 def _export(
     source: Any, target: Any, fmt: str, dry_run: bool, shard: int | None, out: TextIO, stream: TextIO | None
 ) -> None:
-    from ._source import lazy_tree
-
     roots = lazy_tree(source)
-    if fmt == "safetensors":
-        from . import _safetensors as fmt_module
-    else:
-        from . import _orbax as fmt_module  # type: ignore[no-redef]
+    fmt_module: Any = _safetensors if fmt == "safetensors" else _orbax
     plan = fmt_module.plan_export(roots)
     if dry_run:
         for line in plan.mapping_lines():
@@ -132,18 +130,12 @@ def _import(
     architecture: Any,
     spill_above: int | None = None,
 ) -> None:
-    from ._jld2io import save_jld2
-
     opened: Any
     if architecture is not None and fmt != "safetensors":
         raise UnsupportedError("--architecture applies to a safetensors source (a PyTorch state_dict)")
     if fmt == "safetensors":
-        from ._safetensors import SafetensorsSource
-
         opened = SafetensorsSource(source)
         if architecture is not None:
-            from ._torch import mapping_lines, state_dict_to_flux, torch_order
-
             state_dict = torch_order({name: opened.array(name) for name in opened.tensors})
             if dry_run:
                 for line in mapping_lines(state_dict, architecture):
@@ -152,8 +144,6 @@ def _import(
             save_jld2(target, {"model_state": state_dict_to_flux(state_dict, architecture)})
             return
     else:
-        from ._orbax import OrbaxSource
-
         opened = OrbaxSource(source)
     if dry_run:
         for line in opened.mapping_lines():
@@ -207,8 +197,6 @@ def _total_bytes(opened: Any) -> int:
     document = getattr(opened, "document", None)
     if document is None:
         return 0
-    from ._treejson import array_nodes
-
     total = 0
     for name, root in document.get("roots", []):
         for _, node in array_nodes(root, (name,)):

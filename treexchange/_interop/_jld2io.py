@@ -6,6 +6,9 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any, BinaryIO
 
+from .._atomic import atomic_write
+from .._jld2._writefile import write_jld2
+from .._version import default_producer
 from ._treejson import Group
 
 
@@ -46,17 +49,10 @@ def save_jld2(
     """Write converted top-level values to a JLD2 file, atomically, as :func:`treexchange.save`
     does; ``on_write(nbytes)`` is called after every piece written (progress, releasing pages
     of a source that is no longer needed)."""
-    from .._atomic import atomic_write
-    from .._jld2._writer import JLD2Writer
-    from .._version import default_producer
-
     items = list(flatten_groups(roots))
 
     def write(f: BinaryIO) -> None:
         out: Any = f if on_write is None else _CountingFile(f, on_write)
-        writer = JLD2Writer(out, compress=None, producer=default_producer(), root_attributes={})
-        for name, value in items:
-            writer.write(name, value)
-        writer.close()
+        write_jld2(out, items, compress=None, producer=default_producer(), root_attributes={})
 
     atomic_write(path, write)

@@ -104,7 +104,7 @@ def _placer(sharding: ShardingSpec) -> Callable[[TensorPlan], Any]:
     """``place(tensor)``: the ``jax.Array`` to hand orbax, every device shard of it read from the
     file on its own. Without a sharding, arrays go to the host CPU device: orbax then writes them
     with one copy in flight, where a numpy array in Julia's (column-major) order costs it two."""
-    import jax
+    import jax  # jax is costly to import: loaded on first use
 
     choose = _placer_choice(sharding)
     host = jax.sharding.SingleDeviceSharding(jax.devices("cpu")[0])
@@ -177,7 +177,7 @@ def _handler(ocp: Any) -> Any:
 
 def _orbax() -> Any:
     try:
-        import orbax.checkpoint as ocp
+        import orbax.checkpoint as ocp  # orbax is optional
     except ImportError as err:  # pragma: no cover - the extra is installed in CI
         raise UnsupportedError(
             "orbax checkpoints need 'orbax-checkpoint' (pip install treexchange[orbax])"
@@ -343,7 +343,7 @@ def _as_namedtuples(tree: Any) -> Any:
 def _placer_choice(sharding: ShardingSpec) -> Callable[[TensorPlan], Any]:
     if sharding is None:
         return lambda t: None
-    import jax
+    import jax  # jax is costly to import: loaded on first use
 
     def choose(t: TensorPlan) -> Any:
         if callable(sharding) and not isinstance(sharding, jax.sharding.Sharding):
@@ -363,7 +363,7 @@ def _placer_choice(sharding: ShardingSpec) -> Callable[[TensorPlan], Any]:
 def jax_keeps(dtype: np.dtype) -> bool:
     """Whether a ``jax.Array`` holds ``dtype`` as it is (64-bit types need ``jax_enable_x64``;
     without it jax would silently narrow them to 32 bits)."""
-    import jax
+    import jax  # jax is costly to import: loaded on first use
 
     return bool(jax.dtypes.canonicalize_dtype(dtype) == np.dtype(dtype))
 

@@ -36,7 +36,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from .._atomic import atomic_write
-from .._errors import ConversionError, FormatError, PathSegment, TreePath, UnsupportedError, format_path
+from .._errors import ConversionError, FormatError, TreePath, UnsupportedError, format_path
 from .._jld2._writer_arrays import column_major_pieces
 from .._values import NamedTuple
 from . import _treejson as tj
@@ -74,7 +74,7 @@ class TensorPlan:
     """One array of the tree and the tensor it becomes."""
 
     name: str
-    path: tuple[PathSegment, ...]
+    path: TreePath
     source: Any  # a numpy array or a lazy array node
     dtype: np.dtype  # the array's dtype (Julia side)
     shape: tuple[int, ...]  # the array's Julia shape
@@ -127,7 +127,7 @@ def transform_of(t: TensorPlan) -> str:
 
 def mapping_line(
     name: str,
-    path: tuple[PathSegment, ...],
+    path: TreePath,
     shape: tuple[int, ...],
     dtype: np.dtype,
     transform: str,
@@ -369,7 +369,7 @@ class SafetensorsSource:
     def _scan(self, file: Path) -> dict[str, str]:
         """Check ``file`` with the safetensors package and list its tensors."""
         try:
-            from safetensors import safe_open
+            from safetensors import safe_open  # safetensors is optional
         except ImportError as err:  # pragma: no cover - the extra is installed in CI
             raise UnsupportedError(
                 "reading safetensors files needs the 'safetensors' package "

@@ -51,11 +51,20 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import ml_dtypes
 import numpy as np
 
-from .._errors import ConversionError, Mismatch, MismatchError, PathSegment, UnsupportedError, format_path
-from .._port._eqx import conv_weight_perm
-from .._port._perm import REV, SAME, Perm, Transpose
+from .._errors import (
+    ConversionError,
+    Mismatch,
+    MismatchError,
+    PathSegment,
+    TreePath,
+    UnsupportedError,
+    format_path,
+)
+from .._port._arch import parse_architecture
+from .._port._perm import REV, SAME, Perm, Transpose, conv_weight_perm
 from .._port._rules import RECURRENT_GATES, RULES, Arr, _NamedFields, with_defaults
 from .._port._spec import DEFAULT_FLUX_ERA, Layer
 from .._port._state import Port, state_of
@@ -223,9 +232,7 @@ def _attention_params(layer: Layer) -> list[TorchParam]:
     return out
 
 
-def _fold_bias_hh(
-    layer: Layer, b: np.ndarray, bias_hh: np.ndarray, where: tuple[PathSegment, ...]
-) -> np.ndarray:
+def _fold_bias_hh(layer: Layer, b: np.ndarray, bias_hh: np.ndarray, where: TreePath) -> np.ndarray:
     """Flux's one bias from torch's two. RNN/LSTM: ``b = bias_ih + bias_hh`` (torch adds both to the
     same pre-activation). GRU: the r and z blocks add the same way; the n block of ``bias_hh`` sits
     inside torch's reset product, where Flux's GRU has none, so it must be zero. A zero ``bias_hh`` (what
@@ -262,15 +269,15 @@ class _Site:
     """A Flux layer with arrays, and where its state sits in ``Flux.state``."""
 
     layer: Layer
-    path: tuple[PathSegment, ...]
+    path: TreePath
 
 
-def array_layers(layer: Layer, root: tuple[PathSegment, ...] = ("model_state",)) -> list[_Site]:
+def array_layers(layer: Layer, root: TreePath = ("model_state",)) -> list[_Site]:
     """The layers with arrays in PyTorch's registration order (Flux's order, but a ``Parallel``'s
     branches reversed), each with the path of its state in ``Flux.state`` (1-based)."""
     out: list[_Site] = []
 
-    def walk(node: Layer, path: tuple[PathSegment, ...]) -> None:
+    def walk(node: Layer, path: TreePath) -> None:
         if node.kind in TORCH_MODULES:
             if torch_params(node):  # an InstanceNorm without affine/stats holds no tensor in torch either
                 out.append(_Site(node, path))
@@ -318,8 +325,6 @@ def _numpy(tensor: Any) -> np.ndarray:
     if detach is not None:  # a torch.Tensor: bfloat16 has no numpy dtype in torch, go through float32
         t = detach().cpu()
         if str(t.dtype) == "torch.bfloat16":
-            import ml_dtypes
-
             return np.asarray(t.float().numpy()).astype(ml_dtypes.bfloat16)
         return np.asarray(t.numpy())
     return np.asarray(tensor)
@@ -341,7 +346,7 @@ def _pair(
     layer: Layer,
     state_dict: Mapping[str, Any],
     kinds: Mapping[str, str] | None,
-    root: tuple[PathSegment, ...],
+    root: TreePath,
 ) -> list[tuple[_Site, str, dict[str, Any]]]:
     """Flux layers with arrays paired with tensor groups; every problem raised at once."""
     sites = array_layers(layer, root)
@@ -432,14 +437,12 @@ def _shape(tensor: Any) -> tuple[int, ...]:
 def as_layer(architecture: str | Layer) -> Layer:
     """The Layer tree of an architecture text (parsed, never evaluated) or a Layer, defaults filled."""
     if not isinstance(architecture, Layer):
-        from .._port._arch import parse_architecture
-
         architecture = parse_architecture(architecture)
     _refuse_no_equivalent(architecture, ("model_state",))
     return with_defaults(architecture)
 
 
-def _refuse_no_equivalent(layer: Layer, path: tuple[PathSegment, ...]) -> None:
+def _refuse_no_equivalent(layer: Layer, path: TreePath) -> None:
     """:class:`UnsupportedError` at the first layer PyTorch cannot compute (before any rule lookup)."""
     if layer.kind in NO_TORCH_EQUIVALENT:
         raise UnsupportedError(f"no PyTorch equivalent: {NO_TORCH_EQUIVALENT[layer.kind]}", path=path)
@@ -456,7 +459,7 @@ def state_dict_to_flux(
     *,
     flux: str = DEFAULT_FLUX_ERA,
     module: Any = None,
-    root: tuple[PathSegment, ...] = ("model_state",),
+    root: TreePath = ("model_state",),
 ) -> Any:
     """``Flux.state`` of the Flux model ``architecture`` with the tensors of a PyTorch ``state_dict``.
 
@@ -523,7 +526,7 @@ def flux_to_state_dict(
     architecture: str | Layer | Any,
     *,
     names: Mapping[str, Any] | None = None,
-    root: tuple[PathSegment, ...] = ("model_state",),
+    root: TreePath = ("model_state",),
 ) -> dict[str, np.ndarray]:
     """The PyTorch tensors (numpy arrays) of a ``Flux.state`` value tree, keyed like ``names``
     (a template ``state_dict``, e.g. ``module.state_dict()``); without ``names``, keys follow
@@ -585,7 +588,7 @@ def flux_to_state_dict(
     return out
 
 
-def _at(state: Any, path: tuple[PathSegment, ...]) -> Any:
+def _at(state: Any, path: TreePath) -> Any:
     node = state
     for seg in path:
         try:
@@ -645,7 +648,7 @@ def load_into_module(
         >>> model[0].weight[2].tolist(), model[0].bias.tolist()
         ([4.0, 5.0], [1.0, 1.0, 1.0])
     """
-    import torch
+    import torch  # torch is optional
 
     names = module.state_dict()
     tensors = flux_to_state_dict(state, module if architecture is None else architecture, names=names)
@@ -688,7 +691,7 @@ def layer_of_module(module: Any) -> Layer:
 
 
 def _sequential(module: Any) -> Iterator[Layer]:
-    import torch.nn as nn
+    import torch.nn as nn  # torch is optional
 
     items = list(module.children()) if isinstance(module, nn.Sequential) else [module]
     pending: Layer | None = None
@@ -710,7 +713,7 @@ def _sequential(module: Any) -> Iterator[Layer]:
 
 
 def _one(sub: Any) -> Layer:
-    import torch.nn as nn
+    import torch.nn as nn  # torch is optional
 
     name = type(sub).__name__
     if isinstance(sub, nn.Sequential):

@@ -16,6 +16,7 @@ of :mod:`treexchange._values` and back, byte for byte as JLD2.jl 0.6 writes (for
 ``_writer_types``      the Julia types the writer reasons with (``JT``, ``TypeFactory.of_value``)
 ``_writer_arrays``     array payloads: column-major bytes in bounded pieces, compressed chunks
 ``_writer_sink``       random-access output, header checksums in bulk
+``_writefile``         ``write_jld2``: the one write loop (``save``, ``convert``, other formats' import)
 ``_encode_hdf5``       byte encoders of the HDF5 structures JLD2.jl writes
 =====================  =========================================================================
 
@@ -28,7 +29,7 @@ of its kind, each one function or one table:
 - ``Int128``/``UInt128``, ``BFloat16``: ``Int128Plan``, ``BFloat16Plan`` -> ``ArrayNode`` (dtype
   ``int128``/``bfloat16``) -> ``TypeFactory.int128``/``of_dtype``, ``_writer_arrays``
 - ``Char``, ``@enum``, other primitive bits: ``BitsPlan`` (a ``JuliaBits``) -> ``LeafNode``
-  (``treexchange._juliatype`` prints a Char ``'a'``) -> ``TypeFactory.bits``
+  (a ``JuliaBits`` Char prints itself ``'a'`` in type text) -> ``TypeFactory.bits``
 - ``String``, ``Symbol``: ``VlenStringPlan`` (``symbol=True``), ``FixedStringPlan`` -> ``LeafNode``
   -> ``TypeFactory.of_value``
 - ``Array{T,N}``: ``Reader`` datasets with an element plan (``ReferencePlan`` for references) ->

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import FormatError, LimitError, UnsupportedError, format_path
+from .._errors import FormatError, LimitError, PathSegment, TreePath, UnsupportedError, format_path
 from .._gc import gc_paused
 from .._juliatype import JuliaType
 from .._typeof import BOTTOM, julia_type_of
@@ -34,7 +34,6 @@ from ._plans import (
     CustomPlan,
     DataTypePlan,
     GhostPlan,
-    Path,
     Plan,
     ReferencePlan,
     UnionElementPlan,
@@ -49,8 +48,6 @@ from ._typeutil import (
     namedtuple_names_types,
     tuple_element_types,
 )
-
-Segment = str | int
 
 
 def array_protocol(arr: np.ndarray, dtype: Any, copy: bool | None) -> np.ndarray:
@@ -88,7 +85,7 @@ class Node:
 
     __slots__ = ("_reader", "julia_type", "kind", "path")
 
-    def __init__(self, reader: Reader, path: Path, kind: str, julia_type: JuliaType) -> None:
+    def __init__(self, reader: Reader, path: TreePath, kind: str, julia_type: JuliaType) -> None:
         self._reader = reader
         self.path = path
         self.kind = kind
@@ -130,7 +127,7 @@ class Node:
         return None
 
     # --- children (containers override) -------------------------------------------------------
-    def children(self) -> Iterator[tuple[Segment, Node | Group]]:
+    def children(self) -> Iterator[tuple[PathSegment, Node | Group]]:
         """Child nodes in order with their path segments (none for leaves and arrays)."""
         return iter(())
 
@@ -168,7 +165,7 @@ class _Source:
         self.off = off
         self.value = value
 
-    def read(self, session: Session, path: Path) -> Any:
+    def read(self, session: Session, path: TreePath) -> Any:
         if self.address is not None:
             return session.load_ref(self.address, path)
         if self.plan is not None:
@@ -185,7 +182,7 @@ an ``int`` costs no allocation and is not tracked by the cyclic garbage collecto
 """
 
 
-def _read_from(src: Where, session: Session, path: Path) -> Any:
+def _read_from(src: Where, session: Session, path: TreePath) -> Any:
     if type(src) is int:
         return session.load_ref(src, path)
     assert isinstance(src, _Source)
@@ -197,7 +194,7 @@ class LeafNode(Node):
 
     __slots__ = ("_src",)
 
-    def __init__(self, reader: Reader, path: Path, kind: str, julia_type: JuliaType, src: Where) -> None:
+    def __init__(self, reader: Reader, path: TreePath, kind: str, julia_type: JuliaType, src: Where) -> None:
         super().__init__(reader, path, kind, julia_type)
         self._src = src
 
@@ -205,14 +202,14 @@ class LeafNode(Node):
         return _read_from(self._src, session, self.path)
 
 
-def _const(reader: Reader, path: Path, kind: str, julia_type: JuliaType, value: Any) -> LeafNode:
+def _const(reader: Reader, path: TreePath, kind: str, julia_type: JuliaType, value: Any) -> LeafNode:
     return LeafNode(reader, path, kind, julia_type, _Source(value=value))
 
 
 _SHARED_CONSTANTS = 4096
 
 
-def _shared_const(reader: Reader, path: Path, kind: str, julia_type: JuliaType, value: Any) -> LeafNode:
+def _shared_const(reader: Reader, path: TreePath, kind: str, julia_type: JuliaType, value: Any) -> LeafNode:
     """:func:`_const` for immutable values that recur at many nodes (ghosts such as ``σ = ()``
     in every layer, undefined references): one ``_Source`` per value and file, not per node.
     Keyed by identity (the entry keeps the value alive, so its id is not reused)."""
@@ -240,7 +237,7 @@ class ArrayNode(Node):
     __slots__ = ("_info", "_value")
 
     def __init__(
-        self, reader: Reader, path: Path, info: DatasetInfo | None, value: np.ndarray | None = None
+        self, reader: Reader, path: TreePath, info: DatasetInfo | None, value: np.ndarray | None = None
     ) -> None:
         jt = info.julia_type if info is not None else JuliaType("Core.Array")
         super().__init__(reader, path, "array", jt)
@@ -318,7 +315,7 @@ class ContainerNode(Node):
     def __init__(
         self,
         reader: Reader,
-        path: Path,
+        path: TreePath,
         kind: str,
         julia_type: JuliaType,
         src: Where,
@@ -326,7 +323,7 @@ class ContainerNode(Node):
     ) -> None:
         super().__init__(reader, path, kind, julia_type)
         self._src = src
-        self._keys: Sequence[tuple[Segment, Any]] | None = None
+        self._keys: Sequence[tuple[PathSegment, Any]] | None = None
         self._cache: dict[int, Node | Group] = {}
         self._index: dict[Any, int] | None = None  # key -> position, built on the first lookup
         self._shape = shape
@@ -337,14 +334,14 @@ class ContainerNode(Node):
         return self._shape
 
     # subclass interface (the entries are never modified: subclasses may share them)
-    def _entries(self) -> Sequence[tuple[Segment, Any]]:
+    def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         raise NotImplementedError
 
-    def _make(self, i: int, path: Path) -> Node | Group:
+    def _make(self, i: int, path: TreePath) -> Node | Group:
         raise NotImplementedError
 
     # shared behaviour
-    def _all(self) -> Sequence[tuple[Segment, Any]]:
+    def _all(self) -> Sequence[tuple[PathSegment, Any]]:
         if self._keys is None:
             self._keys = self._entries()
         return self._keys
@@ -361,7 +358,7 @@ class ContainerNode(Node):
         """Field names / dict keys (for tuples and vectors: 0-based positions)."""
         return [key for _, key in self._all()]
 
-    def children(self) -> Iterator[tuple[Segment, Node | Group]]:
+    def children(self) -> Iterator[tuple[PathSegment, Node | Group]]:
         cache, path = self._cache, self.path
         for i, (seg, _) in enumerate(self._all()):
             node = cache.get(i)  # what _child does, inlined: this runs for every node of a walk
@@ -439,7 +436,7 @@ _INDEXED_ENTRIES = 16
 """Containers with more entries than this get a key -> position dict on their first lookup."""
 
 
-def _key_index(entries: Sequence[tuple[Segment, Any]]) -> dict[Any, int]:
+def _key_index(entries: Sequence[tuple[PathSegment, Any]]) -> dict[Any, int]:
     """Key -> first position, for the hashable keys (unhashable ones are left out, so a miss
     is only conclusive when every key is in the index)."""
     index: dict[Any, int] = {}
@@ -470,15 +467,15 @@ class CompoundNode(ContainerNode):
     __slots__ = ("_buf", "_off", "_plan")
 
     def __init__(
-        self, reader: Reader, path: Path, plan: CompoundPlan, buf: Any, off: int, src: Where
+        self, reader: Reader, path: TreePath, plan: CompoundPlan, buf: Any, off: int, src: Where
     ) -> None:
         super().__init__(reader, path, plan.kind, plan.julia_type, src)
         self._plan, self._buf, self._off = plan, buf, off
 
-    def _entries(self) -> Sequence[tuple[Segment, Any]]:
+    def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         return self._plan.entries  # made once per type, shared by all its nodes
 
-    def _make(self, i: int, path: Path) -> Node | Group:
+    def _make(self, i: int, path: TreePath) -> Node | Group:
         f = self._plan.fields[i]
         return node_for_inline(self._reader, path, f.plan, self._buf, self._off + f.offset)
 
@@ -488,16 +485,16 @@ class RefVectorNode(ContainerNode):
 
     __slots__ = ("_addresses", "_info")
 
-    def __init__(self, reader: Reader, path: Path, info: DatasetInfo) -> None:
+    def __init__(self, reader: Reader, path: TreePath, info: DatasetInfo) -> None:
         super().__init__(reader, path, "vector", info.julia_type, info.address, info.shape)
         self._info = info
         self._addresses: list[int] | None = None
 
-    def _entries(self) -> Sequence[tuple[Segment, Any]]:
+    def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         self._addresses = self._reader.element_addresses(self._info)
         return [(i + 1, i) for i in range(len(self._addresses))]
 
-    def _make(self, i: int, path: Path) -> Node | Group:
+    def _make(self, i: int, path: TreePath) -> Node | Group:
         self._all()
         assert self._addresses is not None
         return node_for_ref(self._reader, path, self._addresses[i])
@@ -508,12 +505,12 @@ class InlineVectorNode(ContainerNode):
 
     __slots__ = ("_info", "_raw")
 
-    def __init__(self, reader: Reader, path: Path, info: DatasetInfo) -> None:
+    def __init__(self, reader: Reader, path: TreePath, info: DatasetInfo) -> None:
         super().__init__(reader, path, "vector", info.julia_type, info.address, info.shape)
         self._info = info
         self._raw: Any = None
 
-    def _entries(self) -> Sequence[tuple[Segment, Any]]:
+    def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         info, plan = self._info, self._info.plan
         assert plan is not None
         n = info.count
@@ -521,7 +518,7 @@ class InlineVectorNode(ContainerNode):
             self._raw = self._reader.raw(info, n * plan.size)
         return [(i + 1, i) for i in range(n)]
 
-    def _make(self, i: int, path: Path) -> Node | Group:
+    def _make(self, i: int, path: TreePath) -> Node | Group:
         self._all()
         plan = self._info.plan
         assert plan is not None
@@ -538,7 +535,7 @@ class ValueVectorNode(ContainerNode):
     def __init__(
         self,
         reader: Reader,
-        path: Path,
+        path: TreePath,
         kind: str,
         julia_type: JuliaType,
         src: Where,
@@ -549,10 +546,10 @@ class ValueVectorNode(ContainerNode):
         super().__init__(reader, path, kind, julia_type, src, (len(items),))
         self._items, self._item_kind, self._item_type = items, item_kind, item_type
 
-    def _entries(self) -> Sequence[tuple[Segment, Any]]:
+    def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         return [(i + 1, i) for i in range(len(self._items))]
 
-    def _make(self, i: int, path: Path) -> Node | Group:
+    def _make(self, i: int, path: TreePath) -> Node | Group:
         return _const(self._reader, path, self._item_kind, self._item_type, self._items[i])
 
 
@@ -561,12 +558,12 @@ class GhostContainerNode(ContainerNode):
 
     __slots__ = ("_types", "_value")
 
-    def __init__(self, reader: Reader, path: Path, kind: str, jt: JuliaType, value: Any) -> None:
+    def __init__(self, reader: Reader, path: TreePath, kind: str, jt: JuliaType, value: Any) -> None:
         super().__init__(reader, path, kind, jt, _Source(value=value))
         self._value = value
         self._types: list[Any] | None = None
 
-    def _entries(self) -> Sequence[tuple[Segment, Any]]:
+    def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         value, jt, limits = self._value, self.julia_type, self._reader.type_limits
         if isinstance(value, NamedTuple):
             parsed = namedtuple_names_types(jt, limits) if is_namedtuple_type(jt) else None
@@ -577,7 +574,7 @@ class GhostContainerNode(ContainerNode):
         self._types = [elems[i] if i < len(elems) else None for i in range(len(value))]
         return [(i + 1, i) for i in range(len(value))]
 
-    def _make(self, i: int, path: Path) -> Node | Group:
+    def _make(self, i: int, path: TreePath) -> Node | Group:
         self._all()
         assert self._types is not None
         value = self._value
@@ -594,15 +591,15 @@ class DelegateNode(ContainerNode):
     __slots__ = ("_target",)
 
     def __init__(
-        self, reader: Reader, path: Path, kind: str, jt: JuliaType, target: ContainerNode, src: Where
+        self, reader: Reader, path: TreePath, kind: str, jt: JuliaType, target: ContainerNode, src: Where
     ):
         super().__init__(reader, path, kind, jt, src, target.shape)
         self._target = target
 
-    def _entries(self) -> Sequence[tuple[Segment, Any]]:
+    def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         return self._target._all()
 
-    def _make(self, i: int, path: Path) -> Node | Group:
+    def _make(self, i: int, path: TreePath) -> Node | Group:
         return self._target._child(i)
 
 
@@ -614,19 +611,19 @@ class FixedNode(ContainerNode):
     def __init__(
         self,
         reader: Reader,
-        path: Path,
+        path: TreePath,
         kind: str,
         jt: JuliaType,
         src: Where,
-        children: list[tuple[Segment, Any, Node | Group]],
+        children: list[tuple[PathSegment, Any, Node | Group]],
     ) -> None:
         super().__init__(reader, path, kind, jt, src)
         self._nodes = children
 
-    def _entries(self) -> Sequence[tuple[Segment, Any]]:
+    def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         return [(seg, key) for seg, key, _ in self._nodes]
 
-    def _make(self, i: int, path: Path) -> Node | Group:
+    def _make(self, i: int, path: TreePath) -> Node | Group:
         return _reparent(self._nodes[i][2], path)
 
 
@@ -635,18 +632,18 @@ class RepathedNode(ContainerNode):
 
     __slots__ = ("_inner",)
 
-    def __init__(self, inner: ContainerNode, path: Path) -> None:
+    def __init__(self, inner: ContainerNode, path: TreePath) -> None:
         super().__init__(inner._reader, path, inner.kind, inner.julia_type, inner._src, inner.shape)
         self._inner = inner
 
-    def _entries(self) -> Sequence[tuple[Segment, Any]]:
+    def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         return self._inner._all()
 
-    def _make(self, i: int, path: Path) -> Node | Group:
+    def _make(self, i: int, path: TreePath) -> Node | Group:
         return _reparent(self._inner._child(i), path)
 
 
-def _reparent(node: Node | Group, path: Path) -> Node | Group:
+def _reparent(node: Node | Group, path: TreePath) -> Node | Group:
     if isinstance(node, Group) or node.path == path:
         return node
     if isinstance(node, ContainerNode):
@@ -667,7 +664,7 @@ class Group(Mapping[str, "Node | Group"]):
     shape: tuple[int, ...] | None = None  # (no array access: see treexchange._nodeproto)
     dtype: np.dtype | None = None
 
-    def __init__(self, reader: Reader, path: Path, address: int) -> None:
+    def __init__(self, reader: Reader, path: TreePath, address: int) -> None:
         self._reader = reader
         self.path = path
         self._address = address
@@ -714,7 +711,7 @@ class Group(Mapping[str, "Node | Group"]):
     def __len__(self) -> int:
         return len(self._all())
 
-    def children(self) -> Iterator[tuple[Segment, Node | Group]]:
+    def children(self) -> Iterator[tuple[PathSegment, Node | Group]]:
         for name in self._all():
             yield name, self._entry(name)
 
@@ -750,14 +747,14 @@ def group_links(group: Group) -> dict[str, int]:
 # --- node factories ---------------------------------------------------------------------------
 
 
-def node_for_ref(reader: Reader, path: Path, address: int) -> Node | Group:
+def node_for_ref(reader: Reader, path: TreePath, address: int) -> Node | Group:
     """The node a reference points to (:data:`UNDEF` for an undefined reference)."""
     if address == 0:
         return _shared_const(reader, path, "singleton", BOTTOM, UNDEF)
     return node_for_dataset(reader, path, address)
 
 
-def node_for_dataset(reader: Reader, path: Path, address: int) -> Node | Group:
+def node_for_dataset(reader: Reader, path: TreePath, address: int) -> Node | Group:
     """The node of the object at ``address`` (parses its header, not its data)."""
     info = reader.info(address, path)
     if info.kind == "group":
@@ -802,7 +799,7 @@ def node_for_dataset(reader: Reader, path: Path, address: int) -> Node | Group:
 
 def node_for_inline(
     reader: Reader,
-    path: Path,
+    path: TreePath,
     plan: Plan,
     buf: Any,
     off: int,
@@ -851,7 +848,7 @@ def node_for_inline(
 
 
 def _custom_node(
-    reader: Reader, path: Path, plan: CustomPlan, buf: Any, off: int, src: Where
+    reader: Reader, path: TreePath, plan: CustomPlan, buf: Any, off: int, src: Where
 ) -> Node | Group:
     if plan.kind == "dict":
         return _dict_node(reader, path, plan, buf, off, src)
@@ -874,7 +871,9 @@ def _custom_node(
     return LeafNode(reader, path, plan.kind, plan.julia_type, src)
 
 
-def _dict_node(reader: Reader, path: Path, plan: CustomPlan, buf: Any, off: int, src: Where) -> ContainerNode:
+def _dict_node(
+    reader: Reader, path: TreePath, plan: CustomPlan, buf: Any, off: int, src: Where
+) -> ContainerNode:
     """A Dict: entries keyed by the pairs' ``first`` values (read now, to know the kind).
 
     Like :func:`treexchange._jld2._plans.pairs_to_dict`, a Dict whose keys Python cannot hash
@@ -890,7 +889,7 @@ def _dict_node(reader: Reader, path: Path, plan: CustomPlan, buf: Any, off: int,
     lazy = _lazy_dict_node(reader, path, plan, src, pairs)
     if lazy is not None:
         return lazy
-    entries: list[tuple[Segment, Any, Node | Group]] = []
+    entries: list[tuple[PathSegment, Any, Node | Group]] = []
     seen: set[Any] = set()
     for _, pair in pairs.children():
         if not isinstance(pair, ContainerNode) or "first" not in pair or "second" not in pair:
@@ -920,20 +919,20 @@ class DictNode(ContainerNode):
     def __init__(
         self,
         reader: Reader,
-        path: Path,
+        path: TreePath,
         jt: JuliaType,
         src: Where,
-        entries: list[tuple[Segment, Any]],
+        entries: list[tuple[PathSegment, Any]],
         pair_at: list[tuple[CompoundPlan, Any, int]],
     ) -> None:
         super().__init__(reader, path, "dict", jt, src)
         self._keys = entries
         self._pair_at = pair_at  # (Pair plan, bytes, offset) of each entry
 
-    def _entries(self) -> Sequence[tuple[Segment, Any]]:
+    def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         return self._keys or []
 
-    def _make(self, i: int, path: Path) -> Node | Group:
+    def _make(self, i: int, path: TreePath) -> Node | Group:
         plan, buf, off = self._pair_at[i]
         second = plan.fields[1]
         return node_for_inline(self._reader, path, second.plan, buf, off + second.offset)
@@ -975,7 +974,7 @@ def _is_pair_plan(plan: Plan | None) -> bool:
 
 
 def _lazy_dict_node(
-    reader: Reader, path: Path, plan: CustomPlan, src: Where, pairs: ContainerNode
+    reader: Reader, path: TreePath, plan: CustomPlan, src: Where, pairs: ContainerNode
 ) -> DictNode | None:
     """A :class:`DictNode`, or None when the pairs are stored otherwise or their keys do not
     make a Python dict (unhashable, or equal in Python): the caller's general path decides."""
@@ -984,7 +983,7 @@ def _lazy_dict_node(
         if pair_at is None:
             return None
         session = Session(reader)
-        entries: list[tuple[Segment, Any]] = []
+        entries: list[tuple[PathSegment, Any]] = []
         seen: set[Any] = set()
         base = pairs.path
         for i, (pair, buf, off) in enumerate(pair_at):
@@ -1006,7 +1005,7 @@ def _render_key(key: Any) -> str:
     return str(key)
 
 
-def ghost_node(reader: Reader, path: Path, value: Any, jt: JuliaType) -> Node:
+def ghost_node(reader: Reader, path: TreePath, value: Any, jt: JuliaType) -> Node:
     """A node for a zero-size value; tuples/NamedTuples of ghosts get ghost children."""
     if isinstance(value, NamedTuple):
         return GhostContainerNode(reader, path, "namedtuple", jt, value)

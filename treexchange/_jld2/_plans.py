@@ -23,6 +23,7 @@ import struct
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+import ml_dtypes
 import numpy as np
 
 from .._errors import FormatError, LimitError, TreePath
@@ -43,7 +44,6 @@ from .._values import (
 )
 from ._layout import FieldLayout, StructLayout
 
-Path = TreePath  # the name _nodes imports; the one tree-path type is _errors.TreePath
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
@@ -158,8 +158,6 @@ class BFloat16Plan(Plan):
     kind = "number"
 
     def __init__(self, julia_type: JuliaType, h5type: H5Type | None = None) -> None:
-        import ml_dtypes
-
         self.dtype = np.dtype(ml_dtypes.bfloat16)
         self.julia_type = julia_type
         self.size = 2

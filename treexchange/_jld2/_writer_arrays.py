@@ -191,7 +191,7 @@ class Compression:
             level = self.level
             return lambda data: zlib.compress(data, level)
         try:
-            import zstandard
+            import zstandard  # zstandard is optional (the compression extra)
         except ImportError as exc:  # pragma: no cover - zstandard is a dependency of the extra
             raise UnsupportedError(
                 "zstd compression needs the 'zstandard' package (pip install treexchange[compression])"

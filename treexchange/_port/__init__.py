@@ -32,7 +32,11 @@ which serve both directions), and tests against the numpy Flux reference.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
+
+from .._bridge import restore
+from ._flux import flux_state
 
 
 def load_state(model: Any, state: Any, *, flux: str | None = None, **options: Any) -> Any:
@@ -49,9 +53,5 @@ def load_state(model: Any, state: Any, *, flux: str | None = None, **options: An
         >>> bool((back.weight == lin.weight).all())
         True
     """
-    import functools
-
-    from .._bridge import flux_state, restore
-
     layout = flux_state if flux is None else functools.partial(flux_state, flux=flux)
     return restore(state, like=model, layout=layout, **options)

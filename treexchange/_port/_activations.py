@@ -6,6 +6,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from .._errors import UnsupportedError
+
 # Element-wise NNlib functions: a Dense/Conv ``σ`` may be one of these.
 ELEMENTWISE = frozenset(
     {
@@ -20,7 +22,7 @@ ALIASES = {"σ": "sigmoid", "logσ": "logsigmoid", "hardσ": "hardsigmoid", "lea
 
 def table() -> list[tuple[Callable[..., Any], str]]:
     """(JAX function, NNlib name) pairs, first match wins when reading a model."""
-    import jax
+    import jax  # jax is costly to import: loaded on first use
     import jax.numpy as jnp
 
     nn = jax.nn
@@ -79,8 +81,6 @@ def function_of(name: str) -> Callable[..., Any]:
     for fn, candidate in table():
         if candidate == name:
             return fn
-    from .._errors import UnsupportedError
-
     raise UnsupportedError(f"no JAX function for the NNlib activation {name!r}")
 
 

@@ -28,12 +28,16 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import equinox as eqx
+import jax
+import jax.numpy as jnp
 import numpy as np
 
-from .._errors import ConversionError, PathSegment, UnsupportedError
+from .._bridge._restore import LeafRef
+from .._errors import PathSegment, TreePath, UnsupportedError
 from . import _eqx_layers as L
 from ._activations import ELEMENTWISE, function_of, name_of
-from ._perm import REV, SAME, Compose, Perm, Reshape, Transpose, spatial_flip
+from ._perm import REV, SAME, Perm, Reshape, Transpose, conv_weight_perm
 from ._rules import same_padding, with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
 from ._state import KEEP, Port
@@ -47,8 +51,8 @@ ACTIVATED = frozenset(
 
 def chain_port(
     items: list[Any],
-    path: tuple[PathSegment, ...],
-    read: Callable[[Any, tuple[PathSegment, ...]], Port],
+    path: TreePath,
+    read: Callable[[Any, TreePath], Port],
     own_entry: Callable[[Any], bool],
     keys: Sequence[PathSegment] | None = None,
 ) -> Port:
@@ -103,8 +107,6 @@ def build_equinox(layer: Layer, *, key: Any, flux: str = DEFAULT_FLUX_ERA) -> An
 def _one(layer: Layer, key: Any, era: str) -> Any:
     """One module for ``layer``; with an activation: ``Activated(module, σ)``, or for a stateful
     layer (BatchNorm, which needs ``eqx.nn.Sequential`` to pass its state) a Sequential."""
-    import equinox as eqx
-
     modules = _build(layer, key, era)
     if len(modules) == 1:
         return modules[0]
@@ -115,8 +117,6 @@ def _one(layer: Layer, key: Any, era: str) -> Any:
 
 def _build(layer: Layer, key: Any, era: str) -> list[Any]:
     """The Equinox module for ``layer``, followed by its activation Lambda when it has one."""
-    import equinox as eqx
-
     builder = _BUILDERS.get(layer.kind)
     if builder is None:
         raise UnsupportedError(f"no Equinox builder for the Flux layer {layer.kind!r} yet")
@@ -128,8 +128,6 @@ def _build(layer: Layer, key: Any, era: str) -> list[Any]:
 
 
 def _keys(key: Any, n: int) -> list[Any]:
-    import jax
-
     return list(jax.random.split(key, max(n, 1)))
 
 
@@ -147,7 +145,7 @@ def _padding(pad: tuple[int, ...]) -> list[tuple[int, int]]:
     return [(int(pad[2 * k]), int(pad[2 * k + 1])) for k in reversed(range(n))]
 
 
-def _same(m: Any, transpose: bool, path: tuple[PathSegment, ...]) -> Any:
+def _same(m: Any, transpose: bool, path: TreePath) -> Any:
     """An Equinox conv's padding, with ``"SAME"`` of a stride-1 conv made explicit (``same_padding``)."""
     padding = m.padding
     if isinstance(padding, str) and padding.upper() in ("SAME", "SAME_LOWER") and not transpose:
@@ -155,7 +153,7 @@ def _same(m: Any, transpose: bool, path: tuple[PathSegment, ...]) -> Any:
     return padding
 
 
-def _julia_pad(padding: Any, path: tuple[PathSegment, ...]) -> tuple[int, ...]:
+def _julia_pad(padding: Any, path: TreePath) -> tuple[int, ...]:
     if isinstance(padding, str):
         raise UnsupportedError(
             f"padding={padding!r}: Flux needs explicit padding (SamePad differs)", path=path
@@ -167,8 +165,6 @@ def _julia_pad(padding: Any, path: tuple[PathSegment, ...]) -> tuple[int, ...]:
 
 
 def _build_chain(layer: Layer, key: Any, era: str) -> Any:
-    import equinox as eqx
-
     if layer.names:
         return L.NamedChain(tuple(_children(layer, key, era)), tuple(layer.names))
     flat: list[Any] = []
@@ -178,15 +174,11 @@ def _build_chain(layer: Layer, key: Any, era: str) -> Any:
 
 
 def _build_dense(layer: Layer, key: Any, era: str) -> Any:
-    import equinox as eqx
-
     a = layer.args
     return eqx.nn.Linear(a["in"], a["out"], use_bias=a["bias"], key=key)
 
 
 def _build_conv(layer: Layer, key: Any, era: str) -> Any:
-    import equinox as eqx
-
     a = layer.args
     n = len(a["kernel"])
     groups = a["in"] if layer.kind == "DepthwiseConv" else a["groups"]
@@ -209,8 +201,6 @@ def _build_conv(layer: Layer, key: Any, era: str) -> Any:
 
 
 def _build_pool(layer: Layer, key: Any, era: str) -> Any:
-    import equinox as eqx
-
     a = layer.args
     n = len(a["k"])
     nn = eqx.nn
@@ -223,8 +213,6 @@ def _build_pool(layer: Layer, key: Any, era: str) -> Any:
 
 
 def _build_norm(layer: Layer, key: Any, era: str) -> Any:
-    import equinox as eqx
-
     a = layer.args
     if layer.kind == "BatchNorm":
         if not a["track_stats"]:
@@ -258,9 +246,6 @@ def layernorm_eps(epsilon: float, era: str) -> float:
 
 
 def _build_layernorm(layer: Layer, key: Any, era: str) -> Any:
-    import equinox as eqx
-    import jax.numpy as jnp
-
     a = layer.args
     if era == "0.14":
         shape = _rev(a["size"])
@@ -272,14 +257,10 @@ def _build_layernorm(layer: Layer, key: Any, era: str) -> Any:
 
 
 def _build_embedding(layer: Layer, key: Any, era: str) -> Any:
-    import equinox as eqx
-
     return eqx.nn.Embedding(layer.args["in"], layer.args["out"], key=key)
 
 
 def _build_bilinear(layer: Layer, key: Any, era: str) -> Any:
-    import jax
-
     a = layer.args
     in1, in2 = a["in"]
     bound = 1.0 / math.sqrt(in1 * in2)
@@ -291,9 +272,6 @@ def _build_bilinear(layer: Layer, key: Any, era: str) -> Any:
 
 def _build_recurrent(layer: Layer, key: Any, era: str) -> Any:
     """Flux's RNN/LSTM/GRU/GRUv3 as :class:`~._eqx_layers.Recurrence` over its cell (zero ``bias_n``)."""
-    import equinox as eqx
-    import jax.numpy as jnp
-
     kind, n_in, hidden = layer.kind, int(layer.args["in"]), int(layer.args["out"])
     cell: Any
     if kind == "LSTM":
@@ -318,8 +296,6 @@ def _build_recurrent(layer: Layer, key: Any, era: str) -> Any:
 def _build_attention(layer: Layer, key: Any, era: str) -> Any:
     """Flux's ``MultiHeadAttention((q_in, k_in, v_in) => (qk_dim, v_dim) => out; nheads, bias)`` as
     ``eqx.nn.MultiheadAttention`` (whose ``qk_size``/``vo_size`` are per head)."""
-    import equinox as eqx
-
     a, bias = layer.args, bool(layer.args["bias"])
     heads = int(a["nheads"])
     return eqx.nn.MultiheadAttention(
@@ -341,8 +317,6 @@ def _build_attention(layer: Layer, key: Any, era: str) -> Any:
 
 
 def _build_dropout(layer: Layer, key: Any, era: str) -> Any:
-    import equinox as eqx
-
     if layer.kind == "AlphaDropout":
         return L.AlphaDropout(float(layer.args["p"]))
     return eqx.nn.Dropout(float(layer.args["p"]), inference=True)
@@ -415,9 +389,7 @@ class _Reader:
         self.state = state
         self.era = era
 
-    def read(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
-        import equinox as eqx
-
+    def read(self, m: Any, path: TreePath) -> Port:
         nn = eqx.nn
         if isinstance(m, nn.Sequential):
             return self.chain(list(m.layers), (*path, "layers"))
@@ -505,10 +477,10 @@ class _Reader:
         raise UnsupportedError(f"no Flux layer for {type(m).__name__}", path=path)
 
     # --- containers --------------------------------------------------------------------------------
-    def chain(self, items: list[Any], path: tuple[PathSegment, ...]) -> Port:
+    def chain(self, items: list[Any], path: TreePath) -> Port:
         return chain_port(items, path, self.read, lambda item: isinstance(item, L.Function))
 
-    def mlp(self, mlp: Any, path: tuple[PathSegment, ...]) -> Port:
+    def mlp(self, mlp: Any, path: TreePath) -> Port:
         if getattr(mlp, "scan", False):
             raise UnsupportedError(
                 "eqx.nn.MLP(scan=True) stacks its hidden layers; use scan=False", path=path
@@ -524,15 +496,13 @@ class _Reader:
             ports.append(port)
         return Port(Layer("Chain", {}, tuple(p.layer for p in ports)), children=tuple(ports))
 
-    def function(self, fn: Any, path: tuple[PathSegment, ...]) -> Port:
-        import jax.numpy as jnp
-
+    def function(self, fn: Any, path: TreePath) -> Port:
         if fn is jnp.ravel:  # eqx.nn.Lambda(jnp.ravel) on one sample is Flux's flatten (§1.4)
             return Port(Layer("flatten"))
         return Port(Layer("function", {"name": name_of(fn), "fn": fn}))
 
     # --- layers ------------------------------------------------------------------------------------
-    def linear(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+    def linear(self, m: Any, path: TreePath) -> Port:
         if len(m.weight.shape) != 2:
             raise UnsupportedError(
                 f"Linear weight of shape {tuple(m.weight.shape)} is not a matrix", path=path
@@ -548,7 +518,7 @@ class _Reader:
         layer = Layer("Dense", {"in": int(inp), "out": int(out), "bias": bool(m.use_bias), "σ": "identity"})
         return Port(layer, arrays)
 
-    def attention(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+    def attention(self, m: Any, path: TreePath) -> Port:
         """Same matrices (Flux's heads own contiguous row blocks, as Equinox's), any sizes; one bias flag."""
         projections = {
             "q_proj": m.query_proj,
@@ -574,15 +544,12 @@ class _Reader:
         }  # fmt: skip
         return Port(with_defaults(Layer("MultiHeadAttention", args)), arrays)
 
-    def recurrent_cell(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+    def recurrent_cell(self, m: Any, path: TreePath) -> Port:
         """A recurrent cell as Flux's layer: same matrices (Flux's gate order is Equinox's), no state0.
 
         ``eqx.nn.GRUCell.bias_n`` (inside ``r``) has no Flux counterpart: it must be zero to port, and a
         restore sets it to zero. A cell without bias has none in Flux either: refused.
         """
-        import equinox as eqx
-        import jax.numpy as jnp
-
         if not getattr(m, "use_bias", True):
             raise UnsupportedError("a recurrent cell without bias has no Flux twin", path=path)
         hidden, n_in = int(m.weight_hh.shape[-1]), int(m.weight_ih.shape[-1])
@@ -611,9 +578,7 @@ class _Reader:
             args["σ"] = name_of(m.activation)
         return Port(with_defaults(Layer(kind, args)), arrays, fixed=fixed)
 
-    def conv(self, m: Any, kind: str, path: tuple[PathSegment, ...]) -> Port:
-        import equinox as eqx
-
+    def conv(self, m: Any, kind: str, path: TreePath) -> Port:
         transpose = isinstance(m, eqx.nn.ConvTranspose)
         if transpose:
             kind = "ConvTranspose"
@@ -640,9 +605,7 @@ class _Reader:
             arrays["bias"] = (m.bias, Reshape((args["out"],), (args["out"],) + (1,) * n))
         return Port(with_defaults(Layer(kind, args)), arrays)
 
-    def pool(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
-        import equinox as eqx
-
+    def pool(self, m: Any, path: TreePath) -> Port:
         nn = eqx.nn
         if isinstance(m, (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d)):
             kind = "MaxPool"
@@ -655,7 +618,7 @@ class _Reader:
         args = {"k": _rev(m.kernel_size), "stride": _rev(m.stride), "pad": _julia_pad(m.padding, path)}
         return Port(Layer(kind, args))
 
-    def batchnorm(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+    def batchnorm(self, m: Any, path: TreePath) -> Port:
         if self.state is None:
             raise UnsupportedError(
                 "eqx.nn.BatchNorm keeps its running statistics in an eqx.nn.State: pass (model, state)",
@@ -687,7 +650,7 @@ class _Reader:
         port.arrays.update({"μ": (mean, SAME), "σ²": (var, SAME)})
         return port
 
-    def groupnorm(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+    def groupnorm(self, m: Any, path: TreePath) -> Port:
         instance = isinstance(m, L.InstanceNorm)
         norm = m.norm if instance else m
         if norm.channels is None:
@@ -705,7 +668,7 @@ class _Reader:
             port.arrays.update({"γ": (norm.weight, SAME), "β": (norm.bias, SAME)})
         return port
 
-    def layernorm(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
+    def layernorm(self, m: Any, path: TreePath) -> Port:
         affine = bool(m.use_weight)
         if affine != bool(m.use_bias):
             raise UnsupportedError("Flux LayerNorm has both scale and bias or neither", path=path)
@@ -717,9 +680,7 @@ class _Reader:
             port.arrays.update({"scale": (m.weight, REV), "bias": (m.bias, REV)})
         return port
 
-    def layernorm_std_eps(self, m: Any, path: tuple[PathSegment, ...]) -> Port:
-        from .._bridge._restore import LeafRef
-
+    def layernorm_std_eps(self, m: Any, path: TreePath) -> Port:
         # A restore (LeafRef arrays) reads arrays only, whatever the era; a written state must be 0.14's.
         if self.era != "0.14" and not isinstance(m.weight, LeafRef):
             raise UnsupportedError(layernorm_0_15_message(), path=path)
@@ -735,16 +696,10 @@ class _Reader:
 
 
 def _is_restoring(leaf: Any) -> bool:
-    from .._bridge._restore import LeafRef
-
     return isinstance(leaf, LeafRef)
 
 
 def _leaves(tree: Any) -> list[Any]:
-    import jax
-
-    from .._bridge._restore import LeafRef
-
     return jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, LeafRef))
 
 
@@ -763,8 +718,6 @@ def layernorm_0_14_message() -> str:
 
 def _debias(mean: Any, var: Any, counter: Any, momentum: float) -> tuple[Any, Any]:
     """Equinox ``mode="batch"`` keeps zero-debiased running stats: μ = hidden / (1 − momentum^counter)."""
-    from .._bridge._restore import LeafRef
-
     if isinstance(mean, LeafRef):
         return mean, var  # restoring: counter is reset to 0, so the stats are stored as they are
     n = int(np.asarray(counter))
@@ -772,36 +725,6 @@ def _debias(mean: Any, var: Any, counter: Any, momentum: float) -> tuple[Any, An
         return mean, var
     scale = 1.0 - momentum**n
     return np.asarray(mean) / scale, np.asarray(var) / scale
-
-
-def conv_weight_perm(kind: str, args: dict[str, Any]) -> Perm:
-    """Julia kernel -> Equinox ``weight`` for Conv/DepthwiseConv (flip), CrossCor, ConvTranspose (no flip)."""
-    n = len(args["kernel"])
-    if kind == "CrossCor":
-        return REV
-    if kind != "ConvTranspose":
-        return Compose(REV, spatial_flip(n, 2))  # true convolution -> cross-correlation
-    # Julia (k…, Cout÷G, Cin) -> rev (Cin, Cout÷G, k_rev…) -> (G, Cin÷G, Cout÷G, k…) -> (G, Cout÷G, Cin÷G, k…)
-    g, cin, cout = int(args["groups"]), int(args["in"]), int(args["out"])
-    k = tuple(args["kernel"])[::-1]
-    rev_shape = (cin, cout // g, *k)
-    split = (g, cin // g, cout // g, *k)
-    swapped = (0, 2, 1, *range(3, 3 + n))
-    return Compose(
-        REV,
-        Reshape(rev_shape, split),
-        Transpose(swapped),
-        Reshape((g, cout // g, cin // g, *k), (cout, cin // g, *k)),
-    )
-
-
-def check_julia_names(layer: Layer) -> None:
-    """Every activation and Chain function must have an NNlib name to be written as Julia."""
-    for sub in layer.walk():
-        if sub.kind == "function" and sub.arg("name") is None:
-            raise ConversionError(f"function {sub.arg('fn')!r} has no Flux (NNlib) name")
-        if sub.arg("σ") == "<unknown>":
-            raise ConversionError(f"activation {sub.arg('fn')!r} has no Flux (NNlib) name")
 
 
 def equinox_loaded() -> bool:

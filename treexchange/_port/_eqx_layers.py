@@ -22,6 +22,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ._activations import function_of
+
 
 class Flatten(eqx.Module):
     """Flux's ``flatten`` on one sample: column-major over Julia dims = row-major ``ravel`` here (§1.4)."""
@@ -124,8 +126,6 @@ class Bilinear(eqx.Module):
     activation: str = eqx.field(static=True, default="identity")
 
     def __call__(self, x: Any, y: Any = None, *, key: Any = None) -> jax.Array:
-        from ._activations import function_of
-
         if y is None:
             x, y = x if isinstance(x, tuple) else (x, x)  # Flux: B(x) == B(x, x), B((x, y)) == B(x, y)
         z = jnp.einsum("oij,i,j->o", self.weight, x, y)
@@ -165,8 +165,6 @@ class Activated(eqx.Module):
     activation: str = eqx.field(static=True)
 
     def __call__(self, x: Any, *, key: Any = None) -> Any:
-        from ._activations import function_of
-
         return function_of(self.activation)(self.layer(x))
 
 
@@ -178,8 +176,6 @@ class Function(eqx.Module):
     name: str = eqx.field(static=True)
 
     def __call__(self, x: Any, *, key: Any = None) -> Any:
-        from ._activations import function_of
-
         return function_of(self.name)(x)
 
 

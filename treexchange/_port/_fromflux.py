@@ -18,14 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from treexchange._errors import ConversionError, PathSegment, UnsupportedError
+from treexchange._errors import ConversionError, PathSegment, TreePath, UnsupportedError
+from treexchange._port import load_state
 from treexchange._port._arch import parse_architecture
-from treexchange._port._spec import Layer
+from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
+from treexchange._port._state import check_era
 from treexchange._port._wholemodel import from_whole_model
 from treexchange._reader import has_embedded_schema, open as open_file, read_entry
 from treexchange._values import JuliaStruct
-
-Path = tuple[PathSegment, ...]
 
 _GATES = {"RNN": 1, "LSTM": 4, "GRU": 3, "GRUv3": 3}
 
@@ -82,7 +82,7 @@ def _fmt(shape: Sequence[int]) -> str:
 
 
 def _expect(
-    state: Any, key: str, shape: tuple[int, ...], path: Path, layer: Layer, *, optional: bool = False
+    state: Any, key: str, shape: tuple[int, ...], path: TreePath, layer: Layer, *, optional: bool = False
 ) -> None:
     value = _field(state, key)
     got = _shape(value)
@@ -99,7 +99,7 @@ def _expect(
         )
 
 
-def _children_states(layer: Layer, state: Any, path: Path) -> list[tuple[Any, Path]]:
+def _children_states(layer: Layer, state: Any, path: TreePath) -> list[tuple[Any, TreePath]]:
     inner = _field(state, "layers")
     base = (*path, "layers")
     n = len(layer.children)
@@ -245,13 +245,10 @@ def from_flux(
         >>> bool(jax.numpy.allclose(model(x), mlp(x)))
         True
     """
-    from treexchange._port import load_state
-    from treexchange._port._spec import DEFAULT_FLUX_ERA
-    from treexchange._port._state import check_era
-
     era = check_era(flux if flux is not None else ("0.14" if architecture is None else DEFAULT_FLUX_ERA))
     layer, state = read_flux_source(path, name, architecture, flux=era)
     if target == "equinox":
+        # jax and equinox (also via _eqx) are costly to import: loaded on first use
         import equinox as eqx
         import jax
 
@@ -268,10 +265,11 @@ def from_flux(
             return load_state(model, state, path=(name,), flux=era)
     if target == "nnx":
         try:
+            # flax is optional
             from treexchange._port._nnx import build_nnx  # type: ignore[import-not-found, unused-ignore]
         except ImportError as err:
             raise UnsupportedError("target='nnx' is not available in this version") from err
-        from flax import nnx
+        from flax import nnx  # flax is optional
 
         def build() -> Any:
             return build_nnx(layer, rngs=nnx.Rngs(0 if key is None else key), flux=era)
@@ -283,7 +281,7 @@ def from_flux(
         except _NotConcrete:
             return load_state(build(), state, path=(name,), flux=era)
     if target == "linen":
-        from treexchange._port._linen import build_linen
+        from treexchange._port._linen import build_linen  # _linen is for flax, which is optional
 
         # Shapes only, no weights drawn: the restore fills every array (linen keeps no RNG state).
         return load_state(build_linen(layer, flux=era), state, path=(name,), flux=era)
@@ -302,11 +300,11 @@ def _restore_abstract(layer: Layer, state: Any, name: str, key: Any, era: str, s
     counterpart; it is set to the restored running statistics, so ``eqx.nn.State(model)`` of the
     result starts from the file's statistics too.
     """
+    # jax and equinox (also via _eqx) are costly to import: loaded on first use
     import equinox as eqx
     import jax
     import jax.numpy as jnp
 
-    from treexchange._port import load_state
     from treexchange._port._eqx import build_equinox
 
     abstract = eqx.filter_eval_shape(lambda: build_equinox(layer, key=key, flux=era))
@@ -335,7 +333,7 @@ def _restore_abstract(layer: Layer, state: Any, name: str, key: Any, era: str, s
 
 
 def _require_concrete(model: Any) -> None:
-    import jax
+    import jax  # jax is costly to import: loaded on first use
 
     if any(isinstance(leaf, jax.ShapeDtypeStruct) for leaf in jax.tree_util.tree_leaves(model)):
         raise _NotConcrete

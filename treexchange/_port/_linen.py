@@ -18,11 +18,15 @@ compose ``nn.Sequential`` of Flax layers and the modules of :mod:`._linen_layers
 from __future__ import annotations
 
 import dataclasses
+import sys
 from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any
 
-from .._errors import PathSegment, UnsupportedError
+import jax
+import jax.numpy as jnp
+
+from .._errors import PathSegment, TreePath, UnsupportedError
 from ._activations import function_of
 from ._eqx import ACTIVATED, layernorm_eps
 from ._nnx import _julia_pad, _padding, _Reader, _rev, transpose_padding
@@ -31,7 +35,6 @@ from ._rules import RECURRENT_GATES, with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
 from ._state import Port
 
-Path = tuple[PathSegment, ...]
 Vars = dict[str, Any]
 
 
@@ -70,9 +73,6 @@ class _Built:
 
 
 def _shape(*shape: int) -> Any:
-    import jax
-    import jax.numpy as jnp
-
     return jax.ShapeDtypeStruct(tuple(int(n) for n in shape), jnp.float32)
 
 
@@ -88,7 +88,7 @@ def _build(layer: Layer, era: str) -> list[_Built]:
 
 
 def _one(layer: Layer, era: str) -> tuple[Any, Vars, Vars]:
-    from . import _linen_layers as LL
+    from . import _linen_layers as LL  # _linen_layers imports flax (optional)
 
     built = _build(layer, era)
     if len(built) == 1:
@@ -114,7 +114,7 @@ def _container(children: list[tuple[Any, Vars, Vars]]) -> tuple[list[Any], Vars,
 
 
 def _build_chain(layer: Layer, era: str) -> _Built:
-    from flax import linen as nn
+    from flax import linen as nn  # flax is optional (and _linen_layers imports it)
 
     from . import _linen_layers as LL
 
@@ -127,7 +127,7 @@ def _build_chain(layer: Layer, era: str) -> _Built:
 
 
 def _build_dense(layer: Layer, era: str) -> _Built:
-    from flax import linen as nn
+    from flax import linen as nn  # flax is optional
 
     a = layer.args
     params = {"kernel": _shape(a["in"], a["out"])}
@@ -137,7 +137,7 @@ def _build_dense(layer: Layer, era: str) -> _Built:
 
 
 def _build_conv(layer: Layer, era: str) -> _Built:
-    from flax import linen as nn
+    from flax import linen as nn  # flax is optional (and _linen_layers imports it)
 
     from . import _linen_layers as LL
 
@@ -160,7 +160,7 @@ def _build_conv(layer: Layer, era: str) -> _Built:
 
 
 def _build_pool(layer: Layer, era: str) -> _Built:
-    from . import _linen_layers as LL
+    from . import _linen_layers as LL  # _linen_layers imports flax (optional)
 
     a = layer.args
     cls = LL.MaxPool if layer.kind == "MaxPool" else LL.MeanPool
@@ -172,7 +172,7 @@ def _affine(a: Mapping[str, Any], size: int) -> Vars:
 
 
 def _build_norm(layer: Layer, era: str) -> _Built:
-    from flax import linen as nn
+    from flax import linen as nn  # flax is optional (and _linen_layers imports it)
 
     from . import _linen_layers as LL
 
@@ -200,7 +200,7 @@ def _build_norm(layer: Layer, era: str) -> _Built:
 
 
 def _build_layernorm(layer: Layer, era: str) -> _Built:
-    from . import _linen_layers as LL
+    from . import _linen_layers as LL  # _linen_layers imports flax (optional)
 
     a = layer.args
     if len(a["size"]) != 1:
@@ -211,7 +211,7 @@ def _build_layernorm(layer: Layer, era: str) -> _Built:
 
 
 def _build_other(layer: Layer, era: str) -> _Built:
-    from flax import linen as nn
+    from flax import linen as nn  # flax is optional (and _linen_layers imports it)
 
     from . import _linen_layers as LL
 
@@ -255,7 +255,7 @@ def _build_other(layer: Layer, era: str) -> _Built:
 
 
 def _build_recurrent(layer: Layer, era: str) -> _Built:
-    from . import _linen_layers as LL
+    from . import _linen_layers as LL  # _linen_layers imports flax (optional)
 
     kind, n_in, hidden = layer.kind, int(layer.args["in"]), int(layer.args["out"])
     gates = RECURRENT_GATES[kind]
@@ -272,7 +272,7 @@ def _build_recurrent(layer: Layer, era: str) -> _Built:
 def _build_attention(layer: Layer, era: str) -> _Built:
     """Flux's MultiHeadAttention as ``nn.MultiHeadDotProductAttention``: one size for q, k and v
     (``qk_dim == v_dim``); keys and values may come in with different sizes."""
-    from flax import linen as nn
+    from flax import linen as nn  # flax is optional
 
     a = layer.args
     if a["qk_dim"] != a["v_dim"]:
@@ -327,8 +327,6 @@ _BUILDERS: dict[str, Any] = {
 
 def is_linen_model(model: Any) -> bool:
     """``(linen module, variables)``: the pair that stands for a Flax linen model."""
-    import sys
-
     linen = sys.modules.get("flax.linen")
     return (
         linen is not None
@@ -366,13 +364,13 @@ class _Scoped:
 
     def child(self, item: Any, scope: str) -> Any:
         """A child entry: a module with its scope's variables, or a plain function as it is."""
-        from flax import linen as nn
+        from flax import linen as nn  # flax is optional
 
         if not isinstance(item, nn.Module):
             return item
         return _Scoped(item, self.params.get(scope, {}), self.stats.get(scope, {}))
 
-    def param(self, name: str, path: Path) -> Any:
+    def param(self, name: str, path: TreePath) -> Any:
         if name not in self.params:
             raise UnsupportedError(
                 f"{type(self.module).__name__} has no variable {name!r} here: pass the variables "
@@ -381,7 +379,7 @@ class _Scoped:
             )
         return self.params[name]
 
-    def stat(self, name: str, path: Path) -> Any:
+    def stat(self, name: str, path: TreePath) -> Any:
         if name not in self.stats:
             raise UnsupportedError(
                 f"{type(self.module).__name__} has no batch_stats {name!r}: pass the whole variables, "
@@ -400,19 +398,19 @@ class _LinenReader(_Reader):
     flatten_hint = "treexchange._port._linen_layers.Flatten"
 
     def own_entry(self, item: Any) -> bool:
-        from . import _linen_layers as LL
+        from . import _linen_layers as LL  # _linen_layers imports flax (optional)
 
         return isinstance(item, _Scoped) and isinstance(item.module, LL.Function)
 
-    def read(self, m: Any, path: Path) -> Port:
+    def read(self, m: Any, path: TreePath) -> Port:
         if not isinstance(m, _Scoped):  # a function in a Sequential (nn.relu, a partial pool)
             return super().read(m, path)
         port = self.linen(m, path)
         self.track(m, port, path)
         return port
 
-    def linen(self, s: _Scoped, path: Path) -> Port:
-        from flax import linen as nn
+    def linen(self, s: _Scoped, path: TreePath) -> Port:
+        from flax import linen as nn  # flax is optional (and _linen_layers imports it)
 
         from . import _linen_layers as LL
 
@@ -496,8 +494,8 @@ class _LinenReader(_Reader):
             path=path,
         )
 
-    def conv_module(self, s: _Scoped, path: Path) -> Port:
-        from flax import linen as nn
+    def conv_module(self, s: _Scoped, path: TreePath) -> Port:
+        from flax import linen as nn  # flax is optional (and _linen_layers imports it)
 
         from . import _linen_layers as LL
 
@@ -518,8 +516,8 @@ class _LinenReader(_Reader):
         )
         return self.conv(view, path, kind)
 
-    def norm(self, s: _Scoped, path: Path) -> Port:
-        from flax import linen as nn
+    def norm(self, s: _Scoped, path: TreePath) -> Port:
+        from flax import linen as nn  # flax is optional
 
         m = s.module
         if isinstance(m, nn.LayerNorm) and (m.reduction_axes != -1 or m.feature_axes != -1):
@@ -560,8 +558,8 @@ class _LinenReader(_Reader):
             return self.groupnorm(view, path, instance=True)
         return self.layernorm(view, path)
 
-    def attention_module(self, s: _Scoped, path: Path) -> Port:
-        from flax import linen as nn
+    def attention_module(self, s: _Scoped, path: TreePath) -> Port:
+        from flax import linen as nn  # flax is optional
 
         m = s.module
         if m.attention_fn is not nn.dot_product_attention:

@@ -21,6 +21,7 @@ import jax
 from flax import linen as nn
 
 from . import _nnx_layers as shared
+from ._activations import function_of
 from ._rules import RECURRENT_GATES
 
 
@@ -112,8 +113,6 @@ class Activated(nn.Module):
     activation: str
 
     def __call__(self, x: Any) -> Any:
-        from ._activations import function_of
-
         return function_of(self.activation)(self.layer(x))
 
 
@@ -124,8 +123,6 @@ class Function(nn.Module):
     function: str
 
     def __call__(self, x: Any) -> Any:
-        from ._activations import function_of
-
         return function_of(self.function)(x)
 
 

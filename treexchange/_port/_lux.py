@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from .._bridge._restore import NO_ARRAYS, LeafRef
 from .._errors import UnsupportedError
 from .._values import NamedTuple, Singleton
 from ._perm import Perm
@@ -92,8 +93,6 @@ def lux_shape(
 
 def _gru_v05_ps(port: Port, restoring: bool) -> tuple[Any, Any]:
     """Lux 0.5 ``GRUCell`` ps of a Flux GRU (written only: see :func:`_recurrent_ps_st`)."""
-    from .._bridge._restore import NO_ARRAYS
-
     wi, wh = (np.asarray(julia_array(*port.arrays[f])) for f in ("Wi", "Wh"))
     b = np.asarray(julia_array(*port.arrays["b"]))
     hidden = wh.shape[1]
@@ -109,8 +108,6 @@ def _gru_v05_ps(port: Port, restoring: bool) -> tuple[Any, Any]:
 
 def lux_array(port: Port, field: str, lux: str) -> Any:
     """The Lux array (or, in a restore, the LeafRef) for one Flux array field of ``port``."""
-    from .._bridge._restore import LeafRef
-
     value, perm = port.arrays[field]
     flux_shape = perm.julia_shape(tuple(value.shape))
     shape = lux_shape(port.layer.kind, len(port.layer.arg("kernel", ())), field, flux_shape, lux)
@@ -127,8 +124,6 @@ def _reshaped(perm: Perm, flux_shape: tuple[int, ...]) -> Any:
 
 def lux_ps_st(port: Port, lux: str, part: str | None, restoring: bool) -> tuple[Any, Any]:
     """``(ps, st)`` of the Lux twin of ``port``; in a restore, the leaves of the other part are kept."""
-    from .._bridge._restore import NO_ARRAYS
-
     layer = port.layer
     if layer.kind in ("Chain", "Parallel", "PairwiseFusion", "Maxout"):  # connection: a function
         pairs = [lux_ps_st(child, lux, part, restoring) for child in port.children]
@@ -173,8 +168,6 @@ def lux_ps_st(port: Port, lux: str, part: str | None, restoring: bool) -> tuple[
 def _attention_ps_st(port: Port, lux: str, part: str | None, restoring: bool) -> tuple[Any, Any]:
     """Lux ``MultiHeadAttention``: ``(q_proj, k_proj, v_proj, attention_dropout, out_proj)``, each
     projection a Lux Dense ``(weight, bias)`` holding Flux's arrays as they are (layer-spec §2.14)."""
-    from .._bridge._restore import NO_ARRAYS
-
     if lux == "0.5":
         raise UnsupportedError("Lux v0.5 has no MultiHeadAttention layer (Lux ≥ 1 has)")
     if restoring and part == "st":  # attention keeps no state arrays: the ps part sets them
@@ -196,8 +189,6 @@ def _recurrent_ps_st(port: Port, lux: str, part: str | None, restoring: bool) ->
     for LSTM, ``(weight_ih, weight_hh, bias)`` for RNN, biases ``(G·H, 1)``; v0.5 GRU
     ``(weight_i, weight_h, bias_i, bias_h)`` with ``bias_i = b_h̃`` ``(H, 1)`` (added outside the
     reset product, as Flux's) and ``bias_h = [b_r; b_z; 0]`` ``(3H, 1)`` (Lux 0.5 ``GRUCell``)."""
-    from .._bridge._restore import NO_ARRAYS
-
     kind = port.layer.kind
     if kind == "GRUv3":
         raise UnsupportedError("Lux has no GRUv3 cell (the reset gate before Wh_h̃)")

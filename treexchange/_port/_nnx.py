@@ -27,16 +27,16 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from .._errors import PathSegment, UnsupportedError
+import jax
+import jax.numpy as jnp
+
+from .._errors import PathSegment, TreePath, UnsupportedError
 from ._activations import ELEMENTWISE, function_of, name_of
 from ._eqx import ACTIVATED, chain_port, layernorm_0_14_message, layernorm_eps
 from ._perm import SAME, Compose, Perm, Reshape, Transpose, spatial_flip
 from ._rules import RECURRENT_GATES, same_padding, with_defaults
-from ._spec import DEFAULT_FLUX_ERA, Layer
+from ._spec import CONTAINERS, DEFAULT_FLUX_ERA, Layer
 from ._state import Port
-
-Path = tuple[PathSegment, ...]
-
 
 # === building ======================================================================================
 
@@ -68,7 +68,7 @@ def _build(layer: Layer, rngs: Any, era: str) -> list[Any]:
 
 
 def _one(layer: Layer, rngs: Any, era: str) -> Any:
-    from . import _nnx_layers as NL
+    from . import _nnx_layers as NL  # _nnx_layers imports flax (optional)
 
     modules = _build(layer, rngs, era)
     return modules[0] if len(modules) == 1 else NL.Activated(modules[0], str(layer.args["σ"]))
@@ -84,7 +84,7 @@ def _padding(pad: tuple[int, ...]) -> list[tuple[int, int]]:
 
 
 def _build_chain(layer: Layer, rngs: Any, era: str) -> Any:
-    from flax import nnx
+    from flax import nnx  # flax is optional (and _nnx_layers imports it)
 
     from . import _nnx_layers as NL
 
@@ -97,7 +97,7 @@ def _build_chain(layer: Layer, rngs: Any, era: str) -> Any:
 
 
 def _build_dense(layer: Layer, rngs: Any, era: str) -> Any:
-    from flax import nnx
+    from flax import nnx  # flax is optional
 
     a = layer.args
     return nnx.Linear(a["in"], a["out"], use_bias=a["bias"], rngs=rngs)
@@ -115,7 +115,7 @@ def transpose_padding(a: Mapping[str, Any]) -> list[tuple[int, int]]:
 
 
 def _build_conv(layer: Layer, rngs: Any, era: str) -> Any:
-    from flax import nnx
+    from flax import nnx  # flax is optional (and _nnx_layers imports it)
 
     from . import _nnx_layers as NL
 
@@ -139,7 +139,7 @@ def _build_conv(layer: Layer, rngs: Any, era: str) -> Any:
 
 
 def _build_pool(layer: Layer, rngs: Any, era: str) -> Any:
-    from . import _nnx_layers as NL
+    from . import _nnx_layers as NL  # _nnx_layers imports flax (optional)
 
     a = layer.args
     cls = NL.MaxPool if layer.kind == "MaxPool" else NL.MeanPool
@@ -147,7 +147,7 @@ def _build_pool(layer: Layer, rngs: Any, era: str) -> Any:
 
 
 def _build_norm(layer: Layer, rngs: Any, era: str) -> Any:
-    from flax import nnx
+    from flax import nnx  # flax is optional
 
     a = layer.args
     affine = dict(use_bias=a["affine"], use_scale=a["affine"])
@@ -170,7 +170,7 @@ def _build_norm(layer: Layer, rngs: Any, era: str) -> Any:
 
 
 def _build_layernorm(layer: Layer, rngs: Any, era: str) -> Any:
-    from flax import nnx
+    from flax import nnx  # flax is optional
 
     a = layer.args
     if len(a["size"]) != 1:
@@ -185,9 +185,7 @@ def _build_layernorm(layer: Layer, rngs: Any, era: str) -> Any:
 
 
 def _build_bilinear(layer: Layer, rngs: Any, era: str) -> Any:
-    import jax
-
-    from . import _nnx_layers as NL
+    from . import _nnx_layers as NL  # _nnx_layers imports flax (optional)
 
     a = layer.args
     in1, in2 = a["in"]
@@ -200,7 +198,7 @@ def _build_bilinear(layer: Layer, rngs: Any, era: str) -> Any:
 
 
 def _build_other(layer: Layer, rngs: Any, era: str) -> Any:
-    from flax import nnx
+    from flax import nnx  # flax is optional (and _nnx_layers imports it)
 
     from . import _nnx_layers as NL
 
@@ -236,10 +234,7 @@ def _build_other(layer: Layer, rngs: Any, era: str) -> Any:
 def _build_recurrent(layer: Layer, rngs: Any, era: str) -> Any:
     """Flux's RNN/LSTM/GRU/GRUv3 as :class:`~._nnx_layers.Recurrence` (Flux's init: Glorot-uniform
     matrices, zero bias; the values are replaced by a restore anyway)."""
-    import jax
-    import jax.numpy as jnp
-
-    from . import _nnx_layers as NL
+    from . import _nnx_layers as NL  # _nnx_layers imports flax (optional)
 
     kind, n_in, hidden = layer.kind, int(layer.args["in"]), int(layer.args["out"])
     gates = RECURRENT_GATES[kind]
@@ -255,7 +250,7 @@ def _build_recurrent(layer: Layer, rngs: Any, era: str) -> Any:
 def _build_attention(layer: Layer, rngs: Any, era: str) -> Any:
     """Flux's MultiHeadAttention as ``nnx.MultiHeadAttention``, which has one input size for keys and
     values and one size for q, k and v (Equinox's has all of Flux's sizes)."""
-    from flax import nnx
+    from flax import nnx  # flax is optional
 
     a = layer.args
     if a["k_in"] != a["v_in"] or a["qk_dim"] != a["v_dim"]:
@@ -342,8 +337,8 @@ class _Reader:
 
     flatten_hint = "treexchange._port._nnx_layers.Flatten"
 
-    def read(self, m: Any, path: Path) -> Port:
-        from flax import nnx
+    def read(self, m: Any, path: TreePath) -> Port:
+        from flax import nnx  # flax is optional
 
         if isinstance(m, nnx.Linear):
             port = self.linear(m)
@@ -352,8 +347,8 @@ class _Reader:
         self.track(m, port, path)
         return port
 
-    def read_module(self, m: Any, path: Path) -> Port:
-        from flax import nnx
+    def read_module(self, m: Any, path: TreePath) -> Port:
+        from flax import nnx  # flax is optional (and _nnx_layers imports it)
 
         from . import _nnx_layers as NL
 
@@ -432,22 +427,20 @@ class _Reader:
             return Port(Layer("function", {"name": name_of(m), "fn": m}))
         raise UnsupportedError(f"no Flux layer for {type(m).__name__}", path=path)
 
-    def chain(self, items: list[Any], path: Path, keys: list[PathSegment] | None = None) -> Port:
+    def chain(self, items: list[Any], path: TreePath, keys: list[PathSegment] | None = None) -> Port:
         """A Chain of ``items``; ``keys`` are their path segments (default ``1, 2, …`` as in Flux)."""
         return chain_port(items, path, self.read, self.own_entry, keys)
 
     def own_entry(self, item: Any) -> bool:
         """Whether a Chain item is the author's own Function entry (never folded into the layer before)."""
-        from . import _nnx_layers as NL
+        from . import _nnx_layers as NL  # _nnx_layers imports flax (optional)
 
         return isinstance(item, NL.Function)
 
-    def track(self, m: Any, port: Port, path: Path) -> None:
+    def track(self, m: Any, port: Port, path: TreePath) -> None:
         """Follow, in call order, whether the data is conv output, so that a Linear fed by an unknown
         function of it (most likely a channels-last ``reshape``, whose order is not Flux's) is refused
         instead of ported into a model that computes something else."""
-        from ._spec import CONTAINERS
-
         kind = port.layer.kind
         if kind in CONTAINERS:  # its children were tracked as they were read
             return
@@ -476,9 +469,9 @@ class _Reader:
         layer = Layer("Dense", {"in": int(inp), "out": int(out), "bias": bool(m.use_bias), "σ": "identity"})
         return Port(layer, arrays)
 
-    def conv(self, m: Any, path: Path, kind: str | None = None) -> Port:
+    def conv(self, m: Any, path: TreePath, kind: str | None = None) -> Port:
         """A Conv/CrossCor/ConvTranspose; ``kind`` given for a module that is not nnx's (linen)."""
-        from flax import nnx
+        from flax import nnx  # flax is optional (and _nnx_layers imports it)
 
         from . import _nnx_layers as NL
 
@@ -530,8 +523,8 @@ class _Reader:
             arrays["bias"] = (_value(conv.bias), SAME)
         return Port(with_defaults(Layer(kind, args)), arrays)
 
-    def partial_pool(self, m: Any, path: Path) -> Port:
-        from flax import nnx
+    def partial_pool(self, m: Any, path: TreePath) -> Port:
+        from flax import nnx  # flax is optional
 
         kw = dict(m.keywords)
         window = tuple(kw.get("window_shape", m.args[0] if m.args else ()))
@@ -545,7 +538,7 @@ class _Reader:
         kind = "MaxPool" if m.func is nnx.max_pool else "MeanPool"
         return Port(Layer(kind, {"k": _rev(window), "stride": _rev(strides), "pad": pad}))
 
-    def batchnorm(self, m: Any, path: Path) -> Port:
+    def batchnorm(self, m: Any, path: TreePath) -> Port:
         mean = _value(m.mean)
         args = {
             "channels": int(mean.shape[0]),
@@ -562,8 +555,8 @@ class _Reader:
         port.arrays.update({"μ": (mean, SAME), "σ²": (_value(m.var), SAME)})
         return port
 
-    def groupnorm(self, m: Any, path: Path, instance: bool | None = None) -> Port:
-        from flax import nnx
+    def groupnorm(self, m: Any, path: TreePath, instance: bool | None = None) -> Port:
+        from flax import nnx  # flax is optional
 
         if instance is None:
             instance = isinstance(m, nnx.InstanceNorm)
@@ -601,7 +594,7 @@ class _Reader:
             arrays["Wh_h̃"] = (_value(m.weight_hh_candidate), SAME)
         return Port(with_defaults(Layer(m.kind, args)), arrays)
 
-    def attention(self, m: Any, path: Path) -> Port:
+    def attention(self, m: Any, path: TreePath) -> Port:
         """``nnx.MultiHeadAttention``: kernels ``(in, heads, head_dim)`` are Flux's ``W.T`` with its
         rows split into contiguous head blocks (as Flux splits them), ``out`` ``(heads, head_dim,
         out)`` likewise; biases reshaped the same way."""
@@ -634,7 +627,7 @@ class _Reader:
         }  # fmt: skip
         return Port(with_defaults(Layer("MultiHeadAttention", args)), arrays)
 
-    def layernorm(self, m: Any, path: Path) -> Port:
+    def layernorm(self, m: Any, path: TreePath) -> Port:
         if self.era == "0.14":
             raise UnsupportedError(layernorm_0_14_message(), path=path)
         if bool(m.use_scale) != bool(m.use_bias):
@@ -646,7 +639,7 @@ class _Reader:
         return port
 
 
-def _pairs(padding: Any, n: int, path: Path) -> list[tuple[int, int]]:
+def _pairs(padding: Any, n: int, path: TreePath) -> list[tuple[int, int]]:
     if isinstance(padding, str):
         if padding.upper() == "VALID":
             return [(0, 0)] * n
@@ -669,7 +662,7 @@ def _julia_pad(pairs: Any) -> tuple[int, ...]:
 
 
 def _transpose_pads(
-    padding: Any, args: dict[str, Any], path: Path
+    padding: Any, args: dict[str, Any], path: TreePath
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """Inverse of :func:`transpose_padding`; a negative ``hi`` pad is read as output padding."""
     n = len(args["kernel"])

@@ -17,6 +17,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from ._activations import function_of
+
 
 class Flatten(nnx.Module):
     """Flux's ``flatten`` of a channels-last batch, in Flux's element order.
@@ -129,8 +131,6 @@ class Bilinear(nnx.Module):
 
 def bilinear(weight: jax.Array, bias: jax.Array | None, activation: str, x: Any, y: Any = None) -> jax.Array:
     """Flux's ``Bilinear`` on a batch; ``x`` alone is used twice, a tuple ``x`` is the pair."""
-    from ._activations import function_of
-
     if y is None:
         x, y = x if isinstance(x, tuple) else (x, x)
     z = jnp.einsum("oij,bi,bj->bo", weight, x, y)
@@ -170,8 +170,6 @@ class Activated(nnx.Module):
         self.activation = activation
 
     def __call__(self, x: Any) -> Any:
-        from ._activations import function_of
-
         return function_of(self.activation)(self.layer(x))
 
 
@@ -183,8 +181,6 @@ class Function(nnx.Module):
         self.name = name
 
     def __call__(self, x: Any) -> Any:
-        from ._activations import function_of
-
         return function_of(self.name)(x)
 
 
@@ -300,8 +296,6 @@ def recurrence(
 ) -> jax.Array:
     """Flux's recurrent ``kind`` over ``xs`` ``(batch, time, in)`` from a zero state
     (the equations are in :class:`Recurrence`)."""
-    from ._activations import function_of
-
     hidden = wh.shape[-1]
     zero = jnp.zeros((xs.shape[0], hidden), xs.dtype)
     act = function_of(activation)

@@ -171,3 +171,25 @@ REV = Reverse()
 def spatial_flip(nsp: int, first: int) -> Flip:
     """Flip the ``nsp`` spatial axes that start at axis ``first``."""
     return Flip(tuple(range(first, first + nsp)))
+
+
+def conv_weight_perm(kind: str, args: dict[str, Any]) -> Perm:
+    """Julia kernel -> Equinox and PyTorch ``weight`` for Conv/DepthwiseConv (flip), CrossCor,
+    ConvTranspose (no flip)."""
+    n = len(args["kernel"])
+    if kind == "CrossCor":
+        return REV
+    if kind != "ConvTranspose":
+        return Compose(REV, spatial_flip(n, 2))  # true convolution -> cross-correlation
+    # Julia (k…, Cout÷G, Cin) -> rev (Cin, Cout÷G, k_rev…) -> (G, Cin÷G, Cout÷G, k…) -> (G, Cout÷G, Cin÷G, k…)
+    g, cin, cout = int(args["groups"]), int(args["in"]), int(args["out"])
+    k = tuple(args["kernel"])[::-1]
+    rev_shape = (cin, cout // g, *k)
+    split = (g, cin // g, cout // g, *k)
+    swapped = (0, 2, 1, *range(3, 3 + n))
+    return Compose(
+        REV,
+        Reshape(rev_shape, split),
+        Transpose(swapped),
+        Reshape((g, cout // g, cin // g, *k), (cout, cin // g, *k)),
+    )

@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import UnsupportedError
+from .._errors import ConversionError, UnsupportedError
 from ._spec import Layer
 
 
@@ -537,6 +537,15 @@ def with_defaults(layer: Layer) -> Layer:
     args = {**rule.defaults(layer), **dict(layer.args)}
     children = tuple(with_defaults(child) for child in layer.children)
     return dataclasses.replace(layer, args=args, children=children)
+
+
+def check_julia_names(layer: Layer) -> None:
+    """Every activation and Chain function must have an NNlib name to be written as Julia."""
+    for sub in layer.walk():
+        if sub.kind == "function" and sub.arg("name") is None:
+            raise ConversionError(f"function {sub.arg('fn')!r} has no Flux (NNlib) name")
+        if sub.arg("σ") == "<unknown>":
+            raise ConversionError(f"activation {sub.arg('fn')!r} has no Flux (NNlib) name")
 
 
 def julia_constructor(layer: Layer, era: str = "0.15") -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .._bridge._restore import DISCARDED, NO_ARRAYS, LeafRef
 from .._errors import UnsupportedError
 from .._values import NamedTuple
 from ._perm import Perm
@@ -72,8 +73,6 @@ def _state(port: Port, era: str, *, restoring: bool) -> Any:
 
 
 def _template(port: Port, era: str = "0.15") -> Any:
-    from .._bridge._restore import NO_ARRAYS
-
     # 0.15 (the default) lists every field any era has, except a Flux ≤ 0.14 Recur's ``b``/``state0``:
     # those files restore through ``layout=functools.partial(flux_state, flux="0.14")``.
     state = _state(port, era, restoring=True)
@@ -81,16 +80,12 @@ def _template(port: Port, era: str = "0.15") -> Any:
 
 
 def _restoring(port: Port) -> bool:
-    from .._bridge._restore import LeafRef
-
     if any(isinstance(value, LeafRef) for value, _ in port.arrays.values()):
         return True
     return any(_restoring(child) for child in port.children)
 
 
 def _has_refs(state: Any) -> bool:
-    from .._bridge._restore import LeafRef
-
     if isinstance(state, LeafRef):
         return True
     if isinstance(state, NamedTuple):
@@ -119,20 +114,14 @@ def _resolve(port: Port, spec: Any, era: str, restoring: bool = False) -> Any:
     if isinstance(spec, _NamedFields):
         return NamedTuple((name, _resolve(port, sub, era, restoring)) for name, sub in spec)
     if isinstance(spec, Discard):
-        from .._bridge._restore import DISCARDED
-
         return DISCARDED if restoring else spec.value
     if restoring:
-        from .._bridge._restore import NO_ARRAYS
-
         return NO_ARRAYS  # a hyper-parameter: Flux.loadmodel! does not load it either
     return spec
 
 
 def julia_array(value: Any, perm: Perm) -> Any:
     """The Julia-shaped array of a framework array (a LeafRef becomes a LeafRef that permutes)."""
-    from .._bridge._restore import LeafRef
-
     if isinstance(value, LeafRef):
         return value.through(perm.julia_shape(value.shape), perm.forward)
     return np.ascontiguousarray(perm.inverse(np.asarray(value)))
@@ -153,8 +142,6 @@ def float_dtype(port: Port) -> str | None:
 
 def fix_unported_leaves(port: Port) -> None:
     """Give every restore stand-in of a model leaf without Julia counterpart its fixed value."""
-    from .._bridge._restore import LeafRef
-
     for leaf, value in port.all_fixed():
         if isinstance(leaf, LeafRef):
             leaf.fixed = leaf.template if value is KEEP else value

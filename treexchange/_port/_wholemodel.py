@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from treexchange._errors import ConversionError, PathSegment
+from treexchange._errors import ConversionError, PathSegment, TreePath
 from treexchange._juliatype import JuliaType
 from treexchange._port._arch import CONNECTIONS, canonical_activation
 from treexchange._port._spec import Layer
@@ -58,8 +58,6 @@ _ACTIVATION_PARAM = {
     "InstanceNorm": 0, "GroupNorm": 0, "LayerNorm": 0, "Scale": 0, "Bilinear": 0, "RNNCell": 0,
 }  # fmt: skip
 
-Path = tuple[PathSegment, ...]
-
 
 def _basename(type_: JuliaType) -> str:
     return type_.basename
@@ -101,19 +99,19 @@ class _Converter:
     # -- errors -------------------------------------------------------------------------------
 
     @staticmethod
-    def error(message: str, path: Path) -> ConversionError:
+    def error(message: str, path: TreePath) -> ConversionError:
         return ConversionError(message, path=path)
 
     # -- values -------------------------------------------------------------------------------
 
-    def activation_of(self, s: JuliaStruct, kind: str, path: Path) -> str:
+    def activation_of(self, s: JuliaStruct, kind: str, path: TreePath) -> str:
         index = _ACTIVATION_PARAM[kind]
         params = s.type.params
         if len(params) <= index:
             raise self.error(f"{s.type} records no activation type parameter", path)
         return self.function(params[index], path, what="activation")
 
-    def function(self, value: Any, path: Path, *, what: str = "function") -> str:
+    def function(self, value: Any, path: TreePath, *, what: str = "function") -> str:
         name = function_name(value)
         if _is_anonymous(name):
             raise self.error(f"anonymous function {_raw_name(value)} as {what} (not portable)", path)
@@ -122,7 +120,7 @@ class _Converter:
             raise self.error(f"unknown {what} {name!r}", path)
         return canonical
 
-    def connection(self, value: Any, path: Path) -> str:
+    def connection(self, value: Any, path: TreePath) -> str:
         name = function_name(value)
         if name not in CONNECTIONS:
             if _is_anonymous(name):
@@ -161,7 +159,7 @@ class _Converter:
 
     # -- layers -------------------------------------------------------------------------------
 
-    def convert(self, value: Any, path: Path) -> tuple[Layer, Any]:
+    def convert(self, value: Any, path: TreePath) -> tuple[Layer, Any]:
         if isinstance(value, Singleton):
             name = function_name(value)
             if name == "flatten":
@@ -175,7 +173,7 @@ class _Converter:
             raise self.error(f"unknown layer type {value.type}", path)
         return handler(self, value, path)
 
-    def children(self, layers: Any, path: Path) -> tuple[tuple[Layer, ...], tuple[str, ...] | None, Any]:
+    def children(self, layers: Any, path: TreePath) -> tuple[tuple[Layer, ...], tuple[str, ...] | None, Any]:
         """Convert a ``layers`` field: a Tuple, a NamedTuple (named Chain) or a Vector."""
         if isinstance(layers, Mapping):
             names = tuple(layers)
@@ -193,7 +191,7 @@ class _Converter:
         return tuple(p[0] for p in pairs), None, (states if isinstance(layers, list) else tuple(states))
 
 
-def _array_shape(s: JuliaStruct, name: str, path: Path) -> tuple[int, ...]:
+def _array_shape(s: JuliaStruct, name: str, path: TreePath) -> tuple[int, ...]:
     value = s.fields.get(name)
     if not isinstance(value, np.ndarray):
         raise ConversionError(f"{s.type} has no array field {name!r}", path=path)
@@ -218,12 +216,12 @@ def _float(value: Any) -> float:
     return float(value)
 
 
-def _chain(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+def _chain(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     children, names, state = c.children(s.fields["layers"], (*path, "layers"))
     return Layer("Chain", children=children, names=names), NamedTuple(layers=state)
 
 
-def _dense(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+def _dense(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     weight = "weight" if "weight" in s.fields else "W"
     out, cin = _array_shape(s, weight, path)
     bias = _has_bias(s, "bias" if weight == "weight" else "b")
@@ -231,7 +229,7 @@ def _dense(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
     return layer, c.struct_state(s, "Dense")
 
 
-def _conv(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+def _conv(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     kind = _basename(s.type)
     shape = _array_shape(s, "weight", path)
     n = len(shape) - 2
@@ -258,7 +256,7 @@ def _conv(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
     return Layer(kind, args), c.struct_state(s, kind)
 
 
-def _norm(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+def _norm(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     kind = _basename(s.type)
     f = s.fields
     affine = bool(f["affine"]) if "affine" in f else isinstance(f.get("γ"), np.ndarray)
@@ -280,7 +278,7 @@ def _norm(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
     return Layer(kind, args), c.struct_state(s, kind)
 
 
-def _layernorm(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+def _layernorm(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     f = s.fields
     diag = f.get("diag")
     sigma = c.activation_of(s, "LayerNorm", path)
@@ -296,13 +294,13 @@ def _layernorm(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
     return Layer("LayerNorm", args), c.struct_state(s, "LayerNorm", {"diag": diag_state})
 
 
-def _scale(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+def _scale(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     size = _array_shape(s, "scale", path)
     layer = Layer("Scale", {"size": size, "σ": c.activation_of(s, "Scale", path), "bias": _has_bias(s)})
     return layer, c.struct_state(s, "Scale")
 
 
-def _bilinear(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+def _bilinear(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     out, in1, in2 = _array_shape(s, "weight", path)
     args = {
         "in": (in1, in2),
@@ -313,12 +311,12 @@ def _bilinear(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
     return Layer("Bilinear", args), c.struct_state(s, "Bilinear")
 
 
-def _embedding(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+def _embedding(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     dim, vocab = _array_shape(s, "weight", path)
     return Layer("Embedding", {"in": vocab, "out": dim}), c.struct_state(s, "Embedding")
 
 
-def _pool(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+def _pool(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     kind = _basename(s.type)
     f = s.fields
     if kind in ("MaxPool", "MeanPool"):
@@ -334,7 +332,7 @@ def _pool(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
     return Layer(kind, args), state
 
 
-def _dropout(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+def _dropout(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     kind = _basename(s.type)
     args: dict[str, Any] = {"p": _float(s.fields["p"])}
     if kind == "Dropout":
@@ -347,7 +345,7 @@ def _dropout(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
 _CELLS = {"RNNCell": "RNN", "LSTMCell": "LSTM", "GRUCell": "GRU", "GRUv3Cell": "GRUv3"}
 
 
-def _cell_layer(c: _Converter, cell: JuliaStruct, path: Path, recur: bool) -> tuple[Layer, Any]:
+def _cell_layer(c: _Converter, cell: JuliaStruct, path: TreePath, recur: bool) -> tuple[Layer, Any]:
     cell_kind = _basename(cell.type)
     kind = _CELLS.get(cell_kind)
     if kind is None:
@@ -365,7 +363,7 @@ def _cell_layer(c: _Converter, cell: JuliaStruct, path: Path, recur: bool) -> tu
     return Layer(kind, args), state
 
 
-def _recur(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+def _recur(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     cell = s.fields["cell"]
     if not isinstance(cell, JuliaStruct):
         raise c.error("Recur without a cell", path)
@@ -373,7 +371,7 @@ def _recur(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
     return layer, NamedTuple(cell=cell_state, state=c.state_value(s.fields.get("state")))
 
 
-def _rnn15(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+def _rnn15(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     cell = s.fields["cell"]
     if not isinstance(cell, JuliaStruct):
         raise c.error(f"{s.type} without a cell", path)
@@ -381,7 +379,7 @@ def _rnn15(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
     return layer, NamedTuple(cell=cell_state)
 
 
-def _mha(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+def _mha(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     f = s.fields
     projections = {}
     for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
@@ -414,7 +412,7 @@ def _mha(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
     return Layer("MultiHeadAttention", args), state
 
 
-def _connection_of(c: _Converter, s: JuliaStruct, param: int, path: Path) -> str:
+def _connection_of(c: _Converter, s: JuliaStruct, param: int, path: TreePath) -> str:
     value = s.fields.get("connection")
     if value is None or not isinstance(value, Singleton):
         params = s.type.params
@@ -424,14 +422,14 @@ def _connection_of(c: _Converter, s: JuliaStruct, param: int, path: Path) -> str
     return c.connection(value, (*path, "connection"))
 
 
-def _parallel(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+def _parallel(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     kind = _basename(s.type)
     connection = _connection_of(c, s, 0, path)
     children, names, state = c.children(s.fields["layers"], (*path, "layers"))
     return Layer(kind, {"connection": connection}, children, names), NamedTuple(connection=(), layers=state)
 
 
-def _skip(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+def _skip(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     connection = _connection_of(c, s, 1, path)
     layer, state = c.convert(s.fields["layers"], (*path, "layers"))
     return Layer("SkipConnection", {"connection": connection}, (layer,)), NamedTuple(
@@ -439,12 +437,12 @@ def _skip(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
     )
 
 
-def _maxout(c: _Converter, s: JuliaStruct, path: Path) -> tuple[Layer, Any]:
+def _maxout(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     children, _, state = c.children(s.fields["layers"], (*path, "layers"))
     return Layer("Maxout", children=children), NamedTuple(layers=state)
 
 
-_HANDLERS: dict[str, Callable[[_Converter, JuliaStruct, Path], tuple[Layer, Any]]] = {
+_HANDLERS: dict[str, Callable[[_Converter, JuliaStruct, TreePath], tuple[Layer, Any]]] = {
     "Chain": _chain,
     "Dense": _dense,
     "Conv": _conv,

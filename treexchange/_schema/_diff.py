@@ -12,6 +12,7 @@ from typing import Any
 from .._errors import TreePath, format_path
 from .._limits import DEFAULT_LIMITS, Limits
 from ._align import align
+from ._infer import infer_schema
 from ._model import (
     ArrayNode,
     DictNode,
@@ -135,8 +136,6 @@ def _looks_like_json_file(path: Path) -> bool:
 
 
 def _as_schema(x: Any, *, checksums: bool, name: str | None, default: str) -> tuple[Schema, str]:
-    from ._infer import infer_schema
-
     if isinstance(x, Schema):
         return x, default
     if isinstance(x, Mapping) and isinstance(x.get("schema_version", x.get("format_version")), str):

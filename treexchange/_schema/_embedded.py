@@ -19,6 +19,7 @@ from typing import Any
 
 from .._errors import FormatError, MismatchError
 from .._limits import DEFAULT_LIMITS, Limits
+from .._nodeproto import LazyFile
 from .._reader import SCHEMA_ATTRIBUTE, File
 from ._model import Schema
 from ._validate import validate as validate_tree
@@ -73,7 +74,11 @@ def schema_from_attributes(
     return load_schema(raw, limits=limits)
 
 
-def read_embedded_schema(file: Any) -> Schema | None:
+FileLike = str | os.PathLike[str] | bytes | bytearray | memoryview | LazyFile
+"""A file as the embedded-schema functions take it: a path, the file's bytes, or an opened file."""
+
+
+def read_embedded_schema(file: FileLike) -> Schema | None:
     """The schema stored in a file (a path, the file's bytes, or an opened file), or ``None``
     when it has none.
 
@@ -96,19 +101,18 @@ def read_embedded_schema(file: Any) -> Schema | None:
     return schema_from_attributes(attrs)
 
 
-def _root_attributes(file: Any) -> Mapping[str, Any]:
+def _root_attributes(file: FileLike) -> Mapping[str, Any]:
     if isinstance(file, (str, os.PathLike, bytes, bytearray, memoryview)):
         source = bytes(file) if isinstance(file, (bytearray, memoryview)) else file
         with File(source) as opened:
             return opened.attrs
-    attrs = getattr(file, "attrs", None)
-    if not isinstance(attrs, Mapping):
+    if not isinstance(file, LazyFile):
         raise TypeError(f"{type(file).__name__} is neither a file path, bytes nor an opened file")
-    return attrs
+    return file.attrs
 
 
 def check_loaded(
-    file: Any,
+    file: FileLike | None,
     values: Any,
     *,
     name: str | None = None,

@@ -13,6 +13,7 @@ from .._inspect import node_budget
 from .._jsonform import json_scalar
 from .._limits import DEFAULT_LIMITS, Limits
 from .._nodeproto import LazyFile
+from .._version import __version__
 from ._model import (
     ArrayNode,
     BoolNode,
@@ -258,8 +259,6 @@ class _Options:
 
 
 def _version() -> str:
-    from .._version import __version__
-
     return __version__
 
 

@@ -19,8 +19,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
+from .._errors import TreePath
 from .._gc import gc_paused
 from .._limits import DEFAULT_LIMITS, Limits
+from ._pretty import pretty_json
 
 SCHEMA_VERSION = "1.0"
 """The schema document version this treexchange writes (and reads natively)."""
@@ -367,8 +369,6 @@ class Schema(_Base):
         with gc_paused():
             if indent is None:
                 return self.model_dump_json(exclude_none=True)
-            from ._pretty import pretty_json
-
             return pretty_json(self.to_dict(), indent=indent)
 
     def to_dict(self) -> dict[str, Any]:
@@ -376,7 +376,7 @@ class Schema(_Base):
         with gc_paused():
             return self.model_dump(mode="json", exclude_none=True)
 
-    def node_at(self, path: tuple[str | int, ...] | list[str | int]) -> Node:
+    def node_at(self, path: TreePath | list[str | int]) -> Node:
         """The node at ``path`` (inspect convention). KeyError when there is none.
 
         Example:

@@ -19,7 +19,7 @@ from .._juliatype import JuliaType
 from .._limits import DEFAULT_LIMITS, Limits
 from .._nodeproto import LazyFile
 from ._align import align
-from ._infer import file_limits
+from ._infer import file_limits, infer_node
 from ._model import (
     ArrayNode,
     BoolNode,
@@ -417,8 +417,6 @@ def _enum_text(values: list[Any]) -> str:
 
 
 def _describe(src: Source) -> str:
-    from ._infer import infer_node
-
     try:
         return infer_node(src).summary()
     except Exception:  # a description is best effort; the mismatch itself is what matters

@@ -1,6 +1,6 @@
 """Flux layouts: Equinox / Flax nnx models <-> the state ``Flux.state`` gives for the equivalent Flux model.
 
-The model is read as its Flux twin (``treexchange._port``: one rule per Flux layer, with exact
+The model is read as its Flux twin (one rule per Flux layer, with exact
 array permutations such as the Conv kernel flip), and the rules assemble ``Flux.state``: field
 names in Flux's order (``σ``, ``ϵ`` U+03F5, ``σ²`` …), ``bias = false``, ``()`` for stateless
 entries, numbers typed as Flux has them. The same function is the ``layout=`` of a restore:
@@ -19,9 +19,13 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .._port._spec import DEFAULT_FLUX_ERA
-from .._port._state import Port, check_era, float_dtype, state_of
-from ._to_julia import to_julia
+from .._bridge._restore import LeafRef, NoArrays
+from .._bridge._to_julia import to_julia
+from .._values import NamedTuple
+from ._lux import check_lux, lux_ps_st
+from ._rules import check_julia_names, julia_constructor
+from ._spec import DEFAULT_FLUX_ERA
+from ._state import Port, _restoring, check_era, fix_unported_leaves, float_dtype, state_of
 
 
 def flux_state(model: Any, *, flux: str = DEFAULT_FLUX_ERA) -> Any:
@@ -44,8 +48,6 @@ def flux_state(model: Any, *, flux: str = DEFAULT_FLUX_ERA) -> Any:
         >>> [(list(layer), layer.weight.shape) for layer in state.layers]
         [(['weight', 'bias', 'σ'], (8, 3)), (['weight', 'bias', 'σ'], (2, 8))]
     """
-    from .._port._state import fix_unported_leaves
-
     era = check_era(flux)
     port = read_model(model, era)
     fix_unported_leaves(port)
@@ -66,9 +68,6 @@ def flux_julia(
         model = Chain(Dense(4 => 16, tanh), Dense(16 => 16, tanh), Dense(16 => 2))
         Flux.loadmodel!(model, JLD2.load("mlp.jld2", "model_state"))
     """
-    from .._port._eqx import check_julia_names
-    from .._port._rules import julia_constructor
-
     era = check_era(flux)
     port = read_model(model, era)
     check_julia_names(port.layer)
@@ -87,7 +86,7 @@ def read_model(model: Any, era: str) -> Port:
     """Read an Equinox model, ``(model, eqx.nn.State)``, a Flax nnx model or a Flax linen
     ``(module, variables)`` as its Flux twin."""
     if "flax.linen" in sys.modules:
-        from .._port._linen import is_linen_model, read_linen
+        from ._linen import is_linen_model, read_linen  # flax is optional: only a linen model gets here
 
         if is_linen_model(model):
             return read_linen(model[0], model[1], flux=era)
@@ -98,10 +97,10 @@ def read_model(model: Any, era: str) -> Port:
             )
     nnx = sys.modules.get("flax.nnx")
     if nnx is not None and isinstance(model, nnx.Module):
-        from .._port._nnx import read_nnx
+        from ._nnx import read_nnx  # flax is optional
 
         return read_nnx(model, flux=era)
-    from .._port._eqx import read_equinox
+    from ._eqx import read_equinox  # equinox (through _eqx) is costly to import: loaded on first use
 
     eqx = sys.modules.get("equinox")
     if (
@@ -116,9 +115,6 @@ def read_model(model: Any, era: str) -> Port:
 
 def to_julia_keeping_refs(state: Any) -> Any:
     """``to_julia`` for everything but LeafRefs (a restore's stand-ins pass through untouched)."""
-    from .._values import NamedTuple
-    from ._restore import LeafRef, NoArrays
-
     if isinstance(state, (LeafRef, NoArrays)):
         return state
     if isinstance(state, NamedTuple):
@@ -165,9 +161,6 @@ def lux_state(model: Any, *, lux: str = "1", part: str | None = None) -> Any:
         >>> ps.layer_1.weight.shape, ps.layer_1.bias.shape, st.layer_2
         ((8, 3), (8, 1), NamedTuple())
     """
-    from .._port._lux import check_lux, lux_ps_st
-    from .._port._state import _restoring, fix_unported_leaves
-
     check_lux(lux, part)
     port = read_model(model, DEFAULT_FLUX_ERA)
     restoring = _restoring(port)

@@ -1,0 +1,31 @@
+"""One JLD2 file from ``(name, value)`` pairs: the write loop that ``save``, ``convert`` and the
+other formats' import (``treexchange._interop``) share, so every writer of a file takes the same
+steps (types of every value learnt first, then the values, then empty groups)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, BinaryIO
+
+from ._writer import JLD2Writer
+from ._writer_arrays import Compression
+
+
+def write_jld2(
+    out: BinaryIO,
+    items: list[tuple[str, Any]],
+    *,
+    compress: Compression | None,
+    producer: str,
+    root_attributes: Mapping[str, str],
+    empty_groups: list[str] | None = None,
+) -> None:
+    """Write ``(name, value)`` pairs (values as ``treexchange._save.prepare_values`` makes them, or
+    as the reader returns them) and ``empty_groups`` as a JLD2 file to ``out``."""
+    writer = JLD2Writer(out, compress=compress, producer=producer, root_attributes=dict(root_attributes))
+    writer.prepare(items)  # every struct's layout known before the first type is committed
+    for name, value in items:
+        writer.write(name, value)
+    for name in empty_groups or ():
+        writer.create_group(name)
+    writer.close()
