@@ -52,6 +52,13 @@ BENCHES = (
         ("--interleaved", "1", "--size", "64MiB", "--arrays", "20"),
         "Write: side by side in one process",
     ),
+    Bench(
+        "cold-parallel",
+        "bench_cold_parallel.py",
+        ("--repeat", "5"),
+        ("--size", "64MiB", "--repeat", "1"),
+        "Parallel reads of a file that is not in the page cache",
+    ),
     Bench("restore", "bench_restore.py", (), ("--size", "64MiB", "--repeat", "1"), "Restore"),
     Bench("schema", "bench_schema.py", (), ("--leaves", "2000", "--repeat", "1"), "Schema"),
     Bench(

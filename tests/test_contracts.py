@@ -21,6 +21,12 @@ _DTYPES = ["?", "i1", "i2", "i4", "i8", "u1", "u2", "u4", "u8", "f2", "f4", "f8"
 _CHAR = tx.JuliaBits("Core.Char", b"\x00\x00\x00a")  # 'a' (0x61000000, little-endian)
 
 
+def _typed_dict(items: dict[object, object], julia_type: str) -> tx.JuliaDict:
+    out = tx.JuliaDict(items)
+    out.julia_type = tx.JuliaType.parse(julia_type)
+    return out
+
+
 def _values() -> dict[str, object]:
     out: dict[str, object] = {
         "namedtuple": tx.NamedTuple(weight=np.zeros((2, 3), np.float32), bias=np.zeros(2, np.float32), σ=()),
@@ -35,6 +41,12 @@ def _values() -> dict[str, object]:
         "empty dict": {},
         "JuliaDict": tx.JuliaDict({1: "a", 2: "b"}),
         "dict of dicts": tx.JuliaDict({"g": tx.JuliaDict({"x": np.zeros(2)})}),
+        # a Dict that remembers the type its file stored: kept while the entries fit it
+        "IdDict kept": _typed_dict({"a": 1.0}, "Base.IdDict{Any, Any}"),
+        "ImmutableDict kept": _typed_dict({"a": 1.0}, "Base.ImmutableDict{Core.String, Core.Float64}"),
+        "Dict{Any, Any} of floats kept": _typed_dict({"a": 1.0, "b": 2.0}, "Base.Dict{Core.Any, Core.Any}"),
+        "Dict of an abstract value type kept": _typed_dict({"a": 1.0}, "Base.Dict{Core.String, Core.Real}"),
+        "Dict whose entries no longer fit": _typed_dict({"a": "x"}, "Base.Dict{Core.String, Core.Float64}"),
         "struct": tx.JuliaStruct("Main.Foo", {"x": 1.0, "y": np.int32(2)}),
         "parametric struct": tx.JuliaStruct("Main.Foo{Float64}", {"x": 1.0}),
         "string": "hello",

@@ -135,7 +135,9 @@ def test_leaf_nodes_and_vectors() -> None:
         assert names[1].kind == "symbol" and names[1].read() == "meantemp"
         cols = f["train_df"]["columns"]
         assert cols.kind == "vector" and cols[0].kind == "array" and cols[0].shape == (20,)
-        assert isinstance(cols.read(), list)
+        # Vector{AbstractVector}: its element type is a where type, kept (was a list, Vector{Any})
+        columns = cols.read()
+        assert isinstance(columns, tx.JuliaArray) and str(columns.eltype) == "AbstractArray{T, 1} where T"
         lookup = f["train_df"]["colindex"]["lookup"]
         assert lookup.kind == "dict" and "t" in lookup and lookup["t"].read() == 1
 

@@ -140,6 +140,12 @@ class JuliaType:
         return self.short_name in names
 
     def _render(self, *, short: bool, sep: str) -> str:
+        if (
+            self.name == "Core.UnionAll"
+            and len(self.params) == 1
+            and not isinstance(self.params[0], JuliaType)
+        ):
+            return _render_param(self.params[0], short=short, sep=sep)  # see where_type
         head = _short(self.name) if short else self.name
         if not self.params and not (short and self.name in _EMPTY_BRACES):
             return head
@@ -199,6 +205,23 @@ class JuliaType:
         if not isinstance(value, JuliaType):
             raise parser._error("not a type")
         return value
+
+
+def where_type(unionall: Any) -> JuliaType:
+    """A ``where`` type (a Julia ``UnionAll`` such as ``Foo{T} where T``, the element type of a
+    ``Vector{Foo}``) as a :class:`JuliaType`: named ``Core.UnionAll`` with one parameter, the
+    ``UnionAll`` value as the file stores it (``var``, a ``TypeVar``; ``body``). It prints as Julia
+    prints the type; the type ``UnionAll`` itself has no parameters, so the two never meet.
+
+    Example:
+        >>> from treexchange import JuliaStruct, JuliaType, Symbol
+        >>> from treexchange._juliatype import where_type
+        >>> T = JuliaStruct("Core.TypeVar", {"name": Symbol("T"), "lb": None, "ub": None})
+        >>> body = JuliaType("Main.Foo", (T,))
+        >>> str(where_type(JuliaStruct("Core.UnionAll", {"var": T, "body": body})))
+        'Main.Foo{T} where T'
+    """
+    return JuliaType("Core.UnionAll", (unionall,))
 
 
 class _TooLong(Exception):

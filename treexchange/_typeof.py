@@ -27,6 +27,7 @@ from ._values import (
     Int128,
     JuliaArray,
     JuliaBits,
+    JuliaDict,
     JuliaStruct,
     NamedTuple,
     Singleton,
@@ -217,6 +218,14 @@ class TypeBuilder(Protocol[T]):
 
     def for_dict(self, key: T, value: T) -> T: ...
 
+    def for_declared_dict(
+        self, declared: JuliaType, keys: set[T], values: set[T], path: TreePath
+    ) -> T | None:
+        """The Dict type a file stored for this Dict (``JuliaDict.julia_type``: ``IdDict``,
+        ``ImmutableDict``, ``Dict{Any, Any}``), if the entries' types ``keys``/``values`` still fit
+        it, else None (then the entries decide)."""
+        ...
+
     def for_struct(self, value: JuliaStruct, path: TreePath) -> T: ...
 
     def for_bits(self, value: JuliaBits, path: TreePath) -> T: ...
@@ -245,6 +254,11 @@ def type_of(value: Any, builder: TypeBuilder[T], path: TreePath = ()) -> T:
         # Dict{K,V}: K / V the one type of all keys / values, else Any (an empty Dict{String,Any}).
         keys = {builder.of(k, path) for k in value}
         values = {builder.of(v, (*path, str(k))) for k, v in value.items()}
+        declared = value.julia_type if isinstance(value, JuliaDict) else None
+        if declared is not None:  # JLD2 writes a Dict under its own type, which entries do not tell
+            kept = builder.for_declared_dict(declared, keys, values, path)
+            if kept is not None:
+                return kept
         k = keys.pop() if len(keys) == 1 else builder.for_type(STRING if not value else ANY, path)
         v = values.pop() if len(values) == 1 else builder.for_type(ANY, path)
         return builder.for_dict(k, v)
@@ -344,6 +358,17 @@ class _Canonical:
     def for_dict(self, key: JuliaType, value: JuliaType) -> JuliaType:
         return JuliaType("Base.Dict", (key, value))
 
+    def for_declared_dict(
+        self, declared: JuliaType, keys: set[JuliaType], values: set[JuliaType], path: TreePath
+    ) -> JuliaType | None:
+        declared = qualified(declared)
+        if declared.name not in DICT_TYPES or len(declared.params) != 2:
+            return None
+        k, v = declared.params
+        if isinstance(k, JuliaType) and isinstance(v, JuliaType) and _holds(k, keys) and _holds(v, values):
+            return declared
+        return None
+
     def for_struct(self, value: JuliaStruct, path: TreePath) -> JuliaType:
         return value.type
 
@@ -355,6 +380,25 @@ class _Canonical:
 
 
 _CANONICAL = _Canonical()
+
+DICT_TYPES = frozenset({"Base.Dict", "Base.IdDict", "Base.ImmutableDict"})
+# Types whose values Julia stores inline or as the types themselves: a declared Dict parameter of
+# one of these holds only entries of exactly that type. Any other named type (abstract, or a
+# struct known by name) holds anything by reference, as the writer's ``Cat.OTHER``.
+_CONCRETE_BUILTINS = frozenset(
+    {"Core.String", "Core.Symbol", "Core.Nothing", "Base.Missing", "Core.Tuple", "Core.NamedTuple",
+     "Core.Array", "Core.Pair", "Base.Complex", "Core.DataType", *DICT_TYPES}
+)  # fmt: skip
+
+
+def _holds(declared: JuliaType, found: set[JuliaType]) -> bool:
+    """Whether a Dict declared with key (or value) type ``declared`` holds entries of the types ``found``."""
+    if declared == ANY or declared.name == "Core.Union":
+        return True
+    if declared.name in _CONCRETE_BUILTINS or numpy_dtype(declared) is not None:
+        return all(t == declared for t in found)
+    return True  # a type known by name: entries are stored by reference
+
 
 # Types Julia prints without their module (``str(JuliaType)``), for type text written by hand.
 # Number types are not listed: ``qualified_name`` asks :func:`numpy_dtype` about ``Core.<name>``.

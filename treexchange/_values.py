@@ -141,15 +141,33 @@ class JuliaDict(dict):  # type: ignore[type-arg]
         >>> d = JuliaDict({"lr": 0.1, "epochs": 3})
         >>> isinstance(d, dict), d == {"lr": 0.1, "epochs": 3}, d
         (True, True, JuliaDict({'lr': 0.1, 'epochs': 3}))
+
+    ``julia_type``: the Dict type the file stored (``Dict{String, Float64}``, ``IdDict{Any, Any}``,
+    ``Base.ImmutableDict{Symbol, Int64}``), or None for a dict made in Python. The writer keeps
+    it where the entries fit it, and otherwise works the type out from the entries.
     """
 
-    __slots__ = ()
+    __slots__ = ("_julia_type",)
+
+    @property
+    def julia_type(self) -> JuliaType | None:
+        return getattr(self, "_julia_type", None)
+
+    @julia_type.setter
+    def julia_type(self, value: JuliaType | None) -> None:
+        self._julia_type = value
 
     def __repr__(self) -> str:
         return f"JuliaDict({dict.__repr__(self)})"
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (JuliaDict, (dict(self),))
+        return (_make_julia_dict, (dict(self), self.julia_type))
+
+
+def _make_julia_dict(items: dict[Any, Any], julia_type: JuliaType | None) -> JuliaDict:
+    out = JuliaDict(items)
+    out.julia_type = julia_type
+    return out
 
 
 class _Sentinel:

@@ -257,6 +257,7 @@ class _Converter:
 
     def _julia_dict(self, x: Mapping[Any, Any], path: TreePath, depth: int) -> JuliaDict:
         out = JuliaDict()
+        out.julia_type = getattr(x, "julia_type", None)  # a Dict read from a file keeps its type
         for k, v in list(x.items()):
             seg = str(k)
             key = self.convert(k, (*path, seg), depth)

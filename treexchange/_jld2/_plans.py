@@ -583,6 +583,7 @@ def pairs_to_dict(julia_type: JuliaType) -> Callable[[Any, TreePath], Any]:
             value = value.fields["kvvec"]
         pairs = elements_of(value)
         out: JuliaDict = JuliaDict()
+        out.julia_type = julia_type
         for p in pairs:
             if isinstance(p, JuliaStruct) and "first" in p.fields and "second" in p.fields:
                 key, val = p.fields["first"], p.fields["second"]

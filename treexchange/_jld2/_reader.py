@@ -30,7 +30,7 @@ from .._gc import gc_paused
 from .._hdf5 import HDF5File, ObjectHeader
 from .._hdf5._model import H5Class
 from .._hdf5._objectheader import RawMessage
-from .._juliatype import JuliaType
+from .._juliatype import JuliaType, where_type
 from .._limits import DEFAULT_LIMITS, Limits, path_depth, reference_depth
 from .._nodeproto import Order
 from .._recursion import FRAMES_PER_LEVEL, stack_for_depth
@@ -175,6 +175,7 @@ class Reader:
         self.name = "<bytes>" if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
         self.h5 = HDF5File(source, limits=limits, verify_checksums=verify_checksums, header_type=DatasetInfo)
         self._data: Any = None  # the copy-on-write map (or bytearray), made on first use
+        self._type_session: Session | None = None  # see load_type_param
         self._source = source if isinstance(source, (bytes, bytearray, memoryview)) else None
         try:
             self.header: FileHeader | None
@@ -456,12 +457,22 @@ class Reader:
         if ref == 0:
             return ANY
         value = self.types._param(ref, path)
+        if isinstance(value, JuliaStruct) and value.type.name == "Core.UnionAll":
+            return where_type(value)  # Vector{Foo{T} where T}: elements of any Foo
         return value if isinstance(value, JuliaType) else ANY
 
     # --- values -----------------------------------------------------------------------------
     def load_standalone(self, address: int, path: TreePath) -> Any:
         """Read one object in a fresh session (type parameter datasets)."""
         return Session(self, "julia").load_ref(address, path)
+
+    def load_type_param(self, address: int, path: TreePath) -> Any:
+        """Read a type parameter dataset in the one session every type parameter of the file is
+        read in: a ``TypeVar`` (mutable in Julia) used in several ``where`` types, or in the
+        ``var`` and the body of one, is one object, as JLD2 wrote it once."""
+        if self._type_session is None:
+            self._type_session = Session(self, "julia")
+        return self._type_session.load_ref(address, path)
 
     def raw(self, info: DatasetInfo, nbytes: int) -> memoryview | bytes:
         """At least ``nbytes`` of the dataset's raw (storage-order) bytes."""
@@ -550,8 +561,9 @@ class Reader:
                 # Made before its fields: a field referring back to it (a mutable struct in a
                 # cycle, JLD2 reads those too) closes on this very object.
                 target = session.partial[info.address] = plan.new_struct()
-                if target.type.qualified() in session.mutable_types:
-                    target.mutable = True
+                by_name = self.types.by_name_params
+                if target.type.qualified() in session.mutable_types or (by_name and target.type in by_name):
+                    target.mutable = True  # by_name_params: see TypeResolver.decode_datatype
                 return plan.fill(target, session, raw, 0, path)
             return plan.decode(session, raw, 0, path)
         if plan.dtype is not None and info.dtype is not None:

@@ -205,6 +205,8 @@ class TypeResolver:
         self._basic: dict[tuple[H5Type, JuliaType | None], Plan] = {}
         self._by_id: dict[int, tuple[H5Type, Plan]] = {}
         self._params: dict[int, Any] = {}
+        # Types the file writes as parameters by name (a DataType dataset), not committed.
+        self.by_name_params: set[JuliaType] = set()
         self._busy: set[int] = set()
         self._depth = 0
 
@@ -264,7 +266,14 @@ class TypeResolver:
             raise LimitError(f"type name longer than max_name_bytes={self.limits.max_name_bytes}", path=path)
         if not name:
             raise FormatError("Julia type with an empty name", path=path)
-        params = tuple(self._param(ref, path) for ref in self._refs(buf, off + 16, path))
+        refs = self._refs(buf, off + 16, path)
+        params = tuple(self._param(ref, path) for ref in refs)
+        for ref, param in zip(refs, params):
+            if isinstance(param, JuliaType) and not self.is_committed_datatype(ref):
+                # JLD2 (refs_from_types) commits a concrete struct type used as a parameter
+                # exactly when it stores such structs inline (bits, or immutable of at most
+                # MAX_INLINE_SIZE bytes); one it writes by name instead is mutable (or larger).
+                self.by_name_params.add(param)
         return JuliaType(name, params)
 
     def decode_union(self, buf: Any, off: int, path: TreePath) -> JuliaType:
@@ -295,7 +304,7 @@ class TypeResolver:
             self._enter()
             self._busy.add(ref)
             try:
-                value = type_of_value(self.reader.load_standalone(ref, path))
+                value = type_of_value(self.reader.load_type_param(ref, path))
             finally:
                 self._busy.discard(ref)
                 self._depth -= 1

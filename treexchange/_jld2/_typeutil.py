@@ -164,6 +164,10 @@ def array_type(eltype: Any, ndims: int, *, memory: bool = False) -> JuliaType:
         >>> str(array_type(JuliaType("Core.Float32"), 2))
         'Array{Float32, 2}'
     """
+    if isinstance(eltype, JuliaType) and eltype.name == "Core.UnionAll" and len(eltype.params) == 1:
+        # A where type (_juliatype.where_type) is, as a type parameter, the UnionAll value
+        # itself, the form DataType values in the file give it.
+        eltype = eltype.params[0]
     if memory:
         # Julia prints GenericMemory{:not_atomic, T, AddrSpace(0)} as its alias Memory{T}.
         return JuliaType("Core.Memory", (eltype,))

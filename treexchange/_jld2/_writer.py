@@ -688,6 +688,10 @@ class JLD2Writer:
             )
         if jt.cat is Cat.ARRAY:
             return self._write_array(value, jt, ws, tk, path)
+        if jt.cat is Cat.DATATYPE and isinstance(value, (Singleton, JuliaType)):
+            t = self._as_type(value, path)
+            if t.cat is Cat.UNION:
+                return self.write_union_dataset(t, ws)  # a Union is a Core.Union value, no DataType
         if w is not jt and (jt.cat is Cat.DICT or w.cat is not Cat.STRUCT):
             return self._write_custom(value, jt, ws, tk, path)
         # odr(T): ghost -> nothing (null dataspace); else the packed representation.
@@ -697,8 +701,11 @@ class JLD2Writer:
         size = self.inline_size(w) if w.cat in (Cat.PRIM, Cat.BITS, Cat.STRUCT) else self.field_size(w, True)
         space = _Space(enc.DS_SCALAR, (), [])
         dtype = self.h5type(jt)
+        # JLD2's h5convert! for UnionAllODR writes var and body in the file's datatype session,
+        # whatever session the UnionAll itself is written in (a type attribute's fresh one).
+        fws = self.datatype_wsession if jt.name == "Core.UnionAll" and jt.cat is Cat.STRUCT else ws
         return self._write_object(
-            space, dtype, _Data(size, encode=lambda: self.encode_value(w, value, ws, path)), ws, tk, path
+            space, dtype, _Data(size, encode=lambda: self.encode_value(w, value, fws, path)), ws, tk, path
         )
 
     def _write_custom(
@@ -741,7 +748,7 @@ class JLD2Writer:
         k, v = jt.params
         pair = self.types.pair_of(k, v)
         vec = self.types.array_of(pair, 1)
-        pairs = [_PairValue(a, b, pair) for a, b in value.items()]
+        pairs = [_PairValue(a, b, pair) for a, b in _dict_entries(value, path)]
         return self._write_array(_PairVector(pairs), vec, ws, None, path)
 
     # --- arrays ------------------------------------------------------------------------------------
@@ -1086,6 +1093,9 @@ class JLD2Writer:
             self.types.of_type(p) if isinstance(p, JuliaType) else p
             for p in (t.raw_params if t.raw_params is not None else t.params)
         )
+        if t.is_tuple and any(_is_vararg(p) for p in params):
+            # Tuple{Vararg{T}}: not a Type{<:NTuple} in Julia, so JLD2 writes it by its name.
+            return "Core.Tuple", params
         if t.is_tuple:
             n = len(params)
             # JLD2's NTuple method applies to homogeneous tuples of a concrete type (the diagonal
@@ -1108,6 +1118,8 @@ class JLD2Writer:
         for p in params:
             if isinstance(p, JT) and p.cat is Cat.UNION:
                 refs.append(self.write_union_dataset(p, ws))  # a Union is not a DataType
+            elif isinstance(p, JT) and _where_value(p) is not None:
+                refs.append(self.write_ref(_where_value(p), ws, ()))  # a UnionAll is a value
             elif isinstance(p, JT) and p.cat is Cat.OTHER:
                 # JLD2 refers to a committed type by its commit; one known only by name may
                 # have been committed earlier in this file (e.g. Core.Union), else it is a dataset.
@@ -1124,9 +1136,13 @@ class JLD2Writer:
         return refs
 
     def write_type_dataset(self, t: JT, ws: dict[Hashable, int]) -> int:
-        """A dataset holding the type ``t``: a ``Core.Union`` value for unions, else a DataType."""
+        """A dataset holding the type ``t``: a ``Core.Union`` value for unions, the ``UnionAll``
+        value for a ``where`` type, else a DataType."""
         if t.cat is Cat.UNION:
             return self.write_union_dataset(t, ws)
+        where = _where_value(t)
+        if where is not None:
+            return self.write_ref(where, ws, ())
         return self.write_datatype_dataset(t, ws)
 
     def write_union_dataset(self, t: JT, ws: dict[Hashable, int]) -> int:
@@ -1138,7 +1154,7 @@ class JLD2Writer:
         members = [
             self.types.of_type(p) if isinstance(p, JuliaType) else p for p in (t.raw_params or t.params)
         ]
-        description = str(JuliaType("Core.Union", tuple(t.raw_params or ()))).encode("utf-8")
+        description = _union_description(t.raw_params or ()).encode("utf-8")
         datatypes = [m for m in members if isinstance(m, JT)]
         unionalls = [m for m in members if not isinstance(m, JT)]
 
@@ -1196,6 +1212,74 @@ def _type_chain(t: H5Type) -> int:
     if t.base is not None:
         inner.append(t.base)
     return 1 + max(map(_type_chain, inner), default=0)
+
+
+def _dict_entries(value: Any, path: tuple[PathSegment, ...]) -> list[tuple[Any, Any]]:
+    """A Dict's (key, value) pairs: a dict's items, or the pairs of a Dict read in its stored
+    form ``JuliaStruct(Dict{K,V}, kvvec=[Pair...])`` (keys Python cannot hash)."""
+    if isinstance(value, dict):
+        return list(value.items())
+    out = []
+    for i, p in enumerate(_array_items(value.fields["kvvec"]), 1):
+        if isinstance(p, JuliaStruct) and set(p.fields) == {"first", "second"}:
+            out.append((p.fields["first"], p.fields["second"]))
+        elif isinstance(p, JlNamedTuple) and set(p) == {"first", "second"}:
+            out.append((p["first"], p["second"]))
+        else:
+            raise ConversionError("a Dict entry is not a Pair", path=(*path, "kvvec", i))
+    return out
+
+
+def _union_description(members: Sequence[Any]) -> str:
+    """JLD2's ``string(U)`` for a Union's description (only people read it; byte identity needs
+    it): Julia's ``show`` of each member, where a function's type is ``typeof(f)`` and a
+    ``where`` type over all of its type's parameters, in order, is the bare name
+    (``Accessors.IndexLens`` for ``IndexLens{I} where I``)."""
+    return "Union{" + ", ".join(_show_member(m) for m in members) + "}"
+
+
+def _show_member(p: Any) -> str:
+    if isinstance(p, JuliaStruct) and p.type.name == "Core.UnionAll":
+        wrapper = _wrapper_name(p)
+        if wrapper is not None:
+            return wrapper
+    if isinstance(p, JuliaType) and not p.params:
+        head, _, last = p.name.rpartition(".")
+        if last.startswith("#") and len(last) > 1 and "#" not in last[1:]:
+            module = "" if head in ("Core", "Base", "") else head + "."
+            return f"typeof({module}{last[1:]})"
+    return str(JuliaType("Core.Union", (p,)))[len("Union{") : -1]
+
+
+def _wrapper_name(unionall: JuliaStruct) -> str | None:
+    """The type's name when ``unionall`` is ``T{A, B} where B where A`` (its parameters exactly
+    the variables of the chain, outermost first), as Julia shows such a type."""
+    variables = []
+    body: Any = unionall
+    while isinstance(body, JuliaStruct) and body.type.name == "Core.UnionAll":
+        variables.append(body.fields.get("var"))
+        body = body.fields.get("body")
+    if isinstance(body, Singleton) and body.type.name == "Core.Type" and len(body.type.params) == 1:
+        body = body.type.params[0]
+    if not isinstance(body, JuliaType) or len(body.params) != len(variables):
+        return None
+    if any(a is not b for a, b in zip(body.params, variables)):
+        return None
+    return body.short_name
+
+
+def _is_vararg(p: Any) -> bool:
+    """Whether a type parameter is a ``Vararg`` (``Core.TypeofVararg``) value."""
+    return isinstance(p, JuliaStruct) and p.type.name == "Core.TypeofVararg"
+
+
+def _where_value(t: JT) -> Any:
+    """The ``UnionAll`` value of a ``where`` type (``_juliatype.where_type``), else None."""
+    if t.cat is Cat.OTHER and t.name == "Core.UnionAll" and len(t.params) == 1:
+        p = t.params[0]
+        if isinstance(p, JuliaStruct) and p.type.name == "Core.UnionAll":
+            return p
+    return None
 
 
 def _julia_shape(value: Any) -> tuple[int, ...]:

@@ -38,9 +38,9 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import ConversionError, PathSegment, TreePath, UnsupportedError
+from .._errors import ConversionError, PathSegment, TreePath, TreexchangeError, UnsupportedError
 from .._hdf5._model import H5Class, H5Type
-from .._juliatype import JuliaType, _render_param
+from .._juliatype import JuliaType, _render_param, where_type
 from .._typeof import julia_eltype, numpy_dtype, qualified_name, type_of
 from .._values import (
     MISSING,
@@ -277,6 +277,11 @@ def type_key(name: str, params: tuple[Any, ...]) -> str:
 
 _TUPLE_NAMES = ("Core.Tuple", "Tuple")
 _UNION_NAMES = ("Core.Union", "Union")
+# The Dicts JLD2 writes as a JLD2.SerializedDict of their pairs (src/data/specialcased_types.jl).
+SERIALIZED_DICTS = frozenset({"Base.Dict", "Base.IdDict", "Base.ImmutableDict"})
+# Struct types Julia declares mutable, whatever a file shows of them (a TypeVar read once is
+# not flagged by the reader, yet JLD2 writes it as a shared, referenced dataset).
+_MUTABLE_BUILTINS = frozenset({"Core.TypeVar"})
 
 
 def _h5_number_type(dtype: np.dtype) -> H5Type:
@@ -444,12 +449,14 @@ class TypeFactory:
             JT(Cat.STRUCT, "Core.Pair", (k, v), fields=(("first", k), ("second", v)), key=key)
         )
 
-    def dict_of(self, k: JT, v: JT) -> JT:
-        key = type_key("Base.Dict", (k, v))
+    def dict_of(self, k: JT, v: JT, name: str = "Base.Dict") -> JT:
+        """``Dict{k,v}``, or another of the Dicts JLD2 writes as a ``SerializedDict``
+        (``name``: ``Base.IdDict``, ``Base.ImmutableDict``)."""
+        key = type_key(name, (k, v))
         found = self._cache.get(key)
         if found is not None:
             return found
-        jt = self._intern(JT(Cat.DICT, "Base.Dict", (k, v), mutable=True, key=key))
+        jt = self._intern(JT(Cat.DICT, name, (k, v), mutable=True, key=key))
         jt._writeas = self.SERIALIZED_DICT
         return jt
 
@@ -481,6 +488,8 @@ class TypeFactory:
                 if dtype.kind in _NATIVE_KINDS:
                     return self.prim(name)
                 return self.bits(JuliaType(name), dtype.itemsize)  # BFloat16
+        if any(isinstance(p, JuliaStruct) and p.type.name == "Core.TypeVar" for p in params):
+            return self.other(t)  # the body of a where type (Dict{K,V}): a type by name only
         if name in ("Core.Int128", "Core.UInt128") and not params:
             return self.int128(name == "Core.Int128")
         if name == "Core.String" and not params:
@@ -526,13 +535,15 @@ class TypeFactory:
             return self.complex_of(self._param_type(params[0]))
         if name == "Core.Pair" and len(params) == 2:
             return self.pair_of(self._param_type(params[0]), self._param_type(params[1]))
-        if name == "Base.Dict" and len(params) == 2:
-            return self.dict_of(self._param_type(params[0]), self._param_type(params[1]))
+        if name in SERIALIZED_DICTS and len(params) == 2:
+            return self.dict_of(self._param_type(params[0]), self._param_type(params[1]), name)
         return self.other(t)
 
     def _param_type(self, p: Any) -> JT:
         if isinstance(p, JuliaType):
             return self.of_type(p)
+        if isinstance(p, JuliaStruct) and p.type.name == "Core.UnionAll":
+            return self.of_type(where_type(p))  # Array{Foo{T} where T, 1}
         raise UnsupportedError(f"expected a type parameter, found the value {p!r}")
 
     # --- from values -------------------------------------------------------------------------------
@@ -597,6 +608,11 @@ class TypeFactory:
     def for_dict(self, key: JT, value: JT) -> JT:
         return self.dict_of(key, value)
 
+    def for_declared_dict(
+        self, declared: JuliaType, keys: set[JT], values: set[JT], path: TreePath
+    ) -> JT | None:
+        return self._kept_dict_type(declared, keys, values)
+
     def for_struct(self, value: JuliaStruct, path: TreePath) -> JT:
         return self._struct_type(value, path)
 
@@ -648,13 +664,51 @@ class TypeFactory:
             JT(Cat.STRUCT, "JLD2.InlineUnionEl", (t1, t2), fields=fields, key=key, layout=UNION_EL)
         )
 
+    def _kept_dict_type(self, read: Any, key_types: set[JT], value_types: set[JT]) -> JT | None:
+        """The Dict type a file stored (``JuliaDict.julia_type``), if the entries still fit it:
+        JLD2 writes a Dict under its own type (``IdDict``, ``ImmutableDict``, ``Dict{Any,Any}``
+        of Float64 values), which the entries alone do not tell."""
+        if not isinstance(read, JuliaType) or read.name not in SERIALIZED_DICTS or len(read.params) != 2:
+            return None
+        k_t, v_t = read.params
+        if not isinstance(k_t, JuliaType) or not isinstance(v_t, JuliaType):
+            return None
+        try:
+            k, v = self.of_type(k_t), self.of_type(v_t)
+        except TreexchangeError:
+            return None
+
+        def fits(declared: JT, found: set[JT]) -> bool:
+            # An abstract declared type (Any, a Union, a type known by name) holds anything by
+            # reference; a concrete one must be the entries' own type (``_typeof._holds``, the
+            # same rule on JuliaTypes).
+            return declared.cat in (Cat.ANY, Cat.UNION, Cat.OTHER) or all(t is declared for t in found)
+
+        if not (fits(k, key_types) and fits(v, value_types)):
+            return None
+        return self.dict_of(k, v, read.name)
+
+    def kvvec_dict_type(self, value: JuliaStruct, path: tuple[PathSegment, ...]) -> JT | None:
+        """The Dict type of a Dict read in its stored form ``JuliaStruct(Dict{K,V}, kvvec=...)``
+        (keys Python cannot hash, or keys equal in Python but not in Julia), else None."""
+        t = value.type
+        if t.name not in SERIALIZED_DICTS or len(t.params) != 2 or list(value.fields) != ["kvvec"]:
+            return None
+        if value.layout is not None or not all(isinstance(p, JuliaType) for p in t.params):
+            return None
+        return self.dict_of(self.of_type(t.params[0]), self.of_type(t.params[1]), t.name)
+
     def _struct_type(self, value: JuliaStruct, path: tuple[PathSegment, ...]) -> JT:
+        as_dict = self.kvvec_dict_type(value, path)
+        if as_dict is not None:
+            return as_dict
         key = value.type.qualified()
+        mutable = value.mutable or value.type.name in _MUTABLE_BUILTINS
         found = self._get(key)
         if found is not None and key in self._building:
             return found  # a mutable struct type whose fields reach itself (Node.parent::Node)
         if found is not None:
-            if value.mutable and not found.mutable:
+            if mutable and not found.mutable:
                 self._make_mutable(found, path)
             # One Julia type has one set of fields: a second value of the same type must agree.
             names = [n for n, _ in found.writeas.fields]
@@ -673,9 +727,9 @@ class TypeFactory:
             key=key,
             raw_params=tuple(value.type.params),
             layout=layout,
-            mutable=value.mutable,
+            mutable=mutable,
         )
-        if value.mutable:
+        if mutable:
             # Known (interned) before its fields are typed: a field may hold a struct of this
             # very type (a tree whose nodes point to their parent).
             jt = self._intern(jt)
@@ -695,7 +749,7 @@ class TypeFactory:
                 fields=tuple(fields),
                 key=wt.qualified() + " (written)",
                 raw_params=tuple(wt.params),
-                mutable=value.mutable,
+                mutable=mutable,
             )
             jt._writeas = self._intern(written)
         return self._intern(jt)
