@@ -9,12 +9,17 @@ API for other engineers (stable; ``_spec.Layer`` is the one description every pa
   needs ``state = eqx.nn.State(model)`` and is called ``model(x, state)``.
 - ``_nnx.build_nnx(layer, *, rngs, flux="0.15") -> nnx.Module``: a Flax nnx model on a batch,
   channels-last (``x_flax = x_jl.transpose(n-1, n-3, …, 0, n-2)``).
+- ``_linen.build_linen(layer, *, flux="0.15") -> (nn.Module, variables)``: a Flax linen module and
+  its variables' shapes (``jax.ShapeDtypeStruct``, no weights drawn); restore a state into the pair.
+  A linen model is always the pair ``(module, variables)`` (``_linen.is_linen_model``).
 - ``load_state(model, state) -> model``: put a ``Flux.state`` value tree (as ``treexchange.load``
   returns it) into a built or hand-written model (``(model, eqx_state)`` for Equinox BatchNorm);
   the same as ``treexchange.restore(state, like=model, layout=treexchange.flux_state)``.
 - ``_rules.julia_constructor(layer, era) -> str``: the Julia expression that builds ``layer``.
-- ``_eqx.read_equinox(model, state=None, *, flux)`` / ``_nnx.read_nnx(model, *, flux)`` -> ``_state.Port``:
-  a Python model read back as its Flux twin (``port.layer`` is its ``Layer`` tree).
+- ``_eqx.read_equinox(model, state=None, *, flux)`` / ``_nnx.read_nnx(model, *, flux)`` /
+  ``_linen.read_linen(module, variables, *, flux)`` -> ``_state.Port``: a Python model read back
+  as its Flux twin (``port.layer`` is its ``Layer`` tree). The linen reader presents each linen
+  layer to the nnx reader's per-layer methods (the two store the same leaves in the same layouts).
 
 Contracts with the restore code (``_bridge/_restore.py``, ``_api.py``): a layout may return
 ``LeafRef.through(julia_shape, transform)`` (file checked against the Julia shape, ``transform``
@@ -26,8 +31,8 @@ standalone function Chain entry is built as ``_eqx_layers.Function`` / ``_nnx_la
 which the readers never fold, so a built model's Flux.state keeps its source's Chain entry for entry.
 
 Adding a layer: a ``Rule`` in ``_rules.RULES`` (its Flux.state fields and Julia constructor), a
-builder and a reader branch in ``_eqx.py`` and ``_nnx.py`` (array maps as ``_perm`` permutations,
-which serve both directions), and tests against the numpy Flux reference.
+builder and a reader branch in ``_eqx.py``, ``_nnx.py`` and ``_linen.py`` (array maps as ``_perm``
+permutations, which serve both directions), and tests against the numpy Flux reference.
 """
 
 from __future__ import annotations
