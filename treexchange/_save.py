@@ -113,6 +113,13 @@ def save(
         >>> back["layers"][0]["weight"].shape, back["layers"][0]["σ"]
         ((2, 3), ())
 
+        For a Julia side pinned to JLD2 0.3 - 0.4 (format 0.1.1):
+
+        >>> treexchange.save(path, model_state=state, format="0.1.1")
+        >>> with treexchange.File(path) as f:
+        ...     f.format_version
+        '0.1.1'
+
         With a schema (``load`` checks the file against it from then on):
 
         >>> treexchange.save(path, model_state=state, schema=True)
