@@ -44,6 +44,7 @@ def save(
     root_attributes: Mapping[str, str] | None = None,
     schema: bool | SchemaLike | None = None,
     fsync: bool = True,
+    format: str = "0.2.0",
     **named_values: Any,
 ) -> None:
     """Write values to a JLD2 file that Julia's ``JLD2.load`` reads as real Julia values.
@@ -88,6 +89,11 @@ def save(
             scratch files: still atomic against crashes of the process (the replace happens
             only after every byte is written), but after a power cut the file may be missing
             or incomplete.
+        format: the JLD2 format version written: ``"0.2.0"`` (default; JLD2.jl >= 0.5) or
+            ``"0.1.1"`` (JLD2.jl 0.3 - 0.4.50, for a Julia side pinned to an older JLD2; no
+            compression: :class:`UnsupportedError`). Format 0.1.1 is byte-identical with what
+            JLD2.jl 0.4 writes for the cases in docs/writing.md; see there for the differences
+            that remain (the order in which some type datasets are written).
 
     Raises:
         ConversionError: a value has no Julia counterpart, holds a cycle or text without a UTF-8
@@ -106,6 +112,13 @@ def save(
         >>> back = treexchange.load(path, "model_state")
         >>> back["layers"][0]["weight"].shape, back["layers"][0]["σ"]
         ((2, 3), ())
+
+        For a Julia side pinned to JLD2 0.3 - 0.4 (format 0.1.1):
+
+        >>> treexchange.save(path, model_state=state, format="0.1.1")
+        >>> with treexchange.File(path) as f:
+        ...     f.format_version
+        '0.1.1'
 
         With a schema (``load`` checks the file against it from then on):
 
@@ -143,7 +156,7 @@ def save(
         attrs.update(_schema_attributes(schema, items, attrs))
 
     def write(f: BinaryIO) -> None:
-        write_jld2(f, items, compress=options, producer=note, root_attributes=attrs)
+        write_jld2(f, items, compress=options, producer=note, root_attributes=attrs, format_version=format)
 
     atomic_write(path, write, fsync=fsync)
 
@@ -153,19 +166,22 @@ def convert(
     target: PathLike,
     *,
     keep_producer: bool = False,
+    keep_format: bool = False,
     compress: bool | str = False,
     verify: bool = True,
 ) -> None:
     """Re-encode ``source`` as a JLD2 0.2.0 file at ``target`` (replaced atomically): what
     ``treexchange convert IN OUT`` does.
 
-    The output is always format 0.2.0 (what JLD2.jl >= 0.5 writes), whatever the input's
-    version. To reproduce a file Julia wrote, the values are read in one reader session (an
-    array shared by two names stays one object, hence one dataset) and written in the order of
-    their object-header addresses, which is the order Julia wrote them in; string attributes of
-    the root group (an embedded schema) are carried over. A 0.2.0 file that Julia wrote comes
-    out byte for byte when ``keep_producer`` keeps its producer note
-    (tests/test_byte_identity.py).
+    The output is format 0.2.0 (what JLD2.jl >= 0.5 writes), whatever the input's version,
+    unless ``keep_format`` keeps a format-0.1.1 input in format 0.1.1 (see ``save``'s
+    ``format``; other versions are written as 0.2.0). To reproduce a file Julia wrote, the
+    values are read in one reader session (an array shared by two names stays one object, hence
+    one dataset) and written in the order of their object-header addresses, which is the order
+    Julia wrote them in; string attributes of the root group (an embedded schema) are carried
+    over. A 0.2.0 file that Julia wrote comes out byte for byte when ``keep_producer`` keeps its
+    producer note (tests/test_byte_identity.py); so do 11 of the 27 format-0.1.1 fixtures with
+    ``keep_format`` too (tests/test_byte_identity_011.py).
 
     With ``verify`` (the default) the new file is read back before it replaces ``target`` and
     every value is compared with the one written (:func:`treexchange.values_equal`): a file
@@ -185,6 +201,7 @@ def convert(
     options = Compression.from_option(compress)
     with File(source) as f:
         producer = f.producer if keep_producer else default_producer()
+        fmt = f.format_version if keep_format and f.format_version == "0.1.1" else "0.2.0"
         objects = read_objects(f)
         values = objects.values
 
@@ -196,6 +213,7 @@ def convert(
                 producer=producer,
                 root_attributes=objects.string_attributes,
                 empty_groups=objects.empty_groups,
+                format_version=fmt,
             )
 
         atomic_write(target, write, check=(lambda tmp: verify_output(tmp, values)) if verify else None)

@@ -60,6 +60,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help="keep the input's producer note (e.g. ' (Julia 1.11.1 64-bit LE)') in the header",
     )
     p.add_argument(
+        "--keep-format",
+        action="store_true",
+        help=(
+            "keep a format-0.1.1 input (JLD2.jl 0.3-0.4) in format 0.1.1 instead of writing 0.2.0 "
+            "(other inputs are written as 0.2.0)"
+        ),
+    )
+    p.add_argument(
         "--compress",
         choices=("none", "deflate", "zstd"),
         default="none",
@@ -92,6 +100,7 @@ def _run(args: argparse.Namespace) -> int:
         args.input,
         args.output,
         keep_producer=args.keep_producer,
+        keep_format=args.keep_format,
         compress=compress,
         verify=not args.no_verify,
     )

@@ -19,10 +19,17 @@ def write_jld2(
     producer: str,
     root_attributes: Mapping[str, str],
     empty_groups: list[str] | None = None,
+    format_version: str = "0.2.0",
 ) -> None:
     """Write ``(name, value)`` pairs (values as ``treexchange._save.prepare_values`` makes them, or
     as the reader returns them) and ``empty_groups`` as a JLD2 file to ``out``."""
-    writer = JLD2Writer(out, compress=compress, producer=producer, root_attributes=dict(root_attributes))
+    writer = JLD2Writer(
+        out,
+        compress=compress,
+        producer=producer,
+        root_attributes=dict(root_attributes),
+        format_version=format_version,
+    )
     writer.prepare(items)  # every struct's layout known before the first type is committed
     for name, value in items:
         writer.write(name, value)

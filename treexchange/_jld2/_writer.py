@@ -53,10 +53,49 @@ from ._writer_types import JT, MAX_INLINE_SIZE, UNION_EL, Cat, TypeFactory
 BASE = enc.FILE_HEADER_LENGTH
 COMPACT_LIMIT = 8192
 """Non-array datasets smaller than this are stored compact (inside their header)."""
+FORMATS = ("0.2.0", "0.1.1")
+"""The format versions the writer can write: JLD2.jl >= 0.5 (``0.2.0``, the default) and the
+format of JLD2.jl 0.3.0 - 0.4.50 (``0.1.1``, as far as :class:`_Format` describes it)."""
 SMALL_PAYLOAD = 64 << 10
 """Array payloads up to this size are buffered with the metadata instead of written directly."""
 
 _I64 = np.dtype("<i8")
+
+
+@dataclass(frozen=True)
+class _Format:
+    """How one format version lays out a dataset header (JLD2.jl's ``write_dataset``).
+
+    Each rule is a difference between JLD2.jl 0.6 (format 0.2.0) and JLD2.jl 0.4.x before
+    0.4.51 (format 0.1.1, ``src/datasets.jl`` at tag v0.4.46), read from JLD2.jl's history:
+    0.4.51 (commit d57995a, July 2024) introduced the reserved NIL message and the aligned,
+    array-only-contiguous layout choice that 0.5 then kept.
+    """
+
+    version: str
+    continuation_placeholder: bool
+    """A 16-byte NIL message reserved at the end of every dataset header (0.2.0 only)."""
+    array_compact_limit: int
+    """Arrays with fewer data bytes are stored compact (0.1.1: < 8192; 0.2.0: only empty arrays)."""
+    scalar_compact_limit: int
+    """Non-array datasets with fewer data bytes are stored compact (0.1.1: < typemax(UInt16))."""
+    align_contiguous: bool
+    """Contiguous data starts 8-byte aligned (0.2.0) or right after its header (0.1.1)."""
+    field_datatypes: bool
+    """A struct's committed field types are listed in a ``field_datatypes`` attribute (one
+    reference per stored member, null for inline ones) and fields without data are left out
+    (0.1.1, ``commit_compound`` at v0.4.46), instead of ``field_names`` + ``field_types``
+    listing ghost fields too (0.2.0)."""
+    ntuple_from: int
+    """Homogeneous tuple types of this many or more parameters are named ``NTuple{N,T}`` in a
+    DataType (0.1.1: N >= 2, ``h5convert!`` for ``Type{<:NTuple}``); 0.2.0's ``reduce(==, ...)``
+    test makes it N == 2 only (0 stands for that)."""
+
+
+_FORMATS = {
+    "0.2.0": _Format("0.2.0", True, 1, COMPACT_LIMIT, True, False, 0),
+    "0.1.1": _Format("0.1.1", False, 8192, 0xFFFF, False, True, 2),
+}
 
 
 class Committed(NamedTuple):
@@ -188,7 +227,17 @@ class JLD2Writer:
         producer: str = enc.DEFAULT_PRODUCER,
         root_attributes: dict[str, str] | None = None,
         limits: Limits = DEFAULT_LIMITS,
+        format_version: str = enc.FORMAT_VERSION,
     ) -> None:
+        if format_version not in _FORMATS:
+            raise UnsupportedError(
+                f"JLD2 format {format_version!r} cannot be written (supported: {', '.join(FORMATS)})"
+            )
+        self.format = _FORMATS[format_version]
+        if compress is not None and self.format.version != "0.2.0":
+            raise UnsupportedError(
+                f"compression in JLD2 format {format_version} is not supported (write format 0.2.0)"
+            )
         self.sink = Sink(file)
         # max_depth: the stack made room for; datatype_depth: the deepest inline type written
         # (what the reader parses back with the same limits).
@@ -293,7 +342,7 @@ class JLD2Writer:
             types = _Group(links=dict(self.types_links))
             self.root.children["_types"] = types
         root = self._save_group(self.root, self.root_attributes)
-        self.sink.put(0, enc.user_block(self.producer))
+        self.sink.put(0, enc.user_block(self.producer, self.format.version))
         self.sink.put(BASE, enc.superblock_v2(BASE, self.end, root))
         self.sink.finish(self.end)
         return self.end
@@ -459,9 +508,12 @@ class JLD2Writer:
         field_names: list[str] = []
         field_types: list[int] = []
         nondefault = False
+        old_style = self.format.field_datatypes
         for name, ft in writeas.fields:
             fw = ft.writeas
             dtype = self.h5fieldtype(fw, ft, True)
+            if dtype is None and old_style:
+                continue  # format 0.1.1: a field without data is not listed at all
             if dtype is None:
                 cdt = self.lookup(ft)
                 if cdt is None:
@@ -503,6 +555,23 @@ class JLD2Writer:
             )
         if not nondefault:
             return self.commit(compound, writeas, readas)
+        if old_style:
+            n = len(field_types)
+            return self.commit(
+                compound,
+                writeas,
+                readas,
+                [
+                    _Attr(
+                        "field_datatypes",
+                        enc.REFERENCE,
+                        enc.DS_SIMPLE,
+                        (n,),
+                        8 * n,
+                        lambda: b"".join(_ref(t) for t in field_types),
+                    )
+                ],
+            )
         names_bytes = [n.encode("utf-8") for n in field_names]
         n = len(field_names)
         return self.commit(
@@ -848,8 +917,11 @@ class JLD2Writer:
         committed = isinstance(dtype, Committed)
         dt_size = enc.SHARED_DATATYPE_SIZE if committed else enc.datatype_size(dtype)  # type: ignore[arg-type]
         psz = len(enc.FILL_VALUE_MESSAGE) + 4 + enc.dataspace_size(len(space.dims)) + 4 + dt_size
-        psz += sum(a.message_size for a in space.attrs) + enc.CONTINUATION_PLACEHOLDER_SIZE
-        if datasz == 0 or (not data.is_array and datasz < COMPACT_LIMIT):
+        psz += sum(a.message_size for a in space.attrs)
+        fmt = self.format
+        if fmt.continuation_placeholder:
+            psz += enc.CONTINUATION_PLACEHOLDER_SIZE
+        if datasz < (fmt.array_compact_limit if data.is_array else fmt.scalar_compact_limit):
             layout = "compact"
             psz += 4 + 4 + datasz
         elif data.chunkable:
@@ -903,7 +975,7 @@ class JLD2Writer:
             head.append(enc.layout_chunked_v3(btree, chunk_h5))
         else:
             header_end = self.end
-            data_address = _align8(header_end)
+            data_address = _align8(header_end) if fmt.align_contiguous else header_end
             head.append(enc.layout_contiguous(data_address - BASE, datasz))
             self.end = data_address + datasz
             if array is not None and datasz > SMALL_PAYLOAD:
@@ -925,7 +997,8 @@ class JLD2Writer:
                 else:
                     # With its alignment padding: touching the header, so both go in one write.
                     self.sink.put(header_end, bytes(data_address - header_end) + raw)
-        head.append(enc.CONTINUATION_PLACEHOLDER)
+        if fmt.continuation_placeholder:
+            head.append(enc.CONTINUATION_PLACEHOLDER)
         header = enc.object_header_unsummed(b"".join(head))  # the sink appends the checksum
         if len(header) + 4 != enc.object_header_size(psz):
             raise WriteError("object header size mismatch", path=path)
@@ -1105,8 +1178,9 @@ class JLD2Writer:
                 and (params[0].concrete if isinstance(params[0], JT) else True)
             )
             if homogeneous:
-                if n == 2:
-                    return "NTuple", (np.int64(2), params[0])
+                ntuple_from = self.format.ntuple_from
+                if n == 2 if ntuple_from == 0 else n >= ntuple_from:
+                    return "NTuple", (np.int64(n), params[0])
                 return "Tuple", params
             return "Core.Tuple", params
         return t.name, params
