@@ -87,7 +87,9 @@ class HeaderMemo:
             or types.count(m.LAYOUT) != 1
         ):
             return
-        _, _, at, size = obj._raw[types.find(m.LAYOUT)]
+        layout = obj._first(m.LAYOUT)
+        assert layout is not None
+        _, _, at, size = layout
         if not obj.offset < at <= at + size <= end:
             return  # (cannot happen without continuation chunks; keep the cut inside the chunk)
         cut = (at - obj.offset, size)
