@@ -12,6 +12,8 @@ from dataclasses import replace
 from types import TracebackType
 from typing import Any, TypeVar
 
+import numpy as np
+
 from .._errors import FormatError, LimitError, TreexchangeError, UnsupportedError, WrongFormatError
 from .._limits import DEFAULT_LIMITS, Limits
 from . import _messages as m
@@ -32,6 +34,21 @@ _MEMO_ENTRIES = 1 << 14
 _PREFETCH_MIN = 1 << 16  # below this, the faults themselves cost less than the system call
 _RANDOM_ABOVE = 1 << 26  # files up to 64 MiB are read whole by a few read-arounds: keep them
 _DENSE_METADATA = 1 << 18  # more than one object header per 256 KiB of file: dense metadata
+
+
+def proto_class(file: HDF5File, obj: ObjectHeader) -> int | None:
+    """The storage class byte of ``obj``'s layout message (0 compact, 1 contiguous, 2 chunked),
+    or None without one."""
+    msg = obj._first(m.LAYOUT)
+    if msg is None or msg[3] < 2:
+        return None
+    return int(file.buffer[msg[2] + 1])
+
+
+def _gather_le(data: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """The unsigned little-endian ``width``-byte integers at byte offsets ``at`` of ``data``."""
+    rows = data[at[:, None] + np.arange(width)]
+    return rows.view(f"<u{width}").ravel() if len(at) else np.zeros(0, f"<u{width}")
 
 
 def _advise(mm: mmap.mmap, advice: str, start: int = 0, length: int = 0) -> None:
@@ -324,6 +341,62 @@ class HDF5File:
                 raise FormatError(f"truncated: need {stored} byte(s), {size - 4} left", offset=at + 4)
             return at + 4, stored
         return None
+
+    def alike(self, addresses: np.ndarray) -> list[tuple[ObjectHeader, np.ndarray]]:
+        """Object headers at relative ``addresses`` (unsigned ints) sorted into groups of headers
+        alike but for their layout body: ``[(a parsed header of the group, the group's
+        absolute offsets)]`` (see :meth:`HeaderMemo.alike`). For readers that then take what
+        they need from many headers at once (:meth:`stored_ranges`) instead of parsing each.
+        Empty when checksums are verified (no memo).
+        """
+        memo = self._headers
+        if memo is None or not len(addresses):
+            return []
+        rel = np.asarray(addresses, np.uint64)
+        rel = rel[rel < np.uint64(max(self.size - self.base, 0))]
+        groups = memo.alike(self, rel.astype(np.int64) + self.base)
+        found = sum(len(offsets) for _, offsets in groups)
+        if len(self._objects) + found > self.limits.max_objects:
+            # each is an object header the reader visits, parsed or not
+            raise LimitError(f"more than max_objects={self.limits.max_objects} object headers")
+        return groups
+
+    def stored_ranges(
+        self, proto: ObjectHeader, offsets: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where the data of headers alike to ``proto`` at absolute ``offsets`` lie, in bulk:
+        ``(which, data offsets, stored bytes)`` for those of them whose layout is compact or
+        contiguous in the form :meth:`_stored_range` reads (``which`` selects them from
+        ``offsets``; the others are left to the usual path). The same numbers and checks as
+        :meth:`_stored_range`; undefined addresses are left out.
+        """
+        none = (np.zeros(len(offsets), bool), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        msg = proto._first(m.LAYOUT)
+        if msg is None or self._headers is None:
+            return none
+        _, _, at, size = msg
+        body = offsets + (at - proto.offset)
+        data = np.frombuffer(self.buffer, np.uint8)
+        try:
+            version, cls = data[body], data[body + 1]
+            ok = (version >= 3) & (version <= 5)
+            if size >= 18 and self._wide and proto_class(self, proto) == 1:
+                ok &= cls == 1
+                addr = _gather_le(data, body + 2, 8)
+                stored = _gather_le(data, body + 10, 8)
+                ok &= addr != np.uint64(_UNDEFINED_ADDR)
+                ok &= addr < np.uint64(self.size)  # (data offsets checked by the caller; no overflow)
+                which = np.flatnonzero(ok)
+                return ok, addr[which].astype(np.int64) + self.base, stored[which].astype(np.int64)
+            if size >= 4 and proto_class(self, proto) == 0:
+                ok &= cls == 0
+                stored = _gather_le(data, body + 2, 2).astype(np.int64)
+                ok &= stored <= size - 4
+                which = np.flatnonzero(ok)
+                return ok, body[which] + 4, stored[which]
+            return none
+        finally:
+            del data
 
     def raw_location(
         self, obj: ObjectHeader, *, keep: bool = True, element_size: int | None = None

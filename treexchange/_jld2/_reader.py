@@ -28,6 +28,7 @@ import numpy as np
 from .._errors import FormatError, LimitError, TreexchangeError, UnsupportedError, WrongFormatError
 from .._gc import gc_paused
 from .._hdf5 import HDF5File, ObjectHeader
+from .._hdf5._messages import EXTERNAL_FILES
 from .._hdf5._model import H5Class
 from .._hdf5._objectheader import RawMessage
 from .._juliatype import JuliaType
@@ -57,6 +58,7 @@ _INT64_ATTR_CLASSES = (H5Class.FIXED,)
 _GROUP_TYPE = JuliaType("JLD2.Group")
 _ARRAY_TYPES_CACHED = 4096  # distinct array types remembered per file (a file uses a handful)
 _DATATYPE_TYPE = JuliaType("Core.DataType")
+_PREFETCH_MIN = 32  # references read together from which prefetching arrays in bulk pays
 
 
 def _element_size(info: DatasetInfo) -> int | None:
@@ -550,13 +552,77 @@ class Reader:
             return flat.reshape(info.shape, order="F")
         return flat.reshape(tuple(reversed(info.shape)))
 
+    def alike(self, addresses: np.ndarray, path: Path) -> list[tuple[DatasetInfo, np.ndarray, np.ndarray]]:
+        """Many datasets at once: ``[(description, relative addresses, absolute data offsets)]``
+        for the groups of datasets among ``addresses`` alike but for where their data lie
+        (:meth:`HDF5File.alike`), that are plain-data arrays or scalar datasets stored in one
+        piece, whose data pass every check the usual path (:meth:`numeric_array`,
+        :meth:`raw`) makes. Datasets in no group are for the usual path (which raises where a
+        check fails). No object header is made for the datasets of a group.
+        """
+        out: list[tuple[DatasetInfo, np.ndarray, np.ndarray]] = []
+        h5 = self.h5
+        for proto, offsets in h5.alike(addresses):
+            if (
+                not isinstance(proto, DatasetInfo)
+                or proto.kind != "dataset"
+                or EXTERNAL_FILES in proto._types
+            ):
+                continue
+            try:
+                info = self.info(proto.address, path)
+                plan = info.plan
+                if plan is None:
+                    continue
+                expected = h5._expected_bytes(info, _element_size(info))
+                if info.shape is not None:
+                    dtype = info.dtype
+                    if plan.dtype is None or dtype is None or info.count == 0:
+                        continue
+                    need = info.count * dtype.itemsize
+                    if need > self.limits.max_array_bytes or expected < need:
+                        continue
+                elif info.space != "scalar" or not 0 < plan.size <= expected:
+                    continue
+            except TreexchangeError:
+                continue
+            which, data_at, stored = h5.stored_ranges(info, offsets)
+            good = (stored >= expected) & (data_at + expected <= h5.size)
+            out.append((info, offsets[which][good] - h5.base, data_at[good]))
+        return out
+
     def read_value(self, address: int, path: Path, session: Session) -> Any:
+        elements = session.elements
+        if elements:
+            found = elements.pop(address, None)
+            if found is not None:  # a scalar's bytes, read in bulk (Session.prefetch)
+                info, raw, off = found
+                try:
+                    return self._read_element(info, address, raw, off, path, session)
+                except TreexchangeError as err:
+                    err.with_context(offset=self.h5.absolute(address), path=path)
+                    raise
         info = self.info(address, path)
         try:
             return self._read(info, path, session)
         except TreexchangeError as err:
             err.with_context(offset=info.obj.offset, path=path)
             raise
+
+    def _read_element(
+        self, info: DatasetInfo, address: int, raw: Any, off: int, path: Path, session: Session
+    ) -> Any:
+        """The value of the scalar dataset at ``address`` described by ``info``, from its bytes."""
+        plan = info.plan
+        assert plan is not None
+        if isinstance(plan, CompoundPlan) and plan.kind == "struct":
+            # Made before its fields: a field referring back to it (a mutable struct in a
+            # cycle, JLD2 reads those too) closes on this very object.
+            target = session.partial[address] = plan.new_struct()
+            if session.mutable_types and target.type.qualified() in session.mutable_types:
+                target.mutable = True
+            return plan.fill(target, session, raw, off, path)
+        return plan.decode(session, raw, off, path)
 
     def _read(self, info: DatasetInfo, path: Path, session: Session) -> Any:
         plan = info.plan
@@ -570,15 +636,7 @@ class Reader:
                 if isinstance(plan, GhostPlan):
                     return plan.value
                 raise FormatError("null dataspace for a non-empty type")
-            raw = self.raw(info, plan.size)
-            if isinstance(plan, CompoundPlan) and plan.kind == "struct":
-                # Made before its fields: a field referring back to it (a mutable struct in a
-                # cycle, JLD2 reads those too) closes on this very object.
-                target = session.partial[info.address] = plan.new_struct()
-                if session.mutable_types and target.type.qualified() in session.mutable_types:
-                    target.mutable = True
-                return plan.fill(target, session, raw, 0, path)
-            return plan.decode(session, raw, 0, path)
+            return self._read_element(info, info.address, self.raw(info, plan.size), 0, path, session)
         if plan.dtype is not None and info.dtype is not None:
             return self.numeric_array(info, session.order, mmap=session.mmap)
         # Int128 arrays too: presented as arrays (info.dtype), loaded as Int128 values.
@@ -601,6 +659,8 @@ class Reader:
             items = []  # a null dataspace of non-ghost elements holds nothing (checked: n == 0)
         else:
             raw = self.raw(info, n * plan.size)
+            if isinstance(plan, ReferencePlan) and n >= _PREFETCH_MIN and session.mmap:
+                session.prefetch(np.frombuffer(bytes(raw[: 8 * n]), "<u8", n), path)
             if as_list:
                 # made before its elements: an element referring back to it closes the cycle
                 items = session.partial[info.address] = []
@@ -628,6 +688,16 @@ class Reader:
         return [int(x) for x in np.frombuffer(bytes(raw[: 8 * n]), "<u8", n)]
 
 
+def _gather(buf: Any, at: np.ndarray, size: int) -> np.ndarray:
+    """The ``size`` bytes at each absolute offset ``at`` of ``buf``, one row each (a copy;
+    every range was checked to lie in the file)."""
+    data = np.frombuffer(buf, np.uint8)
+    try:
+        return data[at[:, None] + np.arange(size)] if len(at) else np.zeros((0, size), np.uint8)
+    finally:
+        del data
+
+
 class Session:
     """One traversal: identity memo (shared objects read once), cycle and depth guards.
 
@@ -650,6 +720,8 @@ class Session:
         # a reference back to one closes the cycle on the same Python object
         self.partial: dict[int, Any] = {}
         self.mutable_types: set[str] = set()  # struct types the file shows are mutable
+        # scalar datasets read in bulk (prefetch): address -> (description, bytes, offset)
+        self.elements: dict[int, tuple[DatasetInfo, bytes, int]] = {}
         self._depth = 0
         self.heap_bytes = reader.heap_bytes
         self.decode_datatype = reader.types.decode_datatype
@@ -671,6 +743,72 @@ class Session:
             self.partial.pop(address, None)
         self.memo[address] = group
         return group
+
+    def prefetch(self, addresses: np.ndarray, path: Path, *, depth: int = 0) -> None:
+        """Read many of the datasets at ``addresses`` in bulk, ahead of the usual path.
+
+        For a vector of many references (a Dict's pairs, a long tuple of layers): the datasets
+        are sorted into groups alike but for where their data lie (:meth:`Reader.alike`). A
+        group of plain-data arrays becomes arrays in the memo -- views of the map, as
+        :meth:`Reader.numeric_array` makes them -- with no object header parsed per array. Of
+        a group of small scalar datasets (Pairs, NamedTuples of references) the element bytes
+        are kept for :meth:`Reader.read_value` (which then parses no header either), and the
+        arrays their references point to are prefetched the same way, one level down.
+
+        Only arrays are read early: they hold no references, so reading them first changes
+        nothing else (no cycle, no mutability flag, no other identity). Scalars are decoded
+        in the usual order, from bytes read early. Every check of the usual path is made on
+        each dataset; one that fails is left to the usual path, which raises there.
+        """
+        if not self.mmap:
+            return
+        reader, memo = self.reader, self.memo
+        buf = reader.h5.buffer
+        for info, addresses_, data_at in reader.alike(addresses, path):
+            plan = info.plan
+            assert plan is not None
+            if info.shape is not None:
+                self._prefetch_arrays(info, addresses_, data_at)
+                continue
+            size = plan.size
+            rows = _gather(buf, data_at, size)  # each scalar's element bytes, one row each
+            blob = rows.tobytes()
+            elements = self.elements
+            for i, address in enumerate(addresses_.tolist()):
+                if address not in memo:
+                    elements[address] = (info, blob, i * size)
+            if depth == 0 and isinstance(plan, CompoundPlan) and len(rows):
+                at = [
+                    f.offset
+                    for f in plan.fields
+                    if isinstance(f.plan, ReferencePlan) and f.offset + 8 <= size
+                ]
+                if at:
+                    refs = np.concatenate([rows[:, a : a + 8].copy().view("<u8").ravel() for a in at])
+                    self.prefetch(refs[refs != 0], path, depth=1)
+
+    def _prefetch_arrays(self, info: DatasetInfo, addresses: np.ndarray, data_at: np.ndarray) -> None:
+        memo = self.memo
+        dtype = info.dtype
+        assert dtype is not None and info.shape is not None
+        count = info.count
+        itemsize = dtype.itemsize
+        aligned = data_at % itemsize == 0  # (others: the usual path, one frombuffer each)
+        keys = addresses[aligned].tolist()
+        starts = (data_at[aligned] // itemsize).tolist()
+        if not keys:
+            return
+        data = self.reader._data_map()
+        flat = np.frombuffer(data, dtype, len(data) // itemsize)
+        julia = self.order == "julia"
+        shape = info.shape if julia else tuple(reversed(info.shape))
+        one_d = len(shape) == 1
+        for address, start in zip(keys, starts):
+            if address not in memo:
+                view = flat[start : start + count]
+                if not one_d:
+                    view = view.reshape(shape, order="F") if julia else view.reshape(shape)
+                memo[address] = view
 
     def flag_mutable(self, value: JuliaStruct) -> None:
         """Mutability is a property of the type: once the file shows one struct of a type is
