@@ -28,6 +28,7 @@ T = TypeVar("T")
 
 _ADDR_LEN = struct.Struct("<QQ")
 _U16 = struct.Struct("<H")
+_VLEN = struct.Struct("<IQI")  # a vlen element: count, heap collection address, object index
 _UNDEFINED_ADDR = (1 << 64) - 1
 _MEMO_BODY_BYTES = 256
 _MEMO_ENTRIES = 1 << 14
@@ -154,6 +155,8 @@ class HDF5File:
         self.length_size = sb.length_size
         self._wide = self.offset_size == 8 and self.length_size == 8  # (raw_location's fast path)
         self._objects: dict[int, ObjectHeader] = {}
+        # headers known alike to a remembered one (address -> that one), not made yet
+        self._vouched: dict[int, ObjectHeader] = {}
         self._widths = self._cursor(0)  # buffer and field widths for read_messages
         self._types: dict[int, H5Type] = {}
         self._memos: dict[str, dict[bytes, Any]] = {table: {} for table in MEMO_TABLES}
@@ -175,6 +178,7 @@ class HDF5File:
         # the map can be closed now rather than when the garbage collector breaks the cycles
         # they sit in.
         self._objects, self._types, self._heaps, self._links = {}, {}, {}, {}
+        self._vouched = {}
         self._memos = {table: {} for table in MEMO_TABLES}
         if getattr(self, "_headers", None) is not None:  # (absent when __init__ failed early)
             self._headers = HeaderMemo()
@@ -227,9 +231,13 @@ class HDF5File:
         if obj is not None:
             return obj
         offset = address + self.base
+        proto = self._vouched.pop(address, None)
+        if proto is not None:  # alike to a remembered header (checked by vouch or alike_of)
+            obj = objects[address] = proto._clone_at(address, offset)
+            return obj
         if address < 0 or offset >= self.size:
             raise FormatError(f"object address {address} lies outside the file", offset=offset)
-        if len(objects) >= self.limits.max_objects:
+        if len(objects) + len(self._vouched) >= self.limits.max_objects:
             raise LimitError(f"more than max_objects={self.limits.max_objects} object headers", offset=offset)
         try:
             memo = self._headers
@@ -251,6 +259,48 @@ class HDF5File:
             if self._mmap is not None:
                 _advise(self._mmap, "MADV_NORMAL")
         return obj
+
+    def alike_of(self, address: int) -> ObjectHeader:
+        """The object header at relative ``address``, or a header alike to it but for its
+        layout body (see :mod:`._headermemo`): the same messages at shifted positions, so the
+        same datatype, dataspace, attributes, kind -- everything but where the data lie.
+
+        For readers that want to know what an object is without keeping a header object per
+        dataset (a lazy walk over 100,000 arrays): no object is made or cached when the memo
+        knows the header's form; the header's address is remembered with the form found, so
+        :meth:`object` later rebuilds it at once. Otherwise, :meth:`object`.
+        """
+        obj = self._objects.get(address)
+        if obj is not None:
+            return obj
+        proto = self._vouched.get(address)
+        if proto is not None:
+            return proto
+        memo = self._headers
+        offset = address + self.base
+        if (
+            memo is not None
+            and 0 <= address
+            and offset < self.size
+            and len(self._objects) + len(self._vouched) < self.limits.max_objects
+        ):
+            try:
+                proto, _ = memo.find(self, offset)
+            except (TreexchangeError, *FORMAT_ERRORS):
+                proto = None  # object() says what is wrong, in its words
+            if proto is not None:
+                self._vouched[address] = proto
+                return proto
+        return self.object(address)
+
+    def vouch(self, addresses: np.ndarray) -> None:
+        """Check many object headers at once (:meth:`alike`) and remember for each one found
+        alike to a remembered header which one it is, for :meth:`alike_of` and :meth:`object`."""
+        vouched, objects, base = self._vouched, self._objects, self.base
+        for proto, offsets in self.alike(addresses):
+            for address in (offsets - base).tolist():
+                if address not in objects:
+                    vouched[address] = proto
 
     def _parse_object(self, address: int, offset: int) -> ObjectHeader:
         version, messages = read_messages(
@@ -317,17 +367,19 @@ class HDF5File:
         return dense_attributes(self, info)
 
     # --- data --------------------------------------------------------------------------------
-    def _stored_range(self, obj: ObjectHeader) -> tuple[int | None, int] | None:
+    def _stored_range(self, obj: ObjectHeader, shift: int = 0) -> tuple[int | None, int] | None:
         """``(absolute data offset or None if undefined, stored bytes)`` of a compact or
         contiguous layout message of version 3-5 with 8-byte fields -- the layouts of nearly
         every dataset JLD2 writes -- unpacked straight from the message (as ``parse_layout``'s
         own fast path reads them, with the same checks) without a ``Layout`` object per
         dataset; None for every other layout (and no layout), which take the general path.
+        ``shift``: of the header alike to ``obj`` (:meth:`alike_of`) at ``obj.offset + shift``.
         """
         msg = obj._first(m.LAYOUT)
         if msg is None:
             return None
         _, _, at, size = msg
+        at += shift
         buf = self.buffer
         if size < 4 or not 3 <= buf[at] <= 5:
             return None
@@ -356,7 +408,7 @@ class HDF5File:
         rel = rel[rel < np.uint64(max(self.size - self.base, 0))]
         groups = memo.alike(self, rel.astype(np.int64) + self.base)
         found = sum(len(offsets) for _, offsets in groups)
-        if len(self._objects) + found > self.limits.max_objects:
+        if len(self._objects) + len(self._vouched) + found > self.limits.max_objects:
             # each is an object header the reader visits, parsed or not
             raise LimitError(f"more than max_objects={self.limits.max_objects} object headers")
         return groups
@@ -604,6 +656,11 @@ class HDF5File:
             ...     bytes(h5.read_vlen(h5.root.attributes["name"].data))
             b'Core.Float32'
         """
+        if self.offset_size == 8 and len(element) >= 16:
+            _, addr, index = _VLEN.unpack_from(element, 0)
+            if (addr == 0 and index == 0) or addr == _UNDEFINED_ADDR:
+                return memoryview(b"")
+            return self.global_heap_object(addr, index)
         raw = bytes(element)
         need = 4 + self.offset_size + 4
         if len(raw) < need:

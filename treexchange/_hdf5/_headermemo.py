@@ -63,9 +63,9 @@ class HeaderMemo:
         rel, size = cut
         return rel, size, bytes(buf[offset : offset + rel]) + bytes(buf[offset + rel + size : end])
 
-    def rebuild(self, file: HDF5File, address: int, offset: int) -> tuple[ObjectHeader | None, int]:
-        """The header at ``offset`` rebuilt from a remembered one with the same key, or None;
-        and the end of its first chunk (0 for a version 1 header) for :meth:`remember`."""
+    def find(self, file: HDF5File, offset: int) -> tuple[ObjectHeader | None, int]:
+        """The remembered header with the same key as the header at ``offset``, or None; and
+        the end of its first chunk (0 for a version 1 header) for :meth:`remember`."""
         buf = file.buffer
         chunk0 = first_chunk(buf, offset)
         if chunk0 is None:
@@ -74,7 +74,12 @@ class HeaderMemo:
         cut = self._cuts.get(end - offset)
         if cut is None:
             return None, end
-        proto = self._protos.get(self._key(buf, offset, end, cut))
+        return self._protos.get(self._key(buf, offset, end, cut)), end
+
+    def rebuild(self, file: HDF5File, address: int, offset: int) -> tuple[ObjectHeader | None, int]:
+        """The header at ``offset`` rebuilt from a remembered one with the same key, or None;
+        and the end of its first chunk (0 for a version 1 header) for :meth:`remember`."""
+        proto, end = self.find(file, offset)
         if proto is None:
             return None, end
         self.hits += 1
@@ -139,18 +144,16 @@ class HeaderMemo:
                     continue
                 length = end - first
                 template = np.frombuffer(bytes(buf[first:end]), np.uint8)
-                candidates = rest[rest + length + 4 <= size]
                 rel, body = cut
                 cols = np.concatenate((np.arange(rel), np.arange(rel + body, length)))
                 key = template[cols]
-                found = np.concatenate(
-                    [
-                        part[(data[part[:, None] + cols] == key).all(axis=1)]
-                        for part in np.array_split(candidates, 1 + len(candidates) // _ALIKE_ROWS)
-                    ]
-                )
-                groups.append((proto, found))
-                rest = rest[~np.isin(rest, found)]
+                same = np.zeros(len(rest), bool)
+                fits = np.flatnonzero(rest + length + 4 <= size)  # (first_chunk's bound)
+                for lo in range(0, len(fits), _ALIKE_ROWS):
+                    part = fits[lo : lo + _ALIKE_ROWS]
+                    same[part] = (data[rest[part][:, None] + cols] == key).all(axis=1)
+                groups.append((proto, rest[same]))
+                rest = rest[~same]
         finally:
             del data  # the map may be closed once no view of it is left
         return groups

@@ -371,6 +371,41 @@ class Reader:
             raise LimitError("structure nested too deeply", path=path) from err
         return info
 
+    def describe(self, address: int, path: Path = ()) -> DatasetInfo:
+        """What the object at ``address`` is, as :meth:`info` describes it, without making its
+        header when one alike to it (but for where its data lie) is described already: then
+        that one is returned, so only its description may be used, not its address or
+        offset, nor its data (:meth:`element_bytes_at` reads a scalar's bytes for
+        ``address``). A lazy walk over many alike arrays keeps no header object per array.
+        """
+        if self.closed:
+            self._check_open()
+        try:
+            info = cast(DatasetInfo, self.h5.alike_of(address))
+        except TreexchangeError as err:
+            err.with_context(offset=self.h5.absolute(address), path=path)
+            raise
+        if info.value_kind is None:
+            return self.info(address, path)  # not described yet: the usual way
+        return info
+
+    def element_bytes_at(self, info: DatasetInfo, address: int, path: Path = ()) -> bytes:
+        """:meth:`element_bytes` of the scalar dataset at ``address``, described by ``info``
+        (itself, or one alike to it: :meth:`describe`)."""
+        if info.address == address:
+            return self.element_bytes(info)
+        assert info.plan is not None
+        size = info.plan.size
+        h5 = self.h5
+        self._check_open()
+        fast = h5._stored_range(info, h5.absolute(address) - info.offset)
+        if fast is not None:
+            data_at, stored = fast
+            nbytes = h5._expected_bytes(info, _element_size(info))
+            if data_at is not None and size <= nbytes <= stored and data_at + nbytes <= h5.size:
+                return bytes(h5.buffer[data_at : data_at + size])
+        return self.element_bytes(self.info(address, path))  # anything else: the usual way
+
     def _make_info(self, obj: DatasetInfo, path: Path) -> DatasetInfo:
         kind = obj.kind
         if kind == "group":
@@ -591,6 +626,22 @@ class Reader:
             out.append((info, offsets[which][good] - h5.base, data_at[good]))
         return out
 
+    def scalar_elements(
+        self, addresses: np.ndarray, path: Path
+    ) -> tuple[list[tuple[DatasetInfo, np.ndarray, bytes]], list[tuple[DatasetInfo, np.ndarray, np.ndarray]]]:
+        """:meth:`alike` split by kind: for the groups of scalar datasets, ``(description,
+        relative addresses, their element bytes one after the other)`` (``plan.size`` bytes
+        each, as :meth:`element_bytes` reads them); the groups of arrays as they are."""
+        scalars: list[tuple[DatasetInfo, np.ndarray, bytes]] = []
+        arrays: list[tuple[DatasetInfo, np.ndarray, np.ndarray]] = []
+        for info, found, data_at in self.alike(addresses, path):
+            if info.shape is not None:
+                arrays.append((info, found, data_at))
+            else:
+                assert info.plan is not None
+                scalars.append((info, found, _gather(self.h5.buffer, data_at, info.plan.size).tobytes()))
+        return scalars, arrays
+
     def read_value(self, address: int, path: Path, session: Session) -> Any:
         elements = session.elements
         if elements:
@@ -762,27 +813,21 @@ class Session:
         """
         if not self.mmap:
             return
-        reader, memo = self.reader, self.memo
-        buf = reader.h5.buffer
-        for info, addresses_, data_at in reader.alike(addresses, path):
+        memo, elements = self.memo, self.elements
+        scalars, arrays = self.reader.scalar_elements(addresses, path)
+        for info, found, data_at in arrays:
+            self._prefetch_arrays(info, found, data_at)
+        for info, found, blob in scalars:
             plan = info.plan
             assert plan is not None
-            if info.shape is not None:
-                self._prefetch_arrays(info, addresses_, data_at)
-                continue
             size = plan.size
-            rows = _gather(buf, data_at, size)  # each scalar's element bytes, one row each
-            blob = rows.tobytes()
-            elements = self.elements
-            for i, address in enumerate(addresses_.tolist()):
+            for i, address in enumerate(found.tolist()):
                 if address not in memo:
                     elements[address] = (info, blob, i * size)
-            if depth == 0 and isinstance(plan, CompoundPlan) and len(rows):
-                at = [
-                    f.offset
-                    for f in plan.fields
-                    if isinstance(f.plan, ReferencePlan) and f.offset + 8 <= size
-                ]
+            if depth == 0 and isinstance(plan, CompoundPlan) and blob:
+                refs_at = (f.offset for f in plan.fields if isinstance(f.plan, ReferencePlan))
+                rows = np.frombuffer(blob, np.uint8).reshape(-1, size)
+                at = [a for a in refs_at if a + 8 <= size]
                 if at:
                     refs = np.concatenate([rows[:, a : a + 8].copy().view("<u8").ravel() for a in at])
                     self.prefetch(refs[refs != 0], path, depth=1)
