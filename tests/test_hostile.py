@@ -289,3 +289,105 @@ def test_a_chunk_larger_than_its_dataspace_is_charged_whole(tmp_path: Path) -> N
     assert info.value.offset is not None
     big = tx.Limits(max_decoded_bytes=1 << 30)
     assert tx.load(path, limits=big)["bomb"].shape == ()
+
+
+# --- every safety bound is a field of Limits, passed to where it is enforced --------------------------
+# Each test crafts input just past a lowered bound (our error, naming the field) and shows the same
+# input passing at the default or a raised bound.
+
+
+def test_zero_size_elements_follow_max_virtual_elements() -> None:
+    from _jld2_builder import Builder, space, t_compound, t_vlen
+
+    b = Builder()
+    b.link("x", b.dataset(t_vlen(t_compound([])), space("scalar"), b.vlen(b"\x00" * 8, 1000)))
+    raw = b.finish()
+    assert len(tx.load(raw, "x")) == 1000
+    with pytest.raises(tx.LimitError, match="max_virtual_elements") as err:
+        tx.load(raw, "x", limits=tx.Limits(max_virtual_elements=999))
+    assert err.value.path == ("x",)
+
+
+def test_bigints_follow_max_bigint_digits() -> None:
+    from _jld2_builder import Builder, shared, space, t_vlen_string
+
+    b = Builder()
+    big = b.commit(t_vlen_string(), b.jt("Base.BigInt"), written=b.jt("Core.String"))
+    b.link("big", b.dataset(shared(big), space("scalar"), b.vstr("z" * 30)))
+    raw = b.finish()
+    assert tx.load(raw, "big") == 62**30 - 1
+    with pytest.raises(tx.LimitError, match="max_bigint_digits=29") as err:
+        tx.load(raw, "big", limits=tx.Limits(max_bigint_digits=29))
+    assert err.value.path == ("big",)
+
+
+def test_type_text_follows_max_type_text_depth() -> None:
+    def deep(levels: int) -> str:
+        return "Main.T{" * levels + "Core.Int64" + "}" * levels
+
+    assert tx.JuliaType.parse(deep(60)).name == "Main.T"
+    with pytest.raises(tx.FormatError, match="max_type_text_depth=64"):
+        tx.JuliaType.parse(deep(100_000))  # no RecursionError, however deep
+    assert tx.JuliaType.parse(deep(100), limits=tx.Limits(max_type_text_depth=128)).name == "Main.T"
+    with pytest.raises(tx.FormatError, match="max_type_text_depth=8"):
+        tx.JuliaType.parse(deep(10), limits=tx.Limits(max_type_text_depth=8))
+
+
+def test_schema_documents_follow_max_schema_bytes(tmp_path: Path) -> None:
+    doc = tx.infer_schema({"x": np.zeros(3)})
+    path = tmp_path / "schema.json"
+    path.write_text(doc.to_json(), encoding="utf-8")
+    size = path.stat().st_size
+    assert tx.load_schema(path, limits=tx.Limits(max_schema_bytes=size)) == doc
+    with pytest.raises(tx.FormatError, match="max_schema_bytes"):
+        tx.load_schema(path, limits=tx.Limits(max_schema_bytes=size - 1))
+
+
+def test_embedded_schemas_follow_max_embedded_schema_chars(tmp_path: Path) -> None:
+    from treexchange._schema import schema_from_attributes
+
+    path = tmp_path / "embedded.jld2"
+    tx.save(path, x=np.zeros(3), schema=True)
+    with tx.open(path) as f:
+        attrs = dict(f.attrs)
+    n = len(attrs["treexchange_schema"])
+    assert schema_from_attributes(attrs, limits=tx.Limits(max_embedded_schema_chars=n)) is not None
+    with pytest.raises(tx.FormatError, match="max_embedded_schema_chars"):
+        schema_from_attributes(attrs, limits=tx.Limits(max_embedded_schema_chars=n - 1))
+
+
+def test_schema_trees_follow_max_schema_depth(tmp_path: Path) -> None:
+    value: object = np.zeros(1)
+    for _ in range(70):
+        value = (value,)
+    path = tmp_path / "deep.jld2"
+    tx.save(path, x=value)
+    with pytest.raises(tx.LimitError, match="64 levels"):
+        tx.infer_schema(path)
+    # The limits a file is opened with are the ones its schema walk uses.
+    with tx.open(path, limits=tx.Limits(max_schema_depth=80)) as f:
+        doc = tx.infer_schema(f)
+        assert tx.validate(f, doc) == []
+    with (
+        tx.open(path, limits=tx.Limits(max_schema_depth=10)) as f,
+        pytest.raises(tx.LimitError, match="10 levels"),
+    ):
+        tx.validate(f, doc)
+    text = doc.to_json()
+    with pytest.raises(tx.FormatError, match="max_schema_depth=64"):
+        tx.load_schema(text)
+    assert tx.load_schema(text, limits=tx.Limits(max_schema_depth=80)) == doc
+
+
+def test_sequence_alignment_follows_max_align_cells(tmp_path: Path) -> None:
+    """Aligning n file items with m schema items costs n * m trial validations: past
+    ``max_align_cells`` the items are paired by position instead."""
+    items = tuple(np.zeros(i + 1) for i in range(30))
+    path = tmp_path / "items.jld2"
+    tx.save(path, x=items)
+    doc = tx.infer_schema({"x": items[:10] + items[11:]})  # the schema lacks the 11th item
+    with tx.open(path) as f:
+        assert [(m.kind, m.path) for m in tx.validate(f, doc)] == [("extra", ("x", 11))]
+    with tx.open(path, limits=tx.Limits(max_align_cells=29 * 30 - 1)) as f:
+        positional = tx.validate(f, doc)
+    assert len(positional) > 1  # every item after the gap is blamed

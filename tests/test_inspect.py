@@ -18,7 +18,8 @@ from conftest import all_fixtures_or_skip, fixture_files, fixture_ids, require_f
 
 import treexchange as tx
 from treexchange._cli import main
-from treexchange._inspect import array_sha256, iter_records, json_value
+from treexchange._inspect import iter_records
+from treexchange._jsonform import array_sha256, json_scalar
 from treexchange._typeof import Kind
 
 FIXTURES = all_fixtures_or_skip()
@@ -158,15 +159,15 @@ def test_special_float_values_and_big_integers(tmp_path: Path, capsys: pytest.Ca
 
 
 def test_json_value_encodings() -> None:
-    assert json_value(np.complex128(complex(1.5, float("inf")))) == [1.5, "Infinity"]
-    assert json_value(np.bool_(True)) is True
-    assert json_value(tx.UInt128(5)) == "5"
-    assert json_value(tx.Symbol("relu")) == "relu"
-    assert json_value(np.uint64(2**64 - 1)) == 2**64 - 1
-    assert json_value(10**4000) == "1" + "0" * 4000
+    assert json_scalar(np.complex128(complex(1.5, float("inf")))) == [1.5, "Infinity"]
+    assert json_scalar(np.bool_(True)) is True
+    assert json_scalar(tx.UInt128(5)) == "5"
+    assert json_scalar(tx.Symbol("relu")) == "relu"
+    assert json_scalar(np.uint64(2**64 - 1)) == 2**64 - 1
+    assert json_scalar(10**4000) == "1" + "0" * 4000
     # Wider than Python prints as decimal text: our LimitError, not ValueError.
     with pytest.raises(tx.LimitError, match="too long"):
-        json_value(10**5000)
+        json_scalar(10**5000)
 
 
 def test_array_sha256_is_column_major_little_endian() -> None:

@@ -28,7 +28,7 @@ LENET = (
 )
 
 
-TARGETS = ["equinox", "nnx"]
+TARGETS = ["equinox", "nnx", "linen"]
 
 
 def _batched(fn: Callable[[Any], Any], images: np.ndarray, size: int = 2500) -> np.ndarray:
@@ -42,13 +42,16 @@ def _run(built: Any, target: str, x: np.ndarray) -> np.ndarray:
     """Run a built model on a channels-first batch ``x``; outputs channels-first too.
 
     Equinox models take one sample (vmapped here; ``(model, state)`` with BatchNorm); Flax nnx
-    models take a channels-last batch.
+    models take a channels-last batch, and so does a Flax linen ``(module, variables)``.
     """
     if target == "equinox":
         if isinstance(built, tuple):
             model, state = built
             return _batched(lambda s: model(s, state)[0], x)
         return _batched(built, x)
+    if target == "linen":
+        module, variables = built
+        built = jax.jit(lambda batch: module.apply(variables, batch))
     last = (0, *range(2, x.ndim), 1)
     xs = x.transpose(last) if x.ndim > 2 else x
     outs = [np.asarray(built(jnp.asarray(xs[i : i + 2500]))) for i in range(0, len(xs), 2500)]

@@ -63,13 +63,22 @@ def inspect_types(path: Path) -> dict[str, str]:
     return types
 
 
-@pytest.mark.parametrize("target", ["equinox", "nnx"])
+def _linen_lenet() -> Any:
+    from treexchange._port._linen import build_linen
+
+    module, abstract = build_linen(LENET)
+    return module, jax.tree_util.tree_map(lambda s: jax.numpy.zeros(s.shape, s.dtype), abstract)
+
+
+@pytest.mark.parametrize("target", ["equinox", "nnx", "linen"])
 def test_saved_lenet_state_has_the_julia_written_types(target: str, tmp_path: Path) -> None:
     julia_file = require_fixture("flux-state/silver-bullet_lenet.jld2")
     model = (
         build_equinox(LENET, key=jax.random.key(0))
         if target == "equinox"
         else build_nnx(LENET, rngs=nnx.Rngs(0))
+        if target == "nnx"
+        else _linen_lenet()
     )
     ours = tmp_path / "lenet.jld2"
     tx.save(ours, lenet_state=tx.flux_state(model, flux="0.14"))

@@ -23,6 +23,7 @@ from flax import nnx
 import treexchange as tx
 from treexchange._port import load_state
 from treexchange._port._eqx import build_equinox
+from treexchange._port._linen import build_linen
 from treexchange._port._nnx import build_nnx
 from treexchange._port._spec import Layer
 
@@ -217,7 +218,8 @@ CASES: list[tuple[str, Layer, Any, tuple[str, ...]]] = [
 def _params() -> list[Any]:
     out = []
     for case_id, layer, shape, targets in CASES:
-        for target in targets:
+        # linen stores what nnx stores, in the same layouts: every nnx case runs for linen too
+        for target in (*targets, "linen") if "nnx" in targets else targets:
             out.append(pytest.param(layer, shape, target, id=f"{case_id}-{target}"))
     return out
 
@@ -322,11 +324,34 @@ def _run_nnx(layer: Layer, x: Any, rng: np.random.Generator) -> tuple[Any, Any, 
     return out, state, restored
 
 
+def _run_linen(layer: Layer, x: Any, rng: np.random.Generator) -> tuple[Any, Any, Any]:
+    """Flax linen: ``(module, variables)``; the built variable shapes are those ``module.init`` gives."""
+    module, abstract = build_linen(layer)
+    if layer.kind == "Embedding":
+        args: tuple[Any, ...] = (jnp.asarray(x - 1),)
+    elif isinstance(x, tuple):
+        args = (jnp.asarray(_rev(x[0])), jnp.asarray(_rev(x[1])))
+    else:
+        args = (jnp.asarray(_to_flax(x)),)
+    initialised = module.init(jax.random.key(0), *args)
+    assert jax.tree_util.tree_map(lambda a: (a.shape, a.dtype), initialised) == jax.tree_util.tree_map(
+        lambda a: (a.shape, a.dtype), abstract
+    )
+    state = _randomised(tx.flux_state((module, initialised)), rng)
+    restored = load_state((module, abstract), state)
+    y = restored[0].apply(restored[1], *args)
+    out = tuple(_from_flax(np.asarray(v)) for v in y) if isinstance(y, tuple) else _from_flax(np.asarray(y))
+    return out, state, restored
+
+
+RUN = {"eqx": _run_eqx, "nnx": _run_nnx, "linen": _run_linen}
+
+
 @pytest.mark.parametrize(("layer", "shape", "target"), _params())
 def test_layer_matches_flux_reference_both_directions(layer: Layer, shape: Any, target: str) -> None:
     rng = np.random.default_rng(7)
     x = _random_input(shape, rng)
-    got, state, restored = (_run_eqx if target == "eqx" else _run_nnx)(layer, x, rng)
+    got, state, restored = RUN[target](layer, x, rng)
     want = forward(layer, state, x)
     if isinstance(want, tuple):
         assert isinstance(got, tuple) and len(got) == len(want)

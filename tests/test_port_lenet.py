@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -32,6 +33,10 @@ LENET = Layer(
         Layer("Dense", {"in": 120, "out": 84, "σ": "relu"}),
         Layer("Dense", {"in": 84, "out": 10}),
     ),
+)
+LENET_TEXT = (
+    "Chain(Conv((5, 5), 1 => 6, relu), MaxPool((2, 2)), Conv((5, 5), 6 => 16, relu), MaxPool((2, 2)), "
+    "Flux.flatten, Dense(256 => 120, relu), Dense(120 => 84, relu), Dense(84 => 10))"
 )
 
 
@@ -119,5 +124,54 @@ def test_lenet_state_restored_into_flax_nnx_classifies_mnist(make: str) -> None:
     original = tx.load(path, "lenet_state")
     again = tx.flux_state(model, flux="0.14")
     for mine, theirs in zip(again.layers, original.layers):
+        if theirs != ():
+            assert np.array_equal(mine.weight, theirs.weight) and np.array_equal(mine.bias, theirs.bias)
+
+
+def hand_written_linen_lenet() -> tuple[Any, Any]:
+    """A LeNet as a Flax linen user writes it, with the variables ``module.init`` gives."""
+    from flax import linen as nn
+
+    from treexchange._port._linen_layers import Flatten as LinenFlatten
+
+    pool = functools.partial(nn.max_pool, window_shape=(2, 2), strides=(2, 2))
+    module = nn.Sequential(
+        [
+            nn.Conv(6, (5, 5), padding="VALID"),
+            nn.relu,
+            pool,
+            nn.Conv(16, (5, 5), padding="VALID"),
+            nn.relu,
+            pool,
+            LinenFlatten(),
+            nn.Dense(120),
+            nn.relu,
+            nn.Dense(84),
+            nn.relu,
+            nn.Dense(10),
+        ]
+    )
+    return module, module.init(jax.random.key(0), jnp.ones((1, 28, 28, 1)))
+
+
+@pytest.mark.parametrize("make", ["from_flux", "hand-written"])
+def test_lenet_state_restored_into_flax_linen_classifies_mnist(make: str) -> None:
+    path = require_fixture("flux-state/silver-bullet_lenet.jld2")
+    images, labels = mnist_test_set()
+    if make == "from_flux":
+        module, variables = tx.from_flux(path, "lenet_state", architecture=LENET_TEXT, target="linen")
+    else:
+        module, variables = tx.load(
+            path, "lenet_state", like=hand_written_linen_lenet(), layout=tx.flux_state
+        )
+
+    def predict(x: jax.Array) -> jax.Array:
+        return module.apply(variables, x.transpose(0, 2, 3, 1))  # NCHW -> NHWC (channels last)
+
+    acc = _accuracy(predict, images, labels)
+    assert acc >= 0.975, acc
+    original = tx.load(path, "lenet_state")
+    again = tx.flux_state((module, variables), flux="0.14")
+    for mine, theirs in zip(again.layers, original.layers, strict=True):
         if theirs != ():
             assert np.array_equal(mine.weight, theirs.weight) and np.array_equal(mine.bias, theirs.bias)

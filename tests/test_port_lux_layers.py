@@ -53,11 +53,87 @@ def test_lux_v1_lstm_ps_compute_what_the_model_computes() -> None:
     np.testing.assert_allclose(np.asarray(model(xs)), _lux_v1_lstm(cell, xs), rtol=1e-5, atol=1e-6)
 
 
-def test_lux_v1_recurrent_restore_is_refused_not_guessed(tmp_path: Path) -> None:
-    ps, _ = tx.lux_state(_model("Chain(GRU(3 => 4))", 0))
-    tx.save(tmp_path / "ps.jld2", ps=ps)
+def _lux_v1_rnn(ps: Any, xs: np.ndarray) -> np.ndarray:
+    """Lux ≥ 1 ``RNNCell(in => H, tanh)``: ``h' = tanh(W_ih x + b_ih + W_hh h + b_hh)``."""
+    h = np.zeros(ps.weight_hh.shape[1])
+    out = []
+    for x in xs.astype(np.float64):
+        h = np.tanh(ps.weight_ih @ x + ps.bias_ih + ps.weight_hh @ h + ps.bias_hh)
+        out.append(h)
+    return np.stack(out)
+
+
+@pytest.mark.parametrize(
+    ("text", "forward"), [("Chain(LSTM(3 => 4))", _lux_v1_lstm), ("Chain(RNN(3 => 4))", _lux_v1_rnn)]
+)
+def test_lux_v1_recurrent_ps_with_two_biases_restore(text: str, forward: Any, tmp_path: Path) -> None:
+    """Lux 1 trains both biases; Flux has one: the restore places their sum (exact, both are added
+    to the same pre-activations), and the model computes what Lux's equations compute."""
+    ps, _ = tx.lux_state(_model(text, 0))
+    rng = np.random.default_rng(3)
+    cell = tx.NamedTuple(
+        (k, (v + rng.normal(size=v.shape)).astype(v.dtype) if k.startswith("bias") else v)
+        for k, v in ps.layer_1.items()
+    )
+    assert cell.bias_hh.any()
+    tx.save(tmp_path / "ps.jld2", ps=tx.NamedTuple(layer_1=cell))
     layout = functools.partial(tx.lux_state, part="ps")
-    with pytest.raises(tx.UnsupportedError, match="bias_ih \\+ bias_hh"):
+    fresh = tx.load(tmp_path / "ps.jld2", "ps", like=_model(text, 1), layout=layout)
+    xs = rng.normal(size=(5, 3)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(fresh(xs)), forward(cell, xs), rtol=1e-5, atol=1e-6)
+    # a file missing one of the two biases is a mismatch naming it, not a half restore
+    tx.save(
+        tmp_path / "half.jld2",
+        ps=tx.NamedTuple(layer_1=tx.NamedTuple((k, v) for k, v in cell.items() if k != "bias_hh")),
+    )
+    with pytest.raises(tx.MismatchError, match=r"ps.layer_1.bias_hh"):
+        tx.load(tmp_path / "half.jld2", "ps", like=_model(text, 1), layout=layout)
+
+
+def _lux_v05_gru(ps: Any, xs: np.ndarray) -> np.ndarray:
+    """Lux 0.5 ``GRUCell`` (its docstring and ``(gru::GRUCell)(...)``, v0.5.68): ``r, z`` from
+    ``W_i x + W_h h + bias_h``, ``n = tanh(W_in x + bias_i + r ⊙ (W_hn h + b_hn))``."""
+    hidden = ps.weight_h.shape[1]
+    h = np.zeros(hidden)
+    out = []
+    for x in xs.astype(np.float64):
+        gx = np.split(ps.weight_i @ x, 3)
+        gh = np.split(ps.weight_h @ h + ps.bias_h[:, 0], 3)
+        r = _sigmoid(gx[0] + gh[0])
+        z = _sigmoid(gx[1] + gh[1])
+        n = np.tanh(gx[2] + r * gh[2] + ps.bias_i[:, 0])
+        h = (1 - z) * n + z * h
+        out.append(h)
+    return np.stack(out)
+
+
+def test_lux_v05_gru_ps_compute_what_the_model_computes() -> None:
+    model = _model("Chain(GRU(3 => 4))", 0)
+    state = tx.flux_state(model)
+    rng = np.random.default_rng(5)
+    state = jax.tree_util.tree_map(  # every array random (the biases non-zero), so their places are tested
+        lambda a: (
+            rng.normal(size=a.shape).astype(a.dtype)
+            if isinstance(a, np.ndarray) and a.dtype.kind == "f"
+            else a
+        ),
+        state,
+    )
+    model = tx.restore(state, like=model, layout=tx.flux_state)
+    ps, _ = tx.lux_state(model, lux="0.5")
+    cell = ps.layer_1
+    assert list(cell.keys()) == ["weight_i", "weight_h", "bias_i", "bias_h"]
+    assert cell.bias_i.shape == (4, 1) and cell.bias_h.shape == (12, 1) and not cell.bias_h[8:].any()
+    xs = rng.normal(size=(5, 3)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(model(xs)), _lux_v05_gru(cell, xs), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("lux", ["1", "0.5"])
+def test_lux_gru_restore_is_refused_not_guessed(lux: str, tmp_path: Path) -> None:
+    ps, _ = tx.lux_state(_model("Chain(GRU(3 => 4))", 0), lux=lux)
+    tx.save(tmp_path / "ps.jld2", ps=ps)
+    layout = functools.partial(tx.lux_state, part="ps", lux=lux)
+    with pytest.raises(tx.UnsupportedError, match="inside the reset product"):
         tx.load(tmp_path / "ps.jld2", "ps", like=_model("Chain(GRU(3 => 4))", 1), layout=layout)
 
 

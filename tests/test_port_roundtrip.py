@@ -309,6 +309,30 @@ def test_nnx_round_trip(seed: int, tmp_path: Path) -> None:
     np.testing.assert_allclose(y, expected, rtol=2e-4, atol=2e-5 * max(1.0, float(np.abs(expected).max())))
 
 
+@pytest.mark.parametrize("seed", range(200, 206))
+def test_linen_round_trip(seed: int, tmp_path: Path) -> None:
+    """The same property for Flax linen: ``(module, variables)`` -> file + Julia text -> from_flux."""
+    from treexchange._port._linen import build_linen
+
+    layer, shape = _Gen(random.Random(seed), nnx=True).model()
+    module, abstract = build_linen(layer)
+    zeros = jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), abstract)
+    model = (module, _perturb(zeros, seed))
+    text = _constructor(tx.flux_julia(model))
+    path = tmp_path / "m.jld2"
+    tx.save(path, model_state=tx.flux_state(model))
+    again = tx.from_flux(path, "model_state", architecture=text, target="linen")
+
+    def run(m: Any) -> np.ndarray:
+        return _run_nnx(lambda x: m[0].apply(m[1], x), x)
+
+    x = np.random.default_rng(seed).normal(size=(*shape, 3)).astype(np.float32)
+    y = run(model)
+    np.testing.assert_allclose(run(again), y, rtol=1e-6, atol=1e-6)
+    expected = ref.forward(parse_architecture(text), tx.load(path, "model_state"), x)
+    np.testing.assert_allclose(y, expected, rtol=2e-4, atol=2e-5 * max(1.0, float(np.abs(expected).max())))
+
+
 @pytest.mark.parametrize(
     ("text", "shape"),
     [

@@ -14,6 +14,7 @@ from hypothesis.extra import numpy as hnp
 
 import treexchange as tx
 from treexchange import FormatError, Int128, JuliaStruct, LimitError, NamedTuple, Singleton, Symbol
+from treexchange._jsonform import _SLAB_BYTES, array_sha256, json_scalar
 from treexchange._schema import (
     ArrayNode,
     BoolNode,
@@ -24,10 +25,9 @@ from treexchange._schema import (
     TupleNode,
     VectorNode,
 )
-from treexchange._schema._checksum import _SLAB_BYTES, array_sha256
-from treexchange._schema._model import MAX_TREE_DEPTH, format_shape
+from treexchange._schema._model import format_shape
 from treexchange._schema._pretty import pretty_json
-from treexchange._schema._scalars import number_compare, number_in, to_json_value
+from treexchange._schema._scalars import number_compare, number_in
 
 
 def test_models_reject_malformed_nodes() -> None:
@@ -74,13 +74,14 @@ def test_json_text_is_canonical_and_readable() -> None:
 
 
 def test_depth_is_bounded_with_our_errors() -> None:
+    most = tx.Limits().max_schema_depth
     deep: Any = np.zeros(1)
-    for _ in range(MAX_TREE_DEPTH + 5):
+    for _ in range(most + 5):
         deep = (deep,)
     with pytest.raises(LimitError, match="64 levels"):
         tx.infer_schema({"x": deep})
     node: dict[str, Any] = {"kind": "bool"}
-    for _ in range(MAX_TREE_DEPTH + 5):
+    for _ in range(most + 5):
         node = {"kind": "tuple", "items": [node]}
     with pytest.raises(FormatError):
         tx.load_schema({"schema_version": "1.0", "roots": {"x": node}})
@@ -118,14 +119,14 @@ def test_checksum_of_a_large_row_major_array_hashes_in_slabs() -> None:
 
 
 def test_scalar_encoding_and_comparisons() -> None:
-    assert to_json_value(np.float32(0.1)) == 0.1
-    assert to_json_value(np.float64(0.1)) == 0.1
-    assert to_json_value(np.float16(np.inf)) == "Infinity"
-    assert to_json_value(-np.inf) == "-Infinity"
-    assert to_json_value(ml_dtypes.bfloat16(1.5)) == 1.5
-    assert to_json_value(Int128(-(2**100))) == str(-(2**100))
-    assert to_json_value(np.complex128(1 - 2j)) == [1.0, -2.0]
-    assert to_json_value(Symbol("a")) == "a"
+    assert json_scalar(np.float32(0.1)) == 0.1
+    assert json_scalar(np.float64(0.1)) == 0.1
+    assert json_scalar(np.float16(np.inf)) == "Infinity"
+    assert json_scalar(-np.inf) == "-Infinity"
+    assert json_scalar(ml_dtypes.bfloat16(1.5)) == 1.5
+    assert json_scalar(Int128(-(2**100))) == str(-(2**100))
+    assert json_scalar(np.complex128(1 - 2j)) == [1.0, -2.0]
+    assert json_scalar(Symbol("a")) == "a"
     assert number_in(np.float32(0.1), [0.1]) and not number_in(np.float64(0.1), [float(np.float32(0.1))])
     assert number_in(np.float64(np.inf), ["Inf"]) and number_in(np.float64(np.inf), ["Infinity"])
     assert number_in(np.complex64(1 + 2j), [[1, 2]])

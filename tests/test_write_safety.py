@@ -150,11 +150,11 @@ def test_moderately_deep_trees_round_trip(tmp_path: Path) -> None:
 def test_inline_types_as_deep_as_the_limit_round_trip(tmp_path: Path) -> None:
     """Nested isbits NamedTuples make one nested HDF5 compound. The value depth limit
     (``Limits().max_depth``) is what bounds them: the writer's own bound on inline type nesting
-    (``MAX_TYPE_NESTING``, what the reader parses) lies beyond it, so everything ``save`` accepts
+    (``datatype_depth``, what the reader parses) lies beyond it, so everything ``save`` accepts
     reads back."""
-    from treexchange._jld2._writer import MAX_TYPE_NESTING
+    from treexchange._limits import datatype_depth
 
-    assert MAX_TYPE_NESTING > DEFAULT_LIMITS.max_depth
+    assert datatype_depth(DEFAULT_LIMITS) > DEFAULT_LIMITS.max_depth
 
     def nested(levels: int) -> Any:
         v: Any = np.float64(1.0)

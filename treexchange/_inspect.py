@@ -14,6 +14,7 @@ one object per node, pre-order, with
   digest of the elements in Julia's column-major order, little-endian: the bytes JLD2 stores);
 * number / bool / string / symbol: ``value``.
 
+Values and digests are spelled by :mod:`treexchange._jsonform` (schemas spell them the same way):
 JSON has no NaN or infinities: those floats are written as the strings ``"NaN"``,
 ``"Infinity"`` and ``"-Infinity"`` (also inside ``[re, im]`` pairs of complex numbers).
 Integers wider than 64 bits (``Int128``, ``UInt128``, ``BigInt``) are decimal strings, as
@@ -25,108 +26,17 @@ HDF5 groups (``"a/b"`` names) get no line of their own: their names appear as pa
 
 from __future__ import annotations
 
-import hashlib
 import json
-import math
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from ._errors import LimitError, TreexchangeError
+from ._errors import LimitError, TreexchangeError, format_path
 from ._gc import gc_paused
+from ._jsonform import array_sha256, json_scalar
 from ._limits import DEFAULT_LIMITS
 from ._typeof import presented_dtype_name
-from ._values import Int128, JuliaBits, UInt128
-
-_HASH_BLOCK = 1 << 24
-
-
-def array_sha256(arr: np.ndarray) -> str:
-    """SHA-256 of an array's elements in Julia (column-major) order, little-endian.
-
-    Example:
-        >>> a = np.arange(6, dtype="<i4").reshape(2, 3, order="F")
-        >>> array_sha256(a) == hashlib.sha256(np.arange(6, dtype="<i4").tobytes()).hexdigest()
-        True
-    """
-    flat = arr.reshape(-1, order="F")
-    if flat.dtype.byteorder == ">":
-        flat = flat.astype(flat.dtype.newbyteorder("<"))
-    if not flat.flags.c_contiguous:
-        flat = np.ascontiguousarray(flat)
-    raw = flat.view(np.uint8) if flat.size else np.empty(0, np.uint8)
-    h = hashlib.sha256()
-    view = memoryview(raw)  # type: ignore[arg-type]  # numpy arrays export the buffer protocol
-    for start in range(0, raw.size, _HASH_BLOCK):
-        h.update(view[start : start + _HASH_BLOCK])
-    return h.hexdigest()
-
-
-def _float(x: Any) -> Any:
-    v = float(x)
-    if math.isnan(v):
-        return "NaN"
-    if math.isinf(v):
-        return "Infinity" if v > 0 else "-Infinity"
-    if isinstance(x, np.generic) and x.dtype.itemsize < 8:
-        # The shortest text that reads back as the same Float32/Float16/BFloat16.
-        try:
-            return float(str(x))
-        except ValueError:
-            return v
-    return v
-
-
-def json_value(value: Any) -> Any:
-    """The JSON form of a number, Bool, String or Symbol value (see the module docstring).
-
-    Example:
-        >>> json_value(np.float32(0.1)), json_value(float("nan")), json_value(np.complex64(1 + 2j))
-        (0.1, 'NaN', [1.0, 2.0])
-        >>> json_value(Int128(2**100))
-        '1267650600228229401496703205376'
-    """
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (Int128, UInt128)):
-        return _decimal(value)
-    if isinstance(value, np.integer):
-        return int(value)
-    if isinstance(value, int):
-        return value if -(2**63) <= value < 2**64 else _decimal(value)
-    if isinstance(value, (complex, np.complexfloating)):
-        return [_float(value.real), _float(value.imag)]
-    if isinstance(value, (float, np.floating)) or _is_ml_float(value):
-        return _float(value)
-    if isinstance(value, JuliaBits):
-        return value.as_int()
-    return str(value)
-
-
-def _decimal(value: int) -> str:
-    """An integer's decimal text; LimitError beyond Python's int/str conversion limit (the
-    reader refuses such BigInts already; a value built in Python may still be one)."""
-    try:
-        return str(int(value))
-    except ValueError:
-        raise LimitError(
-            f"integer of {value.bit_length()} bits is too long to print as decimal text"
-        ) from None
-
-
-def _is_ml_float(value: Any) -> bool:
-    return isinstance(value, np.generic) and value.dtype.name in ("bfloat16", "float8_e4m3fn", "float8_e5m2")
-
-
-def _big_int_value(node: Any, value: Any) -> Any:
-    if (
-        type(value) is int
-        and getattr(node, "julia_type", None) is not None
-        and node.julia_type.name == "Base.BigInt"
-    ):
-        return _decimal(value)
-    return json_value(value)
 
 
 class _TypeText:
@@ -169,7 +79,7 @@ def node_record(node: Any, type_text: Any = str) -> dict[str, Any]:
         rec["shape"] = list(arr.shape)
         rec["sha256"] = array_sha256(arr)
     elif kind in ("number", "bool", "string", "symbol"):
-        rec["value"] = _big_int_value(node, node.read())
+        rec["value"] = json_scalar(node.read(), node.julia_type)
     return rec
 
 
@@ -353,7 +263,7 @@ def _text_lines(root: Any, type_width: int) -> Iterator[str]:
         kind = node.kind
         jt = _clip(type_text(node.julia_type), type_width)
         if ref is not None:
-            where = _path_text(ref)
+            where = format_path(ref) if ref else "/"  # the root group: "/", as HDF5 names it
             cyclic = tuple(node.path[: len(ref)]) == tuple(ref)
             note = f"cycle: back to {where}" if cyclic else f"same object as {where}"
             yield f"{indent}{label}{'/' if kind == 'group' else ''}: {jt}  ({note})"
@@ -373,7 +283,7 @@ def _text_lines(root: Any, type_width: int) -> Iterator[str]:
             yield f"{indent}{label}: {jt}  {dims}  {dtype}  {_human(size)}"
         elif kind in ("number", "bool", "string", "symbol"):
             leaves += 1
-            value = json_value(node.read())
+            value = json_scalar(node.read())
             shown = json.dumps(value, ensure_ascii=False) if kind in ("string", "symbol", "bool") else value
             if kind == "symbol":
                 shown = ":" + str(value)
@@ -385,16 +295,6 @@ def _text_lines(root: Any, type_width: int) -> Iterator[str]:
             n = len(node)
             yield f"{indent}{label}: {jt}  ({kind}, {n} {'entry' if n == 1 else 'entries'})"
     yield f"-- {leaves} leaves, {arrays} arrays, {_human(nbytes)} of array data"
-
-
-def _path_text(path: tuple[Any, ...]) -> str:
-    """A path as errors print it (``model_state.layers[2]``); the root group is ``/``."""
-    if not path:
-        return "/"
-    out = str(path[0])
-    for seg in path[1:]:
-        out += f"[{seg}]" if isinstance(seg, int) else f".{seg}"
-    return out
 
 
 def select(f: Any, name: str | None) -> Any:

@@ -18,11 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import FormatError
+from ._errors import FormatError, LimitError
+from ._limits import DEFAULT_LIMITS, Limits
 
 # Module prefixes Julia leaves out when it prints a type.
 _IMPLICIT_MODULES = ("Core.", "Base.")
-_MAX_DEPTH = 64
 # Parameterless types Julia prints with braces: ``Tuple{}`` (the empty tuple's type, which JLD2
 # stores as a bare ``Core.Tuple``) and ``Union{}`` (the bottom type; a bare ``Union`` is another
 # type). The qualified form stays as JLD2 stores names.
@@ -158,13 +158,19 @@ class JuliaType:
 
     # --- parsing --------------------------------------------------------------------------
     @classmethod
-    def parse(cls, text: str) -> JuliaType:
+    def parse(cls, text: str, *, limits: Limits = DEFAULT_LIMITS) -> JuliaType:
         """Parse type text such as ``"Core.NamedTuple{(:a, :b),Core.Tuple{Int64,Float32}}"``.
 
         Raises:
-            FormatError: the text is not a type expression this parser understands.
+            FormatError: the text is not a type expression this parser understands, or its
+                parameters nest deeper than ``limits.max_type_text_depth`` (64 by default).
+
+        Example:
+            >>> from treexchange import JuliaType
+            >>> str(JuliaType.parse("Core.Array{Core.Float32,2}"))
+            'Array{Float32, 2}'
         """
-        parser = _Parser(text)
+        parser = _Parser(text, limits.max_type_text_depth)
         value = parser.parse_param(0)
         parser.expect_end()
         if not isinstance(value, JuliaType):
@@ -206,21 +212,17 @@ _EQUAL = _Equal()  # the comparison in progress in this thread
 
 
 def _render_top(t: JuliaType, *, short: bool, sep: str, strict: bool) -> str:
-    from ._limits import DEFAULT_LIMITS
-
     if not t.params:
         return t._render(short=short, sep=sep)
     outer = _BUDGET.current
     if outer is not None:  # nested call (a value parameter printing its type): same budget
         return t._render(short=short, sep=sep)
-    cap = DEFAULT_LIMITS.max_type_chars
+    cap = DEFAULT_LIMITS.max_type_chars  # str(t) has no caller to pass Limits: the default's
     _BUDGET.current = _Budget(cap)
     try:
         return t._render(short=short, sep=sep)
     except _TooLong:
         if strict:
-            from ._errors import LimitError
-
             raise LimitError(f"type text longer than max_type_chars={cap} characters") from None
         head = _short(t.name) if short else t.name
         return f"{head}{{…}}"
@@ -284,8 +286,6 @@ def _render_param(p: Any, *, short: bool, sep: str) -> str:
         try:
             return _render_param_in(p, short=short, sep=sep)
         except _TooLong:
-            from ._errors import LimitError
-
             raise LimitError(f"type text longer than max_type_chars={cap} characters") from None
         finally:
             _BUDGET.current = None
@@ -293,8 +293,6 @@ def _render_param(p: Any, *, short: bool, sep: str) -> str:
 
 
 def _limit_chars() -> int:
-    from ._limits import DEFAULT_LIMITS
-
     return DEFAULT_LIMITS.max_type_chars
 
 
@@ -399,9 +397,10 @@ _TOKEN = re.compile(
 
 
 class _Parser:
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, max_depth: int) -> None:
         self.text = text
         self.pos = 0
+        self.max_depth = max_depth
 
     def _error(self, what: str) -> FormatError:
         text = self.text
@@ -437,8 +436,8 @@ class _Parser:
     def parse_param(self, depth: int) -> Any:
         from ._values import Symbol
 
-        if depth > _MAX_DEPTH:
-            raise self._error("nesting too deep")
+        if depth > self.max_depth:
+            raise self._error(f"nesting deeper than max_type_text_depth={self.max_depth}")
         tok = self.peek()
         if tok is None:
             raise self._error("unexpected end")

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, Protocol, TypeVar
 
 import ml_dtypes
 import numpy as np
 
-from ._errors import ConversionError, PathSegment
+from ._errors import ConversionError, PathSegment, TreePath
 from ._juliatype import JuliaType
 from ._values import (
     MISSING,
@@ -55,8 +55,13 @@ EMPTY_TUPLE = JuliaType("Core.Tuple")
 STRING = JuliaType("Core.String")
 SYMBOL = JuliaType("Core.Symbol")
 BOOL = JuliaType("Core.Bool")
+DATATYPE = JuliaType("Core.DataType")
 INT64 = JuliaType("Core.Int64")
 FLOAT64 = JuliaType("Core.Float64")
+INT128 = JuliaType("Core.Int128")
+UINT128 = JuliaType("Core.UInt128")
+COMPLEX_F64 = JuliaType("Base.Complex", (FLOAT64,))
+VECTOR_ANY = JuliaType("Core.Array", (ANY, np.int64(1)))
 # Julia >= 1.11 defines BFloat16 in Core; BFloat16s.jl re-exports it there.
 BFLOAT16 = JuliaType("Core.BFloat16")
 # The bottom type ``Union{}``: the element type of an array known to hold nothing, and what
@@ -79,7 +84,7 @@ _DTYPE_TO_JULIA: dict[np.dtype, JuliaType] = {
     np.dtype(np.float32): JuliaType("Core.Float32"),
     np.dtype(np.float64): FLOAT64,
     np.dtype(np.complex64): JuliaType("Base.Complex", (JuliaType("Core.Float32"),)),
-    np.dtype(np.complex128): JuliaType("Base.Complex", (FLOAT64,)),
+    np.dtype(np.complex128): COMPLEX_F64,
     _BFLOAT16_DTYPE: BFLOAT16,
 }
 _JULIA_TO_DTYPE: dict[str, np.dtype] = {t.qualified(): d for d, t in _DTYPE_TO_JULIA.items()}
@@ -153,10 +158,12 @@ def kind_of(value: Any, *, path: Sequence[PathSegment] = ()) -> Kind:
         return "symbol"
     if isinstance(value, str):
         return "string"
-    if value is None or value is MISSING or value is UNDEF or isinstance(value, Singleton):
-        return "singleton"
+    if value is None or value is MISSING or value is UNDEF or isinstance(value, (Singleton, JuliaType)):
+        return "singleton"  # a JuliaType held as a value is a DataType: no fields
     if isinstance(value, (int, float, complex, np.number, JuliaBits)):
         return "number"
+    if isinstance(value, np.generic) and value.dtype in _DTYPE_TO_JULIA:
+        return "number"  # a BFloat16 scalar (ml_dtypes scalars are not np.number)
     raise ConversionError(f"{type(value).__name__} is not a Julia value", path=path)
 
 
@@ -164,6 +171,8 @@ def julia_type_of(value: Any, *, path: Sequence[PathSegment] = ()) -> JuliaType:
     """The Julia type of a value-model value (canonical spelling).
 
     Raises :class:`treexchange.ConversionError` with the tree path for values with no Julia type.
+    The writer takes its types from the same rules (:func:`type_of`), so what ``inspect`` and the
+    schema say a value's type is, is the type ``save`` writes.
 
     Example:
         >>> str(julia_type_of(NamedTuple(weight=np.zeros((2, 3), np.float32), σ=())))
@@ -171,68 +180,236 @@ def julia_type_of(value: Any, *, path: Sequence[PathSegment] = ()) -> JuliaType:
         >>> str(julia_type_of([1, "a"])), str(julia_type_of({"a": 1.0}))
         ('Array{Any, 1}', 'Dict{String, Float64}')
     """
-    path = tuple(path)
+    return type_of(value, _CANONICAL, tuple(path))
+
+
+T = TypeVar("T")
+
+
+class TypeBuilder(Protocol[T]):
+    """How :func:`type_of` spells the types it decides on: :class:`JuliaType` for
+    :func:`julia_type_of`, the writer's interned types (``_jld2._writer_types.TypeFactory``), which
+    carry what only the writer needs (struct layouts, byte sizes, committed-type handles)."""
+
+    def of(self, value: Any, path: TreePath) -> T:
+        """The type of a value inside the one being typed (the builder may cache it)."""
+        ...
+
+    def for_type(self, t: JuliaType, path: TreePath) -> T:
+        """A type named in full by ``t`` (numbers, ``String``, ``Nothing``, ``Type{T}``, ``Any``)."""
+        ...
+
+    def for_dtype(self, dtype: np.dtype, path: TreePath) -> T:
+        """The Julia type of a numpy dtype's elements."""
+        ...
+
+    def for_namedtuple(self, names: list[str], fields: list[T]) -> T: ...
+
+    def for_tuple(self, elems: list[T]) -> T: ...
+
+    def for_list(self, value: list[Any], path: TreePath) -> T:
+        """``Vector{Any}`` (a builder may check the elements)."""
+        ...
+
+    def for_array(self, eltype: T, ndims: int) -> T: ...
+
+    def for_array_eltype(self, value: JuliaArray, path: TreePath) -> T: ...
+
+    def for_dict(self, key: T, value: T) -> T: ...
+
+    def for_struct(self, value: JuliaStruct, path: TreePath) -> T: ...
+
+    def for_bits(self, value: JuliaBits, path: TreePath) -> T: ...
+
+    def for_singleton(self, value: Singleton, path: TreePath) -> T: ...
+
+
+def type_of(value: Any, builder: TypeBuilder[T], path: TreePath = ()) -> T:
+    """The Julia type of a value-model value, spelled by ``builder``: the one place that decides
+    which Python value is which Julia type (:func:`julia_type_of` and the writer both call it).
+
+    Example:
+        >>> str(type_of((1, Symbol("a")), _CANONICAL))
+        'Tuple{Int64, Symbol}'
+    """
     if isinstance(value, NamedTuple):
-        names = tuple(Symbol(k) for k in value)
-        fields = tuple(julia_type_of(v, path=(*path, k)) for k, v in value.items())
-        return JuliaType("Core.NamedTuple", (names, JuliaType("Core.Tuple", fields)))
+        names = list(value)
+        return builder.for_namedtuple(names, [builder.of(value[k], (*path, k)) for k in names])
     if isinstance(value, tuple):
-        return JuliaType(
-            "Core.Tuple", tuple(julia_type_of(v, path=(*path, i)) for i, v in enumerate(value, 1))
-        )
+        return builder.for_tuple([builder.of(v, (*path, i)) for i, v in enumerate(value, 1)])
     if isinstance(value, list):
-        for i, v in enumerate(value, 1):
-            julia_type_of(v, path=(*path, i))  # every element must be representable
-        return JuliaType("Core.Array", (ANY, np.int64(1)))
+        return builder.for_list(value, path)
     if isinstance(value, JuliaArray):
-        return JuliaType("Core.Array", (value.eltype, np.int64(len(value.shape))))
+        return builder.for_array(builder.for_array_eltype(value, path), len(value.shape))
     if isinstance(value, dict):
-        return JuliaType("Base.Dict", _dict_params(value, path))
+        # Dict{K,V}: K / V the one type of all keys / values, else Any (an empty Dict{String,Any}).
+        keys = {builder.of(k, path) for k in value}
+        values = {builder.of(v, (*path, str(k))) for k, v in value.items()}
+        k = keys.pop() if len(keys) == 1 else builder.for_type(STRING if not value else ANY, path)
+        v = values.pop() if len(values) == 1 else builder.for_type(ANY, path)
+        return builder.for_dict(k, v)
     if isinstance(value, JuliaStruct):
-        return value.type
-    if isinstance(value, np.ndarray) or is_jax_array(value):
-        dtype = np.dtype(value.dtype)
-        return JuliaType("Core.Array", (julia_eltype(dtype, path=path), np.int64(len(value.shape))))
-    if isinstance(value, (bool, np.bool_)):
-        return BOOL
-    if isinstance(value, Symbol):
-        return SYMBOL
-    if isinstance(value, str):
-        return STRING
-    if value is None:
-        return NOTHING
-    if value is MISSING:
-        return MISSING_TYPE
-    if value is UNDEF:
-        return BOTTOM
-    if isinstance(value, (Singleton, JuliaBits)):
-        return value.type
-    if isinstance(value, Int128):
-        return JuliaType(Int128.julia_name)
-    if isinstance(value, UInt128):
-        return JuliaType(UInt128.julia_name)
+        return builder.for_struct(value, path)
+    if isinstance(value, np.ndarray):
+        return builder.for_array(builder.for_dtype(value.dtype, path), value.ndim)
+    if is_jax_array(value):
+        return builder.for_array(builder.for_dtype(jax_numpy_dtype(value, path), path), len(value.shape))
     if isinstance(value, np.generic):
-        return julia_eltype(value.dtype, path=path)
+        return builder.for_dtype(value.dtype, path)
+    if isinstance(value, bool):
+        return builder.for_type(BOOL, path)
+    if isinstance(value, Symbol):
+        return builder.for_type(SYMBOL, path)
+    if isinstance(value, str):
+        return builder.for_type(STRING, path)
+    if value is None:
+        return builder.for_type(NOTHING, path)
+    if value is MISSING:
+        return builder.for_type(MISSING_TYPE, path)
+    if value is UNDEF:
+        return builder.for_type(BOTTOM, path)
+    if isinstance(value, JuliaType):
+        return builder.for_type(DATATYPE, path)  # a type used as a value: Julia's typeof(Float64)
+    if isinstance(value, Singleton):
+        return builder.for_singleton(value, path)
+    if isinstance(value, JuliaBits):
+        if not value.data:
+            raise ConversionError("JuliaBits with no bytes", path=path)
+        return builder.for_bits(value, path)
+    if isinstance(value, Int128):
+        if not -(2**127) <= value < 2**127:
+            raise ConversionError(f"{int(value)} does not fit Int128", path=path)
+        return builder.for_type(INT128, path)
+    if isinstance(value, UInt128):
+        if not 0 <= value < 2**128:
+            raise ConversionError(f"{int(value)} does not fit UInt128", path=path)
+        return builder.for_type(UINT128, path)
     if isinstance(value, int):
         if not -(2**63) <= value < 2**63:
             raise ConversionError(
                 f"Python int {value} does not fit Int64 (use treexchange.Int128 or a numpy type)",
                 path=path,
             )
-        return INT64
+        return builder.for_type(INT64, path)
     if isinstance(value, float):
-        return FLOAT64
+        return builder.for_type(FLOAT64, path)
     if isinstance(value, complex):
-        return JuliaType("Base.Complex", (FLOAT64,))
+        return builder.for_type(COMPLEX_F64, path)
     raise ConversionError(f"{type(value).__name__} has no Julia counterpart", path=path)
 
 
-def _dict_params(value: dict[Any, Any], path: tuple[PathSegment, ...]) -> tuple[JuliaType, JuliaType]:
-    key_types = {julia_type_of(k, path=path) for k in value}
-    value_types = {julia_type_of(v, path=(*path, str(k))) for k, v in value.items()}
-    key_type = key_types.pop() if len(key_types) == 1 else (STRING if not value else ANY)
-    value_type = value_types.pop() if len(value_types) == 1 else ANY
-    return key_type, value_type
+def jax_numpy_dtype(value: Any, path: Sequence[PathSegment] = ()) -> np.dtype:
+    """The numpy dtype of a jax array; typed PRNG keys (``jax.random.key``) have none."""
+    try:
+        return np.dtype(value.dtype)
+    except TypeError:
+        raise ConversionError(
+            f"jax arrays of dtype {value.dtype} have no Julia element type"
+            + (" (a PRNG key: store jax.random.key_data(key) instead)" if "key<" in str(value.dtype) else ""),
+            path=path,
+        ) from None
+
+
+class _Canonical:
+    """The :class:`TypeBuilder` of :func:`julia_type_of`: :class:`JuliaType` in canonical spelling."""
+
+    def of(self, value: Any, path: TreePath) -> JuliaType:
+        return type_of(value, self, path)
+
+    def for_type(self, t: JuliaType, path: TreePath) -> JuliaType:
+        return t
+
+    def for_dtype(self, dtype: np.dtype, path: TreePath) -> JuliaType:
+        return julia_eltype(dtype, path=path)
+
+    def for_namedtuple(self, names: list[str], fields: list[JuliaType]) -> JuliaType:
+        return JuliaType(
+            "Core.NamedTuple", (tuple(Symbol(n) for n in names), JuliaType("Core.Tuple", tuple(fields)))
+        )
+
+    def for_tuple(self, elems: list[JuliaType]) -> JuliaType:
+        return JuliaType("Core.Tuple", tuple(elems))
+
+    def for_list(self, value: list[Any], path: TreePath) -> JuliaType:
+        for i, v in enumerate(value, 1):
+            self.of(v, (*path, i))  # every element must be representable
+        return VECTOR_ANY
+
+    def for_array(self, eltype: JuliaType, ndims: int) -> JuliaType:
+        return JuliaType("Core.Array", (eltype, np.int64(ndims)))
+
+    def for_array_eltype(self, value: JuliaArray, path: TreePath) -> JuliaType:
+        return qualified(value.eltype)
+
+    def for_dict(self, key: JuliaType, value: JuliaType) -> JuliaType:
+        return JuliaType("Base.Dict", (key, value))
+
+    def for_struct(self, value: JuliaStruct, path: TreePath) -> JuliaType:
+        return value.type
+
+    def for_bits(self, value: JuliaBits, path: TreePath) -> JuliaType:
+        return value.type
+
+    def for_singleton(self, value: Singleton, path: TreePath) -> JuliaType:
+        return value.type
+
+
+_CANONICAL = _Canonical()
+
+# Types Julia prints without their module (``str(JuliaType)``), for type text written by hand.
+# Number types are not listed: ``qualified_name`` asks :func:`numpy_dtype` about ``Core.<name>``.
+_SHORT_NAMES = {
+    n.split(".", 1)[1]: n
+    for n in (
+        "Core.Int128",
+        "Core.UInt128",
+        "Core.String",
+        "Core.Symbol",
+        "Core.Any",
+        "Core.DataType",
+        "Core.Nothing",
+        "Base.Missing",
+        "Core.NamedTuple",
+        "Core.Tuple",
+        "Core.Union",
+        "Core.Array",
+        "Base.Complex",
+        "Core.Pair",
+        "Base.Dict",
+    )
+}
+
+
+def qualified_name(name: str) -> str:
+    """``name`` with its module, for the names Julia prints without one (``Float32``, ``String``).
+
+    Example:
+        >>> [qualified_name(n) for n in ("Float32", "Dict", "Main.Foo", "Foo")]
+        ['Core.Float32', 'Base.Dict', 'Main.Foo', 'Foo']
+    """
+    if "." in name:
+        return name
+    found = _SHORT_NAMES.get(name)
+    if found is not None:
+        return found
+    core = "Core." + name
+    return core if core in _JULIA_TO_DTYPE else name
+
+
+def qualified(t: JuliaType) -> JuliaType:
+    """``t`` with :func:`qualified_name` applied to it and to its type parameters (``t`` itself when
+    nothing changes): the spelling of a type written by hand (``JuliaArray("UInt128", ...)``) as
+    files and :func:`julia_type_of` spell it.
+
+    Example:
+        >>> qualified(JuliaType.parse("Complex{Float32}")).qualified()
+        'Base.Complex{Core.Float32}'
+    """
+    name = qualified_name(t.name)
+    params = tuple(qualified(p) if isinstance(p, JuliaType) else p for p in t.params)
+    if name == t.name and all(a is b for a, b in zip(params, t.params)):
+        return t
+    return JuliaType(name, params)
 
 
 _WIDE_INT_DTYPES = {

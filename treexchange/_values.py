@@ -232,6 +232,9 @@ UNDEF = Undef()
 """An undefined reference (Julia's ``#undef``)."""
 
 
+# The two bounds of type comparison (NTuple expansion, canonical text length) are not Limits
+# fields: they never refuse input (past them, types compare by their exact spelling), and the
+# comparison runs inside ``==`` and ``hash``, where no caller's Limits is in reach.
 _NTUPLE_EXPAND_MAX = 64
 """``NTuple{N,T}`` is compared as ``Tuple{T,...}`` up to this N (longer ones as written)."""
 

@@ -84,7 +84,18 @@ def flux_julia(
 
 
 def read_model(model: Any, era: str) -> Port:
-    """Read an Equinox model, ``(model, eqx.nn.State)`` or a Flax nnx model as its Flux twin."""
+    """Read an Equinox model, ``(model, eqx.nn.State)``, a Flax nnx model or a Flax linen
+    ``(module, variables)`` as its Flux twin."""
+    if "flax.linen" in sys.modules:
+        from .._port._linen import is_linen_model, read_linen
+
+        if is_linen_model(model):
+            return read_linen(model[0], model[1], flux=era)
+        if isinstance(model, sys.modules["flax.linen"].Module):
+            raise TypeError(
+                "a Flax linen module holds no weights: pass (module, variables), the variables that "
+                "module.init gave (or a restore)"
+            )
     nnx = sys.modules.get("flax.nnx")
     if nnx is not None and isinstance(model, nnx.Module):
         from .._port._nnx import read_nnx

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import Mismatch, PathSegment
+from .._errors import Mismatch, PathSegment, TreePath
 from .._values import JuliaArray, JuliaStruct, Missing, NamedTuple, Singleton, Symbol, Undef
 from ._classify import (
     describe_file_value,
@@ -44,8 +44,6 @@ from ._classify import (
 from ._exact import cast_mode as _cast_mode, conversion_loss, convert, scalar_loss
 from ._place import KeyPath, Placer
 from ._report import MissingRule, MissingSpec, ReportLog, fixes_for_conversion, restore_error
-
-Path = tuple[PathSegment, ...]
 
 
 class _Absent:
@@ -69,9 +67,12 @@ class LeafRef:
     §2.4) returns ``ref.through(julia_shape, transform)``: the file is checked against the Julia
     shape and ``transform`` (Julia array -> model array, element moves only) runs when placing. A
     model leaf with no Julia counterpart gets ``ref.fixed = value`` (placed instead of restored).
+    A model leaf that is the sum of several file arrays (Lux 1's ``bias_ih + bias_hh`` for Flux's one
+    recurrent bias) appears once per array as ``ref.addend(k, n)``: it is placed when all ``n`` arrays
+    have been read, as their sum (the one arithmetic a restore does, where a convention demands it).
     """
 
-    __slots__ = ("dtype", "fixed", "index", "keypath", "shape", "template", "transform")
+    __slots__ = ("dtype", "fixed", "index", "keypath", "parts", "shape", "template", "transform")
 
     def __init__(self, index: int, template: Any, keypath: KeyPath) -> None:
         self.index = index
@@ -81,12 +82,20 @@ class LeafRef:
         self.dtype = np.dtype(template.dtype)
         self.transform: Callable[[np.ndarray], np.ndarray] | None = None
         self.fixed: Any = None
+        self.parts: tuple[int, int] | None = None  # (k, n): the k-th of n file arrays summed into it
 
     def through(self, shape: tuple[int, ...], transform: Callable[[np.ndarray], np.ndarray]) -> LeafRef:
         """This leaf seen through an element permutation: file shape ``shape``, placed via ``transform``."""
         ref = LeafRef(self.index, self.template, self.keypath)
         ref.shape = tuple(shape)
         ref.transform = transform
+        ref.parts = self.parts
+        return ref
+
+    def addend(self, k: int, n: int) -> LeafRef:
+        """The ``k``-th (from 0) of ``n`` file arrays whose sum is this leaf."""
+        ref = LeafRef(self.index, self.template, self.keypath)
+        ref.shape, ref.transform, ref.parts = self.shape, self.transform, (k, n)
         return ref
 
     @property
@@ -167,7 +176,7 @@ class Options:
         allow_missing: MissingSpec,
         allow_extra: bool,
         cast: bool | str,
-        root: Path = (),
+        root: TreePath = (),
     ) -> None:
         self.missing = MissingRule(allow_missing, root)
         self.allow_missing = self.missing.any
@@ -206,6 +215,7 @@ class Walker:
         self.jobs: list[Callable[[], Any]] = []
         self._results = results  # iterator over the jobs' results (building pass)
         self.refs: dict[int, Any] = {}  # LeafRef.index -> restored leaf
+        self.addends: dict[int, dict[int, tuple[np.ndarray, Any]]] = {}  # index -> k -> (array, cast)
 
     def leaf(self, job: Callable[[], Any]) -> Any:
         if self.build:
@@ -213,17 +223,17 @@ class Walker:
         self.jobs.append(job)
         return None
 
-    def report(self, kind: str, path: Path, detail: str) -> None:
+    def report(self, kind: str, path: TreePath, detail: str) -> None:
         self.mismatches.append(Mismatch(kind, path, detail))
 
-    def kind_mismatch(self, v: Any, t: Any, path: Path) -> None:
+    def kind_mismatch(self, v: Any, t: Any, path: TreePath) -> None:
         self.report("kind", path, f"{describe_file_value(v)} in file, {describe_template(t)} in template")
 
-    def restored(self, path: Path, *, array: bool = False) -> None:
+    def restored(self, path: TreePath, *, array: bool = False) -> None:
         if not self.build:
             self.log.restore(path, array=array)
 
-    def may_keep(self, t: Any, path: Path, *, array: bool = False) -> bool:
+    def may_keep(self, t: Any, path: TreePath, *, array: bool = False) -> bool:
         """A template leaf absent from the file: allowed by ``allow_missing`` (recorded as kept)?"""
         if not self.o.missing.permits(path):
             self.report(
@@ -235,7 +245,7 @@ class Walker:
         return True
 
     def conversion_fits(
-        self, v: np.ndarray, want: np.dtype, dest: np.dtype, path: Path, *, kept: bool = False
+        self, v: np.ndarray, want: np.dtype, dest: np.dtype, path: TreePath, *, kept: bool = False
     ) -> bool:
         """File array ``v`` (the template's own with ``kept``) must become ``dest`` (the dtype the
         result will hold; it differs from the template's ``want`` only for JAX without x64).
@@ -260,12 +270,22 @@ class Walker:
         return True
 
     # --- dispatch ---------------------------------------------------------------------------------
-    def node(self, v: Any, t: Any, path: Path, jpath: KeyPath) -> Any:
+    def node(self, v: Any, t: Any, path: TreePath, jpath: KeyPath) -> Any:
         if isinstance(t, LeafRef):
+            summed = t.parts is not None
             out = self.array(
-                v, t.template, path, t.keypath, shape=t.shape, dtype=t.dtype, transform=t.transform
+                v,
+                t.template,
+                path,
+                t.keypath,
+                shape=t.shape,
+                dtype=t.dtype,
+                transform=t.transform,
+                unplaced=summed,
             )
-            if self.build:
+            if self.build and t.parts is not None:
+                self.add_part(t, out)
+            elif self.build:
                 self.refs[t.index] = out
             return out
         if is_array_template(t):
@@ -301,17 +321,34 @@ class Walker:
         return self.stateless(v, t, path)
 
     # --- leaves -----------------------------------------------------------------------------------
+    def add_part(self, ref: LeafRef, part: tuple[np.ndarray, Any]) -> None:
+        """One addend of a summed leaf read; the last one places the sum."""
+        k, n = ref.parts or (0, 1)
+        parts = self.addends.setdefault(ref.index, {})
+        parts[k] = part
+        if len(parts) == n:
+            total = parts[0][0].copy()
+            for i in range(1, n):
+                total += parts[i][0]
+            self.refs[ref.index] = self.placer.place(total, parts[0][1], ref.keypath, ref.template)
+
     def array(
         self,
         v: Any,
         t: Any,
-        path: Path,
+        path: TreePath,
         jpath: KeyPath,
         *,
         shape: tuple[int, ...],
         dtype: np.dtype,
         transform: Callable[[np.ndarray], np.ndarray] | None = None,
+        unplaced: bool = False,
     ) -> Any:
+        """Check one file array against its template leaf; its job places it (``unplaced``: returns
+        ``(model-layout numpy array, dtype to cast to)`` for a summed leaf, placed by :meth:`add_part`)."""
+        if v is ABSENT and unplaced:  # one addend of a sum cannot be kept from the template
+            self.report("missing", path, "from file (a part of a summed leaf)")
+            return None
         if v is ABSENT:
             if not _is_concrete(t):
                 self.report("missing", path, "from file, and the template is abstract (no value to keep)")
@@ -348,11 +385,13 @@ class Walker:
             self.restored(path, array=True)
         if not ok:
             return None
+        if unplaced:
+            return self.leaf(partial(_unplaced, transform, v, cast_to))
         if transform is not None:
             return self.leaf(partial(_place_permuted, self.placer, transform, v, cast_to, jpath, t))
         return self.leaf(partial(self.placer.place, v, cast_to, jpath, t))
 
-    def scalar(self, v: Any, t: Any, path: Path) -> Any:
+    def scalar(self, v: Any, t: Any, path: TreePath) -> Any:
         if v is ABSENT:
             return t if self.may_keep(t, path) else None
         if isinstance(v, np.ndarray) and v.shape == () and v.dtype.kind in "biufc":
@@ -385,7 +424,7 @@ class Walker:
         self.report("dtype", path, f"{_scalar_type(v)} in file, {type(t).__name__} in template")
         return None
 
-    def python_scalar(self, v: Any, t: Any, path: Path) -> Any:
+    def python_scalar(self, v: Any, t: Any, path: TreePath) -> Any:
         """A file number converted to a template's Python ``bool``/``int``/``float``/``complex``
         (``cast``), only if its value survives (``cast="unsafe"``: as Python converts it)."""
         kind: type = bool if isinstance(t, bool) else int if isinstance(t, int) else type(t)
@@ -411,7 +450,7 @@ class Walker:
         self.hints |= fixes_for_conversion(dest, self.o.cast_mode, x64=False)
         return None
 
-    def string(self, v: Any, t: str, path: Path) -> Any:
+    def string(self, v: Any, t: str, path: TreePath) -> Any:
         if v is ABSENT:
             return t if self.may_keep(t, path) else None
         if not isinstance(v, str):
@@ -420,21 +459,21 @@ class Walker:
         self.restored(path)
         return Symbol(v) if isinstance(t, Symbol) else str(v)
 
-    def empty(self, v: Any, t: Any, path: Path) -> Any:
+    def empty(self, v: Any, t: Any, path: TreePath) -> Any:
         """Template ``None`` or ``()``: the file holds nothing there (``False`` is Flux's "no bias")."""
         if v is ABSENT or v is None or carries_no_state(v) or (t is None and v is False):
             return t
         self.kind_mismatch(v, t, path)
         return None
 
-    def stateless(self, v: Any, t: Any, path: Path) -> Any:
+    def stateless(self, v: Any, t: Any, path: TreePath) -> Any:
         """Template functions, RNG objects, singletons: kept from the template."""
         if v is ABSENT or v is None or isinstance(v, Missing) or carries_no_state(v):
             return t
         self.kind_mismatch(v, t, path)
         return None
 
-    def opaque(self, v: Any, t: Any, path: Path, cls: type) -> Any:
+    def opaque(self, v: Any, t: Any, path: TreePath, cls: type) -> Any:
         if v is ABSENT:
             return t if self.may_keep(t, path) else None
         if not isinstance(v, cls):
@@ -444,7 +483,7 @@ class Walker:
         return v
 
     # --- containers -------------------------------------------------------------------------------
-    def named(self, v: Any, t: Any, path: Path, jpath: KeyPath) -> Any:
+    def named(self, v: Any, t: Any, path: TreePath, jpath: KeyPath) -> Any:
         entries, static_names, rebuild = named_entries(t)
         if v is not ABSENT:
             if not entries and carries_no_state(v):
@@ -490,7 +529,7 @@ class Walker:
                 self.report("order", path, f"{_names(in_file)} in file, {_names(in_template)} in template")
         return rebuild(out) if self.build else None
 
-    def positional(self, v: Any, t: Any, path: Path, jpath: KeyPath) -> Any:
+    def positional(self, v: Any, t: Any, path: TreePath, jpath: KeyPath) -> Any:
         custom = _custom_children(t) if not isinstance(t, (tuple, list)) else None
         children: list[Any] = list(t) if custom is None else [c for _, c in custom[1]]
         if custom is None:
@@ -531,6 +570,12 @@ class Walker:
         return type(t)(out)  # tuple or list (namedtuples are named containers)
 
 
+def _unplaced(
+    transform: Callable[[np.ndarray], np.ndarray] | None, v: np.ndarray, cast_to: Any
+) -> tuple[np.ndarray, Any]:
+    return np.ascontiguousarray(transform(v) if transform is not None else v), cast_to
+
+
 def _place_permuted(
     placer: Placer,
     transform: Callable[[np.ndarray], np.ndarray],
@@ -539,7 +584,9 @@ def _place_permuted(
     jpath: KeyPath,
     t: Any,
 ) -> Any:
-    return placer.place(np.ascontiguousarray(transform(v)), cast_to, jpath, t)
+    # No contiguous copy here: the permuted view goes to the placer as it is, so ``numpy=True`` stays
+    # zero-copy and JAX makes its one row-major copy straight from the (strided) view.
+    return placer.place(transform(v), cast_to, jpath, t)
 
 
 # --- template structure ----------------------------------------------------------------------------
@@ -779,7 +826,7 @@ def check_and_build(
     like: Any,
     options: Options,
     placer: Placer,
-    path: Path,
+    path: TreePath,
     *,
     header: str | None = None,
     log: ReportLog | None = None,
@@ -821,7 +868,7 @@ def run_jobs(jobs: list[Callable[[], Any]]) -> list[Any]:
     return [job() for job in jobs]
 
 
-def _header(mismatches: list[Mismatch], path: Path) -> str:
+def _header(mismatches: list[Mismatch], path: TreePath) -> str:
     n = len(mismatches)
     where = f" of {path[0]}" if path else ""
     return f"the file's state{where} does not fit the template ({n} mismatch{'es' if n != 1 else ''})"

@@ -20,14 +20,9 @@ version is kept as found on disk in :attr:`H5Type.version`.
 from __future__ import annotations
 
 from .._errors import FormatError, LimitError, UnsupportedError
-from .._limits import DEFAULT_LIMITS, Limits
+from .._limits import DEFAULT_LIMITS, Limits, datatype_depth
 from ._cursor import Cursor, enc_size
 from ._model import H5Class, H5Type, Member
-
-TYPE_NESTING_SLACK = 16
-"""Datatype levels allowed beyond ``limits.max_depth``: a value nested ``max_depth`` levels deep
-(NamedTuples in NamedTuples, stored inline) has one compound per level plus a few for its leaf
-(arrays of vlen strings ...). The reader makes room on the stack for that many levels."""
 
 _FIXED_PROPS = {
     H5Class.FIXED: 4,
@@ -49,9 +44,10 @@ def parse_datatype(c: Cursor, limits: Limits = DEFAULT_LIMITS, depth: int = 0) -
         >>> t.cls.name, t.size, t.numpy_dtype()
         ('FLOAT', 4, dtype('float32'))
     """
-    if depth > limits.max_depth + TYPE_NESTING_SLACK:
+    if depth > datatype_depth(limits):
         raise LimitError(
-            f"datatype nesting deeper than max_depth={limits.max_depth} (+{TYPE_NESTING_SLACK}) levels",
+            f"datatype nesting deeper than {datatype_depth(limits)} levels "
+            f"(max_depth={limits.max_depth} + 16)",
             offset=c.pos,
         )
     start = c.pos

@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import FormatError, UnsupportedError
+from .._errors import FormatError, TreePath, UnsupportedError
 from .._values import NamedTuple
 from . import _treejson as tj
 from ._flatnames import NameTable
@@ -66,7 +66,7 @@ def plan_export(roots: Mapping[str, Any]) -> ExportPlan:
     names = NameTable(drop_root=len(roots) == 1)
     tensors: list[TensorPlan] = []
 
-    def on_array(array: Any, path: tj.Path) -> dict[str, Any]:
+    def on_array(array: Any, path: TreePath) -> dict[str, Any]:
         dtype = np.dtype(array.dtype).newbyteorder("=")
         shape = tuple(int(d) for d in array.shape)
         node: dict[str, Any] = {
@@ -209,9 +209,9 @@ class OrbaxSource:
         elif not (self.path / "_METADATA").is_file():
             raise FormatError(f"{self.path}: neither a treexchange nor a PyTree orbax checkpoint")
 
-    def _arrays(self) -> list[tuple[tj.Path, dict[str, Any]]]:
+    def _arrays(self) -> list[tuple[TreePath, dict[str, Any]]]:
         assert self.document is not None
-        out: list[tuple[tj.Path, dict[str, Any]]] = []
+        out: list[tuple[TreePath, dict[str, Any]]] = []
         for name, root in self.document["roots"]:
             out.extend((p, n) for p, n in tj.array_nodes(root, (name,)) if not n.get(INLINE))
         return out
@@ -243,7 +243,7 @@ class OrbaxSource:
             return self._plain_roots(sharding)
         arrays = self._restore(sharding, batch_bytes, spill_dir)
 
-        def get(node: dict[str, Any], path: tj.Path) -> Any:
+        def get(node: dict[str, Any], path: TreePath) -> Any:
             dtype = tj.DTYPES[node["dtype"]]
             shape = tuple(node["shape"])
             if node.get(INLINE):

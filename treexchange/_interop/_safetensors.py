@@ -36,7 +36,7 @@ from typing import Any, BinaryIO
 import numpy as np
 
 from .._atomic import atomic_write
-from .._errors import ConversionError, FormatError, PathSegment, UnsupportedError, format_path
+from .._errors import ConversionError, FormatError, PathSegment, TreePath, UnsupportedError, format_path
 from .._jld2._writer_arrays import column_major_pieces
 from .._values import NamedTuple
 from . import _treejson as tj
@@ -153,7 +153,7 @@ def plan_export(roots: Mapping[str, Any]) -> ExportPlan:
     names = NameTable(drop_root=len(roots) == 1)
     tensors: list[TensorPlan] = []
 
-    def on_array(array: Any, path: tj.Path) -> dict[str, Any]:
+    def on_array(array: Any, path: TreePath) -> dict[str, Any]:
         dtype = np.dtype(array.dtype).newbyteorder("=")
         shape = tuple(int(d) for d in array.shape)
         name = names.add(path)
@@ -424,7 +424,7 @@ class SafetensorsSource:
             raise UnsupportedError(f"{self.path}: tree metadata version {doc['version']} is newer than this")
         return {name: tj.decode(node, self._get, (name,)) for name, node in doc["roots"]}
 
-    def _get(self, node: dict[str, Any], path: tj.Path) -> np.ndarray:
+    def _get(self, node: dict[str, Any], path: TreePath) -> np.ndarray:
         name = node["name"]
         if name not in self.tensors:
             raise FormatError(f"tensor {name!r} named by the tree metadata is not in the file", path=path)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import ConversionError, FormatError, PathSegment
+from .._errors import ConversionError, FormatError, PathSegment, TreePath
 from .._juliatype import JuliaType
 from .._typeof import _DTYPE_TO_JULIA
 from .._values import (
@@ -45,11 +45,10 @@ from .._values import (
 TREE_FORMAT = "treexchange-tree"
 TREE_VERSION = 1
 
-Path = tuple[PathSegment, ...]
-OnArray = Callable[[Any, Path], dict[str, Any]]
+OnArray = Callable[[Any, TreePath], dict[str, Any]]
 """``on_array(array, path) -> node``: store a numeric array (a numpy array, or a lazy array node
 with ``shape`` and ``dtype``), return the JSON node that refers to it (tag ``array`` is added)."""
-GetArray = Callable[[dict[str, Any], Path], Any]
+GetArray = Callable[[dict[str, Any], TreePath], Any]
 """``get_array(node, path) -> array``: the array an ``array`` node refers to."""
 
 DTYPES: dict[str, np.dtype] = {dt.name: dt for dt in _DTYPE_TO_JULIA}
@@ -71,7 +70,7 @@ def is_numeric_array(value: Any) -> bool:
     )
 
 
-def encode(value: Any, on_array: OnArray, path: Path = ()) -> dict[str, Any]:
+def encode(value: Any, on_array: OnArray, path: TreePath = ()) -> dict[str, Any]:
     """The JSON skeleton of ``value``; numeric arrays go to ``on_array``.
 
     Example:
@@ -107,11 +106,11 @@ def encode(value: Any, on_array: OnArray, path: Path = ()) -> dict[str, Any]:
     return _encode_scalar(value, path)
 
 
-def _no_arrays(value: Any, path: Path) -> dict[str, Any]:
+def _no_arrays(value: Any, path: TreePath) -> dict[str, Any]:
     raise ConversionError("an array cannot be a dict key here", path=path)
 
 
-def _encode_scalar(value: Any, path: Path) -> dict[str, Any]:
+def _encode_scalar(value: Any, path: TreePath) -> dict[str, Any]:
     if value is None:
         return {"t": "nothing"}
     if isinstance(value, Missing):
@@ -154,7 +153,7 @@ def encode_type(t: JuliaType) -> dict[str, Any]:
     return {"t": "type", "name": t.name, "p": [encode(p, _no_arrays) for p in t.params]}
 
 
-def decode(node: Any, get_array: GetArray, path: Path = ()) -> Any:
+def decode(node: Any, get_array: GetArray, path: TreePath = ()) -> Any:
     """The value a skeleton stands for; ``get_array`` supplies each stored array.
 
     Example:
@@ -175,7 +174,7 @@ def decode(node: Any, get_array: GetArray, path: Path = ()) -> Any:
         raise FormatError(f"tree metadata: bad {tag!r} node ({err})", path=path) from None
 
 
-def _decode(tag: str, node: dict[str, Any], get_array: GetArray, path: Path) -> Any:
+def _decode(tag: str, node: dict[str, Any], get_array: GetArray, path: TreePath) -> Any:
     if tag == "array":
         return get_array(node, path)
     if tag == "nt":
@@ -200,7 +199,7 @@ def _decode(tag: str, node: dict[str, Any], get_array: GetArray, path: Path) -> 
     return _decode_scalar(tag, node, path)
 
 
-def _decode_scalar(tag: str, node: dict[str, Any], path: Path) -> Any:
+def _decode_scalar(tag: str, node: dict[str, Any], path: TreePath) -> Any:
     if tag == "nothing":
         return None
     if tag == "missing":
@@ -242,15 +241,15 @@ def decode_type(node: dict[str, Any]) -> JuliaType:
     return JuliaType(node["name"], tuple(decode(p, _no_array_in_type) for p in node["p"]))
 
 
-def _no_array_in_type(node: dict[str, Any], path: Path) -> Any:
+def _no_array_in_type(node: dict[str, Any], path: TreePath) -> Any:
     raise FormatError("tree metadata: an array inside a Julia type")
 
 
-def array_nodes(node: Any, path: Path = ()) -> list[tuple[Path, dict[str, Any]]]:
+def array_nodes(node: Any, path: TreePath = ()) -> list[tuple[TreePath, dict[str, Any]]]:
     """Every ``array`` node of a skeleton with its tree path, in tree order (nothing is read)."""
-    out: list[tuple[Path, dict[str, Any]]] = []
+    out: list[tuple[TreePath, dict[str, Any]]] = []
 
-    def walk(n: Any, p: Path) -> None:
+    def walk(n: Any, p: TreePath) -> None:
         tag = n.get("t") if isinstance(n, dict) else None
         if tag == "array":
             out.append((p, n))

@@ -53,6 +53,11 @@ of its kind, each one function or one table:
 - singletons (``nothing``, functions, ``()``): ``GhostPlan`` -> ``ghost_node`` ->
   ``TypeFactory.singleton``
 
+Which Julia type a Python value has is decided once, in ``treexchange._typeof.type_of``: the
+writer (``TypeFactory.of_value``, the factory being its ``TypeBuilder``) and ``julia_type_of``
+(``inspect``, the schema) both run it; a new Python value class gets its rule there, and the writer
+only adds how the type is stored.
+
 Rules the code relies on (details in the modules): committed types are resolved once per address
 and cached; every size, count and depth read from the file is checked against ``Limits`` before
 it drives an allocation; the writer takes each storage decision (inline, reference, committed) in

@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from .._errors import FormatError, LimitError
+from .._errors import FormatError, LimitError, TreePath
 from .._hdf5._model import H5Class, H5Type, Member
 from .._juliatype import JuliaType
 from .._limits import Limits
@@ -43,8 +43,7 @@ from .._values import (
 )
 from ._layout import FieldLayout, StructLayout
 
-Path = tuple[str | int, ...]
-
+Path = TreePath  # the name _nodes imports; the one tree-path type is _errors.TreePath
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 
@@ -61,7 +60,7 @@ class DecodeContext(Protocol):
         """The global-heap payload of the 16-byte vlen element at ``buf[off:]`` (b"" when empty)."""
         ...
 
-    def load_ref(self, address: int, path: Path) -> Any:
+    def load_ref(self, address: int, path: TreePath) -> Any:
         """The value of the object at relative ``address`` (``UNDEF`` for a NULL reference)."""
         ...
 
@@ -70,11 +69,11 @@ class DecodeContext(Protocol):
         of that type this traversal has read or will read."""
         ...
 
-    def decode_datatype(self, buf: Any, off: int, path: Path) -> JuliaType:
+    def decode_datatype(self, buf: Any, off: int, path: TreePath) -> JuliaType:
         """A ``Core.DataType`` element (name + parameter references) as a :class:`JuliaType`."""
         ...
 
-    def decode_union(self, buf: Any, off: int, path: Path) -> JuliaType:
+    def decode_union(self, buf: Any, off: int, path: TreePath) -> JuliaType:
         """A ``Core.Union`` element as ``JuliaType("Core.Union", members)``."""
         ...
 
@@ -98,10 +97,10 @@ class Plan:
         """The dtype arrays of these values are presented with (see the module docstring)."""
         return self.dtype
 
-    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: TreePath) -> Any:
         raise NotImplementedError
 
-    def decode_many(self, ctx: DecodeContext, buf: Any, count: int, path: Path) -> list[Any]:
+    def decode_many(self, ctx: DecodeContext, buf: Any, count: int, path: TreePath) -> list[Any]:
         """``count`` consecutive elements (paths get 1-based positions)."""
         size = self.size
         return [self.decode(ctx, buf, i * size, (*path, i + 1)) for i in range(count)]
@@ -131,7 +130,7 @@ class NumberPlan(Plan):
         self.size = self.dtype.itemsize
         self.h5type = h5type
 
-    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: TreePath) -> Any:
         value = np.frombuffer(buf, self.dtype, 1, off)
         if value.dtype != self.native:
             value = value.astype(self.native)
@@ -149,7 +148,7 @@ class BoolPlan(Plan):
         self.size = 1
         self.h5type = h5type
 
-    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: TreePath) -> Any:
         return buf[off] != 0
 
 
@@ -166,7 +165,7 @@ class BFloat16Plan(Plan):
         self.size = 2
         self.h5type = h5type
 
-    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: TreePath) -> Any:
         return np.frombuffer(buf, self.dtype, 1, off)[0]
 
 
@@ -187,7 +186,7 @@ class Int128Plan(Plan):
         # Little-endian only: the presented bytes are then the stored bytes (what sha256 hashes).
         return wide_int_dtype(self.signed) if self.byteorder == "little" else None
 
-    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: TreePath) -> Any:
         value = int.from_bytes(bytes(buf[off : off + 16]), self.byteorder, signed=self.signed)
         return Int128(value) if self.signed else UInt128(value)
 
@@ -202,7 +201,7 @@ class BitsPlan(Plan):
         self.size = size
         self.h5type = h5type
 
-    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: TreePath) -> Any:
         return JuliaBits(self.julia_type, bytes(buf[off : off + self.size]))
 
 
@@ -221,7 +220,7 @@ class FixedStringPlan(Plan):
         self.julia_type = julia_type
         self.h5type = h5type
 
-    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: TreePath) -> Any:
         text = decode_text(buf[off : off + self.size])
         return text.rstrip(" ") if self.padding == 2 else text
 
@@ -236,7 +235,7 @@ class VlenStringPlan(Plan):
         self.size = 16
         self.h5type = h5type
 
-    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: TreePath) -> Any:
         text = decode_text(ctx.heap_bytes(buf, off))
         return Symbol(text) if self.symbol else text
 
@@ -251,7 +250,7 @@ class ReferencePlan(Plan):
         self.size = 8
         self.h5type = h5type
 
-    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: TreePath) -> Any:
         return ctx.load_ref(_U64.unpack_from(buf, off)[0], path)
 
     @staticmethod
@@ -270,7 +269,7 @@ class GhostPlan(Plan):
         self.h5type = h5type
         self.kind = kind_of(value)
 
-    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: TreePath) -> Any:
         return self.value
 
 
@@ -307,7 +306,7 @@ class DataTypePlan(Plan):
         self.size = 32
         self.h5type = h5type
 
-    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: TreePath) -> Any:
         return type_value(ctx.decode_datatype(buf, off, path))
 
 
@@ -321,7 +320,7 @@ class UnionTypePlan(Plan):
         self.size = 48
         self.h5type = h5type
 
-    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: TreePath) -> Any:
         return type_value(ctx.decode_union(buf, off, path))
 
 
@@ -338,7 +337,7 @@ class VlenSequencePlan(Plan):
         if base.dtype is None:
             self.kind = "vector"
 
-    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: TreePath) -> Any:
         count = _U32.unpack_from(buf, off)[0]
         payload = ctx.heap_bytes(buf, off)
         base = self.base
@@ -347,7 +346,11 @@ class VlenSequencePlan(Plan):
         if count > limit:
             raise LimitError(
                 f"vlen sequence of {count} elements exceeds {limit} (max_elements"
-                + (")" if base.size else ", or 16 zero-size elements per byte of file)"),
+                + (
+                    ")"
+                    if base.size
+                    else ", or max_virtual_elements: by default 16 zero-size elements per byte of file)"
+                ),
                 path=path,
             )
         if count * base.size > len(payload):
@@ -414,7 +417,7 @@ class CompoundPlan(Plan):
             else tuple((f.name, f.name) for f in self.fields)
         )
 
-    def field_values(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> list[Any]:
+    def field_values(self, ctx: DecodeContext, buf: Any, off: int, path: TreePath) -> list[Any]:
         tuple_like = self.kind == "tuple"
         out = []
         for i, f in enumerate(self.fields):
@@ -451,13 +454,15 @@ class CompoundPlan(Plan):
         """An empty struct of this type, to be filled by :meth:`fill` (cycles close on it)."""
         return JuliaStruct(self.julia_type, layout=self.layout)
 
-    def fill(self, target: JuliaStruct, ctx: DecodeContext, buf: Any, off: int, path: Path) -> JuliaStruct:
+    def fill(
+        self, target: JuliaStruct, ctx: DecodeContext, buf: Any, off: int, path: TreePath
+    ) -> JuliaStruct:
         """Decode the fields into ``target`` (made by :meth:`new_struct`); returns it."""
         values = self.field_values(ctx, buf, off, path)
         target.fields.update(zip((f.name for f in self.fields), values))
         return target
 
-    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: TreePath) -> Any:
         values = self.field_values(ctx, buf, off, path)
         if self.kind == "tuple":
             return tuple(values)
@@ -527,7 +532,7 @@ class UnionElementPlan(Plan):
     def element_type(self) -> JuliaType:
         return self._element_type
 
-    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: TreePath) -> Any:
         chosen = self.t1 if buf[off + self.mask.offset] == 0 else self.t2
         return chosen.plan.decode(ctx, buf, off + chosen.offset, path)
 
@@ -540,7 +545,7 @@ class CustomPlan(Plan):
         kind: str,
         julia_type: JuliaType,
         inner: Plan,
-        convert: Callable[[Any, Path], Any],
+        convert: Callable[[Any, TreePath], Any],
     ) -> None:
         self.kind = kind
         self.julia_type = julia_type
@@ -549,7 +554,7 @@ class CustomPlan(Plan):
         self.size = inner.size
         self.convert = convert
 
-    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: Path) -> Any:
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: TreePath) -> Any:
         return self.convert(self.inner.decode(ctx, buf, off, path), path)
 
 
@@ -569,7 +574,7 @@ def elements_of(value: Any) -> list[Any]:
     raise FormatError(f"expected an array, found {type(value).__name__}")
 
 
-def pairs_to_dict(julia_type: JuliaType) -> Callable[[Any, Path], Any]:
+def pairs_to_dict(julia_type: JuliaType) -> Callable[[Any, TreePath], Any]:
     """Converter for Dicts: written as ``SerializedDict(kvvec)`` or as a vector of Pairs.
 
     Keys Python cannot hash (arrays, NamedTuples), or keys distinct in Julia but equal in Python
@@ -577,7 +582,7 @@ def pairs_to_dict(julia_type: JuliaType) -> Callable[[Any, Path], Any]:
     ``JuliaStruct(julia_type, {"kvvec": <the pairs>})``, so no entry is lost.
     """
 
-    def convert(value: Any, path: Path) -> Any:
+    def convert(value: Any, path: TreePath) -> Any:
         if isinstance(value, JuliaStruct) and "kvvec" in value.fields:
             value = value.fields["kvvec"]
         pairs = elements_of(value)
@@ -603,22 +608,19 @@ def pairs_to_dict(julia_type: JuliaType) -> Callable[[Any, Path], Any]:
     return convert
 
 
-def vector_to_tuple(value: Any, path: Path) -> Any:
+def vector_to_tuple(value: Any, path: TreePath) -> Any:
     """Converter for ``NTuple{N,T}`` with N > 10, which JLD2 writes as ``Vector{T}``."""
     return tuple(elements_of(value))
 
 
-# The most base-62 digits of a BigInt we read: 62**2399 < 10**4300, so every value fits
-# Python's default int <-> decimal text limit (``sys.get_int_max_str_digits``), and ``inspect``,
-# JSON and schemas can print it. Bigger BigInts raise LimitError rather than fail later.
-MAX_BIGINT_BASE62_DIGITS = 2399
-
-
-def base62_to_int(value: Any, path: Path) -> Any:
-    """Converter for ``BigInt``, which JLD2 writes as its base-62 string.
+def base62_to_int(value: Any, path: TreePath, *, max_digits: int) -> Any:
+    """Converter for ``BigInt``, which JLD2 writes as its base-62 string (bind ``max_digits``,
+    ``Limits.max_bigint_digits``: by default every value read fits Python's int <-> decimal text
+    limit, so ``inspect``, JSON and schemas can print it; a bigger one is a LimitError here
+    rather than a failure later).
 
     Example:
-        >>> base62_to_int("-1z", ())
+        >>> base62_to_int("-1z", (), max_digits=2399)
         -123
     """
     text = str(value)
@@ -627,10 +629,10 @@ def base62_to_int(value: Any, path: Path) -> Any:
     body = text[1:] if neg else text
     if not body:
         raise FormatError("malformed BigInt text ''", path=path)
-    if len(body) > MAX_BIGINT_BASE62_DIGITS:
+    if len(body) > max_digits:
         raise LimitError(
-            f"BigInt of {len(body)} base-62 digits exceeds {MAX_BIGINT_BASE62_DIGITS} (about 4300 "
-            "decimal digits, Python's int/text conversion limit)",
+            f"BigInt of {len(body)} base-62 digits exceeds max_bigint_digits={max_digits} (by default "
+            "about 4300 decimal digits, Python's int/text conversion limit)",
             path=path,
         )
     n = 0
@@ -642,11 +644,11 @@ def base62_to_int(value: Any, path: Path) -> Any:
     return -n if neg else n
 
 
-def wrap_custom(julia_type: JuliaType, layout: StructLayout | None) -> Callable[[Any, Path], Any]:
+def wrap_custom(julia_type: JuliaType, layout: StructLayout | None) -> Callable[[Any, TreePath], Any]:
     """Converter for other custom serializations: the written struct's fields under the read-as
     type (``layout.written_type`` names the written type)."""
 
-    def convert(value: Any, path: Path) -> Any:
+    def convert(value: Any, path: TreePath) -> Any:
         if isinstance(value, JuliaStruct):
             return JuliaStruct(julia_type, value.fields, layout=layout or value.layout)
         if isinstance(value, NamedTuple):

@@ -25,14 +25,14 @@ from typing import Any, Literal, cast
 
 import numpy as np
 
-from .._errors import FormatError, LimitError, TreexchangeError, UnsupportedError, WrongFormatError
+from .._errors import FormatError, LimitError, TreePath, TreexchangeError, UnsupportedError, WrongFormatError
 from .._gc import gc_paused
 from .._hdf5 import HDF5File, ObjectHeader
 from .._hdf5._messages import EXTERNAL_FILES
 from .._hdf5._model import H5Class
 from .._hdf5._objectheader import RawMessage
 from .._juliatype import JuliaType
-from .._limits import DEFAULT_LIMITS, Limits, reference_depth
+from .._limits import DEFAULT_LIMITS, Limits, path_depth, reference_depth
 from .._recursion import FRAMES_PER_LEVEL, stack_for_depth
 from .._typeof import BOTTOM
 from .._values import UNDEF, JuliaArray, JuliaStruct
@@ -41,7 +41,6 @@ from ._plans import (
     CompoundPlan,
     FixedStringPlan,
     GhostPlan,
-    Path,
     Plan,
     ReferencePlan,
     mark_mutable,
@@ -215,15 +214,12 @@ class Reader:
         # Some values cost no bytes in the file (arrays of ghosts, NTuple{N} of ghosts): their
         # element counts come from header numbers alone, so they are bounded by the file size
         # as well as by Limits.max_elements (a lying header must not drive a huge allocation).
-        self.virtual_cap = max(1 << 16, 16 * self.h5.size)
-        self.type_limits = dataclasses.replace(
-            limits, max_elements=min(limits.max_elements, self.virtual_cap)
-        )
+        self.type_limits = dataclasses.replace(limits, max_elements=limits.virtual_elements_for(self.h5.size))
         # Frames a read as deep as limits.max_depth may need (see treexchange._recursion): entry
         # points make that much room first, so Python's recursion limit is never hit before
         # Limits.max_depth is.
         self.max_refs = reference_depth(limits)
-        self.max_path = 4 * limits.max_depth + 16  # segments: a Dict level is three (kvvec[i].second)
+        self.max_path = path_depth(limits)
         self.stack_frames = self.max_refs * FRAMES_PER_LEVEL + 1000
         # Lazy nodes recurse outside any one entry point (a Dict's entries are built when the
         # Dict node is), so the room is made for as long as the file is open.
@@ -353,7 +349,7 @@ class Reader:
             if isinstance(obj, DatasetInfo) and obj.value_kind is not None
         }
 
-    def info(self, address: int, path: Path = ()) -> DatasetInfo:
+    def info(self, address: int, path: TreePath = ()) -> DatasetInfo:
         """Describe the object at ``address`` (described once); reads no array data."""
         if self.closed:
             self._check_open()
@@ -371,7 +367,7 @@ class Reader:
             raise LimitError("structure nested too deeply", path=path) from err
         return info
 
-    def describe(self, address: int, path: Path = ()) -> DatasetInfo:
+    def describe(self, address: int, path: TreePath = ()) -> DatasetInfo:
         """What the object at ``address`` is, as :meth:`info` describes it, without making its
         header when one alike to it (but for where its data lie) is described already: then
         that one is returned, so only its description may be used, not its address or
@@ -389,7 +385,7 @@ class Reader:
             return self.info(address, path)  # not described yet: the usual way
         return info
 
-    def element_bytes_at(self, info: DatasetInfo, address: int, path: Path = ()) -> bytes:
+    def element_bytes_at(self, info: DatasetInfo, address: int, path: TreePath = ()) -> bytes:
         """:meth:`element_bytes` of the scalar dataset at ``address``, described by ``info``
         (itself, or one alike to it: :meth:`describe`)."""
         if info.address == address:
@@ -406,7 +402,7 @@ class Reader:
                 return bytes(h5.buffer[data_at : data_at + size])
         return self.element_bytes(self.info(address, path))  # anything else: the usual way
 
-    def _make_info(self, obj: DatasetInfo, path: Path) -> DatasetInfo:
+    def _make_info(self, obj: DatasetInfo, path: TreePath) -> DatasetInfo:
         kind = obj.kind
         if kind == "group":
             return obj._describe(None, "scalar", None, None, _GROUP_TYPE, "group", False, 0)
@@ -458,7 +454,7 @@ class Reader:
         if (space_kind == "null" or ghost) and n > self.type_limits.max_elements:
             raise LimitError(
                 f"array of {n} zero-size elements exceeds {self.type_limits.max_elements} "
-                "(max_elements, or 16 elements per byte of file)",
+                "(max_elements, or max_virtual_elements: by default 16 per byte of file)",
                 offset=obj.offset,
             )
         eltype = self._element_type(obj, path) if isinstance(plan, ReferencePlan) else plan.element_type
@@ -506,7 +502,7 @@ class Reader:
                 raise LimitError("array dimensions exceed max_elements", offset=attr.data_offset)
         return tuple(int(v) for v in vals[::-1])
 
-    def _element_type(self, obj: ObjectHeader, path: Path) -> JuliaType:
+    def _element_type(self, obj: ObjectHeader, path: TreePath) -> JuliaType:
         attr = obj.attributes.get("julia_type")
         if attr is None:
             return ANY
@@ -521,7 +517,7 @@ class Reader:
         return value if isinstance(value, JuliaType) else ANY
 
     # --- values -----------------------------------------------------------------------------
-    def load_standalone(self, address: int, path: Path) -> Any:
+    def load_standalone(self, address: int, path: TreePath) -> Any:
         """Read one object in a fresh session (type parameter datasets)."""
         return Session(self, "julia").load_ref(address, path)
 
@@ -587,7 +583,9 @@ class Reader:
             return flat.reshape(info.shape, order="F")
         return flat.reshape(tuple(reversed(info.shape)))
 
-    def alike(self, addresses: np.ndarray, path: Path) -> list[tuple[DatasetInfo, np.ndarray, np.ndarray]]:
+    def alike(
+        self, addresses: np.ndarray, path: TreePath
+    ) -> list[tuple[DatasetInfo, np.ndarray, np.ndarray]]:
         """Many datasets at once: ``[(description, relative addresses, absolute data offsets)]``
         for the groups of datasets among ``addresses`` alike but for where their data lie
         (:meth:`HDF5File.alike`), that are plain-data arrays or scalar datasets stored in one
@@ -627,7 +625,7 @@ class Reader:
         return out
 
     def scalar_elements(
-        self, addresses: np.ndarray, path: Path
+        self, addresses: np.ndarray, path: TreePath
     ) -> tuple[list[tuple[DatasetInfo, np.ndarray, bytes]], list[tuple[DatasetInfo, np.ndarray, np.ndarray]]]:
         """:meth:`alike` split by kind: for the groups of scalar datasets, ``(description,
         relative addresses, their element bytes one after the other)`` (``plan.size`` bytes
@@ -642,7 +640,7 @@ class Reader:
                 scalars.append((info, found, _gather(self.h5.buffer, data_at, info.plan.size).tobytes()))
         return scalars, arrays
 
-    def read_value(self, address: int, path: Path, session: Session) -> Any:
+    def read_value(self, address: int, path: TreePath, session: Session) -> Any:
         elements = session.elements
         if elements:
             found = elements.pop(address, None)
@@ -661,7 +659,7 @@ class Reader:
             raise
 
     def _read_element(
-        self, info: DatasetInfo, address: int, raw: Any, off: int, path: Path, session: Session
+        self, info: DatasetInfo, address: int, raw: Any, off: int, path: TreePath, session: Session
     ) -> Any:
         """The value of the scalar dataset at ``address`` described by ``info``, from its bytes."""
         plan = info.plan
@@ -675,7 +673,7 @@ class Reader:
             return plan.fill(target, session, raw, off, path)
         return plan.decode(session, raw, off, path)
 
-    def _read(self, info: DatasetInfo, path: Path, session: Session) -> Any:
+    def _read(self, info: DatasetInfo, path: TreePath, session: Session) -> Any:
         plan = info.plan
         if info.kind == "group":
             return session.fill_group(info.address, self.links(info.address, hide_types=True), path)
@@ -693,7 +691,7 @@ class Reader:
         # Int128 arrays too: presented as arrays (info.dtype), loaded as Int128 values.
         return self.object_array(info, path, session)
 
-    def object_array(self, info: DatasetInfo, path: Path, session: Session) -> Any:
+    def object_array(self, info: DatasetInfo, path: TreePath, session: Session) -> Any:
         """An array whose elements are Python objects: list or :class:`JuliaArray`."""
         plan = info.plan
         assert plan is not None and info.shape is not None
@@ -778,7 +776,7 @@ class Session:
         self.decode_datatype = reader.types.decode_datatype
         self.decode_union = reader.types.decode_union
 
-    def fill_group(self, address: int, links: dict[str, int], path: Path) -> dict[str, Any]:
+    def fill_group(self, address: int, links: dict[str, int], path: TreePath) -> dict[str, Any]:
         """A group's values as a dict, made before its entries: a hard link back to the group
         (legal in HDF5) closes on this very dict."""
         group: dict[str, Any] = {}
@@ -795,7 +793,7 @@ class Session:
         self.memo[address] = group
         return group
 
-    def prefetch(self, addresses: np.ndarray, path: Path, *, depth: int = 0) -> None:
+    def prefetch(self, addresses: np.ndarray, path: TreePath, *, depth: int = 0) -> None:
         """Read many of the datasets at ``addresses`` in bulk, ahead of the usual path.
 
         For a vector of many references (a Dict's pairs, a long tuple of layers): the datasets
@@ -868,7 +866,7 @@ class Session:
             if isinstance(seen, JuliaStruct) and not seen.mutable and seen.type.qualified() == key:
                 seen.mutable = True
 
-    def load_ref(self, address: int, path: Path) -> Any:
+    def load_ref(self, address: int, path: TreePath) -> Any:
         if address == 0:
             return UNDEF  # an undefined reference: a #undef field or element
         memo = self.memo

@@ -29,11 +29,12 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._errors import FormatError, LimitError, TreexchangeError, UnsupportedError
+from .._errors import FormatError, LimitError, TreePath, TreexchangeError, UnsupportedError
 from .._hdf5._model import Attribute, H5Class, H5Type, Member
 from .._juliatype import JuliaType
 from .._limits import type_depth
@@ -51,7 +52,6 @@ from ._plans import (
     GhostPlan,
     Int128Plan,
     NumberPlan,
-    Path,
     Plan,
     ReferencePlan,
     UnionElementPlan,
@@ -257,7 +257,7 @@ class TypeResolver:
         return self.reader.object_kind(address) == "datatype"
 
     # --- DataType values ------------------------------------------------------------------------
-    def decode_datatype(self, buf: Any, off: int, path: Path) -> JuliaType:
+    def decode_datatype(self, buf: Any, off: int, path: TreePath) -> JuliaType:
         """Decode a ``Core.DataType`` element (32 bytes: name vlen string, parameters vlen refs)."""
         name = decode_text(self.reader.heap_bytes(buf, off))
         if len(name) > self.limits.max_name_bytes:
@@ -267,13 +267,13 @@ class TypeResolver:
         params = tuple(self._param(ref, path) for ref in self._refs(buf, off + 16, path))
         return JuliaType(name, params)
 
-    def decode_union(self, buf: Any, off: int, path: Path) -> JuliaType:
+    def decode_union(self, buf: Any, off: int, path: TreePath) -> JuliaType:
         """Decode a ``Core.Union`` element: ``Union{datatypes..., unionalls...}``."""
         members = [self._param(ref, path) for ref in self._refs(buf, off + 16, path)]
         members += [self._param(ref, path) for ref in self._refs(buf, off + 32, path)]
         return JuliaType("Core.Union", tuple(members))
 
-    def _refs(self, buf: Any, off: int, path: Path) -> list[int]:
+    def _refs(self, buf: Any, off: int, path: TreePath) -> list[int]:
         count = _U32.unpack_from(buf, off)[0]
         if count == 0:
             return []
@@ -282,7 +282,7 @@ class TypeResolver:
             raise FormatError(f"{count} type parameters do not fit their heap object", path=path)
         return [_U64.unpack_from(payload, 8 * i)[0] for i in range(count)]
 
-    def _param(self, ref: int, path: Path) -> Any:
+    def _param(self, ref: int, path: TreePath) -> Any:
         if ref in self._params:
             return self._params[ref]
         if ref == 0:
@@ -311,7 +311,7 @@ class TypeResolver:
                 f"(2 * max_depth={self.limits.max_depth} + 16)"
             )
 
-    def type_attribute(self, attr: Attribute, path: Path = ()) -> JuliaType:
+    def type_attribute(self, attr: Attribute, path: TreePath = ()) -> JuliaType:
         """Decode a ``julia_type``/``written_type`` attribute of a committed datatype."""
         if not is_datatype_compound(attr.type) or attr.space.kind != "scalar":
             raise FormatError(
@@ -352,7 +352,9 @@ class TypeResolver:
         if is_tuple_type(jt) and wt.basename in ("Array", "Vector", "Memory"):
             return CustomPlan("tuple", jt, inner, vector_to_tuple)
         if jt.name == "Base.BigInt" and isinstance(inner, (VlenStringPlan, FixedStringPlan)):
-            return CustomPlan("number", jt, inner, base62_to_int)
+            return CustomPlan(
+                "number", jt, inner, partial(base62_to_int, max_digits=self.limits.max_bigint_digits)
+            )
         layout = None
         if isinstance(inner, CompoundPlan) and inner.layout is not None:
             layout = dataclasses.replace(inner.layout, julia_type=jt, written_type=wt)

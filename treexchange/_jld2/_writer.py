@@ -34,10 +34,9 @@ from .._errors import (
     UnsupportedError,
     WriteError,
 )
-from .._hdf5._datatype import TYPE_NESTING_SLACK
 from .._hdf5._model import H5Type
 from .._juliatype import JuliaType
-from .._limits import DEFAULT_LIMITS
+from .._limits import DEFAULT_LIMITS, Limits, datatype_depth
 from .._recursion import stack_for_depth
 from .._values import UNDEF, JuliaArray, JuliaBits, JuliaStruct, NamedTuple as JlNamedTuple, Singleton, Symbol
 from . import _encode_hdf5 as enc
@@ -167,6 +166,10 @@ class JLD2Writer:
         file: a binary file opened for writing (random access); it is truncated to the final size.
         compress: a :class:`~treexchange._jld2._writer_arrays.Compression`, or ``None``.
         producer: the producer note stored after the format string in the user block.
+        root_attributes: UTF-8 string attributes of the root group.
+        limits: the bounds of what is written: the stack is made room for ``max_depth``
+            levels, and no inline type nests deeper than ``datatype_depth(limits)`` (what the
+            reader parses back).
 
     Example:
         >>> import io
@@ -184,8 +187,12 @@ class JLD2Writer:
         compress: Compression | None = None,
         producer: str = enc.DEFAULT_PRODUCER,
         root_attributes: dict[str, str] | None = None,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         self.sink = Sink(file)
+        # max_depth: the stack made room for; datatype_depth: the deepest inline type written
+        # (what the reader parses back with the same limits).
+        self.limits = limits
         self.compress = compress
         self.producer = producer
         self.root_attributes = dict(root_attributes or {})
@@ -211,7 +218,7 @@ class JLD2Writer:
         group, leaf = self._pathize(name)
         path: tuple[PathSegment, ...] = (name,)
         try:
-            with stack_for_depth(DEFAULT_LIMITS.max_depth):
+            with stack_for_depth(self.limits.max_depth):
                 self.prepare([(name, value)])
                 jt = self.types.of_value(value, path)
                 offset = self.write_dataset(value, jt, self.wsession, path)
@@ -473,11 +480,12 @@ class JLD2Writer:
             field_types.append(type_offset)
             members.append((name, dtype))
         compound = enc.compound_type(members)
-        if _type_chain(compound) > MAX_TYPE_NESTING + 1:
+        deepest = datatype_depth(self.limits)
+        if _type_chain(compound) > deepest + 1:
             # The reader (and libhdf5-based tools) stop at this nesting: never write what
             # treexchange cannot read back.
             raise LimitError(
-                f"struct {readas.key[:80]} nests inline types deeper than {MAX_TYPE_NESTING} levels, "
+                f"struct {readas.key[:80]} nests inline types deeper than {deepest} levels, "
                 "the most treexchange reads back"
             )
         if compound.size == 0:
@@ -1209,10 +1217,6 @@ def _array_items(value: Any) -> list[Any]:
         return value.tolist()
     arr = np.asarray(value)
     return list(arr.ravel(order="F"))
-
-
-# The deepest inline type nesting the reader accepts with default limits (_hdf5/_datatype.py).
-MAX_TYPE_NESTING = DEFAULT_LIMITS.max_depth + TYPE_NESTING_SLACK
 
 
 def _array_bytes(array: np.ndarray | None) -> bytes:

@@ -8,6 +8,12 @@ carries those facts for one concrete type; a :class:`TypeFactory` builds and int
 value-model values (:meth:`TypeFactory.of_value`) or from :class:`~treexchange.JuliaType` text
 read from a file (:meth:`TypeFactory.of_type`, used for type parameters).
 
+Which Julia type a value has is not decided here: :meth:`TypeFactory.of_value` runs the one rule
+set, :func:`treexchange._typeof.type_of` (also behind ``julia_type_of``, so ``inspect`` and the
+schema name the type ``save`` writes), with the factory as its ``TypeBuilder``. What the writer
+adds is storage: struct layouts, byte sizes of bits types, a ``Type{T}`` value stored as a
+``DataType``, and the refusal of ``#undef`` where JLD2 keeps no reference.
+
 Decisions (see docs/writing.md):
 
 * A :class:`~treexchange.JuliaStruct` is *immutable* unless flagged ``mutable=True`` (the file
@@ -16,7 +22,7 @@ Decisions (see docs/writing.md):
   from the field values (like a NamedTuple). Mutability is a property of the type: one flagged
   instance makes its type mutable.
 * ``dict`` becomes ``Dict{K,V}`` with K / V the common Julia type of the keys / values, else
-  ``Any`` (the choice of :func:`treexchange._typeof.julia_type_of`).
+  ``Any`` (the rule of :func:`treexchange._typeof.type_of`).
 * BFloat16 is ``Core.BFloat16`` (what Julia >= 1.11 with BFloat16s.jl writes).
 
 Which numpy dtype is which Julia number type is decided in one place, :mod:`treexchange._typeof`
@@ -32,21 +38,18 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import ConversionError, PathSegment, UnsupportedError
+from .._errors import ConversionError, PathSegment, TreePath, UnsupportedError
 from .._hdf5._model import H5Class, H5Type
 from .._juliatype import JuliaType, _render_param
-from .._typeof import is_jax_array, julia_eltype, julia_type_of, numpy_dtype
+from .._typeof import julia_eltype, numpy_dtype, qualified_name, type_of
 from .._values import (
     MISSING,
     UNDEF,
-    Int128,
     JuliaArray,
     JuliaBits,
     JuliaStruct,
-    NamedTuple,
     Singleton,
     Symbol,
-    UInt128,
 )
 from ._encode_hdf5 import bitfield_type, fixed_type, float_type
 
@@ -275,38 +278,6 @@ def type_key(name: str, params: tuple[Any, ...]) -> str:
 _TUPLE_NAMES = ("Core.Tuple", "Tuple")
 _UNION_NAMES = ("Core.Union", "Union")
 
-# Types Julia prints without their module (``str(JuliaType)``), for type text written by hand.
-# Number types are not listed: ``_qualified_name`` asks :func:`numpy_dtype` about ``Core.<name>``.
-_SHORT_NAMES = {
-    n.split(".", 1)[1]: n
-    for n in (
-        "Core.Int128",
-        "Core.UInt128",
-        "Core.String",
-        "Core.Symbol",
-        "Core.Any",
-        "Core.DataType",
-        "Core.Nothing",
-        "Base.Missing",
-        "Core.NamedTuple",
-        "Core.Array",
-        "Base.Complex",
-        "Core.Pair",
-        "Base.Dict",
-    )
-}
-
-
-def _qualified_name(name: str) -> str:
-    """``name`` with its module, for the names Julia prints without one (``Float32``, ``String``)."""
-    if "." in name:
-        return name
-    found = _SHORT_NAMES.get(name)
-    if found is not None:
-        return found
-    core = "Core." + name
-    return core if numpy_dtype(JuliaType(core)) is not None else name
-
 
 def _h5_number_type(dtype: np.dtype) -> H5Type:
     """The HDF5 type JLD2 stores a native number as: Bool a 1-byte bitfield, integers fixed-point,
@@ -503,7 +474,7 @@ class TypeFactory:
         found = self._cache.get(t.qualified())
         if found is not None:
             return found
-        name, params = _qualified_name(t.name), t.params  # "Float64" as Julia prints it: Core.Float64
+        name, params = qualified_name(t.name), t.params  # "Float64" as Julia prints it: Core.Float64
         if not params:
             dtype = numpy_dtype(JuliaType(name))
             if dtype is not None:
@@ -566,39 +537,23 @@ class TypeFactory:
 
     # --- from values -------------------------------------------------------------------------------
     def of_value(self, value: Any, path: Sequence[PathSegment] = ()) -> JT:
-        """The Julia type of a value-model value (raises ConversionError with the tree path)."""
+        """The Julia type of a value-model value (raises ConversionError with the tree path).
+
+        The type is the one :func:`treexchange._typeof.type_of` decides (what ``inspect`` and the
+        schema show), built as interned :class:`JT` by this factory's ``for_*`` methods, with
+        the writer's additions: struct layouts, byte sizes, and ``Type{T}`` stored as a DataType.
+        """
         found = self._by_class.get(type(value))
         if found is not None:
             return found  # a float, a str, ...: the Python type alone decides
         path = tuple(path)
-        if isinstance(value, NamedTuple):
-            names = list(value)
-            return self.namedtuple_of(names, [self.of_value(value[k], (*path, k)) for k in names])
-        if isinstance(value, tuple):
-            return self.tuple_of([self.of_value(v, (*path, i)) for i, v in enumerate(value, 1)])
-        if isinstance(value, list):
-            return self.array_of(self.ANY, 1)
-        if isinstance(value, JuliaArray):
-            return self.array_of(self._array_eltype(value, path), len(value.shape))
         if isinstance(value, dict):
             # Memoized per object: a Dict's type needs its values' types, and nested Dicts would
             # otherwise be typed again at every level above them (quadratic in the depth).
             memo = self._by_id.get(id(value))
             if memo is None:
-                memo = self._by_id[id(value)] = (value, self._dict_type(value, path))
+                memo = self._by_id[id(value)] = (value, type_of(value, self, path))
             return memo[1]
-        if isinstance(value, JuliaStruct):
-            return self._struct_type(value, path)
-        if isinstance(value, np.ndarray):
-            if value.dtype == object:
-                raise ConversionError("numpy object arrays have no Julia element type", path=path)
-            return self.array_of(self.of_dtype(value.dtype, path), value.ndim)
-        if is_jax_array(value):
-            return self.array_of(self.of_dtype(_jax_numpy_dtype(value, path), path), len(value.shape))
-        if isinstance(value, np.generic):
-            return self.of_dtype(value.dtype, path)
-        if isinstance(value, JuliaType):
-            return self.DATATYPE  # a type used as a value: a Julia DataType
         if value is UNDEF:
             raise ConversionError(
                 "#undef (treexchange.UNDEF) can only be stored where Julia keeps a reference: an "
@@ -606,32 +561,52 @@ class TypeFactory:
                 "reference (not a top-level value, a tuple or NamedTuple element, or a Dict entry)",
                 path=path,
             )
-        if isinstance(value, Singleton):
-            if is_type_singleton(value):
-                return self.DATATYPE  # the value T of type Type{T}: JLD2 stores it as a DataType
-            return self.singleton(value.type.name, tuple(value.type.params))
-        if isinstance(value, JuliaBits):
-            if not value.data:
-                raise ConversionError("JuliaBits with no bytes", path=path)
-            return self.bits(value.type, len(value.data))
-        if isinstance(value, Int128):
-            if not -(2**127) <= value < 2**127:
-                raise ConversionError(f"{int(value)} does not fit Int128", path=path)
-            return self.int128(True)
-        if isinstance(value, UInt128):
-            if not 0 <= value < 2**128:
-                raise ConversionError(f"{int(value)} does not fit UInt128", path=path)
-            return self.int128(False)
-        # The remaining scalars (Python bool / int / float / complex / str, Symbol, nothing,
-        # missing) take the one value -> Julia type mapping, which also range-checks ints and
-        # refuses what has no Julia counterpart.
-        t = julia_type_of(value, path=path)
-        found = self._by_type.get(t)
-        if found is None:
-            found = self._by_type[t] = self.of_type(t)
+        found = type_of(value, self, path)
         if type(value) in _CLASS_DECIDES:
             self._by_class[type(value)] = found
         return found
+
+    # --- the TypeBuilder of type_of: how the writer spells each decision ------------------------
+    def of(self, value: Any, path: TreePath) -> JT:
+        return self.of_value(value, path)
+
+    def for_type(self, t: JuliaType, path: TreePath) -> JT:
+        found = self._by_type.get(t)
+        if found is None:
+            found = self._by_type[t] = self.of_type(t)
+        return found
+
+    def for_dtype(self, dtype: np.dtype, path: TreePath) -> JT:
+        return self.of_dtype(dtype, path)
+
+    def for_namedtuple(self, names: list[str], fields: list[JT]) -> JT:
+        return self.namedtuple_of(names, fields)
+
+    def for_tuple(self, elems: list[JT]) -> JT:
+        return self.tuple_of(elems)
+
+    def for_list(self, value: list[Any], path: TreePath) -> JT:
+        return self.array_of(self.ANY, 1)  # the elements are typed as they are written
+
+    def for_array(self, eltype: JT, ndims: int) -> JT:
+        return self.array_of(eltype, ndims)
+
+    def for_array_eltype(self, value: JuliaArray, path: TreePath) -> JT:
+        return self._array_eltype(value, path)
+
+    def for_dict(self, key: JT, value: JT) -> JT:
+        return self.dict_of(key, value)
+
+    def for_struct(self, value: JuliaStruct, path: TreePath) -> JT:
+        return self._struct_type(value, path)
+
+    def for_bits(self, value: JuliaBits, path: TreePath) -> JT:
+        return self.bits(value.type, len(value.data))
+
+    def for_singleton(self, value: Singleton, path: TreePath) -> JT:
+        if is_type_singleton(value):
+            return self.DATATYPE  # the value T of type Type{T}: JLD2 stores it as a DataType
+        return self.singleton(value.type.name, tuple(value.type.params))
 
     def _array_eltype(self, value: JuliaArray, path: tuple[PathSegment, ...]) -> JT:
         if value.eltype.name in _UNION_NAMES:
@@ -672,16 +647,6 @@ class TypeFactory:
         return self._intern(
             JT(Cat.STRUCT, "JLD2.InlineUnionEl", (t1, t2), fields=fields, key=key, layout=UNION_EL)
         )
-
-    def _dict_type(self, value: dict[Any, Any], path: tuple[PathSegment, ...]) -> JT:
-        key_types = {id(t): t for t in (self.of_value(k, path) for k in value)}
-        value_types = {id(t): t for t in (self.of_value(v, (*path, str(k))) for k, v in value.items())}
-        if len(key_types) == 1:
-            (k,) = key_types.values()
-        else:
-            k = self.STRING if not value else self.ANY
-        v = next(iter(value_types.values())) if len(value_types) == 1 else self.ANY
-        return self.dict_of(k, v)
 
     def _struct_type(self, value: JuliaStruct, path: tuple[PathSegment, ...]) -> JT:
         key = value.type.qualified()
@@ -824,18 +789,6 @@ class TypeFactory:
         if t.cls == H5Class.REFERENCE:
             return self.ANY
         return self.of_value(value, path)
-
-
-def _jax_numpy_dtype(value: Any, path: tuple[PathSegment, ...]) -> np.dtype:
-    """The numpy dtype of a jax array; typed PRNG keys (``jax.random.key``) have none."""
-    try:
-        return np.dtype(value.dtype)
-    except TypeError:
-        raise ConversionError(
-            f"jax arrays of dtype {value.dtype} have no Julia element type"
-            + (" (a PRNG key: store jax.random.key_data(key) instead)" if "key<" in str(value.dtype) else ""),
-            path=path,
-        ) from None
 
 
 def is_type_singleton(value: Singleton) -> bool:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,7 +34,7 @@ from .._errors import ConversionError, PathSegment, UnsupportedError
 from . import _eqx_layers as L
 from ._activations import ELEMENTWISE, function_of, name_of
 from ._perm import REV, SAME, Compose, Perm, Reshape, Transpose, spatial_flip
-from ._rules import with_defaults
+from ._rules import same_padding, with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
 from ._state import KEEP, Port
 
@@ -42,6 +43,40 @@ ACTIVATED = frozenset(
     {"Dense", "Conv", "CrossCor", "ConvTranspose", "DepthwiseConv", "BatchNorm", "GroupNorm", "InstanceNorm",
      "LayerNorm"}
 )  # fmt: skip
+
+
+def chain_port(
+    items: list[Any],
+    path: tuple[PathSegment, ...],
+    read: Callable[[Any, tuple[PathSegment, ...]], Port],
+    own_entry: Callable[[Any], bool],
+    keys: Sequence[PathSegment] | None = None,
+) -> Port:
+    """The Flux ``Chain`` of a model's sequence of layers (the Equinox, Flax nnx and linen readers),
+    each item read by ``read`` at the path segment ``keys[i]`` (default ``1, 2, …`` as in Flux). An
+    elementwise function right after a layer that takes an activation and has none (an Equinox
+    ``Lambda(relu)`` after a ``Conv``) becomes that layer's ``σ``, as Flux writes ``Conv(…, relu)``;
+    an item for which ``own_entry`` holds (the target's ``Function`` layer, the author's own Chain
+    entry) stays an entry of its own."""
+    ports: list[Port] = []
+    folded: set[int] = set()
+    for i, item in enumerate(items, 1):
+        port = read(item, (*path, keys[i - 1] if keys is not None else i))
+        prev = ports[-1] if ports else None
+        name = port.layer.arg("name") if port.layer.kind == "function" else None
+        if (
+            prev is not None
+            and not own_entry(item)
+            and id(prev) not in folded
+            and prev.layer.kind in ACTIVATED
+            and prev.layer.arg("σ", "identity") == "identity"
+            and name in ELEMENTWISE
+        ):
+            prev.layer = dataclasses.replace(prev.layer, args={**prev.layer.args, "σ": name})
+            folded.add(id(prev))  # Conv(…, relu): one Flux layer
+            continue
+        ports.append(port)
+    return Port(Layer("Chain", {}, tuple(p.layer for p in ports)), children=tuple(ports))
 
 
 # === building ======================================================================================
@@ -110,6 +145,14 @@ def _padding(pad: tuple[int, ...]) -> list[tuple[int, int]]:
     """Flux ``(lo₁, hi₁, lo₂, hi₂, …)`` over Julia dims -> Python per-axis pairs (spatial order reversed)."""
     n = len(pad) // 2
     return [(int(pad[2 * k]), int(pad[2 * k + 1])) for k in reversed(range(n))]
+
+
+def _same(m: Any, transpose: bool, path: tuple[PathSegment, ...]) -> Any:
+    """An Equinox conv's padding, with ``"SAME"`` of a stride-1 conv made explicit (``same_padding``)."""
+    padding = m.padding
+    if isinstance(padding, str) and padding.upper() in ("SAME", "SAME_LOWER") and not transpose:
+        return same_padding(padding, m.kernel_size, m.stride, m.dilation, path)
+    return padding
 
 
 def _julia_pad(padding: Any, path: tuple[PathSegment, ...]) -> tuple[int, ...]:
@@ -463,25 +506,7 @@ class _Reader:
 
     # --- containers --------------------------------------------------------------------------------
     def chain(self, items: list[Any], path: tuple[PathSegment, ...]) -> Port:
-        ports: list[Port] = []
-        folded: set[int] = set()
-        for i, item in enumerate(items, 1):
-            port = self.read(item, (*path, i))
-            prev = ports[-1] if ports else None
-            name = port.layer.arg("name") if port.layer.kind == "function" else None
-            if (
-                prev is not None
-                and not isinstance(item, L.Function)  # the author's own Chain entry
-                and id(prev) not in folded
-                and prev.layer.kind in ACTIVATED
-                and prev.layer.arg("σ", "identity") == "identity"
-                and name in ELEMENTWISE
-            ):
-                prev.layer = dataclasses.replace(prev.layer, args={**prev.layer.args, "σ": name})
-                folded.add(id(prev))  # Conv(…, relu): one Flux layer
-                continue
-            ports.append(port)
-        return Port(Layer("Chain", {}, tuple(p.layer for p in ports)), children=tuple(ports))
+        return chain_port(items, path, self.read, lambda item: isinstance(item, L.Function))
 
     def mlp(self, mlp: Any, path: tuple[PathSegment, ...]) -> Port:
         if getattr(mlp, "scan", False):
@@ -600,7 +625,7 @@ class _Reader:
             "in": int(m.in_channels),
             "out": int(m.out_channels),
             "stride": _rev(m.stride),
-            "pad": _julia_pad(m.padding, path),
+            "pad": _julia_pad(_same(m, transpose, path), path),
             "dilation": _rev(m.dilation),
             "groups": int(m.groups),
             "bias": bool(m.use_bias),

@@ -193,7 +193,7 @@ def from_flux(
     flux: str | None = None,
     key: Any = None,
 ) -> Any:
-    """A runnable Equinox (or Flax nnx) model from a Flux file, with no template.
+    """A runnable Equinox (or Flax nnx, or Flax linen) model from a Flux file, with no template.
 
     Without ``architecture``, ``name`` must hold a whole Flux model (``jldsave(path; model)``): the
     structs' types record every layer and activation. With ``architecture`` (the model as Flux
@@ -208,7 +208,9 @@ def from_flux(
         path: the JLD2 file.
         name: the entry in it.
         architecture: the Flux model text for a ``Flux.state`` file.
-        target: ``"equinox"`` or ``"nnx"`` (Flax nnx, on a channels-last batch).
+        target: ``"equinox"``, ``"nnx"`` (Flax nnx, on a channels-last batch) or ``"linen"``
+            (Flax linen: the pair ``(module, variables)``, called ``module.apply(variables, x)``
+            on a channels-last batch).
         flux: the Flux era whose semantics apply (``"0.14"`` or ``"0.15"``); default ``"0.14"``
             for a whole-model file (those come from Flux ≤ 0.14), else the current release.
         key: a ``jax.random`` key for the (immediately overwritten) initial weights.
@@ -269,7 +271,12 @@ def from_flux(
             return model
         except _NotConcrete:
             return load_state(build(), state, path=(name,), flux=era)
-    raise ValueError(f"target must be 'equinox' or 'nnx', not {target!r}")
+    if target == "linen":
+        from treexchange._port._linen import build_linen
+
+        # Shapes only, no weights drawn: the restore fills every array (linen keeps no RNG state).
+        return load_state(build_linen(layer, flux=era), state, path=(name,), flux=era)
+    raise ValueError(f"target must be 'equinox', 'nnx' or 'linen', not {target!r}")
 
 
 class _NotConcrete(Exception):

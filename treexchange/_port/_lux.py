@@ -90,6 +90,23 @@ def lux_shape(
     return shape
 
 
+def _gru_v05_ps(port: Port, restoring: bool) -> tuple[Any, Any]:
+    """Lux 0.5 ``GRUCell`` ps of a Flux GRU (written only: see :func:`_recurrent_ps_st`)."""
+    from .._bridge._restore import NO_ARRAYS
+
+    wi, wh = (np.asarray(julia_array(*port.arrays[f])) for f in ("Wi", "Wh"))
+    b = np.asarray(julia_array(*port.arrays["b"]))
+    hidden = wh.shape[1]
+    bias_h = np.concatenate([b[: 2 * hidden], np.zeros(hidden, b.dtype)]).reshape(-1, 1)
+    ps = NamedTuple(
+        weight_i=np.ascontiguousarray(wi),
+        weight_h=np.ascontiguousarray(wh),
+        bias_i=np.ascontiguousarray(b[2 * hidden :].reshape(-1, 1)),
+        bias_h=bias_h,
+    )
+    return ps, (NO_ARRAYS if restoring else NamedTuple())
+
+
 def lux_array(port: Port, field: str, lux: str) -> Any:
     """The Lux array (or, in a restore, the LeafRef) for one Flux array field of ``port``."""
     from .._bridge._restore import LeafRef
@@ -176,24 +193,27 @@ def _recurrent_ps_st(port: Port, lux: str, part: str | None, restoring: bool) ->
     """A recurrent layer as its Lux cell: v1 ``(weight_ih, weight_hh, bias_ih, bias_hh)`` with
     ``bias_hh = 0`` (exact: Flux's one bias is all in ``bias_ih``; for GRU Lux v1 puts ``b_hn``
     inside ``r``, where Flux has none, and zero is the same); v0.5 ``(weight_i, weight_h, bias)``
-    for LSTM, ``(weight_ih, weight_hh, bias)`` for RNN, biases ``(G·H, 1)``."""
+    for LSTM, ``(weight_ih, weight_hh, bias)`` for RNN, biases ``(G·H, 1)``; v0.5 GRU
+    ``(weight_i, weight_h, bias_i, bias_h)`` with ``bias_i = b_h̃`` ``(H, 1)`` (added outside the
+    reset product, as Flux's) and ``bias_h = [b_r; b_z; 0]`` ``(3H, 1)`` (Lux 0.5 ``GRUCell``)."""
     from .._bridge._restore import NO_ARRAYS
 
     kind = port.layer.kind
     if kind == "GRUv3":
         raise UnsupportedError("Lux has no GRUv3 cell (the reset gate before Wh_h̃)")
-    if lux == "1" and restoring and part != "st":
+    if restoring and part != "st" and kind == "GRU":
         raise UnsupportedError(
-            "restoring Lux v1 recurrent ps is not supported yet: its bias_ih + bias_hh would have to be "
-            "summed into Flux's one bias (write with tx.lux_state, or restore a Flux.state)"
+            f"restoring Lux v{lux} GRU ps is not supported: the last block of its hidden bias sits "
+            "inside the reset product, where Flux's GRU has no bias (write with tx.lux_state, or "
+            "restore a Flux.state)"
         )
-    names = _RECURRENT_V1 if lux == "1" else _RECURRENT_V05.get(kind)
-    if names is None:
-        raise UnsupportedError(f"Lux v0.5 {kind}Cell ps are not mapped (LSTMCell and RNNCell are)")
-    if restoring and part == "st":
-        for field in names:
-            port.fixed.append((port.arrays[field][0], KEEP))
+    if restoring and part == "st":  # the cell's arrays are all in ps: keep them
+        for value, _ in port.arrays.values():
+            port.fixed.append((value, KEEP))
         return NO_ARRAYS, NO_ARRAYS
+    if lux == "0.5" and kind == "GRU":
+        return _gru_v05_ps(port, restoring)
+    names = _RECURRENT_V1 if lux == "1" else _RECURRENT_V05[kind]
     ps: list[tuple[str, Any]] = []
     for field, name in names.items():
         array = lux_array(port, field, lux)
@@ -204,6 +224,11 @@ def _recurrent_ps_st(port: Port, lux: str, part: str | None, restoring: bool) ->
             flux_shape = perm.julia_shape(tuple(value.shape))
             array = value.through((*flux_shape, 1), _reshaped(perm, flux_shape))
         ps.append((name, array))
-    if lux == "1":  # only when writing (a v1 restore was refused above)
+    if lux == "1" and restoring:
+        # Flux's one bias is the sum of Lux's two (both are added to the same pre-activations)
+        bias = dict(ps)["bias_ih"]
+        ps = [(name, bias.addend(0, 2) if name == "bias_ih" else a) for name, a in ps]
+        ps.append(("bias_hh", bias.addend(1, 2)))
+    elif lux == "1":
         ps.append(("bias_hh", np.zeros_like(np.asarray(dict(ps)["bias_ih"]))))
     return NamedTuple(ps), (NO_ARRAYS if restoring else NamedTuple())

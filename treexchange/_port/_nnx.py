@@ -29,9 +29,9 @@ from typing import Any
 
 from .._errors import PathSegment, UnsupportedError
 from ._activations import ELEMENTWISE, function_of, name_of
-from ._eqx import ACTIVATED, layernorm_0_14_message, layernorm_eps
+from ._eqx import ACTIVATED, chain_port, layernorm_0_14_message, layernorm_eps
 from ._perm import SAME, Compose, Perm, Reshape, Transpose, spatial_flip
-from ._rules import RECURRENT_GATES, with_defaults
+from ._rules import RECURRENT_GATES, same_padding, with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
 from ._state import Port
 
@@ -340,6 +340,8 @@ class _Reader:
         self.conv_data = False  # the data at this point of the model came out of a conv layer
         self.after_unknown = False  # the last module read was a function without an NNlib name
 
+    flatten_hint = "treexchange._port._nnx_layers.Flatten"
+
     def read(self, m: Any, path: Path) -> Port:
         from flax import nnx
 
@@ -430,36 +432,20 @@ class _Reader:
             return Port(Layer("function", {"name": name_of(m), "fn": m}))
         raise UnsupportedError(f"no Flux layer for {type(m).__name__}", path=path)
 
-    def chain(self, items: list[Any], path: Path) -> Port:
+    def chain(self, items: list[Any], path: Path, keys: list[PathSegment] | None = None) -> Port:
+        """A Chain of ``items``; ``keys`` are their path segments (default ``1, 2, …`` as in Flux)."""
+        return chain_port(items, path, self.read, self.own_entry, keys)
+
+    def own_entry(self, item: Any) -> bool:
+        """Whether a Chain item is the author's own Function entry (never folded into the layer before)."""
         from . import _nnx_layers as NL
 
-        ports: list[Port] = []
-        folded: set[int] = set()
-        for i, item in enumerate(items, 1):
-            port = self.read(item, (*path, i))
-            prev = ports[-1] if ports else None
-            name = port.layer.arg("name") if port.layer.kind == "function" else None
-            if (
-                prev is not None
-                and not isinstance(item, NL.Function)  # the author's own Chain entry
-                and id(prev) not in folded
-                and prev.layer.kind in ACTIVATED
-                and prev.layer.arg("σ", "identity") == "identity"
-                and name in ELEMENTWISE
-            ):
-                prev.layer = dataclasses.replace(prev.layer, args={**prev.layer.args, "σ": name})
-                folded.add(id(prev))
-                continue
-            ports.append(port)
-        return Port(Layer("Chain", {}, tuple(p.layer for p in ports)), children=tuple(ports))
+        return isinstance(item, NL.Function)
 
     def track(self, m: Any, port: Port, path: Path) -> None:
         """Follow, in call order, whether the data is conv output, so that a Linear fed by an unknown
         function of it (most likely a channels-last ``reshape``, whose order is not Flux's) is refused
         instead of ported into a model that computes something else."""
-        from flax import nnx
-
-        from . import _nnx_layers as NL
         from ._spec import CONTAINERS
 
         kind = port.layer.kind
@@ -468,15 +454,15 @@ class _Reader:
         if kind == "function" and port.layer.arg("name") in ELEMENTWISE:
             return  # an activation changes no layout
         after_unknown, self.after_unknown = self.after_unknown, False
-        if isinstance(m, nnx.Linear) and self.conv_data and after_unknown:
+        if kind == "Dense" and self.conv_data and after_unknown:
             raise UnsupportedError(
                 "a Linear after conv layers follows an unknown function; if it flattens, use "
-                "treexchange._port._nnx_layers.Flatten so the Dense columns get Flux's order",
+                f"{self.flatten_hint} so the Dense columns get Flux's order",
                 path=path,
             )
         if kind in ("Conv", "CrossCor", "ConvTranspose", "DepthwiseConv"):
             self.conv_data = True
-        elif kind in ("Dense", "Embedding", "Bilinear") or isinstance(m, NL.Flatten):
+        elif kind in ("Dense", "Embedding", "Bilinear", "flatten"):
             self.conv_data = False
         elif kind == "function" and port.layer.arg("name") is None:
             self.after_unknown = True
@@ -490,18 +476,20 @@ class _Reader:
         layer = Layer("Dense", {"in": int(inp), "out": int(out), "bias": bool(m.use_bias), "σ": "identity"})
         return Port(layer, arrays)
 
-    def conv(self, m: Any, path: Path) -> Port:
+    def conv(self, m: Any, path: Path, kind: str | None = None) -> Port:
+        """A Conv/CrossCor/ConvTranspose; ``kind`` given for a module that is not nnx's (linen)."""
         from flax import nnx
 
         from . import _nnx_layers as NL
 
-        kind = (
-            "CrossCor"
-            if isinstance(m, NL.CrossCor)
-            else "ConvTranspose"
-            if isinstance(m, nnx.ConvTranspose)
-            else "Conv"
-        )
+        if kind is None:
+            kind = (
+                "CrossCor"
+                if isinstance(m, NL.CrossCor)
+                else "ConvTranspose"
+                if isinstance(m, nnx.ConvTranspose)
+                else "Conv"
+            )
         conv = m.conv if isinstance(m, NL.CrossCor) else m
         kernel = _value(conv.kernel)
         n = kernel.ndim - 2
@@ -524,7 +512,12 @@ class _Reader:
             args.update(
                 {"in": int(kernel.shape[n]) * groups, "out": int(kernel.shape[n + 1]), "groups": groups}
             )
-            args["pad"] = _julia_pad(_pairs(conv.padding, n, path))
+            padding = conv.padding
+            if isinstance(padding, str) and padding.upper() in ("SAME", "SAME_LOWER"):
+                padding = same_padding(
+                    padding, kernel.shape[:n], _tuple(conv.strides, n), _tuple(conv.kernel_dilation, n), path
+                )
+            args["pad"] = _julia_pad(_pairs(padding, n, path))
         to_flax = Transpose((*range(n - 1, -1, -1), n, n + 1))
         if kind == "ConvTranspose":
             perm: Perm = Transpose((*range(n - 1, -1, -1), n + 1, n))
@@ -569,10 +562,11 @@ class _Reader:
         port.arrays.update({"μ": (mean, SAME), "σ²": (_value(m.var), SAME)})
         return port
 
-    def groupnorm(self, m: Any, path: Path) -> Port:
+    def groupnorm(self, m: Any, path: Path, instance: bool | None = None) -> Port:
         from flax import nnx
 
-        instance = isinstance(m, nnx.InstanceNorm)
+        if instance is None:
+            instance = isinstance(m, nnx.InstanceNorm)
         if bool(m.use_scale) != bool(m.use_bias):
             raise UnsupportedError("Flux norms have both γ and β or neither", path=path)
         if instance:

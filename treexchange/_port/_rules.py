@@ -28,7 +28,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -548,3 +548,30 @@ def julia_constructor(layer: Layer, era: str = "0.15") -> str:
 def _julia(layer: Layer, era: str) -> str:
     children = [_julia(child, era) for child in layer.children]
     return rule_for(layer).julia(layer, children, era)
+
+
+def same_padding(
+    padding: str, kernel: Sequence[int], strides: Sequence[int], dilation: Sequence[int], path: Any = ()
+) -> list[tuple[int, int]]:
+    """JAX's ``"SAME"`` padding of a stride-1 conv as explicit ``(lo, hi)`` pairs (Python axis order).
+
+    The total ``d(k−1)`` is split with the larger half last (``"SAME_LOWER"``: first, as Flux's own
+    ``SamePad``). With a stride above 1 the split depends on the input size, which Flux's static
+    ``pad`` cannot follow: refused.
+
+    Example:
+        >>> same_padding("SAME", (3, 4), (1, 1), (1, 1))
+        [(1, 1), (1, 2)]
+    """
+    if set(strides) != {1}:
+        raise UnsupportedError(
+            f"padding={padding!r} with strides {tuple(strides)}: the padding depends on the input "
+            "size, which a Flux pad cannot follow; give explicit pairs",
+            path=tuple(path),
+        )
+    pairs = []
+    for k, d in zip(kernel, dilation, strict=True):
+        total = int(d) * (int(k) - 1)
+        small, large = total // 2, total - total // 2
+        pairs.append((large, small) if padding.upper() == "SAME_LOWER" else (small, large))
+    return pairs

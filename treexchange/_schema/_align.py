@@ -10,24 +10,26 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-# Above this many pairs the quadratic table is not worth it; fall back to positional pairing.
-MAX_ALIGN_CELLS = 250_000
-
 
 def align(
-    n_expected: int, n_actual: int, matches: Callable[[int, int], bool]
+    n_expected: int, n_actual: int, matches: Callable[[int, int], bool], *, max_cells: int
 ) -> list[tuple[int | None, int | None]]:
     """Pairs of 0-based indices ``(expected, actual)``; ``None`` on one side marks missing/extra.
 
+    Above ``max_cells`` pairs (``Limits.max_align_cells``) the quadratic table, and the
+    ``matches`` call per cell, are not spent: the items are paired by position.
+
     Example:
-        >>> align(3, 2, lambda i, j: "ABC"[i] == "AC"[j])
+        >>> align(3, 2, lambda i, j: "ABC"[i] == "AC"[j], max_cells=100)
         [(0, 0), (1, None), (2, 1)]
-        >>> align(2, 3, lambda i, j: "AC"[i] == "ABC"[j])
+        >>> align(2, 3, lambda i, j: "AC"[i] == "ABC"[j], max_cells=100)
         [(0, 0), (None, 1), (1, 2)]
-        >>> align(2, 2, lambda i, j: False)
+        >>> align(2, 2, lambda i, j: False, max_cells=100)
         [(0, 0), (1, 1)]
+        >>> align(3, 2, lambda i, j: "ABC"[i] == "AC"[j], max_cells=5)
+        [(0, 0), (1, 1), (2, None)]
     """
-    if n_expected * n_actual > MAX_ALIGN_CELLS:
+    if n_expected * n_actual > max_cells:
         return _positional(0, n_expected, 0, n_actual)
     eq = [[matches(i, j) for j in range(n_actual)] for i in range(n_expected)]
     # lcs[i][j] = LCS length of expected[i:] and actual[j:]

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from .._errors import TreePath, format_path
+from .._limits import DEFAULT_LIMITS, Limits
 from ._align import align
 from ._model import (
     ArrayNode,
@@ -120,7 +121,7 @@ def diff(a: Any, b: Any, *, checksums: bool = False, name: str | None = None) ->
     doc_a, label_a = _as_schema(a, checksums=checksums, name=name, default="A")
     doc_b, label_b = _as_schema(b, checksums=checksums, name=name, default="B")
     out: list[Difference] = []
-    _Differ(out).documents(doc_a, doc_b, name)
+    _Differ(out, DEFAULT_LIMITS).documents(doc_a, doc_b, name)
     return SchemaDiff(out, a_label=label_a, b_label=label_b)
 
 
@@ -151,8 +152,9 @@ def _as_schema(x: Any, *, checksums: bool, name: str | None, default: str) -> tu
 
 
 class _Differ:
-    def __init__(self, out: list[Difference]) -> None:
+    def __init__(self, out: list[Difference], limits: Limits) -> None:
         self.out = out
+        self.limits = limits  # max_align_cells: how long a sequence is aligned, not paired by position
         self._keys: dict[int, str] = {}
 
     def add(self, kind: str, path: TreePath, a: Any, b: Any, message: str) -> None:
@@ -239,7 +241,9 @@ class _Differ:
         else:
             keys_a = [self.key(n) for n in a]
             keys_b = [self.key(n) for n in b]
-            pairs = align(len(a), len(b), lambda i, j: keys_a[i] == keys_b[j])
+            pairs = align(
+                len(a), len(b), lambda i, j: keys_a[i] == keys_b[j], max_cells=self.limits.max_align_cells
+            )
         for i, j in pairs:
             if i is not None and j is not None:
                 self.node(a[i], b[j], (*path, j + 1))

@@ -18,14 +18,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._errors import FormatError, MismatchError
+from .._limits import DEFAULT_LIMITS, Limits
 from ._model import Schema
 from ._validate import validate as validate_tree
 from ._versions import SchemaLike, load_schema
 
 SCHEMA_ATTRIBUTE = "treexchange_schema"
 """Name of the root-group attribute that holds a file's schema (JSON text)."""
-
-_MAX_ATTRIBUTE_CHARS = 64 << 20
 
 
 def schema_to_attributes(schema: SchemaLike) -> dict[str, str]:
@@ -40,8 +39,11 @@ def schema_to_attributes(schema: SchemaLike) -> dict[str, str]:
     return {SCHEMA_ATTRIBUTE: load_schema(schema).to_json(indent=None)}
 
 
-def schema_from_attributes(attributes: Mapping[str, Any]) -> Schema | None:
-    """The schema held in a root group's attributes, or ``None`` when there is none.
+def schema_from_attributes(
+    attributes: Mapping[str, Any], *, limits: Limits = DEFAULT_LIMITS
+) -> Schema | None:
+    """The schema held in a root group's attributes, or ``None`` when there is none (at most
+    ``limits.max_embedded_schema_chars`` of JSON text, read with ``limits``).
 
     Example:
         >>> schema_from_attributes({"treexchange_schema": '{"schema_version": "1.0", "roots": {}}'}).roots
@@ -63,11 +65,14 @@ def schema_from_attributes(attributes: Mapping[str, Any]) -> Schema | None:
             raw = raw.decode("utf-8", errors="replace")
     if not isinstance(raw, str):
         raise FormatError(f"root attribute {SCHEMA_ATTRIBUTE!r} is not a string")
-    if len(raw) > _MAX_ATTRIBUTE_CHARS:
-        raise FormatError(f"root attribute {SCHEMA_ATTRIBUTE!r} is too large")
+    if len(raw) > limits.max_embedded_schema_chars:
+        raise FormatError(
+            f"root attribute {SCHEMA_ATTRIBUTE!r} is too large "
+            f"(max_embedded_schema_chars={limits.max_embedded_schema_chars})"
+        )
     if not raw.lstrip().startswith("{"):
         raise FormatError(f"root attribute {SCHEMA_ATTRIBUTE!r} is not a JSON schema document")
-    return load_schema(raw)
+    return load_schema(raw, limits=limits)
 
 
 def read_embedded_schema(file: Any) -> Schema | None:

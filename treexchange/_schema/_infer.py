@@ -10,9 +10,9 @@ from pydantic import BaseModel
 from .._errors import LimitError, UnsupportedError, format_path
 from .._gc import gc_paused
 from .._inspect import node_budget
-from .._limits import DEFAULT_LIMITS
+from .._jsonform import json_scalar
+from .._limits import DEFAULT_LIMITS, Limits
 from ._model import (
-    MAX_TREE_DEPTH,
     ArrayNode,
     BoolNode,
     DictNode,
@@ -30,7 +30,6 @@ from ._model import (
     TupleNode,
     VectorNode,
 )
-from ._scalars import to_json_value
 from ._sources import Source, file_roots, is_file_like, opened, roots_of, with_bridge
 
 _VECTOR_OF_ANY = "Array{Any, 1}"
@@ -122,11 +121,7 @@ def infer_schema(
                 roots = file_roots(file, name)
                 producer = _file_producer(file, x)
                 options.budget = node_budget(file)
-                limits = getattr(getattr(file, "reader", None), "limits", None) or getattr(
-                    file, "limits", None
-                )
-                if limits is not None:
-                    options.max_depth = min(MAX_TREE_DEPTH, limits.max_schema_depth)
+                options.max_depth = file_limits(file).max_schema_depth
                 result = {key: options.node(src, 1) for key, src in roots}
             # Let the lazy nodes go while the collector is still paused: when it resumes, it
             # scans everything made meanwhile that is still alive once (for a path, the file's
@@ -137,8 +132,14 @@ def infer_schema(
             producer = Producer(version=_version(), source="values")
             result = with_bridge(roots, lambda rs: {key: options.node(src, 1) for key, src in rs})
     # Built without validation: every node is well-formed by construction, and no deeper than
-    # MAX_TREE_DEPTH (checked while walking).
+    # Limits.max_schema_depth (checked while walking).
     return _make(Schema, producer=producer, description=description, roots=result)
+
+
+def file_limits(file: Any) -> Limits:
+    """The :class:`Limits` an opened file was opened with (``DEFAULT_LIMITS`` when it has none)."""
+    limits = getattr(getattr(file, "reader", None), "limits", None) or getattr(file, "limits", None)
+    return limits if isinstance(limits, Limits) else DEFAULT_LIMITS
 
 
 def infer_node(source: Source, *, checksums: bool = False, values: bool = False) -> Node:
@@ -155,7 +156,7 @@ class _Options:
     def __init__(self, *, checksums: bool, values: bool) -> None:
         self.checksums = checksums
         self.values = values
-        self.max_depth = min(MAX_TREE_DEPTH, DEFAULT_LIMITS.max_schema_depth)
+        self.max_depth = DEFAULT_LIMITS.max_schema_depth  # an opened file's own, when it has one
         self.budget: int | None = None  # Limits.max_nodes for the file (derived from its size)
         self.count = 0  # schema nodes described, reused subtrees counted in full
         self._memo: dict[int, tuple[Node, int, int]] = {}  # address -> (node, size, height)
@@ -243,8 +244,9 @@ class _Options:
         if kind == "singleton":
             return _make(SingletonNode, type=src.type_text() or "Tuple{}")
         if kind == "number":
-            enum = [to_json_value(src.scalar())] if self.values else None
-            return _make(NumberNode, dtype=src.dtype(), type=src.type_text(), enum=enum)
+            type_text = src.type_text()
+            enum = [json_scalar(src.scalar(), type_text)] if self.values else None
+            return _make(NumberNode, dtype=src.dtype(), type=type_text, enum=enum)
         if kind == "bool":
             return _make(BoolNode, enum=[bool(src.scalar())] if self.values else None)
         if kind == "string":

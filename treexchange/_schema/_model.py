@@ -20,13 +20,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from .._gc import gc_paused
+from .._limits import DEFAULT_LIMITS, Limits
 
 SCHEMA_VERSION = "1.0"
 """The schema document version this treexchange writes (and reads natively)."""
 
-MAX_TREE_DEPTH = 64
-"""The deepest tree a schema document describes (levels below a root). Real state trees are a few
-levels deep; the bound keeps every document within what the JSON (de)serializers nest safely."""
 
 _DIM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SHA256 = r"^[0-9a-f]{64}$"
@@ -347,12 +345,16 @@ class Schema(_Base):
     roots: dict[str, Node] = Field(default_factory=dict, description="One node per top-level name.")
 
     @model_validator(mode="after")
-    def _bounded_depth(self) -> Schema:
+    def _bounded_depth(self, info: ValidationInfo) -> Schema:
+        # Limits.max_schema_depth: real state trees are a few levels deep; the bound keeps every
+        # document within what the JSON (de)serializers nest safely. load_schema passes its limits.
+        limits: Limits = (info.context or {}).get("limits", DEFAULT_LIMITS)
+        most = limits.max_schema_depth
         stack: list[tuple[Node, int]] = [(node, 1) for node in self.roots.values()]
         while stack:
             node, depth = stack.pop()
-            if depth > MAX_TREE_DEPTH:
-                raise ValueError(f"the tree is deeper than {MAX_TREE_DEPTH} levels")
+            if depth > most:
+                raise ValueError(f"the tree is deeper than max_schema_depth={most} levels")
             stack.extend((child, depth + 1) for _, child in node.children())
         return self
 

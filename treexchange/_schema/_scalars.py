@@ -1,9 +1,11 @@
 """Scalar values in schema documents: their JSON encoding and how constraints compare to them.
 
-The encoding follows ``inspect --json``'s ``value``: numbers as JSON numbers, complex as
-``[re, im]``, 128-bit integers as decimal strings, and the non-finite floats as the strings
-``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (JSON has no literal for them; ``"Inf"`` and
-``"-Inf"`` are accepted too).
+The encoding is ``inspect --json``'s ``value``, by the same function
+(:func:`treexchange._jsonform.json_scalar`): numbers as JSON numbers, complex as ``[re, im]``,
+integers wider than 64 bits (and every ``Int128``, ``UInt128``, ``BigInt``) as decimal strings,
+and the non-finite floats as the strings ``"NaN"``, ``"Infinity"`` and ``"-Infinity"`` (JSON has
+no literal for them; ``"Inf"`` and ``"-Inf"`` are accepted too, and so are bare JSON integers of
+any size, which earlier documents may hold).
 
 Comparisons happen at the *value's* precision: a schema ``enum: [0.1]`` matches a ``Float32``
 ``0.1f0`` because ``0.1`` is first rounded to float32, exactly as Julia's ``0.1f0 == Float32(0.1)``.
@@ -16,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .._values import Int128, JuliaBits, UInt128
+from .._values import JuliaBits
 
 _NONFINITE = {
     "NaN": math.nan,
@@ -27,57 +29,6 @@ _NONFINITE = {
     "-Inf": -math.inf,
     "+Inf": math.inf,
 }
-
-
-def _float_json(x: Any) -> float | str:
-    f = float(x)
-    if math.isnan(f):
-        return "NaN"
-    if math.isinf(f):
-        return "Infinity" if f > 0 else "-Infinity"
-    if isinstance(x, np.generic) and x.dtype != np.float64:
-        # The shortest decimal that rounds back to the same narrow float reads better than the
-        # float64 expansion (0.1 rather than 0.10000000149011612 for 0.1f0).
-        try:
-            short = float(str(x))
-        except ValueError:
-            return f
-        if np.array(short, dtype=x.dtype) == x:
-            return short
-    return f
-
-
-def to_json_value(value: Any) -> Any:
-    """The JSON form of a scalar value.
-
-    Example:
-        >>> to_json_value(np.float32(0.1)), to_json_value(np.complex64(1 + 2j)), to_json_value(Int128(-5))
-        (0.1, [1.0, 2.0], '-5')
-        >>> to_json_value(float("nan")), to_json_value(True), to_json_value(np.int8(3))
-        ('NaN', True, 3)
-    """
-    if isinstance(value, (bool, np.bool_)):
-        return bool(value)
-    if isinstance(value, (Int128, UInt128)):
-        return str(int(value))
-    if isinstance(value, (int, np.integer)):
-        return int(value)
-    if isinstance(value, (complex, np.complexfloating)):
-        c = complex(value)
-        part = np.float32 if isinstance(value, np.complex64) else float
-        return [_float_json(part(c.real)), _float_json(part(c.imag))]
-    if isinstance(value, (float, np.floating)) or _is_narrow_float(value):
-        return _float_json(value)
-    if isinstance(value, JuliaBits):
-        return value.as_int()
-    if isinstance(value, str):
-        return str(value)
-    return value
-
-
-def _is_narrow_float(value: Any) -> bool:
-    # ml_dtypes scalars (bfloat16, float8 ...) are np.generic but not np.floating.
-    return isinstance(value, np.generic) and value.dtype.kind == "V"
 
 
 def _as_number(encoded: Any) -> Any:
@@ -128,6 +79,7 @@ def number_in(value: Any, allowed: list[Any]) -> bool:
     Example:
         >>> number_in(np.float32(0.1), [0.1, 0.2]), number_in(np.float64(0.1), [0.10000000149011612])
         (True, False)
+        >>> from treexchange import Int128
         >>> number_in(float("nan"), ["NaN"]), number_in(Int128(2**100), [str(2**100)])
         (True, True)
     """

@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 
 from .._errors import ConversionError, TreePath, TreexchangeError
+from .._jsonform import array_sha256
 from .._juliatype import JuliaType
 from .._typeof import julia_type_of, kind_of, numpy_dtype, presented_dtype_name, wide_int_array
 from .._values import Int128, JuliaArray, JuliaBits, JuliaStruct, NamedTuple, Singleton, UInt128
-from ._checksum import array_sha256
 
 DEFAULT_ROOT = "model_state"
 """Top-level name given to a single value (not a mapping of names), as Flux's docs save it."""

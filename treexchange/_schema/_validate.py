@@ -14,10 +14,12 @@ from .._errors import (
     format_path,
 )
 from .._gc import gc_paused
+from .._jsonform import json_scalar
 from .._juliatype import JuliaType
+from .._limits import DEFAULT_LIMITS, Limits
 from ._align import align
+from ._infer import file_limits
 from ._model import (
-    MAX_TREE_DEPTH,
     ArrayNode,
     BoolNode,
     DictNode,
@@ -34,7 +36,7 @@ from ._model import (
     VectorNode,
     format_shape,
 )
-from ._scalars import format_value, number_compare, number_in, to_json_value
+from ._scalars import format_value, number_compare, number_in
 from ._sources import (
     DEFAULT_ROOT,
     FileSource,
@@ -85,13 +87,14 @@ def validate(
         m.weight: shape (5, 32) found, schema expects (5, 16)
     """
     doc = load_schema(schema)
-    checker = _Checker(checksums=checksums)
     with gc_paused():
         if is_file_like(x):
             with opened(x) as file:
+                checker = _Checker(checksums=checksums, limits=file_limits(file))
                 checker.check_file(file, doc, name)
             del file  # let the lazy nodes go while the collector is paused (see infer_schema)
         else:
+            checker = _Checker(checksums=checksums, limits=DEFAULT_LIMITS)
             checker.check_values(x, doc, name)
     return checker.found
 
@@ -115,14 +118,22 @@ class _Checker:
     """
 
     def __init__(
-        self, *, checksums: bool, trial: bool = False, bindings: dict[str, Any] | None = None
+        self,
+        *,
+        checksums: bool,
+        limits: Limits,
+        trial: bool = False,
+        bindings: dict[str, Any] | None = None,
     ) -> None:
         self.found: list[Mismatch] = []
         self.checksums = checksums
         self.trial = trial
         # Symbolic dimension name -> (size, path where it was bound).
         self.bindings: dict[str, tuple[int, TreePath]] = dict(bindings or {})
-        self.max_depth = MAX_TREE_DEPTH
+        # max_schema_depth: how deep the walk goes; max_align_cells: how long a sequence is aligned
+        # by trial matches; max_type_text_depth: how deep type text is parsed.
+        self.limits = limits
+        self.max_depth = limits.max_schema_depth
 
     def add(self, kind: str, path: TreePath, message: str) -> None:
         if self.trial:
@@ -221,7 +232,7 @@ class _Checker:
 
     def _type(self, expected: str, a: Source) -> None:
         actual = a.type_text()
-        if actual is not None and not same_type(actual, expected):
+        if actual is not None and not same_type(actual, expected, self.limits):
             self.add("type", a.path, f"{actual} found, schema expects {expected}")
 
     def _fields(self, s: NamedTupleNode | StructNode, a: Source, depth: int) -> None:
@@ -273,7 +284,12 @@ class _Checker:
             for s_item, (_, src) in zip(expected, children):
                 self.node(s_item, src, depth + 1)
             return
-        pairs = align(len(expected), len(children), lambda i, j: self.matches(expected[i], children[j][1]))
+        pairs = align(
+            len(expected),
+            len(children),
+            lambda i, j: self.matches(expected[i], children[j][1]),
+            max_cells=self.limits.max_align_cells,
+        )
         for i, j in pairs:
             if i is not None and j is not None:
                 self.node(expected[i], children[j][1], depth + 1)
@@ -361,7 +377,7 @@ class _Checker:
         if s.enum is None and s.minimum is None and s.maximum is None:
             return
         value = a.scalar()
-        shown = format_value(to_json_value(value))
+        shown = format_value(json_scalar(value))
         if s.enum is not None and not number_in(value, s.enum):
             self.add("value", a.path, f"{shown} found, schema allows {_enum_text(s.enum)}")
         if s.minimum is not None:
@@ -385,7 +401,7 @@ class _Checker:
 
     def matches(self, s: Node, a: Source) -> bool:
         """Whether ``a`` conforms to ``s`` (structure only: no checksums, no lasting bindings)."""
-        trial = _Checker(checksums=False, trial=True, bindings=self.bindings)
+        trial = _Checker(checksums=False, limits=self.limits, trial=True, bindings=self.bindings)
         try:
             trial.node(s, a, 1)
         except _Stop:
@@ -408,7 +424,7 @@ def _describe(src: Source) -> str:
         return src.kind
 
 
-def same_type(a: str, b: str) -> bool:
+def same_type(a: str, b: str, limits: Limits = DEFAULT_LIMITS) -> bool:
     """Whether two Julia type texts name the same type (module prefixes Core./Base. and spacing aside).
 
     Example:
@@ -417,11 +433,11 @@ def same_type(a: str, b: str) -> bool:
     """
     if a == b:
         return True
-    return _canonical_type(a) == _canonical_type(b)
+    return _canonical_type(a, limits) == _canonical_type(b, limits)
 
 
-def _canonical_type(text: str) -> str:
+def _canonical_type(text: str, limits: Limits) -> str:
     try:
-        return str(JuliaType.parse(text))
+        return str(JuliaType.parse(text, limits=limits))
     except FormatError:
         return "".join(text.split())

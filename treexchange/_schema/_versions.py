@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from .._errors import FormatError, UnsupportedError
 from .._gc import gc_paused
+from .._limits import DEFAULT_LIMITS, Limits
 from ._model import SCHEMA_VERSION, Schema
 
 SchemaLike = Schema | str | os.PathLike[str] | Mapping[str, Any] | bytes
@@ -30,7 +31,6 @@ Migration = Callable[[dict[str, Any]], dict[str, Any]]
 
 _MIGRATIONS: dict[str, tuple[str, Migration]] = {}
 _VERSION = re.compile(r"^(\d+)\.(\d+)$")
-_MAX_SCHEMA_FILE = 256 << 20  # a schema document is metadata; refuse to slurp anything huge
 
 
 def register_migration(from_version: str, to_version: str) -> Callable[[Migration], Migration]:
@@ -71,14 +71,18 @@ def document_version(data: Mapping[str, Any]) -> str:
     raise FormatError("not a treexchange schema document: no 'schema_version'")
 
 
-def load_schema(source: SchemaLike) -> Schema:
+def load_schema(source: SchemaLike, *, limits: Limits = DEFAULT_LIMITS) -> Schema:
     """A :class:`Schema` from a document, a JSON file path, JSON text or JSON data, migrated to the
     current version.
+
+    ``limits`` bounds what is read: a file of at most ``max_schema_bytes`` (a schema document is
+    metadata; nothing huge is slurped), trees at most ``max_schema_depth`` levels deep.
 
     Raises:
         UnsupportedError: the document has a newer major version, or an older one with no
             migration path.
-        FormatError: the document is not valid JSON or does not match the format.
+        FormatError: the document is not valid JSON, does not match the format, or exceeds
+            ``limits``.
 
     Example:
         >>> from treexchange import load_schema
@@ -91,11 +95,11 @@ def load_schema(source: SchemaLike) -> Schema:
     """
     if isinstance(source, Schema):
         return source
-    data = _json_data(source)
+    data = _json_data(source, limits)
     version = document_version(data)
     major, minor = parse_version(version)
     cur_major, cur_minor = parse_version(SCHEMA_VERSION)
-    context: dict[str, Any] = {}
+    context: dict[str, Any] = {"limits": limits}
     if major > cur_major:
         raise UnsupportedError(
             f"schema document version {version} is newer than this reader's {SCHEMA_VERSION} "
@@ -146,7 +150,7 @@ def migrate(data: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _json_data(source: Any) -> dict[str, Any]:
+def _json_data(source: Any, limits: Limits) -> dict[str, Any]:
     if isinstance(source, Mapping):
         return dict(source)
     if isinstance(source, bytes):
@@ -156,8 +160,9 @@ def _json_data(source: Any) -> dict[str, Any]:
     elif isinstance(source, (str, os.PathLike)):
         path = Path(source)
         try:
-            if path.stat().st_size > _MAX_SCHEMA_FILE:
-                raise FormatError(f"{path} is too large to be a schema document")
+            if path.stat().st_size > limits.max_schema_bytes:
+                most = limits.max_schema_bytes
+                raise FormatError(f"{path} is too large to be a schema document (max_schema_bytes={most})")
             text = path.read_text(encoding="utf-8")
         except OSError as err:
             raise FormatError(f"cannot read schema {path}: {err.strerror or err}") from None
