@@ -54,6 +54,10 @@ BASE = enc.FILE_HEADER_LENGTH
 COMPACT_LIMIT = 8192
 """Non-array datasets smaller than this are stored compact (inside their header)."""
 SMALL_PAYLOAD = 64 << 10
+_MESSAGES_KEPT = 4096  # header messages remembered per file (a model has a handful of shapes)
+_LAYOUT_CONTIGUOUS = struct.Struct("<BHBBBQQ")  # enc.layout_contiguous as one struct: message head, body
+_NATIVE_LITTLE = ("<", "|", "=") if np.little_endian else ("<", "|")  # byte orders written as they are
+_QUICK_FIELDS = 16  # NamedTuples of arrays up to this many fields have their type remembered
 """Array payloads up to this size are buffered with the metadata instead of written directly."""
 
 _I64 = np.dtype("<i8")
@@ -135,6 +139,14 @@ class _Data:
     chunkable: bool = False
     """Compress it (chunked layout); needs ``array``."""
 
+    @classmethod
+    def of_array(cls, size: int, array: np.ndarray, chunkable: bool) -> _Data:
+        """``_Data(size, array=array, is_array=True, chunkable=chunkable)``, made without the
+        frozen dataclass ``__init__`` (one per array written)."""
+        obj = object.__new__(cls)
+        obj.__dict__.update(size=size, array=array, is_array=True, chunkable=chunkable)
+        return obj
+
     def materialize(self) -> bytes:
         """All the bytes at once (compact data and small payloads only)."""
         if self.encode is not None:
@@ -207,6 +219,12 @@ class JLD2Writer:
         self.datatype_wsession: dict[Hashable, int] = {}
         self._keepalive: list[Any] = []
         self._inline_sizes: dict[str, int] = {}
+        # encoded dataspace and datatype messages of dataset headers (_space_message, _dtype_message)
+        self._messages: dict[Hashable, bytes] = {}
+        self._quick_types: dict[Hashable, JT] = {}  # see _type_of
+        self._small_heads: dict[tuple[bytes, bytes], tuple[bytes, int]] = {}  # _write_small_array
+        self._array_plans: dict[Hashable, tuple[JT, _Space, H5Type | Committed, int]] = {}  # _write_array
+        self._message_types: dict[Hashable, H5Type] = {}
         self._prepared: dict[int, Any] = {}  # id -> object typed by prepare (kept: ids stay unique)
         self._closed = False
 
@@ -394,7 +412,9 @@ class JLD2Writer:
         gh.free -= objsz
         if gh.free >= 16:
             self.sink.put(objoffset + objsz, struct.pack("<QQ", 0, gh.free - 16))
-        self.sink.put(objoffset, enc.global_heap_object(index, psz) + data)
+        # With its padding (zeros, as the hole would read): the next object starts right after,
+        # so a run of heap objects is one piece of metadata, written in one call, not one each.
+        self.sink.put(objoffset, enc.global_heap_object(index, psz) + data + bytes(objsz - 16 - psz))
         return gh.offset - BASE, index
 
     def store_vlen(self, data: bytes, count: int | None = None, *, libhdf5_readable: bool = False) -> bytes:
@@ -667,8 +687,33 @@ class JLD2Writer:
 
     def write_ref(self, value: Any, ws: dict[Hashable, int], path: tuple[PathSegment, ...]) -> int:
         """JLD2's ``write_ref``: the value as its own dataset; returns its relative address."""
-        jt = value.jt if isinstance(value, _PairValue) else self.types.of_value(value, path)
+        jt = value.jt if isinstance(value, _PairValue) else self._type_of(value, path)
         return self.write_dataset(value, jt, ws, path)
+
+    def _type_of(self, value: Any, path: tuple[PathSegment, ...]) -> JT:
+        """``self.types.of_value(value, path)``, remembered for the values a model is made of by
+        the thousand: a numpy array's type is decided by its dtype and rank alone, a NamedTuple
+        of arrays' by its names and those (``type_of``); the types are interned, so the one
+        remembered is the very one ``of_value`` returns. Anything else asks ``of_value``."""
+        kind = type(value)
+        if kind is np.ndarray:
+            key: Hashable = (value.dtype, value.ndim)
+        elif kind is JlNamedTuple and len(value) <= _QUICK_FIELDS:
+            parts: list[Any] = list(value.keys())
+            for v in value.values():
+                if type(v) is not np.ndarray:
+                    return self.types.of_value(value, path)
+                parts.append(v.dtype)
+                parts.append(v.ndim)
+            key = tuple(parts)
+        else:
+            return self.types.of_value(value, path)
+        found = self._quick_types.get(key)
+        if found is None:
+            found = self.types.of_value(value, path)
+            if len(self._quick_types) < _MESSAGES_KEPT:
+                self._quick_types[key] = found
+        return found
 
     def write_dataset(
         self, value: Any, jt: JT, ws: dict[Hashable, int], path: tuple[PathSegment, ...]
@@ -748,6 +793,14 @@ class JLD2Writer:
     def _write_array(
         self, value: Any, jt: JT, ws: dict[Hashable, int], tk: Hashable | None, path: tuple[PathSegment, ...]
     ) -> int:
+        if type(value) is np.ndarray:
+            # A model's arrays come in a few shapes and types: what the code below decides for
+            # one (dataspace, datatype, size) holds for every array of the same type and shape.
+            plan = self._array_plans.get((id(jt), value.dtype, value.shape))
+            if plan is not None and plan[0] is jt:
+                _, space, dtype, datasz = plan
+                data = _Data.of_array(datasz, value, self.compress is not None and datasz > 0)
+                return self._write_object(space, dtype, data, ws, tk, path)
         e = _eltype(jt)
         ew = e.writeas
         shape = _julia_shape(value)
@@ -795,9 +848,10 @@ class JLD2Writer:
             if little_endian(arr.dtype).itemsize != elsize:
                 raise ConversionError(f"array element size {arr.dtype.itemsize} != {elsize}", path=path)
             chunkable = self.compress is not None and datasz > 0
-            return self._write_object(
-                space, dtype, _Data(datasz, array=arr, is_array=True, chunkable=chunkable), ws, tk, path
-            )
+            if type(value) is np.ndarray and arr is value and not space.attrs:
+                if len(self._array_plans) < _MESSAGES_KEPT:
+                    self._array_plans[(id(jt), value.dtype, value.shape)] = (jt, space, dtype, datasz)
+            return self._write_object(space, dtype, _Data.of_array(datasz, arr, chunkable), ws, tk, path)
         items = _array_items(value)
 
         def encode() -> bytes:
@@ -838,9 +892,16 @@ class JLD2Writer:
     ) -> int:
         """The second ``write_dataset`` method of JLD2: header, layout choice, data."""
         datasz, array = data.size, data.array
-        committed = isinstance(dtype, Committed)
-        dt_size = enc.SHARED_DATATYPE_SIZE if committed else enc.datatype_size(dtype)  # type: ignore[arg-type]
-        psz = len(enc.FILL_VALUE_MESSAGE) + 4 + enc.dataspace_size(len(space.dims)) + 4 + dt_size
+        space_message, dtype_message = self._space_message(space), self._dtype_message(dtype)
+        if (
+            array is not None
+            and 0 < datasz <= SMALL_PAYLOAD
+            and data.is_array
+            and not data.chunkable
+            and not space.attrs
+        ):
+            return self._write_small_array(space_message, dtype_message, array, datasz, ws, tk, path)
+        psz = len(enc.FILL_VALUE_MESSAGE) + len(space_message) + len(dtype_message)
         psz += sum(a.message_size for a in space.attrs) + enc.CONTINUATION_PLACEHOLDER_SIZE
         if datasz == 0 or (not data.is_array and datasz < COMPACT_LIMIT):
             layout = "compact"
@@ -869,15 +930,9 @@ class JLD2Writer:
         rel = header_offset - BASE
         if tk is not None:
             ws[tk] = rel
-        head = [
-            enc.FILL_VALUE_MESSAGE,
-            enc.message(enc.MSG_DATASPACE, enc.dataspace_body(space.kind, space.dims)),
-        ]
+        head = [enc.FILL_VALUE_MESSAGE, space_message]
         head += [a.message() for a in space.attrs]
-        if committed:
-            head.append(enc.message(enc.MSG_DATATYPE, enc.encode_shared_datatype(dtype.offset), 3))  # type: ignore[union-attr]
-        else:
-            head.append(enc.message(enc.MSG_DATATYPE, enc.encode_datatype(dtype), 1))  # type: ignore[arg-type]
+        head.append(dtype_message)
         if layout == "compact":
             raw = b"" if datasz == 0 else data.materialize()
             if len(raw) != datasz:
@@ -924,6 +979,84 @@ class JLD2Writer:
             raise WriteError("object header size mismatch", path=path)
         self.sink.put_checksummed(header_offset, header)
         return rel
+
+    def _write_small_array(
+        self,
+        space_message: bytes,
+        dtype_message: bytes,
+        array: np.ndarray,
+        datasz: int,
+        ws: dict[Hashable, int],
+        tk: Hashable | None,
+        path: tuple[PathSegment, ...],
+    ) -> int:
+        """:meth:`_write_object` for an array of at most ``SMALL_PAYLOAD`` bytes with no
+        attributes, uncompressed -- the contiguous layout with the data buffered with the
+        metadata -- made the same way, byte for byte, in fewer steps: every header of one
+        dataspace and datatype starts with the same bytes (made once) and differs only in the
+        data address of its layout message."""
+        key = (space_message, dtype_message)
+        found = self._small_heads.get(key)
+        if found is None:
+            psz = len(enc.FILL_VALUE_MESSAGE) + len(space_message) + len(dtype_message)
+            psz += enc.CONTINUATION_PLACEHOLDER_SIZE + enc.LAYOUT_CONTIGUOUS_SIZE
+            messages = enc.FILL_VALUE_MESSAGE + space_message + dtype_message
+            rest = psz - len(messages)  # the layout message and the placeholder: per header
+            head = enc.object_header_unsummed(messages + bytes(rest))[:-rest]
+            found = (head, enc.object_header_size(psz))
+            if len(self._small_heads) < _MESSAGES_KEPT:
+                self._small_heads[key] = found
+        head, size = found
+        header_offset = self.end
+        header_end = header_offset + size
+        rel = header_offset - BASE
+        if tk is not None:
+            ws[tk] = rel
+        data_address = _align8(header_end)
+        self.end = data_address + datasz
+        if array.ndim == 1 and array.dtype.byteorder in _NATIVE_LITTLE:
+            raw = array.tobytes()  # (one dimension: column-major is the order it has)
+        else:
+            raw = _array_bytes(array)
+        if len(raw) != datasz:
+            raise WriteError(f"contiguous data is {len(raw)} bytes, its datatype takes {datasz}", path=path)
+        # With its alignment padding: touching the header, so both go in one write.
+        self.sink.put(header_end, bytes(data_address - header_end) + raw)
+        layout = _LAYOUT_CONTIGUOUS.pack(enc.MSG_LAYOUT, 18, 0, 4, 1, data_address - BASE, datasz)
+        header = head + layout + enc.CONTINUATION_PLACEHOLDER
+        if len(header) + 4 != size:
+            raise WriteError("object header size mismatch", path=path)
+        self.sink.put_checksummed(header_offset, header)
+        return rel
+
+    def _space_message(self, space: _Space) -> bytes:
+        """The dataspace message of a dataset header; the same few shapes recur in a model, so
+        their bytes are made once per file."""
+        key = (space.kind, tuple(space.dims))
+        found = self._messages.get(key)
+        if found is None:
+            found = enc.message(enc.MSG_DATASPACE, enc.dataspace_body(space.kind, space.dims))
+            if len(self._messages) < _MESSAGES_KEPT:
+                self._messages[key] = found
+        return found
+
+    def _dtype_message(self, dtype: H5Type | Committed) -> bytes:
+        """The datatype message of a dataset header: a shared reference to a committed type, or
+        the type itself (made once per type object: the writer hands out the same few)."""
+        committed = isinstance(dtype, Committed)
+        key: Hashable = ("committed", dtype.offset) if committed else ("type", id(dtype))  # type: ignore[union-attr]
+        found = self._messages.get(key)
+        if found is not None and (committed or self._message_types.get(key) is dtype):
+            return found
+        if committed:
+            found = enc.message(enc.MSG_DATATYPE, enc.encode_shared_datatype(dtype.offset), 3)  # type: ignore[union-attr]
+        else:
+            found = enc.message(enc.MSG_DATATYPE, enc.encode_datatype(dtype), 1)  # type: ignore[arg-type]
+        if len(self._messages) < _MESSAGES_KEPT or key in self._messages:
+            self._messages[key] = found
+            if not committed:
+                self._message_types[key] = dtype  # type: ignore[assignment]  # kept: its id stays unique
+        return found
 
     def _write_chunks(self, arr: np.ndarray, chunk: tuple[int, ...], chunk_h5: tuple[int, ...]) -> int:
         """Compressed chunks, then the v1 B-tree indexing them; returns the B-tree's address."""
