@@ -34,6 +34,7 @@ from .._errors import (
     UnsupportedError,
     WriteError,
 )
+from .._gc import gc_paused
 from .._hdf5._model import H5Type
 from .._juliatype import JuliaType
 from .._limits import DEFAULT_LIMITS, Limits, datatype_depth
@@ -236,7 +237,9 @@ class JLD2Writer:
         group, leaf = self._pathize(name)
         path: tuple[PathSegment, ...] = (name,)
         try:
-            with stack_for_depth(self.limits.max_depth):
+            # The collector paused: a large model makes hundreds of thousands of lasting small
+            # objects (tracking keys, buffered pieces) and no garbage cycles worth collecting.
+            with stack_for_depth(self.limits.max_depth), gc_paused():
                 self.prepare([(name, value)])
                 jt = self.types.of_value(value, path)
                 offset = self.write_dataset(value, jt, self.wsession, path)
