@@ -144,3 +144,43 @@ def test_bulk_reading_respects_max_objects(tmp_path: Path) -> None:
     tx.save(path, d=JuliaDict((f"k{i}", np.zeros(2, np.float32)) for i in range(200)))
     with pytest.raises(tx.LimitError, match="max_objects"):
         tx.load(path, limits=tx.Limits(max_objects=150))
+
+
+def _records(path: Path, bulk: bool, monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every node of a lazy walk as ``inspect --json`` lists it (arrays hashed: their data read
+    through the dataset's own header), with bulk checks on (forced) or off."""
+    from treexchange._inspect import node_record, walk_nodes
+    from treexchange._jld2 import _nodes
+
+    monkeypatch.setattr(_nodes, "_BULK_MIN", 1 if bulk else 1 << 62)
+    try:
+        with tx.open(path) as f:
+            return [(node.path, node_record(node)) for node, _ in walk_nodes(f) if hasattr(node, "kind")]
+    except TreexchangeError as err:
+        return [(type(err), str(err))]
+    finally:
+        monkeypatch.undo()
+
+
+def test_bulk_walk_agrees(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lazy walk that checks the headers of a vector's elements in bulk (``Reader.prime``)
+    shows what one that parses each shows: a tuple of layers, Dicts of arrays and of Dicts."""
+    path = tmp_path / "walk.jld2"
+    rng = np.random.default_rng(2)
+    weights = rng.standard_normal((60, 2, 3)).astype(np.float32)
+    layers = tuple(NamedTuple(weight=w, bias=np.full(2, i, np.float32), s=()) for i, w in enumerate(weights))
+    inner = [JuliaDict((f"k{i}", np.full(3, i + j)) for i in range(40)) for j in range(3)]
+    nested = JuliaDict((f"g{j}", d) for j, d in enumerate(inner))
+    tx.save(path, m=NamedTuple(layers=layers), d=_dict_state(50), n=nested)
+    assert _records(path, True, monkeypatch) == _records(path, False, monkeypatch)
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=IDS)
+def test_bulk_walk_agrees_on_fixtures(path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _records(path, True, monkeypatch) == _records(path, False, monkeypatch)
+
+
+def test_bulk_walk_keeps_the_checks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _corrupt_one_array(tmp_path)
+    bulk, plain = _records(path, True, monkeypatch), _records(path, False, monkeypatch)
+    assert bulk == plain and bulk[0][0] is tx.FormatError

@@ -507,7 +507,7 @@ class RefVectorNode(ContainerNode):
         assert addresses is not None
         if not self._cache and len(addresses) >= _BULK_MIN:
             # the first child looked at: check every element's header at once
-            self._reader.h5.vouch(np.array(addresses, np.uint64))
+            self._reader.prime(np.array(addresses, np.uint64), self.path)
         return node_for_ref(self._reader, path, addresses[i])
 
 
@@ -957,7 +957,7 @@ class DictNode(ContainerNode):
             if isinstance(plan.fields[1].plan, ReferencePlan)
         ]
         if len(refs) >= _BULK_MIN:
-            self._reader.h5.vouch(np.array(refs, np.uint64))
+            self._reader.prime(np.array(refs, np.uint64), self.path)
 
 
 _Pairs = tuple[list[CompoundPlan], list[Any], list[int]]

@@ -228,6 +228,9 @@ class Reader:
         self.types = TypeResolver(self)
         self._array_types: dict[tuple[int, int, bool], tuple[JuliaType, JuliaType]] = {}
         self.node_sources: dict[int, Any] = {}  # shared sources of constant nodes (_nodes)
+        # element bytes of scalar datasets read in bulk for a walk (prime):
+        # address -> (description, bytes, offset)
+        self._elements: dict[int, tuple[DatasetInfo, bytes, int]] = {}
         self.nodes_building: set[int] = set()  # scalar datasets whose node is being made (_nodes)
 
     def _describe(self) -> str:
@@ -259,6 +262,7 @@ class Reader:
         self.closed = True
         self.h5.close()
         self._stack.close()
+        self._elements = {}
         data, self._data = self._data, None
         if isinstance(data, mmap.mmap):
             try:
@@ -385,13 +389,47 @@ class Reader:
             return self.info(address, path)  # not described yet: the usual way
         return info
 
+    def prime(self, addresses: np.ndarray, path: TreePath = ()) -> None:
+        """Get ready to describe many datasets (a lazy walk about to visit the elements of a
+        vector of references): their headers are checked in bulk (:meth:`alike`), each dataset
+        is then described from one alike to it (:meth:`describe`) without a check of its own,
+        the element bytes of small scalar datasets (layers, Pairs) are kept for
+        :meth:`element_bytes_at`, and the datasets those refer to are checked the same way.
+        """
+        vouched, objects = self.h5._vouched, self.h5._objects
+        scalars, arrays = self.scalar_elements(addresses, path)
+        for info, found, _ in arrays:
+            for address in found.tolist():
+                if address not in objects:
+                    vouched[address] = info
+        for info, found, blob in scalars:
+            plan = info.plan
+            assert plan is not None
+            size = plan.size
+            elements = self._elements
+            for i, address in enumerate(found.tolist()):
+                if address not in objects:
+                    vouched[address] = info
+                elements[address] = (info, blob, i * size)
+            if isinstance(plan, CompoundPlan) and blob:
+                refs_at = (f.offset for f in plan.fields if isinstance(f.plan, ReferencePlan))
+                at = [a for a in refs_at if a + 8 <= size]
+                if at:
+                    rows = np.frombuffer(blob, np.uint8).reshape(-1, size)
+                    refs = np.concatenate([rows[:, a : a + 8].copy().view("<u8").ravel() for a in at])
+                    self.h5.vouch(refs[refs != 0])
+
     def element_bytes_at(self, info: DatasetInfo, address: int, path: TreePath = ()) -> bytes:
         """:meth:`element_bytes` of the scalar dataset at ``address``, described by ``info``
         (itself, or one alike to it: :meth:`describe`)."""
-        if info.address == address:
-            return self.element_bytes(info)
         assert info.plan is not None
         size = info.plan.size
+        found = self._elements.get(address)
+        if found is not None and found[0] is info:  # read in bulk (prime), checked as below
+            _, blob, off = found
+            return blob[off : off + size]
+        if info.address == address:
+            return self.element_bytes(info)
         h5 = self.h5
         self._check_open()
         fast = h5._stored_range(info, h5.absolute(address) - info.offset)
