@@ -228,9 +228,10 @@ class Reader:
         self.types = TypeResolver(self)
         self._array_types: dict[tuple[int, int, bool], tuple[JuliaType, JuliaType]] = {}
         self.node_sources: dict[int, Any] = {}  # shared sources of constant nodes (_nodes)
-        # element bytes of scalar datasets read in bulk for a walk (prime):
-        # address -> (description, bytes, offset)
-        self._elements: dict[int, tuple[DatasetInfo, bytes, int]] = {}
+        # element bytes of scalar datasets read in bulk for a walk (prime): address -> (group,
+        # offset), each group (description, the element bytes of its datasets one after another)
+        self._elements: dict[int, tuple[int, int]] = {}
+        self._element_groups: list[tuple[DatasetInfo, bytes]] = []
         self.nodes_building: set[int] = set()  # scalar datasets whose node is being made (_nodes)
 
     def _describe(self) -> str:
@@ -262,7 +263,7 @@ class Reader:
         self.closed = True
         self.h5.close()
         self._stack.close()
-        self._elements = {}
+        self._elements, self._element_groups = {}, []
         data, self._data = self._data, None
         if isinstance(data, mmap.mmap):
             try:
@@ -406,11 +407,12 @@ class Reader:
             plan = info.plan
             assert plan is not None
             size = plan.size
-            elements = self._elements
+            elements, group = self._elements, len(self._element_groups)
+            self._element_groups.append((info, blob))
             for i, address in enumerate(found.tolist()):
                 if address not in objects:
                     vouched[address] = info
-                elements[address] = (info, blob, i * size)
+                elements[address] = (group, i * size)  # (ints only: not tracked by the collector)
             if isinstance(plan, CompoundPlan) and blob:
                 refs_at = (f.offset for f in plan.fields if isinstance(f.plan, ReferencePlan))
                 at = [a for a in refs_at if a + 8 <= size]
@@ -425,9 +427,11 @@ class Reader:
         assert info.plan is not None
         size = info.plan.size
         found = self._elements.get(address)
-        if found is not None and found[0] is info:  # read in bulk (prime), checked as below
-            _, blob, off = found
-            return blob[off : off + size]
+        if found is not None:
+            group, off = found
+            described, blob = self._element_groups[group]
+            if described is info:  # read in bulk (prime), checked as below
+                return blob[off : off + size]
         if info.address == address:
             return self.element_bytes(info)
         h5 = self.h5
