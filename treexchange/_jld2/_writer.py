@@ -148,6 +148,14 @@ class _Data:
         obj.__dict__.update(size=size, array=array, is_array=True, chunkable=chunkable)
         return obj
 
+    @classmethod
+    def of_encoder(cls, size: int, encode: Callable[[], bytes]) -> _Data:
+        """``_Data(size, encode=encode)`` without the dataclass ``__init__`` (one per struct,
+        Pair or layer written)."""
+        obj = object.__new__(cls)
+        obj.__dict__.update(size=size, encode=encode)
+        return obj
+
     def materialize(self) -> bytes:
         """All the bytes at once (compact data and small payloads only)."""
         if self.encode is not None:
@@ -156,6 +164,7 @@ class _Data:
 
 
 _NO_DATA = _Data(0, encode=lambda: b"")
+_SCALAR = _Space(enc.DS_SCALAR, (), [])  # a scalar dataspace without attributes (never modified)
 
 
 def _align8(offset: int) -> int:
@@ -743,11 +752,9 @@ class JLD2Writer:
             dtype = self.h5type(jt)
             return self._write_object(_Space(enc.DS_NULL, (), []), dtype, _NO_DATA, ws, tk, path)
         size = self.inline_size(w) if w.cat in (Cat.PRIM, Cat.BITS, Cat.STRUCT) else self.field_size(w, True)
-        space = _Space(enc.DS_SCALAR, (), [])
         dtype = self.h5type(jt)
-        return self._write_object(
-            space, dtype, _Data(size, encode=lambda: self.encode_value(w, value, ws, path)), ws, tk, path
-        )
+        data = _Data.of_encoder(size, lambda: self.encode_value(w, value, ws, path))
+        return self._write_object(_SCALAR, dtype, data, ws, tk, path)
 
     def _write_custom(
         self, value: Any, jt: JT, ws: dict[Hashable, int], tk: Hashable | None, path: tuple[PathSegment, ...]
@@ -779,9 +786,9 @@ class JLD2Writer:
             arr = _numeric_vector(items, e)
             return self._write_array(arr, vec_jt, ws, None, path)
         # Element types numpy lacks (Int128, UInt128) or that are not numbers: encoded one by
-        # one, as the elements of a JuliaArray (the eltype given here is not used: vec_jt rules).
-        ja = JuliaArray(JuliaType("Core.Any"), items)
-        return self._write_array(ja, vec_jt, ws, None, path)
+        # one, as the elements of a list (vec_jt rules their type; no object array is made of
+        # what may be 100,000 layers).
+        return self._write_array(list(items), vec_jt, ws, None, path)
 
     def _write_kvvec(
         self, value: dict[Any, Any], jt: JT, ws: dict[Hashable, int], path: tuple[PathSegment, ...]

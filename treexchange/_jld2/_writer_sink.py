@@ -127,7 +127,8 @@ class Sink:
             for i, value in zip(unsummed, sums):
                 offset, data = pending[i]
                 pending[i] = (offset, data + value.to_bytes(4, "little"))
-        order = sorted(range(len(pending)), key=lambda i: pending[i][0])
+        offsets = [offset for offset, _ in pending]
+        order = sorted(range(len(pending)), key=offsets.__getitem__)
         runs: list[tuple[int, bytes]] = []
         run: list[int] = []
         run_start = run_end = -1
