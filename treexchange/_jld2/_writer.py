@@ -224,6 +224,7 @@ class JLD2Writer:
         self.committed: dict[str, Committed] = {}
         self.types_links: dict[str, int] = {}
         self.heap = _GlobalHeap()
+        self._heap_marker: tuple[int, bytes] | None = None  # see write_heap_object
         self.root = _Group()
         self.wsession: dict[Hashable, int] = {}
         self.datatype_wsession: dict[Hashable, int] = {}
@@ -323,6 +324,7 @@ class JLD2Writer:
             types = _Group(links=dict(self.types_links))
             self.root.children["_types"] = types
         root = self._save_group(self.root, self.root_attributes)
+        self._put_heap_marker()
         self.sink.put(0, enc.user_block(self.producer))
         self.sink.put(BASE, enc.superblock_v2(BASE, self.end, root))
         self.sink.finish(self.end)
@@ -413,6 +415,7 @@ class JLD2Writer:
             self.sink.put(gh.offset + 8, struct.pack("<Q", gh.length))
             self.end += delta
         else:
+            self._put_heap_marker()  # the last one of the collection left behind
             size = max(objsz + 16 if libhdf5_readable else objsz, 4096)
             offset = _align8(self.end)
             self.sink.put(offset, enc.global_heap_header(size))
@@ -422,12 +425,22 @@ class JLD2Writer:
         index = gh.count
         objoffset = gh.offset + 16 + gh.length - gh.free
         gh.free -= objsz
-        if gh.free >= 16:
-            self.sink.put(objoffset + objsz, struct.pack("<QQ", 0, gh.free - 16))
+        # The free-space object after it: each new object starts where the last one's stood
+        # and covers it (16 bytes or more), so only a collection's last one is ever seen; it is
+        # put when the collection is left behind or the file closed (one piece per object less,
+        # and no overlapping pieces for the flush to assemble).
+        marker = (objoffset + objsz, struct.pack("<QQ", 0, gh.free - 16)) if gh.free >= 16 else None
+        self._heap_marker = marker
         # With its padding (zeros, as the hole would read): the next object starts right after,
         # so a run of heap objects is one piece of metadata, written in one call, not one each.
         self.sink.put(objoffset, enc.global_heap_object(index, psz) + data + bytes(objsz - 16 - psz))
         return gh.offset - BASE, index
+
+    def _put_heap_marker(self) -> None:
+        """Put the free-space object of the current heap collection (see write_heap_object)."""
+        marker, self._heap_marker = self._heap_marker, None
+        if marker is not None:
+            self.sink.put(*marker)
 
     def store_vlen(self, data: bytes, count: int | None = None, *, libhdf5_readable: bool = False) -> bytes:
         """A 16-byte vlen element pointing at a new heap object holding ``data``."""
