@@ -323,7 +323,7 @@ def plot(results: dict[str, dict[int, dict[str, float]]], sizes: list[int], out:
         for m, by_n in results.items():
             ns = [n for n in sizes if op in by_n.get(n, {})]
             if ns:
-                style = "-" if m.startswith("tx-") else "--"
+                style = ":" if m.endswith("@base") else "-" if m.startswith("tx-") else "--"
                 ax.loglog(ns, [by_n[n][op] for n in ns], style, marker="o", color=colors[m], label=m)
         ax.set_title(f"{op}" + (" (with fsync)" if op == "save" else ""))
         ax.set_xlabel("leaves (4 KiB Float32 arrays)")
