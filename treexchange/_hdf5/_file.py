@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 import threading
 import weakref
 from collections.abc import Callable
 from dataclasses import replace
 from types import TracebackType
 from typing import Any, TypeVar
+
+import numpy as np
 
 from .._errors import FormatError, LimitError, TreexchangeError, UnsupportedError, WrongFormatError
 from .._limits import DEFAULT_LIMITS, Limits
@@ -19,16 +22,35 @@ from ._globalheap import GlobalHeapCollection
 from ._groups import dense_attributes, group_links
 from ._headermemo import HeaderMemo
 from ._model import Attribute, H5Type
-from ._objectheader import MEMO_TABLES, ObjectHeader, RawMessage, read_messages
+from ._objectheader import _UNSET, MEMO_TABLES, ObjectHeader, RawMessage, read_messages
 from ._superblock import read_superblock
 
 T = TypeVar("T")
 
+_ADDR_LEN = struct.Struct("<QQ")
+_U16 = struct.Struct("<H")
+_VLEN = struct.Struct("<IQI")  # a vlen element: count, heap collection address, object index
+_UNDEFINED_ADDR = (1 << 64) - 1
 _MEMO_BODY_BYTES = 256
 _MEMO_ENTRIES = 1 << 14
 _PREFETCH_MIN = 1 << 16  # below this, the faults themselves cost less than the system call
 _RANDOM_ABOVE = 1 << 26  # files up to 64 MiB are read whole by a few read-arounds: keep them
 _DENSE_METADATA = 1 << 18  # more than one object header per 256 KiB of file: dense metadata
+
+
+def proto_class(file: HDF5File, obj: ObjectHeader) -> int | None:
+    """The storage class byte of ``obj``'s layout message (0 compact, 1 contiguous, 2 chunked),
+    or None without one."""
+    msg = obj._first(m.LAYOUT)
+    if msg is None or msg[3] < 2:
+        return None
+    return int(file.buffer[msg[2] + 1])
+
+
+def _gather_le(data: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """The unsigned little-endian ``width``-byte integers at byte offsets ``at`` of ``data``."""
+    rows = data[at[:, None] + np.arange(width)]
+    return rows.view(f"<u{width}").ravel() if len(at) else np.zeros(0, f"<u{width}")
 
 
 def _advise(mm: mmap.mmap, advice: str, start: int = 0, length: int = 0) -> None:
@@ -132,7 +154,10 @@ class HDF5File:
         self.root_address = sb.root_address
         self.offset_size = sb.offset_size
         self.length_size = sb.length_size
+        self._wide = self.offset_size == 8 and self.length_size == 8  # (raw_location's fast path)
         self._objects: dict[int, ObjectHeader] = {}
+        # headers known alike to a remembered one (address -> that one), not made yet
+        self._vouched: dict[int, ObjectHeader] = {}
         self._widths = self._cursor(0)  # buffer and field widths for read_messages
         self._types: dict[int, H5Type] = {}
         self._memos: dict[str, dict[bytes, Any]] = {table: {} for table in MEMO_TABLES}
@@ -154,6 +179,7 @@ class HDF5File:
         # the map can be closed now rather than when the garbage collector breaks the cycles
         # they sit in.
         self._objects, self._types, self._heaps, self._links = {}, {}, {}, {}
+        self._vouched = {}
         self._memos = {table: {} for table in MEMO_TABLES}
         if getattr(self, "_headers", None) is not None:  # (absent when __init__ failed early)
             self._headers = HeaderMemo()
@@ -206,9 +232,13 @@ class HDF5File:
         if obj is not None:
             return obj
         offset = address + self.base
+        proto = self._vouched.pop(address, None)
+        if proto is not None:  # alike to a remembered header (checked by vouch or alike_of)
+            obj = objects[address] = proto._clone_at(address, offset)
+            return obj
         if address < 0 or offset >= self.size:
             raise FormatError(f"object address {address} lies outside the file", offset=offset)
-        if len(objects) >= self.limits.max_objects:
+        if len(objects) + len(self._vouched) >= self.limits.max_objects:
             raise LimitError(f"more than max_objects={self.limits.max_objects} object headers", offset=offset)
         try:
             memo = self._headers
@@ -230,6 +260,48 @@ class HDF5File:
             if self._mmap is not None:
                 _advise(self._mmap, "MADV_NORMAL")
         return obj
+
+    def alike_of(self, address: int) -> ObjectHeader:
+        """The object header at relative ``address``, or a header alike to it but for its
+        layout body (see :mod:`._headermemo`): the same messages at shifted positions, so the
+        same datatype, dataspace, attributes, kind -- everything but where the data lie.
+
+        For readers that want to know what an object is without keeping a header object per
+        dataset (a lazy walk over 100,000 arrays): no object is made or cached when the memo
+        knows the header's form; the header's address is remembered with the form found, so
+        :meth:`object` later rebuilds it at once. Otherwise, :meth:`object`.
+        """
+        obj = self._objects.get(address)
+        if obj is not None:
+            return obj
+        proto = self._vouched.get(address)
+        if proto is not None:
+            return proto
+        memo = self._headers
+        offset = address + self.base
+        if (
+            memo is not None
+            and 0 <= address
+            and offset < self.size
+            and len(self._objects) + len(self._vouched) < self.limits.max_objects
+        ):
+            try:
+                proto, _ = memo.find(self, offset)
+            except (TreexchangeError, *FORMAT_ERRORS):
+                proto = None  # object() says what is wrong, in its words
+            if proto is not None:
+                self._vouched[address] = proto
+                return proto
+        return self.object(address)
+
+    def vouch(self, addresses: np.ndarray) -> None:
+        """Check many object headers at once (:meth:`alike`) and remember for each one found
+        alike to a remembered header which one it is, for :meth:`alike_of` and :meth:`object`."""
+        vouched, objects, base = self._vouched, self._objects, self.base
+        for proto, offsets in self.alike(addresses):
+            for address in (offsets - base).tolist():
+                if address not in objects:
+                    vouched[address] = proto
 
     def _parse_object(self, address: int, offset: int) -> ObjectHeader:
         version, messages = read_messages(
@@ -292,6 +364,89 @@ class HDF5File:
         return dense_attributes(self, info)
 
     # --- data --------------------------------------------------------------------------------
+    def _stored_range(self, obj: ObjectHeader, shift: int = 0) -> tuple[int | None, int] | None:
+        """``(absolute data offset or None if undefined, stored bytes)`` of a compact or
+        contiguous layout message of version 3-5 with 8-byte fields -- the layouts of nearly
+        every dataset JLD2 writes -- unpacked straight from the message (as ``parse_layout``'s
+        own fast path reads them, with the same checks) without a ``Layout`` object per
+        dataset; None for every other layout (and no layout), which take the general path.
+        ``shift``: of the header alike to ``obj`` (:meth:`alike_of`) at ``obj.offset + shift``.
+        """
+        msg = obj._first(m.LAYOUT)
+        if msg is None:
+            return None
+        _, _, at, size = msg
+        at += shift
+        buf = self.buffer
+        if size < 4 or not 3 <= buf[at] <= 5:
+            return None
+        cls = buf[at + 1]
+        if cls == 1 and size >= 18 and self._wide:
+            addr, stored = _ADDR_LEN.unpack_from(buf, at + 2)
+            return (None if addr == _UNDEFINED_ADDR else addr + self.base), stored
+        if cls == 0:
+            (stored,) = _U16.unpack_from(buf, at + 2)
+            if stored > size - 4:
+                raise FormatError(f"truncated: need {stored} byte(s), {size - 4} left", offset=at + 4)
+            return at + 4, stored
+        return None
+
+    def alike(self, addresses: np.ndarray) -> list[tuple[ObjectHeader, np.ndarray]]:
+        """Object headers at relative ``addresses`` (unsigned ints) sorted into groups of headers
+        alike but for their layout body: ``[(a parsed header of the group, the group's
+        absolute offsets)]`` (see :meth:`HeaderMemo.alike`). For readers that then take what
+        they need from many headers at once (:meth:`stored_ranges`) instead of parsing each.
+        Empty when checksums are verified (no memo).
+        """
+        memo = self._headers
+        if memo is None or not len(addresses):
+            return []
+        rel = np.asarray(addresses, np.uint64)
+        rel = rel[rel < np.uint64(max(self.size - self.base, 0))]
+        groups = memo.alike(self, rel.astype(np.int64) + self.base)
+        found = sum(len(offsets) for _, offsets in groups)
+        if len(self._objects) + len(self._vouched) + found > self.limits.max_objects:
+            # each is an object header the reader visits, parsed or not
+            raise LimitError(f"more than max_objects={self.limits.max_objects} object headers")
+        return groups
+
+    def stored_ranges(
+        self, proto: ObjectHeader, offsets: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Where the data of headers alike to ``proto`` at absolute ``offsets`` lie, in bulk:
+        ``(which, data offsets, stored bytes)`` for those of them whose layout is compact or
+        contiguous in the form :meth:`_stored_range` reads (``which`` selects them from
+        ``offsets``; the others are left to the usual path). The same numbers and checks as
+        :meth:`_stored_range`; undefined addresses are left out.
+        """
+        none = (np.zeros(len(offsets), bool), np.zeros(0, np.int64), np.zeros(0, np.int64))
+        msg = proto._first(m.LAYOUT)
+        if msg is None or self._headers is None:
+            return none
+        _, _, at, size = msg
+        body = offsets + (at - proto.offset)
+        data = np.frombuffer(self.buffer, np.uint8)
+        try:
+            version, cls = data[body], data[body + 1]
+            ok = (version >= 3) & (version <= 5)
+            if size >= 18 and self._wide and proto_class(self, proto) == 1:
+                ok &= cls == 1
+                addr = _gather_le(data, body + 2, 8)
+                stored = _gather_le(data, body + 10, 8)
+                ok &= addr != np.uint64(_UNDEFINED_ADDR)
+                ok &= addr < np.uint64(self.size)  # (data offsets checked by the caller; no overflow)
+                which = np.flatnonzero(ok)
+                return ok, addr[which].astype(np.int64) + self.base, stored[which].astype(np.int64)
+            if size >= 4 and proto_class(self, proto) == 0:
+                ok &= cls == 0
+                stored = _gather_le(data, body + 2, 2).astype(np.int64)
+                ok &= stored <= size - 4
+                which = np.flatnonzero(ok)
+                return ok, body[which] + 4, stored[which]
+            return none
+        finally:
+            del data
+
     def raw_location(
         self, obj: ObjectHeader, *, keep: bool = True, element_size: int | None = None
     ) -> tuple[int, int] | None:
@@ -303,6 +458,14 @@ class HDF5File:
         dataset that is not read: one object less for the garbage collector per dataset).
         ``element_size``: as for :meth:`raw_data`.
         """
+        fast = self._stored_range(obj) if obj._layout is _UNSET else None
+        if fast is not None:
+            data_at, stored = fast
+            nbytes = self._expected_bytes(obj, element_size)
+            if data_at is None or nbytes == 0:
+                return None
+            self._check_stored(obj, data_at, stored, nbytes)
+            return data_at, nbytes
         layout = obj.layout if keep else obj.peek_layout()
         if layout is None:
             return None
@@ -326,6 +489,15 @@ class HDF5File:
         ``b""``. ``element_size`` reads each element as that many bytes instead of the datatype's
         size (JLD2 reads old files' strings as their bytes this way).
         """
+        fast = self._stored_range(obj) if obj._layout is _UNSET else None
+        if fast is not None and m.EXTERNAL_FILES not in obj._types:
+            data_at, stored = fast
+            nbytes = self._expected_bytes(obj, element_size)
+            if data_at is None or nbytes == 0:
+                return b""
+            self._check_stored(obj, data_at, stored, nbytes)
+            self.prefetch(data_at, nbytes)  # the caller reads (or copies) it all
+            return self.buffer[data_at : data_at + nbytes]
         layout = obj.layout
         if layout is None:
             raise FormatError("object is not a dataset (no layout message)", offset=obj.offset)
@@ -482,6 +654,11 @@ class HDF5File:
             ...     bytes(h5.read_vlen(h5.root.attributes["name"].data))
             b'Core.Float32'
         """
+        if self.offset_size == 8 and len(element) >= 16:
+            _, addr, index = _VLEN.unpack_from(element, 0)
+            if (addr == 0 and index == 0) or addr == _UNDEFINED_ADDR:
+                return memoryview(b"")
+            return self.global_heap_object(addr, index)
         raw = bytes(element)
         need = 4 + self.offset_size + 4
         if len(raw) < need:

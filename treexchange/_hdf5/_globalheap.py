@@ -10,8 +10,12 @@ never read for it.
 
 from __future__ import annotations
 
+import struct
+
 from .._errors import FormatError
 from ._cursor import Cursor
+
+_OBJECT_HEAD = struct.Struct("<HH4xQ")  # index, reference count, reserved, size (8-byte lengths)
 
 
 class GlobalHeapCollection:
@@ -30,6 +34,9 @@ class GlobalHeapCollection:
         hc.skip(3)
         size = hc.length()
         end = min(len(c.buf), offset + 16 + size) if size <= len(c.buf) else len(c.buf)
+        if c.length_size == 8:
+            self._scan(c.buf, hc.pos, end)
+            return
         oc = c.at(hc.pos, end)
         header = 8 + oc.length_size
         while oc.remaining >= header:
@@ -47,6 +54,23 @@ class GlobalHeapCollection:
             self.objects[index] = (oc.pos, n)
             oc.skip(n)
             oc.pos = min(oc.end, oc.pos + (-n % 8))  # objects are padded to 8 bytes
+
+    def _scan(self, buf: memoryview, pos: int, end: int) -> None:
+        """The object loop above for 8-byte lengths, one ``struct`` call per object (a file
+        of many Dict keys has thousands of collections of hundreds of objects each)."""
+        objects = self.objects
+        unpack = _OBJECT_HEAD.unpack_from
+        while end - pos >= 16:
+            index, _refs, n = unpack(buf, pos)
+            if index == 0:
+                break  # free space: the rest of the collection
+            body = pos + 16
+            if n > end - body:
+                raise FormatError(
+                    f"global heap object {index} of {n} bytes runs past its collection", offset=pos
+                )
+            objects[index] = (body, n)
+            pos = min(end, body + n + (-n % 8))  # objects are padded to 8 bytes
 
     def get(self, index: int) -> tuple[int, int]:
         try:

@@ -21,6 +21,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
+
+from .._errors import TreexchangeError
 from . import _messages as m
 from ._objectheader import ObjectHeader, first_chunk
 
@@ -29,6 +32,8 @@ if TYPE_CHECKING:
 
 _MAX_HEADER_BYTES = 4096  # larger headers (many attributes) are rare: parse them
 _MAX_ENTRIES = 4096  # distinct header forms remembered per file (bounds the memory)
+_ALIKE_KINDS = 8  # header forms :meth:`HeaderMemo.alike` looks for among one set of addresses
+_ALIKE_ROWS = 8192  # headers compared at once (bounds the index array: rows x key bytes x 8)
 
 
 class HeaderMemo:
@@ -58,9 +63,9 @@ class HeaderMemo:
         rel, size = cut
         return rel, size, bytes(buf[offset : offset + rel]) + bytes(buf[offset + rel + size : end])
 
-    def rebuild(self, file: HDF5File, address: int, offset: int) -> tuple[ObjectHeader | None, int]:
-        """The header at ``offset`` rebuilt from a remembered one with the same key, or None;
-        and the end of its first chunk (0 for a version 1 header) for :meth:`remember`."""
+    def find(self, file: HDF5File, offset: int) -> tuple[ObjectHeader | None, int]:
+        """The remembered header with the same key as the header at ``offset``, or None; and
+        the end of its first chunk (0 for a version 1 header) for :meth:`remember`."""
         buf = file.buffer
         chunk0 = first_chunk(buf, offset)
         if chunk0 is None:
@@ -69,7 +74,12 @@ class HeaderMemo:
         cut = self._cuts.get(end - offset)
         if cut is None:
             return None, end
-        proto = self._protos.get(self._key(buf, offset, end, cut))
+        return self._protos.get(self._key(buf, offset, end, cut)), end
+
+    def rebuild(self, file: HDF5File, address: int, offset: int) -> tuple[ObjectHeader | None, int]:
+        """The header at ``offset`` rebuilt from a remembered one with the same key, or None;
+        and the end of its first chunk (0 for a version 1 header) for :meth:`remember`."""
+        proto, end = self.find(file, offset)
         if proto is None:
             return None, end
         self.hits += 1
@@ -87,9 +97,63 @@ class HeaderMemo:
             or types.count(m.LAYOUT) != 1
         ):
             return
-        _, _, at, size = obj._raw[types.find(m.LAYOUT)]
+        layout = obj._first(m.LAYOUT)
+        assert layout is not None
+        _, _, at, size = layout
         if not obj.offset < at <= at + size <= end:
             return  # (cannot happen without continuation chunks; keep the cut inside the chunk)
         cut = (at - obj.offset, size)
         self._cuts[end - obj.offset] = cut
         self._protos.setdefault(self._key(obj.file.buffer, obj.offset, end, cut), obj)
+
+    def alike(self, file: HDF5File, offsets: np.ndarray) -> list[tuple[ObjectHeader, np.ndarray]]:
+        """Sort object headers at absolute ``offsets`` (int64) into groups, each of headers that
+        :meth:`rebuild` would rebuild from one remembered header: ``[(that header, offsets)]``.
+
+        In bulk, with numpy: the first header left is parsed (or rebuilt) the usual way, and
+        every other one is compared with it byte by byte over exactly the bytes of the memo's
+        key (everything up to the end of the first chunk but the layout body; the checksum
+        after it must lie in the file, as :func:`first_chunk` requires). Headers in no group
+        (unlike any of the first few forms, or not of a form the memo keeps) are left for the
+        usual path; so is everything after a header that fails to parse, which the usual path
+        then reports in its context. Nothing is added to the file's object cache.
+        """
+        buf = file.buffer
+        size = len(buf)
+        data = np.frombuffer(buf, np.uint8)
+        groups: list[tuple[ObjectHeader, np.ndarray]] = []
+        rest = offsets[(offsets >= 0) & (offsets + 6 <= size)]
+        try:
+            for _ in range(_ALIKE_KINDS):
+                if not rest.size:
+                    break
+                first = int(rest[0])
+                try:
+                    file.object(first - file.base)
+                    chunk0 = first_chunk(buf, first)
+                except TreexchangeError:
+                    break
+                proto = cut = None
+                if chunk0 is not None:
+                    end = chunk0[2]
+                    cut = self._cuts.get(end - first)
+                    if cut is not None:
+                        proto = self._protos.get(self._key(buf, first, end, cut))
+                if proto is None or cut is None:
+                    rest = rest[rest != first]
+                    continue
+                length = end - first
+                template = np.frombuffer(bytes(buf[first:end]), np.uint8)
+                rel, body = cut
+                cols = np.concatenate((np.arange(rel), np.arange(rel + body, length)))
+                key = template[cols]
+                same = np.zeros(len(rest), bool)
+                fits = np.flatnonzero(rest + length + 4 <= size)  # (first_chunk's bound)
+                for lo in range(0, len(fits), _ALIKE_ROWS):
+                    part = fits[lo : lo + _ALIKE_ROWS]
+                    same[part] = (data[rest[part][:, None] + cols] == key).all(axis=1)
+                groups.append((proto, rest[same]))
+                rest = rest[~same]
+        finally:
+            del data  # the map may be closed once no view of it is left
+        return groups

@@ -222,6 +222,7 @@ class ObjectHeader:
         "_filters",
         "_layout",
         "_raw",
+        "_shift",
         "_types",
         "address",
         "file",
@@ -241,6 +242,7 @@ class ObjectHeader:
         # collector stops tracking exact tuples of atomic values, and a file of 20,000 arrays
         # has 100,000 messages it would otherwise scan on every full collection.
         raw = self._raw = tuple(messages)
+        self._shift = 0  # added to the body offsets in ``_raw`` (see _clone_at)
         # The type of each message, one byte each (types beyond 254 as 255: none that is looked
         # up): ``_types.find(t)`` is the index of the first message of type t. Bytes, not a dict
         # of type -> message, because bytes are never tracked by the cyclic garbage collector.
@@ -260,14 +262,18 @@ class ObjectHeader:
         """A header with the same bytes as this one but for its layout message's body, at
         ``offset`` (see :mod:`._headermemo`): same messages, shifted, and the decoded views
         that depend on those bytes alone (not the layout, not the attributes, which hold
-        positions). Built slot by slot: this is the hot path of opening many alike datasets."""
+        positions). Built slot by slot: this is the hot path of opening many alike datasets.
+
+        The message list itself is shared, not copied: ``_shift`` says how far this header's
+        bodies lie from the offsets in it (no tuple per message per header, objects that each
+        garbage collection would scan until it untracks them)."""
         obj = object.__new__(type(self))
-        delta = offset - self.offset
         obj.file = self.file
         obj.address = address
         obj.offset = offset
         obj.version = self.version
-        obj._raw = tuple([(t, f, at + delta, size) for t, f, at, size in self._raw])
+        obj._raw = self._raw
+        obj._shift = self._shift + offset - self.offset
         obj._types = self._types
         obj.kind = self.kind
         obj._datatype = self._datatype
@@ -285,7 +291,8 @@ class ObjectHeader:
     @property
     def messages(self) -> tuple[Message, ...]:
         """Every message in header order (continuation chunks followed; NIL messages dropped)."""
-        return tuple(Message._make(raw) for raw in self._raw)
+        shift = self._shift
+        return tuple(Message(t, f, at + shift, size) for t, f, at, size in self._raw)
 
     def find(self, mtype: int) -> Message | None:
         """The first message of type ``mtype``, or None."""
@@ -294,10 +301,18 @@ class ObjectHeader:
 
     def _first(self, mtype: int) -> RawMessage | None:
         i = self._types.find(mtype) if 0 <= mtype < 255 else -1
-        return self._raw[i] if i >= 0 else None
+        if i < 0:
+            return None
+        raw = self._raw[i]
+        shift = self._shift
+        if shift:
+            t, f, at, size = raw
+            return t, f, at + shift, size
+        return raw
 
     def find_all(self, mtype: int) -> list[Message]:
-        return [Message._make(raw) for raw in self._raw if raw[0] == mtype]
+        shift = self._shift
+        return [Message(t, f, at + shift, size) for t, f, at, size in self._raw if t == mtype]
 
     def cursor(self, msg: RawMessage) -> Cursor:
         """A cursor bounded to ``msg``'s body."""

@@ -234,30 +234,46 @@ class ArrayNode(Node):
     open File return. ``np.array(node)`` (``copy=True``) gives an independent copy.
     """
 
-    __slots__ = ("_info", "_value")
+    # ``_desc`` describes the array (its shape, dtype, type): the dataset's own header, or one
+    # alike to it (Reader.describe), so a walk keeps no header object per array; the header
+    # itself is made when the data are read.
+    __slots__ = ("_address", "_desc", "_value")
 
     def __init__(
-        self, reader: Reader, path: TreePath, info: DatasetInfo | None, value: np.ndarray | None = None
+        self,
+        reader: Reader,
+        path: TreePath,
+        info: DatasetInfo | None,
+        value: np.ndarray | None = None,
+        address: int | None = None,
     ) -> None:
         jt = info.julia_type if info is not None else JuliaType("Core.Array")
         super().__init__(reader, path, "array", jt)
-        self._info = info
+        self._desc = info
+        self._address = info.address if info is not None and address is None else address
         self._value = value
+
+    @property
+    def _info(self) -> DatasetInfo | None:
+        """The dataset's own (described) header, or None for an array held in memory."""
+        if self._address is None:
+            return None
+        return self._reader.info(self._address, self.path)
 
     @property
     def shape(self) -> tuple[int, ...]:
         """Julia's shape."""
-        if self._info is not None:
-            assert self._info.shape is not None
-            return self._info.shape
+        if self._desc is not None:
+            assert self._desc.shape is not None
+            return self._desc.shape
         assert self._value is not None
         return tuple(self._value.shape)
 
     @property
     def dtype(self) -> np.dtype:
-        if self._info is not None:
-            assert self._info.dtype is not None
-            return self._info.dtype
+        if self._desc is not None:
+            assert self._desc.dtype is not None
+            return self._desc.dtype
         assert self._value is not None
         return self._value.dtype
 
@@ -278,17 +294,18 @@ class ArrayNode(Node):
 
     @property
     def object_address(self) -> int | None:
-        return self._info.address if self._info is not None else None
+        return self._address if self._desc is not None else None
 
     def _array(self, order: Order) -> np.ndarray:
-        if self._info is not None:
-            return self._reader.numeric_array(self._info, order)
+        info = self._info
+        if info is not None:
+            return self._reader.numeric_array(info, order)
         assert self._value is not None
         return self._value if order == "julia" else self._value.T
 
     def _read(self, session: Session) -> Any:
-        if self._info is not None:
-            return session.load_ref(self._info.address, self.path)
+        if self._desc is not None and self._address is not None:
+            return session.load_ref(self._address, self.path)
         return self._array(session.order)
 
     def __getitem__(self, index: Any) -> Any:
@@ -496,8 +513,12 @@ class RefVectorNode(ContainerNode):
 
     def _make(self, i: int, path: TreePath) -> Node | Group:
         self._all()
-        assert self._addresses is not None
-        return node_for_ref(self._reader, path, self._addresses[i])
+        addresses = self._addresses
+        assert addresses is not None
+        if not self._cache and len(addresses) >= _BULK_MIN:
+            # the first child looked at: check every element's header at once
+            self._reader.prime(np.array(addresses, np.uint64), self.path)
+        return node_for_ref(self._reader, path, addresses[i])
 
 
 class InlineVectorNode(ContainerNode):
@@ -756,7 +777,9 @@ def node_for_ref(reader: Reader, path: TreePath, address: int) -> Node | Group:
 
 def node_for_dataset(reader: Reader, path: TreePath, address: int) -> Node | Group:
     """The node of the object at ``address`` (parses its header, not its data)."""
-    info = reader.info(address, path)
+    # Described, not necessarily made: the header may be one alike to the dataset's (see
+    # Reader.describe), so only its description is used here, and the address given.
+    info = reader.describe(address, path)
     if info.kind == "group":
         return Group(reader, path, address)
     plan = info.plan
@@ -768,7 +791,9 @@ def node_for_dataset(reader: Reader, path: TreePath, address: int) -> Node | Gro
         if info.space == "null":
             if isinstance(plan, GhostPlan):
                 return ghost_node(reader, path, plan.value, plan.julia_type)
-            raise FormatError("null dataspace for a non-empty type", path=path, offset=info.obj.offset)
+            raise FormatError(
+                "null dataspace for a non-empty type", path=path, offset=reader.h5.absolute(address)
+            )
         # A scalar dataset's node may build children at once (a Dict reads its keys): one that
         # reaches itself while being built would recurse without end, so it is refused here.
         building = reader.nodes_building
@@ -776,22 +801,24 @@ def node_for_dataset(reader: Reader, path: TreePath, address: int) -> Node | Gro
             raise UnsupportedError(
                 "a Dict that contains itself (a reference cycle) cannot be shown as a lazy tree",
                 path=path,
-                offset=info.obj.offset,
+                offset=reader.h5.absolute(address),
             )
         if len(building) >= reader.max_refs:  # nested that deep while being built: a limit
             raise LimitError(
                 f"values nested deeper than {reader.max_refs} datasets "
                 f"(3 * max_depth={reader.limits.max_depth}) while building nodes",
                 path=path,
-                offset=info.obj.offset,
+                offset=reader.h5.absolute(address),
             )
         building.add(address)
         try:
-            return node_for_inline(reader, path, plan, reader.element_bytes(info), 0, address)
+            raw = reader.element_bytes_at(info, address, path)
+            return node_for_inline(reader, path, plan, raw, 0, address)
         finally:
             building.discard(address)
     if info.dtype is not None:
-        return ArrayNode(reader, path, info)
+        return ArrayNode(reader, path, info, address=address)
+    info = reader.info(address, path)  # the vectors below read through the header itself
     if isinstance(plan, ReferencePlan) and info.space != "null":
         return RefVectorNode(reader, path, info)
     return InlineVectorNode(reader, path, info)
@@ -912,9 +939,13 @@ def _dict_node(
 class DictNode(ContainerNode):
     """A Dict: the keys are decoded when the node is made, straight from the pairs' bytes; a
     value's node is made only when it is looked at, at its own path (no copies of nodes, no
-    node per pair). Lookups by key use the container's key index (O(1))."""
+    node per pair). Lookups by key use the container's key index (O(1)).
 
-    __slots__ = ("_pair_at",)
+    Where each pair lies is kept as three lists (its plan, bytes and offset) rather than a
+    tuple per entry: a Dict of 100,000 entries then leaves three objects for the cyclic
+    garbage collector to scan, not 100,000."""
+
+    __slots__ = ("_pair_bufs", "_pair_offs", "_pair_plans", "_vouched")
 
     def __init__(
         self,
@@ -923,26 +954,50 @@ class DictNode(ContainerNode):
         jt: JuliaType,
         src: Where,
         entries: list[tuple[PathSegment, Any]],
-        pair_at: list[tuple[CompoundPlan, Any, int]],
+        pairs: _Pairs,
     ) -> None:
         super().__init__(reader, path, "dict", jt, src)
         self._keys = entries
-        self._pair_at = pair_at  # (Pair plan, bytes, offset) of each entry
+        self._pair_plans, self._pair_bufs, self._pair_offs = pairs
+        self._vouched = False
 
     def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         return self._keys or []
 
     def _make(self, i: int, path: TreePath) -> Node | Group:
-        plan, buf, off = self._pair_at[i]
+        if not self._vouched:
+            self._vouched = True
+            self._vouch_values()
+        plan = self._pair_plans[i]
         second = plan.fields[1]
-        return node_for_inline(self._reader, path, second.plan, buf, off + second.offset)
+        return node_for_inline(
+            self._reader, path, second.plan, self._pair_bufs[i], self._pair_offs[i] + second.offset
+        )
+
+    def _vouch_values(self) -> None:
+        """Check the headers of the values stored by reference all at once, on the first
+        look at a value (so that making the node, or reaching one entry, costs nothing more)."""
+        plans, bufs, offs = self._pair_plans, self._pair_bufs, self._pair_offs
+        if len(plans) < _BULK_MIN:
+            return
+        refs = [
+            ReferencePlan.address(buf, off + plan.fields[1].offset)
+            for plan, buf, off in zip(plans, bufs, offs)
+            if isinstance(plan.fields[1].plan, ReferencePlan)
+        ]
+        if len(refs) >= _BULK_MIN:
+            self._reader.prime(np.array(refs, np.uint64), self.path)
 
 
-def _pair_locations(reader: Reader, pairs: ContainerNode) -> list[tuple[CompoundPlan, Any, int]] | None:
-    """Where each ``Pair`` of a Dict's pair vector is stored: inline in the vector's bytes, or
-    (a vector of references) each in a dataset of its own, whose header is parsed here. None if
-    the pairs are stored in a way the general path must handle."""
-    out: list[tuple[CompoundPlan, Any, int]] = []
+_Pairs = tuple[list[CompoundPlan], list[Any], list[int]]
+_BULK_MIN = 32  # children from which checking their headers in bulk pays
+
+
+def _pair_locations(reader: Reader, pairs: ContainerNode) -> _Pairs | None:
+    """Where each ``Pair`` of a Dict's pair vector is stored (plans, buffers, offsets): inline
+    in the vector's bytes, or (a vector of references) each in a dataset of its own, read here
+    (many alike ones at once: :meth:`Reader.scalar_elements`). None if the pairs are stored in
+    a way the general path must handle."""
     if isinstance(pairs, InlineVectorNode):
         plan = pairs._info.plan
         n = len(pairs)
@@ -950,22 +1005,39 @@ def _pair_locations(reader: Reader, pairs: ContainerNode) -> list[tuple[Compound
             return None
         assert isinstance(plan, CompoundPlan)
         size, raw = plan.size, pairs._raw
-        return [(plan, raw, i * size) for i in range(n)]
+        return [plan] * n, [raw] * n, list(range(0, n * size, size))
     if isinstance(pairs, RefVectorNode):
         pairs._all()
         addresses = pairs._addresses or []
+        plans: list[CompoundPlan] = []
+        bufs: list[Any] = []
+        offs: list[int] = []
+        bulk: dict[int, tuple[DatasetInfo, bytes, int]] = {}
+        if len(addresses) >= _BULK_MIN:
+            scalars, _ = reader.scalar_elements(np.array(addresses, np.uint64), pairs.path)
+            for info, found, blob in scalars:
+                if _is_pair_plan(info.plan):
+                    size = info.plan.size if info.plan is not None else 0
+                    for j, address in enumerate(found.tolist()):
+                        bulk[address] = (info, blob, j * size)
         for i, address in enumerate(addresses):
             if address == 0:
                 return None
-            info = reader.info(address, (*pairs.path, i + 1))
-            if info.kind == "group" or info.shape is not None or info.space == "null":
-                return None
-            plan = info.plan
-            if not _is_pair_plan(plan):
-                return None
-            assert isinstance(plan, CompoundPlan)
-            out.append((plan, reader.element_bytes(info), 0))
-        return out
+            hit = bulk.get(address)
+            if hit is not None:
+                info, buf, off = hit
+            else:
+                info = reader.describe(address, (*pairs.path, i + 1))
+                if info.kind == "group" or info.shape is not None or info.space == "null":
+                    return None
+                if not _is_pair_plan(info.plan):
+                    return None
+                buf, off = reader.element_bytes_at(info, address, (*pairs.path, i + 1)), 0
+            assert isinstance(info.plan, CompoundPlan)
+            plans.append(info.plan)
+            bufs.append(buf)
+            offs.append(off)
+        return plans, bufs, offs
     return None
 
 
@@ -979,14 +1051,14 @@ def _lazy_dict_node(
     """A :class:`DictNode`, or None when the pairs are stored otherwise or their keys do not
     make a Python dict (unhashable, or equal in Python): the caller's general path decides."""
     with gc_paused():  # thousands of entries: no collection scans the half-built lists
-        pair_at = _pair_locations(reader, pairs)
-        if pair_at is None:
+        located = _pair_locations(reader, pairs)
+        if located is None:
             return None
         session = Session(reader)
         entries: list[tuple[PathSegment, Any]] = []
         seen: set[Any] = set()
         base = pairs.path
-        for i, (pair, buf, off) in enumerate(pair_at):
+        for i, (pair, buf, off) in enumerate(zip(*located)):
             first = pair.fields[0]
             key = first.plan.decode(session, buf, off + first.offset, (*base, i + 1, "first"))
             try:
@@ -996,7 +1068,7 @@ def _lazy_dict_node(
             except TypeError:
                 return None
             entries.append((key if isinstance(key, str) else _render_key(key), key))
-    return DictNode(reader, path, plan.julia_type, src, entries, pair_at)
+    return DictNode(reader, path, plan.julia_type, src, entries, located)
 
 
 def _render_key(key: Any) -> str:

@@ -478,15 +478,17 @@ def mark_mutable(ctx: DecodeContext, items: Sequence[Any], eltype: JuliaType) ->
     and plain bits: JLD2 stores array elements of an ``isbitstype`` struct inline, so by
     reference means mutable. (Elements of other immutable structs, a ``Pair{String,Float64}``,
     are stored by reference too: they may be undefined, JLD2's ``fieldodr(T, false)``.)"""
+    # Structs of one plan share their type and layout objects: the answer is worked out once
+    # per pair of them (comparing types walks them whole; a Dict has one Pair per entry).
+    known: dict[tuple[int, int], bool] = {}
     for item in items:
-        if (
-            isinstance(item, JuliaStruct)
-            and not item.mutable
-            and item.type == eltype
-            and item.layout is not None
-            and _plain_bits(item.layout)
-        ):
-            ctx.flag_mutable(item)
+        if isinstance(item, JuliaStruct) and not item.mutable and item.layout is not None:
+            key = (id(item.type), id(item.layout))
+            flag = known.get(key)
+            if flag is None:
+                flag = known[key] = _plain_bits(item.layout) and item.type == eltype
+            if flag:
+                ctx.flag_mutable(item)
 
 
 def _plain_bits(layout: StructLayout) -> bool:

@@ -28,6 +28,7 @@ import numpy as np
 from .._errors import FormatError, LimitError, TreePath, TreexchangeError, UnsupportedError, WrongFormatError
 from .._gc import gc_paused
 from .._hdf5 import HDF5File, ObjectHeader
+from .._hdf5._messages import EXTERNAL_FILES
 from .._hdf5._model import H5Class
 from .._hdf5._objectheader import RawMessage
 from .._juliatype import JuliaType, where_type
@@ -54,6 +55,7 @@ _INT64_ATTR_CLASSES = (H5Class.FIXED,)
 _GROUP_TYPE = JuliaType("JLD2.Group")
 _ARRAY_TYPES_CACHED = 4096  # distinct array types remembered per file (a file uses a handful)
 _DATATYPE_TYPE = JuliaType("Core.DataType")
+_PREFETCH_MIN = 32  # references read together from which prefetching arrays in bulk pays
 
 
 def _element_size(info: DatasetInfo) -> int | None:
@@ -117,8 +119,27 @@ class DatasetInfo(ObjectHeader):
         self.value_kind: str | None = None  # not described yet
 
     def _clone_at(self, address: int, offset: int) -> DatasetInfo:
+        """A header rebuilt from this one (see :mod:`treexchange._hdf5._headermemo`), with this
+        one's description when it has one.
+
+        The description follows from the header's bytes other than the layout body (datatype,
+        dataspace, the attributes -- ``dimensions``, ``julia_type``, ``Memory`` -- and the
+        committed types they refer to), which the two headers share; so it is the same, and
+        describing the clone again (every limit check included) would reach the same result.
+        Copied slot by slot: for a file of many alike arrays this replaces ``_make_info``.
+        """
         obj = cast(DatasetInfo, super()._clone_at(address, offset))
-        obj.value_kind = None  # the description is per object (attributes, type parameters)
+        kind = self.value_kind
+        if kind is not None:
+            obj.plan = self.plan
+            obj.space = self.space
+            obj.shape = self.shape
+            obj.eltype = self.eltype
+            obj.julia_type = self.julia_type
+            obj.memory = self.memory
+            obj.count = self.count
+            obj.dtype = self.dtype
+        obj.value_kind = kind
         return obj
 
     @property
@@ -206,6 +227,10 @@ class Reader:
         self.types = TypeResolver(self)
         self._array_types: dict[tuple[int, int, bool], tuple[JuliaType, JuliaType]] = {}
         self.node_sources: dict[int, Any] = {}  # shared sources of constant nodes (_nodes)
+        # element bytes of scalar datasets read in bulk for a walk (prime): address -> (group,
+        # offset), each group (description, the element bytes of its datasets one after another)
+        self._elements: dict[int, tuple[int, int]] = {}
+        self._element_groups: list[tuple[DatasetInfo, bytes]] = []
         self.nodes_building: set[int] = set()  # scalar datasets whose node is being made (_nodes)
 
     def _describe(self) -> str:
@@ -237,6 +262,7 @@ class Reader:
         self.closed = True
         self.h5.close()
         self._stack.close()
+        self._elements, self._element_groups = {}, []
         data, self._data = self._data, None
         if isinstance(data, mmap.mmap):
             try:
@@ -344,6 +370,78 @@ class Reader:
         except RecursionError as err:
             raise LimitError("structure nested too deeply", path=path) from err
         return info
+
+    def describe(self, address: int, path: TreePath = ()) -> DatasetInfo:
+        """What the object at ``address`` is, as :meth:`info` describes it, without making its
+        header when one alike to it (but for where its data lie) is described already: then
+        that one is returned, so only its description may be used, not its address or
+        offset, nor its data (:meth:`element_bytes_at` reads a scalar's bytes for
+        ``address``). A lazy walk over many alike arrays keeps no header object per array.
+        """
+        if self.closed:
+            self._check_open()
+        try:
+            info = cast(DatasetInfo, self.h5.alike_of(address))
+        except TreexchangeError as err:
+            err.with_context(offset=self.h5.absolute(address), path=path)
+            raise
+        if info.value_kind is None:
+            return self.info(address, path)  # not described yet: the usual way
+        return info
+
+    def prime(self, addresses: np.ndarray, path: TreePath = ()) -> None:
+        """Get ready to describe many datasets (a lazy walk about to visit the elements of a
+        vector of references): their headers are checked in bulk (:meth:`alike`), each dataset
+        is then described from one alike to it (:meth:`describe`) without a check of its own,
+        the element bytes of small scalar datasets (layers, Pairs) are kept for
+        :meth:`element_bytes_at`, and the datasets those refer to are checked the same way.
+        """
+        vouched, objects = self.h5._vouched, self.h5._objects
+        scalars, arrays = self.scalar_elements(addresses, path)
+        for info, found, _ in arrays:
+            for address in found.tolist():
+                if address not in objects:
+                    vouched[address] = info
+        for info, found, blob in scalars:
+            plan = info.plan
+            assert plan is not None
+            size = plan.size
+            elements, group = self._elements, len(self._element_groups)
+            self._element_groups.append((info, blob))
+            for i, address in enumerate(found.tolist()):
+                if address not in objects:
+                    vouched[address] = info
+                elements[address] = (group, i * size)  # (ints only: not tracked by the collector)
+            if isinstance(plan, CompoundPlan) and blob:
+                refs_at = (f.offset for f in plan.fields if isinstance(f.plan, ReferencePlan))
+                at = [a for a in refs_at if a + 8 <= size]
+                if at:
+                    rows = np.frombuffer(blob, np.uint8).reshape(-1, size)
+                    refs = np.concatenate([rows[:, a : a + 8].copy().view("<u8").ravel() for a in at])
+                    self.h5.vouch(refs[refs != 0])
+
+    def element_bytes_at(self, info: DatasetInfo, address: int, path: TreePath = ()) -> bytes:
+        """:meth:`element_bytes` of the scalar dataset at ``address``, described by ``info``
+        (itself, or one alike to it: :meth:`describe`)."""
+        assert info.plan is not None
+        size = info.plan.size
+        found = self._elements.get(address)
+        if found is not None:
+            group, off = found
+            described, blob = self._element_groups[group]
+            if described is info:  # read in bulk (prime), checked as below
+                return blob[off : off + size]
+        if info.address == address:
+            return self.element_bytes(info)
+        h5 = self.h5
+        self._check_open()
+        fast = h5._stored_range(info, h5.absolute(address) - info.offset)
+        if fast is not None:
+            data_at, stored = fast
+            nbytes = h5._expected_bytes(info, _element_size(info))
+            if data_at is not None and size <= nbytes <= stored and data_at + nbytes <= h5.size:
+                return bytes(h5.buffer[data_at : data_at + size])
+        return self.element_bytes(self.info(address, path))  # anything else: the usual way
 
     def _make_info(self, obj: DatasetInfo, path: TreePath) -> DatasetInfo:
         kind = obj.kind
@@ -536,13 +634,98 @@ class Reader:
             return flat.reshape(info.shape, order="F")
         return flat.reshape(tuple(reversed(info.shape)))
 
+    def alike(
+        self, addresses: np.ndarray, path: TreePath
+    ) -> list[tuple[DatasetInfo, np.ndarray, np.ndarray]]:
+        """Many datasets at once: ``[(description, relative addresses, absolute data offsets)]``
+        for the groups of datasets among ``addresses`` alike but for where their data lie
+        (:meth:`HDF5File.alike`), that are plain-data arrays or scalar datasets stored in one
+        piece, whose data pass every check the usual path (:meth:`numeric_array`,
+        :meth:`raw`) makes. Datasets in no group are for the usual path (which raises where a
+        check fails). No object header is made for the datasets of a group.
+        """
+        out: list[tuple[DatasetInfo, np.ndarray, np.ndarray]] = []
+        h5 = self.h5
+        for proto, offsets in h5.alike(addresses):
+            if (
+                not isinstance(proto, DatasetInfo)
+                or proto.kind != "dataset"
+                or EXTERNAL_FILES in proto._types
+            ):
+                continue
+            try:
+                info = self.info(proto.address, path)
+                plan = info.plan
+                if plan is None:
+                    continue
+                expected = h5._expected_bytes(info, _element_size(info))
+                if info.shape is not None:
+                    dtype = info.dtype
+                    if plan.dtype is None or dtype is None or info.count == 0:
+                        continue
+                    need = info.count * dtype.itemsize
+                    if need > self.limits.max_array_bytes or expected < need:
+                        continue
+                elif info.space != "scalar" or not 0 < plan.size <= expected:
+                    continue
+            except TreexchangeError:
+                continue
+            which, data_at, stored = h5.stored_ranges(info, offsets)
+            good = (stored >= expected) & (data_at + expected <= h5.size)
+            out.append((info, offsets[which][good] - h5.base, data_at[good]))
+        return out
+
+    def scalar_elements(
+        self, addresses: np.ndarray, path: TreePath
+    ) -> tuple[list[tuple[DatasetInfo, np.ndarray, bytes]], list[tuple[DatasetInfo, np.ndarray, np.ndarray]]]:
+        """:meth:`alike` split by kind: for the groups of scalar datasets, ``(description,
+        relative addresses, their element bytes one after the other)`` (``plan.size`` bytes
+        each, as :meth:`element_bytes` reads them); the groups of arrays as they are."""
+        scalars: list[tuple[DatasetInfo, np.ndarray, bytes]] = []
+        arrays: list[tuple[DatasetInfo, np.ndarray, np.ndarray]] = []
+        for info, found, data_at in self.alike(addresses, path):
+            if info.shape is not None:
+                arrays.append((info, found, data_at))
+            else:
+                assert info.plan is not None
+                scalars.append((info, found, _gather(self.h5.buffer, data_at, info.plan.size).tobytes()))
+        return scalars, arrays
+
     def read_value(self, address: int, path: TreePath, session: Session) -> Any:
+        elements = session.elements
+        if elements:
+            found = elements.pop(address, None)
+            if found is not None:  # a scalar's bytes, read in bulk (Session.prefetch)
+                info, raw, off = found
+                try:
+                    return self._read_element(info, address, raw, off, path, session)
+                except TreexchangeError as err:
+                    err.with_context(offset=self.h5.absolute(address), path=path)
+                    raise
         info = self.info(address, path)
         try:
             return self._read(info, path, session)
         except TreexchangeError as err:
             err.with_context(offset=info.obj.offset, path=path)
             raise
+
+    def _read_element(
+        self, info: DatasetInfo, address: int, raw: Any, off: int, path: TreePath, session: Session
+    ) -> Any:
+        """The value of the scalar dataset at ``address`` described by ``info``, from its bytes."""
+        plan = info.plan
+        assert plan is not None
+        if isinstance(plan, CompoundPlan) and plan.kind == "struct":
+            # Made before its fields: a field referring back to it (a mutable struct in a
+            # cycle, JLD2 reads those too) closes on this very object.
+            target = session.partial[address] = plan.new_struct()
+            by_name = self.types.by_name_params
+            if (session.mutable_types and target.type.qualified() in session.mutable_types) or (
+                by_name and target.type in by_name
+            ):
+                target.mutable = True  # by_name_params: see TypeResolver.decode_datatype
+            return plan.fill(target, session, raw, off, path)
+        return plan.decode(session, raw, off, path)
 
     def _read(self, info: DatasetInfo, path: TreePath, session: Session) -> Any:
         plan = info.plan
@@ -556,16 +739,7 @@ class Reader:
                 if isinstance(plan, GhostPlan):
                     return plan.value
                 raise FormatError("null dataspace for a non-empty type")
-            raw = self.raw(info, plan.size)
-            if isinstance(plan, CompoundPlan) and plan.kind == "struct":
-                # Made before its fields: a field referring back to it (a mutable struct in a
-                # cycle, JLD2 reads those too) closes on this very object.
-                target = session.partial[info.address] = plan.new_struct()
-                by_name = self.types.by_name_params
-                if target.type.qualified() in session.mutable_types or (by_name and target.type in by_name):
-                    target.mutable = True  # by_name_params: see TypeResolver.decode_datatype
-                return plan.fill(target, session, raw, 0, path)
-            return plan.decode(session, raw, 0, path)
+            return self._read_element(info, info.address, self.raw(info, plan.size), 0, path, session)
         if plan.dtype is not None and info.dtype is not None:
             return self.numeric_array(info, session.order, mmap=session.mmap)
         # Int128 arrays too: presented as arrays (info.dtype), loaded as Int128 values.
@@ -588,6 +762,8 @@ class Reader:
             items = []  # a null dataspace of non-ghost elements holds nothing (checked: n == 0)
         else:
             raw = self.raw(info, n * plan.size)
+            if isinstance(plan, ReferencePlan) and n >= _PREFETCH_MIN and session.mmap:
+                session.prefetch(np.frombuffer(bytes(raw[: 8 * n]), "<u8", n), path)
             if as_list:
                 # made before its elements: an element referring back to it closes the cycle
                 items = session.partial[info.address] = []
@@ -615,6 +791,16 @@ class Reader:
         return [int(x) for x in np.frombuffer(bytes(raw[: 8 * n]), "<u8", n)]
 
 
+def _gather(buf: Any, at: np.ndarray, size: int) -> np.ndarray:
+    """The ``size`` bytes at each absolute offset ``at`` of ``buf``, one row each (a copy;
+    every range was checked to lie in the file)."""
+    data = np.frombuffer(buf, np.uint8)
+    try:
+        return data[at[:, None] + np.arange(size)] if len(at) else np.zeros((0, size), np.uint8)
+    finally:
+        del data
+
+
 class Session:
     """One traversal: identity memo (shared objects read once), cycle and depth guards.
 
@@ -637,6 +823,8 @@ class Session:
         # a reference back to one closes the cycle on the same Python object
         self.partial: dict[int, Any] = {}
         self.mutable_types: set[str] = set()  # struct types the file shows are mutable
+        # scalar datasets read in bulk (prefetch): address -> (description, bytes, offset)
+        self.elements: dict[int, tuple[DatasetInfo, bytes, int]] = {}
         self._depth = 0
         self.heap_bytes = reader.heap_bytes
         self.decode_datatype = reader.types.decode_datatype
@@ -658,6 +846,66 @@ class Session:
             self.partial.pop(address, None)
         self.memo[address] = group
         return group
+
+    def prefetch(self, addresses: np.ndarray, path: TreePath, *, depth: int = 0) -> None:
+        """Read many of the datasets at ``addresses`` in bulk, ahead of the usual path.
+
+        For a vector of many references (a Dict's pairs, a long tuple of layers): the datasets
+        are sorted into groups alike but for where their data lie (:meth:`Reader.alike`). A
+        group of plain-data arrays becomes arrays in the memo -- views of the map, as
+        :meth:`Reader.numeric_array` makes them -- with no object header parsed per array. Of
+        a group of small scalar datasets (Pairs, NamedTuples of references) the element bytes
+        are kept for :meth:`Reader.read_value` (which then parses no header either), and the
+        arrays their references point to are prefetched the same way, one level down.
+
+        Only arrays are read early: they hold no references, so reading them first changes
+        nothing else (no cycle, no mutability flag, no other identity). Scalars are decoded
+        in the usual order, from bytes read early. Every check of the usual path is made on
+        each dataset; one that fails is left to the usual path, which raises there.
+        """
+        if not self.mmap:
+            return
+        memo, elements = self.memo, self.elements
+        scalars, arrays = self.reader.scalar_elements(addresses, path)
+        for info, found, data_at in arrays:
+            self._prefetch_arrays(info, found, data_at)
+        for info, found, blob in scalars:
+            plan = info.plan
+            assert plan is not None
+            size = plan.size
+            for i, address in enumerate(found.tolist()):
+                if address not in memo:
+                    elements[address] = (info, blob, i * size)
+            if depth == 0 and isinstance(plan, CompoundPlan) and blob:
+                refs_at = (f.offset for f in plan.fields if isinstance(f.plan, ReferencePlan))
+                rows = np.frombuffer(blob, np.uint8).reshape(-1, size)
+                at = [a for a in refs_at if a + 8 <= size]
+                if at:
+                    refs = np.concatenate([rows[:, a : a + 8].copy().view("<u8").ravel() for a in at])
+                    self.prefetch(refs[refs != 0], path, depth=1)
+
+    def _prefetch_arrays(self, info: DatasetInfo, addresses: np.ndarray, data_at: np.ndarray) -> None:
+        memo = self.memo
+        dtype = info.dtype
+        assert dtype is not None and info.shape is not None
+        count = info.count
+        itemsize = dtype.itemsize
+        aligned = data_at % itemsize == 0  # (others: the usual path, one frombuffer each)
+        keys = addresses[aligned].tolist()
+        starts = (data_at[aligned] // itemsize).tolist()
+        if not keys:
+            return
+        data = self.reader._data_map()
+        flat = np.frombuffer(data, dtype, len(data) // itemsize)
+        julia = self.order == "julia"
+        shape = info.shape if julia else tuple(reversed(info.shape))
+        one_d = len(shape) == 1
+        for address, start in zip(keys, starts):
+            if address not in memo:
+                view = flat[start : start + count]
+                if not one_d:
+                    view = view.reshape(shape, order="F") if julia else view.reshape(shape)
+                memo[address] = view
 
     def flag_mutable(self, value: JuliaStruct) -> None:
         """Mutability is a property of the type: once the file shows one struct of a type is

@@ -34,6 +34,7 @@ from .._errors import (
     UnsupportedError,
     WriteError,
 )
+from .._gc import gc_paused
 from .._hdf5._model import H5Type
 from .._juliatype import JuliaType
 from .._limits import DEFAULT_LIMITS, Limits, datatype_depth
@@ -57,6 +58,10 @@ FORMATS = ("0.2.0", "0.1.1")
 """The format versions the writer can write: JLD2.jl >= 0.5 (``0.2.0``, the default) and the
 format of JLD2.jl 0.3.0 - 0.4.50 (``0.1.1``, as far as :class:`_Format` describes it)."""
 SMALL_PAYLOAD = 64 << 10
+_MESSAGES_KEPT = 4096  # header messages remembered per file (a model has a handful of shapes)
+_LAYOUT_CONTIGUOUS = struct.Struct("<BHBBBQQ")  # enc.layout_contiguous as one struct: message head, body
+_NATIVE_LITTLE = ("<", "|", "=") if np.little_endian else ("<", "|")  # byte orders written as they are
+_QUICK_FIELDS = 16  # NamedTuples of arrays up to this many fields have their type remembered
 """Array payloads up to this size are buffered with the metadata instead of written directly."""
 
 _I64 = np.dtype("<i8")
@@ -174,6 +179,22 @@ class _Data:
     chunkable: bool = False
     """Compress it (chunked layout); needs ``array``."""
 
+    @classmethod
+    def of_array(cls, size: int, array: np.ndarray, chunkable: bool) -> _Data:
+        """``_Data(size, array=array, is_array=True, chunkable=chunkable)``, made without the
+        frozen dataclass ``__init__`` (one per array written)."""
+        obj = object.__new__(cls)
+        obj.__dict__.update(size=size, array=array, is_array=True, chunkable=chunkable)
+        return obj
+
+    @classmethod
+    def of_encoder(cls, size: int, encode: Callable[[], bytes]) -> _Data:
+        """``_Data(size, encode=encode)`` without the dataclass ``__init__`` (one per struct,
+        Pair or layer written)."""
+        obj = object.__new__(cls)
+        obj.__dict__.update(size=size, encode=encode)
+        return obj
+
     def materialize(self) -> bytes:
         """All the bytes at once (compact data and small payloads only)."""
         if self.encode is not None:
@@ -182,6 +203,7 @@ class _Data:
 
 
 _NO_DATA = _Data(0, encode=lambda: b"")
+_SCALAR = _Space(enc.DS_SCALAR, (), [])  # a scalar dataspace without attributes (never modified)
 
 
 def _align8(offset: int) -> int:
@@ -251,11 +273,18 @@ class JLD2Writer:
         self.committed: dict[str, Committed] = {}
         self.types_links: dict[str, int] = {}
         self.heap = _GlobalHeap()
+        self._heap_marker: tuple[int, bytes] | None = None  # see write_heap_object
         self.root = _Group()
         self.wsession: dict[Hashable, int] = {}
         self.datatype_wsession: dict[Hashable, int] = {}
         self._keepalive: list[Any] = []
         self._inline_sizes: dict[str, int] = {}
+        # encoded dataspace and datatype messages of dataset headers (_space_message, _dtype_message)
+        self._messages: dict[Hashable, bytes] = {}
+        self._quick_types: dict[Hashable, JT] = {}  # see _type_of
+        self._small_heads: dict[tuple[bytes, bytes], tuple[bytes, int]] = {}  # _write_small_array
+        self._array_plans: dict[Hashable, tuple[JT, _Space, H5Type | Committed, int]] = {}  # _write_array
+        self._message_types: dict[Hashable, H5Type] = {}
         self._prepared: dict[int, Any] = {}  # id -> object typed by prepare (kept: ids stay unique)
         self._closed = False
 
@@ -267,7 +296,9 @@ class JLD2Writer:
         group, leaf = self._pathize(name)
         path: tuple[PathSegment, ...] = (name,)
         try:
-            with stack_for_depth(self.limits.max_depth):
+            # The collector paused: a large model makes hundreds of thousands of lasting small
+            # objects (tracking keys, buffered pieces) and no garbage cycles worth collecting.
+            with stack_for_depth(self.limits.max_depth), gc_paused():
                 self.prepare([(name, value)])
                 jt = self.types.of_value(value, path)
                 offset = self.write_dataset(value, jt, self.wsession, path)
@@ -342,6 +373,7 @@ class JLD2Writer:
             types = _Group(links=dict(self.types_links))
             self.root.children["_types"] = types
         root = self._save_group(self.root, self.root_attributes)
+        self._put_heap_marker()
         self.sink.put(0, enc.user_block(self.producer, self.format.version))
         self.sink.put(BASE, enc.superblock_v2(BASE, self.end, root))
         self.sink.finish(self.end)
@@ -432,6 +464,7 @@ class JLD2Writer:
             self.sink.put(gh.offset + 8, struct.pack("<Q", gh.length))
             self.end += delta
         else:
+            self._put_heap_marker()  # the last one of the collection left behind
             size = max(objsz + 16 if libhdf5_readable else objsz, 4096)
             offset = _align8(self.end)
             self.sink.put(offset, enc.global_heap_header(size))
@@ -441,10 +474,22 @@ class JLD2Writer:
         index = gh.count
         objoffset = gh.offset + 16 + gh.length - gh.free
         gh.free -= objsz
-        if gh.free >= 16:
-            self.sink.put(objoffset + objsz, struct.pack("<QQ", 0, gh.free - 16))
-        self.sink.put(objoffset, enc.global_heap_object(index, psz) + data)
+        # The free-space object after it: each new object starts where the last one's stood
+        # and covers it (16 bytes or more), so only a collection's last one is ever seen; it is
+        # put when the collection is left behind or the file closed (one piece per object less,
+        # and no overlapping pieces for the flush to assemble).
+        marker = (objoffset + objsz, struct.pack("<QQ", 0, gh.free - 16)) if gh.free >= 16 else None
+        self._heap_marker = marker
+        # With its padding (zeros, as the hole would read): the next object starts right after,
+        # so a run of heap objects is one piece of metadata, written in one call, not one each.
+        self.sink.put(objoffset, enc.global_heap_object(index, psz) + data + bytes(objsz - 16 - psz))
         return gh.offset - BASE, index
+
+    def _put_heap_marker(self) -> None:
+        """Put the free-space object of the current heap collection (see write_heap_object)."""
+        marker, self._heap_marker = self._heap_marker, None
+        if marker is not None:
+            self.sink.put(*marker)
 
     def store_vlen(self, data: bytes, count: int | None = None, *, libhdf5_readable: bool = False) -> bytes:
         """A 16-byte vlen element pointing at a new heap object holding ``data``."""
@@ -736,8 +781,33 @@ class JLD2Writer:
 
     def write_ref(self, value: Any, ws: dict[Hashable, int], path: tuple[PathSegment, ...]) -> int:
         """JLD2's ``write_ref``: the value as its own dataset; returns its relative address."""
-        jt = value.jt if isinstance(value, _PairValue) else self.types.of_value(value, path)
+        jt = value.jt if isinstance(value, _PairValue) else self._type_of(value, path)
         return self.write_dataset(value, jt, ws, path)
+
+    def _type_of(self, value: Any, path: tuple[PathSegment, ...]) -> JT:
+        """``self.types.of_value(value, path)``, remembered for the values a model is made of by
+        the thousand: a numpy array's type is decided by its dtype and rank alone, a NamedTuple
+        of arrays' by its names and those (``type_of``); the types are interned, so the one
+        remembered is the very one ``of_value`` returns. Anything else asks ``of_value``."""
+        kind = type(value)
+        if kind is np.ndarray:
+            key: Hashable = (value.dtype, value.ndim)
+        elif kind is JlNamedTuple and len(value) <= _QUICK_FIELDS:
+            parts: list[Any] = list(value.keys())
+            for v in value.values():
+                if type(v) is not np.ndarray:
+                    return self.types.of_value(value, path)
+                parts.append(v.dtype)
+                parts.append(v.ndim)
+            key = tuple(parts)
+        else:
+            return self.types.of_value(value, path)
+        found = self._quick_types.get(key)
+        if found is None:
+            found = self.types.of_value(value, path)
+            if len(self._quick_types) < _MESSAGES_KEPT:
+                self._quick_types[key] = found
+        return found
 
     def write_dataset(
         self, value: Any, jt: JT, ws: dict[Hashable, int], path: tuple[PathSegment, ...]
@@ -768,14 +838,12 @@ class JLD2Writer:
             dtype = self.h5type(jt)
             return self._write_object(_Space(enc.DS_NULL, (), []), dtype, _NO_DATA, ws, tk, path)
         size = self.inline_size(w) if w.cat in (Cat.PRIM, Cat.BITS, Cat.STRUCT) else self.field_size(w, True)
-        space = _Space(enc.DS_SCALAR, (), [])
         dtype = self.h5type(jt)
         # JLD2's h5convert! for UnionAllODR writes var and body in the file's datatype session,
         # whatever session the UnionAll itself is written in (a type attribute's fresh one).
         fws = self.datatype_wsession if jt.name == "Core.UnionAll" and jt.cat is Cat.STRUCT else ws
-        return self._write_object(
-            space, dtype, _Data(size, encode=lambda: self.encode_value(w, value, fws, path)), ws, tk, path
-        )
+        data = _Data.of_encoder(size, lambda: self.encode_value(w, value, fws, path))
+        return self._write_object(_SCALAR, dtype, data, ws, tk, path)
 
     def _write_custom(
         self, value: Any, jt: JT, ws: dict[Hashable, int], tk: Hashable | None, path: tuple[PathSegment, ...]
@@ -807,9 +875,9 @@ class JLD2Writer:
             arr = _numeric_vector(items, e)
             return self._write_array(arr, vec_jt, ws, None, path)
         # Element types numpy lacks (Int128, UInt128) or that are not numbers: encoded one by
-        # one, as the elements of a JuliaArray (the eltype given here is not used: vec_jt rules).
-        ja = JuliaArray(JuliaType("Core.Any"), items)
-        return self._write_array(ja, vec_jt, ws, None, path)
+        # one, as the elements of a list (vec_jt rules their type; no object array is made of
+        # what may be 100,000 layers).
+        return self._write_array(list(items), vec_jt, ws, None, path)
 
     def _write_kvvec(
         self, value: dict[Any, Any], jt: JT, ws: dict[Hashable, int], path: tuple[PathSegment, ...]
@@ -824,6 +892,14 @@ class JLD2Writer:
     def _write_array(
         self, value: Any, jt: JT, ws: dict[Hashable, int], tk: Hashable | None, path: tuple[PathSegment, ...]
     ) -> int:
+        if type(value) is np.ndarray:
+            # A model's arrays come in a few shapes and types: what the code below decides for
+            # one (dataspace, datatype, size) holds for every array of the same type and shape.
+            plan = self._array_plans.get((id(jt), value.dtype, value.shape))
+            if plan is not None and plan[0] is jt:
+                _, space, dtype, datasz = plan
+                data = _Data.of_array(datasz, value, self.compress is not None and datasz > 0)
+                return self._write_object(space, dtype, data, ws, tk, path)
         e = _eltype(jt)
         ew = e.writeas
         shape = _julia_shape(value)
@@ -871,9 +947,10 @@ class JLD2Writer:
             if little_endian(arr.dtype).itemsize != elsize:
                 raise ConversionError(f"array element size {arr.dtype.itemsize} != {elsize}", path=path)
             chunkable = self.compress is not None and datasz > 0
-            return self._write_object(
-                space, dtype, _Data(datasz, array=arr, is_array=True, chunkable=chunkable), ws, tk, path
-            )
+            if type(value) is np.ndarray and arr is value and not space.attrs:
+                if len(self._array_plans) < _MESSAGES_KEPT:
+                    self._array_plans[(id(jt), value.dtype, value.shape)] = (jt, space, dtype, datasz)
+            return self._write_object(space, dtype, _Data.of_array(datasz, arr, chunkable), ws, tk, path)
         items = _array_items(value)
 
         def encode() -> bytes:
@@ -914,11 +991,19 @@ class JLD2Writer:
     ) -> int:
         """The second ``write_dataset`` method of JLD2: header, layout choice, data."""
         datasz, array = data.size, data.array
-        committed = isinstance(dtype, Committed)
-        dt_size = enc.SHARED_DATATYPE_SIZE if committed else enc.datatype_size(dtype)  # type: ignore[arg-type]
-        psz = len(enc.FILL_VALUE_MESSAGE) + 4 + enc.dataspace_size(len(space.dims)) + 4 + dt_size
-        psz += sum(a.message_size for a in space.attrs)
+        space_message, dtype_message = self._space_message(space), self._dtype_message(dtype)
         fmt = self.format
+        if (
+            fmt is _FORMATS["0.2.0"]  # the fast path makes 0.2.0's layout (aligned, with the NIL message)
+            and array is not None
+            and 0 < datasz <= SMALL_PAYLOAD
+            and data.is_array
+            and not data.chunkable
+            and not space.attrs
+        ):
+            return self._write_small_array(space_message, dtype_message, array, datasz, ws, tk, path)
+        psz = len(enc.FILL_VALUE_MESSAGE) + len(space_message) + len(dtype_message)
+        psz += sum(a.message_size for a in space.attrs)
         if fmt.continuation_placeholder:
             psz += enc.CONTINUATION_PLACEHOLDER_SIZE
         if datasz < (fmt.array_compact_limit if data.is_array else fmt.scalar_compact_limit):
@@ -948,15 +1033,9 @@ class JLD2Writer:
         rel = header_offset - BASE
         if tk is not None:
             ws[tk] = rel
-        head = [
-            enc.FILL_VALUE_MESSAGE,
-            enc.message(enc.MSG_DATASPACE, enc.dataspace_body(space.kind, space.dims)),
-        ]
+        head = [enc.FILL_VALUE_MESSAGE, space_message]
         head += [a.message() for a in space.attrs]
-        if committed:
-            head.append(enc.message(enc.MSG_DATATYPE, enc.encode_shared_datatype(dtype.offset), 3))  # type: ignore[union-attr]
-        else:
-            head.append(enc.message(enc.MSG_DATATYPE, enc.encode_datatype(dtype), 1))  # type: ignore[arg-type]
+        head.append(dtype_message)
         if layout == "compact":
             raw = b"" if datasz == 0 else data.materialize()
             if len(raw) != datasz:
@@ -1004,6 +1083,84 @@ class JLD2Writer:
             raise WriteError("object header size mismatch", path=path)
         self.sink.put_checksummed(header_offset, header)
         return rel
+
+    def _write_small_array(
+        self,
+        space_message: bytes,
+        dtype_message: bytes,
+        array: np.ndarray,
+        datasz: int,
+        ws: dict[Hashable, int],
+        tk: Hashable | None,
+        path: tuple[PathSegment, ...],
+    ) -> int:
+        """:meth:`_write_object` for an array of at most ``SMALL_PAYLOAD`` bytes with no
+        attributes, uncompressed -- the contiguous layout with the data buffered with the
+        metadata -- made the same way, byte for byte, in fewer steps: every header of one
+        dataspace and datatype starts with the same bytes (made once) and differs only in the
+        data address of its layout message."""
+        key = (space_message, dtype_message)
+        found = self._small_heads.get(key)
+        if found is None:
+            psz = len(enc.FILL_VALUE_MESSAGE) + len(space_message) + len(dtype_message)
+            psz += enc.CONTINUATION_PLACEHOLDER_SIZE + enc.LAYOUT_CONTIGUOUS_SIZE
+            messages = enc.FILL_VALUE_MESSAGE + space_message + dtype_message
+            rest = psz - len(messages)  # the layout message and the placeholder: per header
+            head = enc.object_header_unsummed(messages + bytes(rest))[:-rest]
+            found = (head, enc.object_header_size(psz))
+            if len(self._small_heads) < _MESSAGES_KEPT:
+                self._small_heads[key] = found
+        head, size = found
+        header_offset = self.end
+        header_end = header_offset + size
+        rel = header_offset - BASE
+        if tk is not None:
+            ws[tk] = rel
+        data_address = _align8(header_end)
+        self.end = data_address + datasz
+        if array.ndim == 1 and array.dtype.byteorder in _NATIVE_LITTLE:
+            raw = array.tobytes()  # (one dimension: column-major is the order it has)
+        else:
+            raw = _array_bytes(array)
+        if len(raw) != datasz:
+            raise WriteError(f"contiguous data is {len(raw)} bytes, its datatype takes {datasz}", path=path)
+        # With its alignment padding: touching the header, so both go in one write.
+        self.sink.put(header_end, bytes(data_address - header_end) + raw)
+        layout = _LAYOUT_CONTIGUOUS.pack(enc.MSG_LAYOUT, 18, 0, 4, 1, data_address - BASE, datasz)
+        header = head + layout + enc.CONTINUATION_PLACEHOLDER
+        if len(header) + 4 != size:
+            raise WriteError("object header size mismatch", path=path)
+        self.sink.put_checksummed(header_offset, header)
+        return rel
+
+    def _space_message(self, space: _Space) -> bytes:
+        """The dataspace message of a dataset header; the same few shapes recur in a model, so
+        their bytes are made once per file."""
+        key = (space.kind, tuple(space.dims))
+        found = self._messages.get(key)
+        if found is None:
+            found = enc.message(enc.MSG_DATASPACE, enc.dataspace_body(space.kind, space.dims))
+            if len(self._messages) < _MESSAGES_KEPT:
+                self._messages[key] = found
+        return found
+
+    def _dtype_message(self, dtype: H5Type | Committed) -> bytes:
+        """The datatype message of a dataset header: a shared reference to a committed type, or
+        the type itself (made once per type object: the writer hands out the same few)."""
+        committed = isinstance(dtype, Committed)
+        key: Hashable = ("committed", dtype.offset) if committed else ("type", id(dtype))  # type: ignore[union-attr]
+        found = self._messages.get(key)
+        if found is not None and (committed or self._message_types.get(key) is dtype):
+            return found
+        if committed:
+            found = enc.message(enc.MSG_DATATYPE, enc.encode_shared_datatype(dtype.offset), 3)  # type: ignore[union-attr]
+        else:
+            found = enc.message(enc.MSG_DATATYPE, enc.encode_datatype(dtype), 1)  # type: ignore[arg-type]
+        if len(self._messages) < _MESSAGES_KEPT or key in self._messages:
+            self._messages[key] = found
+            if not committed:
+                self._message_types[key] = dtype  # type: ignore[assignment]  # kept: its id stays unique
+        return found
 
     def _write_chunks(self, arr: np.ndarray, chunk: tuple[int, ...], chunk_h5: tuple[int, ...]) -> int:
         """Compressed chunks, then the v1 B-tree indexing them; returns the B-tree's address."""

@@ -15,9 +15,11 @@ The blocks live in a small pool of reusable buffers (:data:`PIPE_BUFFERS` of
 :data:`PIPE_BLOCK_BYTES`), so the extra memory stays a few blocks whatever the data size. The
 thread writes through its own duplicate of the descriptor: if the writer is abandoned (an
 exception while encoding), the pending writes go to the abandoned file, never to whatever file
-later reuses the caller's descriptor number. Payload and metadata regions never overlap, so the
-two kinds of writes need no ordering between them; :meth:`Sink.finish` waits for every payload
-write (and reports its error) before cutting the file to size.
+later reuses the caller's descriptor number. Once the thread runs, flushed metadata goes through
+it too (:meth:`Sink.flush`), in the one queue behind the payloads queued before it: every write
+lands in the order it was made (a later write over an earlier one lands last), and the calling
+thread goes on encoding while the system calls copy the bytes. :meth:`Sink.finish` waits for
+every write (and reports its error) before cutting the file to size.
 """
 
 from __future__ import annotations
@@ -125,7 +127,9 @@ class Sink:
             for i, value in zip(unsummed, sums):
                 offset, data = pending[i]
                 pending[i] = (offset, data + value.to_bytes(4, "little"))
-        order = sorted(range(len(pending)), key=lambda i: pending[i][0])
+        offsets = [offset for offset, _ in pending]
+        order = sorted(range(len(pending)), key=offsets.__getitem__)
+        runs: list[tuple[int, bytes]] = []
         run: list[int] = []
         run_start = run_end = -1
         overlaps = False
@@ -139,32 +143,38 @@ class Sink:
                     run_end = end
                 continue
             if run:
-                self._write_run(run, run_start, run_end, overlaps)
+                runs.append((run_start, self._join_run(run, run_start, run_end, overlaps)))
             run, run_start, run_end, overlaps = [i], offset, offset + len(data), False
         if run:
-            self._write_run(run, run_start, run_end, overlaps)
+            runs.append((run_start, self._join_run(run, run_start, run_end, overlaps)))
+        if self._fd is not None and (self._pipe is not None or self._pending_bytes >= _FLUSH_BYTES):
+            # Written by the writer thread, behind the payloads queued before (one queue, in
+            # order: a later write over an earlier one still lands last), while this thread
+            # goes on encoding. Small files (a last flush, no pipe yet) are written here.
+            self._pipeline().submit_runs(runs)
+        else:
+            for start, data in runs:
+                if self._fd is not None:
+                    _pwrite_all(self._fd, data, start)
+                else:
+                    self._file.seek(start)
+                    self._file.write(data)
         self.bytes_written += self._pending_bytes
         self._pending.clear()
         self._pending_bytes = 0
 
-    def _write_run(self, run: list[int], start: int, end: int, overlaps: bool) -> None:
-        """Write the pieces ``run`` (indexes in offset order) covering ``start:end``."""
+    def _join_run(self, run: list[int], start: int, end: int, overlaps: bool) -> bytes:
+        """The bytes of the pieces ``run`` (indexes in offset order) covering ``start:end``."""
         pending = self._pending
         if len(run) == 1:
-            data = pending[run[0]][1]
-        elif not overlaps:  # pieces end to end (the usual case): one join
-            data = b"".join([pending[i][1] for i in run])
-        else:
-            buf = bytearray(end - start)
-            for i in sorted(run):  # insertion order: later writes win
-                offset, piece = pending[i]
-                buf[offset - start : offset - start + len(piece)] = piece
-            data = bytes(buf)
-        if self._fd is not None:
-            _pwrite_all(self._fd, data, start)
-        else:
-            self._file.seek(start)
-            self._file.write(data)
+            return pending[run[0]][1]
+        if not overlaps:  # pieces end to end (the usual case): one join
+            return b"".join([pending[i][1] for i in run])
+        buf = bytearray(end - start)
+        for i in sorted(run):  # insertion order: later writes win
+            offset, piece = pending[i]
+            buf[offset - start : offset - start + len(piece)] = piece
+        return bytes(buf)
 
     def drain(self) -> None:
         """Wait until every payload write is done; raise the first error one of them had."""
@@ -172,11 +182,11 @@ class Sink:
             self._pipe.drain()
 
     def finish(self, size: int) -> None:
-        """Wait for the payload writes, flush, and cut the file to exactly ``size`` bytes."""
+        """Flush, wait for every write, and cut the file to exactly ``size`` bytes."""
+        self.flush()
         pipe, self._pipe = self._pipe, None
         if pipe is not None:
             pipe.close()
-        self.flush()
         self._file.truncate(size)
         self._file.flush()
 
@@ -193,15 +203,18 @@ def _descriptor(file: BinaryIO) -> int | None:
     return fd
 
 
+_Job = tuple[int, "memoryview | bytes | list[tuple[int, bytes]]", "np.ndarray | None"]
+"""A write for the writer thread: (offset, bytes, buffer to return to the pool), or (-1, a list
+of (offset, bytes) runs, None) for a flush of buffered metadata."""
+
+
 class _PipeState:
     """What the writer thread shares with the producer (never the Sink itself, so an abandoned
     Sink is collected and its finalizer stops the thread)."""
 
     def __init__(self, fd: int) -> None:
         self.fd = os.dup(fd)
-        self.jobs: queue.Queue[tuple[int, memoryview | bytes, np.ndarray | None] | None] = queue.Queue(
-            maxsize=PIPE_BUFFERS - 1
-        )
+        self.jobs: queue.Queue[_Job | None] = queue.Queue(maxsize=PIPE_BUFFERS - 1)
         self.free: queue.Queue[np.ndarray] = queue.Queue()
         self.error: BaseException | None = None
 
@@ -216,7 +229,11 @@ def _write_loop(state: _PipeState) -> None:
             offset, data, buf = job
             if state.error is None:
                 try:
-                    _pwrite_all(state.fd, data, offset)
+                    if isinstance(data, list):  # buffered metadata: (offset, bytes) runs
+                        for at, piece in data:
+                            _pwrite_all(state.fd, piece, at)
+                    else:
+                        _pwrite_all(state.fd, data, offset)
                 except BaseException as err:  # reported to the producer by drain()/submit()
                     state.error = err
             del job, data
@@ -283,6 +300,11 @@ class _WritePipe:
         self._raise_error()
         buf = self._taken.pop() if self._taken else None
         self._state.jobs.put((offset, data, buf))
+
+    def submit_runs(self, runs: list[tuple[int, bytes]]) -> None:
+        """Queue pieces of metadata, each ``(offset, bytes)``, written in order as one job."""
+        self._raise_error()
+        self._state.jobs.put((-1, runs, None))
 
     def drain(self) -> None:
         self._state.jobs.join()
