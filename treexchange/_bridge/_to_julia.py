@@ -160,6 +160,8 @@ class _Converter:
 
     # --- leaves ---------------------------------------------------------------------------------
     def _leaf(self, x: Any, path: TreePath) -> Any:
+        if type(x) is np.ndarray:  # the common leaf first: a model state is mostly arrays
+            return _array(x, path)
         if isinstance(x, str):
             if isinstance(x, Symbol):
                 _check_text(x, path, name=True)
@@ -316,11 +318,20 @@ def _check_text(text: str, path: TreePath, *, name: bool = False) -> None:
 
 
 def _name(key: Any, path: TreePath) -> str:
-    """A NamedTuple field or struct field name, checked."""
+    """A NamedTuple field or struct field name, checked (each distinct plain name once: a
+    model repeats ``weight`` and ``bias`` thousands of times)."""
+    if type(key) is str and key in _NAMES_CHECKED:
+        return key
     if not isinstance(key, str):
         raise ConversionError(f"field name {key!r} is not a str", path=path)
     _check_text(key, (*path, key), name=True)
+    if type(key) is str and len(_NAMES_CHECKED) < _NAMES_KEPT:
+        _NAMES_CHECKED.add(key)
     return str(key)
+
+
+_NAMES_CHECKED: set[str] = set()  # names that passed _check_text (a check of the text alone)
+_NAMES_KEPT = 4096
 
 
 class _NotLeaf:
@@ -342,11 +353,19 @@ def _python_int(x: int, path: TreePath) -> Any:
 
 
 def _has_julia_eltype(dtype: np.dtype) -> bool:
-    try:
-        julia_eltype(dtype)  # the one numpy <-> Julia mapping
-    except ConversionError:
-        return False
-    return True
+    found = _ELTYPE_KNOWN.get(dtype)
+    if found is None:
+        try:
+            julia_eltype(dtype)  # the one numpy <-> Julia mapping
+            found = True
+        except ConversionError:
+            found = False
+        if len(_ELTYPE_KNOWN) < _NAMES_KEPT:
+            _ELTYPE_KNOWN[dtype] = found
+    return found
+
+
+_ELTYPE_KNOWN: dict[np.dtype, bool] = {}  # dtype -> has a Julia element type
 
 
 def _array(a: np.ndarray, path: TreePath) -> np.ndarray:

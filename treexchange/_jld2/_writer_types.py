@@ -315,6 +315,7 @@ class TypeFactory:
         self._by_dtype: dict[np.dtype, JT] = {}
         self._by_type: dict[JuliaType, JT] = {}
         self._by_class: dict[type, JT] = {}
+        self._by_array: dict[tuple[np.dtype, int], JT] = {}  # a numpy array's type: dtype and rank
         self._by_parts: dict[tuple[Any, ...], JT] = {}
         self._building: set[str] = set()  # mutable struct types whose fields are being typed
         self._by_id: dict[int, tuple[Any, JT]] = {}  # the value is kept: its id stays unique
@@ -557,6 +558,12 @@ class TypeFactory:
         found = self._by_class.get(type(value))
         if found is not None:
             return found  # a float, a str, ...: the Python type alone decides
+        if type(value) is np.ndarray:  # decided by dtype and rank alone (type_of's array rule)
+            key = (value.dtype, value.ndim)
+            found = self._by_array.get(key)
+            if found is None:
+                found = self._by_array[key] = type_of(value, self, tuple(path))
+            return found
         path = tuple(path)
         if isinstance(value, dict):
             # Memoized per object: a Dict's type needs its values' types, and nested Dicts would
