@@ -13,24 +13,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _states import scaled
 
 import treexchange as tx
 from treexchange._port._arch import parse_architecture
 
 nn = pytest.importorskip("flax.linen")
-
-
-def _scaled(state: Any, seed: int) -> Any:
-    """A Julia-side state the model did not produce (every float array scaled at random)."""
-    rng = np.random.default_rng(seed)
-    return jax.tree_util.tree_map(
-        lambda a: (
-            (a * rng.uniform(0.5, 1.5, a.shape)).astype(a.dtype)
-            if isinstance(a, np.ndarray) and a.dtype.kind == "f"
-            else a
-        ),
-        state,
-    )
 
 
 def _initialised(text: str, *example: Any, flux: str = "0.15") -> tuple[Any, Any]:
@@ -59,7 +47,7 @@ def test_recurrent_both_directions(layer_text: str, era: str, tmp_path: Path) ->
     assert ("state0" in state.layers[0].cell.keys()) == (era == "0.14")
     np.testing.assert_allclose(run(model), ref.forward(layer, state, x), rtol=1e-4, atol=1e-5)
     assert tx.flux_julia(model, flux=era).splitlines()[1] == f"model = {text}"
-    julia = _scaled(state, 2)
+    julia = scaled(state, 2)
     path = tmp_path / "rnn.jld2"
     tx.save(path, model_state=julia)
     fresh = tx.load(path, "model_state", like=model, layout=functools.partial(tx.flux_state, flux=era))
@@ -95,7 +83,7 @@ def test_attention_both_directions(text: str, tmp_path: Path) -> None:
     assert state["v_proj"]["weight"].shape == (a["v_dim"], a["v_in"])
     expected, _ = ref.multi_head_attention(layer, state, (q, k, v))
     np.testing.assert_allclose(run(model), expected, rtol=1e-4, atol=1e-5)
-    julia = _scaled(state, 4)
+    julia = scaled(state, 4)
     tx.save(tmp_path / "a.jld2", attention=julia)
     fresh = tx.load(tmp_path / "a.jld2", "attention", like=model, layout=tx.flux_state)
     expected, _ = ref.multi_head_attention(layer, julia, (q, k, v))
@@ -138,7 +126,7 @@ def test_hand_written_model_with_batchnorm_both_directions(tmp_path: Path) -> No
     )
     state = tx.flux_state(model)
     assert state.layers[1].momentum == pytest.approx(0.1)  # Flax keeps 1 - m
-    julia = _scaled(state, 5)
+    julia = scaled(state, 5)
     julia_x = x.transpose(2, 1, 3, 0)  # Julia (W, H, C, B)
     tx.save(tmp_path / "cnn.jld2", cnn=julia)
     fresh_module, fresh_variables = tx.load(tmp_path / "cnn.jld2", "cnn", like=model, layout=tx.flux_state)

@@ -11,24 +11,12 @@ import _flux_reference as ref
 import jax
 import numpy as np
 import pytest
+from _states import scaled
 
 import treexchange as tx
 from treexchange._port._arch import parse_architecture
 
 nnx = pytest.importorskip("flax.nnx")
-
-
-def _scaled(state: Any, seed: int) -> Any:
-    """A Julia-side state the model did not produce (every float array scaled at random)."""
-    rng = np.random.default_rng(seed)
-    return jax.tree_util.tree_map(
-        lambda a: (
-            (a * rng.uniform(0.5, 1.5, a.shape)).astype(a.dtype)
-            if isinstance(a, np.ndarray) and a.dtype.kind == "f"
-            else a
-        ),
-        state,
-    )
 
 
 def _run(model: Any, x_jl: np.ndarray) -> np.ndarray:
@@ -55,7 +43,7 @@ def test_recurrent_both_directions(layer_text: str, era: str, tmp_path: Path) ->
     np.testing.assert_allclose(_run(model, x), ref.forward(layer, state, x), rtol=1e-4, atol=1e-5)
     assert tx.flux_julia(model, flux=era).splitlines()[1] == f"model = {text}"
     # Julia -> Python: a state from elsewhere, through a file, into a fresh model and by from_flux.
-    julia = _scaled(state, 2)
+    julia = scaled(state, 2)
     path = tmp_path / "rnn.jld2"
     tx.save(path, model_state=julia)
     layout = functools.partial(tx.flux_state, flux=era)
@@ -91,7 +79,7 @@ def test_attention_both_directions(text: str, tmp_path: Path) -> None:
     assert state["q_proj"]["weight"].shape == (a["qk_dim"], a["q_in"])
     expected, _ = ref.multi_head_attention(layer, state, (q, kv, kv))
     np.testing.assert_allclose(run(model), expected, rtol=1e-4, atol=1e-5)
-    julia = _scaled(state, 4)
+    julia = scaled(state, 4)
     tx.save(tmp_path / "a.jld2", attention=julia)
     fresh = tx.load(
         tmp_path / "a.jld2", "attention", like=build_nnx(layer, rngs=nnx.Rngs(5)), layout=tx.flux_state
@@ -117,7 +105,7 @@ def test_from_flux_of_a_0_14_recur_file_into_equinox(layer_text: str, tmp_path: 
 
     text = f"Chain({layer_text})"
     layer = parse_architecture(text)
-    state = _scaled(tx.flux_state(build_nnx(layer, rngs=nnx.Rngs(0), flux="0.14"), flux="0.14"), 3)
+    state = scaled(tx.flux_state(build_nnx(layer, rngs=nnx.Rngs(0), flux="0.14"), flux="0.14"), 3)
     tx.save(tmp_path / "recur.jld2", model_state=state)
     built = tx.from_flux(tmp_path / "recur.jld2", "model_state", architecture=text, flux="0.14")
     x = np.random.default_rng(4).normal(size=(3, 5, 1)).astype(np.float32)
