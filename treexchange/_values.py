@@ -77,6 +77,14 @@ class NamedTuple(Mapping[str, Any], TypeParameterValue):
             data[key] = value
         object.__setattr__(self, "_data", data)
 
+    @classmethod
+    def _of_dict(cls, data: dict[str, Any]) -> NamedTuple:
+        """A NamedTuple holding ``data`` itself (not copied; its keys are str, checked by the
+        caller): for the package's own conversions, which build one per layer of a model."""
+        obj = object.__new__(cls)
+        object.__setattr__(obj, "_data", data)
+        return obj
+
     def __getitem__(self, key: str) -> Any:
         return self._data[key]
 

@@ -206,6 +206,10 @@ class _Converter:
 
     # --- containers -----------------------------------------------------------------------------
     def _container(self, x: Any, path: TreePath, depth: int) -> Any:
+        if type(x) is NamedTuple:  # (its own dict: no Mapping protocol per field)
+            return NamedTuple._of_dict(
+                {_name(k, path): self.convert(v, (*path, k), depth) for k, v in x._data.items()}
+            )
         if isinstance(x, NamedTuple):
             return NamedTuple((_name(k, path), self.convert(v, (*path, k), depth)) for k, v in x.items())
         if isinstance(x, JuliaDict):

@@ -108,6 +108,40 @@ def lookup3_many(buffers: Sequence[bytes | bytearray | memoryview], initval: int
     return out
 
 
+def lookup3_in(
+    buffer: np.ndarray, offsets: Sequence[int], lengths: Sequence[int], initval: int = 0
+) -> np.ndarray:
+    """:func:`lookup3` of the slices ``buffer[o : o + n]`` for each offset ``o`` and length ``n``,
+    as a ``uint32`` array.
+
+    :func:`lookup3_many` for pieces that already sit in one ``uint8`` buffer (the writer's
+    metadata window): slices of one length are gathered with a single fancy index, so no bytes
+    object is made per piece.
+
+    Example:
+        >>> buf = np.frombuffer(b"..Four score and seven years ago" + b"x" * 13, np.uint8)
+        >>> lookup3_in(buf, [2, 32], [30, 13]).tolist() == lookup3_many([buf[2:32], buf[32:]])
+        True
+    """
+    offs = np.asarray(offsets, dtype=np.int64)
+    lens = np.asarray(lengths, dtype=np.int64)
+    out = np.empty(len(offs), dtype=np.uint32)
+    if not len(offs):
+        return out
+    for n in np.unique(lens).tolist():
+        members = np.flatnonzero(lens == n)
+        if n == 0:
+            out[members] = (0xDEADBEEF + initval) & _M
+            continue
+        blocks = (n - 1) // 12 + 1
+        raw = np.zeros((len(members), 12 * blocks), dtype=np.uint8)
+        raw[:, :n] = buffer[offs[members, None] + np.arange(n)]
+        words = raw.view("<u4").astype(np.uint32, copy=False)
+        start = np.full(len(members), (0xDEADBEEF + initval + n) & _M, dtype=np.uint32)
+        out[members] = _hash_blocks(words, start, blocks)
+    return out
+
+
 def _hash_blocks(words: np.ndarray, start: np.ndarray, blocks: int) -> np.ndarray:
     """The lookup3 rounds over ``blocks`` blocks of every row of ``words`` (uint32 arithmetic
     wraps modulo 2**32, as the algorithm's does)."""

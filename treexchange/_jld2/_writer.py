@@ -61,7 +61,6 @@ SMALL_PAYLOAD = 64 << 10
 _MESSAGES_KEPT = 4096  # header messages remembered per file (a model has a handful of shapes)
 _LAYOUT_CONTIGUOUS = struct.Struct("<BHBBBQQ")  # enc.layout_contiguous as one struct: message head, body
 _NATIVE_LITTLE = ("<", "|", "=") if np.little_endian else ("<", "|")  # byte orders written as they are
-_QUICK_FIELDS = 16  # NamedTuples of arrays up to this many fields have their type remembered
 """Array payloads up to this size are buffered with the metadata instead of written directly."""
 
 _I64 = np.dtype("<i8")
@@ -281,9 +280,12 @@ class JLD2Writer:
         self._inline_sizes: dict[str, int] = {}
         # encoded dataspace and datatype messages of dataset headers (_space_message, _dtype_message)
         self._messages: dict[Hashable, bytes] = {}
-        self._quick_types: dict[Hashable, JT] = {}  # see _type_of
         self._small_heads: dict[tuple[bytes, bytes], tuple[bytes, int]] = {}  # _write_small_array
         self._array_plans: dict[Hashable, tuple[JT, _Space, H5Type | Committed, int]] = {}  # _write_array
+        # (dtype, shape) -> (header head, header size, payload size) of a small array written by
+        # reference (_write_ndarray_ref); id(jt) -> template of a compact scalar dataset (_write_compact)
+        self._ref_plans: dict[Hashable, tuple[bytes, int, int]] = {}
+        self._compact_plans: dict[int, tuple[JT, bytes, int, int, bytes]] = {}
         self._message_types: dict[Hashable, H5Type] = {}
         self._prepared: dict[int, Any] = {}  # id -> object typed by prepare (kept: ids stay unique)
         self._closed = False
@@ -331,7 +333,10 @@ class JLD2Writer:
                 if id(v) in seen:
                     continue
                 seen[id(v)] = v
-                if isinstance(v, JuliaStruct):
+                if type(v) is JlNamedTuple:
+                    # (A layer's arrays are leaves: not visited, no path made for them.)
+                    todo.extend((x, (*path, k)) for k, x in v._data.items() if type(x) is not np.ndarray)
+                elif isinstance(v, JuliaStruct):
                     todo.extend((f, (*path, k)) for k, f in v.fields.items())
                     self._type_for_layout(v, path)
                 elif isinstance(v, JuliaArray):
@@ -781,43 +786,64 @@ class JLD2Writer:
 
     def write_ref(self, value: Any, ws: dict[Hashable, int], path: tuple[PathSegment, ...]) -> int:
         """JLD2's ``write_ref``: the value as its own dataset; returns its relative address."""
-        jt = value.jt if isinstance(value, _PairValue) else self._type_of(value, path)
+        if type(value) is np.ndarray:
+            plan = self._ref_plans.get((value.dtype, value.shape))
+            if plan is not None:
+                return self._write_ndarray_ref(value, plan, ws, path)
+            jt = self.types.of_value(value, path)
+            rel = self.write_dataset(value, jt, ws, path)
+            self._plan_ndarray_ref(value, jt)
+            return rel
+        jt = value.jt if isinstance(value, _PairValue) else self.types.of_value(value, path)
         return self.write_dataset(value, jt, ws, path)
 
-    def _type_of(self, value: Any, path: tuple[PathSegment, ...]) -> JT:
-        """``self.types.of_value(value, path)``, remembered for the values a model is made of by
-        the thousand: a numpy array's type is decided by its dtype and rank alone, a NamedTuple
-        of arrays' by its names and those (``type_of``); the types are interned, so the one
-        remembered is the very one ``of_value`` returns. Anything else asks ``of_value``."""
-        kind = type(value)
-        if kind is np.ndarray:
-            key: Hashable = (value.dtype, value.ndim)
-        elif kind is JlNamedTuple and len(value) <= _QUICK_FIELDS:
-            parts: list[Any] = list(value.keys())
-            for v in value.values():
-                if type(v) is not np.ndarray:
-                    return self.types.of_value(value, path)
-                parts.append(v.dtype)
-                parts.append(v.ndim)
-            key = tuple(parts)
-        else:
-            return self.types.of_value(value, path)
-        found = self._quick_types.get(key)
-        if found is None:
-            found = self.types.of_value(value, path)
-            if len(self._quick_types) < _MESSAGES_KEPT:
-                self._quick_types[key] = found
-        return found
+    def _plan_ndarray_ref(self, value: np.ndarray, jt: JT) -> None:
+        """After a numpy array was written by reference: when it took the small-array path of
+        :meth:`_write_object` (format 0.2.0, uncompressed, at most ``SMALL_PAYLOAD`` bytes, no
+        attributes), keep what that path needs for every array of its dtype and shape, so the
+        next ones skip the dataset machinery (:meth:`_write_ndarray_ref`). The type of a
+        referenced array depends on its dtype and rank only (``TypeFactory.of_value``)."""
+        plan = self._array_plans.get((id(jt), value.dtype, value.shape))
+        if plan is None or plan[0] is not jt or len(self._ref_plans) >= _MESSAGES_KEPT:
+            return
+        _, space, dtype, datasz = plan
+        if self.format is not _FORMATS["0.2.0"] or self.compress is not None or space.attrs:
+            return
+        if not 0 < datasz <= SMALL_PAYLOAD:
+            return
+        head, size = self._small_head(self._space_message(space), self._dtype_message(dtype))
+        self._ref_plans[(value.dtype, value.shape)] = (head, size, datasz)
+
+    def _write_ndarray_ref(
+        self,
+        value: np.ndarray,
+        plan: tuple[bytes, int, int],
+        ws: dict[Hashable, int],
+        path: tuple[PathSegment, ...],
+    ) -> int:
+        """``write_dataset`` of a numpy array of a planned dtype and shape (:meth:`_plan_ndarray_ref`):
+        tracked by identity like every array (:meth:`_track_key`), written by
+        :meth:`_write_small_array`."""
+        tk = ("id", id(value))
+        found = ws.get(tk)
+        if found is not None:
+            return found
+        self._keepalive.append(value)
+        head, size, datasz = plan
+        return self._write_small_array(head, size, value, datasz, ws, tk, path)
 
     def write_dataset(
         self, value: Any, jt: JT, ws: dict[Hashable, int], path: tuple[PathSegment, ...]
     ) -> int:
         """JLD2's ``write_dataset(f, x, wsession)``."""
-        tk = self._track_key(value, jt)
+        tk = None if type(value) is _PairValue else self._track_key(value, jt)  # (a Pair: immutable)
         if tk is not None:
             found = ws.get(tk)
             if found is not None:
                 return found
+        plan = self._compact_plans.get(id(jt))
+        if plan is not None and plan[0] is jt:
+            return self._write_compact(plan, value, ws, tk, path)
         w = jt.writeas
         if w.cat is Cat.STRING and w is jt:
             raw = _utf8(value, path)
@@ -842,8 +868,55 @@ class JLD2Writer:
         # JLD2's h5convert! for UnionAllODR writes var and body in the file's datatype session,
         # whatever session the UnionAll itself is written in (a type attribute's fresh one).
         fws = self.datatype_wsession if jt.name == "Core.UnionAll" and jt.cat is Cat.STRUCT else ws
+        # (A UnionAll is never planned: its session depends on the one it is written in.)
+        if (
+            jt.name != "Core.UnionAll"
+            and jt.cat is not Cat.DATATYPE
+            and 0 < size < self.format.scalar_compact_limit
+        ):
+            plan = self._plan_compact(jt, dtype, size)
+            return self._write_compact(plan, value, ws, tk, path)
         data = _Data.of_encoder(size, lambda: self.encode_value(w, value, fws, path))
         return self._write_object(_SCALAR, dtype, data, ws, tk, path)
+
+    def _plan_compact(
+        self, jt: JT, dtype: H5Type | Committed, size: int
+    ) -> tuple[JT, bytes, int, int, bytes]:
+        """What :meth:`_write_object` makes of a scalar value of type ``jt`` stored in its header
+        (compact layout, no attributes): every such header is the same bytes up to the value's
+        ``size`` bytes, then the same tail. Kept per type (a Dict writes one Pair per entry).
+        Types whose writing depends on the value (DataType values) or on the session (UnionAll,
+        whose var and body go to the datatype session) are never planned."""
+        tail = enc.CONTINUATION_PLACEHOLDER if self.format.continuation_placeholder else b""
+        messages = enc.FILL_VALUE_MESSAGE + self._space_message(_SCALAR) + self._dtype_message(dtype)
+        header = enc.object_header_unsummed(messages + enc.layout_compact(bytes(size)) + tail)
+        plan = (jt, header[: len(header) - size - len(tail)], len(header) + 4, size, tail)
+        if len(self._compact_plans) < _MESSAGES_KEPT:
+            self._compact_plans[id(jt)] = plan
+        return plan
+
+    def _write_compact(
+        self,
+        plan: tuple[JT, bytes, int, int, bytes],
+        value: Any,
+        ws: dict[Hashable, int],
+        tk: Hashable | None,
+        path: tuple[PathSegment, ...],
+    ) -> int:
+        """:meth:`_write_object` of a scalar value stored in its header, from its plan
+        (:meth:`_plan_compact`): the header is reserved, the value encoded (writing what it
+        references behind the header), then the header put."""
+        jt, head, size, datasz, tail = plan
+        header_offset = self.end
+        self.end += size
+        rel = header_offset - BASE
+        if tk is not None:
+            ws[tk] = rel
+        raw = self.encode_value(jt.writeas, value, ws, path)
+        if len(raw) != datasz:
+            raise WriteError(f"compact data is {len(raw)} bytes, its datatype takes {datasz}", path=path)
+        self.sink.put_checksummed(header_offset, head + raw + tail)
+        return rel
 
     def _write_custom(
         self, value: Any, jt: JT, ws: dict[Hashable, int], tk: Hashable | None, path: tuple[PathSegment, ...]
@@ -1001,7 +1074,8 @@ class JLD2Writer:
             and not data.chunkable
             and not space.attrs
         ):
-            return self._write_small_array(space_message, dtype_message, array, datasz, ws, tk, path)
+            small_head, size = self._small_head(space_message, dtype_message)
+            return self._write_small_array(small_head, size, array, datasz, ws, tk, path)
         psz = len(enc.FILL_VALUE_MESSAGE) + len(space_message) + len(dtype_message)
         psz += sum(a.message_size for a in space.attrs)
         if fmt.continuation_placeholder:
@@ -1084,21 +1158,9 @@ class JLD2Writer:
         self.sink.put_checksummed(header_offset, header)
         return rel
 
-    def _write_small_array(
-        self,
-        space_message: bytes,
-        dtype_message: bytes,
-        array: np.ndarray,
-        datasz: int,
-        ws: dict[Hashable, int],
-        tk: Hashable | None,
-        path: tuple[PathSegment, ...],
-    ) -> int:
-        """:meth:`_write_object` for an array of at most ``SMALL_PAYLOAD`` bytes with no
-        attributes, uncompressed -- the contiguous layout with the data buffered with the
-        metadata -- made the same way, byte for byte, in fewer steps: every header of one
-        dataspace and datatype starts with the same bytes (made once) and differs only in the
-        data address of its layout message."""
+    def _small_head(self, space_message: bytes, dtype_message: bytes) -> tuple[bytes, int]:
+        """The bytes every small-array header of one dataspace and datatype starts with, and the
+        header's size (see :meth:`_write_small_array`); made once per pair of messages."""
         key = (space_message, dtype_message)
         found = self._small_heads.get(key)
         if found is None:
@@ -1110,27 +1172,44 @@ class JLD2Writer:
             found = (head, enc.object_header_size(psz))
             if len(self._small_heads) < _MESSAGES_KEPT:
                 self._small_heads[key] = found
-        head, size = found
+        return found
+
+    def _write_small_array(
+        self,
+        head: bytes,
+        size: int,
+        array: np.ndarray,
+        datasz: int,
+        ws: dict[Hashable, int],
+        tk: Hashable | None,
+        path: tuple[PathSegment, ...],
+    ) -> int:
+        """:meth:`_write_object` for an array of at most ``SMALL_PAYLOAD`` bytes with no
+        attributes, uncompressed -- the contiguous layout with the data buffered with the
+        metadata -- made the same way, byte for byte, in fewer steps: every header of one
+        dataspace and datatype starts with the same bytes ``head`` (:meth:`_small_head`) and
+        differs only in the data address of its layout message."""
         header_offset = self.end
         header_end = header_offset + size
         rel = header_offset - BASE
         if tk is not None:
             ws[tk] = rel
-        data_address = _align8(header_end)
+        data_address = header_end + -header_end % 8
         self.end = data_address + datasz
-        if array.ndim == 1 and array.dtype.byteorder in _NATIVE_LITTLE:
-            raw = array.tobytes()  # (one dimension: column-major is the order it has)
+        raw: bytes | memoryview
+        if array.ndim == 1 and array.flags.c_contiguous and array.dtype.byteorder in _NATIVE_LITTLE:
+            try:
+                raw = array.data.cast("B")  # (1-D: column-major already; copied by the sink)
+            except (TypeError, ValueError):  # a dtype the buffer protocol lacks (datetime64 ...)
+                raw = array.tobytes()
         else:
             raw = _array_bytes(array)
         if len(raw) != datasz:
             raise WriteError(f"contiguous data is {len(raw)} bytes, its datatype takes {datasz}", path=path)
-        # With its alignment padding: touching the header, so both go in one write.
-        self.sink.put(header_end, bytes(data_address - header_end) + raw)
+        # (The alignment padding between header and data is a hole: it reads as zeros.)
+        self.sink.put(data_address, raw)
         layout = _LAYOUT_CONTIGUOUS.pack(enc.MSG_LAYOUT, 18, 0, 4, 1, data_address - BASE, datasz)
-        header = head + layout + enc.CONTINUATION_PLACEHOLDER
-        if len(header) + 4 != size:
-            raise WriteError("object header size mismatch", path=path)
-        self.sink.put_checksummed(header_offset, header)
+        self.sink.put_checksummed(header_offset, head + layout + enc.CONTINUATION_PLACEHOLDER)
         return rel
 
     def _space_message(self, space: _Space) -> bytes:
@@ -1271,6 +1350,8 @@ class JLD2Writer:
                 )
             return list(value)
         if w.name == "Core.NamedTuple":
+            if type(value) is JlNamedTuple and list(value._data) == names:
+                return list(value._data.values())
             if not isinstance(value, JlNamedTuple) or list(value) != names:
                 raise ConversionError("expected a NamedTuple with fields " + ", ".join(names), path=path)
             return [value[n] for n in names]

@@ -32,10 +32,18 @@ from typing import BinaryIO
 
 import numpy as np
 
-from .._hdf5._lookup3 import lookup3_many
+from .._hdf5._lookup3 import lookup3, lookup3_in, lookup3_many
 from ._writer_arrays import column_major_pieces
 
 _FLUSH_BYTES = 4 << 20
+
+WINDOW_BYTES = 5 << 20
+"""Largest span of the metadata window: pieces land in it by offset (one copy each) and it is
+written out, usually in one call, once its used part reaches 4 MiB. It starts at
+:data:`_WINDOW_START` bytes and doubles as needed (a small file never holds megabytes); a piece
+larger than it goes to the file on its own."""
+
+_WINDOW_START = 64 << 10
 
 PIPE_BLOCK_BYTES = 4 << 20
 """Size of one reusable transpose buffer (and the largest single ``pwrite`` of a transposed array)."""
@@ -49,35 +57,125 @@ class Sink:
 
     def __init__(self, file: BinaryIO) -> None:
         self._file = file
-        self._pending: list[tuple[int, bytes]] = []
-        self._pending_bytes = 0
-        self._unsummed: list[int] = []  # indexes into _pending still lacking their checksum
-        self.bytes_written = 0
         self._fd = _descriptor(file)
         self._pipe: _WritePipe | None = None
+        self.bytes_written = 0
+        # The window: file bytes [base, base + WINDOW_BYTES) in a zeroed buffer (holes read as
+        # zeros). ``used`` is its high-water mark; ``holes`` are ranges in it written elsewhere
+        # (payloads), never written from the window; ``sums`` the (offset, length) of the
+        # headers in it whose checksum goes after them.
+        self._base = 0
+        self._window, self._view = _new_window(_WINDOW_START)
+        self._cap = _WINDOW_START
+        self._used = 0
+        self._holes: list[tuple[int, int]] = []
+        self._sums: list[tuple[int, int]] = []
+        # Pieces below the window (a header reserved before what it points to, filled in after
+        # the window moved past it): written after the window, in the order they were put.
+        self._late: list[tuple[int, bytes]] = []
+        self._late_unsummed: list[int] = []
+        self._late_bytes = 0
 
-    def put(self, offset: int, data: bytes) -> None:
+    def put(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         """Write a (small) piece of metadata at ``offset`` (buffered)."""
-        self._pending.append((offset, data))
-        self._pending_bytes += len(data)
-        if self._pending_bytes >= _FLUSH_BYTES:
-            self.flush()
+        pos = offset - self._base
+        end = pos + len(data)
+        if pos >= 0 and end <= self._cap:
+            self._view[pos:end] = data
+            if end > self._used:
+                self._used = end
+                if end >= _FLUSH_BYTES:
+                    self.flush()
+            return
+        self._put_outside(offset, data, False)
 
-    def put_checksummed(self, offset: int, data: bytes) -> None:
+    def put_checksummed(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         """Write ``data`` followed by its 4-byte lookup3 checksum (an HDF5 v2 object header).
 
         The checksums of all pieces buffered so far are computed together when they are flushed
-        (:func:`treexchange._hdf5._lookup3.lookup3_many`).
+        (:func:`treexchange._hdf5._lookup3.lookup3_in`).
         """
-        self._unsummed.append(len(self._pending))
-        self._pending.append((offset, data))
-        self._pending_bytes += len(data) + 4
-        if self._pending_bytes >= _FLUSH_BYTES:
-            self.flush()
+        pos = offset - self._base
+        n = len(data)
+        end = pos + n + 4
+        if pos >= 0 and end <= self._cap:
+            self._view[pos : pos + n] = data
+            self._sums.append((pos, n))
+            if end > self._used:
+                self._used = end
+                if end >= _FLUSH_BYTES:
+                    self.flush()
+            return
+        self._put_outside(offset, data, True)
+
+    def _put_outside(self, offset: int, data: bytes | bytearray | memoryview, checksummed: bool) -> None:
+        """A piece that does not fit the window where it stands."""
+        n = len(data)
+        base = self._base
+        if offset + n <= base:  # below the window: a late piece
+            self._late_put(offset, bytes(data), checksummed)
+            return
+        if checksummed:  # (only now: the checksum covers the piece whole, before any split)
+            data = bytes(data) + lookup3(data).to_bytes(4, "little")
+            n += 4
+        if offset < base:  # across the window's start: the part below is a late piece
+            cut = base - offset
+            self._late_put(offset, bytes(data[:cut]), False)
+            self.put(base, memoryview(data)[cut:])
+            return
+        # At or above the window's start, beyond its end.
+        if offset - base + n <= WINDOW_BYTES:  # the window grows to take it
+            self._grow(offset - base + n)
+            self.put(offset, data)
+            return
+        if self._used:
+            self.flush()  # the window moves to its high-water mark; the piece tries again
+            self.put(offset, data)
+            return
+        self._base = offset  # an empty window starts at the piece
+        if n <= WINDOW_BYTES:
+            self.put(offset, data)
+            return
+        self._write_now(offset, data)  # larger than any window
+        self._base = offset + n
+
+    def _grow(self, size: int) -> None:
+        cap = self._cap
+        while cap < size:
+            cap *= 2
+        cap = min(cap, WINDOW_BYTES)
+        window, view = _new_window(cap)
+        window[: self._used] = self._window[: self._used]
+        self._window, self._view, self._cap = window, view, cap
+
+    def _late_put(self, offset: int, data: bytes, checksummed: bool) -> None:
+        if checksummed:
+            self._late_unsummed.append(len(self._late))
+        self._late.append((offset, data))
+        self._late_bytes += len(data) + 4 * checksummed
+
+    def _hole(self, offset: int, size: int) -> None:
+        """Bytes ``[offset, offset + size)`` go to the file directly: the window skips them."""
+        pos = offset - self._base
+        if pos + size <= 0 or size == 0:
+            return  # below the window (never written from it again)
+        if pos < 0 or pos + size > self._cap:
+            # Not inside the window: the window moves past the payload (flushing what it holds).
+            if self._used:
+                self.flush()
+            self._base = max(self._base, offset + size)
+            return
+        self._holes.append((pos, pos + size))
+        if pos + size > self._used:
+            self._used = pos + size
 
     def put_large(self, offset: int, data: bytes | memoryview) -> None:
         """Write a payload at ``offset`` directly (no copy beyond the OS's); ``data`` must not be
         modified afterwards (it may be written later, by the writer thread)."""
+        self._hole(offset, len(data))
+        self._write_now(offset, data)
+
+    def _write_now(self, offset: int, data: bytes | bytearray | memoryview) -> None:
         self.bytes_written += len(data)
         if self._fd is None:
             self._file.seek(offset)
@@ -91,10 +189,11 @@ class Sink:
         C-ordered input is transposed block by block into the pool's reusable buffers while the
         writer thread writes the previous blocks.
         """
+        self._hole(offset, array.nbytes)
         if self._fd is None:
             pos = offset
             for piece in column_major_pieces(array):
-                self.put_large(pos, piece)
+                self._write_now(pos, piece)
                 pos += len(piece)
             return pos - offset
         pipe = self._pipeline()
@@ -114,15 +213,58 @@ class Sink:
         return self._pipe
 
     def flush(self) -> None:
-        """Write out buffered metadata.
+        """Write out buffered metadata: the window (its used part, less its holes, with the
+        checksums of its headers filled in), then the late pieces.
 
-        Pieces are sorted by offset and merged into runs of touching or overlapping pieces; each
-        run is assembled in memory, applying its pieces in the order they were put (so a later
-        write wins where two overlap), and written with one call.
+        Late pieces are sorted by offset and merged into runs of touching or overlapping pieces;
+        each run is assembled in memory, applying its pieces in the order they were put (so a
+        later write wins where two overlap), and written with one call.
         """
-        pending = self._pending
-        if self._unsummed:
-            unsummed, self._unsummed = self._unsummed, []
+        runs: list[tuple[int, bytes | memoryview]] = []
+        used = self._used
+        if used:
+            window, view = self._window, self._view
+            if self._sums:
+                offsets, lengths = zip(*self._sums)
+                sums = lookup3_in(window, offsets, lengths)
+                at = np.add.outer(np.add(offsets, lengths), np.arange(4))
+                window[at] = sums.astype("<u4").view(np.uint8).reshape(-1, 4)
+                self._sums = []
+            pos = 0
+            for start, stop in sorted(self._holes):
+                if start > pos:
+                    runs.append((self._base + pos, view[pos:start]))
+                pos = max(pos, stop)
+            if used > pos:
+                runs.append((self._base + pos, view[pos:used]))
+            self._holes = []
+            self._base += used
+            self._used = 0
+            # The runs keep the old buffer alive until written; a new one takes its place.
+            self._window, self._view = _new_window(self._cap)
+        if self._late:
+            runs += self._late_runs()
+        if not runs:
+            return
+        nbytes = sum(len(data) for _, data in runs)
+        if self._fd is not None and (self._pipe is not None or nbytes >= _FLUSH_BYTES):
+            # Written by the writer thread, behind the payloads queued before (one queue, in
+            # order: a later write over an earlier one still lands last), while this thread
+            # goes on encoding. Small files (a last flush, no pipe yet) are written here.
+            self._pipeline().submit_runs(runs)
+        else:
+            for start, data in runs:
+                if self._fd is not None:
+                    _pwrite_all(self._fd, data, start)
+                else:
+                    self._file.seek(start)
+                    self._file.write(data)
+        self.bytes_written += nbytes
+
+    def _late_runs(self) -> list[tuple[int, bytes]]:
+        pending = self._late
+        if self._late_unsummed:
+            unsummed, self._late_unsummed = self._late_unsummed, []
             sums = lookup3_many([pending[i][1] for i in unsummed])
             for i, value in zip(unsummed, sums):
                 offset, data = pending[i]
@@ -147,25 +289,13 @@ class Sink:
             run, run_start, run_end, overlaps = [i], offset, offset + len(data), False
         if run:
             runs.append((run_start, self._join_run(run, run_start, run_end, overlaps)))
-        if self._fd is not None and (self._pipe is not None or self._pending_bytes >= _FLUSH_BYTES):
-            # Written by the writer thread, behind the payloads queued before (one queue, in
-            # order: a later write over an earlier one still lands last), while this thread
-            # goes on encoding. Small files (a last flush, no pipe yet) are written here.
-            self._pipeline().submit_runs(runs)
-        else:
-            for start, data in runs:
-                if self._fd is not None:
-                    _pwrite_all(self._fd, data, start)
-                else:
-                    self._file.seek(start)
-                    self._file.write(data)
-        self.bytes_written += self._pending_bytes
-        self._pending.clear()
-        self._pending_bytes = 0
+        self._late = []
+        self._late_bytes = 0
+        return runs
 
     def _join_run(self, run: list[int], start: int, end: int, overlaps: bool) -> bytes:
-        """The bytes of the pieces ``run`` (indexes in offset order) covering ``start:end``."""
-        pending = self._pending
+        """The bytes of the late pieces ``run`` (indexes in offset order) covering ``start:end``."""
+        pending = self._late
         if len(run) == 1:
             return pending[run[0]][1]
         if not overlaps:  # pieces end to end (the usual case): one join
@@ -191,6 +321,12 @@ class Sink:
         self._file.flush()
 
 
+def _new_window(size: int) -> tuple[np.ndarray, memoryview]:
+    # np.zeros of a large size maps fresh zero pages: no memset, pages are touched as filled.
+    window = np.zeros(size, dtype=np.uint8)
+    return window, window.data
+
+
 def _descriptor(file: BinaryIO) -> int | None:
     """The OS descriptor to ``pwrite`` to, or None (in-memory files, platforms without pwrite)."""
     if not hasattr(os, "pwrite"):  # pragma: no cover - Windows
@@ -203,7 +339,9 @@ def _descriptor(file: BinaryIO) -> int | None:
     return fd
 
 
-_Job = tuple[int, "memoryview | bytes | list[tuple[int, bytes]]", "np.ndarray | None"]
+_Job = tuple[
+    int, "bytes | bytearray | memoryview | list[tuple[int, bytes | memoryview]]", "np.ndarray | None"
+]
 """A write for the writer thread: (offset, bytes, buffer to return to the pool), or (-1, a list
 of (offset, bytes) runs, None) for a flush of buffered metadata."""
 
@@ -244,7 +382,7 @@ def _write_loop(state: _PipeState) -> None:
         os.close(state.fd)
 
 
-def _pwrite_all(fd: int, data: memoryview | bytes, offset: int) -> None:
+def _pwrite_all(fd: int, data: memoryview | bytes | bytearray, offset: int) -> None:
     view = memoryview(data).cast("B")
     while view:
         n = os.pwrite(fd, view, offset)
@@ -294,14 +432,14 @@ class _WritePipe:
                 if not self._thread.is_alive():  # pragma: no cover - the thread never dies early
                     raise OSError("the writer thread stopped") from None
 
-    def submit(self, offset: int, data: memoryview | bytes) -> None:
+    def submit(self, offset: int, data: memoryview | bytes | bytearray) -> None:
         """Queue ``data`` to be written at ``offset`` (waits while the queue is full); the buffer
         last taken with :meth:`take` goes back to the pool once it is written."""
         self._raise_error()
         buf = self._taken.pop() if self._taken else None
         self._state.jobs.put((offset, data, buf))
 
-    def submit_runs(self, runs: list[tuple[int, bytes]]) -> None:
+    def submit_runs(self, runs: list[tuple[int, bytes | memoryview]]) -> None:
         """Queue pieces of metadata, each ``(offset, bytes)``, written in order as one job."""
         self._raise_error()
         self._state.jobs.put((-1, runs, None))

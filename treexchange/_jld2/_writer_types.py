@@ -48,6 +48,7 @@ from .._values import (
     JuliaArray,
     JuliaBits,
     JuliaStruct,
+    NamedTuple as JlNamedTuple,
     Singleton,
     Symbol,
 )
@@ -301,6 +302,9 @@ _NATIVE_KINDS = "biuf"
 """numpy kinds of the numbers HDF5 stores natively (PRIM); others (bfloat16) are opaque bits."""
 
 
+_LAYER_FIELDS = 16  # NamedTuples of arrays up to this many fields have their type remembered
+_LAYERS_KEPT = 4096
+
 UNION_EL = "inline-union"
 """``JT.layout`` marker of a ``JLD2.InlineUnionEl`` element type (values are converted on write)."""
 
@@ -316,6 +320,7 @@ class TypeFactory:
         self._by_type: dict[JuliaType, JT] = {}
         self._by_class: dict[type, JT] = {}
         self._by_array: dict[tuple[np.dtype, int], JT] = {}  # a numpy array's type: dtype and rank
+        self._by_layer: dict[tuple[Any, ...], JT] = {}  # a NamedTuple of arrays' (see of_value)
         self._by_parts: dict[tuple[Any, ...], JT] = {}
         self._building: set[str] = set()  # mutable struct types whose fields are being typed
         self._by_id: dict[int, tuple[Any, JT]] = {}  # the value is kept: its id stays unique
@@ -564,6 +569,24 @@ class TypeFactory:
             if found is None:
                 found = self._by_array[key] = type_of(value, self, tuple(path))
             return found
+        if type(value) is JlNamedTuple and len(value) <= _LAYER_FIELDS:
+            # A layer (weight, bias ...): decided by its names and its arrays' dtypes and ranks,
+            # and met by the thousand in a model.
+            fields = value._data
+            parts: list[Any] = list(fields)
+            for v in fields.values():
+                if type(v) is not np.ndarray:
+                    break
+                parts.append(v.dtype)
+                parts.append(v.ndim)
+            else:
+                layer_key = tuple(parts)
+                found = self._by_layer.get(layer_key)
+                if found is None:
+                    found = type_of(value, self, tuple(path))
+                    if len(self._by_layer) < _LAYERS_KEPT:
+                        self._by_layer[layer_key] = found
+                return found
         path = tuple(path)
         if isinstance(value, dict):
             # Memoized per object: a Dict's type needs its values' types, and nested Dicts would
