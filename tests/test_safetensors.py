@@ -278,3 +278,36 @@ def test_non_array_leaves_keep_exact_types_and_bits(tmp_path: Path) -> None:
     assert str(back["negzero"]) == "-0.0" and type(back["big"]) is tx.Int128
     assert type(back["sym"]) is tx.Symbol and type(back["text"]) is str
     assert list(back["d"]) == [1, (2, 3)] and back["jl"].type == tree["jl"].type
+
+
+def test_import_releases_the_sources_pages_while_it_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """safetensors -> JLD2 drops the mapped pages of tensors already written every so many bytes
+    written (so the resident size of a multi-GB source stays bounded), and the progress count
+    reaches every byte: the writer reports its writes even when they go out by ``pwrite`` from
+    its writer thread (they once bypassed the file object and the release never ran)."""
+    from treexchange._interop import _convert
+    from treexchange._interop._safetensors import SafetensorsSource
+
+    rng = np.random.default_rng(0)
+    tensors = {f"layers.{i}.weight": rng.standard_normal((256, 512), dtype=np.float32) for i in range(8)}
+    src = tmp_path / "m.safetensors"
+    save_file(tensors, str(src))
+    monkeypatch.setattr(_convert, "_RELEASE_EVERY", 1 << 20)
+    releases = []
+    original = SafetensorsSource.release_pages
+
+    def counted(self: SafetensorsSource) -> None:
+        releases.append(1)
+        original(self)
+
+    monkeypatch.setattr(SafetensorsSource, "release_pages", counted)
+    progress = io.StringIO()
+    progress.isatty = lambda: True  # type: ignore[method-assign]
+    convert_formats(src, tmp_path / "m.jld2", progress_stream=progress)
+    assert len(releases) >= 3  # 4 MiB of tensors, a release per MiB written
+    assert "100%" in progress.getvalue()
+    back = tx.load(tmp_path / "m.jld2", "m")
+    for name, a in tensors.items():
+        np.testing.assert_array_equal(back[name], a)

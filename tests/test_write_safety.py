@@ -19,6 +19,7 @@ from treexchange import (
     JuliaArray,
     JuliaDict,
     JuliaStruct,
+    JuliaType,
     LimitError,
     Limits,
     NamedTuple,
@@ -326,6 +327,21 @@ def test_julia_dict_is_a_jax_pytree_in_insertion_order() -> None:
     assert leaves == [1.0, 2.0, 3.0]
     back = jax.tree_util.tree_unflatten(treedef, leaves)
     assert type(back) is JuliaDict and list(back) == ["b", "a", 3]
+
+
+def test_a_julia_dicts_stored_type_survives_tree_map(tmp_path: Path) -> None:
+    """An ``IdDict{Any, Any}`` read from a file stays one after a JAX tree_map (the type travels
+    in the tree structure), so it is written back as the same Dict type."""
+    jax = pytest.importorskip("jax")
+    d = JuliaDict({"w": np.float64(1.0), "b": np.float64(2.0)})
+    d.julia_type = JuliaType("Base.IdDict", (JuliaType("Core.Any"), JuliaType("Core.Any")))
+    doubled = jax.tree_util.tree_map(lambda x: x * 2, d)
+    assert type(doubled) is JuliaDict and doubled.julia_type == d.julia_type
+    assert dict(doubled) == {"w": 2.0, "b": 4.0}
+    path = tmp_path / "id.jld2"
+    treexchange.save(path, d=doubled)
+    back = treexchange.load(path, "d")
+    assert back.julia_type == d.julia_type and back == {"w": 2.0, "b": 4.0}
 
 
 @pytest.mark.parametrize(

@@ -731,17 +731,23 @@ def _register_with_jax(jax_tree_util: ModuleType) -> None:
 
         jax_tree_util.register_pytree_node(JuliaArray, arr_flatten, arr_unflatten)
 
-        # Insertion order (a Julia Dict's keys may not be sortable: Symbols and Ints mixed).
+        # Insertion order (a Julia Dict's keys may not be sortable: Symbols and Ints mixed). The
+        # Dict type the file stored travels in the tree structure, as a struct's type does, so
+        # a tree_map keeps it (an IdDict stays an IdDict when written back).
         def jd_flatten_with_keys(d: JuliaDict) -> tuple[Any, Any]:
             keys = tuple(d)
-            return [(dict_key(k), d[k]) for k in keys], keys
+            return [(dict_key(k), d[k]) for k in keys], (keys, d.julia_type)
 
         def jd_flatten(d: JuliaDict) -> tuple[Any, Any]:
             keys = tuple(d)
-            return [d[k] for k in keys], keys
+            return [d[k] for k in keys], (keys, d.julia_type)
 
-        def jd_unflatten(keys: tuple[Any, ...], children: Iterable[Any]) -> JuliaDict:
-            return JuliaDict(zip(keys, children))
+        def jd_unflatten(aux: tuple[tuple[Any, ...], JuliaType | None], children: Iterable[Any]) -> JuliaDict:
+            keys, julia_type = aux
+            out = JuliaDict(zip(keys, children))
+            if julia_type is not None:
+                out.julia_type = julia_type
+            return out
 
         jax_tree_util.register_pytree_with_keys(JuliaDict, jd_flatten_with_keys, jd_unflatten, jd_flatten)
         _registered = True

@@ -25,8 +25,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import os
 import sys
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any
 
@@ -214,14 +216,16 @@ class Walker:
         self.hints: set[str] = set()  # which fixes the error message should name
         self.mismatches: list[Mismatch] = []
         self.jobs: list[Callable[[], Any]] = []
+        self.job_bytes: list[int] = []  # bytes each job copies (0: a view, a kept value, a scalar)
         self._results = results  # iterator over the jobs' results (building pass)
         self.refs: dict[int, Any] = {}  # LeafRef.index -> restored leaf
         self.addends: dict[int, dict[int, tuple[np.ndarray, Any]]] = {}  # index -> k -> (array, cast)
 
-    def leaf(self, job: Callable[[], Any]) -> Any:
+    def leaf(self, job: Callable[[], Any], copies: int = 0) -> Any:
         if self.build:
             return next(self._results)
         self.jobs.append(job)
+        self.job_bytes.append(copies)
         return None
 
     def report(self, kind: str, path: TreePath, detail: str) -> None:
@@ -388,9 +392,10 @@ class Walker:
             return None
         if unplaced:
             return self.leaf(partial(_unplaced, transform, v, cast_to))
+        copies = 0 if self.placer.to_numpy(t, jpath) else v.nbytes  # (numpy: zero-copy views)
         if transform is not None:
-            return self.leaf(partial(_place_permuted, self.placer, transform, v, cast_to, jpath, t))
-        return self.leaf(partial(self.placer.place, v, cast_to, jpath, t))
+            return self.leaf(partial(_place_permuted, self.placer, transform, v, cast_to, jpath, t), copies)
+        return self.leaf(partial(self.placer.place, v, cast_to, jpath, t), copies)
 
     def scalar(self, v: Any, t: Any, path: TreePath) -> Any:
         if v is ABSENT:
@@ -850,19 +855,43 @@ def check_and_build(
             {"names", "allow"},
             log.ignored,
         )
-    results = run_jobs(checker.jobs)
+    results = run_jobs(checker.jobs, checker.job_bytes)
     builder = Walker(options, placer, build=True, results=iter(results))
     result = builder.node(values, like, path, ())
     return result, builder.refs
 
 
-def run_jobs(jobs: list[Callable[[], Any]]) -> list[Any]:
-    """Materialise the leaves, one after another.
+PARALLEL_MIN_BYTES = 4 << 20
+"""Leaves copying at least this many bytes are placed on worker threads (see :func:`run_jobs`)..."""
 
-    (A thread pool over leaves was measured and dropped: JAX's CPU client already copies on its
-    own threads, and an extra pool made a 256 MiB restore slower, 0.26 s against 0.18 s.)
+PARALLEL_MIN_TOTAL = 512 << 20
+"""... when those leaves copy this much in all (below it, one thread is as fast or faster)."""
+
+
+def run_jobs(jobs: list[Callable[[], Any]], copies: list[int] | None = None) -> list[Any]:
+    """Materialise the leaves; returns their values in order.
+
+    Placing a leaf into JAX is one copy out of the memory map (a transposing one for a Julia
+    matrix) into memory the process has not touched yet, made by ``jax.device_put`` with the GIL
+    released. For a large state the first touch of that memory is most of the time, and two
+    threads fault it in at once: on a quiet 2-core machine 1 GiB into an Equinox MLP takes
+    0.41 s instead of 0.79 s; below half a GiB one thread was as fast or faster
+    (docs/performance.md, "Restore"). So when the leaves copying at least
+    :data:`PARALLEL_MIN_BYTES` each copy :data:`PARALLEL_MIN_TOTAL` in all, they go to a pool of
+    one worker per core (at most 4) while this thread does the small ones. An exception is
+    raised for the first failing leaf in order, once every started copy has finished.
     """
-    return [job() for job in jobs]
+    sizes = copies or [0] * len(jobs)
+    large = [i for i, n in enumerate(sizes) if n >= PARALLEL_MIN_BYTES]
+    workers = min(len(large), os.cpu_count() or 1, 4)
+    if workers < 2 or sum(sizes[i] for i in large) < PARALLEL_MIN_TOTAL:
+        return [job() for job in jobs]
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="treexchange-place") as pool:
+        futures = {i: pool.submit(jobs[i]) for i in large}
+        results = [None if i in futures else job() for i, job in enumerate(jobs)]
+        for i, future in futures.items():
+            results[i] = future.result()
+    return results
 
 
 def _header(mismatches: list[Mismatch], path: TreePath) -> str:

@@ -27,22 +27,6 @@ def flatten_groups(roots: Mapping[str, Any], prefix: str = "") -> Iterator[tuple
             yield f"{prefix}{name}", value
 
 
-class _CountingFile:
-    """A file object that reports every write (bytes count) to a callback; all else delegates."""
-
-    def __init__(self, file: BinaryIO, on_write: Callable[[int], None]) -> None:
-        self._file = file
-        self._on_write = on_write
-
-    def write(self, data: Any) -> int:
-        n = self._file.write(data)
-        self._on_write(len(memoryview(data).cast("B")))
-        return n
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._file, name)
-
-
 def save_jld2(
     path: str | os.PathLike[str], roots: Mapping[str, Any], *, on_write: Callable[[int], None] | None = None
 ) -> None:
@@ -52,7 +36,8 @@ def save_jld2(
     items = list(flatten_groups(roots))
 
     def write(f: BinaryIO) -> None:
-        out: Any = f if on_write is None else _CountingFile(f, on_write)
-        write_jld2(out, items, compress=None, producer=default_producer(), root_attributes={})
+        write_jld2(
+            f, items, compress=None, producer=default_producer(), root_attributes={}, on_write=on_write
+        )
 
     atomic_write(path, write)

@@ -4,7 +4,7 @@ steps (types of every value learnt first, then the values, then empty groups).""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
 from ._writer import JLD2Writer
@@ -20,15 +20,18 @@ def write_jld2(
     root_attributes: Mapping[str, str],
     empty_groups: list[str] | None = None,
     format_version: str = "0.2.0",
+    on_write: Callable[[int], None] | None = None,
 ) -> None:
     """Write ``(name, value)`` pairs (values as ``treexchange._save.prepare_values`` makes them, or
-    as the reader returns them) and ``empty_groups`` as a JLD2 file to ``out``."""
+    as the reader returns them) and ``empty_groups`` as a JLD2 file to ``out``; ``on_write(n)``
+    is told the size of every write once its bytes are taken from the values' memory."""
     writer = JLD2Writer(
         out,
         compress=compress,
         producer=producer,
         root_attributes=dict(root_attributes),
         format_version=format_version,
+        on_write=on_write,
     )
     writer.prepare(items)  # every struct's layout known before the first type is committed
     for name, value in items:

@@ -58,10 +58,11 @@ FORMATS = ("0.2.0", "0.1.1")
 """The format versions the writer can write: JLD2.jl >= 0.5 (``0.2.0``, the default) and the
 format of JLD2.jl 0.3.0 - 0.4.50 (``0.1.1``, as far as :class:`_Format` describes it)."""
 SMALL_PAYLOAD = 64 << 10
-_MESSAGES_KEPT = 4096  # header messages remembered per file (a model has a handful of shapes)
+"""Array payloads up to this size are buffered with the metadata instead of written directly."""
+
+_MESSAGES_KEPT = 4096  # header messages and plans remembered per file (a model has a handful of shapes)
 _LAYOUT_CONTIGUOUS = struct.Struct("<BHBBBQQ")  # enc.layout_contiguous as one struct: message head, body
 _NATIVE_LITTLE = ("<", "|", "=") if np.little_endian else ("<", "|")  # byte orders written as they are
-"""Array payloads up to this size are buffered with the metadata instead of written directly."""
 
 _I64 = np.dtype("<i8")
 
@@ -249,6 +250,7 @@ class JLD2Writer:
         root_attributes: dict[str, str] | None = None,
         limits: Limits = DEFAULT_LIMITS,
         format_version: str = enc.FORMAT_VERSION,
+        on_write: Callable[[int], None] | None = None,
     ) -> None:
         if format_version not in _FORMATS:
             raise UnsupportedError(
@@ -259,7 +261,7 @@ class JLD2Writer:
             raise UnsupportedError(
                 f"compression in JLD2 format {format_version} is not supported (write format 0.2.0)"
             )
-        self.sink = Sink(file)
+        self.sink = Sink(file, on_write)
         # max_depth: the stack made room for; datatype_depth: the deepest inline type written
         # (what the reader parses back with the same limits).
         self.limits = limits

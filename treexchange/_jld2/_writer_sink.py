@@ -2,10 +2,15 @@
 
 JLD2 allocates space front to back (``end_of_data``) but fills some of it later: an object header
 is reserved before the objects it references are written behind it. The writer therefore writes
-at explicit offsets. Small metadata writes are buffered and flushed in the order they were made
-(later writes may overwrite earlier ones, e.g. a global heap's size field); array payloads go
-straight to the file. Holes left between writes read back as zeros, exactly like the zero-filled
-memory map JLD2.jl writes through.
+at explicit offsets. Small metadata (headers, heap objects, small arrays' bytes) lands in a
+*window*: a zeroed buffer standing for the file from the window's start, where each piece is
+copied to its offset (a later write over an earlier one wins, e.g. a global heap's size field).
+Once 4 MiB of it is used, the window is written out in one call -- the checksums of the object
+headers in it computed first, together, from the buffer itself -- and a new one starts where it
+ended. A header filled in after the window moved past its place (it was reserved before what it
+points to) is a *late* piece, written after the window, in the order put. Array payloads go
+straight to the file and are holes the window never writes over. Anything never written reads
+back as zeros, exactly like the zero-filled memory map JLD2.jl writes through.
 
 Array payloads of a real file (one with a descriptor) are written by a background thread with
 ``os.pwrite`` while the calling thread prepares the next block (the column-major transpose of
@@ -28,6 +33,7 @@ import os
 import queue
 import threading
 import weakref
+from collections.abc import Callable
 from typing import BinaryIO
 
 import numpy as np
@@ -55,8 +61,11 @@ PIPE_BUFFERS = 4
 class Sink:
     """Writes bytes at absolute offsets of an open binary file."""
 
-    def __init__(self, file: BinaryIO) -> None:
+    def __init__(self, file: BinaryIO, on_write: Callable[[int], None] | None = None) -> None:
         self._file = file
+        # Told the size of every payload and metadata write once its bytes are taken from the
+        # caller's memory (progress; releasing the pages of a mapped source already copied).
+        self._on_write = on_write
         self._fd = _descriptor(file)
         self._pipe: _WritePipe | None = None
         self.bytes_written = 0
@@ -180,8 +189,10 @@ class Sink:
         if self._fd is None:
             self._file.seek(offset)
             self._file.write(data)
-            return
-        self._pipeline().submit(offset, data)
+        else:
+            self._pipeline().submit(offset, data)
+        if self._on_write is not None:
+            self._on_write(len(data))
 
     def put_array(self, offset: int, array: np.ndarray) -> int:
         """Write ``array``'s column-major little-endian bytes at ``offset``; returns their size.
@@ -204,6 +215,8 @@ class Sink:
             pos += n
             self.bytes_written += n
             del piece  # the buffer goes back to the pool once written
+            if self._on_write is not None:
+                self._on_write(n)
         return pos - offset
 
     def _pipeline(self) -> _WritePipe:
@@ -260,6 +273,8 @@ class Sink:
                     self._file.seek(start)
                     self._file.write(data)
         self.bytes_written += nbytes
+        if self._on_write is not None:
+            self._on_write(nbytes)
 
     def _late_runs(self) -> list[tuple[int, bytes]]:
         pending = self._late
