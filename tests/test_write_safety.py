@@ -338,6 +338,13 @@ def test_a_julia_dicts_stored_type_survives_tree_map(tmp_path: Path) -> None:
     doubled = jax.tree_util.tree_map(lambda x: x * 2, d)
     assert type(doubled) is JuliaDict and doubled.julia_type == d.julia_type
     assert dict(doubled) == {"w": 2.0, "b": 4.0}
+    # The stored type is carried, not compared: a Python-made Dict with the same keys has the same
+    # tree structure, and a tree_map over both keeps the first one's type.
+    plain = JuliaDict({"w": np.float64(10.0), "b": np.float64(20.0)})
+    assert jax.tree_util.tree_structure(plain) == jax.tree_util.tree_structure(d)
+    summed = jax.tree_util.tree_map(lambda a, b: a + b, d, plain)
+    assert summed.julia_type == d.julia_type and summed == {"w": 11.0, "b": 22.0}
+    assert jax.tree_util.tree_map(lambda a, b: a + b, plain, d).julia_type is None
     path = tmp_path / "id.jld2"
     treexchange.save(path, d=doubled)
     back = treexchange.load(path, "d")
