@@ -180,7 +180,7 @@ def convert(
     one dataset) and written in the order of their object-header addresses, which is the order
     Julia wrote them in; string attributes of the root group (an embedded schema) are carried
     over. A 0.2.0 file that Julia wrote comes out byte for byte when ``keep_producer`` keeps its
-    producer note (tests/test_byte_identity.py); so do 11 of the 27 format-0.1.1 fixtures with
+    producer note (tests/test_byte_identity.py); so do 15 of the 27 format-0.1.1 fixtures with
     ``keep_format`` too (tests/test_byte_identity_011.py).
 
     With ``verify`` (the default) the new file is read back before it replaces ``target`` and

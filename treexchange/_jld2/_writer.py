@@ -95,11 +95,16 @@ class _Format:
     """Homogeneous tuple types of this many or more parameters are named ``NTuple{N,T}`` in a
     DataType (0.1.1: N >= 2, ``h5convert!`` for ``Type{<:NTuple}``); 0.2.0's ``reduce(==, ...)``
     test makes it N == 2 only (0 stands for that)."""
+    shared_attribute_session: bool
+    """The ``julia_type`` / ``written_type`` attributes of a committed datatype are written in the
+    file's datatype session (0.1.1: ``write_attribute(cio, f, attr, f.datatype_wsession)`` in
+    ``commit``, up to v0.4.51), so a DataType dataset one of them wrote is referenced again by the
+    next; 0.2.0 gives each attribute a fresh session (``write_header_message``, since v0.4.52)."""
 
 
 _FORMATS = {
-    "0.2.0": _Format("0.2.0", True, 1, COMPACT_LIMIT, True, False, 0),
-    "0.1.1": _Format("0.1.1", False, 8192, 0xFFFF, False, True, 2),
+    "0.2.0": _Format("0.2.0", True, 1, COMPACT_LIMIT, True, False, 0, False),
+    "0.1.1": _Format("0.1.1", False, 8192, 0xFFFF, False, True, 2, True),
 }
 
 
@@ -551,8 +556,17 @@ class JLD2Writer:
         self.sink.put_checksummed(offset, header)
 
     def _datatype_attr(self, name: str, t: JT, *, dtype: Committed) -> _Attr:
-        # A fresh write session per attribute, as JLD2's write_header_message(io, f, attr) does.
-        return _Attr(name, dtype, enc.DS_SCALAR, (), 32, lambda: self.encode_datatype_value(t, {}))
+        # A fresh write session per attribute, as JLD2's write_header_message(io, f, attr) does;
+        # format 0.1.1's commit wrote them in the datatype session (_Format.shared_attribute_session).
+        shared = self.format.shared_attribute_session
+        return _Attr(
+            name,
+            dtype,
+            enc.DS_SCALAR,
+            (),
+            32,
+            lambda: self.encode_datatype_value(t, self.datatype_wsession if shared else {}),
+        )
 
     def commit_compound(self, writeas: JT, readas: JT) -> Committed:
         """JLD2's ``commit_compound``: field types first (committing nested types), then the type."""
