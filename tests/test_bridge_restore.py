@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -437,3 +438,16 @@ def test_run_jobs_keeps_order_and_raises_the_first_failure(monkeypatch: pytest.M
     jobs[2] = fail
     with pytest.raises(ValueError, match="leaf 2"):
         _restore.run_jobs(jobs, [big, 0, big, 0, big, 0])
+
+    # A large leaf failing late on a worker still wins over a small later leaf failing at once.
+    def slow_fail() -> int:
+        time.sleep(0.2)
+        raise ValueError("leaf 0")
+
+    def small_fail() -> int:
+        raise KeyError("leaf 3")
+
+    with pytest.raises(ValueError, match="leaf 0"):
+        _restore.run_jobs([slow_fail, lambda: 1, lambda: 2, small_fail], [big, big, 0, 0])
+    with pytest.raises(KeyError, match="leaf 3"):
+        _restore.run_jobs([lambda: 0, lambda: 1, lambda: 2, small_fail, slow_fail], [big, big, 0, 0, big])

@@ -3,17 +3,19 @@
 The writer remembers, per file, what it decided for one value so that the next alike values skip
 the dataset machinery: header messages, the header of a small array of one dtype and shape
 (``_small_heads``, ``_ref_plans``), the header of a compact scalar of one type
-(``_compact_plans``), the Julia type of an array (``_quick_types``). Each is kept while fewer than
-``_MESSAGES_KEPT`` are; with that bound at 0 nothing is kept and every value takes the general
-path. Files written both ways must be identical, byte for byte: here for a model-like state, a Dict
-tree, and values whose writing depends on the session they are written in (a ``UnionAll`` is
-written once in the datatype session as an element type, then as a value in the file's session:
+(``_compact_plans``), the Julia type of a layer (the TypeFactory's). Each is kept while fewer than
+``_MESSAGES_KEPT`` are; with that bound at 0 (and the compact template replaced by the general
+``_write_object`` it stands for) every value takes the general path. Files written both ways must
+be identical, byte for byte: here for a model-like state, a Dict tree, and values whose writing
+depends on the session they are written in (a ``UnionAll`` is written once in the datatype
+session as an element type, then as a value in the file's session:
 a plan made for the first must not be used for the second)."""
 
 from __future__ import annotations
 
 import io
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -25,10 +27,20 @@ from treexchange._jld2 import _writer
 from treexchange._jld2._writer import JLD2Writer
 
 
+def _general_compact(
+    self: JLD2Writer, plan: tuple[Any, ...], value: Any, ws: dict[Any, int], tk: Any, path: tuple[Any, ...]
+) -> int:
+    """What ``_write_compact`` stands for: the general ``_write_object`` of a scalar dataset."""
+    jt, datasz = plan[0], plan[3]
+    data = _writer._Data.of_encoder(datasz, lambda: self.encode_value(jt.writeas, value, ws, path))
+    return self._write_object(_writer._SCALAR, self.h5type(jt), data, ws, tk, path)
+
+
 def _write(items: dict[str, object], *, plans: bool, monkeypatch: pytest.MonkeyPatch) -> bytes:
     with monkeypatch.context() as m:
         if not plans:
             m.setattr(_writer, "_MESSAGES_KEPT", 0)
+            m.setattr(JLD2Writer, "_write_compact", _general_compact)
         buf = io.BytesIO()
         writer = JLD2Writer(buf)
         writer.prepare(list(items.items()))

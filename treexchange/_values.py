@@ -685,28 +685,6 @@ _registered = False
 _register_lock = threading.Lock()
 
 
-class _DictShape:
-    """The pytree auxiliary data of a :class:`JuliaDict`: its keys in order, which decide the tree
-    structure, and the Dict type it was read as, carried along but left out of equality (so a
-    ``tree_map`` over a loaded Dict and a Python-made one with the same keys works, and the
-    result keeps the first tree's Dict type)."""
-
-    __slots__ = ("julia_type", "keys")
-
-    def __init__(self, keys: tuple[Any, ...], julia_type: JuliaType | None) -> None:
-        self.keys = keys
-        self.julia_type = julia_type
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _DictShape) and self.keys == other.keys
-
-    def __hash__(self) -> int:
-        return hash(self.keys)
-
-    def __repr__(self) -> str:
-        return repr(self.keys)
-
-
 def _register_with_jax(jax_tree_util: ModuleType) -> None:
     global _registered
     with _register_lock:
@@ -754,22 +732,20 @@ def _register_with_jax(jax_tree_util: ModuleType) -> None:
         jax_tree_util.register_pytree_node(JuliaArray, arr_flatten, arr_unflatten)
 
         # Insertion order (a Julia Dict's keys may not be sortable: Symbols and Ints mixed). The
-        # Dict type the file stored travels in the tree structure, so a tree_map keeps it (an
-        # IdDict stays an IdDict when written back), without making a loaded Dict's structure
-        # differ from a Python-made one's with the same keys (_DictShape compares the keys only).
+        # keys alone are the structure: the Dict type a file stored (julia_type) is not carried
+        # through a tree_map. Carried, it would have to be compared too (jax.jit rebuilds outputs
+        # from the structure it cached), and every loaded Dict has one: a tree_map over a loaded
+        # Dict and a Python-made one with the same keys would then be refused.
         def jd_flatten_with_keys(d: JuliaDict) -> tuple[Any, Any]:
             keys = tuple(d)
-            return [(dict_key(k), d[k]) for k in keys], _DictShape(keys, d.julia_type)
+            return [(dict_key(k), d[k]) for k in keys], keys
 
         def jd_flatten(d: JuliaDict) -> tuple[Any, Any]:
             keys = tuple(d)
-            return [d[k] for k in keys], _DictShape(keys, d.julia_type)
+            return [d[k] for k in keys], keys
 
-        def jd_unflatten(shape: _DictShape, children: Iterable[Any]) -> JuliaDict:
-            out = JuliaDict(zip(shape.keys, children))
-            if shape.julia_type is not None:
-                out.julia_type = shape.julia_type
-            return out
+        def jd_unflatten(keys: tuple[Any, ...], children: Iterable[Any]) -> JuliaDict:
+            return JuliaDict(zip(keys, children))
 
         jax_tree_util.register_pytree_with_keys(JuliaDict, jd_flatten_with_keys, jd_unflatten, jd_flatten)
         _registered = True

@@ -886,11 +886,26 @@ def run_jobs(jobs: list[Callable[[], Any]], copies: list[int] | None = None) -> 
     workers = min(len(large), os.cpu_count() or 1, 4)
     if workers < 2 or sum(sizes[i] for i in large) < PARALLEL_MIN_TOTAL:
         return [job() for job in jobs]
+    results: list[Any] = [None] * len(jobs)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="treexchange-place") as pool:
         futures = {i: pool.submit(jobs[i]) for i in large}
-        results = [None if i in futures else job() for i, job in enumerate(jobs)]
-        for i, future in futures.items():
-            results[i] = future.result()
+        failed: tuple[int, BaseException] | None = None
+        for i, job in enumerate(jobs):
+            if i not in futures:
+                try:
+                    results[i] = job()
+                except BaseException as err:  # raised below, unless an earlier large leaf failed
+                    failed = (i, err)
+                    break
+        try:
+            for i in range(len(jobs) if failed is None else failed[0] + 1):
+                if i in futures:
+                    results[i] = futures[i].result()
+                elif failed is not None and i == failed[0]:
+                    raise failed[1]
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)  # copies not started are not made
+            raise
     return results
 
 

@@ -40,14 +40,14 @@ class ProgressLine:
             self._draw()
 
     def _draw(self) -> None:
-        frac = self.done / self.total if self.total else 1.0
+        # (A writer's count may pass the total: it includes the metadata written with the data.)
+        done = min(self.done, self.total)
+        frac = done / self.total if self.total else 1.0
         width = 30
-        filled = int(width * min(frac, 1.0))
+        filled = int(width * frac)
         bar = "#" * filled + "-" * (width - filled)
         gib = 1 << 30
-        self.stream.write(
-            f"\r{self.label} [{bar}] {frac:4.0%} {self.done / gib:.2f}/{self.total / gib:.2f} GiB"
-        )
+        self.stream.write(f"\r{self.label} [{bar}] {frac:4.0%} {done / gib:.2f}/{self.total / gib:.2f} GiB")
         self.stream.flush()
 
     def close(self) -> None:

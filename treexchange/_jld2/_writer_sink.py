@@ -59,7 +59,12 @@ PIPE_BUFFERS = 4
 
 
 class Sink:
-    """Writes bytes at absolute offsets of an open binary file."""
+    """Writes bytes at absolute offsets of an open binary file.
+
+    The contract the writer keeps (and the window relies on): a payload's bytes (``put_large``,
+    ``put_array``) and a checksummed header with its checksum are never written over by a later
+    call, and a header is put once; other metadata may be written over (the later write wins).
+    """
 
     def __init__(self, file: BinaryIO, on_write: Callable[[int], None] | None = None) -> None:
         self._file = file
@@ -162,6 +167,8 @@ class Sink:
             self._late_unsummed.append(len(self._late))
         self._late.append((offset, data))
         self._late_bytes += len(data) + 4 * checksummed
+        if self._late_bytes >= _FLUSH_BYTES:
+            self.flush()
 
     def _hole(self, offset: int, size: int) -> None:
         """Bytes ``[offset, offset + size)`` go to the file directly: the window skips them."""
