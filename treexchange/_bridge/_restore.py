@@ -377,7 +377,8 @@ class Walker:
             self.report("shape", path, f"{_shape(v.shape)} in file, {_shape(shape)} in template")
             ok = False
         cast_to: np.dtype | None = None
-        dest = self.placer.holds(dtype, to_numpy=self.placer.to_numpy(t, jpath))  # what it will hold
+        to_numpy = self.placer.to_numpy(t, jpath)
+        dest = self.placer.holds(dtype, to_numpy=to_numpy)  # what it will hold
         if v.dtype != dtype and not self.o.cast:
             self.report("dtype", path, f"{v.dtype.name} in file, {dtype.name} in template")
             if _castable(v.dtype, dtype):
@@ -392,7 +393,7 @@ class Walker:
             return None
         if unplaced:
             return self.leaf(partial(_unplaced, transform, v, cast_to))
-        copies = 0 if self.placer.to_numpy(t, jpath) else v.nbytes  # (numpy: zero-copy views)
+        copies = 0 if to_numpy else v.nbytes  # (numpy: zero-copy views)
         if transform is not None:
             return self.leaf(partial(_place_permuted, self.placer, transform, v, cast_to, jpath, t), copies)
         return self.leaf(partial(self.placer.place, v, cast_to, jpath, t), copies)

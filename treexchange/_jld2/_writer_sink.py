@@ -73,7 +73,6 @@ class Sink:
         self._on_write = on_write
         self._fd = _descriptor(file)
         self._pipe: _WritePipe | None = None
-        self.bytes_written = 0
         # The window: file bytes [base, base + WINDOW_BYTES) in a zeroed buffer (holes read as
         # zeros). ``used`` is its high-water mark; ``holes`` are ranges in it written elsewhere
         # (payloads), never written from the window; ``sums`` the (offset, length) of the
@@ -192,7 +191,6 @@ class Sink:
         self._write_now(offset, data)
 
     def _write_now(self, offset: int, data: bytes | bytearray | memoryview) -> None:
-        self.bytes_written += len(data)
         if self._fd is None:
             self._file.seek(offset)
             self._file.write(data)
@@ -220,7 +218,6 @@ class Sink:
             n = len(piece)
             pipe.submit(pos, piece)
             pos += n
-            self.bytes_written += n
             del piece  # the buffer goes back to the pool once written
             if self._on_write is not None:
                 self._on_write(n)
@@ -279,7 +276,6 @@ class Sink:
                 else:
                     self._file.seek(start)
                     self._file.write(data)
-        self.bytes_written += nbytes
         if self._on_write is not None:
             self._on_write(nbytes)
 
