@@ -391,3 +391,50 @@ def test_sequence_alignment_follows_max_align_cells(tmp_path: Path) -> None:
     with tx.open(path, limits=tx.Limits(max_align_cells=29 * 30 - 1)) as f:
         positional = tx.validate(f, doc)
     assert len(positional) > 1  # every item after the gap is blamed
+
+
+def test_the_recursion_limit_is_put_back_when_threads_end_out_of_order() -> None:
+    """Two threads raise the limit for their blocks; the one that raised it less ends first. The
+    limit used to stay raised for good, and a later deep JSON document could crash the process."""
+    import threading
+
+    before = sys.getrecursionlimit()
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+
+    def first() -> None:
+        with stack_for_depth(100):
+            first_in.set()
+            second_in.wait(10)
+        first_out.set()
+
+    def second() -> None:
+        first_in.wait(10)
+        with stack_for_depth(DEFAULT_LIMITS.max_depth):
+            assert sys.getrecursionlimit() >= DEFAULT_LIMITS.max_depth * 48
+            second_in.set()
+            first_out.wait(10)
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert sys.getrecursionlimit() == before
+
+
+def test_deep_schema_json_is_a_format_error_even_with_a_raised_recursion_limit() -> None:
+    """``json.loads`` recurses in C once per level, bounded only by the recursion limit; with the
+    limit raised far beyond the C stack a deep document crashed the interpreter. It is measured
+    before parsing now. In a child process: a crash must not take the test run down."""
+    code = (
+        "import sys, treexchange as tx\n"
+        "sys.setrecursionlimit(1_000_000)\n"
+        "doc = '{\"schema_version\": \"1.0\", \"roots\": {\"x\": ' + '[' * 300_000 + ']' * 300_000 + '}}'\n"
+        "try:\n"
+        "    tx.load_schema(doc)\n"
+        "except tx.FormatError as err:\n"
+        "    print('FormatError:', err)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "nested more than" in out.stdout

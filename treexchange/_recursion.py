@@ -18,13 +18,17 @@ FRAMES_PER_LEVEL = 48
 ``Vector{Any}`` element takes about 20: dataset, kvvec, pair, field, reference...), with margin."""
 
 _lock = threading.Lock()
+_wants: list[int] = []  # the limits asked for by the blocks running now (any thread)
+_state = {"before": 0, "set": 0}  # the limit before the first of them, and the last one set here
 
 
 @contextmanager
 def stack_for_depth(depth: int) -> Iterator[None]:
     """Allow at least ``depth * FRAMES_PER_LEVEL`` more frames while the block runs.
 
-    The limit is only ever raised, and put back on exit unless someone else changed it meanwhile.
+    The limit is only ever raised, to the largest that a running block asks for, and put back
+    when the last running block (in any thread) ends, unless someone else changed it meanwhile.
+    (Blocks in two threads used to leave it raised when they ended out of order.)
 
     Example:
         >>> import sys
@@ -37,14 +41,19 @@ def stack_for_depth(depth: int) -> Iterator[None]:
     """
     wanted = depth * FRAMES_PER_LEVEL + 1000
     with _lock:
-        before = sys.getrecursionlimit()
-        raised = wanted > before
-        if raised:
+        if not _wants:
+            _state["before"] = _state["set"] = sys.getrecursionlimit()
+        _wants.append(wanted)
+        if wanted > sys.getrecursionlimit():
             sys.setrecursionlimit(wanted)
+            _state["set"] = wanted
     try:
         yield
     finally:
-        if raised:
-            with _lock:
-                if sys.getrecursionlimit() == wanted:
-                    sys.setrecursionlimit(before)
+        with _lock:
+            _wants.remove(wanted)
+            target = max([_state["before"], *_wants])
+            current = sys.getrecursionlimit()
+            if current == _state["set"] and target < current:
+                sys.setrecursionlimit(target)
+                _state["set"] = target

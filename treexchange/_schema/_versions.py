@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from pydantic import ValidationError
 
 from .._errors import FormatError, UnsupportedError
@@ -170,6 +171,12 @@ def _json_data(source: Any, limits: Limits) -> dict[str, Any]:
             raise FormatError(f"{path} is not UTF-8 JSON") from None
     else:
         raise TypeError(f"expected a Schema, a path, JSON text or a dict, not {type(source).__name__}")
+    deepest = 4 * limits.max_schema_depth + 32  # a document nests at most 3 JSON levels per tree level
+    if _json_nesting(text) > deepest:
+        raise FormatError(
+            f"schema JSON is nested more than {deepest} levels deep "
+            f"(max_schema_depth={limits.max_schema_depth})"
+        )
     try:
         with gc_paused():
             data = json.loads(text)
@@ -178,6 +185,28 @@ def _json_data(source: Any, limits: Limits) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise FormatError("a schema document is a JSON object")
     return data
+
+
+_JSON_STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def _json_nesting(text: str) -> int:
+    """The deepest nesting of arrays and objects in JSON ``text`` (brackets inside strings not
+    counted), found without parsing: ``json.loads`` recurses once per level in C, bounded only
+    by the interpreter's recursion limit, which a caller may have raised far beyond what the
+    C stack holds (a deep document then crashes the process instead of raising).
+
+    Example:
+        >>> _json_nesting('{"a": [[1], {"b": "[[["}]}')
+        3
+    """
+    raw = np.frombuffer(_JSON_STRING.sub('""', text).encode("utf-8", "surrogatepass"), dtype=np.uint8)
+    return int(np.cumsum(_BRACKET_STEP[raw], dtype=np.int64).max(initial=0))
+
+
+_BRACKET_STEP = np.zeros(256, dtype=np.int8)
+_BRACKET_STEP[[ord("["), ord("{")]] = 1
+_BRACKET_STEP[[ord("]"), ord("}")]] = -1
 
 
 def _first_errors(err: ValidationError, limit: int = 5) -> str:
