@@ -220,7 +220,7 @@ class _Gen:
 @pytest.mark.parametrize("era", ["0.14", "0.15"])
 def test_parser_reads_what_the_julia_printer_writes(era: str) -> None:
     """parse_architecture(julia_constructor(L)) == L with Flux's defaults, for random layer trees."""
-    from treexchange._port._rules import julia_constructor, with_defaults
+    from treexchange._port._registry import julia_constructor, with_defaults
 
     for seed in range(150):
         layer, _ = _Gen(random.Random(seed), nnx=seed % 2 == 0).model()

@@ -30,37 +30,17 @@ from typing import Any
 import numpy as np
 
 from .._errors import ConversionError, Mismatch, MismatchError, UnsupportedError
+from .._port._lux import _NAMES, _TRAINING, lux_shape
 from .._port._spec import Layer
-from .._values import NamedTuple, Singleton
+from .._values import NamedTuple
 from ._torch import TorchParam, _numpy, _pair, as_layer, layer_of_module, torch_params
 
 LUX_VERSIONS = ("0.5", "1")
 
-_NAMES: dict[str, dict[str, tuple[str, str]]] = {
-    # Flux field -> (ps or st, Lux name), in Lux's field order
-    "Dense": {"weight": ("ps", "weight"), "bias": ("ps", "bias")},
-    "Conv": {"weight": ("ps", "weight"), "bias": ("ps", "bias")},
-    "BatchNorm": {
-        "γ": ("ps", "scale"),
-        "β": ("ps", "bias"),
-        "μ": ("st", "running_mean"),
-        "σ²": ("st", "running_var"),
-    },
-    "LayerNorm": {"bias": ("ps", "bias"), "scale": ("ps", "scale")},
-}
-_TRAINING = Singleton("Base.Val{true}")
-
 
 def _lux_shape(layer: Layer, flux_field: str, julia_shape: tuple[int, ...], lux: str) -> tuple[int, ...]:
     """The Lux array shape of a Flux-shaped array (only the trailing/leading singleton axes differ)."""
-    if layer.kind == "LayerNorm":
-        return (*julia_shape, 1)
-    if flux_field == "bias" and lux == "0.5":
-        if layer.kind == "Dense":
-            return (*julia_shape, 1)
-        if layer.kind == "Conv":
-            return (*(1,) * len(layer.args["kernel"]), *julia_shape, 1)
-    return julia_shape
+    return lux_shape(layer.kind, len(layer.arg("kernel", ())), flux_field, julia_shape, lux)
 
 
 def _check_version(lux: str) -> None:
@@ -114,9 +94,7 @@ def state_dict_to_lux(
         if id(node) not in tensors:
             return NamedTuple(), NamedTuple()
         if node.kind not in _NAMES:
-            raise UnsupportedError(
-                f"Lux ps/st for {node.kind} is not mapped (Dense, Conv, BatchNorm, LayerNorm)"
-            )
+            raise UnsupportedError(f"Lux ps/st for {node.kind} is not mapped ({', '.join(_NAMES)} are)")
         group = tensors[id(node)]
         ps: dict[str, Any] = {}
         st: dict[str, Any] = {}
@@ -179,9 +157,7 @@ def lux_to_state_dict(
         if id(node) not in where_of:
             return
         if node.kind not in _NAMES:
-            raise UnsupportedError(
-                f"Lux ps/st for {node.kind} is not mapped (Dense, Conv, BatchNorm, LayerNorm)"
-            )
+            raise UnsupportedError(f"Lux ps/st for {node.kind} is not mapped ({', '.join(_NAMES)} are)")
         prefix, group = where_of[id(node)]
         for p in torch_params(node):
             which, name = _NAMES[node.kind][p.flux]

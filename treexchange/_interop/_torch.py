@@ -65,35 +65,21 @@ from .._errors import (
 )
 from .._port._arch import parse_architecture
 from .._port._perm import REV, SAME, Perm, Transpose, conv_weight_perm
-from .._port._rules import RECURRENT_GATES, RULES, Arr, _NamedFields, with_defaults
+from .._port._registry import (
+    KINDS,
+    NO_TORCH_EQUIVALENT,
+    RECURRENT_GATES,
+    RULES,
+    TORCH_MODULES,
+    entry,
+    register,
+    unsupported,
+    with_defaults,
+)
+from .._port._rules import Arr, _NamedFields
 from .._port._spec import DEFAULT_FLUX_ERA, Layer
 from .._port._state import Port, state_of
 from .._values import NamedTuple
-
-TORCH_MODULES: dict[str, tuple[str, ...]] = {
-    "Dense": ("Linear",),
-    "Bilinear": ("Bilinear",),
-    "Conv": ("Conv1d", "Conv2d", "Conv3d"),
-    "DepthwiseConv": ("Conv1d", "Conv2d", "Conv3d"),
-    "CrossCor": ("Conv1d", "Conv2d", "Conv3d"),
-    "ConvTranspose": ("ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"),
-    "BatchNorm": ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d"),
-    "InstanceNorm": ("InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"),
-    "GroupNorm": ("GroupNorm",),
-    "LayerNorm": ("LayerNorm",),
-    "Embedding": ("Embedding",),
-    "RNN": ("RNN",),
-    "LSTM": ("LSTM",),
-    "GRU": ("GRU",),
-    "MultiHeadAttention": ("MultiheadAttention",),
-}
-"""Flux layer kind -> the PyTorch module classes that hold the same parameters."""
-
-NO_TORCH_EQUIVALENT = {
-    "GRUv3": "Flux's GRUv3 applies the reset gate before Wh (the paper's form); PyTorch's GRU has no "
-    "such variant, so its weights cannot be moved exactly (use GRU)",
-}
-"""Flux layers PyTorch cannot compute, with the reason given in the error."""
 
 IGNORED = frozenset({"num_batches_tracked"})
 """PyTorch buffers with no Flux counterpart."""
@@ -124,51 +110,66 @@ def torch_params(layer: Layer) -> list[TorchParam]:
         >>> [(p.flux, p.torch, p.shape) for p in torch_params(conv)]
         [('weight', 'weight', (4, 2, 3, 5)), ('bias', 'bias', (4,))]
     """
+    return entry("torch", layer.kind).builder(layer)
+
+
+def _bias(a: Mapping[str, Any]) -> list[TorchParam]:
+    return [TorchParam("bias", "bias", SAME, (a["out"],))] if a.get("bias", True) else []
+
+
+def _dense_params(layer: Layer) -> list[TorchParam]:
     a = layer.args
-    kind = layer.kind
-    if kind == "Dense":
-        out = [TorchParam("weight", "weight", SAME, (a["out"], a["in"]))]
-        return out + ([TorchParam("bias", "bias", SAME, (a["out"],))] if a.get("bias", True) else [])
-    if kind == "Bilinear":  # nn.Bilinear.weight (out, in1, in2) is Flux's W as it is
-        out = [TorchParam("weight", "weight", SAME, (a["out"], *a["in"]))]
-        return out + ([TorchParam("bias", "bias", SAME, (a["out"],))] if a.get("bias", True) else [])
-    if kind in ("Conv", "DepthwiseConv", "CrossCor"):
-        k = tuple(a["kernel"])
-        weight = (a["out"], a["in"] // a.get("groups", 1), *k[::-1])
-        how = "rev" if kind == "CrossCor" else "rev+flip"
-        out = [TorchParam("weight", "weight", conv_weight_perm(kind, dict(a)), weight, how)]
-        return out + ([TorchParam("bias", "bias", SAME, (a["out"],))] if a["bias"] else [])
+    return [TorchParam("weight", "weight", SAME, (a["out"], a["in"])), *_bias(a)]
+
+
+def _bilinear_params(layer: Layer) -> list[TorchParam]:
+    a = layer.args  # nn.Bilinear.weight (out, in1, in2) is Flux's W as it is
+    return [TorchParam("weight", "weight", SAME, (a["out"], *a["in"])), *_bias(a)]
+
+
+def _conv_params(layer: Layer) -> list[TorchParam]:
+    a, kind = layer.args, layer.kind
+    k = tuple(a["kernel"])
     if kind == "ConvTranspose":
         # Flux's ConvTranspose is the adjoint of its (true) convolution, PyTorch's the adjoint of its
         # cross-correlation: flip as for Conv. rev of Julia's (k…, Cout÷G, Cin) is already torch's
-        # (Cin, Cout÷G, k…) for any groups (layer-spec §2.8).
-        k = tuple(a["kernel"])
+        # (Cin, Cout÷G, k…) for any groups (docs/porting.md §Kernel flips).
         weight = (a["in"], a["out"] // a["groups"], *k[::-1])
-        out = [TorchParam("weight", "weight", conv_weight_perm("Conv", dict(a)), weight, "rev+flip")]
-        return out + ([TorchParam("bias", "bias", SAME, (a["out"],))] if a["bias"] else [])
-    if kind in ("BatchNorm", "InstanceNorm", "GroupNorm"):
-        c = (a["channels"],)
-        out = []
-        if a["affine"]:
-            out += [TorchParam("γ", "weight", SAME, c), TorchParam("β", "bias", SAME, c)]
-        if a["track_stats"] and kind != "GroupNorm":
-            out += [TorchParam("μ", "running_mean", SAME, c), TorchParam("σ²", "running_var", SAME, c)]
-        return out
-    if kind == "LayerNorm":
-        shape = tuple(a["size"])[::-1]
-        if not a["affine"]:
-            return []
         return [
-            TorchParam("scale", "weight", REV, shape, "rev"),
-            TorchParam("bias", "bias", REV, shape, "rev"),
+            TorchParam("weight", "weight", conv_weight_perm("Conv", dict(a)), weight, "rev+flip"),
+            *_bias(a),
         ]
-    if kind == "Embedding":
-        return [TorchParam("weight", "weight", Transpose((1, 0)), (a["in"], a["out"]), "transpose")]
-    if kind in ("RNN", "LSTM", "GRU"):
-        return _recurrent_params(layer)
-    if kind == "MultiHeadAttention":
-        return _attention_params(layer)
-    raise UnsupportedError(f"no PyTorch rule for the Flux layer {kind!r} yet")
+    weight = (a["out"], a["in"] // a.get("groups", 1), *k[::-1])
+    how = "rev" if kind == "CrossCor" else "rev+flip"
+    return [TorchParam("weight", "weight", conv_weight_perm(kind, dict(a)), weight, how), *_bias(a)]
+
+
+def _norm_params(layer: Layer) -> list[TorchParam]:
+    a = layer.args
+    c = (a["channels"],)
+    out = []
+    if a["affine"]:
+        out += [TorchParam("γ", "weight", SAME, c), TorchParam("β", "bias", SAME, c)]
+    if a["track_stats"] and KINDS[layer.kind].state_arrays:
+        out += [TorchParam("μ", "running_mean", SAME, c), TorchParam("σ²", "running_var", SAME, c)]
+    return out
+
+
+def _layernorm_params(layer: Layer) -> list[TorchParam]:
+    a = layer.args
+    shape = tuple(a["size"])[::-1]
+    if not a["affine"]:
+        return []
+    return [TorchParam("scale", "weight", REV, shape, "rev"), TorchParam("bias", "bias", REV, shape, "rev")]
+
+
+def _embedding_params(layer: Layer) -> list[TorchParam]:
+    a = layer.args
+    return [TorchParam("weight", "weight", Transpose((1, 0)), (a["in"], a["out"]), "transpose")]
+
+
+def _no_tensors(layer: Layer) -> list[TorchParam]:
+    return []
 
 
 def _recurrent_params(layer: Layer) -> list[TorchParam]:
@@ -253,7 +254,7 @@ def _fold_bias_hh(layer: Layer, b: np.ndarray, bias_hh: np.ndarray, where: TreeP
 def _has_arrays(layer: Layer) -> bool:
     rule = RULES.get(layer.kind)
     if rule is None:
-        raise UnsupportedError(f"no porting rule for the Flux layer {layer.kind!r} yet")
+        raise unsupported(layer.kind, "torch")
     fields = rule.fields(layer, DEFAULT_FLUX_ERA)
     return fields != () and any(_is_arr(spec) for _, spec in fields)
 
@@ -871,3 +872,19 @@ def _attention_layer(sub: Any) -> Layer:
             "nheads": sub.num_heads, "bias": sub.in_proj_bias is not None, "dropout_prob": float(sub.dropout),
         },
     )  # fmt: skip
+
+
+# === the registry entries: the tensors of each kind, and the module read as it =====================
+
+for _kinds, _builder in [
+    (("Dense",), _dense_params),
+    (("Bilinear",), _bilinear_params),
+    (("Conv", "DepthwiseConv", "CrossCor", "ConvTranspose"), _conv_params),
+    (("BatchNorm", "InstanceNorm", "GroupNorm"), _norm_params),
+    (("LayerNorm",), _layernorm_params),
+    (("Embedding",), _embedding_params),
+    (("RNN", "LSTM", "GRU"), _recurrent_params),
+    (("MultiHeadAttention",), _attention_params),
+    (tuple(k for k, r in KINDS.items() if r.group != "arrays"), _no_tensors),
+]:
+    register("torch", _kinds, builder=_builder, reader=_one)

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from treexchange._errors import ConversionError
+from treexchange._port._registry import PORTING_DOCS, RECURRENT_GATES
 from treexchange._port._spec import Layer
 
 # --- tokens ------------------------------------------------------------------------------------
@@ -366,7 +367,9 @@ class _Builder:
             name = _strip(e.func)
             build = _CONSTRUCTORS.get(name)
             if build is None:
-                raise self.error(f"unknown layer {e.func!r}", e.pos)
+                where = self.error(f"unknown layer {e.func!r}", e.pos)
+                known = ", ".join(sorted(_CONSTRUCTORS))
+                raise ConversionError(f"{where}; the layers that port: {known} (see {PORTING_DOCS})")
             return build(self, _Args(self, e))
         raise self.error("expected a layer", _pos(e))
 
@@ -634,7 +637,7 @@ def _recur(a: _Args) -> Layer:
         raise a.b.error("Recur must wrap an RNNCell, LSTMCell, GRUCell or GRUv3Cell", a.call.pos)
     cell = a.args[0]
     kind = _strip(cell.func)[: -len("Cell")]
-    if kind not in ("RNN", "LSTM", "GRU", "GRUv3"):
+    if kind not in RECURRENT_GATES:
         raise a.b.error(f"unknown recurrent cell {cell.func!r}", cell.pos)
     layer = _recurrent(_Args(a.b, cell), kind)
     return Layer(kind, {**layer.args, "recur": True})
@@ -742,10 +745,7 @@ _CONSTRUCTORS: dict[str, Callable[[_Builder, _Args], Layer]] = {
     "AdaptiveMeanPool": lambda b, a: _adaptive(a),
     "GlobalMaxPool": lambda b, a: _global(a),
     "GlobalMeanPool": lambda b, a: _global(a),
-    "RNN": lambda b, a: _recurrent(a),
-    "LSTM": lambda b, a: _recurrent(a),
-    "GRU": lambda b, a: _recurrent(a),
-    "GRUv3": lambda b, a: _recurrent(a),
+    **{kind: lambda b, a: _recurrent(a) for kind in RECURRENT_GATES},
     "Recur": lambda b, a: _recur(a),
     "MultiHeadAttention": lambda b, a: _mha(a),
 }

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import equinox as eqx
@@ -34,54 +34,23 @@ import jax.numpy as jnp
 import numpy as np
 
 from .._bridge._restore import LeafRef
-from .._errors import PathSegment, TreePath, UnsupportedError
+from .._errors import TreePath, UnsupportedError
 from . import _eqx_layers as L
-from ._activations import ELEMENTWISE, function_of, name_of
+from ._activations import function_of, name_of
+from ._layout import (
+    chain_port,
+    julia_pad,
+    layernorm_0_14_message,
+    layernorm_0_15_message,
+    layernorm_eps,
+    python_padding,
+    rev,
+    same_padding,
+)
 from ._perm import REV, SAME, Perm, Reshape, Transpose, conv_weight_perm
-from ._rules import same_padding, with_defaults
+from ._registry import ACTIVATED, entry, register, with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
 from ._state import KEEP, Port
-
-# Flux layers whose constructor takes an activation (σ / λ) that Equinox keeps as a separate Lambda.
-ACTIVATED = frozenset(
-    {"Dense", "Conv", "CrossCor", "ConvTranspose", "DepthwiseConv", "BatchNorm", "GroupNorm", "InstanceNorm",
-     "LayerNorm"}
-)  # fmt: skip
-
-
-def chain_port(
-    items: list[Any],
-    path: TreePath,
-    read: Callable[[Any, TreePath], Port],
-    own_entry: Callable[[Any], bool],
-    keys: Sequence[PathSegment] | None = None,
-) -> Port:
-    """The Flux ``Chain`` of a model's sequence of layers (the Equinox, Flax nnx and linen readers),
-    each item read by ``read`` at the path segment ``keys[i]`` (default ``1, 2, …`` as in Flux). An
-    elementwise function right after a layer that takes an activation and has none (an Equinox
-    ``Lambda(relu)`` after a ``Conv``) becomes that layer's ``σ``, as Flux writes ``Conv(…, relu)``;
-    an item for which ``own_entry`` holds (the target's ``Function`` layer, the author's own Chain
-    entry) stays an entry of its own."""
-    ports: list[Port] = []
-    folded: set[int] = set()
-    for i, item in enumerate(items, 1):
-        port = read(item, (*path, keys[i - 1] if keys is not None else i))
-        prev = ports[-1] if ports else None
-        name = port.layer.arg("name") if port.layer.kind == "function" else None
-        if (
-            prev is not None
-            and not own_entry(item)
-            and id(prev) not in folded
-            and prev.layer.kind in ACTIVATED
-            and prev.layer.arg("σ", "identity") == "identity"
-            and name in ELEMENTWISE
-        ):
-            prev.layer = dataclasses.replace(prev.layer, args={**prev.layer.args, "σ": name})
-            folded.add(id(prev))  # Conv(…, relu): one Flux layer
-            continue
-        ports.append(port)
-    return Port(Layer("Chain", {}, tuple(p.layer for p in ports)), children=tuple(ports))
-
 
 # === building ======================================================================================
 
@@ -117,10 +86,7 @@ def _one(layer: Layer, key: Any, era: str) -> Any:
 
 def _build(layer: Layer, key: Any, era: str) -> list[Any]:
     """The Equinox module for ``layer``, followed by its activation Lambda when it has one."""
-    builder = _BUILDERS.get(layer.kind)
-    if builder is None:
-        raise UnsupportedError(f"no Equinox builder for the Flux layer {layer.kind!r} yet")
-    module = builder(layer, key, era)
+    module = entry("equinox", layer.kind).builder(layer, key, era)
     act = layer.arg("σ", "identity")
     if layer.kind in ACTIVATED and act != "identity":
         return [module, eqx.nn.Lambda(function_of(act))]
@@ -135,33 +101,12 @@ def _children(layer: Layer, key: Any, era: str) -> list[Any]:
     return [_one(child, k, era) for child, k in zip(layer.children, _keys(key, len(layer.children)))]
 
 
-def _rev(t: Any) -> tuple[int, ...]:
-    return tuple(int(v) for v in t)[::-1]
-
-
-def _padding(pad: tuple[int, ...]) -> list[tuple[int, int]]:
-    """Flux ``(lo₁, hi₁, lo₂, hi₂, …)`` over Julia dims -> Python per-axis pairs (spatial order reversed)."""
-    n = len(pad) // 2
-    return [(int(pad[2 * k]), int(pad[2 * k + 1])) for k in reversed(range(n))]
-
-
 def _same(m: Any, transpose: bool, path: TreePath) -> Any:
     """An Equinox conv's padding, with ``"SAME"`` of a stride-1 conv made explicit (``same_padding``)."""
     padding = m.padding
     if isinstance(padding, str) and padding.upper() in ("SAME", "SAME_LOWER") and not transpose:
         return same_padding(padding, m.kernel_size, m.stride, m.dilation, path)
     return padding
-
-
-def _julia_pad(padding: Any, path: TreePath) -> tuple[int, ...]:
-    if isinstance(padding, str):
-        raise UnsupportedError(
-            f"padding={padding!r}: Flux needs explicit padding (SamePad differs)", path=path
-        )
-    out: list[int] = []
-    for lo, hi in reversed(list(padding)):
-        out += [int(lo), int(hi)]
-    return tuple(out)
 
 
 def _build_chain(layer: Layer, key: Any, era: str) -> Any:
@@ -186,15 +131,15 @@ def _build_conv(layer: Layer, key: Any, era: str) -> Any:
         num_spatial_dims=n,
         in_channels=a["in"],
         out_channels=a["out"],
-        kernel_size=_rev(a["kernel"]),
-        stride=_rev(a["stride"]),
-        padding=_padding(a["pad"]),
-        dilation=_rev(a["dilation"]),
+        kernel_size=rev(a["kernel"]),
+        stride=rev(a["stride"]),
+        padding=python_padding(a["pad"]),
+        dilation=rev(a["dilation"]),
         use_bias=a["bias"],
         key=key,
     )
     if layer.kind == "ConvTranspose":
-        return eqx.nn.ConvTranspose(output_padding=_rev(a["outpad"]), groups=groups, **common)
+        return eqx.nn.ConvTranspose(output_padding=rev(a["outpad"]), groups=groups, **common)
     if layer.kind == "CrossCor":
         return L.CrossCor(eqx.nn.Conv(**common))
     return eqx.nn.Conv(groups=groups, **common)
@@ -209,7 +154,7 @@ def _build_pool(layer: Layer, key: Any, era: str) -> Any:
         ("MeanPool", 1): nn.AvgPool1d, ("MeanPool", 2): nn.AvgPool2d, ("MeanPool", 3): nn.AvgPool3d,
     }[(layer.kind, n)]  # fmt: skip
     # Stride passed explicitly: Equinox's default is 1, Flux's is the window (layer-spec §1.5).
-    return cls(kernel_size=_rev(a["k"]), stride=_rev(a["stride"]), padding=_padding(a["pad"]))
+    return cls(kernel_size=rev(a["k"]), stride=rev(a["stride"]), padding=python_padding(a["pad"]))
 
 
 def _build_norm(layer: Layer, key: Any, era: str) -> Any:
@@ -235,24 +180,14 @@ def _build_norm(layer: Layer, key: Any, era: str) -> Any:
     return L.InstanceNorm(norm) if layer.kind == "InstanceNorm" else norm
 
 
-def layernorm_eps(epsilon: float, era: str) -> float:
-    """Flux LayerNorm ϵ -> the ``eps`` of ``(x−μ)/√(σ²+eps)`` (layer-spec §2.11)."""
-    if era == "0.14":
-        raise UnsupportedError(
-            "Flux ≤ 0.14 LayerNorm divides by (σ + ϵ), which no Equinox/Flax LayerNorm computes; "
-            "port it with flux='0.15'"
-        )
-    return float(epsilon) ** 2  # Flux 0.15–0.16.10: √(σ² + ϵ²)
-
-
 def _build_layernorm(layer: Layer, key: Any, era: str) -> Any:
     a = layer.args
     if era == "0.14":
-        shape = _rev(a["size"])
+        shape = rev(a["size"])
         weight, bias = (jnp.ones(shape), jnp.zeros(shape)) if a["affine"] else (None, None)
         return L.LayerNormStdEps(weight, bias, shape, float(a["ϵ"]))
     return eqx.nn.LayerNorm(
-        _rev(a["size"]), eps=layernorm_eps(a["ϵ"], era), use_weight=a["affine"], use_bias=a["affine"]
+        rev(a["size"]), eps=layernorm_eps(a["ϵ"], era), use_weight=a["affine"], use_bias=a["affine"]
     )
 
 
@@ -327,47 +262,6 @@ def _build_function(layer: Layer, key: Any, era: str) -> Any:
     return L.Function(str(layer.args["name"]))
 
 
-_BUILDERS: dict[str, Any] = {
-    "Chain": _build_chain,
-    "Dense": _build_dense,
-    "Bilinear": _build_bilinear,
-    "Embedding": _build_embedding,
-    "Conv": _build_conv,
-    "DepthwiseConv": _build_conv,
-    "CrossCor": _build_conv,
-    "ConvTranspose": _build_conv,
-    "MaxPool": _build_pool,
-    "MeanPool": _build_pool,
-    "AdaptiveMaxPool": lambda layer, key, era: L.AdaptivePool("max", _rev(layer.args["out"])),
-    "AdaptiveMeanPool": lambda layer, key, era: L.AdaptivePool("mean", _rev(layer.args["out"])),
-    "GlobalMaxPool": lambda layer, key, era: L.GlobalPool("max"),
-    "GlobalMeanPool": lambda layer, key, era: L.GlobalPool("mean"),
-    "flatten": lambda layer, key, era: L.Flatten(),
-    "function": _build_function,
-    "BatchNorm": _build_norm,
-    "GroupNorm": _build_norm,
-    "InstanceNorm": _build_norm,
-    "LayerNorm": _build_layernorm,
-    "Dropout": _build_dropout,
-    "MultiHeadAttention": _build_attention,
-    "RNN": _build_recurrent,
-    "LSTM": _build_recurrent,
-    "GRU": _build_recurrent,
-    "GRUv3": _build_recurrent,
-    "AlphaDropout": _build_dropout,
-    "Parallel": lambda layer, key, era: L.Parallel(
-        tuple(_children(layer, key, era)), layer.arg("connection", "+"), layer.names
-    ),
-    "SkipConnection": lambda layer, key, era: L.SkipConnection(
-        _children(layer, key, era)[0], layer.arg("connection", "+")
-    ),
-    "PairwiseFusion": lambda layer, key, era: L.PairwiseFusion(
-        tuple(_children(layer, key, era)), layer.arg("connection", "+")
-    ),
-    "Maxout": lambda layer, key, era: L.Maxout(tuple(_children(layer, key, era))),
-}
-
-
 # === reading =======================================================================================
 
 
@@ -407,7 +301,7 @@ class _Reader:
             return self.pool(m, path)
         if isinstance(m, L.AdaptivePool):
             kind = "AdaptiveMaxPool" if m.op == "max" else "AdaptiveMeanPool"
-            return Port(with_defaults(Layer(kind, {"out": _rev(m.out)})))
+            return Port(with_defaults(Layer(kind, {"out": rev(m.out)})))
         if isinstance(m, L.GlobalPool):
             return Port(Layer("GlobalMaxPool" if m.op == "max" else "GlobalMeanPool"))
         if isinstance(m, L.Flatten):
@@ -586,12 +480,12 @@ class _Reader:
             raise UnsupportedError(f"padding_mode={m.padding_mode!r}: Flux pads with zeros", path=path)
         n = int(m.num_spatial_dims)
         args: dict[str, Any] = {
-            "kernel": _rev(m.kernel_size),
+            "kernel": rev(m.kernel_size),
             "in": int(m.in_channels),
             "out": int(m.out_channels),
-            "stride": _rev(m.stride),
-            "pad": _julia_pad(_same(m, transpose, path), path),
-            "dilation": _rev(m.dilation),
+            "stride": rev(m.stride),
+            "pad": julia_pad(_same(m, transpose, path), path),
+            "dilation": rev(m.dilation),
             "groups": int(m.groups),
             "bias": bool(m.use_bias),
             "σ": "identity",
@@ -599,7 +493,7 @@ class _Reader:
         if kind == "CrossCor" and m.groups != 1:
             raise UnsupportedError("Flux CrossCor has no groups", path=path)
         if transpose:
-            args["outpad"] = _rev(m.output_padding)
+            args["outpad"] = rev(m.output_padding)
         arrays: dict[str, tuple[Any, Perm]] = {"weight": (m.weight, conv_weight_perm(kind, args))}
         if m.use_bias:
             arrays["bias"] = (m.bias, Reshape((args["out"],), (args["out"],) + (1,) * n))
@@ -615,7 +509,7 @@ class _Reader:
             raise UnsupportedError(f"no Flux pool for {type(m).__name__}", path=path)
         if m.use_ceil:
             raise UnsupportedError("use_ceil=True: Flux pools floor the output size", path=path)
-        args = {"k": _rev(m.kernel_size), "stride": _rev(m.stride), "pad": _julia_pad(m.padding, path)}
+        args = {"k": rev(m.kernel_size), "stride": rev(m.stride), "pad": julia_pad(m.padding, path)}
         return Port(Layer(kind, args))
 
     def batchnorm(self, m: Any, path: TreePath) -> Port:
@@ -674,7 +568,7 @@ class _Reader:
             raise UnsupportedError("Flux LayerNorm has both scale and bias or neither", path=path)
         if self.era == "0.14":
             raise UnsupportedError(layernorm_0_14_message(), path=path)
-        args = {"size": _rev(m.shape), "ϵ": math.sqrt(float(m.eps)), "affine": affine}
+        args = {"size": rev(m.shape), "ϵ": math.sqrt(float(m.eps)), "affine": affine}
         port = Port(with_defaults(Layer("LayerNorm", args)))
         if affine:
             port.arrays.update({"scale": (m.weight, REV), "bias": (m.bias, REV)})
@@ -688,7 +582,7 @@ class _Reader:
             raise UnsupportedError("Flux LayerNorm has both scale and bias or neither", path=path)
         affine = m.weight is not None
         port = Port(
-            with_defaults(Layer("LayerNorm", {"size": _rev(m.shape), "ϵ": float(m.eps), "affine": affine}))
+            with_defaults(Layer("LayerNorm", {"size": rev(m.shape), "ϵ": float(m.eps), "affine": affine}))
         )
         if affine:
             port.arrays.update({"scale": (m.weight, REV), "bias": (m.bias, REV)})
@@ -701,19 +595,6 @@ def _is_restoring(leaf: Any) -> bool:
 
 def _leaves(tree: Any) -> list[Any]:
     return jax.tree_util.tree_leaves(tree, is_leaf=lambda x: isinstance(x, LeafRef))
-
-
-def layernorm_0_15_message() -> str:
-    return (
-        "LayerNormStdEps is Flux ≤ 0.14's LayerNorm ((x−μ)/(σ+ϵ)); Flux ≥ 0.15 computes "
-        "√(σ²+ϵ²) instead: use flux='0.14'"
-    )
-
-
-def layernorm_0_14_message() -> str:
-    return (
-        "Flux ≤ 0.14 LayerNorm divides by (σ + ϵ), which no Equinox/Flax LayerNorm computes; use flux='0.15'"
-    )
 
 
 def _debias(mean: Any, var: Any, counter: Any, momentum: float) -> tuple[Any, Any]:
@@ -729,3 +610,60 @@ def _debias(mean: Any, var: Any, counter: Any, momentum: float) -> tuple[Any, An
 
 def equinox_loaded() -> bool:
     return "equinox" in sys.modules
+
+
+# === the registry entries: one builder and one reader per kind ======================================
+
+
+def _build_parallel(layer: Layer, key: Any, era: str) -> Any:
+    return L.Parallel(tuple(_children(layer, key, era)), layer.arg("connection", "+"), layer.names)
+
+
+def _build_skip(layer: Layer, key: Any, era: str) -> Any:
+    return L.SkipConnection(_children(layer, key, era)[0], layer.arg("connection", "+"))
+
+
+def _build_fusion(layer: Layer, key: Any, era: str) -> Any:
+    return L.PairwiseFusion(tuple(_children(layer, key, era)), layer.arg("connection", "+"))
+
+
+def _build_maxout(layer: Layer, key: Any, era: str) -> Any:
+    return L.Maxout(tuple(_children(layer, key, era)))
+
+
+def _build_adaptive(layer: Layer, key: Any, era: str) -> Any:
+    return L.AdaptivePool("max" if layer.kind == "AdaptiveMaxPool" else "mean", rev(layer.args["out"]))
+
+
+def _build_global(layer: Layer, key: Any, era: str) -> Any:
+    return L.GlobalPool("max" if layer.kind == "GlobalMaxPool" else "mean")
+
+
+def _build_flatten(layer: Layer, key: Any, era: str) -> Any:
+    return L.Flatten()
+
+
+_ENTRIES: list[tuple[tuple[str, ...], Callable[..., Any], Callable[..., Any]]] = [
+    (("Chain",), _build_chain, _Reader.chain),
+    (("Parallel",), _build_parallel, _Reader.read),
+    (("SkipConnection",), _build_skip, _Reader.read),
+    (("PairwiseFusion",), _build_fusion, _Reader.read),
+    (("Maxout",), _build_maxout, _Reader.read),
+    (("Dense",), _build_dense, _Reader.linear),
+    (("Bilinear",), _build_bilinear, _Reader.read),
+    (("Embedding",), _build_embedding, _Reader.read),
+    (("Conv", "DepthwiseConv", "CrossCor", "ConvTranspose"), _build_conv, _Reader.conv),
+    (("MaxPool", "MeanPool"), _build_pool, _Reader.pool),
+    (("AdaptiveMaxPool", "AdaptiveMeanPool"), _build_adaptive, _Reader.read),
+    (("GlobalMaxPool", "GlobalMeanPool"), _build_global, _Reader.read),
+    (("flatten",), _build_flatten, _Reader.read),
+    (("function",), _build_function, _Reader.function),
+    (("BatchNorm",), _build_norm, _Reader.batchnorm),
+    (("GroupNorm", "InstanceNorm"), _build_norm, _Reader.groupnorm),
+    (("LayerNorm",), _build_layernorm, _Reader.layernorm),
+    (("Dropout", "AlphaDropout"), _build_dropout, _Reader.read),
+    (("MultiHeadAttention",), _build_attention, _Reader.attention),
+    (("RNN", "LSTM", "GRU", "GRUv3"), _build_recurrent, _Reader.recurrent_cell),
+]
+for _kinds, _builder, _reader in _ENTRIES:
+    register("equinox", _kinds, builder=_builder, reader=_reader)

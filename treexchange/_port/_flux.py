@@ -22,8 +22,9 @@ from typing import Any
 from .._bridge._restore import LeafRef, NoArrays
 from .._bridge._to_julia import to_julia
 from .._values import NamedTuple
+from ._layout import is_linen_model
 from ._lux import check_lux, lux_ps_st
-from ._rules import check_julia_names, julia_constructor
+from ._registry import check_julia_names, julia_constructor
 from ._spec import DEFAULT_FLUX_ERA
 from ._state import Port, _restoring, check_era, fix_unported_leaves, float_dtype, state_of
 
@@ -85,11 +86,11 @@ def flux_julia(
 def read_model(model: Any, era: str) -> Port:
     """Read an Equinox model, ``(model, eqx.nn.State)``, a Flax nnx model or a Flax linen
     ``(module, variables)`` as its Flux twin."""
-    if "flax.linen" in sys.modules:
-        from ._linen import is_linen_model, read_linen  # flax is optional: only a linen model gets here
+    if is_linen_model(model):
+        from ._linen import read_linen  # flax is optional: only a linen model gets here
 
-        if is_linen_model(model):
-            return read_linen(model[0], model[1], flux=era)
+        return read_linen(model[0], model[1], flux=era)
+    if "flax.linen" in sys.modules:
         if isinstance(model, sys.modules["flax.linen"].Module):
             raise TypeError(
                 "a Flax linen module holds no weights: pass (module, variables), the variables that "

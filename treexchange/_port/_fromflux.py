@@ -21,13 +21,12 @@ import numpy as np
 from treexchange._errors import ConversionError, PathSegment, TreePath, UnsupportedError
 from treexchange._port import load_state
 from treexchange._port._arch import parse_architecture
+from treexchange._port._registry import KINDS
 from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
 from treexchange._port._state import check_era
 from treexchange._port._wholemodel import from_whole_model
 from treexchange._reader import has_embedded_schema, open as open_file, read_entry
 from treexchange._values import JuliaStruct
-
-_GATES = {"RNN": 1, "LSTM": 4, "GRU": 3, "GRUv3": 3}
 
 
 def read_flux_source(
@@ -148,51 +147,33 @@ def check_state(layer: Layer, state: Any, *, path: Sequence[PathSegment] = ()) -
         the architecture's Dense implies weight of size 2×3, the state has 3×2 (at m.weight)
     """
     p = tuple(path)
-    a = layer.args
     kind = layer.kind
     if kind in ("Chain", "Parallel", "PairwiseFusion", "Maxout"):
         for child, (sub, sub_path) in zip(layer.children, _children_states(layer, state, p), strict=True):
             check_state(child, sub, path=sub_path)
-    elif kind == "SkipConnection":
+        return
+    if kind == "SkipConnection":
         check_state(layer.children[0], _field(state, "layers"), path=(*p, "layers"))
-    elif kind == "Dense":
-        key = "weight" if _field(state, "weight") is not None else "W"
-        _expect(state, key, (a["out"], a["in"]), p, layer)
-        _expect(
-            state, "bias" if key == "weight" else "b", (a["out"],), p, layer, optional=not a.get("bias", True)
-        )
-    elif kind in ("Conv", "CrossCor", "DepthwiseConv", "ConvTranspose"):
-        groups = a.get("groups", 1)
-        if kind == "ConvTranspose":
-            shape = (*a["kernel"], a["out"] // groups, a["in"])
-        else:
-            shape = (*a["kernel"], a["in"] // groups, a["out"])
-        _expect(state, "weight", shape, p, layer)
-        _expect(state, "bias", (a["out"],), p, layer, optional=not a.get("bias", True))
-    elif kind in ("BatchNorm", "InstanceNorm", "GroupNorm"):
-        for key in ("β", "γ", "μ", "σ²"):
-            _expect(state, key, (a["channels"],), p, layer, optional=True)
-    elif kind == "LayerNorm":
-        diag = _field(state, "diag")
-        for key in ("scale", "bias", "α", "β"):
-            _expect(diag, key, tuple(a["size"]), (*p, "diag"), layer, optional=True)
-    elif kind == "Embedding":
-        _expect(state, "weight", (a["out"], a["in"]), p, layer)
-    elif kind == "Bilinear":
-        _expect(state, "weight", (a["out"], *a["in"]), p, layer)
-    elif kind in _GATES:
-        cell = _field(state, "cell")
-        g, h = _GATES[kind], a["out"]
-        _expect(cell, "Wi", (g * h, a["in"]), (*p, "cell"), layer)
-        _expect(cell, "Wh", ((2 if kind == "GRUv3" else g) * h, h), (*p, "cell"), layer)
-    elif kind == "MultiHeadAttention":
-        for proj, (o, i) in (
-            ("q_proj", (a["qk_dim"], a["q_in"])),
-            ("k_proj", (a["qk_dim"], a["k_in"])),
-            ("v_proj", (a["v_dim"], a["v_in"])),
-            ("out_proj", (a["out"], a["v_dim"])),
-        ):
-            _expect(_field(state, proj), "weight", (o, i), (*p, proj), layer)
+        return
+    record = KINDS.get(kind)
+    if record is None:
+        return  # the builders name an unknown kind
+    old_dense = _field(state, "weight") is None  # a Dense of old Flux: W and b
+    for spec in record.shapes(layer):
+        where = _at(state, spec.where)
+        key = spec.key
+        if spec.alias is not None:
+            if not spec.where and old_dense:
+                key = spec.alias
+            elif spec.where and _field(where, key) is None:  # Diagonal's α/β inside an old LayerNorm
+                key = spec.alias
+        _expect(where, key, spec.shape, (*p, *spec.where), layer, optional=spec.optional)
+
+
+def _at(state: Any, where: Sequence[str]) -> Any:
+    for key in where:
+        state = _field(state, key)
+    return state
 
 
 def from_flux(

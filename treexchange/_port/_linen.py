@@ -18,22 +18,25 @@ compose ``nn.Sequential`` of Flax layers and the modules of :mod:`._linen_layers
 from __future__ import annotations
 
 import dataclasses
-import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import SimpleNamespace
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from flax import linen as nn
 
 from .._errors import PathSegment, TreePath, UnsupportedError
+from . import _linen_layers as LL
 from ._activations import function_of
-from ._eqx import ACTIVATED, layernorm_eps
-from ._nnx import _julia_pad, _padding, _Reader, _rev, transpose_padding
+from ._flaxread import FlaxLayoutReader
+from ._layout import is_linen_model, julia_pad, layernorm_eps, python_padding, rev, transpose_padding
 from ._perm import SAME, Transpose
-from ._rules import RECURRENT_GATES, with_defaults
+from ._registry import ACTIVATED, RECURRENT_GATES, entry, register, with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
 from ._state import Port
+
+__all__ = ["build_linen", "is_linen_model", "read_linen"]
 
 Vars = dict[str, Any]
 
@@ -77,10 +80,7 @@ def _shape(*shape: int) -> Any:
 
 
 def _build(layer: Layer, era: str) -> list[_Built]:
-    builder = _BUILDERS.get(layer.kind)
-    if builder is None:
-        raise UnsupportedError(f"no Flax linen builder for the Flux layer {layer.kind!r} yet")
-    built: _Built = builder(layer, era)
+    built: _Built = entry("linen", layer.kind).builder(layer, era)
     act = layer.arg("σ", "identity")
     if layer.kind in ACTIVATED and act != "identity":
         return [built, _Built(function_of(act))]
@@ -88,7 +88,6 @@ def _build(layer: Layer, era: str) -> list[_Built]:
 
 
 def _one(layer: Layer, era: str) -> tuple[Any, Vars, Vars]:
-    from . import _linen_layers as LL  # _linen_layers imports flax (optional)
 
     built = _build(layer, era)
     if len(built) == 1:
@@ -114,10 +113,6 @@ def _container(children: list[tuple[Any, Vars, Vars]]) -> tuple[list[Any], Vars,
 
 
 def _build_chain(layer: Layer, era: str) -> _Built:
-    from flax import linen as nn  # flax is optional (and _linen_layers imports it)
-
-    from . import _linen_layers as LL
-
     if layer.names:
         modules, params, stats = _container([_one(c, era) for c in layer.children])
         return _Built(LL.NamedChain(modules, tuple(layer.names)), params, stats)
@@ -127,7 +122,6 @@ def _build_chain(layer: Layer, era: str) -> _Built:
 
 
 def _build_dense(layer: Layer, era: str) -> _Built:
-    from flax import linen as nn  # flax is optional
 
     a = layer.args
     params = {"kernel": _shape(a["in"], a["out"])}
@@ -137,14 +131,10 @@ def _build_dense(layer: Layer, era: str) -> _Built:
 
 
 def _build_conv(layer: Layer, era: str) -> _Built:
-    from flax import linen as nn  # flax is optional (and _linen_layers imports it)
-
-    from . import _linen_layers as LL
-
     a = layer.args
-    kernel = _rev(a["kernel"])
+    kernel = rev(a["kernel"])
     common: dict[str, Any] = dict(
-        kernel_size=kernel, strides=_rev(a["stride"]), kernel_dilation=_rev(a["dilation"]), use_bias=a["bias"]
+        kernel_size=kernel, strides=rev(a["stride"]), kernel_dilation=rev(a["dilation"]), use_bias=a["bias"]
     )
     params = {"bias": _shape(a["out"])} if a["bias"] else {}
     if layer.kind == "ConvTranspose":
@@ -156,15 +146,16 @@ def _build_conv(layer: Layer, era: str) -> _Built:
     groups = a["in"] if layer.kind == "DepthwiseConv" else a["groups"]
     params["kernel"] = _shape(*kernel, a["in"] // groups, a["out"])
     cls = LL.CrossCor if layer.kind == "CrossCor" else nn.Conv
-    return _Built(cls(a["out"], padding=_padding(a["pad"]), feature_group_count=groups, **common), params)
+    return _Built(
+        cls(a["out"], padding=python_padding(a["pad"]), feature_group_count=groups, **common), params
+    )
 
 
 def _build_pool(layer: Layer, era: str) -> _Built:
-    from . import _linen_layers as LL  # _linen_layers imports flax (optional)
 
     a = layer.args
     cls = LL.MaxPool if layer.kind == "MaxPool" else LL.MeanPool
-    return _Built(cls(_rev(a["k"]), _rev(a["stride"]), tuple(_padding(a["pad"]))))
+    return _Built(cls(rev(a["k"]), rev(a["stride"]), tuple(python_padding(a["pad"]))))
 
 
 def _affine(a: Mapping[str, Any], size: int) -> Vars:
@@ -172,10 +163,6 @@ def _affine(a: Mapping[str, Any], size: int) -> Vars:
 
 
 def _build_norm(layer: Layer, era: str) -> _Built:
-    from flax import linen as nn  # flax is optional (and _linen_layers imports it)
-
-    from . import _linen_layers as LL
-
     a = layer.args
     affine = dict(use_bias=a["affine"], use_scale=a["affine"])
     channels = int(a["channels"])
@@ -200,7 +187,6 @@ def _build_norm(layer: Layer, era: str) -> _Built:
 
 
 def _build_layernorm(layer: Layer, era: str) -> _Built:
-    from . import _linen_layers as LL  # _linen_layers imports flax (optional)
 
     a = layer.args
     if len(a["size"]) != 1:
@@ -211,14 +197,10 @@ def _build_layernorm(layer: Layer, era: str) -> _Built:
 
 
 def _build_other(layer: Layer, era: str) -> _Built:
-    from flax import linen as nn  # flax is optional (and _linen_layers imports it)
-
-    from . import _linen_layers as LL
-
     a = layer.args
     kind = layer.kind
     if kind in ("AdaptiveMaxPool", "AdaptiveMeanPool"):
-        return _Built(LL.AdaptivePool("max" if kind == "AdaptiveMaxPool" else "mean", _rev(a["out"])))
+        return _Built(LL.AdaptivePool("max" if kind == "AdaptiveMaxPool" else "mean", rev(a["out"])))
     if kind in ("GlobalMaxPool", "GlobalMeanPool"):
         return _Built(LL.GlobalPool("max" if kind == "GlobalMaxPool" else "mean"))
     if kind == "flatten":
@@ -255,7 +237,6 @@ def _build_other(layer: Layer, era: str) -> _Built:
 
 
 def _build_recurrent(layer: Layer, era: str) -> _Built:
-    from . import _linen_layers as LL  # _linen_layers imports flax (optional)
 
     kind, n_in, hidden = layer.kind, int(layer.args["in"]), int(layer.args["out"])
     gates = RECURRENT_GATES[kind]
@@ -272,7 +253,6 @@ def _build_recurrent(layer: Layer, era: str) -> _Built:
 def _build_attention(layer: Layer, era: str) -> _Built:
     """Flux's MultiHeadAttention as ``nn.MultiHeadDotProductAttention``: one size for q, k and v
     (``qk_dim == v_dim``); keys and values may come in with different sizes."""
-    from flax import linen as nn  # flax is optional
 
     a = layer.args
     if a["qk_dim"] != a["v_dim"]:
@@ -301,40 +281,7 @@ def _build_attention(layer: Layer, era: str) -> _Built:
     return _Built(module, params)
 
 
-_BUILDERS: dict[str, Any] = {
-    "Chain": _build_chain,
-    **{kind: _build_recurrent for kind in RECURRENT_GATES},
-    "MultiHeadAttention": _build_attention,
-    "Dense": _build_dense,
-    **{kind: _build_conv for kind in ("Conv", "DepthwiseConv", "CrossCor", "ConvTranspose")},
-    "MaxPool": _build_pool,
-    "MeanPool": _build_pool,
-    **{kind: _build_norm for kind in ("BatchNorm", "GroupNorm", "InstanceNorm")},
-    "LayerNorm": _build_layernorm,
-    **{
-        kind: _build_other
-        for kind in (
-            "AdaptiveMaxPool", "AdaptiveMeanPool", "GlobalMaxPool", "GlobalMeanPool", "flatten", "function",
-            "Embedding", "Dropout", "AlphaDropout", "Bilinear", "Parallel", "SkipConnection",
-            "PairwiseFusion", "Maxout",
-        )
-    },
-}  # fmt: skip
-
-
 # === reading =======================================================================================
-
-
-def is_linen_model(model: Any) -> bool:
-    """``(linen module, variables)``: the pair that stands for a Flax linen model."""
-    linen = sys.modules.get("flax.linen")
-    return (
-        linen is not None
-        and isinstance(model, tuple)
-        and len(model) == 2
-        and isinstance(model[0], linen.Module)
-        and isinstance(model[1], Mapping)
-    )
 
 
 def read_linen(module: Any, variables: Mapping[str, Any], *, flux: str = DEFAULT_FLUX_ERA) -> Port:
@@ -364,7 +311,6 @@ class _Scoped:
 
     def child(self, item: Any, scope: str) -> Any:
         """A child entry: a module with its scope's variables, or a plain function as it is."""
-        from flax import linen as nn  # flax is optional
 
         if not isinstance(item, nn.Module):
             return item
@@ -394,26 +340,24 @@ def _view(**attrs: Any) -> SimpleNamespace:
     return SimpleNamespace(**attrs)
 
 
-class _LinenReader(_Reader):
+class _LinenReader(FlaxLayoutReader):
+    max_pool = staticmethod(nn.max_pool)
+    avg_pool = staticmethod(nn.avg_pool)
     flatten_hint = "treexchange._port._linen_layers.Flatten"
 
     def own_entry(self, item: Any) -> bool:
-        from . import _linen_layers as LL  # _linen_layers imports flax (optional)
 
         return isinstance(item, _Scoped) and isinstance(item.module, LL.Function)
 
     def read(self, m: Any, path: TreePath) -> Port:
-        if not isinstance(m, _Scoped):  # a function in a Sequential (nn.relu, a partial pool)
-            return super().read(m, path)
-        port = self.linen(m, path)
+        if isinstance(m, _Scoped):
+            port = self.linen(m, path)
+        else:  # a function in a Sequential (nn.relu, a partial pool)
+            port = self.function(m, path)
         self.track(m, port, path)
         return port
 
     def linen(self, s: _Scoped, path: TreePath) -> Port:
-        from flax import linen as nn  # flax is optional (and _linen_layers imports it)
-
-        from . import _linen_layers as LL
-
         m = s.module
         if isinstance(m, nn.Sequential):
             keys: list[PathSegment] = [f"layers_{i}" for i in range(len(m.layers))]
@@ -426,11 +370,11 @@ class _LinenReader(_Reader):
             return self.conv_module(s, path)
         if isinstance(m, LL.MaxPool):  # MeanPool too
             kind = "MeanPool" if isinstance(m, LL.MeanPool) else "MaxPool"
-            pool = {"k": _rev(m.window), "stride": _rev(m.strides), "pad": _julia_pad(m.padding)}
+            pool = {"k": rev(m.window), "stride": rev(m.strides), "pad": julia_pad(m.padding)}
             return Port(Layer(kind, pool))
         if isinstance(m, LL.AdaptivePool):
             return Port(
-                Layer("AdaptiveMaxPool" if m.op == "max" else "AdaptiveMeanPool", {"out": _rev(m.out)})
+                Layer("AdaptiveMaxPool" if m.op == "max" else "AdaptiveMeanPool", {"out": rev(m.out)})
             )
         if isinstance(m, LL.GlobalPool):
             return Port(Layer("GlobalMaxPool" if m.op == "max" else "GlobalMeanPool"))
@@ -495,10 +439,6 @@ class _LinenReader(_Reader):
         )
 
     def conv_module(self, s: _Scoped, path: TreePath) -> Port:
-        from flax import linen as nn  # flax is optional (and _linen_layers imports it)
-
-        from . import _linen_layers as LL
-
         m = s.module
         transpose = isinstance(m, nn.ConvTranspose)
         kind = "ConvTranspose" if transpose else "CrossCor" if isinstance(m, LL.CrossCor) else "Conv"
@@ -517,7 +457,6 @@ class _LinenReader(_Reader):
         return self.conv(view, path, kind)
 
     def norm(self, s: _Scoped, path: TreePath) -> Port:
-        from flax import linen as nn  # flax is optional
 
         m = s.module
         if isinstance(m, nn.LayerNorm) and (m.reduction_axes != -1 or m.feature_axes != -1):
@@ -559,7 +498,6 @@ class _LinenReader(_Reader):
         return self.layernorm(view, path)
 
     def attention_module(self, s: _Scoped, path: TreePath) -> Port:
-        from flax import linen as nn  # flax is optional
 
         m = s.module
         if m.attention_fn is not nn.dot_product_attention:
@@ -586,3 +524,25 @@ class _LinenReader(_Reader):
         v_in = int(projections["value"].kernel.shape[0])  # linen keys and values have sizes of their own
         port.layer = dataclasses.replace(port.layer, args={**port.layer.args, "v_in": v_in})
         return port
+
+
+# === the registry entries: one builder and one reader per kind ======================================
+
+_ENTRIES: list[tuple[tuple[str, ...], Callable[..., Any], Callable[..., Any]]] = [
+    (("Chain",), _build_chain, _LinenReader.chain),
+    (("Parallel", "SkipConnection", "PairwiseFusion", "Maxout"), _build_other, _LinenReader.linen),
+    (("Dense",), _build_dense, _LinenReader.linear),
+    (("Bilinear", "Embedding"), _build_other, _LinenReader.linen),
+    (("Conv", "DepthwiseConv", "CrossCor", "ConvTranspose"), _build_conv, _LinenReader.conv_module),
+    (("MaxPool", "MeanPool"), _build_pool, _LinenReader.linen),
+    (("AdaptiveMaxPool", "AdaptiveMeanPool", "GlobalMaxPool", "GlobalMeanPool", "flatten"), _build_other,
+     _LinenReader.linen),
+    (("function",), _build_other, _LinenReader.function),
+    (("Dropout", "AlphaDropout"), _build_other, _LinenReader.linen),
+    (("BatchNorm", "GroupNorm", "InstanceNorm"), _build_norm, _LinenReader.norm),
+    (("LayerNorm",), _build_layernorm, _LinenReader.norm),
+    (("MultiHeadAttention",), _build_attention, _LinenReader.attention_module),
+    (("RNN", "LSTM", "GRU", "GRUv3"), _build_recurrent, _LinenReader.linen),
+]  # fmt: skip
+for _kinds, _builder, _reader in _ENTRIES:
+    register("linen", _kinds, builder=_builder, reader=_reader)

@@ -1,6 +1,7 @@
 """Small Flax linen modules for Flux layers that Flax lacks (or whose defaults differ).
 
-The linen twins of :mod:`._nnx_layers`, computing with the same functions: a batch, channels last
+The linen twins of :mod:`._nnx_layers`, computing with the same functions
+(:mod:`._jaxops`): a batch, channels last
 (layer-spec §0.2). Containers hold their children in a field named ``layers`` (linen names the
 children's variable scopes ``layers_0``, ``layers_1`` …, as ``nn.Sequential`` does); a single child
 is the scope ``layers`` (:class:`SkipConnection`) or ``layer`` (:class:`Activated`).
@@ -20,9 +21,9 @@ from typing import Any
 import jax
 from flax import linen as nn
 
-from . import _nnx_layers as shared
+from . import _jaxops as shared
 from ._activations import function_of
-from ._rules import RECURRENT_GATES
+from ._registry import RECURRENT_GATES
 
 
 class Flatten(nn.Module):

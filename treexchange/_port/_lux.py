@@ -30,6 +30,7 @@ depending on its version).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -38,34 +39,26 @@ from .._bridge._restore import NO_ARRAYS, LeafRef
 from .._errors import UnsupportedError
 from .._values import NamedTuple, Singleton
 from ._perm import Perm
+from ._registry import KINDS, RECURRENT_GATES, lux_names
 from ._state import KEEP, Port, julia_array
 
 LUX_VERSIONS = ("1", "0.5")
 LUX_PARTS = ("ps", "st")
 
-# Flux array field -> (ps or st, Lux name), in Lux's field order.
-_NAMES: dict[str, dict[str, tuple[str, str]]] = {
-    "Dense": {"weight": ("ps", "weight"), "bias": ("ps", "bias")},
-    "Conv": {"weight": ("ps", "weight"), "bias": ("ps", "bias")},
-    "CrossCor": {"weight": ("ps", "weight"), "bias": ("ps", "bias")},
-    "Embedding": {"weight": ("ps", "weight")},
-    "BatchNorm": {
-        "γ": ("ps", "scale"),
-        "β": ("ps", "bias"),
-        "μ": ("st", "running_mean"),
-        "σ²": ("st", "running_var"),
-    },
-    "LayerNorm": {"bias": ("ps", "bias"), "scale": ("ps", "scale")},
-    "GroupNorm": {"γ": ("ps", "scale"), "β": ("ps", "bias")},
+# Flux array field -> (ps or st, Lux name), in Lux's field order: the registry's Lux names, kept
+# under these names for the modules that read them.
+_NAMES: dict[str, Mapping[str, tuple[str, str]]] = {
+    kind: record.lux for kind, record in KINDS.items() if record.lux and not record.gates
 }
 
-# Recurrent cells (layer-spec §2.13): Flux's one bias ``b``; Lux v1 has PyTorch's two, Lux v0.5 one
+# Recurrent cells (docs/porting.md §Lux): Flux's one bias ``b``; Lux v1 has PyTorch's two, Lux v0.5 one
 # ``(G·H, 1)`` column. The wrappers (``Recurrence``, ``StatefulRecurrentCell``) hold the cell's ps.
 _RECURRENT_V05 = {
-    "LSTM": {"Wi": "weight_i", "Wh": "weight_h", "b": "bias"},
-    "RNN": {"Wi": "weight_ih", "Wh": "weight_hh", "b": "bias"},
+    kind: {field: name for field, (_, name) in lux_names(kind, "0.5").items()}
+    for kind, record in KINDS.items()
+    if record.lux_05 is not None
 }
-_RECURRENT_V1 = {"Wi": "weight_ih", "Wh": "weight_hh", "b": "bias_ih"}
+_RECURRENT_V1 = {field: name for field, (_, name) in next(r.lux for r in KINDS.values() if r.gates).items()}
 # Lux.setup's BatchNorm state flag (a `Val`, stored by JLD2 as an empty struct).
 _TRAINING = Singleton("Base.Val{true}")
 
@@ -143,7 +136,7 @@ def lux_ps_st(port: Port, lux: str, part: str | None, restoring: bool) -> tuple[
         return empty, empty
     if layer.kind == "MultiHeadAttention":
         return _attention_ps_st(port, lux, part, restoring)
-    if layer.kind in ("RNN", "LSTM", "GRU", "GRUv3"):
+    if layer.kind in RECURRENT_GATES:
         return _recurrent_ps_st(port, lux, part, restoring)
     if layer.kind not in _NAMES:
         raise UnsupportedError(

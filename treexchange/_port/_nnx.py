@@ -24,18 +24,21 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+from flax import nnx
 
-from .._errors import PathSegment, TreePath, UnsupportedError
-from ._activations import ELEMENTWISE, function_of, name_of
-from ._eqx import ACTIVATED, chain_port, layernorm_0_14_message, layernorm_eps
-from ._perm import SAME, Compose, Perm, Reshape, Transpose, spatial_flip
-from ._rules import RECURRENT_GATES, same_padding, with_defaults
-from ._spec import CONTAINERS, DEFAULT_FLUX_ERA, Layer
+from .._errors import TreePath, UnsupportedError
+from . import _nnx_layers as NL
+from ._activations import function_of
+from ._flaxread import FlaxLayoutReader, value
+from ._layout import julia_pad, layernorm_eps, python_padding, rev, transpose_padding
+from ._perm import SAME, Perm, Transpose
+from ._registry import ACTIVATED, RECURRENT_GATES, entry, register, with_defaults
+from ._spec import DEFAULT_FLUX_ERA, Layer
 from ._state import Port
 
 # === building ======================================================================================
@@ -57,10 +60,7 @@ def build_nnx(layer: Layer, *, rngs: Any, flux: str = DEFAULT_FLUX_ERA) -> Any:
 
 
 def _build(layer: Layer, rngs: Any, era: str) -> list[Any]:
-    builder = _BUILDERS.get(layer.kind)
-    if builder is None:
-        raise UnsupportedError(f"no Flax nnx builder for the Flux layer {layer.kind!r} yet")
-    module = builder(layer, rngs, era)
+    module = entry("nnx", layer.kind).builder(layer, rngs, era)
     act = layer.arg("σ", "identity")
     if layer.kind in ACTIVATED and act != "identity":
         return [module, function_of(act)]
@@ -68,26 +68,12 @@ def _build(layer: Layer, rngs: Any, era: str) -> list[Any]:
 
 
 def _one(layer: Layer, rngs: Any, era: str) -> Any:
-    from . import _nnx_layers as NL  # _nnx_layers imports flax (optional)
 
     modules = _build(layer, rngs, era)
     return modules[0] if len(modules) == 1 else NL.Activated(modules[0], str(layer.args["σ"]))
 
 
-def _rev(t: Any) -> tuple[int, ...]:
-    return tuple(int(v) for v in t)[::-1]
-
-
-def _padding(pad: tuple[int, ...]) -> list[tuple[int, int]]:
-    n = len(pad) // 2
-    return [(int(pad[2 * k]), int(pad[2 * k + 1])) for k in reversed(range(n))]
-
-
 def _build_chain(layer: Layer, rngs: Any, era: str) -> Any:
-    from flax import nnx  # flax is optional (and _nnx_layers imports it)
-
-    from . import _nnx_layers as NL
-
     if layer.names:
         return NL.NamedChain([_one(c, rngs, era) for c in layer.children], tuple(layer.names))
     flat: list[Any] = []
@@ -97,33 +83,17 @@ def _build_chain(layer: Layer, rngs: Any, era: str) -> Any:
 
 
 def _build_dense(layer: Layer, rngs: Any, era: str) -> Any:
-    from flax import nnx  # flax is optional
 
     a = layer.args
     return nnx.Linear(a["in"], a["out"], use_bias=a["bias"], rngs=rngs)
 
 
-def transpose_padding(a: Mapping[str, Any]) -> list[tuple[int, int]]:
-    """Flux ConvTranspose pad/outpad -> ``lax.conv_transpose`` pairs: ``(d(k−1) − lo, d(k−1) − hi + outpad)``
-    per Python spatial axis (layer-spec §2.8)."""
-    n = len(a["kernel"])
-    pairs = []
-    for j in reversed(range(n)):
-        reach = a["dilation"][j] * (a["kernel"][j] - 1)
-        pairs.append((reach - a["pad"][2 * j], reach - a["pad"][2 * j + 1] + a["outpad"][j]))
-    return pairs
-
-
 def _build_conv(layer: Layer, rngs: Any, era: str) -> Any:
-    from flax import nnx  # flax is optional (and _nnx_layers imports it)
-
-    from . import _nnx_layers as NL
-
     a = layer.args
     common: dict[str, Any] = dict(
-        kernel_size=_rev(a["kernel"]),
-        strides=_rev(a["stride"]),
-        kernel_dilation=_rev(a["dilation"]),
+        kernel_size=rev(a["kernel"]),
+        strides=rev(a["stride"]),
+        kernel_dilation=rev(a["dilation"]),
         use_bias=a["bias"],
         rngs=rngs,
     )
@@ -134,20 +104,18 @@ def _build_conv(layer: Layer, rngs: Any, era: str) -> Any:
             a["in"], a["out"], padding=transpose_padding(a), transpose_kernel=False, **common
         )
     groups = a["in"] if layer.kind == "DepthwiseConv" else a["groups"]
-    conv = nnx.Conv(a["in"], a["out"], padding=_padding(a["pad"]), feature_group_count=groups, **common)
+    conv = nnx.Conv(a["in"], a["out"], padding=python_padding(a["pad"]), feature_group_count=groups, **common)
     return NL.CrossCor(conv) if layer.kind == "CrossCor" else conv
 
 
 def _build_pool(layer: Layer, rngs: Any, era: str) -> Any:
-    from . import _nnx_layers as NL  # _nnx_layers imports flax (optional)
 
     a = layer.args
     cls = NL.MaxPool if layer.kind == "MaxPool" else NL.MeanPool
-    return cls(_rev(a["k"]), _rev(a["stride"]), _padding(a["pad"]))
+    return cls(rev(a["k"]), rev(a["stride"]), python_padding(a["pad"]))
 
 
 def _build_norm(layer: Layer, rngs: Any, era: str) -> Any:
-    from flax import nnx  # flax is optional
 
     a = layer.args
     affine = dict(use_bias=a["affine"], use_scale=a["affine"])
@@ -170,7 +138,6 @@ def _build_norm(layer: Layer, rngs: Any, era: str) -> Any:
 
 
 def _build_layernorm(layer: Layer, rngs: Any, era: str) -> Any:
-    from flax import nnx  # flax is optional
 
     a = layer.args
     if len(a["size"]) != 1:
@@ -185,7 +152,6 @@ def _build_layernorm(layer: Layer, rngs: Any, era: str) -> Any:
 
 
 def _build_bilinear(layer: Layer, rngs: Any, era: str) -> Any:
-    from . import _nnx_layers as NL  # _nnx_layers imports flax (optional)
 
     a = layer.args
     in1, in2 = a["in"]
@@ -198,14 +164,10 @@ def _build_bilinear(layer: Layer, rngs: Any, era: str) -> Any:
 
 
 def _build_other(layer: Layer, rngs: Any, era: str) -> Any:
-    from flax import nnx  # flax is optional (and _nnx_layers imports it)
-
-    from . import _nnx_layers as NL
-
     a = layer.args
     kind = layer.kind
     if kind in ("AdaptiveMaxPool", "AdaptiveMeanPool"):
-        return NL.AdaptivePool("max" if kind == "AdaptiveMaxPool" else "mean", _rev(a["out"]))
+        return NL.AdaptivePool("max" if kind == "AdaptiveMaxPool" else "mean", rev(a["out"]))
     if kind in ("GlobalMaxPool", "GlobalMeanPool"):
         return NL.GlobalPool("max" if kind == "GlobalMaxPool" else "mean")
     if kind == "flatten":
@@ -234,7 +196,6 @@ def _build_other(layer: Layer, rngs: Any, era: str) -> Any:
 def _build_recurrent(layer: Layer, rngs: Any, era: str) -> Any:
     """Flux's RNN/LSTM/GRU/GRUv3 as :class:`~._nnx_layers.Recurrence` (Flux's init: Glorot-uniform
     matrices, zero bias; the values are replaced by a restore anyway)."""
-    from . import _nnx_layers as NL  # _nnx_layers imports flax (optional)
 
     kind, n_in, hidden = layer.kind, int(layer.args["in"]), int(layer.args["out"])
     gates = RECURRENT_GATES[kind]
@@ -250,7 +211,6 @@ def _build_recurrent(layer: Layer, rngs: Any, era: str) -> Any:
 def _build_attention(layer: Layer, rngs: Any, era: str) -> Any:
     """Flux's MultiHeadAttention as ``nnx.MultiHeadAttention``, which has one input size for keys and
     values and one size for q, k and v (Equinox's has all of Flux's sizes)."""
-    from flax import nnx  # flax is optional
 
     a = layer.args
     if a["k_in"] != a["v_in"] or a["qk_dim"] != a["v_dim"]:
@@ -273,35 +233,6 @@ def _build_attention(layer: Layer, rngs: Any, era: str) -> Any:
     )
 
 
-_BUILDERS: dict[str, Any] = {
-    "Chain": _build_chain,
-    "RNN": _build_recurrent,
-    "LSTM": _build_recurrent,
-    "GRU": _build_recurrent,
-    "GRUv3": _build_recurrent,
-    "MultiHeadAttention": _build_attention,
-    "Dense": _build_dense,
-    "Bilinear": _build_bilinear,
-    "Conv": _build_conv,
-    "DepthwiseConv": _build_conv,
-    "CrossCor": _build_conv,
-    "ConvTranspose": _build_conv,
-    "MaxPool": _build_pool,
-    "MeanPool": _build_pool,
-    "BatchNorm": _build_norm,
-    "GroupNorm": _build_norm,
-    "InstanceNorm": _build_norm,
-    "LayerNorm": _build_layernorm,
-    **{
-        kind: _build_other
-        for kind in (
-            "AdaptiveMaxPool", "AdaptiveMeanPool", "GlobalMaxPool", "GlobalMeanPool", "flatten", "function",
-            "Embedding", "Dropout", "AlphaDropout", "Parallel", "SkipConnection", "PairwiseFusion", "Maxout",
-        )
-    },
-}  # fmt: skip
-
-
 # === reading =======================================================================================
 
 
@@ -317,29 +248,11 @@ def read_nnx(model: Any, *, flux: str = DEFAULT_FLUX_ERA) -> Port:
     return _Reader(flux).read(model, ())
 
 
-def _value(variable: Any) -> Any:
-    return variable.get_value() if hasattr(variable, "get_value") else variable
-
-
-def _tuple(value: Any, n: int) -> tuple[int, ...]:
-    if value is None:
-        return (1,) * n
-    if isinstance(value, int):
-        return (value,) * n
-    return tuple(int(v) for v in value)
-
-
-class _Reader:
-    def __init__(self, era: str) -> None:
-        self.era = era
-        self.conv_data = False  # the data at this point of the model came out of a conv layer
-        self.after_unknown = False  # the last module read was a function without an NNlib name
-
-    flatten_hint = "treexchange._port._nnx_layers.Flatten"
+class _Reader(FlaxLayoutReader):
+    max_pool = staticmethod(nnx.max_pool)
+    avg_pool = staticmethod(nnx.avg_pool)
 
     def read(self, m: Any, path: TreePath) -> Port:
-        from flax import nnx  # flax is optional
-
         if isinstance(m, nnx.Linear):
             port = self.linear(m)
         else:
@@ -348,24 +261,22 @@ class _Reader:
         return port
 
     def read_module(self, m: Any, path: TreePath) -> Port:
-        from flax import nnx  # flax is optional (and _nnx_layers imports it)
-
-        from . import _nnx_layers as NL
-
         if isinstance(m, nnx.Sequential):
             return self.chain(list(m.layers), (*path, "layers"))
-        if isinstance(m, (nnx.Conv, NL.CrossCor, nnx.ConvTranspose)):
-            return self.conv(m, path)
+        if isinstance(m, NL.CrossCor):
+            return self.conv(m.conv, path, "CrossCor")
+        if isinstance(m, (nnx.Conv, nnx.ConvTranspose)):
+            return self.conv(m, path, "ConvTranspose" if isinstance(m, nnx.ConvTranspose) else "Conv")
         if isinstance(m, NL.MaxPool):  # MeanPool too
             kind = "MeanPool" if isinstance(m, NL.MeanPool) else "MaxPool"
             return Port(
-                Layer(kind, {"k": _rev(m.window), "stride": _rev(m.strides), "pad": _julia_pad(m.padding)})
+                Layer(kind, {"k": rev(m.window), "stride": rev(m.strides), "pad": julia_pad(m.padding)})
             )
         if isinstance(m, functools.partial) and m.func in (nnx.max_pool, nnx.avg_pool):
-            return self.partial_pool(m, path)
+            return self.function(m, path)
         if isinstance(m, NL.AdaptivePool):
             kind = "AdaptiveMaxPool" if m.op == "max" else "AdaptiveMeanPool"
-            return Port(Layer(kind, {"out": _rev(m.out)}))
+            return Port(Layer(kind, {"out": rev(m.out)}))
         if isinstance(m, NL.GlobalPool):
             return Port(Layer("GlobalMaxPool" if m.op == "max" else "GlobalMeanPool"))
         if isinstance(m, NL.Flatten):
@@ -373,18 +284,18 @@ class _Reader:
         if isinstance(m, nnx.BatchNorm):
             return self.batchnorm(m, path)
         if isinstance(m, (nnx.GroupNorm, nnx.InstanceNorm)):
-            return self.groupnorm(m, path)
+            return self.groupnorm(m, path, isinstance(m, nnx.InstanceNorm))
         if isinstance(m, nnx.LayerNorm):
             return self.layernorm(m, path)
         if isinstance(m, nnx.Embed):
             layer = Layer("Embedding", {"in": int(m.num_embeddings), "out": int(m.features)})
-            return Port(layer, {"weight": (_value(m.embedding), Transpose((1, 0)))})
+            return Port(layer, {"weight": (value(m.embedding), Transpose((1, 0)))})
         if isinstance(m, nnx.Dropout):
             return Port(Layer("Dropout", {"p": float(m.rate)}))
         if isinstance(m, NL.AlphaDropout):
             return Port(Layer("AlphaDropout", {"p": m.p}))
         if isinstance(m, NL.Bilinear):
-            weight = _value(m.weight)
+            weight = value(m.weight)
             out, in1, in2 = weight.shape
             args = {
                 "in": (int(in1), int(in2)),
@@ -394,7 +305,7 @@ class _Reader:
             }
             arrays: dict[str, tuple[Any, Perm]] = {"weight": (weight, SAME)}
             if m.bias is not None:
-                arrays["bias"] = (_value(m.bias), SAME)
+                arrays["bias"] = (value(m.bias), SAME)
             return Port(Layer("Bilinear", args), arrays)
         if isinstance(m, NL.NamedChain):
             ports = tuple(self.read(c, (*path, "layers", n)) for c, n in zip(m.layers, m.names))
@@ -423,258 +334,31 @@ class _Reader:
                 f"no Flux layer for {type(m).__module__}.{type(m).__qualname__} (see docs/porting.md)",
                 path=path,
             )
-        if callable(m):
-            return Port(Layer("function", {"name": name_of(m), "fn": m}))
-        raise UnsupportedError(f"no Flux layer for {type(m).__name__}", path=path)
-
-    def chain(self, items: list[Any], path: TreePath, keys: list[PathSegment] | None = None) -> Port:
-        """A Chain of ``items``; ``keys`` are their path segments (default ``1, 2, …`` as in Flux)."""
-        return chain_port(items, path, self.read, self.own_entry, keys)
+        return self.function(m, path)
 
     def own_entry(self, item: Any) -> bool:
-        """Whether a Chain item is the author's own Function entry (never folded into the layer before)."""
-        from . import _nnx_layers as NL  # _nnx_layers imports flax (optional)
-
         return isinstance(item, NL.Function)
 
-    def track(self, m: Any, port: Port, path: TreePath) -> None:
-        """Follow, in call order, whether the data is conv output, so that a Linear fed by an unknown
-        function of it (most likely a channels-last ``reshape``, whose order is not Flux's) is refused
-        instead of ported into a model that computes something else."""
-        kind = port.layer.kind
-        if kind in CONTAINERS:  # its children were tracked as they were read
-            return
-        if kind == "function" and port.layer.arg("name") in ELEMENTWISE:
-            return  # an activation changes no layout
-        after_unknown, self.after_unknown = self.after_unknown, False
-        if kind == "Dense" and self.conv_data and after_unknown:
-            raise UnsupportedError(
-                "a Linear after conv layers follows an unknown function; if it flattens, use "
-                f"{self.flatten_hint} so the Dense columns get Flux's order",
-                path=path,
-            )
-        if kind in ("Conv", "CrossCor", "ConvTranspose", "DepthwiseConv"):
-            self.conv_data = True
-        elif kind in ("Dense", "Embedding", "Bilinear", "flatten"):
-            self.conv_data = False
-        elif kind == "function" and port.layer.arg("name") is None:
-            self.after_unknown = True
 
-    def linear(self, m: Any) -> Port:
-        kernel = _value(m.kernel)
-        inp, out = kernel.shape
-        arrays: dict[str, tuple[Any, Perm]] = {"weight": (kernel, Transpose((1, 0)))}
-        if m.use_bias:
-            arrays["bias"] = (_value(m.bias), SAME)
-        layer = Layer("Dense", {"in": int(inp), "out": int(out), "bias": bool(m.use_bias), "σ": "identity"})
-        return Port(layer, arrays)
+# === the registry entries: one builder and one reader per kind ======================================
 
-    def conv(self, m: Any, path: TreePath, kind: str | None = None) -> Port:
-        """A Conv/CrossCor/ConvTranspose; ``kind`` given for a module that is not nnx's (linen)."""
-        from flax import nnx  # flax is optional (and _nnx_layers imports it)
-
-        from . import _nnx_layers as NL
-
-        if kind is None:
-            kind = (
-                "CrossCor"
-                if isinstance(m, NL.CrossCor)
-                else "ConvTranspose"
-                if isinstance(m, nnx.ConvTranspose)
-                else "Conv"
-            )
-        conv = m.conv if isinstance(m, NL.CrossCor) else m
-        kernel = _value(conv.kernel)
-        n = kernel.ndim - 2
-        args: dict[str, Any] = {
-            "kernel": _rev(kernel.shape[:n]),
-            "stride": _rev(_tuple(conv.strides, n)),
-            "dilation": _rev(_tuple(conv.kernel_dilation, n)),
-            "bias": bool(conv.use_bias),
-            "σ": "identity",
-        }
-        if kind == "ConvTranspose":
-            args.update({"in": int(kernel.shape[n]), "out": int(kernel.shape[n + 1]), "groups": 1})
-            if getattr(conv, "transpose_kernel", False):
-                raise UnsupportedError("ConvTranspose(transpose_kernel=True) is not ported", path=path)
-            args["pad"], args["outpad"] = _transpose_pads(conv.padding, args, path)
-        else:
-            if _tuple(getattr(conv, "input_dilation", 1), n) != (1,) * n:
-                raise UnsupportedError("Conv(input_dilation != 1) has no Flux equivalent", path=path)
-            groups = int(conv.feature_group_count)
-            args.update(
-                {"in": int(kernel.shape[n]) * groups, "out": int(kernel.shape[n + 1]), "groups": groups}
-            )
-            padding = conv.padding
-            if isinstance(padding, str) and padding.upper() in ("SAME", "SAME_LOWER"):
-                padding = same_padding(
-                    padding, kernel.shape[:n], _tuple(conv.strides, n), _tuple(conv.kernel_dilation, n), path
-                )
-            args["pad"] = _julia_pad(_pairs(padding, n, path))
-        to_flax = Transpose((*range(n - 1, -1, -1), n, n + 1))
-        if kind == "ConvTranspose":
-            perm: Perm = Transpose((*range(n - 1, -1, -1), n + 1, n))
-        elif kind == "CrossCor":
-            perm = to_flax
-        else:
-            perm = Compose(to_flax, spatial_flip(n, 0))  # true convolution -> cross-correlation
-        arrays: dict[str, tuple[Any, Perm]] = {"weight": (kernel, perm)}
-        if conv.use_bias:
-            arrays["bias"] = (_value(conv.bias), SAME)
-        return Port(with_defaults(Layer(kind, args)), arrays)
-
-    def partial_pool(self, m: Any, path: TreePath) -> Port:
-        from flax import nnx  # flax is optional
-
-        kw = dict(m.keywords)
-        window = tuple(kw.get("window_shape", m.args[0] if m.args else ()))
-        n = len(window)
-        strides = _tuple(kw.get("strides"), n)
-        if m.func is nnx.avg_pool and not kw.get("count_include_pad", True):
-            raise UnsupportedError(
-                "avg_pool(count_include_pad=False): Flux MeanPool counts padding", path=path
-            )
-        pad = _julia_pad(_pairs(kw.get("padding", "VALID"), n, path))
-        kind = "MaxPool" if m.func is nnx.max_pool else "MeanPool"
-        return Port(Layer(kind, {"k": _rev(window), "stride": _rev(strides), "pad": pad}))
-
-    def batchnorm(self, m: Any, path: TreePath) -> Port:
-        mean = _value(m.mean)
-        args = {
-            "channels": int(mean.shape[0]),
-            "ϵ": float(m.epsilon),
-            "momentum": 1.0 - float(m.momentum),  # Flax keeps 1 − m (layer-spec §2.9)
-            "affine": bool(m.use_scale),
-            "track_stats": True,
-        }
-        if bool(m.use_scale) != bool(m.use_bias):
-            raise UnsupportedError("Flux BatchNorm has both γ and β or neither", path=path)
-        port = Port(with_defaults(Layer("BatchNorm", args)))
-        if m.use_scale:
-            port.arrays.update({"γ": (_value(m.scale), SAME), "β": (_value(m.bias), SAME)})
-        port.arrays.update({"μ": (mean, SAME), "σ²": (_value(m.var), SAME)})
-        return port
-
-    def groupnorm(self, m: Any, path: TreePath, instance: bool | None = None) -> Port:
-        from flax import nnx  # flax is optional
-
-        if instance is None:
-            instance = isinstance(m, nnx.InstanceNorm)
-        if bool(m.use_scale) != bool(m.use_bias):
-            raise UnsupportedError("Flux norms have both γ and β or neither", path=path)
-        if instance:
-            channels = int(m.num_features)
-        elif m.scale is not None:
-            channels = int(_value(m.scale).shape[0])
-        else:
-            channels = int(m.num_groups) * int(m.group_size)
-        args: dict[str, Any] = {"channels": channels, "ϵ": float(m.epsilon), "affine": bool(m.use_scale),
-                                "track_stats": False}  # fmt: skip
-        if not instance:
-            args["groups"] = int(m.num_groups)
-        port = Port(with_defaults(Layer("InstanceNorm" if instance else "GroupNorm", args)))
-        if m.use_scale:
-            port.arrays.update({"γ": (_value(m.scale), SAME), "β": (_value(m.bias), SAME)})
-        return port
-
-    def recurrence(self, m: Any) -> Port:
-        """Flux's arrays as they are (the module keeps Flux's shapes and gate order)."""
-        args: dict[str, Any] = {
-            "in": int(_value(m.weight_ih).shape[1]),
-            "out": int(_value(m.weight_hh).shape[1]),
-        }
-        if m.kind == "RNN":
-            args["σ"] = m.activation
-        arrays: dict[str, tuple[Any, Perm]] = {
-            "Wi": (_value(m.weight_ih), SAME),
-            "Wh": (_value(m.weight_hh), SAME),
-            "b": (_value(m.bias), SAME),
-        }
-        if m.weight_hh_candidate is not None:
-            arrays["Wh_h̃"] = (_value(m.weight_hh_candidate), SAME)
-        return Port(with_defaults(Layer(m.kind, args)), arrays)
-
-    def attention(self, m: Any, path: TreePath) -> Port:
-        """``nnx.MultiHeadAttention``: kernels ``(in, heads, head_dim)`` are Flux's ``W.T`` with its
-        rows split into contiguous head blocks (as Flux splits them), ``out`` ``(heads, head_dim,
-        out)`` likewise; biases reshaped the same way."""
-        if m.normalize_qk or m.num_kv_heads != m.num_heads:
-            raise UnsupportedError("normalize_qk / grouped kv heads have no Flux counterpart", path=path)
-        heads, dim = int(m.num_heads), int(m.head_dim)
-        qk = heads * dim
-        arrays: dict[str, tuple[Any, Perm]] = {}
-        for name, proj in (("q_proj", m.query), ("k_proj", m.key), ("v_proj", m.value)):
-            kernel = _value(proj.kernel)
-            n_in = int(kernel.shape[0])
-            arrays[f"{name}.weight"] = (
-                kernel,
-                Compose(Transpose((1, 0)), Reshape((n_in, qk), (n_in, heads, dim))),
-            )
-            if m.use_bias:
-                arrays[f"{name}.bias"] = (_value(proj.bias), Reshape((qk,), (heads, dim)))
-        out_kernel = _value(m.out.kernel)
-        n_out = int(out_kernel.shape[-1])
-        arrays["out_proj.weight"] = (
-            out_kernel,
-            Compose(Transpose((1, 0)), Reshape((qk, n_out), (heads, dim, n_out))),
-        )
-        if m.use_bias:
-            arrays["out_proj.bias"] = (_value(m.out.bias), SAME)
-        args: dict[str, Any] = {
-            "q_in": int(m.in_features), "k_in": int(m.in_kv_features), "v_in": int(m.in_kv_features),
-            "qk_dim": qk, "v_dim": qk, "out": n_out, "nheads": heads, "bias": bool(m.use_bias),
-            "dropout_prob": float(m.dropout_rate),
-        }  # fmt: skip
-        return Port(with_defaults(Layer("MultiHeadAttention", args)), arrays)
-
-    def layernorm(self, m: Any, path: TreePath) -> Port:
-        if self.era == "0.14":
-            raise UnsupportedError(layernorm_0_14_message(), path=path)
-        if bool(m.use_scale) != bool(m.use_bias):
-            raise UnsupportedError("Flux LayerNorm has both scale and bias or neither", path=path)
-        args = {"size": (int(m.num_features),), "ϵ": math.sqrt(float(m.epsilon)), "affine": bool(m.use_scale)}
-        port = Port(with_defaults(Layer("LayerNorm", args)))
-        if m.use_scale:
-            port.arrays.update({"scale": (_value(m.scale), SAME), "bias": (_value(m.bias), SAME)})
-        return port
-
-
-def _pairs(padding: Any, n: int, path: TreePath) -> list[tuple[int, int]]:
-    if isinstance(padding, str):
-        if padding.upper() == "VALID":
-            return [(0, 0)] * n
-        raise UnsupportedError(
-            f"padding={padding!r}: Flux needs explicit padding (SamePad differs)", path=path
-        )
-    if isinstance(padding, int):
-        return [(padding, padding)] * n
-    out = []
-    for p in padding:
-        out.append((int(p), int(p)) if isinstance(p, int) else (int(p[0]), int(p[1])))
-    return out
-
-
-def _julia_pad(pairs: Any) -> tuple[int, ...]:
-    out: list[int] = []
-    for lo, hi in reversed(list(pairs)):
-        out += [int(lo), int(hi)]
-    return tuple(out)
-
-
-def _transpose_pads(
-    padding: Any, args: dict[str, Any], path: TreePath
-) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Inverse of :func:`transpose_padding`; a negative ``hi`` pad is read as output padding."""
-    n = len(args["kernel"])
-    pairs = _pairs(padding, n, path) if not isinstance(padding, str) or padding.upper() == "VALID" else None
-    if pairs is None:
-        raise UnsupportedError(f"ConvTranspose padding={padding!r}: give explicit pairs", path=path)
-    pad: list[int] = []
-    outpad: list[int] = []
-    for j, (lo, hi) in zip(range(n), reversed(pairs)):
-        reach = args["dilation"][j] * (args["kernel"][j] - 1)
-        p_lo, p_hi = reach - lo, reach - hi
-        extra = max(0, -p_hi)
-        pad += [p_lo, p_hi + extra]
-        outpad.append(extra)
-    return tuple(pad), tuple(outpad)
+_ENTRIES: list[tuple[tuple[str, ...], Callable[..., Any], Callable[..., Any]]] = [
+    (("Chain",), _build_chain, _Reader.chain),
+    (("Parallel", "SkipConnection", "PairwiseFusion", "Maxout"), _build_other, _Reader.read_module),
+    (("Dense",), _build_dense, _Reader.linear),
+    (("Bilinear",), _build_bilinear, _Reader.read_module),
+    (("Embedding",), _build_other, _Reader.read_module),
+    (("Conv", "DepthwiseConv", "CrossCor", "ConvTranspose"), _build_conv, _Reader.conv),
+    (("MaxPool", "MeanPool"), _build_pool, _Reader.read_module),
+    (("AdaptiveMaxPool", "AdaptiveMeanPool", "GlobalMaxPool", "GlobalMeanPool", "flatten"), _build_other,
+     _Reader.read_module),
+    (("function",), _build_other, _Reader.function),
+    (("Dropout", "AlphaDropout"), _build_other, _Reader.read_module),
+    (("BatchNorm",), _build_norm, _Reader.batchnorm),
+    (("GroupNorm", "InstanceNorm"), _build_norm, _Reader.groupnorm),
+    (("LayerNorm",), _build_layernorm, _Reader.layernorm),
+    (("MultiHeadAttention",), _build_attention, _Reader.attention),
+    (("RNN", "LSTM", "GRU", "GRUv3"), _build_recurrent, _Reader.recurrence),
+]  # fmt: skip
+for _kinds, _builder, _reader in _ENTRIES:
+    register("nnx", _kinds, builder=_builder, reader=_reader)

@@ -14,10 +14,10 @@ from __future__ import annotations
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 from flax import nnx
 
 from ._activations import function_of
+from ._jaxops import adaptive_pool, bilinear, connect, flux_flatten, global_pool, recurrence
 
 
 class Flatten(nnx.Module):
@@ -31,13 +31,6 @@ class Flatten(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return flux_flatten(x)
-
-
-def flux_flatten(x: jax.Array) -> jax.Array:
-    """Flux's column-major ``flatten`` of a channels-last batch (see :class:`Flatten`)."""
-    if x.ndim > 2:
-        x = jnp.moveaxis(x, -1, 1)
-    return x.reshape(x.shape[0], -1)
 
 
 class MaxPool(nnx.Module):
@@ -70,16 +63,6 @@ class AdaptivePool(nnx.Module):
         return adaptive_pool(self.op, self.out, x)
 
 
-def adaptive_pool(op: str, out: tuple[int, ...], x: jax.Array) -> jax.Array:
-    """Flux's adaptive pool (``op`` ``"max"``/``"mean"``) to the spatial size ``out`` (Flax order)."""
-    spatial = x.shape[1:-1]
-    strides = tuple(size // o for size, o in zip(spatial, out))
-    window = tuple(size - (o - 1) * s for size, o, s in zip(spatial, out, strides))
-    if op == "max":
-        return nnx.max_pool(x, window, strides, "VALID")
-    return nnx.avg_pool(x, window, strides, "VALID")
-
-
 class GlobalPool(nnx.Module):
     """Flux ``GlobalMaxPool``/``GlobalMeanPool``: spatial dims reduced to size 1."""
 
@@ -88,12 +71,6 @@ class GlobalPool(nnx.Module):
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return global_pool(self.op, x)
-
-
-def global_pool(op: str, x: jax.Array) -> jax.Array:
-    """Flux's global pool: the spatial dims of a channels-last batch reduced to size 1."""
-    axes = tuple(range(1, x.ndim - 1))
-    return jnp.max(x, axis=axes, keepdims=True) if op == "max" else jnp.mean(x, axis=axes, keepdims=True)
 
 
 class CrossCor(nnx.Module):
@@ -127,39 +104,6 @@ class Bilinear(nnx.Module):
     def __call__(self, x: Any, y: Any = None) -> jax.Array:
         bias = self.bias.get_value() if self.bias is not None else None
         return bilinear(self.weight.get_value(), bias, self.activation, x, y)
-
-
-def bilinear(weight: jax.Array, bias: jax.Array | None, activation: str, x: Any, y: Any = None) -> jax.Array:
-    """Flux's ``Bilinear`` on a batch; ``x`` alone is used twice, a tuple ``x`` is the pair."""
-    if y is None:
-        x, y = x if isinstance(x, tuple) else (x, x)
-    z = jnp.einsum("oij,bi,bj->bo", weight, x, y)
-    if bias is not None:
-        z = z + bias
-    return function_of(activation)(z)
-
-
-def julia_dim_axis(julia_dim: int, ndim: int) -> int:
-    """The Flax (batch, channels-last) axis of Julia dim ``julia_dim`` for an array of ``ndim`` axes."""
-    nsp = ndim - 2
-    if julia_dim <= nsp:
-        return 1 + nsp - julia_dim
-    if julia_dim == nsp + 1:
-        return ndim - 1
-    raise ValueError(f"Julia dim {julia_dim} of a {ndim}-d batch is the batch dim")
-
-
-def connect(name: str, values: list[jax.Array]) -> jax.Array:
-    """A Flux connection (``+``, ``*``, ``vcat``, ``hcat``, ``max``) on channels-last batches."""
-    if name in ("vcat", "hcat"):
-        axis = julia_dim_axis(1 if name == "vcat" else 2, values[0].ndim)
-        return jnp.concatenate(values, axis=axis)
-    out = values[0]
-    for v in values[1:]:
-        out = out + v if name == "+" else out * v if name == "*" else jnp.maximum(out, v)
-    if name not in ("+", "*", "max"):
-        raise ValueError(f"unknown connection {name!r}")
-    return out
 
 
 class Activated(nnx.Module):
@@ -283,46 +227,3 @@ class Recurrence(nnx.Module):
         wc = self.weight_hh_candidate.get_value() if self.weight_hh_candidate is not None else None
         arrays = (self.weight_ih.get_value(), self.weight_hh.get_value(), self.bias.get_value(), wc)
         return recurrence(self.kind, self.activation, *arrays, xs)
-
-
-def recurrence(
-    kind: str,
-    activation: str,
-    wi: jax.Array,
-    wh: jax.Array,
-    b: jax.Array,
-    wc: jax.Array | None,
-    xs: jax.Array,
-) -> jax.Array:
-    """Flux's recurrent ``kind`` over ``xs`` ``(batch, time, in)`` from a zero state
-    (the equations are in :class:`Recurrence`)."""
-    hidden = wh.shape[-1]
-    zero = jnp.zeros((xs.shape[0], hidden), xs.dtype)
-    act = function_of(activation)
-
-    def step(carry: Any, x: jax.Array) -> tuple[Any, jax.Array]:
-        if kind == "LSTM":
-            h, c = carry
-            i, f, g, o = jnp.split(x @ wi.T + h @ wh.T + b, 4, axis=-1)
-            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-            h = jax.nn.sigmoid(o) * jnp.tanh(c)
-            return (h, c), h
-        h = carry
-        if kind == "RNN":
-            h = act(x @ wi.T + h @ wh.T + b)
-            return h, h
-        gx = jnp.split(x @ wi.T + b, 3, axis=-1)
-        gh = jnp.split(h @ wh.T, 3 if kind == "GRU" else 2, axis=-1)
-        r = jax.nn.sigmoid(gx[0] + gh[0])
-        z = jax.nn.sigmoid(gx[1] + gh[1])
-        if kind == "GRU":
-            candidate = jnp.tanh(gx[2] + r * gh[2])
-        else:
-            assert wc is not None
-            candidate = jnp.tanh(gx[2] + (r * h) @ wc.T)
-        h = (1 - z) * candidate + z * h
-        return h, h
-
-    carry0: Any = (zero, zero) if kind == "LSTM" else zero
-    _, hs = jax.lax.scan(step, carry0, jnp.swapaxes(xs, 0, 1))
-    return jnp.swapaxes(hs, 0, 1)

@@ -1,39 +1,34 @@
-"""The Julia side of every layer rule: its ``Flux.state`` fields in Flux's order, and its constructor.
+"""The Julia side of every layer kind: its ``Flux.state`` fields in Flux's order, and its constructor.
 
-One :class:`Rule` per Flux constructor (``RULES[kind]``). ``fields(layer, era)`` lists the entries
-of the layer's ``Flux.state`` NamedTuple in Flux's field order, each either
+The records of :mod:`._registry` point here: ``fields(layer, era)`` lists the entries of the
+layer's ``Flux.state`` NamedTuple in Flux's field order, each either
 
-- :class:`Arr` (``Arr("weight")``): an array of the layer, named by its Flux field; a framework
-  adapter (``_eqx.py``, ``_nnx.py``) says which framework leaf holds it and through which exact
-  :class:`~treexchange._port._perm.Perm` (with inverse, so one adapter serves both directions);
+- :class:`Arr` (``Arr("weight")``): an array of the layer, named by its Flux field; a target
+  (``_eqx.py``, ``_nnx.py`` …) says which framework leaf holds it and through which exact
+  :class:`~treexchange._port._perm.Perm` (with inverse, so one reader serves both directions);
 - :class:`Children`: the states of the sub-layers (a Tuple, or a NamedTuple for named Chains);
 - :class:`Child` (``Child(0)``): one sub-layer's state (``SkipConnection.layers``);
 - a Julia value, typed as Flux has it (``np.float32`` ϵ/momentum, ``np.int64`` groups/strides,
   ``()`` for functions and RNGs, ``None`` for ``nothing``, ``False`` for ``bias = false``).
 
-A rule returning ``()`` means the whole layer is ``()`` in ``Flux.state`` (a pool in Flux ≤ 0.14).
-
-Adding a layer = one entry here + a builder/reader in each framework adapter + tests. Field
-orders and values are from layer-spec.md §2 (Flux sources cited there).
+Fields returning ``()`` mean the whole layer is ``()`` in ``Flux.state`` (a pool in Flux ≤ 0.14).
+Field orders and values follow Flux's structs (``docs/porting.md`` §Field names and §Flux eras).
 
 Example:
     >>> from treexchange._port._spec import Layer
-    >>> conv = Layer("Conv", {"kernel": (5, 5), "in": 1, "out": 6, "σ": "relu"})
-    >>> [name for name, _ in RULES["Conv"].fields(with_defaults(conv), "0.15")]
+    >>> conv = Layer("Conv", {"kernel": (5, 5), "in": 1, "out": 6, "σ": "relu", "bias": True,
+    ...               "stride": (1, 1), "pad": (0, 0, 0, 0), "dilation": (1, 1), "groups": 1})
+    >>> [name for name, _ in conv_fields(conv, "0.15")]
     ['σ', 'weight', 'bias', 'stride', 'pad', 'dilation', 'groups']
-    >>> julia_constructor(conv)
-    'Conv((5, 5), 1 => 6, relu)'
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from .._errors import ConversionError, UnsupportedError
 from ._spec import Layer
 
 
@@ -64,16 +59,6 @@ class Discard:
 
 
 Fields = list[tuple[str, Any]]
-
-
-@dataclasses.dataclass(frozen=True)
-class Rule:
-    """How one Flux constructor looks in ``Flux.state`` and in Julia source."""
-
-    kind: str
-    fields: Callable[[Layer, str], Fields | tuple[()]]
-    julia: Callable[[Layer, list[str], str], str]
-    defaults: Callable[[Layer], dict[str, Any]] = lambda layer: {}
 
 
 # --- typed Julia values ----------------------------------------------------------------------------
@@ -123,26 +108,26 @@ def _call(name: str, positional: list[str], keywords: list[str]) -> str:
 # --- Dense, Bilinear, Embedding ---------------------------------------------------------------------
 
 
-def _dense_fields(layer: Layer, era: str) -> Fields:
+def dense_fields(layer: Layer, era: str) -> Fields:
     bias: Any = Arr("bias") if layer.arg("bias", True) else False  # Flux: Dense(...; bias=false)
     return [("weight", Arr("weight")), ("bias", bias), ("σ", ())]
 
 
-def _dense_julia(layer: Layer, children: list[str], era: str) -> str:
+def dense_julia(layer: Layer, children: list[str], era: str) -> str:
     parts = _with_activation([f"{layer.args['in']} => {layer.args['out']}"], layer)
     if not layer.arg("bias", True):
         parts.append("bias=false")
     return "Dense(" + ", ".join(parts) + ")"
 
 
-def _bilinear_julia(layer: Layer, children: list[str], era: str) -> str:
+def bilinear_julia(layer: Layer, children: list[str], era: str) -> str:
     in1, in2 = layer.args["in"]
     parts = _with_activation([f"({in1}, {in2}) => {layer.args['out']}"], layer)
     keywords = [] if layer.arg("bias", True) else ["bias=false"]
     return _call("Bilinear", parts, keywords)
 
 
-def _embedding_julia(layer: Layer, children: list[str], era: str) -> str:
+def embedding_julia(layer: Layer, children: list[str], era: str) -> str:
     return f"Embedding({layer.args['in']} => {layer.args['out']})"
 
 
@@ -162,7 +147,7 @@ def conv_defaults(layer: Layer) -> dict[str, Any]:
     }
 
 
-def _conv_fields(layer: Layer, era: str) -> Fields:
+def conv_fields(layer: Layer, era: str) -> Fields:
     bias: Any = Arr("bias") if layer.args["bias"] else False
     fields: Fields = [
         ("σ", ()),
@@ -188,7 +173,7 @@ def _pad_text(pad: tuple[int, ...]) -> str:
     return julia_tuple(pad)
 
 
-def _conv_julia(layer: Layer, children: list[str], era: str) -> str:
+def conv_julia(layer: Layer, children: list[str], era: str) -> str:
     a = layer.args
     channels = f"{a['in']} => {a['out']}"
     positional = _with_activation([julia_tuple(a["kernel"]), channels], layer)
@@ -221,14 +206,14 @@ def pool_defaults(layer: Layer) -> dict[str, Any]:
     return {"stride": k, "pad": (0,) * (2 * len(k))}
 
 
-def _pool_fields(layer: Layer, era: str) -> Fields | tuple[()]:
+def pool_fields(layer: Layer, era: str) -> Fields | tuple[()]:
     if era == "0.14":
         return ()  # Functors 0.4: pools are leaves -> () (layer-spec §1.2)
     a = layer.args
     return [("k", ints(a["k"])), ("pad", ints(a["pad"])), ("stride", ints(a["stride"]))]
 
 
-def _pool_julia(layer: Layer, children: list[str], era: str) -> str:
+def pool_julia(layer: Layer, children: list[str], era: str) -> str:
     a = layer.args
     keywords = []
     if any(a["pad"]):
@@ -238,15 +223,15 @@ def _pool_julia(layer: Layer, children: list[str], era: str) -> str:
     return _call(layer.kind, [julia_tuple(a["k"])], keywords)
 
 
-def _adaptive_fields(layer: Layer, era: str) -> Fields | tuple[()]:
+def adaptive_fields(layer: Layer, era: str) -> Fields | tuple[()]:
     return () if era == "0.14" else [("out", ints(layer.args["out"]))]
 
 
-def _adaptive_julia(layer: Layer, children: list[str], era: str) -> str:
+def adaptive_julia(layer: Layer, children: list[str], era: str) -> str:
     return f"{layer.kind}({julia_tuple(layer.args['out'])})"
 
 
-def _no_state(layer: Layer, era: str) -> tuple[()]:
+def no_state(layer: Layer, era: str) -> tuple[()]:
     return ()
 
 
@@ -264,7 +249,7 @@ def norm_defaults(layer: Layer) -> dict[str, Any]:
     }
 
 
-def _norm_fields(layer: Layer, era: str) -> Fields:
+def norm_fields(layer: Layer, era: str) -> Fields:
     a = layer.args
     fields: Fields = []
     if layer.kind == "GroupNorm":
@@ -285,7 +270,7 @@ def _norm_fields(layer: Layer, era: str) -> Fields:
     return fields
 
 
-def _norm_julia(layer: Layer, children: list[str], era: str) -> str:
+def norm_julia(layer: Layer, children: list[str], era: str) -> str:
     a = layer.args
     positional = [str(a["channels"])]
     if layer.kind == "GroupNorm":
@@ -308,7 +293,7 @@ def layernorm_defaults(layer: Layer) -> dict[str, Any]:
     return {"ϵ": 1e-5, "affine": True, "σ": "identity"}
 
 
-def _layernorm_fields(layer: Layer, era: str) -> Fields:
+def layernorm_fields(layer: Layer, era: str) -> Fields:
     a = layer.args
     diag: Any = ()
     if a["affine"]:
@@ -322,7 +307,7 @@ def _layernorm_fields(layer: Layer, era: str) -> Fields:
     ]
 
 
-def _layernorm_julia(layer: Layer, children: list[str], era: str) -> str:
+def layernorm_julia(layer: Layer, children: list[str], era: str) -> str:
     a = layer.args
     size = tuple(a["size"])
     positional = _with_activation([julia_tuple(size) if len(size) > 1 else str(size[0])], layer)
@@ -344,12 +329,8 @@ def _named(entries: Fields) -> _NamedFields:
 
 # --- recurrent: RNN, LSTM, GRU, GRUv3 (layer-spec.md §2.13) -----------------------------------------
 
-# Gate blocks along dim 1 of Wi/Wh/b (contiguous, Flux's ``gate(h, n)``): RNN 1, LSTM 4 (i, f, g, o),
-# GRU/GRUv3 3 (r, z, h̃); GRUv3's Wh holds only r, z (its h̃ block is the separate ``Wh_h̃``).
-RECURRENT_GATES = {"RNN": 1, "LSTM": 4, "GRU": 3, "GRUv3": 3}
 
-
-def _recurrent_fields(layer: Layer, era: str) -> Fields:
+def recurrent_fields(layer: Layer, era: str) -> Fields:
     """``(cell = (…),)`` from Flux 0.15; ``(cell = (…, state0), state)`` for Flux ≤ 0.14's ``Recur``.
 
     The bias is ``b`` everywhere except RNNCell/LSTMCell from 0.15 (renamed ``bias``). ``state0`` is
@@ -374,7 +355,7 @@ def _recurrent_fields(layer: Layer, era: str) -> Fields:
     return [("cell", _named([*cell, ("state0", Discard(initial()))])), ("state", Discard(initial()))]
 
 
-def _recurrent_julia(layer: Layer, children: list[str], era: str) -> str:
+def recurrent_julia(layer: Layer, children: list[str], era: str) -> str:
     parts = [f"{layer.args['in']} => {layer.args['out']}"]
     if layer.kind == "RNN" and _activation(layer) != "tanh":
         parts.append(_activation(layer))
@@ -384,7 +365,7 @@ def _recurrent_julia(layer: Layer, children: list[str], era: str) -> str:
 # --- MultiHeadAttention (layer-spec.md §2.14, Flux ≥ 0.13.15) -------------------------------------
 
 
-def _attention_fields(layer: Layer, era: str) -> Fields:
+def attention_fields(layer: Layer, era: str) -> Fields:
     """``(nheads, q_proj, k_proj, v_proj, attn_drop, out_proj)``, each projection a Dense state."""
     bias = bool(layer.arg("bias", False))
 
@@ -393,7 +374,7 @@ def _attention_fields(layer: Layer, era: str) -> Fields:
             [("weight", Arr(f"{name}.weight")), ("bias", Arr(f"{name}.bias") if bias else False), ("σ", ())]
         )
 
-    drop = _dropout_fields(Layer("Dropout", {"p": float(layer.arg("dropout_prob", 0.0))}), era)
+    drop = dropout_fields(Layer("Dropout", {"p": float(layer.arg("dropout_prob", 0.0))}), era)
     return [
         ("nheads", i64(int(layer.args["nheads"]))),
         ("q_proj", proj("q_proj")),
@@ -408,13 +389,13 @@ ATTENTION_SIZES = ("q_in", "k_in", "v_in", "qk_dim", "v_dim", "out")
 """A MultiHeadAttention's sizes, as Flux's ``(q_in, k_in, v_in) => (qk_dim, v_dim) => out``."""
 
 
-def _attention_defaults(layer: Layer) -> dict[str, Any]:
+def attention_defaults(layer: Layer) -> dict[str, Any]:
     """Flux's defaults; ``MultiHeadAttention(E)`` (``"in": E``) is every size ``E``."""
     sizes = {k: layer.args["in"] for k in ATTENTION_SIZES} if "in" in layer.args else {}
     return {"nheads": 8, "bias": False, "dropout_prob": 0.0, **sizes}
 
 
-def _attention_julia(layer: Layer, children: list[str], era: str) -> str:
+def attention_julia(layer: Layer, children: list[str], era: str) -> str:
     keywords = [f"nheads={layer.args['nheads']}"]
     if layer.arg("bias", False):
         keywords.append("bias=true")
@@ -431,156 +412,34 @@ def _attention_julia(layer: Layer, children: list[str], era: str) -> str:
 # --- dropout ----------------------------------------------------------------------------------------
 
 
-def _dropout_fields(layer: Layer, era: str) -> Fields:
+def dropout_fields(layer: Layer, era: str) -> Fields:
     dims = layer.arg("dims")
     dims_value: Any = () if dims is None else (i64(dims) if isinstance(dims, int) else ints(dims))
     return [("p", float(layer.args["p"])), ("dims", dims_value), ("active", None), ("rng", ())]
 
 
-def _dropout_julia(layer: Layer, children: list[str], era: str) -> str:
+def dropout_julia(layer: Layer, children: list[str], era: str) -> str:
     dims = layer.arg("dims")
     keywords = [] if dims is None else [f"dims={dims if isinstance(dims, int) else julia_tuple(dims)}"]
     return _call("Dropout", [repr(float(layer.args["p"]))], keywords)
 
 
-def _alphadropout_fields(layer: Layer, era: str) -> Fields:
+def alphadropout_fields(layer: Layer, era: str) -> Fields:
     return [("p", float(layer.args["p"])), ("active", None), ("rng", ())]
 
 
 # --- containers -------------------------------------------------------------------------------------
 
 
-def _chain_julia(layer: Layer, children: list[str], era: str) -> str:
+def chain_julia(layer: Layer, children: list[str], era: str) -> str:
     if layer.names:
         return "Chain(" + ", ".join(f"{n} = {c}" for n, c in zip(layer.names, children)) + ")"
     return "Chain(" + ", ".join(children) + ")"
 
 
-def _connection(layer: Layer) -> str:
+def connection(layer: Layer) -> str:
     return str(layer.arg("connection", "+"))
 
 
-RULES: dict[str, Rule] = {
-    rule.kind: rule
-    for rule in [
-        Rule("Dense", _dense_fields, _dense_julia, lambda layer: {"bias": True, "σ": "identity"}),
-        Rule("Bilinear", _dense_fields, _bilinear_julia, lambda layer: {"bias": True, "σ": "identity"}),
-        Rule("Embedding", lambda layer, era: [("weight", Arr("weight"))], _embedding_julia),
-        Rule("Conv", _conv_fields, _conv_julia, conv_defaults),
-        Rule("DepthwiseConv", _conv_fields, _conv_julia, conv_defaults),
-        Rule("CrossCor", _conv_fields, _conv_julia, conv_defaults),
-        Rule("ConvTranspose", _conv_fields, _conv_julia, conv_defaults),
-        Rule("MaxPool", _pool_fields, _pool_julia, pool_defaults),
-        Rule("MeanPool", _pool_fields, _pool_julia, pool_defaults),
-        Rule("AdaptiveMaxPool", _adaptive_fields, _adaptive_julia),
-        Rule("AdaptiveMeanPool", _adaptive_fields, _adaptive_julia),
-        Rule("GlobalMaxPool", _no_state, lambda layer, c, era: "GlobalMaxPool()"),
-        Rule("GlobalMeanPool", _no_state, lambda layer, c, era: "GlobalMeanPool()"),
-        Rule("flatten", _no_state, lambda layer, c, era: "Flux.flatten"),
-        Rule("function", _no_state, lambda layer, c, era: str(layer.args["name"])),
-        Rule("BatchNorm", _norm_fields, _norm_julia, norm_defaults),
-        Rule("InstanceNorm", _norm_fields, _norm_julia, norm_defaults),
-        Rule("GroupNorm", _norm_fields, _norm_julia, norm_defaults),
-        Rule("LayerNorm", _layernorm_fields, _layernorm_julia, layernorm_defaults),
-        Rule("Dropout", _dropout_fields, _dropout_julia),
-        Rule(
-            "AlphaDropout",
-            _alphadropout_fields,
-            lambda layer, c, era: f"AlphaDropout({float(layer.args['p'])!r})",
-        ),
-        Rule("RNN", _recurrent_fields, _recurrent_julia, lambda layer: {"σ": "tanh"}),
-        Rule("LSTM", _recurrent_fields, _recurrent_julia),
-        Rule("GRU", _recurrent_fields, _recurrent_julia),
-        Rule("GRUv3", _recurrent_fields, _recurrent_julia),
-        Rule(
-            "MultiHeadAttention",
-            _attention_fields,
-            _attention_julia,
-            _attention_defaults,
-        ),
-        Rule("Chain", lambda layer, era: [("layers", Children())], _chain_julia),
-        Rule(
-            "Parallel",
-            lambda layer, era: [("connection", ()), ("layers", Children())],
-            lambda layer, c, era: f"Parallel({_connection(layer)}, {', '.join(c)})",
-        ),
-        Rule(
-            "SkipConnection",
-            lambda layer, era: [("layers", Child(0)), ("connection", ())],
-            lambda layer, c, era: f"SkipConnection({c[0]}, {_connection(layer)})",
-        ),
-        Rule(
-            "PairwiseFusion",
-            lambda layer, era: [("connection", ()), ("layers", Children())],
-            lambda layer, c, era: f"PairwiseFusion({_connection(layer)}, {', '.join(c)})",
-        ),
-        Rule(
-            "Maxout",
-            lambda layer, era: [("layers", Children())],
-            lambda layer, c, era: f"Maxout({', '.join(c)})",
-        ),
-    ]
-}
-
-
-def rule_for(layer: Layer) -> Rule:
-    """The rule of ``layer.kind``; :class:`UnsupportedError` naming it if there is none yet."""
-    rule = RULES.get(layer.kind)
-    if rule is None:
-        raise UnsupportedError(f"no porting rule for the Flux layer {layer.kind!r} yet")
-    return rule
-
-
-def with_defaults(layer: Layer) -> Layer:
-    """``layer`` with every hyper-parameter its rule needs (Flux's defaults filled in), recursively."""
-    rule = rule_for(layer)
-    args = {**rule.defaults(layer), **dict(layer.args)}
-    children = tuple(with_defaults(child) for child in layer.children)
-    return dataclasses.replace(layer, args=args, children=children)
-
-
-def check_julia_names(layer: Layer) -> None:
-    """Every activation and Chain function must have an NNlib name to be written as Julia."""
-    for sub in layer.walk():
-        if sub.kind == "function" and sub.arg("name") is None:
-            raise ConversionError(f"function {sub.arg('fn')!r} has no Flux (NNlib) name")
-        if sub.arg("σ") == "<unknown>":
-            raise ConversionError(f"activation {sub.arg('fn')!r} has no Flux (NNlib) name")
-
-
-def julia_constructor(layer: Layer, era: str = "0.15") -> str:
-    """The Julia expression that constructs ``layer`` (``Chain(Conv((5, 5), 1 => 6, relu), …)``)."""
-    layer = with_defaults(layer)
-    return _julia(layer, era)
-
-
-def _julia(layer: Layer, era: str) -> str:
-    children = [_julia(child, era) for child in layer.children]
-    return rule_for(layer).julia(layer, children, era)
-
-
-def same_padding(
-    padding: str, kernel: Sequence[int], strides: Sequence[int], dilation: Sequence[int], path: Any = ()
-) -> list[tuple[int, int]]:
-    """JAX's ``"SAME"`` padding of a stride-1 conv as explicit ``(lo, hi)`` pairs (Python axis order).
-
-    The total ``d(k−1)`` is split with the larger half last (``"SAME_LOWER"``: first, as Flux's own
-    ``SamePad``). With a stride above 1 the split depends on the input size, which Flux's static
-    ``pad`` cannot follow: refused.
-
-    Example:
-        >>> same_padding("SAME", (3, 4), (1, 1), (1, 1))
-        [(1, 1), (1, 2)]
-    """
-    if set(strides) != {1}:
-        raise UnsupportedError(
-            f"padding={padding!r} with strides {tuple(strides)}: the padding depends on the input "
-            "size, which a Flux pad cannot follow; give explicit pairs",
-            path=tuple(path),
-        )
-    pairs = []
-    for k, d in zip(kernel, dilation, strict=True):
-        total = int(d) * (int(k) - 1)
-        small, large = total // 2, total - total // 2
-        pairs.append((large, small) if padding.upper() == "SAME_LOWER" else (small, large))
-    return pairs
+def embedding_fields(layer: Layer, era: str) -> Fields:
+    return [("weight", Arr("weight"))]

@@ -36,26 +36,7 @@ import dataclasses
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-# Constructor names this IR knows, grouped by what they are. A producer that meets anything else
-# raises ConversionError naming it; a consumer that has no rule for one raises UnsupportedError.
-CONTAINERS = frozenset({"Chain", "Parallel", "SkipConnection", "PairwiseFusion", "Maxout"})
-ARRAY_LAYERS = frozenset(
-    {
-        "Dense", "Bilinear", "Scale", "Embedding",
-        "Conv", "CrossCor", "ConvTranspose", "DepthwiseConv",
-        "BatchNorm", "LayerNorm", "GroupNorm", "InstanceNorm",
-        "RNN", "LSTM", "GRU", "GRUv3", "MultiHeadAttention",
-    }
-)  # fmt: skip
-STATELESS_LAYERS = frozenset(
-    {
-        "MaxPool", "MeanPool", "AdaptiveMaxPool", "AdaptiveMeanPool", "GlobalMaxPool", "GlobalMeanPool",
-        "flatten", "Dropout", "AlphaDropout", "function",
-    }
-)  # fmt: skip
-KINDS = CONTAINERS | ARRAY_LAYERS | STATELESS_LAYERS
-
-# Flux eras whose Flux.state differs (Functors 0.4 vs 0.5, Recur removed): layer-spec.md §1.2, §2.13.
+# Flux eras whose Flux.state differs (Functors 0.4 vs 0.5, Recur removed): docs/porting.md §Flux eras.
 FLUX_ERAS = ("0.14", "0.15")
 DEFAULT_FLUX_ERA = "0.15"
 

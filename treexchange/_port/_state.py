@@ -19,7 +19,8 @@ from .._bridge._restore import DISCARDED, NO_ARRAYS, LeafRef
 from .._errors import UnsupportedError
 from .._values import NamedTuple
 from ._perm import Perm
-from ._rules import Arr, Child, Children, Discard, _NamedFields, rule_for
+from ._registry import rule_for
+from ._rules import Arr, Child, Children, Discard, _NamedFields
 from ._spec import FLUX_ERAS, Layer
 
 

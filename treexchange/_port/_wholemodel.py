@@ -18,6 +18,7 @@ import numpy as np
 from treexchange._errors import ConversionError, PathSegment, TreePath
 from treexchange._juliatype import JuliaType
 from treexchange._port._arch import CONNECTIONS, canonical_activation
+from treexchange._port._registry import RECURRENT_GATES
 from treexchange._port._spec import Layer
 from treexchange._values import JuliaStruct, NamedTuple, Singleton
 
@@ -465,10 +466,7 @@ _HANDLERS: dict[str, Callable[[_Converter, JuliaStruct, TreePath], tuple[Layer, 
     "Dropout": _dropout,
     "AlphaDropout": _dropout,
     "Recur": _recur,
-    "RNN": _rnn15,
-    "LSTM": _rnn15,
-    "GRU": _rnn15,
-    "GRUv3": _rnn15,
+    **{kind: _rnn15 for kind in RECURRENT_GATES},
     "MultiHeadAttention": _mha,
     "Parallel": _parallel,
     "PairwiseFusion": _parallel,

@@ -1,0 +1,116 @@
+"""The JAX computations of the Flax layers of Flux kinds, shared by nnx and linen (no framework).
+
+``_nnx_layers`` and ``_linen_layers`` wrap these functions in each API's modules, so both compute
+the same thing on a batch, channels last (``docs/porting.md`` §Data layout).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from ._activations import function_of
+
+
+def flux_flatten(x: jax.Array) -> jax.Array:
+    """Flux's column-major ``flatten`` of a channels-last batch (see :class:`Flatten`)."""
+    if x.ndim > 2:
+        x = jnp.moveaxis(x, -1, 1)
+    return x.reshape(x.shape[0], -1)
+
+
+def adaptive_pool(op: str, out: tuple[int, ...], x: jax.Array) -> jax.Array:
+    """Flux's adaptive pool (``op`` ``"max"``/``"mean"``) to the spatial size ``out`` (Flax order)."""
+    spatial = x.shape[1:-1]
+    strides = tuple(size // o for size, o in zip(spatial, out))
+    window = tuple(size - (o - 1) * s for size, o, s in zip(spatial, out, strides))
+    dims, steps = (1, *window, 1), (1, *strides, 1)
+    if op == "max":  # as Flax's max_pool/avg_pool compute them (lax.reduce_window, then the mean)
+        return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, dims, steps, "VALID")
+    total = jax.lax.reduce_window(x, 0.0, jax.lax.add, dims, steps, "VALID")
+    return total / math.prod(window)
+
+
+def global_pool(op: str, x: jax.Array) -> jax.Array:
+    """Flux's global pool: the spatial dims of a channels-last batch reduced to size 1."""
+    axes = tuple(range(1, x.ndim - 1))
+    return jnp.max(x, axis=axes, keepdims=True) if op == "max" else jnp.mean(x, axis=axes, keepdims=True)
+
+
+def bilinear(weight: jax.Array, bias: jax.Array | None, activation: str, x: Any, y: Any = None) -> jax.Array:
+    """Flux's ``Bilinear`` on a batch; ``x`` alone is used twice, a tuple ``x`` is the pair."""
+    if y is None:
+        x, y = x if isinstance(x, tuple) else (x, x)
+    z = jnp.einsum("oij,bi,bj->bo", weight, x, y)
+    if bias is not None:
+        z = z + bias
+    return function_of(activation)(z)
+
+
+def julia_dim_axis(julia_dim: int, ndim: int) -> int:
+    """The Flax (batch, channels-last) axis of Julia dim ``julia_dim`` for an array of ``ndim`` axes."""
+    nsp = ndim - 2
+    if julia_dim <= nsp:
+        return 1 + nsp - julia_dim
+    if julia_dim == nsp + 1:
+        return ndim - 1
+    raise ValueError(f"Julia dim {julia_dim} of a {ndim}-d batch is the batch dim")
+
+
+def connect(name: str, values: list[jax.Array]) -> jax.Array:
+    """A Flux connection (``+``, ``*``, ``vcat``, ``hcat``, ``max``) on channels-last batches."""
+    if name in ("vcat", "hcat"):
+        axis = julia_dim_axis(1 if name == "vcat" else 2, values[0].ndim)
+        return jnp.concatenate(values, axis=axis)
+    out = values[0]
+    for v in values[1:]:
+        out = out + v if name == "+" else out * v if name == "*" else jnp.maximum(out, v)
+    if name not in ("+", "*", "max"):
+        raise ValueError(f"unknown connection {name!r}")
+    return out
+
+
+def recurrence(
+    kind: str,
+    activation: str,
+    wi: jax.Array,
+    wh: jax.Array,
+    b: jax.Array,
+    wc: jax.Array | None,
+    xs: jax.Array,
+) -> jax.Array:
+    """Flux's recurrent ``kind`` over ``xs`` ``(batch, time, in)`` from a zero state
+    (the equations are in :class:`Recurrence`)."""
+    hidden = wh.shape[-1]
+    zero = jnp.zeros((xs.shape[0], hidden), xs.dtype)
+    act = function_of(activation)
+
+    def step(carry: Any, x: jax.Array) -> tuple[Any, jax.Array]:
+        if kind == "LSTM":
+            h, c = carry
+            i, f, g, o = jnp.split(x @ wi.T + h @ wh.T + b, 4, axis=-1)
+            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+            h = jax.nn.sigmoid(o) * jnp.tanh(c)
+            return (h, c), h
+        h = carry
+        if kind == "RNN":
+            h = act(x @ wi.T + h @ wh.T + b)
+            return h, h
+        gx = jnp.split(x @ wi.T + b, 3, axis=-1)
+        gh = jnp.split(h @ wh.T, 3 if kind == "GRU" else 2, axis=-1)
+        r = jax.nn.sigmoid(gx[0] + gh[0])
+        z = jax.nn.sigmoid(gx[1] + gh[1])
+        if kind == "GRU":
+            candidate = jnp.tanh(gx[2] + r * gh[2])
+        else:
+            assert wc is not None
+            candidate = jnp.tanh(gx[2] + (r * h) @ wc.T)
+        h = (1 - z) * candidate + z * h
+        return h, h
+
+    carry0: Any = (zero, zero) if kind == "LSTM" else zero
+    _, hs = jax.lax.scan(step, carry0, jnp.swapaxes(xs, 0, 1))
+    return jnp.swapaxes(hs, 0, 1)
