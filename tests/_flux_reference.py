@@ -5,7 +5,7 @@ and NNlib's definitions (``NNlib src/impl/conv_direct.jl``, ``pooling_direct.jl`
 ``src/attention.jl``; Flux ``src/layers/{basic,conv,normalise,recurrent,attention}.jl``), not from
 any Python framework, and it is checked against NNlib's own known answers (test_flux_reference.py).
 
-Arrays are **Julia-shaped** (layer-spec §0.2): ``w[i1-1, …, in-1] == W[i1, …, in]``; conv data is
+Arrays are **Julia-shaped** (docs/porting.md §Data layout): ``w[i1-1, …, in-1] == W[i1, …, in]``; conv data is
 ``(s1, …, s_nsp, C, N)``; Dense data is ``(features, batch…)``. Everything is computed in float64.
 
 ``forward(layer, params, x)`` dispatches on the shared :class:`~treexchange._port._spec.Layer` IR;

@@ -22,8 +22,8 @@ def _idx(path: Path) -> np.ndarray:
 def mnist_test_set() -> tuple[np.ndarray, np.ndarray]:
     """(images NCHW float32 in [0, 1] = rev of Julia's 28×28×1×N, labels), or skip when absent.
 
-    MLDatasets gives Julia ``x[i, j, 1, n] = raw[n, j, i]``; its reversed-axes view (layer-spec
-    convention C0) is ``raw[:, None, :, :] / 255``.
+    MLDatasets gives Julia ``x[i, j, 1, n] = raw[n, j, i]``; its reversed-axes view
+    (docs/porting.md §Data layout) is ``raw[:, None, :, :] / 255``.
     """
     images, labels = MNIST / "t10k-images-idx3-ubyte.gz", MNIST / "t10k-labels-idx1-ubyte.gz"
     if not (images.is_file() and labels.is_file()):

@@ -1,9 +1,9 @@
 """PyTorch state_dict <-> Lux ps/st (Dense, Conv, BatchNorm, LayerNorm), Lux v1 and v0.5 layouts.
 
-The Lux arrays are Flux's arrays renamed and, for v0.5 biases and LayerNorm, reshaped (layer-spec
-§2): each is checked against the Flux.state of the same state_dict (whose rules tests/test_torch.py
-checks against torch's outputs), torch's output is reproduced by the numpy Flux reference run on the
-Lux arrays, and the reverse gives back torch's tensors exactly.
+The Lux arrays are Flux's arrays renamed and, for v0.5 biases and LayerNorm, reshaped
+(docs/porting.md §Supported layers): each is checked against the Flux.state of the same state_dict
+(whose rules tests/test_torch.py checks against torch's outputs), torch's output is reproduced by
+the numpy Flux reference run on the Lux arrays, and the reverse gives back torch's tensors exactly.
 """
 
 from __future__ import annotations

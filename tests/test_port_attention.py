@@ -1,4 +1,4 @@
-"""MultiHeadAttention (layer-spec §2.14) between Flux and ``eqx.nn.MultiheadAttention``."""
+"""MultiHeadAttention (docs/porting.md §Attention) between Flux and ``eqx.nn.MultiheadAttention``."""
 
 from __future__ import annotations
 

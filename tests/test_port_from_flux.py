@@ -2,7 +2,7 @@
 
 Each model is also checked against the numpy Flux reference (tests/_flux_reference.py) on a few
 inputs, so a model that classifies well but computes something else than Flux would still fail.
-Images: convention C0 (layer-spec §0.2), the Equinox sample is ``rev`` of the Julia sample.
+Images: convention C0 (docs/porting.md §Data layout), the Equinox sample is ``rev`` of the Julia sample.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _close_to_reference(out: np.ndarray, expected: np.ndarray) -> None:
 def test_vqvae_whole_model_reconstructs_digits(target: str) -> None:
     path = require_fixture("flux-model/vqvae_autoencoder7x7x16.jld2")
     images, _ = mnist_test_set()
-    x = images / 255  # the author's scaling: pixels in [0, 1/255] (layer-spec §0.3)
+    x = images / 255  # the author's scaling: pixels in [0, 1/255]
     y = _run(tx.from_flux(path, "autoencoder", target=target), target, x)
     rel = float(np.mean((y - x) ** 2) / np.mean(x**2))
     assert rel <= 0.08, rel

@@ -3,7 +3,7 @@
 For every case: build the framework model from the Flux :class:`Layer`, read its ``Flux.state``
 (Python -> Julia), replace every array by random values, restore that state into the model
 (Julia -> Python, through the rule's permutations), run it on a random input laid out by the data
-convention C0 (layer-spec §0.2), and compare with ``tests/_flux_reference.forward`` (Flux/NNlib
+convention C0 (docs/porting.md §Data layout), and compare with ``tests/_flux_reference.forward`` (Flux/NNlib
 semantics: true convolution, column-major flatten, BatchNorm test mode) on the Julia-shaped
 input. The restored model's ``flux_state`` must give back the random arrays exactly.
 """
@@ -262,7 +262,7 @@ def _arrays(state: Any) -> list[np.ndarray]:
     return []
 
 
-# --- data layouts (layer-spec §0.2) -----------------------------------------------------------------
+# --- data layouts (docs/porting.md §Data layout) ---------------------------------------------------
 
 
 def _rev(a: np.ndarray) -> np.ndarray:

@@ -1,4 +1,6 @@
-"""Lux ps/st for GroupNorm, recurrent cells and MultiHeadAttention (layer-spec §2.10, §2.13, §2.14).
+"""Lux ps/st for GroupNorm, recurrent cells and MultiHeadAttention.
+
+The rules: docs/porting.md §Norms, §Recurrent layers, §Attention.
 
 Proved by numbers: a Lux v1 LSTM forward pass written from Lux's equations (PyTorch-like: two
 biases) on the ps we write computes what the Equinox model computes, and files of ps restore into

@@ -1,4 +1,7 @@
-"""Recurrent layers (RNN, LSTM, GRU, GRUv3; layer-spec §2.13) between Flux and Equinox, both eras."""
+"""Recurrent layers (RNN, LSTM, GRU, GRUv3) between Flux and Equinox, both eras.
+
+The rules: docs/porting.md §Recurrent layers.
+"""
 
 from __future__ import annotations
 

@@ -163,7 +163,7 @@ def test_other_layer_structs_and_their_ghost_fields() -> None:
         scale=rng.normal(size=4).astype(f32),
         bias=rng.normal(size=4).astype(f32),
     )
-    # Built from pairs: a keyword `ϵ=` would be NFKC-normalised to 'ε' (layer-spec §1.5).
+    # Built from pairs: a keyword `ϵ=` would be NFKC-normalised to 'ε' (docs/porting.md §Field names).
     ln_fields = {"diag": scale, "\u03f5": f32(1e-5), "size": (4,), "affine": True}
     layernorm = JuliaStruct("Flux.LayerNorm{NNlib.#relu,Flux.Scale,Core.Float32,1}", ln_fields)
     pool = _struct("Flux.MaxPool{1,2}", k=(2,), pad=(0, 0), stride=(2,))

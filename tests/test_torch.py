@@ -151,7 +151,7 @@ def test_layer_rule_against_torch_output_and_back(case: str) -> None:
             got = module(torch.from_numpy(_rev(ids - 1))).numpy()  # (2, 5, dim)
     else:
         x = rng.standard_normal(shape).astype(np.float32)
-        # LayerNorm: torch normalises with √(σ²+ϵ), as Flux ≥ 0.16.11 does (layer-spec §2.11)
+        # LayerNorm: torch normalises with √(σ²+ϵ), as Flux ≥ 0.16.11 does (docs/porting.md §LayerNorm ϵ)
         expected = forward(layer, state, x, flux="0.16.11")
         with torch.no_grad():
             got = module(torch.from_numpy(_rev(x))).numpy()
@@ -168,7 +168,8 @@ def test_layer_rule_against_torch_output_and_back(case: str) -> None:
 
 
 def test_bilinear_rule_against_torch_output_and_back() -> None:
-    """nn.Bilinear.weight (out, in1, in2) is Flux's W as it is (layer-spec §2.2); two inputs."""
+    """nn.Bilinear.weight (out, in1, in2) is Flux's W as it is (docs/porting.md §Supported layers);
+    two inputs."""
     module = _randomize(nn.Bilinear(3, 4, 5), seed=7)
     text = "Chain(Bilinear((3, 4) => 5))"
     sd = {f"0.{k}": v for k, v in module.state_dict().items()}

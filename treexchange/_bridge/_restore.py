@@ -66,10 +66,11 @@ class LeafRef:
     leaves around. Run on a model whose arrays are LeafRefs, it tells which file entry feeds which
     model leaf. It looks enough like an array (``shape``, ``dtype``, ``ndim``) for layouts to read.
 
-    A layout whose Julia array is an exact permutation of the model's (a Conv kernel, layer-spec
-    §2.4) returns ``ref.through(julia_shape, transform)``: the file is checked against the Julia
-    shape and ``transform`` (Julia array -> model array, element moves only) runs when placing. A
-    model leaf with no Julia counterpart gets ``ref.fixed = value`` (placed instead of restored).
+    A layout whose Julia array is an exact permutation of the model's (a Conv kernel,
+    docs/porting.md §Kernel flips) returns ``ref.through(julia_shape, transform)``: the file is
+    checked against the Julia shape and ``transform`` (Julia array -> model array, element moves
+    only) runs when placing. A model leaf with no Julia counterpart gets ``ref.fixed = value``
+    (placed instead of restored).
     A model leaf that is the sum of several file arrays (Lux 1's ``bias_ih + bias_hh`` for Flux's one
     recurrent bias) appears once per array as ``ref.addend(k, n)``: it is placed when all ``n`` arrays
     have been read, as their sum (the one arithmetic a restore does, where a convention demands it).
@@ -135,8 +136,8 @@ NO_ARRAYS = NoArrays()
 class Discarded(NoArrays):
     """Template entry for Julia state a restore ignores on purpose, arrays included.
 
-    A Flux ≤ 0.14 ``Recur``'s ``state0``/``state`` (layer-spec §2.13): the Python cells start from
-    zeros, as Flux ≥ 0.15 does, so any file value fits and it may be absent.
+    A Flux ≤ 0.14 ``Recur``'s ``state0``/``state`` (docs/porting.md §Recurrent layers): the Python
+    cells start from zeros, as Flux ≥ 0.15 does, so any file value fits and it may be absent.
     """
 
     def __repr__(self) -> str:

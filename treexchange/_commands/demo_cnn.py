@@ -58,7 +58,8 @@ def find_shared(given: str | None) -> Path | None:
 def mnist(folder: Path) -> tuple[Any, Any] | None:
     """(NCHW float32 images in [0, 1], labels) of the MNIST test set, or None if absent.
 
-    NCHW is the reversed-axes view of the Julia batch ``28×28×1×N`` MLDatasets gives (layer-spec §0.2).
+    NCHW is the reversed-axes view of the Julia batch ``28×28×1×N`` MLDatasets gives
+    (docs/porting.md §Data layout).
     """
     images, labels = folder / "t10k-images-idx3-ubyte.gz", folder / "t10k-labels-idx1-ubyte.gz"
     if not (images.is_file() and labels.is_file()):

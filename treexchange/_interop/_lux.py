@@ -1,4 +1,4 @@
-"""PyTorch ``state_dict`` <-> Lux ``ps``/``st`` for Dense, Conv, BatchNorm and LayerNorm (layer-spec §2).
+"""PyTorch ``state_dict`` <-> Lux ``ps``/``st`` for the layers with Lux names (docs/porting.md §Lux).
 
 Lux holds the same arrays as Flux under other names and, in Lux v0.5, other bias shapes, so each
 tensor goes through the PyTorch rule of the Flux layer (:mod:`._torch`: pairing, permutation, kernel
@@ -19,7 +19,8 @@ Biases are ``(out,)`` in Lux v1 and ``(out, 1)`` (Dense) / ``(1, …, 1, out, 1)
 A ``Chain``'s children are ``layer_1``, ``layer_2``, … in both ``ps`` and ``st``; layers without
 arrays (pools, ``flatten``, activations, ``Dropout``) have empty NamedTuples there (a Lux ``Dropout``
 keeps an rng in ``st``, which is not modelled here). Only the arrays are mapped: Lux's ``LayerNorm``
-normalises over the whole input unless its ``dims`` is set (layer-spec §2.11), which no tensor records.
+normalises over the whole input unless its ``dims`` is set (docs/porting.md §LayerNorm ϵ), which no
+tensor records.
 """
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ The architecture follows Metalhead.jl's source (v0.9.6, FluxML/Metalhead.jl at 1
   MLUtils.flatten, Dense(512 => nclasses))``.
 
 The connection ``addact$relu`` (a PartialFunctions closure) is recorded as ``()``, as the layer rules
-record every Parallel connection (layer-spec §1.1: Flux.state keeps no functions); what
+record every Parallel connection (docs/porting.md §What Flux.state holds: Flux.state keeps no functions); what
 ``Flux.state`` stores for that closure is one of the open questions only running Julia settles.
 """
 

@@ -1,4 +1,4 @@
-"""PyTorch ``state_dict`` <-> ``Flux.state``, matched by the layer rules (layer-spec §2–3).
+"""PyTorch ``state_dict`` <-> ``Flux.state``, matched by the layer rules (docs/porting.md §Supported layers).
 
 The Flux side is a :class:`~treexchange._port._spec.Layer` tree: parsed from the model as Flux prints
 it (``Chain(Conv((5, 5), 1 => 6, relu), …)``, never evaluated) or read from an equivalent
@@ -12,7 +12,8 @@ Flux           PyTorch                                    Julia array -> tensor
 =============  ========================================  ==============================================
 Dense          Linear ``weight``, ``bias``                same (both ``(out, in)``)
 Conv           Conv1d/2d/3d ``weight``, ``bias``          ``flip_spatial(rev(W))``: Flux convolves,
-                                                          PyTorch cross-correlates (layer-spec §1.3)
+                                                          PyTorch cross-correlates (docs/porting.md
+                                                          §Kernel flips)
 CrossCor       Conv1d/2d/3d                               ``rev(W)``
 BatchNorm      BatchNorm1d/2d/3d ``weight`` = γ,          same; ``num_batches_tracked`` has no Flux
                ``bias`` = β, ``running_mean`` = μ,        counterpart (ignored one way, 0 the other)
@@ -290,7 +291,8 @@ def array_layers(layer: Layer, root: TreePath = ("model_state",)) -> list[_Site]
         if node.kind == "Parallel":
             # PyTorch registers a residual block's main branch before its shortcut; Flux's
             # Parallel lists the shortcut first (Metalhead reverses Parallel branches to match
-            # torchvision: `_list_state(node::Parallel…)`, scripts/pytorch2flux.jl; layer-spec §2.15).
+            # torchvision: `_list_state(node::Parallel…)`, scripts/pytorch2flux.jl; docs/porting.md
+            # §Containers).
             order.reverse()
         for i, child in order:
             if node.kind == "SkipConnection":  # Flux.state: (layers = <the one layer>, connection)

@@ -3,7 +3,7 @@
 API for other engineers (stable; ``_spec.Layer`` is the one description every path shares):
 
 - ``_spec.Layer(kind, args, children, names)``: a Flux layer as Flux constructs it (conventions in
-  ``_spec``'s docstring). ``_rules.with_defaults(layer)`` fills in Flux's defaults.
+  ``_spec``'s docstring). ``_registry.with_defaults(layer)`` fills in Flux's defaults.
 - ``_eqx.build_equinox(layer, *, key, flux="0.15") -> eqx.Module``: a runnable Equinox model, ONE
   sample channels-first (``x_py = rev(x_jl)`` without the batch axis); a model with BatchNorm
   needs ``state = eqx.nn.State(model)`` and is called ``model(x, state)``.
@@ -15,11 +15,11 @@ API for other engineers (stable; ``_spec.Layer`` is the one description every pa
 - ``load_state(model, state) -> model``: put a ``Flux.state`` value tree (as ``treexchange.load``
   returns it) into a built or hand-written model (``(model, eqx_state)`` for Equinox BatchNorm);
   the same as ``treexchange.restore(state, like=model, layout=treexchange.flux_state)``.
-- ``_rules.julia_constructor(layer, era) -> str``: the Julia expression that builds ``layer``.
+- ``_registry.julia_constructor(layer, era) -> str``: the Julia expression that builds ``layer``.
 - ``_eqx.read_equinox(model, state=None, *, flux)`` / ``_nnx.read_nnx(model, *, flux)`` /
   ``_linen.read_linen(module, variables, *, flux)`` -> ``_state.Port``: a Python model read back
-  as its Flux twin (``port.layer`` is its ``Layer`` tree). The linen reader presents each linen
-  layer to the nnx reader's per-layer methods (the two store the same leaves in the same layouts).
+  as its Flux twin (``port.layer`` is its ``Layer`` tree). The nnx and linen readers share their
+  per-layer rules (``_flaxread``: the two store the same leaves in the same layouts).
 
 Contracts with the restore code (``_bridge/_restore.py``, ``_api.py``): a layout may return
 ``LeafRef.through(julia_shape, transform)`` (file checked against the Julia shape, ``transform``
@@ -30,9 +30,10 @@ A Flux layer with an activation outside a Chain is ``_eqx_layers.Activated`` /
 standalone function Chain entry is built as ``_eqx_layers.Function`` / ``_nnx_layers.Function``,
 which the readers never fold, so a built model's Flux.state keeps its source's Chain entry for entry.
 
-Adding a layer: a ``Rule`` in ``_rules.RULES`` (its Flux.state fields and Julia constructor), a
-builder and a reader branch in ``_eqx.py``, ``_nnx.py`` and ``_linen.py`` (array maps as ``_perm``
-permutations, which serve both directions), and tests against the numpy Flux reference.
+Adding a layer: one record in ``_registry.KINDS`` (every fact about the kind) and one builder and
+reader per target, registered with ``_registry.register`` in ``_eqx.py``, ``_nnx.py``, ``_linen.py``
+and ``_interop/_torch.py`` (array maps as ``_perm`` permutations, which serve both directions), and
+tests against the numpy Flux reference. The rules are in ``docs/porting.md``.
 """
 
 from __future__ import annotations

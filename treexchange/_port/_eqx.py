@@ -1,12 +1,12 @@
 """The Equinox target: a runnable Equinox model from a :class:`Layer` tree, and an Equinox model
 read back as its Flux twin (a :class:`~treexchange._port._state.Port` tree).
 
-Built models take ONE sample, channels first (layer-spec §0.2, convention C0: ``x_py = rev(x_jl)``
+Built models take ONE sample, channels first (docs/porting.md §Data layout: ``x_py = rev(x_jl)``
 without the batch axis); ``jax.vmap`` them for a batch. A Flux layer with an activation becomes the
 Equinox layer followed by ``eqx.nn.Lambda(σ)`` in the enclosing ``eqx.nn.Sequential``; reading folds
 such a Lambda back into the layer, as one writes ``Conv(…, relu)`` in Flux.
 
-Per-layer array maps (Julia array -> Equinox leaf, exact, see ``_perm``), from layer-spec §2–3:
+Per-layer array maps (Julia array -> Equinox leaf, exact, see ``_perm``; docs/porting.md §Supported layers):
 
 =================  ===============================================================================
 Dense              ``weight`` same, ``bias`` same
@@ -153,7 +153,7 @@ def _build_pool(layer: Layer, key: Any, era: str) -> Any:
         ("MaxPool", 1): nn.MaxPool1d, ("MaxPool", 2): nn.MaxPool2d, ("MaxPool", 3): nn.MaxPool3d,
         ("MeanPool", 1): nn.AvgPool1d, ("MeanPool", 2): nn.AvgPool2d, ("MeanPool", 3): nn.AvgPool3d,
     }[(layer.kind, n)]  # fmt: skip
-    # Stride passed explicitly: Equinox's default is 1, Flux's is the window (layer-spec §1.5).
+    # Stride passed explicitly: Equinox's default is 1, Flux's is the window (docs/porting.md §Pools).
     return cls(kernel_size=rev(a["k"]), stride=rev(a["stride"]), padding=python_padding(a["pad"]))
 
 
@@ -460,7 +460,8 @@ class _Reader:
             kind = "GRU"
             if not _is_restoring(m.bias_n) and bool(jnp.any(m.bias_n != 0)):
                 raise UnsupportedError(
-                    "GRUCell.bias_n is not zero: Flux's GRU has no bias inside r (layer-spec §2.13)",
+                    "GRUCell.bias_n is not zero: Flux's GRU has no bias inside r "
+                    "(docs/porting.md §Recurrent layers)",
                     path=(*path, "bias_n"),
                 )
             fixed.append((m.bias_n, np.zeros(hidden, np.float32)))
@@ -521,7 +522,7 @@ class _Reader:
         args = {
             "channels": int(m.input_size),
             "ϵ": float(m.eps),
-            "momentum": 1.0 - float(m.momentum),  # Equinox keeps 1 − m (layer-spec §2.9)
+            "momentum": 1.0 - float(m.momentum),  # Equinox keeps 1 − m (docs/porting.md §BatchNorm momentum)
             "affine": bool(m.channelwise_affine),
             "track_stats": True,
         }

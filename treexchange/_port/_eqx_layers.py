@@ -1,7 +1,7 @@
 """Small Equinox modules for Flux layers that Equinox lacks (or whose defaults differ).
 
 Every module here works on ONE sample in Equinox style, channels first, under the data
-convention C0 of layer-spec §0.2: a Julia sample of size ``(s1, …, sN, C)`` is the Python array
+docs/porting.md §Data layout: a Julia sample of size ``(s1, …, sN, C)`` is the Python array
 ``(C, sN, …, s1)``. Julia dim ``d`` of a sample with Python ``ndim`` axes is Python axis ``ndim - d``.
 
 Example:

@@ -172,7 +172,7 @@ class FlaxLayoutReader:
         args = {
             "channels": int(mean.shape[0]),
             "ϵ": float(m.epsilon),
-            "momentum": 1.0 - float(m.momentum),  # Flax keeps 1 − m (layer-spec §2.9)
+            "momentum": 1.0 - float(m.momentum),  # Flax keeps 1 − m (docs/porting.md §BatchNorm momentum)
             "affine": bool(m.use_scale),
             "track_stats": True,
         }

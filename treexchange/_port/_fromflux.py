@@ -193,7 +193,7 @@ def from_flux(
     ``Flux.state``. The text is parsed, never evaluated, and checked against the state's sizes.
 
     The Equinox model takes ONE sample, channels first (``x_py = rev(x_jl)`` without the batch
-    axis, layer-spec §0.2; ``jax.vmap`` it for a batch). A model with BatchNorm is returned as
+    axis, docs/porting.md §Data layout; ``jax.vmap`` it for a batch). A model with BatchNorm is returned as
     ``(model, state)`` (an ``eqx.nn.State`` holding the running statistics), called ``model(x, state)``.
 
     Args:

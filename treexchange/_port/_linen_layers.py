@@ -2,7 +2,7 @@
 
 The linen twins of :mod:`._nnx_layers`, computing with the same functions
 (:mod:`._jaxops`): a batch, channels last
-(layer-spec §0.2). Containers hold their children in a field named ``layers`` (linen names the
+(docs/porting.md §Data layout). Containers hold their children in a field named ``layers`` (linen names the
 children's variable scopes ``layers_0``, ``layers_1`` …, as ``nn.Sequential`` does); a single child
 is the scope ``layers`` (:class:`SkipConnection`) or ``layer`` (:class:`Activated`).
 

@@ -2,7 +2,7 @@
 
 The model is read as its Flux twin (the same ``Port`` tree ``flux_state`` uses, so every array
 permutation, the Conv kernel flip included, is the Flux rule's), and each Flux array is moved to
-its Lux place (layer-spec §2.1–2.15):
+its Lux place (docs/porting.md §Supported layers):
 
 =================  =========================================  =====================================
 Flux layer         Lux ``ps``                                 Lux ``st``
@@ -160,7 +160,8 @@ def lux_ps_st(port: Port, lux: str, part: str | None, restoring: bool) -> tuple[
 
 def _attention_ps_st(port: Port, lux: str, part: str | None, restoring: bool) -> tuple[Any, Any]:
     """Lux ``MultiHeadAttention``: ``(q_proj, k_proj, v_proj, attention_dropout, out_proj)``, each
-    projection a Lux Dense ``(weight, bias)`` holding Flux's arrays as they are (layer-spec §2.14)."""
+    projection a Lux Dense ``(weight, bias)`` holding Flux's arrays as they are (docs/porting.md
+    §Attention)."""
     if lux == "0.5":
         raise UnsupportedError("Lux v0.5 has no MultiHeadAttention layer (Lux ≥ 1 has)")
     if restoring and part == "st":  # attention keeps no state arrays: the ps part sets them

@@ -1,10 +1,10 @@
 """The Flax nnx target: a runnable nnx model from a :class:`Layer` tree, and an nnx model read back
 as its Flux twin.
 
-Built models take a batch, channels last (layer-spec §0.2). A Flux layer with an activation
+Built models take a batch, channels last (docs/porting.md §Data layout). A Flux layer with an activation
 becomes the nnx module followed by the JAX function in the enclosing ``nnx.Sequential``.
 
-Per-layer array maps (Julia array -> Flax leaf, exact), from layer-spec §2–3:
+Per-layer array maps (Julia array -> Flax leaf, exact), from docs/porting.md §Supported layers:
 
 =================  ===============================================================================
 Dense              ``kernel = W.T`` (``_nnx_layers.Flatten`` flattens in Flux's order, so a Dense

@@ -1,6 +1,6 @@
 """Small Flax nnx modules for Flux layers that Flax lacks (or whose defaults differ).
 
-They take a batch, channels last (layer-spec §0.2: a Julia batch ``(s1, …, sN, C, B)`` is the
+They take a batch, channels last (docs/porting.md §Data layout: a Julia batch ``(s1, …, sN, C, B)`` is the
 Flax array ``(B, sN, …, s1, C)``; dense data ``(F, B)`` is ``(B, F)``).
 
 Example:
@@ -25,8 +25,9 @@ class Flatten(nnx.Module):
 
     Julia's column-major flatten of ``(W, H, C)`` runs ``W`` fastest; the channels-last batch is
     ``(N, H, W, C)``, so moving the channel axis first (``(N, C, H, W)``) and reshaping row-major gives
-    the same order (layer-spec §1.4). Doing it here rather than permuting the next Dense's columns
-    needs no channel count, which the model alone does not always reveal (a pool or norm first).
+    the same order (docs/porting.md §Flatten order). Doing it here rather than permuting the next
+    Dense's columns needs no channel count, which the model alone does not always reveal (a pool or
+    norm first).
     """
 
     def __call__(self, x: jax.Array) -> jax.Array:
@@ -198,7 +199,7 @@ class Recurrence(nnx.Module):
     reversed), output the hidden states ``(batch, time, H)``, from a zero initial state (Flux ≥ 0.15's
     ``initialstates``; a Flux ≤ 0.14 ``state0`` is not restored). Flax's own cells split every gate
     into separate ``Linear`` layers and put the GRU's hidden bias inside the reset product, so the
-    cell is written here once for all four kinds, from Flux's equations (layer-spec §2.13):
+    cell is written here once for all four kinds, from Flux's equations (docs/porting.md §Recurrent layers):
 
     - RNN: ``h' = σ(Wi x + Wh h + b)``
     - LSTM: ``i, f, g, o`` blocks of ``Wi x + Wh h + b``; ``c' = σ(f) c + σ(i) tanh(g)``,

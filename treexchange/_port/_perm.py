@@ -1,9 +1,10 @@
 """Exact element permutations between a Julia-shaped array and a framework's array, with inverses.
 
 A :class:`Perm` only moves elements (transpose, flip, reshape and their compositions); it never
-computes. ``forward`` takes the array as ``treexchange.load`` returns it (Julia shape, layer-spec
-§0.2) to the framework's layout; ``inverse`` goes back; ``julia_shape`` tells the Julia shape of a
-framework shape without touching data (the restore checks shapes before reading anything).
+computes. ``forward`` takes the array as ``treexchange.load`` returns it (Julia shape,
+docs/porting.md §Data layout) to the framework's layout; ``inverse`` goes back; ``julia_shape``
+tells the Julia shape of a framework shape without touching data (the restore checks shapes before
+reading anything).
 
 Example:
     >>> import numpy as np
@@ -56,7 +57,7 @@ class Same(Perm):
 
 @dataclasses.dataclass(frozen=True)
 class Reverse(Perm):
-    """All axes reversed: ``rev(w)`` of layer-spec §0.2 (same memory, Julia <-> C order)."""
+    """All axes reversed: ``rev(w)`` of docs/porting.md §Data layout (same memory, Julia <-> C order)."""
 
     def forward(self, a: np.ndarray) -> np.ndarray:
         return a.transpose(tuple(range(a.ndim))[::-1])

@@ -208,7 +208,7 @@ def pool_defaults(layer: Layer) -> dict[str, Any]:
 
 def pool_fields(layer: Layer, era: str) -> Fields | tuple[()]:
     if era == "0.14":
-        return ()  # Functors 0.4: pools are leaves -> () (layer-spec §1.2)
+        return ()  # Functors 0.4: pools are leaves -> () (docs/porting.md §Flux eras)
     a = layer.args
     return [("k", ints(a["k"])), ("pad", ints(a["pad"])), ("stride", ints(a["stride"]))]
 
@@ -327,7 +327,7 @@ def _named(entries: Fields) -> _NamedFields:
     return _NamedFields(entries)
 
 
-# --- recurrent: RNN, LSTM, GRU, GRUv3 (layer-spec.md §2.13) -----------------------------------------
+# --- recurrent: RNN, LSTM, GRU, GRUv3 (docs/porting.md §Recurrent layers) --------------------------
 
 
 def recurrent_fields(layer: Layer, era: str) -> Fields:
@@ -362,7 +362,7 @@ def recurrent_julia(layer: Layer, children: list[str], era: str) -> str:
     return _call(layer.kind, parts, [])
 
 
-# --- MultiHeadAttention (layer-spec.md §2.14, Flux ≥ 0.13.15) -------------------------------------
+# --- MultiHeadAttention (docs/porting.md §Attention, Flux ≥ 0.13.15) -------------------------------
 
 
 def attention_fields(layer: Layer, era: str) -> Fields:

@@ -3,7 +3,7 @@
 A whole-model file holds Flux's structs as ``tx.JuliaStruct``: each struct's type names the layer,
 and functions exist only as type parameters (``Flux.Dense{NNlib.#relu, …}``) or as singletons
 (``Singleton('NNlib.#softmax')`` in a Chain). JLD2 ≤ 0.4 leaves zero-size fields out of the stored
-struct, so ``σ``/``λ`` are absent (layer-spec §1.2); :func:`from_whole_model` re-inserts them as
+struct, so ``σ``/``λ`` are absent (docs/porting.md §Flux eras); :func:`from_whole_model` re-inserts them as
 ``()`` in Flux's field order, so the state it returns is what ``Flux.state(model)`` gives for that
 model in the Flux version that wrote it (Functors 0.4: pools, ``flatten`` and functions are ``()``).
 """
