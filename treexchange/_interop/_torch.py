@@ -49,7 +49,7 @@ torch is optional: this module imports it only inside the functions that take mo
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import ml_dtypes
@@ -72,7 +72,7 @@ from .._port._registry import (
     RECURRENT_GATES,
     RULES,
     TORCH_MODULES,
-    entry,
+    builder,
     register,
     unsupported,
     with_defaults,
@@ -111,7 +111,7 @@ def torch_params(layer: Layer) -> list[TorchParam]:
         >>> [(p.flux, p.torch, p.shape) for p in torch_params(conv)]
         [('weight', 'weight', (4, 2, 3, 5)), ('bias', 'bias', (4,))]
     """
-    return entry("torch", layer.kind).builder(layer)
+    return builder("torch", layer.kind)(layer)
 
 
 def _bias(a: Mapping[str, Any]) -> list[TorchParam]:
@@ -651,29 +651,14 @@ def load_into_module(
         >>> model[0].weight[2].tolist(), model[0].bias.tolist()
         ([4.0, 5.0], [1.0, 1.0, 1.0])
     """
-    import torch  # torch is optional
-
     names = module.state_dict()
     tensors = flux_to_state_dict(state, module if architecture is None else architecture, names=names)
-    converted = {k: torch.from_numpy(np.array(v)).to(names[k].dtype) for k, v in tensors.items()}
+    converted = {k: names[k].new_tensor(np.array(v)) for k, v in tensors.items()}  # the module's dtypes
     module.load_state_dict(converted, strict=strict)
     return module
 
 
 # --- an equivalent torch.nn.Module read as a Flux Layer tree ------------------------------------------
-
-_ACTIVATIONS = {
-    "ReLU": "relu",
-    "Sigmoid": "sigmoid",
-    "Tanh": "tanh",
-    "GELU": "gelu",
-    "ELU": "elu",
-    "SELU": "selu",
-    "Softplus": "softplus",
-    "LeakyReLU": "leakyrelu",
-    "SiLU": "swish",
-    "Hardtanh": "hardtanh",
-}
 
 
 def layer_of_module(module: Any) -> Layer:
@@ -681,7 +666,8 @@ def layer_of_module(module: Any) -> Layer:
 
     An activation module right after a layer that takes one (``Linear``, ``ConvNd``, norms) becomes
     that layer's ``σ`` (as one writes ``Dense(2 => 3, relu)`` in Flux); ``nn.Flatten`` is ``flatten``,
-    pools and dropout map to Flux's.
+    pools and dropout map to Flux's. Each module is read by the reader its kind registered
+    (:mod:`._torchmodules`, which imports torch).
 
     Example:
         >>> import torch
@@ -689,194 +675,12 @@ def layer_of_module(module: Any) -> Layer:
         >>> layer_of_module(m).kinds(), layer_of_module(m).children[0].args["σ"]
         (['Chain', 'Dense', 'Dense'], 'relu')
     """
-    layers = list(_sequential(module))
-    return Layer("Chain", children=tuple(layers))
+    from ._torchmodules import read_sequential  # torch is optional: only a torch module gets here
+
+    return Layer("Chain", children=tuple(read_sequential(module)))
 
 
-def _sequential(module: Any) -> Iterator[Layer]:
-    import torch.nn as nn  # torch is optional
-
-    items = list(module.children()) if isinstance(module, nn.Sequential) else [module]
-    pending: Layer | None = None
-    for sub in items:
-        name = type(sub).__name__
-        if (
-            name in _ACTIVATIONS
-            and pending is not None
-            and "σ" in pending.args
-            and pending.args["σ"] == "identity"
-        ):
-            pending = dataclasses.replace(pending, args={**pending.args, "σ": _ACTIVATIONS[name]})
-            continue
-        if pending is not None:
-            yield pending
-        pending = _one(sub)
-    if pending is not None:
-        yield pending
-
-
-def _one(sub: Any) -> Layer:
-    import torch.nn as nn  # torch is optional
-
-    name = type(sub).__name__
-    if isinstance(sub, nn.Sequential):
-        return Layer("Chain", children=tuple(_sequential(sub)))
-    if isinstance(sub, nn.Linear):
-        return Layer(
-            "Dense",
-            {"in": sub.in_features, "out": sub.out_features, "bias": sub.bias is not None, "σ": "identity"},
-        )
-    if isinstance(sub, (nn.Conv1d, nn.Conv2d, nn.Conv3d)):
-        if sub.padding_mode != "zeros" or isinstance(sub.padding, str):
-            raise UnsupportedError(
-                f"torch {name} padding {sub.padding!r}/{sub.padding_mode!r} has no Flux rule here"
-            )
-        pad = tuple(p for p in sub.padding[::-1] for _ in range(2))
-        return Layer(
-            "Conv",
-            {
-                "kernel": tuple(sub.kernel_size[::-1]),
-                "in": sub.in_channels,
-                "out": sub.out_channels,
-                "stride": tuple(sub.stride[::-1]),
-                "pad": pad,
-                "dilation": tuple(sub.dilation[::-1]),
-                "groups": sub.groups,
-                "bias": sub.bias is not None,
-                "σ": "identity",
-            },
-        )
-    if isinstance(sub, (nn.ConvTranspose1d, nn.ConvTranspose2d, nn.ConvTranspose3d)):
-        if sub.padding_mode != "zeros":
-            raise UnsupportedError(f"torch {name} padding_mode {sub.padding_mode!r} has no Flux rule")
-        return Layer(
-            "ConvTranspose",
-            {
-                "kernel": tuple(sub.kernel_size[::-1]),
-                "in": sub.in_channels,
-                "out": sub.out_channels,
-                "stride": tuple(sub.stride[::-1]),
-                "pad": tuple(p for p in sub.padding[::-1] for _ in range(2)),
-                "dilation": tuple(sub.dilation[::-1]),
-                "groups": sub.groups,
-                "outpad": tuple(sub.output_padding[::-1]),
-                "bias": sub.bias is not None,
-                "σ": "identity",
-            },
-        )
-    if isinstance(sub, nn.Bilinear):
-        return Layer(
-            "Bilinear",
-            {
-                "in": (sub.in1_features, sub.in2_features),
-                "out": sub.out_features,
-                "bias": sub.bias is not None,
-                "σ": "identity",
-            },
-        )
-    if isinstance(sub, nn.GroupNorm):
-        return Layer(
-            "GroupNorm",
-            {
-                "channels": sub.num_channels,
-                "groups": sub.num_groups,
-                "ϵ": float(sub.eps),
-                "affine": sub.affine,
-                "track_stats": False,
-                "σ": "identity",
-            },
-        )
-    if isinstance(sub, (nn.InstanceNorm1d, nn.InstanceNorm2d, nn.InstanceNorm3d)):
-        return Layer(
-            "InstanceNorm",
-            {
-                "channels": sub.num_features,
-                "ϵ": float(sub.eps),
-                "momentum": float(sub.momentum if sub.momentum is not None else 0.1),
-                "affine": sub.affine,
-                "track_stats": sub.track_running_stats,
-                "σ": "identity",
-            },
-        )
-    if isinstance(sub, (nn.BatchNorm1d, nn.BatchNorm2d, nn.BatchNorm3d)):
-        return Layer(
-            "BatchNorm",
-            {
-                "channels": sub.num_features,
-                "ϵ": float(sub.eps),
-                "momentum": float(sub.momentum if sub.momentum is not None else 0.1),
-                "affine": sub.affine,
-                "track_stats": sub.track_running_stats,
-                "σ": "identity",
-            },
-        )
-    if isinstance(sub, nn.LayerNorm):
-        return Layer(
-            "LayerNorm",
-            {
-                "size": tuple(sub.normalized_shape[::-1]),
-                "ϵ": float(sub.eps),
-                "affine": sub.elementwise_affine,
-                "σ": "identity",
-            },
-        )
-    if isinstance(sub, nn.Embedding):
-        return Layer("Embedding", {"in": sub.num_embeddings, "out": sub.embedding_dim})
-    if isinstance(sub, (nn.RNN, nn.LSTM, nn.GRU)):
-        return _recurrent_layer(sub)
-    if isinstance(sub, nn.MultiheadAttention):
-        return _attention_layer(sub)
-    if isinstance(sub, (nn.MaxPool1d, nn.MaxPool2d, nn.MaxPool3d, nn.AvgPool1d, nn.AvgPool2d, nn.AvgPool3d)):
-        n = int(name[-2])
-        k = _ntuple(sub.kernel_size, n)[::-1]
-        stride = _ntuple(sub.stride if sub.stride is not None else sub.kernel_size, n)[::-1]
-        pad = tuple(p for p in _ntuple(sub.padding, n)[::-1] for _ in range(2))
-        return Layer("MaxPool" if "Max" in name else "MeanPool", {"k": k, "stride": stride, "pad": pad})
-    if isinstance(sub, nn.Flatten):
-        return Layer("flatten")
-    if isinstance(sub, nn.Dropout):
-        return Layer("Dropout", {"p": float(sub.p)})
-    if name in _ACTIVATIONS:
-        return Layer("function", {"name": _ACTIVATIONS[name]})
-    raise UnsupportedError(f"torch module {name} has no Flux counterpart here (give the architecture text)")
-
-
-def _ntuple(value: Any, n: int) -> tuple[int, ...]:
-    return tuple(value) if isinstance(value, (tuple, list)) else (int(value),) * n
-
-
-def _recurrent_layer(sub: Any) -> Layer:
-    name = type(sub).__name__
-    if sub.num_layers != 1 or sub.bidirectional or getattr(sub, "proj_size", 0):
-        raise UnsupportedError(
-            f"torch {name}(num_layers={sub.num_layers}, bidirectional={sub.bidirectional}, "
-            f"proj_size={getattr(sub, 'proj_size', 0)}): a Flux {name} is one layer, one direction, "
-            "no projection (stack Flux layers in a Chain and give the architecture text)"
-        )
-    args: dict[str, Any] = {"in": sub.input_size, "out": sub.hidden_size}
-    if name == "RNN":
-        args["σ"] = sub.nonlinearity
-    if not sub.bias:
-        args["bias"] = False
-    return Layer(name, args)
-
-
-def _attention_layer(sub: Any) -> Layer:
-    if sub.bias_k is not None or sub.add_zero_attn:
-        raise UnsupportedError(
-            "torch MultiheadAttention with add_bias_kv/add_zero_attn has no Flux counterpart"
-        )
-    e = sub.embed_dim
-    return Layer(
-        "MultiHeadAttention",
-        {
-            "q_in": e, "k_in": sub.kdim, "v_in": sub.vdim, "qk_dim": e, "v_dim": e, "out": e,
-            "nheads": sub.num_heads, "bias": sub.in_proj_bias is not None, "dropout_prob": float(sub.dropout),
-        },
-    )  # fmt: skip
-
-
-# === the registry entries: the tensors of each kind, and the module read as it =====================
+# === the registry entries: the tensors of each kind (its reader: _torchmodules) ===================
 
 for _kinds, _builder in [
     (("Dense",), _dense_params),
@@ -889,4 +693,4 @@ for _kinds, _builder in [
     (("MultiHeadAttention",), _attention_params),
     (tuple(k for k, r in KINDS.items() if r.group != "arrays"), _no_tensors),
 ]:
-    register("torch", _kinds, builder=_builder, reader=_one)
+    register("torch", _kinds, builder=_builder)

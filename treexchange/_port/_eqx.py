@@ -48,7 +48,7 @@ from ._layout import (
     same_padding,
 )
 from ._perm import REV, SAME, Perm, Reshape, Transpose, conv_weight_perm
-from ._registry import ACTIVATED, entry, register, with_defaults
+from ._registry import ACTIVATED, builder, register, with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
 from ._state import KEEP, Port
 
@@ -86,7 +86,7 @@ def _one(layer: Layer, key: Any, era: str) -> Any:
 
 def _build(layer: Layer, key: Any, era: str) -> list[Any]:
     """The Equinox module for ``layer``, followed by its activation Lambda when it has one."""
-    module = entry("equinox", layer.kind).builder(layer, key, era)
+    module = builder("equinox", layer.kind)(layer, key, era)
     act = layer.arg("σ", "identity")
     if layer.kind in ACTIVATED and act != "identity":
         return [module, eqx.nn.Lambda(function_of(act))]

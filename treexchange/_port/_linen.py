@@ -32,7 +32,7 @@ from ._activations import function_of
 from ._flaxread import FlaxLayoutReader
 from ._layout import is_linen_model, julia_pad, layernorm_eps, python_padding, rev, transpose_padding
 from ._perm import SAME, Transpose
-from ._registry import ACTIVATED, RECURRENT_GATES, entry, register, with_defaults
+from ._registry import ACTIVATED, RECURRENT_GATES, builder, register, with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
 from ._state import Port
 
@@ -80,7 +80,7 @@ def _shape(*shape: int) -> Any:
 
 
 def _build(layer: Layer, era: str) -> list[_Built]:
-    built: _Built = entry("linen", layer.kind).builder(layer, era)
+    built: _Built = builder("linen", layer.kind)(layer, era)
     act = layer.arg("σ", "identity")
     if layer.kind in ACTIVATED and act != "identity":
         return [built, _Built(function_of(act))]

@@ -37,7 +37,7 @@ from ._activations import function_of
 from ._flaxread import FlaxLayoutReader, value
 from ._layout import julia_pad, layernorm_eps, python_padding, rev, transpose_padding
 from ._perm import SAME, Perm, Transpose
-from ._registry import ACTIVATED, RECURRENT_GATES, entry, register, with_defaults
+from ._registry import ACTIVATED, RECURRENT_GATES, builder, register, with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
 from ._state import Port
 
@@ -60,7 +60,7 @@ def build_nnx(layer: Layer, *, rngs: Any, flux: str = DEFAULT_FLUX_ERA) -> Any:
 
 
 def _build(layer: Layer, rngs: Any, era: str) -> list[Any]:
-    module = entry("nnx", layer.kind).builder(layer, rngs, era)
+    module = builder("nnx", layer.kind)(layer, rngs, era)
     act = layer.arg("σ", "identity")
     if layer.kind in ACTIVATED and act != "identity":
         return [module, function_of(act)]

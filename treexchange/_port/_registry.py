@@ -319,34 +319,50 @@ class Entry:
 
     target: str
     kind: str
-    builder: Callable[..., Any]
-    reader: Callable[..., Any]
+    builder: Callable[..., Any] | None = None
+    reader: Callable[..., Any] | None = None
 
 
 _ENTRIES: dict[tuple[str, str], Entry] = {}
 
 
 def register(
-    target: str, kinds: str | tuple[str, ...], *, builder: Callable[..., Any], reader: Callable[..., Any]
+    target: str,
+    kinds: str | tuple[str, ...],
+    *,
+    builder: Callable[..., Any] | None = None,
+    reader: Callable[..., Any] | None = None,
 ) -> None:
-    """Register ``target``'s builder and reader for each of ``kinds``.
+    """Register ``target``'s builder and/or reader for each of ``kinds`` (a target whose reader
+    needs its framework and whose builder does not, PyTorch's, registers them from two modules).
 
     Raises:
-        ValueError: an unknown target or kind, or a second registration for the same pair.
+        ValueError: an unknown target or kind, or a second builder (or reader) for the same pair.
     """
     if target not in TARGETS:
         raise ValueError(f"unknown porting target {target!r} (known: {', '.join(TARGETS)})")
     for kind in (kinds,) if isinstance(kinds, str) else kinds:
         if kind not in KINDS:
             raise ValueError(f"{target} registers {kind!r}, which the layer registry does not know")
-        if (target, kind) in _ENTRIES:
+        old = _ENTRIES.get((target, kind), Entry(target, kind))
+        if (builder is not None and old.builder is not None) or (
+            reader is not None and old.reader is not None
+        ):
             raise ValueError(f"{target} registers a second builder/reader for {kind!r}")
-        _ENTRIES[target, kind] = Entry(target, kind, builder, reader)
+        _ENTRIES[target, kind] = Entry(target, kind, builder or old.builder, reader or old.reader)
 
 
 def entry(target: str, kind: str) -> Entry:
     """``target``'s entry for ``kind``; :class:`UnsupportedError` listing what it supports if none."""
     found = _ENTRIES.get((target, kind))
+    if found is None:
+        raise unsupported(kind, target)
+    return found
+
+
+def builder(target: str, kind: str) -> Callable[..., Any]:
+    """``target``'s builder for ``kind``; :class:`UnsupportedError` listing what it supports if none."""
+    found = entry(target, kind).builder
     if found is None:
         raise unsupported(kind, target)
     return found
