@@ -172,6 +172,17 @@ CASES: list[tuple[str, Layer, Any, tuple[str, ...]]] = [
         BOTH,
     ),
     ("embedding", L("Embedding", {"in": 10, "out": 4}), ("ids", 10, 6), BOTH),
+    ("scale-tanh", L("Scale", {"size": (3,), "σ": "tanh"}), (3, 4), BOTH),
+    ("scale-2d-nobias", L("Scale", {"size": (4, 3), "bias": False}), (4, 3, 2), BOTH),
+    (
+        "conv-then-scale",
+        L(
+            "Chain",
+            children=(L("Conv", {"kernel": (3, 3), "in": 2, "out": 3}), L("Scale", {"size": (4, 3, 3)})),
+        ),
+        (6, 5, 2, 2),
+        BOTH,
+    ),
     ("bilinear", L("Bilinear", {"in": (3, 4), "out": 2, "σ": "tanh"}), ("pair", (3, 5), (4, 5)), BOTH),
     ("softmax-entry", L("Chain", children=(dense(4, 3), L("function", {"name": "softmax"}))), (4, 2), BOTH),
     (

@@ -168,3 +168,32 @@ def test_a_kind_is_named_in_the_registry_and_once_per_target(kind: str) -> None:
             place,
             modules & files,
         )
+
+
+def test_scale_ports_to_every_target_that_can_compute_it() -> None:
+    """Scale: Julia text both ways, the state's sizes checked, Lux names, PyTorch's refusal (the
+    forward passes against the Flux reference are in tests/test_port_layers.py)."""
+    import equinox as eqx
+    import jax
+    import numpy as np
+
+    import treexchange as tx
+    from treexchange._port._arch import parse_architecture
+    from treexchange._port._eqx import build_equinox
+    from treexchange._port._fromflux import check_state
+
+    layer = Layer("Scale", {"size": (2, 3), "σ": "relu", "bias": False})
+    text = registry.julia_constructor(layer)
+    assert text == "Scale(2, 3, relu; bias=false)"
+    assert parse_architecture(text).args == dict(registry.with_defaults(layer).args)
+    model = build_equinox(layer, key=jax.random.key(0))
+    model = eqx.tree_at(lambda m: m.layer.weight, model, jax.numpy.arange(6.0).reshape(3, 2))
+    state = tx.flux_state(model)
+    assert list(state) == ["scale", "bias", "σ"] and state["bias"] is False
+    np.testing.assert_array_equal(state["scale"], np.arange(6.0).reshape(3, 2).T)  # Julia (2, 3)
+    with pytest.raises(tx.ConversionError, match="implies scale of size 3×2"):
+        check_state(Layer("Scale", {"size": (3, 2), "bias": False}), state)
+    ps, st = tx.lux_state(model)
+    assert list(ps) == ["weight"] and st == tx.NamedTuple()
+    np.testing.assert_array_equal(ps["weight"], state["scale"])
+    assert "Scale" in registry.NO_TORCH_EQUIVALENT

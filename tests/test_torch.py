@@ -188,9 +188,11 @@ def test_bilinear_rule_against_torch_output_and_back() -> None:
         np.testing.assert_array_equal(back[name], tensor.numpy(), err_msg=name)
 
 
-def test_layers_without_a_pytorch_rule_say_so() -> None:
-    # Scale has no layer rule yet (portcore); the error names the layer instead of guessing
-    with pytest.raises(tx.UnsupportedError, match="'Scale'"):
+def test_layers_without_a_pytorch_module_say_so() -> None:
+    # Scale ports to Equinox and Flax; torch.nn has no module for it: the error says why
+    with pytest.raises(
+        tx.UnsupportedError, match=r"no PyTorch equivalent: torch\.nn has no module holding Flux's Scale"
+    ):
         state_dict_to_flux({"0.weight": np.ones(3, np.float32)}, "Chain(Scale(3))")
 
 

@@ -191,6 +191,11 @@ def _build_layernorm(layer: Layer, key: Any, era: str) -> Any:
     )
 
 
+def _build_scale(layer: Layer, key: Any, era: str) -> Any:
+    shape = rev(layer.args["size"])  # Flux's init: scale ones, bias zeros
+    return L.Scale(jnp.ones(shape), jnp.zeros(shape) if layer.args["bias"] else None)
+
+
 def _build_embedding(layer: Layer, key: Any, era: str) -> Any:
     return eqx.nn.Embedding(layer.args["in"], layer.args["out"], key=key)
 
@@ -329,6 +334,8 @@ class _Reader:
             return Port(Layer("Dropout", {"p": float(m.p)}))
         if isinstance(m, L.AlphaDropout):
             return Port(Layer("AlphaDropout", {"p": float(m.p)}))
+        if isinstance(m, L.Scale):
+            return self.scale(m, path)
         if isinstance(m, L.Bilinear):
             out, in1, in2 = m.weight.shape
             layer = Layer("Bilinear", {"in": (int(in1), int(in2)), "out": int(out), "σ": m.activation,
@@ -411,6 +418,14 @@ class _Reader:
             arrays["bias"] = (m.bias, SAME)
         layer = Layer("Dense", {"in": int(inp), "out": int(out), "bias": bool(m.use_bias), "σ": "identity"})
         return Port(layer, arrays)
+
+    def scale(self, m: Any, path: TreePath) -> Port:
+        """Flux's ``scale``/``bias`` are the module's arrays reversed (Julia's leading dims)."""
+        args = {"size": rev(m.weight.shape), "bias": m.bias is not None, "σ": "identity"}
+        arrays: dict[str, tuple[Any, Perm]] = {"scale": (m.weight, REV)}
+        if m.bias is not None:
+            arrays["bias"] = (m.bias, REV)
+        return Port(Layer("Scale", args), arrays)
 
     def attention(self, m: Any, path: TreePath) -> Port:
         """Same matrices (Flux's heads own contiguous row blocks, as Equinox's), any sizes; one bias flag."""
@@ -652,6 +667,7 @@ _ENTRIES: list[tuple[tuple[str, ...], Callable[..., Any], Callable[..., Any]]] =
     (("Maxout",), _build_maxout, _Reader.read),
     (("Dense",), _build_dense, _Reader.linear),
     (("Bilinear",), _build_bilinear, _Reader.read),
+    (("Scale",), _build_scale, _Reader.scale),
     (("Embedding",), _build_embedding, _Reader.read),
     (("Conv", "DepthwiseConv", "CrossCor", "ConvTranspose"), _build_conv, _Reader.conv),
     (("MaxPool", "MeanPool"), _build_pool, _Reader.pool),

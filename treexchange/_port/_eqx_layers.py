@@ -23,6 +23,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ._activations import function_of
+from ._jaxops import scale_shift
 
 
 class Flatten(eqx.Module):
@@ -132,6 +133,17 @@ class Bilinear(eqx.Module):
         if self.bias is not None:
             z = z + self.bias
         return function_of(self.activation)(z)
+
+
+class Scale(eqx.Module):
+    """Flux ``Scale(size…)``: ``x .* scale .+ bias`` over the leading Julia dims of ``x`` (here the
+    trailing axes, ``weight = rev(scale)``); its activation follows it, as for Dense."""
+
+    weight: jax.Array
+    bias: jax.Array | None
+
+    def __call__(self, x: jax.Array, *, key: Any = None) -> jax.Array:
+        return scale_shift(x, self.weight, self.bias)
 
 
 def connect(name: str, values: list[jax.Array]) -> jax.Array:

@@ -44,6 +44,19 @@ def int_tuple(value: Any, n: int) -> tuple[int, ...]:
     return tuple(int(v) for v in value)
 
 
+def scale_perm(ndim: int) -> Perm:
+    """Julia ``Scale`` arrays -> Flax: laid out as one sample of the data they scale (docs/porting.md
+    §Data layout): a vector as it is, ``(s1, …, sN, C)`` as ``(sN, …, s1, C)`` (channels last)."""
+    if ndim <= 1:
+        return SAME
+    return Transpose((*range(ndim - 2, -1, -1), ndim - 1))
+
+
+def scale_shape(size: tuple[int, ...]) -> tuple[int, ...]:
+    """The Flax shape of a Julia ``Scale`` of ``size`` (:func:`scale_perm`)."""
+    return tuple(size) if len(size) <= 1 else (*rev(size[:-1]), int(size[-1]))
+
+
 class FlaxLayoutReader:
     """The rules both Flax APIs share; a subclass gives ``read`` (its dispatch), ``own_entry`` and
     the pool functions its partial pools wrap."""
@@ -166,6 +179,16 @@ class FlaxLayoutReader:
         pad = julia_pad(explicit_pairs(kw.get("padding", "VALID"), n, path))
         kind = "MaxPool" if m.func is self.max_pool else "MeanPool"
         return Port(Layer(kind, {"k": rev(window), "stride": rev(strides), "pad": pad}))
+
+    def scale(self, weight: Any, bias: Any) -> Port:
+        """Flux's ``Scale``: ``scale``/``bias`` in the Flax layout of one sample (see
+        :func:`scale_perm`)."""
+        perm = scale_perm(len(weight.shape))
+        args = {"size": perm.julia_shape(tuple(weight.shape)), "bias": bias is not None, "σ": "identity"}
+        arrays: dict[str, tuple[Any, Perm]] = {"scale": (weight, perm)}
+        if bias is not None:
+            arrays["bias"] = (bias, perm)
+        return Port(Layer("Scale", args), arrays)
 
     def batchnorm(self, m: Any, path: TreePath) -> Port:
         mean = value(m.mean)

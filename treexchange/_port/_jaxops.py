@@ -12,6 +12,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from .._errors import UnsupportedError
 from ._activations import function_of
 
 
@@ -114,3 +115,24 @@ def recurrence(
     carry0: Any = (zero, zero) if kind == "LSTM" else zero
     _, hs = jax.lax.scan(step, carry0, jnp.swapaxes(xs, 0, 1))
     return jnp.swapaxes(hs, 0, 1)
+
+
+def scale_shift(x: jax.Array, weight: jax.Array, bias: jax.Array | None) -> jax.Array:
+    """Flux's ``Scale``, ``scale .* x .+ bias``, on a Python array whose trailing axes are
+    ``weight``'s (``rev(scale)``: Julia's leading dims, on which Julia broadcasts, are Python's
+    trailing axes, on which numpy broadcasts)."""
+    y = x * weight
+    return y + bias if bias is not None else y
+
+
+def flax_scale(x: jax.Array, weight: jax.Array, bias: jax.Array | None) -> jax.Array:
+    """Flux's ``Scale`` on a Flax batch: its arrays are laid out as one whole sample (channels
+    last), so they must cover every axis but the batch; a ``Scale`` over fewer Julia dims would
+    broadcast along other axes than Flux's in this layout, and is refused."""
+    if x.ndim != weight.ndim + 1:
+        raise UnsupportedError(
+            f"Flax Scale of shape {tuple(weight.shape)} on a batch of shape {tuple(x.shape)}: in Flax a "
+            "Scale must cover a whole sample (Flux's Scale over its leading dims only ports to Equinox); "
+            "see docs/porting.md §Data layout"
+        )
+    return scale_shift(x, weight, bias)

@@ -29,7 +29,7 @@ from flax import linen as nn
 from .._errors import PathSegment, TreePath, UnsupportedError
 from . import _linen_layers as LL
 from ._activations import function_of
-from ._flaxread import FlaxLayoutReader
+from ._flaxread import FlaxLayoutReader, scale_shape
 from ._layout import is_linen_model, julia_pad, layernorm_eps, python_padding, rev, transpose_padding
 from ._perm import SAME, Transpose
 from ._registry import ACTIVATED, RECURRENT_GATES, builder, register, with_defaults
@@ -236,6 +236,12 @@ def _build_other(layer: Layer, era: str) -> _Built:
     raise UnsupportedError(f"no Flax linen builder for the Flux layer {kind!r} yet")  # pragma: no cover
 
 
+def _build_scale(layer: Layer, era: str) -> _Built:
+    shape = scale_shape(layer.args["size"])
+    params = {"weight": _shape(*shape), **({"bias": _shape(*shape)} if layer.args["bias"] else {})}
+    return _Built(LL.Scale(shape, bool(layer.args["bias"])), params)
+
+
 def _build_recurrent(layer: Layer, era: str) -> _Built:
 
     kind, n_in, hidden = layer.kind, int(layer.args["in"]), int(layer.args["out"])
@@ -392,6 +398,8 @@ class _LinenReader(FlaxLayoutReader):
             return Port(layer, {"weight": (table, Transpose((1, 0)))})
         if isinstance(m, (nn.BatchNorm, nn.GroupNorm, nn.InstanceNorm, nn.LayerNorm)):
             return self.norm(s, path)
+        if isinstance(m, LL.Scale):
+            return self.scale(s.param("weight", path), s.param("bias", path) if m.use_bias else None)
         if isinstance(m, LL.Bilinear):
             weight = s.param("weight", path)
             out, in1, in2 = weight.shape
@@ -533,6 +541,7 @@ _ENTRIES: list[tuple[tuple[str, ...], Callable[..., Any], Callable[..., Any]]] =
     (("Parallel", "SkipConnection", "PairwiseFusion", "Maxout"), _build_other, _LinenReader.linen),
     (("Dense",), _build_dense, _LinenReader.linear),
     (("Bilinear", "Embedding"), _build_other, _LinenReader.linen),
+    (("Scale",), _build_scale, _LinenReader.linen),
     (("Conv", "DepthwiseConv", "CrossCor", "ConvTranspose"), _build_conv, _LinenReader.conv_module),
     (("MaxPool", "MeanPool"), _build_pool, _LinenReader.linen),
     (("AdaptiveMaxPool", "AdaptiveMeanPool", "GlobalMaxPool", "GlobalMeanPool", "flatten"), _build_other,

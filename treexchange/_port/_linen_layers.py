@@ -107,6 +107,20 @@ class Bilinear(nn.Module):
         return shared.bilinear(weight, bias, self.activation, first, second)
 
 
+class Scale(nn.Module):
+    """Flux ``Scale(size…)`` on a batch: params ``weight``, ``bias`` laid out as one sample, channels
+    last (``_flaxread.scale_perm``); they cover a whole sample."""
+
+    shape: tuple[int, ...]
+    use_bias: bool = True
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        weight = self.param("weight", nn.initializers.ones, self.shape)
+        bias = self.param("bias", nn.initializers.zeros, self.shape) if self.use_bias else None
+        return shared.flax_scale(x, weight, bias)
+
+
 class Activated(nn.Module):
     """One Flux layer with its activation outside a Chain (reads back as that one layer)."""
 

@@ -34,7 +34,7 @@ from flax import nnx
 from .._errors import TreePath, UnsupportedError
 from . import _nnx_layers as NL
 from ._activations import function_of
-from ._flaxread import FlaxLayoutReader, value
+from ._flaxread import FlaxLayoutReader, scale_shape, value
 from ._layout import julia_pad, layernorm_eps, python_padding, rev, transpose_padding
 from ._perm import SAME, Perm, Transpose
 from ._registry import ACTIVATED, RECURRENT_GATES, builder, register, with_defaults
@@ -149,6 +149,11 @@ def _build_layernorm(layer: Layer, rngs: Any, era: str) -> Any:
         use_scale=a["affine"],
         rngs=rngs,
     )
+
+
+def _build_scale(layer: Layer, rngs: Any, era: str) -> Any:
+    shape = scale_shape(layer.args["size"])  # Flux's init: scale ones, bias zeros
+    return NL.Scale(jnp.ones(shape), jnp.zeros(shape) if layer.args["bias"] else None)
 
 
 def _build_bilinear(layer: Layer, rngs: Any, era: str) -> Any:
@@ -294,6 +299,8 @@ class _Reader(FlaxLayoutReader):
             return Port(Layer("Dropout", {"p": float(m.rate)}))
         if isinstance(m, NL.AlphaDropout):
             return Port(Layer("AlphaDropout", {"p": m.p}))
+        if isinstance(m, NL.Scale):
+            return self.scale(value(m.weight), value(m.bias) if m.bias is not None else None)
         if isinstance(m, NL.Bilinear):
             weight = value(m.weight)
             out, in1, in2 = weight.shape
@@ -347,6 +354,7 @@ _ENTRIES: list[tuple[tuple[str, ...], Callable[..., Any], Callable[..., Any]]] =
     (("Parallel", "SkipConnection", "PairwiseFusion", "Maxout"), _build_other, _Reader.read_module),
     (("Dense",), _build_dense, _Reader.linear),
     (("Bilinear",), _build_bilinear, _Reader.read_module),
+    (("Scale",), _build_scale, _Reader.read_module),
     (("Embedding",), _build_other, _Reader.read_module),
     (("Conv", "DepthwiseConv", "CrossCor", "ConvTranspose"), _build_conv, _Reader.conv),
     (("MaxPool", "MeanPool"), _build_pool, _Reader.read_module),

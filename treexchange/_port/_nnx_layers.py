@@ -17,7 +17,7 @@ import jax
 from flax import nnx
 
 from ._activations import function_of
-from ._jaxops import adaptive_pool, bilinear, connect, flux_flatten, global_pool, recurrence
+from ._jaxops import adaptive_pool, bilinear, connect, flax_scale, flux_flatten, global_pool, recurrence
 
 
 class Flatten(nnx.Module):
@@ -105,6 +105,19 @@ class Bilinear(nnx.Module):
     def __call__(self, x: Any, y: Any = None) -> jax.Array:
         bias = self.bias.get_value() if self.bias is not None else None
         return bilinear(self.weight.get_value(), bias, self.activation, x, y)
+
+
+class Scale(nnx.Module):
+    """Flux ``Scale(size…)`` on a batch: ``x * weight + bias`` with the arrays laid out as one whole
+    sample, channels last (``_flaxread.scale_perm``)."""
+
+    def __init__(self, weight: jax.Array, bias: jax.Array | None) -> None:
+        self.weight = nnx.Param(weight)
+        self.bias = nnx.Param(bias) if bias is not None else None
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        bias = self.bias.get_value() if self.bias is not None else None
+        return flax_scale(x, self.weight.get_value(), bias)
 
 
 class Activated(nnx.Module):

@@ -102,6 +102,11 @@ def _dense_shapes(layer: Layer) -> list[ArrayShape]:
     ]
 
 
+def _scale_shapes(layer: Layer) -> list[ArrayShape]:
+    size = tuple(layer.args["size"])
+    return [ArrayShape("scale", size), ArrayShape("bias", size, optional=not layer.args.get("bias", True))]
+
+
 def _conv_shapes(layer: Layer) -> list[ArrayShape]:
     a = layer.args
     groups = a.get("groups", 1)
@@ -224,6 +229,12 @@ KINDS: dict[str, LayerKind] = {
             "Bilinear", "arrays", R.dense_fields, R.bilinear_julia, lambda layer: dict(_BIAS_DEFAULTS),
             lambda layer: [ArrayShape("weight", (layer.args["out"], *layer.args["in"]))], "inside",
             torch=("Bilinear",),
+        ),
+        LayerKind(
+            "Scale", "arrays", R.scale_fields, R.scale_julia, lambda layer: dict(_BIAS_DEFAULTS),
+            _scale_shapes, "after", lux={"scale": ("ps", "weight"), "bias": ("ps", "bias")},
+            torch_refusal="torch.nn has no module holding Flux's Scale (an elementwise scale and shift "
+            "of the input's shape): its arrays have no state_dict names to pair with",
         ),
         LayerKind(
             "Embedding", "arrays", R.embedding_fields, R.embedding_julia,

@@ -131,6 +131,16 @@ def embedding_julia(layer: Layer, children: list[str], era: str) -> str:
     return f"Embedding({layer.args['in']} => {layer.args['out']})"
 
 
+def scale_fields(layer: Layer, era: str) -> Fields:
+    bias: Any = Arr("bias") if layer.arg("bias", True) else False  # Flux: Scale(...; bias=false)
+    return [("scale", Arr("scale")), ("bias", bias), ("σ", ())]
+
+
+def scale_julia(layer: Layer, children: list[str], era: str) -> str:
+    parts = _with_activation([str(n) for n in layer.args["size"]], layer)
+    return _call("Scale", parts, [] if layer.arg("bias", True) else ["bias=false"])
+
+
 # --- convolutions ----------------------------------------------------------------------------------
 
 
