@@ -86,6 +86,11 @@ class LayerKind:
     torch: tuple[str, ...] = ()  # torch.nn module classes holding the same tensors
     torch_refusal: str = ""  # why PyTorch cannot compute this layer (then ``torch`` is empty)
     eras: str = ""  # what differs between Flux <= 0.14 and >= 0.15
+    # The Flux struct (whole-model files): its field orders, newest Flux first, then older ones
+    # (JLD2 <= 0.4 leaves the zero-size σ/λ out, which the reader re-inserts in this order), and
+    # which type parameter of the struct holds the activation.
+    struct_fields: tuple[tuple[str, ...], ...] = ()
+    activation_param: int | None = None
 
 
 Rule = LayerKind  # the Julia side of a record: ``fields``, ``julia``, ``defaults`` (older name)
@@ -291,6 +296,31 @@ KINDS: dict[str, LayerKind] = {
         ),
     ]
 }  # fmt: skip
+
+_NORM_FIELDS = ("λ", "β", "γ", "μ", "σ²", "ϵ", "momentum", "affine", "track_stats", "active", "chs")
+_CONV_FIELDS = ("σ", "weight", "bias", "stride", "pad", "dilation")
+_STRUCTS: dict[str, tuple[tuple[tuple[str, ...], ...], int | None]] = {
+    "Dense": ((("weight", "bias", "σ"), ("W", "b", "σ")), 0),
+    "Conv": (((*_CONV_FIELDS, "groups"), _CONV_FIELDS), 2),
+    "ConvTranspose": (
+        (
+            ("σ", "weight", "bias", "stride", "pad", "outpad", "dilation", "groups"),
+            (*_CONV_FIELDS, "groups"),
+            _CONV_FIELDS,
+        ),
+        2,
+    ),
+    "CrossCor": ((_CONV_FIELDS,), 2),
+    "DepthwiseConv": ((_CONV_FIELDS,), 2),
+    "BatchNorm": ((_NORM_FIELDS, ("λ", "β", "γ", "μ", "σ²", "ϵ", "momentum", "active")), 0),
+    "InstanceNorm": ((_NORM_FIELDS,), 0),
+    "GroupNorm": ((("G", *_NORM_FIELDS),), 0),
+    "LayerNorm": ((("λ", "diag", "ϵ", "size", "affine"),), 0),
+    "Scale": ((("scale", "bias", "σ"),), 0),
+    "Bilinear": ((("weight", "bias", "σ"),), 0),
+}
+for _kind, (_orders, _param) in _STRUCTS.items():
+    KINDS[_kind] = dataclasses.replace(KINDS[_kind], struct_fields=_orders, activation_param=_param)
 
 RULES: Mapping[str, LayerKind] = KINDS  # the Julia side of each record, by its older name
 

@@ -18,46 +18,26 @@ import numpy as np
 from treexchange._errors import ConversionError, PathSegment, TreePath
 from treexchange._juliatype import JuliaType
 from treexchange._port._arch import CONNECTIONS, canonical_activation
-from treexchange._port._registry import RECURRENT_GATES
+from treexchange._port._registry import KINDS, RECURRENT_GATES
 from treexchange._port._spec import Layer
 from treexchange._values import JuliaStruct, NamedTuple, Singleton
 
 _GHOSTS = frozenset({"σ", "λ"})  # zero-size function fields JLD2 ≤ 0.4 does not store
 
-# Flux's field order per struct (alternatives for older Flux versions), for re-inserting ghosts.
+# Flux's field order per struct (alternatives for older Flux versions), for re-inserting ghosts, and
+# which type parameter holds the activation: the registry's facts per kind, plus the structs that
+# are parts of a layer (LayerNorm's Diagonal of Flux ≤ 0.12, a Recur's RNNCell).
 _FIELD_ORDERS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "Dense": (("weight", "bias", "σ"), ("W", "b", "σ")),
-    "Conv": (
-        ("σ", "weight", "bias", "stride", "pad", "dilation", "groups"),
-        ("σ", "weight", "bias", "stride", "pad", "dilation"),
-    ),
-    "ConvTranspose": (
-        ("σ", "weight", "bias", "stride", "pad", "outpad", "dilation", "groups"),
-        ("σ", "weight", "bias", "stride", "pad", "dilation", "groups"),
-        ("σ", "weight", "bias", "stride", "pad", "dilation"),
-    ),
-    "CrossCor": (("σ", "weight", "bias", "stride", "pad", "dilation"),),
-    "DepthwiseConv": (("σ", "weight", "bias", "stride", "pad", "dilation"),),
-    "BatchNorm": (
-        ("λ", "β", "γ", "μ", "σ²", "ϵ", "momentum", "affine", "track_stats", "active", "chs"),
-        ("λ", "β", "γ", "μ", "σ²", "ϵ", "momentum", "active"),
-    ),
-    "InstanceNorm": (("λ", "β", "γ", "μ", "σ²", "ϵ", "momentum", "affine", "track_stats", "active", "chs"),),
-    "GroupNorm": (
-        ("G", "λ", "β", "γ", "μ", "σ²", "ϵ", "momentum", "affine", "track_stats", "active", "chs"),
-    ),
-    "LayerNorm": (("λ", "diag", "ϵ", "size", "affine"),),
-    "Scale": (("scale", "bias", "σ"),),
+    **{kind: record.struct_fields for kind, record in KINDS.items() if record.struct_fields},
     "Diagonal": (("α", "β"),),
-    "Bilinear": (("weight", "bias", "σ"),),
     "RNNCell": (("σ", "Wi", "Wh", "b", "state0"), ("σ", "Wi", "Wh", "bias")),
 }
-
-# Which type parameter holds the activation (0-based), per struct.
-_ACTIVATION_PARAM = {
-    "Dense": 0, "Conv": 2, "ConvTranspose": 2, "CrossCor": 2, "DepthwiseConv": 2, "BatchNorm": 0,
-    "InstanceNorm": 0, "GroupNorm": 0, "LayerNorm": 0, "Scale": 0, "Bilinear": 0, "RNNCell": 0,
-}  # fmt: skip
+_ACTIVATION_PARAM: dict[str, int] = {
+    **{
+        kind: record.activation_param for kind, record in KINDS.items() if record.activation_param is not None
+    },
+    "RNNCell": 0,
+}
 
 
 def _basename(type_: JuliaType) -> str:
