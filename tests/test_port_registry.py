@@ -80,6 +80,14 @@ def test_an_unsupported_layer_lists_what_ports_and_where_the_rules_are() -> None
     assert "LSTM" in message and "GRUv3," not in message  # the supported list, without GRUv3
     with pytest.raises(UnsupportedError, match=r"'Foo' does not port; supported: .*Dense.*docs/porting\.md"):
         registry.with_defaults(Layer("Foo"))
+    from treexchange import ConversionError, JuliaStruct
+    from treexchange._port._arch import parse_architecture
+    from treexchange._port._wholemodel import from_whole_model
+
+    with pytest.raises(ConversionError, match=r"unknown layer 'Foo' at .*port: .*LSTM.*docs/porting\.md"):
+        parse_architecture("Chain(Foo(3))")
+    with pytest.raises(ConversionError, match=r"unknown layer type Main\.Foo; .*LSTM.*docs/porting\.md"):
+        from_whole_model(JuliaStruct("Main.Foo", {}))
 
 
 def test_records_are_consistent() -> None:

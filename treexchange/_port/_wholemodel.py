@@ -18,7 +18,7 @@ import numpy as np
 from treexchange._errors import ConversionError, PathSegment, TreePath
 from treexchange._juliatype import JuliaType
 from treexchange._port._arch import CONNECTIONS, canonical_activation
-from treexchange._port._registry import KINDS, RECURRENT_GATES
+from treexchange._port._registry import KINDS, PORTING_DOCS, RECURRENT_GATES
 from treexchange._port._spec import Layer
 from treexchange._values import JuliaStruct, NamedTuple, Singleton
 
@@ -151,7 +151,11 @@ class _Converter:
         kind = _basename(value.type)
         handler = _HANDLERS.get(kind)
         if handler is None:
-            raise self.error(f"unknown layer type {value.type}", path)
+            known = ", ".join(sorted(_HANDLERS))
+            raise self.error(
+                f"unknown layer type {value.type}; the Flux layers that port: {known} (see {PORTING_DOCS})",
+                path,
+            )
         return handler(self, value, path)
 
     def children(self, layers: Any, path: TreePath) -> tuple[tuple[Layer, ...], tuple[str, ...] | None, Any]:
