@@ -140,9 +140,8 @@ def lux_ps_st(port: Port, lux: str, part: str | None, restoring: bool) -> tuple[
         return _recurrent_ps_st(port, lux, part, restoring)
     if layer.kind not in _NAMES:
         raise UnsupportedError(
-            f"Lux ps/st for {layer.kind} is not mapped "
-            "(Dense, Conv, CrossCor, Embedding, BatchNorm, LayerNorm, GroupNorm, RNN/LSTM/GRU, "
-            "MultiHeadAttention are)"
+            f"Lux ps/st for {layer.kind} is not mapped ({', '.join(_NAMES)}, the recurrent layers "
+            "but GRUv3, and MultiHeadAttention are; see docs/porting.md §Lux)"
         )
     ps: dict[str, Any] = {}
     st: dict[str, Any] = {}
