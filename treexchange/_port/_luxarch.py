@@ -1,0 +1,201 @@
+"""Parse a Lux model as Lux prints it (``Chain(layer_1 = Dense(2 => 8, relu), …)``) into the Layer tree
+of the equivalent Flux model.
+
+Lux and Flux share most constructors; the text goes through the Flux parser's tokenizer and
+expression tree (:mod:`._arch`), each Lux call is rewritten into its Flux twin, and the Flux
+constructor table builds the Layer. Positions in errors are those of the Lux text. The rewrites:
+
+- keywords: ``use_bias`` -> ``bias``, ``epsilon`` -> ``ϵ``; initialisers (``init_weight``,
+  ``init_bias``, ``init_scale``, ``init_state``, ``init_memory``) and ``allow_fast_activation``
+  are dropped (a trained state does not depend on them); ``True()``/``False()`` (Lux ≥ 1's static
+  booleans) are ``true``/``false``;
+- ``Conv(…; cross_correlation=true)`` is Flux's ``CrossCor``; ``FlattenLayer()`` is ``flatten``;
+  ``NoOpLayer()`` is ``identity``; ``WrappedFunction(f)`` is ``f`` (a named NNlib function);
+- the cells ``RNNCell``, ``LSTMCell``, ``GRUCell`` are Flux's ``RNN``, ``LSTM``, ``GRU``: the cell run
+  over a sequence from a zero state, every step's output returned (Lux's ``init_state`` default is
+  zeros, except the Lux 0.5 ``RNNCell``'s, ones: refused by the caller). ``Recurrence(cell;
+  return_sequence=true)`` and ``StatefulRecurrentCell(cell)`` are the same (Lux's ``ps`` of both is
+  the cell's). ``Recurrence(cell)`` returns only the last step: at the top of the text the caller
+  is told so (it wraps the model), inside a container it is refused;
+- a trainable initial state (``train_state=true``, ``train_memory=true``) or a cell without bias
+  has no Flux twin: refused, naming its position.
+
+A Lux ``LayerNorm`` normalises over every axis but the batch unless its ``dims`` says otherwise,
+which is not Flux's ``LayerNorm``: refused, as are Lux layers with no Flux twin.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from treexchange._errors import ConversionError, UnsupportedError
+from treexchange._port._arch import _Builder, _Call, _Lambda, _Name, _Pair, _Parser, _Tuple, _where
+from treexchange._port._spec import Layer
+
+_DROPPED = frozenset(
+    {"init_weight", "init_bias", "init_scale", "init_state", "init_memory", "allow_fast_activation", "rng"}
+)
+_RENAMED = {"use_bias": "bias", "epsilon": "ϵ"}
+_CELLS = {"RNNCell": "RNN", "LSTMCell": "LSTM", "GRUCell": "GRU"}
+# Lux layers whose call is Flux's (same arguments once the keywords are renamed).
+_SAME = frozenset(
+    {
+        "Chain", "Parallel", "PairwiseFusion", "SkipConnection", "Dense", "Embedding", "BatchNorm",
+        "GroupNorm", "Dropout", "AlphaDropout", "MaxPool", "MeanPool", "GlobalMaxPool", "GlobalMeanPool",
+        "AdaptiveMaxPool", "AdaptiveMeanPool",
+    }
+)  # fmt: skip
+_PREFIXES = ("Lux.", "LuxCore.", "Main.")
+
+
+class _LuxRewriter:
+    """Lux expressions -> Flux expressions (same positions)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def error(self, message: str, pos: int, unsupported: bool = False) -> Exception:
+        where = f"{message} at {_where(self.text, pos)} of the architecture"
+        return UnsupportedError(where) if unsupported else ConversionError(where)
+
+    def layer(self, e: Any, top: bool = False) -> tuple[Any, bool]:
+        """``(Flux expression, last_step)``: last_step for a ``Recurrence`` keeping only its last output."""
+        if isinstance(e, _Call):
+            return self.call(e, top)
+        return e, False  # names (functions), lambdas: the Flux builder judges them
+
+    def call(self, e: _Call, top: bool) -> tuple[Any, bool]:
+        name = _strip(e.func)
+        kwargs = dict(e.kwargs)
+        if name in ("True", "False") and not e.args:
+            return _Name(name.lower(), e.pos), False
+        if name in ("Recurrence", "StatefulRecurrentCell"):
+            return self.wrapper(e, name, kwargs, top)
+        if name in _CELLS:
+            return self.cell(e, name, kwargs), False
+        if name == "Conv" and "cross_correlation" in kwargs:
+            flag = self.value(kwargs.pop("cross_correlation"))
+            if isinstance(flag, _Name) and flag.name == "true":
+                name = "CrossCor"
+        if name == "FlattenLayer":
+            return _Name("flatten", e.pos), False
+        if name == "NoOpLayer":
+            return _Name("identity", e.pos), False
+        if name == "WrappedFunction":
+            if len(e.args) != 1 or kwargs:
+                raise self.error("WrappedFunction must wrap one named function", e.pos)
+            return e.args[0], False
+        if name == "LayerNorm":
+            raise self.error(
+                "Lux's LayerNorm normalises over every axis but the batch (unless dims says otherwise), "
+                "not over the leading ones as Flux's: it has no Flux twin to port through",
+                e.pos,
+                unsupported=True,
+            )
+        if name not in _SAME and name not in ("Conv", "CrossCor"):
+            raise self.error(f"Lux layer {e.func!r} is not supported by from_lux", e.pos, unsupported=True)
+        if name == "Chain":
+            kwargs.pop("disable_optimizations", None)
+            if isinstance(kwargs.get("name"), _Name) and kwargs["name"].name == "nothing":
+                del kwargs["name"]
+        args = tuple(self.child(a) for a in e.args)
+        return _Call(name, args, self.keywords(kwargs, child=name in _CONTAINERS), e.pos), False
+
+    def child(self, e: Any) -> Any:
+        if isinstance(e, (_Call, _Name, _Lambda)) or not isinstance(e, (_Pair, _Tuple)):
+            flux, last = self.layer(e)
+            if last:
+                raise self.error(
+                    "Recurrence(cell) keeps only the last step (return_sequence=false), which no Flux "
+                    "layer does inside a container: give the container's parts per name "
+                    "(architecture={name: text}) and compose them, or use return_sequence=true",
+                    _pos(e),
+                    unsupported=True,
+                )
+            return flux
+        return e
+
+    def keywords(self, kwargs: dict[str, Any], child: bool = False) -> tuple[tuple[str, Any], ...]:
+        out = []
+        for key, value in kwargs.items():
+            if key in _DROPPED:
+                continue
+            out.append((_RENAMED.get(key, key), self.child(value) if child else self.value(value)))
+        return tuple(out)
+
+    def value(self, e: Any) -> Any:
+        if isinstance(e, _Call) and _strip(e.func) in ("True", "False") and not e.args:
+            return _Name(_strip(e.func).lower(), e.pos)
+        if isinstance(e, _Call) and _strip(e.func) == "static" and len(e.args) == 1:
+            return self.value(e.args[0])
+        return e
+
+    def cell(self, e: _Call, name: str, kwargs: dict[str, Any]) -> _Call:
+        for key in ("train_state", "train_memory"):
+            flag = self.value(kwargs.pop(key, _Name("false", e.pos)))
+            if not (isinstance(flag, _Name) and flag.name == "false"):
+                raise self.error(
+                    f"{name}({key}=true) learns its initial state, which a Flux {_CELLS[name]} (starting "
+                    "from zeros) cannot hold",
+                    e.pos,
+                    unsupported=True,
+                )
+        bias = self.value(kwargs.pop("use_bias", _Name("true", e.pos)))
+        if not (isinstance(bias, _Name) and bias.name == "true"):
+            raise self.error(f"{name}(use_bias=false) has no Flux twin", e.pos, unsupported=True)
+        if e.args and isinstance(e.args[0], _Pair) is False:
+            raise self.error(f"{name} must be written {name}(in => out)", e.pos)
+        return _Call(_CELLS[name], e.args, self.keywords(kwargs), e.pos)
+
+    def wrapper(self, e: _Call, name: str, kwargs: dict[str, Any], top: bool) -> tuple[Any, bool]:
+        cell = kwargs.pop("cell", None)
+        if cell is None and len(e.args) == 1:
+            cell = e.args[0]
+        if cell is None or not (isinstance(cell, _Call) and _strip(cell.func) in _CELLS):
+            raise self.error(f"{name} must wrap an RNNCell, LSTMCell or GRUCell", e.pos)
+        last = False
+        if name == "Recurrence":
+            sequence = self.value(kwargs.pop("return_sequence", _Name("false", e.pos)))
+            last = not (isinstance(sequence, _Name) and sequence.name == "true")
+            kwargs.pop("ordering", None)  # which Julia axis is time: the Python models take time first
+        if kwargs:
+            key = next(iter(kwargs))
+            raise self.error(f"unknown keyword {key!r} for {name}", _pos(kwargs[key]))
+        return self.cell(cell, _strip(cell.func), dict(cell.kwargs)), last
+
+
+_CONTAINERS = frozenset({"Chain", "Parallel", "PairwiseFusion"})
+
+
+def _strip(name: str) -> str:
+    for prefix in _PREFIXES:
+        if name.startswith(prefix):
+            return name[len(prefix) :]
+    return name
+
+
+def _pos(e: Any) -> int:
+    return int(getattr(e, "pos", 0))
+
+
+def parse_lux_architecture(text: str) -> tuple[Layer, bool]:
+    """``(Layer tree of the equivalent Flux model, last_step)`` for a Lux model printed as ``text``
+    (never evaluated); ``last_step`` is true for a top-level ``Recurrence(cell)`` (Lux's default
+    ``return_sequence=false``), whose output is the last step of the Flux layer's.
+
+    Raises:
+        ConversionError: text that is not a Lux model (its line and column named).
+        UnsupportedError: a Lux layer with no Flux twin (the Lux ``LayerNorm``, a cell learning its
+            initial state, a ``Recurrence`` keeping only its last step inside a container).
+
+    Example:
+        >>> text = "Chain(layer_1 = Dense(2 => 8, relu; use_bias=false), layer_2 = FlattenLayer())"
+        >>> net, last = parse_lux_architecture(text)
+        >>> net.kinds(), net.names, net.children[0].args["bias"], last
+        (['Chain', 'Dense', 'flatten'], ('layer_1', 'layer_2'), False, False)
+        >>> cell, last = parse_lux_architecture("Recurrence(LSTMCell(2 => 8))")
+        >>> cell.kind, cell.args["out"], last
+        ('LSTM', 8, True)
+    """
+    flux, last = _LuxRewriter(text).layer(_Parser(text).parse(), top=True)
+    return _Builder(text).layer(flux), last
