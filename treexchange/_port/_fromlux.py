@@ -30,7 +30,7 @@ from treexchange._port._fromflux import _read, build_target
 from treexchange._port._lux import LUX_VERSIONS
 from treexchange._port._luxarch import parse_lux_architecture
 from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
-from treexchange._values import JuliaStruct
+from treexchange._values import JuliaStruct, NamedTuple
 
 # ps names only one Lux version uses: the 0.5 recurrent cells' and Lux ≥ 1's two recurrent biases.
 _V05_NAMES = frozenset({"weight_i", "weight_h", "bias_i", "bias_h"})
@@ -223,18 +223,37 @@ def _port(
     layer, last_step = parse_lux_architecture(text)
     _check_layers(layer, lux, st_value is None)
 
+    parts = [(ps_path, ps_value)] if st_path is None else [(ps_path, ps_value), (st_path, st_value)]
+    values = _nest(parts)
+
+    def view(model: Any) -> Any:
+        # one restore for ps and st: a part's restore would keep the other's arrays as the (abstract) build has them
+        if st_path is None:
+            return _nest([(ps_path, lux_state(model, lux=lux, part="ps"))])
+        ps_view, st_view = lux_state(model, lux=lux)
+        return _nest([(ps_path, ps_view), (st_path, st_view)])
+
     def fill(model: Any) -> Any:
-        model = restore(ps_value, like=model, layout=_layout(lux, "ps"), path=ps_path)
-        if st_value is not None:
-            model = restore(st_value, like=model, layout=_layout(lux, "st"), path=st_path or ())
-        return model
+        return restore(values, like=model, layout=view)
 
     model = build_target(layer, fill, target=target, era=DEFAULT_FLUX_ERA, key=key)
     return _keep_last_step(model, target) if last_step else model
 
 
-def _layout(lux: str, part: str) -> Any:
-    return functools.partial(lux_state, lux=lux, part=part)
+def _nest(parts: list[tuple[tuple[PathSegment, ...], Any]]) -> NamedTuple:
+    """NamedTuples holding each value at its path (``[(("ps", "lstm_cell"), a), (("st", "lstm_cell"), b)]``
+    -> ``(ps = (lstm_cell = a,), st = (lstm_cell = b,))``): a restore's messages then name the file's paths."""
+    root: dict[Any, Any] = {}
+    for path, value in parts:
+        node = root
+        for segment in path[:-1]:
+            node = node.setdefault(segment, {})
+        node[path[-1]] = value
+
+    def freeze(node: Any) -> Any:
+        return NamedTuple((str(k), freeze(v)) for k, v in node.items()) if isinstance(node, dict) else node
+
+    return freeze(root)
 
 
 def _check_layers(layer: Layer, lux: str, no_st: bool) -> None:

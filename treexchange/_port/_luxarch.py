@@ -11,6 +11,8 @@ constructor table builds the Layer. Positions in errors are those of the Lux tex
   booleans) are ``true``/``false``;
 - ``Conv(…; cross_correlation=true)`` is Flux's ``CrossCor``; ``FlattenLayer()`` is ``flatten``;
   ``NoOpLayer()`` is ``identity``; ``WrappedFunction(f)`` is ``f`` (a named NNlib function);
+- a container printed with its layers named ``layer_1``, ``layer_2``, … (as Lux prints every
+  positional container, those being its ``ps`` keys) is the positional Flux container;
 - the cells ``RNNCell``, ``LSTMCell``, ``GRUCell`` are Flux's ``RNN``, ``LSTM``, ``GRU``: the cell run
   over a sequence from a zero state, every step's output returned (Lux's ``init_state`` default is
   zeros, except the Lux 0.5 ``RNNCell``'s, ones: refused by the caller). ``Recurrence(cell;
@@ -99,6 +101,11 @@ class _LuxRewriter:
             if isinstance(kwargs.get("name"), _Name) and kwargs["name"].name == "nothing":
                 del kwargs["name"]
         args = tuple(self.child(a) for a in e.args)
+        if name in _CONTAINERS and _positional_names(kwargs):
+            # Lux prints a positional container's layers as layer_1 = …, layer_2 = …, the keys of its
+            # ps: the Flux twin is the positional container, whose layers Lux's layout names so too
+            args += tuple(self.child(v) for v in kwargs.values())
+            kwargs = {}
         return _Call(name, args, self.keywords(kwargs, child=name in _CONTAINERS), e.pos), False
 
     def child(self, e: Any) -> Any:
@@ -167,6 +174,10 @@ class _LuxRewriter:
 _CONTAINERS = frozenset({"Chain", "Parallel", "PairwiseFusion"})
 
 
+def _positional_names(kwargs: dict[str, Any]) -> bool:
+    return bool(kwargs) and list(kwargs) == [f"layer_{i}" for i in range(1, len(kwargs) + 1)]
+
+
 def _strip(name: str) -> str:
     for prefix in _PREFIXES:
         if name.startswith(prefix):
@@ -192,7 +203,7 @@ def parse_lux_architecture(text: str) -> tuple[Layer, bool]:
         >>> text = "Chain(layer_1 = Dense(2 => 8, relu; use_bias=false), layer_2 = FlattenLayer())"
         >>> net, last = parse_lux_architecture(text)
         >>> net.kinds(), net.names, net.children[0].args["bias"], last
-        (['Chain', 'Dense', 'flatten'], ('layer_1', 'layer_2'), False, False)
+        (['Chain', 'Dense', 'flatten'], None, False, False)
         >>> cell, last = parse_lux_architecture("Recurrence(LSTMCell(2 => 8))")
         >>> cell.kind, cell.args["out"], last
         ('LSTM', 8, True)
