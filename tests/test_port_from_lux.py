@@ -240,7 +240,8 @@ def test_an_architecture_that_does_not_fit_lists_every_misfit_with_its_path() ->
 @needs_spiral
 def test_named_parts_must_match_the_entries_of_ps() -> None:
     with pytest.raises(tx.ConversionError, match="'head'"):
-        tx.from_lux(SPIRAL, "ps_trained", "st_trained", {"lstm_cell": "LSTMCell(2 => 8)", "head": "Dense(8 => 1)"})
+        parts = {"lstm_cell": "LSTMCell(2 => 8)", "head": "Dense(8 => 1)"}
+        tx.from_lux(SPIRAL, "ps_trained", "st_trained", parts)
     with pytest.raises(tx.ConversionError, match="classifier"):  # holds arrays: cannot be left out
         tx.from_lux(SPIRAL, "ps_trained", "st_trained", {"lstm_cell": "LSTMCell(2 => 8)"})
 
@@ -277,9 +278,10 @@ def test_a_lux_05_rnn_cell_is_refused_because_it_starts_from_ones(tmp_path: Path
 
 # --- the other real Lux file ------------------------------------------------------------------------
 
+EIKONET_BLOCK = "SkipConnection(Chain(Dense(16 => 32, elu), Dense(32 => 16, elu)), +)"
 EIKONET_PARTS = {
     "layer_2": "Dense(4 => 16, elu)",
-    **{f"layer_{i}": "SkipConnection(Chain(Dense(16 => 32, elu), Dense(32 => 16, elu)), +)" for i in range(3, 9)},
+    **{f"layer_{i}": EIKONET_BLOCK for i in range(3, 9)},
     "layer_9": "Dense(16 => 1, relu)",
 }
 

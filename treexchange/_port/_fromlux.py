@@ -148,7 +148,8 @@ def from_lux(
         >>> rng = np.random.default_rng(0)
         >>> w1, b1 = rng.standard_normal((8, 2), np.float32), rng.standard_normal((8, 1), np.float32)
         >>> w2, b2 = rng.standard_normal((1, 8), np.float32), rng.standard_normal((1, 1), np.float32)
-        >>> ps = tx.NamedTuple(layer_1=tx.NamedTuple(weight=w1, bias=b1), layer_2=tx.NamedTuple(weight=w2, bias=b2))
+        >>> nt = tx.NamedTuple
+        >>> ps = nt(layer_1=nt(weight=w1, bias=b1), layer_2=nt(weight=w2, bias=b2))
         >>> st = tx.NamedTuple(layer_1=tx.NamedTuple(), layer_2=tx.NamedTuple())
         >>> path = os.path.join(tempfile.mkdtemp(), "lux.jld2")
         >>> tx.save(path, ps=ps, st=st)
@@ -227,7 +228,8 @@ def _port(
     values = _nest(parts)
 
     def view(model: Any) -> Any:
-        # one restore for ps and st: a part's restore would keep the other's arrays as the (abstract) build has them
+        # ps and st in one restore: a restore of one part keeps the other's leaves as the build has them
+        # (shapes only, for a model built by shape)
         if st_path is None:
             return _nest([(ps_path, lux_state(model, lux=lux, part="ps"))])
         ps_view, st_view = lux_state(model, lux=lux)
@@ -241,8 +243,8 @@ def _port(
 
 
 def _nest(parts: list[tuple[tuple[PathSegment, ...], Any]]) -> NamedTuple:
-    """NamedTuples holding each value at its path (``[(("ps", "lstm_cell"), a), (("st", "lstm_cell"), b)]``
-    -> ``(ps = (lstm_cell = a,), st = (lstm_cell = b,))``): a restore's messages then name the file's paths."""
+    """NamedTuples holding each value at its path: ``[(("ps", "cell"), a), (("st", "cell"), b)]`` ->
+    ``(ps = (cell = a,), st = (cell = b,))``, so that a restore's messages name the file's paths."""
     root: dict[Any, Any] = {}
     for path, value in parts:
         node = root
