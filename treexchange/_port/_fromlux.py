@@ -25,6 +25,7 @@ import numpy as np
 
 from treexchange._bridge import restore
 from treexchange._errors import ConversionError, PathSegment, TreePath, UnsupportedError
+from treexchange._port._componentarray import component_tree, is_component_array
 from treexchange._port._flux import lux_state
 from treexchange._port._fromflux import _read, build_target
 from treexchange._port._lux import LUX_VERSIONS
@@ -127,7 +128,8 @@ def from_lux(
 
     Args:
         path: the JLD2 file.
-        ps: the entry holding the Lux parameters.
+        ps: the entry holding the Lux parameters (a NamedTuple tree, or the ``ComponentArray`` of
+            one, as ComponentArrays.jl keeps it).
         st: the entry holding the Lux states (BatchNorm's running statistics), or ``None`` when the
             file has none (then the model must not need them).
         architecture: the Lux model text, or a dict from the names of ``ps``'s top-level entries to
@@ -166,6 +168,8 @@ def from_lux(
     if lux is not None and lux not in LUX_VERSIONS:
         raise ValueError(f"lux must be one of {', '.join(LUX_VERSIONS)} or None, not {lux!r}")
     ps_value = _read(path, ps)
+    if is_component_array(ps_value):  # ComponentArray(ps), as Optimization.jl / DiffEqFlux users save it
+        ps_value = component_tree(ps_value, path=(ps,))
     st_value = _read(path, st) if st is not None else None
     version = lux if lux is not None else lux_version(ps_value)
     port = functools.partial(_port, target=target, lux=version, key=key)
