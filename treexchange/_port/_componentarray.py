@@ -41,13 +41,15 @@ def component_tree(value: JuliaStruct, *, path: TreePath = ()) -> NamedTuple:
 
     Example:
         >>> import numpy as np
-        >>> from treexchange import JuliaType, JuliaStruct
-        >>> t = JuliaType.parse(
-        ...     "ComponentArrays.ComponentArray{Float32,1,Array{Float32,1},Tuple{ComponentArrays.Axis{("
-        ...     "w = ComponentArrays.ViewAxis{UnitRange{Int64}(1,4),nothing,"
-        ...     "ComponentArrays.ShapedAxis{(2,2)}}(), b = UnitRange{Int64}(5,6), s = 7)}}}"
-        ... )
-        >>> tree = component_tree(JuliaStruct(t, data=np.arange(1, 8, dtype=np.float32)))
+        >>> from treexchange import JuliaStruct, JuliaType, NamedTuple, Singleton
+        >>> def span(a, b):
+        ...     return JuliaStruct("UnitRange{Int64}", {"start": a, "stop": b})
+        >>> shaped = JuliaType("ComponentArrays.ShapedAxis", [(2, 2)])
+        >>> w = Singleton(JuliaType("ComponentArrays.ViewAxis", [span(1, 4), None, shaped]))
+        >>> axis = JuliaType("ComponentArrays.Axis", [NamedTuple(w=w, b=span(5, 6), s=7)])
+        >>> params = ["Float32", 1, "Array{Float32,1}", JuliaType("Tuple", [axis])]
+        >>> array = JuliaType("ComponentArrays.ComponentArray", params)
+        >>> tree = component_tree(JuliaStruct(array, {"data": np.arange(1, 8, dtype=np.float32)}))
         >>> tree.w.tolist(), tree.b.tolist(), float(tree.s)
         ([[1.0, 3.0], [2.0, 4.0]], [5.0, 6.0], 7.0)
     """
