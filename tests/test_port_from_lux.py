@@ -224,6 +224,34 @@ def test_a_top_level_recurrence_returns_the_last_step_as_lux_does(target: str, t
     np.testing.assert_allclose(p, lux_reference(ps, x.astype(np.float64)), atol=1e-5)
 
 
+@needs_spiral
+@pytest.mark.parametrize("target", ["equinox", "nnx", "linen"])
+def test_a_chain_around_a_last_step_recurrence_ports_part_by_part(target: str, tmp_path: Path) -> None:
+    """The usual Lux recurrent classifier, ``Chain(Recurrence(LSTMCell(2 => 8)), Dense(8 => 1,
+    sigmoid))``, holding the tutorial's weights: one model computing the tutorial's probabilities."""
+    ps = tx.load(SPIRAL, "ps_trained")
+    path = tmp_path / "chain.jld2"
+    lux_ps = tx.NamedTuple(layer_1=ps.lstm_cell, layer_2=ps.classifier)
+    lux_st = tx.NamedTuple(layer_1=tx.NamedTuple(), layer_2=tx.NamedTuple())
+    tx.save(path, ps=lux_ps, st=lux_st)
+    text = """Chain(
+        layer_1 = Recurrence(
+            cell = LSTMCell(2 => 8),        # 352 parameters, plus 1
+        ),
+        layer_2 = Dense(8 => 1, sigmoid),   # 9 parameters
+    )"""
+    model = tx.from_lux(path, architecture=text, target=target)
+    x, y = spiral_data(seed=3)
+    seqs = jnp.asarray(x.transpose(0, 2, 1))
+    if target == "equinox":
+        p = np.asarray(jax.vmap(model)(seqs))[:, 0]
+    elif target == "nnx":
+        p = np.asarray(model(seqs))[:, 0]
+    else:
+        p = np.asarray(model[0].apply(model[1], seqs))[:, 0]
+    assert_tutorial_numbers(p, y, lux_reference(ps, x.astype(np.float64)))
+
+
 # --- checks against the file ----------------------------------------------------------------------
 
 
@@ -249,7 +277,8 @@ def test_named_parts_must_match_the_entries_of_ps() -> None:
 @pytest.mark.parametrize(
     ("text", "match"),
     [
-        ("Chain(Recurrence(LSTMCell(2 => 8)), Dense(8 => 1))", "last step"),
+        ("Chain(SkipConnection(Recurrence(LSTMCell(2 => 8)), +), Dense(8 => 1))", "last step"),
+        ("Parallel(+, Chain(Recurrence(LSTMCell(2 => 8))), Dense(2 => 8))", "last step"),
         ("LSTMCell(2 => 8; train_state=true)", "initial state"),
         ("LayerNorm((4,))", "LayerNorm"),
         ("Chain(Dense(2 => 8), Scan(3))", "Scan"),

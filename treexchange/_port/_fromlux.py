@@ -29,7 +29,7 @@ from treexchange._port._componentarray import component_tree, is_component_array
 from treexchange._port._flux import lux_state
 from treexchange._port._fromflux import _read, build_target
 from treexchange._port._lux import LUX_VERSIONS
-from treexchange._port._luxarch import parse_lux_architecture
+from treexchange._port._luxarch import LuxPiece, parse_lux_architecture
 from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
 from treexchange._values import JuliaStruct, NamedTuple
 
@@ -123,8 +123,9 @@ def from_lux(
     features)``), nnx and linen take a batch with channels last (``(batch, time, features)``). A Lux
     recurrent cell (``LSTMCell``, ``Recurrence(…; return_sequence=true)``,
     ``StatefulRecurrentCell``) is the layer running it over a sequence from Lux's zero state and
-    returning every step's output (its ``.cell`` steps once); a top-level ``Recurrence(cell)``
-    returns the last step only, as Lux does. An Equinox model with BatchNorm is ``(model, state)``.
+    returning every step's output (its ``.cell`` steps once); ``Recurrence(cell)`` returns the last
+    step only, as Lux does (a Chain around it is ported part by part, as the target's Sequential).
+    An Equinox model with BatchNorm is ``(model, state)``.
 
     Args:
         path: the JLD2 file.
@@ -180,7 +181,7 @@ def from_lux(
         name: port(
             text,
             ps_value[name],
-            None if st_value is None else _part(st_value, name, st or ""),
+            None if st_value is None else _part(st_value, name, (st or "",)),
             (ps, name),
             None if st is None else (st, name),
         )
@@ -208,10 +209,10 @@ def _parts(architecture: Mapping[str, str], ps_value: Any, ps: str) -> dict[str,
     return dict(architecture)
 
 
-def _part(st_value: Any, name: str, st: str) -> Any:
-    if isinstance(st_value, Mapping) and name in st_value:
-        return st_value[name]
-    raise ConversionError(f"st has no entry {name!r} beside ps's", path=(st,))
+def _part(value: Any, name: str, path: tuple[PathSegment, ...]) -> Any:
+    if isinstance(value, Mapping) and not isinstance(value, JuliaStruct) and name in value:
+        return value[name]
+    raise ConversionError(f"no entry {name!r} here, where the architecture has a part", path=path)
 
 
 def _port(
@@ -225,9 +226,34 @@ def _port(
     lux: str,
     key: Any,
 ) -> Any:
-    layer, last_step = parse_lux_architecture(text)
-    _check_layers(layer, lux, st_value is None)
+    piece = parse_lux_architecture(text)
+    return _port_piece(piece, ps_value, st_value, ps_path, st_path, target=target, lux=lux, key=key)
 
+
+def _port_piece(
+    piece: LuxPiece,
+    ps_value: Any,
+    st_value: Any,
+    ps_path: tuple[PathSegment, ...],
+    st_path: tuple[PathSegment, ...] | None,
+    *,
+    target: str,
+    lux: str,
+    key: Any,
+) -> Any:
+    if piece.layer is None:  # a Chain around a last-step Recurrence: its parts, run in order
+        steps = []
+        for name, part in piece.parts:
+            sub_st = None if st_path is None else _part(st_value, name, st_path)
+            sub_st_path = None if st_path is None else (*st_path, name)
+            ps_part = _part(ps_value, name, ps_path)
+            model = _port_piece(
+                part, ps_part, sub_st, (*ps_path, name), sub_st_path, target=target, lux=lux, key=key
+            )
+            steps.append((model, False))  # a part's own last step is taken in it
+        return _in_order(steps, target)
+    layer = piece.layer
+    _check_layers(layer, lux, st_value is None)
     parts = [(ps_path, ps_value)] if st_path is None else [(ps_path, ps_value), (st_path, st_value)]
     values = _nest(parts)
 
@@ -243,7 +269,7 @@ def _port(
         return restore(values, like=model, layout=view)
 
     model = build_target(layer, fill, target=target, era=DEFAULT_FLUX_ERA, key=key)
-    return _keep_last_step(model, target) if last_step else model
+    return _in_order([(model, True)], target) if piece.last_step else model
 
 
 def _nest(parts: list[tuple[tuple[PathSegment, ...], Any]]) -> NamedTuple:
@@ -273,23 +299,37 @@ def _check_layers(layer: Layer, lux: str, no_st: bool) -> None:
             raise ConversionError("BatchNorm's running statistics are in Lux's st: pass st=")
 
 
-def _keep_last_step(model: Any, target: str) -> Any:
-    """A top-level ``Recurrence(cell)``: Lux's output is the last step of the sequence the Flux
-    layer returns (time is the first axis of an Equinox sample, the second of an nnx/linen batch)."""
+def _in_order(steps: list[tuple[Any, bool]], target: str) -> Any:
+    """The target's sequential model of ``(model, last_step)`` steps, the last time step taken after
+    each step marked so (Lux's ``Recurrence(cell)``: time is the first axis of an Equinox sample, the
+    second of an nnx/linen batch)."""
     if target == "equinox":
         import equinox as eqx  # costly to import: only for an Equinox model (already loaded by then)
 
-        return eqx.nn.Sequential([model, eqx.nn.Lambda(_last_of_sample)])
+        if any(isinstance(model, tuple) for model, _ in steps):
+            raise UnsupportedError(
+                "a Chain around Recurrence(cell) with BatchNorm is not ported to Equinox (each part "
+                "would carry its own state): use target='nnx' or give the parts per name"
+            )
+        layers: list[Any] = []
+        for model, last in steps:
+            layers += [model, eqx.nn.Lambda(_last_of_sample)] if last else [model]
+        return eqx.nn.Sequential(layers)
     if target == "nnx":
         from flax import nnx  # flax is optional (already loaded by the nnx build)
 
-        return nnx.Sequential(model, _last_of_batch)
+        return nnx.Sequential(
+            *(f for model, last in steps for f in ([model, _last_of_batch] if last else [model]))
+        )
     from flax import linen as nn  # flax is optional (already loaded by the linen build)
 
-    module, variables = model
-    return nn.Sequential([module, _last_of_batch]), {
-        collection: {"layers_0": tree} for collection, tree in variables.items()
-    }
+    modules: list[Any] = []
+    variables: dict[str, dict[str, Any]] = {}
+    for (module, module_variables), last in steps:
+        for collection, tree in module_variables.items():  # linen names a list's modules by position
+            variables.setdefault(collection, {})[f"layers_{len(modules)}"] = tree
+        modules += [module, _last_of_batch] if last else [module]
+    return nn.Sequential(modules), variables
 
 
 def _last_of_sample(h: Any) -> Any:

@@ -17,8 +17,9 @@ constructor table builds the Layer. Positions in errors are those of the Lux tex
   over a sequence from a zero state, every step's output returned (Lux's ``init_state`` default is
   zeros, except the Lux 0.5 ``RNNCell``'s, ones: refused by the caller). ``Recurrence(cell;
   return_sequence=true)`` and ``StatefulRecurrentCell(cell)`` are the same (Lux's ``ps`` of both is
-  the cell's). ``Recurrence(cell)`` returns only the last step: at the top of the text the caller
-  is told so (it wraps the model), inside a container it is refused;
+  the cell's). ``Recurrence(cell)`` returns only the last step, which no Flux layer does: at the
+  top of the text, or in a Chain (which is then ported part by part), the caller takes it
+  (:class:`LuxPiece`); inside another container it is refused;
 - a trainable initial state (``train_state=true``, ``train_memory=true``) or a cell without bias
   has no Flux twin: refused, naming its position.
 
@@ -28,6 +29,7 @@ which is not Flux's ``LayerNorm``: refused, as are Lux layers with no Flux twin.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from treexchange._errors import ConversionError, UnsupportedError
@@ -60,19 +62,19 @@ class _LuxRewriter:
         where = f"{message} at {_where(self.text, pos)} of the architecture"
         return UnsupportedError(where) if unsupported else ConversionError(where)
 
-    def layer(self, e: Any, top: bool = False) -> tuple[Any, bool]:
+    def layer(self, e: Any) -> tuple[Any, bool]:
         """``(Flux expression, last_step)``: last_step for a ``Recurrence`` keeping only its last output."""
         if isinstance(e, _Call):
-            return self.call(e, top)
+            return self.call(e)
         return e, False  # names (functions), lambdas: the Flux builder judges them
 
-    def call(self, e: _Call, top: bool) -> tuple[Any, bool]:
+    def call(self, e: _Call) -> tuple[Any, bool]:
         name = _strip(e.func)
         kwargs = dict(e.kwargs)
         if name in ("True", "False") and not e.args:
             return _Name(name.lower(), e.pos), False
         if name in ("Recurrence", "StatefulRecurrentCell"):
-            return self.wrapper(e, name, kwargs, top)
+            return self.wrapper(e, name, kwargs)
         if name in _CELLS:
             return self.cell(e, name, kwargs), False
         if name == "Conv" and "cross_correlation" in kwargs:
@@ -100,6 +102,9 @@ class _LuxRewriter:
             kwargs.pop("disable_optimizations", None)
             if isinstance(kwargs.get("name"), _Name) and kwargs["name"].name == "nothing":
                 del kwargs["name"]
+            split = self.split_chain(e, kwargs)
+            if split is not None:
+                return split, False
         args = tuple(self.child(a) for a in e.args)
         if name in _CONTAINERS and _positional_names(kwargs):
             # Lux prints a positional container's layers as layer_1 = …, layer_2 = …, the keys of its
@@ -111,16 +116,29 @@ class _LuxRewriter:
     def child(self, e: Any) -> Any:
         if isinstance(e, (_Call, _Name, _Lambda)) or not isinstance(e, (_Pair, _Tuple)):
             flux, last = self.layer(e)
-            if last:
+            if last or isinstance(flux, _Split):
                 raise self.error(
                     "Recurrence(cell) keeps only the last step (return_sequence=false), which no Flux "
-                    "layer does inside a container: give the container's parts per name "
-                    "(architecture={name: text}) and compose them, or use return_sequence=true",
+                    "layer does: it ports at the top of the text or in a Chain, not inside another "
+                    "container (give the parts per name and compose them, or use return_sequence=true)",
                     _pos(e),
                     unsupported=True,
                 )
             return flux
         return e
+
+    def split_chain(self, e: _Call, kwargs: dict[str, Any]) -> _Split | None:
+        """A Chain holding a last-step ``Recurrence`` (directly or in a Chain inside it): the Chain
+        is ported part by part, the last step taken between the parts (no Flux layer takes it)."""
+        if e.args and kwargs:
+            return None  # mixed: the Flux Chain builder reports it
+        items = list(kwargs.items()) if kwargs else [(f"layer_{i}", a) for i, a in enumerate(e.args, 1)]
+        if len(items) == 1 and not kwargs and isinstance(items[0][1], _Tuple):
+            items = [(f"layer_{i}", a) for i, a in enumerate(items[0][1].items, 1)]  # Chain([a, b])
+        parts = [(key, *self.layer(value)) for key, value in items]
+        if not any(last or isinstance(flux, _Split) for _, flux, last in parts):
+            return None
+        return _Split(tuple(parts), e.pos)
 
     def keywords(self, kwargs: dict[str, Any], child: bool = False) -> tuple[tuple[str, Any], ...]:
         out = []
@@ -154,7 +172,7 @@ class _LuxRewriter:
             raise self.error(f"{name} must be written {name}(in => out)", e.pos)
         return _Call(_CELLS[name], e.args, self.keywords(kwargs), e.pos)
 
-    def wrapper(self, e: _Call, name: str, kwargs: dict[str, Any], top: bool) -> tuple[Any, bool]:
+    def wrapper(self, e: _Call, name: str, kwargs: dict[str, Any]) -> tuple[Any, bool]:
         cell = kwargs.pop("cell", None)
         if cell is None and len(e.args) == 1:
             cell = e.args[0]
@@ -189,24 +207,49 @@ def _pos(e: Any) -> int:
     return int(getattr(e, "pos", 0))
 
 
-def parse_lux_architecture(text: str) -> tuple[Layer, bool]:
-    """``(Layer tree of the equivalent Flux model, last_step)`` for a Lux model printed as ``text``
-    (never evaluated); ``last_step`` is true for a top-level ``Recurrence(cell)`` (Lux's default
-    ``return_sequence=false``), whose output is the last step of the Flux layer's.
+@dataclasses.dataclass(frozen=True)
+class _Split:
+    """A Chain to port part by part: ``(ps key, Flux expression or _Split, last_step)`` each."""
+
+    parts: tuple[tuple[str, Any, bool], ...]
+    pos: int
+
+
+@dataclasses.dataclass(frozen=True)
+class LuxPiece:
+    """What a Lux text ports to: one Flux-twin ``layer`` (its output's last time step when
+    ``last_step``), or, for a Chain holding a last-step ``Recurrence``, ``parts`` to port one by one
+    and run in order (``(ps key, LuxPiece)`` each)."""
+
+    layer: Layer | None = None
+    last_step: bool = False
+    parts: tuple[tuple[str, LuxPiece], ...] = ()
+
+
+def parse_lux_architecture(text: str) -> LuxPiece:
+    """What a Lux model printed as ``text`` ports to (parsed, never evaluated): the Layer tree of the
+    equivalent Flux model, or, where Lux's ``Recurrence(cell)`` keeps only the last time step (which
+    no Flux layer does), the parts of the Chain around it.
 
     Raises:
         ConversionError: text that is not a Lux model (its line and column named).
         UnsupportedError: a Lux layer with no Flux twin (the Lux ``LayerNorm``, a cell learning its
-            initial state, a ``Recurrence`` keeping only its last step inside a container).
+            initial state, a last-step ``Recurrence`` inside a container other than a Chain).
 
     Example:
         >>> text = "Chain(layer_1 = Dense(2 => 8, relu; use_bias=false), layer_2 = FlattenLayer())"
-        >>> net, last = parse_lux_architecture(text)
-        >>> net.kinds(), net.names, net.children[0].args["bias"], last
-        (['Chain', 'Dense', 'flatten'], None, False, False)
-        >>> cell, last = parse_lux_architecture("Recurrence(LSTMCell(2 => 8))")
-        >>> cell.kind, cell.args["out"], last
-        ('LSTM', 8, True)
+        >>> net = parse_lux_architecture(text).layer
+        >>> net.kinds(), net.names, net.children[0].args["bias"]
+        (['Chain', 'Dense', 'flatten'], None, False)
+        >>> piece = parse_lux_architecture("Chain(Recurrence(LSTMCell(2 => 8)), Dense(8 => 1, sigmoid))")
+        >>> [(key, part.layer.kind, part.last_step) for key, part in piece.parts]
+        [('layer_1', 'LSTM', True), ('layer_2', 'Dense', False)]
     """
-    flux, last = _LuxRewriter(text).layer(_Parser(text).parse(), top=True)
-    return _Builder(text).layer(flux), last
+    builder = _Builder(text)
+
+    def piece(flux: Any, last: bool) -> LuxPiece:
+        if isinstance(flux, _Split):
+            return LuxPiece(parts=tuple((key, piece(sub, sub_last)) for key, sub, sub_last in flux.parts))
+        return LuxPiece(builder.layer(flux), last)
+
+    return piece(*_LuxRewriter(text).layer(_Parser(text).parse()))
