@@ -6,9 +6,12 @@ Flux layers under other names, so the port goes through Flux (docs/from_lux.md):
 1. the Lux model text is parsed into the Layer tree of the equivalent Flux model
    (:mod:`._luxarch`);
 2. :func:`~._fromflux.build_target` builds the Equinox / nnx / linen model of that tree by shape;
-3. a restore with the Lux layout (:func:`~._flux.lux_state`, ``part="ps"`` then ``part="st"``) puts
-   every Lux array at its Flux place, checking the file against the shapes the architecture implies
-   (a :class:`~treexchange.MismatchError` lists every misfit with its path).
+3. one restore of ``ps`` and ``st`` with the Lux layout (:func:`~._flux.lux_state`) puts every Lux
+   array at its Flux place, checking the file against the shapes the architecture implies (a
+   :class:`~treexchange.MismatchError` lists every misfit with its path in the file).
+
+Lux's ``Recurrence(cell)`` keeps only the last time step, which no Flux layer does: that step is
+taken after the ported layer, and a Chain around it is ported part by part (:class:`~._luxarch.LuxPiece`).
 
 The Lux version (0.5 or ≥ 1) decides the names and bias shapes the layout expects; it is read
 from ``ps`` when not given (:func:`lux_version`).
