@@ -252,6 +252,22 @@ def test_a_chain_around_a_last_step_recurrence_ports_part_by_part(target: str, t
     assert_tutorial_numbers(p, y, lux_reference(ps, x.astype(np.float64)))
 
 
+@needs_spiral
+def test_a_stateful_recurrent_cell_ports_as_its_cell_over_consecutive_calls(tmp_path: Path) -> None:
+    """``StatefulRecurrentCell(LSTMCell(2 => 8))``: ``ps`` is the cell's, ``st`` is ``(cell = (rng,),
+    carry = nothing)``; fed one sequence step by step from a fresh carry it gives the cell's outputs."""
+    ps, st = tx.load(SPIRAL, "ps_trained"), tx.load(SPIRAL, "st_trained")
+    path = tmp_path / "stateful.jld2"
+    stateful_st = tx.NamedTuple(
+        lstm_cell=tx.NamedTuple(cell=st.lstm_cell, carry=None), classifier=st.classifier
+    )
+    tx.save(path, ps=ps, st=stateful_st)
+    parts = {"lstm_cell": "StatefulRecurrentCell(LSTMCell(2 => 8))", "classifier": "Dense(8 => 1, sigmoid)"}
+    ported = tx.from_lux(path, architecture=parts)
+    x, y = spiral_data(seed=4)
+    assert_tutorial_numbers(run_parts(ported, "equinox", x), y, lux_reference(ps, x.astype(np.float64)))
+
+
 # --- checks against the file ----------------------------------------------------------------------
 
 
