@@ -363,14 +363,52 @@ def test_eikonet_ports_and_computes_what_lux_computes(form: str) -> None:
 # --- Conv, BatchNorm, Lux names for Flux's CrossCor and flatten ----------------------------------------
 
 
+def _random_lux_cnn(rng: np.random.Generator, lux: str) -> tuple[Any, Any, Any, Any]:
+    """Random Lux ``(ps, st)`` of the chain below as Lux ``lux`` stores them, and the same in Lux 1's
+    shapes (what the numpy forward reads)."""
+    nt = tx.NamedTuple
+
+    def rand(*shape: int, low: float | None = None) -> np.ndarray:
+        a = rng.uniform(low, 1.5, shape) if low is not None else rng.standard_normal(shape)
+        return a.astype(np.float32)
+
+    ps = nt(
+        layer_1=nt(weight=rand(3, 3, 2, 4), bias=rand(4)),
+        layer_2=nt(scale=rand(4), bias=rand(4)),
+        layer_3=nt(weight=rand(2, 2, 4, 3), bias=rand(3)),
+        layer_4=nt(),
+        layer_5=nt(weight=rand(5, 27), bias=rand(5)),
+    )
+    training = tx.Singleton("Base.Val{true}")
+    st = nt(
+        layer_1=nt(),
+        layer_2=nt(running_mean=rand(4), running_var=rand(4, low=0.5), training=training),
+        layer_3=nt(),
+        layer_4=nt(),
+        layer_5=nt(),
+    )
+    if lux == "1":
+        return ps, st, ps, st
+    conv = {"layer_1": (1, 1, 4, 1), "layer_3": (1, 1, 3, 1), "layer_5": (5, 1)}  # Lux 0.5 bias shapes
+    stored = nt(
+        (
+            name,
+            nt({**layer, "bias": np.ascontiguousarray(layer.bias.reshape(conv[name]))})
+            if name in conv
+            else layer,
+        )
+        for name, layer in ps.items()
+    )
+    return stored, st, ps, st
+
+
 @pytest.mark.parametrize("lux", ["1", "0.5"])
 @pytest.mark.parametrize("target", ["equinox", "nnx"])
 def test_a_conv_batchnorm_chain_ports_from_its_lux_text(lux: str, target: str, tmp_path: Path) -> None:
-    from test_port_lux import _lux_cnn_forward, _random_cnn  # random Lux ps/st and Lux's numpy forward
+    from test_port_lux import _lux_cnn_forward  # Lux's numpy forward of this chain
 
-    like, (ps, st) = _random_cnn(3)
+    lux_ps, lux_st, ps, st = _random_lux_cnn(np.random.default_rng(3), lux)
     path = tmp_path / "cnn.jld2"
-    lux_ps, lux_st = tx.lux_state(like, lux=lux)
     tx.save(path, ps=lux_ps, st=lux_st)
     text = """Chain(
         layer_1 = Conv((3, 3), 2 => 4),                                  # 76 parameters
