@@ -290,6 +290,32 @@ def test_named_parts_must_match_the_entries_of_ps() -> None:
         tx.from_lux(SPIRAL, "ps_trained", "st_trained", {"lstm_cell": "LSTMCell(2 => 8)"})
 
 
+@needs_spiral
+def test_wrong_arguments_are_named() -> None:
+    with pytest.raises(TypeError, match="architecture must be"):
+        tx.from_lux(SPIRAL, "ps_trained", "st_trained", 123)  # type: ignore[arg-type]
+    with pytest.raises(tx.TreexchangeError, match="nope"):
+        tx.from_lux(SPIRAL, "nope", "st_trained", "Dense(2 => 3)")
+    with pytest.raises(tx.ConversionError, match="line 1, column 22"):
+        tx.from_lux(SPIRAL, "ps_trained", "st_trained", "Chain(Dense(2 => 8), ")
+    with pytest.raises(ValueError, match="lux must be"):
+        tx.from_lux(SPIRAL, "ps_trained", "st_trained", SPIRAL_PARTS, lux="2")
+
+
+def test_batchnorm_needs_the_st_holding_its_statistics(tmp_path: Path) -> None:
+    lux_ps, lux_st, _, _ = _random_lux_cnn(np.random.default_rng(0), "1")
+    path = tmp_path / "cnn.jld2"
+    tx.save(path, ps=lux_ps, st=lux_st)
+    with pytest.raises(tx.ConversionError, match="pass st="):
+        tx.from_lux(path, st=None, architecture=CNN_TEXT)
+    with pytest.raises(tx.MismatchError, match=r"st\.layer_2\.running_var"):  # its statistics must fit
+        wrong = tx.NamedTuple(
+            {**lux_st, "layer_2": tx.NamedTuple({**lux_st.layer_2, "running_var": np.ones(5)})}
+        )
+        tx.save(path, ps=lux_ps, st=wrong)
+        tx.from_lux(path, architecture=CNN_TEXT)
+
+
 @pytest.mark.parametrize(
     ("text", "match"),
     [
@@ -363,6 +389,15 @@ def test_eikonet_ports_and_computes_what_lux_computes(form: str) -> None:
 # --- Conv, BatchNorm, Lux names for Flux's CrossCor and flatten ----------------------------------------
 
 
+CNN_TEXT = """Chain(
+    layer_1 = Conv((3, 3), 2 => 4),                                  # 76 parameters
+    layer_2 = BatchNorm(4, relu; epsilon=1.0f-5),                    # 8 parameters, plus 9 states
+    layer_3 = Conv((2, 2), 4 => 3, tanh; cross_correlation=true),    # 51 parameters
+    layer_4 = FlattenLayer(),
+    layer_5 = Dense(27 => 5),                                        # 140 parameters
+)"""
+
+
 def _random_lux_cnn(rng: np.random.Generator, lux: str) -> tuple[Any, Any, Any, Any]:
     """Random Lux ``(ps, st)`` of the chain below as Lux ``lux`` stores them, and the same in Lux 1's
     shapes (what the numpy forward reads)."""
@@ -410,13 +445,7 @@ def test_a_conv_batchnorm_chain_ports_from_its_lux_text(lux: str, target: str, t
     lux_ps, lux_st, ps, st = _random_lux_cnn(np.random.default_rng(3), lux)
     path = tmp_path / "cnn.jld2"
     tx.save(path, ps=lux_ps, st=lux_st)
-    text = """Chain(
-        layer_1 = Conv((3, 3), 2 => 4),                                  # 76 parameters
-        layer_2 = BatchNorm(4, relu; epsilon=1.0f-5),                    # 8 parameters, plus 9 states
-        layer_3 = Conv((2, 2), 4 => 3, tanh; cross_correlation=true),    # 51 parameters
-        layer_4 = FlattenLayer(),
-        layer_5 = Dense(27 => 5),                                        # 140 parameters
-    )"""
+    text = CNN_TEXT
     model = tx.from_lux(path, architecture=text, target=target)
     x = np.random.default_rng(1).standard_normal((6, 6, 2, 5)).astype(np.float32)  # Julia WHCN
     want = _lux_cnn_forward(ps, st, x.astype(np.float64))

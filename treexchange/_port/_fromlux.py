@@ -179,6 +179,8 @@ def from_lux(
     port = functools.partial(_port, target=target, lux=version, key=key)
     if isinstance(architecture, str):
         return port(architecture, ps_value, st_value, (ps,), None if st is None else (st,))
+    if not isinstance(architecture, Mapping):
+        raise TypeError(f"architecture must be the Lux text or a dict of texts, not {type(architecture)}")
     parts = _parts(architecture, ps_value, ps)
     return {
         name: port(
