@@ -358,8 +358,10 @@ EIKONET_PARTS = {
 
 
 @pytest.mark.skipif(not EIKONET.is_file(), reason=SKIP_REASON)
-@pytest.mark.parametrize("form", ["parts", "chain"])
-def test_eikonet_ports_and_computes_what_lux_computes(form: str) -> None:
+@pytest.mark.parametrize(
+    ("form", "target"), [("parts", "equinox"), ("chain", "equinox"), ("chain", "nnx"), ("chain", "linen")]
+)
+def test_eikonet_ports_and_computes_what_lux_computes(form: str, target: str) -> None:
     """EikoNet's Lux chain; its ``layer_1`` (the repository's own ``CylindricalSymmetry`` feature map,
     no parameters) has no Lux twin: left out of the parts, or a ``NoOpLayer()`` in the chain (the
     test feeds its 4 output features directly)."""
@@ -379,8 +381,13 @@ def test_eikonet_ports_and_computes_what_lux_computes(form: str) -> None:
         got = np.asarray(jax.vmap(forward)(samples)).T
     else:
         text = "Chain(NoOpLayer(), " + ", ".join(EIKONET_PARTS.values()) + ")"
-        model = tx.from_lux(EIKONET, architecture=text)
-        got = np.asarray(jax.vmap(model)(samples)).T
+        model = tx.from_lux(EIKONET, architecture=text, target=target)
+        if target == "equinox":
+            got = np.asarray(jax.vmap(model)(samples)).T
+        elif target == "nnx":
+            got = np.asarray(model(samples)).T
+        else:
+            got = np.asarray(model[0].apply(model[1], samples)).T
     want = _eikonet_lux_forward(ps, x.astype(np.float64))
     assert np.abs(want).max() > 0
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
