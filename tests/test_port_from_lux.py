@@ -316,6 +316,51 @@ def test_batchnorm_needs_the_st_holding_its_statistics(tmp_path: Path) -> None:
         tx.from_lux(path, architecture=CNN_TEXT)
 
 
+LUX1_PRINTED = """Chain(
+    name = nothing,
+    layer_1 = Conv((3, 3), 1 => 4, relu, pad=1),                # 40 parameters
+    layer_2 = BatchNorm(4, relu, affine=true, track_stats=true),  # 8 parameters, plus 9
+    layer_3 = FlattenLayer{Nothing}(nothing),
+    layer_4 = SkipConnection(
+        connection = +,
+        layers = Chain(
+            name = nothing,
+            layer_1 = Dense(16 => 16, elu),                        # 272 parameters
+        ),
+    ),
+    layer_5 = Parallel(
+        connection = vcat,
+        layer_1 = Dense(16 => 3),                                   # 51 parameters
+        layer_2 = Dense(16 => 3; use_bias=false),                   # 48 parameters
+        name = nothing,
+    ),
+)         # Total: 419 parameters,
+          #        plus 9 states."""
+
+
+def test_the_forms_lux_1_prints_are_read() -> None:
+    """Lux ≥ 1's ``show`` names every field of a container (``name = nothing``, ``connection = +``,
+    ``layers = …``), prints static booleans as ``static(false)`` and some layers with their type
+    parameters: all read as the Flux twin."""
+    from treexchange._port._luxarch import parse_lux_architecture
+
+    net = parse_lux_architecture(LUX1_PRINTED).layer
+    assert net is not None and net.names is None
+    kinds = ["Chain", "Conv", "BatchNorm", "flatten", "SkipConnection", "Chain", "Dense", "Parallel"]
+    assert net.kinds() == [*kinds, "Dense", "Dense"]
+    skip, parallel = net.children[3], net.children[4]
+    assert skip.args["connection"] == "+" and parallel.args["connection"] == "vcat"
+    assert parallel.children[1].args["bias"] is False
+    assert net.children[0].args["pad"] == (1, 1, 1, 1)
+    recurrence = """Recurrence(
+        cell = LSTMCell(2 => 8),
+        ordering = BatchLastIndex(),
+        return_sequence = static(true),
+    )"""
+    piece = parse_lux_architecture(recurrence)
+    assert piece.layer is not None and piece.layer.kind == "LSTM" and not piece.last_step
+
+
 @pytest.mark.parametrize(
     ("text", "match"),
     [
@@ -323,6 +368,7 @@ def test_batchnorm_needs_the_st_holding_its_statistics(tmp_path: Path) -> None:
         ("Parallel(+, Chain(Recurrence(LSTMCell(2 => 8))), Dense(2 => 8))", "last step"),
         ("LSTMCell(2 => 8; train_state=true)", "initial state"),
         ("LayerNorm((4,))", "LayerNorm"),
+        ("Chain(Dense(4 => 4), FlattenLayer(N = 2))", "FlattenLayer"),
         ("Chain(Dense(2 => 8), Scan(3))", "Scan"),
     ],
 )

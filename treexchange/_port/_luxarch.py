@@ -82,6 +82,11 @@ class _LuxRewriter:
             if isinstance(flag, _Name) and flag.name == "true":
                 name = "CrossCor"
         if name == "FlattenLayer":
+            dims = [*e.args, *(v for k, v in kwargs.items() if k == "N")]
+            if len(e.args) + len(kwargs) != len(dims) or any(
+                not (isinstance(v, _Name) and v.name == "nothing") for v in dims
+            ):
+                raise self.error("FlattenLayer(N) (flattening N axes only) has no Flux twin", e.pos, True)
             return _Name("flatten", e.pos), False
         if name == "NoOpLayer":
             return _Name("identity", e.pos), False
@@ -98,10 +103,12 @@ class _LuxRewriter:
             )
         if name not in _SAME and name not in ("Conv", "CrossCor"):
             raise self.error(f"Lux layer {e.func!r} is not supported by from_lux", e.pos, unsupported=True)
-        if name == "Chain":
+        if name in _CONTAINERS or name == "SkipConnection":
             kwargs.pop("disable_optimizations", None)
             if isinstance(kwargs.get("name"), _Name) and kwargs["name"].name == "nothing":
-                del kwargs["name"]
+                del kwargs["name"]  # Lux ≥ 1 prints a container's (unset) display name
+            e = _positional_fields(e, kwargs, name)
+        if name == "Chain":
             split = self.split_chain(e, kwargs)
             if split is not None:
                 return split, False
@@ -192,6 +199,39 @@ class _LuxRewriter:
 _CONTAINERS = frozenset({"Chain", "Parallel", "PairwiseFusion"})
 
 
+def _positional_fields(e: _Call, kwargs: dict[str, Any], name: str) -> _Call:
+    """Lux ≥ 1 prints every field of a container by name (``SkipConnection(connection = +, layers =
+    …)``, ``Parallel(connection = vcat, layer_1 = …)``): the connection and wrapped layer go where
+    Flux's constructors take them (``kwargs`` is updated in place)."""
+    first = [kwargs.pop(key) for key in ("connection",) if key in kwargs and name != "Chain"]
+    last = [kwargs.pop("layers")] if name == "SkipConnection" and "layers" in kwargs else []
+    if name == "SkipConnection":
+        return _Call(e.func, (*e.args, *last, *first), e.kwargs, e.pos)
+    return _Call(e.func, (*first, *e.args), e.kwargs, e.pos)
+
+
+def _blank_type_parameters(text: str) -> str:
+    """``text`` with every ``{…}`` right after a name blanked out (Julia's default ``show`` of a
+    parametric struct, ``FlattenLayer{Nothing}(nothing)``): spaces keep every position in place for
+    the error messages."""
+    chars = list(text)
+    i = 0
+    while i < len(chars):
+        if chars[i] == "{" and i > 0 and (chars[i - 1].isalnum() or chars[i - 1] in "_!"):
+            depth, j = 0, i
+            while j < len(chars):
+                depth += {"{": 1, "}": -1}.get(chars[j], 0)
+                if depth == 0:
+                    break
+                j += 1
+            for k in range(i, min(j + 1, len(chars))):
+                if chars[k] != "\n":
+                    chars[k] = " "
+            i = j
+        i += 1
+    return "".join(chars)
+
+
 def _positional_names(kwargs: dict[str, Any]) -> bool:
     return bool(kwargs) and list(kwargs) == [f"layer_{i}" for i in range(1, len(kwargs) + 1)]
 
@@ -245,6 +285,7 @@ def parse_lux_architecture(text: str) -> LuxPiece:
         >>> [(key, part.layer.kind, part.last_step) for key, part in piece.parts]
         [('layer_1', 'LSTM', True), ('layer_2', 'Dense', False)]
     """
+    text = _blank_type_parameters(text)
     builder = _Builder(text)
 
     def piece(flux: Any, last: bool) -> LuxPiece:
