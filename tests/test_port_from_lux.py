@@ -368,6 +368,7 @@ def test_the_forms_lux_1_prints_are_read() -> None:
         ("Parallel(+, Chain(Recurrence(LSTMCell(2 => 8))), Dense(2 => 8))", "last step"),
         ("LSTMCell(2 => 8; train_state=true)", "initial state"),
         ("LayerNorm((4,))", "LayerNorm"),
+        ("Recurrence(GRUCell(2 => 8))", "reset product"),
         ("Chain(Dense(4 => 4), FlattenLayer(N = 2))", "FlattenLayer"),
         ("Chain(Dense(2 => 8), Scan(3))", "Scan"),
     ],

@@ -13,9 +13,10 @@ constructor table builds the Layer. Positions in errors are those of the Lux tex
   ``NoOpLayer()`` is ``identity``; ``WrappedFunction(f)`` is ``f`` (a named NNlib function);
 - a container printed with its layers named ``layer_1``, ``layer_2``, … (as Lux prints every
   positional container, those being its ``ps`` keys) is the positional Flux container;
-- the cells ``RNNCell``, ``LSTMCell``, ``GRUCell`` are Flux's ``RNN``, ``LSTM``, ``GRU``: the cell run
-  over a sequence from a zero state, every step's output returned (Lux's ``init_state`` default is
-  zeros, except the Lux 0.5 ``RNNCell``'s, ones: refused by the caller). ``Recurrence(cell;
+- the cells ``RNNCell`` and ``LSTMCell`` are Flux's ``RNN`` and ``LSTM``: the cell run over a
+  sequence from a zero state, every step's output returned (Lux's ``init_state`` default is zeros,
+  except the Lux 0.5 ``RNNCell``'s, ones: refused by the caller; ``GRUCell`` is refused, its hidden
+  bias sits inside the reset product where Flux's GRU has none). ``Recurrence(cell;
   return_sequence=true)`` and ``StatefulRecurrentCell(cell)`` are the same (Lux's ``ps`` of both is
   the cell's). ``Recurrence(cell)`` returns only the last step, which no Flux layer does: at the
   top of the text, or in a Chain (which is then ported part by part), the caller takes it
@@ -33,7 +34,7 @@ import dataclasses
 from typing import Any
 
 from treexchange._errors import ConversionError, UnsupportedError
-from treexchange._port._arch import _Builder, _Call, _Lambda, _Name, _Pair, _Parser, _Tuple, _where
+from treexchange._port._arch import _Builder, _Call, _Name, _Pair, _Parser, _Tuple, _where
 from treexchange._port._spec import Layer
 
 _DROPPED = frozenset(
@@ -121,7 +122,7 @@ class _LuxRewriter:
         return _Call(name, args, self.keywords(kwargs, child=name in _CONTAINERS), e.pos), False
 
     def child(self, e: Any) -> Any:
-        if isinstance(e, (_Call, _Name, _Lambda)) or not isinstance(e, (_Pair, _Tuple)):
+        if not isinstance(e, (_Pair, _Tuple)):  # a layer (pairs and tuples are sizes)
             flux, last = self.layer(e)
             if last or isinstance(flux, _Split):
                 raise self.error(
@@ -163,6 +164,13 @@ class _LuxRewriter:
         return e
 
     def cell(self, e: _Call, name: str, kwargs: dict[str, Any]) -> _Call:
+        if name == "GRUCell":
+            raise self.error(
+                "Lux's GRUCell adds the last block of its hidden bias inside the reset product "
+                "(r ⊙ (W_hn h + b_hn)), where Flux's GRU has none: no Flux twin to port through",
+                e.pos,
+                unsupported=True,
+            )
         for key in ("train_state", "train_memory"):
             flag = self.value(kwargs.pop(key, _Name("false", e.pos)))
             if not (isinstance(flag, _Name) and flag.name == "false"):
@@ -175,7 +183,7 @@ class _LuxRewriter:
         bias = self.value(kwargs.pop("use_bias", _Name("true", e.pos)))
         if not (isinstance(bias, _Name) and bias.name == "true"):
             raise self.error(f"{name}(use_bias=false) has no Flux twin", e.pos, unsupported=True)
-        if e.args and isinstance(e.args[0], _Pair) is False:
+        if e.args and not isinstance(e.args[0], _Pair):
             raise self.error(f"{name} must be written {name}(in => out)", e.pos)
         return _Call(_CELLS[name], e.args, self.keywords(kwargs), e.pos)
 
