@@ -30,6 +30,7 @@ from ._juliatype import JuliaType as JuliaType
 from ._limits import Limits as Limits
 from ._port._flux import flux_julia as flux_julia, flux_state as flux_state, lux_state as lux_state
 from ._port._fromflux import from_flux as from_flux
+from ._port._fromlux import from_lux as from_lux
 from ._reader import File as File, open as open
 from ._save import save as save
 from ._values import (
@@ -146,6 +147,7 @@ __all__ = [
     "flux_state",
     "flux_to_state_dict",
     "from_flux",
+    "from_lux",
     "infer_schema",
     "load",
     "load_into_module",

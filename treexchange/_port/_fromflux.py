@@ -13,7 +13,7 @@ shape error deep inside a framework.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -228,6 +228,21 @@ def from_flux(
     """
     era = check_era(flux if flux is not None else ("0.14" if architecture is None else DEFAULT_FLUX_ERA))
     layer, state = read_flux_source(path, name, architecture, flux=era)
+
+    def fill(model: Any) -> Any:
+        return load_state(model, state, path=(name,), flux=era)
+
+    return build_target(layer, fill, target=target, era=era, key=key)
+
+
+def build_target(layer: Layer, fill: Callable[[Any], Any], *, target: str, era: str, key: Any = None) -> Any:
+    """The ``target`` model of the Layer tree ``layer``, its arrays put in by ``fill`` (a restore:
+    ``fill(model) -> model``, given ``(model, eqx.nn.State)`` for an Equinox model with BatchNorm).
+
+    The model is built by shape only where the target allows it (no initial weights drawn, which
+    costs seconds of XLA compilation per layer), then filled; a leaf the fill leaves unset (an RNG
+    key) makes it build real initial weights instead. ``from_flux`` and ``from_lux`` share it.
+    """
     if target == "equinox":
         # jax and equinox (also via _eqx) are costly to import: loaded on first use
         import equinox as eqx
@@ -238,12 +253,12 @@ def from_flux(
         key = jax.random.key(0) if key is None else key
         stateful = any(sub.kind == "BatchNorm" for sub in layer.walk())  # running statistics: a State
         try:
-            return _restore_abstract(layer, state, name, key, era, stateful)
+            return _restore_abstract(layer, fill, key, era, stateful)
         except _NotConcrete:  # a leaf the restore does not fill: build real initial weights instead
             model = build_equinox(layer, key=key, flux=era)
             if stateful:
-                return load_state((model, eqx.nn.State(model)), state, path=(name,), flux=era)
-            return load_state(model, state, path=(name,), flux=era)
+                return fill((model, eqx.nn.State(model)))
+            return fill(model)
     if target == "nnx":
         try:
             # flax is optional
@@ -256,16 +271,16 @@ def from_flux(
             return build_nnx(layer, rngs=nnx.Rngs(0 if key is None else key), flux=era)
 
         try:  # by shape only, as for Equinox; RNG keys (Dropout) are not restored: then for real
-            model = load_state(nnx.eval_shape(build), state, path=(name,), flux=era)
+            model = fill(nnx.eval_shape(build))
             _require_concrete(nnx.state(model))
             return model
         except _NotConcrete:
-            return load_state(build(), state, path=(name,), flux=era)
+            return fill(build())
     if target == "linen":
         from treexchange._port._linen import build_linen  # _linen is for flax, which is optional
 
         # Shapes only, no weights drawn: the restore fills every array (linen keeps no RNG state).
-        return load_state(build_linen(layer, flux=era), state, path=(name,), flux=era)
+        return fill(build_linen(layer, flux=era))
     raise ValueError(f"target must be 'equinox', 'nnx' or 'linen', not {target!r}")
 
 
@@ -273,7 +288,7 @@ class _NotConcrete(Exception):
     """The restored model still holds a shape-only leaf."""
 
 
-def _restore_abstract(layer: Layer, state: Any, name: str, key: Any, era: str, stateful: bool) -> Any:
+def _restore_abstract(layer: Layer, fill: Callable[[Any], Any], key: Any, era: str, stateful: bool) -> Any:
     """Build the Equinox model by shape only (no weight initialisation: milliseconds instead of
     seconds of XLA compilation per layer) and let the restore fill every array.
 
@@ -290,7 +305,7 @@ def _restore_abstract(layer: Layer, state: Any, name: str, key: Any, era: str, s
 
     abstract = eqx.filter_eval_shape(lambda: build_equinox(layer, key=key, flux=era))
     if not stateful:
-        model = load_state(abstract, state, path=(name,), flux=era)
+        model = fill(abstract)
         _require_concrete(model)
         return model
 
@@ -307,7 +322,7 @@ def _restore_abstract(layer: Layer, state: Any, name: str, key: Any, era: str, s
         return jax.tree_util.tree_map(lambda s: jnp.zeros(s.shape, s.dtype), tree)
 
     model = eqx.tree_at(inits, abstract, [zeros(init) for init in inits(abstract)])
-    model, eqx_state = load_state((model, eqx.nn.State(model)), state, path=(name,), flux=era)
+    model, eqx_state = fill((model, eqx.nn.State(model)))
     model = eqx.tree_at(inits, model, [eqx_state.get(index) for index in indices(model)])
     _require_concrete(model)
     return model, eqx_state

@@ -1,0 +1,345 @@
+"""``tx.from_lux``: a runnable Python model from a trained Lux model's ``ps``/``st``, with no template.
+
+Lux keeps the weights (``ps``) and the state (``st``) apart from the model, and most Lux layers are
+Flux layers under other names, so the port goes through Flux (docs/from_lux.md):
+
+1. the Lux model text is parsed into the Layer tree of the equivalent Flux model
+   (:mod:`._luxarch`);
+2. :func:`~._fromflux.build_target` builds the Equinox / nnx / linen model of that tree by shape;
+3. one restore of ``ps`` and ``st`` with the Lux layout (:func:`~._flux.lux_state`) puts every Lux
+   array at its Flux place, checking the file against the shapes the architecture implies (a
+   :class:`~treexchange.MismatchError` lists every misfit with its path in the file).
+
+Lux's ``Recurrence(cell)`` keeps only the last time step, which no Flux layer does: that step is
+taken after the ported layer, and a Chain around it is ported part by part (:class:`~._luxarch.LuxPiece`).
+
+The Lux version (0.5 or ≥ 1) decides the names and bias shapes the layout expects; it is read
+from ``ps`` when not given (:func:`lux_version`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from treexchange._bridge import restore
+from treexchange._errors import ConversionError, PathSegment, TreePath, UnsupportedError
+from treexchange._port._componentarray import component_tree, is_component_array
+from treexchange._port._flux import lux_state
+from treexchange._port._fromflux import _read, build_target
+from treexchange._port._lux import LUX_VERSIONS
+from treexchange._port._luxarch import LuxPiece, parse_lux_architecture
+from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
+from treexchange._values import JuliaStruct, NamedTuple
+
+# ps names only one Lux version uses: the 0.5 recurrent cells' and Lux ≥ 1's two recurrent biases.
+_V05_NAMES = frozenset({"weight_i", "weight_h", "bias_i", "bias_h"})
+_V1_NAMES = frozenset({"bias_ih", "bias_hh"})
+
+
+def lux_version(ps: Any) -> str:
+    """``"0.5"`` or ``"1"``: the Lux version whose names and shapes ``ps`` has.
+
+    Lux 0.5 names its LSTM/GRU matrices ``weight_i``/``weight_h``, gives a recurrent cell one
+    ``bias`` (beside ``weight_ih`` for the RNN cell), and keeps a trailing axis of 1 on the Dense and
+    Conv biases (``(out, 1)``); Lux ≥ 1 has ``bias_ih``/``bias_hh`` and ``(out,)`` biases. A ``ps``
+    with neither sign (no biases, only normalisations) reads the same under both: ``"1"``.
+
+    Raises:
+        ConversionError: ``ps`` shows signs of both versions.
+
+    Example:
+        >>> import numpy as np
+        >>> from treexchange import NamedTuple
+        >>> lux_version(NamedTuple(layer_1=NamedTuple(weight=np.ones((3, 2)), bias=np.ones((3, 1)))))
+        '0.5'
+        >>> lux_version(NamedTuple(weight_ih=np.ones((8, 2)), weight_hh=np.ones((8, 2)), bias_ih=np.ones(8)))
+        '1'
+    """
+    signs: dict[str, TreePath] = {}
+    for path, node in _nodes(ps, ()):
+        keys = set(node)
+        if keys & _V05_NAMES or ("weight_ih" in keys and "bias" in keys):
+            signs.setdefault("0.5", path)
+        if keys & _V1_NAMES:
+            signs.setdefault("1", path)
+        bias = node.get("bias")
+        if isinstance(bias, np.ndarray) and bias.ndim > 1 and "scale" not in keys:
+            signs.setdefault("0.5", (*path, "bias"))  # Dense (out, 1), Conv (1, …, out, 1)
+    if len(signs) == 2:
+        raise ConversionError(
+            f"ps mixes Lux 0.5 names/shapes (at {_text(signs['0.5'])}) with Lux ≥ 1's (at "
+            f"{_text(signs['1'])}): pass lux='0.5' or lux='1'"
+        )
+    return next(iter(signs), "1")
+
+
+def _nodes(tree: Any, path: TreePath) -> Any:
+    if isinstance(tree, Mapping) and not isinstance(tree, JuliaStruct):
+        yield path, tree
+        for key, value in tree.items():
+            yield from _nodes(value, (*path, key))
+    elif isinstance(tree, (tuple, list)):
+        for i, value in enumerate(tree):
+            yield from _nodes(value, (*path, i + 1))
+
+
+def _text(path: TreePath) -> str:
+    return ".".join(map(str, path)) or "the top"
+
+
+def _has_arrays(tree: Any) -> bool:
+    if isinstance(tree, np.ndarray):
+        return True
+    if isinstance(tree, Mapping):
+        return any(_has_arrays(v) for v in tree.values())
+    if isinstance(tree, (tuple, list)):
+        return any(_has_arrays(v) for v in tree)
+    return False
+
+
+def from_lux(
+    path: str | os.PathLike[str],
+    ps: str = "ps",
+    st: str | None = "st",
+    architecture: str | Mapping[str, str] | None = None,
+    *,
+    target: str = "equinox",
+    lux: str | None = None,
+    key: Any = None,
+) -> Any:
+    """A runnable Equinox (or Flax nnx, or Flax linen) model from a trained Lux model's ``ps``/``st``.
+
+    ``architecture`` is the Lux model as Lux prints it (``"Chain(Dense(2 => 8, relu), Dense(8 =>
+    1))"``), parsed, never evaluated, and checked against the file's arrays. A custom Lux container
+    (a struct of named layers run by its own code, such as the Lux docs' ``SpiralClassifier``) is
+    given per named part, ``{"lstm_cell": "LSTMCell(2 => 8)", "classifier": "Dense(8 => 1,
+    sigmoid)"}``: the result is a dict of ported parts, for the user's code to compose. Parts whose
+    ``ps`` holds no array (a custom layer without weights) may be left out.
+
+    The Python models follow :func:`treexchange.from_flux`'s conventions: the Equinox model takes
+    ONE sample (``jax.vmap`` for a batch) with the Julia axes reversed (a sequence is ``(time,
+    features)``), nnx and linen take a batch with channels last (``(batch, time, features)``). A Lux
+    recurrent cell (``LSTMCell``, ``Recurrence(…; return_sequence=true)``,
+    ``StatefulRecurrentCell``) is the layer running it over a sequence from Lux's zero state and
+    returning every step's output (its ``.cell`` steps once); ``Recurrence(cell)`` returns the last
+    step only, as Lux does (a Chain around it is ported part by part, as the target's Sequential).
+    An Equinox model with BatchNorm is ``(model, state)``.
+
+    Args:
+        path: the JLD2 file.
+        ps: the entry holding the Lux parameters (a NamedTuple tree, or the ``ComponentArray`` of
+            one, as ComponentArrays.jl keeps it).
+        st: the entry holding the Lux states (BatchNorm's running statistics), or ``None`` when the
+            file has none (then the model must not need them).
+        architecture: the Lux model text, or a dict from the names of ``ps``'s top-level entries to
+            the text of each.
+        target: ``"equinox"``, ``"nnx"`` or ``"linen"`` (the pair ``(module, variables)``).
+        lux: ``"0.5"`` or ``"1"``; by default read from ``ps`` (:func:`lux_version`).
+        key: a ``jax.random`` key for the (overwritten) initial weights of a model that needs them.
+
+    Raises:
+        ConversionError: architecture text that is not a Lux model, or a dict naming entries ``ps``
+            lacks (or leaving out one holding arrays).
+        MismatchError: the file's arrays do not fit the architecture (every misfit, with its path).
+        UnsupportedError: a Lux layer with no Flux twin (docs/from_lux.md lists what ports).
+
+    Example:
+        >>> import os, tempfile, jax, numpy as np
+        >>> import treexchange as tx
+        >>> rng = np.random.default_rng(0)
+        >>> w1, b1 = rng.standard_normal((8, 2), np.float32), rng.standard_normal((8, 1), np.float32)
+        >>> w2, b2 = rng.standard_normal((1, 8), np.float32), rng.standard_normal((1, 1), np.float32)
+        >>> nt = tx.NamedTuple
+        >>> ps = nt(layer_1=nt(weight=w1, bias=b1), layer_2=nt(weight=w2, bias=b2))
+        >>> st = tx.NamedTuple(layer_1=tx.NamedTuple(), layer_2=tx.NamedTuple())
+        >>> path = os.path.join(tempfile.mkdtemp(), "lux.jld2")
+        >>> tx.save(path, ps=ps, st=st)
+        >>> model = tx.from_lux(path, architecture="Chain(Dense(2 => 8, relu), Dense(8 => 1))")
+        >>> x = np.array([0.5, -1.0], np.float32)
+        >>> want = w2 @ np.maximum(w1 @ x + b1[:, 0], 0) + b2[:, 0]
+        >>> bool(np.allclose(model(jax.numpy.asarray(x)), want, atol=1e-5))
+        True
+    """
+    if architecture is None:
+        raise ConversionError(
+            "from_lux needs architecture=: the Lux model text (Lux files hold ps/st, not the model)"
+        )
+    if lux is not None and lux not in LUX_VERSIONS:
+        raise ValueError(f"lux must be one of {', '.join(LUX_VERSIONS)} or None, not {lux!r}")
+    ps_value = _read(path, ps)
+    if is_component_array(ps_value):  # ComponentArray(ps), as Optimization.jl / DiffEqFlux users save it
+        ps_value = component_tree(ps_value, path=(ps,))
+    st_value = _read(path, st) if st is not None else None
+    version = lux if lux is not None else lux_version(ps_value)
+    port = functools.partial(_port, target=target, lux=version, key=key)
+    if isinstance(architecture, str):
+        return port(architecture, ps_value, st_value, (ps,), None if st is None else (st,))
+    if not isinstance(architecture, Mapping):
+        raise TypeError(f"architecture must be the Lux text or a dict of texts, not {type(architecture)}")
+    parts = _parts(architecture, ps_value, ps)
+    return {
+        name: port(
+            text,
+            ps_value[name],
+            None if st_value is None else _part(st_value, name, (st or "",)),
+            (ps, name),
+            None if st is None else (st, name),
+        )
+        for name, text in parts.items()
+    }
+
+
+def _parts(architecture: Mapping[str, str], ps_value: Any, ps: str) -> dict[str, str]:
+    """The named parts, checked against the top-level entries of ``ps``."""
+    if not isinstance(ps_value, Mapping) or isinstance(ps_value, JuliaStruct):
+        raise ConversionError("architecture names parts, but ps is not a NamedTuple of parts", path=(ps,))
+    unknown = [name for name in architecture if name not in ps_value]
+    if unknown:
+        raise ConversionError(
+            f"architecture names {unknown}, which ps lacks (its entries: {list(ps_value)})", path=(ps,)
+        )
+    left_out = [name for name, value in ps_value.items() if name not in architecture and _has_arrays(value)]
+    if left_out:
+        raise ConversionError(
+            f"ps entries {left_out} hold arrays but architecture does not describe them", path=(ps,)
+        )
+    for name, text in architecture.items():
+        if not isinstance(text, str):
+            raise TypeError(f"architecture[{name!r}] must be the Lux text of that part, not {type(text)}")
+    return dict(architecture)
+
+
+def _part(value: Any, name: str, path: tuple[PathSegment, ...]) -> Any:
+    if isinstance(value, Mapping) and not isinstance(value, JuliaStruct) and name in value:
+        return value[name]
+    raise ConversionError(f"no entry {name!r} here, where the architecture has a part", path=path)
+
+
+def _port(
+    text: str,
+    ps_value: Any,
+    st_value: Any,
+    ps_path: tuple[PathSegment, ...],
+    st_path: tuple[PathSegment, ...] | None,
+    *,
+    target: str,
+    lux: str,
+    key: Any,
+) -> Any:
+    piece = parse_lux_architecture(text)
+    return _port_piece(piece, ps_value, st_value, ps_path, st_path, target=target, lux=lux, key=key)
+
+
+def _port_piece(
+    piece: LuxPiece,
+    ps_value: Any,
+    st_value: Any,
+    ps_path: tuple[PathSegment, ...],
+    st_path: tuple[PathSegment, ...] | None,
+    *,
+    target: str,
+    lux: str,
+    key: Any,
+) -> Any:
+    if piece.layer is None:  # a Chain around a last-step Recurrence: its parts, run in order
+        steps = []
+        for name, part in piece.parts:
+            sub_st = None if st_path is None else _part(st_value, name, st_path)
+            sub_st_path = None if st_path is None else (*st_path, name)
+            ps_part = _part(ps_value, name, ps_path)
+            model = _port_piece(
+                part, ps_part, sub_st, (*ps_path, name), sub_st_path, target=target, lux=lux, key=key
+            )
+            steps.append((model, False))  # a part's own last step is taken in it
+        return _in_order(steps, target)
+    layer = piece.layer
+    _check_layers(layer, lux, st_value is None)
+    parts = [(ps_path, ps_value)] if st_path is None else [(ps_path, ps_value), (st_path, st_value)]
+    values = _nest(parts)
+
+    def view(model: Any) -> Any:
+        # ps and st in one restore: a restore of one part keeps the other's leaves as the build has them
+        # (shapes only, for a model built by shape)
+        if st_path is None:
+            return _nest([(ps_path, lux_state(model, lux=lux, part="ps"))])
+        ps_view, st_view = lux_state(model, lux=lux)
+        return _nest([(ps_path, ps_view), (st_path, st_view)])
+
+    def fill(model: Any) -> Any:
+        return restore(values, like=model, layout=view)
+
+    model = build_target(layer, fill, target=target, era=DEFAULT_FLUX_ERA, key=key)
+    return _in_order([(model, True)], target) if piece.last_step else model
+
+
+def _nest(parts: list[tuple[tuple[PathSegment, ...], Any]]) -> NamedTuple:
+    """NamedTuples holding each value at its path: ``[(("ps", "cell"), a), (("st", "cell"), b)]`` ->
+    ``(ps = (cell = a,), st = (cell = b,))``, so that a restore's messages name the file's paths."""
+    root: dict[Any, Any] = {}
+    for path, value in parts:
+        node = root
+        for segment in path[:-1]:
+            node = node.setdefault(segment, {})
+        node[path[-1]] = value
+
+    def freeze(node: Any) -> Any:
+        return NamedTuple((str(k), freeze(v)) for k, v in node.items()) if isinstance(node, dict) else node
+
+    return freeze(root)
+
+
+def _check_layers(layer: Layer, lux: str, no_st: bool) -> None:
+    for sub in layer.walk():
+        if sub.kind == "RNN" and lux == "0.5":
+            raise UnsupportedError(
+                "Lux 0.5's RNNCell starts from a hidden state of ones (its init_state default), a Flux "
+                "RNN from zeros: the ported model would compute something else"
+            )
+        if no_st and sub.kind == "BatchNorm" and sub.args.get("track_stats", True):
+            raise ConversionError("BatchNorm's running statistics are in Lux's st: pass st=")
+
+
+def _in_order(steps: list[tuple[Any, bool]], target: str) -> Any:
+    """The target's sequential model of ``(model, last_step)`` steps, the last time step taken after
+    each step marked so (Lux's ``Recurrence(cell)``: time is the first axis of an Equinox sample, the
+    second of an nnx/linen batch)."""
+    if target == "equinox":
+        import equinox as eqx  # costly to import: only for an Equinox model (already loaded by then)
+
+        if any(isinstance(model, tuple) for model, _ in steps):
+            raise UnsupportedError(
+                "a Chain around Recurrence(cell) with BatchNorm is not ported to Equinox (each part "
+                "would carry its own state): use target='nnx' or give the parts per name"
+            )
+        layers: list[Any] = []
+        for model, last in steps:
+            layers += [model, eqx.nn.Lambda(_last_of_sample)] if last else [model]
+        return eqx.nn.Sequential(layers)
+    if target == "nnx":
+        from flax import nnx  # flax is optional (already loaded by the nnx build)
+
+        return nnx.Sequential(
+            *(f for model, last in steps for f in ([model, _last_of_batch] if last else [model]))
+        )
+    from flax import linen as nn  # flax is optional (already loaded by the linen build)
+
+    modules: list[Any] = []
+    variables: dict[str, dict[str, Any]] = {}
+    for (module, module_variables), last in steps:
+        for collection, tree in module_variables.items():  # linen names a list's modules by position
+            variables.setdefault(collection, {})[f"layers_{len(modules)}"] = tree
+        modules += [module, _last_of_batch] if last else [module]
+    return nn.Sequential(modules), variables
+
+
+def _last_of_sample(h: Any) -> Any:
+    return h[-1]
+
+
+def _last_of_batch(h: Any) -> Any:
+    return h[:, -1]
