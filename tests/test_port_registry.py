@@ -131,7 +131,7 @@ PLACES = {
     "flux writer": {"_port/_rules.py"},
     "flux text": {"_port/_arch.py"},
     "flux structs": {"_port/_wholemodel.py", "_port/_eras.py"},
-    "lux": {"_port/_lux.py", "_port/_fromlux.py", "_interop/_lux.py"},
+    "lux": {"_port/_lux.py", "_port/_fromlux.py", "_port/_luxarch.py", "_interop/_lux.py"},  # Lux text too
     "from_flux": {"_port/_fromflux.py"},
     "equinox": {"_port/_eqx.py"},
     "flax": {"_port/_flaxread.py", "_port/_jaxops.py"},  # the reader and equations nnx and linen share
