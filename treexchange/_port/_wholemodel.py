@@ -18,6 +18,7 @@ import numpy as np
 from treexchange._errors import ConversionError, PathSegment, TreePath
 from treexchange._juliatype import JuliaType
 from treexchange._port._arch import CONNECTIONS, canonical_activation
+from treexchange._port._eras import normalise
 from treexchange._port._spec import Layer
 from treexchange._values import JuliaStruct, NamedTuple, Singleton
 
@@ -512,6 +513,6 @@ def from_whole_model(
         >>> layer.args["σ"], list(state)
         ('relu', ['weight', 'bias', 'σ'])
     """
-    model = _unwrap_tracked(model)
+    model = normalise(_unwrap_tracked(model), tuple(path), closures="error")  # Flux 0.7-0.12 structs
     era = "0.14" if flux.startswith("0.1") and tuple(map(int, flux.split(".")[:2])) < (0, 15) else "0.15"
     return _Converter(era).convert(model, tuple(path))
