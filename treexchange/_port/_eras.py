@@ -36,7 +36,7 @@ import numpy as np
 
 from .._errors import ConversionError, TreePath, format_path
 from .._juliatype import JuliaType
-from .._values import JuliaStruct, NamedTuple, Singleton
+from .._values import Closure, JuliaStruct, NamedTuple, Singleton
 
 _GPU_ARRAYS = frozenset({"CuArray", "CuDeviceArray", "ROCArray", "MtlArray"})  # device memory only
 _CONV_KINDS = ("Conv", "ConvTranspose", "CrossCor", "DepthwiseConv")
@@ -126,32 +126,28 @@ def normalise(value: Any, path: TreePath = (), *, closures: str = "keep") -> Any
 
 
 def closure_description(value: Any) -> str | None:
-    """``"#3 (defined in Main at REPL[9]:1)"`` for a closure value, else ``None``.
+    """``"#3 (Main.#3#4, defined at REPL[9]:8)"`` for a closure, else ``None``.
 
-    A closure is an anonymous function BSON.jl stored as compiled code (the reader's closure
-    value: it has a ``name``, and a ``module``, ``file`` and ``line`` when the file says), or an
-    anonymous function known by its type only (``Singleton('Main.#109#110')``, a struct of that
-    type holding its captured variables).
+    A closure is an anonymous function: a :class:`~treexchange.Closure` (BSON.jl stored its code;
+    it names where it was defined), or a function known by its type only
+    (``Singleton('Main.#109#110')``, or a struct of that type holding its captured variables).
+
+    Example:
+        >>> from treexchange import Closure
+        >>> closure_description(Closure("Main.#3#4", name="#3", file="REPL[9]", line=8))
+        '#3 (Main.#3#4, defined at REPL[9]:8)'
+        >>> closure_description(Singleton("NNlib.#relu")) is None
+        True
     """
+    if isinstance(value, Closure):
+        details = [value.type.name]
+        if value.where:
+            details.append(f"defined at {value.where}")
+        return f"{value.name or value.type.name} ({', '.join(details)})"
     if isinstance(value, (JuliaStruct, Singleton)):
         base = value.type.name.rsplit(".", 1)[-1]
         return value.type.name if base[:1] == "#" and base[1:2].isdigit() else None
-    if isinstance(value, (np.ndarray, np.generic, Mapping, tuple, list, str, int, float)) or value is None:
-        return None
-    name = getattr(value, "name", None)
-    if name is None:
-        return None
-    parts = [str(name)]
-    where = []
-    module = getattr(value, "module", None)
-    if module:
-        where.append(f"in {module}")
-    file, line = getattr(value, "file", None), getattr(value, "line", None)
-    if file:
-        where.append(f"at {file}" + (f":{line}" if line is not None else ""))
-    if where:
-        parts.append("(defined " + " ".join(where) + ")")
-    return " ".join(parts)
+    return None
 
 
 def closure_error(value: Any, path: TreePath) -> ConversionError:
@@ -159,7 +155,7 @@ def closure_error(value: Any, path: TreePath) -> ConversionError:
     and the way out (``architecture=``)."""
     position = ""
     if len(path) >= 2 and path[-2] == "layers" and isinstance(path[-1], (int, str)):
-        position = f" (entry {path[-1]} of the Chain at {format_path(path[:-2])})"
+        position = f" (layer {path[-1]} of the Chain {format_path(path[:-2])})"
     return ConversionError(
         f"anonymous function {closure_description(value)}{position}: a closure is code, which "
         "treexchange never runs. Pass architecture= with the model as Flux prints it, writing the "

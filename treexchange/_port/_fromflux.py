@@ -23,7 +23,7 @@ from treexchange._port import load_state
 from treexchange._port._arch import parse_architecture
 from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
 from treexchange._port._state import check_era
-from treexchange._port._statefill import rounded_to_float32, state_for_architecture
+from treexchange._port._statefill import state_for_architecture, state_for_port
 from treexchange._port._wholemodel import from_whole_model
 from treexchange._reader import has_embedded_schema, open as open_file, read_entry
 from treexchange._values import JuliaStruct
@@ -248,7 +248,7 @@ def from_flux(
     """
     era = check_era(flux if flux is not None else ("0.14" if architecture is None else DEFAULT_FLUX_ERA))
     layer, state = read_flux_source(path, name, architecture, flux=era)
-    state = rounded_to_float32(state)  # a Float64 Flux model (Flux ≤ 0.9 often) in JAX's Float32
+    state = state_for_port(state, path=(name,))  # Float64 (Flux ≤ 0.9 often) in JAX's Float32
     if target == "equinox":
         # jax and equinox (also via _eqx) are costly to import: loaded on first use
         import equinox as eqx

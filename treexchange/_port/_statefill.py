@@ -16,11 +16,13 @@ model, except that a recurrent layer's learnt initial state (``state0``) is kept
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+from .._bridge._report import RestoreWarning
 from .._errors import ConversionError, TreePath, format_path
 from .._values import JuliaStruct, NamedTuple
 from ._eras import normalise
@@ -344,17 +346,41 @@ def state_for_architecture(layer: Layer, value: Any, era: str, *, path: TreePath
     return value
 
 
-def rounded_to_float32(state: Any) -> Any:
-    """``state`` with Float64 arrays rounded to Float32, unless JAX runs with 64-bit floats.
+def state_for_port(state: Any, *, path: TreePath = ()) -> Any:
+    """``state`` as the JAX port takes it: Float64 arrays rounded to Float32 unless JAX runs with
+    64-bit floats (Flux ≤ 0.9 models were often Float64; the built model follows JAX's default).
 
-    Flux ≤ 0.9 models were often Float64 (parameters made from Float64 data); JAX computes in
-    Float32 unless ``jax_enable_x64`` is set, and the built model follows it.
+    A recurrent layer's non-zero learnt initial state (``state0``; Flux ≤ 0.11 drew it at random)
+    is not carried over: the Python ``Recurrence`` starts from zeros. That is a
+    :class:`~treexchange.RestoreWarning` naming the layer, since the first steps then differ.
     """
     import jax  # jax is costly to import: only a port (which imports it anyway) gets here
 
+    for where in _nonzero_initial_states(state, tuple(path)):
+        warnings.warn(
+            f"{format_path(where)}: the learnt initial state (state0) is not zero and is not carried "
+            "over; the ported recurrent layer starts from zeros (Flux >= 0.15 does too)",
+            RestoreWarning,
+            stacklevel=3,
+        )
     if jax.config.read("jax_enable_x64"):
         return state
     return _map_arrays(state, lambda a: a.astype(np.float32) if a.dtype == np.float64 else a)
+
+
+def _nonzero_initial_states(value: Any, path: TreePath) -> list[TreePath]:
+    found = []
+    if isinstance(value, NamedTuple):
+        for k, v in value.items():
+            arrays = v if isinstance(v, tuple) else (v,)
+            if k == "state0" and any(isinstance(a, np.ndarray) and np.any(a != 0) for a in arrays):
+                found.append((*path, k))
+            else:
+                found += _nonzero_initial_states(v, (*path, k))
+    elif isinstance(value, (tuple, list)):
+        for i, v in enumerate(value):
+            found += _nonzero_initial_states(v, (*path, i + 1))
+    return found
 
 
 def _map_arrays(value: Any, f: Any) -> Any:

@@ -1,0 +1,169 @@
+"""Acceptance (issue 20): old Flux models saved with BSON.jl, ported by ``tx.from_flux``.
+
+Real files from public repositories (../shared/julia_fixtures/bson, catalog.json gives each one's
+Flux version and reported accuracy), MNIST test images in the old ``Flux.Data.MNIST`` orientation
+(tests/_mnist.py ``flux_data_mnist``). Accuracies are the catalog's recomputed numbers, to the image.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import _flux_reference as ref
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _mnist import flux_data_mnist
+from conftest import require_fixture
+from test_port_from_flux import TARGETS, _run
+
+import treexchange as tx
+from treexchange import ConversionError, JuliaStruct, NamedTuple
+from treexchange._port._arch import parse_architecture
+from treexchange._port._eqx_layers import Recurrence
+from treexchange._port._fromflux import read_flux_source
+from treexchange._port._statefill import state_from_params, state_for_port
+
+# The JuliaCon 2020 model as Flux 0.10 printed it; the file's closure x -> reshape(x, :, size(x, 4))
+# is written as what it computes, Flux.flatten.
+DHAIRYA = (
+    "Chain(Conv((3, 3), 1=>16, relu, pad=(1, 1)), MaxPool((2, 2)), Conv((3, 3), 16=>32, relu, pad=(1, 1)), "
+    "MaxPool((2, 2)), Conv((3, 3), 32=>32, relu, pad=(1, 1)), MaxPool((2, 2)), flatten, Dense(288, 10), softmax)"
+)
+
+
+def _bson(name: str) -> str:
+    return str(require_fixture(f"bson/{name}"))
+
+
+def _accuracy(built: Any, target: str, images: np.ndarray, labels: np.ndarray) -> float:
+    return float(np.mean(_run(built, target, images).argmax(axis=1) == labels))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_tracker_era_mlp(target: str) -> None:
+    """Flux 0.7, every parameter a Tracker.TrackedArray{Float64}: 0.9691 (its authors' number)."""
+    images, labels = flux_data_mnist()
+    built = tx.from_flux(_bson("ooshita_mlp_tracker_pretrained.bson"), "pretrained", target=target)
+    assert _accuracy(built, target, images.reshape(len(images), -1), labels) == pytest.approx(0.9691, abs=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_flux_0_12_lenet(target: str) -> None:
+    images, labels = flux_data_mnist()
+    built = tx.from_flux(_bson("eliascarv_lenet_v3.bson"), "model", target=target)
+    assert _accuracy(built, target, images, labels) == pytest.approx(0.9875, abs=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_flux_0_10_parameter_list_with_its_architecture(target: str) -> None:
+    images, labels = flux_data_mnist()
+    path = _bson("dhairya_juliacon2020_mnist_conv2_params.bson")
+    built = tx.from_flux(path, "params", architecture=DHAIRYA, target=target)
+    assert _accuracy(built, target, images, labels) == pytest.approx(0.9874, abs=1e-4)
+    assert float(tx.load(path, "acc")) == pytest.approx(0.9874)  # what train.jl stored
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_flux_0_10_whole_model_with_a_closure_and_the_architecture(target: str) -> None:
+    images, labels = flux_data_mnist()
+    built = tx.from_flux(
+        _bson("dhairya_juliacon2020_model_conv_chain.bson"), "model", architecture=DHAIRYA, target=target
+    )
+    assert _accuracy(built, target, images, labels) == pytest.approx(0.9874, abs=1e-4)
+
+
+def test_the_whole_model_and_the_parameter_list_hold_the_same_weights() -> None:
+    _, from_params = read_flux_source(_bson("dhairya_juliacon2020_mnist_conv2_params.bson"), "params", DHAIRYA)
+    _, from_model = read_flux_source(_bson("dhairya_juliacon2020_model_conv_chain.bson"), "model", DHAIRYA)
+    for i in (0, 2, 4, 7):
+        a, b = from_params["layers"][i], from_model["layers"][i]
+        np.testing.assert_array_equal(a["weight"], b["weight"])
+        np.testing.assert_array_equal(a["bias"], b["bias"])
+
+
+def test_a_closure_without_architecture_names_its_place_and_the_way_out() -> None:
+    with pytest.raises(ConversionError) as err:
+        tx.from_flux(_bson("dhairya_juliacon2020_model_conv_chain.bson"), "model")
+    message = str(err.value)
+    assert "layer 7 of the Chain" in message and "REPL[9]" in message and "architecture=" in message
+    assert err.value.path == ("model", "layers", 7)
+
+
+def test_gpu_arrays_are_no_weights() -> None:
+    with pytest.raises(ConversionError, match=r"holds no weights \(GPU pointers\)"):
+        tx.from_flux(_bson("deltadahl_vae_cuarray.bson"), "vae")
+
+
+@pytest.mark.parametrize("name", ["canberkarc_polyroots_lstm.bson", "canberkarc_polyroots_rnn.bson"])
+@pytest.mark.parametrize("target", TARGETS)
+def test_recurrent_models_agree_with_the_reference(name: str, target: str) -> None:
+    """Flux 0.12 Recur{LSTMCell}/Recur{RNNCell} + Dropout + Dense, on a batch of sequences."""
+    path = _bson(name)
+    layer, state = read_flux_source(path, "model")
+    assert layer.kinds()[:3] == ["Chain", "LSTM" if "lstm" in name else "RNN", "Dropout"]
+    x = np.random.default_rng(0).normal(size=(100, 7, 3)).astype(np.float32)  # Julia (in, L, B)
+    expected = ref.forward(layer, state, x).transpose(2, 1, 0)  # (B, L, out)
+    built = tx.from_flux(path, "model", target=target)
+    xs = jnp.asarray(x.transpose(2, 1, 0))
+    if target == "equinox":  # one sequence (L, in); the layers after the recurrence run per step
+
+        def run(seq: Any) -> Any:
+            for sub in built.layers:
+                seq = sub(seq) if isinstance(sub, Recurrence) else jax.vmap(sub)(seq)
+            return seq
+
+        got = np.asarray(jax.vmap(run)(xs))
+    elif target == "nnx":
+        got = np.asarray(built(xs))
+    else:
+        got = np.asarray(built[0].apply(built[1], xs))
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_parameter_list_errors_name_the_array() -> None:
+    arch = parse_architecture("Chain(Dense(3 => 2, relu), Dense(2 => 1))")
+    with pytest.raises(ConversionError, match="parameter array 3 has size 2×2; .* expects weight of size 1×2"):
+        state_from_params(arch, [np.ones((2, 3)), np.zeros(2), np.ones((2, 2)), np.zeros(1)], "0.15")
+    with pytest.raises(ConversionError, match="takes 4 parameter arrays, the list has 5"):
+        state_from_params(arch, [np.ones((2, 3)), np.zeros(2), np.ones((1, 2)), np.zeros(1), np.ones(1)], "0.15")
+    with pytest.raises(ConversionError, match="ends at 2 arrays"):
+        state_from_params(arch, [np.ones((2, 3)), np.zeros(2)], "0.15")
+
+
+def test_a_learnt_initial_state_is_reported() -> None:
+    cell = NamedTuple(Wi=np.ones((4, 2)), Wh=np.ones((4, 4)), b=np.zeros(4), state0=np.full((4, 1), 0.5))
+    with pytest.warns(tx.RestoreWarning, match=r"m\.cell\.state0: the learnt initial state"):
+        state_for_port(NamedTuple(cell=cell, state=np.zeros((4, 1))), path=("m",))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        state_for_port(NamedTuple(cell=cell.replace(state0=np.zeros((4, 1)))), path=("m",))
+
+
+def test_old_era_structs_by_position() -> None:
+    """BSON stores fields by position: a Flux 0.7 LSTM (Recur cell/init/state, cell h and c vectors)
+    and a Flux 0.10 BatchNorm (7 fields) are recognised by their field count."""
+    h, c = np.full(2, 0.25, np.float32), np.zeros(2, np.float32)
+    cell = JuliaStruct("Flux.LSTMCell{A,V}", {"1": np.ones((8, 3)), "2": np.ones((8, 2)), "3": np.zeros(8),
+                                             "4": h, "5": c})  # fmt: skip
+    recur = JuliaStruct("Flux.Recur{Flux.LSTMCell}", {"1": cell, "2": (h, c), "3": (h, c)})
+    arrays = [np.arange(3, dtype=np.float32) + k for k in range(4)]
+    bn = JuliaStruct(
+        "Flux.BatchNorm{Base.#identity,A,B,Core.Float32}",
+        dict(zip("1234567", [tx.Singleton("Base.#identity"), *arrays, np.float32(1e-5), np.float32(0.1)])),
+    )
+    chain = JuliaStruct("Flux.Chain{Core.Tuple}", {"1": (recur, bn)})
+    from treexchange._port._wholemodel import from_whole_model
+
+    layer, state = from_whole_model(chain)
+    assert layer.kinds() == ["Chain", "LSTM", "BatchNorm"]
+    lstm, norm = state["layers"]
+    assert list(lstm["cell"]) == ["Wi", "Wh", "b", "state0"] and lstm["cell"]["state0"][0].shape == (2, 1)
+    assert layer.children[1].args["channels"] == 3 and list(norm)[-4:] == ["affine", "track_stats", "active", "chs"]
+    np.testing.assert_array_equal(norm["σ²"], arrays[3])
