@@ -24,13 +24,14 @@ from treexchange import ConversionError, JuliaStruct, NamedTuple
 from treexchange._port._arch import parse_architecture
 from treexchange._port._eqx_layers import Recurrence
 from treexchange._port._fromflux import read_flux_source
-from treexchange._port._statefill import state_from_params, state_for_port
+from treexchange._port._statefill import state_for_port, state_from_params
 
 # The JuliaCon 2020 model as Flux 0.10 printed it; the file's closure x -> reshape(x, :, size(x, 4))
 # is written as what it computes, Flux.flatten.
 DHAIRYA = (
-    "Chain(Conv((3, 3), 1=>16, relu, pad=(1, 1)), MaxPool((2, 2)), Conv((3, 3), 16=>32, relu, pad=(1, 1)), "
-    "MaxPool((2, 2)), Conv((3, 3), 32=>32, relu, pad=(1, 1)), MaxPool((2, 2)), flatten, Dense(288, 10), softmax)"
+    "Chain(Conv((3, 3), 1=>16, relu, pad=(1, 1)), MaxPool((2, 2)), "
+    "Conv((3, 3), 16=>32, relu, pad=(1, 1)), MaxPool((2, 2)), "
+    "Conv((3, 3), 32=>32, relu, pad=(1, 1)), MaxPool((2, 2)), flatten, Dense(288, 10), softmax)"
 )
 
 
@@ -48,7 +49,8 @@ def test_tracker_era_mlp(target: str) -> None:
     """Flux 0.7, every parameter a Tracker.TrackedArray{Float64}: 0.9691 (its authors' number)."""
     images, labels = flux_data_mnist()
     built = tx.from_flux(_bson("ooshita_mlp_tracker_pretrained.bson"), "pretrained", target=target)
-    assert _accuracy(built, target, images.reshape(len(images), -1), labels) == pytest.approx(0.9691, abs=1e-4)
+    flat = images.reshape(len(images), -1)  # hcat(vec.(imgs)...): column-major vec of each image
+    assert _accuracy(built, target, flat, labels) == pytest.approx(0.9691, abs=1e-4)
 
 
 @pytest.mark.slow
@@ -80,7 +82,8 @@ def test_flux_0_10_whole_model_with_a_closure_and_the_architecture(target: str) 
 
 
 def test_the_whole_model_and_the_parameter_list_hold_the_same_weights() -> None:
-    _, from_params = read_flux_source(_bson("dhairya_juliacon2020_mnist_conv2_params.bson"), "params", DHAIRYA)
+    params_file = _bson("dhairya_juliacon2020_mnist_conv2_params.bson")
+    _, from_params = read_flux_source(params_file, "params", DHAIRYA)
     _, from_model = read_flux_source(_bson("dhairya_juliacon2020_model_conv_chain.bson"), "model", DHAIRYA)
     for i in (0, 2, 4, 7):
         a, b = from_params["layers"][i], from_model["layers"][i]
@@ -129,10 +132,11 @@ def test_recurrent_models_agree_with_the_reference(name: str, target: str) -> No
 
 def test_parameter_list_errors_name_the_array() -> None:
     arch = parse_architecture("Chain(Dense(3 => 2, relu), Dense(2 => 1))")
-    with pytest.raises(ConversionError, match="parameter array 3 has size 2×2; .* expects weight of size 1×2"):
-        state_from_params(arch, [np.ones((2, 3)), np.zeros(2), np.ones((2, 2)), np.zeros(1)], "0.15")
+    first = [np.ones((2, 3)), np.zeros(2)]
+    with pytest.raises(ConversionError, match=r"parameter array 3 has size 2×2; .* weight of size 1×2"):
+        state_from_params(arch, [*first, np.ones((2, 2)), np.zeros(1)], "0.15")
     with pytest.raises(ConversionError, match="takes 4 parameter arrays, the list has 5"):
-        state_from_params(arch, [np.ones((2, 3)), np.zeros(2), np.ones((1, 2)), np.zeros(1), np.ones(1)], "0.15")
+        state_from_params(arch, [*first, np.ones((1, 2)), np.zeros(1), np.ones(1)], "0.15")
     with pytest.raises(ConversionError, match="ends at 2 arrays"):
         state_from_params(arch, [np.ones((2, 3)), np.zeros(2)], "0.15")
 
@@ -165,5 +169,6 @@ def test_old_era_structs_by_position() -> None:
     assert layer.kinds() == ["Chain", "LSTM", "BatchNorm"]
     lstm, norm = state["layers"]
     assert list(lstm["cell"]) == ["Wi", "Wh", "b", "state0"] and lstm["cell"]["state0"][0].shape == (2, 1)
-    assert layer.children[1].args["channels"] == 3 and list(norm)[-4:] == ["affine", "track_stats", "active", "chs"]
+    assert layer.children[1].args["channels"] == 3
+    assert list(norm)[-4:] == ["affine", "track_stats", "active", "chs"]
     np.testing.assert_array_equal(norm["σ²"], arrays[3])
