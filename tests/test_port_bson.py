@@ -172,3 +172,70 @@ def test_old_era_structs_by_position() -> None:
     assert layer.children[1].args["channels"] == 3
     assert list(norm)[-4:] == ["affine", "track_stats", "active", "chs"]
     np.testing.assert_array_equal(norm["σ²"], arrays[3])
+
+
+# --- migrating to Flux.state + JLD2 (treexchange convert --flux-state) -------------------------------
+
+
+def _cli(*argv: str) -> str:
+    import contextlib
+    import io
+
+    from treexchange._cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(list(argv)) == 0
+    return out.getvalue()
+
+
+LENET_V3 = (
+    "Chain(Conv((5, 5), 1 => 6, relu), MaxPool((2, 2)), Conv((5, 5), 6 => 16, relu), MaxPool((2, 2)), "
+    "Flux.flatten, Dense(256 => 120, relu), Dense(120 => 84, relu), Dense(84 => 10))"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_migrated_lenet_ports_back_to_the_same_accuracy(target: str, tmp_path: Any) -> None:
+    new = tmp_path / "lenet.jld2"
+    dry = _cli("convert", _bson("eliascarv_lenet_v3.bson"), str(new), "--flux-state", "--dry-run")
+    assert "model.layers[6].weight <- model" in dry and f"model = {LENET_V3}" in dry
+    assert not new.exists()
+    _cli("convert", _bson("eliascarv_lenet_v3.bson"), str(new), "--flux-state")
+    state = tx.load(new, "model")
+    assert list(state["layers"][0]) == ["σ", "weight", "bias", "stride", "pad", "dilation", "groups"]
+    assert list(state["layers"][1]) == ["k", "pad", "stride"]  # Flux ≥ 0.15: pools have fields
+    images, labels = flux_data_mnist()
+    built = tx.from_flux(new, "model", architecture=LENET_V3, target=target)
+    assert _accuracy(built, target, images, labels) == pytest.approx(0.9875, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_migrated_parameter_list_ports_back(tmp_path: Any) -> None:
+    new = tmp_path / "conv2.jld2"
+    path = _bson("dhairya_juliacon2020_mnist_conv2_params.bson")
+    _cli("convert", path, str(new), "--flux-state", "--architecture", DHAIRYA)
+    assert float(tx.load(new, "acc")) == pytest.approx(0.9874)  # other entries as they were
+    images, labels = flux_data_mnist()
+    built = tx.from_flux(new, "params", architecture=DHAIRYA)
+    assert _accuracy(built, "equinox", images, labels) == pytest.approx(0.9874, abs=1e-4)
+
+
+def test_migrate_eras_closures_and_users_structs(tmp_path: Any) -> None:
+    """Flux ≤ 0.14 keeps a Recur's state0; a closure is () as in Flux.state; a user's struct
+    (Main.Encoder) is its fields' states, as Flux.state of a functor."""
+    lstm = tmp_path / "lstm.jld2"
+    _cli("convert", _bson("canberkarc_polyroots_lstm.bson"), str(lstm), "--flux-state", "--flux", "0.14")
+    recur = tx.load(lstm, "model")["layers"][0]
+    assert list(recur) == ["cell", "state"] and list(recur["cell"]) == ["Wi", "Wh", "b", "state0"]
+    current = tmp_path / "lstm15.jld2"
+    _cli("convert", _bson("canberkarc_polyroots_lstm.bson"), str(current), "--flux-state")
+    assert list(tx.load(current, "model")["layers"][0]["cell"]) == ["Wi", "Wh", "bias"]
+    chain = tmp_path / "chain.jld2"
+    _cli("convert", _bson("dhairya_juliacon2020_model_conv_chain.bson"), str(chain), "--flux-state")
+    assert tx.load(chain, "model")["layers"][6] == ()
+    vae = tmp_path / "vae.jld2"
+    _cli("convert", _bson("cohrint_vae_mnist.bson"), str(vae), "--flux-state")
+    encoder = tx.load(vae, "encoder")
+    assert list(encoder["1"]) == ["weight", "bias", "σ"] and encoder["1"]["weight"].shape == (500, 784)
