@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _mnist import flux_data_mnist
+from _mnist import flux_data_mnist, julia_batch
 from conftest import require_fixture
 from test_port_from_flux import TARGETS, _run
 
@@ -239,3 +239,25 @@ def test_migrate_eras_closures_and_users_structs(tmp_path: Any) -> None:
     _cli("convert", _bson("cohrint_vae_mnist.bson"), str(vae), "--flux-state")
     encoder = tx.load(vae, "encoder")
     assert list(encoder["1"]) == ["weight", "bias", "σ"] and encoder["1"]["weight"].shape == (500, 784)
+
+
+@pytest.mark.slow
+def test_flux_0_13_resnet_style_model_with_batchnorm() -> None:
+    """19 Conv(bias=false) + BatchNorm pairs, trained on PNGs read as img[row, col] (the old
+    orientation): 98.62% in Equinox (no number reported by its author), and the reference agrees."""
+    images, labels = flux_data_mnist()
+    path = _bson("dylandeshler_mnist_bottleneck_bn.bson")
+    built = tx.from_flux(path, "model")
+    probs = _run(built, "equinox", images)
+    assert float(np.mean(probs.argmax(axis=1) == labels)) == pytest.approx(0.9862, abs=5e-4)
+    layer, state = read_flux_source(path, "model")
+    expected = ref.forward(layer, state, julia_batch(images[:4]))
+    np.testing.assert_allclose(probs[:4].T, expected, atol=1e-4)
+
+
+def test_users_structs_and_dropped_initial_states_are_said_in_the_dry_run(tmp_path: Any) -> None:
+    dry = _cli(
+        "convert", _bson("cohrint_vae_mnist.bson"), str(tmp_path / "v.jld2"), "--flux-state", "--dry-run"
+    )
+    assert "encoder: holds structs of your own" in dry and "args: written as it is" in dry
+    assert "decoder = Chain(Dense(2 => 500, tanh), Dense(500 => 784))" in dry

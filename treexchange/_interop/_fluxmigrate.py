@@ -26,7 +26,12 @@ from .._port._arch import parse_architecture
 from .._port._fromflux import check_state
 from .._port._rules import julia_constructor
 from .._port._state import check_era
-from .._port._statefill import params_list, state_for_architecture, whole_model_state
+from .._port._statefill import (
+    nonzero_initial_states,
+    params_list,
+    state_for_architecture,
+    whole_model_state,
+)
 from .._port._wholemodel import from_whole_model
 from .._reader import open as open_file, read_entry
 from .._values import JuliaStruct, NamedTuple
@@ -92,6 +97,18 @@ def _migrate_entry(name: str, value: Any, era: str, architecture: str | None) ->
         return value, [f"{name}: written as it is (no Flux layers in it)"]
     state = whole_model_state(value, era, path=path)
     lines = _mapping(state, path, sources)
+    if era != "0.14":  # Flux ≥ 0.15 has no learnt initial state: say what is left behind
+        old = whole_model_state(value, "0.14", path=path)
+        lines += [
+            f"{format_path(where)}: a learnt initial state, not part of Flux >= 0.15's state "
+            "(--flux 0.14 keeps it)"
+            for where in nonzero_initial_states(old, path)
+        ]
+    if any(str(k).isdigit() for k in _keys(state)):
+        lines.append(
+            f"{name}: holds structs of your own, whose fields BSON stores by position: their states "
+            "are named '1', '2', ...; rename them to the fields' names before Flux.loadmodel!"
+        )
     try:
         layer = from_whole_model(value, path=path, flux=era)[0]
     except ConversionError as err:  # a closure or a user's struct: the user writes the model
@@ -99,6 +116,19 @@ def _migrate_entry(name: str, value: Any, era: str, architecture: str | None) ->
     else:
         lines += _julia(name, julia_constructor(layer, era))
     return state, lines
+
+
+def _keys(value: Any, depth: int = 0) -> Iterator[Any]:
+    """Every NamedTuple key in a state (for the positional-names note)."""
+    if depth > 64:
+        return
+    if isinstance(value, NamedTuple):
+        for k, v in value.items():
+            yield k
+            yield from _keys(v, depth + 1)
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _keys(v, depth + 1)
 
 
 def _julia(name: str, constructor: str) -> list[str]:

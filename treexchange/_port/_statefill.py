@@ -30,9 +30,9 @@ from ._rules import RECURRENT_GATES, Arr, Child, Children, Discard, _NamedFields
 from ._spec import ARRAY_LAYERS, STATELESS_LAYERS, Layer
 from ._wholemodel import _unwrap_tracked, from_whole_model
 
-# Field names that mean the same array in different eras (recurrent ``b``/``bias``, ``Diagonal``'s
-# ``α``/``β`` = ``Scale``'s ``scale``/``bias``).
-_ALIASES = {"b": ("bias",), "bias": ("b", "β"), "scale": ("α",)}
+# Field names that mean the same array in different eras (Dense ``W``/``weight``, recurrent
+# ``b``/``bias``, ``Diagonal``'s ``α``/``β`` = ``Scale``'s ``scale``/``bias``).
+_ALIASES = {"weight": ("W",), "b": ("bias",), "bias": ("b", "β"), "scale": ("α",)}
 
 
 def flat_arrays(state: Any, prefix: str = "") -> dict[str, Any]:
@@ -356,7 +356,7 @@ def state_for_port(state: Any, *, path: TreePath = ()) -> Any:
     """
     import jax  # jax is costly to import: only a port (which imports it anyway) gets here
 
-    for where in _nonzero_initial_states(state, tuple(path)):
+    for where in nonzero_initial_states(state, tuple(path)):
         warnings.warn(
             f"{format_path(where)}: the learnt initial state (state0) is not zero and is not carried "
             "over; the ported recurrent layer starts from zeros (Flux >= 0.15 does too)",
@@ -368,7 +368,8 @@ def state_for_port(state: Any, *, path: TreePath = ()) -> Any:
     return _map_arrays(state, lambda a: a.astype(np.float32) if a.dtype == np.float64 else a)
 
 
-def _nonzero_initial_states(value: Any, path: TreePath) -> list[TreePath]:
+def nonzero_initial_states(value: Any, path: TreePath) -> list[TreePath]:
+    """The paths of the non-zero ``state0`` entries (learnt initial states) in a Flux ≤ 0.14 state."""
     found = []
     if isinstance(value, NamedTuple):
         for k, v in value.items():
@@ -376,10 +377,10 @@ def _nonzero_initial_states(value: Any, path: TreePath) -> list[TreePath]:
             if k == "state0" and any(isinstance(a, np.ndarray) and np.any(a != 0) for a in arrays):
                 found.append((*path, k))
             else:
-                found += _nonzero_initial_states(v, (*path, k))
+                found += nonzero_initial_states(v, (*path, k))
     elif isinstance(value, (tuple, list)):
         for i, v in enumerate(value):
-            found += _nonzero_initial_states(v, (*path, i + 1))
+            found += nonzero_initial_states(v, (*path, i + 1))
     return found
 
 
