@@ -261,3 +261,63 @@ def test_users_structs_and_dropped_initial_states_are_said_in_the_dry_run(tmp_pa
     )
     assert "encoder: holds structs of your own" in dry and "args: written as it is" in dry
     assert "decoder = Chain(Dense(2 => 500, tanh), Dense(500 => 784))" in dry
+
+
+def _positional(type_: str, *values: Any) -> JuliaStruct:
+    """A struct as BSON.jl stores it: fields by position (the reader names them "1", "2", ...)."""
+    return JuliaStruct(type_, {str(i + 1): v for i, v in enumerate(values)})
+
+
+def test_flux_0_8_era_structs_compute_what_flux_computed() -> None:
+    """Conv{N,F,A,V} (no pad length, no groups), an 8-field BatchNorm, LayerNorm(Diagonal) and a Dense
+    with W/b and a Flux.Zeros bias, by position, ported to Equinox and run against the reference."""
+    rng = np.random.default_rng(3)
+
+    def arr(*shape: int) -> np.ndarray:
+        return rng.normal(size=shape).astype(np.float32)
+
+    f32 = "Core.Array{Core.Float32,"
+    relu, ident = tx.Singleton("NNlib.#relu"), tx.Singleton("Base.#identity")
+    conv = _positional(
+        f"Flux.Conv{{2,NNlib.#relu,{f32}4}},{f32}1}}}}", relu, arr(3, 3, 2, 4), arr(4),
+        (np.int64(1), np.int64(1)), (np.int64(1), np.int64(1)), (np.int64(1), np.int64(1)),
+    )  # fmt: skip
+    norm = _positional(
+        f"Flux.BatchNorm{{Base.#identity,{f32}1}},{f32}1}},Core.Float32}}", ident, arr(4), arr(4) + 2,
+        arr(4), np.abs(arr(4)) + 0.5, np.float32(1e-5), np.float32(0.1), True,
+    )  # fmt: skip
+    flat = tx.Singleton("Flux.#flatten")
+    dense = _positional(f"Flux.Dense{{NNlib.#relu,{f32}2}},Flux.Zeros}}", arr(6, 4 * 5 * 5), tx.JuliaStruct(
+        "Flux.Zeros{Core.Float32,1}", {"1": (np.int64(6),)}), relu)  # fmt: skip
+    diag = _positional(f"Flux.Diagonal{{{f32}1}}}}", arr(6) + 1, arr(6))
+    layernorm = _positional(f"Flux.LayerNorm{{{f32}1}}}}", diag)
+    chain = _positional("Flux.Chain{Core.Tuple}", (conv, norm, flat, dense, layernorm))
+    from treexchange._port._wholemodel import from_whole_model
+
+    layer, state = from_whole_model(chain, path=("model",))
+    assert layer.kinds() == ["Chain", "Conv", "BatchNorm", "flatten", "Dense", "LayerNorm"]
+    assert layer.children[3].args["bias"] is False and layer.children[4].args["ϵ"] == pytest.approx(1e-5)
+    x = arr(5, 5, 2, 3)  # Julia (W, H, C, B)
+    expected = ref.forward(layer, state, x, flux="0.14")
+    import equinox as eqx
+
+    from treexchange._port import load_state
+    from treexchange._port._eqx import build_equinox
+
+    built = build_equinox(layer, key=jax.random.key(0), flux="0.14")
+    built, eqx_state = load_state((built, eqx.nn.State(built)), state, flux="0.14")
+    inference = eqx.nn.inference_mode(built)
+    got = jax.vmap(lambda s: inference(s, eqx_state)[0])(jnp.asarray(julia_batch(x)))
+    np.testing.assert_allclose(np.asarray(got).T, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_malformed_old_structs_are_conversion_errors() -> None:
+    from treexchange._port._wholemodel import from_whole_model
+
+    with pytest.raises(ConversionError, match="no Flux version's Dense has that layout"):
+        from_whole_model(_positional("Flux.Dense{NNlib.#relu,A,B}", np.ones((2, 2))), path=("m",))
+    relu = tx.Singleton("NNlib.#relu")
+    weight, bias = np.ones((3, 3, 1, 2)), np.ones(2)
+    bad_conv = _positional("Flux.Conv{2,2,NNlib.#relu,A,B}", relu, weight, bias, "stride?", (1, 1), (1, 1))
+    with pytest.raises(ConversionError, match=r"lacks what the layer needs .* \(at m\)"):
+        from_whole_model(bad_conv, path=("m",))

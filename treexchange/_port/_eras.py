@@ -194,6 +194,13 @@ class _Normaliser:
         if self.closures == "error" and closure_description(s) is not None:
             raise closure_error(s, path)
         named = _name_fields(kind, s.fields) if _is_flux(s.type) and kind in LAYOUTS else None
+        if named is None and _is_flux(s.type) and kind in LAYOUTS:
+            counts = sorted({len(layout) for layout in LAYOUTS[kind]})
+            raise ConversionError(
+                f"{s.type} has {len(s.fields)} fields; no Flux version's {kind} has that layout "
+                f"({' or '.join(map(str, counts))} fields)",
+                path=path,
+            )
         if named is None:
             fields = {k: self.walk(v, (*path, k)) for k, v in s.fields.items()}
             return JuliaStruct(s.type, fields, layout=s.layout, mutable=s.mutable)

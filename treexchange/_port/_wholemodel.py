@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from treexchange._errors import ConversionError, PathSegment, TreePath
+from treexchange._errors import ConversionError, PathSegment, TreePath, TreexchangeError
 from treexchange._juliatype import JuliaType
 from treexchange._port._arch import CONNECTIONS, canonical_activation
 from treexchange._port._eras import normalise
@@ -172,7 +172,14 @@ class _Converter:
         handler = _HANDLERS.get(kind)
         if handler is None:
             raise self.error(f"unknown layer type {value.type}", path)
-        return handler(self, value, path)
+        try:
+            return handler(self, value, path)
+        except TreexchangeError:  # ConversionError is a TypeError too: a nested layer's, keep it
+            raise
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:  # a malformed struct
+            raise self.error(
+                f"{value.type} lacks what the layer needs ({type(err).__name__}: {err})", path
+            ) from err
 
     def children(self, layers: Any, path: TreePath) -> tuple[tuple[Layer, ...], tuple[str, ...] | None, Any]:
         """Convert a ``layers`` field: a Tuple, a NamedTuple (named Chain) or a Vector."""
