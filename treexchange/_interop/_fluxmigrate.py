@@ -23,6 +23,8 @@ import numpy as np
 
 from .._errors import ConversionError, TreePath, format_path
 from .._port._arch import parse_architecture
+from .._port._eras import era_field_names
+from .._port._flux import _julia_string
 from .._port._fromflux import check_state
 from .._port._rules import julia_constructor
 from .._port._state import check_era
@@ -70,7 +72,7 @@ def migrate_flux_state(
         names = list(f)
         values = {name: read_entry(f, name) for name in names}
     for name, value in values.items():
-        roots[name], lines = _migrate_entry(name, value, era, architecture)
+        roots[name], lines = _migrate_entry(name, value, era, architecture, os.fspath(target))
         if dry_run:
             for line in lines:
                 print(line, file=printer)
@@ -79,7 +81,9 @@ def migrate_flux_state(
     return roots
 
 
-def _migrate_entry(name: str, value: Any, era: str, architecture: str | None) -> tuple[Any, list[str]]:
+def _migrate_entry(
+    name: str, value: Any, era: str, architecture: str | None, target: str
+) -> tuple[Any, list[str]]:
     path: TreePath = (name,)
     sources = dict(_array_paths(value, path))
     if params_list(value) is not None:
@@ -92,7 +96,10 @@ def _migrate_entry(name: str, value: Any, era: str, architecture: str | None) ->
         layer = parse_architecture(architecture)
         state = state_for_architecture(layer, value, era, path=path)
         check_state(layer, state, path=path)
-        return state, [*_mapping(state, path, sources), *_julia(name, julia_constructor(layer, era))]
+        return state, [
+            *_mapping(state, path, sources),
+            *_julia(name, julia_constructor(layer, era), state, target),
+        ]
     if not _holds_flux_layer(value):
         return value, [f"{name}: written as it is (no Flux layers in it)"]
     state = whole_model_state(value, era, path=path)
@@ -114,7 +121,7 @@ def _migrate_entry(name: str, value: Any, era: str, architecture: str | None) ->
     except ConversionError as err:  # a closure or a user's struct: the user writes the model
         lines.append(f"{name}: build the model in Julia yourself ({err})")
     else:
-        lines += _julia(name, julia_constructor(layer, era))
+        lines += _julia(name, julia_constructor(layer, era), state, target)
     return state, lines
 
 
@@ -131,11 +138,13 @@ def _keys(value: Any, depth: int = 0) -> Iterator[Any]:
             yield from _keys(v, depth + 1)
 
 
-def _julia(name: str, constructor: str) -> list[str]:
+def _julia(name: str, constructor: str, state: Any, target: str) -> list[str]:
+    floats = [a.dtype for _, a in _arrays(state, ()) if a.dtype.kind == "f"]
+    suffix = {"float64": " |> f64", "float16": " |> f16"}.get(floats[0].name if floats else "", "")
     return [
         f"{name}: in Julia:",
-        f"  {name} = {constructor}",
-        f'  Flux.loadmodel!({name}, JLD2.load("<new file>", "{name}"))',
+        f"  {name} = {constructor}{suffix}",
+        f"  Flux.loadmodel!({name}, JLD2.load({_julia_string(target)}, {_julia_string(name)}))",
     ]
 
 
@@ -158,7 +167,7 @@ def _array_paths(value: Any, path: TreePath) -> Iterator[tuple[int, TreePath]]:
     if isinstance(value, np.ndarray):
         yield id(value), path
     elif isinstance(value, JuliaStruct):
-        for k, v in value.fields.items():
+        for k, v in zip(era_field_names(value), value.fields.values(), strict=True):
             if isinstance(v, JuliaStruct) and v.type.basename == "TrackedArray" and "data" in v.fields:
                 v = v.fields["data"]  # Tracker: the data is the parameter
             yield from _array_paths(v, (*path, k))

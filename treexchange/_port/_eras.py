@@ -244,6 +244,21 @@ def _name_fields(kind: str, fields: Mapping[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def era_field_names(s: JuliaStruct) -> list[str]:
+    """The names of a struct's fields in the Flux version that wrote it (BSON stores none: the
+    reader names them ``"1"``, ``"2"``...); the stored names for anything else.
+
+    Example:
+        >>> dense = JuliaStruct("Flux.Dense{NNlib.#relu,A,B}", {"1": np.ones((2, 3)), "2": np.zeros(2)})
+        >>> era_field_names(dense)
+        ['W', 'b']
+    """
+    named = (
+        _name_fields(s.type.basename, s.fields) if _is_flux(s.type) and s.type.basename in LAYOUTS else None
+    )
+    return list(named) if named is not None else list(s.fields)
+
+
 def _column(value: Any) -> Any:
     """An initial state vector ``(H,)`` as Flux 0.12's ``(H, 1)``."""
     if isinstance(value, np.ndarray) and value.ndim == 1:
