@@ -249,9 +249,9 @@ def era_field_names(s: JuliaStruct) -> list[str]:
     reader names them ``"1"``, ``"2"``...); the stored names for anything else.
 
     Example:
-        >>> dense = JuliaStruct("Flux.Dense{NNlib.#relu,A,B}", {"1": np.ones((2, 3)), "2": np.zeros(2)})
-        >>> era_field_names(dense)
-        ['W', 'b']
+        >>> recur = JuliaStruct("Flux.Recur{Flux.RNNCell}", {"1": None, "2": np.zeros(2), "3": np.zeros(2)})
+        >>> era_field_names(recur)  # Flux ≤ 0.11's Recur
+        ['cell', 'init', 'state']
     """
     named = (
         _name_fields(s.type.basename, s.fields) if _is_flux(s.type) and s.type.basename in LAYOUTS else None
