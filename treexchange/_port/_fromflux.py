@@ -216,10 +216,16 @@ def from_flux(
     axis, layer-spec §0.2; ``jax.vmap`` it for a batch). A model with BatchNorm is returned as
     ``(model, state)`` (an ``eqx.nn.State`` holding the running statistics), called ``model(x, state)``.
 
+    Old Flux models saved with BSON.jl (Flux 0.7 to 0.16; Tracker parameters, every era's layer
+    structs) port the same way; a parameter list (``params=cpu.(params(model))``, the arrays of
+    ``Flux.params`` in order) takes ``architecture=``, and so does a whole model holding a closure,
+    whose Chain entry the text then names (docs/porting.md, "Old Flux versions").
+
     Args:
-        path: the JLD2 file.
+        path: the JLD2 or BSON.jl file.
         name: the entry in it.
-        architecture: the Flux model text for a ``Flux.state`` file.
+        architecture: the Flux model text for a ``Flux.state`` file or a parameter list (or a
+            whole model whose closures it names).
         target: ``"equinox"``, ``"nnx"`` (Flax nnx, on a channels-last batch) or ``"linen"``
             (Flax linen: the pair ``(module, variables)``, called ``module.apply(variables, x)``
             on a channels-last batch).
