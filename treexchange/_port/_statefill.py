@@ -24,6 +24,8 @@ import numpy as np
 
 from .._bridge._report import RestoreWarning
 from .._errors import ConversionError, TreePath, format_path
+from .._limits import DEFAULT_LIMITS
+from .._recursion import stack_for_depth
 from .._values import JuliaStruct, NamedTuple
 from ._eras import normalise
 from ._rules import RECURRENT_GATES, Arr, Child, Children, Discard, _NamedFields, rule_for, with_defaults
@@ -313,8 +315,9 @@ def whole_model_state(value: Any, era: str, *, path: TreePath = ()) -> Any:
         >>> list(state), list(state["layers"][0])
         (['layers'], ['weight', 'bias', 'σ'])
     """
-    model = normalise(_unwrap_tracked(value), tuple(path))
-    return _model_state(model, era, tuple(path))
+    with stack_for_depth(DEFAULT_LIMITS.max_depth):  # a model as deep as a file may hold
+        model = normalise(_unwrap_tracked(value), tuple(path))
+        return _model_state(model, era, tuple(path))
 
 
 def _model_state(value: Any, era: str, path: TreePath) -> Any:

@@ -17,9 +17,11 @@ import numpy as np
 
 from treexchange._errors import ConversionError, PathSegment, TreePath, TreexchangeError
 from treexchange._juliatype import JuliaType
+from treexchange._limits import DEFAULT_LIMITS
 from treexchange._port._arch import CONNECTIONS, canonical_activation
 from treexchange._port._eras import normalise
 from treexchange._port._spec import Layer
+from treexchange._recursion import stack_for_depth
 from treexchange._values import JuliaStruct, NamedTuple, Singleton
 
 _GHOSTS = frozenset({"σ", "λ"})  # zero-size function fields JLD2 ≤ 0.4 does not store
@@ -520,6 +522,7 @@ def from_whole_model(
         >>> layer.args["σ"], list(state)
         ('relu', ['weight', 'bias', 'σ'])
     """
-    model = normalise(_unwrap_tracked(model), tuple(path), closures="error")  # Flux 0.7-0.12 structs
     era = "0.14" if flux.startswith("0.1") and tuple(map(int, flux.split(".")[:2])) < (0, 15) else "0.15"
-    return _Converter(era).convert(model, tuple(path))
+    with stack_for_depth(DEFAULT_LIMITS.max_depth):  # a model as deep as a file may hold
+        model = normalise(_unwrap_tracked(model), tuple(path), closures="error")  # Flux 0.7-0.12 structs
+        return _Converter(era).convert(model, tuple(path))
