@@ -321,3 +321,20 @@ def test_malformed_old_structs_are_conversion_errors() -> None:
     bad_conv = _positional("Flux.Conv{2,2,NNlib.#relu,A,B}", relu, weight, bias, "stride?", (1, 1), (1, 1))
     with pytest.raises(ConversionError, match=r"lacks what the layer needs .* \(at m\)"):
         from_whole_model(bad_conv, path=("m",))
+
+
+def test_a_model_as_deep_as_the_reader_allows_is_walked_without_recursion_errors() -> None:
+    from treexchange._port._statefill import whole_model_state
+    from treexchange._port._wholemodel import from_whole_model
+
+    value: Any = _positional(
+        "Flux.Dense{NNlib.#relu,A,B}", np.ones((2, 2), np.float32), np.zeros(2, np.float32), None
+    )
+    for _ in range(250):  # a Chain is two levels (struct, tuple): 500 of the reader's 512
+        value = _positional("Flux.Chain{Core.Tuple}", (value,))
+    layer, _ = from_whole_model(value)
+    assert len(layer.kinds()) == 251
+    state = whole_model_state(value, "0.15")
+    for _ in range(250):
+        state = state["layers"][0]
+    assert list(state) == ["weight", "bias", "σ"]
