@@ -338,3 +338,17 @@ def test_a_model_as_deep_as_the_reader_allows_is_walked_without_recursion_errors
     for _ in range(250):
         state = state["layers"][0]
     assert list(state) == ["weight", "bias", "σ"]
+
+
+@pytest.mark.slow
+def test_migrated_tracker_mlp_ports_back(tmp_path: Any) -> None:
+    new = tmp_path / "mlp.jld2"
+    dry = _cli("convert", _bson("ooshita_mlp_tracker_pretrained.bson"), str(new), "--flux-state", "--dry-run")
+    text = "Chain(Dense(784 => 32, relu), Dense(32 => 32, relu), Dense(32 => 10), softmax)"
+    assert f"pretrained = {text} |> f64" in dry
+    _cli("convert", _bson("ooshita_mlp_tracker_pretrained.bson"), str(new), "--flux-state")
+    assert tx.load(new, "pretrained")["layers"][0]["weight"].dtype == np.float64  # as the model was
+    images, labels = flux_data_mnist()
+    built = tx.from_flux(new, "pretrained", architecture=text)
+    flat = images.reshape(len(images), -1)
+    assert _accuracy(built, "equinox", flat, labels) == pytest.approx(0.9691, abs=1e-4)
