@@ -24,9 +24,9 @@ LAYERS: dict[str, float] = {
     "_version": 0, "_atomic": 0, "_errors": 0, "_limits": 0, "_recursion": 0, "_gc": 0,
     "_symbol": 0, "_juliatype": 0, "_values": 0, "_typeof": 0, "_jsonform": 0, "_nodeproto": 0,
     # 1: the codec
-    "_hdf5": 1, "_jld2": 1,
+    "_hdf5": 1, "_jld2": 1, "_bson": 1,
     # 2: the reader facade (open, File, reading an entry) and presentation over the codec
-    "_plainhdf5": 2, "_reader": 2, "_inspect": 2,
+    "_plainhdf5": 2, "_bsonfile": 2, "_reader": 2, "_inspect": 2,
     # 3: the domain layers, in this order: the bridge (restore, to_julia) below the schema (which
     # converts PyTrees through it), the ports (Flux layouts, from_flux: they restore through the
     # bridge and check embedded schemas), the other formats (PyTorch through the ports' rules)

@@ -69,12 +69,13 @@ def test_hwdr_mlp_classifies_mnist_with_the_reference() -> None:
 
 
 def test_old_flux_files() -> None:
-    """Flux 0.11 Dense (fields W, b), a bare Dense, and a Tracker-era (Flux ≤ 0.9) Dense."""
+    """Flux 0.11 Dense (fields W, b: renamed as current Flux names them, so the state ports and
+    loads into a current Flux), a bare Dense, and a Tracker-era (Flux ≤ 0.9) Dense."""
     layer, state = from_whole_model(_load("flux-model/kitml_example_model.jld2", "nn"))
     assert [c.args["σ"] for c in layer.children] == ["relu", "relu", "relu", "identity"]
-    assert list(state["layers"][0]) == ["W", "b", "σ"]
+    assert list(state["layers"][0]) == ["weight", "bias", "σ"]
     x = np.random.default_rng(0).normal(size=(4, 3))
-    w, b = state["layers"][0]["W"], state["layers"][0]["b"]
+    w, b = state["layers"][0]["weight"], state["layers"][0]["bias"]
     np.testing.assert_allclose(
         ref.forward(layer.children[0], state["layers"][0], x), np.maximum(w @ x + b[:, None], 0)
     )
@@ -83,7 +84,7 @@ def test_old_flux_files() -> None:
     assert list(dstate) == ["weight", "bias", "σ"]
     tracked, tstate = from_whole_model(_load("flux-model-zoo/temp.jld2", "temp"))
     assert tracked.args == {"in": 784, "out": 32, "σ": "relu", "bias": True}
-    assert isinstance(tstate["W"], np.ndarray) and tstate["W"].shape == (32, 784)
+    assert isinstance(tstate["weight"], np.ndarray) and tstate["weight"].shape == (32, 784)
 
 
 def test_lenet_state_with_the_architecture_text_and_the_reference() -> None:

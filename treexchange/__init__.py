@@ -36,6 +36,7 @@ from ._save import save as save
 from ._values import (
     MISSING as MISSING,
     UNDEF as UNDEF,
+    Closure as Closure,
     Int128 as Int128,
     JuliaArray as JuliaArray,
     JuliaBits as JuliaBits,
@@ -113,6 +114,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "MISSING",
     "UNDEF",
+    "Closure",
     "ConversionError",
     "File",
     "FormatError",

@@ -12,7 +12,9 @@ one object per node, pre-order, with
 * ``julia_type``: the Julia type as Julia prints it (``Array{Float32, 2}``, ``Tuple{}``);
 * arrays: ``dtype`` (numpy's name; ``bfloat16``), ``shape`` (Julia order) and ``sha256`` (hex
   digest of the elements in Julia's column-major order, little-endian: the bytes JLD2 stores);
-* number / bool / string / symbol: ``value``.
+* number / bool / string / symbol: ``value``;
+* ``note`` (only where the reader changed what the file holds, e.g. a BSON.jl Tracker array
+  read as its data, its gradient dropped).
 
 Values and digests are spelled by :mod:`treexchange._jsonform` (schemas spell them the same way):
 JSON has no NaN or infinities: those floats are written as the strings ``"NaN"``,
@@ -80,6 +82,9 @@ def node_record(node: Any, type_text: Any = str) -> dict[str, Any]:
         rec["sha256"] = array_sha256(arr)
     elif kind in ("number", "bool", "string", "symbol"):
         rec["value"] = json_scalar(node.read(), node.julia_type)
+    note = getattr(node, "note", None)  # what the reader changed here (a BSON Tracker array)
+    if note:
+        rec["note"] = note
     return rec
 
 
@@ -258,6 +263,9 @@ def _text_lines(root: LazyNode, type_width: int, budget: int) -> Iterator[str]:
         indent = "  " * max(depth - root_depth_offset, 0)
         kind = node.kind
         jt = _clip(type_text(node.julia_type), type_width)
+        note = getattr(node, "note", None)
+        if note:
+            jt += f"  [{note}]"
         if ref is not None:
             where = format_path(ref) if ref else "/"  # the root group: "/", as HDF5 names it
             cyclic = tuple(node.path[: len(ref)]) == tuple(ref)

@@ -46,7 +46,7 @@ from ._juliatype import JuliaType
 from ._limits import DEFAULT_LIMITS, Limits
 from ._nodeproto import CONTAINER_KINDS
 from ._typeof import ANY, STRING, julia_eltype, julia_type_of, kind_of
-from ._values import UNDEF, JuliaArray, NamedTuple, Symbol
+from ._values import UNDEF, JuliaArray, JuliaStruct, NamedTuple, Symbol
 
 
 def _h5py() -> Any:
@@ -219,7 +219,7 @@ class ValueNode:
     kind, Julia type and children come from the value itself. Indexing is the value's: fields and
     dict entries by key, tuple and vector elements by 0-based position (as for JLD2 nodes)."""
 
-    object_address = None  # part of a dataset's value, not an object of its own
+    object_address: int | None = None  # part of a dataset's value, not an object of its own
 
     def __init__(self, value: Any, path: TreePath) -> None:
         self._value = value
@@ -256,6 +256,8 @@ class ValueNode:
             return [(i + 1, i, x) for i, x in enumerate(v)]
         if isinstance(v, JuliaArray):
             return [(i + 1, i, x) for i, x in enumerate(v.tolist())]
+        if isinstance(v, JuliaStruct):
+            return [(k, k, x) for k, x in v.fields.items()]
         return []
 
     def __len__(self) -> int:
@@ -263,9 +265,13 @@ class ValueNode:
             raise TypeError(f"a {self.kind} node has no length")
         return len(self._items())
 
+    def _child(self, value: Any, path: TreePath) -> ValueNode:
+        """The node of a child value (subclasses hand out their own kind of node)."""
+        return ValueNode(value, path)
+
     def children(self) -> Iterator[tuple[PathSegment, ValueNode]]:
         for seg, _, x in self._items():
-            yield seg, ValueNode(x, (*self.path, seg))
+            yield seg, self._child(x, (*self.path, seg))
 
     def __iter__(self) -> Iterator[Any]:
         """Tuple and vector elements (as nodes), or the keys of fields and dict entries."""
@@ -283,10 +289,10 @@ class ValueNode:
             if not 0 <= i < len(items):
                 raise IndexError(f"index {key} out of range for {len(items)} elements")
             seg, _, x = items[i]
-            return ValueNode(x, (*self.path, seg))
+            return self._child(x, (*self.path, seg))
         for seg, k, x in items:
             if self.kind not in ("tuple", "vector") and k == key:
-                return ValueNode(x, (*self.path, seg))
+                return self._child(x, (*self.path, seg))
         raise KeyError(key)
 
 

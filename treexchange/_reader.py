@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+from ._bson import sniff as sniff_bson
+from ._bsonfile import BsonFile
 from ._errors import LimitError, PlainHDF5Error, TreexchangeError, UnsupportedError
 from ._hdf5._model import H5Class
 from ._jld2._nodes import Group, Node, group_links
@@ -165,7 +167,11 @@ def open(
     limits: Limits = DEFAULT_LIMITS,
     verify_checksums: bool = False,
 ) -> LazyFile:
-    """Open a JLD2 file lazily (nothing but the root group is read).
+    """Open a JLD2 or BSON.jl file lazily (nothing but the root group is read).
+
+    A BSON.jl file (``BSON.@save``; told by its content: a BSON document starts with its own
+    length) opens as a :class:`treexchange._bsonfile.BsonFile`, the same reading interface:
+    each top-level name is read when first asked for (docs/bson.md).
 
     Args:
         source: a path, or the file's bytes.
@@ -176,11 +182,12 @@ def open(
         verify_checksums: also verify HDF5 metadata checksums (JLD2 ignores them).
 
     Returns:
-        A :class:`treexchange.File` for a JLD2 file; for a plain HDF5 file an object with the
-        same reading interface (a mapping of names to nodes, ``read``, ``attrs``, ``close``).
+        A :class:`treexchange.File` for a JLD2 file; for a BSON.jl file or a plain HDF5 file an
+        object with the same reading interface (a mapping of names to nodes, ``read``, ``attrs``, ``close``).
 
     Raises:
-        WrongFormatError: not JLD2 (JLD v1, plain HDF5 without ``allow_hdf5``, not HDF5).
+        WrongFormatError: neither JLD2 nor BSON (JLD v1, plain HDF5 without ``allow_hdf5``,
+            neither HDF5 nor BSON).
         FormatError: the file is damaged.
 
     Example:
@@ -192,6 +199,8 @@ def open(
         ...     node.kind, str(node.julia_type), node[1]
         ('array', 'Array{Float64, 1}', np.float64(0.0))
     """
+    if sniff_bson(source):
+        return BsonFile(source, limits=limits)
     try:
         return File(source, limits=limits, verify_checksums=verify_checksums)
     except PlainHDF5Error:

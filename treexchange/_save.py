@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ._atomic import atomic_write, remove_stale_temporaries
 from ._bridge._to_julia import convert_items
+from ._bson import sniff as sniff_bson
+from ._bsonfile import BsonFile
 from ._errors import ConversionError, TreexchangeError, WriteError
 from ._jld2._encode_hdf5 import FILE_HEADER_LENGTH, REQUIRED_FILE_HEADER
 from ._jld2._writefile import write_jld2
 from ._jld2._writer_arrays import Compression
-from ._reader import File, read_objects
+from ._reader import File, Objects, read_objects
 from ._values import values_equal
 from ._version import default_producer
 
@@ -171,7 +173,8 @@ def convert(
     verify: bool = True,
 ) -> None:
     """Re-encode ``source`` as a JLD2 0.2.0 file at ``target`` (replaced atomically): what
-    ``treexchange convert IN OUT`` does.
+    ``treexchange convert IN OUT`` does. ``source`` may also be a BSON.jl file (told by its
+    content): its values, structs and all, are written as JLD2 (docs/bson.md).
 
     The output is format 0.2.0 (what JLD2.jl >= 0.5 writes), whatever the input's version,
     unless ``keep_format`` keeps a format-0.1.1 input in format 0.1.1 (see ``save``'s
@@ -199,24 +202,37 @@ def convert(
         True
     """
     options = Compression.from_option(compress)
+    if sniff_bson(source):
+        # A BSON.jl file: every top-level value, read in one session (a backref shared between
+        # names stays one object), written as JLD2 0.2.0 in the file's order.
+        with BsonFile(source) as bf:
+            objects = Objects(list(bf.read().items()), [], {})
+            _write_converted(target, objects, options, default_producer(), "0.2.0", verify)
+        return
     with File(source) as f:
         producer = f.producer if keep_producer else default_producer()
         fmt = f.format_version if keep_format and f.format_version == "0.1.1" else "0.2.0"
-        objects = read_objects(f)
-        values = objects.values
+        _write_converted(target, read_objects(f), options, producer, fmt, verify)
 
-        def write(out: BinaryIO) -> None:
-            write_jld2(
-                out,
-                values,
-                compress=options,
-                producer=producer,
-                root_attributes=objects.string_attributes,
-                empty_groups=objects.empty_groups,
-                format_version=fmt,
-            )
 
-        atomic_write(target, write, check=(lambda tmp: verify_output(tmp, values)) if verify else None)
+def _write_converted(
+    target: PathLike, objects: Objects, options: Compression | None, producer: str, fmt: str, verify: bool
+) -> None:
+    """Write ``convert``'s output atomically (read back and compared first when ``verify``)."""
+    values = objects.values
+
+    def write(out: BinaryIO) -> None:
+        write_jld2(
+            out,
+            values,
+            compress=options,
+            producer=producer,
+            root_attributes=objects.string_attributes,
+            empty_groups=objects.empty_groups,
+            format_version=fmt,
+        )
+
+    atomic_write(target, write, check=(lambda tmp: verify_output(tmp, values)) if verify else None)
 
 
 def verify_output(path: str, written: list[tuple[str, Any]]) -> None:

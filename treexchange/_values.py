@@ -18,6 +18,7 @@ numbers                                numpy scalars of the exact dtype; ``Int12
 other structs                          :class:`JuliaStruct`
 primitive bits types (enums, ``Char``) :class:`JuliaBits`
 other zero-size values (functions)     :class:`Singleton`
+a closure read from a BSON.jl file     :class:`Closure` (a :class:`Singleton` naming its definition)
 =====================================  =============================================================
 
 This module imports no JAX: :class:`NamedTuple`, :class:`JuliaStruct` and :class:`JuliaArray` are
@@ -354,6 +355,56 @@ class Singleton(TypeParameterValue):
         if last.startswith("#") and "{" not in last:
             return (head + "." if head and not short else "") + last[1:]
         return f"{name}()"
+
+
+class Closure(Singleton):
+    """An anonymous function (a closure such as ``x -> reshape(x, :, size(x, 4))``) read from a
+    BSON.jl file, which stored it as Julia's compiled code: treexchange keeps only what names it
+    and never runs or evaluates anything of it.
+
+    ``type`` is the closure's type (``Main.#3#4``, the name Julia gave it); ``name`` the method's
+    name (``#3``), ``module``, ``file`` and ``line`` where it was defined, each ``None`` when the
+    file does not say; ``captures`` the values it closed over, in order (``()`` for most). As a
+    value it is the singleton of its type (what JLD2 writes for a function), so equality and
+    writing follow :class:`Singleton`: the captured values are not written.
+
+    Example:
+        >>> from treexchange import Closure
+        >>> f = Closure("Main.#3#4", name="#3", module="Main", file="REPL[9]", line=8)
+        >>> f, f.where
+        (Closure('Main.#3#4', defined at REPL[9]:8), 'REPL[9]:8')
+    """
+
+    __slots__ = ("captures", "file", "line", "module", "name")
+
+    def __init__(
+        self,
+        type_: JuliaType | str,
+        *,
+        name: str | None = None,
+        module: str | None = None,
+        file: str | None = None,
+        line: int | None = None,
+        captures: tuple[Any, ...] = (),
+    ) -> None:
+        super().__init__(type_)
+        self.name = name
+        self.module = module
+        self.file = file
+        self.line = line
+        self.captures = tuple(captures)
+
+    @property
+    def where(self) -> str | None:
+        """``file:line`` where the closure was defined, or ``None`` when the file does not say."""
+        if self.file is None:
+            return None
+        return self.file if self.line is None else f"{self.file}:{self.line}"
+
+    def __repr__(self) -> str:
+        where = self.where
+        at = f", defined at {where}" if where else ""
+        return f"Closure({self.type.qualified()!r}{at})"
 
 
 _local = threading.local()

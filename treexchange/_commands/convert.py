@@ -13,6 +13,7 @@ import argparse
 
 from .._interop import convert_formats
 from .._interop._convert import detect_format
+from .._interop._fluxmigrate import migrate_flux_state
 from .._save import convert
 
 
@@ -45,8 +46,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         help=(
             "safetensors -> JLD2: the Flux model as Flux prints it (Chain(...)); the tensors (a PyTorch "
             "state_dict) are matched to it by the layer rules and written as a Flux.loadmodel!-ready "
-            "model_state"
+            "model_state. With --flux-state: the model a parameter list (Flux.params) belongs to"
         ),
+    )
+    p.add_argument(
+        "--flux-state",
+        action="store_true",
+        help=(
+            "write each Flux model in IN (a BSON.jl or whole-model JLD2 file of any Flux version) as "
+            "its Flux.state under the same name, for Flux.loadmodel!(model, JLD2.load(OUT, name)) in "
+            "a current Flux; other entries are written as they are"
+        ),
+    )
+    p.add_argument(
+        "--flux",
+        choices=("0.14", "0.15"),
+        default="0.15",
+        help="with --flux-state: the Flux whose Flux.state to write (0.15 = Flux >= 0.15, the default)",
     )
     p.add_argument(
         "--max-shard-size",
@@ -82,6 +98,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.flux_state:
+        migrate_flux_state(
+            args.input, args.output, flux=args.flux, architecture=args.architecture, dry_run=args.dry_run
+        )
+        return 0
     src_fmt = detect_format(args.input, existing=True) or "jld2"
     dst_fmt = args.to or detect_format(args.output, existing=False) or "jld2"
     if (src_fmt, dst_fmt) != ("jld2", "jld2") or args.dry_run or args.architecture:

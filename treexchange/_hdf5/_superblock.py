@@ -48,7 +48,7 @@ def find_superblock(buf: memoryview) -> int:
         if bytes(buf[pos : pos + len(SIGNATURE)]) == SIGNATURE:
             return pos
         pos = 512 if pos == 0 else pos * 2
-    raise WrongFormatError("not an HDF5 file (no superblock signature found)", offset=0)
+    raise WrongFormatError("not an HDF5 file (no superblock signature found), nor a BSON file", offset=0)
 
 
 def read_superblock(buf: memoryview, *, verify_checksum: bool = False) -> Superblock:

@@ -24,6 +24,7 @@ from treexchange._port._arch import parse_architecture
 from treexchange._port._registry import KINDS
 from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
 from treexchange._port._state import check_era
+from treexchange._port._statefill import state_for_architecture, state_for_port
 from treexchange._port._wholemodel import from_whole_model
 from treexchange._reader import has_embedded_schema, open as open_file, read_entry
 from treexchange._values import JuliaStruct
@@ -47,7 +48,7 @@ def read_flux_source(
             )
         return from_whole_model(value, path=(name,), flux=flux)
     layer = parse_architecture(architecture)
-    state = from_whole_model(value, path=(name,), flux=flux)[1] if isinstance(value, JuliaStruct) else value
+    state = state_for_architecture(layer, value, flux, path=(name,))  # Flux.state, params list, model
     check_state(layer, state, path=(name,))
     return layer, state
 
@@ -196,10 +197,16 @@ def from_flux(
     axis, docs/porting.md §Data layout; ``jax.vmap`` it for a batch). A model with BatchNorm is returned as
     ``(model, state)`` (an ``eqx.nn.State`` holding the running statistics), called ``model(x, state)``.
 
+    Old Flux models saved with BSON.jl (Flux 0.7 to 0.16; Tracker parameters, every era's layer
+    structs) port the same way; a parameter list (``params=cpu.(params(model))``, the arrays of
+    ``Flux.params`` in order) takes ``architecture=``, and so does a whole model holding a closure,
+    whose Chain entry the text then names (docs/porting.md, "Old Flux versions").
+
     Args:
-        path: the JLD2 file.
+        path: the JLD2 or BSON.jl file.
         name: the entry in it.
-        architecture: the Flux model text for a ``Flux.state`` file.
+        architecture: the Flux model text for a ``Flux.state`` file or a parameter list (or a
+            whole model whose closures it names).
         target: ``"equinox"``, ``"nnx"`` (Flax nnx, on a channels-last batch) or ``"linen"``
             (Flax linen: the pair ``(module, variables)``, called ``module.apply(variables, x)``
             on a channels-last batch).
@@ -228,6 +235,7 @@ def from_flux(
     """
     era = check_era(flux if flux is not None else ("0.14" if architecture is None else DEFAULT_FLUX_ERA))
     layer, state = read_flux_source(path, name, architecture, flux=era)
+    state = state_for_port(state, path=(name,))  # Float64 (Flux ≤ 0.9 often) in JAX's Float32
 
     def fill(model: Any) -> Any:
         return load_state(model, state, path=(name,), flux=era)

@@ -465,3 +465,65 @@ def julia_constructor(layer: Layer, era: str = "0.15") -> str:
 def _julia(layer: Layer, era: str) -> str:
     children = [_julia(child, era) for child in layer.children]
     return rule_for(layer).julia(layer, children, era)
+
+
+# --- Flux.params order (parameter lists saved by old Flux code) --------------------------------------
+
+
+Slot = tuple[str, "tuple[int, ...] | None", bool]
+"""One array of ``Flux.params``: ``(key, shape, optional)``; shape None is a recurrent initial state."""
+
+
+def param_slots(layer: Layer) -> list[Slot]:
+    """The arrays ``Flux.params`` lists for one layer, in order: ``(key, shape, optional)``;
+    shape ``None`` is a recurrent initial state (``(H,)`` or ``(H, 1)``).
+
+    Example:
+        >>> param_slots(with_defaults(Layer("Conv", {"kernel": (3, 3), "in": 1, "out": 16})))
+        [('weight', (3, 3, 1, 16), False), ('bias', (16,), False)]
+    """
+    a, kind = layer.args, layer.kind
+    bias = bool(a.get("bias", True))
+    if kind == "Dense":
+        return [("weight", (a["out"], a["in"]), False), *([("bias", (a["out"],), False)] if bias else [])]
+    if kind in ("Conv", "CrossCor", "DepthwiseConv", "ConvTranspose"):
+        weight = ("weight", _conv_shapes(layer)[0].shape, False)
+        return [weight, *([("bias", (a["out"],), False)] if bias else [])]
+    if kind in ("BatchNorm", "InstanceNorm", "GroupNorm"):
+        c = (a["channels"],)
+        return [("β", c, False), ("γ", c, False)] if a.get("affine", True) else []
+    if kind == "LayerNorm":
+        size = tuple(a["size"])
+        return [("scale", size, False), ("bias", size, False)] if a.get("affine", True) else []
+    if kind == "Scale":
+        size = tuple(a["size"])
+        return [("scale", size, False), *([("bias", size, False)] if bias else [])]
+    if kind == "Bilinear":
+        weight = ("weight", (a["out"], *a["in"]), False)
+        return [weight, *([("bias", (a["out"],), False)] if bias else [])]
+    if kind == "Embedding":
+        return [("weight", (a["out"], a["in"]), False)]
+    if kind in RECURRENT_GATES:
+        g, h = RECURRENT_GATES[kind], a["out"]
+        slots: list[Slot] = [
+            ("Wi", (g * h, a["in"]), False),
+            ("Wh", ((2 if kind == "GRUv3" else g) * h, h), False),
+        ]
+        slots.append(("b", (g * h,), False))
+        if kind == "GRUv3":
+            slots.append(("Wh_h̃", (h, h), False))
+        states = ["h", "c"] if kind == "LSTM" else ["h"]
+        return slots + [(f"state0.{s}", None, True) for s in states]
+    if kind == "MultiHeadAttention":
+        slots = []  # the q, k, v, out projections (Dense each), in field order
+        for proj, rows, cols in (
+            ("q_proj", a["qk_dim"], a["q_in"]),
+            ("k_proj", a["qk_dim"], a["k_in"]),
+            ("v_proj", a["v_dim"], a["v_in"]),
+            ("out_proj", a["out"], a["v_dim"]),
+        ):
+            slots.append((f"{proj}.weight", (rows, cols), False))
+            if a.get("bias", False):
+                slots.append((f"{proj}.bias", (rows,), False))
+        return slots
+    return []

@@ -15,11 +15,14 @@ from typing import Any
 
 import numpy as np
 
-from treexchange._errors import ConversionError, PathSegment, TreePath
+from treexchange._errors import ConversionError, PathSegment, TreePath, TreexchangeError
 from treexchange._juliatype import JuliaType
+from treexchange._limits import DEFAULT_LIMITS
 from treexchange._port._arch import CONNECTIONS, canonical_activation
+from treexchange._port._eras import normalise
 from treexchange._port._registry import KINDS, PORTING_DOCS, RECURRENT_GATES
 from treexchange._port._spec import Layer
+from treexchange._recursion import stack_for_depth
 from treexchange._values import JuliaStruct, NamedTuple, Singleton
 
 _GHOSTS = frozenset({"σ", "λ"})  # zero-size function fields JLD2 ≤ 0.4 does not store
@@ -156,7 +159,14 @@ class _Converter:
                 f"unknown layer type {value.type}; the Flux layers that port: {known} (see {PORTING_DOCS})",
                 path,
             )
-        return handler(self, value, path)
+        try:
+            return handler(self, value, path)
+        except TreexchangeError:  # ConversionError is a TypeError too: a nested layer's, keep it
+            raise
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as err:  # a malformed struct
+            raise self.error(
+                f"{value.type} lacks what the layer needs ({type(err).__name__}: {err})", path
+            ) from err
 
     def children(self, layers: Any, path: TreePath) -> tuple[tuple[Layer, ...], tuple[str, ...] | None, Any]:
         """Convert a ``layers`` field: a Tuple, a NamedTuple (named Chain) or a Vector."""
@@ -494,6 +504,7 @@ def from_whole_model(
         >>> layer.args["σ"], list(state)
         ('relu', ['weight', 'bias', 'σ'])
     """
-    model = _unwrap_tracked(model)
     era = "0.14" if flux.startswith("0.1") and tuple(map(int, flux.split(".")[:2])) < (0, 15) else "0.15"
-    return _Converter(era).convert(model, tuple(path))
+    with stack_for_depth(DEFAULT_LIMITS.max_depth):  # a model as deep as a file may hold
+        model = normalise(_unwrap_tracked(model), tuple(path), closures="error")  # Flux 0.7-0.12 structs
+        return _Converter(era).convert(model, tuple(path))

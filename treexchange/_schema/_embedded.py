@@ -20,7 +20,7 @@ from typing import Any
 from .._errors import FormatError, MismatchError
 from .._limits import DEFAULT_LIMITS, Limits
 from .._nodeproto import LazyFile
-from .._reader import SCHEMA_ATTRIBUTE, File
+from .._reader import SCHEMA_ATTRIBUTE, open as open_file
 from ._model import Schema
 from ._validate import validate as validate_tree
 from ._versions import SchemaLike, load_schema
@@ -104,7 +104,7 @@ def read_embedded_schema(file: FileLike) -> Schema | None:
 def _root_attributes(file: FileLike) -> Mapping[str, Any]:
     if isinstance(file, (str, os.PathLike, bytes, bytearray, memoryview)):
         source = bytes(file) if isinstance(file, (bytearray, memoryview)) else file
-        with File(source) as opened:
+        with open_file(source) as opened:  # a BSON.jl file has no attributes: {}
             return opened.attrs
     if not isinstance(file, LazyFile):
         raise TypeError(f"{type(file).__name__} is neither a file path, bytes nor an opened file")

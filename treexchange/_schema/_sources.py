@@ -24,7 +24,7 @@ from .._errors import ConversionError, TreePath, TreexchangeError
 from .._jsonform import array_sha256
 from .._juliatype import JuliaType
 from .._nodeproto import LazyFile, LazyNode
-from .._reader import File
+from .._reader import open as open_file
 from .._typeof import julia_type_of, kind_of, numpy_dtype, presented_dtype_name, wide_int_array
 from .._values import Int128, JuliaArray, JuliaBits, JuliaStruct, NamedTuple, Singleton, UInt128
 
@@ -357,7 +357,7 @@ def is_file_like(x: Any) -> bool:
 def opened(x: str | os.PathLike[str] | LazyFile) -> Iterator[LazyFile]:
     """An opened file for a path (closed afterwards), or ``x`` itself when it is already open."""
     if isinstance(x, (str, os.PathLike)):
-        with File(x) as file:
+        with open_file(x) as file:  # JLD2 or BSON.jl, as treexchange.open tells them
             yield file
     else:
         yield x

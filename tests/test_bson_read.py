@@ -1,0 +1,166 @@
+"""Reading BSON.jl files (issue 20, part 1): the real files of ../shared/julia_fixtures/bson, each
+loaded, inspected, schema-inferred and converted to JLD2 value-equal (h5py reads the result),
+and what the value model makes of BSON.jl's tags (Tracker, closures, CuArray, Dicts, backrefs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from conftest import SKIP_REASON, fixture_files, fixture_ids, require_fixture
+
+import treexchange as tx
+from treexchange._bson import is_device_array
+from treexchange._inspect import iter_records, text_lines
+from treexchange._save import convert
+
+BSON_FILES = fixture_files("bson/*.bson")
+PARAMS = BSON_FILES or [pytest.param(None, marks=pytest.mark.skip(reason=SKIP_REASON))]
+
+
+def _arrays(value: object) -> list[np.ndarray]:
+    """Every numpy array in a value tree, in order (each object once)."""
+    out: list[np.ndarray] = []
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        x = stack.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, np.ndarray):
+            out.append(x)
+        elif isinstance(x, tx.JuliaStruct):
+            stack.extend(reversed(list(x.fields.values())))
+        elif isinstance(x, (dict, tx.NamedTuple)):
+            stack.extend(reversed(list(x.values())))
+        elif isinstance(x, (list, tuple)):
+            stack.extend(reversed(x))
+    return out
+
+
+@pytest.mark.parametrize("path", PARAMS, ids=fixture_ids(BSON_FILES) if BSON_FILES else None)
+def test_every_bson_file_loads_inspects_infers_and_converts(path: Path, tmp_path: Path) -> None:
+    value = tx.load(path)
+    assert isinstance(value, dict) and value
+    with tx.open(path) as f:
+        assert list(f) == list(value)
+        records = list(iter_records(f))
+        text = list(text_lines(f))
+    assert {r["path"][0] for r in records} == set(value)
+    assert text[-1].startswith("-- ")
+    for rec in records:
+        json.dumps(rec)
+    schema = tx.infer_schema(path)
+    assert set(schema.roots) == set(value)
+    tx.validate(path, schema)
+
+    out = tmp_path / "out.jld2"
+    convert(path, out)
+    back = tx.load(out)
+    assert tx.values_equal(back, value)
+    with h5py.File(out, "r") as h:  # the independent reader sees every name and every array
+        assert set(h) - {"_types"} == set(value)
+        n_datasets = []
+        h.visititems(lambda name, obj: n_datasets.append(name) if isinstance(obj, h5py.Dataset) else None)
+        assert n_datasets
+
+
+def test_mnist_params_file_holds_the_reported_values() -> None:
+    path = require_fixture("bson/dhairya_juliacon2020_mnist_conv2_params.bson")
+    v = tx.load(path)
+    assert v["acc"] == pytest.approx(0.9874) and v["acc"].dtype == np.float64
+    assert v["epoch_idx"] == 11 and v["epoch_idx"].dtype == np.int64
+    shapes = [a.shape for a in v["params"]]
+    assert shapes == [(3, 3, 1, 16), (16,), (3, 3, 16, 32), (32,), (3, 3, 32, 32), (32,), (10, 288), (10,)]
+    w = v["params"][0]
+    assert w.dtype == np.float32 and w.flags.f_contiguous
+    assert not w.flags.owndata  # a view of the file's map: zero-copy
+
+
+def test_whole_model_holds_the_same_weights_as_its_params_file() -> None:
+    params = tx.load(require_fixture("bson/dhairya_juliacon2020_mnist_conv2_params.bson"), "params")
+    model = tx.load(require_fixture("bson/dhairya_juliacon2020_model_conv_chain.bson"), "model")
+    arrays = _arrays(model)
+    assert len(arrays) == len(params)
+    for a, b in zip(arrays, params):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_full_types_and_function_singletons() -> None:
+    model = tx.load(require_fixture("bson/eliascarv_mlp.bson"), "model")
+    assert str(model.type).startswith("Flux.Chain{Tuple{Flux.Dense{NNlib.#relu, Array{Float32, 2}")
+    layers = model["1"]
+    assert isinstance(layers, tuple) and len(layers) == 4
+    dense = layers[0]
+    assert list(dense.fields) == ["1", "2", "3"]  # BSON.jl stores fields by position only
+    assert dense["1"].shape == (16, 784)
+    assert dense["3"] == tx.Singleton("NNlib.#relu")
+    assert layers[3] == tx.Singleton("NNlib.#softmax")
+    assert layers[2].type.params[0] == tx.JuliaType("Base.#identity")  # Main.Base.#identity: old Julia
+
+
+def test_tracker_arrays_read_as_their_data_with_a_note() -> None:
+    path = require_fixture("bson/ooshita_mlp_tracker_pretrained.bson")
+    model = tx.load(path, "pretrained")
+    dense = model["1"][0]
+    assert str(dense.type) == "Flux.Dense{NNlib.#relu, Array{Float64, 2}, Array{Float64, 1}}"
+    w = dense["1"]
+    assert isinstance(w, np.ndarray) and w.shape == (32, 784) and w.dtype == np.float64
+    with tx.open(path) as f:
+        node = f["pretrained"]["1"][0]["1"]
+        assert node.kind == "array" and "gradient is dropped" in node.note
+        notes = [r for r in iter_records(f) if "note" in r]
+        assert len(notes) == 6
+        assert any("gradient is dropped" in line for line in text_lines(f))
+
+
+def test_closure_names_itself_and_is_never_run() -> None:
+    model = tx.load(require_fixture("bson/dhairya_juliacon2020_model_conv_chain.bson"), "model")
+    closures = [x for x in model["1"] if isinstance(x, tx.Closure)]
+    assert len(closures) == 1
+    c = closures[0]
+    assert (c.name, c.module, c.file, c.line) == ("#3", "Main", "REPL[9]", 8)
+    assert c.type.name == "Main.#3#4" and c.captures == ()
+    assert isinstance(c, tx.Singleton) and "REPL[9]:8" in repr(c)
+
+
+def test_cuarray_reads_as_a_struct_of_pointers_and_is_told_apart() -> None:
+    vae = tx.load(require_fixture("bson/deltadahl_vae_cuarray.bson"), "vae")
+    conv = vae["1"]["1"][0]
+    weight = conv["2"]
+    assert is_device_array(weight) and weight.type.name == "CUDA.CuArray"
+    assert not any(is_device_array(a) for a in _arrays(vae))
+    assert not is_device_array(conv)
+
+
+def test_dicts_and_backrefs_shared_objects() -> None:
+    v = tx.load(require_fixture("bson/sameer_bertlike_spam.bson"))
+    vocab = v["vocab"]
+    assert isinstance(vocab, tx.JuliaDict) and len(vocab) == 52
+    assert str(vocab.julia_type) == "Dict{String, Int64}"
+    assert all(isinstance(k, str) and isinstance(x, np.int64) for k, x in vocab.items())
+    assert v["max_seq_len"] == 20
+
+
+def test_open_is_lazy_per_name_and_shares_backrefs() -> None:
+    path = require_fixture("bson/cohrint_vae_mnist.bson")
+    with tx.open(path) as f:
+        assert f.format_version == "BSON" and f.attrs == {}
+        assert f._values == {}  # nothing read by opening
+        f["encoder"]
+        assert list(f._values) == ["encoder"]
+        assert f.read("decoder") is f.read("decoder")  # one session: one object
+
+
+def test_storage_order_and_copies() -> None:
+    path = require_fixture("bson/eliascarv_mlp.bson")
+    julia = tx.load(path, "model")["1"][0]["1"]
+    storage = tx.load(path, "model", order="storage")["1"][0]["1"]
+    copied = tx.load(path, "model", mmap=False)["1"][0]["1"]
+    assert storage.shape == (784, 16) and storage.flags.c_contiguous
+    np.testing.assert_array_equal(storage, julia.T)
+    assert copied.flags.owndata and tx.values_equal(copied, julia)

@@ -1,0 +1,354 @@
+"""Acceptance (issue 20): old Flux models saved with BSON.jl, ported by ``tx.from_flux``.
+
+Real files from public repositories (../shared/julia_fixtures/bson, catalog.json gives each one's
+Flux version and reported accuracy), MNIST test images in the old ``Flux.Data.MNIST`` orientation
+(tests/_mnist.py ``flux_data_mnist``). Accuracies are the catalog's recomputed numbers, to the image.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import _flux_reference as ref
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _mnist import flux_data_mnist, julia_batch
+from conftest import require_fixture
+from test_port_from_flux import TARGETS, _run
+
+import treexchange as tx
+from treexchange import ConversionError, JuliaStruct, NamedTuple
+from treexchange._port._arch import parse_architecture
+from treexchange._port._eqx_layers import Recurrence
+from treexchange._port._fromflux import read_flux_source
+from treexchange._port._statefill import state_for_port, state_from_params
+
+# The JuliaCon 2020 model as Flux 0.10 printed it; the file's closure x -> reshape(x, :, size(x, 4))
+# is written as what it computes, Flux.flatten.
+DHAIRYA = (
+    "Chain(Conv((3, 3), 1=>16, relu, pad=(1, 1)), MaxPool((2, 2)), "
+    "Conv((3, 3), 16=>32, relu, pad=(1, 1)), MaxPool((2, 2)), "
+    "Conv((3, 3), 32=>32, relu, pad=(1, 1)), MaxPool((2, 2)), flatten, Dense(288, 10), softmax)"
+)
+
+
+def _bson(name: str) -> str:
+    return str(require_fixture(f"bson/{name}"))
+
+
+def _accuracy(built: Any, target: str, images: np.ndarray, labels: np.ndarray) -> float:
+    return float(np.mean(_run(built, target, images).argmax(axis=1) == labels))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_tracker_era_mlp(target: str) -> None:
+    """Flux 0.7, every parameter a Tracker.TrackedArray{Float64}: 0.9691 (its authors' number)."""
+    images, labels = flux_data_mnist()
+    built = tx.from_flux(_bson("ooshita_mlp_tracker_pretrained.bson"), "pretrained", target=target)
+    flat = images.reshape(len(images), -1)  # hcat(vec.(imgs)...): column-major vec of each image
+    assert _accuracy(built, target, flat, labels) == pytest.approx(0.9691, abs=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_flux_0_12_lenet(target: str) -> None:
+    images, labels = flux_data_mnist()
+    built = tx.from_flux(_bson("eliascarv_lenet_v3.bson"), "model", target=target)
+    assert _accuracy(built, target, images, labels) == pytest.approx(0.9875, abs=1e-4)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_flux_0_10_parameter_list_with_its_architecture(target: str) -> None:
+    images, labels = flux_data_mnist()
+    path = _bson("dhairya_juliacon2020_mnist_conv2_params.bson")
+    built = tx.from_flux(path, "params", architecture=DHAIRYA, target=target)
+    assert _accuracy(built, target, images, labels) == pytest.approx(0.9874, abs=1e-4)
+    assert float(tx.load(path, "acc")) == pytest.approx(0.9874)  # what train.jl stored
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_flux_0_10_whole_model_with_a_closure_and_the_architecture(target: str) -> None:
+    images, labels = flux_data_mnist()
+    built = tx.from_flux(
+        _bson("dhairya_juliacon2020_model_conv_chain.bson"), "model", architecture=DHAIRYA, target=target
+    )
+    assert _accuracy(built, target, images, labels) == pytest.approx(0.9874, abs=1e-4)
+
+
+def test_the_whole_model_and_the_parameter_list_hold_the_same_weights() -> None:
+    params_file = _bson("dhairya_juliacon2020_mnist_conv2_params.bson")
+    _, from_params = read_flux_source(params_file, "params", DHAIRYA)
+    _, from_model = read_flux_source(_bson("dhairya_juliacon2020_model_conv_chain.bson"), "model", DHAIRYA)
+    for i in (0, 2, 4, 7):
+        a, b = from_params["layers"][i], from_model["layers"][i]
+        np.testing.assert_array_equal(a["weight"], b["weight"])
+        np.testing.assert_array_equal(a["bias"], b["bias"])
+
+
+def test_a_closure_without_architecture_names_its_place_and_the_way_out() -> None:
+    with pytest.raises(ConversionError) as err:
+        tx.from_flux(_bson("dhairya_juliacon2020_model_conv_chain.bson"), "model")
+    message = str(err.value)
+    assert "layer 7 of the Chain" in message and "REPL[9]" in message and "architecture=" in message
+    assert err.value.path == ("model", "layers", 7)
+
+
+def test_gpu_arrays_are_no_weights() -> None:
+    with pytest.raises(ConversionError, match=r"holds no weights \(GPU pointers\)"):
+        tx.from_flux(_bson("deltadahl_vae_cuarray.bson"), "vae")
+
+
+@pytest.mark.parametrize("name", ["canberkarc_polyroots_lstm.bson", "canberkarc_polyroots_rnn.bson"])
+@pytest.mark.parametrize("target", TARGETS)
+def test_recurrent_models_agree_with_the_reference(name: str, target: str) -> None:
+    """Flux 0.12 Recur{LSTMCell}/Recur{RNNCell} + Dropout + Dense, on a batch of sequences."""
+    path = _bson(name)
+    layer, state = read_flux_source(path, "model")
+    assert layer.kinds()[:3] == ["Chain", "LSTM" if "lstm" in name else "RNN", "Dropout"]
+    x = np.random.default_rng(0).normal(size=(100, 7, 3)).astype(np.float32)  # Julia (in, L, B)
+    expected = ref.forward(layer, state, x).transpose(2, 1, 0)  # (B, L, out)
+    built = tx.from_flux(path, "model", target=target)
+    xs = jnp.asarray(x.transpose(2, 1, 0))
+    if target == "equinox":  # one sequence (L, in); the layers after the recurrence run per step
+
+        def run(seq: Any) -> Any:
+            for sub in built.layers:
+                seq = sub(seq) if isinstance(sub, Recurrence) else jax.vmap(sub)(seq)
+            return seq
+
+        got = np.asarray(jax.vmap(run)(xs))
+    elif target == "nnx":
+        got = np.asarray(built(xs))
+    else:
+        got = np.asarray(built[0].apply(built[1], xs))
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_parameter_list_errors_name_the_array() -> None:
+    arch = parse_architecture("Chain(Dense(3 => 2, relu), Dense(2 => 1))")
+    first = [np.ones((2, 3)), np.zeros(2)]
+    with pytest.raises(ConversionError, match=r"parameter array 3 has size 2×2; .* weight of size 1×2"):
+        state_from_params(arch, [*first, np.ones((2, 2)), np.zeros(1)], "0.15")
+    with pytest.raises(ConversionError, match="takes 4 parameter arrays, the list has 5"):
+        state_from_params(arch, [*first, np.ones((1, 2)), np.zeros(1), np.ones(1)], "0.15")
+    with pytest.raises(ConversionError, match="ends at 2 arrays"):
+        state_from_params(arch, [np.ones((2, 3)), np.zeros(2)], "0.15")
+
+
+def test_a_learnt_initial_state_is_reported() -> None:
+    cell = NamedTuple(Wi=np.ones((4, 2)), Wh=np.ones((4, 4)), b=np.zeros(4), state0=np.full((4, 1), 0.5))
+    with pytest.warns(tx.RestoreWarning, match=r"m\.cell\.state0: the learnt initial state"):
+        state_for_port(NamedTuple(cell=cell, state=np.zeros((4, 1))), path=("m",))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        state_for_port(NamedTuple(cell=cell.replace(state0=np.zeros((4, 1)))), path=("m",))
+
+
+def test_old_era_structs_by_position() -> None:
+    """BSON stores fields by position: a Flux 0.7 LSTM (Recur cell/init/state, cell h and c vectors)
+    and a Flux 0.10 BatchNorm (7 fields) are recognised by their field count."""
+    h, c = np.full(2, 0.25, np.float32), np.zeros(2, np.float32)
+    cell = JuliaStruct("Flux.LSTMCell{A,V}", {"1": np.ones((8, 3)), "2": np.ones((8, 2)), "3": np.zeros(8),
+                                             "4": h, "5": c})  # fmt: skip
+    recur = JuliaStruct("Flux.Recur{Flux.LSTMCell}", {"1": cell, "2": (h, c), "3": (h, c)})
+    arrays = [np.arange(3, dtype=np.float32) + k for k in range(4)]
+    bn = JuliaStruct(
+        "Flux.BatchNorm{Base.#identity,A,B,Core.Float32}",
+        dict(zip("1234567", [tx.Singleton("Base.#identity"), *arrays, np.float32(1e-5), np.float32(0.1)])),
+    )
+    chain = JuliaStruct("Flux.Chain{Core.Tuple}", {"1": (recur, bn)})
+    from treexchange._port._wholemodel import from_whole_model
+
+    layer, state = from_whole_model(chain)
+    assert layer.kinds() == ["Chain", "LSTM", "BatchNorm"]
+    lstm, norm = state["layers"]
+    assert list(lstm["cell"]) == ["Wi", "Wh", "b", "state0"] and lstm["cell"]["state0"][0].shape == (2, 1)
+    assert layer.children[1].args["channels"] == 3
+    assert list(norm)[-4:] == ["affine", "track_stats", "active", "chs"]
+    np.testing.assert_array_equal(norm["σ²"], arrays[3])
+
+
+# --- migrating to Flux.state + JLD2 (treexchange convert --flux-state) -------------------------------
+
+
+def _cli(*argv: str) -> str:
+    import contextlib
+    import io
+
+    from treexchange._cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(list(argv)) == 0
+    return out.getvalue()
+
+
+LENET_V3 = (
+    "Chain(Conv((5, 5), 1 => 6, relu), MaxPool((2, 2)), Conv((5, 5), 6 => 16, relu), MaxPool((2, 2)), "
+    "Flux.flatten, Dense(256 => 120, relu), Dense(120 => 84, relu), Dense(84 => 10))"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", TARGETS)
+def test_migrated_lenet_ports_back_to_the_same_accuracy(target: str, tmp_path: Any) -> None:
+    new = tmp_path / "lenet.jld2"
+    dry = _cli("convert", _bson("eliascarv_lenet_v3.bson"), str(new), "--flux-state", "--dry-run")
+    assert "model.layers[6].weight <- model" in dry and f"model = {LENET_V3}" in dry
+    assert not new.exists()
+    _cli("convert", _bson("eliascarv_lenet_v3.bson"), str(new), "--flux-state")
+    state = tx.load(new, "model")
+    assert list(state["layers"][0]) == ["σ", "weight", "bias", "stride", "pad", "dilation", "groups"]
+    assert list(state["layers"][1]) == ["k", "pad", "stride"]  # Flux ≥ 0.15: pools have fields
+    images, labels = flux_data_mnist()
+    built = tx.from_flux(new, "model", architecture=LENET_V3, target=target)
+    assert _accuracy(built, target, images, labels) == pytest.approx(0.9875, abs=1e-4)
+
+
+@pytest.mark.slow
+def test_migrated_parameter_list_ports_back(tmp_path: Any) -> None:
+    new = tmp_path / "conv2.jld2"
+    path = _bson("dhairya_juliacon2020_mnist_conv2_params.bson")
+    _cli("convert", path, str(new), "--flux-state", "--architecture", DHAIRYA)
+    assert float(tx.load(new, "acc")) == pytest.approx(0.9874)  # other entries as they were
+    images, labels = flux_data_mnist()
+    built = tx.from_flux(new, "params", architecture=DHAIRYA)
+    assert _accuracy(built, "equinox", images, labels) == pytest.approx(0.9874, abs=1e-4)
+
+
+def test_migrate_eras_closures_and_users_structs(tmp_path: Any) -> None:
+    """Flux ≤ 0.14 keeps a Recur's state0; a closure is () as in Flux.state; a user's struct
+    (Main.Encoder) is its fields' states, as Flux.state of a functor."""
+    lstm = tmp_path / "lstm.jld2"
+    _cli("convert", _bson("canberkarc_polyroots_lstm.bson"), str(lstm), "--flux-state", "--flux", "0.14")
+    recur = tx.load(lstm, "model")["layers"][0]
+    assert list(recur) == ["cell", "state"] and list(recur["cell"]) == ["Wi", "Wh", "b", "state0"]
+    current = tmp_path / "lstm15.jld2"
+    _cli("convert", _bson("canberkarc_polyroots_lstm.bson"), str(current), "--flux-state")
+    assert list(tx.load(current, "model")["layers"][0]["cell"]) == ["Wi", "Wh", "bias"]
+    chain = tmp_path / "chain.jld2"
+    _cli("convert", _bson("dhairya_juliacon2020_model_conv_chain.bson"), str(chain), "--flux-state")
+    assert tx.load(chain, "model")["layers"][6] == ()
+    vae = tmp_path / "vae.jld2"
+    _cli("convert", _bson("cohrint_vae_mnist.bson"), str(vae), "--flux-state")
+    encoder = tx.load(vae, "encoder")
+    assert list(encoder["1"]) == ["weight", "bias", "σ"] and encoder["1"]["weight"].shape == (500, 784)
+
+
+@pytest.mark.slow
+def test_flux_0_13_resnet_style_model_with_batchnorm() -> None:
+    """19 Conv(bias=false) + BatchNorm pairs, trained on PNGs read as img[row, col] (the old
+    orientation): 98.62% in Equinox (no number reported by its author), and the reference agrees."""
+    images, labels = flux_data_mnist()
+    path = _bson("dylandeshler_mnist_bottleneck_bn.bson")
+    built = tx.from_flux(path, "model")
+    probs = _run(built, "equinox", images)
+    assert float(np.mean(probs.argmax(axis=1) == labels)) == pytest.approx(0.9862, abs=5e-4)
+    layer, state = read_flux_source(path, "model")
+    expected = ref.forward(layer, state, julia_batch(images[:4]))
+    np.testing.assert_allclose(probs[:4].T, expected, atol=1e-4)
+
+
+def test_users_structs_and_dropped_initial_states_are_said_in_the_dry_run(tmp_path: Any) -> None:
+    dry = _cli(
+        "convert", _bson("cohrint_vae_mnist.bson"), str(tmp_path / "v.jld2"), "--flux-state", "--dry-run"
+    )
+    assert "encoder: holds structs of your own" in dry and "args: written as it is" in dry
+    assert "decoder = Chain(Dense(2 => 500, tanh), Dense(500 => 784))" in dry
+
+
+def _positional(type_: str, *values: Any) -> JuliaStruct:
+    """A struct as BSON.jl stores it: fields by position (the reader names them "1", "2", ...)."""
+    return JuliaStruct(type_, {str(i + 1): v for i, v in enumerate(values)})
+
+
+def test_flux_0_8_era_structs_compute_what_flux_computed() -> None:
+    """Conv{N,F,A,V} (no pad length, no groups), an 8-field BatchNorm, LayerNorm(Diagonal) and a Dense
+    with W/b and a Flux.Zeros bias, by position, ported to Equinox and run against the reference."""
+    rng = np.random.default_rng(3)
+
+    def arr(*shape: int) -> np.ndarray:
+        return rng.normal(size=shape).astype(np.float32)
+
+    f32 = "Core.Array{Core.Float32,"
+    relu, ident = tx.Singleton("NNlib.#relu"), tx.Singleton("Base.#identity")
+    conv = _positional(
+        f"Flux.Conv{{2,NNlib.#relu,{f32}4}},{f32}1}}}}", relu, arr(3, 3, 2, 4), arr(4),
+        (np.int64(1), np.int64(1)), (np.int64(1), np.int64(1)), (np.int64(1), np.int64(1)),
+    )  # fmt: skip
+    norm = _positional(
+        f"Flux.BatchNorm{{Base.#identity,{f32}1}},{f32}1}},Core.Float32}}", ident, arr(4), arr(4) + 2,
+        arr(4), np.abs(arr(4)) + 0.5, np.float32(1e-5), np.float32(0.1), True,
+    )  # fmt: skip
+    flat = tx.Singleton("Flux.#flatten")
+    dense = _positional(f"Flux.Dense{{NNlib.#relu,{f32}2}},Flux.Zeros}}", arr(6, 4 * 5 * 5), tx.JuliaStruct(
+        "Flux.Zeros{Core.Float32,1}", {"1": (np.int64(6),)}), relu)  # fmt: skip
+    diag = _positional(f"Flux.Diagonal{{{f32}1}}}}", arr(6) + 1, arr(6))
+    layernorm = _positional(f"Flux.LayerNorm{{{f32}1}}}}", diag)
+    chain = _positional("Flux.Chain{Core.Tuple}", (conv, norm, flat, dense, layernorm))
+    from treexchange._port._wholemodel import from_whole_model
+
+    layer, state = from_whole_model(chain, path=("model",))
+    assert layer.kinds() == ["Chain", "Conv", "BatchNorm", "flatten", "Dense", "LayerNorm"]
+    assert layer.children[3].args["bias"] is False and layer.children[4].args["ϵ"] == pytest.approx(1e-5)
+    x = arr(5, 5, 2, 3)  # Julia (W, H, C, B)
+    expected = ref.forward(layer, state, x, flux="0.14")
+    import equinox as eqx
+
+    from treexchange._port import load_state
+    from treexchange._port._eqx import build_equinox
+
+    built = build_equinox(layer, key=jax.random.key(0), flux="0.14")
+    built, eqx_state = load_state((built, eqx.nn.State(built)), state, flux="0.14")
+    inference = eqx.nn.inference_mode(built)
+    got = jax.vmap(lambda s: inference(s, eqx_state)[0])(jnp.asarray(julia_batch(x)))
+    np.testing.assert_allclose(np.asarray(got).T, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_malformed_old_structs_are_conversion_errors() -> None:
+    from treexchange._port._wholemodel import from_whole_model
+
+    with pytest.raises(ConversionError, match="no Flux version's Dense has that layout"):
+        from_whole_model(_positional("Flux.Dense{NNlib.#relu,A,B}", np.ones((2, 2))), path=("m",))
+    relu = tx.Singleton("NNlib.#relu")
+    weight, bias = np.ones((3, 3, 1, 2)), np.ones(2)
+    bad_conv = _positional("Flux.Conv{2,2,NNlib.#relu,A,B}", relu, weight, bias, "stride?", (1, 1), (1, 1))
+    with pytest.raises(ConversionError, match=r"lacks what the layer needs .* \(at m\)"):
+        from_whole_model(bad_conv, path=("m",))
+
+
+def test_a_model_as_deep_as_the_reader_allows_is_walked_without_recursion_errors() -> None:
+    from treexchange._port._statefill import whole_model_state
+    from treexchange._port._wholemodel import from_whole_model
+
+    value: Any = _positional(
+        "Flux.Dense{NNlib.#relu,A,B}", np.ones((2, 2), np.float32), np.zeros(2, np.float32), None
+    )
+    for _ in range(250):  # a Chain is two levels (struct, tuple): 500 of the reader's 512
+        value = _positional("Flux.Chain{Core.Tuple}", (value,))
+    layer, _ = from_whole_model(value)
+    assert len(layer.kinds()) == 251
+    state = whole_model_state(value, "0.15")
+    for _ in range(250):
+        state = state["layers"][0]
+    assert list(state) == ["weight", "bias", "σ"]
+
+
+@pytest.mark.slow
+def test_migrated_tracker_mlp_ports_back(tmp_path: Any) -> None:
+    new = tmp_path / "mlp.jld2"
+    dry = _cli("convert", _bson("ooshita_mlp_tracker_pretrained.bson"), str(new), "--flux-state", "--dry-run")
+    text = "Chain(Dense(784 => 32, relu), Dense(32 => 32, relu), Dense(32 => 10), softmax)"
+    assert f"pretrained = {text} |> f64" in dry
+    _cli("convert", _bson("ooshita_mlp_tracker_pretrained.bson"), str(new), "--flux-state")
+    assert tx.load(new, "pretrained")["layers"][0]["weight"].dtype == np.float64  # as the model was
+    images, labels = flux_data_mnist()
+    built = tx.from_flux(new, "pretrained", architecture=text)
+    flat = images.reshape(len(images), -1)
+    assert _accuracy(built, "equinox", flat, labels) == pytest.approx(0.9691, abs=1e-4)

@@ -1,0 +1,265 @@
+"""The BSON container (bsonspec.org), parsed by a small bounded parser over the file's bytes.
+
+Why our own parser and not a BSON library: BSON.jl files are read for their arrays, which are
+BSON *binary* elements holding raw column-major bytes; a library decodes every binary into a
+Python ``bytes`` copy (pymongo's C decoder does), while this parser hands out their byte ranges
+(:class:`Blob`) so that the Julia layer makes zero-copy numpy views of the memory map. It also
+checks every length against the enclosing document and the file (a library trusts them up to
+its own limits), reports the absolute byte offset and the key path of what it refuses, bounds
+the nesting without recursion (an explicit stack), and knows only the element types BSON.jl
+writes. Nothing is evaluated: BSON's JavaScript elements are refused with the other kinds
+BSON.jl never writes.
+
+What a parse gives (the *raw tree*): documents as :class:`Doc` (a ``dict`` of key -> raw value,
+with the document's offset), arrays as :class:`Seq` (a ``list``; BSON array keys ``"0"``,
+``"1"``... are not checked, as BSON.jl does not check them), binaries as :class:`Blob`, strings
+as ``str``, int32 / int64 / double as ``numpy`` scalars of that width, booleans as ``bool`` and
+null as ``None``.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import numpy as np
+
+from .._errors import FormatError, LimitError, TreePath, UnsupportedError
+from .._limits import Limits
+
+DOUBLE, STRING, DOCUMENT, ARRAY, BINARY, BOOLEAN, NULL, INT32, INT64 = (
+    0x01,
+    0x02,
+    0x03,
+    0x04,
+    0x05,
+    0x08,
+    0x0A,
+    0x10,
+    0x12,
+)
+_FIXED = {DOUBLE: 8, BOOLEAN: 1, NULL: 0, INT32: 4, INT64: 8}
+_NAMES = {
+    0x06: "undefined",
+    0x07: "ObjectId",
+    0x09: "UTC datetime",
+    0x0B: "regular expression",
+    0x0C: "DBPointer",
+    0x0D: "JavaScript code",
+    0x0E: "symbol",
+    0x0F: "JavaScript code with scope",
+    0x11: "timestamp",
+    0x13: "decimal128",
+    0x7F: "max key",
+    0xFF: "min key",
+}
+_I32 = struct.Struct("<i")
+_I64 = struct.Struct("<q")
+_F64 = struct.Struct("<d")
+
+
+class Doc(dict):  # type: ignore[type-arg]
+    """A BSON document: key -> raw value, in file order; ``offset`` is where it starts."""
+
+    __slots__ = ("offset",)
+
+    def __init__(self, offset: int) -> None:
+        super().__init__()
+        self.offset = offset
+
+
+class Seq(list):  # type: ignore[type-arg]
+    """A BSON array: its raw values in order; ``offset`` is where it starts."""
+
+    __slots__ = ("offset",)
+
+    def __init__(self, offset: int) -> None:
+        super().__init__()
+        self.offset = offset
+
+
+class Blob:
+    """A BSON binary element's bytes, by position in the file (``offset``, ``length``)."""
+
+    __slots__ = ("length", "offset")
+
+    def __init__(self, offset: int, length: int) -> None:
+        self.offset = offset
+        self.length = length
+
+    def __repr__(self) -> str:
+        return f"Blob(offset={self.offset}, length={self.length})"
+
+
+def looks_like_bson(head: bytes, size: int, last: int) -> bool:
+    """Whether a file starts as a BSON document does: its first four bytes are the document's
+    length (little-endian int32), equal to the file size, and its last byte is 0.
+
+    Example:
+        >>> looks_like_bson(b"\\x05\\x00\\x00\\x00", 5, 0), looks_like_bson(b"\\x89HDF", 5, 0)
+        (True, False)
+    """
+    return size >= 5 and len(head) >= 4 and _I32.unpack_from(head)[0] == size and last == 0
+
+
+def bson_depth(limits: Limits) -> int:
+    """How deep BSON documents may nest: ``4 * max_depth + 48``. A Julia value takes two BSON
+    levels (the tagged document and its ``data`` array), and so does each level of its type's
+    parameters, which nest about twice as deep as the value (see ``_limits.type_depth``)."""
+    return 4 * limits.max_depth + 48
+
+
+class Parser:
+    """Parses the raw tree of a BSON buffer (``bytes``, ``mmap``, ``memoryview``), bounded by
+    ``limits``; every error names the absolute offset and the key path (``where`` prefixes it)."""
+
+    def __init__(self, buf: Any, limits: Limits) -> None:
+        self.buf = buf
+        self.size = len(buf)
+        self.limits = limits
+        self.max_depth = bson_depth(limits)
+
+    # --- pieces ----------------------------------------------------------------------------
+    def _error(self, what: str, offset: int, path: TreePath) -> FormatError:
+        return FormatError(f"BSON: {what}", offset=offset, path=path)
+
+    def doc_bounds(self, off: int, end: int, path: TreePath) -> int:
+        """The end of the document or array starting at ``off`` (which must end by ``end``)."""
+        if off + 5 > end:
+            raise self._error("document truncated (no room for its length)", off, path)
+        length = _I32.unpack_from(self.buf, off)[0]
+        if length < 5 or length > end - off:
+            raise self._error(f"document length {length} out of range (at most {end - off})", off, path)
+        stop = off + length
+        if self.buf[stop - 1] != 0:
+            raise self._error("document does not end with a 0 byte", stop - 1, path)
+        return stop
+
+    def _key(self, off: int, stop: int, path: TreePath) -> tuple[str, int]:
+        """The element name (a C string) at ``off``; returns it and the offset after its 0."""
+        nul = self._find_nul(off, stop)
+        if nul < 0:
+            raise self._error("element name runs past its document", off, path)
+        if nul - off > self.limits.max_name_bytes:
+            raise LimitError(
+                f"BSON element name longer than max_name_bytes={self.limits.max_name_bytes}",
+                offset=off,
+                path=path,
+            )
+        return bytes(self.buf[off:nul]).decode("utf-8", "surrogateescape"), nul + 1
+
+    def _find_nul(self, off: int, stop: int) -> int:
+        find = getattr(self.buf, "find", None)
+        if find is not None:
+            return int(find(b"\x00", off, stop))
+        return bytes(self.buf[off:stop]).find(b"\x00") + off if b"\x00" in bytes(self.buf[off:stop]) else -1
+
+    def scalar(self, etype: int, off: int, stop: int, path: TreePath) -> tuple[Any, int]:
+        """A non-container element's value at ``off`` (ending by ``stop``) and the offset after it."""
+        buf = self.buf
+        fixed = _FIXED.get(etype)
+        if fixed is not None:
+            if off + fixed > stop:
+                raise self._error("element truncated", off, path)
+            if etype == DOUBLE:
+                return np.float64(_F64.unpack_from(buf, off)[0]), off + 8
+            if etype == INT64:
+                return np.int64(_I64.unpack_from(buf, off)[0]), off + 8
+            if etype == INT32:
+                return np.int32(_I32.unpack_from(buf, off)[0]), off + 4
+            if etype == BOOLEAN:
+                b = buf[off]
+                if b > 1:
+                    raise self._error(f"boolean byte {b} is neither 0 nor 1", off, path)
+                return b == 1, off + 1
+            return None, off  # NULL
+        if etype in (STRING, BINARY):
+            if off + 4 > stop:
+                raise self._error("length truncated", off, path)
+            n = _I32.unpack_from(buf, off)[0]
+            if etype == STRING:
+                if n < 1 or n > stop - off - 4:
+                    raise self._error(f"string length {n} out of range (at most {stop - off - 4})", off, path)
+                if n - 1 > self.limits.max_string_bytes:
+                    raise LimitError("BSON string longer than max_string_bytes", offset=off, path=path)
+                end = off + 4 + n
+                if buf[end - 1] != 0:
+                    raise self._error("string does not end with a 0 byte", end - 1, path)
+                return bytes(buf[off + 4 : end - 1]).decode("utf-8", "surrogateescape"), end
+            if n < 0 or n > stop - off - 5:
+                raise self._error(
+                    f"binary length {n} out of range (at most {max(stop - off - 5, 0)})", off, path
+                )
+            return Blob(off + 5, n), off + 5 + n
+        name = _NAMES.get(etype)
+        if name is None:
+            raise self._error(f"unknown element type 0x{etype:02x}", off - 1, path)
+        raise UnsupportedError(
+            f"BSON {name} element (0x{etype:02x}): BSON.jl never writes one", offset=off, path=path
+        )
+
+    # --- documents -------------------------------------------------------------------------
+    def scan(self, off: int, end: int, path: TreePath) -> list[tuple[str, int, int, int]]:
+        """The direct elements of the document at ``off``: ``(key, type, value offset, value
+        end)`` each, without parsing inside nested documents (only their lengths are checked)."""
+        stop = self.doc_bounds(off, end, path) - 1
+        out = []
+        pos = off + 4
+        buf = self.buf
+        while pos < stop:
+            etype = buf[pos]
+            key, vpos = self._key(pos + 1, stop, path)
+            if etype in (DOCUMENT, ARRAY):
+                vend = self.doc_bounds(vpos, stop, (*path, key))
+            else:
+                _, vend = self.scalar(etype, vpos, stop, (*path, key))
+            out.append((key, etype, vpos, vend))
+            pos = vend
+        if pos != stop or buf[stop] != 0:
+            raise self._error("elements do not end where their document ends", pos, path)
+        return out
+
+    def value(self, etype: int, off: int, end: int, path: TreePath) -> Any:
+        """The raw tree of one element's value (type ``etype``, at ``off``, ending by ``end``).
+
+        Iterative: one frame of an explicit stack per open document, at most
+        :func:`bson_depth` of them."""
+        if etype not in (DOCUMENT, ARRAY):
+            return self.scalar(etype, off, end, path)[0]
+        buf = self.buf
+        root = self._open(etype, off)
+        # Frames: [container, position of the next element, stop (offset of its final 0), path]
+        stack: list[list[Any]] = [[root, off + 4, self.doc_bounds(off, end, path) - 1, path]]
+        while stack:
+            frame = stack[-1]
+            container, pos, stop, fpath = frame
+            if pos >= stop:
+                if pos != stop:
+                    raise self._error("elements do not end where their document ends", pos, fpath)
+                stack.pop()
+                continue
+            etype = buf[pos]
+            if etype == 0:
+                raise self._error("document ends before its length says", pos, fpath)
+            key, vpos = self._key(pos + 1, stop, fpath)
+            kpath = (*fpath, key)
+            if etype in (DOCUMENT, ARRAY):
+                child = self._open(etype, vpos)
+                vend = self.doc_bounds(vpos, stop, kpath)
+                if len(stack) >= self.max_depth:
+                    raise LimitError(
+                        f"BSON documents nested deeper than {self.max_depth}", offset=vpos, path=kpath
+                    )
+                frame[1] = vend
+                stack.append([child, vpos + 4, vend - 1, kpath])
+            else:
+                child, frame[1] = self.scalar(etype, vpos, stop, kpath)
+            if type(container) is Seq:
+                container.append(child)
+            else:
+                container[key] = child
+        return root
+
+    @staticmethod
+    def _open(etype: int, off: int) -> Doc | Seq:
+        return Doc(off) if etype == DOCUMENT else Seq(off)

@@ -1,0 +1,100 @@
+"""An opened BSON.jl file: the bytes (a copy-on-write memory map), the index of its top-level
+entries and of its ``_backrefs``, and reading an entry's value in a :class:`Session`."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from typing import Any
+
+from .._errors import FormatError, TreePath, WrongFormatError
+from .._limits import DEFAULT_LIMITS, Limits
+from ._container import ARRAY, Parser, looks_like_bson
+from ._julia import Session
+
+BACKREFS = "_backrefs"
+"""The root key under which BSON.jl stores every value referenced from more than one place."""
+
+
+def sniff(source: str | os.PathLike[str] | bytes) -> bool:
+    """Whether ``source`` (a path or the bytes) looks like a BSON document (see
+    :func:`looks_like_bson`): four bytes and the last one read, nothing parsed.
+
+    Example:
+        >>> sniff(b"\\x05\\x00\\x00\\x00\\x00"), sniff(b"\\x89HDF\\r\\n\\x1a\\n")
+        (True, False)
+    """
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        data = bytes(source[:4])
+        return looks_like_bson(data, len(source), source[-1] if len(source) else 1)
+    try:
+        with open(source, "rb") as f:
+            head = f.read(4)
+            size = os.fstat(f.fileno()).st_size
+            if size < 5:
+                return False
+            f.seek(size - 1)
+            last = f.read(1)
+    except OSError:
+        return False
+    return looks_like_bson(head, size, last[0] if last else 1)
+
+
+class BsonDocument:
+    """A BSON.jl file opened for reading: ``entries`` (top-level name -> where its value is) and
+    the ``_backrefs`` index; values are parsed when :meth:`session` reads them.
+
+    Raises:
+        WrongFormatError: the bytes are not a BSON document.
+        FormatError: the root document's elements do not fit it.
+    """
+
+    def __init__(self, source: str | os.PathLike[str] | bytes, *, limits: Limits = DEFAULT_LIMITS) -> None:
+        self.limits = limits
+        self._map: mmap.mmap | None = None
+        buf: Any
+        if isinstance(source, (bytes, bytearray, memoryview)):
+            self.name = "<bytes>"
+            buf = bytearray(source)  # arrays handed out are writable views of a copy, as for a map
+        else:
+            self.name = os.fspath(source)
+            with open(self.name, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size == 0:
+                    raise WrongFormatError(f"{self.name!r} is empty, not a BSON file")
+                self._map = buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)
+        self.buf = buf
+        self.size = len(buf)
+        if not looks_like_bson(bytes(buf[:4]), self.size, buf[-1] if self.size else 1):
+            raise WrongFormatError(f"{self.name!r} is not a BSON file (its first 4 bytes are not its length)")
+        self.parser = Parser(buf, limits)
+        self.entries: dict[str, tuple[int, int, int]] = {}
+        backrefs: tuple[int, int, int] | None = None
+        for key, etype, off, end in self.parser.scan(0, self.size, ()):
+            if key == BACKREFS:
+                backrefs = (etype, off, end)
+            elif key in self.entries:
+                raise FormatError(f"BSON: the name {key!r} appears twice at the top level", offset=off)
+            else:
+                self.entries[key] = (etype, off, end)
+        self.backrefs: list[tuple[int, int, int]] = []
+        if backrefs is not None:
+            etype, off, end = backrefs
+            if etype != ARRAY:
+                raise FormatError("BSON.jl _backrefs is not an array", offset=off, path=(BACKREFS,))
+            self.backrefs = [(t, o, e) for _, t, o, e in self.parser.scan(off, end, (BACKREFS,))]
+
+    def session(self, *, order: str = "julia", mmap: bool = True) -> Session:
+        """A new reading session (backrefs shared within it)."""
+        return Session(self.parser, self.backrefs, order=order, mmap=mmap)
+
+    def read(self, session: Session, name: str) -> Any:
+        """The value of top-level ``name`` (KeyError if there is none)."""
+        etype, off, end = self.entries[name]
+        path: TreePath = (name,)
+        raw = self.parser.value(etype, off, end, path)
+        return session.value(raw, path)
+
+    def close(self) -> None:
+        """Drop this object's hold on the map (arrays already read keep it alive)."""
+        self._map = None

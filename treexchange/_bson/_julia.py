@@ -1,0 +1,552 @@
+"""The Julia layer of BSON.jl files: raw BSON trees -> treexchange's value model.
+
+BSON.jl lowers every Julia value to BSON documents tagged with a ``tag`` key (BSON.jl's
+``src/extensions.jl``, read to learn the format; nothing here is taken from it):
+
+=================  ===========================================  ==================================
+tag                keys                                         value model
+=================  ===========================================  ==================================
+(none)             a ``Dict{Symbol}``: the keys themselves      :class:`JuliaDict` (Symbol keys)
+``struct``         ``type`` (a type), ``data``: the fields in   :class:`JuliaStruct` (fields named
+                   order (no names), or a binary for a          ``"1"``, ``"2"``... : the file has no
+                   primitive type                               field names), numpy scalar,
+                                                                :class:`JuliaBits`, ``Dict``
+                                                                (``data`` = keys, values),
+                                                                :class:`NamedTuple` (names from the
+                                                                type), :class:`Singleton` (no fields)
+``array``          ``type`` (element type), ``size``, ``data``  numpy array in Julia's shape (zero-
+                   (binary of the column-major bytes for bits   copy), :class:`JuliaArray` otherwise
+                   types, else an array of elements)
+(BSON array)       a ``Vector{Any}`` or any 1-d array of        ``list``
+                   non-bits elements (element type not kept)
+(BSON binary)      a ``Vector{UInt8}``                          uint8 array
+``tuple``/``svec`` ``data``                                     ``tuple``
+``symbol``         ``name``                                     :class:`Symbol`
+``datatype``       ``name`` (module path), ``params``           a :class:`JuliaType` (as a value:
+                                                                ``Singleton(Type{T})``)
+``unionall``       ``var`` (a TypeVar struct), ``body``         ``T where var``
+``jl_anonymous``   ``typename`` (a ``Core.TypeName`` with its   the closure's type; its instances
+                   methods and their compiled code), ``params`` :class:`Closure` (never run)
+``jl_bottom_type`` (none)                                       ``Union{}``
+``ref``            ``path`` (a module)                          ``JuliaStruct("Core.Module")``
+``backref``        ``ref``: 1-based index into the root         the same Python object at every
+                   document's ``_backrefs`` array               place (mutable values)
+=================  ===========================================  ==================================
+
+Scalars: BSON int64 / int32 / double / bool / string / null are ``Int64`` / ``Int32`` /
+``Float64`` / ``Bool`` / ``String`` / ``nothing``. Every other number is a ``struct`` of a
+primitive type with its bytes.
+
+Flux-era details: module paths ``Main.Core`` / ``Main.Base`` (old Julia) read as ``Core`` /
+``Base``; Tracker's ``TrackedArray`` (``tracker``, ``data``, ``grad``) reads as its ``data`` and
+``TrackedReal`` as its value, also inside type parameters (``Dense{typeof(relu),
+TrackedArray{Float64,2,Matrix{Float64}}}`` reads as ``Dense{typeof(relu), Matrix{Float64}}``),
+with a note at its path (:attr:`Session.notes`); a ``CuArray`` saved by mistake is a struct of
+device pointers (:func:`is_device_array`).
+
+Every number from the file is checked before it sizes anything (array sizes against the bytes
+present and ``Limits``), backrefs are followed once each (cached) and a cycle of them is refused,
+and the nesting is bounded by :func:`treexchange._bson._container.bson_depth`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .._errors import FormatError, LimitError, TreePath, UnsupportedError
+from .._juliatype import JuliaType, where_type
+from .._limits import Limits
+from .._typeof import BOTTOM, numpy_dtype
+from .._values import (
+    MISSING,
+    UNDEF,
+    Closure,
+    JuliaArray,
+    JuliaBits,
+    JuliaDict,
+    JuliaStruct,
+    NamedTuple,
+    Singleton,
+    Symbol,
+)
+from ._container import Blob, Doc, Parser, Seq, bson_depth
+
+_DICT_TYPES = frozenset({"Base.Dict", "Base.IdDict"})
+_TRACKED_ARRAYS = frozenset({"Flux.Tracker.TrackedArray", "Tracker.TrackedArray"})
+_TRACKED_REALS = frozenset({"Flux.Tracker.TrackedReal", "Tracker.TrackedReal"})
+_DEVICE_ARRAYS = frozenset(
+    {"CUDA.CuArray", "CuArrays.CuArray", "CUDAnative.CuDeviceArray", "AMDGPU.ROCArray", "Metal.MtlArray"}
+)
+# Field names of Core and Base types whose definition has not changed across Julia versions (the
+# file stores fields by position only); every other struct gets positional names "1", "2", ...
+_KNOWN_FIELDS: dict[str, tuple[str, ...]] = {
+    "Core.TypeVar": ("name", "lb", "ub"),
+    "Core.UnionAll": ("var", "body"),
+    "Core.Union": ("a", "b"),
+    "Base.Pair": ("first", "second"),
+    "Base.RefValue": ("x",),
+    "Base.Some": ("value",),
+    "Base.UnitRange": ("start", "stop"),
+    "Base.OneTo": ("stop",),
+    "Base.Complex": ("re", "im"),
+    "Base.Rational": ("num", "den"),
+}
+_IMPLICIT_PARENT = ("Main.Core.", "Main.Base.")
+_TYPE_TAGS = frozenset({"datatype", "unionall", "jl_anonymous", "jl_bottom_type"})
+
+
+def is_device_array(value: Any) -> bool:
+    """Whether a value read from a BSON file is a GPU array saved by mistake (``CuArray``...):
+    the file then holds its device pointers, not its numbers.
+
+    Example:
+        >>> from treexchange import JuliaStruct
+        >>> gpu = JuliaStruct("CUDA.CuArray{Float32, 4, CUDA.Mem.DeviceBuffer}", {})
+        >>> is_device_array(gpu), is_device_array(1)
+        (True, False)
+    """
+    return isinstance(value, JuliaStruct) and value.type.name in _DEVICE_ARRAYS
+
+
+def type_name(parts: list[Any], offset: int, path: TreePath) -> str:
+    """A ``datatype``'s module path joined (``["Main", "Core", "Float32"]`` -> ``Core.Float32``)."""
+    if not parts or not all(isinstance(p, str) and p for p in parts):
+        raise FormatError("BSON.jl datatype name is not a list of strings", offset=offset, path=path)
+    name = ".".join(parts)
+    if name.startswith(_IMPLICIT_PARENT):  # old Julia: parentmodule(Core) was Main
+        name = name[len("Main.") :]
+    return name
+
+
+class Session:
+    """One read of a BSON.jl file's values: the backrefs met (each raised once; the same object
+    at every place), the notes made, the array options.
+
+    ``backrefs`` lists ``(element type, offset, end)`` of the root's ``_backrefs`` elements
+    (parsed when first referenced). ``notes`` maps tree paths to what the reader did there
+    (a Tracker array read as its data).
+    """
+
+    def __init__(
+        self,
+        parser: Parser,
+        backrefs: list[tuple[int, int, int]],
+        *,
+        order: str = "julia",
+        mmap: bool = True,
+    ) -> None:
+        self.parser = parser
+        self.buf = parser.buf
+        self.limits: Limits = parser.limits
+        self.backrefs = backrefs
+        self.order = order
+        self.mmap = mmap
+        self.max_depth = bson_depth(self.limits)
+        self.max_virtual = self.limits.virtual_elements_for(parser.size)
+        self.notes: dict[TreePath, str] = {}
+        self.shared: dict[int, int] = {}  # id(value) -> backref index, for values reached by backref
+        self._raw: dict[int, Any] = {}
+        self._values: dict[int, Any] = {}
+        self._types: dict[int, Any] = {}
+        self._busy: set[tuple[int, str]] = set()
+        self._keep: list[Any] = []  # values whose id is in ``shared`` stay alive
+
+    # --- backrefs --------------------------------------------------------------------------
+    def raw_backref(self, ref: Any, offset: int, path: TreePath) -> Any:
+        """The raw tree of backref ``ref`` (1-based), parsed once."""
+        return self._raw_backref(ref, offset, path)[1]
+
+    def _raw_backref(self, ref: Any, offset: int, path: TreePath) -> tuple[int, Any]:
+        if not isinstance(ref, (int, np.integer)) or isinstance(ref, (bool, np.bool_)):
+            raise FormatError("BSON.jl backref index is not an integer", offset=offset, path=path)
+        i = int(ref)
+        if not 1 <= i <= len(self.backrefs):
+            raise FormatError(
+                f"backref {i} out of range (the file has {len(self.backrefs)})", offset=offset, path=path
+            )
+        raw = self._raw.get(i)
+        if raw is None:
+            etype, off, end = self.backrefs[i - 1]
+            raw = self._raw[i] = self.parser.value(etype, off, end, ("_backrefs", i))
+        return i, raw
+
+    def deref(self, raw: Any, path: TreePath) -> Any:
+        """``raw`` itself, or the raw tree a backref points to (followed through chains)."""
+        hops = 0
+        while isinstance(raw, Doc) and raw.get("tag") == "backref":
+            hops += 1
+            if hops > len(self.backrefs):
+                raise FormatError("backrefs refer to each other in a cycle", offset=raw.offset, path=path)
+            raw = self.raw_backref(raw.get("ref"), raw.offset, path)
+        return raw
+
+    def _follow(self, raw: Doc, role: str, path: TreePath, depth: int) -> Any:
+        index, target = self._raw_backref(raw.get("ref"), raw.offset, path)
+        cache = self._values if role == "value" else self._types
+        if index in cache:
+            return cache[index]
+        key = (index, role)
+        if key in self._busy:
+            raise UnsupportedError(
+                f"cycle of backrefs: backref {index} contains itself (a self-referential value)",
+                offset=raw.offset,
+                path=path,
+            )
+        self._busy.add(key)
+        try:
+            if role == "value":
+                result = self.value(target, path, depth + 1, shared=True)
+            else:
+                result = self.type_param(target, path, depth + 1)
+        finally:
+            self._busy.discard(key)
+        cache[index] = result
+        if role == "value" and not isinstance(result, (np.generic, str, bool, type(None))):
+            self.shared[id(result)] = index
+            self._keep.append(result)
+        return result
+
+    # --- values ----------------------------------------------------------------------------
+    def _deeper(self, depth: int, raw: Any, path: TreePath) -> None:
+        if depth > self.max_depth:
+            raise LimitError(
+                f"BSON.jl values nested deeper than {self.max_depth} levels",
+                offset=getattr(raw, "offset", None),
+                path=path,
+            )
+
+    def value(self, raw: Any, path: TreePath, depth: int = 0, *, shared: bool = False) -> Any:
+        """The value of a raw tree (``shared``: it was reached through a backref)."""
+        self._deeper(depth, raw, path)
+        if isinstance(raw, Doc):
+            tag = raw.get("tag")
+            if tag is None or not isinstance(tag, str):
+                return self._symbol_dict(raw, path, depth)
+            if tag == "backref":
+                return self._follow(raw, "value", path, depth)
+            if tag == "struct":
+                return self._struct(raw, path, depth, shared)
+            if tag == "array":
+                return self._array(raw, path, depth)
+            if tag in ("tuple", "svec"):
+                return tuple(self._items(self._field(raw, "data", Seq), path, depth))
+            if tag == "symbol":
+                return Symbol(self._field(raw, "name", str))
+            if tag in _TYPE_TAGS:
+                t = self.type_param(raw, path, depth)
+                return Singleton(JuliaType("Core.Type", (t,)))
+            if tag == "ref":
+                parts = self._field(raw, "path", Seq)
+                return JuliaStruct("Core.Module", {"name": Symbol(".".join(str(p) for p in parts))})
+            return self._symbol_dict(raw, path, depth)  # an unknown tag: BSON.jl keeps the Dict too
+        if isinstance(raw, Seq):
+            return self._items(raw, path, depth)
+        if isinstance(raw, Blob):
+            return self._bytes_array(raw, np.dtype(np.uint8), (raw.length,), path)
+        return raw  # scalars: numpy int32 / int64 / float64, bool, str, None
+
+    def _items(self, seq: Seq, path: TreePath, depth: int) -> list[Any]:
+        return [self.value(x, (*path, i), depth + 1) for i, x in enumerate(seq, 1)]
+
+    def _field(self, raw: Doc, key: str, kind: type | tuple[type, ...]) -> Any:
+        x = raw.get(key)
+        if not isinstance(x, kind):
+            tag = raw.get("tag")
+            raise FormatError(f"BSON.jl {tag!r} document without a valid {key!r}", offset=raw.offset)
+        return x
+
+    def _symbol_dict(self, raw: Doc, path: TreePath, depth: int) -> JuliaDict:
+        out = JuliaDict(
+            (Symbol(k), self.value(v, (*path, k), depth + 1)) for k, v in raw.items() if k != "_backrefs"
+        )
+        out.julia_type = JuliaType("Base.Dict", (JuliaType("Core.Symbol"), JuliaType("Core.Any")))
+        return out
+
+    # --- types -----------------------------------------------------------------------------
+    def type_param(self, raw: Any, path: TreePath, depth: int) -> Any:
+        """A type, or a value standing as a type parameter (``2``, ``(:a, :b)``, a TypeVar)."""
+        self._deeper(depth, raw, path)
+        if not isinstance(raw, Doc):
+            if isinstance(raw, np.int32):
+                return np.int64(raw)  # a 32-bit Julia wrote Int parameters as Int32
+            return self.value(raw, path, depth)
+        tag = raw.get("tag")
+        if tag == "backref":
+            return self._follow(raw, "type", path, depth)
+        if tag == "datatype":
+            name = type_name(self._field(raw, "name", Seq), raw.offset, path)
+            params = tuple(self._params(raw.get("params"), raw, path, depth))
+            if name in _TRACKED_ARRAYS and len(params) == 3:
+                return params[2]  # TrackedArray{T,N,A} reads as A
+            if name in _TRACKED_REALS and len(params) == 1:
+                return params[0]
+            return JuliaType(name, params)
+        if tag == "jl_anonymous":
+            info = self._closure_info(raw, path)
+            params = tuple(self._params(raw.get("params"), raw, path, depth))
+            return JuliaType(f"{info['module'] or 'Main'}.{info['type_name']}", params)
+        if tag == "unionall":
+            var = self.value(raw.get("var"), path, depth + 1)
+            body = self.type_param(raw.get("body"), path, depth + 1)
+            return where_type(JuliaStruct("Core.UnionAll", {"var": var, "body": body}))
+        if tag == "jl_bottom_type":
+            return BOTTOM
+        if tag == "struct":
+            t = self.deref(raw.get("type"), path)
+            if isinstance(t, Doc) and t.get("tag") == "datatype" and self._raw_name(t, path) == "Core.Union":
+                members = [self.type_param(x, path, depth + 1) for x in self._field(raw, "data", Seq)]
+                flat: list[Any] = []
+                for m in members:
+                    is_union = isinstance(m, JuliaType) and m.name == "Core.Union"
+                    flat.extend(m.params if is_union else (m,))
+                return JuliaType("Core.Union", tuple(flat))
+        return self.value(raw, path, depth)
+
+    def _params(self, raw: Any, owner: Doc, path: TreePath, depth: int) -> list[Any]:
+        """A datatype's parameters: a BSON array, or (all of them Ints) a BSON.jl ``array``."""
+        if isinstance(raw, Seq):
+            return [self.type_param(p, path, depth + 1) for p in raw]
+        if isinstance(raw, Doc) and raw.get("tag") in ("array", "backref"):
+            arr = self.value(raw, path, depth + 1)
+            if isinstance(arr, np.ndarray) and arr.ndim == 1:
+                return [np.int64(x) if arr.dtype == np.int32 else x for x in arr]
+            if isinstance(arr, list):
+                return arr
+        raise FormatError("BSON.jl datatype parameters are not a list", offset=owner.offset, path=path)
+
+    def _raw_name(self, raw: Doc, path: TreePath) -> str:
+        parts = raw.get("name")
+        return type_name(parts if isinstance(parts, Seq) else [], raw.offset, path)
+
+    def _closure_info(self, raw: Doc, path: TreePath) -> dict[str, Any]:
+        """What names a closure, read from the raw ``Core.TypeName`` (never raised: it holds the
+        method's compiled code, and refers back to the closure's own type)."""
+        info: dict[str, Any] = {"type_name": None, "name": None, "module": None, "file": None, "line": None}
+        tn = self.deref(raw.get("typename"), path)
+        data = tn.get("data") if isinstance(tn, Doc) else None
+        if not isinstance(data, Seq) or len(data) < 3:
+            raise FormatError("BSON.jl jl_anonymous without a TypeName", offset=raw.offset, path=path)
+        info["type_name"] = _symbol_text(self.deref(data[1], path)) or "#anonymous"
+        mt = self.deref(data[-1], path)  # the method table: [name, methods, max_args, kwsorter]
+        methods = self.deref(mt[1], path) if isinstance(mt, Seq) and len(mt) > 1 else None
+        method = self.deref(methods[0], path) if isinstance(methods, Seq) and methods else None
+        fields = method.get("data") if isinstance(method, Doc) else None
+        if isinstance(fields, Seq) and len(fields) >= 4:
+            module = self.deref(fields[0], path)
+            if isinstance(module, Doc) and isinstance(module.get("path"), Seq):
+                info["module"] = ".".join(str(p) for p in module["path"])
+            info["name"] = _symbol_text(self.deref(fields[1], path))
+            info["file"] = _symbol_text(self.deref(fields[2], path))
+            line = fields[3]
+            if isinstance(line, (int, np.integer)) and not isinstance(line, (bool, np.bool_)):
+                info["line"] = int(line)
+        return info
+
+    # --- structs ---------------------------------------------------------------------------
+    def _struct(self, raw: Doc, path: TreePath, depth: int, shared: bool) -> Any:
+        rtype = self.deref(raw.get("type"), path)
+        data = raw.get("data")
+        if isinstance(rtype, Doc) and rtype.get("tag") == "jl_anonymous":
+            t = self.type_param(raw.get("type"), path, depth + 1)
+            info = self._closure_info(rtype, path)
+            captures = tuple(self._items(data, path, depth)) if isinstance(data, Seq) else ()
+            return Closure(
+                t,
+                name=info["name"],
+                module=info["module"],
+                file=info["file"],
+                line=info["line"],
+                captures=captures,
+            )
+        raw_name = (
+            self._raw_name(rtype, path) if isinstance(rtype, Doc) and rtype.get("tag") == "datatype" else ""
+        )
+        t = self.type_param(raw.get("type"), path, depth + 1)
+        if not isinstance(t, JuliaType):
+            raise FormatError("BSON.jl struct whose type is not a type", offset=raw.offset, path=path)
+        if isinstance(data, Blob):
+            return self._primitive(t, data, path)
+        if not isinstance(data, Seq):
+            raise FormatError("BSON.jl struct without its data", offset=raw.offset, path=path)
+        if raw_name in _TRACKED_ARRAYS or raw_name in _TRACKED_REALS:
+            at = 1 if raw_name in _TRACKED_ARRAYS else 0
+            if len(data) > at:
+                self.notes[path] = f"{raw_name}: read as its data (the stored gradient is dropped)"
+                return self.value(data[at], path, depth + 1)
+        if t.name in _DICT_TYPES and len(data) == 2:
+            return self._dict(t, data, path, depth)
+        if t.name == "BSON.Undef" and not data:
+            return UNDEF
+        names = _field_names(t, len(data))
+        values = [self.value(x, (*path, k), depth + 1) for k, x in zip(names, data)]
+        if t.name == "Core.NamedTuple" and t.params and isinstance(t.params[0], tuple):
+            if len(t.params[0]) == len(values) and len(set(names)) == len(names):
+                return NamedTuple(zip(names, values))
+        if t.name == "Base.Missing" and not values:
+            return MISSING
+        if t.name == "Core.Nothing" and not values:
+            return None
+        if not values and not shared:
+            return Singleton(t)
+        return JuliaStruct(t, zip(names, values), mutable=shared)
+
+    def _primitive(self, t: JuliaType, data: Blob, path: TreePath) -> Any:
+        dtype = numpy_dtype(t)
+        if dtype is not None and dtype.itemsize == data.length:
+            return np.frombuffer(self.buf, dtype, 1, data.offset)[0]
+        if data.length > self.limits.max_string_bytes:
+            raise LimitError("primitive value larger than max_string_bytes", offset=data.offset, path=path)
+        return JuliaBits(t, bytes(self.buf[data.offset : data.offset + data.length]))
+
+    def _dict(self, t: JuliaType, data: Seq, path: TreePath, depth: int) -> JuliaDict:
+        keys = _elements(self.value(data[0], (*path, "keys"), depth + 1))
+        vals = _elements(self.value(data[1], (*path, "vals"), depth + 1))
+        if keys is None or vals is None or len(keys) != len(vals):
+            raise FormatError(
+                "BSON.jl Dict whose keys and values do not pair up", offset=data.offset, path=path
+            )
+        out = JuliaDict()
+        for k, v in zip(keys, vals):
+            try:
+                out[k] = v
+            except TypeError:
+                raise UnsupportedError(
+                    f"Dict key of type {type(k).__name__} cannot be a Python dict key", path=path
+                ) from None
+        out.julia_type = t
+        return out
+
+    # --- arrays ----------------------------------------------------------------------------
+    def _array(self, raw: Doc, path: TreePath, depth: int) -> Any:
+        eltype = self.type_param(raw.get("type"), path, depth + 1)
+        if not isinstance(eltype, JuliaType):
+            raise FormatError("BSON.jl array whose element type is not a type", offset=raw.offset, path=path)
+        shape = self._shape(raw, path)
+        count = 1
+        for d in shape:
+            count *= d
+        data = raw.get("data")
+        if isinstance(data, Seq):
+            if len(data) != count:
+                raise FormatError(
+                    f"BSON.jl array of size {shape} holds {len(data)} elements", offset=data.offset, path=path
+                )
+            items = self._items(data, path, depth)
+            return self._object_array(eltype, items, shape)
+        if not isinstance(data, Blob):
+            raise FormatError("BSON.jl array without its data", offset=raw.offset, path=path)
+        dtype = numpy_dtype(eltype)
+        if dtype is not None:
+            return self._bytes_array(data, dtype, shape, path)
+        if data.length == 0 and count > 0:  # zero-size elements (nothing, a singleton type)
+            if count > self.max_virtual:
+                raise LimitError(
+                    f"array of {count} zero-size elements exceeds max_virtual_elements",
+                    offset=raw.offset,
+                    path=path,
+                )
+            one = (
+                None if eltype.name == "Core.Nothing" else MISSING if eltype.name == "Base.Missing" else None
+            )
+            element = one if eltype.name in ("Core.Nothing", "Base.Missing") else Singleton(eltype)
+            return self._object_array(eltype, [element] * count, shape)
+        if count == 0 or data.length % count:
+            if count == 0 and data.length == 0:
+                return self._object_array(eltype, [], shape)
+            raise FormatError(
+                f"BSON.jl array of {count} elements with {data.length} bytes", offset=data.offset, path=path
+            )
+        if count > self.limits.max_elements:
+            raise LimitError(
+                f"array of {count} elements exceeds max_elements={self.limits.max_elements}",
+                offset=data.offset,
+                path=path,
+            )
+        size = data.length // count
+        start = data.offset
+        items = [
+            JuliaBits(eltype, bytes(self.buf[start + i * size : start + (i + 1) * size]))
+            for i in range(count)
+        ]
+        return self._object_array(eltype, items, shape)
+
+    def _shape(self, raw: Doc, path: TreePath) -> tuple[int, ...]:
+        size = self.deref(raw.get("size"), path)
+        dims: Any
+        if isinstance(size, Seq):
+            dims = list(size)
+        elif isinstance(size, Doc) and size.get("tag") == "array":
+            arr = self.value(size, path)
+            dims = list(arr) if isinstance(arr, np.ndarray) else None
+        else:
+            dims = None
+        if dims is None or not all(
+            isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)) for d in dims
+        ):
+            raise FormatError("BSON.jl array size is not a list of integers", offset=raw.offset, path=path)
+        if len(dims) > 64:
+            raise LimitError(f"array of {len(dims)} dimensions", offset=raw.offset, path=path)
+        out = tuple(int(d) for d in dims)
+        if any(d < 0 for d in out):
+            raise FormatError(
+                f"BSON.jl array size {out} has a negative dimension", offset=raw.offset, path=path
+            )
+        return out
+
+    def _bytes_array(self, data: Blob, dtype: np.dtype, shape: tuple[int, ...], path: TreePath) -> np.ndarray:
+        count = 1
+        for d in shape:
+            count *= d
+            if count * dtype.itemsize > data.length:
+                break
+        nbytes = count * dtype.itemsize
+        if nbytes != data.length:
+            raise FormatError(
+                f"BSON.jl array of size {shape} ({dtype}) needs {nbytes} bytes, the file holds {data.length}",
+                offset=data.offset,
+                path=path,
+            )
+        if nbytes > self.limits.max_array_bytes:
+            raise LimitError(
+                f"array of {nbytes} bytes exceeds max_array_bytes", offset=data.offset, path=path
+            )
+        arr = np.frombuffer(self.buf, dtype, count, data.offset).reshape(shape, order="F")
+        if self.order == "storage":
+            arr = arr.T
+        return arr if self.mmap else arr.copy(order="K")  # "K": an array of its own, same layout
+
+    def _object_array(self, eltype: JuliaType, items: list[Any], shape: tuple[int, ...]) -> JuliaArray:
+        flat = np.empty(len(items), dtype=object)
+        flat[:] = items
+        data = flat.reshape(shape, order="F")
+        return JuliaArray(eltype, data.T if self.order == "storage" else data)
+
+
+def _field_names(t: JuliaType, n: int) -> list[str]:
+    """Names for the ``n`` fields of a struct of type ``t``: a NamedTuple's from its type, the
+    known ones of a few Core/Base types, else positions (``"1"``, ``"2"``...)."""
+    if t.name == "Core.NamedTuple" and t.params and isinstance(t.params[0], tuple) and len(t.params[0]) == n:
+        return [str(x) for x in t.params[0]]
+    known = _KNOWN_FIELDS.get(t.name)
+    if known is not None and len(known) == n:
+        return list(known)
+    return [str(i) for i in range(1, n + 1)]
+
+
+def _symbol_text(raw: Any) -> str | None:
+    if isinstance(raw, Doc) and raw.get("tag") == "symbol" and isinstance(raw.get("name"), str):
+        return str(raw["name"])
+    return raw if isinstance(raw, str) else None
+
+
+def _elements(value: Any) -> list[Any] | None:
+    """The elements of a Dict's keys or values vector, whatever form the file gave it."""
+    if isinstance(value, list):
+        return value
+    if isinstance(value, JuliaArray):
+        return value.tolist()
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        return list(value)
+    return None

@@ -1,0 +1,154 @@
+"""BSON.jl files behind the node protocol: :class:`BsonFile` (what ``treexchange.open`` returns
+for a ``.bson`` file) and its nodes.
+
+Reading is lazy per top-level name: opening indexes the root document's names and the
+``_backrefs`` array (their byte ranges, nothing inside them); ``f["model"]`` reads that entry's
+value (arrays are zero-copy views of the file's copy-on-write map) in the file's one session, so
+that a value shared between entries (a BSON.jl backref) is one Python object. Nodes are views
+of the values read (:class:`treexchange._plainhdf5.ValueNode`), with two additions: a
+container reached through a backref has an ``object_address`` (its backref index: ``inspect``
+lists it once and points back to it elsewhere), and a node where the reader changed something
+(a Tracker array read as its data) carries a ``note``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from types import TracebackType
+from typing import Any
+
+from ._bson import BsonDocument, Session
+from ._errors import LimitError, TreePath
+from ._juliatype import JuliaType
+from ._limits import DEFAULT_LIMITS, Limits
+from ._plainhdf5 import ValueNode
+from ._recursion import stack_for_depth
+
+
+class BsonNode(ValueNode):
+    """A node of a BSON.jl file: a view of a value already read (see the module docstring)."""
+
+    def __init__(self, value: Any, path: TreePath, session: Session) -> None:
+        super().__init__(value, path)
+        self._session = session
+        # A value BSON.jl stored once and referred to from several places: its backref index.
+        self.object_address = session.shared.get(id(value))
+        # What the reader did here, if anything (``inspect`` shows it).
+        self.note = session.notes.get(tuple(path))
+
+    def _child(self, value: Any, path: TreePath) -> BsonNode:
+        return BsonNode(value, path, self._session)
+
+
+class BsonFile(Mapping[str, BsonNode]):
+    """A BSON.jl file opened for reading: a mapping of its top-level names to nodes.
+
+    Mirrors :class:`treexchange.File`: ``read``, ``attrs`` (always empty), ``close``; ``format_version``
+    is ``"BSON"`` and ``producer``/``header`` are empty (BSON files carry neither).
+
+    Example:
+        >>> import treexchange
+        >>> from treexchange._bson._writer import bson_file
+        >>> f = treexchange.open(bson_file({"acc": 0.98}))
+        >>> f, list(f), f["acc"].kind, f.read("acc")
+        (<treexchange BsonFile '<bytes>' (BSON.jl, 1 names)>, ['acc'], 'number', np.float64(0.98))
+    """
+
+    format_version = "BSON"
+    producer = ""
+    header = ""
+    legacy_header = False
+    kind = "group"
+    julia_type = JuliaType("JLD2.Group")
+    path: tuple[str, ...] = ()
+    object_address = None
+    shape = None
+    dtype = None
+
+    def __init__(self, source: str | os.PathLike[str] | bytes, *, limits: Limits = DEFAULT_LIMITS) -> None:
+        self.limits = limits
+        self._doc = BsonDocument(source, limits=limits)
+        self.filename = self._doc.name
+        self.file_size = self._doc.size
+        self._session = self._doc.session()
+        self._values: dict[str, Any] = {}
+        self.closed = False
+
+    @property
+    def attrs(self) -> dict[str, Any]:
+        """``{}``: a BSON file has no attributes (so no embedded schema)."""
+        return {}
+
+    @property
+    def notes(self) -> dict[TreePath, str]:
+        """What the reader changed, by tree path, for the entries read so far."""
+        return dict(self._session.notes)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ValueError("I/O operation on a closed treexchange BsonFile")
+
+    def _value(self, name: str) -> Any:
+        self._check_open()
+        if name not in self._values:
+            self._values[name] = read_entry_value(self._doc, self._session, name)
+        return self._values[name]
+
+    def __getitem__(self, key: str) -> BsonNode:
+        if not isinstance(key, str) or key not in self._doc.entries:
+            raise KeyError(key)
+        return BsonNode(self._value(key), (key,), self._session)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._doc.entries)
+
+    def __len__(self) -> int:
+        return len(self._doc.entries)
+
+    def children(self) -> Iterator[tuple[str, BsonNode]]:
+        for k in self._doc.entries:
+            yield k, self[k]
+
+    def read(self, name: str | None = None, *, order: str = "julia", mmap: bool = True) -> Any:
+        """Everything (``dict`` of top-level names) or one name. ``order="storage"`` and
+        ``mmap=False`` read again in a session of their own (arrays reversed / copied)."""
+        self._check_open()
+        if order == "julia" and mmap:
+            if name is not None:
+                return self[name].read()
+            return {k: self._value(k) for k in self._doc.entries}
+        session = self._doc.session(order=order, mmap=mmap)
+        names = list(self._doc.entries) if name is None else [name]
+        for k in names:
+            if k not in self._doc.entries:
+                raise KeyError(k)
+        values = {k: read_entry_value(self._doc, session, k) for k in names}
+        return values if name is None else values[name]
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._values.clear()
+            self._doc.close()
+
+    def __enter__(self) -> BsonFile:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<treexchange BsonFile {self.filename!r} (BSON.jl, {len(self)} names)>"
+
+
+def read_entry_value(doc: BsonDocument, session: Session, name: str) -> Any:
+    """The value of top-level ``name``, read in ``session`` with room on the stack for the
+    deepest tree the limits admit."""
+    try:
+        with stack_for_depth(doc.limits.max_depth):
+            return doc.read(session, name)
+    except RecursionError as err:
+        raise LimitError("structure nested too deeply for Python's stack", path=(name,)) from err

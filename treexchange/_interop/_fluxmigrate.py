@@ -1,0 +1,201 @@
+"""``treexchange convert old.bson new.jld2 --flux-state``: old Flux models -> ``Flux.state`` in JLD2.
+
+A BSON.jl file (or a whole-model JLD2 file) only loads in Julia with the package versions and type
+definitions that wrote it. Its ``Flux.state``, in the field names and layout of a current Flux,
+loads with ``Flux.loadmodel!(model, JLD2.load("new.jld2", "model"))`` into the same model built
+with a current Flux. Each top-level entry becomes:
+
+- a whole model (any value holding Flux layer structs, of any Flux era): its ``Flux.state`` in the
+  era asked for (``_port._statefill.whole_model_state``), under the same name;
+- a parameter list (``params=cpu.(params(model))``) with ``--architecture``: the state of that
+  model (``state_from_params``), under the same name;
+- anything else (``acc``, ``epoch_idx``, a vocabulary): written as it is.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any, TextIO
+
+import numpy as np
+
+from .._errors import ConversionError, TreePath, format_path
+from .._port._arch import parse_architecture
+from .._port._eras import era_field_names
+from .._port._flux import _julia_string
+from .._port._fromflux import check_state
+from .._port._registry import julia_constructor
+from .._port._state import check_era
+from .._port._statefill import (
+    nonzero_initial_states,
+    params_list,
+    state_for_architecture,
+    whole_model_state,
+)
+from .._port._wholemodel import from_whole_model
+from .._reader import open as open_file, read_entry
+from .._values import JuliaStruct, NamedTuple
+from ._jld2io import save_jld2
+
+
+def migrate_flux_state(
+    source: str | os.PathLike[str],
+    target: str | os.PathLike[str],
+    *,
+    flux: str = "0.15",
+    architecture: str | None = None,
+    dry_run: bool = False,
+    out: TextIO | None = None,
+) -> dict[str, Any]:
+    """Write ``Flux.state`` of every model in ``source`` to the JLD2 file ``target`` (see the
+    module docstring); ``dry_run`` prints the mapping (``new path <- old path  shape dtype``) and
+    the Julia that loads the result, and writes nothing. Returns the values written.
+
+    Example:
+        >>> import os, tempfile, numpy as np
+        >>> import treexchange as tx
+        >>> from treexchange import JuliaStruct
+        >>> dense = JuliaStruct("Flux.Dense{NNlib.#relu,A,B}", {"W": np.ones((2, 3), np.float32),
+        ...                                                     "b": np.zeros(2, np.float32)})
+        >>> folder = tempfile.mkdtemp()
+        >>> tx.save(os.path.join(folder, "old.jld2"), model=dense)
+        >>> roots = migrate_flux_state(os.path.join(folder, "old.jld2"), os.path.join(folder, "new.jld2"))
+        >>> list(tx.load(os.path.join(folder, "new.jld2"), "model"))
+        ['weight', 'bias', 'σ']
+    """
+    era = check_era(flux)
+    printer = out if out is not None else sys.stdout
+    roots: dict[str, Any] = {}
+    with open_file(source) as f:
+        names = list(f)
+        values = {name: read_entry(f, name) for name in names}
+    for name, value in values.items():
+        roots[name], lines = _migrate_entry(name, value, era, architecture, os.fspath(target))
+        if dry_run:
+            for line in lines:
+                print(line, file=printer)
+    if not dry_run:
+        save_jld2(target, roots)
+    return roots
+
+
+def _migrate_entry(
+    name: str, value: Any, era: str, architecture: str | None, target: str
+) -> tuple[Any, list[str]]:
+    path: TreePath = (name,)
+    sources = dict(_array_paths(value, path))
+    if params_list(value) is not None:
+        if architecture is None:
+            raise ConversionError(
+                "a parameter list (the arrays of Flux.params) says nothing of its layers: pass "
+                "--architecture with the model as Flux prints it",
+                path=path,
+            )
+        layer = parse_architecture(architecture)
+        state = state_for_architecture(layer, value, era, path=path)
+        check_state(layer, state, path=path)
+        return state, [
+            *_mapping(state, path, sources),
+            *_julia(name, julia_constructor(layer, era), state, target),
+        ]
+    if not _holds_flux_layer(value):
+        return value, [f"{name}: written as it is (no Flux layers in it)"]
+    state = whole_model_state(value, era, path=path)
+    lines = _mapping(state, path, sources)
+    if era != "0.14":  # Flux ≥ 0.15 has no learnt initial state: say what is left behind
+        old = whole_model_state(value, "0.14", path=path)
+        lines += [
+            f"{format_path(where)}: a learnt initial state, not part of Flux >= 0.15's state "
+            "(--flux 0.14 keeps it)"
+            for where in nonzero_initial_states(old, path)
+        ]
+    if any(str(k).isdigit() for k in _keys(state)):
+        lines.append(
+            f"{name}: holds structs of your own, whose fields BSON stores by position: their states "
+            "are named '1', '2', ...; rename them to the fields' names before Flux.loadmodel!"
+        )
+    try:
+        layer = from_whole_model(value, path=path, flux=era)[0]
+    except ConversionError as err:  # a closure or a user's struct: the user writes the model
+        lines.append(f"{name}: build the model in Julia yourself ({err})")
+    else:
+        lines += _julia(name, julia_constructor(layer, era), state, target)
+    return state, lines
+
+
+def _keys(value: Any, depth: int = 0) -> Iterator[Any]:
+    """Every NamedTuple key in a state (for the positional-names note)."""
+    if depth > 64:
+        return
+    if isinstance(value, NamedTuple):
+        for k, v in value.items():
+            yield k
+            yield from _keys(v, depth + 1)
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _keys(v, depth + 1)
+
+
+def _julia(name: str, constructor: str, state: Any, target: str) -> list[str]:
+    floats = [a.dtype for _, a in _arrays(state, ()) if a.dtype.kind == "f"]
+    suffix = {"float64": " |> f64", "float16": " |> f16"}.get(floats[0].name if floats else "", "")
+    return [
+        f"{name}: in Julia:",
+        f"  {name} = {constructor}{suffix}",
+        f"  Flux.loadmodel!({name}, JLD2.load({_julia_string(target)}, {_julia_string(name)}))",
+    ]
+
+
+def _holds_flux_layer(value: Any, depth: int = 0) -> bool:
+    if depth > 64:
+        return False
+    if isinstance(value, JuliaStruct):
+        if value.type.name.split(".", 1)[0] == "Flux":
+            return True
+        return any(_holds_flux_layer(v, depth + 1) for v in value.fields.values())
+    if isinstance(value, (tuple, list)):
+        return any(_holds_flux_layer(v, depth + 1) for v in value)
+    if isinstance(value, NamedTuple):
+        return any(_holds_flux_layer(v, depth + 1) for v in value.values())
+    return False
+
+
+def _array_paths(value: Any, path: TreePath) -> Iterator[tuple[int, TreePath]]:
+    """``(id(array), its path)`` for every array in a value as read (for the dry-run's mapping)."""
+    if isinstance(value, np.ndarray):
+        yield id(value), path
+    elif isinstance(value, JuliaStruct):
+        for k, v in zip(era_field_names(value), value.fields.values(), strict=True):
+            if isinstance(v, JuliaStruct) and v.type.basename == "TrackedArray" and "data" in v.fields:
+                v = v.fields["data"]  # Tracker: the data is the parameter
+            yield from _array_paths(v, (*path, k))
+    elif isinstance(value, NamedTuple):
+        for k, v in value.items():
+            yield from _array_paths(v, (*path, k))
+    elif isinstance(value, (tuple, list)):
+        for i, v in enumerate(value):
+            yield from _array_paths(v, (*path, i + 1))
+
+
+def _mapping(state: Any, path: TreePath, sources: dict[int, TreePath]) -> list[str]:
+    lines = []
+    for new_path, array in _arrays(state, path):
+        origin = sources.get(id(array))
+        if origin is None and array.base is not None:  # a reshaped view (a recurrent state0)
+            origin = sources.get(id(array.base))
+        where = format_path(origin) if origin else "(Flux's default)"
+        lines.append(f"{format_path(new_path)} <- {where}  {tuple(array.shape)} {array.dtype.name}")
+    return lines
+
+
+def _arrays(value: Any, path: TreePath) -> Iterator[tuple[TreePath, np.ndarray]]:
+    if isinstance(value, np.ndarray):
+        yield path, value
+    elif isinstance(value, NamedTuple):
+        for k, v in value.items():
+            yield from _arrays(v, (*path, k))
+    elif isinstance(value, (tuple, list)):
+        for i, v in enumerate(value):
+            yield from _arrays(v, (*path, i + 1))

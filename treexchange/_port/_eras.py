@@ -1,0 +1,346 @@
+"""Old Flux layer structs (Flux 0.7 to 0.12) -> the Flux 0.13/0.14 structs the whole-model port reads.
+
+Flux changed its layer structs several times before ``Flux.state`` existed, and BSON.jl files (the
+way Flux models were saved until 2023) hold whichever struct the author's Flux had. BSON stores a
+struct's fields by position only, so a struct is recognised by its type name and its number of
+fields (and, where two eras have the same count, by what the fields hold). This module has one table
+per layer kind: the field layouts of every era, oldest last, and what turns each into the current
+form:
+
+- ``Dense``: ``W``, ``b`` (Flux ≤ 0.11) -> ``weight``, ``bias``; ``Flux.Zeros`` (a bias switched
+  off in Flux 0.11/0.12) -> ``false`` wherever it stands.
+- ``Conv``/``ConvTranspose``/``CrossCor``/``DepthwiseConv``: no ``dilation`` (DepthwiseConv ≤ 0.8)
+  -> ones; no ``groups`` (≤ 0.11) -> 1 (the port's default); the type ``Conv{N,F,A,V}`` (≤ 0.8, no
+  pad-length parameter) gains its ``M`` so that the activation is type parameter 3 as later.
+- ``BatchNorm``/``InstanceNorm``/``GroupNorm``: 7 or 8 fields (≤ 0.11, with or without ``active``)
+  -> the 11 (12 with ``G``) of 0.12: ``affine``/``track_stats`` from which arrays are there, ``chs``
+  from their length.
+- ``LayerNorm``: ``(diag,)`` (≤ 0.11) -> ``(λ, diag, ϵ, size, affine)`` with ϵ = 1f-5 (0.11's
+  ``normalise``; 0.10's had none); ``Diagonal(α, β)`` (≤ 0.12) -> ``Scale(scale, bias)``.
+- ``Dropout``: ``(p, active)`` (≤ 0.8), ``(p, dims)`` (0.10), ``(p, dims, active)`` -> the port reads
+  ``p`` and ``dims``; ``Maxout(over)`` (≤ 0.12) -> ``Maxout(layers)``.
+- ``Recur``: ``(cell, init, state)`` (≤ 0.11) -> ``(cell, state)``; the cells' learnable initial
+  state ``h`` (RNNCell, GRUCell) or ``h, c`` (LSTMCell), vectors there, becomes ``state0`` of size
+  ``(H, 1)`` as in Flux 0.12 to 0.14. Gate order never changed (LSTM i, f, g, o; GRU r, z, h̃).
+
+Tracker's ``TrackedArray`` (Flux ≤ 0.9) is read as its ``data`` before this runs (the reader, or
+``_wholemodel``'s unwrapping for JLD2 files).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from .._errors import ConversionError, TreePath, format_path
+from .._juliatype import JuliaType
+from .._values import Closure, JuliaStruct, NamedTuple, Singleton
+
+_GPU_ARRAYS = frozenset({"CuArray", "CuDeviceArray", "ROCArray", "MtlArray"})  # device memory only
+_CONV_KINDS = ("Conv", "ConvTranspose", "CrossCor", "DepthwiseConv")
+_NORM = ("λ", "β", "γ", "μ", "σ²", "ϵ", "momentum")
+
+# Per layer kind, its field layouts in every Flux era, newest first. The first layout whose length
+# matches (and whose fields hold what the names say, see _fits) names the stored fields.
+LAYOUTS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "Chain": (("layers",),),
+    "SkipConnection": (("layers", "connection"),),
+    "Parallel": (("connection", "layers"),),
+    "PairwiseFusion": (("connection", "layers"),),
+    "Scale": (("scale", "bias", "σ"),),
+    "Bilinear": (("weight", "bias", "σ"),),
+    "Embedding": (("weight", "padding_idx"), ("weight",)),
+    "MaxPool": (("k", "pad", "stride"),),
+    "MeanPool": (("k", "pad", "stride"),),
+    "AdaptiveMaxPool": (("out",),),
+    "AdaptiveMeanPool": (("out",),),
+    "MultiHeadAttention": (("nheads", "q_proj", "k_proj", "v_proj", "attn_drop", "out_proj"),),
+    **dict.fromkeys(("RNN", "LSTM", "GRU", "GRUv3"), (("cell",),)),
+    "Dense": (("weight", "bias", "σ"), ("W", "b", "σ")),
+    "Conv": (
+        ("σ", "weight", "bias", "stride", "pad", "dilation", "groups"),
+        ("σ", "weight", "bias", "stride", "pad", "dilation"),
+    ),
+    "ConvTranspose": (
+        ("σ", "weight", "bias", "stride", "pad", "outpad", "dilation", "groups"),
+        ("σ", "weight", "bias", "stride", "pad", "dilation", "groups"),
+        ("σ", "weight", "bias", "stride", "pad", "dilation"),
+    ),
+    "CrossCor": (("σ", "weight", "bias", "stride", "pad", "dilation"),),
+    "DepthwiseConv": (
+        ("σ", "weight", "bias", "stride", "pad", "dilation", "groups"),
+        ("σ", "weight", "bias", "stride", "pad", "dilation"),
+        ("σ", "weight", "bias", "stride", "pad"),
+    ),
+    "BatchNorm": (
+        (*_NORM, "affine", "track_stats", "active", "chs"),
+        (*_NORM, "active"),
+        _NORM,
+    ),
+    "InstanceNorm": (
+        (*_NORM, "affine", "track_stats", "active", "chs"),
+        (*_NORM, "active"),
+        _NORM,
+    ),
+    "GroupNorm": (
+        ("G", *_NORM, "affine", "track_stats", "active", "chs"),
+        ("G", *_NORM, "active"),
+        ("G", *_NORM),
+    ),
+    "LayerNorm": (("λ", "diag", "ϵ", "size", "affine"), ("diag",)),
+    "Diagonal": (("α", "β"),),
+    "Dropout": (("p", "dims", "active", "rng"), ("p", "dims", "active"), ("p", "dims"), ("p", "active")),
+    "AlphaDropout": (("p", "active", "rng"), ("p", "active"), ("p",)),
+    "Maxout": (("layers",), ("over",)),
+    "Recur": (("cell", "state"), ("cell", "init", "state")),
+    "RNNCell": (("σ", "Wi", "Wh", "bias"), ("σ", "Wi", "Wh", "b", "state0")),
+    "LSTMCell": (("Wi", "Wh", "bias"), ("Wi", "Wh", "b", "state0"), ("Wi", "Wh", "b", "h", "c")),
+    "GRUCell": (("Wi", "Wh", "b"), ("Wi", "Wh", "b", "state0")),
+    "GRUv3Cell": (("Wi", "Wh", "b", "Wh_h̃"), ("Wi", "Wh", "b", "Wh_h̃", "state0")),
+}
+
+# Old names that mean the same field under a later name (position-independent renames).
+_RENAMES: dict[str, dict[str, str]] = {
+    "Dense": {"W": "weight", "b": "bias"},
+    "Maxout": {"over": "layers"},
+}
+
+
+def normalise(value: Any, path: TreePath = (), *, closures: str = "keep") -> Any:
+    """``value`` (a whole Flux model as ``tx.load`` returns it) with every old-era Flux struct in
+    its Flux 0.13/0.14 form; other values are returned as they are (arrays are not copied).
+
+    ``closures="error"`` raises :class:`ConversionError` at the first closure (an anonymous
+    function BSON.jl stored as code), naming its place in the model and where it was defined.
+
+    Example:
+        >>> import numpy as np
+        >>> old = JuliaStruct("Flux.Dense{NNlib.#relu,Core.Array{Core.Float32,2},Core.Array{Core.Float32,1}}",
+        ...                   {"W": np.ones((2, 3), np.float32), "b": np.zeros(2, np.float32)})
+        >>> list(normalise(old).fields)
+        ['weight', 'bias']
+    """
+    return _Normaliser(closures).walk(value, tuple(path))
+
+
+def closure_description(value: Any) -> str | None:
+    """``"#3 (Main.#3#4, defined at REPL[9]:8)"`` for a closure, else ``None``.
+
+    A closure is an anonymous function: a :class:`~treexchange.Closure` (BSON.jl stored its code;
+    it names where it was defined), or a function known by its type only
+    (``Singleton('Main.#109#110')``, or a struct of that type holding its captured variables).
+
+    Example:
+        >>> from treexchange import Closure
+        >>> closure_description(Closure("Main.#3#4", name="#3", file="REPL[9]", line=8))
+        '#3 (Main.#3#4, defined at REPL[9]:8)'
+        >>> closure_description(Singleton("NNlib.#relu")) is None
+        True
+    """
+    if isinstance(value, Closure):
+        details = [value.type.name]
+        if value.where:
+            details.append(f"defined at {value.where}")
+        return f"{value.name or value.type.name} ({', '.join(details)})"
+    if isinstance(value, (JuliaStruct, Singleton)):
+        base = value.type.name.rsplit(".", 1)[-1]
+        return value.type.name if base[:1] == "#" and base[1:2].isdigit() else None
+    return None
+
+
+def closure_error(value: Any, path: TreePath) -> ConversionError:
+    """The error for a closure where the port needs a layer: where it is, where it was defined,
+    and the way out (``architecture=``)."""
+    position = ""
+    if len(path) >= 2 and path[-2] == "layers" and isinstance(path[-1], (int, str)):
+        position = f" (layer {path[-1]} of the Chain {format_path(path[:-2])})"
+    return ConversionError(
+        f"anonymous function {closure_description(value)}{position}: a closure is code, which "
+        "treexchange never runs. Pass architecture= with the model as Flux prints it, writing the "
+        "closure as the layer it computes (e.g. Flux.flatten for x -> reshape(x, :, size(x, 4)))",
+        path=path,
+    )
+
+
+class _Normaliser:
+    def __init__(self, closures: str) -> None:
+        self.closures = closures
+
+    def walk(self, value: Any, path: TreePath) -> Any:
+        if isinstance(value, JuliaStruct):
+            return self.struct(value, path)
+        if isinstance(value, NamedTuple):
+            return NamedTuple((k, self.walk(v, (*path, k))) for k, v in value.items())
+        if isinstance(value, tuple):
+            return tuple(self.walk(v, (*path, i + 1)) for i, v in enumerate(value))
+        if isinstance(value, list):
+            return [self.walk(v, (*path, i + 1)) for i, v in enumerate(value)]
+        if self.closures == "error" and closure_description(value) is not None:
+            raise closure_error(value, path)
+        return value
+
+    def struct(self, s: JuliaStruct, path: TreePath) -> Any:
+        kind = s.type.basename
+        if kind == "Zeros" and _is_flux(s.type):
+            return False  # Flux 0.11/0.12's "no bias"
+        if kind in _GPU_ARRAYS:
+            raise ConversionError(
+                f"the file holds no weights (GPU pointers): {s.type.name} stores only device addresses. "
+                "Save the model from the CPU (BSON.@save with cpu(model)) and convert that file",
+                path=path,
+            )
+        if self.closures == "error" and closure_description(s) is not None:
+            raise closure_error(s, path)
+        named = _name_fields(kind, s.fields) if _is_flux(s.type) and kind in LAYOUTS else None
+        if named is None and _is_flux(s.type) and kind in LAYOUTS:
+            counts = sorted({len(layout) for layout in LAYOUTS[kind]})
+            raise ConversionError(
+                f"{s.type} has {len(s.fields)} fields; no Flux version's {kind} has that layout "
+                f"({' or '.join(map(str, counts))} fields)",
+                path=path,
+            )
+        if named is None:
+            fields = {k: self.walk(v, (*path, k)) for k, v in s.fields.items()}
+            return JuliaStruct(s.type, fields, layout=s.layout, mutable=s.mutable)
+        renames = _RENAMES.get(kind, {})
+        named = {renames.get(k, k): v for k, v in named.items()}
+        named = {k: self.walk(v, (*path, k)) for k, v in named.items()}
+        upgrade = _UPGRADES.get(kind)
+        type_, named = upgrade(s.type, named) if upgrade else (s.type, named)
+        if kind == "Diagonal":
+            type_, named = _diagonal_as_scale(type_, named)
+        return JuliaStruct(type_, named, layout=None, mutable=s.mutable)
+
+
+def _is_flux(type_: JuliaType) -> bool:
+    return type_.name.split(".", 1)[0] == "Flux"
+
+
+def _fits(name: str, value: Any) -> bool:
+    """Whether a stored field value can be the field ``name`` (told apart where two eras have the
+    same number of fields: Dropout's ``dims`` vs ``active``)."""
+    if name == "active":
+        return value is None or isinstance(value, (bool, np.bool_))
+    if name == "dims":
+        return not isinstance(value, (bool, np.bool_)) and value is not None
+    return True
+
+
+def _name_fields(kind: str, fields: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The fields under the names of the era they come from (``None``: no era has this layout)."""
+    names = list(fields)
+    values = list(fields.values())
+    for layout in LAYOUTS[kind]:
+        if list(layout) == names:
+            return dict(fields)
+    for layout in LAYOUTS[kind]:
+        if set(names) <= set(layout) and names and not names[0].isdigit():
+            return dict(fields)  # named fields, some left out (JLD2's zero-size ghosts)
+    for layout in LAYOUTS[kind]:
+        if len(layout) == len(values) and all(_fits(n, v) for n, v in zip(layout, values, strict=True)):
+            return dict(zip(layout, values, strict=True))
+    return None
+
+
+def era_field_names(s: JuliaStruct) -> list[str]:
+    """The names of a struct's fields in the Flux version that wrote it (BSON stores none: the
+    reader names them ``"1"``, ``"2"``...); the stored names for anything else.
+
+    Example:
+        >>> recur = JuliaStruct("Flux.Recur{Flux.RNNCell}", {"1": None, "2": np.zeros(2), "3": np.zeros(2)})
+        >>> era_field_names(recur)  # Flux ≤ 0.11's Recur
+        ['cell', 'init', 'state']
+    """
+    named = (
+        _name_fields(s.type.basename, s.fields) if _is_flux(s.type) and s.type.basename in LAYOUTS else None
+    )
+    return list(named) if named is not None else list(s.fields)
+
+
+def _column(value: Any) -> Any:
+    """An initial state vector ``(H,)`` as Flux 0.12's ``(H, 1)``."""
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        return value.reshape(-1, 1)
+    if isinstance(value, tuple):
+        return tuple(_column(v) for v in value)
+    return value
+
+
+def _conv(type_: JuliaType, f: dict[str, Any]) -> tuple[JuliaType, dict[str, Any]]:
+    weight = f.get("weight")
+    n = weight.ndim - 2 if isinstance(weight, np.ndarray) else None
+    if "dilation" not in f and n is not None:
+        f["dilation"] = (np.int64(1),) * n
+    if len(type_.params) == 4 and n is not None:  # Conv{N,F,A,V} (Flux ≤ 0.8): no pad length M
+        params = type_.params
+        type_ = JuliaType(type_.name, (params[0], params[0], *params[1:]))
+    return type_, f
+
+
+def _norm(type_: JuliaType, f: dict[str, Any]) -> tuple[JuliaType, dict[str, Any]]:
+    if "chs" in f:
+        return type_, f
+    arrays = [v for k in ("β", "γ", "μ", "σ²") if isinstance(v := f.get(k), np.ndarray)]
+    out = {k: f[k] for k in ("G", *_NORM) if k in f}
+    out["affine"] = isinstance(f.get("γ"), np.ndarray)
+    out["track_stats"] = isinstance(f.get("μ"), np.ndarray)
+    out["active"] = None  # old `active::Bool` meant "training mode"; Flux 0.12 uses nothing = auto
+    if arrays:
+        out["chs"] = np.int64(arrays[0].shape[0])
+    return type_, out
+
+
+def _layernorm(type_: JuliaType, f: dict[str, Any]) -> tuple[JuliaType, dict[str, Any]]:
+    if "size" in f:
+        return type_, f
+    diag = f["diag"]
+    alpha = diag.fields.get("scale", diag.fields.get("α")) if isinstance(diag, JuliaStruct) else None
+    if not isinstance(alpha, np.ndarray):
+        return type_, f
+    identity = JuliaType("Base.#identity")
+    new_type = JuliaType(type_.name, (identity, diag.type, JuliaType("Core.Float32"), np.int64(alpha.ndim)))
+    fields = {
+        "λ": Singleton(identity),
+        "diag": diag,
+        "ϵ": np.float32(1e-5),
+        "size": tuple(np.int64(d) for d in alpha.shape),
+        "affine": True,
+    }
+    return new_type, fields
+
+
+def _diagonal_as_scale(type_: JuliaType, f: dict[str, Any]) -> tuple[JuliaType, dict[str, Any]]:
+    array = type_.params[0] if type_.params else JuliaType("Core.Array")
+    new_type = JuliaType("Flux.Scale", (JuliaType("Base.#identity"), array, array))
+    return new_type, {"scale": f["α"], "bias": f["β"], "σ": Singleton("Base.#identity")}
+
+
+def _dropout(type_: JuliaType, f: dict[str, Any]) -> tuple[JuliaType, dict[str, Any]]:
+    return type_, {"p": f["p"], "dims": f.get("dims", Singleton("Base.Colon")), "active": None}
+
+
+def _recur(type_: JuliaType, f: dict[str, Any]) -> tuple[JuliaType, dict[str, Any]]:
+    return type_, {"cell": f["cell"], "state": _column(f.get("state"))}
+
+
+def _cell(type_: JuliaType, f: dict[str, Any]) -> tuple[JuliaType, dict[str, Any]]:
+    if "bias" in f or ("state0" not in f and "h" not in f):
+        return type_, f  # Flux ≥ 0.15 cells: nothing to change
+    out = {k: v for k, v in f.items() if k not in ("h", "c", "state0")}
+    if "c" in f:
+        out["state0"] = (_column(f["h"]), _column(f["c"]))
+    else:
+        out["state0"] = _column(f.get("state0", f.get("h")))
+    return type_, out
+
+
+_UPGRADES: dict[str, Callable[[JuliaType, dict[str, Any]], tuple[JuliaType, dict[str, Any]]]] = {
+    **dict.fromkeys(_CONV_KINDS, _conv),
+    **dict.fromkeys(("BatchNorm", "InstanceNorm", "GroupNorm"), _norm),
+    "LayerNorm": _layernorm,
+    "Dropout": _dropout,
+    "Recur": _recur,
+    **dict.fromkeys(("RNNCell", "LSTMCell", "GRUCell", "GRUv3Cell"), _cell),
+}

@@ -1,0 +1,335 @@
+"""``Flux.state`` of a Flux era from a Layer tree and the arrays each layer holds, without a framework.
+
+Two uses, both for old (BSON-era) models:
+
+- a parameter list (``BSON.@save "p.bson" params=cpu.(params(model))``: the arrays of
+  ``Flux.params(model)`` in order) plus the architecture: :func:`state_from_params` assigns the arrays
+  to the layers in Flux's ``params`` order, checking every size, and builds the state;
+- migrating a whole model to a current Flux (``treexchange convert --flux-state``):
+  :func:`layer_state` gives one layer's ``Flux.state`` in the era asked for, from the arrays its
+  struct holds (field names of any era).
+
+The fields come from the layer rules (``_rules.RULES``: names, order and values as ``flux_state``
+writes them), so a state made here is what ``tx.flux_state(model, flux=era)`` gives for the same
+model, except that a recurrent layer's learnt initial state (``state0``) is kept for Flux ≤ 0.14.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .._bridge._report import RestoreWarning
+from .._errors import ConversionError, TreePath, format_path
+from .._limits import DEFAULT_LIMITS
+from .._recursion import stack_for_depth
+from .._values import JuliaStruct, NamedTuple
+from ._eras import normalise
+from ._registry import ARRAY_LAYERS, STATELESS_LAYERS, param_slots, rule_for, with_defaults
+from ._rules import Arr, Child, Children, Discard, _NamedFields
+from ._spec import Layer
+from ._wholemodel import _unwrap_tracked, from_whole_model
+
+# Field names that mean the same array in different eras (Dense ``W``/``weight``, recurrent
+# ``b``/``bias``, ``Diagonal``'s ``α``/``β`` = ``Scale``'s ``scale``/``bias``).
+_ALIASES = {"weight": ("W",), "b": ("bias",), "bias": ("b", "β"), "scale": ("α",)}
+
+
+def flat_arrays(state: Any, prefix: str = "") -> dict[str, Any]:
+    """The arrays of one layer's state by dotted path (``"cell.Wi"``, ``"diag.scale"``); a tuple of
+    arrays (an LSTM's ``state0``) is one entry.
+
+    Example:
+        >>> flat_arrays(NamedTuple(cell=NamedTuple(Wi=np.ones((4, 2)), state0=(np.zeros(1), np.zeros(1)))))
+        ... # doctest: +ELLIPSIS
+        {'cell.Wi': array(...), 'cell.state0': (array([0.]), array([0.]))}
+    """
+    out: dict[str, Any] = {}
+    items: Any = ()
+    if isinstance(state, NamedTuple):
+        items = state.items()
+    elif isinstance(state, JuliaStruct):
+        items = state.fields.items()
+    for key, value in items:
+        path = f"{prefix}{key}"
+        if isinstance(value, np.ndarray) or (
+            isinstance(value, tuple) and value and all(isinstance(v, np.ndarray) for v in value)
+        ):
+            out[path] = value
+        elif isinstance(value, (NamedTuple, JuliaStruct)):
+            out.update(flat_arrays(value, path + "."))
+    return out
+
+
+def _lookup(arrays: Mapping[str, Any], key: str) -> Any:
+    if key in arrays:
+        return arrays[key]
+    for name in (key, *_ALIASES.get(key, ())):
+        found = [v for k, v in arrays.items() if k.rsplit(".", 1)[-1] == name]
+        if len(found) == 1:
+            return found[0]
+    return None
+
+
+def layer_state(layer: Layer, arrays: Mapping[str, Any], era: str, path: TreePath = ()) -> Any:
+    """``Flux.state`` of one non-container layer in ``era``, its arrays taken from ``arrays``
+    (dotted paths, as :func:`flat_arrays` gives; names of any era).
+
+    BatchNorm running statistics missing from ``arrays`` (a parameter list has none) are Flux's
+    initial ones (μ = 0, σ² = 1), as ``Flux.loadparams!`` leaves them.
+
+    Example:
+        >>> dense = Layer("Dense", {"in": 3, "out": 2, "σ": "relu"})
+        >>> state = layer_state(dense, {"W": np.ones((2, 3)), "b": np.zeros(2)}, "0.15")
+        >>> list(state), state["weight"].shape
+        (['weight', 'bias', 'σ'], (2, 3))
+    """
+    return _Filler(era).leaf(with_defaults(layer), arrays, tuple(path))
+
+
+class _Filler:
+    def __init__(self, era: str) -> None:
+        self.era = era
+
+    def leaf(self, layer: Layer, arrays: Mapping[str, Any], path: TreePath) -> Any:
+        fields = rule_for(layer).fields(layer, self.era)
+        if fields == ():
+            return ()
+        return NamedTuple((name, self.resolve(layer, name, spec, arrays, path)) for name, spec in fields)
+
+    def resolve(self, layer: Layer, name: str, spec: Any, arrays: Mapping[str, Any], path: TreePath) -> Any:
+        if isinstance(spec, Arr):
+            value = _lookup(arrays, spec.key)
+            if value is None:
+                value = self.default(layer, spec.key, arrays, path)
+            return value
+        if isinstance(spec, _NamedFields):
+            return NamedTuple((n, self.resolve(layer, n, s, arrays, (*path, name))) for n, s in spec)
+        if isinstance(spec, Discard):  # a Recur's state0 / state: the learnt initial state when known
+            known = _lookup(arrays, "state0")
+            return known if known is not None else spec.value
+        if isinstance(spec, (Children, Child)):
+            raise ConversionError(f"{layer.kind} is a container, not a layer with arrays", path=path)
+        return spec
+
+    def default(self, layer: Layer, key: str, arrays: Mapping[str, Any], path: TreePath) -> Any:
+        like = _lookup(arrays, "γ")
+        dtype = like.dtype if isinstance(like, np.ndarray) else np.float32
+        channels = int(layer.args.get("channels", 0))
+        if key == "μ" and channels:
+            return np.zeros(channels, dtype)
+        if key == "σ²" and channels:
+            return np.ones(channels, dtype)
+        raise ConversionError(f"{layer.kind} has no array {key!r}", path=(*path, key))
+
+
+# --- parameter lists --------------------------------------------------------------------------------
+
+
+def params_list(value: Any) -> list[Any] | None:
+    """The arrays of a saved parameter list (a Vector of arrays, or a ``Zygote.Params``), else None."""
+    if isinstance(value, JuliaStruct) and value.type.basename == "Params":
+        for field in value.fields.values():
+            found = params_list(field)
+            if found is not None:
+                return found
+        return None
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, np.ndarray) for v in value):
+        return list(value)
+    return None
+
+
+def state_from_params(layer: Layer, arrays: Sequence[Any], era: str, *, path: TreePath = ()) -> Any:
+    """``Flux.state`` (of ``era``) of the model ``layer`` whose ``Flux.params`` are ``arrays``.
+
+    The arrays are assigned in ``Flux.params`` order (layer by layer, each layer's trainable arrays
+    in field order); every size is checked against what the architecture implies, so a wrong
+    architecture or a list from another model fails here naming the first array that does not fit.
+
+    Example:
+        >>> from treexchange._port._arch import parse_architecture
+        >>> arch = parse_architecture("Chain(Dense(3 => 2, relu), Dense(2 => 1))")
+        >>> ps = [np.ones((2, 3)), np.zeros(2), np.ones((1, 2)), np.zeros(1)]
+        >>> state = state_from_params(arch, ps, "0.15")
+        >>> [list(s) for s in state["layers"]]
+        [['weight', 'bias', 'σ'], ['weight', 'bias', 'σ']]
+    """
+    assigner = _Assigner(list(arrays), tuple(path))
+    filler = _Filler(era)
+    state = assigner.walk(with_defaults(layer), filler, ())
+    if assigner.next < len(assigner.arrays):
+        extra = assigner.arrays[assigner.next]
+        raise ConversionError(
+            f"the architecture takes {assigner.next} parameter arrays, the list has {len(assigner.arrays)} "
+            f"(the next one has size {_fmt(extra.shape)})",
+            path=(*path, assigner.next + 1),
+        )
+    return state
+
+
+def _fmt(shape: Sequence[int]) -> str:
+    return "×".join(map(str, shape)) if len(shape) != 1 else f"{shape[0]}-element"
+
+
+class _Assigner:
+    def __init__(self, arrays: list[Any], path: TreePath) -> None:
+        self.arrays = arrays
+        self.next = 0
+        self.path = path
+
+    def walk(self, layer: Layer, filler: _Filler, where: TreePath) -> Any:
+        fields = rule_for(layer).fields(layer, filler.era)
+        if layer.children:
+            states = [self.walk(c, filler, (*where, i + 1)) for i, c in enumerate(layer.children)]
+            if fields == ():
+                return ()
+            out = []
+            for name, spec in fields:
+                if isinstance(spec, Children):
+                    out.append((name, NamedTuple(zip(layer.names, states)) if layer.names else tuple(states)))
+                elif isinstance(spec, Child):
+                    out.append((name, states[spec.index]))
+                else:
+                    out.append((name, spec))
+            return NamedTuple(out)
+        return filler.leaf(layer, self.take(layer, where), where)
+
+    def take(self, layer: Layer, where: TreePath) -> dict[str, Any]:
+        found: dict[str, Any] = {}
+        hidden = layer.args.get("out")
+        for key, shape, optional in param_slots(layer):
+            array = self.arrays[self.next] if self.next < len(self.arrays) else None
+            got = tuple(array.shape) if isinstance(array, np.ndarray) else None
+            fits = got == shape if shape is not None else got in ((hidden,), (hidden, 1))
+            if fits:
+                found[key] = array
+                self.next += 1
+                continue
+            if optional:
+                continue
+            where_text = format_path(("model", *where)) if where else "the model"
+            if got is None:
+                raise ConversionError(
+                    f"the parameter list ends at {self.next} arrays; the architecture's {layer.kind} "
+                    f"({where_text}) needs {key} of size {_fmt(shape or ())}",
+                    path=self.path,
+                )
+            raise ConversionError(
+                f"parameter array {self.next + 1} has size {_fmt(got)}; the architecture's {layer.kind} "
+                f"({where_text}) expects {key} of size {_fmt(shape or ())} there",
+                path=(*self.path, self.next + 1),
+            )
+        states = [found.pop(k) for k in ("state0.h", "state0.c") if k in found]
+        if states:
+            columns = tuple(s.reshape(-1, 1) for s in states)
+            found["state0"] = columns if len(columns) > 1 else columns[0]  # LSTM: (h, c)
+        return found
+
+
+# --- whole models -----------------------------------------------------------------------------------
+
+# Struct names of Flux layers with state of their own (containers are walked field by field, as
+# Functors does; so a Chain holding a closure or a user's struct still has a state).
+_LAYER_STRUCTS = (ARRAY_LAYERS | STATELESS_LAYERS | {"Recur"}) - {"function", "flatten"}
+
+
+def whole_model_state(value: Any, era: str, *, path: TreePath = ()) -> Any:
+    """``Flux.state`` (of ``era``) of a whole model as ``tx.load`` returns it, of any Flux era.
+
+    Flux layers give the state the rules give in ``era`` (ghost fields back, old field names
+    renamed); containers and users' structs are walked field by field, as ``Flux.state`` does for a
+    functor; functions and closures are ``()``. So a model holding a closure still has a state
+    (``Flux.state`` of a closure without captured variables is ``()``).
+
+    Example:
+        >>> old = JuliaStruct("Flux.Chain{Core.Tuple{Flux.Dense{Base.#identity,A,B}}}", {"layers": (
+        ...     JuliaStruct("Flux.Dense{Base.#identity,A,B}", {"W": np.ones((2, 3)), "b": np.zeros(2)}),)})
+        >>> state = whole_model_state(old, "0.15")
+        >>> list(state), list(state["layers"][0])
+        (['layers'], ['weight', 'bias', 'σ'])
+    """
+    with stack_for_depth(DEFAULT_LIMITS.max_depth):  # a model as deep as a file may hold
+        model = normalise(_unwrap_tracked(value), tuple(path))
+        return _model_state(model, era, tuple(path))
+
+
+def _model_state(value: Any, era: str, path: TreePath) -> Any:
+    if isinstance(value, JuliaStruct):
+        if value.type.name.split(".", 1)[0] == "Flux" and value.type.basename in _LAYER_STRUCTS:
+            layer, state = from_whole_model(value, path=path, flux=era)
+            return layer_state(layer, flat_arrays(state), era, path)
+        return NamedTuple((k, _model_state(v, era, (*path, k))) for k, v in value.fields.items())
+    if isinstance(value, NamedTuple):
+        return NamedTuple((k, _model_state(v, era, (*path, k))) for k, v in value.items())
+    if isinstance(value, tuple):
+        return tuple(_model_state(v, era, (*path, i + 1)) for i, v in enumerate(value))
+    if isinstance(value, list):
+        return [_model_state(v, era, (*path, i + 1)) for i, v in enumerate(value)]
+    if isinstance(value, (np.ndarray, np.generic, int, float, str, bool)) or value is None:
+        return value
+    return ()  # functions, closures, RNGs: what Flux.state keeps of a non-array leaf
+
+
+def state_for_architecture(layer: Layer, value: Any, era: str, *, path: TreePath = ()) -> Any:
+    """The ``Flux.state`` to put into the model ``layer`` (parsed from ``architecture=``) from
+    what the file holds: a ``Flux.state`` (returned as it is), a parameter list, or a whole model
+    of any Flux era (whose closures the architecture names)."""
+    arrays = params_list(value)
+    if arrays is not None:
+        return state_from_params(layer, arrays, era, path=path)
+    if isinstance(value, JuliaStruct):
+        return whole_model_state(value, era, path=path)
+    return value
+
+
+def state_for_port(state: Any, *, path: TreePath = ()) -> Any:
+    """``state`` as the JAX port takes it: Float64 arrays rounded to Float32 unless JAX runs with
+    64-bit floats (Flux ≤ 0.9 models were often Float64; the built model follows JAX's default).
+
+    A recurrent layer's non-zero learnt initial state (``state0``; Flux ≤ 0.11 drew it at random)
+    is not carried over: the Python ``Recurrence`` starts from zeros. That is a
+    :class:`~treexchange.RestoreWarning` naming the layer, since the first steps then differ.
+    """
+    import jax  # jax is costly to import: only a port (which imports it anyway) gets here
+
+    for where in nonzero_initial_states(state, tuple(path)):
+        warnings.warn(
+            f"{format_path(where)}: the learnt initial state (state0) is not zero and is not carried "
+            "over; the ported recurrent layer starts from zeros (Flux >= 0.15 does too)",
+            RestoreWarning,
+            stacklevel=3,
+        )
+    if jax.config.read("jax_enable_x64"):
+        return state
+    return _map_arrays(state, lambda a: a.astype(np.float32) if a.dtype == np.float64 else a)
+
+
+def nonzero_initial_states(value: Any, path: TreePath) -> list[TreePath]:
+    """The paths of the non-zero ``state0`` entries (learnt initial states) in a Flux ≤ 0.14 state."""
+    found = []
+    if isinstance(value, NamedTuple):
+        for k, v in value.items():
+            arrays = v if isinstance(v, tuple) else (v,)
+            if k == "state0" and any(isinstance(a, np.ndarray) and np.any(a != 0) for a in arrays):
+                found.append((*path, k))
+            else:
+                found += nonzero_initial_states(v, (*path, k))
+    elif isinstance(value, (tuple, list)):
+        for i, v in enumerate(value):
+            found += nonzero_initial_states(v, (*path, i + 1))
+    return found
+
+
+def _map_arrays(value: Any, f: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return f(value)
+    if isinstance(value, NamedTuple):
+        return NamedTuple((k, _map_arrays(v, f)) for k, v in value.items())
+    if isinstance(value, tuple):
+        return tuple(_map_arrays(v, f) for v in value)
+    if isinstance(value, list):
+        return [_map_arrays(v, f) for v in value]
+    return value
