@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SHARED
+from tests.conftest import SHARED, shared_file
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 RUN_PAGES = sorted(
@@ -126,9 +126,9 @@ def _unmet(verb: str, arg: str, cwd: Path) -> str | None:
         if not hasattr(treexchange, name):
             return f"needs treexchange.{name}, which this build does not have yet"
     elif verb == "shared":
-        source = SHARED / arg
-        if not source.is_file():
-            return f"needs {source} (clone ../shared beside the repository or set TREEXCHANGE_SHARED)"
+        source = shared_file(arg)
+        if source is None:
+            return f"needs {SHARED / arg} (clone ../shared beside the repository or set TREEXCHANGE_SHARED)"
         target = cwd / source.name
         if not target.exists():
             target.symlink_to(source)
