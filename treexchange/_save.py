@@ -15,7 +15,7 @@ the target is followed: the file it points to is replaced, the link stays.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ._atomic import atomic_write, remove_stale_temporaries
@@ -169,9 +169,11 @@ def convert(
     keep_format: bool = False,
     compress: bool | str = False,
     verify: bool = True,
-) -> None:
+    on_write: Callable[[int], None] | None = None,
+) -> str:
     """Re-encode ``source`` as a JLD2 0.2.0 file at ``target`` (replaced atomically): what
-    ``treexchange convert IN OUT`` does.
+    ``treexchange convert IN OUT`` does. Returns the one-line summary the command prints;
+    ``on_write(nbytes)`` is called after each piece written (its progress line).
 
     The output is format 0.2.0 (what JLD2.jl >= 0.5 writes), whatever the input's version,
     unless ``keep_format`` keeps a format-0.1.1 input in format 0.1.1 (see ``save``'s
@@ -194,7 +196,8 @@ def convert(
         >>> d = tempfile.mkdtemp()
         >>> src, dst = os.path.join(d, "in.jld2"), os.path.join(d, "out.jld2")
         >>> treexchange.save(src, a=np.zeros(2), producer=" (Julia 1.11.6 64-bit LE)")
-        >>> convert(src, dst, keep_producer=True)
+        >>> print(convert(src, dst, keep_producer=True))  # doctest: +ELLIPSIS
+        /.../in.jld2 -> /.../out.jld2: 1 value(s), 828 -> 828 bytes, JLD2 0.2.0, verified
         >>> open(dst, "rb").read() == open(src, "rb").read()
         True
     """
@@ -214,9 +217,13 @@ def convert(
                 root_attributes=objects.string_attributes,
                 empty_groups=objects.empty_groups,
                 format_version=fmt,
+                on_write=on_write,
             )
 
         atomic_write(target, write, check=(lambda tmp: verify_output(tmp, values)) if verify else None)
+    sizes = f"{os.path.getsize(source):,} -> {os.path.getsize(target):,} bytes"
+    checked = ", verified" if verify else ""
+    return f"{os.fspath(source)} -> {os.fspath(target)}: {len(values)} value(s), {sizes}, JLD2 {fmt}{checked}"
 
 
 def verify_output(path: str, written: list[tuple[str, Any]]) -> None:

@@ -75,7 +75,7 @@ def build_mlp(seed: int = 0) -> Any:
 
 
 def demo(path: str, *, seed: int = 0, stream: TextIO, shared: str | None = None) -> int:
-    """Run the demo, writing ``path`` and ``lenet.jld2`` beside it; returns the exit code (0: all checked out)."""
+    """Run the demo, writing ``path`` and ``lenet.jld2`` beside it; returns the exit code (0: all good)."""
     import jax  # jax and pydantic: imported when the demo runs, not by every command
     import jax.numpy as jnp
 
