@@ -18,7 +18,7 @@ import numpy as np
 
 from .._atomic import atomic_write
 from .._errors import UnsupportedError, format_path
-from .._file import load
+from .._reader import open as open_jld2
 from . import _orbax, _safetensors
 from ._jld2io import save_jld2
 from ._orbax import OrbaxSource
@@ -134,17 +134,19 @@ def _export_state_dict(source: Any, target: Any, architecture: str, dry_run: boo
     """JLD2 ``Flux.state`` -> a PyTorch ``state_dict`` in a safetensors file (``torch`` not needed)."""
     from safetensors.numpy import save as st_save  # safetensors is an optional extra
 
-    roots = load(source)
-    if len(roots) == 1:
-        (name,) = roots
-    elif "model_state" in roots:
-        name = "model_state"
-    else:
-        raise UnsupportedError(
-            f"{os.fspath(source)}: which value is the Flux.state? The file holds {', '.join(roots)} "
-            "and no model_state"
-        )
-    state_dict = flux_to_state_dict(roots[name], architecture, root=(name,))
+    with open_jld2(source) as f:
+        names = list(f)
+        if len(names) == 1:
+            (name,) = names
+        elif "model_state" in names:
+            name = "model_state"
+        else:
+            raise UnsupportedError(
+                f"{os.fspath(source)}: which value is the Flux.state? The file holds {', '.join(names)} "
+                "and no model_state"
+            )
+        state = f[name].read()
+    state_dict = flux_to_state_dict(state, architecture, root=(name,))
     if dry_run:
         for key, tensor in state_dict.items():
             print(f"{key}  {tuple(tensor.shape)} {tensor.dtype}", file=out)
