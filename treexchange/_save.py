@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ._atomic import atomic_write, remove_stale_temporaries
 from ._bridge._to_julia import convert_items
-from ._errors import ConversionError, TreexchangeError, WriteError
+from ._errors import ConversionError, TreexchangeError, WriteError, in_file
 from ._jld2._encode_hdf5 import FILE_HEADER_LENGTH, REQUIRED_FILE_HEADER
 from ._jld2._writefile import write_jld2
 from ._jld2._writer_arrays import Compression
@@ -202,7 +202,7 @@ def convert(
         True
     """
     options = Compression.from_option(compress)
-    with File(source) as f:
+    with in_file(source), File(source) as f:
         producer = f.producer if keep_producer else default_producer()
         fmt = f.format_version if keep_format and f.format_version == "0.1.1" else "0.2.0"
         objects = read_objects(f)

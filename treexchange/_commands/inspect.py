@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .._errors import in_file
 from .._inspect import json_lines, text_lines
 from .._reader import open as open_file
 
@@ -50,7 +51,7 @@ def _split_rest(args: argparse.Namespace) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     name = _split_rest(args)
-    with open_file(args.file, allow_hdf5=args.allow_hdf5) as f:
+    with in_file(args.file), open_file(args.file, allow_hdf5=args.allow_hdf5) as f:
         lines = json_lines(f, name) if args.json else text_lines(f, name)
         out = sys.stdout
         for line in lines:
