@@ -38,6 +38,21 @@ def format_path(path: Sequence[PathSegment]) -> str:
     return "".join(out)
 
 
+TYPE_WIDTH = 100
+"""Julia types longer than this are shortened (with "…") in what ``inspect``, ``diff`` and
+``validate`` print for humans; ``--full-types`` prints them whole, ``--json`` always does."""
+
+
+def clip_type(text: str, width: int | None = TYPE_WIDTH) -> str:
+    """``text`` cut to ``width`` characters with a final "…" (whole when ``width`` is None).
+
+    Example:
+        >>> clip_type("ComponentArrays.ComponentVector{Float32, Vector{Float32}}", 24)
+        'ComponentArrays.Compone…'
+    """
+    return text if width is None or len(text) <= width else text[: width - 1] + "…"
+
+
 class TreexchangeError(Exception):
     """Base class of every error treexchange raises on purpose.
 
@@ -175,15 +190,23 @@ class Mismatch:
         'model_state.layers[2].weight: shape (5, 16) in file, (5, 32) in template'
     """
 
-    __slots__ = ("detail", "kind", "path")
+    __slots__ = ("detail", "kind", "path", "short")
 
-    def __init__(self, kind: str, path: Sequence[PathSegment], detail: str) -> None:
+    def __init__(
+        self, kind: str, path: Sequence[PathSegment], detail: str, *, short: str | None = None
+    ) -> None:
         self.kind = kind
         self.path: TreePath = tuple(path)
         self.detail = detail
+        self.short = short  # the detail with long Julia types shortened, when it names any
 
     def __str__(self) -> str:
-        return f"{format_path(self.path)}: {self.kind} {self.detail}"
+        return self.text()
+
+    def text(self, *, full_types: bool = False) -> str:
+        """The one-line report; long Julia types shortened unless ``full_types``."""
+        detail = self.detail if full_types or self.short is None else self.short
+        return f"{format_path(self.path)}: {self.kind} {detail}"
 
     def __repr__(self) -> str:
         return f"Mismatch({self.kind!r}, {self.path!r}, {self.detail!r})"
