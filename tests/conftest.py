@@ -45,6 +45,21 @@ NOT_BUNDLED_REASON = (
 FULL_REASON = "counts the whole corpus of ../shared; the repository bundles part of it (julia_fixtures/)"
 
 
+# Fixtures that make every test run over the corpus take 10-40 s (betaml: 616 KB of thousands of
+# small objects): those cases go to the slow tier (pytest_collection_modifyitems below).
+SLOW_FIXTURES = frozenset({"misc/betaml_test.jld2"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark slow every test parametrized with a fixture of SLOW_FIXTURES."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        for value in params.values():
+            if isinstance(value, Path) and value.as_posix().endswith(tuple(SLOW_FIXTURES)):
+                item.add_marker(pytest.mark.slow)
+                break
+
+
 def _bundled_files() -> set[str]:
     """The corpus files sources.json lists (bundled, or fetched by fetch.py), relative to the folder."""
     entries = json.loads((BUNDLED_DIR / "sources.json").read_text(encoding="utf-8"))
