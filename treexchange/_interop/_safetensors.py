@@ -378,7 +378,7 @@ class SafetensorsSource:
         except ImportError as err:  # pragma: no cover - the extra is installed in CI
             raise UnsupportedError(
                 "reading safetensors files needs the 'safetensors' package "
-                "(pip install 'treexchange[safetensors]')"
+                "(the 'safetensors' extra: pip install '.[safetensors]' in a clone of treexchange)"
             ) from err
 
         try:
