@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 import numpy as np
 
@@ -154,7 +154,12 @@ def _export_state_dict(source: Any, target: Any, architecture: str, dry_run: boo
     tensors = {key: np.ascontiguousarray(tensor) for key, tensor in state_dict.items()}
     # safetensors stores names sorted: the module order goes into the metadata (read back above)
     metadata = {"format": "pt", ORDER_KEY: json.dumps(list(tensors))}
-    atomic_write(target, lambda f: f.write(st_save(tensors, metadata=metadata)))
+    data = st_save(tensors, metadata=metadata)
+
+    def write(f: BinaryIO) -> None:
+        f.write(data)
+
+    atomic_write(target, write)
 
 
 def _recorded_or_recovered_order(opened: SafetensorsSource, architecture: str) -> dict[str, Any]:
