@@ -39,6 +39,7 @@ class Bench:
 
 
 BENCHES = (
+    Bench("import", "bench_import.py", (), ("--rounds", "3"), "Import"),
     Bench(
         "read", "bench_read.py", (), ("--size", "64MiB", "--leaves", "2000", "--repeat", "1"), "Read", True
     ),

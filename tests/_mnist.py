@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SHARED
+from conftest import MNIST_DIR
 
-MNIST = SHARED / "data" / "mnist"
+MNIST = MNIST_DIR
 
 
 def _idx(path: Path) -> np.ndarray:

@@ -1,34 +1,80 @@
 """Shared test helpers: where the Julia-written fixtures live, and skipping when they are absent.
 
-The fixtures are real files written by Julia (see ../shared/julia_fixtures/CATALOG.md). They are
-used in place, never copied into this repository. Set TREEXCHANGE_SHARED to point elsewhere.
+The fixtures are real files written by Julia. They are looked for, in this order:
+
+1. ``$TREEXCHANGE_SHARED`` when it is set (its ``julia_fixtures/``, ``data/mnist/``, ``hostile/``);
+   set to a folder without them (``.ci/run`` uses an empty one), it hides ``../shared``;
+2. ``../shared`` beside the repository (the project's full corpus, ../shared/julia_fixtures/CATALOG.md);
+3. the files bundled in the repository's ``julia_fixtures/`` (those whose licence allows it, and the
+   MNIST test set: julia_fixtures/SOURCES.md); ``julia_fixtures/fetch.py`` adds the others there.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+BUNDLED_DIR = REPO / "julia_fixtures"
 SHARED = Path(os.environ.get("TREEXCHANGE_SHARED", REPO.parent / "shared"))
-FIXTURES = SHARED / "julia_fixtures"
-# Whether the corpus is the project's own ../shared (whose files some tests name) or a folder of
-# other Julia-written files given through TREEXCHANGE_SHARED (tests/test_corpus.py runs over it).
-OWN_CORPUS = (FIXTURES / "CATALOG.md").is_file() and (FIXTURES / "jld2jl").is_dir()
+# The corpus the tests read: the shared folder's when it has one, else the repository's own copy.
+BUNDLED = not (SHARED / "julia_fixtures").is_dir()
+FIXTURES = BUNDLED_DIR if BUNDLED else SHARED / "julia_fixtures"
+MNIST_DIR = (
+    SHARED / "data" / "mnist"
+    if (SHARED / "data" / "mnist" / "t10k-labels-idx1-ubyte.gz").is_file()
+    else BUNDLED_DIR / "mnist"
+)
+# Whether the corpus is the project's own (whose files some tests name): ../shared, or the bundled
+# subset of it; another folder of Julia-written files given through TREEXCHANGE_SHARED is not
+# (tests/test_corpus.py runs over that one).
+FULL_CORPUS = not BUNDLED and (FIXTURES / "CATALOG.md").is_file() and (FIXTURES / "jld2jl").is_dir()
+OWN_CORPUS = FULL_CORPUS or BUNDLED
 FOREIGN_REASON = f"names a file of ../shared, and the corpus at {FIXTURES} is another one"
 SKIP_REASON = (
-    f"Julia-written fixtures not found at {FIXTURES} (clone ../shared beside the repository "
-    "or set TREEXCHANGE_SHARED)"
+    f"Julia-written fixtures not found at {FIXTURES} (clone ../shared beside the repository, "
+    "set TREEXCHANGE_SHARED, or run julia_fixtures/fetch.py)"
 )
+NOT_BUNDLED_REASON = (
+    "not bundled (its repository shows no licence): run julia_fixtures/fetch.py, or clone ../shared "
+    "beside the repository or set TREEXCHANGE_SHARED"
+)
+FULL_REASON = "counts the whole corpus of ../shared; the repository bundles part of it (julia_fixtures/)"
+
+
+# Fixtures that make every test run over the corpus take 10-40 s (betaml: 616 KB of thousands of
+# small objects): those cases go to the slow tier (pytest_collection_modifyitems below).
+SLOW_FIXTURES = frozenset({"misc/betaml_test.jld2"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark slow every test parametrized with a fixture of SLOW_FIXTURES."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        for value in params.values():
+            if isinstance(value, Path) and value.as_posix().endswith(tuple(SLOW_FIXTURES)):
+                item.add_marker(pytest.mark.slow)
+                break
+
+
+def _bundled_files() -> set[str]:
+    """The corpus files sources.json lists (bundled, or fetched by fetch.py), relative to the folder."""
+    entries = json.loads((BUNDLED_DIR / "sources.json").read_text(encoding="utf-8"))
+    return {entry["file"] for entry in entries if not entry["file"].startswith("mnist/")}
 
 
 def fixture_files(pattern: str = "**/*.jld*") -> list[Path]:
     """All fixture files matching ``pattern`` (sorted), or [] when ../shared is absent."""
     if not FIXTURES.is_dir():
         return []
-    return sorted(p for p in FIXTURES.glob(pattern) if p.is_file())
+    files = (p for p in FIXTURES.glob(pattern) if p.is_file())
+    if BUNDLED:  # only the corpus, not julia_fixtures/' scripts or files generated there
+        listed = _bundled_files()
+        files = (p for p in files if str(p.relative_to(FIXTURES).as_posix()) in listed)
+    return sorted(files)
 
 
 def fixture_ids(paths: list[Path]) -> list[str]:
@@ -39,21 +85,43 @@ def require_fixture(relpath: str) -> Path:
     """The path of one fixture (e.g. ``"flux-state/silver-bullet_lenet.jld2"``), or skip."""
     path = FIXTURES / relpath
     if not path.is_file():
+        if BUNDLED:
+            pytest.skip(NOT_BUNDLED_REASON if relpath in _bundled_files() else SKIP_REASON)
         pytest.skip(SKIP_REASON if OWN_CORPUS or not FIXTURES.is_dir() else FOREIGN_REASON)
     return path
 
 
+def shared_file(relpath: str) -> Path | None:
+    """A file named as in ../shared (``julia_fixtures/...``, ``data/mnist/...``) wherever it is found."""
+    if (SHARED / relpath).is_file():
+        return SHARED / relpath
+    for prefix, folder in (("julia_fixtures/", FIXTURES), ("data/mnist/", MNIST_DIR)):
+        if relpath.startswith(prefix) and (folder / relpath[len(prefix) :]).is_file():
+            return folder / relpath[len(prefix) :]
+    return None
+
+
 def require_own_corpus() -> None:
-    """Skip a test that names ../shared's files (or counts them) when the corpus is another one."""
+    """Skip a test that names ../shared's files when the corpus is another one (the bundled one is not)."""
     if not FIXTURES.is_dir():
         pytest.skip(SKIP_REASON)
     if not OWN_CORPUS:
         pytest.skip(FOREIGN_REASON)
 
 
-def all_fixtures_or_skip() -> list[Path]:
-    """Parametrize helper: every fixture, or a single param that skips with the reason."""
-    files = fixture_files()
+def require_full_corpus() -> None:
+    """Skip a test that counts ../shared's files when only the bundled part of it is here."""
+    require_own_corpus()
+    if not FULL_CORPUS:
+        pytest.skip(FULL_REASON)
+
+
+def all_fixtures_or_skip(pattern: str = "**/*.jld*") -> list:
+    """Parametrize helper: every fixture matching ``pattern`` (paths), or one param that skips.
+
+    Filter by ``pattern``, never the returned list: without fixtures it holds a ``pytest.param``.
+    """
+    files = fixture_files(pattern)
     return files if files else [pytest.param(None, marks=pytest.mark.skip(reason=SKIP_REASON))]
 
 

@@ -156,6 +156,7 @@ CHILD = textwrap.dedent(
     """
     import sys, numpy as np, treexchange
     target, n = sys.argv[1], int(sys.argv[2])
+    treexchange.save  # the writer is imported on first use: load it before the kills are timed
     print("ready", flush=True)
     for k in range(1, 10_000):
         treexchange.save(target, x=np.full(n, k, np.int64), producer=" (atomic test)")

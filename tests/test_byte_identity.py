@@ -10,7 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import FIXTURES, fixture_files, fixture_ids, require_fixture, require_own_corpus
+from conftest import (
+    FIXTURES,
+    fixture_files,
+    fixture_ids,
+    require_fixture,
+    require_full_corpus,
+    require_own_corpus,
+)
 
 from treexchange._cli import main
 
@@ -41,7 +48,7 @@ FILES = _format_020()
 
 
 def test_every_required_fixture_is_a_020_file() -> None:
-    require_own_corpus()
+    require_full_corpus()
     names = {str(p.relative_to(FIXTURES)) for p in FILES}
     assert set(REQUIRED) <= names, set(REQUIRED) - names
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import FIXTURES, fixture_files, fixture_ids, require_own_corpus
+from conftest import FIXTURES, fixture_files, fixture_ids, require_full_corpus, require_own_corpus
 
 import treexchange
 from treexchange._cli import main
@@ -66,7 +66,7 @@ FILES = _format_011()
 
 
 def test_there_are_011_fixtures() -> None:
-    require_own_corpus()
+    require_full_corpus()
     assert len(FILES) >= 27
     names = {str(p.relative_to(FIXTURES)) for p in FILES}
     assert set(NOT_IDENTICAL) <= names, set(NOT_IDENTICAL) - names

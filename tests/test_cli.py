@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -31,3 +32,57 @@ def test_damaged_file_is_a_message_with_an_offset(capsys: pytest.CaptureFixture[
     assert main(["inspect", str(path)]) == 2
     err = capsys.readouterr().err
     assert err.startswith("treexchange: error:") and "offset" in err
+
+
+def test_errors_name_the_file_and_truncation_is_called_so(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    good, bad = tmp_path / "good.jld2", tmp_path / "bad.jld2"
+    treexchange.save(good, x=treexchange.NamedTuple(w=[1.0, 2.0]))
+    raw = good.read_bytes()
+    bad.write_bytes(raw[: len(raw) - 40])
+    for argv in (["inspect", str(bad)], ["diff", str(good), str(bad)], ["diff", str(bad), str(good)]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert f"{bad}: truncated: {len(raw) - 40} bytes, the superblock says {len(raw)}" in err, err
+    with pytest.raises(treexchange.FormatError) as caught:
+        treexchange.load(bad)
+    assert caught.value.file == str(bad) and str(caught.value).startswith(f"{bad}: truncated")
+
+
+def test_long_julia_types_are_shortened_alike_by_inspect_diff_and_validate(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from conftest import require_fixture
+
+    path = require_fixture("misc/gmg_test.jld2")  # GeoData: Unitful types of 100s of characters
+    text = treexchange.infer_schema(path).to_json()
+    long_type = max(_types(json.loads(text)), key=len)
+    assert len(long_type) > 150 and "Meter" in long_type
+    other = tmp_path / "other.json"
+    changed = long_type.replace("Meter", "Foot")
+    other.write_text(text.replace(json.dumps(long_type)[1:-1], json.dumps(changed)[1:-1]), encoding="utf-8")
+    outputs = {}
+    for command in (
+        ["inspect", str(path)],
+        ["diff", str(path), str(other)],
+        ["validate", str(path), str(other)],
+    ):
+        for full in (False, True):
+            main([*command, *(["--full-types"] if full else [])])
+            outputs[command[0], full] = capsys.readouterr().out
+    for command in ("inspect", "diff", "validate"):
+        short, full = outputs[command, False], outputs[command, True]
+        assert max(len(line) for line in short.splitlines()) < 260, command  # two types at most
+        assert "…" in short and long_type in full, command
+        assert long_type not in short, command
+
+
+def _types(doc: object) -> list[str]:
+    """Every "type" string of a schema document."""
+    if isinstance(doc, dict):
+        found = [doc["type"]] if isinstance(doc.get("type"), str) else []
+        return found + [t for v in doc.values() for t in _types(v)]
+    if isinstance(doc, list):
+        return [t for v in doc for t in _types(v)]
+    return []

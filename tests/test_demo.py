@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from typing import Any
 
 import h5py
 import numpy as np
+import pytest
 
 from treexchange._cli import main
 from treexchange._commands.demo import build_mlp, demo
@@ -17,17 +19,19 @@ from treexchange._commands.demo import build_mlp, demo
 JULIA = [
     "    using Flux, JLD2",
     "    model = Chain(Dense(4 => 16, relu), Dense(16 => 16, relu), Dense(16 => 2))",
-    '    Flux.loadmodel!(model, JLD2.load("mlp.jld2", "model_state"))',
+    '    Flux.loadmodel!(model, JLD2.load("treexchange-demo/mlp.jld2", "model_state"))',
 ]
 
 
 def test_demo_without_arguments_in_a_fresh_directory(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "TREEXCHANGE_SHARED"}
     done = subprocess.run(
         [sys.executable, "-c", "import sys; from treexchange._cli import main; sys.exit(main(['demo']))"],
         cwd=tmp_path,
         capture_output=True,
         text=True,
         timeout=300,
+        env=env,
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout.splitlines()
@@ -40,7 +44,10 @@ def test_demo_without_arguments_in_a_fresh_directory(tmp_path: Path) -> None:
     assert any("weight: Array{Float32, 2}  16×4  float32" in line for line in out)
     # the file, read independently by h5py: Flux Dense weights (out, in), stored reversed
     mlp = build_mlp(0)
-    with h5py.File(tmp_path / "mlp.jld2") as h5:
+    # both files in the demo's own folder, nothing else in the working directory
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["treexchange-demo"]
+    assert sorted(p.name for p in (tmp_path / "treexchange-demo").iterdir()) == ["lenet.jld2", "mlp.jld2"]
+    with h5py.File(tmp_path / "treexchange-demo" / "mlp.jld2") as h5:
         layers = h5["model_state"][()]["layers"]
         assert layers.dtype.names == ("1", "2", "3")
         for i, linear in enumerate(mlp.layers, 1):
@@ -48,9 +55,9 @@ def test_demo_without_arguments_in_a_fresh_directory(tmp_path: Path) -> None:
             np.testing.assert_array_equal(h5[layers[str(i)]["bias"]][()], np.asarray(linear.bias))
 
 
-def test_demo_out_option_directory_and_file(tmp_path: Path, capsys: object) -> None:
-    assert main(["demo", "--out", str(tmp_path)]) == 0
-    assert (tmp_path / "mlp.jld2").is_file()
+def test_demo_out_option_is_a_folder_created_for_both_files(tmp_path: Path, capsys: Any) -> None:
+    assert main(["demo", "--out", str(tmp_path / "new" / "folder")]) == 0
+    assert sorted(p.name for p in (tmp_path / "new" / "folder").iterdir()) == ["lenet.jld2", "mlp.jld2"]
     target = tmp_path / "sub dir" / 'we"ird.jld2'
     target.parent.mkdir()
     stream = io.StringIO()
@@ -61,14 +68,14 @@ def test_demo_out_option_directory_and_file(tmp_path: Path, capsys: object) -> N
 
 
 def test_demo_ports_the_julia_lenet_into_equinox_and_measures_it(tmp_path: Path) -> None:
-    from conftest import SHARED, require_fixture
+    from conftest import BUNDLED, MNIST_DIR, SHARED, require_fixture
 
     require_fixture("flux-state/silver-bullet_lenet.jld2")
     stream = io.StringIO()
-    assert demo(str(tmp_path / "mlp.jld2"), stream=stream, shared=str(SHARED)) == 0
+    assert demo(str(tmp_path / "mlp.jld2"), stream=stream, shared=None if BUNDLED else str(SHARED)) == 0
     text = stream.getvalue()
     assert "into an Equinox CNN" in text
-    if (SHARED / "data" / "mnist").is_dir():
+    if MNIST_DIR.is_dir():
         line = next(x for x in text.splitlines() if "MNIST test accuracy:" in x)
         assert float(line.split(":")[1].split("%")[0]) >= 97.5
     assert (
@@ -87,3 +94,30 @@ def test_demo_without_the_lenet_still_writes_a_cnn_for_flux(tmp_path: Path, monk
     assert "LeNet was not found" in text and "MNIST" not in text
     assert 'Flux.loadmodel!(model, JLD2.load("lenet.jld2", "lenet_state"))' in text
     assert (tmp_path / "lenet.jld2").is_file()
+
+
+def test_demo_help_names_both_files(capsys: Any) -> None:
+    with pytest.raises(SystemExit):
+        main(["demo", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "mlp.jld2" in text and "lenet.jld2" in text and "treexchange-demo" in text
+
+
+def test_demo_finds_the_bundled_lenet_and_mnist_without_shared(tmp_path: Path, monkeypatch: Any) -> None:
+    """A fresh clone has no ../shared: the demo ports the repository's own LeNet, at Flux's 97.89%."""
+    from conftest import BUNDLED_DIR
+
+    from treexchange._commands.demo_cnn import find_lenet
+
+    monkeypatch.delenv("TREEXCHANGE_SHARED", raising=False)
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    (clone / "julia_fixtures").symlink_to(BUNDLED_DIR)
+    monkeypatch.chdir(clone)  # no ./shared, no ../shared: as in `pip install . && treexchange demo`
+    lenet, mnist_dir = find_lenet(None)
+    assert lenet == clone / "julia_fixtures" / "flux-state" / "silver-bullet_lenet.jld2"
+    assert mnist_dir == clone / "julia_fixtures" / "mnist"
+    stream = io.StringIO()
+    assert demo(str(tmp_path / "mlp.jld2"), stream=stream) == 0
+    line = next(x for x in stream.getvalue().splitlines() if "MNIST test accuracy:" in x)
+    assert "97.89%" in line

@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import SHARED
+from tests.conftest import SHARED, shared_file
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 RUN_PAGES = sorted(
@@ -126,9 +126,9 @@ def _unmet(verb: str, arg: str, cwd: Path) -> str | None:
         if not hasattr(treexchange, name):
             return f"needs treexchange.{name}, which this build does not have yet"
     elif verb == "shared":
-        source = SHARED / arg
-        if not source.is_file():
-            return f"needs {source} (clone ../shared beside the repository or set TREEXCHANGE_SHARED)"
+        source = shared_file(arg)
+        if source is None:
+            return f"needs {SHARED / arg} (clone ../shared beside the repository or set TREEXCHANGE_SHARED)"
         target = cwd / source.name
         if not target.exists():
             target.symlink_to(source)
@@ -218,3 +218,31 @@ def test_pages_use_public_names_only(page: Path) -> None:
     code = [b for b in blocks_of(page.read_text()) if b.lang == "python"]
     private = [f"{page.name}:{b.line}" for b in code if re.search(r"\b(treexchange|tx)\._[a-z]", b.source)]
     assert not private, f"guide code reaches into private modules at {private}"
+
+
+def test_getting_started_inspect_sample_is_what_inspect_prints(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The page shows inspect's output for the file its first Python block writes: exactly that."""
+    from treexchange._cli import main
+
+    page = DOCS / "getting-started.md"
+    blocks = blocks_of(page.read_text())
+    monkeypatch.chdir(tmp_path)
+    exec(next(b for b in blocks if b.lang == "python").source, {})
+    console = next(
+        b for b in blocks if b.lang == "console" and "$ treexchange inspect model.jld2\n" in b.source
+    )
+    lines = console.source.split("$ treexchange inspect model.jld2\n", 1)[1].split("$")[0].splitlines()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["inspect", "model.jld2"]) == 0
+    assert out.getvalue().splitlines() == lines
+
+
+def test_the_api_index_lists_every_public_name() -> None:
+    import treexchange
+
+    index = (DOCS / "api" / "index.md").read_text(encoding="utf-8")
+    listed = set(re.findall(r"`(\w+)`", index))
+    assert sorted(set(treexchange.__all__) - listed) == []

@@ -314,6 +314,7 @@ def _cases(
         yield seed, f"case {i}: {seed.name}: {desc}", raw
 
 
+@pytest.mark.slow  # ~50 s: every mutation read completely
 def test_fuzz_only_treexchange_errors() -> None:
     if not FIXTURES.is_dir():
         pytest.skip("fixtures absent: fuzzing only the kitchen-sink seed is not enough")

@@ -70,7 +70,14 @@ def _linen_lenet() -> Any:
     return module, jax.tree_util.tree_map(lambda s: jax.numpy.zeros(s.shape, s.dtype), abstract)
 
 
-@pytest.mark.parametrize("target", ["equinox", "nnx", "linen"])
+@pytest.mark.parametrize(
+    "target",
+    [  # linen in the default run; the other two (20-30 s each) in the slow tier
+        pytest.param("equinox", marks=pytest.mark.slow),
+        pytest.param("nnx", marks=pytest.mark.slow),
+        "linen",
+    ],
+)
 def test_saved_lenet_state_has_the_julia_written_types(target: str, tmp_path: Path) -> None:
     julia_file = require_fixture("flux-state/silver-bullet_lenet.jld2")
     model = (

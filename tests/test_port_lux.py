@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _flux_reference import conv
-from conftest import FIXTURES, SKIP_REASON
+from conftest import BUNDLED, FIXTURES, NOT_BUNDLED_REASON, SKIP_REASON
 
 import treexchange as tx
 from treexchange._port._eqx import build_equinox
@@ -85,7 +85,7 @@ def _eikonet_lux_forward(ps: Any, x: np.ndarray) -> np.ndarray:
     return _lux_dense(ps.layer_9, h, lambda v: np.maximum(v, 0))
 
 
-@pytest.mark.skipif(not EIKONET.is_file(), reason=SKIP_REASON)
+@pytest.mark.skipif(not EIKONET.is_file(), reason=NOT_BUNDLED_REASON if BUNDLED else SKIP_REASON)
 def test_real_lux_eikonet_restores_into_equinox_and_computes_what_lux_computes() -> None:
     model_info = tx.load(EIKONET, "model")
     lux_types = str(model_info)
@@ -109,7 +109,7 @@ def test_real_lux_eikonet_restores_into_equinox_and_computes_what_lux_computes()
     np.testing.assert_array_equal(again.layer_5.layer_1.weight, ps.layer_5.layer_1.weight)
 
 
-@pytest.mark.skipif(not EIKONET.is_file(), reason=SKIP_REASON)
+@pytest.mark.skipif(not EIKONET.is_file(), reason=NOT_BUNDLED_REASON if BUNDLED else SKIP_REASON)
 def test_lux_v1_layout_rejects_a_v05_file_naming_the_bias() -> None:
     template = _eikonet_equinox(jax.random.key(0))
     with pytest.raises(tx.MismatchError, match="bias"):

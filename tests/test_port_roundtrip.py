@@ -258,7 +258,12 @@ def _run_equinox(built: Any, x_jl: np.ndarray) -> np.ndarray:
     return y.transpose(range(y.ndim)[::-1])
 
 
-@pytest.mark.parametrize("seed", range(20))
+def _seeds(seeds: range, quick: int) -> list[Any]:
+    """The first ``quick`` seeds in the default run, the others in the slow tier (10-40 s each)."""
+    return [s if i < quick else pytest.param(s, marks=pytest.mark.slow) for i, s in enumerate(seeds)]
+
+
+@pytest.mark.parametrize("seed", _seeds(range(20), 4))
 def test_equinox_round_trip(seed: int, tmp_path: Path) -> None:
     layer, shape = _Gen(random.Random(seed), nnx=False).model()
     era = "0.14" if seed % 3 == 0 else "0.15"
@@ -287,7 +292,7 @@ def _run_nnx(model: Any, x_jl: np.ndarray) -> np.ndarray:
     return y.transpose(np.argsort(back))
 
 
-@pytest.mark.parametrize("seed", range(100, 108))
+@pytest.mark.parametrize("seed", _seeds(range(100, 108), 1))
 def test_nnx_round_trip(seed: int, tmp_path: Path) -> None:
     from flax import nnx
 
@@ -309,7 +314,7 @@ def test_nnx_round_trip(seed: int, tmp_path: Path) -> None:
     np.testing.assert_allclose(y, expected, rtol=2e-4, atol=2e-5 * max(1.0, float(np.abs(expected).max())))
 
 
-@pytest.mark.parametrize("seed", range(200, 206))
+@pytest.mark.parametrize("seed", _seeds(range(200, 206), 2))
 def test_linen_round_trip(seed: int, tmp_path: Path) -> None:
     """The same property for Flax linen: ``(module, variables)`` -> file + Julia text -> from_flux."""
     from treexchange._port._linen import build_linen

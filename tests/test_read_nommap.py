@@ -23,7 +23,7 @@ from conftest import all_fixtures_or_skip, fixture_files, fixture_ids
 import treexchange as tx
 from treexchange import FormatError, LimitError, Limits, NamedTuple, TreexchangeError, values_equal
 
-FIXTURES = [p for p in all_fixtures_or_skip() if p.suffix != ".jld"]  # JLD v1 files do not load
+FIXTURES = all_fixtures_or_skip("**/*.jld2")  # JLD v1 (.jld) files do not load
 IDS = fixture_ids([p for p in fixture_files() if p.suffix != ".jld"]) or None
 
 

@@ -147,7 +147,7 @@ def test_plain_pytorch_style_file_reads_as_named_tensors(tmp_path: Path) -> None
     tensors = {"fc.weight": np.ones((3, 2), np.float32), "fc.bias": np.arange(3, dtype=np.float32)}
     path = tmp_path / "plain.safetensors"
     save_file(tensors, str(path))
-    value = load_safetensors(path)["plain"]
+    value = load_safetensors(path)["model"]  # not the file stem: docs/safetensors.md
     assert isinstance(value, NamedTuple) and sorted(value) == ["fc.bias", "fc.weight"]
     np.testing.assert_array_equal(value["fc.bias"], tensors["fc.bias"])
 
@@ -308,6 +308,6 @@ def test_import_releases_the_sources_pages_while_it_writes(
     convert_formats(src, tmp_path / "m.jld2", progress_stream=progress)
     assert len(releases) >= 3  # 4 MiB of tensors, a release per MiB written
     assert "100%" in progress.getvalue()
-    back = tx.load(tmp_path / "m.jld2", "m")
+    back = tx.load(tmp_path / "m.jld2", "model")  # a file without treexchange metadata
     for name, a in tensors.items():
         np.testing.assert_array_equal(back[name], a)

@@ -230,6 +230,7 @@ def test_reader_describes_each_header_once(tmp_path: Path) -> None:
         reader.info(info.address)
 
 
+@pytest.mark.slow  # ~20 s: a large tree walked while counting tracked objects
 def test_walk_keeps_few_tracked_objects(tmp_path: Path) -> None:
     """What a walk of N layers leaves for the cyclic garbage collector: about five objects per
     layer (four nodes, a child cache) and no object header -- the walk learns what the layers

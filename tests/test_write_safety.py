@@ -148,6 +148,7 @@ def test_moderately_deep_trees_round_trip(tmp_path: Path) -> None:
     assert values_equal(treexchange.load(path, "v"), value)
 
 
+@pytest.mark.slow  # 2 minutes: types nested to the very limit, written and read back
 def test_inline_types_as_deep_as_the_limit_round_trip(tmp_path: Path) -> None:
     """Nested isbits NamedTuples make one nested HDF5 compound. The value depth limit
     (``Limits().max_depth``) is what bounds them: the writer's own bound on inline type nesting

@@ -7,7 +7,10 @@ names and fields, 1-based ``int`` for tuple/vector positions) of the value being
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import os
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 PathSegment = str | int
 TreePath = tuple[PathSegment, ...]
@@ -35,6 +38,21 @@ def format_path(path: Sequence[PathSegment]) -> str:
     return "".join(out)
 
 
+TYPE_WIDTH = 100
+"""Julia types longer than this are shortened (with "…") in what ``inspect``, ``diff`` and
+``validate`` print for humans; ``--full-types`` prints them whole, ``--json`` always does."""
+
+
+def clip_type(text: str, width: int | None = TYPE_WIDTH) -> str:
+    """``text`` cut to ``width`` characters with a final "…" (whole when ``width`` is None).
+
+    Example:
+        >>> clip_type("ComponentArrays.ComponentVector{Float32, Vector{Float32}}", 24)
+        'ComponentArrays.Compone…'
+    """
+    return text if width is None or len(text) <= width else text[: width - 1] + "…"
+
+
 class TreexchangeError(Exception):
     """Base class of every error treexchange raises on purpose.
 
@@ -42,12 +60,17 @@ class TreexchangeError(Exception):
         message: what went wrong, without location.
         offset: absolute file offset of the offending bytes, or ``None``.
         path: tree path of the value concerned (``()`` when not inside a value).
+        file: the file being read or written, or ``None`` (filled in by the entry points that
+            open a file: ``open``, ``load``, ``infer_schema``/``validate``/``diff`` of a path, the
+            commands), so that an error of ``diff a b`` says which file it is about.
 
     Example:
         >>> from treexchange import TreexchangeError
         >>> err = TreexchangeError("bad thing", offset=560, path=("model_state", "layers", 1))
         >>> str(err)
         'bad thing (at model_state.layers[1], file offset 560)'
+        >>> str(err.with_context(file="m.jld2"))
+        'm.jld2: bad thing (at model_state.layers[1], file offset 560)'
     """
 
     def __init__(
@@ -60,6 +83,7 @@ class TreexchangeError(Exception):
         self.message = message
         self.offset = offset
         self.path: TreePath = tuple(path)
+        self.file: str | None = None
         super().__init__(message)
 
     def __str__(self) -> str:
@@ -68,17 +92,44 @@ class TreexchangeError(Exception):
             where.append(f"at {format_path(self.path)}")
         if self.offset is not None:
             where.append(f"file offset {self.offset}")
-        return f"{self.message} ({', '.join(where)})" if where else self.message
+        text = f"{self.message} ({', '.join(where)})" if where else self.message
+        return f"{self.file}: {text}" if self.file and not self.message.startswith(self.file) else text
 
     def with_context(
-        self, *, offset: int | None = None, path: Sequence[PathSegment] | None = None
+        self,
+        *,
+        offset: int | None = None,
+        path: Sequence[PathSegment] | None = None,
+        file: str | os.PathLike[str] | None = None,
     ) -> TreexchangeError:
         """Fill in location details that were unknown where the error was raised."""
         if self.offset is None and offset is not None:
             self.offset = offset
         if not self.path and path:
             self.path = tuple(path)
+        if self.file is None and file is not None:
+            self.file = os.fspath(file)
         return self
+
+
+@contextmanager
+def in_file(source: Any) -> Iterator[None]:
+    """Name ``source`` (when it is a path) in every :class:`TreexchangeError` raised inside.
+
+    Example:
+        >>> try:
+        ...     with in_file("a.jld2"):
+        ...         raise FormatError("bad bytes", offset=8)
+        ... except FormatError as err:
+        ...     print(err)
+        a.jld2: bad bytes (file offset 8)
+    """
+    try:
+        yield
+    except TreexchangeError as err:
+        if isinstance(source, (str, os.PathLike)):
+            err.with_context(file=source)
+        raise
 
 
 class FormatError(TreexchangeError, ValueError):
@@ -139,15 +190,23 @@ class Mismatch:
         'model_state.layers[2].weight: shape (5, 16) in file, (5, 32) in template'
     """
 
-    __slots__ = ("detail", "kind", "path")
+    __slots__ = ("detail", "kind", "path", "short")
 
-    def __init__(self, kind: str, path: Sequence[PathSegment], detail: str) -> None:
+    def __init__(
+        self, kind: str, path: Sequence[PathSegment], detail: str, *, short: str | None = None
+    ) -> None:
         self.kind = kind
         self.path: TreePath = tuple(path)
         self.detail = detail
+        self.short = short  # the detail with long Julia types shortened, when it names any
 
     def __str__(self) -> str:
-        return f"{format_path(self.path)}: {self.kind} {self.detail}"
+        return self.text()
+
+    def text(self, *, full_types: bool = False) -> str:
+        """The one-line report; long Julia types shortened unless ``full_types``."""
+        detail = self.detail if full_types or self.short is None else self.short
+        return f"{format_path(self.path)}: {self.kind} {detail}"
 
     def __repr__(self) -> str:
         return f"Mismatch({self.kind!r}, {self.path!r}, {self.detail!r})"

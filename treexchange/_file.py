@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ._bridge import restore
+from ._errors import in_file
 from ._limits import DEFAULT_LIMITS, Limits
 from ._nodeproto import Order
 from ._reader import Source, has_embedded_schema, open, read_entry
@@ -82,7 +83,7 @@ def load(
     bridge = like is not None or sharding is not None or bool(restore_options)
     if bridge and order != "julia":
         raise ValueError("like= and sharding= work on arrays in Julia's shape: use order='julia'")
-    with open(source, allow_hdf5=allow_hdf5, limits=limits) as f:
+    with in_file(source), open(source, allow_hdf5=allow_hdf5, limits=limits) as f:
         value = read_entry(f, name, order=order, mmap=mmap)
         if schema is not None or (validate and has_embedded_schema(f)):
             from ._schema import check_loaded  # pydantic is imported only when a schema is in play

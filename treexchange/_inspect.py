@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from ._errors import LimitError, TreexchangeError, format_path
+from ._errors import TYPE_WIDTH, LimitError, TreexchangeError, clip_type, format_path
 from ._gc import gc_paused
 from ._jsonform import array_sha256, json_scalar
 from ._nodeproto import CONTAINER_KINDS, LazyFile, LazyNode
@@ -225,11 +225,13 @@ def _human(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
-def _clip(text: str, width: int = 100) -> str:
-    return text if len(text) <= width else text[: width - 1] + "…"
+def _clip(text: str, width: int | None = TYPE_WIDTH) -> str:
+    return clip_type(text, width)
 
 
-def text_lines(file: LazyFile, name: str | None = None, *, type_width: int = 100) -> Iterator[str]:
+def text_lines(
+    file: LazyFile, name: str | None = None, *, type_width: int | None = TYPE_WIDTH
+) -> Iterator[str]:
     """The readable ``inspect`` output (of the whole file, or of ``name``): an indented tree,
     then totals.
 
@@ -251,7 +253,7 @@ def text_lines(file: LazyFile, name: str | None = None, *, type_width: int = 100
         yield from _text_lines(select(file, name), type_width, node_budget(file))
 
 
-def _text_lines(root: LazyNode, type_width: int, budget: int) -> Iterator[str]:
+def _text_lines(root: LazyNode, type_width: int | None, budget: int) -> Iterator[str]:
     leaves = arrays = nbytes = 0
     type_text = _TypeText()
     root_depth_offset = 0 if root.kind != "group" else 1

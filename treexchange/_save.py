@@ -15,14 +15,14 @@ the target is followed: the file it points to is replaced, the link stays.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from ._atomic import atomic_write, remove_stale_temporaries
 from ._bridge._to_julia import convert_items
 from ._bson import sniff as sniff_bson
 from ._bsonfile import BsonFile
-from ._errors import ConversionError, TreexchangeError, WriteError
+from ._errors import ConversionError, TreexchangeError, WriteError, in_file
 from ._jld2._encode_hdf5 import FILE_HEADER_LENGTH, REQUIRED_FILE_HEADER
 from ._jld2._writefile import write_jld2
 from ._jld2._writer_arrays import Compression
@@ -171,10 +171,13 @@ def convert(
     keep_format: bool = False,
     compress: bool | str = False,
     verify: bool = True,
-) -> None:
+    on_write: Callable[[int], None] | None = None,
+) -> str:
     """Re-encode ``source`` as a JLD2 0.2.0 file at ``target`` (replaced atomically): what
     ``treexchange convert IN OUT`` does. ``source`` may also be a BSON.jl file (told by its
-    content): its values, structs and all, are written as JLD2 (docs/bson.md).
+    content): its values, structs and all, are written as JLD2 (docs/bson.md). Returns the one-line
+    summary the command prints; ``on_write(nbytes)`` is called after each piece written (its
+    progress line).
 
     The output is format 0.2.0 (what JLD2.jl >= 0.5 writes), whatever the input's version,
     unless ``keep_format`` keeps a format-0.1.1 input in format 0.1.1 (see ``save``'s
@@ -197,26 +200,40 @@ def convert(
         >>> d = tempfile.mkdtemp()
         >>> src, dst = os.path.join(d, "in.jld2"), os.path.join(d, "out.jld2")
         >>> treexchange.save(src, a=np.zeros(2), producer=" (Julia 1.11.6 64-bit LE)")
-        >>> convert(src, dst, keep_producer=True)
+        >>> print(convert(src, dst, keep_producer=True))  # doctest: +ELLIPSIS
+        /.../in.jld2 -> /.../out.jld2: 1 value(s), 828 -> 828 bytes, JLD2 0.2.0, verified
         >>> open(dst, "rb").read() == open(src, "rb").read()
         True
     """
     options = Compression.from_option(compress)
-    if sniff_bson(source):
-        # A BSON.jl file: every top-level value, read in one session (a backref shared between
-        # names stays one object), written as JLD2 0.2.0 in the file's order.
-        with BsonFile(source) as bf:
-            objects = Objects(list(bf.read().items()), [], {})
-            _write_converted(target, objects, options, default_producer(), "0.2.0", verify)
-        return
-    with File(source) as f:
-        producer = f.producer if keep_producer else default_producer()
-        fmt = f.format_version if keep_format and f.format_version == "0.1.1" else "0.2.0"
-        _write_converted(target, read_objects(f), options, producer, fmt, verify)
+    with in_file(source):
+        if sniff_bson(source):
+            # A BSON.jl file: every top-level value, read in one session (a backref shared between
+            # names stays one object), written as JLD2 0.2.0 in the file's order.
+            with BsonFile(source) as bf:
+                objects = Objects(list(bf.read().items()), [], {})
+                fmt = "0.2.0"
+                _write_converted(target, objects, options, default_producer(), fmt, verify, on_write)
+        else:
+            with File(source) as f:
+                producer = f.producer if keep_producer else default_producer()
+                fmt = f.format_version if keep_format and f.format_version == "0.1.1" else "0.2.0"
+                objects = read_objects(f)
+                _write_converted(target, objects, options, producer, fmt, verify, on_write)
+    sizes = f"{os.path.getsize(source):,} -> {os.path.getsize(target):,} bytes"
+    checked = ", verified" if verify else ""
+    count = len(objects.values)
+    return f"{os.fspath(source)} -> {os.fspath(target)}: {count} value(s), {sizes}, JLD2 {fmt}{checked}"
 
 
 def _write_converted(
-    target: PathLike, objects: Objects, options: Compression | None, producer: str, fmt: str, verify: bool
+    target: PathLike,
+    objects: Objects,
+    options: Compression | None,
+    producer: str,
+    fmt: str,
+    verify: bool,
+    on_write: Callable[[int], None] | None,
 ) -> None:
     """Write ``convert``'s output atomically (read back and compared first when ``verify``)."""
     values = objects.values
@@ -230,6 +247,7 @@ def _write_converted(
             root_attributes=objects.string_attributes,
             empty_groups=objects.empty_groups,
             format_version=fmt,
+            on_write=on_write,
         )
 
     atomic_write(target, write, check=(lambda tmp: verify_output(tmp, values)) if verify else None)

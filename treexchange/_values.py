@@ -28,7 +28,6 @@ registered as pytree nodes the moment ``jax`` is imported (or at once if it alre
 from __future__ import annotations
 
 import functools
-import importlib.abc
 import importlib.machinery
 import reprlib
 import sys
@@ -802,8 +801,12 @@ def _register_with_jax(jax_tree_util: ModuleType) -> None:
         _registered = True
 
 
-class _JaxImportHook(importlib.abc.MetaPathFinder):
-    """Registers our pytree nodes right after ``jax.tree_util`` is first imported."""
+class _JaxImportHook:
+    """Registers our pytree nodes right after ``jax.tree_util`` is first imported.
+
+    A meta path finder by protocol (``find_spec``), not by subclassing ``importlib.abc.MetaPathFinder``:
+    importing ``importlib.abc`` pulls in ``importlib.resources``, ``tempfile``, ``shutil`` and ``lzma``,
+    a sixth of what ``import treexchange`` would cost (docs/performance.md)."""
 
     def find_spec(self, fullname: str, path: Any, target: Any = None) -> Any:
         if fullname != "jax.tree_util":

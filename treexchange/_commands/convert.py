@@ -10,11 +10,28 @@ version. Re-encoding a 0.2.0 file that Julia wrote reproduces it byte for byte w
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+from pathlib import Path
 
+from .._errors import UnsupportedError
 from .._interop import convert_formats
 from .._interop._convert import detect_format
 from .._interop._fluxmigrate import migrate_flux_state
+from .._interop._progress import ProgressLine
 from .._save import convert
+
+# The routes (input format, output format) on which each option does something: given on another
+# route it would be ignored, so it is refused instead.
+_JLD2 = ("jld2", "jld2")
+_ROUTES = {
+    "architecture": {("safetensors", "jld2"), ("jld2", "safetensors"), ("flux-state", "jld2")},
+    "max_shard_size": {("jld2", "safetensors")},
+    "keep_producer": {_JLD2},
+    "keep_format": {_JLD2},
+    "compress": {_JLD2},
+    "no_verify": {_JLD2},
+}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -44,9 +61,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "--architecture",
         metavar="TEXT",
         help=(
-            "safetensors -> JLD2: the Flux model as Flux prints it (Chain(...)); the tensors (a PyTorch "
+            "the Flux model as Flux prints it (Chain(...)). safetensors -> JLD2: the tensors (a PyTorch "
             "state_dict) are matched to it by the layer rules and written as a Flux.loadmodel!-ready "
-            "model_state. With --flux-state: the model a parameter list (Flux.params) belongs to"
+            "model_state. JLD2 -> safetensors: the file's Flux.state becomes a PyTorch state_dict "
+            "(nn.Sequential names: 0.weight, ...; torch.load_state_dict-ready). With --flux-state: the "
+            "model a parameter list (Flux.params) belongs to, or that names a whole model's closures"
         ),
     )
     p.add_argument(
@@ -61,7 +80,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--flux",
         choices=("0.14", "0.15"),
-        default="0.15",
+        default=None,
         help="with --flux-state: the Flux whose Flux.state to write (0.15 = Flux >= 0.15, the default)",
     )
     p.add_argument(
@@ -99,13 +118,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def _run(args: argparse.Namespace) -> int:
     if args.flux_state:
+        _refuse_idle_options(args, ("flux-state", "jld2"))
         migrate_flux_state(
-            args.input, args.output, flux=args.flux, architecture=args.architecture, dry_run=args.dry_run
+            args.input,
+            args.output,
+            flux=args.flux or "0.15",
+            architecture=args.architecture,
+            dry_run=args.dry_run,
         )
         return 0
+    if args.flux is not None:
+        raise UnsupportedError("--flux does nothing without --flux-state (the Flux.state it writes)")
     src_fmt = detect_format(args.input, existing=True) or "jld2"
     dst_fmt = args.to or detect_format(args.output, existing=False) or "jld2"
-    if (src_fmt, dst_fmt) != ("jld2", "jld2") or args.dry_run or args.architecture:
+    _refuse_idle_options(args, (src_fmt, dst_fmt))
+    if (src_fmt, dst_fmt) != _JLD2 or args.dry_run:
         # Another format on one side: the format-specific converters (treexchange._interop).
         convert_formats(
             args.input,
@@ -117,15 +144,42 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 0
     compress: bool | str = False if args.compress == "none" else args.compress
-    convert(
-        args.input,
-        args.output,
-        keep_producer=args.keep_producer,
-        keep_format=args.keep_format,
-        compress=compress,
-        verify=not args.no_verify,
-    )
+    bar = ProgressLine(os.path.getsize(args.input), f"{Path(args.input).name} -> jld2")
+    try:
+        summary = convert(
+            args.input,
+            args.output,
+            keep_producer=args.keep_producer,
+            keep_format=args.keep_format,
+            compress=compress,
+            verify=not args.no_verify,
+            on_write=bar,
+        )
+    finally:
+        bar.close()
+    print(summary, file=sys.stdout)
     return 0
+
+
+def _refuse_idle_options(args: argparse.Namespace, route: tuple[str, str]) -> None:
+    """An option that would do nothing on this route is an error, never silently ignored."""
+    given = {
+        "architecture": args.architecture is not None,
+        "max_shard_size": args.max_shard_size is not None,
+        "keep_producer": args.keep_producer,
+        "keep_format": args.keep_format,
+        "compress": args.compress != "none",
+        "no_verify": args.no_verify,
+    }
+    for option, routes in _ROUTES.items():
+        if given[option] and route not in routes:
+            flag = "--" + option.replace("_", "-")
+            where = ", ".join(f"{a} -> {b}" for a, b in sorted(routes))
+            raise UnsupportedError(
+                f"{flag} does nothing for {route[0]} -> {route[1]} (it applies to: {where})"
+            )
+    if args.architecture is not None and args.max_shard_size is not None:
+        raise UnsupportedError("--max-shard-size does nothing with --architecture (one state_dict file)")
 
 
 _UNITS = {

@@ -4,7 +4,7 @@ Steps (each one a real use of the library, nothing simulated):
 
 1. build a small ``eqx.nn.MLP`` (4 -> 16 -> 16 -> 2, relu) with a fixed seed;
 2. turn it into the state ``Flux.state`` gives for the equivalent Flux ``Chain`` (``flux_state``)
-   and write it as ``model_state`` to ``mlp.jld2`` (``treexchange.save``);
+   and write it as ``model_state`` to ``mlp.jld2`` in the output folder (``treexchange.save``);
 3. read it back into the Equinox model (``treexchange.load(..., like=mlp, layout=flux_state)``)
    and check every array and a forward pass against the original;
 4. validate the file against the schema inferred from what was meant to be written;
@@ -29,39 +29,41 @@ from .._reader import open as open_file
 from .._save import save
 from .demo_cnn import cnn_demo
 
-DEFAULT_FILE = "mlp.jld2"
+DEFAULT_DIR = "treexchange-demo"
+MLP_FILE = "mlp.jld2"
+LENET_OUT = "lenet.jld2"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "demo",
-        help="save a small Equinox MLP for Flux, read it back, and print the Julia that loads it",
+        help="save an Equinox MLP for Flux, port a Julia-trained LeNet, and print the Julia that loads them",
         description=(
-            "Build a small Equinox MLP, write its Flux.state-compatible `model_state` to mlp.jld2, "
+            f"Build a small Equinox MLP, write its Flux.state-compatible `model_state` to {MLP_FILE}, "
             "read it back, validate it, print its tree and the exact Julia lines that load it with "
-            "Flux.loadmodel!."
+            "Flux.loadmodel!; then port the Julia-trained LeNet (bundled in a clone of the repository) "
+            f"into an Equinox CNN, measure it on MNIST, and write its Flux.state to {LENET_OUT}. "
+            f"Both files go into the --out folder (default ./{DEFAULT_DIR}/, created)."
         ),
     )
     p.add_argument(
         "--out",
-        default=DEFAULT_FILE,
-        help=f"file to write (default: ./{DEFAULT_FILE}); an existing directory gets {DEFAULT_FILE} inside",
+        default=DEFAULT_DIR,
+        help=f"folder to write {MLP_FILE} and {LENET_OUT} into (default: ./{DEFAULT_DIR}, created)",
     )
     p.add_argument("--seed", type=int, default=0, help="PRNG seed for the MLP's weights (default 0)")
     p.add_argument(
         "--shared",
         default=None,
         help="folder with julia_fixtures/ and data/mnist/ for the CNN part (default: $TREEXCHANGE_SHARED, "
-        "./shared or ../shared)",
+        "./shared, ../shared, then the repository's bundled julia_fixtures/)",
     )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
-    out = args.out
-    if os.path.isdir(out):
-        out = os.path.join(out, DEFAULT_FILE)
-    return demo(out, seed=args.seed, stream=sys.stdout, shared=args.shared)
+    os.makedirs(args.out, exist_ok=True)
+    return demo(os.path.join(args.out, MLP_FILE), seed=args.seed, stream=sys.stdout, shared=args.shared)
 
 
 def build_mlp(seed: int = 0) -> Any:
@@ -73,7 +75,7 @@ def build_mlp(seed: int = 0) -> Any:
 
 
 def demo(path: str, *, seed: int = 0, stream: TextIO, shared: str | None = None) -> int:
-    """Run the demo, writing ``path``; returns the exit code (0: everything checked out)."""
+    """Run the demo, writing ``path`` and ``lenet.jld2`` beside it; returns the exit code (0: all good)."""
     import jax  # jax and pydantic: imported when the demo runs, not by every command
     import jax.numpy as jnp
 

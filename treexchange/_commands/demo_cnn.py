@@ -26,6 +26,10 @@ from .._save import save
 
 LENET_FILE = Path("julia_fixtures") / "flux-state" / "silver-bullet_lenet.jld2"
 MNIST_DIR = Path("data") / "mnist"
+# The repository's own copies (julia_fixtures/SOURCES.md): the LeNet at the same place inside the
+# folder, the MNIST test set in its mnist/.
+BUNDLED_DIR = Path("julia_fixtures")
+BUNDLED_LENET = Path("flux-state") / "silver-bullet_lenet.jld2"
 ACCEPTED = 0.975  # the original Flux pipeline gives 97.89%
 
 
@@ -52,6 +56,30 @@ def find_shared(given: str | None) -> Path | None:
     for candidate in candidates:
         if candidate and (Path(candidate) / LENET_FILE).is_file():
             return Path(candidate)
+    return None
+
+
+def bundled_folders() -> list[Path]:
+    """Where a clone of the repository keeps its bundled ``julia_fixtures/``: the current directory
+    (``pip install . && treexchange demo`` run in the clone) and the folder above the package (an
+    editable install, or running from the source tree). The wheel does not carry these files."""
+    package_root = Path(__file__).resolve().parents[2]
+    return [Path.cwd() / BUNDLED_DIR, package_root / BUNDLED_DIR]
+
+
+def find_lenet(given: str | None) -> tuple[Path, Path] | None:
+    """(the LeNet file, the MNIST folder): from the shared folder (``find_shared``) when one is
+    found, else from the repository's bundled ``julia_fixtures/`` (``bundled_folders``)."""
+    if given is None or (Path(given) / LENET_FILE).is_file():
+        folder = find_shared(given)
+        if folder is not None:
+            return folder / LENET_FILE, folder / MNIST_DIR
+    if given is not None:
+        return None  # a folder was named and does not hold the LeNet: do not look elsewhere
+    for bundled in bundled_folders():
+        lenet = bundled / BUNDLED_LENET
+        if lenet.is_file():
+            return lenet, bundled / "mnist"
     return None
 
 
@@ -92,21 +120,22 @@ def cnn_demo(out_dir: str, shared: str | None, say: Callable[..., None]) -> bool
 
     from .._port._eqx import build_equinox  # equinox: imported when the demo runs
 
-    folder = find_shared(shared)
+    found = find_lenet(shared)
     like = build_equinox(lenet_layer(), key=jax.random.key(0))
     ok = True
-    if folder is None:
+    if found is None:
         model = like
-        say("4. CNN: the Julia-trained LeNet was not found (pass --shared DIR, the folder holding")
-        say(f"   {LENET_FILE}); using a freshly built Equinox LeNet instead.")
+        say("4. CNN: the Julia-trained LeNet was not found (run the demo in a clone of the repository,")
+        say(f"   which bundles it, or pass --shared DIR, the folder holding {LENET_FILE});")
+        say("   using a freshly built Equinox LeNet instead.")
     else:
-        path = folder / LENET_FILE
+        path, mnist_dir = found
         model = load(path, "lenet_state", like=like, layout=flux_state)
         say(f"4. Ported the Julia-trained LeNet `lenet_state` of {path} into an Equinox CNN")
         say("   (Conv kernels flipped: Flux convolves, JAX cross-correlates; pools with Flux's stride).")
-        data = mnist(folder / MNIST_DIR)
+        data = mnist(mnist_dir)
         if data is None:
-            say(f"   MNIST test set not found in {folder / MNIST_DIR}: accuracy not measured.")
+            say(f"   MNIST test set not found in {mnist_dir}: accuracy not measured.")
         else:
             acc = accuracy(model, *data)
             ok = acc >= ACCEPTED

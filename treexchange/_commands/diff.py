@@ -10,6 +10,8 @@ import argparse
 import json
 import sys
 
+from .inspect import FULL_TYPES_HELP
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
@@ -23,6 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--json", action="store_true", help="print the differences as one JSON object")
     p.add_argument("--checksums", action="store_true", help="also compare array contents (sha256)")
     p.add_argument("--name", help="only this top-level name")
+    p.add_argument("--full-types", action="store_true", help=FULL_TYPES_HELP)
     p.set_defaults(func=run)
 
 
@@ -33,5 +36,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(result.to_json(), ensure_ascii=False, indent=2))
     else:
-        sys.stdout.write(result.text())
+        sys.stdout.write(result.text(full_types=args.full_types))
     return 1 if result else 0

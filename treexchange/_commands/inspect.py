@@ -5,16 +5,20 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .._errors import TYPE_WIDTH, in_file
 from .._inspect import json_lines, text_lines
 from .._reader import open as open_file
 
-_FLAGS = {"--json": "json", "--allow-hdf5": "allow_hdf5"}
+_FLAGS = {"--json": "json", "--allow-hdf5": "allow_hdf5", "--full-types": "full_types"}
+
+
+FULL_TYPES_HELP = f"print Julia types whole (default: shortened to {TYPE_WIDTH} characters with …)"
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "inspect",
-        usage="treexchange inspect [-h] FILE [--json] [--allow-hdf5] [NAME]",
+        usage="treexchange inspect [-h] FILE [--json] [--allow-hdf5] [--full-types] [NAME]",
         help="show the tree of a JLD2 file (types, Julia-order shapes, dtypes, sizes)",
         description=(
             "Print the tree of values in a JLD2 file: one line per node with its Julia type, and "
@@ -31,6 +35,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     )
     p.add_argument("--json", action="store_true", help="JSON Lines output (the scripting contract)")
     p.add_argument("--allow-hdf5", action="store_true", help="also read plain HDF5 files (through h5py)")
+    p.add_argument("--full-types", action="store_true", help=FULL_TYPES_HELP)
     p.set_defaults(func=run)
 
 
@@ -50,8 +55,9 @@ def _split_rest(args: argparse.Namespace) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     name = _split_rest(args)
-    with open_file(args.file, allow_hdf5=args.allow_hdf5) as f:
-        lines = json_lines(f, name) if args.json else text_lines(f, name)
+    with in_file(args.file), open_file(args.file, allow_hdf5=args.allow_hdf5) as f:
+        width = None if args.full_types else TYPE_WIDTH
+        lines = json_lines(f, name) if args.json else text_lines(f, name, type_width=width)
         out = sys.stdout
         for line in lines:
             out.write(line + "\n")

@@ -10,6 +10,8 @@ import argparse
 import json
 import sys
 
+from .inspect import FULL_TYPES_HELP
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
@@ -23,6 +25,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("--name", help="only this top-level name ('a/b' for a nested group)")
     p.add_argument("--no-checksums", action="store_true", help="do not verify array sha256s")
     p.add_argument("--json", action="store_true", help="JSON Lines: one violation object per line")
+    p.add_argument("--full-types", action="store_true", help=FULL_TYPES_HELP)
     p.set_defaults(func=run)
 
 
@@ -43,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(m.to_json(), ensure_ascii=False))
     else:
         for m in found:
-            print(m)
+            print(m.text(full_types=args.full_types))
         if found:
             print(f"{args.file}: {len(found)} violation(s) of {source}", file=sys.stderr)
         else:

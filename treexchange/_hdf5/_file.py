@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from .._errors import FormatError, LimitError, TreexchangeError, UnsupportedError, WrongFormatError
+from .._errors import FormatError, LimitError, TreexchangeError, UnsupportedError, WrongFormatError, in_file
 from .._limits import DEFAULT_LIMITS, Limits
 from . import _messages as m
 from ._cursor import FORMAT_ERRORS, Cursor, format_errors, malformed
@@ -65,6 +65,14 @@ def _advise(mm: mmap.mmap, advice: str, start: int = 0, length: int = 0) -> None
             mm.madvise(flag)
     except (OSError, ValueError):
         pass
+
+
+def _check_not_truncated(eof_address: int | None, size: int) -> None:
+    """A file shorter than its superblock's end-of-file address lost its end: say so up front,
+    rather than as the first object found outside it. (JLD2 records the end as an absolute
+    offset, libhdf5 relative to the base address; the smaller reading, this one, is taken.)"""
+    if eof_address is not None and eof_address > size:
+        raise FormatError(f"truncated: {size} bytes, the superblock says {eof_address}", offset=size)
 
 
 class HDF5File:
@@ -143,7 +151,9 @@ class HDF5File:
             self.buffer = memoryview(self._mmap)
         self.size = len(self.buffer)
         try:
-            sb = read_superblock(self.buffer, verify_checksum=verify_checksums)
+            with in_file(self.name if self._from_path else None):
+                sb = read_superblock(self.buffer, verify_checksum=verify_checksums)
+                _check_not_truncated(sb.eof_address, self.size)
         except BaseException:
             self.close()
             raise

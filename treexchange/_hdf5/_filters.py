@@ -5,7 +5,7 @@ filter mask. Every decompressor is told the most it may produce (the chunk's siz
 checksums still to strip), so a hostile stream cannot inflate beyond what the dataset needs.
 
 Optional codecs are imported on first use; a missing package raises
-:class:`~treexchange.UnsupportedError` naming ``pip install treexchange[compression]``.
+:class:`~treexchange.UnsupportedError` naming the ``compression`` extra.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ BZIP2 = 307
 LZ4 = 32004
 ZSTD = 32015
 
-_EXTRA = "install the optional codecs with `pip install treexchange[compression]`"
+_EXTRA = "install the optional codecs: the 'compression' extra (`pip install '.[compression]'` in a clone)"
 _LZ4_FRAME_MAGIC = b"\x04\x22\x4d\x18"
 
 

@@ -7,22 +7,26 @@ ending in ``/`` or ``.orbax``) is an orbax checkpoint. One side is always JLD2.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 import numpy as np
 
+from .._atomic import atomic_write
 from .._errors import UnsupportedError, format_path
+from .._reader import open as open_jld2
 from . import _orbax, _safetensors
 from ._jld2io import save_jld2
 from ._orbax import OrbaxSource
 from ._progress import ProgressLine
-from ._safetensors import SafetensorsSource, mapping_line, plan_export
+from ._safetensors import ORDER_KEY, SafetensorsSource, mapping_line, plan_export
 from ._source import lazy_tree
-from ._torch import mapping_lines, state_dict_to_flux, torch_order
+from ._torch import flux_to_state_dict, mapping_lines, state_dict_to_flux
+from ._torchorder import architecture_order
 from ._treejson import DTYPES, array_nodes
 
 FORMATS = ("jld2", "safetensors", "orbax")
@@ -65,11 +69,13 @@ def convert_formats(
     """Convert ``source`` to ``target``; returns the pair of formats (``"jld2->safetensors"``).
 
     ``dry_run`` prints the mapping (one line per array: source name -> target name, Julia shape,
-    dtype, transform) to ``out`` and writes nothing. ``architecture`` (safetensors -> JLD2): the Flux
-    model as Flux prints it; the tensors (a PyTorch ``state_dict``) are matched to it by the layer
-    rules and written as a ``Flux.loadmodel!``-ready ``model_state``. ``spill_above`` (orbax -> JLD2):
-    restore through file-backed spill maps when the checkpoint holds more array bytes than this
-    (default: half the memory available). A progress line is drawn on
+    dtype, transform) to ``out`` and writes nothing. ``architecture``: the Flux model as Flux prints
+    it. safetensors -> JLD2: the tensors (a PyTorch ``state_dict``; sorted names put back in module
+    order) are matched to it by the layer rules and written as a ``Flux.loadmodel!``-ready
+    ``model_state``. JLD2 -> safetensors: the file's ``Flux.state`` is written as a PyTorch
+    ``state_dict`` (``nn.Sequential`` names), its key order recorded in the metadata.
+    ``spill_above`` (orbax -> JLD2): restore through file-backed spill maps when the checkpoint
+    holds more array bytes than this (default: half the memory available). A progress line is drawn on
     ``progress_stream`` (default stderr) when it is a terminal.
     """
     src_fmt = detect_format(source, existing=True)
@@ -87,7 +93,11 @@ def convert_formats(
         raise UnsupportedError(f"{src_fmt} -> {dst_fmt}: one side must be a JLD2 file")
     out = out if out is not None else sys.stdout
     pair = f"{src_fmt}->{dst_fmt}"
-    if src_fmt == "jld2" and dst_fmt != "jld2":
+    if architecture is not None and src_fmt == "jld2" and dst_fmt != "safetensors":
+        raise UnsupportedError(f"--architecture does nothing for jld2 -> {dst_fmt}")
+    if src_fmt == "jld2" and dst_fmt == "safetensors" and architecture is not None:
+        _export_state_dict(source, target, architecture, dry_run, out)
+    elif src_fmt == "jld2" and dst_fmt != "jld2":
         _export(source, target, dst_fmt, dry_run, max_shard_size, out, progress_stream)
     elif dst_fmt == "jld2" and src_fmt != "jld2":
         _import(source, target, src_fmt, dry_run, out, progress_stream, architecture, spill_above)
@@ -120,6 +130,52 @@ def _export(
         bar.close()
 
 
+def _export_state_dict(source: Any, target: Any, architecture: str, dry_run: bool, out: TextIO) -> None:
+    """JLD2 ``Flux.state`` -> a PyTorch ``state_dict`` in a safetensors file (``torch`` not needed)."""
+    from safetensors.numpy import save as st_save  # safetensors is an optional extra
+
+    with open_jld2(source) as f:
+        names = list(f)
+        if len(names) == 1:
+            (name,) = names
+        elif "model_state" in names:
+            name = "model_state"
+        else:
+            raise UnsupportedError(
+                f"{os.fspath(source)}: which value is the Flux.state? The file holds {', '.join(names)} "
+                "and no model_state"
+            )
+        state = f[name].read()
+    state_dict = flux_to_state_dict(state, architecture, root=(name,))
+    if dry_run:
+        for key, tensor in state_dict.items():
+            print(f"{key}  {tuple(tensor.shape)} {tensor.dtype}", file=out)
+        return
+    tensors = {key: np.ascontiguousarray(tensor) for key, tensor in state_dict.items()}
+    # safetensors stores names sorted: the module order goes into the metadata (read back above)
+    metadata = {"format": "pt", ORDER_KEY: json.dumps(list(tensors))}
+    data = st_save(tensors, metadata=metadata)
+
+    def write(f: BinaryIO) -> None:
+        f.write(data)
+
+    atomic_write(target, write)
+
+
+def _recorded_or_recovered_order(opened: SafetensorsSource, architecture: str) -> dict[str, Any]:
+    """The file's tensors in ``state_dict`` order: as recorded by treexchange, else recovered."""
+    tensors = {name: opened.array(name) for name in opened.tensors}
+    recorded = opened.metadata.get(ORDER_KEY)
+    if recorded is not None:
+        try:
+            order = json.loads(recorded)
+        except json.JSONDecodeError:
+            order = None
+        if isinstance(order, list) and sorted(order) == sorted(tensors):
+            return {name: tensors[name] for name in order}
+    return architecture_order(tensors, architecture)
+
+
 def _import(
     source: Any,
     target: Any,
@@ -136,7 +192,7 @@ def _import(
     if fmt == "safetensors":
         opened = SafetensorsSource(source)
         if architecture is not None:
-            state_dict = torch_order({name: opened.array(name) for name in opened.tensors})
+            state_dict = _recorded_or_recovered_order(opened, architecture)
             if dry_run:
                 for line in mapping_lines(state_dict, architecture):
                     print(line, file=out)

@@ -180,7 +180,8 @@ def _orbax() -> Any:
         import orbax.checkpoint as ocp  # orbax is optional
     except ImportError as err:  # pragma: no cover - the extra is installed in CI
         raise UnsupportedError(
-            "orbax checkpoints need 'orbax-checkpoint' (pip install treexchange[orbax])"
+            "orbax checkpoints need 'orbax-checkpoint' "
+            "(the 'orbax' extra: pip install '.[orbax]' in a clone of treexchange)"
         ) from err
     return ocp
 

@@ -45,6 +45,8 @@ from ._source import fetch
 
 METADATA_KEY = "treexchange"
 INDEX_SUFFIX = ".safetensors.index.json"
+PLAIN_ROOT = "model"  # the root name of a file without treexchange metadata (docs/safetensors.md)
+ORDER_KEY = "treexchange.state_dict_order"  # a state_dict's key order, recorded when we write one
 
 _ST_DTYPES: dict[str, str] = {
     "bool": "BOOL",
@@ -343,9 +345,11 @@ class SafetensorsSource:
         self.tensors: dict[str, StoredTensor] = {}
         self.document: dict[str, Any] | None = None
         self._maps: dict[Path, mmap.mmap] = {}
+        self.metadata: dict[str, str] = {}  # the file's (or index's) string metadata
         if self.path.name.endswith(INDEX_SUFFIX):
             index = _read_json(self.path)
             meta = index.get("metadata") or {}
+            self.metadata = {k: v for k, v in meta.items() if isinstance(v, str)}
             doc = meta.get(METADATA_KEY)
             self.document = doc if isinstance(doc, dict) else None
             weight_map = index.get("weight_map")
@@ -359,6 +363,7 @@ class SafetensorsSource:
                 raise FormatError(f"{self.path}: tensors listed in the index but in no shard: {missing[:5]}")
         else:
             meta = self._scan(self.path)
+            self.metadata = meta
             text = meta.get(METADATA_KEY)
             if text is not None:
                 try:
@@ -373,7 +378,7 @@ class SafetensorsSource:
         except ImportError as err:  # pragma: no cover - the extra is installed in CI
             raise UnsupportedError(
                 "reading safetensors files needs the 'safetensors' package "
-                "(pip install 'treexchange[safetensors]')"
+                "(the 'safetensors' extra: pip install '.[safetensors]' in a clone of treexchange)"
             ) from err
 
         try:
@@ -412,11 +417,10 @@ class SafetensorsSource:
         return flat.reshape(t.shape)
 
     def roots(self) -> dict[str, Any]:
-        """The values stored: the tree from the metadata, else ``{stem: NamedTuple of tensors}``."""
+        """The values stored: the tree from the metadata, else ``{"model": NamedTuple of tensors}``."""
         if self.document is None:
             ordered = sorted(self.tensors.values(), key=lambda t: (t.file.name, t.start))
-            stem = self.path.name.split(".safetensors")[0] or "state"
-            return {stem: NamedTuple((t.name, self.array(t.name)) for t in ordered)}
+            return {PLAIN_ROOT: NamedTuple((t.name, self.array(t.name)) for t in ordered)}
         doc = self.document
         if doc.get("format") != tj.TREE_FORMAT or not isinstance(doc.get("roots"), list):
             raise FormatError(f"{self.path}: unknown treexchange metadata")
@@ -483,7 +487,7 @@ def load_safetensors(path: str | os.PathLike[str]) -> dict[str, Any]:
 
     Arrays are read-only views of the file in the tree's Julia shape. A file written by
     :func:`save_safetensors` gives back exactly the values written; another file gives
-    ``{stem: NamedTuple(name=tensor, ...)}`` in file order.
+    ``{"model": NamedTuple(name=tensor, ...)}`` in file order.
 
     Example:
         >>> import os, tempfile
@@ -492,7 +496,7 @@ def load_safetensors(path: str | os.PathLike[str]) -> dict[str, Any]:
         >>> from treexchange import load_safetensors
         >>> path = os.path.join(tempfile.mkdtemp(), "linear.safetensors")
         >>> save_file({"weight": np.eye(2, dtype=np.float32), "bias": np.zeros(2, np.float32)}, path)
-        >>> tree = load_safetensors(path)["linear"]
+        >>> tree = load_safetensors(path)["model"]
         >>> sorted(tree), tree.weight.shape
         (['bias', 'weight'], (2, 2))
     """

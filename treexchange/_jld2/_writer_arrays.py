@@ -194,7 +194,8 @@ class Compression:
             import zstandard  # zstandard is optional (the compression extra)
         except ImportError as exc:  # pragma: no cover - zstandard is a dependency of the extra
             raise UnsupportedError(
-                "zstd compression needs the 'zstandard' package (pip install treexchange[compression])"
+                "zstd compression needs the 'zstandard' package "
+                "(the 'compression' extra: pip install '.[compression]' in a clone)"
             ) from exc
         cctx = zstandard.ZstdCompressor(level=self.level, write_content_size=True)
         return cctx.compress

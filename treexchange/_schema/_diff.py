@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .._errors import TreePath, format_path
+from .._errors import TreePath, clip_type, format_path
 from .._limits import DEFAULT_LIMITS, Limits
 from ._align import align
 from ._infer import infer_schema
@@ -47,9 +47,15 @@ class Difference:
     a: Any
     b: Any
     message: str
+    short: str | None = None  # the message with long Julia types shortened, when it names any
 
     def __str__(self) -> str:
-        return f"{_SYMBOL.get(self.kind, '~')} {format_path(self.path)}: {self.message}"
+        return self.text()
+
+    def text(self, *, full_types: bool = False) -> str:
+        """The one-line report; long Julia types shortened unless ``full_types``."""
+        message = self.message if full_types or self.short is None else self.short
+        return f"{_SYMBOL.get(self.kind, '~')} {format_path(self.path)}: {message}"
 
     def to_json(self) -> dict[str, Any]:
         """``{"kind", "path", "a", "b", "message"}``."""
@@ -80,12 +86,13 @@ class SchemaDiff:
     def __repr__(self) -> str:
         return f"SchemaDiff({len(self.differences)} difference(s))"
 
-    def text(self) -> str:
-        """Readable report; says so when there is no difference."""
+    def text(self, *, full_types: bool = False) -> str:
+        """Readable report; says so when there is no difference. Julia types longer than 100
+        characters are shortened with "…" (as ``inspect`` does) unless ``full_types``."""
         head = f"--- {self.a_label}\n+++ {self.b_label}\n"
         if not self.differences:
             return head + "no differences\n"
-        return head + "".join(f"{d}\n" for d in self.differences)
+        return head + "".join(f"{d.text(full_types=full_types)}\n" for d in self.differences)
 
     def to_json(self) -> dict[str, Any]:
         """``{"a", "b", "equal", "differences": [...]}``, JSON-ready."""
@@ -200,7 +207,8 @@ class _Differ:
             # exact Julia type is not known) is "unspecified", not a change.
             optional = isinstance(a, (VectorNode, DictNode)) and (ta is None or tb is None)
             if ta != tb and not optional:
-                self.changed("type", path, ta, tb, str(ta), str(tb))
+                short = f"type {clip_type(str(ta))} -> {clip_type(str(tb))}"
+                self.out.append(Difference("type", path, ta, tb, f"type {ta} -> {tb}", short=short))
         if isinstance(a, (NamedTupleNode, StructNode)):
             self.fields(a, b, path)  # type: ignore[arg-type]
         elif isinstance(a, TupleNode):

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .._bridge import to_julia
-from .._errors import ConversionError, TreePath, TreexchangeError
+from .._errors import ConversionError, TreePath, TreexchangeError, in_file
 from .._jsonform import array_sha256
 from .._juliatype import JuliaType
 from .._nodeproto import LazyFile, LazyNode
@@ -357,7 +357,7 @@ def is_file_like(x: Any) -> bool:
 def opened(x: str | os.PathLike[str] | LazyFile) -> Iterator[LazyFile]:
     """An opened file for a path (closed afterwards), or ``x`` itself when it is already open."""
     if isinstance(x, (str, os.PathLike)):
-        with open_file(x) as file:  # JLD2 or BSON.jl, as treexchange.open tells them
+        with in_file(x), open_file(x) as file:  # JLD2 or BSON.jl, as treexchange.open tells them
             yield file
     else:
         yield x

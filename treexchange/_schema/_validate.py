@@ -11,6 +11,7 @@ from .._errors import (
     MismatchError,
     TreePath,
     TreexchangeError,
+    clip_type,
     format_path,
 )
 from .._gc import gc_paused
@@ -136,10 +137,10 @@ class _Checker:
         self.limits = limits
         self.max_depth = limits.max_schema_depth
 
-    def add(self, kind: str, path: TreePath, message: str) -> None:
+    def add(self, kind: str, path: TreePath, message: str, *, short: str | None = None) -> None:
         if self.trial:
             raise _Stop
-        self.found.append(Mismatch(kind, path, message))
+        self.found.append(Mismatch(kind, path, message, short=short))
 
     # --- entry points ------------------------------------------------------------------------
 
@@ -234,7 +235,12 @@ class _Checker:
     def _type(self, expected: str, a: Source) -> None:
         actual = a.type_text()
         if actual is not None and not same_type(actual, expected, self.limits):
-            self.add("type", a.path, f"{actual} found, schema expects {expected}")
+            self.add(
+                "type",
+                a.path,
+                f"{actual} found, schema expects {expected}",
+                short=f"{clip_type(actual)} found, schema expects {clip_type(expected)}",
+            )
 
     def _fields(self, s: NamedTupleNode | StructNode, a: Source, depth: int) -> None:
         children = a.children()

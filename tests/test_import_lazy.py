@@ -1,0 +1,49 @@
+"""``import treexchange`` loads none of the heavy parts; reading a file loads the codec only
+(the CPU-time figure is in docs/performance.md, measured by benchmarks/bench_import.py)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import treexchange
+
+HEAVY = ("jax", "equinox", "flax", "torch", "pydantic", "safetensors", "orbax", "h5py")
+OWN_LATER = ("treexchange._save", "treexchange._jld2._writer", "treexchange._bridge", "treexchange._port")
+
+
+def _modules_after(code: str) -> list[str]:
+    done = subprocess.run(
+        [sys.executable, "-c", f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def _loaded(modules: list[str], prefixes: tuple[str, ...]) -> list[str]:
+    return [m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes)]
+
+
+def test_import_treexchange_loads_no_heavy_package_and_none_of_its_layers() -> None:
+    modules = _modules_after("import treexchange")
+    assert _loaded(modules, HEAVY) == []
+    assert _loaded(modules, OWN_LATER) == []
+    assert _loaded(modules, ("treexchange._reader", "treexchange._hdf5", "numpy")) == []
+
+
+def test_reading_a_file_loads_the_codec_but_not_the_writer_bridge_or_porting(tmp_path: object) -> None:
+    path = f"{tmp_path}/a.jld2"
+    treexchange.save(path, a=treexchange.NamedTuple(w=[1.0, 2.0]))
+    modules = _modules_after(f"import treexchange\nwith treexchange.open({path!r}) as f: f['a'].read()")
+    assert "treexchange._reader" in modules
+    assert _loaded(modules, HEAVY) == []
+    assert _loaded(modules, OWN_LATER) == []
+
+
+def test_every_public_name_resolves_and_is_listed() -> None:
+    for name in treexchange.__all__:
+        assert getattr(treexchange, name) is not None, name
+    assert set(treexchange.__all__) <= set(dir(treexchange))
