@@ -5,7 +5,8 @@ Files are written atomically: the bytes go to a temporary file in the target's d
 is flushed and fsynced, then renamed over the target (``os.replace``), and the directory is
 fsynced. A crash, a kill or an exception at any point leaves either the previous file or the
 complete new one at ``path``, never a partial file; on an exception the temporary file is
-removed. After a hard kill (SIGKILL, power loss) the temporary file
+removed. On Linux the temporary file has no name until the rename (``O_TMPFILE``): a hard kill
+leaves nothing behind. Elsewhere, after a hard kill (SIGKILL, power loss) the temporary file
 ``.<name>.txtmp<pid>-<random>.tmp`` may remain beside the target, readable by its owner only; the
 next save to the same directory removes it (its process is gone). A ``KeyboardInterrupt`` that
 arrives once the new file is in place is not reported: the save is complete. A symbolic link at
