@@ -1,9 +1,9 @@
 """Hostile and edge-case files (../shared/hostile) through every entry point, and legal graphs.
 
-Each file of ../shared/hostile/ broke a promise of treexchange 0.1.0 (a hang, an exception other
-than TreexchangeError, memory far beyond the file's size). Every one now gets, from ``open`` + a
-full lazy walk reading every array, ``load`` with ``mmap`` both ways, ``infer_schema``,
-``validate``, ``inspect`` (text and ``--json``) and ``convert``, a result or a TreexchangeError
+Each file of ../shared/hostile/ (with slow/ and writeback/) broke a promise of treexchange (a hang,
+an exception other than TreexchangeError, memory or time far beyond the file's size). Every one
+now gets, from ``open`` + a full lazy walk reading every array, ``load`` with ``mmap`` both ways,
+``infer_schema``, ``validate``, ``inspect`` (text and ``--json``) and ``convert``, a result or a TreexchangeError
 that names an offset or a path, within seconds and in bounded memory. Each file runs in a child
 process (tests/_hostile_child.py) so that its time and peak resident set are its own.
 
@@ -30,7 +30,13 @@ from treexchange._limits import DEFAULT_LIMITS, reference_depth
 from treexchange._recursion import stack_for_depth
 
 HOSTILE = SHARED / "hostile"
-HOSTILE_FILES = sorted(HOSTILE.glob("*.jld2")) if HOSTILE.is_dir() else []
+# slow/: mutated real files that once took over 20 s (time must follow the file's size, not the
+# counts it claims); writeback/: files load reads that save once failed to write back.
+HOSTILE_FILES = (
+    sorted([*HOSTILE.glob("*.jld2"), *HOSTILE.glob("slow/*.jld2"), *HOSTILE.glob("writeback/*.jld2")])
+    if HOSTILE.is_dir()
+    else []
+)
 ENTRIES = ("walk", "load_mmap", "load_nommap", "infer", "validate", "inspect", "inspect_json", "convert")
 SECONDS = 10.0  # per entry point, generous: a hang is what this catches (the issue asks ~1 s)
 RSS_SLACK_KB = 300 * 1024  # above the child's baseline (Python + numpy + treexchange imported)
@@ -48,7 +54,7 @@ LEGAL = {
 def _params() -> list:
     if not HOSTILE_FILES:
         return [pytest.param(None, marks=pytest.mark.skip(reason=f"{HOSTILE} absent (../shared not cloned)"))]
-    return [pytest.param(p, id=p.name) for p in HOSTILE_FILES]
+    return [pytest.param(p, id=str(p.relative_to(HOSTILE))) for p in HOSTILE_FILES]
 
 
 def _run_child(path: Path, entries: tuple[str, ...] = ENTRIES) -> list[dict]:

@@ -101,7 +101,9 @@ def save(
             form (the message names its path).
         LimitError: the tree is nested deeper than ``Limits().max_depth``.
         MismatchError: the values do not conform to ``schema`` (nothing was written).
-        WriteError: the file could not be written (``path`` is left untouched).
+        WriteError: the file could not be written (``path`` is left untouched); ``producer`` or
+            ``root_attributes`` hold a lone surrogate (no UTF-8 form); a Dict has two keys Julia
+            holds as one (two NaNs: Julia's ``isequal`` makes every NaN the same key).
 
     Example:
         >>> import tempfile, os, numpy as np, treexchange
@@ -284,6 +286,7 @@ def _check_name(name: str) -> None:
 def _check_producer(note: str) -> None:
     if not isinstance(note, str) or "\x00" in note:
         raise ValueError("producer must be a str without NUL characters")
+    _check_utf8(note, "the producer note")
     if len(REQUIRED_FILE_HEADER.encode()) + 7 + len(note.encode("utf-8")) > FILE_HEADER_LENGTH:
         raise ValueError("producer note too long for JLD2's 512-byte header")
 
@@ -295,8 +298,22 @@ def _check_root_attributes(attrs: Mapping[str, str] | None) -> dict[str, str]:
             raise ValueError(f"root attribute names must be non-empty str, not {name!r}")
         if not isinstance(value, str):
             raise TypeError(f"root attribute {name!r} must be a str, not {type(value).__name__}")
+        _check_utf8(name, "a root attribute name")
+        _check_utf8(value, f"root attribute {name!r}")
         out[name] = value
     return out
+
+
+def _check_utf8(text: str, what: str) -> None:
+    """Text the file stores as UTF-8: a lone surrogate has no UTF-8 form (checked before anything
+    is written)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise WriteError(
+            f"{what} holds a lone surrogate ({text[err.start]!r} at character {err.start}), "
+            "which has no UTF-8 form; nothing was written"
+        ) from None
 
 
 def _schema_attributes(
