@@ -4,8 +4,8 @@ Each file of ../shared/hostile/ (with slow/ and writeback/) broke a promise of t
 an exception other than TreexchangeError, memory or time far beyond the file's size). Every one
 now gets, from ``open`` + a full lazy walk reading every array, ``load`` with ``mmap`` both ways,
 ``infer_schema``, ``validate``, ``inspect`` (text and ``--json``) and ``convert``, a result or a
-TreexchangeError that names an offset or a path, within seconds and in bounded memory. Each file runs in a child
-process (tests/_hostile_child.py) so that its time and peak resident set are its own.
+TreexchangeError that names an offset or a path, within seconds and in bounded memory. Each file
+runs in a child process (tests/_hostile_child.py) so that its time and peak resident set are its own.
 
 The rest builds legal graphs (an HDF5 hard link to an ancestor group, a ``Vector{Any}`` that holds
 itself, a reference DAG) and deep trees with ``tx.save`` and checks what each entry point makes of
