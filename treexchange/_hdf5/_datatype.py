@@ -237,7 +237,7 @@ class KnownCompounds:
 
 _KNOWN_MIN_BYTES = 256
 _KNOWN_PER_HEADER = 64
-_KNOWN_BYTES = 64 << 20
+_KNOWN_BYTES = 16 << 20
 
 
 def _nesting(t: H5Type) -> int:
