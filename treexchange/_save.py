@@ -236,7 +236,7 @@ def verify_output(path: str, written: list[tuple[str, Any]]) -> None:
         >>> verify_output(p, [("a", np.ones(2))])
         Traceback (most recent call last):
         ...
-        treexchange._errors.WriteError: the new file reads back different values for: a
+        treexchange._errors.WriteError: the new file reads back different values for: a (at a)
     """
     differ: list[str] = []
     try:
@@ -250,7 +250,10 @@ def verify_output(path: str, written: list[tuple[str, Any]]) -> None:
     except (TreexchangeError, KeyError) as err:
         raise WriteError(f"the new file cannot be read back: {err}") from err
     if differ:
-        raise WriteError("the new file reads back different values for: " + ", ".join(differ))
+        # The path names the first of them (so the error says where, as every error does).
+        raise WriteError(
+            "the new file reads back different values for: " + ", ".join(differ), path=(differ[0],)
+        )
 
 
 def prepare_values(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
