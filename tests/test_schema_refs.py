@@ -151,3 +151,40 @@ def test_cli_schema_and_validate_on_a_cyclic_file(tmp_path: Path, capsys: pytest
     assert '"kind": "ref"' in out.read_text(encoding="utf-8")
     assert main(["validate", str(path), str(out)]) == 0
     capsys.readouterr()
+
+
+def _rule_tree() -> tx.JuliaStruct:
+    """An MRBC-like rule tree: mutable nodes, each pointing to its parent (the root to itself)."""
+
+    def node(rule: int, parent: Any) -> tx.JuliaStruct:
+        return tx.JuliaStruct("Main.RuleNode", {"rule": rule, "parent": parent, "children": []}, mutable=True)
+
+    root = node(0, None)
+    root.fields["parent"] = root
+    for i in (1, 2):
+        child = node(i, root)
+        root.fields["children"].append(child)
+        for j in (0, 1):
+            child.fields["children"].append(node(10 * i + j, child))
+    return root
+
+
+def test_a_rule_tree_with_parent_pointers(tmp_path: Path) -> None:
+    # No file of ../shared holds such a graph (checked: only the hostile ones above have cycles),
+    # so save writes one, as Julia's JLD2 would (a cycle through mutable structs is legal data).
+    path = tmp_path / "rules.jld2"
+    tx.save(path, tree=_rule_tree())
+    doc = tx.infer_schema(path)
+    refs = _refs(doc)
+    assert refs[("tree", "parent")] == ["tree"]
+    assert refs[("tree", "children", 1, "parent")] == ["tree"]
+    assert refs[("tree", "children", 2, "children", 1, "parent")] == ["tree", "children", 2]
+    assert len(refs) == 7  # one per node: its parent pointer
+    back = tx.load(path, "tree")
+    assert tx.validate(path, doc) == [] and tx.validate({"tree": back}, doc) == []
+    assert not tx.diff(path, doc) and not tx.diff({"tree": back}, path)
+    _round_trips(doc)
+    # A tree whose grandchild points to the root instead of its parent: named by its path.
+    back.fields["children"][1].fields["children"][0].fields["parent"] = back
+    found = tx.validate({"tree": back}, doc)
+    assert [(m.kind, m.path) for m in found] == [("ref", ("tree", "children", 2, "children", 1, "parent"))]
