@@ -374,12 +374,15 @@ class Schema(_Base):
         limits: Limits = (info.context or {}).get("limits", DEFAULT_LIMITS)
         most = limits.max_schema_depth
         stack: list[tuple[Node, int]] = [(node, 1) for node in self.roots.values()]
+        refs = False
         while stack:
             node, depth = stack.pop()
             if depth > most:
                 raise ValueError(f"the tree is deeper than max_schema_depth={most} levels")
+            refs = refs or node.kind == "ref"
             stack.extend((child, depth + 1) for _, child in node.children())
-        _check_ref_targets(self.roots)
+        if refs:  # (a second walk, with paths, only for the documents that have back-references)
+            _check_ref_targets(self.roots)
         return self
 
     def to_json(self, *, indent: int | None = 2) -> str:
