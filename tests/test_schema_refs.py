@@ -188,3 +188,12 @@ def test_a_rule_tree_with_parent_pointers(tmp_path: Path) -> None:
     back.fields["children"][1].fields["children"][0].fields["parent"] = back
     found = tx.validate({"tree": back}, doc)
     assert [(m.kind, m.path) for m in found] == [("ref", ("tree", "children", 2, "children", 1, "parent"))]
+
+
+def test_an_embedded_schema_with_back_references_is_checked_on_load(tmp_path: Path) -> None:
+    path = tmp_path / "rules.jld2"
+    tx.save(path, tree=_rule_tree(), schema=True)  # inferred from the values: refs by identity
+    embedded = tx.read_embedded_schema(path)
+    assert embedded is not None and _refs(embedded)[("tree", "parent")] == ["tree"]
+    tree = tx.load(path, "tree")  # load checks the file against the embedded schema
+    assert tree.fields["parent"] is tree
