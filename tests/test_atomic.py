@@ -20,6 +20,8 @@ import numpy as np
 import pytest
 
 import treexchange
+import treexchange._atomic as atomic
+import treexchange._save
 from treexchange import ConversionError, NamedTuple, WriteError
 
 N = 2_000_000  # 16 MB per version: a save takes long enough to be killed in the middle
@@ -145,6 +147,7 @@ def test_interrupt_inside_the_open_still_cleans_up(tmp_path: Path, monkeypatch: 
 
     target = tmp_path / "t.bin"
     target.write_bytes(b"old")
+    monkeypatch.setattr("treexchange._atomic.UNNAMED_TEMPORARIES", False)  # a named file is opened
     monkeypatch.setattr(os, "open", interrupted_open)
     with pytest.raises(KeyboardInterrupt):
         atomic_write(target, lambda f: f.write(b"new"))
@@ -154,66 +157,99 @@ def test_interrupt_inside_the_open_still_cleans_up(tmp_path: Path, monkeypatch: 
 
 CHILD = textwrap.dedent(
     """
-    import sys, numpy as np, treexchange
-    target, n = sys.argv[1], int(sys.argv[2])
-    treexchange.save  # the writer is imported on first use: load it before the kills are timed
+    import sys, numpy as np, treexchange, treexchange._atomic, treexchange._save
+    target, n, kind, op, sources = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5:]
+    treexchange._atomic.UNNAMED_TEMPORARIES = kind == "unnamed"
     print("ready", flush=True)
     for k in range(1, 10_000):
-        treexchange.save(target, x=np.full(n, k, np.int64), producer=" (atomic test)")
-        print(k, flush=True)
+        print("start", k, flush=True)
+        if op == "save":
+            treexchange.save(target, x=np.full(n, k, np.int64), producer=" (atomic test)")
+        else:
+            treexchange._save.convert(sources[k % 2], target, keep_producer=True)
+        print("done", k, flush=True)
     """
 )
 
 
-@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL (POSIX)")
-def test_sigkill_at_random_points_never_leaves_a_partial_file(tmp_path: Path) -> None:
+def _temporaries(directory: Path) -> list[Path]:
+    return [p for p in directory.iterdir() if p.name.startswith(".") and p.suffix == ".tmp"]
+
+
+def _kill_children(
+    tmp_path: Path, op: str, kind: str, kills: int, enough: int | None = None
+) -> tuple[int, list[int]]:
+    """SIGKILL ``kills`` child processes that save (or convert) the target over and over, each
+    at a random moment; after each kill the target must be one complete version, byte for byte.
+    Returns how many kills struck inside a save (or convert) call and the permission bits of
+    every temporary file left behind (each removed before the next child starts). With
+    ``enough``, stops after that many kills once a temporary file has been left."""
     target = tmp_path / "model.jld2"
-    expected = {k: reference_bytes(tmp_path, k) for k in range(0, 2)}
-    target.write_bytes(expected[0])
-    # Time one save, to spread the kills over a few saves.
-    t0 = time.perf_counter()
-    treexchange.save(tmp_path / "timing.jld2", x=np.full(N, 7, np.int64))
-    one_save = time.perf_counter() - t0
-    killed_mid_write = 0
-    # At least 5 kills; more (up to 20) until one has hit a write in progress: where a kill lands is
-    # up to the scheduler, and on a busy machine a handful can all fall between two saves.
-    for seed in range(20):
-        if seed >= 5 and killed_mid_write:
-            break
+    expected = {reference_bytes(tmp_path, k) for k in range(0, 2)}
+    sources = [str(tmp_path / f"ref{k}.jld2") for k in range(0, 2)]
+    target.write_bytes((tmp_path / "ref0.jld2").read_bytes())
+    t0 = time.perf_counter()  # one call, to spread the kills over a few calls
+    if op == "save":
+        treexchange.save(tmp_path / "timing.jld2", x=np.full(N, 7, np.int64))
+    else:
+        treexchange._save.convert(sources[1], tmp_path / "timing.jld2", keep_producer=True)
+    one_call = time.perf_counter() - t0
+    (tmp_path / "timing.jld2").unlink()
+    inside, modes = 0, []
+    for seed in range(kills):
+        if enough is not None and seed >= enough and modes:
+            break  # enough kills, and one of them left a temporary file to look at
         rng = random.Random(seed)
         proc = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(target), str(N)],
+            [sys.executable, "-c", CHILD, str(target), str(N), kind, op, *sources],
             stdout=subprocess.PIPE,
             text=True,
         )
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
-        time.sleep(rng.uniform(0.0, 3.0 * one_save))
+        time.sleep(rng.uniform(0.0, 2.5 * one_call))
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        # The target is always one complete version, byte for byte.
+        said = proc.stdout.read().split()
+        inside += len(said) >= 2 and said[-2] == "start"  # killed between "start k" and "done k"
         raw = target.read_bytes()
-        k = int(treexchange.load(target, "x")[0])
-        if k not in expected:
-            expected[k] = reference_bytes(tmp_path, k)
-        assert raw == expected[k], f"seed {seed}: target is not a complete version"
-        leftovers = [
-            p for p in tmp_path.iterdir() if p.name.startswith(".model.jld2.") and p.suffix == ".tmp"
-        ]
-        killed_mid_write += bool(leftovers)
-        for p in leftovers:
-            # Private while written; the target's own bits once complete (just before the rename).
-            assert stat.S_IMODE(p.stat().st_mode) in (0o600, stat.S_IMODE(target.stat().st_mode))
+        if raw not in expected:  # a save of another k: compare with that version's bytes
+            expected.add(reference_bytes(tmp_path, int(treexchange.load(target, "x")[0])))
+        assert raw in expected, f"seed {seed}: target is not a complete version"
+        for p in _temporaries(tmp_path):
+            modes.append(stat.S_IMODE(p.stat().st_mode))
             p.unlink()
-    # The kills must have hit writes in progress (otherwise this test proved nothing).
-    assert killed_mid_write >= 1
+    return inside, modes
 
 
-def _interrupt_at(code: Any, line_text: str) -> Callable[..., Any]:
-    """A trace function raising ``KeyboardInterrupt`` when ``code`` reaches the line holding
-    ``line_text`` (before it runs): a Ctrl-C arriving at exactly that point."""
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL (POSIX)")
+@pytest.mark.skipif(not atomic.UNNAMED_TEMPORARIES, reason="needs O_TMPFILE and /proc (Linux)")
+@pytest.mark.parametrize("op", ["save", "convert"])
+def test_sigkill_leaves_no_temporary_file_with_o_tmpfile(tmp_path: Path, op: str) -> None:
+    # 20 kills of a child that saves (converts) over and over: the temporary file has no name
+    # until the instant of the rename, so nothing is ever left behind, and the target is whole.
+    inside, modes = _kill_children(tmp_path, op, "unnamed", kills=20)
+    assert modes == []
+    assert inside >= 5, f"only {inside} of 20 kills struck inside a {op}: the test proved little"
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs SIGKILL (POSIX)")
+@pytest.mark.parametrize("op", ["save", "convert"])
+def test_sigkill_with_named_temporaries_leaves_only_private_files(tmp_path: Path, op: str) -> None:
+    # The fallback (no O_TMPFILE): a kill may leave the named temporary file, always 0o600 (even a
+    # complete one being verified by convert), never a damaged target.
+    # Where a kill lands is up to the scheduler (convert reads its source before it creates the
+    # temporary file): kill until one left a file, 20 at most.
+    inside, modes = _kill_children(tmp_path, op, "named", kills=20, enough=6)
+    assert inside >= 1 and modes, "no kill struck inside a write: the test proved nothing"
+    assert set(modes) == {0o600}, modes
+
+
+def _interrupt_at(code: Any, line_text: str, nth: int = 0) -> Callable[..., Any]:
+    """A trace function raising ``KeyboardInterrupt`` when ``code`` reaches the ``nth`` line
+    holding ``line_text`` (before it runs): a Ctrl-C arriving at exactly that point."""
     lines, first = inspect.getsourcelines(code)
-    lineno = next(first + i for i, text in enumerate(lines) if text.strip() == line_text)  # the first
+    lineno = [first + i for i, text in enumerate(lines) if text.strip() == line_text][nth]
 
     def local(frame: Any, event: str, arg: Any) -> Any:
         if event == "line" and frame.f_lineno == lineno:
@@ -226,9 +262,14 @@ def _interrupt_at(code: Any, line_text: str) -> Callable[..., Any]:
     return tracer
 
 
-def test_interrupt_after_the_rename_is_not_a_failure(tmp_path: Path) -> None:
+@pytest.mark.parametrize("unnamed", [True, False] if atomic.UNNAMED_TEMPORARIES else [False])
+def test_interrupt_after_the_rename_is_not_a_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, unnamed: bool
+) -> None:
     from treexchange._save import atomic_write
 
+    monkeypatch.setattr(atomic, "UNNAMED_TEMPORARIES", unnamed)
+    replace_line = 0 if unnamed else 1  # the unnamed file's rename comes first in the source
     target = tmp_path / "t.bin"
     target.write_bytes(b"old")
     # Ctrl-C just after os.replace: the new file is in place, the save reports success.
@@ -239,7 +280,7 @@ def test_interrupt_after_the_rename_is_not_a_failure(tmp_path: Path) -> None:
         sys.settrace(None)
     assert target.read_bytes() == b"new" and sorted(os.listdir(tmp_path)) == ["t.bin"]
     # Ctrl-C just before os.replace: nothing happened, and the interrupt is reported.
-    sys.settrace(_interrupt_at(atomic_write.__code__, "os.replace(tmp, target)"))
+    sys.settrace(_interrupt_at(atomic_write.__code__, "os.replace(tmp, target)", replace_line))
     try:
         with pytest.raises(KeyboardInterrupt):
             atomic_write(target, lambda f: f.write(b"newer"))
@@ -274,7 +315,9 @@ def test_what_a_killed_save_leaves_is_removed_by_the_next_save(tmp_path: Path) -
     for seed in range(6):
         rng = random.Random(100 + seed)
         proc = subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(target), str(N)], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", CHILD, str(target), str(N), "named", "save"],
+            stdout=subprocess.PIPE,
+            text=True,
         )
         assert proc.stdout is not None
         assert proc.stdout.readline().strip() == "ready"
@@ -288,3 +331,56 @@ def test_what_a_killed_save_leaves_is_removed_by_the_next_save(tmp_path: Path) -
         assert sorted(p.name for p in tmp_path.iterdir()) == ["model.jld2"]
         assert list(treexchange.load(target, "x")) == [0, 1, 2]
     assert leftovers_seen > 0, "no kill landed in the middle of a write: the test proved nothing"
+
+
+@pytest.mark.skipif(not atomic.UNNAMED_TEMPORARIES, reason="needs O_TMPFILE and /proc (Linux)")
+def test_unnamed_temporary_is_invisible_until_the_rename(tmp_path: Path) -> None:
+    target = tmp_path / "m.jld2"
+    target.write_bytes(b"old")
+    listed: list[list[str]] = []
+    checked: list[bytes] = []
+
+    def write(f: Any) -> None:
+        f.write(b"new bytes")
+        listed.append(sorted(os.listdir(tmp_path)))
+        assert stat.S_IMODE(os.fstat(f.fileno()).st_mode) == 0o600
+
+    def check(path: str) -> None:  # convert's read-back: a path that opens the unnamed file
+        with open(path, "rb") as f:
+            checked.append(f.read())
+        listed.append(sorted(os.listdir(tmp_path)))
+
+    atomic.atomic_write(target, write, check=check)
+    assert listed == [["m.jld2"], ["m.jld2"]] and checked == [b"new bytes"]
+    assert target.read_bytes() == b"new bytes" and sorted(os.listdir(tmp_path)) == ["m.jld2"]
+
+
+@pytest.mark.skipif(not atomic.UNNAMED_TEMPORARIES, reason="needs O_TMPFILE and /proc (Linux)")
+def test_refused_o_tmpfile_or_link_falls_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    real_open, real_link = os.open, os.link
+
+    def no_tmpfile(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & os.O_TMPFILE == os.O_TMPFILE:
+            raise OSError(errno.EOPNOTSUPP, "not supported by this file system")
+        return real_open(path, flags, *args, **kwargs)
+
+    def no_link(*args: Any, **kwargs: Any) -> None:
+        raise PermissionError(errno.EPERM, "linking refused")
+
+    target = tmp_path / "m.jld2"
+    treexchange.save(target, x=1)
+    os.chmod(target, 0o640)
+    # The file system refuses O_TMPFILE: a named temporary file, removed by the rename.
+    monkeypatch.setattr(os, "open", no_tmpfile)
+    treexchange.save(target, x=np.arange(5))
+    monkeypatch.setattr(os, "open", real_open)
+    assert list(treexchange.load(target, "x")) == [0, 1, 2, 3, 4]
+    # Linking the unnamed file is refused: its bytes are copied to a named file at commit.
+    monkeypatch.setattr(os, "link", no_link)
+    treexchange.save(target, x=np.arange(6))
+    monkeypatch.setattr(os, "link", real_link)
+    assert list(treexchange.load(target, "x")) == [0, 1, 2, 3, 4, 5]
+    assert sorted(os.listdir(tmp_path)) == ["m.jld2"]
+    assert stat.S_IMODE(os.stat(target).st_mode) == 0o640

@@ -129,9 +129,9 @@ def test_validate_clean_file_and_errors(tmp_path: Path, capsys: Any) -> None:
     with pytest.raises(FileNotFoundError):
         tx.read_embedded_schema(tmp_path / "missing.jld2")
     newer = tmp_path / "newer.json"
-    newer.write_text('{"schema_version": "2.0", "roots": {}}', encoding="utf-8")
+    newer.write_text('{"schema_version": "3.0", "roots": {}}', encoding="utf-8")
     code, _, err = _run(capsys, "validate", str(src), str(newer))
-    assert code == 2 and "2.0" in err and "1.0" in err
+    assert code == 2 and "3.0" in err and "2.0" in err
 
 
 def test_diff_command_on_files(tmp_path: Path, capsys: Any) -> None:

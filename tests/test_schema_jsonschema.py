@@ -53,7 +53,7 @@ def test_nodes_dispatch_on_kind_without_one_of() -> None:
     assert "discriminator" not in COMMITTED.read_text(encoding="utf-8")
     node = committed["$defs"]["Node"]
     kinds = node["properties"]["kind"]["enum"]
-    assert len(kinds) == 12
+    assert len(kinds) == 13
     chained = []
     while "if" in node:
         chained.append(node["if"]["properties"]["kind"]["const"])
@@ -113,18 +113,18 @@ def test_inferred_schemas_satisfy_the_json_schema(validator: Any) -> None:
 
 
 BAD_DOCUMENTS = {
-    "no kind": {"schema_version": "1.0", "roots": {"x": {"dtype": "float32"}}},
-    "unknown kind": {"schema_version": "1.0", "roots": {"x": {"kind": "tensor"}}},
-    "typo key": {"schema_version": "1.0", "roots": {"x": {"kind": "array", "shpae": [1]}}},
-    "bad sha": {"schema_version": "1.0", "roots": {"x": {"kind": "array", "sha256": "abc"}}},
-    "negative dim": {"schema_version": "1.0", "roots": {"x": {"kind": "array", "shape": [-1]}}},
-    "bad dim name": {"schema_version": "1.0", "roots": {"x": {"kind": "array", "shape": ["a b"]}}},
+    "no kind": {"schema_version": "2.0", "roots": {"x": {"dtype": "float32"}}},
+    "unknown kind": {"schema_version": "2.0", "roots": {"x": {"kind": "tensor"}}},
+    "typo key": {"schema_version": "2.0", "roots": {"x": {"kind": "array", "shpae": [1]}}},
+    "bad sha": {"schema_version": "2.0", "roots": {"x": {"kind": "array", "sha256": "abc"}}},
+    "negative dim": {"schema_version": "2.0", "roots": {"x": {"kind": "array", "shape": [-1]}}},
+    "bad dim name": {"schema_version": "2.0", "roots": {"x": {"kind": "array", "shape": ["a b"]}}},
     "items and element": {
-        "schema_version": "1.0",
+        "schema_version": "2.0",
         "roots": {"x": {"kind": "vector", "items": [], "element": {"kind": "bool"}}},
     },
-    "neither items nor element": {"schema_version": "1.0", "roots": {"x": {"kind": "vector"}}},
-    "struct without type": {"schema_version": "1.0", "roots": {"x": {"kind": "struct", "fields": []}}},
+    "neither items nor element": {"schema_version": "2.0", "roots": {"x": {"kind": "vector"}}},
+    "struct without type": {"schema_version": "2.0", "roots": {"x": {"kind": "struct", "fields": []}}},
     "bad version": {"schema_version": "one", "roots": {}},
 }
 

@@ -38,7 +38,7 @@ def test_models_reject_malformed_nodes() -> None:
     with pytest.raises(ValueError, match="'length' goes with 'element'"):
         VectorNode(items=[BoolNode()], length=3)
     with pytest.raises(FormatError, match=r"roots\.x"):
-        tx.load_schema({"schema_version": "1.0", "roots": {"x": {"kind": "array", "shape": [1.5]}}})
+        tx.load_schema({"schema_version": "2.0", "roots": {"x": {"kind": "array", "shape": [1.5]}}})
 
 
 def test_node_at_and_summaries() -> None:
@@ -84,10 +84,10 @@ def test_depth_is_bounded_with_our_errors() -> None:
     for _ in range(most + 5):
         node = {"kind": "tuple", "items": [node]}
     with pytest.raises(FormatError):
-        tx.load_schema({"schema_version": "1.0", "roots": {"x": node}})
+        tx.load_schema({"schema_version": "2.0", "roots": {"x": node}})
     very_deep = "[" * 100_000 + "]" * 100_000
     with pytest.raises(FormatError):
-        tx.load_schema('{"schema_version": "1.0", "roots": {"x": ' + very_deep + "}}")
+        tx.load_schema('{"schema_version": "2.0", "roots": {"x": ' + very_deep + "}}")
 
 
 @pytest.mark.parametrize(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shutil
 import stat
 from collections.abc import Callable
 from typing import BinaryIO
@@ -29,26 +30,33 @@ def atomic_write(
 ) -> None:
     """Run ``write(f)`` on a temporary file beside ``path``, then atomically replace ``path``.
 
-    ``check``, if given, is called with the temporary file's path once it is complete and
-    closed, before the rename; an exception from it leaves ``path`` untouched (``convert`` reads
+    ``check``, if given, is called with a path that reads the temporary file once it is complete,
+    before it is put in place; an exception from it leaves ``path`` untouched (``convert`` reads
     its output back there).
 
-    Sequence: remove stale temporary files of killed saves (:func:`remove_stale_temporaries`),
-    create ``.<name>.txtmp<pid>-<random>.tmp`` (``<name>`` cut to 200 bytes, so any legal file
-    name still leaves room) in the same directory, readable by the owner only; write, flush, set
-    the final permission bits, ``fsync`` the file, ``os.replace`` it onto ``path``, ``fsync`` the
-    directory (so the rename itself survives a power cut). On any exception before the rename,
-    ``KeyboardInterrupt`` included, the temporary file is closed and deleted and ``path`` is
-    untouched. Once the rename has happened (checked by the file's identity, not by where the
-    exception struck), an exception such as a ``KeyboardInterrupt`` is not reported: the new
-    file is complete and in place.
+    Where the platform has it (Linux, on file systems with ``O_TMPFILE``), the temporary file has
+    no name while it is written and checked: a process killed at any point leaves nothing behind.
+    At commit it is linked into the directory under a temporary name (through
+    ``/proc/self/fd``) and renamed onto ``path`` at once. Elsewhere, or when the file system
+    refuses, it is a named file ``.<name>.txtmp<pid>-<random>.tmp`` (``<name>`` cut to 200 bytes,
+    so any legal file name still leaves room) in the same directory, which a kill can leave
+    behind; every call first removes those of dead processes (:func:`remove_stale_temporaries`).
+
+    Sequence: write, flush, ``check``, ``fsync`` the file, set the final permission bits, (link
+    the unnamed file,) ``os.replace`` it onto ``path``, ``fsync`` the directory (so the rename
+    itself survives a power cut). On any exception before the rename, ``KeyboardInterrupt``
+    included, the temporary file is closed and deleted and ``path`` is untouched. Once the rename
+    has happened (checked by the file's identity, not by where the exception struck), an
+    exception such as a ``KeyboardInterrupt`` is not reported: the new file is complete and in
+    place.
 
     If ``path`` is a symbolic link, the file it points to is replaced and the link is kept (as
     ``open(path, "wb")`` would). An existing file's permission bits (``0o777``; never setuid,
     setgid or sticky) are kept; a new file gets the usual ``0o666 & ~umask``. The temporary file
-    is ``0o600`` until just before the rename, so a private checkpoint is never readable by
-    others while it is written, nor in a leftover temporary file. ``fsync=False`` skips the
-    two ``fsync`` calls (scratch files: atomic, not durable).
+    is ``0o600`` until its data is complete, checked and fsynced, just before the rename: a
+    private checkpoint is never readable by others while it is written, nor in a leftover
+    temporary file. ``fsync=False`` skips the ``fsync`` calls (scratch files: atomic, not
+    durable).
 
     Example:
         >>> import tempfile, os
@@ -64,27 +72,41 @@ def atomic_write(
     if not base:
         raise WriteError(f"not a file path: {os.fspath(path)!r}")
     remove_stale_temporaries(directory)
-    tmp = os.path.join(directory, f".{_shortened(base)}.{_TMP_TAG}{os.getpid()}-{secrets.token_hex(6)}.tmp")
     f: BinaryIO | None = None
+    tmp: str | None = None  # the temporary file's name, once it has one (it is then ours to remove)
     written: os.stat_result | None = None  # the new file, once complete: is it at ``target``?
-    created = True  # from here on the file may exist: an interrupt just after the open must clean up
     try:
-        try:
-            # One call makes the file object: an interrupt cannot leave a bare descriptor behind.
-            f = open(tmp, "x+b", opener=_private_opener)  # closed below, on every path
-        except OSError as err:
-            created = False  # nothing was created (or it is not ours): leave it
-            raise WriteError(f"cannot create a temporary file in {directory}: {err.strerror or err}") from err
+        f = _open_unnamed(directory) if UNNAMED_TEMPORARIES else None
+        if f is None:
+            tmp = _temporary_name(directory, base)
+            try:
+                # One call makes the file object: an interrupt cannot leave a bare descriptor behind.
+                f = open(tmp, "x+b", opener=_private_opener)  # closed below, on every path
+            except OSError as err:
+                tmp = None  # nothing was created (or it is not ours): leave it
+                raise WriteError(
+                    f"cannot create a temporary file in {directory}: {err.strerror or err}"
+                ) from err
         write(f)
         f.flush()
-        _set_mode(f, tmp, _final_mode(target))
+        if check is not None:
+            check(tmp if tmp is not None else _fd_path(f))  # raises to keep the target untouched
         if fsync:
             os.fsync(f.fileno())
-        f.close()
-        if check is not None:
-            check(tmp)  # raises to keep the target untouched
-        written = os.stat(tmp)
-        os.replace(tmp, target)
+        # Private until now, so that a kill during the write, the check or the fsync leaves no
+        # readable copy; the mode change is a journaled metadata update that the directory fsync
+        # after the rename makes durable with it.
+        _set_mode(f, tmp, _final_mode(target))
+        if tmp is None:
+            # Linked and renamed at once (a kill between the two leaves a named file, which the
+            # next save removes); closed after the rename, which Linux allows.
+            tmp, written = _link_unnamed(f, _temporary_name(directory, base), fsync)
+            os.replace(tmp, target)
+            f.close()
+        else:
+            written = os.fstat(f.fileno())
+            f.close()  # before the rename, which Windows refuses on an open file
+            os.replace(tmp, target)
         if fsync:
             _fsync_directory(directory)
     except BaseException as err:
@@ -100,7 +122,7 @@ def atomic_write(
             if fsync:
                 _fsync_directory(directory)
             return
-        if created:
+        if tmp is not None:
             try:
                 os.unlink(tmp)
             except OSError:
@@ -108,6 +130,76 @@ def atomic_write(
         if isinstance(err, OSError) and not isinstance(err, TreexchangeError):
             raise WriteError(f"writing {target} failed: {err}") from err
         raise
+
+
+UNNAMED_TEMPORARIES = hasattr(os, "O_TMPFILE") and os.path.isdir("/proc/self/fd")
+"""Whether :func:`atomic_write` tries an unnamed temporary file first (``O_TMPFILE``, Linux).
+False elsewhere; tests set it to False to exercise the named fallback."""
+
+
+def _open_unnamed(directory: str) -> BinaryIO | None:
+    """An unnamed file in ``directory`` (``O_TMPFILE``, mode ``0o600``), or None when the kernel,
+    the file system or ``/proc`` refuses (the caller then makes a named one)."""
+
+    def opener(_: str, flags: int) -> int:
+        return os.open(directory or ".", os.O_TMPFILE | os.O_RDWR | getattr(os, "O_CLOEXEC", 0), 0o600)
+
+    try:
+        # One call makes the file object: an interrupt cannot leave a bare descriptor behind.
+        f: BinaryIO = open(directory or ".", "w+b", opener=opener)  # closed by the caller
+    except OSError:
+        return None  # EOPNOTSUPP, EISDIR (no O_TMPFILE), EACCES...: the named path reports real errors
+    if not os.path.exists(_fd_path(f)):  # no /proc here: no way to link the file at commit
+        f.close()
+        return None
+    return f
+
+
+def _fd_path(f: BinaryIO) -> str:
+    """A path that opens the same file as ``f`` (Linux's ``/proc``), for an unnamed file."""
+    return f"/proc/self/fd/{f.fileno()}"
+
+
+def _link_unnamed(f: BinaryIO, name: str, fsync: bool) -> tuple[str, os.stat_result]:
+    """Give the unnamed file ``f`` the name ``name``; returns it and the named file's ``stat``.
+
+    ``linkat`` through ``/proc/self/fd`` (with ``AT_SYMLINK_FOLLOW``) needs no privilege, unlike
+    ``AT_EMPTY_PATH``; where it is refused anyway, the bytes are copied to a new file of that
+    name (removed again if the copy fails).
+    """
+    identity = os.fstat(f.fileno())
+    try:
+        # A directory descriptor makes os.link call linkat with AT_SYMLINK_FOLLOW (a plain
+        # link(2) would link the /proc entry itself, a symbolic link on another file system: EXDEV).
+        procfd = os.open("/proc/self/fd", os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+        try:
+            os.link(str(f.fileno()), name, src_dir_fd=procfd, follow_symlinks=True)
+        finally:
+            os.close(procfd)
+        return name, identity
+    except FileExistsError:
+        raise  # not ours (12 random hex digits make this all but impossible): leave it
+    except OSError:
+        pass
+    copy = open(name, "x+b", opener=_private_opener)  # closed below, on every path
+    try:
+        f.seek(0)
+        shutil.copyfileobj(f, copy, 1 << 20)
+        copy.flush()
+        os.fchmod(copy.fileno(), stat.S_IMODE(identity.st_mode))
+        if fsync:
+            os.fsync(copy.fileno())
+        identity = os.fstat(copy.fileno())
+    except BaseException:
+        copy.close()
+        os.unlink(name)
+        raise
+    copy.close()
+    return name, identity
+
+
+def _temporary_name(directory: str, base: str) -> str:
+    return os.path.join(directory, f".{_shortened(base)}.{_TMP_TAG}{os.getpid()}-{secrets.token_hex(6)}.tmp")
 
 
 _TMP_TAG = "txtmp"
@@ -225,8 +317,8 @@ def _umask() -> int:
     return mask
 
 
-def _set_mode(f: BinaryIO, tmp: str, mode: int) -> None:
-    if hasattr(os, "fchmod"):
+def _set_mode(f: BinaryIO, tmp: str | None, mode: int) -> None:
+    if hasattr(os, "fchmod") or tmp is None:
         os.fchmod(f.fileno(), mode)
     else:  # pragma: no cover - Windows before Python 3.13
         os.chmod(tmp, mode)

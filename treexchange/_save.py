@@ -5,7 +5,8 @@ Files are written atomically: the bytes go to a temporary file in the target's d
 is flushed and fsynced, then renamed over the target (``os.replace``), and the directory is
 fsynced. A crash, a kill or an exception at any point leaves either the previous file or the
 complete new one at ``path``, never a partial file; on an exception the temporary file is
-removed. After a hard kill (SIGKILL, power loss) the temporary file
+removed. On Linux the temporary file has no name until the rename (``O_TMPFILE``): a hard kill
+leaves nothing behind. Elsewhere, after a hard kill (SIGKILL, power loss) the temporary file
 ``.<name>.txtmp<pid>-<random>.tmp`` may remain beside the target, readable by its owner only; the
 next save to the same directory removes it (its process is gone). A ``KeyboardInterrupt`` that
 arrives once the new file is in place is not reported: the save is complete. A symbolic link at
@@ -102,7 +103,9 @@ def save(
             form (the message names its path).
         LimitError: the tree is nested deeper than ``Limits().max_depth``.
         MismatchError: the values do not conform to ``schema`` (nothing was written).
-        WriteError: the file could not be written (``path`` is left untouched).
+        WriteError: the file could not be written (``path`` is left untouched); ``producer`` or
+            ``root_attributes`` hold a lone surrogate (no UTF-8 form); a Dict has two keys Julia
+            holds as one (two NaNs: Julia's ``isequal`` makes every NaN the same key).
 
     Example:
         >>> import tempfile, os, numpy as np, treexchange
@@ -267,7 +270,7 @@ def verify_output(path: str, written: list[tuple[str, Any]]) -> None:
         >>> verify_output(p, [("a", np.ones(2))])
         Traceback (most recent call last):
         ...
-        treexchange._errors.WriteError: the new file reads back different values for: a
+        treexchange._errors.WriteError: the new file reads back different values for: a (at a)
     """
     differ: list[str] = []
     try:
@@ -281,7 +284,10 @@ def verify_output(path: str, written: list[tuple[str, Any]]) -> None:
     except (TreexchangeError, KeyError) as err:
         raise WriteError(f"the new file cannot be read back: {err}") from err
     if differ:
-        raise WriteError("the new file reads back different values for: " + ", ".join(differ))
+        # The path names the first of them (so the error says where, as every error does).
+        raise WriteError(
+            "the new file reads back different values for: " + ", ".join(differ), path=(differ[0],)
+        )
 
 
 def prepare_values(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
@@ -317,6 +323,7 @@ def _check_name(name: str) -> None:
 def _check_producer(note: str) -> None:
     if not isinstance(note, str) or "\x00" in note:
         raise ValueError("producer must be a str without NUL characters")
+    _check_utf8(note, "the producer note")
     if len(REQUIRED_FILE_HEADER.encode()) + 7 + len(note.encode("utf-8")) > FILE_HEADER_LENGTH:
         raise ValueError("producer note too long for JLD2's 512-byte header")
 
@@ -328,8 +335,22 @@ def _check_root_attributes(attrs: Mapping[str, str] | None) -> dict[str, str]:
             raise ValueError(f"root attribute names must be non-empty str, not {name!r}")
         if not isinstance(value, str):
             raise TypeError(f"root attribute {name!r} must be a str, not {type(value).__name__}")
+        _check_utf8(name, "a root attribute name")
+        _check_utf8(value, f"root attribute {name!r}")
         out[name] = value
     return out
+
+
+def _check_utf8(text: str, what: str) -> None:
+    """Text the file stores as UTF-8: a lone surrogate has no UTF-8 form (checked before anything
+    is written)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise WriteError(
+            f"{what} holds a lone surrogate ({text[err.start]!r} at character {err.start}), "
+            "which has no UTF-8 form; nothing was written"
+        ) from None
 
 
 def _schema_attributes(

@@ -7,8 +7,11 @@ checking a memory-mapped array never holds more than one chunk's converted copy.
 Modes (``cast=`` in :func:`treexchange.restore`):
 
 * ``"none"``: no conversion at all (dtypes must already agree);
-* ``"exact"`` (``cast=True``): convert only if every value converts back to itself (NaN stays NaN);
-* ``"round"``: floats may round to the nearest value of the target dtype; still refused are a
+* ``"exact"`` (``cast=True``): convert only if every value converts back to itself; a NaN must
+  come back with the same bits (its sign and payload: float64 -> float32 keeps a quiet NaN whose
+  payload fits, and changes any other);
+* ``"round"``: floats may round to the nearest value of the target dtype (a NaN's payload may
+  lose its low bits like any mantissa); still refused are a
   finite value becoming ``inf`` (overflow), a non-zero value becoming ``0`` (underflow), a
   non-zero imaginary part dropped, and integers out of range or floats that are not integers
   going into an integer dtype;
@@ -73,6 +76,10 @@ def conversion_loss(array: np.ndarray, dst: np.dtype, mode: CastMode) -> Loss | 
         True
         >>> str(conversion_loss(np.array([0.1, 1e300, 1e-310]), np.dtype(np.float32), "round"))
         '2 of 3 values would change (overflow, e.g. 1e+300 -> inf)'
+        >>> payload = np.array([0x7FF8000000000000, 0x7FF8000000000001], np.uint64).view(np.float64)
+        >>> loss = conversion_loss(payload, np.dtype(np.float32), "exact")
+        >>> loss.changed, loss.reason, loss.example
+        (1, 'NaN payload or sign bits lost', 'NaN 0x7ff8000000000001 -> NaN 0x7fc00000')
     """
     src = array.dtype
     dst = np.dtype(dst)
@@ -139,8 +146,20 @@ def _changed(src: np.ndarray, dst: np.ndarray, mode: CastMode) -> np.ndarray:
         back = _astype(dst, s)
         same = back == src
         if _is_float(s):
-            same |= np.isnan(src) & np.isnan(back)
+            # A NaN is kept only with its sign and payload bits (float64 -> float32 drops the low
+            # payload bits and quiets a signalling NaN): the round trip must give the same bits.
+            nan = np.isnan(src)
+            if nan.any():
+                same[nan] = _same_bits(src[nan], back[nan])
         return ~same
+
+
+def _same_bits(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Element-wise: whether ``a`` and ``b`` (one dtype) hold the same bit pattern."""
+    n = a.dtype.itemsize
+    raw_a = np.ascontiguousarray(a).view(np.uint8).reshape(-1, n)
+    raw_b = np.ascontiguousarray(b).view(np.uint8).reshape(-1, n)
+    return (raw_a == raw_b).all(axis=1).reshape(a.shape)
 
 
 def _not_whole_in_range(src: np.ndarray, d: np.dtype) -> np.ndarray:
@@ -168,6 +187,8 @@ def _reason(before: np.generic, after: np.generic) -> str:
     if _is_int(after.dtype):
         return "out of range" if _is_int(before.dtype) else "not an integer or out of range"
     with np.errstate(all="ignore"):
+        if np.isnan(before):
+            return "NaN payload or sign bits lost"
         if before.dtype.kind == "c" and after.dtype.kind != "c" and before.imag != 0:
             return "imaginary part dropped"
         if np.isfinite(before) and not np.isfinite(after):
@@ -200,4 +221,7 @@ def _is_float(d: np.dtype) -> bool:
 
 
 def _text(x: object) -> str:
+    if isinstance(x, np.generic) and x.dtype.kind == "f" and x.dtype.itemsize in (2, 4, 8) and x != x:
+        bits = int(np.asarray(x).view(f"u{x.dtype.itemsize}"))
+        return f"NaN 0x{bits:0{2 * x.dtype.itemsize}x}"  # which NaN: its bits
     return repr(x.item() if isinstance(x, np.generic) else x)

@@ -34,8 +34,14 @@ _FIXED_PROPS = {
 }
 
 
-def parse_datatype(c: Cursor, limits: Limits = DEFAULT_LIMITS, depth: int = 0) -> H5Type:
+def parse_datatype(
+    c: Cursor, limits: Limits = DEFAULT_LIMITS, depth: int = 0, known: KnownCompounds | None = None
+) -> H5Type:
     """Decode one datatype starting at ``c.pos``; the cursor ends just after it.
+
+    ``known`` (one per file) remembers the compounds decoded so far by their encoding: a struct
+    nested n deep holds its member structs' descriptions whole, so without it each of its n
+    committed levels would decode all the levels below again (quadratic in the depth, in Python).
 
     Example:
         >>> from treexchange._hdf5._cursor import Cursor
@@ -51,6 +57,10 @@ def parse_datatype(c: Cursor, limits: Limits = DEFAULT_LIMITS, depth: int = 0) -
             offset=c.pos,
         )
     start = c.pos
+    if known is not None:
+        found = known.find(c, depth, limits)
+        if found is not None:
+            return found
     b0 = c.u8()
     cls_id, version = b0 & 0x0F, b0 >> 4
     flags = c.uint(3)
@@ -72,8 +82,11 @@ def parse_datatype(c: Cursor, limits: Limits = DEFAULT_LIMITS, depth: int = 0) -
         tag = bytes(c.bytes(tag_len)).rstrip(b"\x00")
         return H5Type(cls, version, flags, size, bytes(c.buf[props_start : c.pos]), tag=tag)
     if cls == H5Class.COMPOUND:
-        members = _compound_members(c, version, flags & 0xFFFF, size, limits, depth)
-        return H5Type(cls, version, flags, size, bytes(c.buf[props_start : c.pos]), members=tuple(members))
+        members = _compound_members(c, version, flags & 0xFFFF, size, limits, depth, known)
+        t = H5Type(cls, version, flags, size, bytes(c.buf[props_start : c.pos]), members=tuple(members))
+        if known is not None:
+            known.add(c, start, t)
+        return t
     if cls == H5Class.ENUM:
         n = flags & 0xFFFF
         base = parse_datatype(c, limits, depth + 1)
@@ -117,7 +130,9 @@ def _decode_name(raw: bytes, at: int) -> str:
         raise FormatError("member name is not valid UTF-8", offset=at) from None
 
 
-def _compound_members(c: Cursor, version: int, n: int, size: int, limits: Limits, depth: int) -> list[Member]:
+def _compound_members(
+    c: Cursor, version: int, n: int, size: int, limits: Limits, depth: int, known: KnownCompounds | None
+) -> list[Member]:
     members: list[Member] = []
     padded = version in (1, 2)
     offset_width = enc_size(size)
@@ -142,7 +157,7 @@ def _compound_members(c: Cursor, version: int, n: int, size: int, limits: Limits
             if ndims > 4:
                 raise FormatError(f"compound member has {ndims} dimensions (max 4)", offset=name_at)
             dims = raw_dims[:ndims]
-        mtype = parse_datatype(c, limits, depth + 1)
+        mtype = parse_datatype(c, limits, depth + 1, known)
         if ndims:
             # Version-1 array members: present them as an ARRAY type, as libhdf5 does.
             count = 1
@@ -157,3 +172,89 @@ def _compound_members(c: Cursor, version: int, n: int, size: int, limits: Limits
             )
         members.append(Member(name, offset, mtype))
     return members
+
+
+class KnownCompounds:
+    """The compound datatypes decoded from one file, found again by their encoding.
+
+    Keyed by the 8-byte datatype header (class, version, flags, size); a candidate is taken when
+    the bytes at the cursor start with its whole encoding (a comparison in C, where decoding
+    would be a Python loop over every member at every level). Only encodings of at least
+    :data:`_KNOWN_MIN_BYTES` are kept (smaller ones decode fast enough), the
+    :data:`_KNOWN_PER_HEADER` most recently used per header and :data:`_KNOWN_BYTES` in all, so
+    the memo's work per lookup and its memory stay bounded whatever a file claims. A hit deeper
+    than the nesting limit allows is decoded afresh, to raise the same :class:`LimitError`.
+
+    Example:
+        >>> from treexchange._hdf5._cursor import Cursor
+        >>> f32 = bytes.fromhex("3120 1f00 0400 0000 0000 2000 1708 0017 7f00 0000")
+        >>> members = b"".join(bytes([ord("a") + i, 0, 4 * i]) + f32 for i in range(12))
+        >>> raw = bytes.fromhex("360c0000 30000000") + members  # v3 compound, 12 Float32 members
+        >>> known = KnownCompounds()
+        >>> a = parse_datatype(Cursor(memoryview(raw), 0), known=known)
+        >>> c = Cursor(memoryview(raw), 0)
+        >>> b = parse_datatype(c, known=known)
+        >>> a is b, c.pos == len(raw), len(b.members)
+        (True, True, 12)
+    """
+
+    __slots__ = ("_by_header", "_bytes")
+
+    def __init__(self) -> None:
+        self._by_header: dict[bytes, list[tuple[bytes, H5Type, int]]] = {}
+        self._bytes = 0
+
+    def find(self, c: Cursor, depth: int, limits: Limits) -> H5Type | None:
+        start = c.pos
+        candidates = self._by_header.get(bytes(c.buf[start : start + 8]))
+        if not candidates:
+            return None
+        for i, (encoding, t, nesting) in enumerate(candidates):
+            end = start + len(encoding)
+            # bytes(...) copies, then compares with memcmp: a memoryview compares item by item
+            if end <= c.end and bytes(c.buf[start:end]) == encoding:
+                if depth + nesting > datatype_depth(limits):
+                    return None  # decoded afresh: raises the nesting LimitError there
+                if i:
+                    candidates.insert(0, candidates.pop(i))  # most recently used first
+                c.pos = end
+                return t
+        return None
+
+    def add(self, c: Cursor, start: int, t: H5Type) -> None:
+        n = c.pos - start
+        if n < _KNOWN_MIN_BYTES or self._bytes + n > _KNOWN_BYTES:
+            return
+        encoding = bytes(c.buf[start : c.pos])
+        candidates = self._by_header.setdefault(encoding[:8], [])
+        # Most recent first, the oldest dropped: the types of one nest share their header (same
+        # size, one member), and the one met next is the one just decoded, inside or around it.
+        candidates.insert(0, (encoding, t, _nesting(t)))
+        self._bytes += n
+        if len(candidates) > _KNOWN_PER_HEADER:
+            self._bytes -= len(candidates.pop()[0])
+
+
+_KNOWN_MIN_BYTES = 256
+_KNOWN_PER_HEADER = 64
+_KNOWN_BYTES = 16 << 20
+
+
+def _nesting(t: H5Type) -> int:
+    """How many levels of datatypes ``t`` holds below itself (0 for an atomic type); cached on
+    each type measured, so that each distinct member type is measured once. Iterative: ``t``
+    may be nested as deep as the limit allows, on top of the parser's own recursion."""
+    stack = [t]
+    while stack:
+        top = stack[-1]
+        if "_nesting" in top.__dict__:
+            stack.pop()
+            continue
+        inner = [m.type for m in top.members] + ([top.base] if top.base is not None else [])
+        pending = [x for x in inner if "_nesting" not in x.__dict__]
+        if pending:
+            stack.extend(pending)
+            continue
+        object.__setattr__(top, "_nesting", 1 + max(x.__dict__["_nesting"] for x in inner) if inner else 0)
+        stack.pop()
+    return t.__dict__["_nesting"]  # type: ignore[no-any-return]

@@ -18,6 +18,7 @@ from .._errors import FormatError, LimitError, TreexchangeError, UnsupportedErro
 from .._limits import DEFAULT_LIMITS, Limits
 from . import _messages as m
 from ._cursor import FORMAT_ERRORS, Cursor, format_errors, malformed
+from ._datatype import KnownCompounds
 from ._globalheap import GlobalHeapCollection
 from ._groups import dense_attributes, group_links
 from ._headermemo import HeaderMemo
@@ -172,6 +173,8 @@ class HDF5File:
         self._types: dict[int, H5Type] = {}
         self._memos: dict[str, dict[bytes, Any]] = {table: {} for table in MEMO_TABLES}
         self._resolving: set[int] = set()
+        # compounds decoded so far, found again by their bytes (nested structs: see parse_datatype)
+        self.known_compounds = KnownCompounds()
         self._heaps: dict[int, GlobalHeapCollection] = {}
         self._links: dict[int, list[m.Link]] = {}
         # headers alike but for their data address, parsed once (not when checksums are
@@ -191,6 +194,7 @@ class HDF5File:
         self._objects, self._types, self._heaps, self._links = {}, {}, {}, {}
         self._vouched = {}
         self._memos = {table: {} for table in MEMO_TABLES}
+        self.known_compounds = KnownCompounds()
         if getattr(self, "_headers", None) is not None:  # (absent when __init__ failed early)
             self._headers = HeaderMemo()
         if self._fh is not None:

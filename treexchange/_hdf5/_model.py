@@ -62,6 +62,30 @@ class H5Type:
     tag: bytes = b""
     committed_at: int | None = field(default=None, compare=False)
 
+    def __hash__(self) -> int:
+        # Computed once: a compound holds its members' types whole, so hashing it afresh is as
+        # long as its description, and a struct nested n deep is hashed at each of its n levels
+        # (the writer's type lookups): quadratic in the depth without the cache.
+        cached: int | None = self.__dict__.get("_hash")
+        if cached is None:
+            cached = hash(
+                (
+                    self.cls,
+                    self.version,
+                    self.flags,
+                    self.size,
+                    self.props,
+                    self.members,
+                    self.base,
+                    self.dims,
+                    self.enum_names,
+                    self.enum_values,
+                    self.tag,
+                )
+            )
+            object.__setattr__(self, "_hash", cached)
+        return cached
+
     # --- derived views -----------------------------------------------------------------------
     @property
     def byte_order(self) -> str:

@@ -348,7 +348,7 @@ class ObjectHeader:
         return self.file._committed_type(m.parse_shared_address(self.cursor(msg)))
 
     def _parse_datatype(self, msg: RawMessage) -> H5Type:
-        return parse_datatype(self.cursor(msg), self.file.limits)
+        return parse_datatype(self.cursor(msg), self.file.limits, known=self.file.known_compounds)
 
     @property
     def dataspace(self) -> Dataspace | None:

@@ -207,6 +207,11 @@ class TypeResolver:
         self._params: dict[int, Any] = {}
         # Types the file writes as parameters by name (a DataType dataset), not committed.
         self.by_name_params: set[JuliaType] = set()
+        # One object per distinct decoded type. A file may hold the same type as many DataType
+        # datasets (JLD2 writes the parameters of each committed type afresh: a Dict nested n deep
+        # has n copies of its inner levels); equal types then share their parameters' objects,
+        # so comparing two (a set or dict lookup) stops at the first level, not at the bottom.
+        self._interned: dict[JuliaType, JuliaType] = {}
         self._busy: set[int] = set()
         self._depth = 0
 
@@ -274,13 +279,16 @@ class TypeResolver:
                 # exactly when it stores such structs inline (bits, or immutable of at most
                 # MAX_INLINE_SIZE bytes); one it writes by name instead is mutable (or larger).
                 self.by_name_params.add(param)
-        return JuliaType(name, params)
+        return self._intern(JuliaType(name, params))
 
     def decode_union(self, buf: Any, off: int, path: TreePath) -> JuliaType:
         """Decode a ``Core.Union`` element: ``Union{datatypes..., unionalls...}``."""
         members = [self._param(ref, path) for ref in self._refs(buf, off + 16, path)]
         members += [self._param(ref, path) for ref in self._refs(buf, off + 32, path)]
-        return JuliaType("Core.Union", tuple(members))
+        return self._intern(JuliaType("Core.Union", tuple(members)))
+
+    def _intern(self, t: JuliaType) -> JuliaType:
+        return self._interned.setdefault(t, t)
 
     def _refs(self, buf: Any, off: int, path: TreePath) -> list[int]:
         count = _U32.unpack_from(buf, off)[0]

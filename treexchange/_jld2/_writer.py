@@ -41,6 +41,7 @@ from .._limits import DEFAULT_LIMITS, Limits, datatype_depth
 from .._recursion import stack_for_depth
 from .._values import UNDEF, JuliaArray, JuliaBits, JuliaStruct, NamedTuple as JlNamedTuple, Singleton, Symbol
 from . import _encode_hdf5 as enc
+from ._dictkeys import check_julia_keys
 from ._writer_arrays import (
     Compression,
     column_major_bytes,
@@ -1349,6 +1350,8 @@ class JLD2Writer:
         if cat is Cat.SYMBOL or cat is Cat.STRING:
             return self.encode_field(w, value, True, ws, path)
         if cat is Cat.STRUCT:
+            if isinstance(value, JuliaBits):
+                return _struct_from_bits(w, value, self.types.of_type(value.type) is w, path)
             values = self._field_values(w, value, path)
             return b"".join(
                 self.encode_field(ft, v, True, ws, (*path, name)) for (name, ft), v in zip(w.fields, values)
@@ -1546,6 +1549,7 @@ def _dict_entries(value: Any, path: tuple[PathSegment, ...]) -> list[tuple[Any, 
     """A Dict's (key, value) pairs: a dict's items, or the pairs of a Dict read in its stored
     form ``JuliaStruct(Dict{K,V}, kvvec=[Pair...])`` (keys Python cannot hash)."""
     if isinstance(value, dict):
+        check_julia_keys(value, path)
         return list(value.items())
     out = []
     for i, p in enumerate(_array_items(value.fields["kvvec"]), 1):
@@ -1555,6 +1559,7 @@ def _dict_entries(value: Any, path: tuple[PathSegment, ...]) -> list[tuple[Any, 
             out.append((p["first"], p["second"]))
         else:
             raise ConversionError("a Dict entry is not a Pair", path=(*path, "kvvec", i))
+    check_julia_keys((k for k, _ in out), path)
     return out
 
 
@@ -1711,6 +1716,21 @@ def _encode_prim(w: JT, value: Any, path: tuple[PathSegment, ...]) -> bytes:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConversionError(f"expected a number for {w.name}, found {type(value).__name__}", path=path)
     return np.asarray(value, dtype=dtype.newbyteorder("<")).tobytes()
+
+
+def _struct_from_bits(w: JT, value: JuliaBits, same_type: bool, path: tuple[PathSegment, ...]) -> bytes:
+    """A struct read as raw bits (its file stored the type as a primitive type of its size, as
+    a ``Complex{Float32}`` can be): the bits are the struct's fields packed in order, which is its
+    stored form, when every field is a number or bits type and their sizes add up to the bits'."""
+    kinds = [ft.writeas.cat for _, ft in w.fields]
+    size = sum(ft.writeas.nbytes for _, ft in w.fields)
+    if same_type and size == len(value.data) and all(k is Cat.PRIM or k is Cat.BITS for k in kinds):
+        return value.data
+    raise ConversionError(
+        f"{value.type} read as {len(value.data)} raw bytes cannot be written as the struct {w.key} "
+        f"({len(w.fields)} fields, {size} bytes of numbers)",
+        path=path,
+    )
 
 
 def _encode_bits(w: JT, value: Any, path: tuple[PathSegment, ...]) -> bytes:

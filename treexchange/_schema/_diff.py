@@ -20,12 +20,14 @@ from ._model import (
     NamedTupleNode,
     Node,
     NumberNode,
+    RefNode,
     Schema,
     SingletonNode,
     StructNode,
     TupleNode,
     VectorNode,
     format_shape,
+    path_key,
 )
 from ._scalars import format_value
 from ._versions import load_schema
@@ -39,7 +41,8 @@ class Difference:
     a readable ``message``.
 
     ``kind`` is ``added`` / ``removed`` (a node only in B / only in A), ``kind``, ``type``,
-    ``order``, ``dtype``, ``shape``, ``checksum``, ``value`` (value constraints) or ``description``.
+    ``order``, ``dtype``, ``shape``, ``checksum``, ``value`` (value constraints), ``ref`` (a
+    back-reference to another place) or ``description``.
     """
 
     kind: str
@@ -222,6 +225,10 @@ class _Differ:
         elif isinstance(a, ArrayNode):
             assert isinstance(b, ArrayNode)
             self.array(a, b, path)
+        elif isinstance(a, RefNode):
+            assert isinstance(b, RefNode)
+            if path_key(a.target) != path_key(b.target):
+                self.changed("ref", path, a.target, b.target, a.summary(), b.summary())
         else:
             self.constraints(a, b, path)
 

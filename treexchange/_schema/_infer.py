@@ -7,7 +7,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from .._errors import LimitError, UnsupportedError, format_path
+from .._errors import LimitError
 from .._gc import gc_paused
 from .._inspect import node_budget
 from .._jsonform import json_scalar
@@ -24,6 +24,7 @@ from ._model import (
     Node,
     NumberNode,
     Producer,
+    RefNode,
     Schema,
     SingletonNode,
     StringNode,
@@ -71,6 +72,7 @@ _DEFAULTS: dict[type[BaseModel], dict[str, Any]] = {
         NamedField,
         NamedTupleNode,
         NumberNode,
+        RefNode,
         SingletonNode,
         StringNode,
         StructNode,
@@ -149,9 +151,18 @@ def infer_node(source: Source, *, checksums: bool = False, values: bool = False)
     return _Options(checksums=checksums, values=values).node(source, 1)
 
 
+_SHARED_KINDS = frozenset({"vector", "dict", "group", "struct"})
+"""Kinds whose objects can be mutable in Julia (``Vector``, ``Dict``, mutable structs, groups):
+one of them reached twice is *shared* (a change through one place shows at the other), which a
+schema says with a ``ref``. A NamedTuple or Tuple reached twice is immutable: identity is not
+observable, and its node is simply described again."""
+
+
 class _Options:
-    """One inference: options, and the objects met so far (a file's DAG is inferred once per
-    object, its schema node reused at every other place; a cycle cannot be a schema)."""
+    """One inference: options, and the objects met so far. An object on the current path met
+    again is a cycle, and a mutable object met again is shared: both become a ``ref`` node to the
+    place where it was first described. Other objects a file's DAG reaches twice are inferred
+    once, their schema node reused at every other place."""
 
     __slots__ = ("_active", "_deepest", "_memo", "budget", "checksums", "count", "max_depth", "values")
 
@@ -161,7 +172,8 @@ class _Options:
         self.max_depth = DEFAULT_LIMITS.max_schema_depth  # an opened file's own, when it has one
         self.budget: int | None = None  # Limits.max_nodes for the file (derived from its size)
         self.count = 0  # schema nodes described, reused subtrees counted in full
-        self._memo: dict[int, tuple[Node, int, int]] = {}  # address -> (node, size, height)
+        # address -> (node, size, height, path where it was described)
+        self._memo: dict[int, tuple[Node, int, int, tuple[Any, ...]]] = {}
         self._active: dict[int, tuple[Any, ...]] = {}  # containers on the current path
         self._deepest = 0
 
@@ -177,15 +189,13 @@ class _Options:
             self._deepest = max(self._deepest, depth)
             return self._build(src, depth)
         back = self._active.get(address)
-        if back is not None:
-            raise UnsupportedError(
-                f"reference cycle: this is the object at {format_path(back)} again; a schema "
-                "describes trees, not cycles",
-                path=src.path,
-            )
+        if back is not None:  # a cycle: the object of an enclosing place again
+            return self._ref(back, src, depth)
         hit = self._memo.get(address)
         if hit is not None:
-            node, size, height = hit
+            node, size, height, first = hit
+            if src.kind in _SHARED_KINDS:
+                return self._ref(first, src, depth)
             if depth + height > self.max_depth:
                 raise LimitError(
                     f"tree deeper than {self.max_depth} levels, the most a schema document describes",
@@ -203,9 +213,14 @@ class _Options:
         finally:
             del self._active[address]
         height = self._deepest - depth
-        self._memo[address] = (node, self.count - before_count, height)
+        self._memo[address] = (node, self.count - before_count, height, src.path)
         self._deepest = max(before_deepest, self._deepest)
         return node
+
+    def _ref(self, target: tuple[Any, ...], src: Source, depth: int) -> Node:
+        self._charge(1, src)
+        self._deepest = max(self._deepest, depth)
+        return _make(RefNode, target=[seg if isinstance(seg, (str, int)) else str(seg) for seg in target])
 
     def _charge(self, n: int, src: Source) -> None:
         self.count += n

@@ -1,4 +1,4 @@
-"""The schema document format (version 1.0) as pydantic v2 models.
+"""The schema document format (version 2.0) as pydantic v2 models.
 
 A schema document describes one state tree per top-level name (``roots``). Every node has a ``kind``
 (the same kinds as ``treexchange inspect --json``, plus ``group`` for a nested JLD2/HDF5 group) and
@@ -19,12 +19,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
-from .._errors import TreePath
+from .._errors import TreePath, format_path
 from .._gc import gc_paused
 from .._limits import DEFAULT_LIMITS, Limits
 from ._pretty import pretty_json
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "2.0"
 """The schema document version this treexchange writes (and reads natively)."""
 
 
@@ -296,6 +296,26 @@ class SingletonNode(_NodeBase):
         return "()" if self.type == "Tuple{}" else self.type
 
 
+PathSegmentValue = str | int
+
+
+class RefNode(_NodeBase):
+    """The object described at an earlier path, reached again: a **cycle** (an object that holds
+    itself, or a tree node pointing back to its parent) or a **shared** mutable object (a
+    ``Vector``, ``Dict``, mutable struct or group reached from two places). ``target`` is that
+    earlier path in inspect's convention (top-level name first, 1-based positions), where the
+    object is described in full; it comes before this node in document order.
+    """
+
+    kind: Literal["ref"] = "ref"
+    target: list[PathSegmentValue] = Field(
+        min_length=1, description="Path of the place where the object is described (name first)."
+    )
+
+    def summary(self) -> str:
+        return f"ref to {format_path(tuple(self.target))}"
+
+
 Node = Annotated[
     NamedTupleNode
     | TupleNode
@@ -308,7 +328,8 @@ Node = Annotated[
     | BoolNode
     | StringNode
     | SymbolNode
-    | SingletonNode,
+    | SingletonNode
+    | RefNode,
     Field(discriminator="kind"),
 ]
 """Any schema node (a discriminated union on ``kind``)."""
@@ -332,14 +353,14 @@ class Schema(_Base):
         >>> x = {"kind": "array", "dtype": "float32", "shape": [3, "batch"]}
         >>> doc = Schema.model_validate({"roots": {"x": x}})
         >>> doc.schema_version, doc.roots["x"].summary()
-        ('1.0', 'array float32 (3, batch)')
+        ('2.0', 'array float32 (3, batch)')
         >>> Schema.model_validate_json(doc.to_json()) == doc
         True
     """
 
     schema_version: str = Field(
         default=SCHEMA_VERSION,
-        pattern=r"^1\.[0-9]+$",
+        pattern=r"^2\.[0-9]+$",
         description="Version of this document format: 'MAJOR.MINOR'.",
     )
     producer: Producer | None = None
@@ -353,11 +374,15 @@ class Schema(_Base):
         limits: Limits = (info.context or {}).get("limits", DEFAULT_LIMITS)
         most = limits.max_schema_depth
         stack: list[tuple[Node, int]] = [(node, 1) for node in self.roots.values()]
+        refs = False
         while stack:
             node, depth = stack.pop()
             if depth > most:
                 raise ValueError(f"the tree is deeper than max_schema_depth={most} levels")
+            refs = refs or node.kind == "ref"
             stack.extend((child, depth + 1) for _, child in node.children())
+        if refs:  # (a second walk, with paths, only for the documents that have back-references)
+            _check_ref_targets(self.roots)
         return self
 
     def to_json(self, *, indent: int | None = 2) -> str:
@@ -396,6 +421,45 @@ class Schema(_Base):
             else:
                 raise KeyError(seg)
         return node
+
+
+def path_key(path: TreePath | list[str | int]) -> tuple[str, ...]:
+    """A path compared segment by segment as text: a Dict's key ``3`` is the entry ``"3"``.
+
+    Example:
+        >>> path_key(("d", 3, "x")) == path_key(["d", "3", "x"])
+        True
+    """
+    return tuple(str(seg) for seg in path)
+
+
+def iter_paths(roots: dict[str, Node]) -> Iterator[tuple[TreePath, Node]]:
+    """Every node of ``roots`` with its path, in document order (pre-order: a node before its
+    children, children in order)."""
+    stack: list[tuple[TreePath, Node]] = [((key,), node) for key, node in reversed(roots.items())]
+    while stack:
+        path, node = stack.pop()
+        yield path, node
+        stack.extend(((*path, seg), child) for seg, child in reversed(list(node.children())))
+
+
+def _check_ref_targets(roots: dict[str, Node]) -> None:
+    """Each ``ref`` names a place described earlier in the document (an ancestor or a node
+    before it) that is not itself a ``ref``."""
+    seen: dict[tuple[str, ...], Node] = {}
+    for path, node in iter_paths(roots):
+        if isinstance(node, RefNode):
+            target = seen.get(path_key(node.target))
+            if target is None:
+                raise ValueError(
+                    f"{format_path(path)}: ref target {format_path(tuple(node.target))} is not a place "
+                    "described earlier in the document"
+                )
+            if isinstance(target, RefNode):
+                raise ValueError(
+                    f"{format_path(path)}: ref target {format_path(tuple(node.target))} is a ref"
+                )
+        seen[path_key(path)] = node
 
 
 def format_shape(shape: list[Dim] | tuple[Any, ...]) -> str:

@@ -235,6 +235,16 @@ class ValueSource(Source):
     def sha256(self) -> str:
         return array_sha256(self.wide if self.wide is not None else self.value)
 
+    def object_address(self) -> int | None:
+        # The value's identity, for what is mutable in Julia (what load returns for a Vector{Any},
+        # a Dict, a mutable struct): the same object reached twice is shared, or a cycle.
+        v = self.value
+        if isinstance(v, (list, dict, JuliaArray)) and self.kind in ("vector", "dict"):
+            return id(v)
+        if isinstance(v, JuliaStruct) and v.mutable:
+            return id(v)
+        return None
+
 
 class GroupSource(Source):
     """A mapping of names to values standing for a file group (``load`` returns groups as dicts)."""

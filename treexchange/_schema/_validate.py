@@ -29,6 +29,7 @@ from ._model import (
     NamedTupleNode,
     Node,
     NumberNode,
+    RefNode,
     Schema,
     SingletonNode,
     StringNode,
@@ -37,6 +38,8 @@ from ._model import (
     TupleNode,
     VectorNode,
     format_shape,
+    iter_paths,
+    path_key,
 )
 from ._scalars import format_value, number_compare, number_in
 from ._sources import (
@@ -75,7 +78,8 @@ def validate(
     Returns:
         :class:`treexchange.Mismatch` entries in pre-order, each with its path (inspect
         convention) and message; kinds ``missing``, ``extra``, ``kind``, ``order``, ``type``,
-        ``dtype``, ``shape``, ``checksum``, ``value``.
+        ``dtype``, ``shape``, ``checksum``, ``value``, ``ref`` (not the object a back-reference
+        names, or a cycle the schema does not describe).
 
     Example:
         >>> from treexchange import validate
@@ -136,6 +140,10 @@ class _Checker:
         # by trial matches; max_type_text_depth: how deep type text is parsed.
         self.limits = limits
         self.max_depth = limits.max_schema_depth
+        # Back-references: the places ``ref`` nodes name (path as text -> the identity of the
+        # object met there), and the objects on the current path (identity -> path).
+        self.targets: dict[tuple[str, ...], int | None] = {}
+        self._active: dict[int, TreePath] = {}
 
     def add(self, kind: str, path: TreePath, message: str, *, short: str | None = None) -> None:
         if self.trial:
@@ -168,6 +176,7 @@ class _Checker:
         self._check_roots(doc, roots, name)
 
     def _check_roots(self, doc: Schema, roots: list[tuple[str, Source]], name: str | None) -> None:
+        self.targets = {path_key(n.target): None for _, n in iter_paths(doc.roots) if isinstance(n, RefNode)}
         expected = doc.roots
         if name is not None:
             top = name.split("/")[0]
@@ -208,6 +217,43 @@ class _Checker:
     def node(self, s: Node, a: Source, depth: int) -> None:
         if depth > self.max_depth:
             raise LimitError(f"tree deeper than {self.max_depth} levels", path=a.path)
+        if isinstance(s, RefNode):
+            self._ref(s, a)
+            return
+        identity = a.object_address()
+        if identity is None:
+            self._node(s, a, depth)
+            return
+        back = self._active.get(identity)
+        if back is not None:
+            self.add(
+                "ref", a.path, f"a cycle back to {format_path(back)} found, schema expects {s.summary()}"
+            )
+            return
+        key = path_key(a.path)
+        if key in self.targets:
+            self.targets[key] = identity
+        self._active[identity] = a.path
+        try:
+            self._node(s, a, depth)
+        finally:
+            del self._active[identity]
+
+    def _ref(self, s: RefNode, a: Source) -> None:
+        """The value here must be the very object met at the ref's target (a cycle, or sharing)."""
+        where = format_path(tuple(s.target))
+        expected = self.targets.get(path_key(s.target))
+        found = a.object_address()
+        if expected is not None and found == expected:
+            return
+        if expected is None:
+            self.add(
+                "ref", a.path, f"{a.kind} found; schema expects the object at {where} again, not met there"
+            )
+        else:
+            self.add("ref", a.path, f"a separate {a.kind} found; schema expects the object at {where} again")
+
+    def _node(self, s: Node, a: Source, depth: int) -> None:
         if s.kind != a.kind and not (s.kind in _MAPPING_KINDS and a.kind in _MAPPING_KINDS):
             self.add("kind", a.path, f"{a.kind} found, schema expects {s.summary()}")
             return
@@ -409,6 +455,7 @@ class _Checker:
     def matches(self, s: Node, a: Source) -> bool:
         """Whether ``a`` conforms to ``s`` (structure only: no checksums, no lasting bindings)."""
         trial = _Checker(checksums=False, limits=self.limits, trial=True, bindings=self.bindings)
+        trial.targets, trial._active = dict(self.targets), dict(self._active)
         try:
             trial.node(s, a, 1)
         except _Stop:

@@ -3,7 +3,7 @@
 Versions are ``MAJOR.MINOR``. A reader accepts its own major version; a newer *minor* version of it
 is read with a warning, ignoring keys it does not know (minor versions only add optional keys). A
 newer *major* version is refused with both versions named. Older versions are brought up to date
-by the registered migrations, one step at a time (``0.9`` → ``1.0`` ...), each a function from the
+by the registered migrations, one step at a time (``0.9`` → ``1.0`` → ``2.0``), each a function from the
 old document's JSON data to the next version's.
 """
 
@@ -39,7 +39,7 @@ def register_migration(from_version: str, to_version: str) -> Callable[[Migratio
 
     Example:
         >>> sorted(k for k in _MIGRATIONS)
-        ['0.9']
+        ['0.9', '1.0']
     """
 
     def decorator(func: Migration) -> Migration:
@@ -87,12 +87,12 @@ def load_schema(source: SchemaLike, *, limits: Limits = DEFAULT_LIMITS) -> Schem
 
     Example:
         >>> from treexchange import load_schema
-        >>> load_schema('{"schema_version": "1.0", "roots": {"x": {"kind": "bool"}}}').roots["x"].kind
+        >>> load_schema('{"schema_version": "2.0", "roots": {"x": {"kind": "bool"}}}').roots["x"].kind
         'bool'
-        >>> load_schema({"schema_version": "2.0", "roots": {}})
+        >>> load_schema({"schema_version": "3.0", "roots": {}})
         Traceback (most recent call last):
         ...
-        treexchange._errors.UnsupportedError: schema document version 2.0 is newer than this reader's 1.0 ...
+        treexchange._errors.UnsupportedError: schema document version 3.0 is newer than this reader's 2.0 ...
     """
     if isinstance(source, Schema):
         return source
@@ -114,6 +114,16 @@ def load_schema(source: SchemaLike, *, limits: Limits = DEFAULT_LIMITS) -> Schem
         )
         context["ignore_unknown_keys"] = True
     elif (major, minor) < (cur_major, cur_minor):
+        if major < cur_major and minor > 0 and version not in _MIGRATIONS and f"{major}.0" in _MIGRATIONS:
+            # A later minor of an older major (1.7, from a newer 1.x writer): its additions are
+            # optional keys, so it migrates as its major's .0 does, its unknown keys ignored.
+            warnings.warn(
+                f"schema document version {version} is a newer minor of {major}.0; keys {major}.0 "
+                "does not know are ignored",
+                stacklevel=2,
+            )
+            context["ignore_unknown_keys"] = True
+            data = {**data, "schema_version": f"{major}.0"}
         data = migrate(data)
     try:
         with gc_paused():  # tens of thousands of new objects, all kept: collecting them is wasted time
@@ -128,7 +138,7 @@ def migrate(data: Mapping[str, Any]) -> dict[str, Any]:
     Example:
         >>> old = {"format_version": "0.9", "trees": {"n": {"type": "scalar", "dtype": "int64"}}}
         >>> migrate(old)
-        {'schema_version': '1.0', 'roots': {'n': {'kind': 'number', 'dtype': 'int64'}}}
+        {'schema_version': '2.0', 'roots': {'n': {'kind': 'number', 'dtype': 'int64'}}}
     """
     out = dict(data)
     version = document_version(out)
@@ -285,3 +295,16 @@ def _node_0_9(node: Mapping[str, Any]) -> dict[str, Any]:
     if node.get("doc") is not None:
         new["description"] = node["doc"]
     return new
+
+
+# --- 1.0 -> 2.0 ---------------------------------------------------------------------------------
+#
+# 2.0 adds the node kind "ref" (a back-reference to an earlier path: cycles and shared mutable
+# objects). A new kind is not an optional key, which is all a minor version may add (a 1.x reader
+# cannot read a document holding one), hence a new major version. Every 1.0 document is a 2.0
+# document as it stands: only the version changes.
+
+
+@register_migration("1.0", "2.0")
+def _migrate_1_0(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "schema_version": "2.0"}
