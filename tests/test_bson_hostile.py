@@ -187,3 +187,14 @@ def test_malformed_julia_documents() -> None:
 def _duplicate_names() -> bytes:
     body = b"\x10a\x00" + struct.pack("<i", 1) + b"\x10a\x00" + struct.pack("<i", 2)
     return struct.pack("<i", len(body) + 5) + body + b"\x00"
+
+
+def test_dict_keys_python_cannot_hash_keep_the_pairs() -> None:
+    doc = jl_struct(
+        datatype("Base.Dict", datatype("Core.Array", datatype("Core.Float64"), 1), datatype("Core.Int64")),
+        [array("Core.Float64", np.zeros(2))],
+        [np.int64(1)],
+    )
+    d = tx.load(bson_file({"d": doc}), "d")
+    assert isinstance(d, tx.JuliaStruct) and str(d.type) == "Dict{Array{Float64, 1}, Int64}"
+    assert list(d.fields) == ["keys", "vals"] and d["vals"] == [1]

@@ -21,6 +21,7 @@ from typing import Any
 
 from ._bson import BsonDocument, Session
 from ._errors import LimitError, TreePath
+from ._gc import gc_paused
 from ._juliatype import JuliaType
 from ._limits import DEFAULT_LIMITS, Limits
 from ._plainhdf5 import ValueNode
@@ -163,8 +164,8 @@ class BsonFile(Mapping[str, BsonNode]):
 def read_entry_value(doc: BsonDocument, session: Session, name: str) -> Any:
     """The value of top-level ``name``, read in ``session`` with room on the stack for the
     deepest tree the limits admit."""
-    try:
-        with stack_for_depth(doc.limits.max_depth):
+    try:  # thousands of raw documents made and dropped, values kept: nothing for the collector
+        with stack_for_depth(doc.limits.max_depth), gc_paused():
             return doc.read(session, name)
     except RecursionError as err:
         raise LimitError("structure nested too deeply for Python's stack", path=(name,)) from err

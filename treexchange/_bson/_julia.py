@@ -71,7 +71,7 @@ from .._values import (
     Singleton,
     Symbol,
 )
-from ._container import Blob, Doc, Parser, Seq, bson_depth
+from ._container import Blob, Doc, Lazy, Parser, Seq, bson_depth
 
 _DICT_TYPES = frozenset({"Base.Dict", "Base.IdDict"})
 _TRACKED_ARRAYS = frozenset({"Flux.Tracker.TrackedArray", "Tracker.TrackedArray"})
@@ -94,6 +94,7 @@ _KNOWN_FIELDS: dict[str, tuple[str, ...]] = {
     "Base.Rational": ("num", "den"),
 }
 _IMPLICIT_PARENT = ("Main.Core.", "Main.Base.")
+_INTEGERS = frozenset({np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8, int})
 _TYPE_TAGS = frozenset({"datatype", "unionall", "jl_anonymous", "jl_bottom_type"})
 
 
@@ -152,6 +153,12 @@ class Session:
         self._types: dict[int, Any] = {}
         self._busy: set[tuple[int, str]] = set()
         self._keep: list[Any] = []  # values whose id is in ``shared`` stay alive
+        self._parsed: dict[bytes, Any] = {}  # content -> raw tree of a Lazy document
+        self._type_of_doc: dict[int, Any] = {}  # id(raw tree in _parsed) -> its type
+        self._hash_budget = parser.size + (1 << 20)  # bytes of Lazy documents kept as keys
+        self._at: dict[int, Any] = {}  # offset of a Lazy document -> its raw tree (in _parsed)
+        self._names: dict[int, tuple[Doc, str]] = {}  # id(datatype document) -> its name
+        self._dtypes: dict[int, tuple[JuliaType, np.dtype | None]] = {}  # id(element type) -> dtype
 
     # --- backrefs --------------------------------------------------------------------------
     def raw_backref(self, ref: Any, offset: int, path: TreePath) -> Any:
@@ -175,11 +182,12 @@ class Session:
     def deref(self, raw: Any, path: TreePath) -> Any:
         """``raw`` itself, or the raw tree a backref points to (followed through chains)."""
         hops = 0
+        raw = self.materialize(raw, path)
         while isinstance(raw, Doc) and raw.get("tag") == "backref":
             hops += 1
             if hops > len(self.backrefs):
                 raise FormatError("backrefs refer to each other in a cycle", offset=raw.offset, path=path)
-            raw = self.raw_backref(raw.get("ref"), raw.offset, path)
+            raw = self.materialize(self.raw_backref(raw.get("ref"), raw.offset, path), path)
         return raw
 
     def _follow(self, raw: Doc, role: str, path: TreePath, depth: int) -> Any:
@@ -208,6 +216,27 @@ class Session:
             self._keep.append(result)
         return result
 
+    def materialize(self, raw: Any, path: TreePath) -> Any:
+        """``raw``, or for a :class:`Lazy` document its raw tree: parsed once per distinct
+        content (a layer's type repeats at every layer), while the bytes kept to tell them apart
+        stay within a budget of the file's size (then each is parsed anew: nested types make
+        the same bytes part of many documents)."""
+        if not isinstance(raw, Lazy):
+            return raw
+        seen = self._at.get(raw.offset)
+        if seen is not None:
+            return seen
+        n = raw.end - raw.offset
+        if self._hash_budget < n:
+            return self.parser.value(raw.etype, raw.offset, raw.end, path)
+        self._hash_budget -= n
+        key = bytes(self.buf[raw.offset : raw.end])  # small (a type): its bytes are the key
+        doc = self._parsed.get(key)
+        if doc is None:
+            doc = self._parsed[key] = self.parser.value(raw.etype, raw.offset, raw.end, path)
+        self._at[raw.offset] = doc
+        return doc
+
     # --- values ----------------------------------------------------------------------------
     def _deeper(self, depth: int, raw: Any, path: TreePath) -> None:
         if depth > self.max_depth:
@@ -219,7 +248,10 @@ class Session:
 
     def value(self, raw: Any, path: TreePath, depth: int = 0, *, shared: bool = False) -> Any:
         """The value of a raw tree (``shared``: it was reached through a backref)."""
-        self._deeper(depth, raw, path)
+        if depth > self.max_depth:
+            self._deeper(depth, raw, path)
+        if isinstance(raw, Lazy):
+            raw = self.materialize(raw, path)
         if isinstance(raw, Doc):
             tag = raw.get("tag")
             if tag is None or not isinstance(tag, str):
@@ -268,6 +300,14 @@ class Session:
     def type_param(self, raw: Any, path: TreePath, depth: int) -> Any:
         """A type, or a value standing as a type parameter (``2``, ``(:a, :b)``, a TypeVar)."""
         self._deeper(depth, raw, path)
+        if isinstance(raw, Lazy):
+            doc = self.materialize(raw, path)
+            hit = self._type_of_doc.get(id(doc))
+            if hit is not None and hit[0] is doc:
+                return hit[1]
+            t = self.type_param(doc, path, depth)
+            self._type_of_doc[id(doc)] = (doc, t)
+            return t
         if not isinstance(raw, Doc):
             if isinstance(raw, np.int32):
                 return np.int64(raw)  # a 32-bit Julia wrote Int parameters as Int32
@@ -317,8 +357,21 @@ class Session:
         raise FormatError("BSON.jl datatype parameters are not a list", offset=owner.offset, path=path)
 
     def _raw_name(self, raw: Doc, path: TreePath) -> str:
+        hit = self._names.get(id(raw))
+        if hit is not None and hit[0] is raw:
+            return hit[1]
         parts = raw.get("name")
-        return type_name(parts if isinstance(parts, Seq) else [], raw.offset, path)
+        name = type_name(parts if isinstance(parts, Seq) else [], raw.offset, path)
+        self._names[id(raw)] = (raw, name)
+        return name
+
+    def _numpy_dtype(self, t: JuliaType) -> np.dtype | None:
+        hit = self._dtypes.get(id(t))
+        if hit is not None and hit[0] is t:
+            return hit[1]
+        dtype = numpy_dtype(t)
+        self._dtypes[id(t)] = (t, dtype)
+        return dtype
 
     def _closure_info(self, raw: Doc, path: TreePath) -> dict[str, Any]:
         """What names a closure, read from the raw ``Core.TypeName`` (never raised: it holds the
@@ -393,28 +446,28 @@ class Session:
         return JuliaStruct(t, zip(names, values), mutable=shared)
 
     def _primitive(self, t: JuliaType, data: Blob, path: TreePath) -> Any:
-        dtype = numpy_dtype(t)
+        dtype = self._numpy_dtype(t)
         if dtype is not None and dtype.itemsize == data.length:
             return np.frombuffer(self.buf, dtype, 1, data.offset)[0]
         if data.length > self.limits.max_string_bytes:
             raise LimitError("primitive value larger than max_string_bytes", offset=data.offset, path=path)
         return JuliaBits(t, bytes(self.buf[data.offset : data.offset + data.length]))
 
-    def _dict(self, t: JuliaType, data: Seq, path: TreePath, depth: int) -> JuliaDict:
+    def _dict(self, t: JuliaType, data: Seq, path: TreePath, depth: int) -> JuliaDict | JuliaStruct:
         keys = _elements(self.value(data[0], (*path, "keys"), depth + 1))
         vals = _elements(self.value(data[1], (*path, "vals"), depth + 1))
         if keys is None or vals is None or len(keys) != len(vals):
             raise FormatError(
                 "BSON.jl Dict whose keys and values do not pair up", offset=data.offset, path=path
             )
-        out = JuliaDict()
-        for k, v in zip(keys, vals):
-            try:
-                out[k] = v
-            except TypeError:
-                raise UnsupportedError(
-                    f"Dict key of type {type(k).__name__} cannot be a Python dict key", path=path
-                ) from None
+        out: JuliaDict | None = JuliaDict()
+        try:
+            for k, v in zip(keys, vals):
+                out[k] = v  # type: ignore[index]
+        except TypeError:  # a key Python cannot hash (an array, a struct): the pairs as stored
+            out = None
+        if out is None or len(out) != len(keys):  # or two keys distinct in Julia, equal in Python
+            return JuliaStruct(t, {"keys": list(keys), "vals": list(vals)})
         out.julia_type = t
         return out
 
@@ -437,7 +490,7 @@ class Session:
             return self._object_array(eltype, items, shape)
         if not isinstance(data, Blob):
             raise FormatError("BSON.jl array without its data", offset=raw.offset, path=path)
-        dtype = numpy_dtype(eltype)
+        dtype = self._numpy_dtype(eltype)
         if dtype is not None:
             return self._bytes_array(data, dtype, shape, path)
         if data.length == 0 and count > 0:  # zero-size elements (nothing, a singleton type)
@@ -476,24 +529,28 @@ class Session:
         size = self.deref(raw.get("size"), path)
         dims: Any
         if isinstance(size, Seq):
-            dims = list(size)
+            dims = size
         elif isinstance(size, Doc) and size.get("tag") == "array":
             arr = self.value(size, path)
             dims = list(arr) if isinstance(arr, np.ndarray) else None
         else:
             dims = None
-        if dims is None or not all(
-            isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)) for d in dims
-        ):
+        if dims is None:
             raise FormatError("BSON.jl array size is not a list of integers", offset=raw.offset, path=path)
         if len(dims) > 64:
             raise LimitError(f"array of {len(dims)} dimensions", offset=raw.offset, path=path)
-        out = tuple(int(d) for d in dims)
-        if any(d < 0 for d in out):
-            raise FormatError(
-                f"BSON.jl array size {out} has a negative dimension", offset=raw.offset, path=path
-            )
-        return out
+        out = []
+        for d in dims:
+            if type(d) not in _INTEGERS:
+                raise FormatError(
+                    "BSON.jl array size is not a list of integers", offset=raw.offset, path=path
+                )
+            if d < 0:
+                raise FormatError(
+                    f"BSON.jl array size {tuple(dims)} has a negative dimension", offset=raw.offset, path=path
+                )
+            out.append(int(d))
+        return tuple(out)
 
     def _bytes_array(self, data: Blob, dtype: np.dtype, shape: tuple[int, ...], path: TreePath) -> np.ndarray:
         count = 1
