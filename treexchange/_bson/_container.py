@@ -59,23 +59,18 @@ _F64 = struct.Struct("<d")
 
 
 class Doc(dict):  # type: ignore[type-arg]
-    """A BSON document: key -> raw value, in file order; ``offset`` is where it starts."""
+    """A BSON document: key -> raw value, in file order; ``offset`` is where it starts (set by
+    the parser: no ``__init__`` of our own, so making one costs what a ``dict`` costs)."""
 
     __slots__ = ("offset",)
-
-    def __init__(self, offset: int) -> None:
-        super().__init__()
-        self.offset = offset
+    offset: int
 
 
 class Seq(list):  # type: ignore[type-arg]
-    """A BSON array: its raw values in order; ``offset`` is where it starts."""
+    """A BSON array: its raw values in order; ``offset`` is where it starts (see :class:`Doc`)."""
 
     __slots__ = ("offset",)
-
-    def __init__(self, offset: int) -> None:
-        super().__init__()
-        self.offset = offset
+    offset: int
 
 
 class Blob:
@@ -295,7 +290,8 @@ class Parser:
                             raise LimitError(
                                 f"BSON documents nested deeper than {self.max_depth}", offset=vpos, path=kpath
                             )
-                        child = self._open(etype, vpos)
+                        child = Doc() if etype == DOCUMENT else Seq()
+                        child.offset = vpos
                         if is_seq:
                             container.append(child)
                         else:
@@ -319,4 +315,6 @@ class Parser:
 
     @staticmethod
     def _open(etype: int, off: int) -> Doc | Seq:
-        return Doc(off) if etype == DOCUMENT else Seq(off)
+        made = Doc() if etype == DOCUMENT else Seq()
+        made.offset = off
+        return made
