@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import machine, markdown_table, parse_size  # (after the path tweak)
 
 import treexchange as tx
-from treexchange._save import convert
 from treexchange._bson._writer import array, backref, bson_file, datatype, struct, tuple_
+from treexchange._save import convert
 
 
 def bson_chain(size: int, layers: int) -> bytes:
