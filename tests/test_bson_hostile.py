@@ -198,3 +198,15 @@ def test_dict_keys_python_cannot_hash_keep_the_pairs() -> None:
     d = tx.load(bson_file({"d": doc}), "d")
     assert isinstance(d, tx.JuliaStruct) and str(d.type) == "Dict{Array{Float64, 1}, Int64}"
     assert list(d.fields) == ["keys", "vals"] and d["vals"] == [1]
+
+
+def test_early_bson_jl_forms() -> None:
+    """BSON.jl of early 2018: parameters as a SimpleVector, symbols as plain strings, no Main."""
+    t = {"tag": "datatype", "name": ["Foo"], "params": {"tag": "svec", "data": [datatype("Core.Float32"), 2]}}
+    v = tx.load(bson_file({"x": jl_struct(t, 1.5)}), "x")
+    assert str(v.type) == "Foo{Float32, 2}" and v["1"] == 1.5
+    # A 32-bit Julia: Int32 sizes and type parameters
+    doc = {"tag": "array", "type": datatype("Core.Float64"), "size": [np.int32(2)], "data": np.zeros(2)}
+    assert tx.load(bson_file({"a": doc}), "a").shape == (2,)
+    v = tx.load(bson_file({"x": jl_struct(datatype("Main.P", np.int32(3)), 1)}), "x")
+    assert v.type.params[0] == 3 and v.type.params[0].dtype == np.int64

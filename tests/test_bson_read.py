@@ -164,3 +164,21 @@ def test_storage_order_and_copies() -> None:
     assert storage.shape == (784, 16) and storage.flags.c_contiguous
     np.testing.assert_array_equal(storage, julia.T)
     assert copied.flags.owndata and tx.values_equal(copied, julia)
+
+
+def test_command_line_on_bson_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from treexchange._cli import main
+
+    path = require_fixture("bson/dhairya_juliacon2020_mnist_conv2_params.bson")
+    assert main(["inspect", str(path), "--json", "acc"]) == 0
+    rec = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert rec == {"path": ["acc"], "kind": "number", "julia_type": "Float64", "value": 0.9874}
+    out = tmp_path / "new.jld2"
+    assert main(["convert", str(path), str(out)]) == 0
+    assert tx.values_equal(tx.load(out), tx.load(path))
+    capsys.readouterr()
+    assert main(["diff", str(path), str(out)]) == 0  # the JLD2 copy holds the same tree
+    assert capsys.readouterr().out.splitlines()[-1] == "no differences"
+    copy = tmp_path / "model.weights"  # any name: a BSON file is told by its content
+    copy.write_bytes(path.read_bytes())
+    assert tx.load(copy, "epoch_idx") == 11

@@ -263,9 +263,8 @@ def _text_lines(root: LazyNode, type_width: int, budget: int) -> Iterator[str]:
         indent = "  " * max(depth - root_depth_offset, 0)
         kind = node.kind
         jt = _clip(type_text(node.julia_type), type_width)
-        note = getattr(node, "note", None)
-        if note:
-            jt += f"  [{note}]"
+        note = getattr(node, "note", None)  # what the reader changed here: ends the line
+        end = f"  [{note}]" if note else ""
         if ref is not None:
             where = format_path(ref) if ref else "/"  # the root group: "/", as HDF5 names it
             cyclic = tuple(node.path[: len(ref)]) == tuple(ref)
@@ -284,20 +283,20 @@ def _text_lines(root: LazyNode, type_width: int, budget: int) -> Iterator[str]:
             nbytes += size
             dims = "×".join(str(d) for d in shape) if shape else "0-dim"
             dtype = presented_dtype_name(np.dtype(node.dtype))
-            yield f"{indent}{label}: {jt}  {dims}  {dtype}  {_human(size)}"
+            yield f"{indent}{label}: {jt}  {dims}  {dtype}  {_human(size)}{end}"
         elif kind in ("number", "bool", "string", "symbol"):
             leaves += 1
             value = json_scalar(node.read())
             shown = json.dumps(value, ensure_ascii=False) if kind in ("string", "symbol", "bool") else value
             if kind == "symbol":
                 shown = ":" + str(value)
-            yield f"{indent}{label}: {jt} = {_clip(str(shown), 60)}"
+            yield f"{indent}{label}: {jt} = {_clip(str(shown), 60)}{end}"
         elif kind == "singleton":
             leaves += 1
-            yield f"{indent}{label}: {jt}"
+            yield f"{indent}{label}: {jt}{end}"
         else:
             n = len(node)
-            yield f"{indent}{label}: {jt}  ({kind}, {n} {'entry' if n == 1 else 'entries'})"
+            yield f"{indent}{label}: {jt}  ({kind}, {n} {'entry' if n == 1 else 'entries'}){end}"
     yield f"-- {leaves} leaves, {arrays} arrays, {_human(nbytes)} of array data"
 
 

@@ -346,6 +346,8 @@ class Session:
 
     def _params(self, raw: Any, owner: Doc, path: TreePath, depth: int) -> list[Any]:
         """A datatype's parameters: a BSON array, or (all of them Ints) a BSON.jl ``array``."""
+        if isinstance(raw, Doc) and raw.get("tag") in ("svec", "tuple") and isinstance(raw.get("data"), Seq):
+            raw = raw["data"]  # BSON.jl of early 2018 stored the parameters' SimpleVector itself
         if isinstance(raw, Seq):
             return [self.type_param(p, path, depth + 1) for p in raw]
         if isinstance(raw, Doc) and raw.get("tag") in ("array", "backref"):
