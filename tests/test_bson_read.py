@@ -14,7 +14,8 @@ from conftest import SKIP_REASON, fixture_files, fixture_ids, require_fixture
 
 import treexchange as tx
 from treexchange._bson import is_device_array
-from treexchange._inspect import iter_records, text_lines
+from treexchange._inspect import iter_records, text_lines, walk_nodes
+from treexchange._nodeproto import CONTAINER_KINDS, LazyFile, LazyNode, is_node
 from treexchange._save import convert
 
 BSON_FILES = fixture_files("bson/*.bson")
@@ -62,6 +63,8 @@ def test_every_bson_file_loads_inspects_infers_and_converts(path: Path, tmp_path
     convert(path, out)
     back = tx.load(out)
     assert tx.values_equal(back, value)
+    with tx.open(out) as f:  # the JLD2 copy lists exactly as the BSON file does (notes aside)
+        assert list(iter_records(f)) == [{k: v for k, v in r.items() if k != "note"} for r in records]
     with h5py.File(out, "r") as h:  # the independent reader sees every name and every array
         assert set(h) - {"_types"} == set(value)
         n_datasets = []
@@ -182,3 +185,19 @@ def test_command_line_on_bson_files(tmp_path: Path, capsys: pytest.CaptureFixtur
     copy = tmp_path / "model.weights"  # any name: a BSON file is told by its content
     copy.write_bytes(path.read_bytes())
     assert tx.load(copy, "epoch_idx") == 11
+
+
+@pytest.mark.parametrize("path", PARAMS, ids=fixture_ids(BSON_FILES) if BSON_FILES else None)
+def test_bson_nodes_follow_the_node_protocol(path: Path) -> None:
+    with tx.open(path) as f:
+        assert isinstance(f, LazyFile) and f.kind == "group" and f.path == ()
+        for node, _ in walk_nodes(f):
+            assert isinstance(node, LazyNode) and is_node(node)
+            if node.kind in CONTAINER_KINDS:
+                kids = list(node.children())
+                assert len(kids) == len(node)
+                assert [child.path for _, child in kids] == [(*node.path, seg) for seg, _ in kids]
+            elif node.kind == "array":
+                assert node.shape == node.read().shape and node.dtype == node.read().dtype
+        entry = next(iter(f))
+        assert tx.values_equal(f[entry].read(), tx.load(path, entry))
