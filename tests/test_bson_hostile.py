@@ -13,7 +13,15 @@ from _bson_fuzz import kitchen_sink
 
 import treexchange as tx
 from treexchange import FormatError, LimitError, TreexchangeError, UnsupportedError, WrongFormatError
-from treexchange._bson._writer import array, backref, bson_file, datatype, struct as jl_struct, tuple_
+from treexchange._bson._writer import (
+    array,
+    backref,
+    bson_file,
+    datatype,
+    primitive,
+    struct as jl_struct,
+    tuple_,
+)
 from treexchange._inspect import json_lines, text_lines
 
 
@@ -210,3 +218,15 @@ def test_early_bson_jl_forms() -> None:
     assert tx.load(bson_file({"a": doc}), "a").shape == (2,)
     v = tx.load(bson_file({"x": jl_struct(datatype("Main.P", np.int32(3)), 1)}), "x")
     assert v.type.params[0] == 3 and v.type.params[0].dtype == np.int64
+
+
+def test_complex_scalars_and_element_limits() -> None:
+    c64 = datatype("Base.Complex", datatype("Core.Float32"))
+    f32 = datatype("Core.Float32")
+    z = jl_struct(c64, primitive(f32, np.float32(1).tobytes()), primitive(f32, np.float32(-2).tobytes()))
+    v = tx.load(bson_file({"z": z}), "z")
+    assert v == np.complex64(1 - 2j) and v.dtype == np.complex64  # as JLD2 reads a Complex
+    raw = bson_file({"a": list(range(100))})
+    with pytest.raises(LimitError, match="max_elements") as err:
+        tx.load(raw, limits=tx.Limits(max_elements=50))
+    assert err.value.path == ("a",)

@@ -280,6 +280,12 @@ class Session:
         return raw  # scalars: numpy int32 / int64 / float64, bool, str, None
 
     def _items(self, seq: Seq, path: TreePath, depth: int) -> list[Any]:
+        if len(seq) > self.limits.max_elements:
+            raise LimitError(
+                f"array of {len(seq)} elements exceeds max_elements={self.limits.max_elements}",
+                offset=seq.offset,
+                path=path,
+            )
         return [self.value(x, (*path, i), depth + 1) for i, x in enumerate(seq, 1)]
 
     def _field(self, raw: Doc, key: str, kind: type | tuple[type, ...]) -> Any:
@@ -439,6 +445,10 @@ class Session:
         if t.name == "Core.NamedTuple" and t.params and isinstance(t.params[0], tuple):
             if len(t.params[0]) == len(values) and len(set(names)) == len(names):
                 return NamedTuple(zip(names, values))
+        if t.name == "Base.Complex" and len(values) == 2:  # a number, as JLD2 reads it
+            dtype = self._numpy_dtype(t)
+            if dtype is not None and all(isinstance(x, np.floating) for x in values):
+                return dtype.type(complex(float(values[0]), float(values[1])))
         if t.name == "Base.Missing" and not values:
             return MISSING
         if t.name == "Core.Nothing" and not values:
