@@ -13,16 +13,11 @@ from _bson_fuzz import kitchen_sink
 
 import treexchange as tx
 from treexchange import FormatError, LimitError, TreexchangeError, UnsupportedError, WrongFormatError
-from treexchange._bson._writer import (
-    array,
-    backref,
-    bson_file,
-    datatype,
-    primitive,
-    struct as jl_struct,
-    tuple_,
-)
+from treexchange._bson import _writer
+from treexchange._bson._writer import array, backref, bson_file, datatype, primitive, tuple_
 from treexchange._inspect import json_lines, text_lines
+
+jl_struct = _writer.struct  # (a BSON.jl struct document; the name struct is the stdlib's here)
 
 
 def _read_all(raw: bytes) -> None:
