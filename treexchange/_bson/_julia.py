@@ -263,14 +263,14 @@ class Session:
             if tag == "array":
                 return self._array(raw, path, depth)
             if tag in ("tuple", "svec"):
-                return tuple(self._items(self._field(raw, "data", Seq), path, depth))
+                return tuple(self._items(self._field(raw, "data", Seq, path), path, depth))
             if tag == "symbol":
-                return Symbol(self._field(raw, "name", str))
+                return Symbol(self._field(raw, "name", str, path))
             if tag in _TYPE_TAGS:
                 t = self.type_param(raw, path, depth)
                 return Singleton(JuliaType("Core.Type", (t,)))
             if tag == "ref":
-                parts = self._field(raw, "path", Seq)
+                parts = self._field(raw, "path", Seq, path)
                 return JuliaStruct("Core.Module", {"name": Symbol(".".join(str(p) for p in parts))})
             return self._symbol_dict(raw, path, depth)  # an unknown tag: BSON.jl keeps the Dict too
         if isinstance(raw, Seq):
@@ -288,11 +288,13 @@ class Session:
             )
         return [self.value(x, (*path, i), depth + 1) for i, x in enumerate(seq, 1)]
 
-    def _field(self, raw: Doc, key: str, kind: type | tuple[type, ...]) -> Any:
+    def _field(self, raw: Doc, key: str, kind: type | tuple[type, ...], path: TreePath = ()) -> Any:
         x = raw.get(key)
         if not isinstance(x, kind):
             tag = raw.get("tag")
-            raise FormatError(f"BSON.jl {tag!r} document without a valid {key!r}", offset=raw.offset)
+            raise FormatError(
+                f"BSON.jl {tag!r} document without a valid {key!r}", offset=raw.offset, path=path
+            )
         return x
 
     def _symbol_dict(self, raw: Doc, path: TreePath, depth: int) -> JuliaDict:
@@ -322,7 +324,7 @@ class Session:
         if tag == "backref":
             return self._follow(raw, "type", path, depth)
         if tag == "datatype":
-            name = type_name(self._field(raw, "name", Seq), raw.offset, path)
+            name = type_name(self._field(raw, "name", Seq, path), raw.offset, path)
             params = tuple(self._params(raw.get("params"), raw, path, depth))
             if name in _TRACKED_ARRAYS and len(params) == 3:
                 return params[2]  # TrackedArray{T,N,A} reads as A
@@ -342,7 +344,7 @@ class Session:
         if tag == "struct":
             t = self.deref(raw.get("type"), path)
             if isinstance(t, Doc) and t.get("tag") == "datatype" and self._raw_name(t, path) == "Core.Union":
-                members = [self.type_param(x, path, depth + 1) for x in self._field(raw, "data", Seq)]
+                members = [self.type_param(x, path, depth + 1) for x in self._field(raw, "data", Seq, path)]
                 flat: list[Any] = []
                 for m in members:
                     is_union = isinstance(m, JuliaType) and m.name == "Core.Union"
