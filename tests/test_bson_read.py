@@ -129,6 +129,11 @@ def test_closure_names_itself_and_is_never_run() -> None:
     assert (c.name, c.module, c.file, c.line) == ("#3", "Main", "REPL[9]", 8)
     assert c.type.name == "Main.#3#4" and c.captures == ()
     assert isinstance(c, tx.Singleton) and "REPL[9]:8" in repr(c)
+    path = require_fixture("bson/dhairya_juliacon2020_model_conv_chain.bson")
+    with tx.open(path) as f:
+        notes = [r for r in iter_records(f) if "note" in r]
+    assert [(r["path"], r["kind"]) for r in notes] == [(["model", "1", 7], "singleton")]
+    assert notes[0]["note"].startswith("closure #3 defined at REPL[9]:8")
 
 
 def test_cuarray_reads_as_a_struct_of_pointers_and_is_told_apart() -> None:

@@ -415,6 +415,8 @@ class Session:
             t = self.type_param(raw.get("type"), path, depth + 1)
             info = self._closure_info(rtype, path)
             captures = tuple(self._items(data, path, depth)) if isinstance(data, Seq) else ()
+            where = f" defined at {info['file']}:{info['line']}" if info["file"] else ""
+            self.notes[path] = f"closure {info['name'] or t.basename}{where} (never run)"
             return Closure(
                 t,
                 name=info["name"],
