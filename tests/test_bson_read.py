@@ -206,3 +206,18 @@ def test_bson_nodes_follow_the_node_protocol(path: Path) -> None:
                 assert node.shape == node.read().shape and node.dtype == node.read().dtype
         entry = next(iter(f))
         assert tx.values_equal(f[entry].read(), tx.load(path, entry))
+
+
+def test_a_shared_mutable_struct_is_one_object_listed_once() -> None:
+    from treexchange._bson._writer import backref, bson_file, datatype, struct
+
+    cell = struct(datatype("Main.Cell"), 1.5, "x")
+    raw = bson_file({"a": (struct(datatype("Main.Pairish"), backref(1), backref(1)))}, [cell])
+    a = tx.load(raw, "a")
+    assert a["1"] is a["2"] and a["1"].mutable and not a.mutable
+    with tx.open(raw) as f:
+        records = list(iter_records(f))
+    refs = [r for r in records if "ref" in r]
+    assert [(r["path"], r["ref"]) for r in refs] == [(["a", "2"], ["a", "1"])]
+    out = tx.load(raw)
+    assert tx.values_equal(out["a"]["1"], tx.JuliaStruct("Main.Cell", {"1": np.float64(1.5), "2": "x"}))
