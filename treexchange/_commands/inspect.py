@@ -17,8 +17,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         usage="treexchange inspect [-h] FILE [--json] [--allow-hdf5] [NAME]",
         help="show the tree of a JLD2 or BSON.jl file (types, Julia-order shapes, dtypes, sizes)",
         description=(
-            "Print the tree of values in a JLD2 (or BSON.jl) file: one line per node with its Julia type, and "
-            "for arrays the Julia-order shape, dtype and size; totals at the end. With --json, "
+            "Print the tree of values in a JLD2 (or BSON.jl) file: one line per node with its Julia "
+            "type, and for arrays the Julia-order shape, dtype and size; totals at the end. With --json, "
             "print JSON Lines (one object per node, pre-order: path, kind, julia_type; arrays: "
             "dtype, shape, sha256; numbers/bools/strings/symbols: value)."
         ),
