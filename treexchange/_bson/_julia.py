@@ -159,6 +159,8 @@ class Session:
         self._at: dict[int, Any] = {}  # offset of a Lazy document -> its raw tree (in _parsed)
         self._names: dict[int, tuple[Doc, str]] = {}  # id(datatype document) -> its name
         self._dtypes: dict[int, tuple[JuliaType, np.dtype | None]] = {}  # id(element type) -> dtype
+        # id(a struct's type document) -> (it, its raw name, its type): a layer type read once
+        self._struct_types: dict[int, tuple[Any, str, JuliaType]] = {}
 
     # --- backrefs --------------------------------------------------------------------------
     def raw_backref(self, ref: Any, offset: int, path: TreePath) -> Any:
@@ -425,12 +427,17 @@ class Session:
                 line=info["line"],
                 captures=captures,
             )
-        raw_name = (
-            self._raw_name(rtype, path) if isinstance(rtype, Doc) and rtype.get("tag") == "datatype" else ""
-        )
-        t = self.type_param(raw.get("type"), path, depth + 1)
-        if not isinstance(t, JuliaType):
-            raise FormatError("BSON.jl struct whose type is not a type", offset=raw.offset, path=path)
+        known = self._struct_types.get(id(rtype))
+        if known is not None and known[0] is rtype:
+            _, raw_name, t = known
+        else:
+            is_datatype = isinstance(rtype, Doc) and rtype.get("tag") == "datatype"
+            raw_name = self._raw_name(rtype, path) if is_datatype else ""
+            t = self.type_param(raw.get("type"), path, depth + 1)
+            if not isinstance(t, JuliaType):
+                raise FormatError("BSON.jl struct whose type is not a type", offset=raw.offset, path=path)
+            if isinstance(rtype, Doc):  # a document kept alive by the caches: its id stays unique
+                self._struct_types[id(rtype)] = (rtype, raw_name, t)
         if isinstance(data, Blob):
             return self._primitive(t, data, path)
         if not isinstance(data, Seq):
@@ -605,7 +612,10 @@ def _field_names(t: JuliaType, n: int) -> list[str]:
     known = _KNOWN_FIELDS.get(t.name)
     if known is not None and len(known) == n:
         return list(known)
-    return [str(i) for i in range(1, n + 1)]
+    return list(_POSITIONS[:n]) if n <= len(_POSITIONS) else [str(i) for i in range(1, n + 1)]
+
+
+_POSITIONS = tuple(str(i) for i in range(1, 65))
 
 
 def _symbol_text(raw: Any) -> str | None:
