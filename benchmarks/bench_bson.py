@@ -19,6 +19,7 @@ Usage::
 
     python benchmarks/bench_bson.py                 # ~100 MB, 50 layers
     python benchmarks/bench_bson.py --size 20MB --repeat 3 --json out.json
+    python benchmarks/bench_bson.py ../shared/julia_fixtures/bson/*.bson   # real files, each vs its JLD2 copy
 """
 
 from __future__ import annotations
@@ -92,7 +93,12 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=50)
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--json", help="also write the figures here")
+    ap.add_argument(
+        "files", nargs="*", help="real BSON.jl files to measure instead (each against its JLD2 copy)"
+    )
     args = ap.parse_args()
+    if args.files:
+        return _real_files([Path(f) for f in args.files], args.repeat)
 
     with tempfile.TemporaryDirectory() as d:
         bson_path, jld2_path = Path(d, "model.bson"), Path(d, "model.jld2")
@@ -125,6 +131,25 @@ def main() -> int:
         Path(args.json).write_text(
             json.dumps({"machine": machine(), "sizes": sizes, "best_cpu_s": best}, indent=1)
         )
+    return 0
+
+
+def _real_files(paths: list[Path], repeat: int) -> int:
+    """``load`` of each real BSON.jl file against its JLD2 copy, CPU ms, best of interleaved runs."""
+    rows = []
+    with tempfile.TemporaryDirectory() as d:
+        for path in paths:
+            copy = Path(d, path.stem + ".jld2")
+            convert(path, copy, verify=False)
+            best = {"bson": float("inf"), "jld2": float("inf")}
+            for _ in range(repeat + 1):
+                for fmt, p in (("bson", path), ("jld2", copy)):
+                    best[fmt] = min(best[fmt], _cpu(lambda p=p: tx.load(p)))
+            rows.append(
+                [path.name, f"{path.stat().st_size / 1e6:.2f}", f"{best['bson'] * 1e3:.2f}",
+                 f"{best['jld2'] * 1e3:.2f}", f"{best['bson'] / best['jld2']:.2f}"]
+            )  # fmt: skip
+    print(markdown_table(["file", "MB", "BSON ms (CPU)", "JLD2 ms (CPU)", "BSON / JLD2"], rows))
     return 0
 
 
