@@ -16,6 +16,7 @@ from treexchange import FormatError, LimitError, TreexchangeError, UnsupportedEr
 from treexchange._bson import _writer
 from treexchange._bson._writer import array, backref, bson_file, datatype, primitive, tuple_
 from treexchange._inspect import json_lines, text_lines
+from treexchange._recursion import stack_for_depth
 
 jl_struct = _writer.struct  # (a BSON.jl struct document; the name struct is the stdlib's here)
 
@@ -225,3 +226,21 @@ def test_complex_scalars_and_element_limits() -> None:
     with pytest.raises(LimitError, match="max_elements") as err:
         tx.load(raw, limits=tx.Limits(max_elements=50))
     assert err.value.path == ("a",)
+
+
+def test_deeply_nested_values_list_without_exhausting_the_stack() -> None:
+    def nested(n: int) -> bytes:
+        x: object = 1.0
+        for _ in range(n):
+            x = tuple_(x)
+        with stack_for_depth(n):  # the test writer recurses per level
+            return bson_file({"x": x})
+
+    raw = nested(1000)  # a value 1000 levels deep, its type as deep
+    x, depth = tx.load(raw, "x"), 0
+    while isinstance(x, tuple):
+        x, depth = x[0], depth + 1
+    assert depth == 1000 and x == 1.0
+    _read_all(raw)
+    with pytest.raises(LimitError, match="nested deeper than 1040"):
+        tx.load(nested(1041))

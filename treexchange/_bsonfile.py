@@ -24,6 +24,7 @@ from ._errors import LimitError, TreePath
 from ._gc import gc_paused
 from ._juliatype import JuliaType
 from ._limits import DEFAULT_LIMITS, Limits
+from ._nodeproto import CONTAINER_KINDS
 from ._plainhdf5 import ValueNode
 from ._recursion import stack_for_depth
 from ._typeof import SharedTypes, kind_of
@@ -38,7 +39,14 @@ class BsonNode(ValueNode):
         self._value = value
         self.path = path
         self.kind = kind_of(value, path=path)
-        self.julia_type = context.types.of(value, path)
+        if self.kind in CONTAINER_KINDS:  # typed recursively: room for the deepest tree admitted
+            try:
+                with stack_for_depth(context.session.limits.max_depth):
+                    self.julia_type = context.types.of(value, path)
+            except RecursionError as err:
+                raise LimitError("structure nested too deeply for Python's stack", path=path) from err
+        else:
+            self.julia_type = context.types.of(value, path)
         self._context = context
         # A value BSON.jl stored once and referred to from several places: its backref index.
         self.object_address = context.session.shared.get(id(value))

@@ -38,6 +38,7 @@ from ._errors import LimitError, TreexchangeError, format_path
 from ._gc import gc_paused
 from ._jsonform import array_sha256, json_scalar
 from ._nodeproto import CONTAINER_KINDS, LazyFile, LazyNode
+from ._recursion import stack_for_depth
 from ._typeof import presented_dtype_name
 
 
@@ -187,7 +188,8 @@ def iter_records(file: LazyFile, name: str | None = None) -> Iterator[dict[str, 
         [(['a'], 'array', 'Array{Float64, 1}')]
     """
     type_text = _TypeText()
-    with gc_paused():
+    # Types are printed recursively: room on the stack for the deepest the limits admit.
+    with gc_paused(), stack_for_depth(file.limits.max_depth):
         for node, _, ref in walk_refs(select(file, name), node_budget(file)):
             if ref is not None:
                 yield {
@@ -247,7 +249,7 @@ def text_lines(file: LazyFile, name: str | None = None, *, type_width: int = 100
         a: Array{Float64, 1}  2  float64  16 B
         -- 1 leaves, 1 arrays, 16 B of array data
     """
-    with gc_paused():
+    with gc_paused(), stack_for_depth(file.limits.max_depth):  # (types printed recursively)
         yield from _text_lines(select(file, name), type_width, node_budget(file))
 
 

@@ -46,7 +46,8 @@ device pointers (:func:`is_device_array`).
 
 Every number from the file is checked before it sizes anything (array sizes against the bytes
 present and ``Limits``), backrefs are followed once each (cached) and a cycle of them is refused,
-and the nesting is bounded by :func:`treexchange._bson._container.bson_depth`.
+and the nesting is bounded: BSON documents by :func:`treexchange._bson._container.bson_depth`,
+values with their types (backref hops counted) by ``_limits.type_depth``.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ import numpy as np
 
 from .._errors import FormatError, LimitError, TreePath, UnsupportedError
 from .._juliatype import JuliaType, where_type
-from .._limits import Limits
+from .._limits import Limits, type_depth
 from .._typeof import BOTTOM, numpy_dtype
 from .._values import (
     MISSING,
@@ -71,7 +72,7 @@ from .._values import (
     Singleton,
     Symbol,
 )
-from ._container import Blob, Doc, Lazy, Parser, Seq, bson_depth
+from ._container import Blob, Doc, Lazy, Parser, Seq
 
 _DICT_TYPES = frozenset({"Base.Dict", "Base.IdDict"})
 _TRACKED_ARRAYS = frozenset({"Flux.Tracker.TrackedArray", "Tracker.TrackedArray"})
@@ -144,7 +145,9 @@ class Session:
         self.backrefs = backrefs
         self.order = order
         self.mmap = mmap
-        self.max_depth = bson_depth(self.limits)
+        # Values and their types, one count (a value max_depth deep has a type about twice as
+        # deep; backref hops counted too): the reader's type_depth.
+        self.max_depth = type_depth(self.limits)
         self.max_virtual = self.limits.virtual_elements_for(parser.size)
         self.notes: dict[TreePath, str] = {}
         self.shared: dict[int, int] = {}  # id(value) -> backref index, for values reached by backref
@@ -243,7 +246,7 @@ class Session:
     def _deeper(self, depth: int, raw: Any, path: TreePath) -> None:
         if depth > self.max_depth:
             raise LimitError(
-                f"BSON.jl values nested deeper than {self.max_depth} levels",
+                f"BSON.jl values and types nested deeper than {self.max_depth} levels",
                 offset=getattr(raw, "offset", None),
                 path=path,
             )
@@ -308,8 +311,10 @@ class Session:
 
     # --- types -----------------------------------------------------------------------------
     def type_param(self, raw: Any, path: TreePath, depth: int) -> Any:
-        """A type, or a value standing as a type parameter (``2``, ``(:a, :b)``, a TypeVar)."""
-        self._deeper(depth, raw, path)
+        """A type, or a value standing as a type parameter (``2``, ``(:a, :b)``, a TypeVar).
+        ``depth`` counts the levels above: the value's, then the type's own."""
+        if depth > self.max_depth:
+            self._deeper(depth, raw, path)
         if isinstance(raw, Lazy):
             doc = self.materialize(raw, path)
             hit = self._type_of_doc.get(id(doc))
