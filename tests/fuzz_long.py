@@ -1,5 +1,6 @@
 """The long fuzz run, outside CI: the mutations of tests/test_fuzz_read.py on every fixture, every
-hostile file and files treexchange writes, many cases.
+hostile file and files treexchange writes, and those of tests/_bson_fuzz.py on the BSON.jl files,
+many cases.
 
 Usage (from the repository, with ``PYTHONPATH`` set to it)::
 
@@ -30,6 +31,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import test_fuzz_read as fz
+from _bson_fuzz import BsonSeed, bson_seeds
 from conftest import FIXTURES
 
 import treexchange as tx
@@ -93,12 +95,13 @@ def main() -> int:
     args = ap.parse_args()
 
     raw_seeds = fixture_seeds() + fz._hostile_seeds() + written_seeds() + fz._seeds()[:1]
-    seeds = []
+    seeds: list[fz._Seed | BsonSeed] = []
     for name, raw in raw_seeds:
         try:
             seeds.append(fz._Seed(name, raw))
         except tx.TreexchangeError:
             pass  # a seed we cannot even parse for pointers: its bytes are still fuzzed by others
+    seeds += [BsonSeed(name, raw) for name, raw in bson_seeds()]  # BSON.jl files, their own mutations
     rng = random.Random(args.seed)
     counts = {"cases": 0, "ok": 0, "treexchange_error": 0, "other_exception": 0, "hang": 0, "slow": 0}
     failures: list[str] = []

@@ -14,7 +14,8 @@ from conftest import SKIP_REASON, fixture_files, fixture_ids, require_fixture
 
 import treexchange as tx
 from treexchange._bson import is_device_array
-from treexchange._inspect import iter_records, text_lines
+from treexchange._inspect import iter_records, text_lines, walk_nodes
+from treexchange._nodeproto import CONTAINER_KINDS, LazyFile, LazyNode, is_node
 from treexchange._save import convert
 
 BSON_FILES = fixture_files("bson/*.bson")
@@ -62,6 +63,8 @@ def test_every_bson_file_loads_inspects_infers_and_converts(path: Path, tmp_path
     convert(path, out)
     back = tx.load(out)
     assert tx.values_equal(back, value)
+    with tx.open(out) as f:  # the JLD2 copy lists exactly as the BSON file does (notes aside)
+        assert list(iter_records(f)) == [{k: v for k, v in r.items() if k != "note"} for r in records]
     with h5py.File(out, "r") as h:  # the independent reader sees every name and every array
         assert set(h) - {"_types"} == set(value)
         n_datasets = []
@@ -126,6 +129,11 @@ def test_closure_names_itself_and_is_never_run() -> None:
     assert (c.name, c.module, c.file, c.line) == ("#3", "Main", "REPL[9]", 8)
     assert c.type.name == "Main.#3#4" and c.captures == ()
     assert isinstance(c, tx.Singleton) and "REPL[9]:8" in repr(c)
+    path = require_fixture("bson/dhairya_juliacon2020_model_conv_chain.bson")
+    with tx.open(path) as f:
+        notes = [r for r in iter_records(f) if "note" in r]
+    assert [(r["path"], r["kind"]) for r in notes] == [(["model", "1", 7], "singleton")]
+    assert notes[0]["note"].startswith("closure #3 defined at REPL[9]:8")
 
 
 def test_cuarray_reads_as_a_struct_of_pointers_and_is_told_apart() -> None:
@@ -164,3 +172,52 @@ def test_storage_order_and_copies() -> None:
     assert storage.shape == (784, 16) and storage.flags.c_contiguous
     np.testing.assert_array_equal(storage, julia.T)
     assert copied.flags.owndata and tx.values_equal(copied, julia)
+
+
+def test_command_line_on_bson_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from treexchange._cli import main
+
+    path = require_fixture("bson/dhairya_juliacon2020_mnist_conv2_params.bson")
+    assert main(["inspect", str(path), "--json", "acc"]) == 0
+    rec = json.loads(capsys.readouterr().out.splitlines()[0])
+    assert rec == {"path": ["acc"], "kind": "number", "julia_type": "Float64", "value": 0.9874}
+    out = tmp_path / "new.jld2"
+    assert main(["convert", str(path), str(out)]) == 0
+    assert tx.values_equal(tx.load(out), tx.load(path))
+    capsys.readouterr()
+    assert main(["diff", str(path), str(out)]) == 0  # the JLD2 copy holds the same tree
+    assert capsys.readouterr().out.splitlines()[-1] == "no differences"
+    copy = tmp_path / "model.weights"  # any name: a BSON file is told by its content
+    copy.write_bytes(path.read_bytes())
+    assert tx.load(copy, "epoch_idx") == 11
+
+
+@pytest.mark.parametrize("path", PARAMS, ids=fixture_ids(BSON_FILES) if BSON_FILES else None)
+def test_bson_nodes_follow_the_node_protocol(path: Path) -> None:
+    with tx.open(path) as f:
+        assert isinstance(f, LazyFile) and f.kind == "group" and f.path == ()
+        for node, _ in walk_nodes(f):
+            assert isinstance(node, LazyNode) and is_node(node)
+            if node.kind in CONTAINER_KINDS:
+                kids = list(node.children())
+                assert len(kids) == len(node)
+                assert [child.path for _, child in kids] == [(*node.path, seg) for seg, _ in kids]
+            elif node.kind == "array":
+                assert node.shape == node.read().shape and node.dtype == node.read().dtype
+        entry = next(iter(f))
+        assert tx.values_equal(f[entry].read(), tx.load(path, entry))
+
+
+def test_a_shared_mutable_struct_is_one_object_listed_once() -> None:
+    from treexchange._bson._writer import backref, bson_file, datatype, struct
+
+    cell = struct(datatype("Main.Cell"), 1.5, "x")
+    raw = bson_file({"a": (struct(datatype("Main.Pairish"), backref(1), backref(1)))}, [cell])
+    a = tx.load(raw, "a")
+    assert a["1"] is a["2"] and a["1"].mutable and not a.mutable
+    with tx.open(raw) as f:
+        records = list(iter_records(f))
+    refs = [r for r in records if "ref" in r]
+    assert [(r["path"], r["ref"]) for r in refs] == [(["a", "2"], ["a", "1"])]
+    out = tx.load(raw)
+    assert tx.values_equal(out["a"]["1"], tx.JuliaStruct("Main.Cell", {"1": np.float64(1.5), "2": "x"}))

@@ -15,30 +15,54 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 from ._bson import BsonDocument, Session
 from ._errors import LimitError, TreePath
+from ._gc import gc_paused
 from ._juliatype import JuliaType
 from ._limits import DEFAULT_LIMITS, Limits
+from ._nodeproto import CONTAINER_KINDS
 from ._plainhdf5 import ValueNode
 from ._recursion import stack_for_depth
+from ._typeof import SharedTypes, kind_of
 
 
 class BsonNode(ValueNode):
     """A node of a BSON.jl file: a view of a value already read (see the module docstring)."""
 
-    def __init__(self, value: Any, path: TreePath, session: Session) -> None:
-        super().__init__(value, path)
-        self._session = session
+    def __init__(self, value: Any, path: TreePath, context: _Context) -> None:
+        # ValueNode's own __init__ types the value alone; a file's nodes share one cache of
+        # types (a DAG of backrefs is typed once per object).
+        self._value = value
+        self.path = path
+        self.kind = kind_of(value, path=path)
+        if self.kind in CONTAINER_KINDS:  # typed recursively: room for the deepest tree admitted
+            try:
+                with stack_for_depth(context.session.limits.max_depth):
+                    self.julia_type = context.types.of(value, path)
+            except RecursionError as err:
+                raise LimitError("structure nested too deeply for Python's stack", path=path) from err
+        else:
+            self.julia_type = context.types.of(value, path)
+        self._context = context
         # A value BSON.jl stored once and referred to from several places: its backref index.
-        self.object_address = session.shared.get(id(value))
+        self.object_address = context.session.shared.get(id(value))
         # What the reader did here, if anything (``inspect`` shows it).
-        self.note = session.notes.get(tuple(path))
+        self.note = context.session.notes.get(tuple(path))
 
     def _child(self, value: Any, path: TreePath) -> BsonNode:
-        return BsonNode(value, path, self._session)
+        return BsonNode(value, path, self._context)
+
+
+@dataclass(frozen=True)
+class _Context:
+    """What the nodes of one open file share: the reading session and the cache of types."""
+
+    session: Session
+    types: SharedTypes
 
 
 class BsonFile(Mapping[str, BsonNode]):
@@ -72,6 +96,7 @@ class BsonFile(Mapping[str, BsonNode]):
         self.filename = self._doc.name
         self.file_size = self._doc.size
         self._session = self._doc.session()
+        self._context = _Context(self._session, SharedTypes())
         self._values: dict[str, Any] = {}
         self.closed = False
 
@@ -98,7 +123,7 @@ class BsonFile(Mapping[str, BsonNode]):
     def __getitem__(self, key: str) -> BsonNode:
         if not isinstance(key, str) or key not in self._doc.entries:
             raise KeyError(key)
-        return BsonNode(self._value(key), (key,), self._session)
+        return BsonNode(self._value(key), (key,), self._context)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._doc.entries)
@@ -147,8 +172,8 @@ class BsonFile(Mapping[str, BsonNode]):
 def read_entry_value(doc: BsonDocument, session: Session, name: str) -> Any:
     """The value of top-level ``name``, read in ``session`` with room on the stack for the
     deepest tree the limits admit."""
-    try:
-        with stack_for_depth(doc.limits.max_depth):
+    try:  # thousands of raw documents made and dropped, values kept: nothing for the collector
+        with stack_for_depth(doc.limits.max_depth), gc_paused():
             return doc.read(session, name)
     except RecursionError as err:
         raise LimitError("structure nested too deeply for Python's stack", path=(name,)) from err

@@ -38,6 +38,7 @@ from ._errors import TYPE_WIDTH, LimitError, TreexchangeError, clip_type, format
 from ._gc import gc_paused
 from ._jsonform import array_sha256, json_scalar
 from ._nodeproto import CONTAINER_KINDS, LazyFile, LazyNode
+from ._recursion import stack_for_depth
 from ._typeof import presented_dtype_name
 
 
@@ -187,7 +188,8 @@ def iter_records(file: LazyFile, name: str | None = None) -> Iterator[dict[str, 
         [(['a'], 'array', 'Array{Float64, 1}')]
     """
     type_text = _TypeText()
-    with gc_paused():
+    # Types are printed recursively: room on the stack for the deepest the limits admit.
+    with gc_paused(), stack_for_depth(file.limits.max_depth):
         for node, _, ref in walk_refs(select(file, name), node_budget(file)):
             if ref is not None:
                 yield {
@@ -249,7 +251,7 @@ def text_lines(
         a: Array{Float64, 1}  2  float64  16 B
         -- 1 leaves, 1 arrays, 16 B of array data
     """
-    with gc_paused():
+    with gc_paused(), stack_for_depth(file.limits.max_depth):  # (types printed recursively)
         yield from _text_lines(select(file, name), type_width, node_budget(file))
 
 
@@ -265,9 +267,8 @@ def _text_lines(root: LazyNode, type_width: int | None, budget: int) -> Iterator
         indent = "  " * max(depth - root_depth_offset, 0)
         kind = node.kind
         jt = _clip(type_text(node.julia_type), type_width)
-        note = getattr(node, "note", None)
-        if note:
-            jt += f"  [{note}]"
+        note = getattr(node, "note", None)  # what the reader changed here: ends the line
+        end = f"  [{note}]" if note else ""
         if ref is not None:
             where = format_path(ref) if ref else "/"  # the root group: "/", as HDF5 names it
             cyclic = tuple(node.path[: len(ref)]) == tuple(ref)
@@ -286,20 +287,20 @@ def _text_lines(root: LazyNode, type_width: int | None, budget: int) -> Iterator
             nbytes += size
             dims = "×".join(str(d) for d in shape) if shape else "0-dim"
             dtype = presented_dtype_name(np.dtype(node.dtype))
-            yield f"{indent}{label}: {jt}  {dims}  {dtype}  {_human(size)}"
+            yield f"{indent}{label}: {jt}  {dims}  {dtype}  {_human(size)}{end}"
         elif kind in ("number", "bool", "string", "symbol"):
             leaves += 1
             value = json_scalar(node.read())
             shown = json.dumps(value, ensure_ascii=False) if kind in ("string", "symbol", "bool") else value
             if kind == "symbol":
                 shown = ":" + str(value)
-            yield f"{indent}{label}: {jt} = {_clip(str(shown), 60)}"
+            yield f"{indent}{label}: {jt} = {_clip(str(shown), 60)}{end}"
         elif kind == "singleton":
             leaves += 1
-            yield f"{indent}{label}: {jt}"
+            yield f"{indent}{label}: {jt}{end}"
         else:
             n = len(node)
-            yield f"{indent}{label}: {jt}  ({kind}, {n} {'entry' if n == 1 else 'entries'})"
+            yield f"{indent}{label}: {jt}  ({kind}, {n} {'entry' if n == 1 else 'entries'}){end}"
     yield f"-- {leaves} leaves, {arrays} arrays, {_human(nbytes)} of array data"
 
 

@@ -237,7 +237,11 @@ class ValueNode:
         return ()
 
     @property
-    def dtype(self) -> np.dtype:
+    def dtype(self) -> np.dtype | None:
+        """The numpy dtype of an array or a scalar; ``None`` for a container (as the protocol
+        says: a list of arrays has none)."""
+        if self.kind in CONTAINER_KINDS:
+            return None
         return np.asarray(self._value).dtype
 
     def read(self, *, order: str = "julia", mmap: bool = True) -> Any:

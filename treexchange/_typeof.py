@@ -381,6 +381,34 @@ class _Canonical:
 
 _CANONICAL = _Canonical()
 
+
+class SharedTypes(_Canonical):
+    """:func:`julia_type_of` for many values of one tree, each container typed once: a cache by
+    object identity, so a DAG of shared containers (BSON.jl backrefs: a tuple holding the same
+    tuple twice, nested 60 times) is typed in time linear in its distinct objects, not in the
+    size of the tree it unfolds to.
+
+    Example:
+        >>> t = (np.zeros(2),) * 2
+        >>> types = SharedTypes()
+        >>> str(types.of((t, t), ()))
+        'Tuple{Tuple{Array{Float64, 1}, Array{Float64, 1}}, Tuple{Array{Float64, 1}, Array{Float64, 1}}}'
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[int, tuple[Any, JuliaType]] = {}
+
+    def of(self, value: Any, path: TreePath) -> JuliaType:
+        if not isinstance(value, (tuple, list, dict, NamedTuple, JuliaArray)):
+            return type_of(value, self, path)
+        hit = self._cache.get(id(value))
+        if hit is not None and hit[0] is value:
+            return hit[1]
+        t = type_of(value, self, path)
+        self._cache[id(value)] = (value, t)  # keeps the value alive: its id stays unique
+        return t
+
+
 DICT_TYPES = frozenset({"Base.Dict", "Base.IdDict", "Base.ImmutableDict"})
 # Types whose values Julia stores inline or as the types themselves: a declared Dict parameter of
 # one of these holds only entries of exactly that type. Any other named type (abstract, or a

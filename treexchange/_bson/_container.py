@@ -59,23 +59,18 @@ _F64 = struct.Struct("<d")
 
 
 class Doc(dict):  # type: ignore[type-arg]
-    """A BSON document: key -> raw value, in file order; ``offset`` is where it starts."""
+    """A BSON document: key -> raw value, in file order; ``offset`` is where it starts (set by
+    the parser: no ``__init__`` of our own, so making one costs what a ``dict`` costs)."""
 
     __slots__ = ("offset",)
-
-    def __init__(self, offset: int) -> None:
-        super().__init__()
-        self.offset = offset
+    offset: int
 
 
 class Seq(list):  # type: ignore[type-arg]
-    """A BSON array: its raw values in order; ``offset`` is where it starts."""
+    """A BSON array: its raw values in order; ``offset`` is where it starts (see :class:`Doc`)."""
 
     __slots__ = ("offset",)
-
-    def __init__(self, offset: int) -> None:
-        super().__init__()
-        self.offset = offset
+    offset: int
 
 
 class Blob:
@@ -89,6 +84,25 @@ class Blob:
 
     def __repr__(self) -> str:
         return f"Blob(offset={self.offset}, length={self.length})"
+
+
+LAZY_MAX_BYTES = 64 << 10
+"""Larger ``type`` / ``params`` documents are parsed at once (a type is a few hundred bytes; a
+``params`` array of a top-level entry so named may hold arrays)."""
+
+
+class Lazy:
+    """A document left unparsed (a ``type``, or an element of a ``params`` array): BSON.jl
+    repeats a layer's type document at every layer and in its parent's type, and the Julia layer
+    parses each distinct one once (:meth:`treexchange._bson._julia.Session.materialize`). Its
+    length was checked; ``end`` is where it ends."""
+
+    __slots__ = ("end", "etype", "offset")
+
+    def __init__(self, etype: int, offset: int, end: int) -> None:
+        self.etype = etype
+        self.offset = offset
+        self.end = end
 
 
 def looks_like_bson(head: bytes, size: int, last: int) -> bool:
@@ -118,6 +132,7 @@ class Parser:
         self.size = len(buf)
         self.limits = limits
         self.max_depth = bson_depth(limits)
+        self._find = buf.find  # bytes, bytearray and mmap all have it
 
     # --- pieces ----------------------------------------------------------------------------
     def _error(self, what: str, offset: int, path: TreePath) -> FormatError:
@@ -137,7 +152,7 @@ class Parser:
 
     def _key(self, off: int, stop: int, path: TreePath) -> tuple[str, int]:
         """The element name (a C string) at ``off``; returns it and the offset after its 0."""
-        nul = self._find_nul(off, stop)
+        nul = self._find(b"\x00", off, stop)
         if nul < 0:
             raise self._error("element name runs past its document", off, path)
         if nul - off > self.limits.max_name_bytes:
@@ -146,13 +161,7 @@ class Parser:
                 offset=off,
                 path=path,
             )
-        return bytes(self.buf[off:nul]).decode("utf-8", "surrogateescape"), nul + 1
-
-    def _find_nul(self, off: int, stop: int) -> int:
-        find = getattr(self.buf, "find", None)
-        if find is not None:
-            return int(find(b"\x00", off, stop))
-        return bytes(self.buf[off:stop]).find(b"\x00") + off if b"\x00" in bytes(self.buf[off:stop]) else -1
+        return self.buf[off:nul].decode("utf-8", "surrogateescape"), nul + 1
 
     def scalar(self, etype: int, off: int, stop: int, path: TreePath) -> tuple[Any, int]:
         """A non-container element's value at ``off`` (ending by ``stop``) and the offset after it."""
@@ -220,46 +229,92 @@ class Parser:
         return out
 
     def value(self, etype: int, off: int, end: int, path: TreePath) -> Any:
-        """The raw tree of one element's value (type ``etype``, at ``off``, ending by ``end``).
+        """The raw tree of one element's value (type ``etype``, at ``off``, ending by ``end``);
+        inside it, the documents under a ``type`` key and in a ``params`` array are left
+        :class:`Lazy` (their lengths checked).
 
         Iterative: one frame of an explicit stack per open document, at most
         :func:`bson_depth` of them."""
         if etype not in (DOCUMENT, ARRAY):
             return self.scalar(etype, off, end, path)[0]
         buf = self.buf
+        find = self._find
+        unpack_i32, unpack_i64, unpack_f64 = _I32.unpack_from, _I64.unpack_from, _F64.unpack_from
+        max_name = self.limits.max_name_bytes
         root = self._open(etype, off)
-        # Frames: [container, position of the next element, stop (offset of its final 0), path]
-        stack: list[list[Any]] = [[root, off + 4, self.doc_bounds(off, end, path) - 1, path]]
+        # Frames: [container, position of the next element, stop (offset of its final 0), path,
+        # whether the container is a "params" array]. The common cases are inlined (a model has
+        # thousands of elements); anything unusual goes through doc_bounds / scalar, which check.
+        stack: list[list[Any]] = [[root, off + 4, self.doc_bounds(off, end, path) - 1, path, False]]
         while stack:
             frame = stack[-1]
-            container, pos, stop, fpath = frame
-            if pos >= stop:
+            container, pos, stop, fpath, in_params = frame
+            is_seq = type(container) is Seq
+            while pos < stop:
+                etype = buf[pos]
+                nul = find(b"\x00", pos + 1, stop)
+                if etype == 0 or nul < 0 or nul - pos - 1 > max_name:
+                    self._key(pos + 1, stop, fpath)  # raises the precise error
+                    raise self._error("document ends before its length says", pos, fpath)
+                key = "" if is_seq else buf[pos + 1 : nul].decode("utf-8", "surrogateescape")
+                vpos = nul + 1
+                child: Any
+                if etype == INT64 and vpos + 8 <= stop:
+                    child, pos = np.int64(unpack_i64(buf, vpos)[0]), vpos + 8
+                elif (
+                    etype == BINARY
+                    and vpos + 5 <= stop
+                    and 0 <= (n := unpack_i32(buf, vpos)[0]) <= stop - vpos - 5
+                ):
+                    child, pos = Blob(vpos + 5, n), vpos + 5 + n
+                elif (
+                    etype == STRING
+                    and vpos + 4 <= stop
+                    and 1 <= (n := unpack_i32(buf, vpos)[0]) <= stop - vpos - 4
+                    and n - 1 <= self.limits.max_string_bytes
+                    and buf[vpos + 3 + n] == 0
+                ):
+                    child, pos = buf[vpos + 4 : vpos + 3 + n].decode("utf-8", "surrogateescape"), vpos + 4 + n
+                elif etype == DOUBLE and vpos + 8 <= stop:
+                    child, pos = np.float64(unpack_f64(buf, vpos)[0]), vpos + 8
+                elif etype in (DOCUMENT, ARRAY):
+                    if is_seq:
+                        key = buf[pos + 1 : nul].decode("utf-8", "surrogateescape")
+                    kpath = (*fpath, key)
+                    vend = self.doc_bounds(vpos, stop, kpath)
+                    pos = vend
+                    if etype == DOCUMENT and vend - vpos <= LAZY_MAX_BYTES and (key == "type" or in_params):
+                        child = Lazy(etype, vpos, vend)
+                    else:
+                        if len(stack) >= self.max_depth:
+                            raise LimitError(
+                                f"BSON documents nested deeper than {self.max_depth}", offset=vpos, path=kpath
+                            )
+                        child = Doc() if etype == DOCUMENT else Seq()
+                        child.offset = vpos
+                        if is_seq:
+                            container.append(child)
+                        else:
+                            container[key] = child
+                        frame[1] = pos
+                        stack.append([child, vpos + 4, vend - 1, kpath, etype == ARRAY and key == "params"])
+                        break
+                else:
+                    if is_seq:
+                        key = buf[pos + 1 : nul].decode("utf-8", "surrogateescape")
+                    child, pos = self.scalar(etype, vpos, stop, (*fpath, key))
+                if is_seq:
+                    container.append(child)
+                else:
+                    container[key] = child
+            else:
                 if pos != stop:
                     raise self._error("elements do not end where their document ends", pos, fpath)
                 stack.pop()
-                continue
-            etype = buf[pos]
-            if etype == 0:
-                raise self._error("document ends before its length says", pos, fpath)
-            key, vpos = self._key(pos + 1, stop, fpath)
-            kpath = (*fpath, key)
-            if etype in (DOCUMENT, ARRAY):
-                child = self._open(etype, vpos)
-                vend = self.doc_bounds(vpos, stop, kpath)
-                if len(stack) >= self.max_depth:
-                    raise LimitError(
-                        f"BSON documents nested deeper than {self.max_depth}", offset=vpos, path=kpath
-                    )
-                frame[1] = vend
-                stack.append([child, vpos + 4, vend - 1, kpath])
-            else:
-                child, frame[1] = self.scalar(etype, vpos, stop, kpath)
-            if type(container) is Seq:
-                container.append(child)
-            else:
-                container[key] = child
         return root
 
     @staticmethod
     def _open(etype: int, off: int) -> Doc | Seq:
-        return Doc(off) if etype == DOCUMENT else Seq(off)
+        made = Doc() if etype == DOCUMENT else Seq()
+        made.offset = off
+        return made

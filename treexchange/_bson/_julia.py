@@ -46,7 +46,8 @@ device pointers (:func:`is_device_array`).
 
 Every number from the file is checked before it sizes anything (array sizes against the bytes
 present and ``Limits``), backrefs are followed once each (cached) and a cycle of them is refused,
-and the nesting is bounded by :func:`treexchange._bson._container.bson_depth`.
+and the nesting is bounded: BSON documents by :func:`treexchange._bson._container.bson_depth`,
+values with their types (backref hops counted) by ``_limits.type_depth``.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ import numpy as np
 
 from .._errors import FormatError, LimitError, TreePath, UnsupportedError
 from .._juliatype import JuliaType, where_type
-from .._limits import Limits
+from .._limits import Limits, type_depth
 from .._typeof import BOTTOM, numpy_dtype
 from .._values import (
     MISSING,
@@ -71,7 +72,7 @@ from .._values import (
     Singleton,
     Symbol,
 )
-from ._container import Blob, Doc, Parser, Seq, bson_depth
+from ._container import Blob, Doc, Lazy, Parser, Seq
 
 _DICT_TYPES = frozenset({"Base.Dict", "Base.IdDict"})
 _TRACKED_ARRAYS = frozenset({"Flux.Tracker.TrackedArray", "Tracker.TrackedArray"})
@@ -94,6 +95,7 @@ _KNOWN_FIELDS: dict[str, tuple[str, ...]] = {
     "Base.Rational": ("num", "den"),
 }
 _IMPLICIT_PARENT = ("Main.Core.", "Main.Base.")
+_INTEGERS = frozenset({np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8, int})
 _TYPE_TAGS = frozenset({"datatype", "unionall", "jl_anonymous", "jl_bottom_type"})
 
 
@@ -143,7 +145,9 @@ class Session:
         self.backrefs = backrefs
         self.order = order
         self.mmap = mmap
-        self.max_depth = bson_depth(self.limits)
+        # Values and their types, one count (a value max_depth deep has a type about twice as
+        # deep; backref hops counted too): the reader's type_depth.
+        self.max_depth = type_depth(self.limits)
         self.max_virtual = self.limits.virtual_elements_for(parser.size)
         self.notes: dict[TreePath, str] = {}
         self.shared: dict[int, int] = {}  # id(value) -> backref index, for values reached by backref
@@ -152,6 +156,14 @@ class Session:
         self._types: dict[int, Any] = {}
         self._busy: set[tuple[int, str]] = set()
         self._keep: list[Any] = []  # values whose id is in ``shared`` stay alive
+        self._parsed: dict[bytes, Any] = {}  # content -> raw tree of a Lazy document
+        self._type_of_doc: dict[int, Any] = {}  # id(raw tree in _parsed) -> its type
+        self._hash_budget = parser.size + (1 << 20)  # bytes of Lazy documents kept as keys
+        self._at: dict[int, Any] = {}  # offset of a Lazy document -> its raw tree (in _parsed)
+        self._names: dict[int, tuple[Doc, str]] = {}  # id(datatype document) -> its name
+        self._dtypes: dict[int, tuple[JuliaType, np.dtype | None]] = {}  # id(element type) -> dtype
+        # id(a struct's type document) -> (it, its raw name, its type): a layer type read once
+        self._struct_types: dict[int, tuple[Any, str, JuliaType]] = {}
 
     # --- backrefs --------------------------------------------------------------------------
     def raw_backref(self, ref: Any, offset: int, path: TreePath) -> Any:
@@ -175,11 +187,12 @@ class Session:
     def deref(self, raw: Any, path: TreePath) -> Any:
         """``raw`` itself, or the raw tree a backref points to (followed through chains)."""
         hops = 0
+        raw = self.materialize(raw, path)
         while isinstance(raw, Doc) and raw.get("tag") == "backref":
             hops += 1
             if hops > len(self.backrefs):
                 raise FormatError("backrefs refer to each other in a cycle", offset=raw.offset, path=path)
-            raw = self.raw_backref(raw.get("ref"), raw.offset, path)
+            raw = self.materialize(self.raw_backref(raw.get("ref"), raw.offset, path), path)
         return raw
 
     def _follow(self, raw: Doc, role: str, path: TreePath, depth: int) -> Any:
@@ -208,18 +221,42 @@ class Session:
             self._keep.append(result)
         return result
 
+    def materialize(self, raw: Any, path: TreePath) -> Any:
+        """``raw``, or for a :class:`Lazy` document its raw tree: parsed once per distinct
+        content (a layer's type repeats at every layer), while the bytes kept to tell them apart
+        stay within a budget of the file's size (then each is parsed anew: nested types make
+        the same bytes part of many documents)."""
+        if not isinstance(raw, Lazy):
+            return raw
+        seen = self._at.get(raw.offset)
+        if seen is not None:
+            return seen
+        n = raw.end - raw.offset
+        if self._hash_budget < n:
+            return self.parser.value(raw.etype, raw.offset, raw.end, path)
+        self._hash_budget -= n
+        key = bytes(self.buf[raw.offset : raw.end])  # small (a type): its bytes are the key
+        doc = self._parsed.get(key)
+        if doc is None:
+            doc = self._parsed[key] = self.parser.value(raw.etype, raw.offset, raw.end, path)
+        self._at[raw.offset] = doc
+        return doc
+
     # --- values ----------------------------------------------------------------------------
     def _deeper(self, depth: int, raw: Any, path: TreePath) -> None:
         if depth > self.max_depth:
             raise LimitError(
-                f"BSON.jl values nested deeper than {self.max_depth} levels",
+                f"BSON.jl values and types nested deeper than {self.max_depth} levels",
                 offset=getattr(raw, "offset", None),
                 path=path,
             )
 
     def value(self, raw: Any, path: TreePath, depth: int = 0, *, shared: bool = False) -> Any:
         """The value of a raw tree (``shared``: it was reached through a backref)."""
-        self._deeper(depth, raw, path)
+        if depth > self.max_depth:
+            self._deeper(depth, raw, path)
+        if isinstance(raw, Lazy):
+            raw = self.materialize(raw, path)
         if isinstance(raw, Doc):
             tag = raw.get("tag")
             if tag is None or not isinstance(tag, str):
@@ -231,14 +268,14 @@ class Session:
             if tag == "array":
                 return self._array(raw, path, depth)
             if tag in ("tuple", "svec"):
-                return tuple(self._items(self._field(raw, "data", Seq), path, depth))
+                return tuple(self._items(self._field(raw, "data", Seq, path), path, depth))
             if tag == "symbol":
-                return Symbol(self._field(raw, "name", str))
+                return Symbol(self._field(raw, "name", str, path))
             if tag in _TYPE_TAGS:
                 t = self.type_param(raw, path, depth)
                 return Singleton(JuliaType("Core.Type", (t,)))
             if tag == "ref":
-                parts = self._field(raw, "path", Seq)
+                parts = self._field(raw, "path", Seq, path)
                 return JuliaStruct("Core.Module", {"name": Symbol(".".join(str(p) for p in parts))})
             return self._symbol_dict(raw, path, depth)  # an unknown tag: BSON.jl keeps the Dict too
         if isinstance(raw, Seq):
@@ -248,13 +285,21 @@ class Session:
         return raw  # scalars: numpy int32 / int64 / float64, bool, str, None
 
     def _items(self, seq: Seq, path: TreePath, depth: int) -> list[Any]:
+        if len(seq) > self.limits.max_elements:
+            raise LimitError(
+                f"array of {len(seq)} elements exceeds max_elements={self.limits.max_elements}",
+                offset=seq.offset,
+                path=path,
+            )
         return [self.value(x, (*path, i), depth + 1) for i, x in enumerate(seq, 1)]
 
-    def _field(self, raw: Doc, key: str, kind: type | tuple[type, ...]) -> Any:
+    def _field(self, raw: Doc, key: str, kind: type | tuple[type, ...], path: TreePath = ()) -> Any:
         x = raw.get(key)
         if not isinstance(x, kind):
             tag = raw.get("tag")
-            raise FormatError(f"BSON.jl {tag!r} document without a valid {key!r}", offset=raw.offset)
+            raise FormatError(
+                f"BSON.jl {tag!r} document without a valid {key!r}", offset=raw.offset, path=path
+            )
         return x
 
     def _symbol_dict(self, raw: Doc, path: TreePath, depth: int) -> JuliaDict:
@@ -266,8 +311,18 @@ class Session:
 
     # --- types -----------------------------------------------------------------------------
     def type_param(self, raw: Any, path: TreePath, depth: int) -> Any:
-        """A type, or a value standing as a type parameter (``2``, ``(:a, :b)``, a TypeVar)."""
-        self._deeper(depth, raw, path)
+        """A type, or a value standing as a type parameter (``2``, ``(:a, :b)``, a TypeVar).
+        ``depth`` counts the levels above: the value's, then the type's own."""
+        if depth > self.max_depth:
+            self._deeper(depth, raw, path)
+        if isinstance(raw, Lazy):
+            doc = self.materialize(raw, path)
+            hit = self._type_of_doc.get(id(doc))
+            if hit is not None and hit[0] is doc:
+                return hit[1]
+            t = self.type_param(doc, path, depth)
+            self._type_of_doc[id(doc)] = (doc, t)
+            return t
         if not isinstance(raw, Doc):
             if isinstance(raw, np.int32):
                 return np.int64(raw)  # a 32-bit Julia wrote Int parameters as Int32
@@ -276,7 +331,7 @@ class Session:
         if tag == "backref":
             return self._follow(raw, "type", path, depth)
         if tag == "datatype":
-            name = type_name(self._field(raw, "name", Seq), raw.offset, path)
+            name = type_name(self._field(raw, "name", Seq, path), raw.offset, path)
             params = tuple(self._params(raw.get("params"), raw, path, depth))
             if name in _TRACKED_ARRAYS and len(params) == 3:
                 return params[2]  # TrackedArray{T,N,A} reads as A
@@ -296,7 +351,7 @@ class Session:
         if tag == "struct":
             t = self.deref(raw.get("type"), path)
             if isinstance(t, Doc) and t.get("tag") == "datatype" and self._raw_name(t, path) == "Core.Union":
-                members = [self.type_param(x, path, depth + 1) for x in self._field(raw, "data", Seq)]
+                members = [self.type_param(x, path, depth + 1) for x in self._field(raw, "data", Seq, path)]
                 flat: list[Any] = []
                 for m in members:
                     is_union = isinstance(m, JuliaType) and m.name == "Core.Union"
@@ -306,6 +361,8 @@ class Session:
 
     def _params(self, raw: Any, owner: Doc, path: TreePath, depth: int) -> list[Any]:
         """A datatype's parameters: a BSON array, or (all of them Ints) a BSON.jl ``array``."""
+        if isinstance(raw, Doc) and raw.get("tag") in ("svec", "tuple") and isinstance(raw.get("data"), Seq):
+            raw = raw["data"]  # BSON.jl of early 2018 stored the parameters' SimpleVector itself
         if isinstance(raw, Seq):
             return [self.type_param(p, path, depth + 1) for p in raw]
         if isinstance(raw, Doc) and raw.get("tag") in ("array", "backref"):
@@ -317,8 +374,21 @@ class Session:
         raise FormatError("BSON.jl datatype parameters are not a list", offset=owner.offset, path=path)
 
     def _raw_name(self, raw: Doc, path: TreePath) -> str:
+        hit = self._names.get(id(raw))
+        if hit is not None and hit[0] is raw:
+            return hit[1]
         parts = raw.get("name")
-        return type_name(parts if isinstance(parts, Seq) else [], raw.offset, path)
+        name = type_name(parts if isinstance(parts, Seq) else [], raw.offset, path)
+        self._names[id(raw)] = (raw, name)
+        return name
+
+    def _numpy_dtype(self, t: JuliaType) -> np.dtype | None:
+        hit = self._dtypes.get(id(t))
+        if hit is not None and hit[0] is t:
+            return hit[1]
+        dtype = numpy_dtype(t)
+        self._dtypes[id(t)] = (t, dtype)
+        return dtype
 
     def _closure_info(self, raw: Doc, path: TreePath) -> dict[str, Any]:
         """What names a closure, read from the raw ``Core.TypeName`` (never raised: it holds the
@@ -352,6 +422,8 @@ class Session:
             t = self.type_param(raw.get("type"), path, depth + 1)
             info = self._closure_info(rtype, path)
             captures = tuple(self._items(data, path, depth)) if isinstance(data, Seq) else ()
+            where = f" defined at {info['file']}:{info['line']}" if info["file"] else ""
+            self.notes[path] = f"closure {info['name'] or t.basename}{where} (never run)"
             return Closure(
                 t,
                 name=info["name"],
@@ -360,12 +432,17 @@ class Session:
                 line=info["line"],
                 captures=captures,
             )
-        raw_name = (
-            self._raw_name(rtype, path) if isinstance(rtype, Doc) and rtype.get("tag") == "datatype" else ""
-        )
-        t = self.type_param(raw.get("type"), path, depth + 1)
-        if not isinstance(t, JuliaType):
-            raise FormatError("BSON.jl struct whose type is not a type", offset=raw.offset, path=path)
+        known = self._struct_types.get(id(rtype))
+        if known is not None and known[0] is rtype:
+            _, raw_name, t = known
+        else:
+            is_datatype = isinstance(rtype, Doc) and rtype.get("tag") == "datatype"
+            raw_name = self._raw_name(rtype, path) if is_datatype else ""
+            t = self.type_param(raw.get("type"), path, depth + 1)
+            if not isinstance(t, JuliaType):
+                raise FormatError("BSON.jl struct whose type is not a type", offset=raw.offset, path=path)
+            if isinstance(rtype, Doc):  # a document kept alive by the caches: its id stays unique
+                self._struct_types[id(rtype)] = (rtype, raw_name, t)
         if isinstance(data, Blob):
             return self._primitive(t, data, path)
         if not isinstance(data, Seq):
@@ -384,6 +461,10 @@ class Session:
         if t.name == "Core.NamedTuple" and t.params and isinstance(t.params[0], tuple):
             if len(t.params[0]) == len(values) and len(set(names)) == len(names):
                 return NamedTuple(zip(names, values))
+        if t.name == "Base.Complex" and len(values) == 2:  # a number, as JLD2 reads it
+            dtype = self._numpy_dtype(t)
+            if dtype is not None and all(isinstance(x, np.floating) for x in values):
+                return dtype.type(complex(float(values[0]), float(values[1])))
         if t.name == "Base.Missing" and not values:
             return MISSING
         if t.name == "Core.Nothing" and not values:
@@ -393,28 +474,28 @@ class Session:
         return JuliaStruct(t, zip(names, values), mutable=shared)
 
     def _primitive(self, t: JuliaType, data: Blob, path: TreePath) -> Any:
-        dtype = numpy_dtype(t)
+        dtype = self._numpy_dtype(t)
         if dtype is not None and dtype.itemsize == data.length:
             return np.frombuffer(self.buf, dtype, 1, data.offset)[0]
         if data.length > self.limits.max_string_bytes:
             raise LimitError("primitive value larger than max_string_bytes", offset=data.offset, path=path)
         return JuliaBits(t, bytes(self.buf[data.offset : data.offset + data.length]))
 
-    def _dict(self, t: JuliaType, data: Seq, path: TreePath, depth: int) -> JuliaDict:
+    def _dict(self, t: JuliaType, data: Seq, path: TreePath, depth: int) -> JuliaDict | JuliaStruct:
         keys = _elements(self.value(data[0], (*path, "keys"), depth + 1))
         vals = _elements(self.value(data[1], (*path, "vals"), depth + 1))
         if keys is None or vals is None or len(keys) != len(vals):
             raise FormatError(
                 "BSON.jl Dict whose keys and values do not pair up", offset=data.offset, path=path
             )
-        out = JuliaDict()
-        for k, v in zip(keys, vals):
-            try:
-                out[k] = v
-            except TypeError:
-                raise UnsupportedError(
-                    f"Dict key of type {type(k).__name__} cannot be a Python dict key", path=path
-                ) from None
+        out: JuliaDict | None = JuliaDict()
+        try:
+            for k, v in zip(keys, vals):
+                out[k] = v  # type: ignore[index]
+        except TypeError:  # a key Python cannot hash (an array, a struct): the pairs as stored
+            out = None
+        if out is None or len(out) != len(keys):  # or two keys distinct in Julia, equal in Python
+            return JuliaStruct(t, {"keys": list(keys), "vals": list(vals)})
         out.julia_type = t
         return out
 
@@ -437,7 +518,7 @@ class Session:
             return self._object_array(eltype, items, shape)
         if not isinstance(data, Blob):
             raise FormatError("BSON.jl array without its data", offset=raw.offset, path=path)
-        dtype = numpy_dtype(eltype)
+        dtype = self._numpy_dtype(eltype)
         if dtype is not None:
             return self._bytes_array(data, dtype, shape, path)
         if data.length == 0 and count > 0:  # zero-size elements (nothing, a singleton type)
@@ -476,24 +557,28 @@ class Session:
         size = self.deref(raw.get("size"), path)
         dims: Any
         if isinstance(size, Seq):
-            dims = list(size)
+            dims = size
         elif isinstance(size, Doc) and size.get("tag") == "array":
             arr = self.value(size, path)
             dims = list(arr) if isinstance(arr, np.ndarray) else None
         else:
             dims = None
-        if dims is None or not all(
-            isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_)) for d in dims
-        ):
+        if dims is None:
             raise FormatError("BSON.jl array size is not a list of integers", offset=raw.offset, path=path)
         if len(dims) > 64:
             raise LimitError(f"array of {len(dims)} dimensions", offset=raw.offset, path=path)
-        out = tuple(int(d) for d in dims)
-        if any(d < 0 for d in out):
-            raise FormatError(
-                f"BSON.jl array size {out} has a negative dimension", offset=raw.offset, path=path
-            )
-        return out
+        out = []
+        for d in dims:
+            if type(d) not in _INTEGERS:
+                raise FormatError(
+                    "BSON.jl array size is not a list of integers", offset=raw.offset, path=path
+                )
+            if d < 0:
+                raise FormatError(
+                    f"BSON.jl array size {tuple(dims)} has a negative dimension", offset=raw.offset, path=path
+                )
+            out.append(int(d))
+        return tuple(out)
 
     def _bytes_array(self, data: Blob, dtype: np.dtype, shape: tuple[int, ...], path: TreePath) -> np.ndarray:
         count = 1
@@ -532,7 +617,10 @@ def _field_names(t: JuliaType, n: int) -> list[str]:
     known = _KNOWN_FIELDS.get(t.name)
     if known is not None and len(known) == n:
         return list(known)
-    return [str(i) for i in range(1, n + 1)]
+    return list(_POSITIONS[:n]) if n <= len(_POSITIONS) else [str(i) for i in range(1, n + 1)]
+
+
+_POSITIONS = tuple(str(i) for i in range(1, 65))
 
 
 def _symbol_text(raw: Any) -> str | None:

@@ -99,3 +99,8 @@ def tuple_(*items: Any) -> dict[str, Any]:
 def backref(i: int) -> dict[str, Any]:
     """A reference to ``_backrefs[i]`` (1-based)."""
     return {"tag": "backref", "ref": i}
+
+
+def primitive(type_: Any, data: bytes) -> dict[str, Any]:
+    """A ``struct`` document of a primitive type: its bytes as a binary (``Float32``, ``Char``)."""
+    return {"tag": "struct", "type": type_, "data": data}

@@ -1,4 +1,4 @@
-"""``treexchange inspect FILE [--json] [NAME]``: show what a JLD2 file holds."""
+"""``treexchange inspect FILE [--json] [NAME]``: show what a JLD2 (or BSON.jl) file holds."""
 
 from __future__ import annotations
 
@@ -19,15 +19,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p = sub.add_parser(
         "inspect",
         usage="treexchange inspect [-h] FILE [--json] [--allow-hdf5] [--full-types] [NAME]",
-        help="show the tree of a JLD2 file (types, Julia-order shapes, dtypes, sizes)",
+        help="show the tree of a JLD2 or BSON.jl file (types, Julia-order shapes, dtypes, sizes)",
         description=(
-            "Print the tree of values in a JLD2 file: one line per node with its Julia type, and "
-            "for arrays the Julia-order shape, dtype and size; totals at the end. With --json, "
+            "Print the tree of values in a JLD2 (or BSON.jl) file: one line per node with its Julia "
+            "type, and for arrays the Julia-order shape, dtype and size; totals at the end. With --json, "
             "print JSON Lines (one object per node, pre-order: path, kind, julia_type; arrays: "
             "dtype, shape, sha256; numbers/bools/strings/symbols: value)."
         ),
     )
-    p.add_argument("file", help="the JLD2 file")
+    p.add_argument("file", help="the JLD2 or BSON.jl file")
     # argparse (before Python 3.12) cannot take an optional positional after a flag
     # (``inspect FILE --json NAME``); the rest of the line is parsed in run() instead.
     p.add_argument(
