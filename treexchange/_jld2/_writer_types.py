@@ -283,6 +283,8 @@ SERIALIZED_DICTS = frozenset({"Base.Dict", "Base.IdDict", "Base.ImmutableDict"})
 # Struct types Julia declares mutable, whatever a file shows of them (a TypeVar read once is
 # not flagged by the reader, yet JLD2 writes it as a shared, referenced dataset).
 _MUTABLE_BUILTINS = frozenset({"Core.TypeVar"})
+# Types JLD2 custom-serializes as ``Nothing`` (src/data/specialcased_types.jl): a value is a ghost.
+_WRITTEN_AS_NOTHING = frozenset({"Core.Ptr"})
 
 
 def _h5_number_type(dtype: np.dtype) -> H5Type:
@@ -391,7 +393,15 @@ class TypeFactory:
 
     def singleton(self, name: str, params: tuple[Any, ...] = ()) -> JT:
         key = type_key(name, params)
-        return self._get(key) or self._intern(JT(Cat.STRUCT, name, params, key=key))
+        found = self._get(key)
+        if found is not None:
+            return found
+        jt = self._intern(JT(Cat.STRUCT, name, params, key=key))
+        if name in _WRITTEN_AS_NOTHING:
+            # JLD2's writeas(::Type{Ptr{T}}) = Nothing (since v0.4.0): a pointer means nothing
+            # in another process, so its committed type says julia_type Ptr{T}, written_type Nothing.
+            jt._writeas = self.NOTHING
+        return jt
 
     def tuple_of(self, elems: Sequence[JT]) -> JT:
         elems = tuple(elems)
@@ -508,6 +518,8 @@ class TypeFactory:
             return self.DATATYPE
         if name in ("Core.Nothing", "Base.Missing") and not params:
             return self.singleton(name)
+        if name in _WRITTEN_AS_NOTHING:
+            return self.singleton(name, tuple(params))
         if name in _TUPLE_NAMES:
             if not all(isinstance(p, JuliaType) for p in params):
                 # A tuple type with value parameters (StaticArrays' Tuple{2,3}): a type parameter
