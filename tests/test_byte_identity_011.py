@@ -38,24 +38,28 @@ _OLD_DICT = (
 NOT_IDENTICAL: dict[str, str] = {
     "flux-model/kitml_example_model.jld2": "the root group's object header is 48 bytes smaller "
     "(two fewer free link slots: probably a file appended to in a second session)",
-    "flux-model/urop_params_m_3LS.jld2": _OLD_DICT + " (an IdDict)",
-    "flux-state/silver-bullet_lenet.jld2": _OLD_NTUPLE,
     "lux/seriesforecast_params_v011.jld2": "a Tuple{ComponentArrays.Axis{...}} type is a DataType "
     "dataset in JLD2 (Axis is a ghost struct), a one-member compound in ours (Axis known by name only)",
-    "misc/gmg_test.jld2": _OLD_NTUPLE + "; and " + _OLD_DICT,
     "flux-model/kitml_test_model_fastdense.jld2": "the root group's object header is 24 bytes "
     "smaller (a group header layout of JLD2 0.4 not implemented)",
     "misc/betaml_test.jld2": _OLD_DICT,
-    "misc/seriesforecast_data.jld2": _OLD_DICT,
-    "jld2testfiles/readas_foo_a.jld2": "function-typed fields: JLD2 0.4 writes datatype message "
-    "version 0 and another opaque-type layout",
-    "jld2testfiles/readas_foo_n_a.jld2": "function-typed fields: JLD2 0.4 writes datatype message "
-    "version 0 and another opaque-type layout",
-    "jld2testfiles/readas_foo_n_sin.jld2": "function-typed fields: JLD2 0.4 writes datatype message "
-    "version 0 and another opaque-type layout",
-    "jld2testfiles/readas_foo_sin.jld2": "function-typed fields: JLD2 0.4 writes datatype message "
-    "version 0 and another opaque-type layout",
 }
+
+
+def _h5py_failures(path: Path) -> set[str]:
+    """The objects of ``path`` h5py cannot open, or whose numbers it cannot read."""
+    failures: set[str] = set()
+    with h5py.File(path, "r") as f:
+        names: list[str] = []
+        f.visit(names.append)
+        for n in names:
+            try:
+                obj = f[n]
+                if isinstance(obj, h5py.Dataset) and obj.shape is not None and obj.dtype.kind in "biuf":
+                    obj[()]
+            except (KeyError, OSError, TypeError, ValueError):
+                failures.add(n)
+    return failures
 
 
 def _format_011() -> list[Path]:
@@ -83,13 +87,9 @@ def test_convert_keep_format_011(path: Path | None, tmp_path: Path) -> None:
     assert main(["convert", str(path), str(out), "--keep-format", "--keep-producer"]) == 0
     original, written = path.read_bytes(), out.read_bytes()
     assert written[: len(FORMAT_011)] == FORMAT_011
-    with h5py.File(out, "r") as f:
-        names: list[str] = []
-        f.visit(names.append)
-        for n in names:
-            obj = f[n]
-            if isinstance(obj, h5py.Dataset) and obj.shape is not None and obj.dtype.kind in "biuf":
-                obj[()]
+    # h5py (libhdf5) reads the output wherever it reads the input (JLD2 0.4.51 - 0.4.52 wrote
+    # datatype messages of version 0, which libhdf5 refuses: a faithful copy is refused too).
+    assert _h5py_failures(out) <= _h5py_failures(path)
     if name in NOT_IDENTICAL:
         assert written != original
         pytest.skip(f"not byte-identical yet: {NOT_IDENTICAL[name]}")

@@ -207,6 +207,9 @@ class TypeResolver:
         self._params: dict[int, Any] = {}
         # Types the file writes as parameters by name (a DataType dataset), not committed.
         self.by_name_params: set[JuliaType] = set()
+        # What the types read so far show of the JLD2 version that wrote them: rules that
+        # changed between JLD2 releases (treexchange._jld2._era names them).
+        self.writer_traits: set[str] = set()
         self._busy: set[int] = set()
         self._depth = 0
 
@@ -274,6 +277,10 @@ class TypeResolver:
                 # exactly when it stores such structs inline (bits, or immutable of at most
                 # MAX_INLINE_SIZE bytes); one it writes by name instead is mutable (or larger).
                 self.by_name_params.add(param)
+        if len(params) == 1 and name in ("Tuple", "Core.Tuple"):
+            self.writer_traits.add("tuple1:Tuple")  # JLD2 >= v0.4.41 names a 1-tuple Tuple{T}
+        elif len(params) == 2 and name == "NTuple" and params[0] == 1:
+            self.writer_traits.add("tuple1:NTuple")  # JLD2 < v0.4.41: NTuple{1,T}
         return JuliaType(name, params)
 
     def decode_union(self, buf: Any, off: int, path: TreePath) -> JuliaType:
@@ -357,6 +364,9 @@ class TypeResolver:
 
     def _custom(self, jt: JuliaType, wt: JuliaType, inner: Plan) -> Plan:
         if jt.basename in _DICT_NAMES:
+            # JLD2 < v0.4.42 wrote a Dict as its Vector{Pair}; later ones as a JLD2.SerializedDict.
+            vector = wt.basename in ("Array", "Vector")
+            self.writer_traits.add("dict:Vector" if vector else f"dict:{wt.basename}")
             return CustomPlan("dict", jt, inner, pairs_to_dict(jt))
         if is_tuple_type(jt) and wt.basename in ("Array", "Vector", "Memory"):
             return CustomPlan("tuple", jt, inner, vector_to_tuple)

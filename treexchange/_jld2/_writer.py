@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, BinaryIO, NamedTuple, TypeVar
 
@@ -35,12 +35,13 @@ from .._errors import (
     WriteError,
 )
 from .._gc import gc_paused
-from .._hdf5._model import H5Type
+from .._hdf5._model import H5Class, H5Type
 from .._juliatype import JuliaType
 from .._limits import DEFAULT_LIMITS, Limits, datatype_depth
 from .._recursion import stack_for_depth
 from .._values import UNDEF, JuliaArray, JuliaBits, JuliaStruct, NamedTuple as JlNamedTuple, Singleton, Symbol
 from . import _encode_hdf5 as enc
+from ._era import DATATYPE_V0, DICT_AS_VECTOR, LAYOUT_0_4_51, LAYOUT_0_4_52, NTUPLE_ONE
 from ._writer_arrays import (
     Compression,
     column_major_bytes,
@@ -100,12 +101,43 @@ class _Format:
     file's datatype session (0.1.1: ``write_attribute(cio, f, attr, f.datatype_wsession)`` in
     ``commit``, up to v0.4.51), so a DataType dataset one of them wrote is referenced again by the
     next; 0.2.0 gives each attribute a fresh session (``write_header_message``, since v0.4.52)."""
+    dict_as_vector: bool = False
+    datatype_version_zero: bool = False
+    """Datatype messages say version 0, fixed-point types excepted (JLD2 0.4.51 and 0.4.52,
+    whose constructors left out the version bits): an era rule (``_era``)."""
+    """A Dict is custom-serialized as its ``Vector{Pair{K,V}}`` (JLD2 < v0.4.42), not as a
+    ``JLD2.SerializedDict``: an older rule, followed when the input shows it (``_era``)."""
 
 
 _FORMATS = {
     "0.2.0": _Format("0.2.0", True, 1, COMPACT_LIMIT, True, False, 0, False),
     "0.1.1": _Format("0.1.1", False, 8192, 0xFFFF, False, True, 2, True),
 }
+
+
+def _release_format(base: _Format, rules: frozenset[str]) -> _Format:
+    """``base`` (format 0.1.1 as JLD2 v0.4.46 writes it) with the rules of another 0.1.1
+    release (:mod:`treexchange._jld2._era`): older ones name a 1-tuple ``NTuple{1,T}`` (< v0.4.41)
+    and write a Dict as its ``Vector{Pair}`` (< v0.4.42); v0.4.51 reserves a NIL message in every
+    dataset header and names only ``NTuple{2,T}``; v0.4.52 also takes 0.5's layout choice
+    (0.2.0's) and writes a committed type's attributes in fresh sessions."""
+    fmt = replace(base, dict_as_vector=DICT_AS_VECTOR in rules)
+    if NTUPLE_ONE in rules:
+        fmt = replace(fmt, ntuple_from=1)
+    if LAYOUT_0_4_51 in rules or LAYOUT_0_4_52 in rules:
+        fmt = replace(fmt, continuation_placeholder=True, ntuple_from=0)
+    if DATATYPE_V0 in rules:
+        fmt = replace(fmt, datatype_version_zero=True)
+    if LAYOUT_0_4_52 in rules:
+        new = _FORMATS["0.2.0"]
+        fmt = replace(
+            fmt,
+            array_compact_limit=new.array_compact_limit,
+            scalar_compact_limit=new.scalar_compact_limit,
+            align_contiguous=new.align_contiguous,
+            shared_attribute_session=new.shared_attribute_session,
+        )
+    return fmt
 
 
 class Committed(NamedTuple):
@@ -256,12 +288,17 @@ class JLD2Writer:
         limits: Limits = DEFAULT_LIMITS,
         format_version: str = enc.FORMAT_VERSION,
         on_write: Callable[[int], None] | None = None,
+        era_rules: frozenset[str] = frozenset(),
     ) -> None:
         if format_version not in _FORMATS:
             raise UnsupportedError(
                 f"JLD2 format {format_version!r} cannot be written (supported: {', '.join(FORMATS)})"
             )
         self.format = _FORMATS[format_version]
+        if era_rules:
+            # Rules of the JLD2 release a format-0.1.1 input shows (treexchange._jld2._era),
+            # other than v0.4.46's, for re-encoding that file.
+            self.format = _release_format(self.format, era_rules)
         if compress is not None and self.format.version != "0.2.0":
             raise UnsupportedError(
                 f"compression in JLD2 format {format_version} is not supported (write format 0.2.0)"
@@ -273,7 +310,7 @@ class JLD2Writer:
         self.compress = compress
         self.producer = producer
         self.root_attributes = dict(root_attributes or {})
-        self.types = TypeFactory()
+        self.types = TypeFactory(dict_as_vector=self.format.dict_as_vector)
         self.end = enc.DATA_START
         self.datatypes: list[H5Type] = []
         self.committed: dict[str, Committed] = {}
@@ -543,7 +580,7 @@ class JLD2Writer:
         return cdt
 
     def _commit_write(self, dtype: H5Type, attrs: list[_Attr]) -> None:
-        body = enc.encode_datatype(dtype)
+        body = enc.encode_datatype(self._versioned(dtype))
         psz = 4 + len(body) + sum(a.message_size for a in attrs)
         offset = self.end
         size = enc.object_header_size(psz)
@@ -630,7 +667,7 @@ class JLD2Writer:
                 [
                     _Attr(
                         "field_datatypes",
-                        enc.REFERENCE,
+                        self._versioned(enc.REFERENCE),
                         enc.DS_SIMPLE,
                         (n,),
                         8 * n,
@@ -663,6 +700,10 @@ class JLD2Writer:
                 ),
             ],
         )
+
+    def _versioned(self, t: H5Type) -> H5Type:
+        """``t`` as this file's datatype messages say it (version 0 for JLD2 0.4.51 - 0.4.52)."""
+        return _version_zero(t) if self.format.datatype_version_zero else t
 
     @staticmethod
     def _empty_attr() -> _Attr:
@@ -938,6 +979,12 @@ class JLD2Writer:
         self, value: Any, jt: JT, ws: dict[Hashable, int], tk: Hashable | None, path: tuple[PathSegment, ...]
     ) -> int:
         w = jt.writeas
+        if jt.cat is Cat.DICT:
+            # A reference to the Dict's pairs: in a JLD2.SerializedDict, or (JLD2 < v0.4.42) the
+            # committed Dict type is a reference type itself.
+            dtype = self.h5type(jt)
+            data = _Data(8, encode=lambda: _ref(self._write_kvvec(value, jt, ws, path)))
+            return self._write_object(_Space(enc.DS_SCALAR, (), []), dtype, data, ws, tk, path)
         if w.cat is Cat.ARRAY:
             # NTuple{N,T} with N > 10: a reference to the tuple collected into a Vector{T}.
             dtype = self.h5type(jt)
@@ -950,10 +997,6 @@ class JLD2Writer:
             return self._write_object(
                 _Space(enc.DS_SCALAR, (), []), dtype, _Data(8, encode=encode), ws, tk, path
             )
-        if jt.cat is Cat.DICT:
-            dtype = self.h5type(jt)
-            data = _Data(8, encode=lambda: _ref(self._write_kvvec(value, jt, ws, path)))
-            return self._write_object(_Space(enc.DS_SCALAR, (), []), dtype, data, ws, tk, path)
         raise UnsupportedError(f"custom serialization of {jt.key} is not supported")
 
     def _write_converted_vector(
@@ -1250,7 +1293,7 @@ class JLD2Writer:
         if committed:
             found = enc.message(enc.MSG_DATATYPE, enc.encode_shared_datatype(dtype.offset), 3)  # type: ignore[union-attr]
         else:
-            found = enc.message(enc.MSG_DATATYPE, enc.encode_datatype(dtype), 1)  # type: ignore[arg-type]
+            found = enc.message(enc.MSG_DATATYPE, enc.encode_datatype(self._versioned(dtype)), 1)  # type: ignore[arg-type]
         if len(self._messages) < _MESSAGES_KEPT or key in self._messages:
             self._messages[key] = found
             if not committed:
@@ -1306,6 +1349,10 @@ class JLD2Writer:
         if w is not ty:
             if kind == "ref":
                 if w.cat is Cat.ARRAY:
+                    if ty.cat is Cat.DICT:
+                        # (JLD2 < v0.4.42) a field declared Dict refers to its Vector{Pair}:
+                        # h5convert! converts before writing a reference to an Array.
+                        return _ref(self._write_kvvec(value, ty, ws, path))
                     return _ref(self._write_converted_vector(list(value), w, ws, path))
                 return _ref(self.write_ref(value, ws, path))
             return self.encode_value(w, value, ws, path)
@@ -1427,9 +1474,14 @@ class JLD2Writer:
             n = len(params)
             # JLD2's NTuple method applies to homogeneous tuples of a concrete type (the diagonal
             # rule); its `reduce(==, params)` test is true only for N == 2.
-            homogeneous = n == 0 or (
-                all(_same_param(p, params[0]) for p in params)
-                and (params[0].concrete if isinstance(params[0], JT) else True)
+            # (Before v0.4.41, Type{NTuple{N,ET}} took a 1-tuple of any element type.)
+            homogeneous = (
+                n == 0
+                or (n == 1 and self.format.ntuple_from == 1)
+                or (
+                    all(_same_param(p, params[0]) for p in params)
+                    and (params[0].concrete if isinstance(params[0], JT) else True)
+                )
             )
             if homogeneous:
                 ntuple_from = self.format.ntuple_from
@@ -1531,6 +1583,15 @@ class _PairValue:
     first: Any
     second: Any
     jt: JT
+
+
+@lru_cache(maxsize=4096)
+def _version_zero(t: H5Type) -> H5Type:
+    """``t`` with version 0 in every class byte but fixed-point ones (JLD2 0.4.51 - 0.4.52)."""
+    members = tuple(replace(m, type=_version_zero(m.type)) for m in t.members)
+    base = _version_zero(t.base) if t.base is not None else None
+    version = t.version if t.cls == H5Class.FIXED else 0
+    return replace(t, version=version, members=members, base=base)
 
 
 @lru_cache(maxsize=4096)

@@ -314,7 +314,9 @@ UNION_EL = "inline-union"
 class TypeFactory:
     """Builds and interns :class:`JT` objects for one write session."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, dict_as_vector: bool = False) -> None:
+        # JLD2 < v0.4.42 custom-serialized a Dict as its Vector{Pair{K,V}} (_writer._Format).
+        self.dict_as_vector = dict_as_vector
         self._cache: dict[str, JT] = {}
         # Fast paths keyed by identity (interned JTs): building key text for every leaf of a
         # 20,000-leaf tree would dominate the write time.
@@ -473,7 +475,7 @@ class TypeFactory:
         if found is not None:
             return found
         jt = self._intern(JT(Cat.DICT, name, (k, v), mutable=True, key=key))
-        jt._writeas = self.SERIALIZED_DICT
+        jt._writeas = self.array_of(self.pair_of(k, v), 1) if self.dict_as_vector else self.SERIALIZED_DICT
         return jt
 
     def other(self, type_: JuliaType) -> JT:

@@ -1,0 +1,183 @@
+"""Which JLD2.jl release wrote a file, as far as its types tell, and the older rules it followed.
+
+The file header says only the format version (``0.1.1`` for JLD2 0.3 - 0.4.x), yet rules inside
+that format changed between releases, and a file that follows an older one cannot be reproduced
+byte for byte with the newer one. The reader notes what each type it decodes shows
+(``TypeResolver.writer_traits``); this module turns those tell-tales into the older rules the
+writer then follows (``JLD2Writer(era_rules=...)``), for ``convert --keep-format``:
+
+* ``tuple1:NTuple`` -- a one-element tuple type is named ``NTuple{1,T}`` in a DataType: JLD2
+  before v0.4.41 (commit 3933b32, "fix vararg tuples"), whose ``h5convert!`` for
+  ``Type{NTuple{N,ET}}`` took every non-empty homogeneous tuple; later releases write ``Tuple{T}``
+  (trait ``tuple1:Tuple``).
+* ``dict:Vector`` -- a ``Dict``/``IdDict``/``ImmutableDict`` is custom-serialized as its
+  ``Vector{Pair{K,V}}`` (``written_type`` ``Core.Array``): JLD2 before v0.4.42 (commit ad988ca),
+  whose committed Dict type is a reference type and whose Dict fields refer to the vector
+  directly; later releases write a ``JLD2.SerializedDict`` (trait ``dict:SerializedDict``).
+
+* ``layout:0.4.51`` / ``layout:0.4.52`` -- datasets end with a reserved 16-byte NIL message
+  (room for a continuation, :func:`header_traits`): JLD2 0.4.51 - 0.4.55, still format 0.1.1.
+  v0.4.51 (commit d57995a) kept 0.4's layout choice (arrays under 8192 bytes compact, contiguous
+  data right after its header) and wrote a committed type's attributes in the datatype session;
+  v0.4.52 chose 0.5's (only empty arrays compact, contiguous data 8-byte aligned; a fresh session
+  per attribute). Both name only ``NTuple{2,T}`` (the ``reduce(==, ...)`` test). A non-empty
+  array stored compact, or contiguous data not 8-byte aligned, tells 0.4.51; otherwise 0.4.52.
+
+* ``datatype:v0`` -- datatype messages say version 0 (a class byte without the version bits;
+  fixed-point numbers excepted): JLD2 0.4.51 and 0.4.52, fixed in v0.4.53.
+
+A rule is followed only when the file shows it and nothing in the file contradicts it (a file
+appended to by two JLD2 releases shows both forms: no one rule set reproduces it).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # (annotations only: the reader imports nothing from here)
+    from ._reader import Reader
+
+NTUPLE_ONE = "tuple1:NTuple"
+DICT_AS_VECTOR = "dict:Vector"
+LAYOUT_0_4_51 = "layout:0.4.51"
+LAYOUT_0_4_52 = "layout:0.4.52"
+DATATYPE_V0 = "datatype:v0"
+
+# header traits (header_traits): what dataset object headers show
+_NIL_TAIL = "header:nil-tail"  # a reserved 16-byte NIL message ends a dataset header
+_SMALL_COMPACT = "array:small-compact"  # a non-empty array under 8192 bytes stored compact
+_UNALIGNED = "contiguous:unaligned"  # contiguous data not 8-byte aligned
+_VERSIONED = "datatype:versioned"  # a datatype message (not fixed-point) of version >= 1
+
+_HEADERS_SCANNED = 256  # dataset headers looked at (the first ones by link order)
+_MSG_DATASPACE, _MSG_DATATYPE, _MSG_LAYOUT = 0x01, 0x03, 0x08
+
+# older rule -> (the trait that contradicts it, what it is, the release that changed it)
+OLDER_RULES: dict[str, tuple[str, str]] = {
+    NTUPLE_ONE: (
+        "tuple1:Tuple",
+        "one-element tuple types named NTuple{1,T} (JLD2 < v0.4.41)",
+    ),
+    DICT_AS_VECTOR: (
+        "dict:SerializedDict",
+        "Dicts written as their Vector{Pair} (JLD2 < v0.4.42)",
+    ),
+}
+
+
+def era_rules(traits: Iterable[str]) -> frozenset[str]:
+    """The JLD2 release rules a format-0.1.1 file follows, from the tell-tales its types and
+    headers show (``TypeResolver.writer_traits``, :func:`header_traits`).
+
+    Example:
+        >>> sorted(era_rules({"dict:Vector", "tuple1:Tuple"}))
+        ['dict:Vector']
+        >>> era_rules({"dict:Vector", "dict:SerializedDict"})
+        frozenset()
+    """
+    seen = set(traits)
+    rules = {rule for rule, (newer, _) in OLDER_RULES.items() if rule in seen and newer not in seen}
+    if _NIL_TAIL in seen:
+        rules.add(LAYOUT_0_4_51 if seen & {_SMALL_COMPACT, _UNALIGNED} else LAYOUT_0_4_52)
+        if DATATYPE_V0 in seen and _VERSIONED not in seen:
+            rules.add(DATATYPE_V0)
+    return frozenset(rules)
+
+
+def mixed_rules(traits: Iterable[str]) -> list[str]:
+    """The rules a file shows in both their older and newer form (written by two releases).
+
+    Example:
+        >>> mixed_rules({"dict:Vector", "dict:SerializedDict"})
+        ['Dicts written as their Vector{Pair} (JLD2 < v0.4.42)']
+    """
+    seen = set(traits)
+    return [what for rule, (newer, what) in OLDER_RULES.items() if rule in seen and newer in seen]
+
+
+def describe(rules: Iterable[str]) -> list[str]:
+    """Each older rule in words.
+
+    Example:
+        >>> describe({"tuple1:NTuple"})
+        ['one-element tuple types named NTuple{1,T} (JLD2 < v0.4.41)']
+    """
+    return [OLDER_RULES[r][1] for r in sorted(rules) if r in OLDER_RULES]
+
+
+def header_traits(reader: Reader) -> set[str]:
+    """What the object headers of a file's datasets show of the JLD2 release that wrote them
+    (the first :data:`_HEADERS_SCANNED` datasets and committed datatypes reached from the root
+    group, by link order): a NIL message reserved at the end, small arrays stored compact,
+    unaligned contiguous data, the version of datatype messages."""
+    traits: set[str] = set()
+    for address in _object_addresses(reader):
+        tail, layout, array, versions = _scan_header(reader, address)
+        traits.update(versions)
+        if tail:
+            traits.add(_NIL_TAIL)
+        if layout is not None and array:
+            cls, data_address, size = layout
+            if cls == 0 and 0 < size < 8192:
+                traits.add(_SMALL_COMPACT)
+            elif cls == 1 and size > 0 and reader.h5.absolute(data_address) % 8:
+                traits.add(_UNALIGNED)
+    return traits
+
+
+def _object_addresses(reader: Reader) -> list[int]:
+    found: list[int] = []
+    groups = [reader.root_address]
+    seen = set(groups)
+    while groups and len(found) < _HEADERS_SCANNED:
+        for address in reader.links(groups.pop()).values():
+            if address in seen:
+                continue
+            seen.add(address)
+            kind = reader.object_kind(address)
+            if kind == "group":
+                groups.append(address)
+            elif kind in ("dataset", "datatype"):
+                found.append(address)
+    return found[:_HEADERS_SCANNED]
+
+
+def _scan_header(reader: Reader, address: int) -> tuple[bool, tuple[int, int, int] | None, bool, set[str]]:
+    """A version-2 object header's raw messages: (ends with a 16-byte NIL message, the layout
+    as (class, data address, data size), the dataspace is simple, i.e. an array, what its
+    datatype message's version byte shows)."""
+    h5 = reader.h5
+    start = h5.absolute(address)
+    head = bytearray(min(24, h5.size - start))
+    h5.read_into(start, memoryview(head))
+    if len(head) < 7 or head[:4] != b"OHDR" or head[4] != 2:
+        return False, None, False, set()  # (JLD2 writes version-2 headers only)
+    flags = head[5]
+    pos = 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
+    width = 1 << (flags & 3)
+    if pos + width > len(head):
+        return False, None, False, set()
+    chunk = int.from_bytes(head[pos : pos + width], "little")
+    pos += width
+    body = bytearray(min(chunk, h5.size - start - pos))
+    h5.read_into(start + pos, memoryview(body))
+    at, last, layout, array, versions = 0, (-1, 0), None, False, set()
+    step = 6 if flags & 0x04 else 4
+    while at + step <= len(body):
+        mtype, size = body[at], int.from_bytes(body[at + 1 : at + 3], "little")
+        data = body[at + step : at + step + size]
+        if mtype == _MSG_DATATYPE and len(data) >= 1 and not body[at + 3] & 0x02 and data[0] & 0x0F:
+            # (not a shared message; fixed-point types had their version in every release)
+            versions.add(_VERSIONED if data[0] >> 4 else DATATYPE_V0)
+        elif mtype == _MSG_DATASPACE and len(data) >= 4:
+            array = data[3] == 1 and data[1] > 0  # version 2: rank, flags, type (1: simple)
+        elif mtype == _MSG_LAYOUT and len(data) >= 4 and data[0] in (3, 4):
+            if data[1] == 0:
+                layout = (0, 0, int.from_bytes(data[2:4], "little"))
+            elif data[1] == 1 and len(data) >= 18:
+                layout = (1, *struct.unpack_from("<QQ", data, 2))
+        last = (mtype, size)
+        at += step + size
+    return last == (0, 16), layout, array, versions
