@@ -33,7 +33,8 @@ appended to by two JLD2 releases shows both forms: no one rule set reproduces it
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # (annotations only: the reader imports nothing from here)
@@ -65,6 +66,18 @@ OLDER_RULES: dict[str, tuple[str, str]] = {
         "Dicts written as their Vector{Pair} (JLD2 < v0.4.42)",
     ),
 }
+
+
+@dataclass(frozen=True)
+class Source:
+    """What the writer keeps of a file it re-encodes (``convert``), beyond its values: the
+    release rules it follows (:func:`era_rules`) and the ``Union`` descriptions Julia printed
+    (``string(U)`` in a ``Core.Union`` dataset depends on what the writing session had imported:
+    ``Union{Type{Circle2D}, ...}`` or ``Union{Type{ExtendableGrids.Circle2D}, ...}``), by the
+    union type's qualified text."""
+
+    rules: frozenset[str] = frozenset()
+    union_descriptions: Mapping[str, str] = field(default_factory=dict)
 
 
 def era_rules(traits: Iterable[str]) -> frozenset[str]:

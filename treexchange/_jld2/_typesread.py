@@ -91,6 +91,7 @@ _PRIMITIVES: dict[str, tuple[str, int]] = {
     "Core.Bool": ("b", 1),
 }
 _WIDE_INTS = frozenset({"Core.Int128", "Core.UInt128"})
+_DESCRIPTIONS_KEPT = 4096  # Union descriptions remembered per file (TypeResolver.union_descriptions)
 _DICT_NAMES = frozenset({"Dict", "IdDict", "ImmutableDict", "OrderedDict"})
 
 
@@ -210,6 +211,8 @@ class TypeResolver:
         # What the types read so far show of the JLD2 version that wrote them: rules that
         # changed between JLD2 releases (treexchange._jld2._era names them).
         self.writer_traits: set[str] = set()
+        # The description of each Core.Union read, by the union's qualified text (_era.Source).
+        self.union_descriptions: dict[str, str] = {}
         self._busy: set[int] = set()
         self._depth = 0
 
@@ -287,7 +290,11 @@ class TypeResolver:
         """Decode a ``Core.Union`` element: ``Union{datatypes..., unionalls...}``."""
         members = [self._param(ref, path) for ref in self._refs(buf, off + 16, path)]
         members += [self._param(ref, path) for ref in self._refs(buf, off + 32, path)]
-        return JuliaType("Core.Union", tuple(members))
+        union = JuliaType("Core.Union", tuple(members))
+        if len(self.union_descriptions) < _DESCRIPTIONS_KEPT:
+            text = decode_text(self.reader.heap_bytes(buf, off))
+            self.union_descriptions.setdefault(union.qualified(), text[: self.limits.max_name_bytes])
+        return union
 
     def _refs(self, buf: Any, off: int, path: TreePath) -> list[int]:
         count = _U32.unpack_from(buf, off)[0]

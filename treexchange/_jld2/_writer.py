@@ -41,7 +41,7 @@ from .._limits import DEFAULT_LIMITS, Limits, datatype_depth
 from .._recursion import stack_for_depth
 from .._values import UNDEF, JuliaArray, JuliaBits, JuliaStruct, NamedTuple as JlNamedTuple, Singleton, Symbol
 from . import _encode_hdf5 as enc
-from ._era import DATATYPE_V0, DICT_AS_VECTOR, LAYOUT_0_4_51, LAYOUT_0_4_52, NTUPLE_ONE
+from ._era import DATATYPE_V0, DICT_AS_VECTOR, LAYOUT_0_4_51, LAYOUT_0_4_52, NTUPLE_ONE, Source
 from ._writer_arrays import (
     Compression,
     column_major_bytes,
@@ -288,17 +288,18 @@ class JLD2Writer:
         limits: Limits = DEFAULT_LIMITS,
         format_version: str = enc.FORMAT_VERSION,
         on_write: Callable[[int], None] | None = None,
-        era_rules: frozenset[str] = frozenset(),
+        source: Source | None = None,
     ) -> None:
         if format_version not in _FORMATS:
             raise UnsupportedError(
                 f"JLD2 format {format_version!r} cannot be written (supported: {', '.join(FORMATS)})"
             )
         self.format = _FORMATS[format_version]
-        if era_rules:
+        self.source = source or Source()
+        if self.source.rules:
             # Rules of the JLD2 release a format-0.1.1 input shows (treexchange._jld2._era),
             # other than v0.4.46's, for re-encoding that file.
-            self.format = _release_format(self.format, era_rules)
+            self.format = _release_format(self.format, self.source.rules)
         if compress is not None and self.format.version != "0.2.0":
             raise UnsupportedError(
                 f"compression in JLD2 format {format_version} is not supported (write format 0.2.0)"
@@ -1534,7 +1535,9 @@ class JLD2Writer:
         members = [
             self.types.of_type(p) if isinstance(p, JuliaType) else p for p in (t.raw_params or t.params)
         ]
-        description = _union_description(t.raw_params or ()).encode("utf-8")
+        # What Julia printed, when re-encoding a file that has this union (see _era.Source).
+        shown = self.source.union_descriptions.get(t.key)
+        description = (shown if shown is not None else _union_description(t.raw_params or ())).encode("utf-8")
         datatypes = [m for m in members if isinstance(m, JT)]
         unionalls = [m for m in members if not isinstance(m, JT)]
 

@@ -714,11 +714,10 @@ class TypeFactory:
         of Float64 values), which the entries alone do not tell."""
         if not isinstance(read, JuliaType) or read.name not in SERIALIZED_DICTS or len(read.params) != 2:
             return None
-        k_t, v_t = read.params
-        if not isinstance(k_t, JuliaType) or not isinstance(v_t, JuliaType):
-            return None
         try:
-            k, v = self.of_type(k_t), self.of_type(v_t)
+            # (A parameter may be a where type, a UnionAll value: Dict{String, Array{Float64,N}
+            # where N}; JLD2 writes it as a UnionAll dataset, the type parameter it is.)
+            k, v = (self._param_type(p) for p in read.params)
         except TreexchangeError:
             return None
 
