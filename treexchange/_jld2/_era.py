@@ -23,6 +23,9 @@ writer then follows (``JLD2Writer(era_rules=...)``), for ``convert --keep-format
   per attribute). Both name only ``NTuple{2,T}`` (the ``reduce(==, ...)`` test). A non-empty
   array stored compact, or contiguous data not 8-byte aligned, tells 0.4.51; otherwise 0.4.52.
 
+* ``group:no-link-room`` -- a group header holds its links and the 16 bytes reserved for a
+  continuation, no room for more links: JLD2 before v0.4.4 (later ones leave room for 4 links
+  of 8-byte names, ``group_extra_space``).
 * ``datatype:v0`` -- datatype messages say version 0 (a class byte without the version bits;
   fixed-point numbers excepted): JLD2 0.4.51 and 0.4.52, fixed in v0.4.53.
 
@@ -45,15 +48,18 @@ DICT_AS_VECTOR = "dict:Vector"
 LAYOUT_0_4_51 = "layout:0.4.51"
 LAYOUT_0_4_52 = "layout:0.4.52"
 DATATYPE_V0 = "datatype:v0"
+GROUPS_WITHOUT_ROOM = "group:no-link-room"
 
 # header traits (header_traits): what dataset object headers show
 _NIL_TAIL = "header:nil-tail"  # a reserved 16-byte NIL message ends a dataset header
 _SMALL_COMPACT = "array:small-compact"  # a non-empty array under 8192 bytes stored compact
 _UNALIGNED = "contiguous:unaligned"  # contiguous data not 8-byte aligned
 _VERSIONED = "datatype:versioned"  # a datatype message (not fixed-point) of version >= 1
+_GROUP_ROOM = "group:link-room"  # a group of < 4 links with room for more in its header
+_GROUP_NO_ROOM = "group:no-link-room"  # one without
 
 _HEADERS_SCANNED = 256  # dataset headers looked at (the first ones by link order)
-_MSG_DATASPACE, _MSG_DATATYPE, _MSG_LAYOUT = 0x01, 0x03, 0x08
+_MSG_DATASPACE, _MSG_DATATYPE, _MSG_LINK, _MSG_LAYOUT = 0x01, 0x03, 0x06, 0x08
 
 # older rule -> (the trait that contradicts it, what it is, the release that changed it)
 OLDER_RULES: dict[str, tuple[str, str]] = {
@@ -96,6 +102,8 @@ def era_rules(traits: Iterable[str]) -> frozenset[str]:
         rules.add(LAYOUT_0_4_51 if seen & {_SMALL_COMPACT, _UNALIGNED} else LAYOUT_0_4_52)
         if DATATYPE_V0 in seen and _VERSIONED not in seen:
             rules.add(DATATYPE_V0)
+    if _GROUP_NO_ROOM in seen and _GROUP_ROOM not in seen:
+        rules.add(GROUPS_WITHOUT_ROOM)
     return frozenset(rules)
 
 
@@ -121,27 +129,44 @@ def describe(rules: Iterable[str]) -> list[str]:
 
 
 def header_traits(reader: Reader) -> set[str]:
-    """What the object headers of a file's datasets show of the JLD2 release that wrote them
-    (the first :data:`_HEADERS_SCANNED` datasets and committed datatypes reached from the root
-    group, by link order): a NIL message reserved at the end, small arrays stored compact,
-    unaligned contiguous data, the version of datatype messages."""
+    """What the object headers of a file show of the JLD2 release that wrote them (the root
+    group, then the first :data:`_HEADERS_SCANNED` groups, datasets and committed datatypes
+    reached from it, by link order): a NIL message reserved at the end of datasets, small arrays
+    stored compact, unaligned contiguous data, the version of datatype messages, free link space
+    in groups."""
     traits: set[str] = set()
-    for address in _object_addresses(reader):
-        tail, layout, array, versions = _scan_header(reader, address)
-        traits.update(versions)
-        if tail:
+    for address, kind in _object_addresses(reader):
+        messages = _header_messages(reader, address)
+        if kind == "group":
+            links = sum(1 for mtype, _, _ in messages if mtype == _MSG_LINK)
+            nils = [len(data) for mtype, _, data in messages if mtype == 0]
+            if links < 4:
+                # JLD2 >= v0.4.4 leaves room for 4 links of 8-byte names (a NIL message) before
+                # the 16 bytes reserved for a continuation; earlier releases only the latter.
+                traits.add(_GROUP_NO_ROOM if nils == [16] else _GROUP_ROOM)
+            continue
+        if messages and messages[-1][0] == 0 and len(messages[-1][2]) == 16:
             traits.add(_NIL_TAIL)
-        if layout is not None and array:
-            cls, data_address, size = layout
-            if cls == 0 and 0 < size < 8192:
-                traits.add(_SMALL_COMPACT)
-            elif cls == 1 and size > 0 and reader.h5.absolute(data_address) % 8:
-                traits.add(_UNALIGNED)
+        array = False
+        for mtype, flags, data in messages:
+            if mtype == _MSG_DATATYPE and data and not flags & 0x02 and data[0] & 0x0F:
+                # (not a shared message; fixed-point types had their version in every release)
+                traits.add(_VERSIONED if data[0] >> 4 else DATATYPE_V0)
+            elif mtype == _MSG_DATASPACE and len(data) >= 4:
+                array = data[3] == 1 and data[1] > 0  # version 2: rank, flags, type (1: simple)
+            elif mtype == _MSG_LAYOUT and array and len(data) >= 4 and data[0] in (3, 4):
+                size = int.from_bytes(data[2:4], "little")
+                if data[1] == 0 and 0 < size < 8192:
+                    traits.add(_SMALL_COMPACT)
+                elif data[1] == 1 and len(data) >= 18:
+                    at, size = struct.unpack_from("<QQ", data, 2)
+                    if size > 0 and reader.h5.absolute(at) % 8:
+                        traits.add(_UNALIGNED)
     return traits
 
 
-def _object_addresses(reader: Reader) -> list[int]:
-    found: list[int] = []
+def _object_addresses(reader: Reader) -> list[tuple[int, str]]:
+    found: list[tuple[int, str]] = [(reader.root_address, "group")]
     groups = [reader.root_address]
     seen = set(groups)
     while groups and len(found) < _HEADERS_SCANNED:
@@ -152,45 +177,33 @@ def _object_addresses(reader: Reader) -> list[int]:
             kind = reader.object_kind(address)
             if kind == "group":
                 groups.append(address)
-            elif kind in ("dataset", "datatype"):
-                found.append(address)
+            if kind in ("group", "dataset", "datatype"):
+                found.append((address, kind))
     return found[:_HEADERS_SCANNED]
 
 
-def _scan_header(reader: Reader, address: int) -> tuple[bool, tuple[int, int, int] | None, bool, set[str]]:
-    """A version-2 object header's raw messages: (ends with a 16-byte NIL message, the layout
-    as (class, data address, data size), the dataspace is simple, i.e. an array, what its
-    datatype message's version byte shows)."""
+def _header_messages(reader: Reader, address: int) -> list[tuple[int, int, bytes]]:
+    """The messages of a version-2 object header's first chunk, NIL ones included (the HDF5
+    layer drops those): (type, flags, body) in order; none for anything else."""
     h5 = reader.h5
     start = h5.absolute(address)
-    head = bytearray(min(24, h5.size - start))
+    head = bytearray(max(0, min(24, h5.size - start)))
     h5.read_into(start, memoryview(head))
     if len(head) < 7 or head[:4] != b"OHDR" or head[4] != 2:
-        return False, None, False, set()  # (JLD2 writes version-2 headers only)
+        return []  # (JLD2 writes version-2 headers only)
     flags = head[5]
     pos = 6 + (16 if flags & 0x20 else 0) + (4 if flags & 0x10 else 0)
     width = 1 << (flags & 3)
     if pos + width > len(head):
-        return False, None, False, set()
+        return []
     chunk = int.from_bytes(head[pos : pos + width], "little")
     pos += width
-    body = bytearray(min(chunk, h5.size - start - pos))
+    body = bytearray(max(0, min(chunk, h5.size - start - pos)))
     h5.read_into(start + pos, memoryview(body))
-    at, last, layout, array, versions = 0, (-1, 0), None, False, set()
-    step = 6 if flags & 0x04 else 4
+    messages = []
+    at, step = 0, 6 if flags & 0x04 else 4
     while at + step <= len(body):
-        mtype, size = body[at], int.from_bytes(body[at + 1 : at + 3], "little")
-        data = body[at + step : at + step + size]
-        if mtype == _MSG_DATATYPE and len(data) >= 1 and not body[at + 3] & 0x02 and data[0] & 0x0F:
-            # (not a shared message; fixed-point types had their version in every release)
-            versions.add(_VERSIONED if data[0] >> 4 else DATATYPE_V0)
-        elif mtype == _MSG_DATASPACE and len(data) >= 4:
-            array = data[3] == 1 and data[1] > 0  # version 2: rank, flags, type (1: simple)
-        elif mtype == _MSG_LAYOUT and len(data) >= 4 and data[0] in (3, 4):
-            if data[1] == 0:
-                layout = (0, 0, int.from_bytes(data[2:4], "little"))
-            elif data[1] == 1 and len(data) >= 18:
-                layout = (1, *struct.unpack_from("<QQ", data, 2))
-        last = (mtype, size)
+        mtype, size, mflags = body[at], int.from_bytes(body[at + 1 : at + 3], "little"), body[at + 3]
+        messages.append((mtype, mflags, bytes(body[at + step : at + step + size])))
         at += step + size
-    return last == (0, 16), layout, array, versions
+    return messages

@@ -41,7 +41,15 @@ from .._limits import DEFAULT_LIMITS, Limits, datatype_depth
 from .._recursion import stack_for_depth
 from .._values import UNDEF, JuliaArray, JuliaBits, JuliaStruct, NamedTuple as JlNamedTuple, Singleton, Symbol
 from . import _encode_hdf5 as enc
-from ._era import DATATYPE_V0, DICT_AS_VECTOR, LAYOUT_0_4_51, LAYOUT_0_4_52, NTUPLE_ONE, Source
+from ._era import (
+    DATATYPE_V0,
+    DICT_AS_VECTOR,
+    GROUPS_WITHOUT_ROOM,
+    LAYOUT_0_4_51,
+    LAYOUT_0_4_52,
+    NTUPLE_ONE,
+    Source,
+)
 from ._writer_arrays import (
     Compression,
     column_major_bytes,
@@ -103,6 +111,9 @@ class _Format:
     next; 0.2.0 gives each attribute a fresh session (``write_header_message``, since v0.4.52)."""
     dict_as_vector: bool = False
     datatype_version_zero: bool = False
+    group_link_room: bool = True
+    """A new group's header leaves room for 4 links of 8-byte names (JLD2 >= v0.4.4's
+    ``group_extra_space``); earlier releases left none: an era rule (``_era``)."""
     """Datatype messages say version 0, fixed-point types excepted (JLD2 0.4.51 and 0.4.52,
     whose constructors left out the version bits): an era rule (``_era``)."""
     """A Dict is custom-serialized as its ``Vector{Pair{K,V}}`` (JLD2 < v0.4.42), not as a
@@ -128,6 +139,8 @@ def _release_format(base: _Format, rules: frozenset[str]) -> _Format:
         fmt = replace(fmt, continuation_placeholder=True, ntuple_from=0)
     if DATATYPE_V0 in rules:
         fmt = replace(fmt, datatype_version_zero=True)
+    if GROUPS_WITHOUT_ROOM in rules:
+        fmt = replace(fmt, group_link_room=False)
     if LAYOUT_0_4_52 in rules:
         new = _FORMATS["0.2.0"]
         fmt = replace(
@@ -459,7 +472,7 @@ class JLD2Writer:
         attrs = [self._string_attr(k, v) for k, v in (attributes or {}).items()]
         links = list(g.links.items())
         # Free space for 4 links of 8-byte names (est_num_entries, est_link_name_len defaults).
-        extra = min(max((4 - len(links)) * (12 + 8 + 4), 0), 0xFFFF)
+        extra = min(max((4 - len(links)) * (12 + 8 + 4), 0), 0xFFFF) if self.format.group_link_room else 0
         total = len(enc.LINK_INFO_MESSAGE) + len(enc.GROUP_INFO_MESSAGE) + enc.CONTINUATION_PLACEHOLDER_SIZE
         total += sum(enc.link_message_size(n) for n, _ in links) + extra
         total += sum(a.message_size for a in attrs)
