@@ -27,8 +27,6 @@ FORMAT_011 = b"HDF5-based Julia Data Format, version 0.1.1\x00"
 # JLD2 release that wrote a file (before v0.4.4, v0.4.41, v0.4.42; v0.4.51, v0.4.52; see
 # treexchange/_jld2/_era.py) are followed when the file shows them.
 NOT_IDENTICAL: dict[str, str] = {
-    "lux/seriesforecast_params_v011.jld2": "a Tuple{ComponentArrays.Axis{...}} type is a DataType "
-    "dataset in JLD2 (Axis is a ghost struct), a one-member compound in ours (Axis known by name only)",
     "misc/betaml_test.jld2": "appended to in a second JLD2 session: its /_types group was written "
     "in the middle of the file, before the datasets of the second session",
 }

@@ -22,7 +22,7 @@ from ._atomic import atomic_write, remove_stale_temporaries
 from ._bridge._to_julia import convert_items
 from ._errors import ConversionError, TreexchangeError, WriteError
 from ._jld2._encode_hdf5 import FILE_HEADER_LENGTH, REQUIRED_FILE_HEADER
-from ._jld2._era import Source, era_rules, header_traits
+from ._jld2._era import Source, era_rules, header_traits, type_keys
 from ._jld2._writefile import write_jld2
 from ._jld2._writer_arrays import Compression
 from ._reader import File, read_objects
@@ -207,7 +207,8 @@ def convert(
         values = objects.values
         # A 0.1.1 file kept in its format: the rules of the JLD2 release its types and headers show.
         traits = f.reader.types.writer_traits | header_traits(f.reader) if fmt == "0.1.1" else set()
-        kept = Source(era_rules(traits), f.reader.types.union_descriptions)
+        resolver = f.reader.types
+        kept = Source(era_rules(traits), resolver.union_descriptions, type_keys(resolver.by_name_params))
 
         def write(out: BinaryIO) -> None:
             write_jld2(

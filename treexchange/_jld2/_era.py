@@ -40,6 +40,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from .._errors import TreexchangeError
+from .._juliatype import JuliaType
+from ._writer_types import TypeFactory
+
 if TYPE_CHECKING:  # (annotations only: the reader imports nothing from here)
     from ._reader import Reader
 
@@ -77,13 +81,36 @@ OLDER_RULES: dict[str, tuple[str, str]] = {
 @dataclass(frozen=True)
 class Source:
     """What the writer keeps of a file it re-encodes (``convert``), beyond its values: the
-    release rules it follows (:func:`era_rules`) and the ``Union`` descriptions Julia printed
+    release rules it follows (:func:`era_rules`), the types it wrote by name, and the ``Union``
+    descriptions Julia printed
     (``string(U)`` in a ``Core.Union`` dataset depends on what the writing session had imported:
     ``Union{Type{Circle2D}, ...}`` or ``Union{Type{ExtendableGrids.Circle2D}, ...}``), by the
     union type's qualified text."""
 
     rules: frozenset[str] = frozenset()
     union_descriptions: Mapping[str, str] = field(default_factory=dict)
+    by_name: frozenset[str] = frozenset()
+    """Struct and tuple types the file wrote as type parameters by name (a DataType dataset)
+    where a stored type is committed: they hold no data, or are mutable or large; a type known
+    to the writer by name only (a ghost ``Axis{...}`` inside ``Tuple{Axis{...}}``) follows."""
+
+
+def type_keys(types: Iterable[JuliaType]) -> frozenset[str]:
+    """The writer's keys of ``types`` (``JT.key``: ``Tuple{A}`` and ``NTuple{1,A}`` alike are
+    ``Core.Tuple{A}``), for :attr:`Source.by_name`; types the writer cannot build are left out.
+
+    Example:
+        >>> sorted(type_keys([JuliaType("Tuple", (JuliaType("Main.Axis"),))]))
+        ['Core.Tuple{Main.Axis}']
+    """
+    factory = TypeFactory()
+    keys = set()
+    for t in types:
+        try:
+            keys.add(factory.of_type(t).key)
+        except TreexchangeError:
+            continue
+    return frozenset(keys)
 
 
 def era_rules(traits: Iterable[str]) -> frozenset[str]:

@@ -1519,6 +1519,8 @@ class JLD2Writer:
                 # have been committed earlier in this file (e.g. Core.Union), else it is a dataset.
                 found = self.lookup(p)
                 refs.append(found.offset if found is not None else self.write_datatype_dataset(p, ws))
+            elif isinstance(p, JT) and p.key in self.source.by_name:
+                refs.append(self.write_datatype_dataset(p, ws))  # as the re-encoded file did
             elif isinstance(p, JT):
                 dt = self.h5fieldtype(p.writeas, p, True)
                 if isinstance(dt, Committed):
