@@ -22,7 +22,15 @@ from ._atomic import atomic_write, remove_stale_temporaries
 from ._bridge._to_julia import convert_items
 from ._errors import ConversionError, TreexchangeError, WriteError
 from ._jld2._encode_hdf5 import FILE_HEADER_LENGTH, REQUIRED_FILE_HEADER
-from ._jld2._era import Source, era_rules, header_traits, type_keys
+from ._jld2._era import (
+    REPORTED_TRAITS,
+    Source,
+    difference_note,
+    era_rules,
+    first_difference,
+    header_traits,
+    type_keys,
+)
 from ._jld2._writefile import write_jld2
 from ._jld2._writer_arrays import Compression
 from ._reader import File, read_objects
@@ -170,7 +178,7 @@ def convert(
     keep_format: bool = False,
     compress: bool | str = False,
     verify: bool = True,
-) -> None:
+) -> str | None:
     """Re-encode ``source`` as a JLD2 0.2.0 file at ``target`` (replaced atomically): what
     ``treexchange convert IN OUT`` does.
 
@@ -181,8 +189,12 @@ def convert(
     one dataset) and written in the order of their object-header addresses, which is the order
     Julia wrote them in; string attributes of the root group (an embedded schema) are carried
     over. A 0.2.0 file that Julia wrote comes out byte for byte when ``keep_producer`` keeps its
-    producer note (tests/test_byte_identity.py); so do 15 of the 27 format-0.1.1 fixtures with
-    ``keep_format`` too (tests/test_byte_identity_011.py).
+    producer note (tests/test_byte_identity.py). With ``keep_format`` a 0.1.1 file is written
+    with the rules of the JLD2 release it shows (:mod:`treexchange._jld2._era`: 26 of the 27
+    0.1.1 fixtures and every 0.1.1 file of the corpus come out byte for byte,
+    tests/test_byte_identity_011.py), and the output is compared with the input (from byte 512
+    on unless ``keep_producer``): the note returned says from which byte they differ and why,
+    ``None`` when they are the same (or without ``keep_format``, or with ``compress``).
 
     With ``verify`` (the default) the new file is read back before it replaces ``target`` and
     every value is compared with the one written (:func:`treexchange.values_equal`): a file
@@ -206,7 +218,9 @@ def convert(
         objects = read_objects(f)
         values = objects.values
         # A 0.1.1 file kept in its format: the rules of the JLD2 release its types and headers show.
-        traits = f.reader.types.writer_traits | header_traits(f.reader) if fmt == "0.1.1" else set()
+        traits = f.reader.types.writer_traits | header_traits(f.reader) if keep_format else set()
+        if fmt != "0.1.1":
+            traits = {t for t in traits if t in REPORTED_TRAITS}  # (release rules are 0.1.1's)
         resolver = f.reader.types
         kept = Source(era_rules(traits), resolver.union_descriptions, type_keys(resolver.by_name_params))
 
@@ -223,6 +237,11 @@ def convert(
             )
 
         atomic_write(target, write, check=(lambda tmp: verify_output(tmp, values)) if verify else None)
+    if not keep_format or options is not None:
+        return None
+    start = 0 if keep_producer else FILE_HEADER_LENGTH
+    offset = first_difference(os.fspath(source), os.fspath(target), start)
+    return None if offset is None else difference_note(offset, traits, kept.rules)
 
 
 def verify_output(path: str, written: list[tuple[str, Any]]) -> None:

@@ -10,6 +10,7 @@ version. Re-encoding a 0.2.0 file that Julia wrote reproduces it byte for byte w
 from __future__ import annotations
 
 import argparse
+import sys
 
 from .._interop import convert_formats
 from .._interop._convert import detect_format
@@ -64,7 +65,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         action="store_true",
         help=(
             "keep a format-0.1.1 input (JLD2.jl 0.3-0.4) in format 0.1.1 instead of writing 0.2.0 "
-            "(other inputs are written as 0.2.0)"
+            "(other inputs are written as 0.2.0), with the rules of the JLD2 release the input "
+            "shows; when OUT is not byte for byte IN (from byte 512 on unless --keep-producer), "
+            "say from where and why on stderr"
         ),
     )
     p.add_argument(
@@ -96,7 +99,7 @@ def _run(args: argparse.Namespace) -> int:
         )
         return 0
     compress: bool | str = False if args.compress == "none" else args.compress
-    convert(
+    note = convert(
         args.input,
         args.output,
         keep_producer=args.keep_producer,
@@ -104,6 +107,8 @@ def _run(args: argparse.Namespace) -> int:
         compress=compress,
         verify=not args.no_verify,
     )
+    if note is not None:
+        print(f"treexchange convert: {args.input}: {note}", file=sys.stderr)
     return 0
 
 

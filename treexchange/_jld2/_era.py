@@ -61,9 +61,11 @@ _UNALIGNED = "contiguous:unaligned"  # contiguous data not 8-byte aligned
 _VERSIONED = "datatype:versioned"  # a datatype message (not fixed-point) of version >= 1
 _GROUP_ROOM = "group:link-room"  # a group of < 4 links with room for more in its header
 _GROUP_NO_ROOM = "group:no-link-room"  # one without
+_COMPRESSED = "dataset:compressed"  # a dataset with a filter pipeline
+_APPENDED = "file:appended"  # /_types written before a dataset linked from the root group
 
 _HEADERS_SCANNED = 256  # dataset headers looked at (the first ones by link order)
-_MSG_DATASPACE, _MSG_DATATYPE, _MSG_LINK, _MSG_LAYOUT = 0x01, 0x03, 0x06, 0x08
+_MSG_DATASPACE, _MSG_DATATYPE, _MSG_LINK, _MSG_LAYOUT, _MSG_FILTERS = 0x01, 0x03, 0x06, 0x08, 0x0B
 
 # older rule -> (the trait that contradicts it, what it is, the release that changed it)
 OLDER_RULES: dict[str, tuple[str, str]] = {
@@ -145,14 +147,23 @@ def mixed_rules(traits: Iterable[str]) -> list[str]:
     return [what for rule, (newer, what) in OLDER_RULES.items() if rule in seen and newer in seen]
 
 
+_RULE_TEXT = {
+    **{rule: what for rule, (_, what) in OLDER_RULES.items()},
+    LAYOUT_0_4_51: "JLD2 0.4.51's dataset headers (a reserved NIL message, 0.4's layout choice)",
+    LAYOUT_0_4_52: "JLD2 0.4.52-0.4.55's dataset headers (a reserved NIL message, 0.5's layout choice)",
+    DATATYPE_V0: "datatype messages of version 0 (JLD2 0.4.51-0.4.52)",
+    GROUPS_WITHOUT_ROOM: "group headers without room for more links (JLD2 < v0.4.4)",
+}
+
+
 def describe(rules: Iterable[str]) -> list[str]:
-    """Each older rule in words.
+    """Each release rule in words.
 
     Example:
         >>> describe({"tuple1:NTuple"})
         ['one-element tuple types named NTuple{1,T} (JLD2 < v0.4.41)']
     """
-    return [OLDER_RULES[r][1] for r in sorted(rules) if r in OLDER_RULES]
+    return [_RULE_TEXT[r] for r in sorted(rules) if r in _RULE_TEXT]
 
 
 def header_traits(reader: Reader) -> set[str]:
@@ -162,12 +173,18 @@ def header_traits(reader: Reader) -> set[str]:
     stored compact, unaligned contiguous data, the version of datatype messages, free link space
     in groups."""
     traits: set[str] = set()
+    if reader.h5.filters_seen:  # (datasets read through references are not scanned below)
+        traits.add(_COMPRESSED)
+    links = reader.links(reader.root_address)
+    types_at = links.get("_types")
+    if types_at is not None and any(a > types_at for n, a in links.items() if n != "_types"):
+        traits.add(_APPENDED)  # JLD2 writes /_types when it closes a file, after every dataset
     for address, kind in _object_addresses(reader):
         messages = _header_messages(reader, address)
         if kind == "group":
-            links = sum(1 for mtype, _, _ in messages if mtype == _MSG_LINK)
+            count = sum(1 for mtype, _, _ in messages if mtype == _MSG_LINK)
             nils = [len(data) for mtype, _, data in messages if mtype == 0]
-            if links < 4:
+            if count < 4:
                 # JLD2 >= v0.4.4 leaves room for 4 links of 8-byte names (a NIL message) before
                 # the 16 bytes reserved for a continuation; earlier releases only the latter.
                 traits.add(_GROUP_NO_ROOM if nils == [16] else _GROUP_ROOM)
@@ -179,6 +196,8 @@ def header_traits(reader: Reader) -> set[str]:
             if mtype == _MSG_DATATYPE and data and not flags & 0x02 and data[0] & 0x0F:
                 # (not a shared message; fixed-point types had their version in every release)
                 traits.add(_VERSIONED if data[0] >> 4 else DATATYPE_V0)
+            elif mtype == _MSG_FILTERS:
+                traits.add(_COMPRESSED)
             elif mtype == _MSG_DATASPACE and len(data) >= 4:
                 array = data[3] == 1 and data[1] > 0  # version 2: rank, flags, type (1: simple)
             elif mtype == _MSG_LAYOUT and array and len(data) >= 4 and data[0] in (3, 4):
@@ -234,3 +253,54 @@ def _header_messages(reader: Reader, address: int) -> list[tuple[int, int, bytes
         messages.append((mtype, mflags, bytes(body[at + step : at + step + size])))
         at += step + size
     return messages
+
+
+_KNOWN_CAUSES = {
+    _APPENDED: "the file was appended to in a second JLD2 session (its /_types group lies before "
+    "datasets the root group links): treexchange writes a file in one session",
+    _COMPRESSED: "it has compressed datasets: treexchange does not compress what it converts "
+    "(--compress chooses), and writes chunk indexes libhdf5 2 reads where JLD2's single-chunk "
+    "index has 8-byte dimension sizes it rejects",
+}
+
+REPORTED_TRAITS = frozenset(_KNOWN_CAUSES)
+"""Traits that explain a difference in any format (the others are format 0.1.1's releases)."""
+
+_COMPARED = 1 << 20  # bytes compared at a time
+
+
+def first_difference(original: str, written: str, start: int = 0) -> int | None:
+    """The first byte offset (from ``start``) where two files differ, ``None`` if they are the
+    same; compared 1 MiB at a time."""
+    with open(original, "rb") as a, open(written, "rb") as b:
+        a.seek(start)
+        b.seek(start)
+        offset = start
+        while True:
+            x, y = a.read(_COMPARED), b.read(_COMPARED)
+            if x != y:
+                return offset + next((i for i, (p, q) in enumerate(zip(x, y)) if p != q), min(len(x), len(y)))
+            if not x:
+                return None
+            offset += len(x)
+
+
+def difference_note(offset: int, traits: Iterable[str], rules: Iterable[str]) -> str:
+    """Why a re-encoded file differs from its input from byte ``offset`` on: the causes its
+    traits show, the rules that were followed.
+
+    Example:
+        >>> note = difference_note(540, {"dict:Vector", "dict:SerializedDict"}, ())
+        >>> note.startswith("not byte-identical from byte 540 on: it shows both forms of Dicts")
+        True
+    """
+    seen = set(traits)
+    causes = [text for trait, text in _KNOWN_CAUSES.items() if trait in seen]
+    causes += [f"it shows both forms of {what}: two JLD2 releases wrote it" for what in mixed_rules(seen)]
+    if not causes:
+        causes = ["no known cause (a JLD2 rule treexchange does not follow yet: please report the file)"]
+    note = f"not byte-identical from byte {offset} on: " + "; ".join(causes)
+    followed = describe(rules)
+    if followed:
+        note += " (followed: " + "; ".join(followed) + ")"
+    return note
