@@ -111,11 +111,11 @@ class _Format:
     next; 0.2.0 gives each attribute a fresh session (``write_header_message``, since v0.4.52)."""
     dict_as_vector: bool = False
     datatype_version_zero: bool = False
+    """Datatype messages say version 0, fixed-point types excepted (JLD2 0.4.51 and 0.4.52,
+    whose constructors left out the version bits): an era rule (``_era``)."""
     group_link_room: bool = True
     """A new group's header leaves room for 4 links of 8-byte names (JLD2 >= v0.4.4's
     ``group_extra_space``); earlier releases left none: an era rule (``_era``)."""
-    """Datatype messages say version 0, fixed-point types excepted (JLD2 0.4.51 and 0.4.52,
-    whose constructors left out the version bits): an era rule (``_era``)."""
     """A Dict is custom-serialized as its ``Vector{Pair{K,V}}`` (JLD2 < v0.4.42), not as a
     ``JLD2.SerializedDict``: an older rule, followed when the input shows it (``_era``)."""
 
