@@ -99,7 +99,7 @@ def save(
             only after every byte is written), but after a power cut the file may be missing
             or incomplete.
         format: the JLD2 format version written: ``"0.2.0"`` (default; JLD2.jl >= 0.5) or
-            ``"0.1.1"`` (JLD2.jl 0.3 - 0.4.50, for a Julia side pinned to an older JLD2; no
+            ``"0.1.1"`` (JLD2.jl 0.3 - 0.4.55, for a Julia side pinned to an older JLD2; no
             compression: :class:`UnsupportedError`). Format 0.1.1 is byte-identical with what
             JLD2.jl 0.4 writes for the cases in docs/writing.md; see there for the differences
             that remain (the order in which some type datasets are written).

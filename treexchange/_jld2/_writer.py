@@ -65,7 +65,7 @@ COMPACT_LIMIT = 8192
 """Non-array datasets smaller than this are stored compact (inside their header)."""
 FORMATS = ("0.2.0", "0.1.1")
 """The format versions the writer can write: JLD2.jl >= 0.5 (``0.2.0``, the default) and the
-format of JLD2.jl 0.3.0 - 0.4.50 (``0.1.1``, as far as :class:`_Format` describes it)."""
+format of JLD2.jl 0.3.0 - 0.4.55 (``0.1.1``: v0.4.46 by default, other releases by ``_era`` rules)."""
 SMALL_PAYLOAD = 64 << 10
 """Array payloads up to this size are buffered with the metadata instead of written directly."""
 
@@ -82,8 +82,9 @@ class _Format:
 
     Each rule is a difference between JLD2.jl 0.6 (format 0.2.0) and JLD2.jl 0.4.x before
     0.4.51 (format 0.1.1, ``src/datasets.jl`` at tag v0.4.46), read from JLD2.jl's history:
-    0.4.51 (commit d57995a, July 2024) introduced the reserved NIL message and the aligned,
-    array-only-contiguous layout choice that 0.5 then kept.
+    0.4.51 (commit d57995a, July 2024) introduced the reserved NIL message, 0.4.52 the aligned,
+    array-only-contiguous layout choice that 0.5 then kept. The rules of releases other than
+    v0.4.46 are applied by :func:`_release_format` for an input that shows them (``_era``).
     """
 
     version: str
