@@ -12,6 +12,7 @@ and skipped, with the reason, when absent.
 - ``convert`` keeps what the input shows beyond its values (``_era.Source``): the ``Union``
   descriptions Julia printed (they depend on the session's imports) and the type parameters it
   wrote by name (a ghost ``Axis{...}`` the writer knows by name only).
+- ``Pair`` keeps the module the writing Julia gave it (``Base.Pair`` before Julia 1.7).
 - format 0.1.1 is written with the rules of the JLD2 release the input shows (``_era``): before
   v0.4.4 (groups without room for links), v0.4.41 (``NTuple{1,T}``), v0.4.42 (Dicts as
   ``Vector{Pair}``); v0.4.51 and v0.4.52 (a reserved NIL message, their layout choices, datatype
@@ -44,6 +45,9 @@ CORPUS_011 = {
     "Syndrius__CSAWParallel__test.jld2": "v0.4.51: NIL message, compact small arrays, datatype v0",
     "ComputationalThermodynamics__MAGEMinApp.jl__src_tools_OL12_b9b4788b.jld2": "v0.4.52+ layout",
     "Yonasbo__Bidomain-Model__test.jld2": "Dict{Type{<:T}, Any} (a where key type), Union description",
+    "Philippe1123__QMCIntegrationInR.jl__res_NoMapping_31082021_17.jld2": "Base.Pair (Julia 1.5)",
+    "natevmp__hsc-vaf-dynamics__data_LSData_NPSpace_21-06-15_LSData_NPSpaceInference_tM8_lVFS500_"
+    "pureGrowthtrue.jld2": "Base.Pair (Julia 1.6)",
 }
 PRODUCER = " (Julia 1.9.4 64-bit LE)"
 
@@ -174,6 +178,7 @@ RULE_SETS = {
     "v0.4.51": {_era.LAYOUT_0_4_51, _era.DATATYPE_V0},
     "v0.4.52": {_era.LAYOUT_0_4_52, _era.DATATYPE_V0},
     "v0.4.53": {_era.LAYOUT_0_4_52},
+    "v0.4.41, Julia < 1.7": {_era.DICT_AS_VECTOR, _era.BASE_PAIR},
 }
 
 
@@ -192,6 +197,15 @@ def test_release_rules_are_detected_and_reproduced(release: str, tmp_path: Path)
         assert _era.era_rules(f.reader.types.writer_traits | _era.header_traits(f.reader)) == rules
     _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
     assert tx.values_equal(tx.load(tmp_path / "out.jld2"), tx.load(src))
+
+
+def test_pair_keeps_the_module_julia_named_in_format_020(tmp_path: Path) -> None:
+    """Julia before 1.7 named Pair ``Base.Pair``: a 0.2.0 file that says so is written so again."""
+    items: list[tuple[str, object]] = [("d", JuliaDict({np.int64(1): 2.0}))]
+    src = tmp_path / "in.jld2"
+    original = _write(src, items, "0.2.0", Source(frozenset({_era.BASE_PAIR})))
+    assert b"Base.Pair" in original and b"Core.Pair" not in original
+    _assert_byte_identical(src, tmp_path / "out.jld2")
 
 
 def test_keep_format_says_what_differs_and_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

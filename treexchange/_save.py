@@ -23,7 +23,7 @@ from ._bridge._to_julia import convert_items
 from ._errors import ConversionError, TreexchangeError, WriteError
 from ._jld2._encode_hdf5 import FILE_HEADER_LENGTH, REQUIRED_FILE_HEADER
 from ._jld2._era import (
-    REPORTED_TRAITS,
+    ANY_FORMAT_RULES,
     Source,
     difference_note,
     era_rules,
@@ -217,12 +217,14 @@ def convert(
         fmt = f.format_version if keep_format and f.format_version == "0.1.1" else "0.2.0"
         objects = read_objects(f)
         values = objects.values
-        # A 0.1.1 file kept in its format: the rules of the JLD2 release its types and headers show.
-        traits = f.reader.types.writer_traits | header_traits(f.reader) if keep_format else set()
-        if fmt != "0.1.1":
-            traits = {t for t in traits if t in REPORTED_TRAITS}  # (release rules are 0.1.1's)
+        # The rules of the Julia and JLD2 releases the input's types (and, to keep its format,
+        # its object headers) show; JLD2's release rules apply to a 0.1.1 file kept in 0.1.1.
         resolver = f.reader.types
-        kept = Source(era_rules(traits), resolver.union_descriptions, type_keys(resolver.by_name_params))
+        traits = resolver.writer_traits | header_traits(f.reader) if keep_format else resolver.writer_traits
+        rules = era_rules(traits)
+        if fmt != "0.1.1":
+            rules &= ANY_FORMAT_RULES
+        kept = Source(rules, resolver.union_descriptions, type_keys(resolver.by_name_params))
 
         def write(out: BinaryIO) -> None:
             write_jld2(

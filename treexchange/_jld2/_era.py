@@ -26,6 +26,8 @@ writer then follows (``JLD2Writer(era_rules=...)``), for ``convert --keep-format
 * ``group:no-link-room`` -- a group header holds its links and the 16 bytes reserved for a
   continuation, no room for more links: JLD2 before v0.4.4 (later ones leave room for 4 links
   of 8-byte names, ``group_extra_space``).
+* ``name:Base.Pair`` -- ``Pair`` is named ``Base.Pair``: Julia before 1.7 defined it in Base
+  (JLD2 writes a type's module as the running Julia reports it); later ones ``Core.Pair``.
 * ``datatype:v0`` -- datatype messages say version 0 (a class byte without the version bits;
   fixed-point numbers excepted): JLD2 0.4.51 and 0.4.52, fixed in v0.4.53.
 
@@ -49,6 +51,7 @@ if TYPE_CHECKING:  # (annotations only: the reader imports nothing from here)
 
 NTUPLE_ONE = "tuple1:NTuple"
 DICT_AS_VECTOR = "dict:Vector"
+BASE_PAIR = "name:Base.Pair"
 LAYOUT_0_4_51 = "layout:0.4.51"
 LAYOUT_0_4_52 = "layout:0.4.52"
 DATATYPE_V0 = "datatype:v0"
@@ -77,7 +80,10 @@ OLDER_RULES: dict[str, tuple[str, str]] = {
         "dict:SerializedDict",
         "Dicts written as their Vector{Pair} (JLD2 < v0.4.42)",
     ),
+    BASE_PAIR: ("name:Core.Pair", "Pair named Base.Pair (Julia < 1.7)"),
 }
+ANY_FORMAT_RULES = frozenset({BASE_PAIR})
+"""Rules of the Julia version rather than of a JLD2 release: followed in format 0.2.0 too."""
 
 
 @dataclass(frozen=True)

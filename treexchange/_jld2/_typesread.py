@@ -280,6 +280,8 @@ class TypeResolver:
                 # exactly when it stores such structs inline (bits, or immutable of at most
                 # MAX_INLINE_SIZE bytes); one it writes by name instead is mutable (or larger).
                 self.by_name_params.add(param)
+        if name in ("Base.Pair", "Core.Pair"):
+            self.writer_traits.add("name:" + name)  # Julia < 1.7 defined Pair in Base
         if len(params) == 1 and name in ("Tuple", "Core.Tuple"):
             self.writer_traits.add("tuple1:Tuple")  # JLD2 >= v0.4.41 names a 1-tuple Tuple{T}
         elif len(params) == 2 and name == "NTuple" and params[0] == 1:

@@ -42,6 +42,7 @@ from .._recursion import stack_for_depth
 from .._values import UNDEF, JuliaArray, JuliaBits, JuliaStruct, NamedTuple as JlNamedTuple, Singleton, Symbol
 from . import _encode_hdf5 as enc
 from ._era import (
+    BASE_PAIR,
     DATATYPE_V0,
     DICT_AS_VECTOR,
     GROUPS_WITHOUT_ROOM,
@@ -325,7 +326,8 @@ class JLD2Writer:
         self.compress = compress
         self.producer = producer
         self.root_attributes = dict(root_attributes or {})
-        self.types = TypeFactory(dict_as_vector=self.format.dict_as_vector)
+        pair_name = "Base.Pair" if BASE_PAIR in self.source.rules else "Core.Pair"
+        self.types = TypeFactory(dict_as_vector=self.format.dict_as_vector, pair_name=pair_name)
         self.end = enc.DATA_START
         self.datatypes: list[H5Type] = []
         self.committed: dict[str, Committed] = {}

@@ -314,9 +314,11 @@ UNION_EL = "inline-union"
 class TypeFactory:
     """Builds and interns :class:`JT` objects for one write session."""
 
-    def __init__(self, *, dict_as_vector: bool = False) -> None:
-        # JLD2 < v0.4.42 custom-serialized a Dict as its Vector{Pair{K,V}} (_writer._Format).
+    def __init__(self, *, dict_as_vector: bool = False, pair_name: str = "Core.Pair") -> None:
+        # JLD2 < v0.4.42 custom-serialized a Dict as its Vector{Pair{K,V}} (_writer._Format);
+        # Julia before 1.7 named Pair Base.Pair (_era: a file re-encoded spells it as it did).
         self.dict_as_vector = dict_as_vector
+        self.pair_name = pair_name
         self._cache: dict[str, JT] = {}
         # Fast paths keyed by identity (interned JTs): building key text for every leaf of a
         # 20,000-leaf tree would dominate the write time.
@@ -462,9 +464,10 @@ class TypeFactory:
         )
 
     def pair_of(self, k: JT, v: JT) -> JT:
-        key = type_key("Core.Pair", (k, v))
+        name = self.pair_name
+        key = type_key(name, (k, v))
         return self._cache.get(key) or self._intern(
-            JT(Cat.STRUCT, "Core.Pair", (k, v), fields=(("first", k), ("second", v)), key=key)
+            JT(Cat.STRUCT, name, (k, v), fields=(("first", k), ("second", v)), key=key)
         )
 
     def dict_of(self, k: JT, v: JT, name: str = "Base.Dict") -> JT:
@@ -553,7 +556,7 @@ class TypeFactory:
             return self.array_of(self._param_type(params[0]), int(params[1]))
         if name == "Base.Complex" and len(params) == 1:
             return self.complex_of(self._param_type(params[0]))
-        if name == "Core.Pair" and len(params) == 2:
+        if name in ("Core.Pair", "Base.Pair") and len(params) == 2:
             return self.pair_of(self._param_type(params[0]), self._param_type(params[1]))
         if name in SERIALIZED_DICTS and len(params) == 2:
             return self.dict_of(self._param_type(params[0]), self._param_type(params[1]), name)
