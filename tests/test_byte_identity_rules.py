@@ -13,6 +13,8 @@ and skipped, with the reason, when absent.
   descriptions Julia printed (they depend on the session's imports) and the type parameters it
   wrote by name (a ghost ``Axis{...}`` the writer knows by name only).
 - ``Pair`` keeps the module the writing Julia gave it (``Base.Pair`` before Julia 1.7).
+- a file written with a write session per top-level name (the same String text in two datasets)
+  is re-encoded so.
 - format 0.1.1 is written with the rules of the JLD2 release the input shows (``_era``): before
   v0.4.4 (groups without room for links), v0.4.41 (``NTuple{1,T}``), v0.4.42 (Dicts as
   ``Vector{Pair}``); v0.4.51 and v0.4.52 (a reserved NIL message, their layout choices, datatype
@@ -48,6 +50,7 @@ CORPUS_011 = {
     "Philippe1123__QMCIntegrationInR.jl__res_NoMapping_31082021_17.jld2": "Base.Pair (Julia 1.5)",
     "natevmp__hsc-vaf-dynamics__data_LSData_NPSpace_21-06-15_LSData_NPSpaceInference_tM8_lVFS500_"
     "pureGrowthtrue.jld2": "Base.Pair (Julia 1.6)",
+    "WilliamCam__SC-circuit-simulator__LC.jld2": "a write session per top-level name",
 }
 PRODUCER = " (Julia 1.9.4 64-bit LE)"
 
@@ -206,6 +209,28 @@ def test_pair_keeps_the_module_julia_named_in_format_020(tmp_path: Path) -> None
     original = _write(src, items, "0.2.0", Source(frozenset({_era.BASE_PAIR})))
     assert b"Base.Pair" in original and b"Core.Pair" not in original
     _assert_byte_identical(src, tmp_path / "out.jld2")
+
+
+def test_a_write_session_per_name_when_the_input_shows_one(tmp_path: Path) -> None:
+    """``f[name] = value`` gives each name a write session of its own: the same String text under
+    two names is two datasets. A file that shows it (and none reached from two names) is
+    re-encoded so; one written in one session (``jldsave``) keeps one dataset."""
+    items: list[tuple[str, object]] = [
+        ("a", JuliaArray("Any", ["R1", np.int64(1)])),
+        ("b", JuliaArray("Any", ["R1"])),
+    ]
+    src = tmp_path / "in.jld2"
+    original = _write(src, items, "0.2.0", Source(frozenset({_era.SESSION_PER_NAME})))
+    shared = _write(tmp_path / "shared.jld2", items, "0.2.0")
+    assert original.count(b"R1") == shared.count(b"R1") + 1  # the text written again
+    with File(src) as f:
+        read_objects(f)
+        assert _era.era_rules(f.reader.types.writer_traits) == {_era.SESSION_PER_NAME}
+    with File(tmp_path / "shared.jld2") as f:
+        read_objects(f)
+        assert _era.era_rules(f.reader.types.writer_traits) == frozenset()
+    _assert_byte_identical(src, tmp_path / "out.jld2")
+    _assert_byte_identical(tmp_path / "shared.jld2", tmp_path / "out2.jld2")
 
 
 def test_keep_format_says_what_differs_and_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

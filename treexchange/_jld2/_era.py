@@ -28,6 +28,10 @@ writer then follows (``JLD2Writer(era_rules=...)``), for ``convert --keep-format
   of 8-byte names, ``group_extra_space``).
 * ``name:Base.Pair`` -- ``Pair`` is named ``Base.Pair``: Julia before 1.7 defined it in Base
   (JLD2 writes a type's module as the running Julia reports it); later ones ``Core.Pair``.
+* ``strings:rewritten`` -- the same text in two String datasets: JLD2 tracks a String by its
+  text within one write session, so the file was written with a session per top-level name
+  (``f[name] = value``, ``write(f, name, value)`` without a session); a dataset reached from
+  two names (``strings:shared``) shows one session (``jldsave``).
 * ``datatype:v0`` -- datatype messages say version 0 (a class byte without the version bits;
   fixed-point numbers excepted): JLD2 0.4.51 and 0.4.52, fixed in v0.4.53.
 
@@ -52,6 +56,7 @@ if TYPE_CHECKING:  # (annotations only: the reader imports nothing from here)
 NTUPLE_ONE = "tuple1:NTuple"
 DICT_AS_VECTOR = "dict:Vector"
 BASE_PAIR = "name:Base.Pair"
+SESSION_PER_NAME = "strings:rewritten"
 LAYOUT_0_4_51 = "layout:0.4.51"
 LAYOUT_0_4_52 = "layout:0.4.52"
 DATATYPE_V0 = "datatype:v0"
@@ -81,8 +86,9 @@ OLDER_RULES: dict[str, tuple[str, str]] = {
         "Dicts written as their Vector{Pair} (JLD2 < v0.4.42)",
     ),
     BASE_PAIR: ("name:Core.Pair", "Pair named Base.Pair (Julia < 1.7)"),
+    SESSION_PER_NAME: ("strings:shared", "a write session per top-level name (f[name] = value)"),
 }
-ANY_FORMAT_RULES = frozenset({BASE_PAIR})
+ANY_FORMAT_RULES = frozenset({BASE_PAIR, SESSION_PER_NAME})
 """Rules of the Julia version rather than of a JLD2 release: followed in format 0.2.0 too."""
 
 

@@ -49,6 +49,7 @@ from ._era import (
     LAYOUT_0_4_51,
     LAYOUT_0_4_52,
     NTUPLE_ONE,
+    SESSION_PER_NAME,
     Source,
 )
 from ._writer_arrays import (
@@ -326,6 +327,7 @@ class JLD2Writer:
         self.compress = compress
         self.producer = producer
         self.root_attributes = dict(root_attributes or {})
+        self._session_per_name = SESSION_PER_NAME in self.source.rules
         pair_name = "Base.Pair" if BASE_PAIR in self.source.rules else "Core.Pair"
         self.types = TypeFactory(dict_as_vector=self.format.dict_as_vector, pair_name=pair_name)
         self.end = enc.DATA_START
@@ -358,6 +360,8 @@ class JLD2Writer:
             raise RuntimeError("writer is closed")
         group, leaf = self._pathize(name)
         path: tuple[PathSegment, ...] = (name,)
+        if self._session_per_name:
+            self.wsession = {}  # JLD2's write(f, name, value) without a session (_era)
         try:
             # The collector paused: a large model makes hundreds of thousands of lasting small
             # objects (tracking keys, buffered pieces) and no garbage cycles worth collecting.
