@@ -16,7 +16,8 @@ and skipped, with the reason, when absent.
 - a file written with a write session per top-level name (the same String text in two datasets)
   is re-encoded so.
 - format 0.1.1 is written with the rules of the JLD2 release the input shows (``_era``): before
-  v0.4.4 (groups without room for links), v0.4.41 (``NTuple{1,T}``), v0.4.42 (Dicts as
+  v0.4.4 (groups without room for links), v0.4.19 (no ``NTuple`` naming), v0.4.41
+  (``NTuple{1,T}``), v0.4.42 (Dicts as
   ``Vector{Pair}``); v0.4.51 and v0.4.52 (a reserved NIL message, their layout choices, datatype
   messages of version 0). Each rule set is written, detected and reproduced byte for byte.
 """
@@ -51,6 +52,7 @@ CORPUS_011 = {
     "natevmp__hsc-vaf-dynamics__data_LSData_NPSpace_21-06-15_LSData_NPSpaceInference_tM8_lVFS500_"
     "pureGrowthtrue.jld2": "Base.Pair (Julia 1.6)",
     "WilliamCam__SC-circuit-simulator__LC.jld2": "a write session per top-level name",
+    "Atomtomate__EquivalenceClassesConstructor.jl__freqList_new.jld2": "Core.Tuple{Int64,...} (< v0.4.19)",
 }
 PRODUCER = " (Julia 1.9.4 64-bit LE)"
 
@@ -176,6 +178,7 @@ def _era_items() -> list[tuple[str, object]]:
 
 RULE_SETS = {
     "before v0.4.4": {_era.GROUPS_WITHOUT_ROOM, _era.NTUPLE_ONE, _era.DICT_AS_VECTOR},
+    "before v0.4.19": {_era.NO_NTUPLE, _era.DICT_AS_VECTOR},
     "before v0.4.41": {_era.NTUPLE_ONE, _era.DICT_AS_VECTOR},
     "v0.4.41": {_era.DICT_AS_VECTOR},
     "v0.4.51": {_era.LAYOUT_0_4_51, _era.DATATYPE_V0},

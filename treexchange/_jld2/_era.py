@@ -6,6 +6,9 @@ byte for byte with the newer one. The reader notes what each type it decodes sho
 (``TypeResolver.writer_traits``); this module turns those tell-tales into the older rules the
 writer then follows (``JLD2Writer(era_rules=...)``), for ``convert --keep-format``:
 
+* ``tuple:Core.Tuple`` -- a homogeneous tuple type of a concrete element is named
+  ``Core.Tuple{T,T,...}``: JLD2 before v0.4.19, which had no ``NTuple`` naming at all (later
+  releases show ``NTuple{N,T}``, trait ``tuple:NTuple``).
 * ``tuple1:NTuple`` -- a one-element tuple type is named ``NTuple{1,T}`` in a DataType: JLD2
   before v0.4.41 (commit 3933b32, "fix vararg tuples"), whose ``h5convert!`` for
   ``Type{NTuple{N,ET}}`` took every non-empty homogeneous tuple; later releases write ``Tuple{T}``
@@ -54,6 +57,7 @@ if TYPE_CHECKING:  # (annotations only: the reader imports nothing from here)
     from ._reader import Reader
 
 NTUPLE_ONE = "tuple1:NTuple"
+NO_NTUPLE = "tuple:Core.Tuple"
 DICT_AS_VECTOR = "dict:Vector"
 BASE_PAIR = "name:Base.Pair"
 SESSION_PER_NAME = "strings:rewritten"
@@ -77,6 +81,10 @@ _MSG_DATASPACE, _MSG_DATATYPE, _MSG_LINK, _MSG_LAYOUT, _MSG_FILTERS = 0x01, 0x03
 
 # older rule -> (the trait that contradicts it, what it is, the release that changed it)
 OLDER_RULES: dict[str, tuple[str, str]] = {
+    NO_NTUPLE: (
+        "tuple:NTuple",
+        "homogeneous tuple types named Core.Tuple{T,T,...}, never NTuple (JLD2 < v0.4.19)",
+    ),
     NTUPLE_ONE: (
         "tuple1:Tuple",
         "one-element tuple types named NTuple{1,T} (JLD2 < v0.4.41)",

@@ -169,6 +169,15 @@ _NEVER_GHOSTS = frozenset(
 )
 
 
+def _same_concrete(params: tuple[Any, ...]) -> bool:
+    """Whether tuple parameters are one type, and not one that is plainly abstract (``Any``, a
+    ``Union``, a ``where`` type): the tuples JLD2 >= v0.4.19 names ``NTuple`` (or ``Tuple``)."""
+    first = params[0]
+    if not isinstance(first, JuliaType) or first.name in ("Core.Any", "Core.Union", "Core.UnionAll"):
+        return False
+    return all(p == first for p in params)
+
+
 def _may_be_ghost(t: JuliaType) -> bool:
     """False for types that always store bytes (numbers, strings, arrays...); True otherwise
     (``Tuple{}``, ``Nothing``, function types, empty structs are ghosts; unknown structs may be)."""
@@ -282,10 +291,14 @@ class TypeResolver:
                 self.by_name_params.add(param)
         if name in ("Base.Pair", "Core.Pair"):
             self.writer_traits.add("name:" + name)  # Julia < 1.7 defined Pair in Base
-        if len(params) == 1 and name in ("Tuple", "Core.Tuple"):
+        if len(params) == 1 and name == "Tuple":
             self.writer_traits.add("tuple1:Tuple")  # JLD2 >= v0.4.41 names a 1-tuple Tuple{T}
-        elif len(params) == 2 and name == "NTuple" and params[0] == 1:
-            self.writer_traits.add("tuple1:NTuple")  # JLD2 < v0.4.41: NTuple{1,T}
+        elif name == "NTuple":
+            self.writer_traits.add("tuple:NTuple")  # JLD2 >= v0.4.19 names homogeneous tuples
+            if len(params) == 2 and params[0] == 1:
+                self.writer_traits.add("tuple1:NTuple")  # JLD2 < v0.4.41: NTuple{1,T}
+        elif name == "Core.Tuple" and params and _same_concrete(params):
+            self.writer_traits.add("tuple:Core.Tuple")  # JLD2 < v0.4.19: no NTuple naming
         return JuliaType(name, params)
 
     def decode_union(self, buf: Any, off: int, path: TreePath) -> JuliaType:

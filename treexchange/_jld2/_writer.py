@@ -48,6 +48,7 @@ from ._era import (
     GROUPS_WITHOUT_ROOM,
     LAYOUT_0_4_51,
     LAYOUT_0_4_52,
+    NO_NTUPLE,
     NTUPLE_ONE,
     SESSION_PER_NAME,
     Source,
@@ -116,6 +117,9 @@ class _Format:
     datatype_version_zero: bool = False
     """Datatype messages say version 0, fixed-point types excepted (JLD2 0.4.51 and 0.4.52,
     whose constructors left out the version bits): an era rule (``_era``)."""
+    tuple_names: bool = True
+    """Homogeneous tuple types are named ``Tuple{T}`` / ``NTuple{N,T}`` in a DataType (JLD2 >=
+    v0.4.19); before, every tuple type was ``Core.Tuple{...}``: an era rule (``_era``)."""
     group_link_room: bool = True
     """A new group's header leaves room for 4 links of 8-byte names (JLD2 >= v0.4.4's
     ``group_extra_space``); earlier releases left none: an era rule (``_era``)."""
@@ -138,6 +142,8 @@ def _release_format(base: _Format, rules: frozenset[str]) -> _Format:
     fmt = replace(base, dict_as_vector=DICT_AS_VECTOR in rules)
     if NTUPLE_ONE in rules:
         fmt = replace(fmt, ntuple_from=1)
+    if NO_NTUPLE in rules:
+        fmt = replace(fmt, tuple_names=False)
     if LAYOUT_0_4_51 in rules or LAYOUT_0_4_52 in rules:
         fmt = replace(fmt, continuation_placeholder=True, ntuple_from=0)
     if DATATYPE_V0 in rules:
@@ -1491,6 +1497,8 @@ class JLD2Writer:
         if t.is_tuple and any(_is_vararg(p) for p in params):
             # Tuple{Vararg{T}}: not a Type{<:NTuple} in Julia, so JLD2 writes it by its name.
             return "Core.Tuple", params
+        if t.is_tuple and not self.format.tuple_names:
+            return "Core.Tuple", params  # (JLD2 < v0.4.19)
         if t.is_tuple:
             n = len(params)
             # JLD2's NTuple method applies to homogeneous tuples of a concrete type (the diagonal
