@@ -22,40 +22,30 @@ from treexchange._errors import UnsupportedError
 
 FORMAT_011 = b"HDF5-based Julia Data Format, version 0.1.1\x00"
 
-# Format-0.1.1 fixtures not yet reproduced byte for byte, with the first difference found.
-# Their output is a format-0.1.1 file with the same values (checked below), laid out differently.
-# Several were written by JLD2 versions older than the v0.4.46 the writer follows, whose rules
-# conflict with it (other 0.1.1 files, identical today, follow v0.4.46's): the file header does
-# not say which JLD2 wrote a file.
-_OLD_NTUPLE = (
-    "written before JLD2 v0.4.41 (3933b32, 'fix vararg tuples'), which named a one-element "
-    "homogeneous tuple NTuple{1,T} (refs [N, T]); v0.4.41+ and ours write Tuple{T}"
-)
-_OLD_DICT = (
-    "written before JLD2 v0.4.42 (ad988ca), which serialized Dict/IdDict as Vector{Pair} "
-    "(written_type Core.Array) instead of JLD2.SerializedDict, committing the Dict type first"
-)
+# Format-0.1.1 fixtures not reproduced byte for byte, with the cause. Their output is a
+# format-0.1.1 file with the same values (checked below), laid out differently. The rules of the
+# JLD2 release that wrote a file (before v0.4.4, v0.4.41, v0.4.42; v0.4.51, v0.4.52; see
+# treexchange/_jld2/_era.py) are followed when the file shows them.
 NOT_IDENTICAL: dict[str, str] = {
-    "flux-model/kitml_example_model.jld2": "the root group's object header is 48 bytes smaller "
-    "(two fewer free link slots: probably a file appended to in a second session)",
-    "flux-model/urop_params_m_3LS.jld2": _OLD_DICT + " (an IdDict)",
-    "flux-state/silver-bullet_lenet.jld2": _OLD_NTUPLE,
-    "lux/seriesforecast_params_v011.jld2": "a Tuple{ComponentArrays.Axis{...}} type is a DataType "
-    "dataset in JLD2 (Axis is a ghost struct), a one-member compound in ours (Axis known by name only)",
-    "misc/gmg_test.jld2": _OLD_NTUPLE + "; and " + _OLD_DICT,
-    "flux-model/kitml_test_model_fastdense.jld2": "the root group's object header is 24 bytes "
-    "smaller (a group header layout of JLD2 0.4 not implemented)",
-    "misc/betaml_test.jld2": _OLD_DICT,
-    "misc/seriesforecast_data.jld2": _OLD_DICT,
-    "jld2testfiles/readas_foo_a.jld2": "function-typed fields: JLD2 0.4 writes datatype message "
-    "version 0 and another opaque-type layout",
-    "jld2testfiles/readas_foo_n_a.jld2": "function-typed fields: JLD2 0.4 writes datatype message "
-    "version 0 and another opaque-type layout",
-    "jld2testfiles/readas_foo_n_sin.jld2": "function-typed fields: JLD2 0.4 writes datatype message "
-    "version 0 and another opaque-type layout",
-    "jld2testfiles/readas_foo_sin.jld2": "function-typed fields: JLD2 0.4 writes datatype message "
-    "version 0 and another opaque-type layout",
+    "misc/betaml_test.jld2": "appended to in a second JLD2 session: its /_types group was written "
+    "in the middle of the file, before the datasets of the second session",
 }
+
+
+def _h5py_failures(path: Path) -> set[str]:
+    """The objects of ``path`` h5py cannot open, or whose numbers it cannot read."""
+    failures: set[str] = set()
+    with h5py.File(path, "r") as f:
+        names: list[str] = []
+        f.visit(names.append)
+        for n in names:
+            try:
+                obj = f[n]
+                if isinstance(obj, h5py.Dataset) and obj.shape is not None and obj.dtype.kind in "biuf":
+                    obj[()]
+            except (KeyError, OSError, TypeError, ValueError):
+                failures.add(n)
+    return failures
 
 
 def _format_011() -> list[Path]:
@@ -83,13 +73,9 @@ def test_convert_keep_format_011(path: Path | None, tmp_path: Path) -> None:
     assert main(["convert", str(path), str(out), "--keep-format", "--keep-producer"]) == 0
     original, written = path.read_bytes(), out.read_bytes()
     assert written[: len(FORMAT_011)] == FORMAT_011
-    with h5py.File(out, "r") as f:
-        names: list[str] = []
-        f.visit(names.append)
-        for n in names:
-            obj = f[n]
-            if isinstance(obj, h5py.Dataset) and obj.shape is not None and obj.dtype.kind in "biuf":
-                obj[()]
+    # h5py (libhdf5) reads the output wherever it reads the input (JLD2 0.4.51 - 0.4.52 wrote
+    # datatype messages of version 0, which libhdf5 refuses: a faithful copy is refused too).
+    assert _h5py_failures(out) <= _h5py_failures(path)
     if name in NOT_IDENTICAL:
         assert written != original
         pytest.skip(f"not byte-identical yet: {NOT_IDENTICAL[name]}")

@@ -25,6 +25,15 @@ from ._bson import sniff as sniff_bson
 from ._bsonfile import BsonFile
 from ._errors import ConversionError, TreexchangeError, WriteError, in_file
 from ._jld2._encode_hdf5 import FILE_HEADER_LENGTH, REQUIRED_FILE_HEADER
+from ._jld2._era import (
+    ANY_FORMAT_RULES,
+    Source,
+    difference_note,
+    era_rules,
+    first_difference,
+    header_traits,
+    type_keys,
+)
 from ._jld2._writefile import write_jld2
 from ._jld2._writer_arrays import Compression
 from ._reader import File, Objects, read_objects
@@ -93,7 +102,7 @@ def save(
             only after every byte is written), but after a power cut the file may be missing
             or incomplete.
         format: the JLD2 format version written: ``"0.2.0"`` (default; JLD2.jl >= 0.5) or
-            ``"0.1.1"`` (JLD2.jl 0.3 - 0.4.50, for a Julia side pinned to an older JLD2; no
+            ``"0.1.1"`` (JLD2.jl 0.3 - 0.4.55, for a Julia side pinned to an older JLD2; no
             compression: :class:`UnsupportedError`). Format 0.1.1 is byte-identical with what
             JLD2.jl 0.4 writes for the cases in docs/writing.md; see there for the differences
             that remain (the order in which some type datasets are written).
@@ -179,7 +188,8 @@ def convert(
     """Re-encode ``source`` as a JLD2 0.2.0 file at ``target`` (replaced atomically): what
     ``treexchange convert IN OUT`` does. ``source`` may also be a BSON.jl file (told by its
     content): its values, structs and all, are written as JLD2 (docs/bson.md). Returns the one-line
-    summary the command prints; ``on_write(nbytes)`` is called after each piece written (its
+    summary the command prints (a second line says where and why a ``keep_format`` output is not
+    byte for byte its input); ``on_write(nbytes)`` is called after each piece written (its
     progress line).
 
     The output is format 0.2.0 (what JLD2.jl >= 0.5 writes), whatever the input's version,
@@ -189,8 +199,12 @@ def convert(
     one dataset) and written in the order of their object-header addresses, which is the order
     Julia wrote them in; string attributes of the root group (an embedded schema) are carried
     over. A 0.2.0 file that Julia wrote comes out byte for byte when ``keep_producer`` keeps its
-    producer note (tests/test_byte_identity.py); so do 15 of the 27 format-0.1.1 fixtures with
-    ``keep_format`` too (tests/test_byte_identity_011.py).
+    producer note (tests/test_byte_identity.py). With ``keep_format`` a 0.1.1 file is written
+    with the rules of the JLD2 release it shows (:mod:`treexchange._jld2._era`: 26 of the 27
+    0.1.1 fixtures and every 0.1.1 file of the corpus come out byte for byte,
+    tests/test_byte_identity_011.py), and the output is compared with the input (from byte 512
+    on unless ``keep_producer``): the note returned says from which byte they differ and why,
+    ``None`` when they are the same (or without ``keep_format``, or with ``compress``).
 
     With ``verify`` (the default) the new file is read back before it replaces ``target`` and
     every value is compared with the one written (:func:`treexchange.values_equal`): a file
@@ -209,6 +223,7 @@ def convert(
         True
     """
     options = Compression.from_option(compress)
+    note = None
     with in_file(source):
         if sniff_bson(source):
             # A BSON.jl file: every top-level value, read in one session (a backref shared between
@@ -216,17 +231,35 @@ def convert(
             with BsonFile(source) as bf:
                 objects = Objects(list(bf.read().items()), [], {})
                 fmt = "0.2.0"
-                _write_converted(target, objects, options, default_producer(), fmt, verify, on_write)
+                _write_converted(target, objects, options, default_producer(), fmt, verify, on_write, None)
         else:
             with File(source) as f:
                 producer = f.producer if keep_producer else default_producer()
                 fmt = f.format_version if keep_format and f.format_version == "0.1.1" else "0.2.0"
                 objects = read_objects(f)
-                _write_converted(target, objects, options, producer, fmt, verify, on_write)
+                # The rules of the Julia and JLD2 releases the input's types (and, to keep its
+                # format, its object headers) show; JLD2's release rules apply to a 0.1.1 file
+                # kept in 0.1.1.
+                resolver = f.reader.types
+                traits = (
+                    resolver.writer_traits | header_traits(f.reader)
+                    if keep_format
+                    else resolver.writer_traits
+                )
+                rules = era_rules(traits)
+                if fmt != "0.1.1":
+                    rules &= ANY_FORMAT_RULES
+                kept = Source(rules, resolver.union_descriptions, type_keys(resolver.by_name_params))
+                _write_converted(target, objects, options, producer, fmt, verify, on_write, kept)
+            if keep_format and options is None:
+                start = 0 if keep_producer else FILE_HEADER_LENGTH
+                offset = first_difference(os.fspath(source), os.fspath(target), start)
+                note = None if offset is None else difference_note(offset, traits, kept.rules)
     sizes = f"{os.path.getsize(source):,} -> {os.path.getsize(target):,} bytes"
     checked = ", verified" if verify else ""
     count = len(objects.values)
-    return f"{os.fspath(source)} -> {os.fspath(target)}: {count} value(s), {sizes}, JLD2 {fmt}{checked}"
+    summary = f"{os.fspath(source)} -> {os.fspath(target)}: {count} value(s), {sizes}, JLD2 {fmt}{checked}"
+    return summary if note is None else f"{summary}\n{note}"
 
 
 def _write_converted(
@@ -237,6 +270,7 @@ def _write_converted(
     fmt: str,
     verify: bool,
     on_write: Callable[[int], None] | None,
+    source: Source | None,
 ) -> None:
     """Write ``convert``'s output atomically (read back and compared first when ``verify``)."""
     values = objects.values
@@ -251,6 +285,7 @@ def _write_converted(
             empty_groups=objects.empty_groups,
             format_version=fmt,
             on_write=on_write,
+            source=source,
         )
 
     atomic_write(target, write, check=(lambda tmp: verify_output(tmp, values)) if verify else None)

@@ -99,7 +99,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         action="store_true",
         help=(
             "keep a format-0.1.1 input (JLD2.jl 0.3-0.4) in format 0.1.1 instead of writing 0.2.0 "
-            "(other inputs are written as 0.2.0)"
+            "(other inputs are written as 0.2.0), with the rules of the JLD2 release the input "
+            "shows; when OUT is not byte for byte IN (from byte 512 on unless --keep-producer), "
+            "say from where and why on stderr"
         ),
     )
     p.add_argument(
@@ -157,7 +159,10 @@ def _run(args: argparse.Namespace) -> int:
         )
     finally:
         bar.close()
-    print(summary, file=sys.stdout)
+    first, *notes = summary.split("\n")
+    print(first, file=sys.stdout)
+    for note in notes:  # --keep-format could not reproduce the input byte for byte: where and why
+        print(f"treexchange convert: {args.input}: {note}", file=sys.stderr)
     return 0
 
 

@@ -543,6 +543,12 @@ class HDF5File:
         with format_errors(obj.offset):
             return read_chunked(self, obj, nbytes)
 
+    @property
+    def filters_seen(self) -> bool:
+        """Whether a dataset read so far had a filter pipeline (compressed data): the pipelines
+        decoded are remembered by body (``_memo``; theirs are a few bytes)."""
+        return bool(self._memos[MEMO_TABLES[2]])
+
     def charge_decoded(self, offset: int, nbytes: int) -> None:
         """Count ``nbytes`` that the dataset at ``offset`` produces without storing them
         (decompressed chunks, fill values) against ``Limits.max_decoded_bytes``, before they are

@@ -829,6 +829,10 @@ class Session:
         self.heap_bytes = reader.heap_bytes
         self.decode_datatype = reader.types.decode_datatype
         self.decode_union = reader.types.decode_union
+        # String datasets read by reference: text -> (address, top-level name). The same text in
+        # two datasets, or one dataset reached from two names, tells how JLD2's write sessions
+        # were scoped (TypeResolver.writer_traits, treexchange._jld2._era).
+        self._strings: dict[str, tuple[int, Any]] = {}
 
     def fill_group(self, address: int, links: dict[str, int], path: TreePath) -> dict[str, Any]:
         """A group's values as a dict, made before its entries: a hard link back to the group
@@ -928,6 +932,8 @@ class Session:
             value = memo[address]
             if isinstance(value, JuliaStruct) and not value.mutable:
                 self.flag_mutable(value)  # one struct referenced twice: JLD2 shares mutable ones only
+            elif type(value) is str:
+                self._note_string(value, address, path)
             return value
         if address in self._busy:
             # A cycle: legal in Julia (a Vector{Any} holding itself, a mutable struct pointing
@@ -971,4 +977,14 @@ class Session:
             self.partial.pop(address, None)
             self._depth -= 1
         memo[address] = value
+        if type(value) is str:
+            self._note_string(value, address, path)
         return value
+
+    def _note_string(self, text: str, address: int, path: TreePath) -> None:
+        name = path[0] if path else None
+        seen = self._strings.setdefault(text, (address, name))
+        if seen[0] != address:
+            self.reader.types.writer_traits.add("strings:rewritten")  # not one session
+        elif seen[1] != name:
+            self.reader.types.writer_traits.add("strings:shared")  # one session across names

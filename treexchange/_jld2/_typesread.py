@@ -91,6 +91,7 @@ _PRIMITIVES: dict[str, tuple[str, int]] = {
     "Core.Bool": ("b", 1),
 }
 _WIDE_INTS = frozenset({"Core.Int128", "Core.UInt128"})
+_DESCRIPTIONS_KEPT = 4096  # Union descriptions remembered per file (TypeResolver.union_descriptions)
 _DICT_NAMES = frozenset({"Dict", "IdDict", "ImmutableDict", "OrderedDict"})
 
 
@@ -168,6 +169,15 @@ _NEVER_GHOSTS = frozenset(
 )
 
 
+def _same_concrete(params: tuple[Any, ...]) -> bool:
+    """Whether tuple parameters are one type, and not one that is plainly abstract (``Any``, a
+    ``Union``, a ``where`` type): the tuples JLD2 >= v0.4.19 names ``NTuple`` (or ``Tuple``)."""
+    first = params[0]
+    if not isinstance(first, JuliaType) or first.name in ("Core.Any", "Core.Union", "Core.UnionAll"):
+        return False
+    return all(p == first for p in params)
+
+
 def _may_be_ghost(t: JuliaType) -> bool:
     """False for types that always store bytes (numbers, strings, arrays...); True otherwise
     (``Tuple{}``, ``Nothing``, function types, empty structs are ghosts; unknown structs may be)."""
@@ -212,6 +222,11 @@ class TypeResolver:
         # has n copies of its inner levels); equal types then share their parameters' objects,
         # so comparing two (a set or dict lookup) stops at the first level, not at the bottom.
         self._interned: dict[JuliaType, JuliaType] = {}
+        # What the types read so far show of the JLD2 version that wrote them: rules that
+        # changed between JLD2 releases (treexchange._jld2._era names them).
+        self.writer_traits: set[str] = set()
+        # The description of each Core.Union read, by the union's qualified text (_era.Source).
+        self.union_descriptions: dict[str, str] = {}
         self._busy: set[int] = set()
         self._depth = 0
 
@@ -279,13 +294,27 @@ class TypeResolver:
                 # exactly when it stores such structs inline (bits, or immutable of at most
                 # MAX_INLINE_SIZE bytes); one it writes by name instead is mutable (or larger).
                 self.by_name_params.add(param)
+        if name in ("Base.Pair", "Core.Pair"):
+            self.writer_traits.add("name:" + name)  # Julia < 1.7 defined Pair in Base
+        if len(params) == 1 and name == "Tuple":
+            self.writer_traits.add("tuple1:Tuple")  # JLD2 >= v0.4.41 names a 1-tuple Tuple{T}
+        elif name == "NTuple":
+            self.writer_traits.add("tuple:NTuple")  # JLD2 >= v0.4.19 names homogeneous tuples
+            if len(params) == 2 and params[0] == 1:
+                self.writer_traits.add("tuple1:NTuple")  # JLD2 < v0.4.41: NTuple{1,T}
+        elif name == "Core.Tuple" and params and _same_concrete(params):
+            self.writer_traits.add("tuple:Core.Tuple")  # JLD2 < v0.4.19: no NTuple naming
         return self._intern(JuliaType(name, params))
 
     def decode_union(self, buf: Any, off: int, path: TreePath) -> JuliaType:
         """Decode a ``Core.Union`` element: ``Union{datatypes..., unionalls...}``."""
         members = [self._param(ref, path) for ref in self._refs(buf, off + 16, path)]
         members += [self._param(ref, path) for ref in self._refs(buf, off + 32, path)]
-        return self._intern(JuliaType("Core.Union", tuple(members)))
+        union = self._intern(JuliaType("Core.Union", tuple(members)))
+        if len(self.union_descriptions) < _DESCRIPTIONS_KEPT:
+            text = decode_text(self.reader.heap_bytes(buf, off))
+            self.union_descriptions.setdefault(union.qualified(), text[: self.limits.max_name_bytes])
+        return union
 
     def _intern(self, t: JuliaType) -> JuliaType:
         return self._interned.setdefault(t, t)
@@ -365,6 +394,9 @@ class TypeResolver:
 
     def _custom(self, jt: JuliaType, wt: JuliaType, inner: Plan) -> Plan:
         if jt.basename in _DICT_NAMES:
+            # JLD2 < v0.4.42 wrote a Dict as its Vector{Pair}; later ones as a JLD2.SerializedDict.
+            vector = wt.basename in ("Array", "Vector")
+            self.writer_traits.add("dict:Vector" if vector else f"dict:{wt.basename}")
             return CustomPlan("dict", jt, inner, pairs_to_dict(jt))
         if is_tuple_type(jt) and wt.basename in ("Array", "Vector", "Memory"):
             return CustomPlan("tuple", jt, inner, vector_to_tuple)

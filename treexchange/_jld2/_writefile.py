@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
+from ._era import Source
 from ._writer import JLD2Writer
 from ._writer_arrays import Compression
 
@@ -21,10 +22,12 @@ def write_jld2(
     empty_groups: list[str] | None = None,
     format_version: str = "0.2.0",
     on_write: Callable[[int], None] | None = None,
+    source: Source | None = None,
 ) -> None:
     """Write ``(name, value)`` pairs (values as ``treexchange._save.prepare_values`` makes them, or
     as the reader returns them) and ``empty_groups`` as a JLD2 file to ``out``; ``on_write(n)``
-    is told the size of every write once its bytes are taken from the values' memory."""
+    is told the size of every write once its bytes are taken from the values' memory;
+    ``source``: what re-encoding a file keeps of it (:class:`treexchange._jld2._era.Source`)."""
     writer = JLD2Writer(
         out,
         compress=compress,
@@ -32,6 +35,7 @@ def write_jld2(
         root_attributes=dict(root_attributes),
         format_version=format_version,
         on_write=on_write,
+        source=source,
     )
     writer.prepare(items)  # every struct's layout known before the first type is committed
     for name, value in items:

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import struct
 from collections.abc import Callable, Hashable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any, BinaryIO, NamedTuple, TypeVar
 
@@ -35,13 +35,25 @@ from .._errors import (
     WriteError,
 )
 from .._gc import gc_paused
-from .._hdf5._model import H5Type
+from .._hdf5._model import H5Class, H5Type
 from .._juliatype import JuliaType
 from .._limits import DEFAULT_LIMITS, Limits, datatype_depth
 from .._recursion import stack_for_depth
 from .._values import UNDEF, JuliaArray, JuliaBits, JuliaStruct, NamedTuple as JlNamedTuple, Singleton, Symbol
 from . import _encode_hdf5 as enc
 from ._dictkeys import check_julia_keys
+from ._era import (
+    BASE_PAIR,
+    DATATYPE_V0,
+    DICT_AS_VECTOR,
+    GROUPS_WITHOUT_ROOM,
+    LAYOUT_0_4_51,
+    LAYOUT_0_4_52,
+    NO_NTUPLE,
+    NTUPLE_ONE,
+    SESSION_PER_NAME,
+    Source,
+)
 from ._writer_arrays import (
     Compression,
     column_major_bytes,
@@ -57,7 +69,7 @@ COMPACT_LIMIT = 8192
 """Non-array datasets smaller than this are stored compact (inside their header)."""
 FORMATS = ("0.2.0", "0.1.1")
 """The format versions the writer can write: JLD2.jl >= 0.5 (``0.2.0``, the default) and the
-format of JLD2.jl 0.3.0 - 0.4.50 (``0.1.1``, as far as :class:`_Format` describes it)."""
+format of JLD2.jl 0.3.0 - 0.4.55 (``0.1.1``: v0.4.46 by default, other releases by ``_era`` rules)."""
 SMALL_PAYLOAD = 64 << 10
 """Array payloads up to this size are buffered with the metadata instead of written directly."""
 
@@ -74,8 +86,9 @@ class _Format:
 
     Each rule is a difference between JLD2.jl 0.6 (format 0.2.0) and JLD2.jl 0.4.x before
     0.4.51 (format 0.1.1, ``src/datasets.jl`` at tag v0.4.46), read from JLD2.jl's history:
-    0.4.51 (commit d57995a, July 2024) introduced the reserved NIL message and the aligned,
-    array-only-contiguous layout choice that 0.5 then kept.
+    0.4.51 (commit d57995a, July 2024) introduced the reserved NIL message, 0.4.52 the aligned,
+    array-only-contiguous layout choice that 0.5 then kept. The rules of releases other than
+    v0.4.46 are applied by :func:`_release_format` for an input that shows them (``_era``).
     """
 
     version: str
@@ -101,12 +114,53 @@ class _Format:
     file's datatype session (0.1.1: ``write_attribute(cio, f, attr, f.datatype_wsession)`` in
     ``commit``, up to v0.4.51), so a DataType dataset one of them wrote is referenced again by the
     next; 0.2.0 gives each attribute a fresh session (``write_header_message``, since v0.4.52)."""
+    dict_as_vector: bool = False
+    datatype_version_zero: bool = False
+    """Datatype messages say version 0, fixed-point types excepted (JLD2 0.4.51 and 0.4.52,
+    whose constructors left out the version bits): an era rule (``_era``)."""
+    tuple_names: bool = True
+    """Homogeneous tuple types are named ``Tuple{T}`` / ``NTuple{N,T}`` in a DataType (JLD2 >=
+    v0.4.19); before, every tuple type was ``Core.Tuple{...}``: an era rule (``_era``)."""
+    group_link_room: bool = True
+    """A new group's header leaves room for 4 links of 8-byte names (JLD2 >= v0.4.4's
+    ``group_extra_space``); earlier releases left none: an era rule (``_era``)."""
+    """A Dict is custom-serialized as its ``Vector{Pair{K,V}}`` (JLD2 < v0.4.42), not as a
+    ``JLD2.SerializedDict``: an older rule, followed when the input shows it (``_era``)."""
 
 
 _FORMATS = {
     "0.2.0": _Format("0.2.0", True, 1, COMPACT_LIMIT, True, False, 0, False),
     "0.1.1": _Format("0.1.1", False, 8192, 0xFFFF, False, True, 2, True),
 }
+
+
+def _release_format(base: _Format, rules: frozenset[str]) -> _Format:
+    """``base`` (format 0.1.1 as JLD2 v0.4.46 writes it) with the rules of another 0.1.1
+    release (:mod:`treexchange._jld2._era`): older ones name a 1-tuple ``NTuple{1,T}`` (< v0.4.41)
+    and write a Dict as its ``Vector{Pair}`` (< v0.4.42); v0.4.51 reserves a NIL message in every
+    dataset header and names only ``NTuple{2,T}``; v0.4.52 also takes 0.5's layout choice
+    (0.2.0's) and writes a committed type's attributes in fresh sessions."""
+    fmt = replace(base, dict_as_vector=DICT_AS_VECTOR in rules)
+    if NTUPLE_ONE in rules:
+        fmt = replace(fmt, ntuple_from=1)
+    if NO_NTUPLE in rules:
+        fmt = replace(fmt, tuple_names=False)
+    if LAYOUT_0_4_51 in rules or LAYOUT_0_4_52 in rules:
+        fmt = replace(fmt, continuation_placeholder=True, ntuple_from=0)
+    if DATATYPE_V0 in rules:
+        fmt = replace(fmt, datatype_version_zero=True)
+    if GROUPS_WITHOUT_ROOM in rules:
+        fmt = replace(fmt, group_link_room=False)
+    if LAYOUT_0_4_52 in rules:
+        new = _FORMATS["0.2.0"]
+        fmt = replace(
+            fmt,
+            array_compact_limit=new.array_compact_limit,
+            scalar_compact_limit=new.scalar_compact_limit,
+            align_contiguous=new.align_contiguous,
+            shared_attribute_session=new.shared_attribute_session,
+        )
+    return fmt
 
 
 class Committed(NamedTuple):
@@ -257,12 +311,18 @@ class JLD2Writer:
         limits: Limits = DEFAULT_LIMITS,
         format_version: str = enc.FORMAT_VERSION,
         on_write: Callable[[int], None] | None = None,
+        source: Source | None = None,
     ) -> None:
         if format_version not in _FORMATS:
             raise UnsupportedError(
                 f"JLD2 format {format_version!r} cannot be written (supported: {', '.join(FORMATS)})"
             )
         self.format = _FORMATS[format_version]
+        self.source = source or Source()
+        if self.source.rules:
+            # Rules of the JLD2 release a format-0.1.1 input shows (treexchange._jld2._era),
+            # other than v0.4.46's, for re-encoding that file.
+            self.format = _release_format(self.format, self.source.rules)
         if compress is not None and self.format.version != "0.2.0":
             raise UnsupportedError(
                 f"compression in JLD2 format {format_version} is not supported (write format 0.2.0)"
@@ -274,7 +334,9 @@ class JLD2Writer:
         self.compress = compress
         self.producer = producer
         self.root_attributes = dict(root_attributes or {})
-        self.types = TypeFactory()
+        self._session_per_name = SESSION_PER_NAME in self.source.rules
+        pair_name = "Base.Pair" if BASE_PAIR in self.source.rules else "Core.Pair"
+        self.types = TypeFactory(dict_as_vector=self.format.dict_as_vector, pair_name=pair_name)
         self.end = enc.DATA_START
         self.datatypes: list[H5Type] = []
         self.committed: dict[str, Committed] = {}
@@ -305,6 +367,8 @@ class JLD2Writer:
             raise RuntimeError("writer is closed")
         group, leaf = self._pathize(name)
         path: tuple[PathSegment, ...] = (name,)
+        if self._session_per_name:
+            self.wsession = {}  # JLD2's write(f, name, value) without a session (_era)
         try:
             # The collector paused: a large model makes hundreds of thousands of lasting small
             # objects (tracking keys, buffered pieces) and no garbage cycles worth collecting.
@@ -422,7 +486,7 @@ class JLD2Writer:
         attrs = [self._string_attr(k, v) for k, v in (attributes or {}).items()]
         links = list(g.links.items())
         # Free space for 4 links of 8-byte names (est_num_entries, est_link_name_len defaults).
-        extra = min(max((4 - len(links)) * (12 + 8 + 4), 0), 0xFFFF)
+        extra = min(max((4 - len(links)) * (12 + 8 + 4), 0), 0xFFFF) if self.format.group_link_room else 0
         total = len(enc.LINK_INFO_MESSAGE) + len(enc.GROUP_INFO_MESSAGE) + enc.CONTINUATION_PLACEHOLDER_SIZE
         total += sum(enc.link_message_size(n) for n, _ in links) + extra
         total += sum(a.message_size for a in attrs)
@@ -544,7 +608,7 @@ class JLD2Writer:
         return cdt
 
     def _commit_write(self, dtype: H5Type, attrs: list[_Attr]) -> None:
-        body = enc.encode_datatype(dtype)
+        body = enc.encode_datatype(self._versioned(dtype))
         psz = 4 + len(body) + sum(a.message_size for a in attrs)
         offset = self.end
         size = enc.object_header_size(psz)
@@ -631,7 +695,7 @@ class JLD2Writer:
                 [
                     _Attr(
                         "field_datatypes",
-                        enc.REFERENCE,
+                        self._versioned(enc.REFERENCE),
                         enc.DS_SIMPLE,
                         (n,),
                         8 * n,
@@ -664,6 +728,10 @@ class JLD2Writer:
                 ),
             ],
         )
+
+    def _versioned(self, t: H5Type) -> H5Type:
+        """``t`` as this file's datatype messages say it (version 0 for JLD2 0.4.51 - 0.4.52)."""
+        return _version_zero(t) if self.format.datatype_version_zero else t
 
     @staticmethod
     def _empty_attr() -> _Attr:
@@ -939,6 +1007,12 @@ class JLD2Writer:
         self, value: Any, jt: JT, ws: dict[Hashable, int], tk: Hashable | None, path: tuple[PathSegment, ...]
     ) -> int:
         w = jt.writeas
+        if jt.cat is Cat.DICT:
+            # A reference to the Dict's pairs: in a JLD2.SerializedDict, or (JLD2 < v0.4.42) the
+            # committed Dict type is a reference type itself.
+            dtype = self.h5type(jt)
+            data = _Data(8, encode=lambda: _ref(self._write_kvvec(value, jt, ws, path)))
+            return self._write_object(_Space(enc.DS_SCALAR, (), []), dtype, data, ws, tk, path)
         if w.cat is Cat.ARRAY:
             # NTuple{N,T} with N > 10: a reference to the tuple collected into a Vector{T}.
             dtype = self.h5type(jt)
@@ -951,10 +1025,6 @@ class JLD2Writer:
             return self._write_object(
                 _Space(enc.DS_SCALAR, (), []), dtype, _Data(8, encode=encode), ws, tk, path
             )
-        if jt.cat is Cat.DICT:
-            dtype = self.h5type(jt)
-            data = _Data(8, encode=lambda: _ref(self._write_kvvec(value, jt, ws, path)))
-            return self._write_object(_Space(enc.DS_SCALAR, (), []), dtype, data, ws, tk, path)
         raise UnsupportedError(f"custom serialization of {jt.key} is not supported")
 
     def _write_converted_vector(
@@ -1251,7 +1321,7 @@ class JLD2Writer:
         if committed:
             found = enc.message(enc.MSG_DATATYPE, enc.encode_shared_datatype(dtype.offset), 3)  # type: ignore[union-attr]
         else:
-            found = enc.message(enc.MSG_DATATYPE, enc.encode_datatype(dtype), 1)  # type: ignore[arg-type]
+            found = enc.message(enc.MSG_DATATYPE, enc.encode_datatype(self._versioned(dtype)), 1)  # type: ignore[arg-type]
         if len(self._messages) < _MESSAGES_KEPT or key in self._messages:
             self._messages[key] = found
             if not committed:
@@ -1307,6 +1377,10 @@ class JLD2Writer:
         if w is not ty:
             if kind == "ref":
                 if w.cat is Cat.ARRAY:
+                    if ty.cat is Cat.DICT:
+                        # (JLD2 < v0.4.42) a field declared Dict refers to its Vector{Pair}:
+                        # h5convert! converts before writing a reference to an Array.
+                        return _ref(self._write_kvvec(value, ty, ws, path))
                     return _ref(self._write_converted_vector(list(value), w, ws, path))
                 return _ref(self.write_ref(value, ws, path))
             return self.encode_value(w, value, ws, path)
@@ -1426,13 +1500,20 @@ class JLD2Writer:
         if t.is_tuple and any(_is_vararg(p) for p in params):
             # Tuple{Vararg{T}}: not a Type{<:NTuple} in Julia, so JLD2 writes it by its name.
             return "Core.Tuple", params
+        if t.is_tuple and not self.format.tuple_names:
+            return "Core.Tuple", params  # (JLD2 < v0.4.19)
         if t.is_tuple:
             n = len(params)
             # JLD2's NTuple method applies to homogeneous tuples of a concrete type (the diagonal
             # rule); its `reduce(==, params)` test is true only for N == 2.
-            homogeneous = n == 0 or (
-                all(_same_param(p, params[0]) for p in params)
-                and (params[0].concrete if isinstance(params[0], JT) else True)
+            # (Before v0.4.41, Type{NTuple{N,ET}} took a 1-tuple of any element type.)
+            homogeneous = (
+                n == 0
+                or (n == 1 and self.format.ntuple_from == 1)
+                or (
+                    all(_same_param(p, params[0]) for p in params)
+                    and (params[0].concrete if isinstance(params[0], JT) else True)
+                )
             )
             if homogeneous:
                 ntuple_from = self.format.ntuple_from
@@ -1456,6 +1537,8 @@ class JLD2Writer:
                 # have been committed earlier in this file (e.g. Core.Union), else it is a dataset.
                 found = self.lookup(p)
                 refs.append(found.offset if found is not None else self.write_datatype_dataset(p, ws))
+            elif isinstance(p, JT) and p.key in self.source.by_name:
+                refs.append(self.write_datatype_dataset(p, ws))  # as the re-encoded file did
             elif isinstance(p, JT):
                 dt = self.h5fieldtype(p.writeas, p, True)
                 if isinstance(dt, Committed):
@@ -1485,7 +1568,9 @@ class JLD2Writer:
         members = [
             self.types.of_type(p) if isinstance(p, JuliaType) else p for p in (t.raw_params or t.params)
         ]
-        description = _union_description(t.raw_params or ()).encode("utf-8")
+        # What Julia printed, when re-encoding a file that has this union (see _era.Source).
+        shown = self.source.union_descriptions.get(t.key)
+        description = (shown if shown is not None else _union_description(t.raw_params or ())).encode("utf-8")
         datatypes = [m for m in members if isinstance(m, JT)]
         unionalls = [m for m in members if not isinstance(m, JT)]
 
@@ -1534,6 +1619,15 @@ class _PairValue:
     first: Any
     second: Any
     jt: JT
+
+
+@lru_cache(maxsize=4096)
+def _version_zero(t: H5Type) -> H5Type:
+    """``t`` with version 0 in every class byte but fixed-point ones (JLD2 0.4.51 - 0.4.52)."""
+    members = tuple(replace(m, type=_version_zero(m.type)) for m in t.members)
+    base = _version_zero(t.base) if t.base is not None else None
+    version = t.version if t.cls == H5Class.FIXED else 0
+    return replace(t, version=version, members=members, base=base)
 
 
 @lru_cache(maxsize=4096)

@@ -283,6 +283,8 @@ SERIALIZED_DICTS = frozenset({"Base.Dict", "Base.IdDict", "Base.ImmutableDict"})
 # Struct types Julia declares mutable, whatever a file shows of them (a TypeVar read once is
 # not flagged by the reader, yet JLD2 writes it as a shared, referenced dataset).
 _MUTABLE_BUILTINS = frozenset({"Core.TypeVar"})
+# Types JLD2 custom-serializes as ``Nothing`` (src/data/specialcased_types.jl): a value is a ghost.
+_WRITTEN_AS_NOTHING = frozenset({"Core.Ptr"})
 
 
 def _h5_number_type(dtype: np.dtype) -> H5Type:
@@ -312,7 +314,11 @@ UNION_EL = "inline-union"
 class TypeFactory:
     """Builds and interns :class:`JT` objects for one write session."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, dict_as_vector: bool = False, pair_name: str = "Core.Pair") -> None:
+        # JLD2 < v0.4.42 custom-serialized a Dict as its Vector{Pair{K,V}} (_writer._Format);
+        # Julia before 1.7 named Pair Base.Pair (_era: a file re-encoded spells it as it did).
+        self.dict_as_vector = dict_as_vector
+        self.pair_name = pair_name
         self._cache: dict[str, JT] = {}
         # Fast paths keyed by identity (interned JTs): building key text for every leaf of a
         # 20,000-leaf tree would dominate the write time.
@@ -391,7 +397,15 @@ class TypeFactory:
 
     def singleton(self, name: str, params: tuple[Any, ...] = ()) -> JT:
         key = type_key(name, params)
-        return self._get(key) or self._intern(JT(Cat.STRUCT, name, params, key=key))
+        found = self._get(key)
+        if found is not None:
+            return found
+        jt = self._intern(JT(Cat.STRUCT, name, params, key=key))
+        if name in _WRITTEN_AS_NOTHING:
+            # JLD2's writeas(::Type{Ptr{T}}) = Nothing (since v0.4.0): a pointer means nothing
+            # in another process, so its committed type says julia_type Ptr{T}, written_type Nothing.
+            jt._writeas = self.NOTHING
+        return jt
 
     def tuple_of(self, elems: Sequence[JT]) -> JT:
         elems = tuple(elems)
@@ -450,9 +464,10 @@ class TypeFactory:
         )
 
     def pair_of(self, k: JT, v: JT) -> JT:
-        key = type_key("Core.Pair", (k, v))
+        name = self.pair_name
+        key = type_key(name, (k, v))
         return self._cache.get(key) or self._intern(
-            JT(Cat.STRUCT, "Core.Pair", (k, v), fields=(("first", k), ("second", v)), key=key)
+            JT(Cat.STRUCT, name, (k, v), fields=(("first", k), ("second", v)), key=key)
         )
 
     def dict_of(self, k: JT, v: JT, name: str = "Base.Dict") -> JT:
@@ -463,7 +478,7 @@ class TypeFactory:
         if found is not None:
             return found
         jt = self._intern(JT(Cat.DICT, name, (k, v), mutable=True, key=key))
-        jt._writeas = self.SERIALIZED_DICT
+        jt._writeas = self.array_of(self.pair_of(k, v), 1) if self.dict_as_vector else self.SERIALIZED_DICT
         return jt
 
     def other(self, type_: JuliaType) -> JT:
@@ -508,6 +523,8 @@ class TypeFactory:
             return self.DATATYPE
         if name in ("Core.Nothing", "Base.Missing") and not params:
             return self.singleton(name)
+        if name in _WRITTEN_AS_NOTHING:
+            return self.singleton(name, tuple(params))
         if name in _TUPLE_NAMES:
             if not all(isinstance(p, JuliaType) for p in params):
                 # A tuple type with value parameters (StaticArrays' Tuple{2,3}): a type parameter
@@ -539,7 +556,7 @@ class TypeFactory:
             return self.array_of(self._param_type(params[0]), int(params[1]))
         if name == "Base.Complex" and len(params) == 1:
             return self.complex_of(self._param_type(params[0]))
-        if name == "Core.Pair" and len(params) == 2:
+        if name in ("Core.Pair", "Base.Pair") and len(params) == 2:
             return self.pair_of(self._param_type(params[0]), self._param_type(params[1]))
         if name in SERIALIZED_DICTS and len(params) == 2:
             return self.dict_of(self._param_type(params[0]), self._param_type(params[1]), name)
@@ -700,11 +717,10 @@ class TypeFactory:
         of Float64 values), which the entries alone do not tell."""
         if not isinstance(read, JuliaType) or read.name not in SERIALIZED_DICTS or len(read.params) != 2:
             return None
-        k_t, v_t = read.params
-        if not isinstance(k_t, JuliaType) or not isinstance(v_t, JuliaType):
-            return None
         try:
-            k, v = self.of_type(k_t), self.of_type(v_t)
+            # (A parameter may be a where type, a UnionAll value: Dict{String, Array{Float64,N}
+            # where N}; JLD2 writes it as a UnionAll dataset, the type parameter it is.)
+            k, v = (self._param_type(p) for p in read.params)
         except TreexchangeError:
             return None
 

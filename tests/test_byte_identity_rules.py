@@ -1,0 +1,252 @@
+"""General JLD2.jl rules behind byte identity found on real files outside ../shared (issue 24).
+
+Each rule has a synthetic test that fails without it, and the real files that show it: they are
+looked up by their corpus name (tests/corpus_sources.md) under ``$TREEXCHANGE_SHARED/julia_fixtures``
+and skipped, with the reason, when absent.
+
+- ``Ptr{T}`` is custom-serialized as ``Nothing`` (JLD2's ``writeas(::Type{Ptr{T}}) = Nothing``,
+  since v0.4.0): its committed type carries ``julia_type`` ``Ptr{T}`` *and* ``written_type``
+  ``Nothing`` (CategoricalArrays' ``CategoricalPool`` has two ``Ptr{Nothing}`` fields).
+- a Dict type whose parameter is a ``where`` type (``Dict{String, Array{Float64,N} where N}``,
+  ``Dict{Type{<:AbstractGridComponent}, Any}``) keeps it: a ``UnionAll`` dataset.
+- ``convert`` keeps what the input shows beyond its values (``_era.Source``): the ``Union``
+  descriptions Julia printed (they depend on the session's imports) and the type parameters it
+  wrote by name (a ghost ``Axis{...}`` the writer knows by name only).
+- ``Pair`` keeps the module the writing Julia gave it (``Base.Pair`` before Julia 1.7).
+- a file written with a write session per top-level name (the same String text in two datasets)
+  is re-encoded so.
+- format 0.1.1 is written with the rules of the JLD2 release the input shows (``_era``): before
+  v0.4.4 (groups without room for links), v0.4.19 (no ``NTuple`` naming), v0.4.41
+  (``NTuple{1,T}``), v0.4.42 (Dicts as
+  ``Vector{Pair}``); v0.4.51 and v0.4.52 (a reserved NIL message, their layout choices, datatype
+  messages of version 0). Each rule set is written, detected and reproduced byte for byte.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import FIXTURES
+
+import treexchange as tx
+from treexchange import JuliaArray, JuliaDict, JuliaStruct, JuliaType, Singleton, Symbol
+from treexchange._cli import main
+from treexchange._jld2 import _era
+from treexchange._jld2._era import Source
+from treexchange._jld2._writefile import write_jld2
+from treexchange._reader import File, read_objects
+from treexchange._save import prepare_values
+
+# Real files (tests/corpus_sources.md, "issue 24") that show each rule, with the rule.
+PTR_FILES = ["savindumahasen__Classification-Project-Based-on-Iris-dataset-__model.jld2"]
+CORPUS_011 = {
+    "JuliaGeodynamics__GeophysicalModelGenerator.jl__test_download_GMG_temp.jld2": "NTuple{1,T}",
+    "tristanth03__UROP__params_m_3LS_epo10.jld2": "IdDict as Vector{Pair}",
+    "Wuheng10086__Fomo.jl__test.jld2": "Dict as Vector{Pair}",
+    "Syndrius__CSAWParallel__test.jld2": "v0.4.51: NIL message, compact small arrays, datatype v0",
+    "ComputationalThermodynamics__MAGEMinApp.jl__src_tools_OL12_b9b4788b.jld2": "v0.4.52+ layout",
+    "Yonasbo__Bidomain-Model__test.jld2": "Dict{Type{<:T}, Any} (a where key type), Union description",
+    "Philippe1123__QMCIntegrationInR.jl__res_NoMapping_31082021_17.jld2": "Base.Pair (Julia 1.5)",
+    "natevmp__hsc-vaf-dynamics__data_LSData_NPSpace_21-06-15_LSData_NPSpaceInference_tM8_lVFS500_"
+    "pureGrowthtrue.jld2": "Base.Pair (Julia 1.6)",
+    "WilliamCam__SC-circuit-simulator__LC.jld2": "a write session per top-level name",
+    "Atomtomate__EquivalenceClassesConstructor.jl__freqList_new.jld2": "Core.Tuple{Int64,...} (< v0.4.19)",
+}
+PRODUCER = " (Julia 1.9.4 64-bit LE)"
+
+
+def _corpus_file(name: str) -> Path:
+    path = FIXTURES / name
+    if not path.is_file():
+        pytest.skip(f"{name} not found under {FIXTURES} (re-fetch it: tests/corpus_sources.md)")
+    return path
+
+
+def _assert_byte_identical(path: Path, out: Path, *extra: str) -> None:
+    assert main(["convert", str(path), str(out), "--keep-producer", *extra]) == 0
+    original, written = path.read_bytes(), out.read_bytes()
+    if written != original:
+        first = next((i for i, (a, b) in enumerate(zip(written, original)) if a != b), None)
+        pytest.fail(f"first difference at byte {first} (sizes {len(written)} vs {len(original)})")
+
+
+# --- Ptr{T} written as Nothing ------------------------------------------------------------------
+
+
+def test_a_pointer_field_is_committed_with_written_type_nothing(tmp_path: Path) -> None:
+    ptr = Singleton(JuliaType("Core.Ptr", (JuliaType("Core.Nothing"),)))
+    pool = JuliaStruct(JuliaType("Main.Pool"), {"hash": np.uint64(7), "subsetof": ptr, "equalto": ptr})
+    path = tmp_path / "ptr.jld2"
+    tx.save(path, pool=pool)
+    data = path.read_bytes()
+    # One committed type for Ptr{Nothing} (both fields share it), custom-serialized as Nothing:
+    # its julia_type (Ptr{Nothing}, whose parameter is a Nothing DataType dataset) and its
+    # written_type (Nothing, another DataType dataset: each attribute has its own session).
+    assert data.count(b"written_type") == 1
+    assert data.count(b"Core.Nothing") == 2
+    assert tx.values_equal(tx.load(path)["pool"], pool)
+
+
+@pytest.mark.parametrize("name", PTR_FILES)
+def test_real_files_with_pointer_fields(name: str, tmp_path: Path) -> None:
+    _assert_byte_identical(_corpus_file(name), tmp_path / "out.jld2")
+
+
+# --- where types as Dict parameters -------------------------------------------------------------
+
+
+def _where_array() -> JuliaStruct:
+    """``Array{Float64, N} where N``: a UnionAll value (var: a TypeVar; body: Array{Float64, N})."""
+    n = JuliaStruct(JuliaType("Core.TypeVar"), {"name": Symbol("N"), "lb": None, "ub": None}, mutable=True)
+    body = JuliaType("Core.Array", (JuliaType("Core.Float64"), n))
+    return JuliaStruct(JuliaType("Core.UnionAll"), {"var": n, "body": body})
+
+
+def test_a_dict_keeps_a_where_type_parameter(tmp_path: Path) -> None:
+    declared = JuliaType("Base.Dict", (JuliaType("Core.String"), _where_array()))
+    d = JuliaDict({"a": np.arange(3.0), "b": np.ones((2, 2))})
+    d.julia_type = declared
+    path = tmp_path / "d.jld2"
+    tx.save(path, d=d)
+    back = tx.load(path)["d"]
+    assert "where" in str(back.julia_type) and back.julia_type.params[1].type.name == "Core.UnionAll"
+    assert b"Core.UnionAll" in path.read_bytes()
+    assert tx.values_equal(back, d)
+
+
+# --- what convert keeps of its input ------------------------------------------------------------
+
+
+def _write(path: Path, items: list[tuple[str, object]], fmt: str, source: Source | None = None) -> bytes:
+    with open(path, "wb") as out:
+        write_jld2(
+            out,
+            prepare_values(items),
+            compress=None,
+            producer=PRODUCER,
+            root_attributes={},
+            format_version=fmt,
+            source=source,
+        )
+    return path.read_bytes()
+
+
+def _union_vector() -> JuliaArray:
+    union = JuliaType("Core.Union", (JuliaType("Core.Nothing"), JuliaType("Core.String")))
+    return JuliaArray(union, [None, "a", "b"])
+
+
+def test_convert_keeps_the_union_description_julia_printed(tmp_path: Path) -> None:
+    items: list[tuple[str, object]] = [("v", _union_vector())]
+    key = "Core.Union{Core.Nothing,Core.String}"
+    src = tmp_path / "in.jld2"
+    # What a session that imported the names differently would print.
+    original = _write(src, items, "0.2.0", Source(union_descriptions={key: "Union{Nothing, Base.String}"}))
+    assert b"Union{Nothing, Base.String}" in original
+    assert _write(tmp_path / "plain.jld2", items, "0.2.0") != original  # the default text differs
+    _assert_byte_identical(src, tmp_path / "out.jld2")
+
+
+def test_convert_writes_by_name_what_the_input_wrote_by_name(tmp_path: Path) -> None:
+    axis = JuliaType("Main.Axis", (np.int64(3),))  # a ghost struct, known here by name only
+    tuple_t = JuliaType("Core.Tuple", (axis,))
+    value = JuliaStruct(JuliaType("Main.CA", (tuple_t,)), {"data": np.arange(3.0)})
+    items: list[tuple[str, object]] = [("ca", value)]
+    src = tmp_path / "in.jld2"
+    original = _write(src, items, "0.1.1", Source(by_name=_era.type_keys([tuple_t])))
+    assert _write(tmp_path / "plain.jld2", items, "0.1.1") != original  # committed otherwise
+    _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
+
+
+# --- format 0.1.1: the rules of the release that wrote a file ------------------------------------
+
+
+def _era_items() -> list[tuple[str, object]]:
+    """Values every release rule shows on, in groups of fewer than 4 links (/_types counts):
+    one-element tuples, Dicts (top level and a field), a small and a large array, a struct."""
+    s_type = JuliaType("Main.S", (JuliaType("Core.Tuple", (JuliaType("Core.Float64"),)),))
+    table = JuliaDict({np.int64(1): 2.0, np.int64(3): 4.0})
+    fields = {"x": (np.float64(2.0),), "table": table, "large": np.arange(2001.0)}
+    return [
+        ("s", JuliaStruct(s_type, fields, mutable=True)),
+        ("g/d", table),
+        ("g/small", np.arange(4.0)),
+    ]
+
+
+RULE_SETS = {
+    "before v0.4.4": {_era.GROUPS_WITHOUT_ROOM, _era.NTUPLE_ONE, _era.DICT_AS_VECTOR},
+    "before v0.4.19": {_era.NO_NTUPLE, _era.DICT_AS_VECTOR},
+    "before v0.4.41": {_era.NTUPLE_ONE, _era.DICT_AS_VECTOR},
+    "v0.4.41": {_era.DICT_AS_VECTOR},
+    "v0.4.51": {_era.LAYOUT_0_4_51, _era.DATATYPE_V0},
+    "v0.4.52": {_era.LAYOUT_0_4_52, _era.DATATYPE_V0},
+    "v0.4.53": {_era.LAYOUT_0_4_52},
+    "v0.4.41, Julia < 1.7": {_era.DICT_AS_VECTOR, _era.BASE_PAIR},
+}
+
+
+@pytest.mark.parametrize("release", list(RULE_SETS))
+def test_release_rules_are_detected_and_reproduced(release: str, tmp_path: Path) -> None:
+    rules = frozenset(RULE_SETS[release])
+    src = tmp_path / "in.jld2"
+    original = _write(src, _era_items(), "0.1.1", Source(rules))
+    # The rules change the bytes (each one fails the test when not followed) ...
+    assert _write(tmp_path / "plain.jld2", _era_items(), "0.1.1") != original
+    for rule in rules:
+        assert _write(tmp_path / "less.jld2", _era_items(), "0.1.1", Source(rules - {rule})) != original
+    # ... the file shows them, and convert --keep-format follows them.
+    with File(src) as f:
+        read_objects(f)
+        assert _era.era_rules(f.reader.types.writer_traits | _era.header_traits(f.reader)) == rules
+    _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
+    assert tx.values_equal(tx.load(tmp_path / "out.jld2"), tx.load(src))
+
+
+def test_pair_keeps_the_module_julia_named_in_format_020(tmp_path: Path) -> None:
+    """Julia before 1.7 named Pair ``Base.Pair``: a 0.2.0 file that says so is written so again."""
+    items: list[tuple[str, object]] = [("d", JuliaDict({np.int64(1): 2.0}))]
+    src = tmp_path / "in.jld2"
+    original = _write(src, items, "0.2.0", Source(frozenset({_era.BASE_PAIR})))
+    assert b"Base.Pair" in original and b"Core.Pair" not in original
+    _assert_byte_identical(src, tmp_path / "out.jld2")
+
+
+def test_a_write_session_per_name_when_the_input_shows_one(tmp_path: Path) -> None:
+    """``f[name] = value`` gives each name a write session of its own: the same String text under
+    two names is two datasets. A file that shows it (and none reached from two names) is
+    re-encoded so; one written in one session (``jldsave``) keeps one dataset."""
+    items: list[tuple[str, object]] = [
+        ("a", JuliaArray("Any", ["R1", np.int64(1)])),
+        ("b", JuliaArray("Any", ["R1"])),
+    ]
+    src = tmp_path / "in.jld2"
+    original = _write(src, items, "0.2.0", Source(frozenset({_era.SESSION_PER_NAME})))
+    shared = _write(tmp_path / "shared.jld2", items, "0.2.0")
+    assert original.count(b"R1") == shared.count(b"R1") + 1  # the text written again
+    with File(src) as f:
+        read_objects(f)
+        assert _era.era_rules(f.reader.types.writer_traits) == {_era.SESSION_PER_NAME}
+    with File(tmp_path / "shared.jld2") as f:
+        read_objects(f)
+        assert _era.era_rules(f.reader.types.writer_traits) == frozenset()
+    _assert_byte_identical(src, tmp_path / "out.jld2")
+    _assert_byte_identical(tmp_path / "shared.jld2", tmp_path / "out2.jld2")
+
+
+def test_keep_format_says_what_differs_and_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    src, out = tmp_path / "in.jld2", tmp_path / "out.jld2"
+    tx.save(src, a=np.arange(3.0), producer=PRODUCER, format="0.1.1")
+    assert main(["convert", str(src), str(out), "--keep-format", "--keep-producer"]) == 0
+    assert capsys.readouterr().err == ""  # byte for byte: nothing to say
+    tx.save(src, a=np.arange(3.0), compress=True, producer=PRODUCER)  # JLD2 0.5+: 0.2.0
+    assert main(["convert", str(src), str(out), "--keep-format", "--keep-producer"]) == 0
+    err = capsys.readouterr().err
+    assert "not byte-identical from byte" in err and "compressed datasets" in err
+
+
+@pytest.mark.parametrize("name", list(CORPUS_011))
+def test_real_011_files_of_each_release(name: str, tmp_path: Path) -> None:
+    _assert_byte_identical(_corpus_file(name), tmp_path / "out.jld2", "--keep-format")
