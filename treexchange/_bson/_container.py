@@ -86,23 +86,25 @@ class Blob:
         return f"Blob(offset={self.offset}, length={self.length})"
 
 
-LAZY_MAX_BYTES = 64 << 10
-"""Larger ``type`` / ``params`` documents are parsed at once (a type is a few hundred bytes; a
-``params`` array of a top-level entry so named may hold arrays)."""
+MEMO_MAX_BYTES = 4 << 10
+"""Documents up to this size are looked up by their bytes before being parsed (see
+:class:`Parser`): a layer's type document, an array's ``size``, an activation function's empty
+struct repeat at every layer and are a few hundred bytes each."""
 
 
-class Lazy:
-    """A document left unparsed (a ``type``, or an element of a ``params`` array): BSON.jl
-    repeats a layer's type document at every layer and in its parent's type, and the Julia layer
-    parses each distinct one once (:meth:`treexchange._bson._julia.Session.materialize`). Its
-    length was checked; ``end`` is where it ends."""
+class _Template:
+    """A parsed document holding one binary element (an ``array``'s ``data``): another document
+    of the same length whose bytes agree outside the binary's payload parses to the same tree
+    with that binary moved (``head`` = the bytes before the payload, ``tail`` = those after)."""
 
-    __slots__ = ("end", "etype", "offset")
+    __slots__ = ("blob_key", "head", "height", "tail", "tree")
 
-    def __init__(self, etype: int, offset: int, end: int) -> None:
-        self.etype = etype
-        self.offset = offset
-        self.end = end
+    def __init__(self, tree: Doc, blob_key: str, head: bytes, tail: bytes, height: int) -> None:
+        self.tree = tree
+        self.blob_key = blob_key
+        self.head = head
+        self.tail = tail
+        self.height = height
 
 
 def looks_like_bson(head: bytes, size: int, last: int) -> bool:
@@ -133,6 +135,11 @@ class Parser:
         self.limits = limits
         self.max_depth = bson_depth(limits)
         self._find = buf.find  # bytes, bytearray and mmap all have it
+        # The memos of value(): a document's bytes -> (its tree, its height); a document length
+        # -> the last document parsed of that length with one binary; bytes they may hash or keep.
+        self._memo: dict[bytes, tuple[Doc | Seq, int]] = {}
+        self._templates: dict[int, _Template] = {}
+        self._budget = self.size + (1 << 20)
 
     # --- pieces ----------------------------------------------------------------------------
     def _error(self, what: str, offset: int, path: TreePath) -> FormatError:
@@ -229,26 +236,39 @@ class Parser:
         return out
 
     def value(self, etype: int, off: int, end: int, path: TreePath) -> Any:
-        """The raw tree of one element's value (type ``etype``, at ``off``, ending by ``end``);
-        inside it, the documents under a ``type`` key and in a ``params`` array are left
-        :class:`Lazy` (their lengths checked).
+        """The raw tree of one element's value (type ``etype``, at ``off``, ending by ``end``).
 
         Iterative: one frame of an explicit stack per open document, at most
-        :func:`bson_depth` of them."""
+        :func:`bson_depth` of them. Two memos make a model's repeated structure cost one parse
+        (BSON.jl repeats a layer's type document at every layer, and an array's ``size`` and
+        type, and an activation's empty struct): a document of at most :data:`MEMO_MAX_BYTES`
+        without binaries is looked up by its bytes, and a document with one binary element (an
+        ``array``) is compared outside that binary's payload with the last one parsed of its
+        length (:class:`_Template`). A document found either way is the same tree (its
+        ``offset``, and those inside it, are of the first one parsed); one with a binary gets its
+        own :class:`Blob`. A tree reused deeper than it was parsed is parsed again if it would
+        pass the depth bound. The bytes hashed or kept are bounded by the file's size."""
         if etype not in (DOCUMENT, ARRAY):
             return self.scalar(etype, off, end, path)[0]
         buf = self.buf
         find = self._find
         unpack_i32, unpack_i64, unpack_f64 = _I32.unpack_from, _I64.unpack_from, _F64.unpack_from
         max_name = self.limits.max_name_bytes
+        max_string = self.limits.max_string_bytes
+        max_depth = self.max_depth
+        memo = self._memo
+        templates = self._templates
         root = self._open(etype, off)
         # Frames: [container, position of the next element, stop (offset of its final 0), path,
-        # whether the container is a "params" array]. The common cases are inlined (a model has
-        # thousands of elements); anything unusual goes through doc_bounds / scalar, which check.
-        stack: list[list[Any]] = [[root, off + 4, self.doc_bounds(off, end, path) - 1, path, False]]
+        # memo key (its bytes) or None, binaries in it, its height in documents, the key of its
+        # one direct binary, its offset]. The common cases are inlined (a model has thousands of
+        # elements); anything unusual goes through doc_bounds / scalar, which check.
+        stack: list[list[Any]] = [
+            [root, off + 4, self.doc_bounds(off, end, path) - 1, path, None, 0, 1, None, off]
+        ]
         while stack:
             frame = stack[-1]
-            container, pos, stop, fpath, in_params = frame
+            container, pos, stop, fpath = frame[0], frame[1], frame[2], frame[3]
             is_seq = type(container) is Seq
             while pos < stop:
                 etype = buf[pos]
@@ -259,7 +279,60 @@ class Parser:
                 key = "" if is_seq else buf[pos + 1 : nul].decode("utf-8", "surrogateescape")
                 vpos = nul + 1
                 child: Any
-                if etype == INT64 and vpos + 8 <= stop:
+                if etype == DOCUMENT or etype == ARRAY:
+                    if is_seq:
+                        key = buf[pos + 1 : nul].decode("utf-8", "surrogateescape")
+                    kpath = (*fpath, key)
+                    vend = self.doc_bounds(vpos, stop, kpath)
+                    pos = vend
+                    n = vend - vpos
+                    tpl = templates.get(n) if etype == DOCUMENT else None
+                    if (
+                        tpl is not None
+                        and len(stack) + tpl.height <= max_depth
+                        and buf[vpos : vpos + len(tpl.head)] == tpl.head
+                        and buf[vend - len(tpl.tail) : vend] == tpl.tail
+                    ):
+                        child = Doc(tpl.tree)
+                        child.offset = vpos
+                        child[tpl.blob_key] = Blob(vpos + len(tpl.head), n - len(tpl.head) - len(tpl.tail))
+                        frame[5] += 1
+                        if tpl.height >= frame[6]:
+                            frame[6] = tpl.height + 1
+                    else:
+                        mkey = None
+                        hit = None
+                        if n <= MEMO_MAX_BYTES and self._budget >= n:
+                            self._budget -= n
+                            mkey = bytes(buf[vpos:vend])
+                            hit = memo.get(mkey)
+                        if hit is not None and len(stack) + hit[1] <= max_depth:
+                            child = hit[0]
+                            if hit[1] >= frame[6]:
+                                frame[6] = hit[1] + 1
+                        else:
+                            if len(stack) >= max_depth:
+                                raise LimitError(
+                                    f"BSON documents nested deeper than {max_depth}", offset=vpos, path=kpath
+                                )
+                            child = Doc() if etype == DOCUMENT else Seq()
+                            child.offset = vpos
+                            if is_seq:
+                                container.append(child)
+                            else:
+                                container[key] = child
+                            frame[1] = pos
+                            stack.append([child, vpos + 4, vend - 1, kpath, mkey, 0, 1, None, vpos])
+                            break
+                elif (
+                    etype == STRING
+                    and vpos + 4 <= stop
+                    and 1 <= (n := unpack_i32(buf, vpos)[0]) <= stop - vpos - 4
+                    and n - 1 <= max_string
+                    and buf[vpos + 3 + n] == 0
+                ):
+                    child, pos = buf[vpos + 4 : vpos + 3 + n].decode("utf-8", "surrogateescape"), vpos + 4 + n
+                elif etype == INT64 and vpos + 8 <= stop:
                     child, pos = np.int64(unpack_i64(buf, vpos)[0]), vpos + 8
                 elif (
                     etype == BINARY
@@ -267,42 +340,17 @@ class Parser:
                     and 0 <= (n := unpack_i32(buf, vpos)[0]) <= stop - vpos - 5
                 ):
                     child, pos = Blob(vpos + 5, n), vpos + 5 + n
-                elif (
-                    etype == STRING
-                    and vpos + 4 <= stop
-                    and 1 <= (n := unpack_i32(buf, vpos)[0]) <= stop - vpos - 4
-                    and n - 1 <= self.limits.max_string_bytes
-                    and buf[vpos + 3 + n] == 0
-                ):
-                    child, pos = buf[vpos + 4 : vpos + 3 + n].decode("utf-8", "surrogateescape"), vpos + 4 + n
+                    frame[5] += 1
+                    frame[7] = None if is_seq else key
                 elif etype == DOUBLE and vpos + 8 <= stop:
                     child, pos = np.float64(unpack_f64(buf, vpos)[0]), vpos + 8
-                elif etype in (DOCUMENT, ARRAY):
-                    if is_seq:
-                        key = buf[pos + 1 : nul].decode("utf-8", "surrogateescape")
-                    kpath = (*fpath, key)
-                    vend = self.doc_bounds(vpos, stop, kpath)
-                    pos = vend
-                    if etype == DOCUMENT and vend - vpos <= LAZY_MAX_BYTES and (key == "type" or in_params):
-                        child = Lazy(etype, vpos, vend)
-                    else:
-                        if len(stack) >= self.max_depth:
-                            raise LimitError(
-                                f"BSON documents nested deeper than {self.max_depth}", offset=vpos, path=kpath
-                            )
-                        child = Doc() if etype == DOCUMENT else Seq()
-                        child.offset = vpos
-                        if is_seq:
-                            container.append(child)
-                        else:
-                            container[key] = child
-                        frame[1] = pos
-                        stack.append([child, vpos + 4, vend - 1, kpath, etype == ARRAY and key == "params"])
-                        break
                 else:
                     if is_seq:
                         key = buf[pos + 1 : nul].decode("utf-8", "surrogateescape")
                     child, pos = self.scalar(etype, vpos, stop, (*fpath, key))
+                    if type(child) is Blob:
+                        frame[5] += 1
+                        frame[7] = None if is_seq else key
                 if is_seq:
                     container.append(child)
                 else:
@@ -311,7 +359,35 @@ class Parser:
                 if pos != stop:
                     raise self._error("elements do not end where their document ends", pos, fpath)
                 stack.pop()
+                self._remember(frame)
+                if stack:
+                    parent = stack[-1]
+                    parent[5] += frame[5]
+                    if frame[6] >= parent[6]:
+                        parent[6] = frame[6] + 1
         return root
+
+    def _remember(self, frame: list[Any]) -> None:
+        """After parsing a document: keep it for the memos of :meth:`value` if it is one."""
+        container, stop, mkey, blobs, height, blob_key, start = (
+            frame[0], frame[2], frame[4], frame[5], frame[6], frame[7], frame[8]
+        )  # fmt: skip
+        if blobs == 0:
+            if mkey is not None:
+                self._memo[mkey] = (container, height)
+            return
+        if blobs != 1 or blob_key is None or type(container) is not Doc:
+            return
+        blob = container.get(blob_key)
+        if type(blob) is not Blob:  # a later element of the same name replaced it
+            return
+        kept = (blob.offset - start) + (stop + 1 - blob.offset - blob.length)
+        if self._budget < kept:
+            return
+        self._budget -= kept
+        head = bytes(self.buf[start : blob.offset])
+        tail = bytes(self.buf[blob.offset + blob.length : stop + 1])
+        self._templates[stop + 1 - start] = _Template(container, blob_key, head, tail, height)
 
     @staticmethod
     def _open(etype: int, off: int) -> Doc | Seq:

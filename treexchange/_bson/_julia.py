@@ -72,7 +72,7 @@ from .._values import (
     Singleton,
     Symbol,
 )
-from ._container import Blob, Doc, Lazy, Parser, Seq
+from ._container import Blob, Doc, Parser, Seq
 
 _DICT_TYPES = frozenset({"Base.Dict", "Base.IdDict"})
 _TRACKED_ARRAYS = frozenset({"Flux.Tracker.TrackedArray", "Tracker.TrackedArray"})
@@ -156,10 +156,10 @@ class Session:
         self._types: dict[int, Any] = {}
         self._busy: set[tuple[int, str]] = set()
         self._keep: list[Any] = []  # values whose id is in ``shared`` stay alive
-        self._parsed: dict[bytes, Any] = {}  # content -> raw tree of a Lazy document
-        self._type_of_doc: dict[int, Any] = {}  # id(raw tree in _parsed) -> its type
-        self._hash_budget = parser.size + (1 << 20)  # bytes of Lazy documents kept as keys
-        self._at: dict[int, Any] = {}  # offset of a Lazy document -> its raw tree (in _parsed)
+        # id(a type's raw document) -> (it, its type): the parser hands out one document for
+        # identical bytes (a layer's type at every layer), so each distinct type is read once.
+        self._type_of_doc: dict[int, tuple[Doc, Any]] = {}
+        self._shapes: dict[int, tuple[Seq, tuple[int, ...]]] = {}  # id(an array's size) -> shape
         self._names: dict[int, tuple[Doc, str]] = {}  # id(datatype document) -> its name
         self._dtypes: dict[int, tuple[JuliaType, np.dtype | None]] = {}  # id(element type) -> dtype
         # id(a struct's type document) -> (it, its raw name, its type): a layer type read once
@@ -187,12 +187,11 @@ class Session:
     def deref(self, raw: Any, path: TreePath) -> Any:
         """``raw`` itself, or the raw tree a backref points to (followed through chains)."""
         hops = 0
-        raw = self.materialize(raw, path)
         while isinstance(raw, Doc) and raw.get("tag") == "backref":
             hops += 1
             if hops > len(self.backrefs):
                 raise FormatError("backrefs refer to each other in a cycle", offset=raw.offset, path=path)
-            raw = self.materialize(self.raw_backref(raw.get("ref"), raw.offset, path), path)
+            raw = self.raw_backref(raw.get("ref"), raw.offset, path)
         return raw
 
     def _follow(self, raw: Doc, role: str, path: TreePath, depth: int) -> Any:
@@ -221,27 +220,6 @@ class Session:
             self._keep.append(result)
         return result
 
-    def materialize(self, raw: Any, path: TreePath) -> Any:
-        """``raw``, or for a :class:`Lazy` document its raw tree: parsed once per distinct
-        content (a layer's type repeats at every layer), while the bytes kept to tell them apart
-        stay within a budget of the file's size (then each is parsed anew: nested types make
-        the same bytes part of many documents)."""
-        if not isinstance(raw, Lazy):
-            return raw
-        seen = self._at.get(raw.offset)
-        if seen is not None:
-            return seen
-        n = raw.end - raw.offset
-        if self._hash_budget < n:
-            return self.parser.value(raw.etype, raw.offset, raw.end, path)
-        self._hash_budget -= n
-        key = bytes(self.buf[raw.offset : raw.end])  # small (a type): its bytes are the key
-        doc = self._parsed.get(key)
-        if doc is None:
-            doc = self._parsed[key] = self.parser.value(raw.etype, raw.offset, raw.end, path)
-        self._at[raw.offset] = doc
-        return doc
-
     # --- values ----------------------------------------------------------------------------
     def _deeper(self, depth: int, raw: Any, path: TreePath) -> None:
         if depth > self.max_depth:
@@ -255,8 +233,6 @@ class Session:
         """The value of a raw tree (``shared``: it was reached through a backref)."""
         if depth > self.max_depth:
             self._deeper(depth, raw, path)
-        if isinstance(raw, Lazy):
-            raw = self.materialize(raw, path)
         if isinstance(raw, Doc):
             tag = raw.get("tag")
             if tag is None or not isinstance(tag, str):
@@ -315,14 +291,15 @@ class Session:
         ``depth`` counts the levels above: the value's, then the type's own."""
         if depth > self.max_depth:
             self._deeper(depth, raw, path)
-        if isinstance(raw, Lazy):
-            doc = self.materialize(raw, path)
-            hit = self._type_of_doc.get(id(doc))
-            if hit is not None and hit[0] is doc:
+        if type(raw) is Doc:
+            hit = self._type_of_doc.get(id(raw))
+            if hit is not None and hit[0] is raw:
                 return hit[1]
-            t = self.type_param(doc, path, depth)
-            self._type_of_doc[id(doc)] = (doc, t)
-            return t
+            tag = raw.get("tag")
+            if tag in _TYPE_TAGS:
+                t = self._type_doc(raw, tag, path, depth)
+                self._type_of_doc[id(raw)] = (raw, t)
+                return t
         if not isinstance(raw, Doc):
             if isinstance(raw, np.int32):
                 return np.int64(raw)  # a 32-bit Julia wrote Int parameters as Int32
@@ -330,6 +307,20 @@ class Session:
         tag = raw.get("tag")
         if tag == "backref":
             return self._follow(raw, "type", path, depth)
+        if tag == "struct":
+            t = self.deref(raw.get("type"), path)
+            if isinstance(t, Doc) and t.get("tag") == "datatype" and self._raw_name(t, path) == "Core.Union":
+                members = [self.type_param(x, path, depth + 1) for x in self._field(raw, "data", Seq, path)]
+                flat: list[Any] = []
+                for m in members:
+                    is_union = isinstance(m, JuliaType) and m.name == "Core.Union"
+                    flat.extend(m.params if is_union else (m,))
+                return JuliaType("Core.Union", tuple(flat))
+        return self.value(raw, path, depth)
+
+    def _type_doc(self, raw: Doc, tag: str, path: TreePath, depth: int) -> Any:
+        """The type a ``datatype`` / ``jl_anonymous`` / ``unionall`` / ``jl_bottom_type``
+        document stands for."""
         if tag == "datatype":
             name = type_name(self._field(raw, "name", Seq, path), raw.offset, path)
             params = tuple(self._params(raw.get("params"), raw, path, depth))
@@ -346,18 +337,7 @@ class Session:
             var = self.value(raw.get("var"), path, depth + 1)
             body = self.type_param(raw.get("body"), path, depth + 1)
             return where_type(JuliaStruct("Core.UnionAll", {"var": var, "body": body}))
-        if tag == "jl_bottom_type":
-            return BOTTOM
-        if tag == "struct":
-            t = self.deref(raw.get("type"), path)
-            if isinstance(t, Doc) and t.get("tag") == "datatype" and self._raw_name(t, path) == "Core.Union":
-                members = [self.type_param(x, path, depth + 1) for x in self._field(raw, "data", Seq, path)]
-                flat: list[Any] = []
-                for m in members:
-                    is_union = isinstance(m, JuliaType) and m.name == "Core.Union"
-                    flat.extend(m.params if is_union else (m,))
-                return JuliaType("Core.Union", tuple(flat))
-        return self.value(raw, path, depth)
+        return BOTTOM  # jl_bottom_type
 
     def _params(self, raw: Any, owner: Doc, path: TreePath, depth: int) -> list[Any]:
         """A datatype's parameters: a BSON array, or (all of them Ints) a BSON.jl ``array``."""
@@ -554,6 +534,16 @@ class Session:
         return self._object_array(eltype, items, shape)
 
     def _shape(self, raw: Doc, path: TreePath) -> tuple[int, ...]:
+        size = raw.get("size")
+        known = self._shapes.get(id(size))
+        if known is not None and known[0] is size:  # one parsed list for identical bytes
+            return known[1]
+        shape = self._read_shape(raw, path)
+        if type(size) is Seq:
+            self._shapes[id(size)] = (size, shape)
+        return shape
+
+    def _read_shape(self, raw: Doc, path: TreePath) -> tuple[int, ...]:
         size = self.deref(raw.get("size"), path)
         dims: Any
         if isinstance(size, Seq):
