@@ -283,9 +283,16 @@ class Parser:
                     if is_seq:
                         key = buf[pos + 1 : nul].decode("utf-8", "surrogateescape")
                     kpath = (*fpath, key)
-                    vend = self.doc_bounds(vpos, stop, kpath)
+                    if (
+                        vpos + 5 <= stop
+                        and 5 <= (n := unpack_i32(buf, vpos)[0]) <= stop - vpos
+                        and buf[vpos + n - 1] == 0
+                    ):
+                        vend = vpos + n  # (doc_bounds, inlined)
+                    else:
+                        vend = self.doc_bounds(vpos, stop, kpath)  # raises the precise error
+                        n = vend - vpos
                     pos = vend
-                    n = vend - vpos
                     tpl = templates.get(n) if etype == DOCUMENT else None
                     if (
                         tpl is not None

@@ -97,6 +97,14 @@ _KNOWN_FIELDS: dict[str, tuple[str, ...]] = {
 _IMPLICIT_PARENT = ("Main.Core.", "Main.Base.")
 _INTEGERS = frozenset({np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8, int})
 _TYPE_TAGS = frozenset({"datatype", "unionall", "jl_anonymous", "jl_bottom_type"})
+# Struct types read otherwise than as their fields by position (see Session._struct)
+_SPECIAL_STRUCTS = (
+    _TRACKED_ARRAYS
+    | _TRACKED_REALS
+    | _DICT_TYPES
+    | frozenset(_KNOWN_FIELDS)
+    | {"BSON.Undef", "Core.NamedTuple", "Base.Complex", "Base.Missing", "Core.Nothing"}
+)
 
 
 def is_device_array(value: Any) -> bool:
@@ -160,10 +168,13 @@ class Session:
         # identical bytes (a layer's type at every layer), so each distinct type is read once.
         self._type_of_doc: dict[int, tuple[Doc, Any]] = {}
         self._shapes: dict[int, tuple[Seq, tuple[int, ...]]] = {}  # id(an array's size) -> shape
+        # (id(an array's type), id(its size)) -> (them, its byte length, dtype, count, shape):
+        # the checks of an array's first read, for the arrays whose documents repeat them.
+        self._array_plans: dict[tuple[int, int], tuple[Any, ...]] = {}
         self._names: dict[int, tuple[Doc, str]] = {}  # id(datatype document) -> its name
         self._dtypes: dict[int, tuple[JuliaType, np.dtype | None]] = {}  # id(element type) -> dtype
         # id(a struct's type document) -> (it, its raw name, its type): a layer type read once
-        self._struct_types: dict[int, tuple[Any, str, JuliaType]] = {}
+        self._struct_types: dict[int, tuple[Any, str, JuliaType, bool]] = {}
 
     # --- backrefs --------------------------------------------------------------------------
     def raw_backref(self, ref: Any, offset: int, path: TreePath) -> Any:
@@ -414,7 +425,14 @@ class Session:
             )
         known = self._struct_types.get(id(rtype))
         if known is not None and known[0] is rtype:
-            _, raw_name, t = known
+            _, raw_name, t, plain = known
+            if plain and type(data) is Seq and len(data) <= len(_POSITIONS):
+                # a struct of an ordinary type (a layer): positional fields, no special case
+                if not data and not shared:
+                    return Singleton(t)
+                names = _POSITIONS[: len(data)]
+                values = [self.value(x, (*path, k), depth + 1) for k, x in zip(names, data)]
+                return JuliaStruct(t, zip(names, values), mutable=shared)
         else:
             is_datatype = isinstance(rtype, Doc) and rtype.get("tag") == "datatype"
             raw_name = self._raw_name(rtype, path) if is_datatype else ""
@@ -422,7 +440,8 @@ class Session:
             if not isinstance(t, JuliaType):
                 raise FormatError("BSON.jl struct whose type is not a type", offset=raw.offset, path=path)
             if isinstance(rtype, Doc):  # a document kept alive by the caches: its id stays unique
-                self._struct_types[id(rtype)] = (rtype, raw_name, t)
+                plain = raw_name not in _SPECIAL_STRUCTS and t.name not in _SPECIAL_STRUCTS
+                self._struct_types[id(rtype)] = (rtype, raw_name, t, plain)
         if isinstance(data, Blob):
             return self._primitive(t, data, path)
         if not isinstance(data, Seq):
@@ -481,6 +500,12 @@ class Session:
 
     # --- arrays ----------------------------------------------------------------------------
     def _array(self, raw: Doc, path: TreePath, depth: int) -> Any:
+        data = raw.get("data")
+        if type(data) is Blob:  # the common case: a layer's weights as raw bytes
+            rtype, size = raw.get("type"), raw.get("size")
+            plan = self._array_plans.get((id(rtype), id(size)))
+            if plan is not None and plan[0] is rtype and plan[1] is size and plan[2] == data.length:
+                return self._view(data.offset, *plan[3:])
         eltype = self.type_param(raw.get("type"), path, depth + 1)
         if not isinstance(eltype, JuliaType):
             raise FormatError("BSON.jl array whose element type is not a type", offset=raw.offset, path=path)
@@ -488,7 +513,6 @@ class Session:
         count = 1
         for d in shape:
             count *= d
-        data = raw.get("data")
         if isinstance(data, Seq):
             if len(data) != count:
                 raise FormatError(
@@ -500,7 +524,11 @@ class Session:
             raise FormatError("BSON.jl array without its data", offset=raw.offset, path=path)
         dtype = self._numpy_dtype(eltype)
         if dtype is not None:
-            return self._bytes_array(data, dtype, shape, path)
+            arr = self._bytes_array(data, dtype, shape, path)
+            rtype, size = raw.get("type"), raw.get("size")
+            if type(rtype) is Doc and type(size) is Seq:  # the parser's one object for equal bytes
+                self._array_plans[(id(rtype), id(size))] = (rtype, size, data.length, dtype, count, shape)
+            return arr
         if data.length == 0 and count > 0:  # zero-size elements (nothing, a singleton type)
             if count > self.max_virtual:
                 raise LimitError(
@@ -587,7 +615,11 @@ class Session:
             raise LimitError(
                 f"array of {nbytes} bytes exceeds max_array_bytes", offset=data.offset, path=path
             )
-        arr = np.frombuffer(self.buf, dtype, count, data.offset).reshape(shape, order="F")
+        return self._view(data.offset, dtype, count, shape)
+
+    def _view(self, offset: int, dtype: np.dtype, count: int, shape: tuple[int, ...]) -> np.ndarray:
+        """The array of ``count`` elements at ``offset`` (its size checked against the file)."""
+        arr = np.frombuffer(self.buf, dtype, count, offset).reshape(shape, order="F")
         if self.order == "storage":
             arr = arr.T
         return arr if self.mmap else arr.copy(order="K")  # "K": an array of its own, same layout
