@@ -92,19 +92,64 @@ MEMO_MAX_BYTES = 4 << 10
 struct repeat at every layer and are a few hundred bytes each."""
 
 
+MAX_HOLES = 16
+"""A document with at most this many binaries (a layer: its weight and bias), each at most
+:data:`MAX_HOLE_DEPTH` documents down, can serve as a :class:`_Template`."""
+MAX_HOLE_DEPTH = 6
+
+Hole = tuple[tuple[str | int, ...], int, int]
+"""A binary inside a document: the keys down to it, its payload's offset, its length."""
+
+
 class _Template:
-    """A parsed document holding one binary element (an ``array``'s ``data``): another document
-    of the same length whose bytes agree outside the binary's payload parses to the same tree
-    with that binary moved (``head`` = the bytes before the payload, ``tail`` = those after)."""
+    """A parsed document holding binaries (a layer's weights), kept as a pattern: another
+    document of the same length whose bytes agree outside those binaries' payloads parses to the
+    same tree with the binaries moved (the documents leading to them copied, the rest shared).
 
-    __slots__ = ("blob_key", "head", "height", "tail", "tree")
+    ``segments`` are the bytes between the payloads (offsets relative to the document's start),
+    ``holes`` the binaries (their payload offsets relative too)."""
 
-    def __init__(self, tree: Doc, blob_key: str, head: bytes, tail: bytes, height: int) -> None:
+    __slots__ = ("etype", "height", "holes", "segments", "start", "tree")
+
+    def __init__(
+        self, tree: Doc | Seq, start: int, segments: list[tuple[int, bytes]], holes: list[Hole], height: int
+    ) -> None:
         self.tree = tree
-        self.blob_key = blob_key
-        self.head = head
-        self.tail = tail
+        self.start = start
+        self.segments = segments
+        self.holes = holes
         self.height = height
+
+    def matches(self, buf: Any, off: int) -> bool:
+        """Whether the document at ``off`` (of the template's length) agrees outside the holes."""
+        for rel, seg in self.segments:
+            if buf[off + rel : off + rel + len(seg)] != seg:
+                return False
+        return True
+
+    def at(self, off: int) -> Doc | Seq:
+        """The tree of the matching document at ``off``."""
+        shift = off - self.start
+        root = _copy(self.tree, shift)
+        copies: dict[int, Doc | Seq] = {id(self.tree): root}
+        for path, rel, length in self.holes:
+            original: Any = self.tree
+            node: Any = root
+            for k in path[:-1]:
+                original = original[k]
+                made = copies.get(id(original))
+                if made is None:
+                    made = copies[id(original)] = _copy(original, shift)
+                    node[k] = made
+                node = made
+            node[path[-1]] = Blob(off + rel, length)
+        return root
+
+
+def _copy(container: Doc | Seq, shift: int) -> Doc | Seq:
+    made = Doc(container) if type(container) is Doc else Seq(container)
+    made.offset = container.offset + shift
+    return made
 
 
 def looks_like_bson(head: bytes, size: int, last: int) -> bool:
@@ -242,11 +287,11 @@ class Parser:
         :func:`bson_depth` of them. Two memos make a model's repeated structure cost one parse
         (BSON.jl repeats a layer's type document at every layer, and an array's ``size`` and
         type, and an activation's empty struct): a document of at most :data:`MEMO_MAX_BYTES`
-        without binaries is looked up by its bytes, and a document with one binary element (an
-        ``array``) is compared outside that binary's payload with the last one parsed of its
-        length (:class:`_Template`). A document found either way is the same tree (its
-        ``offset``, and those inside it, are of the first one parsed); one with a binary gets its
-        own :class:`Blob`. A tree reused deeper than it was parsed is parsed again if it would
+        without binaries is looked up by its bytes, and a document with binaries (an ``array``, a
+        layer) is compared outside their payloads with the last one parsed of its length
+        (:class:`_Template`). A document without binaries found either way is the same tree (its
+        ``offset``, and those inside it, are of the first one parsed); the documents leading to
+        a binary are copied (with their own offsets) and each binary gets its own :class:`Blob`. A tree reused deeper than it was parsed is parsed again if it would
         pass the depth bound. The bytes hashed or kept are bounded by the file's size."""
         if etype not in (DOCUMENT, ARRAY):
             return self.scalar(etype, off, end, path)[0]
@@ -260,11 +305,12 @@ class Parser:
         templates = self._templates
         root = self._open(etype, off)
         # Frames: [container, position of the next element, stop (offset of its final 0), path,
-        # memo key (its bytes) or None, binaries in it, its height in documents, the key of its
-        # one direct binary, its offset]. The common cases are inlined (a model has thousands of
-        # elements); anything unusual goes through doc_bounds / scalar, which check.
+        # memo key (its bytes) or None, binaries in it, its height in documents, its binaries as
+        # Holes (None: too many or too deep for a template), its offset, its key in its parent].
+        # The common cases are inlined (a model has thousands of elements); anything unusual goes
+        # through doc_bounds / scalar, which check.
         stack: list[list[Any]] = [
-            [root, off + 4, self.doc_bounds(off, end, path) - 1, path, None, 0, 1, None, off]
+            [root, off + 4, self.doc_bounds(off, end, path) - 1, path, None, 0, 1, [], off, ""]
         ]
         while stack:
             frame = stack[-1]
@@ -293,19 +339,16 @@ class Parser:
                         vend = self.doc_bounds(vpos, stop, kpath)  # raises the precise error
                         n = vend - vpos
                     pos = vend
-                    tpl = templates.get(n) if etype == DOCUMENT else None
-                    if (
-                        tpl is not None
-                        and len(stack) + tpl.height <= max_depth
-                        and buf[vpos : vpos + len(tpl.head)] == tpl.head
-                        and buf[vend - len(tpl.tail) : vend] == tpl.tail
-                    ):
-                        child = Doc(tpl.tree)
-                        child.offset = vpos
-                        child[tpl.blob_key] = Blob(vpos + len(tpl.head), n - len(tpl.head) - len(tpl.tail))
-                        frame[5] += 1
+                    tpl = templates.get(n if etype == DOCUMENT else -n)
+                    if tpl is not None and len(stack) + tpl.height <= max_depth and tpl.matches(buf, vpos):
+                        child = tpl.at(vpos)
+                        frame[5] += len(tpl.holes)
                         if tpl.height >= frame[6]:
                             frame[6] = tpl.height + 1
+                        holes = frame[7]
+                        if holes is not None:
+                            at = len(container) if is_seq else key
+                            holes.extend(((at, *h), vpos + rel, length) for h, rel, length in tpl.holes)
                     else:
                         mkey = None
                         hit = None
@@ -329,7 +372,8 @@ class Parser:
                             else:
                                 container[key] = child
                             frame[1] = pos
-                            stack.append([child, vpos + 4, vend - 1, kpath, mkey, 0, 1, None, vpos])
+                            at = len(container) - 1 if is_seq else key
+                            stack.append([child, vpos + 4, vend - 1, kpath, mkey, 0, 1, [], vpos, at])
                             break
                 elif (
                     etype == STRING
@@ -348,7 +392,8 @@ class Parser:
                 ):
                     child, pos = Blob(vpos + 5, n), vpos + 5 + n
                     frame[5] += 1
-                    frame[7] = None if is_seq else key
+                    if frame[7] is not None:
+                        frame[7].append(((len(container) if is_seq else key,), vpos + 5, n))
                 elif etype == DOUBLE and vpos + 8 <= stop:
                     child, pos = np.float64(unpack_f64(buf, vpos)[0]), vpos + 8
                 else:
@@ -357,7 +402,10 @@ class Parser:
                     child, pos = self.scalar(etype, vpos, stop, (*fpath, key))
                     if type(child) is Blob:
                         frame[5] += 1
-                        frame[7] = None if is_seq else key
+                        if frame[7] is not None:
+                            frame[7].append(
+                                ((len(container) if is_seq else key,), child.offset, child.length)
+                            )
                 if is_seq:
                     container.append(child)
                 else:
@@ -372,29 +420,49 @@ class Parser:
                     parent[5] += frame[5]
                     if frame[6] >= parent[6]:
                         parent[6] = frame[6] + 1
+                    if frame[5] and parent[7] is not None:
+                        holes = frame[7]
+                        if holes is None or len(parent[7]) + len(holes) > MAX_HOLES:
+                            parent[7] = None
+                        else:
+                            parent[7].extend(((frame[9], *h), o, n) for h, o, n in holes)
         return root
 
     def _remember(self, frame: list[Any]) -> None:
         """After parsing a document: keep it for the memos of :meth:`value` if it is one."""
-        container, stop, mkey, blobs, height, blob_key, start = (
+        container, stop, mkey, blobs, height, holes, start = (
             frame[0], frame[2], frame[4], frame[5], frame[6], frame[7], frame[8]
         )  # fmt: skip
         if blobs == 0:
             if mkey is not None:
                 self._memo[mkey] = (container, height)
             return
-        if blobs != 1 or blob_key is None or type(container) is not Doc:
+        if not holes or len(holes) != blobs or any(len(p) > MAX_HOLE_DEPTH for p, _, _ in holes):
             return
-        blob = container.get(blob_key)
-        if type(blob) is not Blob:  # a later element of the same name replaced it
-            return
-        kept = (blob.offset - start) + (stop + 1 - blob.offset - blob.length)
+        for keys, offset, length in holes:  # each still there (not replaced by a later same name)
+            node: Any = container
+            for k in keys:
+                if type(node) is Doc:
+                    node = node.get(k)
+                else:
+                    node = node[k] if type(node) is Seq and type(k) is int and k < len(node) else None
+            if type(node) is not Blob or node.offset != offset or node.length != length:
+                return
+        holes = sorted(holes, key=lambda h: h[1])
+        kept = stop + 1 - start - sum(length for _, _, length in holes)
         if self._budget < kept:
             return
         self._budget -= kept
-        head = bytes(self.buf[start : blob.offset])
-        tail = bytes(self.buf[blob.offset + blob.length : stop + 1])
-        self._templates[stop + 1 - start] = _Template(container, blob_key, head, tail, height)
+        segments = []
+        prev = start
+        for _, offset, length in holes:
+            segments.append((prev - start, bytes(self.buf[prev:offset])))
+            prev = offset + length
+        segments.append((prev - start, bytes(self.buf[prev : stop + 1])))
+        n = stop + 1 - start
+        self._templates[n if type(container) is Doc else -n] = _Template(
+            container, start, segments, [(k, o - start, m) for k, o, m in holes], height
+        )
 
     @staticmethod
     def _open(etype: int, off: int) -> Doc | Seq:
