@@ -326,9 +326,7 @@ class Parser:
                 vpos = nul + 1
                 child: Any
                 if etype == DOCUMENT or etype == ARRAY:
-                    if is_seq:
-                        key = buf[pos + 1 : nul].decode("utf-8", "surrogateescape")
-                    kpath = (*fpath, key)
+                    kstart = pos + 1  # (the path is made only when needed)
                     if (
                         vpos + 5 <= stop
                         and 5 <= (n := unpack_i32(buf, vpos)[0]) <= stop - vpos
@@ -336,7 +334,7 @@ class Parser:
                     ):
                         vend = vpos + n  # (doc_bounds, inlined)
                     else:
-                        vend = self.doc_bounds(vpos, stop, kpath)  # raises the precise error
+                        vend = self.doc_bounds(vpos, stop, self._path(fpath, buf, kstart, nul))  # raises
                         n = vend - vpos
                     pos = vend
                     tpl = templates.get(n if etype == DOCUMENT else -n)
@@ -347,8 +345,11 @@ class Parser:
                             frame[6] = tpl.height + 1
                         holes = frame[7]
                         if holes is not None:
-                            at = len(container) if is_seq else key
-                            holes.extend(((at, *h), vpos + rel, length) for h, rel, length in tpl.holes)
+                            if len(holes) + len(tpl.holes) > MAX_HOLES:
+                                frame[7] = None
+                            else:
+                                at = len(container) if is_seq else key
+                                holes.extend(((at, *h), vpos + rel, n) for h, rel, n in tpl.holes)
                     else:
                         mkey = None
                         hit = None
@@ -361,6 +362,7 @@ class Parser:
                             if hit[1] >= frame[6]:
                                 frame[6] = hit[1] + 1
                         else:
+                            kpath = self._path(fpath, buf, kstart, nul)
                             if len(stack) >= max_depth:
                                 raise LimitError(
                                     f"BSON documents nested deeper than {max_depth}", offset=vpos, path=kpath
@@ -427,6 +429,11 @@ class Parser:
                         else:
                             parent[7].extend(((frame[9], *h), o, n) for h, o, n in holes)
         return root
+
+    @staticmethod
+    def _path(path: TreePath, buf: Any, start: int, nul: int) -> TreePath:
+        """``path`` and the element name from ``start`` to ``nul``."""
+        return (*path, buf[start:nul].decode("utf-8", "surrogateescape"))
 
     def _remember(self, frame: list[Any]) -> None:
         """After parsing a document: keep it for the memos of :meth:`value` if it is one."""
