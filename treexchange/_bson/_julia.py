@@ -174,7 +174,10 @@ class Session:
         self._names: dict[int, tuple[Doc, str]] = {}  # id(datatype document) -> its name
         self._dtypes: dict[int, tuple[JuliaType, np.dtype | None]] = {}  # id(element type) -> dtype
         # id(a struct's type document) -> (it, its raw name, its type): a layer type read once
-        self._struct_types: dict[int, tuple[Any, str, JuliaType, bool]] = {}
+        self._struct_types: dict[int, tuple[Any, str, JuliaType]] = {}
+        # id(a struct's stored type: the document or a backref to it) -> (it, its type), for
+        # the types read as positional fields (the fast path of _struct)
+        self._plain_structs: dict[int, tuple[Any, JuliaType]] = {}
 
     # --- backrefs --------------------------------------------------------------------------
     def raw_backref(self, ref: Any, offset: int, path: TreePath) -> Any:
@@ -244,16 +247,16 @@ class Session:
         """The value of a raw tree (``shared``: it was reached through a backref)."""
         if depth > self.max_depth:
             self._deeper(depth, raw, path)
-        if isinstance(raw, Doc):
+        if type(raw) is Doc:
             tag = raw.get("tag")
-            if tag is None or not isinstance(tag, str):
-                return self._symbol_dict(raw, path, depth)
-            if tag == "backref":
-                return self._follow(raw, "value", path, depth)
             if tag == "struct":
                 return self._struct(raw, path, depth, shared)
             if tag == "array":
                 return self._array(raw, path, depth)
+            if tag is None or not isinstance(tag, str):
+                return self._symbol_dict(raw, path, depth)
+            if tag == "backref":
+                return self._follow(raw, "value", path, depth)
             if tag in ("tuple", "svec"):
                 return tuple(self._items(self._field(raw, "data", Seq, path), path, depth))
             if tag == "symbol":
@@ -407,8 +410,24 @@ class Session:
 
     # --- structs ---------------------------------------------------------------------------
     def _struct(self, raw: Doc, path: TreePath, depth: int, shared: bool) -> Any:
-        rtype = self.deref(raw.get("type"), path)
         data = raw.get("data")
+        stored_type = raw.get("type")
+        plain = self._plain_structs.get(id(stored_type))
+        if (
+            plain is not None
+            and plain[0] is stored_type
+            and type(data) is Seq
+            and len(data) <= len(_POSITIONS)
+        ):
+            # a struct of an ordinary type (a layer) whose type document was read before (the
+            # parser hands out one document for equal bytes): positional fields, no special case
+            t = plain[1]
+            if not data and not shared:
+                return Singleton(t)
+            names = _POSITIONS[: len(data)]
+            values = [self.value(x, (*path, k), depth + 1) for k, x in zip(names, data)]
+            return JuliaStruct(t, zip(names, values), mutable=shared)
+        rtype = self.deref(stored_type, path)
         if isinstance(rtype, Doc) and rtype.get("tag") == "jl_anonymous":
             t = self.type_param(raw.get("type"), path, depth + 1)
             info = self._closure_info(rtype, path)
@@ -425,14 +444,7 @@ class Session:
             )
         known = self._struct_types.get(id(rtype))
         if known is not None and known[0] is rtype:
-            _, raw_name, t, plain = known
-            if plain and type(data) is Seq and len(data) <= len(_POSITIONS):
-                # a struct of an ordinary type (a layer): positional fields, no special case
-                if not data and not shared:
-                    return Singleton(t)
-                names = _POSITIONS[: len(data)]
-                values = [self.value(x, (*path, k), depth + 1) for k, x in zip(names, data)]
-                return JuliaStruct(t, zip(names, values), mutable=shared)
+            _, raw_name, t = known
         else:
             is_datatype = isinstance(rtype, Doc) and rtype.get("tag") == "datatype"
             raw_name = self._raw_name(rtype, path) if is_datatype else ""
@@ -440,8 +452,9 @@ class Session:
             if not isinstance(t, JuliaType):
                 raise FormatError("BSON.jl struct whose type is not a type", offset=raw.offset, path=path)
             if isinstance(rtype, Doc):  # a document kept alive by the caches: its id stays unique
-                plain = raw_name not in _SPECIAL_STRUCTS and t.name not in _SPECIAL_STRUCTS
-                self._struct_types[id(rtype)] = (rtype, raw_name, t, plain)
+                self._struct_types[id(rtype)] = (rtype, raw_name, t)
+                if raw_name not in _SPECIAL_STRUCTS and t.name not in _SPECIAL_STRUCTS:
+                    self._plain_structs[id(stored_type)] = (stored_type, t)
         if isinstance(data, Blob):
             return self._primitive(t, data, path)
         if not isinstance(data, Seq):
