@@ -86,10 +86,12 @@ class Blob:
         return f"Blob(offset={self.offset}, length={self.length})"
 
 
-MEMO_MAX_BYTES = 4 << 10
-"""Documents up to this size are looked up by their bytes before being parsed (see
-:class:`Parser`): a layer's type document, an array's ``size``, an activation function's empty
-struct repeat at every layer and are a few hundred bytes each."""
+MEMO_MAX_BYTES = 64 << 10
+"""Documents up to this size where BSON.jl writes types (under a ``type`` key, in a ``params``
+array) or an array's ``size`` are looked up by their bytes before being parsed (see
+:class:`Parser`): a layer's type repeats at every layer (and inside its parent's type), and is a
+few hundred bytes (a closure's, with its compiled code, some kilobytes)."""
+MEMO_KEYS = frozenset({"type", "size"})
 
 
 MAX_HOLES = 16
@@ -184,6 +186,7 @@ class Parser:
         # -> the last document parsed of that length with one binary; bytes they may hash or keep.
         self._memo: dict[bytes, tuple[Doc | Seq, int]] = {}
         self._templates: dict[int, _Template] = {}
+        self._lengths: set[int] = set()  # lengths of the documents with binaries parsed so far
         self._budget = self.size + (1 << 20)
 
     # --- pieces ----------------------------------------------------------------------------
@@ -306,11 +309,12 @@ class Parser:
         root = self._open(etype, off)
         # Frames: [container, position of the next element, stop (offset of its final 0), path,
         # memo key (its bytes) or None, binaries in it, its height in documents, its binaries as
-        # Holes (None: too many or too deep for a template), its offset, its key in its parent].
+        # Holes (None: too many or too deep for a template), its offset, its key in its parent,
+        # whether it is a "params" array (its elements are types: looked up in the memo)].
         # The common cases are inlined (a model has thousands of elements); anything unusual goes
         # through doc_bounds / scalar, which check.
         stack: list[list[Any]] = [
-            [root, off + 4, self.doc_bounds(off, end, path) - 1, path, None, 0, 1, [], off, ""]
+            [root, off + 4, self.doc_bounds(off, end, path) - 1, path, None, 0, 1, [], off, "", False]
         ]
         while stack:
             frame = stack[-1]
@@ -353,7 +357,7 @@ class Parser:
                     else:
                         mkey = None
                         hit = None
-                        if n <= MEMO_MAX_BYTES and self._budget >= n:
+                        if n <= MEMO_MAX_BYTES and (frame[10] or key in MEMO_KEYS) and self._budget >= n:
                             self._budget -= n
                             mkey = bytes(buf[vpos:vend])
                             hit = memo.get(mkey)
@@ -362,7 +366,7 @@ class Parser:
                             if hit[1] >= frame[6]:
                                 frame[6] = hit[1] + 1
                         else:
-                            kpath = self._path(fpath, buf, kstart, nul)
+                            kpath = self._path(fpath, buf, kstart, nul) if is_seq else (*fpath, key)
                             if len(stack) >= max_depth:
                                 raise LimitError(
                                     f"BSON documents nested deeper than {max_depth}", offset=vpos, path=kpath
@@ -375,7 +379,8 @@ class Parser:
                                 container[key] = child
                             frame[1] = pos
                             at = len(container) - 1 if is_seq else key
-                            stack.append([child, vpos + 4, vend - 1, kpath, mkey, 0, 1, [], vpos, at])
+                            params = etype == ARRAY and key == "params"
+                            stack.append([child, vpos + 4, vend - 1, kpath, mkey, 0, 1, [], vpos, at, params])
                             break
                 elif (
                     etype == STRING
@@ -416,7 +421,10 @@ class Parser:
                 if pos != stop:
                     raise self._error("elements do not end where their document ends", pos, fpath)
                 stack.pop()
-                self._remember(frame)
+                if frame[5]:
+                    self._remember(frame)
+                elif frame[4] is not None:
+                    memo[frame[4]] = (container, frame[6])
                 if stack:
                     parent = stack[-1]
                     parent[5] += frame[5]
@@ -446,6 +454,11 @@ class Parser:
             return
         if not holes or len(holes) != blobs or any(len(p) > MAX_HOLE_DEPTH for p, _, _ in holes):
             return
+        n = stop + 1 - start
+        length_key = n if type(container) is Doc else -n
+        if length_key not in self._lengths:  # the first of its length: most lengths occur once
+            self._lengths.add(length_key)
+            return
         for keys, offset, length in holes:  # each still there (not replaced by a later same name)
             node: Any = container
             for k in keys:
@@ -466,8 +479,7 @@ class Parser:
             segments.append((prev - start, bytes(self.buf[prev:offset])))
             prev = offset + length
         segments.append((prev - start, bytes(self.buf[prev : stop + 1])))
-        n = stop + 1 - start
-        self._templates[n if type(container) is Doc else -n] = _Template(
+        self._templates[length_key] = _Template(
             container, start, segments, [(k, o - start, m) for k, o, m in holes], height
         )
 
