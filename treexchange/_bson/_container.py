@@ -86,12 +86,25 @@ class Blob:
         return f"Blob(offset={self.offset}, length={self.length})"
 
 
-MEMO_MAX_BYTES = 64 << 10
+LAZY_MAX_BYTES = 64 << 10
 """Documents up to this size where BSON.jl writes types (under a ``type`` key, in a ``params``
-array) or an array's ``size`` are looked up by their bytes before being parsed (see
-:class:`Parser`): a layer's type repeats at every layer (and inside its parent's type), and is a
-few hundred bytes (a closure's, with its compiled code, some kilobytes)."""
-MEMO_KEYS = frozenset({"type", "size"})
+array) are left :class:`Lazy`, one per distinct content (see :class:`Parser`): a layer's type
+repeats at every layer (and inside its parent's type), and is a few hundred bytes (a closure's,
+with its compiled code, some kilobytes)."""
+
+
+class Lazy:
+    """A type document left unparsed: one object for all the documents of the same bytes
+    (BSON.jl repeats a layer's type at every layer), its ``tree`` parsed when first read
+    (:meth:`Parser.materialize`); ``offset`` and ``end`` are the first one's."""
+
+    __slots__ = ("end", "etype", "offset", "tree")
+
+    def __init__(self, etype: int, offset: int, end: int) -> None:
+        self.etype = etype
+        self.offset = offset
+        self.end = end
+        self.tree: Any = None
 
 
 MAX_HOLES = 16
@@ -182,9 +195,9 @@ class Parser:
         self.limits = limits
         self.max_depth = bson_depth(limits)
         self._find = buf.find  # bytes, bytearray and mmap all have it
-        # The memos of value(): a document's bytes -> (its tree, its height); a document length
-        # -> the last document parsed of that length with one binary; bytes they may hash or keep.
-        self._memo: dict[bytes, tuple[Doc | Seq, int]] = {}
+        # The memos of value(): a type document's bytes -> its Lazy; a document length -> the
+        # last document parsed of that length with binaries; the bytes they may hash or keep.
+        self._memo: dict[bytes, Lazy] = {}
         self._templates: dict[int, _Template] = {}
         self._lengths: set[int] = set()  # lengths of the documents with binaries parsed so far
         self._budget = self.size + (1 << 20)
@@ -308,13 +321,13 @@ class Parser:
         templates = self._templates
         root = self._open(etype, off)
         # Frames: [container, position of the next element, stop (offset of its final 0), path,
-        # memo key (its bytes) or None, binaries in it, its height in documents, its binaries as
+        # binaries in it, its height in documents, its binaries as
         # Holes (None: too many or too deep for a template), its offset, its key in its parent,
         # whether it is a "params" array (its elements are types: looked up in the memo)].
         # The common cases are inlined (a model has thousands of elements); anything unusual goes
         # through doc_bounds / scalar, which check.
         stack: list[list[Any]] = [
-            [root, off + 4, self.doc_bounds(off, end, path) - 1, path, None, 0, 1, [], off, "", False]
+            [root, off + 4, self.doc_bounds(off, end, path) - 1, path, 0, 1, [], off, "", False]
         ]
         while stack:
             frame = stack[-1]
@@ -344,44 +357,45 @@ class Parser:
                     tpl = templates.get(n if etype == DOCUMENT else -n)
                     if tpl is not None and len(stack) + tpl.height <= max_depth and tpl.matches(buf, vpos):
                         child = tpl.at(vpos)
-                        frame[5] += len(tpl.holes)
-                        if tpl.height >= frame[6]:
-                            frame[6] = tpl.height + 1
-                        holes = frame[7]
+                        frame[4] += len(tpl.holes)
+                        if tpl.height >= frame[5]:
+                            frame[5] = tpl.height + 1
+                        holes = frame[6]
                         if holes is not None:
                             if len(holes) + len(tpl.holes) > MAX_HOLES:
-                                frame[7] = None
+                                frame[6] = None
                             else:
                                 at = len(container) if is_seq else key
                                 holes.extend(((at, *h), vpos + rel, n) for h, rel, n in tpl.holes)
+                    elif (
+                        etype == DOCUMENT
+                        and n <= LAZY_MAX_BYTES
+                        and (frame[9] or key == "type")
+                        and self._budget >= n
+                    ):
+                        # a type: one Lazy per distinct content, parsed when first read
+                        self._budget -= n
+                        mkey = bytes(buf[vpos:vend])
+                        child = memo.get(mkey)
+                        if child is None:
+                            child = memo[mkey] = Lazy(etype, vpos, vend)
                     else:
-                        mkey = None
-                        hit = None
-                        if n <= MEMO_MAX_BYTES and (frame[10] or key in MEMO_KEYS) and self._budget >= n:
-                            self._budget -= n
-                            mkey = bytes(buf[vpos:vend])
-                            hit = memo.get(mkey)
-                        if hit is not None and len(stack) + hit[1] <= max_depth:
-                            child = hit[0]
-                            if hit[1] >= frame[6]:
-                                frame[6] = hit[1] + 1
+                        kpath = self._path(fpath, buf, kstart, nul) if is_seq else (*fpath, key)
+                        if len(stack) >= max_depth:
+                            raise LimitError(
+                                f"BSON documents nested deeper than {max_depth}", offset=vpos, path=kpath
+                            )
+                        child = Doc() if etype == DOCUMENT else Seq()
+                        child.offset = vpos
+                        if is_seq:
+                            container.append(child)
                         else:
-                            kpath = self._path(fpath, buf, kstart, nul) if is_seq else (*fpath, key)
-                            if len(stack) >= max_depth:
-                                raise LimitError(
-                                    f"BSON documents nested deeper than {max_depth}", offset=vpos, path=kpath
-                                )
-                            child = Doc() if etype == DOCUMENT else Seq()
-                            child.offset = vpos
-                            if is_seq:
-                                container.append(child)
-                            else:
-                                container[key] = child
-                            frame[1] = pos
-                            at = len(container) - 1 if is_seq else key
-                            params = etype == ARRAY and key == "params"
-                            stack.append([child, vpos + 4, vend - 1, kpath, mkey, 0, 1, [], vpos, at, params])
-                            break
+                            container[key] = child
+                        frame[1] = pos
+                        at = len(container) - 1 if is_seq else key
+                        params = etype == ARRAY and key == "params"
+                        stack.append([child, vpos + 4, vend - 1, kpath, 0, 1, [], vpos, at, params])
+                        break
                 elif (
                     etype == STRING
                     and vpos + 4 <= stop
@@ -398,9 +412,9 @@ class Parser:
                     and 0 <= (n := unpack_i32(buf, vpos)[0]) <= stop - vpos - 5
                 ):
                     child, pos = Blob(vpos + 5, n), vpos + 5 + n
-                    frame[5] += 1
-                    if frame[7] is not None:
-                        frame[7].append(((len(container) if is_seq else key,), vpos + 5, n))
+                    frame[4] += 1
+                    if frame[6] is not None:
+                        frame[6].append(((len(container) if is_seq else key,), vpos + 5, n))
                 elif etype == DOUBLE and vpos + 8 <= stop:
                     child, pos = np.float64(unpack_f64(buf, vpos)[0]), vpos + 8
                 else:
@@ -408,9 +422,9 @@ class Parser:
                         key = buf[pos + 1 : nul].decode("utf-8", "surrogateescape")
                     child, pos = self.scalar(etype, vpos, stop, (*fpath, key))
                     if type(child) is Blob:
-                        frame[5] += 1
-                        if frame[7] is not None:
-                            frame[7].append(
+                        frame[4] += 1
+                        if frame[6] is not None:
+                            frame[6].append(
                                 ((len(container) if is_seq else key,), child.offset, child.length)
                             )
                 if is_seq:
@@ -421,22 +435,26 @@ class Parser:
                 if pos != stop:
                     raise self._error("elements do not end where their document ends", pos, fpath)
                 stack.pop()
-                if frame[5]:
+                if frame[4]:
                     self._remember(frame)
-                elif frame[4] is not None:
-                    memo[frame[4]] = (container, frame[6])
                 if stack:
                     parent = stack[-1]
-                    parent[5] += frame[5]
-                    if frame[6] >= parent[6]:
-                        parent[6] = frame[6] + 1
-                    if frame[5] and parent[7] is not None:
-                        holes = frame[7]
-                        if holes is None or len(parent[7]) + len(holes) > MAX_HOLES:
-                            parent[7] = None
+                    parent[4] += frame[4]
+                    if frame[5] >= parent[5]:
+                        parent[5] = frame[5] + 1
+                    if frame[4] and parent[6] is not None:
+                        holes = frame[6]
+                        if holes is None or len(parent[6]) + len(holes) > MAX_HOLES:
+                            parent[6] = None
                         else:
-                            parent[7].extend(((frame[9], *h), o, n) for h, o, n in holes)
+                            parent[6].extend(((frame[8], *h), o, n) for h, o, n in holes)
         return root
+
+    def materialize(self, lazy: Lazy, path: TreePath) -> Any:
+        """The raw tree of a :class:`Lazy` document (parsed once, on its own stack)."""
+        if lazy.tree is None:
+            lazy.tree = self.value(lazy.etype, lazy.offset, lazy.end, path)
+        return lazy.tree
 
     @staticmethod
     def _path(path: TreePath, buf: Any, start: int, nul: int) -> TreePath:
@@ -445,13 +463,7 @@ class Parser:
 
     def _remember(self, frame: list[Any]) -> None:
         """After parsing a document: keep it for the memos of :meth:`value` if it is one."""
-        container, stop, mkey, blobs, height, holes, start = (
-            frame[0], frame[2], frame[4], frame[5], frame[6], frame[7], frame[8]
-        )  # fmt: skip
-        if blobs == 0:
-            if mkey is not None:
-                self._memo[mkey] = (container, height)
-            return
+        container, stop, blobs, height, holes, start = frame[0], frame[2], frame[4], frame[5], frame[6], frame[7]
         if not holes or len(holes) != blobs or any(len(p) > MAX_HOLE_DEPTH for p, _, _ in holes):
             return
         n = stop + 1 - start

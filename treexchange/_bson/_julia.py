@@ -72,7 +72,7 @@ from .._values import (
     Singleton,
     Symbol,
 )
-from ._container import Blob, Doc, Parser, Seq
+from ._container import Blob, Doc, Lazy, Parser, Seq
 
 _DICT_TYPES = frozenset({"Base.Dict", "Base.IdDict"})
 _TRACKED_ARRAYS = frozenset({"Flux.Tracker.TrackedArray", "Tracker.TrackedArray"})
@@ -164,9 +164,9 @@ class Session:
         self._types: dict[int, Any] = {}
         self._busy: set[tuple[int, str]] = set()
         self._keep: list[Any] = []  # values whose id is in ``shared`` stay alive
-        # id(a type's raw document) -> (it, its type): the parser hands out one document for
+        # id(a Lazy type document) -> (it, its type): the parser hands out one Lazy for
         # identical bytes (a layer's type at every layer), so each distinct type is read once.
-        self._type_of_doc: dict[int, tuple[Doc, Any]] = {}
+        self._type_of_doc: dict[int, tuple[Lazy, Any]] = {}
         self._shapes: dict[int, tuple[Seq, tuple[int, ...]]] = {}  # id(an array's size) -> shape
         # (id(an array's type), id(its size)) -> (them, its byte length, dtype, count, shape):
         # the checks of an array's first read, for the arrays whose documents repeat them.
@@ -201,11 +201,15 @@ class Session:
     def deref(self, raw: Any, path: TreePath) -> Any:
         """``raw`` itself, or the raw tree a backref points to (followed through chains)."""
         hops = 0
+        if type(raw) is Lazy:
+            raw = raw.tree if raw.tree is not None else self.parser.materialize(raw, path)
         while isinstance(raw, Doc) and raw.get("tag") == "backref":
             hops += 1
             if hops > len(self.backrefs):
                 raise FormatError("backrefs refer to each other in a cycle", offset=raw.offset, path=path)
             raw = self.raw_backref(raw.get("ref"), raw.offset, path)
+            if type(raw) is Lazy:
+                raw = raw.tree if raw.tree is not None else self.parser.materialize(raw, path)
         return raw
 
     def _follow(self, raw: Doc, role: str, path: TreePath, depth: int) -> Any:
@@ -247,6 +251,8 @@ class Session:
         """The value of a raw tree (``shared``: it was reached through a backref)."""
         if depth > self.max_depth:
             self._deeper(depth, raw, path)
+        if type(raw) is Lazy:
+            raw = raw.tree if raw.tree is not None else self.parser.materialize(raw, path)
         if type(raw) is Doc:
             tag = raw.get("tag")
             if tag == "struct":
@@ -305,20 +311,21 @@ class Session:
         ``depth`` counts the levels above: the value's, then the type's own."""
         if depth > self.max_depth:
             self._deeper(depth, raw, path)
-        if type(raw) is Doc:
+        if type(raw) is Lazy:  # one object per distinct type document: its type read once
             hit = self._type_of_doc.get(id(raw))
             if hit is not None and hit[0] is raw:
                 return hit[1]
-            tag = raw.get("tag")
-            if tag in _TYPE_TAGS:
-                t = self._type_doc(raw, tag, path, depth)
-                self._type_of_doc[id(raw)] = (raw, t)
-                return t
+            doc = raw.tree if raw.tree is not None else self.parser.materialize(raw, path)
+            t = self.type_param(doc, path, depth)
+            self._type_of_doc[id(raw)] = (raw, t)
+            return t
         if not isinstance(raw, Doc):
             if isinstance(raw, np.int32):
                 return np.int64(raw)  # a 32-bit Julia wrote Int parameters as Int32
             return self.value(raw, path, depth)
         tag = raw.get("tag")
+        if tag in _TYPE_TAGS:
+            return self._type_doc(raw, tag, path, depth)
         if tag == "backref":
             return self._follow(raw, "type", path, depth)
         if tag == "struct":
