@@ -161,6 +161,22 @@ class _Template:
         return root
 
 
+def _height(tree: Doc | Seq) -> int:
+    """How many levels of documents ``tree`` has (itself included; Lazy ones not counted)."""
+    height = 0
+    todo: list[tuple[Any, int]] = [(tree, 1)]
+    while todo:
+        node, level = todo.pop()
+        height = max(height, level)
+        todo.extend(
+            (x, level + 1) for x in (node.values() if type(node) is Doc else node) if type(x) in _NESTED
+        )
+    return height
+
+
+_NESTED = (Doc, Seq)
+
+
 def _copy(container: Doc | Seq, shift: int) -> Doc | Seq:
     made = Doc(container) if type(container) is Doc else Seq(container)
     made.offset = container.offset + shift
@@ -300,15 +316,18 @@ class Parser:
         """The raw tree of one element's value (type ``etype``, at ``off``, ending by ``end``).
 
         Iterative: one frame of an explicit stack per open document, at most
-        :func:`bson_depth` of them. Two memos make a model's repeated structure cost one parse
-        (BSON.jl repeats a layer's type document at every layer, and an array's ``size`` and
-        type, and an activation's empty struct): a document of at most :data:`MEMO_MAX_BYTES`
-        without binaries is looked up by its bytes, and a document with binaries (an ``array``, a
-        layer) is compared outside their payloads with the last one parsed of its length
-        (:class:`_Template`). A document without binaries found either way is the same tree (its
-        ``offset``, and those inside it, are of the first one parsed); the documents leading to
-        a binary are copied (with their own offsets) and each binary gets its own :class:`Blob`. A tree reused deeper than it was parsed is parsed again if it would
-        pass the depth bound. The bytes hashed or kept are bounded by the file's size."""
+        :func:`bson_depth` of them. Two memos make a model's repeated structure cost one parse:
+
+        * types (documents under a ``type`` key or in a ``params`` array, at most
+          :data:`LAZY_MAX_BYTES`) are left :class:`Lazy`, one object per distinct content (a
+          layer's type repeats at every layer);
+        * a document with binaries (an ``array``, a layer) is compared outside their payloads
+          with the last one parsed of its length (:class:`_Template`); if they agree, its tree is
+          that one's, the documents leading to a binary copied (with their own offsets), each
+          binary its own :class:`Blob`, the rest shared. Not used where it would pass the depth
+          bound.
+
+        The bytes hashed or kept for these are bounded by the file's size."""
         if etype not in (DOCUMENT, ARRAY):
             return self.scalar(etype, off, end, path)[0]
         buf = self.buf
@@ -321,13 +340,12 @@ class Parser:
         templates = self._templates
         root = self._open(etype, off)
         # Frames: [container, position of the next element, stop (offset of its final 0), path,
-        # binaries in it, its height in documents, its binaries as
-        # Holes (None: too many or too deep for a template), its offset, its key in its parent,
-        # whether it is a "params" array (its elements are types: looked up in the memo)].
+        # binaries in it, them as Holes (None: too many for a template), its offset, its key in
+        # its parent, whether it is a "params" array (its elements are types: left Lazy)].
         # The common cases are inlined (a model has thousands of elements); anything unusual goes
         # through doc_bounds / scalar, which check.
         stack: list[list[Any]] = [
-            [root, off + 4, self.doc_bounds(off, end, path) - 1, path, 0, 1, [], off, "", False]
+            [root, off + 4, self.doc_bounds(off, end, path) - 1, path, 0, [], off, "", False]
         ]
         while stack:
             frame = stack[-1]
@@ -358,19 +376,17 @@ class Parser:
                     if tpl is not None and len(stack) + tpl.height <= max_depth and tpl.matches(buf, vpos):
                         child = tpl.at(vpos)
                         frame[4] += len(tpl.holes)
-                        if tpl.height >= frame[5]:
-                            frame[5] = tpl.height + 1
-                        holes = frame[6]
+                        holes = frame[5]
                         if holes is not None:
                             if len(holes) + len(tpl.holes) > MAX_HOLES:
-                                frame[6] = None
+                                frame[5] = None
                             else:
                                 at = len(container) if is_seq else key
                                 holes.extend(((at, *h), vpos + rel, n) for h, rel, n in tpl.holes)
                     elif (
                         etype == DOCUMENT
                         and n <= LAZY_MAX_BYTES
-                        and (frame[9] or key == "type")
+                        and (frame[8] or key == "type")
                         and self._budget >= n
                     ):
                         # a type: one Lazy per distinct content, parsed when first read
@@ -394,7 +410,7 @@ class Parser:
                         frame[1] = pos
                         at = len(container) - 1 if is_seq else key
                         params = etype == ARRAY and key == "params"
-                        stack.append([child, vpos + 4, vend - 1, kpath, 0, 1, [], vpos, at, params])
+                        stack.append([child, vpos + 4, vend - 1, kpath, 0, [], vpos, at, params])
                         break
                 elif (
                     etype == STRING
@@ -413,8 +429,8 @@ class Parser:
                 ):
                     child, pos = Blob(vpos + 5, n), vpos + 5 + n
                     frame[4] += 1
-                    if frame[6] is not None:
-                        frame[6].append(((len(container) if is_seq else key,), vpos + 5, n))
+                    if frame[5] is not None:
+                        frame[5].append(((len(container) if is_seq else key,), vpos + 5, n))
                 elif etype == DOUBLE and vpos + 8 <= stop:
                     child, pos = np.float64(unpack_f64(buf, vpos)[0]), vpos + 8
                 else:
@@ -423,8 +439,8 @@ class Parser:
                     child, pos = self.scalar(etype, vpos, stop, (*fpath, key))
                     if type(child) is Blob:
                         frame[4] += 1
-                        if frame[6] is not None:
-                            frame[6].append(
+                        if frame[5] is not None:
+                            frame[5].append(
                                 ((len(container) if is_seq else key,), child.offset, child.length)
                             )
                 if is_seq:
@@ -440,14 +456,12 @@ class Parser:
                 if stack:
                     parent = stack[-1]
                     parent[4] += frame[4]
-                    if frame[5] >= parent[5]:
-                        parent[5] = frame[5] + 1
-                    if frame[4] and parent[6] is not None:
-                        holes = frame[6]
-                        if holes is None or len(parent[6]) + len(holes) > MAX_HOLES:
-                            parent[6] = None
+                    if frame[4] and parent[5] is not None:
+                        holes = frame[5]
+                        if holes is None or len(parent[5]) + len(holes) > MAX_HOLES:
+                            parent[5] = None
                         else:
-                            parent[6].extend(((frame[8], *h), o, n) for h, o, n in holes)
+                            parent[5].extend(((frame[7], *h), o, n) for h, o, n in holes)
         return root
 
     def materialize(self, lazy: Lazy, path: TreePath) -> Any:
@@ -463,7 +477,7 @@ class Parser:
 
     def _remember(self, frame: list[Any]) -> None:
         """After parsing a document: keep it for the memos of :meth:`value` if it is one."""
-        container, stop, blobs, height, holes, start = frame[0], frame[2], frame[4], frame[5], frame[6], frame[7]
+        container, stop, blobs, holes, start = frame[0], frame[2], frame[4], frame[5], frame[6]
         if not holes or len(holes) != blobs or any(len(p) > MAX_HOLE_DEPTH for p, _, _ in holes):
             return
         n = stop + 1 - start
@@ -492,7 +506,7 @@ class Parser:
             prev = offset + length
         segments.append((prev - start, bytes(self.buf[prev : stop + 1])))
         self._templates[length_key] = _Template(
-            container, start, segments, [(k, o - start, m) for k, o, m in holes], height
+            container, start, segments, [(k, o - start, m) for k, o, m in holes], _height(container)
         )
 
     @staticmethod

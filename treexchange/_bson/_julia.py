@@ -431,9 +431,9 @@ class Session:
             t = plain[1]
             if not data and not shared:
                 return Singleton(t)
-            names = _POSITIONS[: len(data)]
-            values = [self.value(x, (*path, k), depth + 1) for k, x in zip(names, data)]
-            return JuliaStruct(t, zip(names, values), mutable=shared)
+            positions = _POSITIONS[: len(data)]
+            values = [self.value(x, (*path, k), depth + 1) for k, x in zip(positions, data)]
+            return JuliaStruct(t, zip(positions, values), mutable=shared)
         rtype = self.deref(stored_type, path)
         if isinstance(rtype, Doc) and rtype.get("tag") == "jl_anonymous":
             t = self.type_param(raw.get("type"), path, depth + 1)
