@@ -396,7 +396,9 @@ class Parser:
                         if child is None:
                             child = memo[mkey] = Lazy(etype, vpos, vend)
                     else:
-                        kpath = self._path(fpath, buf, kstart, nul) if is_seq else (*fpath, key)
+                        if is_seq:
+                            key = buf[kstart:nul].decode("utf-8", "surrogateescape")
+                        kpath = (*fpath, key)
                         if len(stack) >= max_depth:
                             raise LimitError(
                                 f"BSON documents nested deeper than {max_depth}", offset=vpos, path=kpath
@@ -409,7 +411,7 @@ class Parser:
                             container[key] = child
                         frame[1] = pos
                         at = len(container) - 1 if is_seq else key
-                        params = etype == ARRAY and key == "params"
+                        params = etype == ARRAY and not is_seq and key == "params"
                         stack.append([child, vpos + 4, vend - 1, kpath, 0, [], vpos, at, params])
                         break
                 elif (
