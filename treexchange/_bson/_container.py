@@ -108,9 +108,11 @@ class Lazy:
 
 
 MAX_HOLES = 16
-"""A document with at most this many binaries (a layer: its weight and bias), each at most
-:data:`MAX_HOLE_DEPTH` documents down, can serve as a :class:`_Template`."""
+"""A document with at most this many binaries (a layer: its weight and bias), at most
+:data:`MAX_HOLE_DEPTH` levels of documents and :data:`MAX_TEMPLATE_ELEMENTS` elements (the
+documents left Lazy not counted) can serve as a :class:`_Template`."""
 MAX_HOLE_DEPTH = 6
+MAX_TEMPLATE_ELEMENTS = 4096
 
 Hole = tuple[tuple[str | int, ...], int, int]
 """A binary inside a document: the keys down to it, its payload's offset, its length."""
@@ -161,20 +163,32 @@ class _Template:
         return root
 
 
-def _height(tree: Doc | Seq) -> int:
-    """How many levels of documents ``tree`` has (itself included; Lazy ones not counted)."""
+def _holes(tree: Doc | Seq) -> tuple[list[Hole], int] | None:
+    """The binaries in ``tree`` (absolute offsets) and its height in documents (Lazy ones not
+    counted); None if the tree is too large to serve as a template: more than
+    :data:`MAX_HOLES` binaries, more than :data:`MAX_HOLE_DEPTH` levels or
+    :data:`MAX_TEMPLATE_ELEMENTS` elements."""
+    holes: list[Hole] = []
     height = 0
-    todo: list[tuple[Any, int]] = [(tree, 1)]
+    elements = 0
+    todo: list[tuple[Any, tuple[str | int, ...]]] = [(tree, ())]
     while todo:
-        node, level = todo.pop()
-        height = max(height, level)
-        todo.extend(
-            (x, level + 1) for x in (node.values() if type(node) is Doc else node) if type(x) in _NESTED
-        )
-    return height
-
-
-_NESTED = (Doc, Seq)
+        node, keys = todo.pop()
+        if len(keys) >= MAX_HOLE_DEPTH:
+            return None
+        height = max(height, len(keys) + 1)
+        elements += len(node)
+        if elements > MAX_TEMPLATE_ELEMENTS:
+            return None
+        for k, x in node.items() if type(node) is Doc else enumerate(node):
+            kind = type(x)
+            if kind is Blob:
+                if len(holes) == MAX_HOLES:
+                    return None
+                holes.append(((*keys, k), x.offset, x.length))
+            elif kind is Doc or kind is Seq:
+                todo.append((x, (*keys, k)))
+    return holes, height
 
 
 def _copy(container: Doc | Seq, shift: int) -> Doc | Seq:
@@ -340,13 +354,10 @@ class Parser:
         templates = self._templates
         root = self._open(etype, off)
         # Frames: [container, position of the next element, stop (offset of its final 0), path,
-        # binaries in it, them as Holes (None: too many for a template), its offset, its key in
-        # its parent, whether it is a "params" array (its elements are types: left Lazy)].
+        # binaries in it, its offset, whether it is a "params" array (its types are left Lazy)].
         # The common cases are inlined (a model has thousands of elements); anything unusual goes
         # through doc_bounds / scalar, which check.
-        stack: list[list[Any]] = [
-            [root, off + 4, self.doc_bounds(off, end, path) - 1, path, 0, [], off, "", False]
-        ]
+        stack: list[list[Any]] = [[root, off + 4, self.doc_bounds(off, end, path) - 1, path, 0, off, False]]
         while stack:
             frame = stack[-1]
             container, pos, stop, fpath = frame[0], frame[1], frame[2], frame[3]
@@ -376,17 +387,10 @@ class Parser:
                     if tpl is not None and len(stack) + tpl.height <= max_depth and tpl.matches(buf, vpos):
                         child = tpl.at(vpos)
                         frame[4] += len(tpl.holes)
-                        holes = frame[5]
-                        if holes is not None:
-                            if len(holes) + len(tpl.holes) > MAX_HOLES:
-                                frame[5] = None
-                            else:
-                                at = len(container) if is_seq else key
-                                holes.extend(((at, *h), vpos + rel, n) for h, rel, n in tpl.holes)
                     elif (
                         etype == DOCUMENT
                         and n <= LAZY_MAX_BYTES
-                        and (frame[8] or key == "type")
+                        and (frame[6] or key == "type")
                         and self._budget >= n
                     ):
                         # a type: one Lazy per distinct content, parsed when first read
@@ -410,9 +414,8 @@ class Parser:
                         else:
                             container[key] = child
                         frame[1] = pos
-                        at = len(container) - 1 if is_seq else key
                         params = etype == ARRAY and not is_seq and key == "params"
-                        stack.append([child, vpos + 4, vend - 1, kpath, 0, [], vpos, at, params])
+                        stack.append([child, vpos + 4, vend - 1, kpath, 0, vpos, params])
                         break
                 elif (
                     etype == STRING
@@ -431,8 +434,6 @@ class Parser:
                 ):
                     child, pos = Blob(vpos + 5, n), vpos + 5 + n
                     frame[4] += 1
-                    if frame[5] is not None:
-                        frame[5].append(((len(container) if is_seq else key,), vpos + 5, n))
                 elif etype == DOUBLE and vpos + 8 <= stop:
                     child, pos = np.float64(unpack_f64(buf, vpos)[0]), vpos + 8
                 else:
@@ -441,10 +442,6 @@ class Parser:
                     child, pos = self.scalar(etype, vpos, stop, (*fpath, key))
                     if type(child) is Blob:
                         frame[4] += 1
-                        if frame[5] is not None:
-                            frame[5].append(
-                                ((len(container) if is_seq else key,), child.offset, child.length)
-                            )
                 if is_seq:
                     container.append(child)
                 else:
@@ -455,15 +452,8 @@ class Parser:
                 stack.pop()
                 if frame[4]:
                     self._remember(frame)
-                if stack:
-                    parent = stack[-1]
-                    parent[4] += frame[4]
-                    if frame[4] and parent[5] is not None:
-                        holes = frame[5]
-                        if holes is None or len(parent[5]) + len(holes) > MAX_HOLES:
-                            parent[5] = None
-                        else:
-                            parent[5].extend(((frame[7], *h), o, n) for h, o, n in holes)
+                    if stack:
+                        stack[-1][4] += frame[4]
         return root
 
     def materialize(self, lazy: Lazy, path: TreePath) -> Any:
@@ -478,26 +468,20 @@ class Parser:
         return (*path, buf[start:nul].decode("utf-8", "surrogateescape"))
 
     def _remember(self, frame: list[Any]) -> None:
-        """After parsing a document: keep it for the memos of :meth:`value` if it is one."""
-        container, stop, blobs, holes, start = frame[0], frame[2], frame[4], frame[5], frame[6]
-        if not holes or len(holes) != blobs or any(len(p) > MAX_HOLE_DEPTH for p, _, _ in holes):
-            return
+        """After parsing a document with binaries: make it the :class:`_Template` of its length
+        if it is the second of that length (most lengths occur once)."""
+        container, stop, start = frame[0], frame[2], frame[5]
         n = stop + 1 - start
         length_key = n if type(container) is Doc else -n
-        if length_key not in self._lengths:  # the first of its length: most lengths occur once
+        if length_key not in self._lengths:
             self._lengths.add(length_key)
             return
-        for keys, offset, length in holes:  # each still there (not replaced by a later same name)
-            node: Any = container
-            for k in keys:
-                if type(node) is Doc:
-                    node = node.get(k)
-                else:
-                    node = node[k] if type(node) is Seq and type(k) is int and k < len(node) else None
-            if type(node) is not Blob or node.offset != offset or node.length != length:
-                return
-        holes = sorted(holes, key=lambda h: h[1])
-        kept = stop + 1 - start - sum(length for _, _, length in holes)
+        found = _holes(container)
+        if found is None or len(found[0]) != frame[4]:  # (a binary replaced by a later same name)
+            return
+        holes, height = found
+        holes.sort(key=lambda h: h[1])
+        kept = n - sum(length for _, _, length in holes)
         if self._budget < kept:
             return
         self._budget -= kept
@@ -508,7 +492,7 @@ class Parser:
             prev = offset + length
         segments.append((prev - start, bytes(self.buf[prev : stop + 1])))
         self._templates[length_key] = _Template(
-            container, start, segments, [(k, o - start, m) for k, o, m in holes], _height(container)
+            container, start, segments, [(k, o - start, m) for k, o, m in holes], height
         )
 
     @staticmethod
