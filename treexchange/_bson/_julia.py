@@ -546,7 +546,7 @@ class Session:
         if dtype is not None:
             arr = self._bytes_array(data, dtype, shape, path)
             rtype, size = raw.get("type"), raw.get("size")
-            if type(rtype) is Doc and type(size) is Seq:  # the parser's one object for equal bytes
+            if type(rtype) in (Lazy, Doc) and type(size) is Seq:  # objects the parser shares
                 self._array_plans[(id(rtype), id(size))] = (rtype, size, data.length, dtype, count, shape)
             return arr
         if data.length == 0 and count > 0:  # zero-size elements (nothing, a singleton type)
