@@ -113,6 +113,7 @@ MAX_HOLES = 16
 documents left Lazy not counted) can serve as a :class:`_Template`."""
 MAX_HOLE_DEPTH = 6
 MAX_TEMPLATE_ELEMENTS = 4096
+MAX_TEMPLATES_PER_LENGTH = 4
 
 Hole = tuple[tuple[str | int, ...], int, int]
 """A binary inside a document: the keys down to it, its payload's offset, its length."""
@@ -229,7 +230,8 @@ class Parser:
         # last document parsed of that length with binaries; the bytes they may hash or keep.
         self._memo: dict[bytes, Lazy] = {}
         self._templates: dict[int, _Template] = {}
-        self._lengths: set[int] = set()  # lengths of the documents with binaries parsed so far
+        # length of a document with binaries -> templates made of that length (0: one seen, none made)
+        self._lengths: dict[int, int] = {}
         self._budget = self.size + (1 << 20)
 
     # --- pieces ----------------------------------------------------------------------------
@@ -469,13 +471,18 @@ class Parser:
 
     def _remember(self, frame: list[Any]) -> None:
         """After parsing a document with binaries: make it the :class:`_Template` of its length
-        if it is the second of that length (most lengths occur once)."""
+        if it is the second of that length (most lengths occur once), unless documents of that
+        length have stopped matching the templates made (they differ more than by binaries)."""
         container, stop, start = frame[0], frame[2], frame[5]
         n = stop + 1 - start
         length_key = n if type(container) is Doc else -n
-        if length_key not in self._lengths:
-            self._lengths.add(length_key)
+        made = self._lengths.get(length_key)
+        if made is None:  # the first of its length
+            self._lengths[length_key] = 0
             return
+        if made >= MAX_TEMPLATES_PER_LENGTH:
+            return
+        self._lengths[length_key] = made + 1
         found = _holes(container)
         if found is None or len(found[0]) != frame[4]:  # (a binary replaced by a later same name)
             return
