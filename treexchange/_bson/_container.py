@@ -14,7 +14,9 @@ What a parse gives (the *raw tree*): documents as :class:`Doc` (a ``dict`` of ke
 with the document's offset), arrays as :class:`Seq` (a ``list``; BSON array keys ``"0"``,
 ``"1"``... are not checked, as BSON.jl does not check them), binaries as :class:`Blob`, strings
 as ``str``, int32 / int64 / double as ``numpy`` scalars of that width, booleans as ``bool`` and
-null as ``None``.
+null as ``None``; type documents as :class:`Lazy` (one object per distinct content). Parts of a
+raw tree may be shared with other places of the file whose bytes are the same (see
+:meth:`Parser.value`): raw trees are never changed once made.
 """
 
 from __future__ import annotations
