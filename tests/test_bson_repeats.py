@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import treexchange as tx
-from treexchange import FormatError, LimitError
-from treexchange._bson import BsonDocument, _writer
+from treexchange import FormatError, LimitError, TreexchangeError
+from treexchange._bson import BsonDocument, _container, _writer
 from treexchange._bson._container import Blob, Lazy, bson_depth
 from treexchange._bson._writer import array, bson_file, datatype, tuple_
 from treexchange._limits import Limits
@@ -120,3 +120,32 @@ def test_repeats_deeper_than_the_bound_are_still_refused() -> None:
     doc.parser.value(*doc.entries["b"], ("b",))  # within the bound
     with pytest.raises(LimitError, match="nested deeper"):
         doc.parser.value(*doc.entries["c"], ("c",))
+
+
+def _read(raw: bytes) -> tuple[str, object]:
+    try:
+        return "ok", tx.load(raw)
+    except TreexchangeError as err:
+        return type(err).__name__, None
+
+
+def test_mutated_repeats_read_as_without_templates(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Differential: every byte flip of a file of alike layers reads the same (or is refused the
+    same way) with the templates as with none made."""
+    rng = np.random.default_rng(6)
+    base = _chain([_dense(rng, 2, 3) for _ in range(4)])
+    flips = np.random.default_rng(7)
+    cases = []
+    for _ in range(150):
+        raw = bytearray(base)
+        at = int(flips.integers(4, len(raw) - 1))
+        raw[at] = int(flips.integers(0, 256))
+        cases.append(bytes(raw))
+    with_templates = [_read(raw) for raw in cases]
+    monkeypatch.setattr(_container, "MAX_TEMPLATES_PER_LENGTH", 0)
+    without = [_read(raw) for raw in cases]
+    assert sum(kind == "ok" for kind, _ in with_templates) > 20  # (most flips land in array bytes)
+    for (kind_a, a), (kind_b, b) in zip(with_templates, without):
+        assert kind_a == kind_b
+        if kind_a == "ok":
+            assert tx.values_equal(a, b)
