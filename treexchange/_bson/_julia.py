@@ -97,6 +97,14 @@ _KNOWN_FIELDS: dict[str, tuple[str, ...]] = {
 _IMPLICIT_PARENT = ("Main.Core.", "Main.Base.")
 _INTEGERS = frozenset({np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8, int})
 _TYPE_TAGS = frozenset({"datatype", "unionall", "jl_anonymous", "jl_bottom_type"})
+# Struct types read otherwise than as their fields by position (see Session._struct)
+_SPECIAL_STRUCTS = (
+    _TRACKED_ARRAYS
+    | _TRACKED_REALS
+    | _DICT_TYPES
+    | frozenset(_KNOWN_FIELDS)
+    | {"BSON.Undef", "Core.NamedTuple", "Base.Complex", "Base.Missing", "Core.Nothing"}
+)
 
 
 def is_device_array(value: Any) -> bool:
@@ -156,14 +164,20 @@ class Session:
         self._types: dict[int, Any] = {}
         self._busy: set[tuple[int, str]] = set()
         self._keep: list[Any] = []  # values whose id is in ``shared`` stay alive
-        self._parsed: dict[bytes, Any] = {}  # content -> raw tree of a Lazy document
-        self._type_of_doc: dict[int, Any] = {}  # id(raw tree in _parsed) -> its type
-        self._hash_budget = parser.size + (1 << 20)  # bytes of Lazy documents kept as keys
-        self._at: dict[int, Any] = {}  # offset of a Lazy document -> its raw tree (in _parsed)
+        # id(a Lazy type document) -> (it, its type): the parser hands out one Lazy for
+        # identical bytes (a layer's type at every layer), so each distinct type is read once.
+        self._type_of_doc: dict[int, tuple[Lazy, Any]] = {}
+        self._shapes: dict[int, tuple[Seq, tuple[int, ...]]] = {}  # id(an array's size) -> shape
+        # (id(an array's type), id(its size)) -> (them, its byte length, dtype, count, shape):
+        # the checks of an array's first read, for the arrays whose documents repeat them.
+        self._array_plans: dict[tuple[int, int], tuple[Any, ...]] = {}
         self._names: dict[int, tuple[Doc, str]] = {}  # id(datatype document) -> its name
         self._dtypes: dict[int, tuple[JuliaType, np.dtype | None]] = {}  # id(element type) -> dtype
         # id(a struct's type document) -> (it, its raw name, its type): a layer type read once
         self._struct_types: dict[int, tuple[Any, str, JuliaType]] = {}
+        # id(a struct's stored type: the document or a backref to it) -> (it, its type), for
+        # the types read as positional fields (the fast path of _struct)
+        self._plain_structs: dict[int, tuple[Any, JuliaType]] = {}
 
     # --- backrefs --------------------------------------------------------------------------
     def raw_backref(self, ref: Any, offset: int, path: TreePath) -> Any:
@@ -187,12 +201,15 @@ class Session:
     def deref(self, raw: Any, path: TreePath) -> Any:
         """``raw`` itself, or the raw tree a backref points to (followed through chains)."""
         hops = 0
-        raw = self.materialize(raw, path)
+        if type(raw) is Lazy:
+            raw = raw.tree if raw.tree is not None else self.parser.materialize(raw, path)
         while isinstance(raw, Doc) and raw.get("tag") == "backref":
             hops += 1
             if hops > len(self.backrefs):
                 raise FormatError("backrefs refer to each other in a cycle", offset=raw.offset, path=path)
-            raw = self.materialize(self.raw_backref(raw.get("ref"), raw.offset, path), path)
+            raw = self.raw_backref(raw.get("ref"), raw.offset, path)
+            if type(raw) is Lazy:
+                raw = raw.tree if raw.tree is not None else self.parser.materialize(raw, path)
         return raw
 
     def _follow(self, raw: Doc, role: str, path: TreePath, depth: int) -> Any:
@@ -221,27 +238,6 @@ class Session:
             self._keep.append(result)
         return result
 
-    def materialize(self, raw: Any, path: TreePath) -> Any:
-        """``raw``, or for a :class:`Lazy` document its raw tree: parsed once per distinct
-        content (a layer's type repeats at every layer), while the bytes kept to tell them apart
-        stay within a budget of the file's size (then each is parsed anew: nested types make
-        the same bytes part of many documents)."""
-        if not isinstance(raw, Lazy):
-            return raw
-        seen = self._at.get(raw.offset)
-        if seen is not None:
-            return seen
-        n = raw.end - raw.offset
-        if self._hash_budget < n:
-            return self.parser.value(raw.etype, raw.offset, raw.end, path)
-        self._hash_budget -= n
-        key = bytes(self.buf[raw.offset : raw.end])  # small (a type): its bytes are the key
-        doc = self._parsed.get(key)
-        if doc is None:
-            doc = self._parsed[key] = self.parser.value(raw.etype, raw.offset, raw.end, path)
-        self._at[raw.offset] = doc
-        return doc
-
     # --- values ----------------------------------------------------------------------------
     def _deeper(self, depth: int, raw: Any, path: TreePath) -> None:
         if depth > self.max_depth:
@@ -255,18 +251,18 @@ class Session:
         """The value of a raw tree (``shared``: it was reached through a backref)."""
         if depth > self.max_depth:
             self._deeper(depth, raw, path)
-        if isinstance(raw, Lazy):
-            raw = self.materialize(raw, path)
-        if isinstance(raw, Doc):
+        if type(raw) is Lazy:
+            raw = raw.tree if raw.tree is not None else self.parser.materialize(raw, path)
+        if type(raw) is Doc:
             tag = raw.get("tag")
-            if tag is None or not isinstance(tag, str):
-                return self._symbol_dict(raw, path, depth)
-            if tag == "backref":
-                return self._follow(raw, "value", path, depth)
             if tag == "struct":
                 return self._struct(raw, path, depth, shared)
             if tag == "array":
                 return self._array(raw, path, depth)
+            if tag is None or not isinstance(tag, str):
+                return self._symbol_dict(raw, path, depth)
+            if tag == "backref":
+                return self._follow(raw, "value", path, depth)
             if tag in ("tuple", "svec"):
                 return tuple(self._items(self._field(raw, "data", Seq, path), path, depth))
             if tag == "symbol":
@@ -315,21 +311,37 @@ class Session:
         ``depth`` counts the levels above: the value's, then the type's own."""
         if depth > self.max_depth:
             self._deeper(depth, raw, path)
-        if isinstance(raw, Lazy):
-            doc = self.materialize(raw, path)
-            hit = self._type_of_doc.get(id(doc))
-            if hit is not None and hit[0] is doc:
+        if type(raw) is Lazy:  # one object per distinct type document: its type read once
+            hit = self._type_of_doc.get(id(raw))
+            if hit is not None and hit[0] is raw:
                 return hit[1]
+            doc = raw.tree if raw.tree is not None else self.parser.materialize(raw, path)
             t = self.type_param(doc, path, depth)
-            self._type_of_doc[id(doc)] = (doc, t)
+            self._type_of_doc[id(raw)] = (raw, t)
             return t
         if not isinstance(raw, Doc):
             if isinstance(raw, np.int32):
                 return np.int64(raw)  # a 32-bit Julia wrote Int parameters as Int32
             return self.value(raw, path, depth)
         tag = raw.get("tag")
+        if tag in _TYPE_TAGS:
+            return self._type_doc(raw, tag, path, depth)
         if tag == "backref":
             return self._follow(raw, "type", path, depth)
+        if tag == "struct":
+            t = self.deref(raw.get("type"), path)
+            if isinstance(t, Doc) and t.get("tag") == "datatype" and self._raw_name(t, path) == "Core.Union":
+                members = [self.type_param(x, path, depth + 1) for x in self._field(raw, "data", Seq, path)]
+                flat: list[Any] = []
+                for m in members:
+                    is_union = isinstance(m, JuliaType) and m.name == "Core.Union"
+                    flat.extend(m.params if is_union else (m,))
+                return JuliaType("Core.Union", tuple(flat))
+        return self.value(raw, path, depth)
+
+    def _type_doc(self, raw: Doc, tag: str, path: TreePath, depth: int) -> Any:
+        """The type a ``datatype`` / ``jl_anonymous`` / ``unionall`` / ``jl_bottom_type``
+        document stands for."""
         if tag == "datatype":
             name = type_name(self._field(raw, "name", Seq, path), raw.offset, path)
             params = tuple(self._params(raw.get("params"), raw, path, depth))
@@ -346,18 +358,7 @@ class Session:
             var = self.value(raw.get("var"), path, depth + 1)
             body = self.type_param(raw.get("body"), path, depth + 1)
             return where_type(JuliaStruct("Core.UnionAll", {"var": var, "body": body}))
-        if tag == "jl_bottom_type":
-            return BOTTOM
-        if tag == "struct":
-            t = self.deref(raw.get("type"), path)
-            if isinstance(t, Doc) and t.get("tag") == "datatype" and self._raw_name(t, path) == "Core.Union":
-                members = [self.type_param(x, path, depth + 1) for x in self._field(raw, "data", Seq, path)]
-                flat: list[Any] = []
-                for m in members:
-                    is_union = isinstance(m, JuliaType) and m.name == "Core.Union"
-                    flat.extend(m.params if is_union else (m,))
-                return JuliaType("Core.Union", tuple(flat))
-        return self.value(raw, path, depth)
+        return BOTTOM  # jl_bottom_type
 
     def _params(self, raw: Any, owner: Doc, path: TreePath, depth: int) -> list[Any]:
         """A datatype's parameters: a BSON array, or (all of them Ints) a BSON.jl ``array``."""
@@ -416,8 +417,24 @@ class Session:
 
     # --- structs ---------------------------------------------------------------------------
     def _struct(self, raw: Doc, path: TreePath, depth: int, shared: bool) -> Any:
-        rtype = self.deref(raw.get("type"), path)
         data = raw.get("data")
+        stored_type = raw.get("type")
+        plain = self._plain_structs.get(id(stored_type))
+        if (
+            plain is not None
+            and plain[0] is stored_type
+            and type(data) is Seq
+            and len(data) <= len(_POSITIONS)
+        ):
+            # a struct of an ordinary type (a layer) whose type document was read before (the
+            # parser hands out one document for equal bytes): positional fields, no special case
+            t = plain[1]
+            if not data and not shared:
+                return Singleton(t)
+            positions = _POSITIONS[: len(data)]
+            values = [self.value(x, (*path, k), depth + 1) for k, x in zip(positions, data)]
+            return JuliaStruct(t, zip(positions, values), mutable=shared)
+        rtype = self.deref(stored_type, path)
         if isinstance(rtype, Doc) and rtype.get("tag") == "jl_anonymous":
             t = self.type_param(raw.get("type"), path, depth + 1)
             info = self._closure_info(rtype, path)
@@ -443,6 +460,8 @@ class Session:
                 raise FormatError("BSON.jl struct whose type is not a type", offset=raw.offset, path=path)
             if isinstance(rtype, Doc):  # a document kept alive by the caches: its id stays unique
                 self._struct_types[id(rtype)] = (rtype, raw_name, t)
+                if raw_name not in _SPECIAL_STRUCTS and t.name not in _SPECIAL_STRUCTS:
+                    self._plain_structs[id(stored_type)] = (stored_type, t)
         if isinstance(data, Blob):
             return self._primitive(t, data, path)
         if not isinstance(data, Seq):
@@ -501,6 +520,12 @@ class Session:
 
     # --- arrays ----------------------------------------------------------------------------
     def _array(self, raw: Doc, path: TreePath, depth: int) -> Any:
+        data = raw.get("data")
+        if type(data) is Blob:  # the common case: a layer's weights as raw bytes
+            rtype, size = raw.get("type"), raw.get("size")
+            plan = self._array_plans.get((id(rtype), id(size)))
+            if plan is not None and plan[0] is rtype and plan[1] is size and plan[2] == data.length:
+                return self._view(data.offset, *plan[3:])
         eltype = self.type_param(raw.get("type"), path, depth + 1)
         if not isinstance(eltype, JuliaType):
             raise FormatError("BSON.jl array whose element type is not a type", offset=raw.offset, path=path)
@@ -508,7 +533,6 @@ class Session:
         count = 1
         for d in shape:
             count *= d
-        data = raw.get("data")
         if isinstance(data, Seq):
             if len(data) != count:
                 raise FormatError(
@@ -520,7 +544,11 @@ class Session:
             raise FormatError("BSON.jl array without its data", offset=raw.offset, path=path)
         dtype = self._numpy_dtype(eltype)
         if dtype is not None:
-            return self._bytes_array(data, dtype, shape, path)
+            arr = self._bytes_array(data, dtype, shape, path)
+            rtype, size = raw.get("type"), raw.get("size")
+            if type(rtype) in (Lazy, Doc) and type(size) is Seq:  # objects the parser shares
+                self._array_plans[(id(rtype), id(size))] = (rtype, size, data.length, dtype, count, shape)
+            return arr
         if data.length == 0 and count > 0:  # zero-size elements (nothing, a singleton type)
             if count > self.max_virtual:
                 raise LimitError(
@@ -554,6 +582,16 @@ class Session:
         return self._object_array(eltype, items, shape)
 
     def _shape(self, raw: Doc, path: TreePath) -> tuple[int, ...]:
+        size = raw.get("size")
+        known = self._shapes.get(id(size))
+        if known is not None and known[0] is size:  # one parsed list for identical bytes
+            return known[1]
+        shape = self._read_shape(raw, path)
+        if type(size) is Seq:
+            self._shapes[id(size)] = (size, shape)
+        return shape
+
+    def _read_shape(self, raw: Doc, path: TreePath) -> tuple[int, ...]:
         size = self.deref(raw.get("size"), path)
         dims: Any
         if isinstance(size, Seq):
@@ -597,7 +635,11 @@ class Session:
             raise LimitError(
                 f"array of {nbytes} bytes exceeds max_array_bytes", offset=data.offset, path=path
             )
-        arr = np.frombuffer(self.buf, dtype, count, data.offset).reshape(shape, order="F")
+        return self._view(data.offset, dtype, count, shape)
+
+    def _view(self, offset: int, dtype: np.dtype, count: int, shape: tuple[int, ...]) -> np.ndarray:
+        """The array of ``count`` elements at ``offset`` (its size checked against the file)."""
+        arr = np.frombuffer(self.buf, dtype, count, offset).reshape(shape, order="F")
         if self.order == "storage":
             arr = arr.T
         return arr if self.mmap else arr.copy(order="K")  # "K": an array of its own, same layout
