@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -29,6 +29,7 @@ from .._gc import gc_paused
 from .._juliatype import JuliaType
 from .._typeof import BOTTOM, julia_type_of
 from .._values import UNDEF, NamedTuple
+from ._bulktext import vlen_texts
 from ._plans import (
     CompoundPlan,
     CustomPlan,
@@ -39,6 +40,7 @@ from ._plans import (
     UnionElementPlan,
     UnionTypePlan,
     VlenSequencePlan,
+    VlenStringPlan,
     type_value,
 )
 from ._reader import DatasetInfo, Order, Reader, Session
@@ -393,6 +395,11 @@ class ContainerNode(Node):
 
     def __getitem__(self, key: Any) -> Any:
         entries = self._all()
+        if type(key) is int and self.kind in ("tuple", "vector"):  # the common case, first
+            i = key + len(entries) if key < 0 else key
+            if 0 <= i < len(entries):
+                node = self._cache.get(i)
+                return node if node is not None else self._child(i)
         if self.kind in ("tuple", "vector") and not isinstance(key, str):
             if isinstance(key, tuple) and self.shape is not None and len(key) == len(self.shape):
                 key = _linear_index(key, self.shape)
@@ -492,8 +499,20 @@ class CompoundNode(ContainerNode):
     def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         return self._plan.entries  # made once per type, shared by all its nodes
 
+    def __getitem__(self, key: Any) -> Any:
+        if type(key) is str:  # a field by name: its position is known per type
+            i = self._plan.positions.get(key)
+            if i is not None:
+                node = self._cache.get(i)
+                if node is None:
+                    node = self._cache[i] = self._make(i, (*self.path, key))
+                return node
+        return super().__getitem__(key)
+
     def _make(self, i: int, path: TreePath) -> Node | Group:
         f = self._plan.fields[i]
+        if type(f.plan) is ReferencePlan and len(path) <= self._reader.max_path:
+            return node_for_ref(self._reader, path, ReferencePlan.address(self._buf, self._off + f.offset))
         return node_for_inline(self._reader, path, f.plan, self._buf, self._off + f.offset)
 
 
@@ -772,7 +791,16 @@ def node_for_ref(reader: Reader, path: TreePath, address: int) -> Node | Group:
     """The node a reference points to (:data:`UNDEF` for an undefined reference)."""
     if address == 0:
         return _shared_const(reader, path, "singleton", BOTTOM, UNDEF)
+    info = reader.described_array(address)
+    if info is not None:  # what node_for_dataset makes of it, without its steps (a hot path)
+        node = _new_array_node(ArrayNode)
+        node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
+        node._desc, node._address, node._value = info, address, None
+        return node
     return node_for_dataset(reader, path, address)
+
+
+_new_array_node = object.__new__
 
 
 def node_for_dataset(reader: Reader, path: TreePath, address: int) -> Node | Group:
@@ -945,7 +973,7 @@ class DictNode(ContainerNode):
     tuple per entry: a Dict of 100,000 entries then leaves three objects for the cyclic
     garbage collector to scan, not 100,000."""
 
-    __slots__ = ("_pair_bufs", "_pair_offs", "_pair_plans", "_vouched")
+    __slots__ = ("_pair_bufs", "_pair_offs", "_pair_plans", "_refs", "_vouched")
 
     def __init__(
         self,
@@ -955,11 +983,25 @@ class DictNode(ContainerNode):
         src: Where,
         entries: list[tuple[PathSegment, Any]],
         pairs: _Pairs,
+        index: dict[Any, int],
     ) -> None:
         super().__init__(reader, path, "dict", jt, src)
         self._keys = entries
+        self._index = index  # complete: every key is hashable, and no two are equal
         self._pair_plans, self._pair_bufs, self._pair_offs = pairs
         self._vouched = False
+        self._refs: list[int] | None = None  # each value's reference (0: stored inline)
+
+    def __getitem__(self, key: Any) -> Any:
+        # The key index is complete (see __init__), so a hit is the answer _position gives.
+        try:
+            i = self._index[key]  # type: ignore[index]
+        except (KeyError, TypeError):
+            return super().__getitem__(key)  # raises as every container does
+        node = self._cache.get(i)
+        if node is None:
+            node = self._cache[i] = self._make(i, (*self.path, self._keys[i][0]))  # type: ignore[index]
+        return node
 
     def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         return self._keys or []
@@ -968,6 +1010,9 @@ class DictNode(ContainerNode):
         if not self._vouched:
             self._vouched = True
             self._vouch_values()
+        refs = self._refs
+        if refs is not None and refs[i] and len(path) <= self._reader.max_path:
+            return node_for_ref(self._reader, path, refs[i])
         plan = self._pair_plans[i]
         second = plan.fields[1]
         return node_for_inline(
@@ -980,13 +1025,13 @@ class DictNode(ContainerNode):
         plans, bufs, offs = self._pair_plans, self._pair_bufs, self._pair_offs
         if len(plans) < _BULK_MIN:
             return
-        refs = [
-            ReferencePlan.address(buf, off + plan.fields[1].offset)
+        address = ReferencePlan.address
+        self._refs = refs = [
+            address(buf, off + plan.fields[1].offset) if type(plan.fields[1].plan) is ReferencePlan else 0
             for plan, buf, off in zip(plans, bufs, offs)
-            if isinstance(plan.fields[1].plan, ReferencePlan)
         ]
-        if len(refs) >= _BULK_MIN:
-            self._reader.prime(np.array(refs, np.uint64), self.path)
+        if len(refs) - refs.count(0) >= _BULK_MIN:
+            self._reader.prime(np.array([r for r in refs if r], np.uint64), self.path)
 
 
 _Pairs = tuple[list[CompoundPlan], list[Any], list[int]]
@@ -1014,7 +1059,14 @@ def _pair_locations(reader: Reader, pairs: ContainerNode) -> _Pairs | None:
         offs: list[int] = []
         bulk: dict[int, tuple[DatasetInfo, bytes, int]] = {}
         if len(addresses) >= _BULK_MIN:
-            scalars, _ = reader.scalar_elements(np.array(addresses, np.uint64), pairs.path)
+            wanted = np.array(addresses, np.uint64)
+            scalars, _ = reader.scalar_elements(wanted, pairs.path)
+            if len(scalars) == 1 and _is_pair_plan(scalars[0][0].plan):
+                info, found, blob = scalars[0]
+                if len(found) == len(wanted) and bool((found == wanted).all()):  # the usual Dict
+                    pair_plan = cast(CompoundPlan, info.plan)
+                    n, size = len(addresses), pair_plan.size
+                    return [pair_plan] * n, [blob] * n, list(range(0, n * size, size))
             for info, found, blob in scalars:
                 if _is_pair_plan(info.plan):
                     size = info.plan.size if info.plan is not None else 0
@@ -1054,21 +1106,43 @@ def _lazy_dict_node(
         located = _pair_locations(reader, pairs)
         if located is None:
             return None
+        index: dict[Any, int] = {}
+        texts = _string_keys(reader, located)
+        if texts is not None:
+            entries: list[tuple[PathSegment, Any]] = [(text, text) for text in texts]
+            index = {text: i for i, text in enumerate(texts)}
+            if len(index) != len(texts):
+                return None
+            return DictNode(reader, path, plan.julia_type, src, entries, located, index)
         session = Session(reader)
-        entries: list[tuple[PathSegment, Any]] = []
-        seen: set[Any] = set()
+        entries = []
         base = pairs.path
         for i, (pair, buf, off) in enumerate(zip(*located)):
             first = pair.fields[0]
             key = first.plan.decode(session, buf, off + first.offset, (*base, i + 1, "first"))
             try:
-                if key in seen:
+                if key in index:
                     return None
-                seen.add(key)
+                index[key] = i
             except TypeError:
                 return None
             entries.append((key if isinstance(key, str) else _render_key(key), key))
-    return DictNode(reader, path, plan.julia_type, src, entries, located)
+    return DictNode(reader, path, plan.julia_type, src, entries, located, index)
+
+
+def _string_keys(reader: Reader, located: _Pairs) -> list[str] | None:
+    """The ``String`` keys of many pairs of one plan stored in one buffer (a Dict read in bulk),
+    decoded together (:func:`vlen_texts`); None for anything else (the one-by-one path)."""
+    plans, bufs, offs = located
+    if len(plans) < _BULK_MIN:
+        return None
+    plan, buf = plans[0], bufs[0]
+    first = plan.fields[0]
+    if type(first.plan) is not VlenStringPlan or first.plan.symbol:
+        return None
+    if plans.count(plan) != len(plans) or len({id(b) for b in bufs}) != 1:
+        return None
+    return vlen_texts(reader.h5, buf, np.array(offs, np.int64) + first.offset)
 
 
 def _render_key(key: Any) -> str:

@@ -389,6 +389,19 @@ class Reader:
             return self.info(address, path)  # not described yet: the usual way
         return info
 
+    def described_array(self, address: int) -> DatasetInfo | None:
+        """What :meth:`describe` gives for ``address`` when that is known already and is a
+        numeric array (a lazy walk's leaves, once primed); None otherwise (ask describe)."""
+        h5 = self.h5
+        info = h5._objects.get(address)
+        if info is None:
+            info = h5._vouched.get(address)
+            if info is None:
+                return None
+        if info.value_kind is None or self.closed:  # type: ignore[attr-defined]
+            return None
+        return info if info.dtype is not None else None  # type: ignore[attr-defined,return-value]
+
     def prime(self, addresses: np.ndarray, path: TreePath = ()) -> None:
         """Get ready to describe many datasets (a lazy walk about to visit the elements of a
         vector of references): their headers are checked in bulk (:meth:`alike`), each dataset
