@@ -34,6 +34,7 @@ _MAX_HEADER_BYTES = 4096  # larger headers (many attributes) are rare: parse the
 _MAX_ENTRIES = 4096  # distinct header forms remembered per file (bounds the memory)
 _ALIKE_KINDS = 8  # header forms :meth:`HeaderMemo.alike` looks for among one set of addresses
 _ALIKE_ROWS = 8192  # headers compared at once (bounds the index array: rows x key bytes x 8)
+_WORDS_FROM = 256  # headers from which comparing 8 bytes at a time pays for its fixed cost
 
 
 class HeaderMemo:
@@ -167,7 +168,7 @@ def _same_key(
     fits = starts + length + 4 <= size
     words = -(-length // 8)
     whole = fits & (starts + 8 * words <= size)
-    if words * 8 <= size - first:
+    if words * 8 <= size - first and len(starts) >= _WORDS_FROM:
         template = np.frombuffer(bytes(buf[first : first + 8 * words]), "<u8")
         keep = np.zeros(8 * words, np.uint8)
         keep[:length] = 0xFF
@@ -175,10 +176,9 @@ def _same_key(
         mask = keep.view("<u8")
         expected = template & mask
         lanes = np.arange(words)
-        for shift in range(8):
-            rows = np.flatnonzero(whole & (starts % 8 == shift))
-            if not rows.size:
-                continue
+        shifts = starts & 7
+        for shift in np.unique(shifts[whole]).tolist():  # (alike headers are often all aligned)
+            rows = np.flatnonzero(whole & (shifts == shift))
             view = np.frombuffer(buf, "<u8", count=(size - shift) // 8, offset=shift)
             for lo in range(0, len(rows), _ALIKE_ROWS):
                 part = rows[lo : lo + _ALIKE_ROWS]

@@ -516,6 +516,19 @@ class CompoundNode(ContainerNode):
         return node_for_inline(self._reader, path, f.plan, self._buf, self._off + f.offset)
 
 
+def _compound_node(reader: Reader, path: TreePath, plan: CompoundPlan, buf: Any, off: int, src: Where) -> Node:
+    """``CompoundNode(reader, path, plan, buf, off, src)``, its slots set at once (one per
+    layer of a model: the three ``__init__`` calls are most of the cost of making it)."""
+    node = _new_node(CompoundNode)
+    node._reader, node.path, node.kind, node.julia_type = reader, path, plan.kind, plan.julia_type
+    node._src, node._keys, node._cache, node._index, node._shape = src, None, {}, None, None
+    node._plan, node._buf, node._off = plan, buf, off
+    return node
+
+
+_new_node = object.__new__
+
+
 class RefVectorNode(ContainerNode):
     """A dataset of references (``Vector{Any}``, ``Vector{Matrix{Float32}}``, ...)."""
 
@@ -534,10 +547,17 @@ class RefVectorNode(ContainerNode):
         self._all()
         addresses = self._addresses
         assert addresses is not None
+        reader = self._reader
         if not self._cache and len(addresses) >= _BULK_MIN:
             # the first child looked at: check every element's header at once
-            self._reader.prime(np.array(addresses, np.uint64), self.path)
-        return node_for_ref(self._reader, path, addresses[i])
+            reader.prime(np.array(addresses, np.uint64), self.path)
+        address = addresses[i]
+        primed = reader.primed_struct(address)
+        if primed is not None and len(path) <= reader.max_path:
+            # a struct / NamedTuple read in bulk: what node_for_dataset makes of it, at once
+            plan, buf, off = primed
+            return _compound_node(reader, path, plan, buf, off, address)
+        return node_for_ref(reader, path, address)
 
 
 class InlineVectorNode(ContainerNode):
@@ -641,6 +661,9 @@ class DelegateNode(ContainerNode):
 
     def _make(self, i: int, path: TreePath) -> Node | Group:
         return self._target._child(i)
+
+    def _child(self, i: int) -> Node | Group:
+        return self._target._child(i)  # its node, at the same path: one cache for both
 
 
 class FixedNode(ContainerNode):
@@ -886,7 +909,7 @@ def node_for_inline(
     if src is None:
         src = _Source(plan=plan, buf=buf, off=off)
     if isinstance(plan, CompoundPlan):
-        return CompoundNode(reader, path, plan, buf, off, src)
+        return _compound_node(reader, path, plan, buf, off, src)
     if isinstance(plan, CustomPlan):
         return _custom_node(reader, path, plan, buf, off, src)
     if isinstance(plan, VlenSequencePlan):
@@ -973,7 +996,7 @@ class DictNode(ContainerNode):
     tuple per entry: a Dict of 100,000 entries then leaves three objects for the cyclic
     garbage collector to scan, not 100,000."""
 
-    __slots__ = ("_pair_bufs", "_pair_offs", "_pair_plans", "_refs", "_vouched")
+    __slots__ = ("_arrays", "_pair_bufs", "_pair_offs", "_pair_plans", "_refs", "_vouched")
 
     def __init__(
         self,
@@ -991,6 +1014,7 @@ class DictNode(ContainerNode):
         self._pair_plans, self._pair_bufs, self._pair_offs = pairs
         self._vouched = False
         self._refs: list[int] | None = None  # each value's reference (0: stored inline)
+        self._arrays: list[DatasetInfo | None] | None = None  # described_array of each reference
 
     def __getitem__(self, key: Any) -> Any:
         # The key index is complete (see __init__), so a hit is the answer _position gives.
@@ -1010,9 +1034,16 @@ class DictNode(ContainerNode):
         if not self._vouched:
             self._vouched = True
             self._vouch_values()
-        refs = self._refs
-        if refs is not None and refs[i] and len(path) <= self._reader.max_path:
-            return node_for_ref(self._reader, path, refs[i])
+        refs, reader = self._refs, self._reader
+        if refs is not None and refs[i] and len(path) <= reader.max_path:
+            arrays = self._arrays
+            info = arrays[i] if arrays is not None else None
+            if info is not None and not reader.closed:  # what node_for_ref makes, at once
+                node = _new_array_node(ArrayNode)
+                node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
+                node._desc, node._address, node._value = info, refs[i], None
+                return node
+            return node_for_ref(reader, path, refs[i])
         plan = self._pair_plans[i]
         second = plan.fields[1]
         return node_for_inline(
@@ -1025,16 +1056,42 @@ class DictNode(ContainerNode):
         plans, bufs, offs = self._pair_plans, self._pair_bufs, self._pair_offs
         if len(plans) < _BULK_MIN:
             return
-        address = ReferencePlan.address
-        self._refs = refs = [
-            address(buf, off + plan.fields[1].offset) if type(plan.fields[1].plan) is ReferencePlan else 0
-            for plan, buf, off in zip(plans, bufs, offs)
-        ]
-        if len(refs) - refs.count(0) >= _BULK_MIN:
-            self._reader.prime(np.array([r for r in refs if r], np.uint64), self.path)
+        plan, buf = plans[0], bufs[0]
+        second = plan.fields[1]
+        uniform = _uniform_offsets((plans, bufs, offs))
+        if uniform is not None and type(second.plan) is ReferencePlan:
+            # the usual Dict, read in bulk: every value a reference, in one buffer
+            at = uniform + second.offset
+            raw = np.frombuffer(buf, np.uint8)
+            if int(at.min()) < 0 or int(at.max()) + 8 > len(raw):
+                raise FormatError("Dict pair runs past its bytes", path=self.path)
+            found = raw[at[:, None] + np.arange(8)].copy().view("<u8").ravel()
+            refs = found.tolist()
+        else:
+            address = ReferencePlan.address
+            refs = [
+                address(b, o + p.fields[1].offset) if type(p.fields[1].plan) is ReferencePlan else 0
+                for p, b, o in zip(plans, bufs, offs)
+            ]
+            found = np.array([r for r in refs if r], np.uint64)
+        self._refs = refs
+        if len(found) >= _BULK_MIN:
+            reader = self._reader
+            reader.prime(found[found != 0], self.path)
+            self._arrays = reader.described_arrays(refs)
 
 
-_Pairs = tuple[list[CompoundPlan], list[Any], list[int]]
+_Pairs = tuple[list[CompoundPlan], list[Any], Sequence[int]]
+"""Each pair's plan, buffer and offset. Offsets as a ``range``: one plan, one buffer (read in
+bulk, or a vector of inline pairs), pairs one after the other."""
+
+
+def _uniform_offsets(pairs: _Pairs) -> np.ndarray | None:
+    """The offsets of pairs of one plan in one buffer, as an array; None for other pairs."""
+    offs = pairs[2]
+    if type(offs) is not range:
+        return None
+    return np.arange(offs.start, offs.stop, offs.step, dtype=np.int64)
 _BULK_MIN = 32  # children from which checking their headers in bulk pays
 
 
@@ -1050,7 +1107,7 @@ def _pair_locations(reader: Reader, pairs: ContainerNode) -> _Pairs | None:
             return None
         assert isinstance(plan, CompoundPlan)
         size, raw = plan.size, pairs._raw
-        return [plan] * n, [raw] * n, list(range(0, n * size, size))
+        return [plan] * n, [raw] * n, range(0, n * size, size)
     if isinstance(pairs, RefVectorNode):
         pairs._all()
         addresses = pairs._addresses or []
@@ -1066,7 +1123,7 @@ def _pair_locations(reader: Reader, pairs: ContainerNode) -> _Pairs | None:
                 if len(found) == len(wanted) and bool((found == wanted).all()):  # the usual Dict
                     pair_plan = cast(CompoundPlan, info.plan)
                     n, size = len(addresses), pair_plan.size
-                    return [pair_plan] * n, [blob] * n, list(range(0, n * size, size))
+                    return [pair_plan] * n, [blob] * n, range(0, n * size, size)
             for info, found, blob in scalars:
                 if _is_pair_plan(info.plan):
                     size = info.plan.size if info.plan is not None else 0
@@ -1133,16 +1190,14 @@ def _lazy_dict_node(
 def _string_keys(reader: Reader, located: _Pairs) -> list[str] | None:
     """The ``String`` keys of many pairs of one plan stored in one buffer (a Dict read in bulk),
     decoded together (:func:`vlen_texts`); None for anything else (the one-by-one path)."""
-    plans, bufs, offs = located
-    if len(plans) < _BULK_MIN:
+    plans, bufs, _ = located
+    uniform = _uniform_offsets(located)
+    if len(plans) < _BULK_MIN or uniform is None:
         return None
-    plan, buf = plans[0], bufs[0]
-    first = plan.fields[0]
+    first = plans[0].fields[0]
     if type(first.plan) is not VlenStringPlan or first.plan.symbol:
         return None
-    if plans.count(plan) != len(plans) or len({id(b) for b in bufs}) != 1:
-        return None
-    return vlen_texts(reader.h5, buf, np.array(offs, np.int64) + first.offset)
+    return vlen_texts(reader.h5, bufs[0], uniform + first.offset)
 
 
 def _render_key(key: Any) -> str:

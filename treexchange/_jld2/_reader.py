@@ -402,6 +402,34 @@ class Reader:
             return None
         return info if info.dtype is not None else None  # type: ignore[attr-defined,return-value]
 
+    def primed_struct(self, address: int) -> tuple[CompoundPlan, bytes, int] | None:
+        """``(plan, buffer, offset)`` of the element of the scalar struct (or NamedTuple, Tuple)
+        dataset at ``address`` when :meth:`prime` read it (what :meth:`describe` and
+        :meth:`element_bytes_at` then give); None otherwise."""
+        found = self._elements.get(address)
+        if found is None or self.closed or address in self.h5._objects:
+            return None
+        info, blob = self._element_groups[found[0]]
+        plan = info.plan
+        if type(plan) is not CompoundPlan:
+            return None
+        return plan, blob, found[1]
+
+    def described_arrays(self, addresses: list[int]) -> list[DatasetInfo | None]:
+        """:meth:`described_array` of each address (0: None), in one pass."""
+        objects, vouched = self.h5._objects, self.h5._vouched
+        out: list[DatasetInfo | None] = []
+        append = out.append
+        for address in addresses:
+            info = objects.get(address)
+            if info is None:
+                info = vouched.get(address)
+            if info is None or info.value_kind is None or info.dtype is None:  # type: ignore[attr-defined]
+                append(None)
+            else:
+                append(info)  # type: ignore[arg-type]
+        return out
+
     def prime(self, addresses: np.ndarray, path: TreePath = ()) -> None:
         """Get ready to describe many datasets (a lazy walk about to visit the elements of a
         vector of references): their headers are checked in bulk (:meth:`alike`), each dataset
