@@ -516,7 +516,9 @@ class CompoundNode(ContainerNode):
         return node_for_inline(self._reader, path, f.plan, self._buf, self._off + f.offset)
 
 
-def _compound_node(reader: Reader, path: TreePath, plan: CompoundPlan, buf: Any, off: int, src: Where) -> Node:
+def _compound_node(
+    reader: Reader, path: TreePath, plan: CompoundPlan, buf: Any, off: int, src: Where
+) -> Node:
     """``CompoundNode(reader, path, plan, buf, off, src)``, its slots set at once (one per
     layer of a model: the three ``__init__`` calls are most of the cost of making it)."""
     node = _new_node(CompoundNode)
@@ -1092,6 +1094,8 @@ def _uniform_offsets(pairs: _Pairs) -> np.ndarray | None:
     if type(offs) is not range:
         return None
     return np.arange(offs.start, offs.stop, offs.step, dtype=np.int64)
+
+
 _BULK_MIN = 32  # children from which checking their headers in bulk pays
 
 
