@@ -48,6 +48,7 @@ from ._writer_arrays import (
     little_endian,
     plan_chunk,
 )
+from ._writer_bulk import BULK_MIN, encode_refs
 from ._writer_sink import Sink
 from ._writer_types import JT, MAX_INLINE_SIZE, UNION_EL, Cat, TypeFactory
 
@@ -1043,6 +1044,11 @@ class JLD2Writer:
         items = _array_items(value)
 
         def encode() -> bytes:
+            if kind == "ref" and len(items) >= BULK_MIN:  # a Dict's Pairs, a model's layers
+                raw = encode_refs(self, e, items, ws, path)
+                if len(raw) != elsize * len(items):
+                    raise WriteError(f"references encode to {len(raw)} bytes, not {elsize} each", path=path)
+                return raw
             parts = []
             for i, item in enumerate(items, 1):
                 raw = self.encode_field(e, item, False, ws, (*path, i))

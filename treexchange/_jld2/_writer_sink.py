@@ -121,6 +121,39 @@ class Sink:
             return
         self._put_outside(offset, data, True)
 
+    def region(self, offset: int, n: int) -> np.ndarray | None:
+        """The window's bytes ``[offset, offset + n)`` (zeros: nothing put there yet) as a
+        writable ``uint8`` array, to be filled in place and then handed back with
+        :meth:`region_done` before any other call; None when that span cannot be in the window
+        (then :meth:`put` and :meth:`put_checksummed` it piece by piece)."""
+        pos = offset - self._base
+        if pos < 0 or n > WINDOW_BYTES:
+            return None
+        if pos + n > WINDOW_BYTES:
+            if self._used:
+                self.flush()  # the window moves to its high-water mark
+                pos = offset - self._base
+            if not self._used and pos + n > WINDOW_BYTES:
+                self._base, pos = offset, 0  # an empty window starts at the piece
+            if pos < 0 or pos + n > WINDOW_BYTES:
+                return None
+        if pos + n > self._cap:
+            self._grow(pos + n)
+        if pos + n <= self._used:
+            return None  # (never: the writer hands out regions past everything put so far)
+        return self._window[pos : pos + n]
+
+    def region_done(self, offset: int, n: int, headers: np.ndarray) -> None:
+        """The region of :meth:`region` is filled: each row ``(position, length)`` of ``headers``
+        is an object header in it whose checksum goes in the 4 bytes after it (computed at the
+        flush, as for :meth:`put_checksummed`)."""
+        pos = offset - self._base
+        self._sums.extend(zip((headers[:, 0] + pos).tolist(), headers[:, 1].tolist()))
+        if pos + n > self._used:
+            self._used = pos + n
+            if self._used >= _FLUSH_BYTES:
+                self.flush()
+
     def _put_outside(self, offset: int, data: bytes | bytearray | memoryview, checksummed: bool) -> None:
         """A piece that does not fit the window where it stands."""
         n = len(data)
