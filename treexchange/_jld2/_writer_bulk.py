@@ -160,6 +160,7 @@ class _Run:
         self.object_at: list[int] = []
         self.object_index: list[int] = []
         self.object_raw: list[bytes] = []
+        self.object_len: list[int] = []
         self.heap_puts: list[tuple[int, bytes]] = []
 
 
@@ -257,6 +258,7 @@ def _write_run(
             run.object_at.append(objoffset)
             run.object_index.append(gh.count)
             run.object_raw.append(raw)
+            run.object_len.append(psz)
             run.counts[f].append(psz)
             run.heaps[f].append(gh.offset - BASE)
             run.indices[f].append(gh.count)
@@ -304,9 +306,9 @@ def _lay_out(writer: JLD2Writer, form: _Form, start: int, end: int, run: _Run) -
             col += 8
     _put_rows(region, at, rows)
     sums.append(np.stack((at, np.full(len(at), rows.shape[1], np.int64)), axis=1))
-    for f, kind in enumerate(form.fields):
-        if kind == "ref":
-            _place_arrays(writer, region, start, run.array_at[f], run.data_at[f], run.arrays[f], sums)
+    for f, spec in enumerate(form.arrays):
+        if spec is not None:
+            _place_arrays(region, start, spec, run.array_at[f], run.data_at[f], run.arrays[f], sums)
     headers_at = np.concatenate(sums)
     if found is not None:
         sink.region_done(start, end - start, headers_at)
@@ -352,7 +354,7 @@ def _place_heap_objects(region: np.ndarray, start: int, run: _Run, outside: list
     if not len(offs):
         return
     raws = run.object_raw[first:]
-    lens = np.fromiter(map(len, raws), np.int64, len(raws))
+    lens = np.asarray(run.object_len[first:], np.int64)
     heads = np.zeros(len(offs), _HEAP_OBJECT)
     heads["index"] = run.object_index[first:]
     heads["refs"] = 1
@@ -366,50 +368,42 @@ def _place_heap_objects(region: np.ndarray, start: int, run: _Run, outside: list
 
 
 def _place_arrays(
-    writer: JLD2Writer,
     region: np.ndarray,
     start: int,
+    spec: tuple[np.dtype, tuple[int, ...], tuple[bytes, int, int]],
     array_at: list[int],
     data_at: list[int],
     arrays: list[np.ndarray],
     sums: list[np.ndarray],
 ) -> None:
-    """Small array datasets (header: the plan's head, the contiguous layout message, the
-    continuation placeholder; data 8-aligned after it) into the region, in bulk per plan."""
+    """Small array datasets of one dtype and shape (``spec``: theirs and their plan) into the
+    region: headers -- the plan's head, the contiguous layout message, the continuation
+    placeholder -- in bulk, then each array's data 8-aligned after its header."""
     from ._writer import _LAYOUT_CONTIGUOUS  # (see _form_of)
 
-    groups: dict[tuple[Any, ...], list[int]] = {}
-    for i, v in enumerate(arrays):
-        groups.setdefault((v.dtype, v.shape), []).append(i)
-    plans = writer._ref_plans
-    whole = len(groups) == 1
-    for key, members in groups.items():
-        head, _, datasz = plans[key]
-        dtype = key[0]
-        chosen = arrays if whole else [arrays[i] for i in members]
-        header_at = np.asarray(array_at if whole else [array_at[i] for i in members], np.int64)
-        data = np.asarray(data_at if whole else [data_at[i] for i in members], np.int64)
-        layout = _LAYOUT_CONTIGUOUS.pack(enc.MSG_LAYOUT, 18, 0, 4, 1, 0, datasz)
-        template = np.frombuffer(head + layout + enc.CONTINUATION_PLACEHOLDER, np.uint8)
-        rows = np.tile(template, (len(chosen), 1))
-        col = len(head) + _ADDRESS_AT
-        rows[:, col : col + 8] = (data - BASE).astype("<u8").view(np.uint8).reshape(-1, 8)
-        _put_rows(region, header_at - start, rows)
-        sums.append(np.stack((header_at - start, np.full(len(chosen), rows.shape[1], np.int64)), axis=1))
-        # The data: column-major, little-endian bytes (what _write_small_array writes), one
-        # copy each into the region.
-        little = little_endian(dtype)
+    dtype, shape, (head, _, datasz) = spec
+    header_at = np.asarray(array_at, np.int64) - start
+    data = np.asarray(data_at, np.int64)
+    layout = _LAYOUT_CONTIGUOUS.pack(enc.MSG_LAYOUT, 18, 0, 4, 1, 0, datasz)
+    template = np.frombuffer(head + layout + enc.CONTINUATION_PLACEHOLDER, np.uint8)
+    rows = np.tile(template, (len(arrays), 1))
+    col = len(head) + _ADDRESS_AT
+    rows[:, col : col + 8] = (data - BASE).astype("<u8").view(np.uint8).reshape(-1, 8)
+    _put_rows(region, header_at, rows)
+    sums.append(np.stack((header_at, np.full(len(arrays), rows.shape[1], np.int64)), axis=1))
+    # The data: column-major, little-endian bytes (what _write_small_array writes), one copy
+    # each into the region.
+    lows = (data - start).tolist()
+    if len(shape) <= 1 and dtype == little_endian(dtype):
         memory = region.data
-        lows = (data - start).tolist()
-        if len(key[1]) <= 1 and dtype == little:
-            try:
-                for v, lo in zip(chosen, lows):
-                    memory[lo : lo + datasz] = v.data.cast("B")
-                continue
-            except (TypeError, ValueError):  # not contiguous, a dtype the buffer protocol lacks
-                pass
-        for v, lo in zip(chosen, lows):
-            region[lo : lo + datasz] = np.frombuffer(column_major_bytes(v), np.uint8)
+        try:
+            for v, lo in zip(arrays, lows):
+                memory[lo : lo + datasz] = v.data.cast("B")
+            return
+        except (TypeError, ValueError):  # not contiguous, a dtype the buffer protocol lacks
+            pass
+    for v, lo in zip(arrays, lows):
+        region[lo : lo + datasz] = np.frombuffer(column_major_bytes(v), np.uint8)
 
 
 def _utf8(text: str) -> bytes:
