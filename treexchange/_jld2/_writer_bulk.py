@@ -325,6 +325,17 @@ def _put_rows(region: np.ndarray, at: np.ndarray, rows: np.ndarray) -> None:
     """``region[at[i] : at[i] + width] = rows[i]`` for every row: a strided copy per stretch of
     rows equally spaced (most of a run), one copy per row otherwise."""
     k, width = rows.shape
+    if k > 1:  # the usual run: equally spaced throughout, one strided copy
+        stride = int(at[1] - at[0])
+        if (
+            stride >= width
+            and int(at[-1] - at[0]) == stride * (k - 1)
+            and bool((np.diff(at) == stride).all())
+        ):
+            np.lib.stride_tricks.as_strided(
+                region[int(at[0]) :], shape=(k, width), strides=(stride, 1), writeable=True
+            )[...] = rows
+            return
     i = 0
     while i < k:
         if i + 1 < k:
