@@ -22,8 +22,9 @@ done before the clock starts):
   dataset, ``msgpack_restore``, ``tree_deserialise_leaves``, orbax ``restore``; raw: one
   ``readinto``), file in the page cache;
 * ``walk``: open lazily and visit every leaf by key without reading array data
-  (``treexchange.open`` + ``keys()``/``[]`` over the tree; safetensors ``safe_open`` +
-  ``get_slice(k).get_shape()``; h5py ``f[k].shape``); methods with no lazy open have none.
+  (``treexchange.open`` + ``keys()``/``[]`` over the tree, asking each array's ``shape`` and
+  ``dtype``; safetensors ``safe_open`` + ``get_slice(k).get_shape()``; h5py ``f[k].shape``);
+  methods with no lazy open have none.
 
 Usage: ``python benchmarks/bench_leaves.py [--leaves 1000,10000,100000] [--repeat 3]
 [--methods tx-dict,safetensors] [--json FILE] [--plot docs/performance-scaling.png]``;
@@ -33,6 +34,12 @@ checkout of an earlier commit, e.g. ``git archive main | tar -x -C DIR``) as ``t
 each right before the current one: a before/after comparison side by side in one run.
 Every figure is also reported as CPU seconds (``--cpu``: the tables show process CPU time, all
 threads, instead of wall-clock time), the steadier measure on a shared, loaded machine.
+
+``--interleaved ROUNDS`` runs safetensors, the three ``tx-*`` trees and raw in **one process**
+instead, the methods taking turns (save, walk and load of each) ``ROUNDS`` times per size, best
+of the rounds: the side-by-side CPU-time ratios of docs/performance.md ("Many small leaves, side
+by side"). For a before/after comparison run it once with ``PYTHONPATH`` at an earlier checkout:
+each run's ratios are to the safetensors measured in that same process.
 """
 
 from __future__ import annotations
@@ -91,9 +98,14 @@ def _fsync(path: Path) -> None:
 
 
 def _walk_tx(node: Any) -> int:
-    if hasattr(node, "keys") and getattr(node, "kind", "") != "array":
+    """Visit every leaf by key and ask its shape and dtype (no data): what ``inspect`` or a
+    loader planning its reads does. (safetensors' walk asks ``get_shape()`` only.)"""
+    if getattr(node, "kind", "") == "array":
+        node.dtype  # noqa: B018 - asked, as a walk over metadata does
+        return len(node.shape)
+    if hasattr(node, "keys"):
         return sum(_walk_tx(node[k]) for k in node.keys())
-    return 1
+    return 0
 
 
 def operations(method: str, n: int, workdir: Path) -> dict[str, Callable[[], Any]]:

@@ -1079,8 +1079,11 @@ class DictNode(ContainerNode):
         self._refs = refs
         if len(found) >= _BULK_MIN:
             reader = self._reader
-            reader.prime(found[found != 0], self.path)
-            self._arrays = reader.described_arrays(refs)
+            arrays = reader.described_arrays(refs)
+            if None in arrays:  # (not when a Dict above primed them with their Pairs)
+                reader.prime(found[found != 0], self.path, dicts=True)
+                arrays = reader.described_arrays(refs)
+            self._arrays = arrays
 
 
 _Pairs = tuple[list[CompoundPlan], list[Any], Sequence[int]]
@@ -1115,6 +1118,11 @@ def _pair_locations(reader: Reader, pairs: ContainerNode) -> _Pairs | None:
     if isinstance(pairs, RefVectorNode):
         pairs._all()
         addresses = pairs._addresses or []
+        primed = reader.primed_run(addresses)  # read with the Pairs of the Dicts around it
+        if primed is not None and _is_pair_plan(primed[0].plan):
+            info, blob, offsets = primed
+            pair_plan = cast(CompoundPlan, info.plan)
+            return [pair_plan] * len(addresses), [blob] * len(addresses), offsets
         plans: list[CompoundPlan] = []
         bufs: list[Any] = []
         offs: list[int] = []
@@ -1194,14 +1202,16 @@ def _lazy_dict_node(
 def _string_keys(reader: Reader, located: _Pairs) -> list[str] | None:
     """The ``String`` keys of many pairs of one plan stored in one buffer (a Dict read in bulk),
     decoded together (:func:`vlen_texts`); None for anything else (the one-by-one path)."""
-    plans, bufs, _ = located
-    uniform = _uniform_offsets(located)
-    if len(plans) < _BULK_MIN or uniform is None:
+    plans, bufs, offsets = located
+    if type(offsets) is not range or len(plans) < _BULK_MIN:
         return None
     first = plans[0].fields[0]
     if type(first.plan) is not VlenStringPlan or first.plan.symbol:
         return None
-    return vlen_texts(reader.h5, bufs[0], uniform + first.offset)
+    texts = reader.keys_of(bufs[0], offsets)  # decoded with the Pairs of the Dicts around it
+    if texts is not None:
+        return texts
+    return vlen_texts(reader.h5, bufs[0], np.arange(offsets.start, offsets.stop, offsets.step) + first.offset)
 
 
 def _render_key(key: Any) -> str:
