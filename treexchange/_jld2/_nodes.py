@@ -19,6 +19,7 @@ garbage collector has to track, which keeps full walks fast.
 from __future__ import annotations
 
 import copy
+import struct
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, cast
 
@@ -511,9 +512,17 @@ class CompoundNode(ContainerNode):
 
     def _make(self, i: int, path: TreePath) -> Node | Group:
         f = self._plan.fields[i]
-        if type(f.plan) is ReferencePlan and len(path) <= self._reader.max_path:
-            return node_for_ref(self._reader, path, ReferencePlan.address(self._buf, self._off + f.offset))
-        return node_for_inline(self._reader, path, f.plan, self._buf, self._off + f.offset)
+        reader = self._reader
+        if type(f.plan) is ReferencePlan and len(path) <= reader.max_path:
+            address = _U64.unpack_from(self._buf, self._off + f.offset)[0]
+            info = reader.described_array(address) if address else None
+            if info is not None:  # a layer's weight: what node_for_ref makes, at once
+                node = _new_array_node(ArrayNode)
+                node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
+                node._desc, node._address, node._value = info, address, None
+                return node
+            return node_for_ref(reader, path, address)
+        return node_for_inline(reader, path, f.plan, self._buf, self._off + f.offset)
 
 
 def _compound_node(
@@ -826,6 +835,7 @@ def node_for_ref(reader: Reader, path: TreePath, address: int) -> Node | Group:
 
 
 _new_array_node = object.__new__
+_U64 = struct.Struct("<Q")
 
 
 def node_for_dataset(reader: Reader, path: TreePath, address: int) -> Node | Group:
