@@ -48,7 +48,13 @@ from ._writer_arrays import (
     little_endian,
     plan_chunk,
 )
-from ._writer_bulk import BULK_MIN, encode_refs
+from ._writer_bulk import (
+    BULK_MIN,
+    LAYOUT_CONTIGUOUS as _LAYOUT_CONTIGUOUS,
+    PairValue as _PairValue,
+    encode_refs,
+    utf8 as _utf8,
+)
 from ._writer_sink import Sink
 from ._writer_types import JT, MAX_INLINE_SIZE, UNION_EL, Cat, TypeFactory
 
@@ -62,7 +68,6 @@ SMALL_PAYLOAD = 64 << 10
 """Array payloads up to this size are buffered with the metadata instead of written directly."""
 
 _MESSAGES_KEPT = 4096  # header messages and plans remembered per file (a model has a handful of shapes)
-_LAYOUT_CONTIGUOUS = struct.Struct("<BHBBBQQ")  # enc.layout_contiguous as one struct: message head, body
 _NATIVE_LITTLE = ("<", "|", "=") if np.little_endian else ("<", "|")  # byte orders written as they are
 
 _I64 = np.dtype("<i8")
@@ -1530,15 +1535,6 @@ class _PairVector(list):  # type: ignore[type-arg]
     """The ``kvvec`` of a Dict: a fresh Vector{Pair{K,V}} (never shared, like JLD2's collect)."""
 
 
-@dataclass(frozen=True)
-class _PairValue:
-    """One ``Pair{K,V}`` of a Dict's ``kvvec``; its type is the Dict's, not its values' own."""
-
-    first: Any
-    second: Any
-    jt: JT
-
-
 @lru_cache(maxsize=4096)
 def _type_chain(t: H5Type) -> int:
     """Datatypes on the longest chain from ``t`` down to a leaf type (a plain number: 1)."""
@@ -1651,16 +1647,6 @@ def _same_param(a: Any, b: Any) -> bool:
     if isinstance(a, JT) or isinstance(b, JT):
         return a is b
     return type(a) is type(b) and bool(np.all(a == b))
-
-
-def _utf8(text: str, path: tuple[PathSegment, ...]) -> bytes:
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        bad = text[err.start : err.end].encode("unicode_escape").decode("ascii")
-        raise ConversionError(
-            f"text holds {bad}, a lone surrogate, which has no UTF-8 form", path=path
-        ) from None
 
 
 _T = TypeVar("_T")

@@ -25,11 +25,12 @@ from __future__ import annotations
 import struct
 from bisect import bisect_left
 from collections.abc import Hashable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._errors import PathSegment
+from .._errors import ConversionError, PathSegment
 from .._values import NamedTuple as JlNamedTuple
 from . import _encode_hdf5 as enc
 from ._writer_arrays import column_major_bytes, little_endian
@@ -37,6 +38,29 @@ from ._writer_types import JT, Cat
 
 if TYPE_CHECKING:
     from ._writer import JLD2Writer
+
+LAYOUT_CONTIGUOUS = struct.Struct("<BHBBBQQ")  # enc.layout_contiguous as one struct: message head, body
+
+
+@dataclass(frozen=True)
+class PairValue:
+    """One ``Pair{K,V}`` of a Dict's ``kvvec``; its type is the Dict's, not its values' own."""
+
+    first: Any
+    second: Any
+    jt: JT
+
+
+def utf8(text: str, path: tuple[PathSegment, ...]) -> bytes:
+    """``text`` in UTF-8; a lone surrogate (no UTF-8 form) is a ConversionError."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        bad = text[err.start : err.end].encode("unicode_escape").decode("ascii")
+        raise ConversionError(
+            f"text holds {bad}, a lone surrogate, which has no UTF-8 form", path=path
+        ) from None
+
 
 BULK_MIN = 32
 """Elements from which a vector of references is written in bulk."""
@@ -105,9 +129,7 @@ def _form_of(writer: JLD2Writer, e: JT, item: Any) -> _Form | None:
     ew = e.writeas
     if writer.field_kind(ew, False) != "ref" or (ew is not e and ew.cat is Cat.ARRAY):
         return None
-    from ._writer import _PairValue  # (a function-level import: _writer imports this module)
-
-    pair = type(item) is _PairValue
+    pair = type(item) is PairValue
     if pair:
         jt = item.jt
         values = [item.first, item.second]
@@ -173,8 +195,6 @@ def _write_run(
 
     The offsets are worked out here in one pass, as the one-by-one path allocates them; the
     bytes are then assembled by :func:`_lay_out`."""
-    from ._writer import _PairValue  # (see _form_of)
-
     csize = form.plan[2]
     start = end = writer.end
     limit = start + _RUN_BYTES
@@ -189,7 +209,7 @@ def _write_run(
     while j < n and end < limit:
         item = items[j]
         if pair:
-            if type(item) is not _PairValue or item.jt is not jt:
+            if type(item) is not PairValue or item.jt is not jt:
                 break
             values: tuple[Any, ...] = (item.first, item.second)
         else:
@@ -226,7 +246,7 @@ def _write_run(
                 ws[("id", id(v))] = end - BASE
                 end = data_at + datasz
                 continue
-            raw = v.encode("utf-8") if v.isascii() else _utf8(v)
+            raw = v.encode("utf-8") if v.isascii() else utf8(v, ())
             # write_heap_object, step by step (its offsets; the bytes are put by _lay_out)
             psz = len(raw)
             objsz = 16 + psz
@@ -390,12 +410,10 @@ def _place_arrays(
     """Small array datasets of one dtype and shape (``spec``: theirs and their plan) into the
     region: headers -- the plan's head, the contiguous layout message, the continuation
     placeholder -- in bulk, then each array's data 8-aligned after its header."""
-    from ._writer import _LAYOUT_CONTIGUOUS  # (see _form_of)
-
     dtype, shape, (head, _, datasz) = spec
     header_at = np.asarray(array_at, np.int64) - start
     data = np.asarray(data_at, np.int64)
-    layout = _LAYOUT_CONTIGUOUS.pack(enc.MSG_LAYOUT, 18, 0, 4, 1, 0, datasz)
+    layout = LAYOUT_CONTIGUOUS.pack(enc.MSG_LAYOUT, 18, 0, 4, 1, 0, datasz)
     template = np.frombuffer(head + layout + enc.CONTINUATION_PLACEHOLDER, np.uint8)
     rows = np.tile(template, (len(arrays), 1))
     col = len(head) + _ADDRESS_AT
@@ -415,9 +433,3 @@ def _place_arrays(
             pass
     for v, lo in zip(arrays, lows):
         region[lo : lo + datasz] = np.frombuffer(column_major_bytes(v), np.uint8)
-
-
-def _utf8(text: str) -> bytes:
-    from ._writer import _utf8 as checked  # (see _form_of)
-
-    return checked(text, ())
