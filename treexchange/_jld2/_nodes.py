@@ -1066,7 +1066,7 @@ class DictNode(ContainerNode):
         """Check the headers of the values stored by reference all at once, on the first
         look at a value (so that making the node, or reaching one entry, costs nothing more)."""
         plans, bufs, offs = self._pair_plans, self._pair_bufs, self._pair_offs
-        if len(plans) < _BULK_MIN:
+        if len(plans) < _DICTS_MIN:
             return
         plan, buf = plans[0], bufs[0]
         second = plan.fields[1]
@@ -1087,7 +1087,7 @@ class DictNode(ContainerNode):
             ]
             found = np.array([r for r in refs if r], np.uint64)
         self._refs = refs
-        if len(found) >= _BULK_MIN:
+        if len(found) >= _BULK_MIN or (len(found) >= _DICTS_MIN and _holds_dicts(plan)):
             reader = self._reader
             arrays = reader.described_arrays(refs)
             if None in arrays:  # (not when a Dict above primed them with their Pairs)
@@ -1110,6 +1110,13 @@ def _uniform_offsets(pairs: _Pairs) -> np.ndarray | None:
 
 
 _BULK_MIN = 32  # children from which checking their headers in bulk pays
+_DICTS_MIN = 4  # Dicts in a Dict from which reading all their Pairs at once pays (Reader.prime)
+
+
+def _holds_dicts(pair: CompoundPlan) -> bool:
+    """Whether the Pairs' values are declared Dicts (a Dict of Dicts: its inner Dicts' Pairs are
+    worth reading together even when there are few of them)."""
+    return pair.fields[1].plan.julia_type.name in ("Base.Dict", "Dict") if len(pair.fields) > 1 else False
 
 
 def _pair_locations(reader: Reader, pairs: ContainerNode) -> _Pairs | None:
