@@ -140,8 +140,8 @@ class Sink:
                 return None
         if pos + n > self._cap:
             self._grow(pos + n)
-        if pos + n <= self._used:
-            return None  # (never: the writer hands out regions past everything put so far)
+        if pos < self._used:
+            return None  # (never: the writer asks for regions past everything put so far)
         return self._window[pos : pos + n]
 
     def region_done(self, offset: int, n: int, headers: np.ndarray) -> None:
