@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from ._atomic import atomic_write, remove_stale_temporaries
 from ._bridge._to_julia import convert_items
 from ._errors import ConversionError, TreexchangeError, WriteError
+from ._gc import gc_paused
 from ._jld2._encode_hdf5 import FILE_HEADER_LENGTH, REQUIRED_FILE_HEADER
 from ._jld2._writefile import write_jld2
 from ._jld2._writer_arrays import Compression
@@ -266,7 +267,8 @@ def prepare_values(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     """
     for name, _ in items:
         _check_name(name)
-    return convert_items(items)
+    with gc_paused():  # a converted model is many lasting objects and no garbage cycles
+        return convert_items(items)
 
 
 def _check_name(name: str) -> None:
