@@ -85,3 +85,17 @@ def test_one_entry_of_a_dict_of_dicts(tmp_path: Path) -> None:
         np.testing.assert_array_equal(np.asarray(node), tree["g017"]["κ9"])
         assert node.path == ("st", "g017", "κ9")
         assert list(f["st"]["g039"].keys()) == list(tree["g039"].keys())
+
+
+def test_key_of_a_missing_heap_object_is_refused(tmp_path: Path) -> None:
+    """A Dict key whose heap object is not in its collection (the object's index overwritten)
+    is refused with a FormatError by the bulk key decoding, as the one-by-one path does."""
+    path = tmp_path / "tree.jld2"
+    tx.save(path, st=JuliaDict({f"key{i:04d}": np.arange(3.0) + i for i in range(100)}))
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b"key0042")
+    assert int.from_bytes(raw[at - 8 : at], "little") == 7  # the object's size, before it its index
+    raw[at - 16 : at - 14] = (60000).to_bytes(2, "little")
+    path.write_bytes(bytes(raw))
+    with tx.open(path) as f, pytest.raises(tx.FormatError, match="no object"):
+        list(f["st"].keys())
