@@ -377,25 +377,47 @@ def _put_rows(region: np.ndarray, at: np.ndarray, rows: np.ndarray) -> None:
 
 def _place_heap_objects(region: np.ndarray, start: int, run: _Run, outside: list[tuple[int, bytes]]) -> None:
     """Heap objects (16-byte head, the key, zeros to 8 bytes) into the region, in bulk; those in
-    a collection before the region one by one."""
+    a collection made before the region (a Dict's keys added to the current one) as one piece
+    when they follow each other (as they are allocated), else one by one."""
     first = bisect_left(run.object_at, start)  # (offsets grow: the objects before the region first)
+    if first:
+        _objects_before(run, first, outside)
     offs = np.asarray(run.object_at[first:], np.int64) - start
+    if len(offs):
+        _fill_heap_objects(
+            region, offs, run.object_index[first:], run.object_raw[first:], run.object_len[first:]
+        )
+
+
+def _objects_before(run: _Run, first: int, outside: list[tuple[int, bytes]]) -> None:
+    """The heap objects ``[:first]`` of a run, which lie before its region, into ``outside``."""
+    at = np.asarray(run.object_at[:first], np.int64)
+    lens = np.asarray(run.object_len[:first], np.int64)
+    sizes = (lens + 23) & ~7  # 16 + the key, padded to 8: each object's whole piece
+    if first > 1 and bool((at[1:] == at[:-1] + sizes[:-1]).all()):  # one after the other
+        piece = np.zeros(int(at[-1] + sizes[-1] - at[0]), np.uint8)
+        _fill_heap_objects(piece, at - at[0], run.object_index[:first], run.object_raw[:first], lens)
+        outside.append((int(at[0]), piece.tobytes()))
+        return
     for pos, index, raw in zip(run.object_at[:first], run.object_index[:first], run.object_raw[:first]):
         outside.append((pos, enc.global_heap_object(index, len(raw)) + raw + bytes(-(16 + len(raw)) % 8)))
-    if not len(offs):
-        return
-    raws = run.object_raw[first:]
-    lens = np.asarray(run.object_len[first:], np.int64)
+
+
+def _fill_heap_objects(
+    buf: np.ndarray, offs: np.ndarray, indices: list[int], raws: list[bytes], lens: Any
+) -> None:
+    """Heap objects (head and key; ``buf`` holds zeros for the padding) at ``offs`` in ``buf``."""
+    lens = np.asarray(lens, np.int64)
     heads = np.zeros(len(offs), _HEAP_OBJECT)
-    heads["index"] = run.object_index[first:]
+    heads["index"] = indices
     heads["refs"] = 1
     heads["size"] = lens
-    _put_rows(region, offs, heads.view(np.uint8).reshape(-1, 16))
+    _put_rows(buf, offs, heads.view(np.uint8).reshape(-1, 16))
     text = np.frombuffer(b"".join(raws), np.uint8)
     if len(text):
         # byte k of key j goes to offs[j] + 16 + k
         firsts = np.cumsum(lens) - lens
-        region[np.repeat(offs + 16 - firsts, lens) + np.arange(len(text))] = text
+        buf[np.repeat(offs + 16 - firsts, lens) + np.arange(len(text))] = text
 
 
 def _place_arrays(
