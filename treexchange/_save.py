@@ -147,7 +147,24 @@ def save(
         if name in seen:
             raise ValueError(f"name {name!r} given twice")
         seen.add(name)
-    items = prepare_values(items)
+    # The collector paused throughout (converting, laying out, writing): a large tree makes
+    # many lasting objects and no garbage cycles, and one pause does not end (and so start a
+    # collection over all of them) between the steps, only once they are dropped.
+    with gc_paused():
+        _save_items(path, prepare_values(items), compress, producer, root_attributes, schema, fsync, format)
+
+
+def _save_items(
+    path: PathLike,
+    items: list[tuple[str, Any]],
+    compress: bool | str,
+    producer: str | None,
+    root_attributes: Mapping[str, str] | None,
+    schema: bool | SchemaLike | None,
+    fsync: bool,
+    format: str,
+) -> None:
+    """:func:`save` once the values are converted."""
     options = Compression.from_option(compress)
     note = default_producer() if producer is None else producer
     _check_producer(note)

@@ -337,34 +337,38 @@ class JLD2Writer:
         types then follow JLD2's layout. Call it with every value of the file first (``save`` and
         ``convert`` do); :meth:`write` calls it for its own value. Visits each object once."""
         seen = self._prepared
-        for name, value in items:
-            todo: list[tuple[Any, tuple[PathSegment, ...]]] = [(value, (name,))]
-            while todo:
-                v, path = todo.pop()
-                if isinstance(v, (str, np.ndarray, np.generic, int, float)) or v is None:
-                    continue
-                if id(v) in seen:
-                    continue
-                seen[id(v)] = v
-                if type(v) is JlNamedTuple:
-                    # (A layer's arrays are leaves: not visited, no path made for them.)
-                    todo.extend((x, (*path, k)) for k, x in v._data.items() if type(x) is not np.ndarray)
-                elif isinstance(v, JuliaStruct):
-                    todo.extend((f, (*path, k)) for k, f in v.fields.items())
-                    self._type_for_layout(v, path)
-                elif isinstance(v, JuliaArray):
-                    todo.extend((x, (*path, i)) for i, x in enumerate(v.data.ravel(order="F"), 1))
-                    self._type_for_layout(v, path)
-                elif isinstance(v, JuliaBits):
-                    self._type_for_layout(v, path)
-                elif isinstance(v, JlNamedTuple):
-                    todo.extend((x, (*path, k)) for k, x in v.items())
-                elif isinstance(v, (list, tuple)):
-                    todo.extend((x, (*path, i)) for i, x in enumerate(v, 1))
-                elif isinstance(v, dict):
-                    for k, x in v.items():
-                        todo.append((k, path))
-                        todo.append((x, (*path, str(k))))
+        # The collector paused: a large tree is many lasting objects and no garbage cycles.
+        with gc_paused():
+            for name, value in items:
+                todo: list[tuple[Any, tuple[PathSegment, ...]]] = [(value, (name,))]
+                while todo:
+                    v, path = todo.pop()
+                    if isinstance(v, (str, np.ndarray, np.generic, int, float)) or v is None:
+                        continue
+                    if id(v) in seen:
+                        continue
+                    seen[id(v)] = v
+                    if type(v) is JlNamedTuple:
+                        # (A layer's arrays are leaves: not visited, no path made for them.)
+                        todo.extend((x, (*path, k)) for k, x in v._data.items() if type(x) is not np.ndarray)
+                    elif isinstance(v, JuliaStruct):
+                        todo.extend((f, (*path, k)) for k, f in v.fields.items())
+                        self._type_for_layout(v, path)
+                    elif isinstance(v, JuliaArray):
+                        todo.extend((x, (*path, i)) for i, x in enumerate(v.data.ravel(order="F"), 1))
+                        self._type_for_layout(v, path)
+                    elif isinstance(v, JuliaBits):
+                        self._type_for_layout(v, path)
+                    elif isinstance(v, JlNamedTuple):
+                        todo.extend((x, (*path, k)) for k, x in v.items())
+                    elif isinstance(v, (list, tuple)):
+                        todo.extend((x, (*path, i)) for i, x in enumerate(v, 1))
+                    elif isinstance(v, dict):
+                        for k, x in v.items():  # (str keys and arrays are leaves: no path made)
+                            if type(k) is not str:
+                                todo.append((k, path))
+                            if type(x) is not np.ndarray:
+                                todo.append((x, (*path, str(k))))
 
     def _type_for_layout(self, value: Any, path: tuple[PathSegment, ...]) -> None:
         try:
