@@ -22,8 +22,9 @@ done before the clock starts):
   dataset, ``msgpack_restore``, ``tree_deserialise_leaves``, orbax ``restore``; raw: one
   ``readinto``), file in the page cache;
 * ``walk``: open lazily and visit every leaf by key without reading array data
-  (``treexchange.open`` + ``keys()``/``[]`` over the tree; safetensors ``safe_open`` +
-  ``get_slice(k).get_shape()``; h5py ``f[k].shape``); methods with no lazy open have none.
+  (``treexchange.open`` + ``keys()``/``[]`` over the tree, asking each array's ``shape`` and
+  ``dtype``; safetensors ``safe_open`` + ``get_slice(k).get_shape()``; h5py ``f[k].shape``);
+  methods with no lazy open have none.
 
 Usage: ``python benchmarks/bench_leaves.py [--leaves 1000,10000,100000] [--repeat 3]
 [--methods tx-dict,safetensors] [--json FILE] [--plot docs/performance-scaling.png]``;
@@ -33,6 +34,12 @@ checkout of an earlier commit, e.g. ``git archive main | tar -x -C DIR``) as ``t
 each right before the current one: a before/after comparison side by side in one run.
 Every figure is also reported as CPU seconds (``--cpu``: the tables show process CPU time, all
 threads, instead of wall-clock time), the steadier measure on a shared, loaded machine.
+
+``--interleaved ROUNDS`` runs safetensors, the three ``tx-*`` trees and raw in **one process**
+instead, the methods taking turns (save, walk and load of each) ``ROUNDS`` times per size, best
+of the rounds: the side-by-side CPU-time ratios of docs/performance.md ("Many small leaves, side
+by side"). For a before/after comparison run it once with ``PYTHONPATH`` at an earlier checkout:
+each run's ratios are to the safetensors measured in that same process.
 """
 
 from __future__ import annotations
@@ -64,10 +71,17 @@ METHODS = (
 LEAF_ELEMENTS = 1024
 
 
+_ARRAYS: dict[int, dict[str, np.ndarray]] = {}
+
+
 def make_arrays(n: int) -> dict[str, np.ndarray]:
+    """``n`` Float32 leaves of 4 KiB (made once per process: interleaved methods share them)."""
+    if n in _ARRAYS:
+        return _ARRAYS[n]
     rng = np.random.default_rng(0)
     block = rng.standard_normal((n, LEAF_ELEMENTS), dtype=np.float32)
-    return {f"l{i:06d}": block[i].copy() for i in range(n)}
+    _ARRAYS[n] = {f"l{i:06d}": block[i].copy() for i in range(n)}
+    return _ARRAYS[n]
 
 
 def _fsync(path: Path) -> None:
@@ -84,9 +98,14 @@ def _fsync(path: Path) -> None:
 
 
 def _walk_tx(node: Any) -> int:
-    if hasattr(node, "keys") and getattr(node, "kind", "") != "array":
+    """Visit every leaf by key and ask its shape and dtype (no data): what ``inspect`` or a
+    loader planning its reads does. (safetensors' walk asks ``get_shape()`` only.)"""
+    if getattr(node, "kind", "") == "array":
+        node.dtype  # noqa: B018 - asked, as a walk over metadata does
+        return len(node.shape)
+    if hasattr(node, "keys"):
         return sum(_walk_tx(node[k]) for k in node.keys())
-    return 1
+    return 0
 
 
 def operations(method: str, n: int, workdir: Path) -> dict[str, Callable[[], Any]]:
@@ -94,7 +113,7 @@ def operations(method: str, n: int, workdir: Path) -> dict[str, Callable[[], Any
     import treexchange as tx
 
     arrays = make_arrays(n)
-    path = workdir / f"{method}.bin"
+    path = workdir / f"{method}-{n}.bin"
     ops: dict[str, Callable[[], Any]] = {}
     if method == "raw":
 
@@ -225,6 +244,40 @@ def run_child(method: str, n: int, repeat: int) -> dict[str, float]:
         return out
 
 
+INTERLEAVED = ("safetensors", "tx-dict", "tx-flatdict", "tx-namedtuple", "raw")
+
+
+def interleaved(sizes: list[int], methods: list[str], rounds: int) -> dict[str, dict[int, dict[str, float]]]:
+    """Every method in this one process, taking turns ``rounds`` times per size (save, then walk,
+    then load of each method in a round): best wall and best CPU time of each. On a shared machine
+    the methods then meet the same moments of the other jobs; CPU time counts every thread."""
+    import gc
+
+    results: dict[str, dict[int, dict[str, float]]] = {m: {} for m in methods}
+    with tempfile.TemporaryDirectory(prefix="txbench-leaves-") as d:
+        for n in sizes:
+            ops = {m: operations(m, n, Path(d)) for m in methods}
+            best = {m: {} for m in methods}  # type: dict[str, dict[str, float]]
+            for _ in range(rounds):
+                for m in methods:
+                    for name in ("save", "walk", "load"):
+                        if name not in ops[m]:
+                            continue
+                        gc.collect()
+                        c0, t0 = time.process_time(), time.perf_counter()
+                        result = ops[m][name]()
+                        w, c = time.perf_counter() - t0, time.process_time() - c0
+                        del result
+                        b = best[m]
+                        b[name] = min(b.get(name, float("inf")), w)
+                        b["cpu:" + name] = min(b.get("cpu:" + name, float("inf")), c)
+            for m in methods:
+                results[m][n] = best[m]
+                print(f"{m:19s} {n:>7d} {best[m]}", file=sys.stderr)
+            del ops
+    return results
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--leaves", default="1000,10000,100000")
@@ -237,6 +290,13 @@ def main() -> None:
     ap.add_argument("--from-json", default=None, help="print tables (and --plot) from a --json file")
     ap.add_argument("--baseline", default=None, help="also run the tx-* methods with the treexchange in DIR")
     ap.add_argument("--cpu", action="store_true", help="tables of CPU time instead of wall-clock time")
+    ap.add_argument(
+        "--interleaved",
+        type=int,
+        default=0,
+        metavar="ROUNDS",
+        help=f"instead: {', '.join(INTERLEAVED)} (or --methods) in one process, taking turns ROUNDS times",
+    )
     ap.add_argument("--run", nargs=3, metavar=("METHOD", "N", "REPEAT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.from_json:
@@ -252,6 +312,13 @@ def main() -> None:
         print(json.dumps(run_child(method.split("@")[0], int(n), int(repeat))))
         return
     sizes = [int(x) for x in args.leaves.split(",")]
+    if args.interleaved:
+        chosen = args.methods.split(",") if args.methods != ",".join(METHODS) else list(INTERLEAVED)
+        results = interleaved(sizes, chosen, args.interleaved)
+        print_tables(results, sizes, cpu=args.cpu)
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=2))
+        return
     methods: list[str] = []
     for m in args.methods.split(","):
         if args.baseline and m.startswith("tx-"):

@@ -26,8 +26,11 @@ run ``--repeat`` times and reported as min / median / max (the deflate run is do
 
 Usage: ``python benchmarks/bench_write.py [--size 1GiB] [--arrays 200] [--repeat 3] [--dir D]
 [--compress] [--methods raw,treexchange-C]`` (``--size 64MiB`` for a quick smoke run).
-``--interleaved ROUNDS`` instead runs raw (with / without fsync, with a numpy transpose) and
-treexchange (F, C, C without fsync) in one process, taking turns: the side-by-side ratios.
+``--interleaved ROUNDS`` instead runs raw (with / without fsync, with a numpy transpose),
+safetensors (``save_file`` + fsync) and treexchange (F, C, C without fsync) in one process,
+taking turns: the side-by-side ratios, wall-clock and CPU (the process's, every thread). The
+C-ordered target of docs/performance.md is ``--interleaved 5 --size 512MiB`` (best of 5, wall,
+against ``raw``); re-check it when ``uptime`` shows a quiet machine.
 """
 
 from __future__ import annotations
@@ -255,16 +258,22 @@ INTERLEAVED = (
     "raw",
     "raw-nofsync",
     "raw+numpy-transpose",
+    "safetensors",
     "treexchange-F",
     "treexchange-C",
     "treexchange-C-nofsync",
 )
 
 
-def interleaved(size: int, n_arrays: int, rounds: int, workdir: Path) -> dict[str, list[float]]:
+def interleaved(
+    size: int, n_arrays: int, rounds: int, workdir: Path
+) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
     """The cheap methods in one process, taking turns ``rounds`` times (C and F inputs built
     once): on a shared machine, best-of-N of interleaved runs is the fairest side-by-side
-    comparison, where separate processes draw different moments of the disk."""
+    comparison, where separate processes draw different moments of the disk. Wall-clock and
+    CPU seconds (the process's, every thread: treexchange's writer thread included) per run."""
+    from safetensors.numpy import save_file
+
     import treexchange as tx
 
     c_arrays = make_arrays(size, n_arrays, "C")
@@ -279,39 +288,53 @@ def interleaved(size: int, n_arrays: int, rounds: int, workdir: Path) -> dict[st
             if fsync:
                 os.fsync(f.fileno())
 
+    def st() -> None:
+        save_file(c_arrays, str(path))
+        _fsync_path(path)
+
     calls = {
         "raw": lambda: raw(c_arrays, True, False),
         "raw-nofsync": lambda: raw(c_arrays, False, False),
         "raw+numpy-transpose": lambda: raw(c_arrays, True, True),
+        "safetensors": st,
         "treexchange-F": lambda: tx.save(path, model_state=tx.NamedTuple(f_arrays)),
         "treexchange-C": lambda: tx.save(path, model_state=tx.NamedTuple(c_arrays)),
         "treexchange-C-nofsync": lambda: tx.save(path, model_state=tx.NamedTuple(c_arrays), fsync=False),
     }
     times: dict[str, list[float]] = {m: [] for m in calls}
+    cpu: dict[str, list[float]] = {m: [] for m in calls}
     for _ in range(rounds):
         for m, call in calls.items():
             os.sync()
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             call()
             times[m].append(time.perf_counter() - t0)
+            cpu[m].append(time.process_time() - c0)
             path.unlink()
-    return times
+    return times, cpu
 
 
-def print_interleaved(times: dict[str, list[float]], size: int, n_arrays: int) -> None:
+def print_interleaved(
+    times: dict[str, list[float]], size: int, n_arrays: int, cpu: dict[str, list[float]] | None = None
+) -> None:
     rounds = len(times["raw"])
     print(
         f"## Write, one process, interleaved: {n_arrays} Float32 arrays, "
         f"{size / 2**20:.0f} MiB ({rounds} rounds)\n"
     )
-    print("| method | input | fsync | best (s) | median (s) | best vs raw+fsync | best vs raw (no fsync) |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        "| method | input | fsync | best (s) | median (s) | best vs raw+fsync | best vs raw (no fsync) "
+        "| best CPU (s) | CPU vs raw+fsync |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     best = {m: min(t) for m, t in times.items()}
+    best_cpu = {m: min(t) for m, t in (cpu or times).items()}
     for m, t in times.items():
         order, fsync = METHODS[m]
         print(
             f"| {m} | {order} | {'yes' if fsync else 'no'} | {best[m]:.3f} | {statistics.median(t):.3f} | "
-            f"{best[m] / best['raw']:.2f}× | {best[m] / best['raw-nofsync']:.2f}× |"
+            f"{best[m] / best['raw']:.2f}× | {best[m] / best['raw-nofsync']:.2f}× | "
+            f"{best_cpu[m]:.3f} | {best_cpu[m] / best_cpu['raw']:.2f}× |"
         )
 
 
@@ -343,10 +366,10 @@ def main() -> None:
     workdir = Path(args.dir or tempfile.mkdtemp(prefix="txbench-write-"))
     if args.interleaved:
         workdir.mkdir(parents=True, exist_ok=True)
-        times = interleaved(size, args.arrays, args.interleaved, workdir)
-        print_interleaved(times, size, args.arrays)
+        times, cpu = interleaved(size, args.arrays, args.interleaved, workdir)
+        print_interleaved(times, size, args.arrays, cpu)
         if args.json:
-            Path(args.json).write_text(json.dumps(times, indent=2))
+            Path(args.json).write_text(json.dumps({"wall": times, "cpu": cpu}, indent=2))
         return
     methods = args.methods.split(",") if args.methods else [m for m in METHODS if m != "treexchange-deflate"]
     if args.compress and "treexchange-deflate" not in methods:

@@ -54,6 +54,13 @@ BENCHES = (
         "Write: side by side in one process",
     ),
     Bench(
+        "write-c-512",
+        "bench_write.py",
+        ("--interleaved", "5", "--size", "512MiB"),
+        ("--interleaved", "1", "--size", "64MiB", "--arrays", "20"),
+        "Many small leaves, side by side: C-ordered save of 512 MiB",
+    ),
+    Bench(
         "cold-parallel",
         "bench_cold_parallel.py",
         ("--repeat", "5"),
@@ -68,6 +75,14 @@ BENCHES = (
         (),
         ("--leaves", "1000,5000", "--repeat", "1", "--orbax-max", "1000"),
         "Many small leaves: save, load, walk",
+        True,
+    ),
+    Bench(
+        "leaves-interleaved",
+        "bench_leaves.py",
+        ("--interleaved", "3", "--cpu"),
+        ("--interleaved", "1", "--cpu", "--leaves", "1000,5000"),
+        "Many small leaves, side by side",
         True,
     ),
     Bench("safetensors", "bench_safetensors.py", (), ("--size", "64MiB"), "safetensors: a 2 GiB conversion"),

@@ -24,6 +24,7 @@ from ._bridge._to_julia import convert_items
 from ._bson import sniff as sniff_bson
 from ._bsonfile import BsonFile
 from ._errors import ConversionError, TreexchangeError, WriteError, in_file
+from ._gc import gc_paused
 from ._jld2._encode_hdf5 import FILE_HEADER_LENGTH, REQUIRED_FILE_HEADER
 from ._jld2._era import (
     ANY_FORMAT_RULES,
@@ -160,7 +161,24 @@ def save(
         if name in seen:
             raise ValueError(f"name {name!r} given twice")
         seen.add(name)
-    items = prepare_values(items)
+    # The collector paused throughout (converting, laying out, writing): a large tree makes
+    # many lasting objects and no garbage cycles, and one pause does not end (and so start a
+    # collection over all of them) between the steps, only once they are dropped.
+    with gc_paused():
+        _save_items(path, prepare_values(items), compress, producer, root_attributes, schema, fsync, format)
+
+
+def _save_items(
+    path: PathLike,
+    items: list[tuple[str, Any]],
+    compress: bool | str,
+    producer: str | None,
+    root_attributes: Mapping[str, str] | None,
+    schema: bool | SchemaLike | None,
+    fsync: bool,
+    format: str,
+) -> None:
+    """:func:`save` once the values are converted."""
     options = Compression.from_option(compress)
     note = default_producer() if producer is None else producer
     _check_producer(note)
@@ -341,7 +359,8 @@ def prepare_values(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
     """
     for name, _ in items:
         _check_name(name)
-    return convert_items(items)
+    with gc_paused():  # a converted model is many lasting objects and no garbage cycles
+        return convert_items(items)
 
 
 def _check_name(name: str) -> None:

@@ -253,7 +253,10 @@ def type_of(value: Any, builder: TypeBuilder[T], path: TreePath = ()) -> T:
     if isinstance(value, dict):
         # Dict{K,V}: K / V the one type of all keys / values, else Any (an empty Dict{String,Any}).
         keys = {builder.of(k, path) for k in value}
-        values = {builder.of(v, (*path, str(k))) for k, v in value.items()}
+        try:  # each value's path is made only for the message of a value that fails
+            values = {builder.of(v, path) for v in value.values()}
+        except Exception:
+            values = {builder.of(v, (*path, str(k))) for k, v in value.items()}
         declared = value.julia_type if isinstance(value, JuliaDict) else None
         if declared is not None:  # JLD2 writes a Dict under its own type, which entries do not tell
             kept = builder.for_declared_dict(declared, keys, values, path)

@@ -207,8 +207,15 @@ class _Converter:
     # --- containers -----------------------------------------------------------------------------
     def _container(self, x: Any, path: TreePath, depth: int) -> Any:
         if type(x) is NamedTuple:  # (its own dict: no Mapping protocol per field)
+            plain = depth <= self.max_depth
+            known = _ELTYPE_KNOWN
             return NamedTuple._of_dict(
-                {_name(k, path): self.convert(v, (*path, k), depth) for k, v in x._data.items()}
+                {
+                    _name(k, path): v  # an array of a Julia element type: itself (no path made)
+                    if plain and type(v) is np.ndarray and known.get(v.dtype)
+                    else self.convert(v, (*path, k), depth)
+                    for k, v in x._data.items()
+                }
             )
         if isinstance(x, NamedTuple):
             return NamedTuple((_name(k, path), self.convert(v, (*path, k), depth)) for k, v in x.items())
@@ -264,7 +271,14 @@ class _Converter:
     def _julia_dict(self, x: Mapping[Any, Any], path: TreePath, depth: int) -> JuliaDict:
         out = JuliaDict()
         out.julia_type = getattr(x, "julia_type", None)  # a Dict read from a file keeps its type
+        # The usual entry (a plain str key, an array of a Julia element type) converts to
+        # itself: taken as it is, without the entry's path, which only an error message needs.
+        plain = depth <= self.max_depth
         for k, v in list(x.items()):
+            if plain and type(k) is str and type(v) is np.ndarray and k.isascii():
+                if _ELTYPE_KNOWN.get(v.dtype):
+                    out[k] = v
+                    continue
             seg = str(k)
             key = self.convert(k, (*path, seg), depth)
             try:

@@ -649,14 +649,21 @@ class HDF5File:
             raise FormatError(f"dataset data ({nbytes} bytes) runs past the end of the file", offset=offset)
 
     # --- global heap -------------------------------------------------------------------------
-    def global_heap_object(self, collection_address: int, index: int) -> memoryview:
-        """The bytes of object ``index`` in the global heap collection at a relative address."""
+    def heap_collection(self, collection_address: int) -> GlobalHeapCollection:
+        """The global heap collection at a relative address (parsed once per file)."""
         heap = self._heaps.get(collection_address)
         if heap is None:
             offset = self.absolute(collection_address)
             with format_errors(offset):
                 heap = GlobalHeapCollection(self._cursor(0), offset)
             self._heaps[collection_address] = heap
+        return heap
+
+    def global_heap_object(self, collection_address: int, index: int) -> memoryview:
+        """The bytes of object ``index`` in the global heap collection at a relative address."""
+        heap = self._heaps.get(collection_address)
+        if heap is None:
+            heap = self.heap_collection(collection_address)
         at, n = heap.get(index)
         return self.buffer[at : at + n]
 

@@ -21,11 +21,13 @@ _OBJECT_HEAD = struct.Struct("<HH4xQ")  # index, reference count, reserved, size
 class GlobalHeapCollection:
     """One parsed collection: ``objects`` maps a heap object index to its (absolute offset, size)."""
 
-    __slots__ = ("objects", "offset")
+    __slots__ = ("latin1", "objects", "offset")
 
     def __init__(self, c: Cursor, offset: int) -> None:
         self.offset = offset
         self.objects: dict[int, tuple[int, int]] = {}
+        # (first byte, its objects' bytes as Latin-1 text): set by readers of many objects
+        self.latin1: tuple[int, str] | None = None
         hc = c.at(offset)
         hc.signature(b"GCOL", "global heap collection")
         version = hc.u8()

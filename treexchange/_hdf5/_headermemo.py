@@ -34,6 +34,7 @@ _MAX_HEADER_BYTES = 4096  # larger headers (many attributes) are rare: parse the
 _MAX_ENTRIES = 4096  # distinct header forms remembered per file (bounds the memory)
 _ALIKE_KINDS = 8  # header forms :meth:`HeaderMemo.alike` looks for among one set of addresses
 _ALIKE_ROWS = 8192  # headers compared at once (bounds the index array: rows x key bytes x 8)
+_WORDS_FROM = 256  # headers from which comparing 8 bytes at a time pays for its fixed cost
 
 
 class HeaderMemo:
@@ -142,18 +143,56 @@ class HeaderMemo:
                 if proto is None or cut is None:
                     rest = rest[rest != first]
                     continue
-                length = end - first
-                template = np.frombuffer(bytes(buf[first:end]), np.uint8)
-                rel, body = cut
-                cols = np.concatenate((np.arange(rel), np.arange(rel + body, length)))
-                key = template[cols]
-                same = np.zeros(len(rest), bool)
-                fits = np.flatnonzero(rest + length + 4 <= size)  # (first_chunk's bound)
-                for lo in range(0, len(fits), _ALIKE_ROWS):
-                    part = fits[lo : lo + _ALIKE_ROWS]
-                    same[part] = (data[rest[part][:, None] + cols] == key).all(axis=1)
+                same = _same_key(buf, data, rest, first, end - first, cut)
                 groups.append((proto, rest[same]))
                 rest = rest[~same]
         finally:
             del data  # the map may be closed once no view of it is left
         return groups
+
+
+def _same_key(
+    buf: memoryview, data: np.ndarray, starts: np.ndarray, first: int, length: int, cut: tuple[int, int]
+) -> np.ndarray:
+    """Which of the headers at ``starts`` have the bytes of the header at ``first`` over its
+    ``length`` bytes but the layout body ``cut`` (relative offset, size), and fit in the file
+    as :func:`first_chunk` requires (4 bytes of checksum after them).
+
+    Compared 8 bytes at a time: the headers are read as little-endian words through the eight
+    word views of the buffer (one per start modulo 8), the bytes outside the key masked off; a
+    header too close to the end of the file for whole words is compared byte by byte.
+    """
+    size = len(buf)
+    rel, body = cut
+    same = np.zeros(len(starts), bool)
+    fits = starts + length + 4 <= size
+    words = -(-length // 8)
+    whole = fits & (starts + 8 * words <= size)
+    if words * 8 <= size - first and len(starts) >= _WORDS_FROM:
+        template = np.frombuffer(bytes(buf[first : first + 8 * words]), "<u8")
+        keep = np.zeros(8 * words, np.uint8)
+        keep[:length] = 0xFF
+        keep[rel : rel + body] = 0
+        mask = keep.view("<u8")
+        expected = template & mask
+        lanes = np.arange(words)
+        shifts = starts & 7
+        for shift in np.unique(shifts[whole]).tolist():  # (alike headers are often all aligned)
+            rows = np.flatnonzero(whole & (shifts == shift))
+            view = np.frombuffer(buf, "<u8", count=(size - shift) // 8, offset=shift)
+            for lo in range(0, len(rows), _ALIKE_ROWS):
+                part = rows[lo : lo + _ALIKE_ROWS]
+                got = view[((starts[part] - shift) // 8)[:, None] + lanes]
+                same[part] = ((got & mask) == expected).all(axis=1)
+            del view
+    else:
+        whole[:] = False
+    rest = np.flatnonzero(fits & ~whole)
+    if rest.size:
+        template_bytes = np.frombuffer(bytes(buf[first : first + length]), np.uint8)
+        cols = np.concatenate((np.arange(rel), np.arange(rel + body, length)))
+        key = template_bytes[cols]
+        for lo in range(0, len(rest), _ALIKE_ROWS):
+            part = rest[lo : lo + _ALIKE_ROWS]
+            same[part] = (data[starts[part][:, None] + cols] == key).all(axis=1)
+    return same

@@ -71,10 +71,6 @@ def lookup3(data: bytes | bytearray | memoryview, initval: int = 0) -> int:
     return c
 
 
-def _rot(x: np.ndarray, k: int) -> np.ndarray:
-    return (x << np.uint32(k)) | (x >> np.uint32(32 - k))
-
-
 def lookup3_many(buffers: Sequence[bytes | bytearray | memoryview], initval: int = 0) -> list[int]:
     """:func:`lookup3` of every buffer, computed together with numpy (:func:`lookup3_in` over the
     buffers laid end to end).
@@ -134,47 +130,63 @@ def lookup3_in(
 
 def _hash_blocks(words: np.ndarray, start: np.ndarray, blocks: int) -> np.ndarray:
     """The lookup3 rounds over ``blocks`` blocks of every row of ``words`` (uint32 arithmetic
-    wraps modulo 2**32, as the algorithm's does)."""
+    wraps modulo 2**32, as the algorithm's does).
+
+    The words are transposed first (each word of every row contiguous) and every operation
+    works in place, rotations into two scratch arrays: the rounds are a few hundred numpy
+    calls on a few thousand rows, where fresh temporaries and strided columns cost more
+    than the arithmetic."""
+    w = np.ascontiguousarray(words.T)
     a, b, c = start.copy(), start.copy(), start.copy()
+    t, u = np.empty_like(a), np.empty_like(a)
+
+    def rot(x: np.ndarray, k: int) -> np.ndarray:
+        np.left_shift(x, _SHIFTS[k], out=t)
+        np.right_shift(x, _SHIFTS[32 - k], out=u)
+        return np.bitwise_or(t, u, out=t)
+
     with np.errstate(over="ignore"):
         for k in range(0, 3 * (blocks - 1), 3):
-            a += words[:, k]
-            b += words[:, k + 1]
-            c += words[:, k + 2]
+            a += w[k]
+            b += w[k + 1]
+            c += w[k + 2]
             a -= c
-            a ^= _rot(c, 4)
+            a ^= rot(c, 4)
             c += b
             b -= a
-            b ^= _rot(a, 6)
+            b ^= rot(a, 6)
             a += c
             c -= b
-            c ^= _rot(b, 8)
+            c ^= rot(b, 8)
             b += a
             a -= c
-            a ^= _rot(c, 16)
+            a ^= rot(c, 16)
             c += b
             b -= a
-            b ^= _rot(a, 19)
+            b ^= rot(a, 19)
             a += c
             c -= b
-            c ^= _rot(b, 4)
+            c ^= rot(b, 4)
             b += a
         k = 3 * (blocks - 1)
-        a += words[:, k]
-        b += words[:, k + 1]
-        c += words[:, k + 2]
+        a += w[k]
+        b += w[k + 1]
+        c += w[k + 2]
         c ^= b
-        c -= _rot(b, 14)
+        c -= rot(b, 14)
         a ^= c
-        a -= _rot(c, 11)
+        a -= rot(c, 11)
         b ^= a
-        b -= _rot(a, 25)
+        b -= rot(a, 25)
         c ^= b
-        c -= _rot(b, 16)
+        c -= rot(b, 16)
         a ^= c
-        a -= _rot(c, 4)
+        a -= rot(c, 4)
         b ^= a
-        b -= _rot(a, 14)
+        b -= rot(a, 14)
         c ^= b
-        c -= _rot(b, 24)
+        c -= rot(b, 24)
     return c
+
+
+_SHIFTS = [np.uint32(k) for k in range(33)]

@@ -19,8 +19,9 @@ garbage collector has to track, which keeps full walks fast.
 from __future__ import annotations
 
 import copy
+import struct
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -29,6 +30,7 @@ from .._gc import gc_paused
 from .._juliatype import JuliaType
 from .._typeof import BOTTOM, julia_type_of
 from .._values import UNDEF, NamedTuple
+from ._bulktext import vlen_texts
 from ._plans import (
     CompoundPlan,
     CustomPlan,
@@ -39,6 +41,7 @@ from ._plans import (
     UnionElementPlan,
     UnionTypePlan,
     VlenSequencePlan,
+    VlenStringPlan,
     type_value,
 )
 from ._reader import DatasetInfo, Order, Reader, Session
@@ -393,6 +396,11 @@ class ContainerNode(Node):
 
     def __getitem__(self, key: Any) -> Any:
         entries = self._all()
+        if type(key) is int and self.kind in ("tuple", "vector"):  # the common case, first
+            i = key + len(entries) if key < 0 else key
+            if 0 <= i < len(entries):
+                node = self._cache.get(i)
+                return node if node is not None else self._child(i)
         if self.kind in ("tuple", "vector") and not isinstance(key, str):
             if isinstance(key, tuple) and self.shape is not None and len(key) == len(self.shape):
                 key = _linear_index(key, self.shape)
@@ -492,9 +500,44 @@ class CompoundNode(ContainerNode):
     def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         return self._plan.entries  # made once per type, shared by all its nodes
 
+    def __getitem__(self, key: Any) -> Any:
+        if type(key) is str:  # a field by name: its position is known per type
+            i = self._plan.positions.get(key)
+            if i is not None:
+                node = self._cache.get(i)
+                if node is None:
+                    node = self._cache[i] = self._make(i, (*self.path, key))
+                return node
+        return super().__getitem__(key)
+
     def _make(self, i: int, path: TreePath) -> Node | Group:
         f = self._plan.fields[i]
-        return node_for_inline(self._reader, path, f.plan, self._buf, self._off + f.offset)
+        reader = self._reader
+        if type(f.plan) is ReferencePlan and len(path) <= reader.max_path:
+            address = _U64.unpack_from(self._buf, self._off + f.offset)[0]
+            info = reader.described_array(address) if address else None
+            if info is not None:  # a layer's weight: what node_for_ref makes, at once
+                node = _new_array_node(ArrayNode)
+                node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
+                node._desc, node._address, node._value = info, address, None
+                return node
+            return node_for_ref(reader, path, address)
+        return node_for_inline(reader, path, f.plan, self._buf, self._off + f.offset)
+
+
+def _compound_node(
+    reader: Reader, path: TreePath, plan: CompoundPlan, buf: Any, off: int, src: Where
+) -> Node:
+    """``CompoundNode(reader, path, plan, buf, off, src)``, its slots set at once (one per
+    layer of a model: the three ``__init__`` calls are most of the cost of making it)."""
+    node = _new_node(CompoundNode)
+    node._reader, node.path, node.kind, node.julia_type = reader, path, plan.kind, plan.julia_type
+    node._src, node._keys, node._cache, node._index, node._shape = src, None, {}, None, None
+    node._plan, node._buf, node._off = plan, buf, off
+    return node
+
+
+_new_node = object.__new__
 
 
 class RefVectorNode(ContainerNode):
@@ -515,10 +558,17 @@ class RefVectorNode(ContainerNode):
         self._all()
         addresses = self._addresses
         assert addresses is not None
+        reader = self._reader
         if not self._cache and len(addresses) >= _BULK_MIN:
             # the first child looked at: check every element's header at once
-            self._reader.prime(np.array(addresses, np.uint64), self.path)
-        return node_for_ref(self._reader, path, addresses[i])
+            reader.prime(np.array(addresses, np.uint64), self.path)
+        address = addresses[i]
+        primed = reader.primed_struct(address)
+        if primed is not None and len(path) <= reader.max_path:
+            # a struct / NamedTuple read in bulk: what node_for_dataset makes of it, at once
+            plan, buf, off = primed
+            return _compound_node(reader, path, plan, buf, off, address)
+        return node_for_ref(reader, path, address)
 
 
 class InlineVectorNode(ContainerNode):
@@ -622,6 +672,9 @@ class DelegateNode(ContainerNode):
 
     def _make(self, i: int, path: TreePath) -> Node | Group:
         return self._target._child(i)
+
+    def _child(self, i: int) -> Node | Group:
+        return self._target._child(i)  # its node, at the same path: one cache for both
 
 
 class FixedNode(ContainerNode):
@@ -772,7 +825,17 @@ def node_for_ref(reader: Reader, path: TreePath, address: int) -> Node | Group:
     """The node a reference points to (:data:`UNDEF` for an undefined reference)."""
     if address == 0:
         return _shared_const(reader, path, "singleton", BOTTOM, UNDEF)
+    info = reader.described_array(address)
+    if info is not None:  # what node_for_dataset makes of it, without its steps (a hot path)
+        node = _new_array_node(ArrayNode)
+        node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
+        node._desc, node._address, node._value = info, address, None
+        return node
     return node_for_dataset(reader, path, address)
+
+
+_new_array_node = object.__new__
+_U64 = struct.Struct("<Q")
 
 
 def node_for_dataset(reader: Reader, path: TreePath, address: int) -> Node | Group:
@@ -858,7 +921,7 @@ def node_for_inline(
     if src is None:
         src = _Source(plan=plan, buf=buf, off=off)
     if isinstance(plan, CompoundPlan):
-        return CompoundNode(reader, path, plan, buf, off, src)
+        return _compound_node(reader, path, plan, buf, off, src)
     if isinstance(plan, CustomPlan):
         return _custom_node(reader, path, plan, buf, off, src)
     if isinstance(plan, VlenSequencePlan):
@@ -945,7 +1008,7 @@ class DictNode(ContainerNode):
     tuple per entry: a Dict of 100,000 entries then leaves three objects for the cyclic
     garbage collector to scan, not 100,000."""
 
-    __slots__ = ("_pair_bufs", "_pair_offs", "_pair_plans", "_vouched")
+    __slots__ = ("_arrays", "_pair_bufs", "_pair_offs", "_pair_plans", "_refs", "_vouched")
 
     def __init__(
         self,
@@ -955,11 +1018,26 @@ class DictNode(ContainerNode):
         src: Where,
         entries: list[tuple[PathSegment, Any]],
         pairs: _Pairs,
+        index: dict[Any, int],
     ) -> None:
         super().__init__(reader, path, "dict", jt, src)
         self._keys = entries
+        self._index = index  # complete: every key is hashable, and no two are equal
         self._pair_plans, self._pair_bufs, self._pair_offs = pairs
         self._vouched = False
+        self._refs: list[int] | None = None  # each value's reference (0: stored inline)
+        self._arrays: list[DatasetInfo | None] | None = None  # described_array of each reference
+
+    def __getitem__(self, key: Any) -> Any:
+        # The key index is complete (see __init__), so a hit is the answer _position gives.
+        try:
+            i = self._index[key]  # type: ignore[index]
+        except (KeyError, TypeError):
+            return super().__getitem__(key)  # raises as every container does
+        node = self._cache.get(i)
+        if node is None:
+            node = self._cache[i] = self._make(i, (*self.path, self._keys[i][0]))  # type: ignore[index]
+        return node
 
     def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         return self._keys or []
@@ -968,6 +1046,16 @@ class DictNode(ContainerNode):
         if not self._vouched:
             self._vouched = True
             self._vouch_values()
+        refs, reader = self._refs, self._reader
+        if refs is not None and refs[i] and len(path) <= reader.max_path:
+            arrays = self._arrays
+            info = arrays[i] if arrays is not None else None
+            if info is not None and not reader.closed:  # what node_for_ref makes, at once
+                node = _new_array_node(ArrayNode)
+                node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
+                node._desc, node._address, node._value = info, refs[i], None
+                return node
+            return node_for_ref(reader, path, refs[i])
         plan = self._pair_plans[i]
         second = plan.fields[1]
         return node_for_inline(
@@ -978,19 +1066,57 @@ class DictNode(ContainerNode):
         """Check the headers of the values stored by reference all at once, on the first
         look at a value (so that making the node, or reaching one entry, costs nothing more)."""
         plans, bufs, offs = self._pair_plans, self._pair_bufs, self._pair_offs
-        if len(plans) < _BULK_MIN:
+        if len(plans) < _DICTS_MIN:
             return
-        refs = [
-            ReferencePlan.address(buf, off + plan.fields[1].offset)
-            for plan, buf, off in zip(plans, bufs, offs)
-            if isinstance(plan.fields[1].plan, ReferencePlan)
-        ]
-        if len(refs) >= _BULK_MIN:
-            self._reader.prime(np.array(refs, np.uint64), self.path)
+        plan, buf = plans[0], bufs[0]
+        second = plan.fields[1]
+        uniform = _uniform_offsets((plans, bufs, offs))
+        if uniform is not None and type(second.plan) is ReferencePlan:
+            # the usual Dict, read in bulk: every value a reference, in one buffer
+            at = uniform + second.offset
+            raw = np.frombuffer(buf, np.uint8)
+            if int(at.min()) < 0 or int(at.max()) + 8 > len(raw):
+                raise FormatError("Dict pair runs past its bytes", path=self.path)
+            found = raw[at[:, None] + np.arange(8)].copy().view("<u8").ravel()
+            refs = found.tolist()
+        else:
+            address = ReferencePlan.address
+            refs = [
+                address(b, o + p.fields[1].offset) if type(p.fields[1].plan) is ReferencePlan else 0
+                for p, b, o in zip(plans, bufs, offs)
+            ]
+            found = np.array([r for r in refs if r], np.uint64)
+        self._refs = refs
+        if len(found) >= _BULK_MIN or (len(found) >= _DICTS_MIN and _holds_dicts(plan)):
+            reader = self._reader
+            arrays = reader.described_arrays(refs)
+            if None in arrays:  # (not when a Dict above primed them with their Pairs)
+                reader.prime(found[found != 0], self.path, dicts=True)
+                arrays = reader.described_arrays(refs)
+            self._arrays = arrays
 
 
-_Pairs = tuple[list[CompoundPlan], list[Any], list[int]]
+_Pairs = tuple[list[CompoundPlan], list[Any], Sequence[int]]
+"""Each pair's plan, buffer and offset. Offsets as a ``range``: one plan, one buffer (read in
+bulk, or a vector of inline pairs), pairs one after the other."""
+
+
+def _uniform_offsets(pairs: _Pairs) -> np.ndarray | None:
+    """The offsets of pairs of one plan in one buffer, as an array; None for other pairs."""
+    offs = pairs[2]
+    if type(offs) is not range:
+        return None
+    return np.arange(offs.start, offs.stop, offs.step, dtype=np.int64)
+
+
 _BULK_MIN = 32  # children from which checking their headers in bulk pays
+_DICTS_MIN = 4  # Dicts in a Dict from which reading all their Pairs at once pays (Reader.prime)
+
+
+def _holds_dicts(pair: CompoundPlan) -> bool:
+    """Whether the Pairs' values are declared Dicts (a Dict of Dicts: its inner Dicts' Pairs are
+    worth reading together even when there are few of them)."""
+    return pair.fields[1].plan.julia_type.name in ("Base.Dict", "Dict") if len(pair.fields) > 1 else False
 
 
 def _pair_locations(reader: Reader, pairs: ContainerNode) -> _Pairs | None:
@@ -1005,16 +1131,28 @@ def _pair_locations(reader: Reader, pairs: ContainerNode) -> _Pairs | None:
             return None
         assert isinstance(plan, CompoundPlan)
         size, raw = plan.size, pairs._raw
-        return [plan] * n, [raw] * n, list(range(0, n * size, size))
+        return [plan] * n, [raw] * n, range(0, n * size, size)
     if isinstance(pairs, RefVectorNode):
         pairs._all()
         addresses = pairs._addresses or []
+        primed = reader.primed_run(addresses)  # read with the Pairs of the Dicts around it
+        if primed is not None and _is_pair_plan(primed[0].plan):
+            info, blob, offsets = primed
+            pair_plan = cast(CompoundPlan, info.plan)
+            return [pair_plan] * len(addresses), [blob] * len(addresses), offsets
         plans: list[CompoundPlan] = []
         bufs: list[Any] = []
         offs: list[int] = []
         bulk: dict[int, tuple[DatasetInfo, bytes, int]] = {}
         if len(addresses) >= _BULK_MIN:
-            scalars, _ = reader.scalar_elements(np.array(addresses, np.uint64), pairs.path)
+            wanted = np.array(addresses, np.uint64)
+            scalars, _ = reader.scalar_elements(wanted, pairs.path)
+            if len(scalars) == 1 and _is_pair_plan(scalars[0][0].plan):
+                info, found, blob = scalars[0]
+                if len(found) == len(wanted) and bool((found == wanted).all()):  # the usual Dict
+                    pair_plan = cast(CompoundPlan, info.plan)
+                    n, size = len(addresses), pair_plan.size
+                    return [pair_plan] * n, [blob] * n, range(0, n * size, size)
             for info, found, blob in scalars:
                 if _is_pair_plan(info.plan):
                     size = info.plan.size if info.plan is not None else 0
@@ -1054,21 +1192,43 @@ def _lazy_dict_node(
         located = _pair_locations(reader, pairs)
         if located is None:
             return None
+        index: dict[Any, int] = {}
+        texts = _string_keys(reader, located)
+        if texts is not None:
+            entries: list[tuple[PathSegment, Any]] = [(text, text) for text in texts]
+            index = {text: i for i, text in enumerate(texts)}
+            if len(index) != len(texts):
+                return None
+            return DictNode(reader, path, plan.julia_type, src, entries, located, index)
         session = Session(reader)
-        entries: list[tuple[PathSegment, Any]] = []
-        seen: set[Any] = set()
+        entries = []
         base = pairs.path
         for i, (pair, buf, off) in enumerate(zip(*located)):
             first = pair.fields[0]
             key = first.plan.decode(session, buf, off + first.offset, (*base, i + 1, "first"))
             try:
-                if key in seen:
+                if key in index:
                     return None
-                seen.add(key)
+                index[key] = i
             except TypeError:
                 return None
             entries.append((key if isinstance(key, str) else _render_key(key), key))
-    return DictNode(reader, path, plan.julia_type, src, entries, located)
+    return DictNode(reader, path, plan.julia_type, src, entries, located, index)
+
+
+def _string_keys(reader: Reader, located: _Pairs) -> list[str] | None:
+    """The ``String`` keys of many pairs of one plan stored in one buffer (a Dict read in bulk),
+    decoded together (:func:`vlen_texts`); None for anything else (the one-by-one path)."""
+    plans, bufs, offsets = located
+    if type(offsets) is not range or len(plans) < _BULK_MIN:
+        return None
+    first = plans[0].fields[0]
+    if type(first.plan) is not VlenStringPlan or first.plan.symbol:
+        return None
+    texts = reader.keys_of(bufs[0], offsets)  # decoded with the Pairs of the Dicts around it
+    if texts is not None:
+        return texts
+    return vlen_texts(reader.h5, bufs[0], np.arange(offsets.start, offsets.stop, offsets.step) + first.offset)
 
 
 def _render_key(key: Any) -> str:

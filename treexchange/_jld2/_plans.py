@@ -414,6 +414,11 @@ class CompoundPlan(Plan):
             if kind == "tuple"
             else tuple((f.name, f.name) for f in self.fields)
         )
+        # Field name -> position (the first field of that name), for lookups by name.
+        self.positions: dict[str, int] = {}
+        if kind != "tuple":
+            for i, f in enumerate(self.fields):
+                self.positions.setdefault(f.name, i)
 
     def field_values(self, ctx: DecodeContext, buf: Any, off: int, path: TreePath) -> list[Any]:
         tuple_like = self.kind == "tuple"

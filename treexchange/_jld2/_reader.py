@@ -21,6 +21,7 @@ import os
 import struct
 import sys
 from collections.abc import Sequence
+from itertools import repeat
 from typing import Any, cast
 
 import numpy as np
@@ -37,13 +38,16 @@ from .._nodeproto import Order
 from .._recursion import FRAMES_PER_LEVEL, stack_for_depth
 from .._typeof import BOTTOM
 from .._values import UNDEF, JuliaArray, JuliaStruct
+from ._bulktext import vlen_texts
 from ._header import FileHeader, parse_header
 from ._plans import (
     CompoundPlan,
+    CustomPlan,
     FixedStringPlan,
     GhostPlan,
     Plan,
     ReferencePlan,
+    VlenStringPlan,
     mark_mutable,
     type_value,
 )
@@ -231,6 +235,7 @@ class Reader:
         # offset), each group (description, the element bytes of its datasets one after another)
         self._elements: dict[int, tuple[int, int]] = {}
         self._element_groups: list[tuple[DatasetInfo, bytes]] = []
+        self._texts: dict[int, list[str]] = {}  # id(group's bytes) -> keys of its Pairs (_prime_pairs)
         self.nodes_building: set[int] = set()  # scalar datasets whose node is being made (_nodes)
 
     def _describe(self) -> str:
@@ -262,7 +267,7 @@ class Reader:
         self.closed = True
         self.h5.close()
         self._stack.close()
-        self._elements, self._element_groups = {}, []
+        self._elements, self._element_groups, self._texts = {}, [], {}
         data, self._data = self._data, None
         if isinstance(data, mmap.mmap):
             try:
@@ -389,36 +394,149 @@ class Reader:
             return self.info(address, path)  # not described yet: the usual way
         return info
 
-    def prime(self, addresses: np.ndarray, path: TreePath = ()) -> None:
+    def described_array(self, address: int) -> DatasetInfo | None:
+        """What :meth:`describe` gives for ``address`` when that is known already and is a
+        numeric array (a lazy walk's leaves, once primed); None otherwise (ask describe)."""
+        h5 = self.h5
+        info = h5._objects.get(address)
+        if info is None:
+            info = h5._vouched.get(address)
+            if info is None:
+                return None
+        if info.value_kind is None or self.closed:  # type: ignore[attr-defined]
+            return None
+        return info if info.dtype is not None else None  # type: ignore[attr-defined,return-value]
+
+    def primed_struct(self, address: int) -> tuple[CompoundPlan, bytes, int] | None:
+        """``(plan, buffer, offset)`` of the element of the scalar struct (or NamedTuple, Tuple)
+        dataset at ``address`` when :meth:`prime` read it (what :meth:`describe` and
+        :meth:`element_bytes_at` then give); None otherwise."""
+        found = self._elements.get(address)
+        if found is None or self.closed or address in self.h5._objects:
+            return None
+        info, blob = self._element_groups[found[0]]
+        plan = info.plan
+        if type(plan) is not CompoundPlan:
+            return None
+        return plan, blob, found[1]
+
+    def described_arrays(self, addresses: list[int]) -> list[DatasetInfo | None]:
+        """:meth:`described_array` of each address (0: None), in one pass."""
+        objects, vouched = self.h5._objects, self.h5._vouched
+        out: list[DatasetInfo | None] = []
+        append = out.append
+        for address in addresses:
+            info = objects.get(address)
+            if info is None:
+                info = vouched.get(address)
+            if info is None or info.value_kind is None or info.dtype is None:  # type: ignore[attr-defined]
+                append(None)
+            else:
+                append(info)  # type: ignore[arg-type]
+        return out
+
+    def prime(
+        self, addresses: np.ndarray, path: TreePath = (), *, dicts: bool = False, refs: bool = True
+    ) -> None:
         """Get ready to describe many datasets (a lazy walk about to visit the elements of a
         vector of references): their headers are checked in bulk (:meth:`alike`), each dataset
         is then described from one alike to it (:meth:`describe`) without a check of its own,
         the element bytes of small scalar datasets (layers, Pairs) are kept for
-        :meth:`element_bytes_at`, and the datasets those refer to are checked the same way.
+        :meth:`element_bytes_at`, and (``refs``) the datasets those refer to are checked the
+        same way. ``dicts``: the datasets that are Dicts get the same for their Pairs, all
+        Dicts' Pairs together (:meth:`_prime_pairs`; one level: not the Dicts inside those).
         """
         vouched, objects = self.h5._vouched, self.h5._objects
         scalars, arrays = self.scalar_elements(addresses, path)
         for info, found, _ in arrays:
-            for address in found.tolist():
-                if address not in objects:
-                    vouched[address] = info
+            vouched.update(dict.fromkeys([a for a in found.tolist() if a not in objects], info))
         for info, found, blob in scalars:
             plan = info.plan
             assert plan is not None
             size = plan.size
             elements, group = self._elements, len(self._element_groups)
             self._element_groups.append((info, blob))
-            for i, address in enumerate(found.tolist()):
-                if address not in objects:
-                    vouched[address] = info
-                elements[address] = (group, i * size)  # (ints only: not tracked by the collector)
-            if isinstance(plan, CompoundPlan) and blob:
-                refs_at = (f.offset for f in plan.fields if isinstance(f.plan, ReferencePlan))
-                at = [a for a in refs_at if a + 8 <= size]
-                if at:
+            listed = found.tolist()
+            vouched.update(dict.fromkeys([a for a in listed if a not in objects], info))
+            # (ints only: not tracked by the collector)
+            elements.update(zip(listed, zip(repeat(group), range(0, len(listed) * size, size))))
+            if isinstance(plan, CompoundPlan) and blob and refs:
+                found_refs = _refs_in(plan, blob)
+                if found_refs is not None:
+                    self.h5.vouch(found_refs)
+            if dicts and type(plan) is CustomPlan and plan.kind == "dict" and blob and len(found) > 1:
+                at = _pairs_at(plan)
+                if at is not None:
                     rows = np.frombuffer(blob, np.uint8).reshape(-1, size)
-                    refs = np.concatenate([rows[:, a : a + 8].copy().view("<u8").ravel() for a in at])
-                    self.h5.vouch(refs[refs != 0])
+                    self._prime_pairs(rows[:, at : at + 8].copy().view("<u8").ravel().tolist(), path)
+
+    def _prime_pairs(self, vectors: list[int], path: TreePath) -> None:
+        """:meth:`prime` for the Pairs of many Dicts at once (their pair vectors at
+        ``vectors``), then for the values the Pairs refer to. Anything unusual stops it: the
+        lazy path then meets it (and reports it) where it lies."""
+        pairs: list[int] = []
+        try:
+            for address in vectors:
+                if address == 0:
+                    return
+                info = self.info(address, path)
+                if info.kind != "dataset" or info.shape is None or type(info.plan) is not ReferencePlan:
+                    return
+                if info.space == "null" or len(pairs) + info.count > self.limits.max_elements:
+                    return
+                pairs += self.element_addresses(info)
+        except TreexchangeError:
+            return
+        if len(pairs) < 2:
+            return
+        scalars_before = len(self._element_groups)
+        self.prime(np.array(pairs, np.uint64), path, refs=False)
+        for info, blob in self._element_groups[scalars_before:]:
+            # the String keys of all these Dicts, decoded together (see keys_of)
+            plan = info.plan
+            if isinstance(plan, CompoundPlan) and len(plan.fields) == 2 and blob:
+                first = plan.fields[0]
+                if type(first.plan) is VlenStringPlan and not first.plan.symbol:
+                    at = np.arange(0, len(blob), plan.size, dtype=np.int64) + first.offset
+                    texts = vlen_texts(self.h5, blob, at)
+                    if texts is not None:
+                        self._texts[id(blob)] = texts
+        values = [
+            found
+            for info, blob in self._element_groups[scalars_before:]
+            if isinstance(info.plan, CompoundPlan) and blob
+            for found in [_refs_in(info.plan, blob)]
+            if found is not None
+        ]
+        if values:
+            self.prime(np.concatenate(values), path)
+
+    def keys_of(self, blob: bytes, offsets: range) -> list[str] | None:
+        """The String keys of Pairs :meth:`_prime_pairs` read into ``blob``, at ``offsets``
+        (as :meth:`primed_run` gives them); None when they were not decoded in bulk."""
+        texts = self._texts.get(id(blob))
+        if texts is None or offsets.step <= 0 or offsets.start % offsets.step:
+            return None
+        first = offsets.start // offsets.step
+        return texts[first : first + len(offsets)]
+
+    def primed_run(self, addresses: list[int]) -> tuple[DatasetInfo, bytes, range] | None:
+        """When :meth:`prime` read the scalar datasets at ``addresses`` one after the other
+        into one buffer (a Dict's Pairs): their description, that buffer and their offsets."""
+        if not addresses:
+            return None
+        elements = self._elements
+        first = elements.get(addresses[0])
+        if first is None:
+            return None
+        group, start = first
+        info, blob = self._element_groups[group]
+        assert info.plan is not None
+        size = info.plan.size
+        for i, address in enumerate(addresses):
+            if elements.get(address) != (group, start + i * size):
+                return None
+        return info, blob, range(start, start + len(addresses) * size, size)
 
     def element_bytes_at(self, info: DatasetInfo, address: int, path: TreePath = ()) -> bytes:
         """:meth:`element_bytes` of the scalar dataset at ``address``, described by ``info``
@@ -788,7 +906,32 @@ class Reader:
         if n > self.limits.max_elements:
             raise LimitError(f"array of {n} elements exceeds max_elements={self.limits.max_elements}")
         raw = self.raw(info, 8 * n)
-        return [int(x) for x in np.frombuffer(bytes(raw[: 8 * n]), "<u8", n)]
+        return np.frombuffer(bytes(raw[: 8 * n]), "<u8", n).tolist()  # (Python ints)
+
+
+def _pairs_at(plan: CustomPlan) -> int | None:
+    """Where a Dict's element holds the reference to its vector of Pairs: the element itself,
+    or its ``kvvec`` field (JLD2's ``SerializedDict``); None for other forms."""
+    inner = plan.inner
+    if type(inner) is ReferencePlan:
+        return 0
+    if type(inner) is CompoundPlan:
+        for f in inner.fields:
+            if f.name == "kvvec" and type(f.plan) is ReferencePlan and f.offset + 8 <= inner.size:
+                return f.offset
+    return None
+
+
+def _refs_in(plan: CompoundPlan, blob: bytes) -> np.ndarray | None:
+    """The nonzero references in the reference fields of elements of ``plan`` laid out one
+    after the other in ``blob``; None when it has no such field."""
+    size = plan.size
+    at = [f.offset for f in plan.fields if isinstance(f.plan, ReferencePlan) and f.offset + 8 <= size]
+    if not at:
+        return None
+    rows = np.frombuffer(blob, np.uint8).reshape(-1, size)
+    refs = np.concatenate([rows[:, a : a + 8].copy().view("<u8").ravel() for a in at])
+    return refs[refs != 0]
 
 
 def _gather(buf: Any, at: np.ndarray, size: int) -> np.ndarray:

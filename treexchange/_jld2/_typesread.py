@@ -288,7 +288,8 @@ class TypeResolver:
             raise FormatError("Julia type with an empty name", path=path)
         refs = self._refs(buf, off + 16, path)
         params = tuple(self._param(ref, path) for ref in refs)
-        for ref, param in zip(refs, params):
+        # once per distinct parameter (a long Tuple's type repeats one layer type thousands of times)
+        for ref, param in dict(zip(refs, params)).items():
             if isinstance(param, JuliaType) and not self.is_committed_datatype(ref):
                 # JLD2 (refs_from_types) commits a concrete struct type used as a parameter
                 # exactly when it stores such structs inline (bits, or immutable of at most

@@ -61,6 +61,13 @@ from ._writer_arrays import (
     little_endian,
     plan_chunk,
 )
+from ._writer_bulk import (
+    BULK_MIN,
+    LAYOUT_CONTIGUOUS as _LAYOUT_CONTIGUOUS,
+    PairValue as _PairValue,
+    encode_refs,
+    utf8 as _utf8,
+)
 from ._writer_sink import Sink
 from ._writer_types import JT, MAX_INLINE_SIZE, UNION_EL, Cat, TypeFactory
 
@@ -74,7 +81,6 @@ SMALL_PAYLOAD = 64 << 10
 """Array payloads up to this size are buffered with the metadata instead of written directly."""
 
 _MESSAGES_KEPT = 4096  # header messages and plans remembered per file (a model has a handful of shapes)
-_LAYOUT_CONTIGUOUS = struct.Struct("<BHBBBQQ")  # enc.layout_contiguous as one struct: message head, body
 _NATIVE_LITTLE = ("<", "|", "=") if np.little_endian else ("<", "|")  # byte orders written as they are
 
 _I64 = np.dtype("<i8")
@@ -396,34 +402,38 @@ class JLD2Writer:
         types then follow JLD2's layout. Call it with every value of the file first (``save`` and
         ``convert`` do); :meth:`write` calls it for its own value. Visits each object once."""
         seen = self._prepared
-        for name, value in items:
-            todo: list[tuple[Any, tuple[PathSegment, ...]]] = [(value, (name,))]
-            while todo:
-                v, path = todo.pop()
-                if isinstance(v, (str, np.ndarray, np.generic, int, float)) or v is None:
-                    continue
-                if id(v) in seen:
-                    continue
-                seen[id(v)] = v
-                if type(v) is JlNamedTuple:
-                    # (A layer's arrays are leaves: not visited, no path made for them.)
-                    todo.extend((x, (*path, k)) for k, x in v._data.items() if type(x) is not np.ndarray)
-                elif isinstance(v, JuliaStruct):
-                    todo.extend((f, (*path, k)) for k, f in v.fields.items())
-                    self._type_for_layout(v, path)
-                elif isinstance(v, JuliaArray):
-                    todo.extend((x, (*path, i)) for i, x in enumerate(v.data.ravel(order="F"), 1))
-                    self._type_for_layout(v, path)
-                elif isinstance(v, JuliaBits):
-                    self._type_for_layout(v, path)
-                elif isinstance(v, JlNamedTuple):
-                    todo.extend((x, (*path, k)) for k, x in v.items())
-                elif isinstance(v, (list, tuple)):
-                    todo.extend((x, (*path, i)) for i, x in enumerate(v, 1))
-                elif isinstance(v, dict):
-                    for k, x in v.items():
-                        todo.append((k, path))
-                        todo.append((x, (*path, str(k))))
+        # The collector paused: a large tree is many lasting objects and no garbage cycles.
+        with gc_paused():
+            for name, value in items:
+                todo: list[tuple[Any, tuple[PathSegment, ...]]] = [(value, (name,))]
+                while todo:
+                    v, path = todo.pop()
+                    if isinstance(v, (str, np.ndarray, np.generic, int, float)) or v is None:
+                        continue
+                    if id(v) in seen:
+                        continue
+                    seen[id(v)] = v
+                    if type(v) is JlNamedTuple:
+                        # (A layer's arrays are leaves: not visited, no path made for them.)
+                        todo.extend((x, (*path, k)) for k, x in v._data.items() if type(x) is not np.ndarray)
+                    elif isinstance(v, JuliaStruct):
+                        todo.extend((f, (*path, k)) for k, f in v.fields.items())
+                        self._type_for_layout(v, path)
+                    elif isinstance(v, JuliaArray):
+                        todo.extend((x, (*path, i)) for i, x in enumerate(v.data.ravel(order="F"), 1))
+                        self._type_for_layout(v, path)
+                    elif isinstance(v, JuliaBits):
+                        self._type_for_layout(v, path)
+                    elif isinstance(v, JlNamedTuple):
+                        todo.extend((x, (*path, k)) for k, x in v.items())
+                    elif isinstance(v, (list, tuple)):
+                        todo.extend((x, (*path, i)) for i, x in enumerate(v, 1))
+                    elif isinstance(v, dict):
+                        for k, x in v.items():  # (str keys and arrays are leaves: no path made)
+                            if type(k) is not str:
+                                todo.append((k, path))
+                            if type(x) is not np.ndarray:
+                                todo.append((x, (*path, str(k))))
 
     def _type_for_layout(self, value: Any, path: tuple[PathSegment, ...]) -> None:
         try:
@@ -1114,6 +1124,11 @@ class JLD2Writer:
         items = _array_items(value)
 
         def encode() -> bytes:
+            if kind == "ref" and len(items) >= BULK_MIN:  # a Dict's Pairs, a model's layers
+                raw = encode_refs(self, e, items, ws, path)
+                if len(raw) != elsize * len(items):
+                    raise WriteError(f"references encode to {len(raw)} bytes, not {elsize} each", path=path)
+                return raw
             parts = []
             for i, item in enumerate(items, 1):
                 raw = self.encode_field(e, item, False, ws, (*path, i))
@@ -1612,15 +1627,6 @@ class _PairVector(list):  # type: ignore[type-arg]
     """The ``kvvec`` of a Dict: a fresh Vector{Pair{K,V}} (never shared, like JLD2's collect)."""
 
 
-@dataclass(frozen=True)
-class _PairValue:
-    """One ``Pair{K,V}`` of a Dict's ``kvvec``; its type is the Dict's, not its values' own."""
-
-    first: Any
-    second: Any
-    jt: JT
-
-
 @lru_cache(maxsize=4096)
 def _version_zero(t: H5Type) -> H5Type:
     """``t`` with version 0 in every class byte but fixed-point ones (JLD2 0.4.51 - 0.4.52)."""
@@ -1744,16 +1750,6 @@ def _same_param(a: Any, b: Any) -> bool:
     if isinstance(a, JT) or isinstance(b, JT):
         return a is b
     return type(a) is type(b) and bool(np.all(a == b))
-
-
-def _utf8(text: str, path: tuple[PathSegment, ...]) -> bytes:
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        bad = text[err.start : err.end].encode("unicode_escape").decode("ascii")
-        raise ConversionError(
-            f"text holds {bad}, a lone surrogate, which has no UTF-8 form", path=path
-        ) from None
 
 
 _T = TypeVar("_T")

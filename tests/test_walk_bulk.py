@@ -1,0 +1,101 @@
+"""A lazy walk over Dicts and layers read in bulk sees what ``load`` reads.
+
+The walk decodes a Dict's String keys together (``_bulktext.vlen_texts``: one Latin-1 text per
+heap collection, non-ASCII keys decoded from their bytes), makes array nodes straight from the
+descriptions ``Reader.prime`` left (``described_array``), and reads the Pairs of all the Dicts
+of a Dict of Dicts at once (``Reader._prime_pairs``), their keys too. Each of those is checked
+here against ``treexchange.load`` (the eager path, which shares none of them): every key in
+order, every shape, dtype and value, for trees that mix what the bulk paths take with what they
+leave to the one-by-one path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import treexchange as tx
+from treexchange import JuliaDict, NamedTuple
+
+
+def _dict_of_dicts() -> JuliaDict:
+    rng = np.random.default_rng(0)
+    shared = rng.standard_normal(3).astype(np.float32)
+    tree = JuliaDict()
+    for g in range(40):
+        inner = tree.setdefault(f"g{g:03d}", JuliaDict())
+        for i in range(35 + g % 3):
+            key = f"κ{i}" if i % 9 == 0 else f"w{g}_{i}" + "x" * (i % 5)
+            inner[key] = shared if i == 7 else rng.standard_normal((2, i % 4 + 1)).astype(np.float32)
+    tree["ints"] = JuliaDict({i: np.arange(i + 1.0) for i in range(40)})  # not String keys
+    tree["empty"] = JuliaDict()
+    return tree
+
+
+def _flat_dict() -> JuliaDict:
+    rng = np.random.default_rng(1)
+    return JuliaDict({("é" if i % 50 == 0 else "") + f"l{i}": rng.standard_normal(4) for i in range(500)})
+
+
+def _layers() -> NamedTuple:
+    rng = np.random.default_rng(2)
+    layers = tuple(
+        NamedTuple(weight=rng.standard_normal((3, 2)).astype(np.float32), bias=np.zeros(3, np.float32))
+        for _ in range(60)
+    )
+    return NamedTuple(layers=layers, σ=(), lookup=_flat_dict())
+
+
+def _walk(node: Any, loaded: Any) -> int:
+    """Compare the lazy ``node`` with the loaded value; the number of arrays met."""
+    if node.kind == "array":
+        value = np.asarray(loaded)
+        assert node.shape == value.shape and node.dtype == value.dtype
+        np.testing.assert_array_equal(np.asarray(node), value)
+        return 1
+    if node.kind in ("tuple", "vector"):
+        assert len(node) == len(loaded)
+        return sum(_walk(node[i], loaded[i]) for i in range(len(node)))
+    if hasattr(node, "keys"):
+        assert list(node.keys()) == list(loaded.keys())
+        return sum(_walk(node[k], loaded[k]) for k in node.keys())
+    assert node.read() == loaded
+    return 0
+
+
+@pytest.mark.parametrize("make", [_dict_of_dicts, _flat_dict, _layers], ids=["dicts", "flat", "layers"])
+def test_lazy_walk_matches_load(make: Any, tmp_path: Path) -> None:
+    path = tmp_path / "tree.jld2"
+    tx.save(path, st=make())
+    loaded = tx.load(path)["st"]
+    with tx.open(path) as f:
+        arrays = _walk(f["st"], loaded)
+    assert arrays > 400
+
+
+def test_one_entry_of_a_dict_of_dicts(tmp_path: Path) -> None:
+    """Reaching one entry first (before any walk) gives the same node a walk gives."""
+    path = tmp_path / "tree.jld2"
+    tree = _dict_of_dicts()
+    tx.save(path, st=tree)
+    with tx.open(path) as f:
+        node = f["st"]["g017"]["κ9"]
+        np.testing.assert_array_equal(np.asarray(node), tree["g017"]["κ9"])
+        assert node.path == ("st", "g017", "κ9")
+        assert list(f["st"]["g039"].keys()) == list(tree["g039"].keys())
+
+
+def test_key_of_a_missing_heap_object_is_refused(tmp_path: Path) -> None:
+    """A Dict key whose heap object is not in its collection (the object's index overwritten)
+    is refused with a FormatError by the bulk key decoding, as the one-by-one path does."""
+    path = tmp_path / "tree.jld2"
+    tx.save(path, st=JuliaDict({f"key{i:04d}": np.arange(3.0) + i for i in range(100)}))
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b"key0042")
+    assert int.from_bytes(raw[at - 8 : at], "little") == 7  # the object's size, before it its index
+    raw[at - 16 : at - 14] = (60000).to_bytes(2, "little")
+    path.write_bytes(bytes(raw))
+    with tx.open(path) as f, pytest.raises(tx.FormatError, match="no object"):
+        list(f["st"].keys())
