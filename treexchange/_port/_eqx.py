@@ -75,12 +75,13 @@ def build_equinox(layer: Layer, *, key: Any, flux: str = DEFAULT_FLUX_ERA) -> An
 
 def _one(layer: Layer, key: Any, era: str) -> Any:
     """One module for ``layer``; with an activation: ``Activated(module, σ)``, or for a stateful
-    layer (BatchNorm, which needs ``eqx.nn.Sequential`` to pass its state) a Sequential."""
+    layer (BatchNorm, whose state must be passed through) ``StatefulActivated(module, σ)``; both
+    read back as that one layer (a Sequential would read back as a Chain of one)."""
     modules = _build(layer, key, era)
     if len(modules) == 1:
         return modules[0]
     if isinstance(modules[0], eqx.nn.StatefulLayer):
-        return eqx.nn.Sequential(modules)
+        return L.StatefulActivated(modules[0], str(layer.args["σ"]))
     return L.Activated(modules[0], str(layer.args["σ"]))
 
 
@@ -358,7 +359,7 @@ class _Reader:
             return Port(
                 Layer("SkipConnection", {"connection": m.connection}, (inner.layer,)), children=(inner,)
             )
-        if isinstance(m, L.Activated):
+        if isinstance(m, (L.Activated, L.StatefulActivated)):
             port = self.read(m.layer, (*path, "layer"))
             port.layer = dataclasses.replace(port.layer, args={**port.layer.args, "σ": m.activation})
             return port
