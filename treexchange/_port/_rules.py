@@ -175,11 +175,12 @@ def conv_fields(layer: Layer, era: str) -> Fields:
 
 
 def _pad_text(pad: tuple[int, ...]) -> str:
+    """A ``pad`` (the 2N form: lo, hi per dim) as Flux's constructor keyword. Flux expands only an
+    integer (to 2N entries) and keeps a tuple as given (``calc_padding`` = ``expand(Val(2N), pad)``),
+    so the N form ``(1, 2)`` would make a layer whose ``pad`` has N entries, not the 2N the state
+    holds: anything but one value for all is written in full."""
     if len(set(pad)) == 1:
         return str(pad[0])
-    pairs = [pad[i : i + 2] for i in range(0, len(pad), 2)]
-    if all(lo == hi for lo, hi in pairs):
-        return julia_tuple(tuple(lo for lo, _ in pairs))
     return julia_tuple(pad)
 
 
