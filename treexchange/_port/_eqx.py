@@ -37,6 +37,7 @@ from .._bridge._restore import LeafRef
 from .._errors import TreePath, UnsupportedError
 from . import _eqx_layers as L
 from ._activations import function_of, name_of
+from ._jaxops import learnt_initial_state
 from ._layout import (
     chain_port,
     julia_pad,
@@ -50,7 +51,7 @@ from ._layout import (
 from ._perm import REV, SAME, Perm, Reshape, Transpose, conv_weight_perm
 from ._registry import ACTIVATED, builder, register, with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
-from ._state import KEEP, Port
+from ._state import KEEP, Port, carry_initial_state
 
 # === building ======================================================================================
 
@@ -231,7 +232,7 @@ def _build_recurrent(layer: Layer, key: Any, era: str) -> Any:
         else:
             wc = eqx.nn.Linear(hidden, hidden, use_bias=False, key=k3)
             cell = L.GRUv3Cell(wi.weight, wh.weight, wi.bias, wc.weight)
-    return L.Recurrence(cell)
+    return L.Recurrence(cell, learnt_initial_state(layer))
 
 
 def _build_attention(layer: Layer, key: Any, era: str) -> Any:
@@ -328,7 +329,7 @@ class _Reader:
         if isinstance(m, nn.MultiheadAttention):
             return self.attention(m, path)
         if isinstance(m, L.Recurrence):
-            return self.recurrent_cell(m.cell, (*path, "cell"))
+            return carry_initial_state(self.recurrent_cell(m.cell, (*path, "cell")), m.state0)
         if isinstance(m, (nn.LSTMCell, nn.GRUCell, L.RNNCell, L.GRUv3Cell)):
             return self.recurrent_cell(m, path)
         if isinstance(m, nn.Dropout):

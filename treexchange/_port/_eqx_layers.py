@@ -317,17 +317,19 @@ class Recurrence(eqx.Module):
     """A cell scanned over one sequence, as Flux ≥ 0.15's ``RNN``/``LSTM``/``GRU``/``GRUv3`` do.
 
     Input ``(L, in)`` (the Julia sequence ``(in, L)`` under C0), output the hidden states ``(L, H)``,
-    starting from zeros (Flux's ``initialstates``). ``cell`` is an ``eqx.nn.LSTMCell``/``GRUCell``,
-    :class:`RNNCell` or :class:`GRUv3Cell`.
+    starting from zeros (Flux's ``initialstates``), or from ``state0`` (``h``, LSTM ``(h, c)``, each
+    ``(H,)``), a Flux ≤ 0.14 ``Recur``'s learnt initial state. ``cell`` is an
+    ``eqx.nn.LSTMCell``/``GRUCell``, :class:`RNNCell` or :class:`GRUv3Cell`.
     """
 
     cell: Any
+    state0: Any = None
 
     def __call__(self, xs: jax.Array, *, key: Any = None) -> jax.Array:
         hidden = self.cell.weight_hh.shape[-1]
         zero = jnp.zeros((hidden,), xs.dtype)
         lstm = isinstance(self.cell, eqx.nn.LSTMCell)
-        carry0: Any = (zero, zero) if lstm else zero
+        carry0: Any = ((zero, zero) if lstm else zero) if self.state0 is None else self.state0
 
         def step(carry: Any, x: jax.Array) -> tuple[Any, jax.Array]:
             carry = self.cell(x, carry)

@@ -253,7 +253,12 @@ def _build_recurrent(layer: Layer, era: str) -> _Built:
     }
     if kind == "GRUv3":
         params["weight_hh_candidate"] = _shape(hidden, hidden)
-    return _Built(LL.Recurrence(kind, hidden, str(layer.args.get("σ", "tanh"))), params)
+    learnt = bool(layer.args.get("state0"))  # a Flux ≤ 0.14 learnt initial state
+    if learnt:
+        params["state0_h"] = _shape(hidden)
+        if kind == "LSTM":
+            params["state0_c"] = _shape(hidden)
+    return _Built(LL.Recurrence(kind, hidden, str(layer.args.get("σ", "tanh")), learnt), params)
 
 
 def _build_attention(layer: Layer, era: str) -> _Built:
@@ -430,8 +435,18 @@ class _LinenReader(FlaxLayoutReader):
         if isinstance(m, LL.Recurrence):
             arrays = {n: s.param(n, path) for n in ("weight_ih", "weight_hh", "bias")}
             candidate = s.param("weight_hh_candidate", path) if m.kind == "GRUv3" else None
+            learnt = m.learnt_state0
+            h0 = s.param("state0_h", path) if learnt else None
+            c0 = s.param("state0_c", path) if learnt and m.kind == "LSTM" else None
             return self.recurrence(
-                _view(kind=m.kind, activation=m.activation, weight_hh_candidate=candidate, **arrays)
+                _view(
+                    kind=m.kind,
+                    activation=m.activation,
+                    weight_hh_candidate=candidate,
+                    state0_h=h0,
+                    state0_c=c0,
+                    **arrays,
+                )
             )
         if isinstance(m, nn.MultiHeadDotProductAttention):
             return self.attention_module(s, path)

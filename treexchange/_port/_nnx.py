@@ -35,6 +35,7 @@ from .._errors import TreePath, UnsupportedError
 from . import _nnx_layers as NL
 from ._activations import function_of
 from ._flaxread import FlaxLayoutReader, scale_shape, value
+from ._jaxops import learnt_initial_state
 from ._layout import julia_pad, layernorm_eps, python_padding, rev, transpose_padding
 from ._perm import SAME, Perm, Transpose
 from ._registry import ACTIVATED, RECURRENT_GATES, builder, register, with_defaults
@@ -210,7 +211,7 @@ def _build_recurrent(layer: Layer, rngs: Any, era: str) -> Any:
     wh = init(k2, ((2 if kind == "GRUv3" else gates) * hidden, hidden))
     wc = init(k3, (hidden, hidden)) if kind == "GRUv3" else None
     act = str(layer.args.get("σ", "tanh"))
-    return NL.Recurrence(kind, wi, wh, jnp.zeros(gates * hidden), wc, act)
+    return NL.Recurrence(kind, wi, wh, jnp.zeros(gates * hidden), wc, act, learnt_initial_state(layer))
 
 
 def _build_attention(layer: Layer, rngs: Any, era: str) -> Any:
