@@ -24,7 +24,7 @@ from treexchange import ConversionError, JuliaStruct, NamedTuple
 from treexchange._port._arch import parse_architecture
 from treexchange._port._eqx_layers import Recurrence
 from treexchange._port._fromflux import read_flux_source
-from treexchange._port._statefill import state_for_port, state_from_params
+from treexchange._port._statefill import state_from_params
 
 # The JuliaCon 2020 model as Flux 0.10 printed it; the file's closure x -> reshape(x, :, size(x, 4))
 # is written as what it computes, Flux.flatten.

@@ -253,10 +253,11 @@ def _build_recurrent(layer: Layer, era: str) -> _Built:
     }
     if kind == "GRUv3":
         params["weight_hh_candidate"] = _shape(hidden, hidden)
-    learnt = bool(layer.args.get("state0"))  # a Flux ≤ 0.14 learnt initial state
-    if learnt:
+    learnt = 0  # a Flux ≤ 0.14 learnt initial state: h, and c for LSTM
+    if layer.args.get("state0"):
+        learnt = 2 if kind == "LSTM" else 1
         params["state0_h"] = _shape(hidden)
-        if kind == "LSTM":
+        if learnt == 2:
             params["state0_c"] = _shape(hidden)
     return _Built(LL.Recurrence(kind, hidden, str(layer.args.get("σ", "tanh")), learnt), params)
 
@@ -437,7 +438,7 @@ class _LinenReader(FlaxLayoutReader):
             candidate = s.param("weight_hh_candidate", path) if m.kind == "GRUv3" else None
             learnt = m.learnt_state0
             h0 = s.param("state0_h", path) if learnt else None
-            c0 = s.param("state0_c", path) if learnt and m.kind == "LSTM" else None
+            c0 = s.param("state0_c", path) if learnt == 2 else None
             return self.recurrence(
                 _view(
                     kind=m.kind,

@@ -225,7 +225,7 @@ class Recurrence(nn.Module):
     kind: str
     features: int
     activation: str = "tanh"
-    learnt_state0: bool = False
+    learnt_state0: int = 0  # learnt initial-state arrays: 0 (from zeros), 1 (h) or 2 (LSTM's h, c)
 
     @nn.compact
     def __call__(self, xs: jax.Array) -> jax.Array:
@@ -239,6 +239,6 @@ class Recurrence(nn.Module):
         if self.learnt_state0:
             zeros = jax.nn.initializers.zeros
             state0 = self.param("state0_h", zeros, (hidden,))
-            if self.kind == "LSTM":
+            if self.learnt_state0 == 2:
                 state0 = (state0, self.param("state0_c", zeros, (hidden,)))
         return shared.recurrence(self.kind, self.activation, wi, wh, b, wc, xs, state0)
