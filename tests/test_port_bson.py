@@ -185,6 +185,9 @@ def test_a_learnt_initial_state_is_carried(target: str, tmp_path: Any) -> None:
     np.testing.assert_array_equal(back["layers"][1]["cell"]["state0"], state["layers"][1]["cell"]["state0"])
     for got_c, want_c in zip(back["layers"][0]["cell"]["state0"], state["layers"][0]["cell"]["state0"]):
         np.testing.assert_array_equal(got_c, want_c)
+    # a Flux >= 0.15 state (no state0) restores into it and keeps the module's own learnt state
+    again = tx.restore(tx.flux_state(built), like=built, layout=tx.flux_state)
+    assert tx.values_equal(tx.flux_state(again, flux="0.14"), back)
 
 
 def test_old_era_structs_by_position() -> None:

@@ -126,13 +126,15 @@ def _resolve(port: Port, spec: Any, era: str, restoring: bool = False) -> Any:
 def carry_initial_state(port: Port, state0: Any) -> Port:
     """``port`` of a recurrent layer whose module holds a learnt initial state ``state0`` (``h``, or
     ``(h, c)`` for LSTM, each ``(H,)``; None: the module starts from zeros): the layer's
-    ``args["state0"]`` and its arrays ``state0.h``/``state0.c``, Julia ``(H, 1)`` as in Flux ≤ 0.14."""
+    ``args["state0"]`` and its arrays ``state0.h``/``state0.c``, Julia ``(H, 1)`` as in Flux ≤ 0.14.
+    A Flux ≥ 0.15 state has no ``state0``: restoring one keeps the module's own."""
     if state0 is None:
         return port
     parts = state0 if isinstance(state0, tuple) else (state0,)
     for name, value in zip(("h", "c"), parts):
         hidden = int(value.shape[0])
         port.arrays[f"state0.{name}"] = (value, Reshape((hidden, 1), (hidden,)))
+        port.fixed.append((value, KEEP))  # used only where the state has no state0
     port.layer = dataclasses.replace(port.layer, args={**port.layer.args, "state0": True})
     return port
 
