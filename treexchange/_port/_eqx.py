@@ -49,7 +49,7 @@ from ._layout import (
     same_padding,
 )
 from ._perm import REV, SAME, Perm, Reshape, Transpose, conv_weight_perm
-from ._registry import ACTIVATED, builder, register, with_defaults
+from ._registry import ACTIVATED, ClassReaders, builder, class_reader, register_target, with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
 from ._state import KEEP, Port, carry_initial_state
 
@@ -293,10 +293,9 @@ class _Reader:
     def read(self, m: Any, path: TreePath) -> Port:
         """``m`` as its Flux layer, by the reader registered for its class (the nearest in its MRO,
         see ``_READERS``); then tuples/lists (a Chain) and plain callables (functions)."""
-        for cls in type(m).__mro__:
-            reader = _BY_CLASS.get(cls)
-            if reader is not None:
-                return reader(self, m, path)
+        reader = class_reader(_BY_CLASS, m)
+        if reader is not None:
+            return reader(self, m, path)
         if isinstance(m, (tuple, list)):
             return self.chain(list(m), path)
         if isinstance(m, eqx.Module):
@@ -685,9 +684,7 @@ _BUILDERS: list[tuple[tuple[str, ...], Callable[..., Any]]] = [
     (("RNN", "LSTM", "GRU", "GRUv3"), _build_recurrent),
 ]
 _nn = eqx.nn
-_READERS: list[tuple[tuple[str, ...], tuple[type, ...], Callable[..., Port]]] = [
-    # (the kinds registered with this reader, the module classes it reads, the reader); a class whose
-    # kind another row registers (an eqx.nn.MLP is a Chain too) has no kinds of its own
+_READERS: ClassReaders = [
     (("Chain",), (_nn.Sequential,), _Reader.sequential),
     ((), (L.NamedChain,), _Reader.named_chain),
     ((), (_nn.MLP,), _Reader.mlp),
@@ -716,12 +713,4 @@ _READERS: list[tuple[tuple[str, ...], tuple[type, ...], Callable[..., Port]]] = 
     (("RNN", "LSTM", "GRU", "GRUv3"), (L.Recurrence,), _Reader.recurrence),
     ((), (_nn.LSTMCell, _nn.GRUCell, L.RNNCell, L.GRUv3Cell), _Reader.recurrent_cell),
 ]
-_BY_CLASS: dict[type, Callable[..., Port]] = {
-    cls: reader for _, classes, reader in _READERS for cls in classes
-}
-
-for _kinds, _builder in _BUILDERS:
-    register("equinox", _kinds, builder=_builder)
-for _kinds, _classes, _reader in _READERS:
-    if _kinds:
-        register("equinox", _kinds, reader=_reader)
+_BY_CLASS = register_target("equinox", _BUILDERS, _READERS)
