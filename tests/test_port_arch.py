@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import random
+import re
 from typing import Any
 
 import pytest
 
 from treexchange import ConversionError
 from treexchange._port._arch import parse_architecture
+from treexchange._port._registry import RULES, julia_constructor, with_defaults
 from treexchange._port._spec import Layer
 
 LENET = (
@@ -93,6 +95,44 @@ def test_conv_keywords(text: str, args: dict[str, Any] | None) -> None:
         return
     kernel = args.pop("kernel", (3, 3))
     assert parse_architecture(text) == _conv(kernel, 2, 4, **args)
+
+
+def _flux_pad_field(printed: str, spatial: int) -> tuple[int, ...]:
+    """The ``pad`` field Flux builds from a printed constructor: ``calc_padding`` is
+    ``expand(Val(2N), pad)``, which repeats an integer 2N times and keeps a tuple as given."""
+    match = re.search(r"pad=(\([^)]*\)|\d+)", printed)
+    if match is None:
+        return (0,) * (2 * spatial)
+    text = match.group(1)
+    if text.startswith("("):
+        return tuple(int(v) for v in text.strip("()").split(",") if v.strip())
+    return (int(text),) * (2 * spatial)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Conv((3, 3), 2 => 4, pad=(1, 2))",  # symmetric per dim, differing between dims
+        "Conv((3, 3, 3), 2 => 4, pad=(0, 1, 2))",
+        "Conv((3, 3), 2 => 4, pad=(1, 0, 2, 3))",
+        "Conv((3, 3), 2 => 4, pad=1)",
+        "Conv((4, 5), 2 => 4, pad=SamePad())",
+        "Conv((3,), 2 => 4, pad=(1, 2))",
+        "ConvTranspose((3, 3), 2 => 4, pad=(2, 1))",
+        "MaxPool((2, 2), pad=(1, 0))",
+        "MeanPool((3, 3), pad=(1, 1, 0, 0), stride=1)",
+    ],
+)
+def test_printed_pad_round_trips_and_builds_the_states_pad(text: str) -> None:
+    """The printed constructor parses back to the same layer, and the ``pad`` Flux builds from it
+    has the entries of the state's ``pad`` (a 2-tuple for a 2-D kernel would be kept as 2 entries
+    by Flux while the state has 4, and ``Flux.loadmodel!`` would refuse it)."""
+    layer = parse_architecture(text)
+    printed = julia_constructor(layer)
+    assert parse_architecture(printed) == layer, printed
+    state_pad = dict(RULES[layer.kind].fields(with_defaults(layer), "0.15"))["pad"]
+    spatial = len(layer.args["kernel" if "kernel" in layer.args else "k"])
+    assert _flux_pad_field(printed, spatial) == tuple(int(v) for v in state_pad), printed
 
 
 def test_conv_variants() -> None:

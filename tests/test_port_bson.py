@@ -24,7 +24,7 @@ from treexchange import ConversionError, JuliaStruct, NamedTuple
 from treexchange._port._arch import parse_architecture
 from treexchange._port._eqx_layers import Recurrence
 from treexchange._port._fromflux import read_flux_source
-from treexchange._port._statefill import state_for_port, state_from_params
+from treexchange._port._statefill import state_from_params
 
 # The JuliaCon 2020 model as Flux 0.10 printed it; the file's closure x -> reshape(x, :, size(x, 4))
 # is written as what it computes, Flux.flatten.
@@ -141,13 +141,53 @@ def test_parameter_list_errors_name_the_array() -> None:
         state_from_params(arch, [np.ones((2, 3)), np.zeros(2)], "0.15")
 
 
-def test_a_learnt_initial_state_is_reported() -> None:
-    cell = NamedTuple(Wi=np.ones((4, 2)), Wh=np.ones((4, 4)), b=np.zeros(4), state0=np.full((4, 1), 0.5))
-    with pytest.warns(tx.RestoreWarning, match=r"m\.cell\.state0: the learnt initial state"):
-        state_for_port(NamedTuple(cell=cell, state=np.zeros((4, 1))), path=("m",))
+def _learnt_state0_state() -> NamedTuple:
+    """A Flux ≤ 0.14 ``Flux.state`` of ``Chain(LSTM(3 => 4), RNN(4 => 2))`` whose ``Recur``s hold
+    non-zero learnt initial states (``state0``; Flux ≤ 0.11 drew them at random), every array random."""
+    from treexchange._port._eqx import build_equinox
+
+    model = build_equinox(parse_architecture(LEARNT_STATE0), key=jax.random.key(0))
+    state = tx.flux_state(model, flux="0.14")
+    rng = np.random.default_rng(11)
+    return jax.tree_util.tree_map(
+        lambda a: rng.normal(size=a.shape).astype(np.float32) if isinstance(a, np.ndarray) else a, state
+    )
+
+
+LEARNT_STATE0 = "Chain(LSTM(3 => 4), RNN(4 => 2))"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_learnt_initial_state_is_carried(target: str, tmp_path: Any) -> None:
+    """The ported layers start from the ``Recur``'s learnt ``state0`` (not from zeros, which changed
+    the first steps' outputs): the numbers of the numpy Flux ≤ 0.14 reference, which starts from
+    ``state0``; and the built model writes that ``state0`` back."""
+    state = _learnt_state0_state()
+    assert np.all(state["layers"][1]["cell"]["state0"] != 0)
+    tx.save(tmp_path / "s.jld2", s=state)
+    layer = parse_architecture(LEARNT_STATE0)
     with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        state_for_port(NamedTuple(cell=cell.replace(state0=np.zeros((4, 1)))), path=("m",))
+        warnings.simplefilter("error")  # nothing is dropped
+        built = tx.from_flux(tmp_path / "s.jld2", "s", architecture=LEARNT_STATE0, target=target, flux="0.14")
+    x = np.random.default_rng(12).normal(size=(3, 6, 5)).astype(np.float32)  # Julia (in, L, B)
+    expected = ref.forward(layer, state, x).transpose(2, 1, 0)  # (B, L, out)
+    xs = jnp.asarray(x.transpose(2, 1, 0))
+    if target == "equinox":
+        got = np.asarray(jax.vmap(built)(xs))
+    elif target == "nnx":
+        got = np.asarray(built(xs))
+    else:
+        got = np.asarray(built[0].apply(built[1], xs))
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+    zero_start = ref.forward(layer, tx.flux_state(built), x)  # Flux >= 0.15: from zeros
+    assert np.abs(zero_start.transpose(2, 1, 0) - expected)[:, 0].max() > 1e-2  # the state0 matters
+    back = tx.flux_state(built, flux="0.14")
+    np.testing.assert_array_equal(back["layers"][1]["cell"]["state0"], state["layers"][1]["cell"]["state0"])
+    for got_c, want_c in zip(back["layers"][0]["cell"]["state0"], state["layers"][0]["cell"]["state0"]):
+        np.testing.assert_array_equal(got_c, want_c)
+    # a Flux >= 0.15 state (no state0) restores into it and keeps the module's own learnt state
+    again = tx.restore(tx.flux_state(built), like=built, layout=tx.flux_state)
+    assert tx.values_equal(tx.flux_state(again, flux="0.14"), back)
 
 
 def test_old_era_structs_by_position() -> None:

@@ -168,3 +168,39 @@ def test_from_flux_keeps_the_authors_chain(target: str, text: str, tmp_path: Any
     x = np.random.default_rng(0).normal(size=(2, 2, 6, 6) if stateful else (2, 4)).astype(np.float32)
     expected = ref.forward(layer, tx.load(path, "model_state"), x.transpose(np.arange(x.ndim)[::-1]))
     _close_to_reference(_run(again, target, x), expected.transpose(np.arange(expected.ndim)[::-1]))
+
+
+def _named_norm_state(rng: np.random.Generator) -> dict[str, Any]:
+    """A ``Flux.state`` of ``Chain(a = Dense(2 => 4), b = BatchNorm(4, relu))`` with trained-looking
+    running statistics (so inference mode is not the identity normalisation)."""
+    f32 = np.float32
+    return {
+        "layers": {
+            "a": {"weight": rng.normal(size=(4, 2)).astype(f32), "bias": rng.normal(size=4).astype(f32),
+                  "σ": ()},
+            "b": {"λ": (), "β": rng.normal(size=4).astype(f32), "γ": rng.normal(size=4).astype(f32),
+                  "μ": rng.normal(size=4).astype(f32), "σ²": rng.uniform(0.5, 2, size=4).astype(f32),
+                  "ϵ": f32(1e-5), "momentum": f32(0.1), "affine": True, "track_stats": True,
+                  "active": None, "chs": 4},
+        }
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_named_chain_with_an_activated_batchnorm(target: str, tmp_path: Any) -> None:
+    """``BatchNorm(4, relu)`` inside a named Chain: Equinox built it as a Sequential of (BatchNorm,
+    relu), which read back as a nested Chain (a MismatchError restoring the file), and the named
+    chain did not pass the BatchNorm state. It must read back as one layer and compute Flux's numbers."""
+    from treexchange._port._arch import parse_architecture
+
+    text = "Chain(a = Dense(2 => 4), b = BatchNorm(4, relu))"
+    path = tmp_path / "named.jld2"
+    tx.save(path, model_state=_named_norm_state(np.random.default_rng(5)))
+    built = tx.from_flux(path, "model_state", architecture=text, target=target)
+    assert tx.flux_julia(built).splitlines()[1] == f"model = {text}"
+    assert tx.values_equal(tx.flux_state(built), tx.load(path, "model_state"))
+    x = np.random.default_rng(6).normal(size=(5, 2)).astype(np.float32)
+    expected = ref.forward(parse_architecture(text), tx.load(path, "model_state"), x.T)
+    out = _run(built, target, x)
+    assert (out == 0).any() and (out > 0).any()  # the relu is applied, to a non-trivial output
+    _close_to_reference(out, expected.T)

@@ -170,3 +170,53 @@ def test_lux_v05_has_no_attention_and_no_gruv3() -> None:
         tx.lux_state(_model("MultiHeadAttention(8; nheads=2)", 0), lux="0.5")
     with pytest.raises(tx.UnsupportedError, match="GRUv3"):
         tx.lux_state(_model("Chain(GRUv3(3 => 4))", 0))
+
+
+def _lux_v05_rnn(ps: Any, xs: np.ndarray) -> np.ndarray:
+    """Lux 0.5 ``RNNCell`` (v0.5.68 ``(rnn::RNNCell)(...)``): ``tanh(W_ih x + W_hh h + bias)``,
+    the bias added as stored (``fused_dense_bias_activation`` takes a vector bias)."""
+    h = np.zeros(ps.weight_hh.shape[1])
+    out = []
+    for x in xs.astype(np.float64):
+        h = np.tanh(ps.weight_ih @ x + ps.weight_hh @ h + ps.bias)
+        out.append(h)
+    return np.stack(out)
+
+
+def _lux_v05_lstm(ps: Any, xs: np.ndarray) -> np.ndarray:
+    """Lux 0.5 ``LSTMCell``: gates i, f, g, o of ``W_i x + W_h h + vec(bias)`` (``safe_vec``)."""
+    hidden = ps.weight_h.shape[1]
+    h, c = np.zeros(hidden), np.zeros(hidden)
+    out = []
+    for x in xs.astype(np.float64):
+        i, f, g, o = np.split(ps.weight_i @ x + ps.weight_h @ h + ps.bias.reshape(-1), 4)
+        c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+        h = _sigmoid(o) * np.tanh(c)
+        out.append(h)
+    return np.stack(out)
+
+
+@pytest.mark.parametrize(
+    ("text", "forward", "bias_shape"),
+    [("Chain(RNN(3 => 4))", _lux_v05_rnn, (4,)), ("Chain(LSTM(3 => 4))", _lux_v05_lstm, (16, 1))],
+)
+def test_lux_v05_recurrent_ps_compute_what_the_model_computes(
+    text: str, forward: Any, bias_shape: tuple[int, ...], tmp_path: Path
+) -> None:
+    """Lux 0.5 makes an RNNCell bias ``init_bias(rng, H)`` (a vector) and an LSTMCell bias a ``vcat``
+    of ``(H, 1)`` blocks; an RNN bias written ``(H, 1)`` is not the array Lux 0.5 adds."""
+    model = _model(text, 0)
+    rng = np.random.default_rng(8)
+    state = jax.tree_util.tree_map(  # the bias non-zero, so its place and shape are tested
+        lambda a: rng.normal(size=a.shape).astype(a.dtype) if isinstance(a, np.ndarray) else a,
+        tx.flux_state(model),
+    )
+    model = tx.restore(state, like=model, layout=tx.flux_state)
+    ps, _ = tx.lux_state(model, lux="0.5")
+    assert ps.layer_1.bias.shape == bias_shape
+    xs = rng.normal(size=(5, 3)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(model(xs)), forward(ps.layer_1, xs), rtol=1e-5, atol=1e-6)
+    tx.save(tmp_path / "ps.jld2", ps=ps)  # and the file restores into a fresh model
+    layout = functools.partial(tx.lux_state, part="ps", lux="0.5")
+    fresh = tx.load(tmp_path / "ps.jld2", "ps", like=_model(text, 1), layout=layout)
+    np.testing.assert_allclose(np.asarray(fresh(xs)), forward(ps.layer_1, xs), rtol=1e-5, atol=1e-6)

@@ -26,7 +26,8 @@ Contracts with the restore code (``_bridge/_restore.py``, ``_api.py``): a layout
 applied when placing), set ``ref.fixed`` for a model leaf with no Julia counterpart, and put
 ``NoArrays()`` where the Julia state holds only hyper-parameters (any array-free value fits).
 A Flux layer with an activation outside a Chain is ``_eqx_layers.Activated`` /
-``_nnx_layers.Activated`` (inside a Chain: the module then the activation, folded when read). A
+``_nnx_layers.Activated`` (inside a Chain: the module then the activation, folded when read); an
+Equinox layer with state (BatchNorm) is ``_eqx_layers.StatefulActivated`` there, which passes the state. A
 standalone function Chain entry is built as ``_eqx_layers.Function`` / ``_nnx_layers.Function``,
 which the readers never fold, so a built model's Flux.state keeps its source's Chain entry for entry.
 

@@ -37,6 +37,7 @@ from .._bridge._restore import LeafRef
 from .._errors import TreePath, UnsupportedError
 from . import _eqx_layers as L
 from ._activations import function_of, name_of
+from ._jaxops import learnt_initial_state
 from ._layout import (
     chain_port,
     julia_pad,
@@ -48,9 +49,9 @@ from ._layout import (
     same_padding,
 )
 from ._perm import REV, SAME, Perm, Reshape, Transpose, conv_weight_perm
-from ._registry import ACTIVATED, builder, register, with_defaults
+from ._registry import ACTIVATED, ClassReaders, builder, class_reader, register_target, with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
-from ._state import KEEP, Port
+from ._state import KEEP, Port, carry_initial_state
 
 # === building ======================================================================================
 
@@ -75,12 +76,13 @@ def build_equinox(layer: Layer, *, key: Any, flux: str = DEFAULT_FLUX_ERA) -> An
 
 def _one(layer: Layer, key: Any, era: str) -> Any:
     """One module for ``layer``; with an activation: ``Activated(module, σ)``, or for a stateful
-    layer (BatchNorm, which needs ``eqx.nn.Sequential`` to pass its state) a Sequential."""
+    layer (BatchNorm, whose state must be passed through) ``StatefulActivated(module, σ)``; both
+    read back as that one layer (a Sequential would read back as a Chain of one)."""
     modules = _build(layer, key, era)
     if len(modules) == 1:
         return modules[0]
     if isinstance(modules[0], eqx.nn.StatefulLayer):
-        return eqx.nn.Sequential(modules)
+        return L.StatefulActivated(modules[0], str(layer.args["σ"]))
     return L.Activated(modules[0], str(layer.args["σ"]))
 
 
@@ -230,7 +232,7 @@ def _build_recurrent(layer: Layer, key: Any, era: str) -> Any:
         else:
             wc = eqx.nn.Linear(hidden, hidden, use_bias=False, key=k3)
             cell = L.GRUv3Cell(wi.weight, wh.weight, wi.bias, wc.weight)
-    return L.Recurrence(cell)
+    return L.Recurrence(cell, learnt_initial_state(layer))
 
 
 def _build_attention(layer: Layer, key: Any, era: str) -> Any:
@@ -289,85 +291,13 @@ class _Reader:
         self.era = era
 
     def read(self, m: Any, path: TreePath) -> Port:
-        nn = eqx.nn
-        if isinstance(m, nn.Sequential):
-            return self.chain(list(m.layers), (*path, "layers"))
+        """``m`` as its Flux layer, by the reader registered for its class (the nearest in its MRO,
+        see ``_READERS``); then tuples/lists (a Chain) and plain callables (functions)."""
+        reader = class_reader(_BY_CLASS, m)
+        if reader is not None:
+            return reader(self, m, path)
         if isinstance(m, (tuple, list)):
             return self.chain(list(m), path)
-        if isinstance(m, nn.MLP):
-            return self.mlp(m, path)
-        if isinstance(m, nn.Linear):
-            return self.linear(m, path)
-        if isinstance(m, (nn.Conv, nn.ConvTranspose)):
-            return self.conv(m, "Conv", path)
-        if isinstance(m, L.CrossCor):
-            return self.conv(m.conv, "CrossCor", path)
-        if isinstance(m, nn.Pool):
-            return self.pool(m, path)
-        if isinstance(m, L.AdaptivePool):
-            kind = "AdaptiveMaxPool" if m.op == "max" else "AdaptiveMeanPool"
-            return Port(with_defaults(Layer(kind, {"out": rev(m.out)})))
-        if isinstance(m, L.GlobalPool):
-            return Port(Layer("GlobalMaxPool" if m.op == "max" else "GlobalMeanPool"))
-        if isinstance(m, L.Flatten):
-            return Port(Layer("flatten"))
-        if isinstance(m, nn.BatchNorm):
-            return self.batchnorm(m, path)
-        if isinstance(m, (nn.GroupNorm, L.InstanceNorm)):
-            return self.groupnorm(m, path)
-        if isinstance(m, nn.LayerNorm):
-            return self.layernorm(m, path)
-        if isinstance(m, L.LayerNormStdEps):
-            return self.layernorm_std_eps(m, path)
-        if isinstance(m, nn.Embedding):
-            n, d = m.weight.shape
-            return Port(
-                Layer("Embedding", {"in": int(n), "out": int(d)}), {"weight": (m.weight, Transpose((1, 0)))}
-            )
-        if isinstance(m, nn.MultiheadAttention):
-            return self.attention(m, path)
-        if isinstance(m, L.Recurrence):
-            return self.recurrent_cell(m.cell, (*path, "cell"))
-        if isinstance(m, (nn.LSTMCell, nn.GRUCell, L.RNNCell, L.GRUv3Cell)):
-            return self.recurrent_cell(m, path)
-        if isinstance(m, nn.Dropout):
-            return Port(Layer("Dropout", {"p": float(m.p)}))
-        if isinstance(m, L.AlphaDropout):
-            return Port(Layer("AlphaDropout", {"p": float(m.p)}))
-        if isinstance(m, L.Scale):
-            return self.scale(m, path)
-        if isinstance(m, L.Bilinear):
-            out, in1, in2 = m.weight.shape
-            layer = Layer("Bilinear", {"in": (int(in1), int(in2)), "out": int(out), "σ": m.activation,
-                                       "bias": m.bias is not None})  # fmt: skip
-            arrays: dict[str, tuple[Any, Perm]] = {"weight": (m.weight, SAME)}
-            if m.bias is not None:
-                arrays["bias"] = (m.bias, SAME)
-            return Port(layer, arrays)
-        if isinstance(m, L.NamedChain):
-            ports = tuple(self.read(c, (*path, "layers", n)) for c, n in zip(m.layers, m.names))
-            return Port(Layer("Chain", {}, tuple(p.layer for p in ports), m.names), children=ports)
-        if isinstance(m, (L.Parallel, L.PairwiseFusion, L.Maxout)):
-            kind = type(m).__name__
-            ports = tuple(self.read(c, (*path, "layers", i + 1)) for i, c in enumerate(m.layers))
-            args = {} if isinstance(m, L.Maxout) else {"connection": m.connection}
-            names = getattr(m, "names", None)
-            return Port(Layer(kind, args, tuple(p.layer for p in ports), names), children=ports)
-        if isinstance(m, L.SkipConnection):
-            inner = self.read(m.layers, (*path, "layers"))
-            return Port(
-                Layer("SkipConnection", {"connection": m.connection}, (inner.layer,)), children=(inner,)
-            )
-        if isinstance(m, L.Activated):
-            port = self.read(m.layer, (*path, "layer"))
-            port.layer = dataclasses.replace(port.layer, args={**port.layer.args, "σ": m.activation})
-            return port
-        if isinstance(m, L.Function):
-            return Port(Layer("function", {"name": m.name}))
-        if isinstance(m, nn.Lambda):
-            return self.function(m.fn, path)
-        if isinstance(m, nn.Identity):
-            return Port(Layer("function", {"name": "identity"}))
         if isinstance(m, eqx.Module):
             raise UnsupportedError(
                 f"no Flux layer for {type(m).__module__}.{type(m).__qualname__} (see docs/porting.md)",
@@ -376,6 +306,77 @@ class _Reader:
         if callable(m) and not dataclasses.is_dataclass(m):
             return self.function(m, path)
         raise UnsupportedError(f"no Flux layer for {type(m).__name__}", path=path)
+
+    # --- one reader per module class (registered in _READERS) ----------------------------------------
+    def sequential(self, m: Any, path: TreePath) -> Port:
+        return self.chain(list(m.layers), (*path, "layers"))
+
+    def named_chain(self, m: Any, path: TreePath) -> Port:
+        ports = tuple(self.read(c, (*path, "layers", n)) for c, n in zip(m.layers, m.names))
+        return Port(Layer("Chain", {}, tuple(p.layer for p in ports), m.names), children=ports)
+
+    def connected(self, m: Any, path: TreePath) -> Port:
+        """``Parallel``, ``PairwiseFusion`` or ``Maxout``: the layers, and the connection if any."""
+        kind = type(m).__name__
+        ports = tuple(self.read(c, (*path, "layers", i + 1)) for i, c in enumerate(m.layers))
+        args = {} if isinstance(m, L.Maxout) else {"connection": m.connection}
+        names = getattr(m, "names", None)
+        return Port(Layer(kind, args, tuple(p.layer for p in ports), names), children=ports)
+
+    def skip(self, m: Any, path: TreePath) -> Port:
+        inner = self.read(m.layers, (*path, "layers"))
+        return Port(Layer("SkipConnection", {"connection": m.connection}, (inner.layer,)), children=(inner,))
+
+    def activated(self, m: Any, path: TreePath) -> Port:
+        port = self.read(m.layer, (*path, "layer"))
+        port.layer = dataclasses.replace(port.layer, args={**port.layer.args, "σ": m.activation})
+        return port
+
+    def function_entry(self, m: Any, path: TreePath) -> Port:
+        return Port(Layer("function", {"name": m.name}))
+
+    def lambda_(self, m: Any, path: TreePath) -> Port:
+        return self.function(m.fn, path)
+
+    def identity(self, m: Any, path: TreePath) -> Port:
+        return Port(Layer("function", {"name": "identity"}))
+
+    def crosscor(self, m: Any, path: TreePath) -> Port:
+        return self.conv(m.conv, "CrossCor", path)
+
+    def conv_module(self, m: Any, path: TreePath) -> Port:
+        return self.conv(m, "Conv", path)
+
+    def adaptive(self, m: Any, path: TreePath) -> Port:
+        kind = "AdaptiveMaxPool" if m.op == "max" else "AdaptiveMeanPool"
+        return Port(with_defaults(Layer(kind, {"out": rev(m.out)})))
+
+    def global_pool(self, m: Any, path: TreePath) -> Port:
+        return Port(Layer("GlobalMaxPool" if m.op == "max" else "GlobalMeanPool"))
+
+    def flatten(self, m: Any, path: TreePath) -> Port:
+        return Port(Layer("flatten"))
+
+    def embedding(self, m: Any, path: TreePath) -> Port:
+        n, d = m.weight.shape
+        return Port(
+            Layer("Embedding", {"in": int(n), "out": int(d)}), {"weight": (m.weight, Transpose((1, 0)))}
+        )
+
+    def recurrence(self, m: Any, path: TreePath) -> Port:
+        return carry_initial_state(self.recurrent_cell(m.cell, (*path, "cell")), m.state0)
+
+    def dropout(self, m: Any, path: TreePath) -> Port:
+        return Port(Layer("AlphaDropout" if isinstance(m, L.AlphaDropout) else "Dropout", {"p": float(m.p)}))
+
+    def bilinear(self, m: Any, path: TreePath) -> Port:
+        out, in1, in2 = m.weight.shape
+        layer = Layer("Bilinear", {"in": (int(in1), int(in2)), "out": int(out), "σ": m.activation,
+                                   "bias": m.bias is not None})  # fmt: skip
+        arrays: dict[str, tuple[Any, Perm]] = {"weight": (m.weight, SAME)}
+        if m.bias is not None:
+            arrays["bias"] = (m.bias, SAME)
+        return Port(layer, arrays)
 
     # --- containers --------------------------------------------------------------------------------
     def chain(self, items: list[Any], path: TreePath) -> Port:
@@ -659,28 +660,57 @@ def _build_flatten(layer: Layer, key: Any, era: str) -> Any:
     return L.Flatten()
 
 
-_ENTRIES: list[tuple[tuple[str, ...], Callable[..., Any], Callable[..., Any]]] = [
-    (("Chain",), _build_chain, _Reader.chain),
-    (("Parallel",), _build_parallel, _Reader.read),
-    (("SkipConnection",), _build_skip, _Reader.read),
-    (("PairwiseFusion",), _build_fusion, _Reader.read),
-    (("Maxout",), _build_maxout, _Reader.read),
-    (("Dense",), _build_dense, _Reader.linear),
-    (("Bilinear",), _build_bilinear, _Reader.read),
-    (("Scale",), _build_scale, _Reader.scale),
-    (("Embedding",), _build_embedding, _Reader.read),
-    (("Conv", "DepthwiseConv", "CrossCor", "ConvTranspose"), _build_conv, _Reader.conv),
-    (("MaxPool", "MeanPool"), _build_pool, _Reader.pool),
-    (("AdaptiveMaxPool", "AdaptiveMeanPool"), _build_adaptive, _Reader.read),
-    (("GlobalMaxPool", "GlobalMeanPool"), _build_global, _Reader.read),
-    (("flatten",), _build_flatten, _Reader.read),
-    (("function",), _build_function, _Reader.function),
-    (("BatchNorm",), _build_norm, _Reader.batchnorm),
-    (("GroupNorm", "InstanceNorm"), _build_norm, _Reader.groupnorm),
-    (("LayerNorm",), _build_layernorm, _Reader.layernorm),
-    (("Dropout", "AlphaDropout"), _build_dropout, _Reader.read),
-    (("MultiHeadAttention",), _build_attention, _Reader.attention),
-    (("RNN", "LSTM", "GRU", "GRUv3"), _build_recurrent, _Reader.recurrent_cell),
+_BUILDERS: list[tuple[tuple[str, ...], Callable[..., Any]]] = [
+    (("Chain",), _build_chain),
+    (("Parallel",), _build_parallel),
+    (("SkipConnection",), _build_skip),
+    (("PairwiseFusion",), _build_fusion),
+    (("Maxout",), _build_maxout),
+    (("Dense",), _build_dense),
+    (("Bilinear",), _build_bilinear),
+    (("Scale",), _build_scale),
+    (("Embedding",), _build_embedding),
+    (("Conv", "DepthwiseConv", "CrossCor", "ConvTranspose"), _build_conv),
+    (("MaxPool", "MeanPool"), _build_pool),
+    (("AdaptiveMaxPool", "AdaptiveMeanPool"), _build_adaptive),
+    (("GlobalMaxPool", "GlobalMeanPool"), _build_global),
+    (("flatten",), _build_flatten),
+    (("function",), _build_function),
+    (("BatchNorm",), _build_norm),
+    (("GroupNorm", "InstanceNorm"), _build_norm),
+    (("LayerNorm",), _build_layernorm),
+    (("Dropout", "AlphaDropout"), _build_dropout),
+    (("MultiHeadAttention",), _build_attention),
+    (("RNN", "LSTM", "GRU", "GRUv3"), _build_recurrent),
 ]
-for _kinds, _builder, _reader in _ENTRIES:
-    register("equinox", _kinds, builder=_builder, reader=_reader)
+_nn = eqx.nn
+_READERS: ClassReaders = [
+    (("Chain",), (_nn.Sequential,), _Reader.sequential),
+    ((), (L.NamedChain,), _Reader.named_chain),
+    ((), (_nn.MLP,), _Reader.mlp),
+    (("Parallel", "PairwiseFusion", "Maxout"), (L.Parallel, L.PairwiseFusion, L.Maxout), _Reader.connected),
+    (("SkipConnection",), (L.SkipConnection,), _Reader.skip),
+    ((), (L.Activated, L.StatefulActivated), _Reader.activated),
+    (("function",), (L.Function,), _Reader.function_entry),
+    ((), (_nn.Lambda,), _Reader.lambda_),
+    ((), (_nn.Identity,), _Reader.identity),
+    (("Dense",), (_nn.Linear,), _Reader.linear),
+    (("Bilinear",), (L.Bilinear,), _Reader.bilinear),
+    (("Scale",), (L.Scale,), _Reader.scale),
+    (("Embedding",), (_nn.Embedding,), _Reader.embedding),
+    (("Conv", "DepthwiseConv", "ConvTranspose"), (_nn.Conv, _nn.ConvTranspose), _Reader.conv_module),
+    (("CrossCor",), (L.CrossCor,), _Reader.crosscor),
+    (("MaxPool", "MeanPool"), (_nn.Pool,), _Reader.pool),
+    (("AdaptiveMaxPool", "AdaptiveMeanPool"), (L.AdaptivePool,), _Reader.adaptive),
+    (("GlobalMaxPool", "GlobalMeanPool"), (L.GlobalPool,), _Reader.global_pool),
+    (("flatten",), (L.Flatten,), _Reader.flatten),
+    (("BatchNorm",), (_nn.BatchNorm,), _Reader.batchnorm),
+    (("GroupNorm", "InstanceNorm"), (_nn.GroupNorm, L.InstanceNorm), _Reader.groupnorm),
+    (("LayerNorm",), (_nn.LayerNorm,), _Reader.layernorm),
+    ((), (L.LayerNormStdEps,), _Reader.layernorm_std_eps),
+    (("Dropout", "AlphaDropout"), (_nn.Dropout, L.AlphaDropout), _Reader.dropout),
+    (("MultiHeadAttention",), (_nn.MultiheadAttention,), _Reader.attention),
+    (("RNN", "LSTM", "GRU", "GRUv3"), (L.Recurrence,), _Reader.recurrence),
+    ((), (_nn.LSTMCell, _nn.GRUCell, L.RNNCell, L.GRUv3Cell), _Reader.recurrent_cell),
+]
+_BY_CLASS = register_target("equinox", _BUILDERS, _READERS)

@@ -25,6 +25,8 @@ from jax import lax
 from ._activations import function_of
 from ._jaxops import scale_shift
 
+_NO_STATE: Any = object()  # no eqx.nn.State was passed: the call returns the output alone
+
 
 class Flatten(eqx.Module):
     """Flux's ``flatten`` on one sample: column-major over Julia dims = row-major ``ravel`` here (§1.4)."""
@@ -180,6 +182,30 @@ class Activated(eqx.Module):
         return function_of(self.activation)(self.layer(x))
 
 
+class StatefulActivated(eqx.nn.StatefulLayer):
+    """:class:`Activated` for a layer that carries state (``BatchNorm(C, relu)``): it threads the
+    ``eqx.nn.State`` through, as ``eqx.nn.Sequential`` does, and reads back as that one layer."""
+
+    layer: Any
+    activation: str = eqx.field(static=True)
+
+    def __call__(self, x: Any, state: Any = _NO_STATE, *, key: Any = None) -> Any:
+        if state is _NO_STATE:
+            return function_of(self.activation)(self.layer(x))
+        y, state = self.layer(x, state)
+        return function_of(self.activation)(y), state
+
+
+def _thread(layers: tuple[Any, ...], x: Any, state: Any) -> tuple[Any, Any]:
+    """Apply ``layers`` in order, passing ``state`` to (and taking it back from) the stateful ones."""
+    for layer in layers:
+        if state is not _NO_STATE and isinstance(layer, eqx.nn.StatefulLayer) and layer.is_stateful():
+            x, state = layer(x, state)
+        else:
+            x = layer(x)
+    return x, state
+
+
 class Function(eqx.Module):
     """A Flux function that is a Chain entry of its own (``Chain(Dense(2 => 3), relu)``): it reads
     back as that entry, never folded into the layer before it, so the model's ``Flux.state`` keeps
@@ -191,16 +217,20 @@ class Function(eqx.Module):
         return function_of(self.name)(x)
 
 
-class NamedChain(eqx.Module):
-    """Flux ``Chain(a = …, b = …)``: layers applied in order, with their names kept."""
+class NamedChain(eqx.nn.StatefulLayer):
+    """Flux ``Chain(a = …, b = …)``: layers applied in order, with their names kept; called as
+    ``model(x, state)`` it threads the state through its stateful layers (BatchNorm) and returns
+    ``(y, state)``, as ``eqx.nn.Sequential`` does."""
 
     layers: tuple[Any, ...]
     names: tuple[str, ...] = eqx.field(static=True)
 
-    def __call__(self, x: Any, *, key: Any = None) -> Any:
-        for layer in self.layers:
-            x = layer(x)
-        return x
+    def is_stateful(self) -> bool:
+        return any(isinstance(m, eqx.nn.StatefulLayer) and m.is_stateful() for m in self.layers)
+
+    def __call__(self, x: Any, state: Any = _NO_STATE, *, key: Any = None) -> Any:
+        y, state = _thread(self.layers, x, state)
+        return y if state is _NO_STATE else (y, state)
 
 
 class Parallel(eqx.Module):
@@ -287,17 +317,19 @@ class Recurrence(eqx.Module):
     """A cell scanned over one sequence, as Flux ≥ 0.15's ``RNN``/``LSTM``/``GRU``/``GRUv3`` do.
 
     Input ``(L, in)`` (the Julia sequence ``(in, L)`` under C0), output the hidden states ``(L, H)``,
-    starting from zeros (Flux's ``initialstates``). ``cell`` is an ``eqx.nn.LSTMCell``/``GRUCell``,
-    :class:`RNNCell` or :class:`GRUv3Cell`.
+    starting from zeros (Flux's ``initialstates``), or from ``state0`` (``h``, LSTM ``(h, c)``, each
+    ``(H,)``), a Flux ≤ 0.14 ``Recur``'s learnt initial state. ``cell`` is an
+    ``eqx.nn.LSTMCell``/``GRUCell``, :class:`RNNCell` or :class:`GRUv3Cell`.
     """
 
     cell: Any
+    state0: Any = None
 
     def __call__(self, xs: jax.Array, *, key: Any = None) -> jax.Array:
         hidden = self.cell.weight_hh.shape[-1]
         zero = jnp.zeros((hidden,), xs.dtype)
         lstm = isinstance(self.cell, eqx.nn.LSTMCell)
-        carry0: Any = (zero, zero) if lstm else zero
+        carry0: Any = ((zero, zero) if lstm else zero) if self.state0 is None else self.state0
 
         def step(carry: Any, x: jax.Array) -> tuple[Any, jax.Array]:
             carry = self.cell(x, carry)

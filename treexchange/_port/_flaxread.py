@@ -29,7 +29,7 @@ from ._layout import (
 from ._perm import SAME, Compose, Perm, Reshape, Transpose, spatial_flip
 from ._registry import CONTAINERS, with_defaults
 from ._spec import Layer
-from ._state import Port
+from ._state import Port, carry_initial_state
 
 
 def value(variable: Any) -> Any:
@@ -240,7 +240,11 @@ class FlaxLayoutReader:
         }
         if m.weight_hh_candidate is not None:
             arrays["Wh_h̃"] = (value(m.weight_hh_candidate), SAME)
-        return Port(with_defaults(Layer(m.kind, args)), arrays)
+        state0: Any = None
+        if m.state0_h is not None:  # a learnt initial state (Flux ≤ 0.14)
+            h = value(m.state0_h)
+            state0 = (h, value(m.state0_c)) if m.state0_c is not None else h
+        return carry_initial_state(Port(with_defaults(Layer(m.kind, args)), arrays), state0)
 
     def attention(self, m: Any, path: TreePath) -> Port:
         """``nnx.MultiHeadAttention``: kernels ``(in, heads, head_dim)`` are Flux's ``W.T`` with its

@@ -12,6 +12,7 @@ shape error deep inside a framework.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -21,7 +22,7 @@ import numpy as np
 from treexchange._errors import ConversionError, PathSegment, TreePath, UnsupportedError
 from treexchange._port import load_state
 from treexchange._port._arch import parse_architecture
-from treexchange._port._registry import KINDS
+from treexchange._port._registry import KINDS, RECURRENT_GATES
 from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
 from treexchange._port._state import check_era
 from treexchange._port._statefill import state_for_architecture, state_for_port
@@ -171,6 +172,27 @@ def check_state(layer: Layer, state: Any, *, path: Sequence[PathSegment] = ()) -
         _expect(where, key, spec.shape, (*p, *spec.where), layer, optional=spec.optional)
 
 
+def with_learnt_initial_states(layer: Layer, state: Any) -> Layer:
+    """``layer`` with ``args["state0"]`` on each recurrent layer whose state holds a non-zero learnt
+    initial state (a Flux ≤ 0.14 ``Recur``'s ``cell.state0``; Flux ≤ 0.11 drew it at random): the
+    built module then holds it and starts from it, as the ``Recur`` did after ``Flux.reset!``.
+    ``state`` has passed :func:`check_state`."""
+    if layer.kind in RECURRENT_GATES:
+        state0 = _field(_field(state, "cell"), "state0")
+        arrays = state0 if isinstance(state0, tuple) else (state0,)
+        if any(isinstance(a, np.ndarray) and bool(np.any(a != 0)) for a in arrays):
+            return dataclasses.replace(layer, args={**layer.args, "state0": True})
+        return layer
+    if layer.kind == "SkipConnection":
+        states = [_field(state, "layers")]
+    elif layer.children:
+        states = [sub for sub, _ in _children_states(layer, state, ())]
+    else:
+        return layer
+    children = tuple(with_learnt_initial_states(c, s) for c, s in zip(layer.children, states, strict=True))
+    return dataclasses.replace(layer, children=children)
+
+
 def _at(state: Any, where: Sequence[str]) -> Any:
     for key in where:
         state = _field(state, key)
@@ -235,7 +257,8 @@ def from_flux(
     """
     era = check_era(flux if flux is not None else ("0.14" if architecture is None else DEFAULT_FLUX_ERA))
     layer, state = read_flux_source(path, name, architecture, flux=era)
-    state = state_for_port(state, path=(name,))  # Float64 (Flux ≤ 0.9 often) in JAX's Float32
+    layer = with_learnt_initial_states(layer, state)
+    state = state_for_port(state)  # Float64 (Flux ≤ 0.9 often) in JAX's Float32
 
     def fill(model: Any) -> Any:
         return load_state(model, state, path=(name,), flux=era)

@@ -74,6 +74,16 @@ def connect(name: str, values: list[jax.Array]) -> jax.Array:
     return out
 
 
+def learnt_initial_state(layer: Any) -> Any:
+    """The learnt initial state a recurrent layer's module holds (restored over these zeros): ``h``,
+    or ``(h, c)`` for LSTM, each ``(H,)``, when ``layer.args["state0"]``; else None (zeros, Flux's
+    default, are not stored)."""
+    if not layer.args.get("state0"):
+        return None
+    hidden = int(layer.args["out"])
+    return (jnp.zeros(hidden), jnp.zeros(hidden)) if layer.kind == "LSTM" else jnp.zeros(hidden)
+
+
 def recurrence(
     kind: str,
     activation: str,
@@ -82,9 +92,11 @@ def recurrence(
     b: jax.Array,
     wc: jax.Array | None,
     xs: jax.Array,
+    state0: Any = None,
 ) -> jax.Array:
-    """Flux's recurrent ``kind`` over ``xs`` ``(batch, time, in)`` from a zero state
-    (the equations are in :class:`Recurrence`)."""
+    """Flux's recurrent ``kind`` over ``xs`` ``(batch, time, in)`` from a zero state, or from the
+    learnt ``state0`` (``h``, LSTM ``(h, c)``, each ``(H,)``; the same for every sequence) (the
+    equations are in :class:`Recurrence`)."""
     hidden = wh.shape[-1]
     zero = jnp.zeros((xs.shape[0], hidden), xs.dtype)
     act = function_of(activation)
@@ -113,6 +125,8 @@ def recurrence(
         return h, h
 
     carry0: Any = (zero, zero) if kind == "LSTM" else zero
+    if state0 is not None:
+        carry0 = jax.tree_util.tree_map(lambda s, z: z + s, state0, carry0)  # over the batch
     _, hs = jax.lax.scan(step, carry0, jnp.swapaxes(xs, 0, 1))
     return jnp.swapaxes(hs, 0, 1)
 

@@ -32,7 +32,15 @@ from ._activations import function_of
 from ._flaxread import FlaxLayoutReader, scale_shape
 from ._layout import is_linen_model, julia_pad, layernorm_eps, python_padding, rev, transpose_padding
 from ._perm import SAME, Transpose
-from ._registry import ACTIVATED, RECURRENT_GATES, builder, register, with_defaults
+from ._registry import (
+    ACTIVATED,
+    RECURRENT_GATES,
+    ClassReaders,
+    builder,
+    class_reader,
+    register_target,
+    with_defaults,
+)
 from ._spec import DEFAULT_FLUX_ERA, Layer
 from ._state import Port
 
@@ -253,7 +261,13 @@ def _build_recurrent(layer: Layer, era: str) -> _Built:
     }
     if kind == "GRUv3":
         params["weight_hh_candidate"] = _shape(hidden, hidden)
-    return _Built(LL.Recurrence(kind, hidden, str(layer.args.get("σ", "tanh"))), params)
+    learnt = 0  # a Flux ≤ 0.14 learnt initial state: h, and c for LSTM
+    if layer.args.get("state0"):
+        learnt = 2 if kind == "LSTM" else 1
+        params["state0_h"] = _shape(hidden)
+        if learnt == 2:
+            params["state0_c"] = _shape(hidden)
+    return _Built(LL.Recurrence(kind, hidden, str(layer.args.get("σ", "tanh")), learnt), params)
 
 
 def _build_attention(layer: Layer, era: str) -> _Built:
@@ -364,87 +378,117 @@ class _LinenReader(FlaxLayoutReader):
         return port
 
     def linen(self, s: _Scoped, path: TreePath) -> Port:
+        """The module of ``s`` as its Flux layer, by the reader registered for its class (the nearest
+        in its MRO, see ``_READERS``)."""
         m = s.module
-        if isinstance(m, nn.Sequential):
-            keys: list[PathSegment] = [f"layers_{i}" for i in range(len(m.layers))]
-            return self.chain([s.child(item, str(k)) for item, k in zip(m.layers, keys)], path, keys)
-        if isinstance(m, nn.Dense):
-            kernel = s.param("kernel", path)
-            bias = s.param("bias", path) if m.use_bias else None
-            return self.linear(_view(kernel=kernel, bias=bias, use_bias=m.use_bias))
-        if isinstance(m, (nn.Conv, nn.ConvTranspose)):
-            return self.conv_module(s, path)
-        if isinstance(m, LL.MaxPool):  # MeanPool too
-            kind = "MeanPool" if isinstance(m, LL.MeanPool) else "MaxPool"
-            pool = {"k": rev(m.window), "stride": rev(m.strides), "pad": julia_pad(m.padding)}
-            return Port(Layer(kind, pool))
-        if isinstance(m, LL.AdaptivePool):
-            return Port(
-                Layer("AdaptiveMaxPool" if m.op == "max" else "AdaptiveMeanPool", {"out": rev(m.out)})
-            )
-        if isinstance(m, LL.GlobalPool):
-            return Port(Layer("GlobalMaxPool" if m.op == "max" else "GlobalMeanPool"))
-        if isinstance(m, LL.Flatten):
-            return Port(Layer("flatten"))
-        if isinstance(m, LL.Function):
-            return Port(Layer("function", {"name": m.function}))
-        if isinstance(m, nn.Dropout):
-            return Port(Layer("Dropout", {"p": float(m.rate)}))
-        if isinstance(m, LL.AlphaDropout):
-            return Port(Layer("AlphaDropout", {"p": float(m.p)}))
-        if isinstance(m, nn.Embed):
-            table = s.param("embedding", path)
-            layer = Layer("Embedding", {"in": int(table.shape[0]), "out": int(table.shape[1])})
-            return Port(layer, {"weight": (table, Transpose((1, 0)))})
-        if isinstance(m, (nn.BatchNorm, nn.GroupNorm, nn.InstanceNorm, nn.LayerNorm)):
-            return self.norm(s, path)
-        if isinstance(m, LL.Scale):
-            return self.scale(s.param("weight", path), s.param("bias", path) if m.use_bias else None)
-        if isinstance(m, LL.Bilinear):
-            weight = s.param("weight", path)
-            out, in1, in2 = weight.shape
-            args: dict[str, Any] = {
-                "in": (int(in1), int(in2)),
-                "out": int(out),
-                "σ": m.activation,
-                "bias": m.use_bias,
-            }
-            arrays: dict[str, Any] = {"weight": (weight, SAME)}
-            if m.use_bias:
-                arrays["bias"] = (s.param("bias", path), SAME)
-            return Port(Layer("Bilinear", args), arrays)
-        if isinstance(m, (LL.NamedChain, LL.Parallel, LL.PairwiseFusion, LL.Maxout)):
-            ports = tuple(
-                self.read(s.child(item, f"layers_{i}"), (*path, f"layers_{i}"))
-                for i, item in enumerate(m.layers)
-            )
-            kind = "Chain" if isinstance(m, LL.NamedChain) else type(m).__name__
-            args = {} if isinstance(m, (LL.NamedChain, LL.Maxout)) else {"connection": m.connection}
-            names: tuple[str, ...] | None = getattr(m, "names", None)
-            return Port(Layer(kind, args, tuple(p.layer for p in ports), names), children=ports)
-        if isinstance(m, LL.SkipConnection):
-            inner = self.read(s.child(m.layers, "layers"), (*path, "layers"))
-            return Port(
-                Layer("SkipConnection", {"connection": m.connection}, (inner.layer,)), children=(inner,)
-            )
-        if isinstance(m, LL.Recurrence):
-            arrays = {n: s.param(n, path) for n in ("weight_ih", "weight_hh", "bias")}
-            candidate = s.param("weight_hh_candidate", path) if m.kind == "GRUv3" else None
-            return self.recurrence(
-                _view(kind=m.kind, activation=m.activation, weight_hh_candidate=candidate, **arrays)
-            )
-        if isinstance(m, nn.MultiHeadDotProductAttention):
-            return self.attention_module(s, path)
-        if isinstance(m, LL.Activated):
-            port = self.read(s.child(m.layer, "layer"), (*path, "layer"))
-            port.layer = dataclasses.replace(port.layer, args={**port.layer.args, "σ": m.activation})
-            return port
+        reader = class_reader(_BY_CLASS, m)
+        if reader is not None:
+            return reader(self, s, path)
         raise UnsupportedError(
             f"no Flux layer for {type(m).__module__}.{type(m).__qualname__}: a module with a __call__ of "
             "its own has no Flux twin; compose nn.Sequential of Flax layers and the modules of "
             "treexchange._port._linen_layers (see docs/porting.md)",
             path=path,
         )
+
+    # --- one reader per module class (registered in _READERS) ----------------------------------------
+    def sequential(self, s: _Scoped, path: TreePath) -> Port:
+        keys: list[PathSegment] = [f"layers_{i}" for i in range(len(s.module.layers))]
+        return self.chain([s.child(item, str(k)) for item, k in zip(s.module.layers, keys)], path, keys)
+
+    def dense(self, s: _Scoped, path: TreePath) -> Port:
+        m = s.module
+        kernel = s.param("kernel", path)
+        bias = s.param("bias", path) if m.use_bias else None
+        return self.linear(_view(kernel=kernel, bias=bias, use_bias=m.use_bias))
+
+    def pool_module(self, s: _Scoped, path: TreePath) -> Port:
+        m = s.module
+        kind = "MeanPool" if isinstance(m, LL.MeanPool) else "MaxPool"
+        return Port(Layer(kind, {"k": rev(m.window), "stride": rev(m.strides), "pad": julia_pad(m.padding)}))
+
+    def adaptive(self, s: _Scoped, path: TreePath) -> Port:
+        m = s.module
+        return Port(Layer("AdaptiveMaxPool" if m.op == "max" else "AdaptiveMeanPool", {"out": rev(m.out)}))
+
+    def global_pool(self, s: _Scoped, path: TreePath) -> Port:
+        return Port(Layer("GlobalMaxPool" if s.module.op == "max" else "GlobalMeanPool"))
+
+    def flatten(self, s: _Scoped, path: TreePath) -> Port:
+        return Port(Layer("flatten"))
+
+    def function_entry(self, s: _Scoped, path: TreePath) -> Port:
+        return Port(Layer("function", {"name": s.module.function}))
+
+    def dropout(self, s: _Scoped, path: TreePath) -> Port:
+        m = s.module
+        if isinstance(m, LL.AlphaDropout):
+            return Port(Layer("AlphaDropout", {"p": float(m.p)}))
+        return Port(Layer("Dropout", {"p": float(m.rate)}))
+
+    def embedding(self, s: _Scoped, path: TreePath) -> Port:
+        table = s.param("embedding", path)
+        layer = Layer("Embedding", {"in": int(table.shape[0]), "out": int(table.shape[1])})
+        return Port(layer, {"weight": (table, Transpose((1, 0)))})
+
+    def scale_module(self, s: _Scoped, path: TreePath) -> Port:
+        return self.scale(s.param("weight", path), s.param("bias", path) if s.module.use_bias else None)
+
+    def bilinear(self, s: _Scoped, path: TreePath) -> Port:
+        m = s.module
+        weight = s.param("weight", path)
+        out, in1, in2 = weight.shape
+        args: dict[str, Any] = {
+            "in": (int(in1), int(in2)),
+            "out": int(out),
+            "σ": m.activation,
+            "bias": m.use_bias,
+        }
+        arrays: dict[str, Any] = {"weight": (weight, SAME)}
+        if m.use_bias:
+            arrays["bias"] = (s.param("bias", path), SAME)
+        return Port(Layer("Bilinear", args), arrays)
+
+    def connected(self, s: _Scoped, path: TreePath) -> Port:
+        """A named Chain, ``Parallel``, ``PairwiseFusion`` or ``Maxout``: the layers (scopes
+        ``layers_0``, …), and the connection if any."""
+        m = s.module
+        ports = tuple(
+            self.read(s.child(item, f"layers_{i}"), (*path, f"layers_{i}")) for i, item in enumerate(m.layers)
+        )
+        kind = "Chain" if isinstance(m, LL.NamedChain) else type(m).__name__
+        args = {} if isinstance(m, (LL.NamedChain, LL.Maxout)) else {"connection": m.connection}
+        names: tuple[str, ...] | None = getattr(m, "names", None)
+        return Port(Layer(kind, args, tuple(p.layer for p in ports), names), children=ports)
+
+    def skip(self, s: _Scoped, path: TreePath) -> Port:
+        inner = self.read(s.child(s.module.layers, "layers"), (*path, "layers"))
+        return Port(
+            Layer("SkipConnection", {"connection": s.module.connection}, (inner.layer,)), children=(inner,)
+        )
+
+    def recurrence_module(self, s: _Scoped, path: TreePath) -> Port:
+        m = s.module
+        arrays = {n: s.param(n, path) for n in ("weight_ih", "weight_hh", "bias")}
+        candidate = s.param("weight_hh_candidate", path) if m.kind == "GRUv3" else None
+        learnt = m.learnt_state0
+        h0 = s.param("state0_h", path) if learnt else None
+        c0 = s.param("state0_c", path) if learnt == 2 else None
+        view = _view(
+            kind=m.kind,
+            activation=m.activation,
+            weight_hh_candidate=candidate,
+            state0_h=h0,
+            state0_c=c0,
+            **arrays,
+        )
+        return self.recurrence(view)
+
+    def activated(self, s: _Scoped, path: TreePath) -> Port:
+        m = s.module
+        port = self.read(s.child(m.layer, "layer"), (*path, "layer"))
+        port.layer = dataclasses.replace(port.layer, args={**port.layer.args, "σ": m.activation})
+        return port
 
     def conv_module(self, s: _Scoped, path: TreePath) -> Port:
         m = s.module
@@ -536,22 +580,43 @@ class _LinenReader(FlaxLayoutReader):
 
 # === the registry entries: one builder and one reader per kind ======================================
 
-_ENTRIES: list[tuple[tuple[str, ...], Callable[..., Any], Callable[..., Any]]] = [
-    (("Chain",), _build_chain, _LinenReader.chain),
-    (("Parallel", "SkipConnection", "PairwiseFusion", "Maxout"), _build_other, _LinenReader.linen),
-    (("Dense",), _build_dense, _LinenReader.linear),
-    (("Bilinear", "Embedding"), _build_other, _LinenReader.linen),
-    (("Scale",), _build_scale, _LinenReader.linen),
-    (("Conv", "DepthwiseConv", "CrossCor", "ConvTranspose"), _build_conv, _LinenReader.conv_module),
-    (("MaxPool", "MeanPool"), _build_pool, _LinenReader.linen),
-    (("AdaptiveMaxPool", "AdaptiveMeanPool", "GlobalMaxPool", "GlobalMeanPool", "flatten"), _build_other,
-     _LinenReader.linen),
-    (("function",), _build_other, _LinenReader.function),
-    (("Dropout", "AlphaDropout"), _build_other, _LinenReader.linen),
-    (("BatchNorm", "GroupNorm", "InstanceNorm"), _build_norm, _LinenReader.norm),
-    (("LayerNorm",), _build_layernorm, _LinenReader.norm),
-    (("MultiHeadAttention",), _build_attention, _LinenReader.attention_module),
-    (("RNN", "LSTM", "GRU", "GRUv3"), _build_recurrent, _LinenReader.linen),
+_BUILDERS: list[tuple[tuple[str, ...], Callable[..., Any]]] = [
+    (("Chain",), _build_chain),
+    (("Parallel", "SkipConnection", "PairwiseFusion", "Maxout"), _build_other),
+    (("Dense",), _build_dense),
+    (("Bilinear", "Embedding"), _build_other),
+    (("Scale",), _build_scale),
+    (("Conv", "DepthwiseConv", "CrossCor", "ConvTranspose"), _build_conv),
+    (("MaxPool", "MeanPool"), _build_pool),
+    (("AdaptiveMaxPool", "AdaptiveMeanPool", "GlobalMaxPool", "GlobalMeanPool", "flatten"), _build_other),
+    (("function",), _build_other),
+    (("Dropout", "AlphaDropout"), _build_other),
+    (("BatchNorm", "GroupNorm", "InstanceNorm"), _build_norm),
+    (("LayerNorm",), _build_layernorm),
+    (("MultiHeadAttention",), _build_attention),
+    (("RNN", "LSTM", "GRU", "GRUv3"), _build_recurrent),
+]
+_READERS: ClassReaders = [
+    (("Chain",), (nn.Sequential,), _LinenReader.sequential),
+    (("Parallel", "PairwiseFusion", "Maxout"), (LL.NamedChain, LL.Parallel, LL.PairwiseFusion, LL.Maxout),
+     _LinenReader.connected),
+    (("SkipConnection",), (LL.SkipConnection,), _LinenReader.skip),
+    ((), (LL.Activated,), _LinenReader.activated),
+    (("function",), (LL.Function,), _LinenReader.function_entry),
+    (("Dense",), (nn.Dense,), _LinenReader.dense),
+    (("Bilinear",), (LL.Bilinear,), _LinenReader.bilinear),
+    (("Embedding",), (nn.Embed,), _LinenReader.embedding),
+    (("Scale",), (LL.Scale,), _LinenReader.scale_module),
+    (("Conv", "DepthwiseConv", "CrossCor", "ConvTranspose"), (nn.Conv, nn.ConvTranspose),
+     _LinenReader.conv_module),
+    (("MaxPool", "MeanPool"), (LL.MaxPool,), _LinenReader.pool_module),  # MeanPool is a MaxPool subclass
+    (("AdaptiveMaxPool", "AdaptiveMeanPool"), (LL.AdaptivePool,), _LinenReader.adaptive),
+    (("GlobalMaxPool", "GlobalMeanPool"), (LL.GlobalPool,), _LinenReader.global_pool),
+    (("flatten",), (LL.Flatten,), _LinenReader.flatten),
+    (("Dropout", "AlphaDropout"), (nn.Dropout, LL.AlphaDropout), _LinenReader.dropout),
+    (("BatchNorm", "GroupNorm", "InstanceNorm", "LayerNorm"),
+     (nn.BatchNorm, nn.GroupNorm, nn.InstanceNorm, nn.LayerNorm), _LinenReader.norm),
+    (("MultiHeadAttention",), (nn.MultiHeadDotProductAttention,), _LinenReader.attention_module),
+    (("RNN", "LSTM", "GRU", "GRUv3"), (LL.Recurrence,), _LinenReader.recurrence_module),
 ]  # fmt: skip
-for _kinds, _builder, _reader in _ENTRIES:
-    register("linen", _kinds, builder=_builder, reader=_reader)
+_BY_CLASS = register_target("linen", _BUILDERS, _READERS)

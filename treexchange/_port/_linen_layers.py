@@ -218,12 +218,14 @@ class Maxout(nn.Module):
 
 class Recurrence(nn.Module):
     """Flux's ``RNN``/``LSTM``/``GRU``/``GRUv3`` over ``(batch, time, in)``, arrays in Flux's shapes
-    (params ``weight_ih`` ``(G·H, in)``, ``weight_hh``, ``bias``, GRUv3 ``weight_hh_candidate``), the
-    equations of ``_nnx_layers.Recurrence``."""
+    (params ``weight_ih`` ``(G·H, in)``, ``weight_hh``, ``bias``, GRUv3 ``weight_hh_candidate``; with
+    ``learnt_state0`` a Flux ≤ 0.14 ``Recur``'s initial state ``state0_h`` ``(H,)``, LSTM also
+    ``state0_c``), the equations of ``_nnx_layers.Recurrence``."""
 
     kind: str
     features: int
     activation: str = "tanh"
+    learnt_state0: int = 0  # learnt initial-state arrays: 0 (from zeros), 1 (h) or 2 (LSTM's h, c)
 
     @nn.compact
     def __call__(self, xs: jax.Array) -> jax.Array:
@@ -233,4 +235,10 @@ class Recurrence(nn.Module):
         wh = self.param("weight_hh", glorot, ((2 if self.kind == "GRUv3" else gates) * hidden, hidden))
         b = self.param("bias", jax.nn.initializers.zeros, (gates * hidden,))
         wc = self.param("weight_hh_candidate", glorot, (hidden, hidden)) if self.kind == "GRUv3" else None
-        return shared.recurrence(self.kind, self.activation, wi, wh, b, wc, xs)
+        state0: Any = None
+        if self.learnt_state0:
+            zeros = jax.nn.initializers.zeros
+            state0 = self.param("state0_h", zeros, (hidden,))
+            if self.learnt_state0 == 2:
+                state0 = (state0, self.param("state0_c", zeros, (hidden,)))
+        return shared.recurrence(self.kind, self.activation, wi, wh, b, wc, xs, state0)

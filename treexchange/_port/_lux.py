@@ -52,7 +52,8 @@ _NAMES: dict[str, Mapping[str, tuple[str, str]]] = {
 }
 
 # Recurrent cells (docs/porting.md §Lux): Flux's one bias ``b``; Lux v1 has PyTorch's two, Lux v0.5 one
-# ``(G·H, 1)`` column. The wrappers (``Recurrence``, ``StatefulRecurrentCell``) hold the cell's ps.
+# (LSTM a ``(4H, 1)`` column, RNN an ``(H,)`` vector). The wrappers (``Recurrence``,
+# ``StatefulRecurrentCell``) hold the cell's ps.
 _RECURRENT_V05 = {
     kind: {field: name for field, (_, name) in lux_names(kind, "0.5").items()}
     for kind, record in KINDS.items()
@@ -179,7 +180,8 @@ def _recurrent_ps_st(port: Port, lux: str, part: str | None, restoring: bool) ->
     """A recurrent layer as its Lux cell: v1 ``(weight_ih, weight_hh, bias_ih, bias_hh)`` with
     ``bias_hh = 0`` (exact: Flux's one bias is all in ``bias_ih``; for GRU Lux v1 puts ``b_hn``
     inside ``r``, where Flux has none, and zero is the same); v0.5 ``(weight_i, weight_h, bias)``
-    for LSTM, ``(weight_ih, weight_hh, bias)`` for RNN, biases ``(G·H, 1)``; v0.5 GRU
+    for LSTM with a ``(4H, 1)`` bias (``vcat`` of four ``(H, 1)`` blocks), ``(weight_ih, weight_hh, bias)``
+    for RNN with an ``(H,)`` bias (Lux v0.5 ``src/layers/recurrent.jl``); v0.5 GRU
     ``(weight_i, weight_h, bias_i, bias_h)`` with ``bias_i = b_h̃`` ``(H, 1)`` (added outside the
     reset product, as Flux's) and ``bias_h = [b_r; b_z; 0]`` ``(3H, 1)`` (Lux 0.5 ``GRUCell``)."""
     kind = port.layer.kind
@@ -201,7 +203,9 @@ def _recurrent_ps_st(port: Port, lux: str, part: str | None, restoring: bool) ->
     ps: list[tuple[str, Any]] = []
     for field, name in names.items():
         array = lux_array(port, field, lux)
-        if field == "b" and lux == "0.5" and not restoring:
+        if field == "b" and lux == "0.5" and kind == "RNN":
+            pass  # Lux 0.5's RNNCell bias is init_bias(rng, out): a vector, as Flux's
+        elif field == "b" and lux == "0.5" and not restoring:
             array = array.reshape(-1, 1)
         elif field == "b" and lux == "0.5":
             value, perm = port.arrays[field]

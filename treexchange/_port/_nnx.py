@@ -22,7 +22,6 @@ LayerNorm          ``scale``, ``bias`` (one feature dim); ``epsilon = ϵ²`` (Fl
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -35,9 +34,18 @@ from .._errors import TreePath, UnsupportedError
 from . import _nnx_layers as NL
 from ._activations import function_of
 from ._flaxread import FlaxLayoutReader, scale_shape, value
+from ._jaxops import learnt_initial_state
 from ._layout import julia_pad, layernorm_eps, python_padding, rev, transpose_padding
 from ._perm import SAME, Perm, Transpose
-from ._registry import ACTIVATED, RECURRENT_GATES, builder, register, with_defaults
+from ._registry import (
+    ACTIVATED,
+    RECURRENT_GATES,
+    ClassReaders,
+    builder,
+    class_reader,
+    register_target,
+    with_defaults,
+)
 from ._spec import DEFAULT_FLUX_ERA, Layer
 from ._state import Port
 
@@ -210,7 +218,7 @@ def _build_recurrent(layer: Layer, rngs: Any, era: str) -> Any:
     wh = init(k2, ((2 if kind == "GRUv3" else gates) * hidden, hidden))
     wc = init(k3, (hidden, hidden)) if kind == "GRUv3" else None
     act = str(layer.args.get("σ", "tanh"))
-    return NL.Recurrence(kind, wi, wh, jnp.zeros(gates * hidden), wc, act)
+    return NL.Recurrence(kind, wi, wh, jnp.zeros(gates * hidden), wc, act, learnt_initial_state(layer))
 
 
 def _build_attention(layer: Layer, rngs: Any, era: str) -> Any:
@@ -266,82 +274,95 @@ class _Reader(FlaxLayoutReader):
         return port
 
     def read_module(self, m: Any, path: TreePath) -> Port:
-        if isinstance(m, nnx.Sequential):
-            return self.chain(list(m.layers), (*path, "layers"))
-        if isinstance(m, NL.CrossCor):
-            return self.conv(m.conv, path, "CrossCor")
-        if isinstance(m, (nnx.Conv, nnx.ConvTranspose)):
-            return self.conv(m, path, "ConvTranspose" if isinstance(m, nnx.ConvTranspose) else "Conv")
-        if isinstance(m, NL.MaxPool):  # MeanPool too
-            kind = "MeanPool" if isinstance(m, NL.MeanPool) else "MaxPool"
-            return Port(
-                Layer(kind, {"k": rev(m.window), "stride": rev(m.strides), "pad": julia_pad(m.padding)})
-            )
-        if isinstance(m, functools.partial) and m.func in (nnx.max_pool, nnx.avg_pool):
-            return self.function(m, path)
-        if isinstance(m, NL.AdaptivePool):
-            kind = "AdaptiveMaxPool" if m.op == "max" else "AdaptiveMeanPool"
-            return Port(Layer(kind, {"out": rev(m.out)}))
-        if isinstance(m, NL.GlobalPool):
-            return Port(Layer("GlobalMaxPool" if m.op == "max" else "GlobalMeanPool"))
-        if isinstance(m, NL.Flatten):
-            return Port(Layer("flatten"))
-        if isinstance(m, nnx.BatchNorm):
-            return self.batchnorm(m, path)
-        if isinstance(m, (nnx.GroupNorm, nnx.InstanceNorm)):
-            return self.groupnorm(m, path, isinstance(m, nnx.InstanceNorm))
-        if isinstance(m, nnx.LayerNorm):
-            return self.layernorm(m, path)
-        if isinstance(m, nnx.Embed):
-            layer = Layer("Embedding", {"in": int(m.num_embeddings), "out": int(m.features)})
-            return Port(layer, {"weight": (value(m.embedding), Transpose((1, 0)))})
-        if isinstance(m, nnx.Dropout):
-            return Port(Layer("Dropout", {"p": float(m.rate)}))
-        if isinstance(m, NL.AlphaDropout):
-            return Port(Layer("AlphaDropout", {"p": m.p}))
-        if isinstance(m, NL.Scale):
-            return self.scale(value(m.weight), value(m.bias) if m.bias is not None else None)
-        if isinstance(m, NL.Bilinear):
-            weight = value(m.weight)
-            out, in1, in2 = weight.shape
-            args = {
-                "in": (int(in1), int(in2)),
-                "out": int(out),
-                "σ": m.activation,
-                "bias": m.bias is not None,
-            }
-            arrays: dict[str, tuple[Any, Perm]] = {"weight": (weight, SAME)}
-            if m.bias is not None:
-                arrays["bias"] = (value(m.bias), SAME)
-            return Port(Layer("Bilinear", args), arrays)
-        if isinstance(m, NL.NamedChain):
-            ports = tuple(self.read(c, (*path, "layers", n)) for c, n in zip(m.layers, m.names))
-            return Port(Layer("Chain", {}, tuple(p.layer for p in ports), m.names), children=ports)
-        if isinstance(m, (NL.Parallel, NL.PairwiseFusion, NL.Maxout)):
-            ports = tuple(self.read(c, (*path, "layers", i + 1)) for i, c in enumerate(m.layers))
-            args = {} if isinstance(m, NL.Maxout) else {"connection": m.connection}
-            names = getattr(m, "names", None)
-            return Port(Layer(type(m).__name__, args, tuple(p.layer for p in ports), names), children=ports)
-        if isinstance(m, NL.SkipConnection):
-            inner = self.read(m.layers, (*path, "layers"))
-            layer = Layer("SkipConnection", {"connection": m.connection}, (inner.layer,))
-            return Port(layer, children=(inner,))
-        if isinstance(m, NL.Function):
-            return Port(Layer("function", {"name": m.name}))
-        if isinstance(m, NL.Recurrence):
-            return self.recurrence(m)
-        if isinstance(m, nnx.MultiHeadAttention):
-            return self.attention(m, path)
-        if isinstance(m, NL.Activated):
-            port = self.read(m.layer, (*path, "layer"))
-            port.layer = dataclasses.replace(port.layer, args={**port.layer.args, "σ": m.activation})
-            return port
+        """``m`` as its Flux layer, by the reader registered for its class (the nearest in its MRO,
+        see ``_READERS``); then Flax's pooling functions and plain callables (functions)."""
+        reader = class_reader(_BY_CLASS, m)
+        if reader is not None:
+            return reader(self, m, path)
         if isinstance(m, nnx.Module):
             raise UnsupportedError(
                 f"no Flux layer for {type(m).__module__}.{type(m).__qualname__} (see docs/porting.md)",
                 path=path,
             )
-        return self.function(m, path)
+        return self.function(m, path)  # a function, or functools.partial(nnx.max_pool, …)
+
+    # --- one reader per module class (registered in _READERS) ----------------------------------------
+    def sequential(self, m: Any, path: TreePath) -> Port:
+        return self.chain(list(m.layers), (*path, "layers"))
+
+    def linear_module(self, m: Any, path: TreePath) -> Port:
+        return self.linear(m)
+
+    def crosscor(self, m: Any, path: TreePath) -> Port:
+        return self.conv(m.conv, path, "CrossCor")
+
+    def conv_module(self, m: Any, path: TreePath) -> Port:
+        return self.conv(m, path, "ConvTranspose" if isinstance(m, nnx.ConvTranspose) else "Conv")
+
+    def pool_module(self, m: Any, path: TreePath) -> Port:
+        kind = "MeanPool" if isinstance(m, NL.MeanPool) else "MaxPool"
+        return Port(Layer(kind, {"k": rev(m.window), "stride": rev(m.strides), "pad": julia_pad(m.padding)}))
+
+    def adaptive(self, m: Any, path: TreePath) -> Port:
+        kind = "AdaptiveMaxPool" if m.op == "max" else "AdaptiveMeanPool"
+        return Port(Layer(kind, {"out": rev(m.out)}))
+
+    def global_pool(self, m: Any, path: TreePath) -> Port:
+        return Port(Layer("GlobalMaxPool" if m.op == "max" else "GlobalMeanPool"))
+
+    def flatten(self, m: Any, path: TreePath) -> Port:
+        return Port(Layer("flatten"))
+
+    def norm_module(self, m: Any, path: TreePath) -> Port:
+        return self.groupnorm(m, path, isinstance(m, nnx.InstanceNorm))
+
+    def embedding(self, m: Any, path: TreePath) -> Port:
+        layer = Layer("Embedding", {"in": int(m.num_embeddings), "out": int(m.features)})
+        return Port(layer, {"weight": (value(m.embedding), Transpose((1, 0)))})
+
+    def dropout(self, m: Any, path: TreePath) -> Port:
+        if isinstance(m, NL.AlphaDropout):
+            return Port(Layer("AlphaDropout", {"p": m.p}))
+        return Port(Layer("Dropout", {"p": float(m.rate)}))
+
+    def scale_module(self, m: Any, path: TreePath) -> Port:
+        return self.scale(value(m.weight), value(m.bias) if m.bias is not None else None)
+
+    def bilinear(self, m: Any, path: TreePath) -> Port:
+        weight = value(m.weight)
+        out, in1, in2 = weight.shape
+        args = {"in": (int(in1), int(in2)), "out": int(out), "σ": m.activation, "bias": m.bias is not None}
+        arrays: dict[str, tuple[Any, Perm]] = {"weight": (weight, SAME)}
+        if m.bias is not None:
+            arrays["bias"] = (value(m.bias), SAME)
+        return Port(Layer("Bilinear", args), arrays)
+
+    def named_chain(self, m: Any, path: TreePath) -> Port:
+        ports = tuple(self.read(c, (*path, "layers", n)) for c, n in zip(m.layers, m.names))
+        return Port(Layer("Chain", {}, tuple(p.layer for p in ports), m.names), children=ports)
+
+    def connected(self, m: Any, path: TreePath) -> Port:
+        """``Parallel``, ``PairwiseFusion`` or ``Maxout``: the layers, and the connection if any."""
+        ports = tuple(self.read(c, (*path, "layers", i + 1)) for i, c in enumerate(m.layers))
+        args = {} if isinstance(m, NL.Maxout) else {"connection": m.connection}
+        names = getattr(m, "names", None)
+        return Port(Layer(type(m).__name__, args, tuple(p.layer for p in ports), names), children=ports)
+
+    def skip(self, m: Any, path: TreePath) -> Port:
+        inner = self.read(m.layers, (*path, "layers"))
+        layer = Layer("SkipConnection", {"connection": m.connection}, (inner.layer,))
+        return Port(layer, children=(inner,))
+
+    def function_entry(self, m: Any, path: TreePath) -> Port:
+        return Port(Layer("function", {"name": m.name}))
+
+    def recurrence_module(self, m: Any, path: TreePath) -> Port:
+        return self.recurrence(m)
+
+    def activated(self, m: Any, path: TreePath) -> Port:
+        port = self.read(m.layer, (*path, "layer"))
+        port.layer = dataclasses.replace(port.layer, args={**port.layer.args, "σ": m.activation})
+        return port
 
     def own_entry(self, item: Any) -> bool:
         return isinstance(item, NL.Function)
@@ -349,24 +370,50 @@ class _Reader(FlaxLayoutReader):
 
 # === the registry entries: one builder and one reader per kind ======================================
 
-_ENTRIES: list[tuple[tuple[str, ...], Callable[..., Any], Callable[..., Any]]] = [
-    (("Chain",), _build_chain, _Reader.chain),
-    (("Parallel", "SkipConnection", "PairwiseFusion", "Maxout"), _build_other, _Reader.read_module),
-    (("Dense",), _build_dense, _Reader.linear),
-    (("Bilinear",), _build_bilinear, _Reader.read_module),
-    (("Scale",), _build_scale, _Reader.read_module),
-    (("Embedding",), _build_other, _Reader.read_module),
-    (("Conv", "DepthwiseConv", "CrossCor", "ConvTranspose"), _build_conv, _Reader.conv),
-    (("MaxPool", "MeanPool"), _build_pool, _Reader.read_module),
-    (("AdaptiveMaxPool", "AdaptiveMeanPool", "GlobalMaxPool", "GlobalMeanPool", "flatten"), _build_other,
-     _Reader.read_module),
-    (("function",), _build_other, _Reader.function),
-    (("Dropout", "AlphaDropout"), _build_other, _Reader.read_module),
-    (("BatchNorm",), _build_norm, _Reader.batchnorm),
-    (("GroupNorm", "InstanceNorm"), _build_norm, _Reader.groupnorm),
-    (("LayerNorm",), _build_layernorm, _Reader.layernorm),
-    (("MultiHeadAttention",), _build_attention, _Reader.attention),
-    (("RNN", "LSTM", "GRU", "GRUv3"), _build_recurrent, _Reader.recurrence),
-]  # fmt: skip
-for _kinds, _builder, _reader in _ENTRIES:
-    register("nnx", _kinds, builder=_builder, reader=_reader)
+_BUILDERS: list[tuple[tuple[str, ...], Callable[..., Any]]] = [
+    (("Chain",), _build_chain),
+    (("Parallel", "SkipConnection", "PairwiseFusion", "Maxout"), _build_other),
+    (("Dense",), _build_dense),
+    (("Bilinear",), _build_bilinear),
+    (("Scale",), _build_scale),
+    (("Embedding",), _build_other),
+    (("Conv", "DepthwiseConv", "CrossCor", "ConvTranspose"), _build_conv),
+    (("MaxPool", "MeanPool"), _build_pool),
+    (("AdaptiveMaxPool", "AdaptiveMeanPool", "GlobalMaxPool", "GlobalMeanPool", "flatten"), _build_other),
+    (("function",), _build_other),
+    (("Dropout", "AlphaDropout"), _build_other),
+    (("BatchNorm",), _build_norm),
+    (("GroupNorm", "InstanceNorm"), _build_norm),
+    (("LayerNorm",), _build_layernorm),
+    (("MultiHeadAttention",), _build_attention),
+    (("RNN", "LSTM", "GRU", "GRUv3"), _build_recurrent),
+]
+_READERS: ClassReaders = [
+    (("Chain",), (nnx.Sequential,), _Reader.sequential),
+    ((), (NL.NamedChain,), _Reader.named_chain),
+    (
+        ("Parallel", "PairwiseFusion", "Maxout"),
+        (NL.Parallel, NL.PairwiseFusion, NL.Maxout),
+        _Reader.connected,
+    ),
+    (("SkipConnection",), (NL.SkipConnection,), _Reader.skip),
+    ((), (NL.Activated,), _Reader.activated),
+    (("function",), (NL.Function,), _Reader.function_entry),
+    (("Dense",), (nnx.Linear,), _Reader.linear_module),
+    (("Bilinear",), (NL.Bilinear,), _Reader.bilinear),
+    (("Scale",), (NL.Scale,), _Reader.scale_module),
+    (("Embedding",), (nnx.Embed,), _Reader.embedding),
+    (("Conv", "DepthwiseConv", "ConvTranspose"), (nnx.Conv, nnx.ConvTranspose), _Reader.conv_module),
+    (("CrossCor",), (NL.CrossCor,), _Reader.crosscor),
+    (("MaxPool", "MeanPool"), (NL.MaxPool,), _Reader.pool_module),  # MeanPool is a MaxPool subclass
+    (("AdaptiveMaxPool", "AdaptiveMeanPool"), (NL.AdaptivePool,), _Reader.adaptive),
+    (("GlobalMaxPool", "GlobalMeanPool"), (NL.GlobalPool,), _Reader.global_pool),
+    (("flatten",), (NL.Flatten,), _Reader.flatten),
+    (("BatchNorm",), (nnx.BatchNorm,), _Reader.batchnorm),
+    (("GroupNorm", "InstanceNorm"), (nnx.GroupNorm, nnx.InstanceNorm), _Reader.norm_module),
+    (("LayerNorm",), (nnx.LayerNorm,), _Reader.layernorm),
+    (("Dropout", "AlphaDropout"), (nnx.Dropout, NL.AlphaDropout), _Reader.dropout),
+    (("MultiHeadAttention",), (nnx.MultiHeadAttention,), _Reader.attention),
+    (("RNN", "LSTM", "GRU", "GRUv3"), (NL.Recurrence,), _Reader.recurrence_module),
+]
+_BY_CLASS = register_target("nnx", _BUILDERS, _READERS)

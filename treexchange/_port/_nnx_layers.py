@@ -210,7 +210,8 @@ class Recurrence(nnx.Module):
 
     Input ``(batch, time, features)`` (``nnx.RNN``'s layout; the Julia sequence ``(in, L, B)``
     reversed), output the hidden states ``(batch, time, H)``, from a zero initial state (Flux ≥ 0.15's
-    ``initialstates``; a Flux ≤ 0.14 ``state0`` is not restored). Flax's own cells split every gate
+    ``initialstates``) or a Flux ≤ 0.14 ``Recur``'s learnt ``state0`` (``h``, LSTM ``(h, c)``, each
+    ``(H,)``: the params ``state0_h``, ``state0_c``). Flax's own cells split every gate
     into separate ``Linear`` layers and put the GRU's hidden bias inside the reset product, so the
     cell is written here once for all four kinds, from Flux's equations (docs/porting.md §Recurrent layers):
 
@@ -229,6 +230,7 @@ class Recurrence(nnx.Module):
         bias: jax.Array,
         weight_hh_candidate: jax.Array | None = None,
         activation: str = "tanh",
+        state0: Any = None,
     ) -> None:
         self.kind = kind
         self.weight_ih = nnx.Param(weight_ih)  # Wi (G·H, in)
@@ -236,8 +238,15 @@ class Recurrence(nnx.Module):
         self.bias = nnx.Param(bias)  # b (G·H,)
         self.weight_hh_candidate = nnx.Param(weight_hh_candidate) if weight_hh_candidate is not None else None
         self.activation = activation
+        parts = state0 if isinstance(state0, tuple) else (state0, None)
+        self.state0_h = nnx.Param(parts[0]) if parts[0] is not None else None
+        self.state0_c = nnx.Param(parts[1]) if parts[1] is not None else None
 
     def __call__(self, xs: jax.Array) -> jax.Array:
         wc = self.weight_hh_candidate.get_value() if self.weight_hh_candidate is not None else None
         arrays = (self.weight_ih.get_value(), self.weight_hh.get_value(), self.bias.get_value(), wc)
-        return recurrence(self.kind, self.activation, *arrays, xs)
+        state0: Any = None
+        if self.state0_h is not None:
+            h = self.state0_h.get_value()
+            state0 = (h, self.state0_c.get_value()) if self.state0_c is not None else h
+        return recurrence(self.kind, self.activation, *arrays, xs, state0)

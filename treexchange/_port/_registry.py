@@ -393,6 +393,33 @@ def register(
         _ENTRIES[target, kind] = Entry(target, kind, builder or old.builder, reader or old.reader)
 
 
+ClassReaders = list[tuple[tuple[str, ...], tuple[type, ...], Callable[..., Any]]]
+"""A target's readers: ``(kinds registered with it, module classes it reads, reader)`` per row."""
+
+
+def register_target(
+    target: str, builders: list[tuple[tuple[str, ...], Callable[..., Any]]], readers: ClassReaders
+) -> dict[type, Callable[..., Any]]:
+    """Register a target's builders and readers (a row without kinds reads a class whose kind
+    another row registers: an ``eqx.nn.MLP`` is a Chain too); returns the class -> reader map
+    that :func:`class_reader` dispatches on."""
+    for kinds, build in builders:
+        register(target, kinds, builder=build)
+    for kinds, _, read in readers:
+        if kinds:
+            register(target, kinds, reader=read)
+    return {cls: read for _, classes, read in readers for cls in classes}
+
+
+def class_reader(by_class: Mapping[type, Callable[..., Any]], module: Any) -> Callable[..., Any] | None:
+    """The reader registered for the nearest class in ``module``'s MRO, or None."""
+    for cls in type(module).__mro__:
+        found = by_class.get(cls)
+        if found is not None:
+            return found
+    return None
+
+
 def entry(target: str, kind: str) -> Entry:
     """``target``'s entry for ``kind``; :class:`UnsupportedError` listing what it supports if none."""
     found = _ENTRIES.get((target, kind))

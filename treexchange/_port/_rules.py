@@ -175,11 +175,12 @@ def conv_fields(layer: Layer, era: str) -> Fields:
 
 
 def _pad_text(pad: tuple[int, ...]) -> str:
+    """A ``pad`` (the 2N form: lo, hi per dim) as Flux's constructor keyword. Flux expands only an
+    integer (to 2N entries) and keeps a tuple as given (``calc_padding`` = ``expand(Val(2N), pad)``),
+    so the N form ``(1, 2)`` would make a layer whose ``pad`` has N entries, not the 2N the state
+    holds: anything but one value for all is written in full."""
     if len(set(pad)) == 1:
         return str(pad[0])
-    pairs = [pad[i : i + 2] for i in range(0, len(pad), 2)]
-    if all(lo == hi for lo, hi in pairs):
-        return julia_tuple(tuple(lo for lo, _ in pairs))
     return julia_tuple(pad)
 
 
@@ -344,8 +345,10 @@ def recurrent_fields(layer: Layer, era: str) -> Fields:
     """``(cell = (…),)`` from Flux 0.15; ``(cell = (…, state0), state)`` for Flux ≤ 0.14's ``Recur``.
 
     The bias is ``b`` everywhere except RNNCell/LSTMCell from 0.15 (renamed ``bias``). ``state0`` is
-    Flux's default (zeros ``(H, 1)``); a restore discards ``state0``/``state`` (zero initial state on
-    the Python side, which is what Flux ≥ 0.15 uses too).
+    Flux's default (zeros ``(H, 1)``) and a restore discards it with ``state`` (zero initial state on
+    the Python side, which is what Flux ≥ 0.15 uses too), unless the layer carries its learnt initial
+    state (``args["state0"]``, set by ``from_flux`` for a non-zero one): then ``state0`` is the
+    model's arrays ``state0.h`` (and ``state0.c`` for LSTM, the pair ``(h, c)``).
     """
     kind, hidden = layer.kind, int(layer.args["out"])
     cell: Fields = [("σ", ())] if kind == "RNN" else []
@@ -362,7 +365,10 @@ def recurrent_fields(layer: Layer, era: str) -> Fields:
     def initial() -> Any:
         return (zeros(), zeros()) if kind == "LSTM" else zeros()
 
-    return [("cell", _named([*cell, ("state0", Discard(initial()))])), ("state", Discard(initial()))]
+    state0: Any = Discard(initial())
+    if layer.args.get("state0"):
+        state0 = (Arr("state0.h"), Arr("state0.c")) if kind == "LSTM" else Arr("state0.h")
+    return [("cell", _named([*cell, ("state0", state0)])), ("state", Discard(initial()))]
 
 
 def recurrent_julia(layer: Layer, children: list[str], era: str) -> str:

@@ -18,7 +18,7 @@ import numpy as np
 from .._bridge._restore import DISCARDED, NO_ARRAYS, LeafRef
 from .._errors import UnsupportedError
 from .._values import NamedTuple
-from ._perm import Perm
+from ._perm import Perm, Reshape
 from ._registry import rule_for
 from ._rules import Arr, Child, Children, Discard, _NamedFields
 from ._spec import FLUX_ERAS, Layer
@@ -114,11 +114,29 @@ def _resolve(port: Port, spec: Any, era: str, restoring: bool = False) -> Any:
         return _template(child, era) if restoring else _state(child, era, restoring=False)
     if isinstance(spec, _NamedFields):
         return NamedTuple((name, _resolve(port, sub, era, restoring)) for name, sub in spec)
+    if isinstance(spec, tuple) and spec and all(isinstance(sub, Arr) for sub in spec):
+        return tuple(_resolve(port, sub, era, restoring) for sub in spec)  # an LSTM's state0 (h, c)
     if isinstance(spec, Discard):
         return DISCARDED if restoring else spec.value
     if restoring:
         return NO_ARRAYS  # a hyper-parameter: Flux.loadmodel! does not load it either
     return spec
+
+
+def carry_initial_state(port: Port, state0: Any) -> Port:
+    """``port`` of a recurrent layer whose module holds a learnt initial state ``state0`` (``h``, or
+    ``(h, c)`` for LSTM, each ``(H,)``; None: the module starts from zeros): the layer's
+    ``args["state0"]`` and its arrays ``state0.h``/``state0.c``, Julia ``(H, 1)`` as in Flux ≤ 0.14.
+    A Flux ≥ 0.15 state has no ``state0``: restoring one keeps the module's own."""
+    if state0 is None:
+        return port
+    parts = state0 if isinstance(state0, tuple) else (state0,)
+    for name, value in zip(("h", "c"), parts):
+        hidden = int(value.shape[0])
+        port.arrays[f"state0.{name}"] = (value, Reshape((hidden, 1), (hidden,)))
+        port.fixed.append((value, KEEP))  # used only where the state has no state0
+    port.layer = dataclasses.replace(port.layer, args={**port.layer.args, "state0": True})
+    return port
 
 
 def julia_array(value: Any, perm: Perm) -> Any:

@@ -16,13 +16,11 @@ model, except that a recurrent layer's learnt initial state (``state0``) is kept
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from .._bridge._report import RestoreWarning
 from .._errors import ConversionError, TreePath, format_path
 from .._limits import DEFAULT_LIMITS
 from .._recursion import stack_for_depth
@@ -285,23 +283,13 @@ def state_for_architecture(layer: Layer, value: Any, era: str, *, path: TreePath
     return value
 
 
-def state_for_port(state: Any, *, path: TreePath = ()) -> Any:
+def state_for_port(state: Any) -> Any:
     """``state`` as the JAX port takes it: Float64 arrays rounded to Float32 unless JAX runs with
     64-bit floats (Flux ≤ 0.9 models were often Float64; the built model follows JAX's default).
-
-    A recurrent layer's non-zero learnt initial state (``state0``; Flux ≤ 0.11 drew it at random)
-    is not carried over: the Python ``Recurrence`` starts from zeros. That is a
-    :class:`~treexchange.RestoreWarning` naming the layer, since the first steps then differ.
-    """
+    A recurrent layer's non-zero learnt initial state (``state0``) is carried by the built layer
+    (``_fromflux.with_learnt_initial_states``)."""
     import jax  # jax is costly to import: only a port (which imports it anyway) gets here
 
-    for where in nonzero_initial_states(state, tuple(path)):
-        warnings.warn(
-            f"{format_path(where)}: the learnt initial state (state0) is not zero and is not carried "
-            "over; the ported recurrent layer starts from zeros (Flux >= 0.15 does too)",
-            RestoreWarning,
-            stacklevel=3,
-        )
     if jax.config.read("jax_enable_x64"):
         return state
     return _map_arrays(state, lambda a: a.astype(np.float32) if a.dtype == np.float64 else a)
