@@ -37,12 +37,14 @@ _ROUTES = {
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "convert",
-        help="re-encode a JLD2 file, or convert JLD2 <-> safetensors / orbax",
+        help="re-encode a JLD2 or BSON.jl file as JLD2, convert JLD2 <-> safetensors / orbax, or migrate "
+        "old Flux models (--flux-state)",
         description=(
             "Read IN through treexchange's value model and write it to OUT as JLD2 format 0.2.0 "
             "(atomically: OUT is replaced only when the new file is complete). When one side is a "
             "safetensors file (.safetensors, .safetensors.index.json) or an orbax checkpoint "
-            "directory, convert between it and JLD2 (format by extension, or --to)."
+            "directory, convert between it and JLD2 (format by extension, or --to). IN may be a BSON.jl "
+            "file (told by its content); --flux-state writes its Flux models as Flux.state."
         ),
     )
     p.add_argument("input", metavar="IN", help="file (or orbax checkpoint directory) to read")
