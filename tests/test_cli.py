@@ -111,3 +111,16 @@ def test_convert_flux_state_says_what_it_wrote_and_how_julia_loads_it(
     assert not any(" <- " in line for line in out)  # the per-array mapping stays in --dry-run
     assert any(line.startswith("  Flux.loadmodel!(model, JLD2.load(") for line in out)
     assert list(treexchange.load(new, "model")) == ["weight", "bias", "σ"]
+
+
+def test_convert_to_another_format_says_what_it_wrote(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The safetensors/orbax routes wrote silently, unlike JLD2 -> JLD2.
+    pytest.importorskip("safetensors")
+    import numpy as np
+
+    src, dst = tmp_path / "a.jld2", tmp_path / "a.safetensors"
+    treexchange.save(src, model_state=treexchange.NamedTuple(weight=np.ones((2, 3), np.float32)))
+    assert main(["convert", str(src), str(dst)]) == 0
+    assert capsys.readouterr().out == f"{src} -> {dst}: jld2 -> safetensors\n" and dst.exists()

@@ -138,7 +138,7 @@ def _run(args: argparse.Namespace) -> int:
     _refuse_idle_options(args, (src_fmt, dst_fmt))
     if (src_fmt, dst_fmt) != _JLD2 or args.dry_run:
         # Another format on one side: the format-specific converters (treexchange._interop).
-        convert_formats(
+        route = convert_formats(
             args.input,
             args.output,
             to=dst_fmt,
@@ -146,6 +146,8 @@ def _run(args: argparse.Namespace) -> int:
             max_shard_size=args.max_shard_size,
             architecture=args.architecture,
         )
+        if not args.dry_run:  # say what was written, as the JLD2 -> JLD2 route does
+            print(f"{args.input} -> {args.output}: {route.replace('->', ' -> ')}", file=sys.stdout)
         return 0
     compress: bool | str = False if args.compress == "none" else args.compress
     bar = ProgressLine(os.path.getsize(args.input), f"{Path(args.input).name} -> jld2")
