@@ -86,3 +86,41 @@ def _types(doc: object) -> list[str]:
     if isinstance(doc, list):
         return [t for v in doc for t in _types(v)]
     return []
+
+
+def test_convert_flux_state_says_what_it_wrote_and_how_julia_loads_it(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # A real --flux-state run printed nothing: the Julia lines and the notes were only in --dry-run.
+    import numpy as np
+
+    from treexchange import JuliaStruct
+
+    old, new = tmp_path / "old.jld2", tmp_path / "new.jld2"
+    dense = JuliaStruct(
+        "Flux.Dense{NNlib.#relu,A,B}", {"W": np.ones((2, 3), np.float32), "b": np.zeros(2, np.float32)}
+    )
+    treexchange.save(old, model=dense, epochs=3)
+    assert main(["convert", str(old), str(new), "--flux-state", "--dry-run"]) == 0
+    dry = capsys.readouterr().out
+    assert "model.weight <- model.W  (2, 3) float32" in dry and not new.exists()
+    assert main(["convert", str(old), str(new), "--flux-state"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == f"{old} -> {new}: 2 value(s), Flux.state for Flux >= 0.15, JLD2 0.2.0"
+    assert "model: in Julia:" in out and "epochs: written as it is (no Flux layers in it)" in out
+    assert not any(" <- " in line for line in out)  # the per-array mapping stays in --dry-run
+    assert any(line.startswith("  Flux.loadmodel!(model, JLD2.load(") for line in out)
+    assert list(treexchange.load(new, "model")) == ["weight", "bias", "σ"]
+
+
+def test_convert_to_another_format_says_what_it_wrote(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    # The safetensors/orbax routes wrote silently, unlike JLD2 -> JLD2.
+    pytest.importorskip("safetensors")
+    import numpy as np
+
+    src, dst = tmp_path / "a.jld2", tmp_path / "a.safetensors"
+    treexchange.save(src, model_state=treexchange.NamedTuple(weight=np.ones((2, 3), np.float32)))
+    assert main(["convert", str(src), str(dst)]) == 0
+    assert capsys.readouterr().out == f"{src} -> {dst}: jld2 -> safetensors\n" and dst.exists()

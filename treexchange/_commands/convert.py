@@ -37,12 +37,14 @@ _ROUTES = {
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "convert",
-        help="re-encode a JLD2 file, or convert JLD2 <-> safetensors / orbax",
+        help="re-encode a JLD2 or BSON.jl file as JLD2, convert JLD2 <-> safetensors / orbax, or migrate "
+        "old Flux models (--flux-state)",
         description=(
             "Read IN through treexchange's value model and write it to OUT as JLD2 format 0.2.0 "
             "(atomically: OUT is replaced only when the new file is complete). When one side is a "
             "safetensors file (.safetensors, .safetensors.index.json) or an orbax checkpoint "
-            "directory, convert between it and JLD2 (format by extension, or --to)."
+            "directory, convert between it and JLD2 (format by extension, or --to). IN may be a BSON.jl "
+            "file (told by its content); --flux-state writes its Flux models as Flux.state."
         ),
     )
     p.add_argument("input", metavar="IN", help="file (or orbax checkpoint directory) to read")
@@ -136,7 +138,7 @@ def _run(args: argparse.Namespace) -> int:
     _refuse_idle_options(args, (src_fmt, dst_fmt))
     if (src_fmt, dst_fmt) != _JLD2 or args.dry_run:
         # Another format on one side: the format-specific converters (treexchange._interop).
-        convert_formats(
+        route = convert_formats(
             args.input,
             args.output,
             to=dst_fmt,
@@ -144,6 +146,8 @@ def _run(args: argparse.Namespace) -> int:
             max_shard_size=args.max_shard_size,
             architecture=args.architecture,
         )
+        if not args.dry_run:  # say what was written, as the JLD2 -> JLD2 route does
+            print(f"{args.input} -> {args.output}: {route.replace('->', ' -> ')}", file=sys.stdout)
         return 0
     compress: bool | str = False if args.compress == "none" else args.compress
     bar = ProgressLine(os.path.getsize(args.input), f"{Path(args.input).name} -> jld2")

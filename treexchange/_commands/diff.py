@@ -16,12 +16,12 @@ from .inspect import FULL_TYPES_HELP
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "diff",
-        help="compare two JLD2 files or schema documents",
-        description="Compare the structure of two JLD2 files or schema JSON documents: added and "
+        help="compare two JLD2 or BSON.jl files or schema documents",
+        description="Compare the structure of two JLD2 or BSON.jl files or schema JSON documents: added and "
         "removed nodes, kind, type, field order, dtype, shape, checksum and value-constraint changes.",
     )
-    p.add_argument("a", help="JLD2 file or schema JSON")
-    p.add_argument("b", help="JLD2 file or schema JSON")
+    p.add_argument("a", help="JLD2 or BSON.jl file, or schema JSON")
+    p.add_argument("b", help="JLD2 or BSON.jl file, or schema JSON")
     p.add_argument("--json", action="store_true", help="print the differences as one JSON object")
     p.add_argument("--checksums", action="store_true", help="also compare array contents (sha256)")
     p.add_argument("--name", help="only this top-level name")

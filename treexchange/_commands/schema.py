@@ -12,11 +12,11 @@ import sys
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "schema",
-        help="print the inferred schema of a JLD2 file (JSON)",
-        description="Infer the schema of a JLD2 file: every node's kind, field order, dtype and "
+        help="print the inferred schema of a JLD2 or BSON.jl file (JSON)",
+        description="Infer the schema of a JLD2 or BSON.jl file: every node's kind, field order, dtype and "
         "Julia-order shape. No array data is read unless --checksums is given.",
     )
-    p.add_argument("file", nargs="?", help="the JLD2 file")
+    p.add_argument("file", nargs="?", help="the JLD2 or BSON.jl file")
     p.add_argument("--checksums", action="store_true", help="add each array's sha256 (reads all data)")
     p.add_argument("--values", action="store_true", help="pin scalar values (enum) as found")
     p.add_argument("--name", help="only this top-level name ('a/b' for a nested group)")

@@ -16,11 +16,11 @@ from .inspect import FULL_TYPES_HELP
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     p = sub.add_parser(
         "validate",
-        help="check a JLD2 file against a schema (exit 1 listing every violation)",
-        description="Check a JLD2 file against a schema document. Every violation is listed with "
+        help="check a JLD2 or BSON.jl file against a schema (exit 1 listing every violation)",
+        description="Check a JLD2 or BSON.jl file against a schema document. Every violation is listed with "
         "its path; exit code 1 when there is any.",
     )
-    p.add_argument("file", help="the JLD2 file")
+    p.add_argument("file", help="the JLD2 or BSON.jl file")
     p.add_argument("schema", nargs="?", help="schema JSON file (default: the schema stored in FILE)")
     p.add_argument("--name", help="only this top-level name ('a/b' for a nested group)")
     p.add_argument("--no-checksums", action="store_true", help="do not verify array sha256s")

@@ -51,17 +51,24 @@ def migrate_flux_state(
 ) -> dict[str, Any]:
     """Write ``Flux.state`` of every model in ``source`` to the JLD2 file ``target`` (see the
     module docstring); ``dry_run`` prints the mapping (``new path <- old path  shape dtype``) and
-    the Julia that loads the result, and writes nothing. Returns the values written.
+    the Julia that loads the result, and writes nothing. Otherwise it writes ``target`` and prints a
+    summary line, then the notes and the Julia of the dry run without the mapping (the lines a user
+    needs to load the file). Returns the values written.
 
     Example:
-        >>> import os, tempfile, numpy as np
+        >>> import io, os, tempfile, numpy as np
         >>> import treexchange as tx
         >>> from treexchange import JuliaStruct
         >>> dense = JuliaStruct("Flux.Dense{NNlib.#relu,A,B}", {"W": np.ones((2, 3), np.float32),
         ...                                                     "b": np.zeros(2, np.float32)})
         >>> folder = tempfile.mkdtemp()
         >>> tx.save(os.path.join(folder, "old.jld2"), model=dense)
-        >>> roots = migrate_flux_state(os.path.join(folder, "old.jld2"), os.path.join(folder, "new.jld2"))
+        >>> printed = io.StringIO()
+        >>> roots = migrate_flux_state(
+        ...     os.path.join(folder, "old.jld2"), os.path.join(folder, "new.jld2"), out=printed
+        ... )
+        >>> printed.getvalue().splitlines()[1]
+        'model: in Julia:'
         >>> list(tx.load(os.path.join(folder, "new.jld2"), "model"))
         ['weight', 'bias', 'σ']
     """
@@ -71,19 +78,30 @@ def migrate_flux_state(
     with open_file(source) as f:
         names = list(f)
         values = {name: read_entry(f, name) for name in names}
+    notes: list[str] = []
     for name, value in values.items():
-        roots[name], lines = _migrate_entry(name, value, era, architecture, os.fspath(target))
+        roots[name], mapping, entry_notes = _migrate_entry(name, value, era, architecture, os.fspath(target))
         if dry_run:
-            for line in lines:
+            for line in (*mapping, *entry_notes):
                 print(line, file=printer)
+        notes += entry_notes
     if not dry_run:
         save_jld2(target, roots)
+        # without this the user would not see the Julia lines that load the file, nor what was left out
+        print(
+            f"{os.fspath(source)} -> {os.fspath(target)}: {len(roots)} value(s), Flux.state for Flux "
+            f"{'>= 0.15' if era != '0.14' else '0.14'}, JLD2 0.2.0",
+            file=printer,
+        )
+        for line in notes:
+            print(line, file=printer)
     return roots
 
 
 def _migrate_entry(
     name: str, value: Any, era: str, architecture: str | None, target: str
-) -> tuple[Any, list[str]]:
+) -> tuple[Any, list[str], list[str]]:
+    """The value written for ``name``, its mapping lines and its notes (Julia lines included)."""
     path: TreePath = (name,)
     sources = dict(_array_paths(value, path))
     if params_list(value) is not None:
@@ -96,14 +114,16 @@ def _migrate_entry(
         layer = parse_architecture(architecture)
         state = state_for_architecture(layer, value, era, path=path)
         check_state(layer, state, path=path)
-        return state, [
-            *_mapping(state, path, sources),
-            *_julia(name, julia_constructor(layer, era), state, target),
-        ]
+        return (
+            state,
+            _mapping(state, path, sources),
+            _julia(name, julia_constructor(layer, era), state, target),
+        )
     if not _holds_flux_layer(value):
-        return value, [f"{name}: written as it is (no Flux layers in it)"]
+        return value, [], [f"{name}: written as it is (no Flux layers in it)"]
     state = whole_model_state(value, era, path=path)
-    lines = _mapping(state, path, sources)
+    mapping = _mapping(state, path, sources)
+    lines: list[str] = []
     if era != "0.14":  # Flux ≥ 0.15 has no learnt initial state: say what is left behind
         old = whole_model_state(value, "0.14", path=path)
         lines += [
@@ -122,7 +142,7 @@ def _migrate_entry(
         lines.append(f"{name}: build the model in Julia yourself ({err})")
     else:
         lines += _julia(name, julia_constructor(layer, era), state, target)
-    return state, lines
+    return state, mapping, lines
 
 
 def _keys(value: Any, depth: int = 0) -> Iterator[Any]:

@@ -158,8 +158,9 @@ def closure_error(value: Any, path: TreePath) -> ConversionError:
         position = f" (layer {path[-1]} of the Chain {format_path(path[:-2])})"
     return ConversionError(
         f"anonymous function {closure_description(value)}{position}: a closure is code, which "
-        "treexchange never runs. Pass architecture= with the model as Flux prints it, writing the "
-        "closure as the layer it computes (e.g. Flux.flatten for x -> reshape(x, :, size(x, 4)))",
+        "treexchange never runs. Pass architecture= (--architecture on the command line) with the "
+        "model as Flux prints it, writing the closure as the layer it computes (e.g. Flux.flatten for "
+        "x -> reshape(x, :, size(x, 4)))",
         path=path,
     )
 
