@@ -7,6 +7,9 @@ The fixtures are real files written by Julia. They are looked for, in this order
 2. ``../shared`` beside the repository (the project's full corpus, ../shared/julia_fixtures/CATALOG.md);
 3. the files bundled in the repository's ``julia_fixtures/`` (those whose licence allows it, and the
    MNIST test set: julia_fixtures/SOURCES.md); ``julia_fixtures/fetch.py`` adds the others there.
+
+Hostile files likewise: ``hostile/`` of the shared folder, else the redistributable part of it bundled
+in ``tests/hostile/``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ MNIST_DIR = (
     if (SHARED / "data" / "mnist" / "t10k-labels-idx1-ubyte.gz").is_file()
     else BUNDLED_DIR / "mnist"
 )
+# Hostile files (each once broke a promise of treexchange): the shared folder's full set when it is
+# there, else those of them the repository may carry (tests/hostile/README.md says which and why).
+HOSTILE = SHARED / "hostile" if (SHARED / "hostile").is_dir() else REPO / "tests" / "hostile"
+HOSTILE_BUNDLED = HOSTILE == REPO / "tests" / "hostile"
 # Whether the corpus is the project's own (whose files some tests name): ../shared, or the bundled
 # subset of it; another folder of Julia-written files given through TREEXCHANGE_SHARED is not
 # (tests/test_corpus.py runs over that one).

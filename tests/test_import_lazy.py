@@ -1,5 +1,6 @@
 """``import treexchange`` loads none of the heavy parts; reading a file (``open``, or ``load`` without
-``like=``/``sharding=``) loads the codec only (the CPU-time figure is in docs/performance.md, measured by benchmarks/bench_import.py)."""
+``like=``/``sharding=``) loads the codec only (the CPU-time figure is in docs/performance.md,
+measured by benchmarks/bench_import.py)."""
 
 from __future__ import annotations
 
