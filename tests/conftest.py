@@ -88,14 +88,21 @@ def fixture_ids(paths: list[Path]) -> list[str]:
     return [str(p.relative_to(FIXTURES)) for p in paths]
 
 
+def absent_reason(relpath: str) -> str | None:
+    """Why the fixture ``relpath`` is not here (the reason to skip with), or None when it is."""
+    if (FIXTURES / relpath).is_file():
+        return None
+    if BUNDLED:
+        return NOT_BUNDLED_REASON if relpath in _bundled_files() else SKIP_REASON
+    return SKIP_REASON if OWN_CORPUS or not FIXTURES.is_dir() else FOREIGN_REASON
+
+
 def require_fixture(relpath: str) -> Path:
     """The path of one fixture (e.g. ``"flux-state/silver-bullet_lenet.jld2"``), or skip."""
-    path = FIXTURES / relpath
-    if not path.is_file():
-        if BUNDLED:
-            pytest.skip(NOT_BUNDLED_REASON if relpath in _bundled_files() else SKIP_REASON)
-        pytest.skip(SKIP_REASON if OWN_CORPUS or not FIXTURES.is_dir() else FOREIGN_REASON)
-    return path
+    reason = absent_reason(relpath)
+    if reason is not None:
+        pytest.skip(reason)
+    return FIXTURES / relpath
 
 
 def shared_file(relpath: str) -> Path | None:
