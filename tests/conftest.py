@@ -105,6 +105,21 @@ def require_fixture(relpath: str) -> Path:
     return FIXTURES / relpath
 
 
+# Fixtures of one kind, for tests whose point any of them makes: the file of ../shared the test was
+# written for first, then a bundled one of the same kind (julia_fixtures/SOURCES.md), so that a fresh
+# clone runs the test too and a run with ../shared runs it as before.
+# A Flux.state ``model_state`` of Dense layers (``NamedTuple{(:layers,)}``, Float32 weights, ``σ = ()``):
+DENSE_FLUX_STATE = ("flux-state/reinforce-circuits_mymodel.jld2", "flux-state/juliahepnet_model.jld2")
+
+
+def require_one_of(relpaths: tuple[str, ...]) -> Path:
+    """The first of ``relpaths`` that is here, or skip (with the first one's reason)."""
+    for relpath in relpaths:
+        if absent_reason(relpath) is None:
+            return FIXTURES / relpath
+    return require_fixture(relpaths[0])
+
+
 def shared_file(relpath: str) -> Path | None:
     """A file named as in ../shared (``julia_fixtures/...``, ``data/mnist/...``) wherever it is found."""
     if (SHARED / relpath).is_file():

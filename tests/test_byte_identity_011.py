@@ -90,9 +90,9 @@ def test_convert_keep_format_011(path: Path | None, tmp_path: Path) -> None:
             obj = f[n]
             if isinstance(obj, h5py.Dataset) and obj.shape is not None and obj.dtype.kind in "biuf":
                 obj[()]
-    if name in NOT_IDENTICAL:
+    if name in NOT_IDENTICAL:  # a known gap, checked to be still there (the values were checked above)
         assert written != original
-        pytest.skip(f"not byte-identical yet: {NOT_IDENTICAL[name]}")
+        pytest.xfail(f"not byte-identical yet: {NOT_IDENTICAL[name]}")
     if written != original:
         diffs = (i for i, (a, b) in enumerate(zip(written, original)) if a != b)
         first = next(diffs, min(len(written), len(original)))

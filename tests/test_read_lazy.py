@@ -9,7 +9,14 @@ import h5py
 import numpy as np
 import pytest
 from _jld2_builder import Attr, Builder, shared, space, t_compound, t_ref
-from conftest import all_fixtures_or_skip, fixture_files, fixture_ids, require_fixture
+from conftest import (
+    DENSE_FLUX_STATE,
+    all_fixtures_or_skip,
+    fixture_files,
+    fixture_ids,
+    require_fixture,
+    require_one_of,
+)
 
 import treexchange as tx
 from treexchange import NamedTuple
@@ -186,7 +193,7 @@ def test_repr_and_load_order_validation() -> None:
     with pytest.raises(ValueError):
         tx.load(path, order="fortran")  # type: ignore[arg-type]
     assert isinstance(tx.load(path, "b", order="storage"), np.ndarray)
-    state = tx.load(require_fixture("flux-state/reinforce-circuits_mymodel.jld2"), "model_state")
+    state = tx.load(require_one_of(DENSE_FLUX_STATE), "model_state")
     assert isinstance(state, NamedTuple)
 
 
