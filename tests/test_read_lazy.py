@@ -197,14 +197,14 @@ def test_repr_and_load_order_validation() -> None:
     assert isinstance(state, NamedTuple)
 
 
-@pytest.mark.parametrize("path", all_fixtures_or_skip(), ids=fixture_ids(fixture_files()) or None)
+@pytest.mark.parametrize(
+    "path", all_fixtures_or_skip("**/*.jld2"), ids=fixture_ids(fixture_files("**/*.jld2")) or None
+)
 def test_node_kinds_agree_with_loaded_values(path: Path) -> None:
     """Every node's kind is the kind of the value it reads as, and its children are the value's."""
     from treexchange._inspect import walk_nodes
     from treexchange._typeof import kind_of
 
-    if path.suffix == ".jld":
-        pytest.skip("JLD v1")
     with tx.open(path) as f:
         for node, _ in walk_nodes(f):
             if node.kind == "group":
