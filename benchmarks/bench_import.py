@@ -3,8 +3,8 @@
 Each measurement is a fresh interpreter that times one import statement with ``time.process_time``
 (CPU time of that process, interpreter start-up excluded). The statements are run interleaved,
 round after round, so a busy machine slows them alike; each figure is the best of ``--rounds``
-(default 15). Also timed: what a reader loads (``treexchange.open``), the first use of the writer
-(``treexchange.save``) and of the JAX bridge (``treexchange.restore``), for reference.
+(default 15). Also timed: what a reader loads (``treexchange.open``, ``treexchange.load``), the first
+use of the writer (``treexchange.save``) and of the JAX bridge (``treexchange.restore``), for reference.
 
 Usage: ``python benchmarks/bench_import.py [--rounds 15]``
 """
@@ -19,6 +19,7 @@ STATEMENTS = {
     "numpy": "import numpy",
     "treexchange": "import treexchange",
     "treexchange + open": "import treexchange; treexchange.open",
+    "treexchange + load": "import treexchange; treexchange.load",
     "treexchange + save": "import treexchange; treexchange.save",
     "treexchange + restore": "import treexchange; treexchange.restore",
 }

@@ -7,6 +7,9 @@ The fixtures are real files written by Julia. They are looked for, in this order
 2. ``../shared`` beside the repository (the project's full corpus, ../shared/julia_fixtures/CATALOG.md);
 3. the files bundled in the repository's ``julia_fixtures/`` (those whose licence allows it, and the
    MNIST test set: julia_fixtures/SOURCES.md); ``julia_fixtures/fetch.py`` adds the others there.
+
+Hostile files likewise: ``hostile/`` of the shared folder, else the redistributable part of it bundled
+in ``tests/hostile/``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ MNIST_DIR = (
     if (SHARED / "data" / "mnist" / "t10k-labels-idx1-ubyte.gz").is_file()
     else BUNDLED_DIR / "mnist"
 )
+# Hostile files (each once broke a promise of treexchange): the shared folder's full set when it is
+# there, else those of them the repository may carry (tests/hostile/README.md says which and why).
+HOSTILE = SHARED / "hostile" if (SHARED / "hostile").is_dir() else REPO / "tests" / "hostile"
+HOSTILE_BUNDLED = HOSTILE == REPO / "tests" / "hostile"
 # Whether the corpus is the project's own (whose files some tests name): ../shared, or the bundled
 # subset of it; another folder of Julia-written files given through TREEXCHANGE_SHARED is not
 # (tests/test_corpus.py runs over that one).
@@ -81,14 +88,36 @@ def fixture_ids(paths: list[Path]) -> list[str]:
     return [str(p.relative_to(FIXTURES)) for p in paths]
 
 
+def absent_reason(relpath: str) -> str | None:
+    """Why the fixture ``relpath`` is not here (the reason to skip with), or None when it is."""
+    if (FIXTURES / relpath).is_file():
+        return None
+    if BUNDLED:
+        return NOT_BUNDLED_REASON if relpath in _bundled_files() else SKIP_REASON
+    return SKIP_REASON if OWN_CORPUS or not FIXTURES.is_dir() else FOREIGN_REASON
+
+
 def require_fixture(relpath: str) -> Path:
     """The path of one fixture (e.g. ``"flux-state/silver-bullet_lenet.jld2"``), or skip."""
-    path = FIXTURES / relpath
-    if not path.is_file():
-        if BUNDLED:
-            pytest.skip(NOT_BUNDLED_REASON if relpath in _bundled_files() else SKIP_REASON)
-        pytest.skip(SKIP_REASON if OWN_CORPUS or not FIXTURES.is_dir() else FOREIGN_REASON)
-    return path
+    reason = absent_reason(relpath)
+    if reason is not None:
+        pytest.skip(reason)
+    return FIXTURES / relpath
+
+
+# Fixtures of one kind, for tests whose point any of them makes: the file of ../shared the test was
+# written for first, then a bundled one of the same kind (julia_fixtures/SOURCES.md), so that a fresh
+# clone runs the test too and a run with ../shared runs it as before.
+# A Flux.state ``model_state`` of Dense layers (``NamedTuple{(:layers,)}``, Float32 weights, ``σ = ()``):
+DENSE_FLUX_STATE = ("flux-state/reinforce-circuits_mymodel.jld2", "flux-state/juliahepnet_model.jld2")
+
+
+def require_one_of(relpaths: tuple[str, ...]) -> Path:
+    """The first of ``relpaths`` that is here, or skip (with the first one's reason)."""
+    for relpath in relpaths:
+        if absent_reason(relpath) is None:
+            return FIXTURES / relpath
+    return require_fixture(relpaths[0])
 
 
 def shared_file(relpath: str) -> Path | None:

@@ -76,9 +76,9 @@ def test_convert_keep_format_011(path: Path | None, tmp_path: Path) -> None:
     # h5py (libhdf5) reads the output wherever it reads the input (JLD2 0.4.51 - 0.4.52 wrote
     # datatype messages of version 0, which libhdf5 refuses: a faithful copy is refused too).
     assert _h5py_failures(out) <= _h5py_failures(path)
-    if name in NOT_IDENTICAL:
+    if name in NOT_IDENTICAL:  # a known gap, checked to be still there (the values were checked above)
         assert written != original
-        pytest.skip(f"not byte-identical yet: {NOT_IDENTICAL[name]}")
+        pytest.xfail(f"not byte-identical yet: {NOT_IDENTICAL[name]}")
     if written != original:
         diffs = (i for i, (a, b) in enumerate(zip(written, original)) if a != b)
         first = next(diffs, min(len(written), len(original)))

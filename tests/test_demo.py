@@ -121,3 +121,38 @@ def test_demo_finds_the_bundled_lenet_and_mnist_without_shared(tmp_path: Path, m
     assert demo(str(tmp_path / "mlp.jld2"), stream=stream) == 0
     line = next(x for x in stream.getvalue().splitlines() if "MNIST test accuracy:" in x)
     assert "97.89%" in line
+
+
+def test_demo_with_a_shared_lenet_but_no_mnist_uses_the_bundled_mnist(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A shared folder may hold the LeNet without ``data/mnist``: the accuracy is still measured,
+    on the MNIST test set the repository bundles."""
+    from conftest import BUNDLED_DIR
+
+    from treexchange._commands.demo_cnn import LENET_FILE, find_lenet
+
+    monkeypatch.delenv("TREEXCHANGE_SHARED", raising=False)
+    shared = tmp_path / "shared"
+    (shared / LENET_FILE).parent.mkdir(parents=True)
+    (shared / LENET_FILE).symlink_to(BUNDLED_DIR / "flux-state" / "silver-bullet_lenet.jld2")
+    (shared / "data" / "mnist").mkdir(parents=True)  # the folder, without the files
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    (clone / "julia_fixtures").symlink_to(BUNDLED_DIR)
+    monkeypatch.chdir(clone)
+    lenet, mnist_dir = find_lenet(str(shared))
+    assert lenet == shared / LENET_FILE
+    assert mnist_dir == clone / "julia_fixtures" / "mnist"
+    # with the data in the shared folder, that copy is the one used
+    for name in ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
+        (shared / "data" / "mnist" / name).symlink_to(BUNDLED_DIR / "mnist" / name)
+    assert find_lenet(str(shared)) == (shared / LENET_FILE, shared / "data" / "mnist")
+    (shared / "data" / "mnist" / "t10k-labels-idx1-ubyte.gz").unlink()
+    stream = io.StringIO()
+    assert demo(str(tmp_path / "mlp.jld2"), stream=stream, shared=str(shared)) == 0
+    text = stream.getvalue()
+    assert f"Ported the Julia-trained LeNet `lenet_state` of {shared / LENET_FILE}" in text
+    line = next(x for x in text.splitlines() if "MNIST test accuracy:" in x)
+    assert "97.89%" in line and str(clone / "julia_fixtures" / "mnist") in line
+    assert "not found" not in text

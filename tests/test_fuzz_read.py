@@ -8,8 +8,8 @@ outside array payloads; runs of 0x00/0xFF; truncations. Every case is read compl
 ``load`` and the ``inspect --json`` listing) under a per-case time alarm and a tracemalloc
 peak budget, to catch hangs and allocations that the file size does not justify.
 
-The hostile files of ../shared/hostile (each broke a promise once) are seeds too, and a graph
-mutation redirects a link or reference to an ancestor of its object (a cycle) or to a sibling (a
+The hostile files (../shared/hostile, else tests/hostile; each broke a promise once) are seeds too,
+and a graph mutation redirects a link or reference to an ancestor of its object (a cycle) or to a sibling (a
 DAG): every walk must end, and visit each object once.
 
 ``TREEXCHANGE_FUZZ_CASES`` (default 2400) sets the number of cases; ``tests/fuzz_long.py`` runs
@@ -43,7 +43,7 @@ from _jld2_builder import (
     t_ref,
     t_vlen_string,
 )
-from conftest import FIXTURES, SHARED
+from conftest import FIXTURES, HOSTILE
 
 import treexchange as tx
 from treexchange import TreexchangeError
@@ -65,7 +65,6 @@ SEED_FILES = [
     "jld2testfiles/readas_foo_n_sin.jld2",
     "jld2testfiles/unionall_typeparam_v0.1.2.jld2",
 ]
-HOSTILE = SHARED / "hostile"
 TIME_LIMIT = 10.0  # seconds per case before the alarm fires (a hang)
 SLOW = 2.0  # seconds per case that count as suspiciously slow
 
@@ -125,7 +124,7 @@ def _seeds() -> list[tuple[str, bytes]]:
 
 
 def _hostile_seeds() -> list[tuple[str, bytes]]:
-    """The files of ../shared/hostile (small ones: the two 200+ KB mutants add little but time)."""
+    """The hostile files (conftest.HOSTILE), small ones: the two 200+ KB mutants add little but time."""
     if not HOSTILE.is_dir():
         return []
     return [

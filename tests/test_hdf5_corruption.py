@@ -13,14 +13,12 @@ import struct
 import h5py
 import numpy as np
 import pytest
-from conftest import require_fixture
+from conftest import DENSE_FLUX_STATE, require_one_of
 from test_hdf5_fixtures import _walk
 
 from treexchange import FormatError, LimitError, Limits, TreexchangeError, WrongFormatError
 from treexchange._hdf5 import HDF5File
 from treexchange._hdf5._lookup3 import lookup3
-
-STATE = "flux-state/reinforce-circuits_mymodel.jld2"
 
 
 def _read_everything(raw: bytes, **kw: object) -> None:
@@ -29,7 +27,7 @@ def _read_everything(raw: bytes, **kw: object) -> None:
 
 
 def test_truncations_raise_format_errors() -> None:
-    raw = require_fixture(STATE).read_bytes()
+    raw = require_one_of(DENSE_FLUX_STATE).read_bytes()
     _read_everything(raw)  # intact file reads
     for cut in (0, 100, 511, 520, 559, 600, 700, 1000, 2000, 4000, 6000, 8000, len(raw) - 1):
         with pytest.raises(FormatError) as err:
@@ -48,7 +46,7 @@ def _ohdr_message(raw: bytes, at: int) -> tuple[int, int]:
 
 
 def test_lying_message_size() -> None:
-    raw = bytearray(require_fixture(STATE).read_bytes())
+    raw = bytearray(require_one_of(DENSE_FLUX_STATE).read_bytes())
     root = 512 + struct.unpack_from("<Q", raw, 512 + 36)[0]  # superblock v2 root address
     _, first = _ohdr_message(bytes(raw), root)
     raw[first + 1 : first + 3] = struct.pack("<H", 0xFFFF)  # first message claims 64 KiB
@@ -58,7 +56,7 @@ def test_lying_message_size() -> None:
 
 
 def test_lying_root_address_and_dims() -> None:
-    raw = bytearray(require_fixture(STATE).read_bytes())
+    raw = bytearray(require_one_of(DENSE_FLUX_STATE).read_bytes())
     bad = bytearray(raw)
     bad[512 + 36 : 512 + 44] = struct.pack("<Q", len(raw) * 10)
     with pytest.raises(FormatError, match="outside the file"):
@@ -129,7 +127,7 @@ def test_header_message_limit() -> None:
 
 
 def test_checksums_verified_only_on_request() -> None:
-    raw = bytearray(require_fixture(STATE).read_bytes())
+    raw = bytearray(require_one_of(DENSE_FLUX_STATE).read_bytes())
     at = raw.find(b"OHDR", 600)
     raw[at + 12] ^= 0x01  # inside the first message of some object header
     addr = at - 512
@@ -142,7 +140,7 @@ def test_checksums_verified_only_on_request() -> None:
         with pytest.raises(FormatError, match="checksum") as err:
             h5.object(addr)
         assert err.value.offset is not None
-    sb = bytearray(require_fixture(STATE).read_bytes())
+    sb = bytearray(require_one_of(DENSE_FLUX_STATE).read_bytes())
     sb[512 + 20] ^= 0x01  # extension address byte, covered by the superblock checksum
     HDF5File(bytes(sb)).close()
     with pytest.raises(FormatError, match="superblock checksum"):
@@ -150,14 +148,14 @@ def test_checksums_verified_only_on_request() -> None:
 
 
 def test_not_an_object_header() -> None:
-    raw = require_fixture(STATE).read_bytes()
+    raw = require_one_of(DENSE_FLUX_STATE).read_bytes()
     with HDF5File(raw) as h5, pytest.raises(FormatError, match="no object header") as err:
         h5.object(1)
     assert err.value.offset == 513
 
 
 def test_global_heap_bad_index() -> None:
-    raw = require_fixture(STATE).read_bytes()
+    raw = require_one_of(DENSE_FLUX_STATE).read_bytes()
     at = raw.find(b"GCOL") - 512
     with HDF5File(raw) as h5:
         assert len(h5.global_heap_object(at, 1)) > 0
@@ -168,10 +166,14 @@ def test_global_heap_bad_index() -> None:
         assert bytes(h5.read_vlen(bytes(16))) == b""
 
 
-@pytest.mark.parametrize("fixture", [STATE, "jld2testfiles/jldstruct.jld", "misc/gmg_test.jld2"])
-def test_byte_flips_raise_only_our_errors(fixture: str) -> None:
+@pytest.mark.parametrize(
+    "fixtures",
+    [DENSE_FLUX_STATE, ("jld2testfiles/jldstruct.jld",), ("misc/gmg_test.jld2",)],
+    ids=lambda fixtures: fixtures[0],
+)
+def test_byte_flips_raise_only_our_errors(fixtures: tuple[str, ...]) -> None:
     """Seeded random corruption: any failure must be a TreexchangeError (never IndexError & co)."""
-    raw = require_fixture(fixture).read_bytes()
+    raw = require_one_of(fixtures).read_bytes()
     rng = random.Random(1234)
     failures = 0
     for _ in range(60):

@@ -1,8 +1,9 @@
-"""Hostile and edge-case files (../shared/hostile) through every entry point, and legal graphs.
+"""Hostile and edge-case files (../shared/hostile, else tests/hostile) through every entry point.
 
-Each file of ../shared/hostile/ (with slow/ and writeback/) broke a promise of treexchange (a hang,
-an exception other than TreexchangeError, memory or time far beyond the file's size). Every one
-now gets, from ``open`` + a full lazy walk reading every array, ``load`` with ``mmap`` both ways,
+Each file of ../shared/hostile/ (with slow/ and writeback/; without ../shared, the part of them the
+repository bundles in tests/hostile/, README there) broke a promise of treexchange (a hang, an
+exception other than TreexchangeError, memory or time far beyond the file's size). Every one now
+gets, from ``open`` + a full lazy walk reading every array, ``load`` with ``mmap`` both ways,
 ``infer_schema``, ``validate``, ``inspect`` (text and ``--json``) and ``convert``, a result or a
 TreexchangeError that names an offset or a path, within seconds and in bounded memory. Each file
 runs in a child process (tests/_hostile_child.py) so that its time and peak resident set are its own.
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, SHARED
+from conftest import HOSTILE, REPO
 
 import treexchange as tx
 from treexchange._inspect import iter_records, text_lines
@@ -31,7 +32,6 @@ from treexchange._recursion import stack_for_depth
 from treexchange._schema import RefNode
 from treexchange._schema._model import iter_paths
 
-HOSTILE = SHARED / "hostile"
 # slow/: mutated real files that once took over 20 s (time must follow the file's size, not the
 # counts it claims); writeback/: files load reads that save once failed to write back.
 HOSTILE_FILES = (
@@ -81,7 +81,7 @@ LEGAL = {
 
 def _params() -> list:
     if not HOSTILE_FILES:
-        return [pytest.param(None, marks=pytest.mark.skip(reason=f"{HOSTILE} absent (../shared not cloned)"))]
+        return [pytest.param(None, marks=pytest.mark.skip(reason=f"{HOSTILE} absent"))]
     return [pytest.param(p, id=str(p.relative_to(HOSTILE))) for p in HOSTILE_FILES]
 
 

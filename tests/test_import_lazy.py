@@ -1,5 +1,6 @@
-"""``import treexchange`` loads none of the heavy parts; reading a file loads the codec only
-(the CPU-time figure is in docs/performance.md, measured by benchmarks/bench_import.py)."""
+"""``import treexchange`` loads none of the heavy parts; reading a file (``open``, or ``load`` without
+``like=``/``sharding=``) loads the codec only (the CPU-time figure is in docs/performance.md,
+measured by benchmarks/bench_import.py)."""
 
 from __future__ import annotations
 
@@ -41,6 +42,20 @@ def test_reading_a_file_loads_the_codec_but_not_the_writer_bridge_or_porting(tmp
     assert "treexchange._reader" in modules
     assert _loaded(modules, HEAVY) == []
     assert _loaded(modules, OWN_LATER) == []
+
+
+def test_load_without_a_template_loads_neither_the_bridge_nor_jax(tmp_path: object) -> None:
+    """``tx.load`` reads like ``open``; the JAX bridge comes in only with ``like=`` / ``sharding=``."""
+    path = f"{tmp_path}/a.jld2"
+    treexchange.save(path, a=treexchange.NamedTuple(w=[1.0, 2.0]), b=[1, 2])
+    for call in (f"treexchange.load({path!r})", f"treexchange.load({path!r}, 'a', mmap=False)"):
+        modules = _modules_after(f"import treexchange\n{call}")
+        assert "treexchange._file" in modules and "treexchange._reader" in modules, call
+        assert _loaded(modules, HEAVY) == [], call
+        assert _loaded(modules, OWN_LATER) == [], call
+    # and with a template it does come in (the check above is not vacuous)
+    modules = _modules_after(f"import treexchange\ntreexchange.load({path!r}, 'b', like=[0, 0])")
+    assert "treexchange._bridge" in modules
 
 
 def test_every_public_name_resolves_and_is_listed() -> None:

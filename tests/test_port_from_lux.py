@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import FIXTURES, SKIP_REASON
+from conftest import FIXTURES, absent_reason
 
 import treexchange as tx
 
@@ -34,7 +34,7 @@ SPIRAL = FIXTURES / "lux" / "lux-docs_v0.5.23_trained_model.jld2"
 EIKONET = FIXTURES / "lux" / "eikonet_model.jld2"
 SPIRAL_PARTS = {"lstm_cell": "LSTMCell(2 => 8)", "classifier": "Dense(8 => 1, sigmoid)"}
 LOSS, LOSS_TOLERANCE = 0.0051, 0.001
-needs_spiral = pytest.mark.skipif(not SPIRAL.is_file(), reason=SKIP_REASON)
+needs_spiral = pytest.mark.skipif(not SPIRAL.is_file(), reason=str(absent_reason("lux/" + SPIRAL.name)))
 
 
 # --- data and the numpy reference ---------------------------------------------------------------
@@ -157,7 +157,7 @@ def test_a_wrong_gate_order_is_caught_by_the_loss_and_the_probabilities(
 def test_every_wrong_gate_order_leaves_the_loss_band_of_the_numpy_reference() -> None:
     """The claim behind the tolerance, on all 23 wrong orders (numpy only)."""
     if not SPIRAL.is_file():
-        pytest.skip(SKIP_REASON)
+        pytest.skip(str(absent_reason("lux/" + SPIRAL.name)))
     ps = tx.load(SPIRAL, "ps_trained")
     x, y = spiral_data(seed=0)
     right = binary_cross_entropy(lux_reference(ps, x.astype(np.float64)), y)
@@ -404,7 +404,7 @@ EIKONET_PARTS = {
 }
 
 
-@pytest.mark.skipif(not EIKONET.is_file(), reason=SKIP_REASON)
+@pytest.mark.skipif(not EIKONET.is_file(), reason=str(absent_reason("lux/" + EIKONET.name)))
 @pytest.mark.parametrize(
     ("form", "target"), [("parts", "equinox"), ("chain", "equinox"), ("chain", "nnx"), ("chain", "linen")]
 )
@@ -561,8 +561,9 @@ def test_a_component_array_theta_ports_and_its_neural_ode_fits_its_training_seri
     Delhi climate series with a mean squared error of 0.06 (the series' variance is 0.95; staying at
     the first point gives 2.7; the weights read row-major instead of Julia's column-major give 1.6
     and 3.0, which the numpy forward, reading the same tree, could not tell)."""
-    if not (SERIES[version].is_file() and SERIES_DATA.is_file()):
-        pytest.skip(SKIP_REASON)
+    for path in (SERIES[version], SERIES_DATA):
+        if not path.is_file():
+            pytest.skip(str(absent_reason(path.relative_to(FIXTURES).as_posix())))
     from treexchange._port._componentarray import component_tree
 
     ps = component_tree(tx.load(SERIES[version], "θ"))

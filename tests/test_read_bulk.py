@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import SHARED, all_fixtures_or_skip, fixture_files, fixture_ids
+from conftest import HOSTILE as HOSTILE_DIR, all_fixtures_or_skip, fixture_files, fixture_ids
 
 import treexchange as tx
 from treexchange import JuliaDict, NamedTuple, TreexchangeError, values_equal
@@ -23,7 +23,7 @@ from treexchange._jld2 import _reader
 
 FIXTURES = all_fixtures_or_skip("**/*.jld2")  # JLD v1 (.jld) files do not load
 IDS = fixture_ids([p for p in fixture_files() if p.suffix != ".jld"]) or None
-HOSTILE = sorted((SHARED / "hostile").glob("*.jld2")) if (SHARED / "hostile").is_dir() else []
+HOSTILE = sorted(HOSTILE_DIR.glob("*.jld2"))
 
 
 def _outcome(path: Path, bulk: bool, monkeypatch: pytest.MonkeyPatch, **kw: Any) -> Any:

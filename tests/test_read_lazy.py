@@ -9,7 +9,14 @@ import h5py
 import numpy as np
 import pytest
 from _jld2_builder import Attr, Builder, shared, space, t_compound, t_ref
-from conftest import all_fixtures_or_skip, fixture_files, fixture_ids, require_fixture
+from conftest import (
+    DENSE_FLUX_STATE,
+    all_fixtures_or_skip,
+    fixture_files,
+    fixture_ids,
+    require_fixture,
+    require_one_of,
+)
 
 import treexchange as tx
 from treexchange import NamedTuple
@@ -186,18 +193,18 @@ def test_repr_and_load_order_validation() -> None:
     with pytest.raises(ValueError):
         tx.load(path, order="fortran")  # type: ignore[arg-type]
     assert isinstance(tx.load(path, "b", order="storage"), np.ndarray)
-    state = tx.load(require_fixture("flux-state/reinforce-circuits_mymodel.jld2"), "model_state")
+    state = tx.load(require_one_of(DENSE_FLUX_STATE), "model_state")
     assert isinstance(state, NamedTuple)
 
 
-@pytest.mark.parametrize("path", all_fixtures_or_skip(), ids=fixture_ids(fixture_files()) or None)
+@pytest.mark.parametrize(
+    "path", all_fixtures_or_skip("**/*.jld2"), ids=fixture_ids(fixture_files("**/*.jld2")) or None
+)
 def test_node_kinds_agree_with_loaded_values(path: Path) -> None:
     """Every node's kind is the kind of the value it reads as, and its children are the value's."""
     from treexchange._inspect import walk_nodes
     from treexchange._typeof import kind_of
 
-    if path.suffix == ".jld":
-        pytest.skip("JLD v1")
     with tx.open(path) as f:
         for node, _ in walk_nodes(f):
             if node.kind == "group":

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import require_fixture
+from conftest import DENSE_FLUX_STATE, require_fixture, require_one_of
 
 import treexchange as tx
 from treexchange import MismatchError, NamedTuple, load, save
@@ -99,7 +99,7 @@ def test_six_seeded_corruptions_reported_at_their_paths_in_one_run(tmp_path: Pat
 
 
 def test_schema_command(capsys: Any) -> None:
-    src = require_fixture("flux-state/reinforce-circuits_mymodel.jld2")
+    src = require_one_of(DENSE_FLUX_STATE)
     code, out, _ = _run(capsys, "schema", str(src))
     assert code == 0
     doc = tx.load_schema(out)
@@ -114,7 +114,7 @@ def test_schema_command(capsys: Any) -> None:
 
 
 def test_validate_clean_file_and_errors(tmp_path: Path, capsys: Any) -> None:
-    src = require_fixture("flux-state/reinforce-circuits_mymodel.jld2")
+    src = require_one_of(DENSE_FLUX_STATE)
     schema = tmp_path / "s.json"
     schema.write_text(tx.infer_schema(src, checksums=True).to_json(), encoding="utf-8")
     code, out, _ = _run(capsys, "validate", str(src), str(schema))
@@ -201,7 +201,7 @@ def test_embedded_schema_attribute_is_plain_json(tmp_path: Path) -> None:
 
 
 def test_unknown_names_are_errors_not_tracebacks(tmp_path: Path, capsys: Any) -> None:
-    src = require_fixture("flux-state/reinforce-circuits_mymodel.jld2")
+    src = require_one_of(DENSE_FLUX_STATE)
     schema = tmp_path / "s.json"
     schema.write_text(tx.infer_schema(src).to_json(), encoding="utf-8")
     code, _, err = _run(capsys, "schema", str(src), "--name", "nope")

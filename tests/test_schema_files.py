@@ -13,7 +13,14 @@ import h5py
 import jsonschema
 import numpy as np
 import pytest
-from conftest import FIXTURES, all_fixtures_or_skip, fixture_ids, require_fixture
+from conftest import (
+    DENSE_FLUX_STATE,
+    FIXTURES,
+    all_fixtures_or_skip,
+    fixture_ids,
+    require_fixture,
+    require_one_of,
+)
 
 import treexchange as tx
 from treexchange import WrongFormatError, load
@@ -55,7 +62,7 @@ def test_infer_then_validate_is_clean_for_every_fixture(path: Path, validator: A
 
 
 def test_an_opened_file_is_walked_lazily() -> None:
-    path = require_fixture("flux-state/reinforce-circuits_mymodel.jld2")
+    path = require_one_of(DENSE_FLUX_STATE)
     with tx.open(path) as f:
         doc = tx.infer_schema(f)  # no checksums, no values: reads no array data
         assert tx.validate(f, doc) == []

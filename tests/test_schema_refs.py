@@ -1,7 +1,7 @@
 """Schema back-references (schema 2.0): the ``ref`` node kind for cycles and shared objects.
 
-Real files: ../shared/hostile/linkcycle_shared_demo.jld2 (a group holding a hard link to itself),
-crafted_L14.jld2 (Julia's ``a = Any[]; push!(a, Any[a])``), and the BetaML models of
+Real files: hostile/linkcycle_shared_demo.jld2 (../shared's or tests/hostile/: a group holding a
+hard link to itself), crafted_L14.jld2 (Julia's ``a = Any[]; push!(a, Any[a])``), and the BetaML models of
 julia_fixtures/misc/betaml_test.jld2, whose estimators share one RNG and whose fitted models share
 mutable ``var`` vectors. Each infers, validates (the file, and the values ``load`` returns), diffs
 against itself and survives JSON, as any other file.
@@ -15,20 +15,18 @@ from typing import Any
 
 import jsonschema
 import pytest
-from conftest import REPO, SHARED, require_fixture
+from conftest import HOSTILE, REPO, require_fixture
 
 import treexchange as tx
 from treexchange._cli import main
 from treexchange._schema import RefNode, migrate
 from treexchange._schema._model import iter_paths
 
-HOSTILE = SHARED / "hostile"
-
 
 def _hostile(name: str) -> Path:
     path = HOSTILE / name
     if not path.is_file():
-        pytest.skip(f"{path} absent (../shared not cloned)")
+        pytest.skip(f"{path} absent")
     return path
 
 

@@ -15,17 +15,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import SHARED
+from conftest import HOSTILE
 
 import treexchange as tx
 from treexchange._cli import main
 
-WRITEBACK = SHARED / "hostile" / "writeback" / "complex_juliabits.jld2"
+WRITEBACK = HOSTILE / "writeback" / "complex_juliabits.jld2"
 
 
 def _writeback_file() -> Path:
     if not WRITEBACK.is_file():
-        pytest.skip(f"{WRITEBACK} absent (../shared not cloned)")
+        pytest.skip(f"{WRITEBACK} absent")
     return WRITEBACK
 
 

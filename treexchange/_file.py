@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._bridge import restore
 from ._errors import in_file
 from ._limits import DEFAULT_LIMITS, Limits
 from ._nodeproto import Order
@@ -91,5 +90,8 @@ def load(
             check_loaded(f, value, name=name, validate=validate, schema=schema, order=order)
     if not bridge:
         return value
+    # The JAX bridge only when a template or sharding asks for it: plain reading stays free of it.
+    from ._bridge import restore
+
     path = tuple(p for p in name.split("/") if p) if name else ()
     return restore(value, like, sharding=sharding, path=path, **restore_options)

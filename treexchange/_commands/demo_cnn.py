@@ -5,7 +5,8 @@
 2. build the Equinox CNN for ``Chain(Conv((5, 5), 1 => 6, relu), MaxPool((2, 2)), …)`` and restore
    the state into it (``treexchange.load(..., like=cnn, layout=flux_state)``: kernels flipped, Flux's
    column-major flatten kept);
-3. classify the MNIST test set with it when the data is there (``data/mnist``);
+3. classify the MNIST test set with it when the data is there (``data/mnist`` of the shared folder, else
+   the copy bundled in ``julia_fixtures/mnist``);
 4. write the Equinox model's ``Flux.state`` and print the Julia lines that load it.
 """
 
@@ -26,6 +27,7 @@ from .._save import save
 
 LENET_FILE = Path("julia_fixtures") / "flux-state" / "silver-bullet_lenet.jld2"
 MNIST_DIR = Path("data") / "mnist"
+MNIST_FILES = ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz")  # images, labels
 # The repository's own copies (julia_fixtures/SOURCES.md): the LeNet at the same place inside the
 # folder, the MNIST test set in its mnist/.
 BUNDLED_DIR = Path("julia_fixtures")
@@ -67,13 +69,27 @@ def bundled_folders() -> list[Path]:
     return [Path.cwd() / BUNDLED_DIR, package_root / BUNDLED_DIR]
 
 
+def has_mnist(folder: Path) -> bool:
+    """Whether ``folder`` holds the MNIST test set (both gzipped IDX files)."""
+    return all((folder / name).is_file() for name in MNIST_FILES)
+
+
+def mnist_folder(shared: Path) -> Path:
+    """The shared folder's ``data/mnist`` when it holds the test set, else the bundled copy of it (a
+    shared folder may carry the LeNet without the data); the shared one, absent, if neither does."""
+    own = shared / MNIST_DIR
+    if has_mnist(own):
+        return own
+    return next((b / "mnist" for b in bundled_folders() if has_mnist(b / "mnist")), own)
+
+
 def find_lenet(given: str | None) -> tuple[Path, Path] | None:
     """(the LeNet file, the MNIST folder): from the shared folder (``find_shared``) when one is
     found, else from the repository's bundled ``julia_fixtures/`` (``bundled_folders``)."""
     if given is None or (Path(given) / LENET_FILE).is_file():
         folder = find_shared(given)
         if folder is not None:
-            return folder / LENET_FILE, folder / MNIST_DIR
+            return folder / LENET_FILE, mnist_folder(folder)
     if given is not None:
         return None  # a folder was named and does not hold the LeNet: do not look elsewhere
     for bundled in bundled_folders():
@@ -89,9 +105,9 @@ def mnist(folder: Path) -> tuple[Any, Any] | None:
     NCHW is the reversed-axes view of the Julia batch ``28×28×1×N`` MLDatasets gives
     (docs/porting.md §Data layout).
     """
-    images, labels = folder / "t10k-images-idx3-ubyte.gz", folder / "t10k-labels-idx1-ubyte.gz"
-    if not (images.is_file() and labels.is_file()):
+    if not has_mnist(folder):
         return None
+    images, labels = (folder / name for name in MNIST_FILES)
 
     def idx(path: Path) -> Any:
         data = gzip.decompress(path.read_bytes())
@@ -139,7 +155,8 @@ def cnn_demo(out_dir: str, shared: str | None, say: Callable[..., None]) -> bool
         else:
             acc = accuracy(model, *data)
             ok = acc >= ACCEPTED
-            say(f"   MNIST test accuracy: {acc:.2%} on {len(data[1])} images (Flux's own: 97.89%).")
+            say(f"   MNIST test accuracy: {acc:.2%} on {len(data[1])} images of {mnist_dir}")
+            say("   (Flux's own: 97.89%).")
     target = os.path.join(out_dir, "lenet.jld2")
     save(target, lenet_state=flux_state(model, flux="0.14"))
     say(f"   Wrote its Flux.state (Flux ≤ 0.14 form) to {target}; load it in Julia with:")
