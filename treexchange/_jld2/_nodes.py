@@ -4,7 +4,8 @@ Every node has ``path`` (segments as in ``inspect --json``: names and 1-based po
 ``kind`` (``namedtuple``, ``tuple``, ``vector``, ``dict``, ``struct``, ``array``, ``number``,
 ``bool``, ``string``, ``symbol``, ``singleton``), ``julia_type`` and ``read()``. Building a node
 parses at most the object header of the dataset it stands for; array data is read by
-``read()``, slicing, or ``numpy.asarray``. Children are created on first access.
+``read()``, slicing, or ``numpy.asarray``. Children are created on first access
+(and kept, except array nodes: see ``ContainerNode``).
 
 Indexing follows the Python value a node reads as: NamedTuple/struct fields and dict entries by
 key, tuple and vector elements by 0-based position (like the ``tuple``/``list`` that ``read()``
