@@ -268,3 +268,35 @@ def test_inferred_nodes_share_a_complete_fields_set() -> None:
     c = a.model_copy(update={"description": "x"})
     assert c.model_fields_set is not a.model_fields_set
     assert tx.load_schema(doc.to_json()) == doc
+
+
+def test_array_nodes_are_made_when_asked_and_not_kept(tmp_path: Path) -> None:
+    """An array child is not kept by its parent (so a walk of many arrays leaves nothing per
+    array for the collector): asked twice it is two nodes of the same array, and once dropped
+    it is gone. Containers are made once and kept; a vector of references checks its elements'
+    headers once, on the first element looked at, even when every element is an array."""
+    path = tmp_path / "a.jld2"
+    layers = tuple(NamedTuple(w=np.full((2, 3), i, np.float32), b=np.arange(2.0) + i) for i in range(40))
+    arrays = [np.full(3, i, np.float32) for i in range(40)]
+    tx.save(path, st=NamedTuple(layers=layers, d=tx.JuliaDict(a=arrays[0], b=arrays[1]), v=arrays))
+    with File(path) as f:
+        st = f["st"]
+        assert st["layers"] is st["layers"] and st["layers"][3] is st["layers"][3]
+        for parent, key in ((st["layers"][3], "w"), (st["d"], "a"), (st["v"], 5)):
+            one, two = parent[key], parent[key]
+            assert one is not two and one.kind == two.kind == "array"
+            assert (one.path, one.object_address, one.shape, one.dtype) == (
+                two.path,
+                two.object_address,
+                two.shape,
+                two.dtype,
+            )
+            assert np.array_equal(np.asarray(one), np.asarray(two))
+            gc.collect()
+            alive = sum(1 for o in gc.get_objects() if type(o).__name__ == "ArrayNode")
+            del one, two
+            assert sum(1 for o in gc.get_objects() if type(o).__name__ == "ArrayNode") == alive - 2
+        v = st["v"]
+        assert [tuple(c.shape) for _, c in v.children()] == [(3,)] * 40
+        assert np.array_equal(np.asarray(v[39]), arrays[39]) and np.array_equal(v[-1][0:2], arrays[39][:2])
+        assert v._primed  # set by the first element, not by a kept child

@@ -4,7 +4,8 @@ Every node has ``path`` (segments as in ``inspect --json``: names and 1-based po
 ``kind`` (``namedtuple``, ``tuple``, ``vector``, ``dict``, ``struct``, ``array``, ``number``,
 ``bool``, ``string``, ``symbol``, ``singleton``), ``julia_type`` and ``read()``. Building a node
 parses at most the object header of the dataset it stands for; array data is read by
-``read()``, slicing, or ``numpy.asarray``. Children are created on first access.
+``read()``, slicing, or ``numpy.asarray``. Children are created on first access
+(and kept, except array nodes: see ``ContainerNode``).
 
 Indexing follows the Python value a node reads as: NamedTuple/struct fields and dict entries by
 key, tuple and vector elements by 0-based position (like the ``tuple``/``list`` that ``read()``
@@ -330,6 +331,10 @@ class ContainerNode(Node):
     the Python key (field name, dict key, or 0-based position), and build child ``i`` on demand.
     """
 
+    # Children are made once and kept in ``_cache`` -- except arrays, made again each time they
+    # are asked for (a few attribute stores): a walk over 100,000 arrays then leaves no 100,000
+    # nodes (and paths) alive for the cyclic garbage collector to scan at each collection (a
+    # third of such a walk's time). An array node holds no data, only where its data lie.
     __slots__ = ("_cache", "_index", "_keys", "_shape", "_src")
 
     def __init__(
@@ -369,9 +374,9 @@ class ContainerNode(Node):
     def _child(self, i: int) -> Node | Group:
         node = self._cache.get(i)
         if node is None:
-            seg = self._all()[i][0]
-            node = self._make(i, (*self.path, seg))
-            self._cache[i] = node
+            node = self._make(i, (*self.path, self._all()[i][0]))
+            if type(node) is not ArrayNode:  # see __slots__
+                self._cache[i] = node
         return node
 
     def keys(self) -> list[Any]:
@@ -383,7 +388,9 @@ class ContainerNode(Node):
         for i, (seg, _) in enumerate(self._all()):
             node = cache.get(i)  # what _child does, inlined: this runs for every node of a walk
             if node is None:
-                node = cache[i] = self._make(i, (*path, seg))
+                node = self._make(i, (*path, seg))
+                if type(node) is not ArrayNode:
+                    cache[i] = node
             yield seg, node
 
     def __len__(self) -> int:
@@ -506,7 +513,9 @@ class CompoundNode(ContainerNode):
             if i is not None:
                 node = self._cache.get(i)
                 if node is None:
-                    node = self._cache[i] = self._make(i, (*self.path, key))
+                    node = self._make(i, (*self.path, key))
+                    if type(node) is not ArrayNode:
+                        self._cache[i] = node
                 return node
         return super().__getitem__(key)
 
@@ -543,12 +552,13 @@ _new_node = object.__new__
 class RefVectorNode(ContainerNode):
     """A dataset of references (``Vector{Any}``, ``Vector{Matrix{Float32}}``, ...)."""
 
-    __slots__ = ("_addresses", "_info")
+    __slots__ = ("_addresses", "_info", "_primed")
 
     def __init__(self, reader: Reader, path: TreePath, info: DatasetInfo) -> None:
         super().__init__(reader, path, "vector", info.julia_type, info.address, info.shape)
         self._info = info
         self._addresses: list[int] | None = None
+        self._primed = False
 
     def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         self._addresses = self._reader.element_addresses(self._info)
@@ -559,9 +569,10 @@ class RefVectorNode(ContainerNode):
         addresses = self._addresses
         assert addresses is not None
         reader = self._reader
-        if not self._cache and len(addresses) >= _BULK_MIN:
-            # the first child looked at: check every element's header at once
-            reader.prime(np.array(addresses, np.uint64), self.path)
+        if not self._primed:
+            if len(addresses) >= _BULK_MIN:  # the first child looked at: every element's header at once
+                reader.prime(np.array(addresses, np.uint64), self.path)
+            self._primed = True
         address = addresses[i]
         primed = reader.primed_struct(address)
         if primed is not None and len(path) <= reader.max_path:
@@ -1036,7 +1047,9 @@ class DictNode(ContainerNode):
             return super().__getitem__(key)  # raises as every container does
         node = self._cache.get(i)
         if node is None:
-            node = self._cache[i] = self._make(i, (*self.path, self._keys[i][0]))  # type: ignore[index]
+            node = self._make(i, (*self.path, self._keys[i][0]))  # type: ignore[index]
+            if type(node) is not ArrayNode:
+                self._cache[i] = node
         return node
 
     def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
