@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import require_fixture
+from conftest import FIXTURES, require_fixture, require_one_of
 
 from treexchange import ConversionError
 from treexchange._port._fromflux import read_flux_source
@@ -45,15 +45,29 @@ def test_a_wrong_architecture_is_named_with_the_file_path(text: str, message: st
         read_flux_source(path, "lenet_state", text)
 
 
-def test_whole_model_needs_no_text_and_a_state_needs_one() -> None:
-    layer, _ = read_flux_source(require_fixture("flux-model/hwdr_mlp.jld2"), "mlp")
-    assert layer.kinds() == ["Chain", "Dense", "Dense", "Dense", "function"]
-    # A whole model can also be paired with a text; its arrays are checked against it.
-    layer2, _ = read_flux_source(
-        require_fixture("flux-model/hwdr_mlp.jld2"),
+# Whole Flux models (structs, not Flux.state): the file of ../shared the test was written for, then a
+# bundled one (julia_fixtures/SOURCES.md); each with its name in the file, its layers, its Flux text.
+WHOLE_MODELS = {
+    "flux-model/hwdr_mlp.jld2": (
         "mlp",
+        ["Chain", "Dense", "Dense", "Dense", "function"],
         "Chain(Dense(784 => 16, relu), Dense(16 => 16, relu), Dense(16 => 10), softmax)",
-    )
+    ),
+    "flux-model/kitml_example_model.jld2": (
+        "nn",
+        ["Chain", "Dense", "Dense", "Dense", "Dense"],
+        "Chain(Dense(4 => 16, relu), Dense(16 => 16, relu), Dense(16 => 16, relu), Dense(16 => 1))",
+    ),
+}
+
+
+def test_whole_model_needs_no_text_and_a_state_needs_one() -> None:
+    path = require_one_of(tuple(WHOLE_MODELS))
+    name, kinds, text = WHOLE_MODELS[path.relative_to(FIXTURES).as_posix()]
+    layer, _ = read_flux_source(path, name)
+    assert layer.kinds() == kinds
+    # A whole model can also be paired with a text; its arrays are checked against it.
+    layer2, _ = read_flux_source(path, name, text)
     assert layer2 == layer
     with pytest.raises(ConversionError, match="pass architecture="):
         read_flux_source(require_fixture("flux-state/silver-bullet_lenet.jld2"), "lenet_state")
