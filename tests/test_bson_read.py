@@ -10,7 +10,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import SKIP_REASON, fixture_files, fixture_ids, require_fixture
+from conftest import FIXTURES, SKIP_REASON, fixture_files, fixture_ids, require_fixture, require_one_of
 
 import treexchange as tx
 from treexchange._bson import is_device_array
@@ -164,12 +164,18 @@ def test_open_is_lazy_per_name_and_shares_backrefs() -> None:
         assert f.read("decoder") is f.read("decoder")  # one session: one object
 
 
+# BSON files of a whole Flux Chain whose first layer is a Dense (``model["1"][0]["1"]`` its weight, Julia
+# out×in): the file of ../shared the test was written for, then a bundled one (julia_fixtures/SOURCES.md).
+DENSE_CHAIN_BSON = {"bson/eliascarv_mlp.bson": (16, 784), "bson/skacc_metafunctional_model.bson": (512, 551)}
+
+
 def test_storage_order_and_copies() -> None:
-    path = require_fixture("bson/eliascarv_mlp.bson")
+    path = require_one_of(tuple(DENSE_CHAIN_BSON))
+    out_in = DENSE_CHAIN_BSON[path.relative_to(FIXTURES).as_posix()]
     julia = tx.load(path, "model")["1"][0]["1"]
     storage = tx.load(path, "model", order="storage")["1"][0]["1"]
     copied = tx.load(path, "model", mmap=False)["1"][0]["1"]
-    assert storage.shape == (784, 16) and storage.flags.c_contiguous
+    assert julia.shape == out_in and storage.shape == out_in[::-1] and storage.flags.c_contiguous
     np.testing.assert_array_equal(storage, julia.T)
     assert copied.flags.owndata and tx.values_equal(copied, julia)
 
