@@ -17,9 +17,11 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 
+T = TypeVar("T")
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED_DIR = REPO / "julia_fixtures"
 SHARED = Path(os.environ.get("TREEXCHANGE_SHARED", REPO.parent / "shared"))
@@ -118,6 +120,15 @@ def require_one_of(relpaths: tuple[str, ...]) -> Path:
         if absent_reason(relpath) is None:
             return FIXTURES / relpath
     return require_fixture(relpaths[0])
+
+
+def require_one_of_table(table: dict[str, T]) -> tuple[Path, T]:
+    """The first file of ``table`` that is here and what the test expects of it, or skip (as above).
+
+    For a test whose point any file of one kind makes but whose expected numbers are the file's own.
+    """
+    path = require_one_of(tuple(table))
+    return path, table[path.relative_to(FIXTURES).as_posix()]
 
 
 def shared_file(relpath: str) -> Path | None:

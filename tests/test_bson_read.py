@@ -10,7 +10,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
-from conftest import FIXTURES, SKIP_REASON, fixture_files, fixture_ids, require_fixture, require_one_of
+from conftest import SKIP_REASON, fixture_files, fixture_ids, require_fixture, require_one_of_table
 
 import treexchange as tx
 from treexchange._bson import is_device_array
@@ -170,8 +170,7 @@ DENSE_CHAIN_BSON = {"bson/eliascarv_mlp.bson": (16, 784), "bson/skacc_metafuncti
 
 
 def test_storage_order_and_copies() -> None:
-    path = require_one_of(tuple(DENSE_CHAIN_BSON))
-    out_in = DENSE_CHAIN_BSON[path.relative_to(FIXTURES).as_posix()]
+    path, out_in = require_one_of_table(DENSE_CHAIN_BSON)
     julia = tx.load(path, "model")["1"][0]["1"]
     storage = tx.load(path, "model", order="storage")["1"][0]["1"]
     copied = tx.load(path, "model", mmap=False)["1"][0]["1"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import FIXTURES, require_fixture, require_one_of
+from conftest import require_fixture, require_one_of_table
 
 from treexchange import ConversionError
 from treexchange._port._fromflux import read_flux_source
@@ -62,8 +62,7 @@ WHOLE_MODELS = {
 
 
 def test_whole_model_needs_no_text_and_a_state_needs_one() -> None:
-    path = require_one_of(tuple(WHOLE_MODELS))
-    name, kinds, text = WHOLE_MODELS[path.relative_to(FIXTURES).as_posix()]
+    path, (name, kinds, text) = require_one_of_table(WHOLE_MODELS)
     layer, _ = read_flux_source(path, name)
     assert layer.kinds() == kinds
     # A whole model can also be paired with a text; its arrays are checked against it.
