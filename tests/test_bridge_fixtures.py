@@ -9,6 +9,7 @@ inputs.
 from __future__ import annotations
 
 import mmap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import require_fixture
+from conftest import require_fixture, require_one_of_table
 
 import treexchange as tx
 from treexchange import MismatchError, NamedTuple, flux_state, load, to_julia, values_equal
@@ -147,15 +148,23 @@ def _memory_owner(a: np.ndarray) -> Any:
     return owner.obj if isinstance(owner, memoryview) else owner
 
 
+# Dense Flux.states and an Equinox template of each: the file the tests were written for, then the
+# bundled one (julia_fixtures/SOURCES.md), so that a fresh clone runs them too.
+DENSE_STATE_TEMPLATES: dict[str, Callable[[], eqx.Module]] = {
+    CIRCUITS: circuits_template,
+    HEPNET: lambda: eqx.nn.MLP(3, 1, 64, depth=1, key=jax.random.key(1)),
+}
+
+
 def test_numpy_restore_stays_zero_copy_on_the_file_map() -> None:
-    path = require_fixture(CIRCUITS)
-    model = load(path, "model_state", like=circuits_template(), layout=flux_state, numpy=True)
+    path, template = require_one_of_table(DENSE_STATE_TEMPLATES)
+    model = load(path, "model_state", like=template(), layout=flux_state, numpy=True)
     w = model.layers[0].weight
     assert type(w) is np.ndarray and w.flags.f_contiguous
     assert isinstance(_memory_owner(w), mmap.mmap)  # a view of the file's map, not a copy
     # Through one open File: the restored array is the very memory the lazy node views.
     with tx.open(path) as f:
-        model = tx.restore(f.read("model_state"), circuits_template(), layout=flux_state, numpy=True)
+        model = tx.restore(f.read("model_state"), template(), layout=flux_state, numpy=True)
         node = f["model_state"]["layers"][0]["weight"]
         assert np.shares_memory(model.layers[0].weight, np.asarray(node))
         assert np.array_equal(model.layers[0].weight, h5_dense_layers(path)[0][0])
@@ -223,11 +232,12 @@ def test_a_pickled_flux_chain_struct_restores_into_equinox_layers() -> None:
 
 
 def test_without_a_template_load_places_arrays_and_keeps_julia_structure() -> None:
-    path = require_fixture(CIRCUITS)
+    # Each file's layers: two Dense (their fields), then what else it holds (circuits: a function, ()).
+    path, last_layers = require_one_of_table({CIRCUITS: [()], HEPNET: []})
     device = jax.devices()[0]
     state = load(path, "model_state", sharding=jax.sharding.SingleDeviceSharding(device))
     assert type(state) is NamedTuple and list(state.layers[0]) == ["weight", "bias", "σ"]
-    assert isinstance(state.layers[0].weight, jax.Array) and state.layers[2] == ()
+    assert isinstance(state.layers[0].weight, jax.Array) and list(state.layers[2:]) == last_layers
     assert state.layers[1].weight.devices() == {device}
     scaled = jax.tree_util.tree_map(lambda x: x * 2, state)  # a pytree whose field order survives
     assert list(scaled.layers[1]) == ["weight", "bias", "σ"]
