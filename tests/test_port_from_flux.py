@@ -204,3 +204,42 @@ def test_named_chain_with_an_activated_batchnorm(target: str, tmp_path: Any) -> 
     out = _run(built, target, x)
     assert (out == 0).any() and (out > 0).any()  # the relu is applied, to a non-trivial output
     _close_to_reference(out, expected.T)
+
+
+def _batchnorm_state(rng: np.random.Generator, channels: int) -> dict[str, Any]:
+    """One Flux ``BatchNorm(channels)``'s ``Flux.state`` with trained-looking running statistics."""
+    f32 = np.float32
+    return {"λ": (), "β": rng.normal(size=channels).astype(f32), "γ": rng.normal(size=channels).astype(f32),
+            "μ": rng.normal(size=channels).astype(f32), "σ²": rng.uniform(0.5, 2, size=channels).astype(f32),
+            "ϵ": f32(1e-5), "momentum": f32(0.1), "affine": True, "track_stats": True, "active": None,
+            "chs": channels}  # fmt: skip
+
+
+def _dense_state(rng: np.random.Generator, n_in: int, n_out: int) -> dict[str, Any]:
+    f32 = np.float32
+    return {"weight": rng.normal(size=(n_out, n_in)).astype(f32), "bias": rng.normal(size=n_out).astype(f32),
+            "σ": ()}  # fmt: skip
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_batchnorm_inside_skipconnection_and_parallel(target: str, tmp_path: Any) -> None:
+    """A BatchNorm inside a SkipConnection and a Parallel: the Equinox ports of those layers did not
+    pass ``eqx.nn.State`` on, so the model could not run. Every target must compute Flux's numbers
+    (inference mode, the file's running statistics) and give back the file's state."""
+    from treexchange._port._arch import parse_architecture
+
+    text = (
+        "Chain(Dense(3 => 4), SkipConnection(Chain(Dense(4 => 4), BatchNorm(4, relu)), +), "
+        "Parallel(vcat, BatchNorm(4), Dense(4 => 2)), Maxout(BatchNorm(6), Dense(6 => 6)))"
+    )
+    rng = np.random.default_rng(11)
+    skip = {"layers": {"layers": (_dense_state(rng, 4, 4), _batchnorm_state(rng, 4))}, "connection": ()}
+    parallel = {"connection": (), "layers": (_batchnorm_state(rng, 4), _dense_state(rng, 4, 2))}
+    maxout = {"layers": (_batchnorm_state(rng, 6), _dense_state(rng, 6, 6))}
+    path = tmp_path / "skip_parallel_bn.jld2"
+    tx.save(path, model_state={"layers": (_dense_state(rng, 3, 4), skip, parallel, maxout)})
+    built = tx.from_flux(path, "model_state", architecture=text, target=target)
+    assert tx.values_equal(tx.flux_state(built), tx.load(path, "model_state"))
+    x = rng.normal(size=(7, 3)).astype(np.float32)
+    expected = ref.forward(parse_architecture(text), tx.load(path, "model_state"), x.T)
+    _close_to_reference(_run(built, target, x), expected.T)

@@ -34,6 +34,10 @@ def dense(i: int, o: int, **kw: Any) -> Layer:
     return L("Dense", {"in": i, "out": o, **kw})
 
 
+def bn(channels: int, **kw: Any) -> Layer:
+    return L("BatchNorm", {"channels": channels, **kw})
+
+
 # (id, layer, Julia input shape or ("ids", vocab, n) / ("pair", shape1, shape2), targets)
 BOTH = ("eqx", "nnx")
 CASES: list[tuple[str, Layer, Any, tuple[str, ...]]] = [
@@ -223,6 +227,49 @@ CASES: list[tuple[str, Layer, Any, tuple[str, ...]]] = [
         BOTH,
     ),
     ("maxout", L("Maxout", children=(dense(4, 3), dense(4, 3))), (4, 3), BOTH),
+    # A BatchNorm inside a connection layer: Equinox threads eqx.nn.State through Parallel,
+    # SkipConnection, PairwiseFusion and Maxout as Sequential does (inference mode, running statistics).
+    (
+        "skipconnection-batchnorm",
+        L("SkipConnection", {"connection": "+"}, (L("Chain", children=(dense(4, 4), bn(4, σ="relu"))),)),
+        (4, 3),
+        BOTH,
+    ),
+    ("skipconnection-bare-batchnorm", L("SkipConnection", {"connection": "*"}, (bn(3),)), (5, 3, 2), BOTH),
+    (
+        "parallel-batchnorm",
+        L("Parallel", {"connection": "vcat"}, (bn(4, σ="relu"), dense(4, 3), L("Chain", children=(bn(4),)))),
+        (4, 3),
+        BOTH,
+    ),
+    (
+        "pairwisefusion-batchnorm",
+        L(
+            "PairwiseFusion",
+            {"connection": "+"},
+            (bn(4), L("Chain", children=(dense(4, 4), bn(4, σ="tanh")))),
+        ),
+        (4, 3),
+        BOTH,
+    ),
+    ("maxout-batchnorm", L("Maxout", children=(bn(4), dense(4, 4))), (4, 3), BOTH),
+    (
+        "chain-skip-parallel-batchnorm",
+        L(
+            "Chain",
+            children=(
+                dense(4, 4),
+                L(
+                    "SkipConnection",
+                    {"connection": "+"},
+                    (L("Parallel", {"connection": "+"}, (bn(4), bn(4))),),
+                ),
+                bn(4),
+            ),
+        ),
+        (4, 3),
+        BOTH,
+    ),
 ]
 
 

@@ -196,13 +196,21 @@ class StatefulActivated(eqx.nn.StatefulLayer):
         return function_of(self.activation)(y), state
 
 
+def _apply(layer: Any, x: Any, state: Any) -> tuple[Any, Any]:
+    """``layer(x)``, passing ``state`` to (and taking it back from) a stateful layer."""
+    if state is not _NO_STATE and isinstance(layer, eqx.nn.StatefulLayer) and layer.is_stateful():
+        return layer(x, state)
+    return layer(x), state
+
+
+def _any_stateful(layers: Any) -> bool:
+    return any(isinstance(m, eqx.nn.StatefulLayer) and m.is_stateful() for m in layers)
+
+
 def _thread(layers: tuple[Any, ...], x: Any, state: Any) -> tuple[Any, Any]:
     """Apply ``layers`` in order, passing ``state`` to (and taking it back from) the stateful ones."""
     for layer in layers:
-        if state is not _NO_STATE and isinstance(layer, eqx.nn.StatefulLayer) and layer.is_stateful():
-            x, state = layer(x, state)
-        else:
-            x = layer(x)
+        x, state = _apply(layer, x, state)
     return x, state
 
 
@@ -226,56 +234,91 @@ class NamedChain(eqx.nn.StatefulLayer):
     names: tuple[str, ...] = eqx.field(static=True)
 
     def is_stateful(self) -> bool:
-        return any(isinstance(m, eqx.nn.StatefulLayer) and m.is_stateful() for m in self.layers)
+        return _any_stateful(self.layers)
 
     def __call__(self, x: Any, state: Any = _NO_STATE, *, key: Any = None) -> Any:
         y, state = _thread(self.layers, x, state)
         return y if state is _NO_STATE else (y, state)
 
 
-class Parallel(eqx.Module):
+class _Connected(eqx.nn.StatefulLayer):
+    """A Flux connection layer over several layers that carries state when one of them does
+    (``Parallel(+, BatchNorm(4), Dense(4 => 4))``): called as ``model(x, state)`` it threads the
+    ``eqx.nn.State`` through its stateful layers in Flux's order and returns ``(y, state)``, as
+    ``eqx.nn.Sequential`` does; called as ``model(x)`` it returns ``y``."""
+
+    layers: tuple[Any, ...]
+
+    def is_stateful(self) -> bool:
+        return _any_stateful(self.layers)
+
+    def __call__(self, x: Any, state: Any = _NO_STATE, *, key: Any = None) -> Any:
+        y, state = self.forward(x, state)
+        return y if state is _NO_STATE else (y, state)
+
+    def forward(self, x: Any, state: Any) -> tuple[Any, Any]:
+        raise NotImplementedError
+
+    def each(self, x: Any, state: Any) -> tuple[list[Any], Any]:
+        """Every layer applied to the same ``x``, the state threaded through them in order."""
+        outputs = []
+        for layer in self.layers:
+            y, state = _apply(layer, x, state)
+            outputs.append(y)
+        return outputs, state
+
+
+class Parallel(_Connected):
     """Flux ``Parallel(connection, layers…)``: ``connection(layer₁(x), layer₂(x), …)``."""
 
     layers: tuple[Any, ...]
     connection: str = eqx.field(static=True, default="+")
     names: tuple[str, ...] | None = eqx.field(static=True, default=None)
 
-    def __call__(self, x: Any, *, key: Any = None) -> Any:
-        return connect(self.connection, [layer(x) for layer in self.layers])
+    def forward(self, x: Any, state: Any) -> tuple[Any, Any]:
+        outputs, state = self.each(x, state)
+        return connect(self.connection, outputs), state
 
 
-class SkipConnection(eqx.Module):
+class SkipConnection(_Connected):
     """Flux ``SkipConnection(layers, connection)``: ``connection(layers(x), x)``."""
 
     layers: Any
     connection: str = eqx.field(static=True, default="+")
 
-    def __call__(self, x: Any, *, key: Any = None) -> Any:
-        return connect(self.connection, [self.layers(x), x])
+    def is_stateful(self) -> bool:
+        return _any_stateful((self.layers,))
+
+    def forward(self, x: Any, state: Any) -> tuple[Any, Any]:
+        y, state = _apply(self.layers, x, state)
+        return connect(self.connection, [y, x]), state
 
 
-class PairwiseFusion(eqx.Module):
+class PairwiseFusion(_Connected):
     """Flux ``PairwiseFusion(connection, layers…)``: ``y₁ = l₁(x₁)``, ``yᵢ = lᵢ(connection(yᵢ₋₁, xᵢ))``;
     returns the tuple of all ``yᵢ`` (a single ``x`` is used as every ``xᵢ``)."""
 
     layers: tuple[Any, ...]
     connection: str = eqx.field(static=True, default="+")
 
-    def __call__(self, x: Any, *, key: Any = None) -> tuple[Any, ...]:
+    def forward(self, x: Any, state: Any) -> tuple[Any, Any]:
         xs = x if isinstance(x, tuple) else (x,) * len(self.layers)
-        outputs = [self.layers[0](xs[0])]
+        y, state = _apply(self.layers[0], xs[0], state)
+        outputs = [y]
         for layer, xi in zip(self.layers[1:], xs[1:]):
-            outputs.append(layer(connect(self.connection, [outputs[-1], xi])))
-        return tuple(outputs)
+            y, state = _apply(layer, connect(self.connection, [outputs[-1], xi]), state)
+            outputs.append(y)
+        return tuple(outputs), state
 
 
-class Maxout(eqx.Module):
+class Maxout(_Connected):
     """Flux ``Maxout(layers…)``: the element-wise maximum of the layers' outputs."""
 
     layers: tuple[Any, ...]
 
-    def __call__(self, x: Any, *, key: Any = None) -> Any:
-        return connect("max", [layer(x) for layer in self.layers])
+    def forward(self, x: Any, state: Any) -> tuple[Any, Any]:
+        outputs, state = self.each(x, state)
+        return connect("max", outputs), state
 
 
 Activation = Callable[[jax.Array], jax.Array]
