@@ -9,6 +9,7 @@ fresh models that then compute what the source model computes.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from pathlib import Path
 from typing import Any
@@ -220,3 +221,84 @@ def test_lux_v05_recurrent_ps_compute_what_the_model_computes(
     layout = functools.partial(tx.lux_state, part="ps", lux="0.5")
     fresh = tx.load(tmp_path / "ps.jld2", "ps", like=_model(text, 1), layout=layout)
     np.testing.assert_allclose(np.asarray(fresh(xs)), forward(ps.layer_1, xs), rtol=1e-5, atol=1e-6)
+
+
+def _with_learnt_initial_state(text: str, seed: int) -> Any:
+    """An Equinox model of ``text`` whose recurrent layers start from a learnt, non-zero initial state
+    (a Flux ≤ 0.14 ``Recur.state0``, carried by ``from_flux``), every array random."""
+    layer = parse_architecture(text)
+    children = tuple(
+        dataclasses.replace(c, args={**c.args, "state0": True}) if c.kind in ("RNN", "LSTM", "GRU") else c
+        for c in layer.children
+    )
+    model = build_equinox(dataclasses.replace(layer, children=children), key=jax.random.key(seed))
+    rng = np.random.default_rng(seed)
+    layout = functools.partial(tx.flux_state, flux="0.14")
+    state = jax.tree_util.tree_map(
+        lambda a: rng.normal(size=a.shape).astype(a.dtype) if isinstance(a, np.ndarray) else a, layout(model)
+    )
+    return tx.restore(state, like=model, layout=layout)
+
+
+def _lux_rnn(ps: Any, xs: np.ndarray) -> np.ndarray:
+    """Lux ``RNNCell(in => H, tanh; train_state=true)`` (0.5: one ``bias``; 1: ``bias_ih + bias_hh``),
+    starting from ``ps.hidden_state`` (Lux's ``init_trainable_rnn_hidden_state``)."""
+    bias = ps.bias if "bias" in ps else ps.bias_ih + ps.bias_hh
+    h = np.asarray(ps.hidden_state, np.float64)
+    out = []
+    for x in xs.astype(np.float64):
+        h = np.tanh(ps.weight_ih @ x + ps.weight_hh @ h + bias)
+        out.append(h)
+    return np.stack(out)
+
+
+def _lux_lstm(ps: Any, xs: np.ndarray) -> np.ndarray:
+    """Lux ``LSTMCell(in => H; train_state=true, train_memory=true)``: gates i, f, g, o, starting
+    from ``ps.hidden_state`` and ``ps.memory``."""
+    w_i, w_h = (ps.weight_i, ps.weight_h) if "weight_i" in ps else (ps.weight_ih, ps.weight_hh)
+    bias = ps.bias.reshape(-1) if "bias" in ps else ps.bias_ih + ps.bias_hh
+    h, c = np.asarray(ps.hidden_state, np.float64), np.asarray(ps.memory, np.float64)
+    out = []
+    for x in xs.astype(np.float64):
+        i, f, g, o = np.split(w_i @ x + w_h @ h + bias, 4)
+        c = _sigmoid(f) * c + _sigmoid(i) * np.tanh(g)
+        h = _sigmoid(o) * np.tanh(c)
+        out.append(h)
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("lux", ["1", "0.5"])
+@pytest.mark.parametrize(
+    ("text", "forward"), [("Chain(RNN(3 => 4))", _lux_rnn), ("Chain(LSTM(3 => 4))", _lux_lstm)]
+)
+def test_a_learnt_initial_state_is_lux_hidden_state_and_memory(
+    text: str, forward: Any, lux: str, tmp_path: Path
+) -> None:
+    """A learnt initial state was dropped from the Lux ps without a word (the Lux model then started
+    from zeros): it is Lux's ``train_state=true`` ``hidden_state`` (and ``train_memory=true``
+    ``memory``), ``(H,)``, after the biases; Lux's equations from it compute the model's numbers, and
+    the ps file restores the initial state into a fresh model."""
+    model = _with_learnt_initial_state(text, 0)
+    state0 = model.layers[0].state0
+    ps, _ = tx.lux_state(model, lux=lux)
+    cell = ps.layer_1
+    lstm = "LSTM" in text
+    assert list(cell.keys())[-2 if lstm else -1 :] == (
+        ["hidden_state", "memory"] if lstm else ["hidden_state"]
+    )
+    np.testing.assert_array_equal(cell.hidden_state, np.asarray(state0[0] if lstm else state0))
+    if lstm:
+        np.testing.assert_array_equal(cell.memory, np.asarray(state0[1]))
+    assert cell.hidden_state.shape == (4,) and np.abs(cell.hidden_state).min() > 0
+    xs = np.random.default_rng(1).normal(size=(5, 3)).astype(np.float32)
+    np.testing.assert_allclose(np.asarray(model(xs)), forward(cell, xs), rtol=1e-5, atol=1e-6)
+    tx.save(tmp_path / "ps.jld2", ps=ps)
+    layout = functools.partial(tx.lux_state, part="ps", lux=lux)
+    fresh = tx.load(tmp_path / "ps.jld2", "ps", like=_with_learnt_initial_state(text, 1), layout=layout)
+    np.testing.assert_array_equal(np.asarray(fresh(xs)), np.asarray(model(xs)))
+
+
+def test_a_learnt_initial_state_of_a_lux_05_gru_is_written() -> None:
+    ps, _ = tx.lux_state(_with_learnt_initial_state("Chain(GRU(3 => 4))", 0), lux="0.5")
+    assert list(ps.layer_1.keys()) == ["weight_i", "weight_h", "bias_i", "bias_h", "hidden_state"]
+    assert ps.layer_1.hidden_state.shape == (4,)

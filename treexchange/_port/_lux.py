@@ -21,6 +21,9 @@ SkipConnection     the wrapped layer's ``ps``                 the wrapped layer'
 anything else      ``NamedTuple()`` (no arrays)               ``NamedTuple()``
 =================  =========================================  =====================================
 
+A recurrent layer's learnt initial state (Flux ≤ 0.14 ``state0``) is the Lux cell's ``train_state``
+ps ``hidden_state`` (LSTM: and ``train_memory``'s ``memory``).
+
 Biases are ``(out,)`` in Lux v1 and ``(out, 1)`` (Dense) / ``(1, …, 1, out, 1)`` (Conv) in Lux v0.5.
 Lux's ``Conv`` is a true convolution, as Flux's ``Conv``, so its kernel is stored exactly as Flux
 stores it; ``Conv(…; cross_correlation=true)`` is Flux's ``CrossCor`` (no flip). On a restore every
@@ -75,6 +78,8 @@ def lux_shape(
     layer_kind: str, nspatial: int, field: str, shape: tuple[int, ...], lux: str
 ) -> tuple[int, ...]:
     """The Lux shape of a Flux-shaped array: only singleton axes differ."""
+    if field.startswith("state0."):  # a learnt initial state: Flux ≤ 0.14 (H, 1), Lux's ps (H,)
+        return shape[:1]
     if layer_kind == "LayerNorm":
         return (*shape, 1)
     if field == "bias" and lux == "0.5":
@@ -97,7 +102,21 @@ def _gru_v05_ps(port: Port, restoring: bool) -> tuple[Any, Any]:
         bias_i=np.ascontiguousarray(b[2 * hidden :].reshape(-1, 1)),
         bias_h=bias_h,
     )
-    return ps, (NO_ARRAYS if restoring else NamedTuple())
+    return NamedTuple([*ps.items(), *_initial_state_ps(port, "0.5")]), (
+        NO_ARRAYS if restoring else NamedTuple()
+    )
+
+
+# A learnt initial state (Flux ≤ 0.14 ``Recur.state0``, kept by the ported recurrent modules) is Lux's
+# ``train_state=true`` (and for LSTM ``train_memory=true``): ps ``hidden_state`` (and ``memory``), each
+# ``(H,)``, after the biases, in Lux 0.5 and Lux 1 alike (``initialparameters`` of RNNCell, LSTMCell,
+# GRUCell); Lux repeats it over the batch as Flux broadcasts ``state0``.
+_INITIAL_STATE_PS = (("state0.h", "hidden_state"), ("state0.c", "memory"))
+
+
+def _initial_state_ps(port: Port, lux: str) -> list[tuple[str, Any]]:
+    """The Lux ps entries of a recurrent layer's learnt initial state (none when it starts from zeros)."""
+    return [(name, lux_array(port, field, lux)) for field, name in _INITIAL_STATE_PS if field in port.arrays]
 
 
 def lux_array(port: Port, field: str, lux: str) -> Any:
@@ -219,4 +238,4 @@ def _recurrent_ps_st(port: Port, lux: str, part: str | None, restoring: bool) ->
         ps.append(("bias_hh", bias.addend(1, 2)))
     elif lux == "1":
         ps.append(("bias_hh", np.zeros_like(np.asarray(dict(ps)["bias_ih"]))))
-    return NamedTuple(ps), (NO_ARRAYS if restoring else NamedTuple())
+    return NamedTuple([*ps, *_initial_state_ps(port, lux)]), (NO_ARRAYS if restoring else NamedTuple())
