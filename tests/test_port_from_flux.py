@@ -243,3 +243,78 @@ def test_batchnorm_inside_skipconnection_and_parallel(target: str, tmp_path: Any
     x = rng.normal(size=(7, 3)).astype(np.float32)
     expected = ref.forward(parse_architecture(text), tx.load(path, "model_state"), x.T)
     _close_to_reference(_run(built, target, x), expected.T)
+
+
+def _random_state(text: str, flux: str, seed: int) -> Any:
+    """A ``Flux.state`` of the era ``flux`` for ``text``, every float array random (variances and
+    learnt initial states non-zero), as Julia would hand it over."""
+    from treexchange._port._arch import parse_architecture
+    from treexchange._port._eqx import build_equinox
+
+    model = build_equinox(parse_architecture(text), key=jax.random.key(0), flux=flux)
+    state = tx.flux_state(model, flux=flux)
+    rng = np.random.default_rng(seed)
+    return jax.tree_util.tree_map(
+        lambda a: (
+            rng.uniform(0.5, 1.5, a.shape).astype(a.dtype)
+            if isinstance(a, np.ndarray) and a.dtype.kind == "f"
+            else a
+        ),
+        state,
+    )
+
+
+RECUR_TEXT = "Chain(LSTM(3 => 4), RNN(4 => 2))"
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_flux_014_state_ports_without_naming_its_era(target: str, tmp_path: Any) -> None:
+    """A Flux 0.14 ``Flux.state`` (a ``Recur``'s ``state``/``state0``, the cell's ``b``) needed
+    ``flux="0.14"`` (else a MismatchError on ``bias``/``b``): its field names say its era. The port
+    computes the Flux 0.14 numbers (from the learnt ``state0``), as with ``flux="0.14"`` named."""
+    from treexchange._port._arch import parse_architecture
+
+    state = _random_state(RECUR_TEXT, "0.14", 3)
+    tx.save(tmp_path / "s.jld2", s=state)
+    built = tx.from_flux(tmp_path / "s.jld2", "s", architecture=RECUR_TEXT, target=target)
+    named = tx.from_flux(tmp_path / "s.jld2", "s", architecture=RECUR_TEXT, target=target, flux="0.14")
+    x = np.random.default_rng(4).normal(size=(3, 6, 2)).astype(np.float32)  # Julia (in, L, B)
+    xs = jnp.asarray(x.transpose(2, 1, 0))
+    run = {
+        "equinox": lambda m: np.asarray(jax.vmap(m)(xs)),
+        "nnx": lambda m: np.asarray(m(xs)),
+        "linen": lambda m: np.asarray(m[0].apply(m[1], xs)),
+    }[target]
+    expected = ref.forward(parse_architecture(RECUR_TEXT), state, x, flux="0.14").transpose(2, 1, 0)
+    np.testing.assert_allclose(run(built), expected, atol=1e-5)
+    np.testing.assert_array_equal(run(built), run(named))
+    # a Flux 0.15 state of the same model still ports without flux= (and with it)
+    tx.save(tmp_path / "new.jld2", s=_random_state(RECUR_TEXT, "0.15", 5))
+    for flux in (None, "0.15"):
+        tx.from_flux(tmp_path / "new.jld2", "s", architecture=RECUR_TEXT, target=target, flux=flux)
+
+
+def test_the_era_of_pools_sets_the_layernorm_of_a_flux_014_state(tmp_path: Any) -> None:
+    """Pools stored as ``()`` are Flux 0.14's form: that state's LayerNorm adds ϵ to the standard
+    deviation (Flux ≤ 0.14), which the port then computes without ``flux="0.14"``."""
+    from treexchange._port._arch import parse_architecture
+
+    text = "Chain(Conv((3, 3), 1 => 2), MaxPool((2, 2)), Flux.flatten, Dense(8 => 4), LayerNorm(4; ϵ=0.5))"
+    state = _random_state(text, "0.14", 6)
+    assert state["layers"][1] == ()
+    tx.save(tmp_path / "s.jld2", s=state)
+    built = tx.from_flux(tmp_path / "s.jld2", "s", architecture=text)
+    x = np.random.default_rng(7).normal(size=(6, 6, 1, 3)).astype(np.float32)  # Julia (W, H, C, N)
+    layer = parse_architecture(text)
+    expected = ref.forward(layer, state, x, flux="0.14")
+    out = _batched(built, x.transpose(3, 2, 1, 0))
+    _close_to_reference(out, expected.T)
+    assert np.abs(ref.forward(layer, state, x).T - out).max() > 1e-2  # Flux 0.15's ϵ differs here
+
+
+def test_a_state_of_two_eras_is_refused(tmp_path: Any) -> None:
+    text = "Chain(RNN(3 => 4), MaxPool((2,)))"
+    old, new = _random_state(text, "0.14", 1), _random_state(text, "0.15", 1)
+    tx.save(tmp_path / "s.jld2", s=tx.NamedTuple(layers=(old["layers"][0], new["layers"][1])))
+    with pytest.raises(ConversionError, match=r"mixes Flux eras: s\.layers\[1\] .* s\.layers\[2\]"):
+        tx.from_flux(tmp_path / "s.jld2", "s", architecture=text)

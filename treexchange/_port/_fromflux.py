@@ -19,13 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from treexchange._errors import ConversionError, PathSegment, TreePath, UnsupportedError
+from treexchange._errors import ConversionError, PathSegment, TreePath, UnsupportedError, format_path
 from treexchange._port import load_state
 from treexchange._port._arch import parse_architecture
 from treexchange._port._registry import KINDS, RECURRENT_GATES
 from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
 from treexchange._port._state import check_era
-from treexchange._port._statefill import state_for_architecture, state_for_port
+from treexchange._port._statefill import params_list, state_for_architecture, state_for_port
 from treexchange._port._wholemodel import from_whole_model
 from treexchange._reader import has_embedded_schema, open as open_file, read_entry
 from treexchange._values import JuliaStruct
@@ -39,6 +39,17 @@ def read_flux_source(
     Without ``architecture`` the entry must be a whole Flux model (structs); with it, the entry is a
     ``Flux.state`` (or a whole model, whose arrays are then used) and the text describes the model.
     """
+    layer, state, _ = read_source(path, name, architecture, flux=flux)
+    return layer, state
+
+
+def read_source(
+    path: str | os.PathLike[str], name: str, architecture: str | None, *, flux: str | None
+) -> tuple[Layer, Any, str]:
+    """:func:`read_flux_source` and the Flux era that applies: ``flux`` when given; else, for a
+    ``Flux.state`` read with ``architecture``, the era its own field names show (:func:`state_era`),
+    the current release when they show none; Flux 0.14 for a whole model; the current release for a
+    parameter list or a whole model read with ``architecture``."""
     value = _read(path, name)
     if architecture is None:
         if not isinstance(value, JuliaStruct):
@@ -47,11 +58,14 @@ def read_flux_source(
                 "with the model as Flux prints it",
                 path=(name,),
             )
-        return from_whole_model(value, path=(name,), flux=flux)
+        era = flux or "0.14"
+        return (*from_whole_model(value, path=(name,), flux=era), era)
     layer = parse_architecture(architecture)
-    state = state_for_architecture(layer, value, flux, path=(name,))  # Flux.state, params list, model
+    plain_state = params_list(value) is None and not isinstance(value, JuliaStruct)
+    given = flux if flux is not None or plain_state else DEFAULT_FLUX_ERA
+    state = state_for_architecture(layer, value, given or DEFAULT_FLUX_ERA, path=(name,))
     check_state(layer, state, path=(name,))
-    return layer, state
+    return layer, state, given or state_era(layer, state, path=(name,)) or DEFAULT_FLUX_ERA
 
 
 def _read(path: str | os.PathLike[str], name: str) -> Any:
@@ -172,6 +186,52 @@ def check_state(layer: Layer, state: Any, *, path: Sequence[PathSegment] = ()) -
         _expect(where, key, spec.shape, (*p, *spec.where), layer, optional=spec.optional)
 
 
+_POOLS = frozenset({"MaxPool", "MeanPool", "AdaptiveMaxPool", "AdaptiveMeanPool"})
+
+
+def state_era(layer: Layer, state: Any, *, path: TreePath = ()) -> str | None:
+    """The Flux era (``"0.14"`` or ``"0.15"``) whose ``Flux.state`` form ``state`` has, from its own
+    field names; None when nothing in it differs between the eras (Dense, Conv, norms …).
+
+    Flux ≤ 0.14 (Functors 0.4) keeps a ``Recur``'s ``state`` and its cell's ``state0`` and writes
+    a pool as ``()``; Flux ≥ 0.15 has no ``Recur`` (``(cell = …,)``) and writes a pool's fields.
+    ``state`` has passed :func:`check_state`.
+
+    Raises:
+        ConversionError: the state holds both forms (naming one entry of each).
+
+    Example:
+        >>> from treexchange import NamedTuple
+        >>> net = Layer("Chain", children=(Layer("MaxPool", {"k": (2, 2)}),))
+        >>> old, new = NamedTuple(layers=((),)), NamedTuple(layers=(NamedTuple(k=(2, 2)),))
+        >>> state_era(net, old), state_era(net, new)
+        ('0.14', '0.15')
+    """
+    found: dict[str, TreePath] = {}
+    _collect_eras(layer, state, tuple(path), found)
+    if len(found) > 1:
+        raise ConversionError(
+            f"the state mixes Flux eras: {format_path(found['0.14'])} has Flux ≤ 0.14's form, "
+            f"{format_path(found['0.15'])} Flux ≥ 0.15's (pass flux= to say which applies)",
+            path=path,
+        )
+    return next(iter(found), None)
+
+
+def _collect_eras(layer: Layer, state: Any, path: TreePath, found: dict[str, TreePath]) -> None:
+    """Record in ``found`` the first entry (its path) showing each era's form."""
+    if layer.kind in RECURRENT_GATES:
+        recur = _field(state, "state") is not None or _field(_field(state, "cell"), "state0") is not None
+        found.setdefault("0.14" if recur else "0.15", path)
+    elif layer.kind in _POOLS:
+        found.setdefault("0.14" if state == () else "0.15", path)
+    elif layer.kind == "SkipConnection":
+        _collect_eras(layer.children[0], _field(state, "layers"), (*path, "layers"), found)
+    elif layer.children:
+        for child, (sub, sub_path) in zip(layer.children, _children_states(layer, state, path), strict=True):
+            _collect_eras(child, sub, sub_path, found)
+
+
 def with_learnt_initial_states(layer: Layer, state: Any) -> Layer:
     """``layer`` with ``args["state0"]`` on each recurrent layer whose state holds a non-zero learnt
     initial state (a Flux ≤ 0.14 ``Recur``'s ``cell.state0``; Flux ≤ 0.11 drew it at random): the
@@ -232,8 +292,13 @@ def from_flux(
         target: ``"equinox"``, ``"nnx"`` (Flax nnx, on a channels-last batch) or ``"linen"``
             (Flax linen: the pair ``(module, variables)``, called ``module.apply(variables, x)``
             on a channels-last batch).
-        flux: the Flux era whose semantics apply (``"0.14"`` or ``"0.15"``); default ``"0.14"``
-            for a whole-model file (those come from Flux ≤ 0.14), else the current release.
+        flux: the Flux era whose semantics apply (``"0.14"`` or ``"0.15"``). By default, a
+            ``Flux.state`` read with ``architecture`` is of the era its own field names show (a
+            ``Recur``'s ``state``/``state0`` and pools stored as ``()`` are Flux ≤ 0.14's; ``(cell
+            = …,)`` and pools with their fields Flux ≥ 0.15's), the current release when nothing
+            in it differs between the eras (LayerNorm's ϵ then follows Flux ≥ 0.15: pass
+            ``flux="0.14"`` for an older LayerNorm); a whole-model file is Flux 0.14's (those
+            come from Flux ≤ 0.14).
         key: a ``jax.random`` key for the (immediately overwritten) initial weights.
 
     Raises:
@@ -255,8 +320,7 @@ def from_flux(
         >>> bool(jax.numpy.allclose(model(x), mlp(x)))
         True
     """
-    era = check_era(flux if flux is not None else ("0.14" if architecture is None else DEFAULT_FLUX_ERA))
-    layer, state = read_flux_source(path, name, architecture, flux=era)
+    layer, state, era = read_source(path, name, architecture, flux=None if flux is None else check_era(flux))
     layer = with_learnt_initial_states(layer, state)
     state = state_for_port(state)  # Float64 (Flux ≤ 0.9 often) in JAX's Float32
 
