@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -14,9 +15,12 @@ from conftest import SKIP_REASON, fixture_files, fixture_ids, require_fixture, r
 
 import treexchange as tx
 from treexchange._bson import is_device_array
+from treexchange._bson._writer import backref, bson_file, datatype, struct
 from treexchange._inspect import iter_records, text_lines, walk_nodes
 from treexchange._nodeproto import CONTAINER_KINDS, LazyFile, LazyNode, is_node
 from treexchange._save import convert
+from treexchange._schema import RefNode
+from treexchange._schema._model import iter_paths
 
 BSON_FILES = fixture_files("bson/*.bson")
 PARAMS = BSON_FILES or [pytest.param(None, marks=pytest.mark.skip(reason=SKIP_REASON))]
@@ -226,3 +230,41 @@ def test_a_shared_mutable_struct_is_one_object_listed_once() -> None:
     assert [(r["path"], r["ref"]) for r in refs] == [(["a", "2"], ["a", "1"])]
     out = tx.load(raw)
     assert tx.values_equal(out["a"]["1"], tx.JuliaStruct("Main.Cell", {"1": np.float64(1.5), "2": "x"}))
+
+
+def _schema_refs(doc: tx.Schema) -> dict[tuple[Any, ...], list[Any]]:
+    return {path: node.target for path, node in iter_paths(doc.roots) if isinstance(node, RefNode)}
+
+
+def test_a_mutable_struct_containing_itself_reads_as_a_cycle(tmp_path: Path) -> None:
+    """BSON.jl writes ``n = Node(1, nothing); n.next = n`` as backref 1 whose field is backref 1, and
+    a ring of two nodes as two backrefs naming each other. Both read as the cyclic object graph
+    JLD2.jl's file of the same values reads as (it was refused as a cycle of backrefs)."""
+    node = datatype("Main.Node")
+    raw = bson_file(
+        {"n": backref(1), "ring": backref(2), "holder": (struct(datatype("Main.Holder"), backref(1), 3.0))},
+        [struct(node, 1, backref(1)), struct(node, 2, backref(3)), struct(node, 3, backref(2))],
+    )
+    values = tx.load(raw)
+    n, ring = values["n"], values["ring"]
+    assert n.mutable and n["2"] is n and n["1"] == 1
+    assert ring["2"]["2"] is ring and ring["2"] is not ring and ring["2"]["1"] == 3
+    assert values["holder"]["1"] is n  # shared with the root entry, not a copy
+    # JLD2.jl's file of the same values holds the same graph: written and read back, equal, same refs
+    tx.save(tmp_path / "cycle.jld2", **values)
+    again = tx.load(tmp_path / "cycle.jld2")
+    assert again["n"]["2"] is again["n"] and again["ring"]["2"]["2"] is again["ring"]
+    assert tx.values_equal(again, values)
+    (tmp_path / "cycle.bson").write_bytes(raw)
+    refs = _schema_refs(tx.infer_schema(tmp_path / "cycle.bson"))
+    assert refs == _schema_refs(tx.infer_schema(tmp_path / "cycle.jld2"))
+    assert refs[("n", "2")] == ["n"] and refs[("ring", "2", "2")] == ["ring"]
+    with tx.open(raw) as f:
+        assert f["n"].read()["2"] is not None
+
+
+def test_a_cycle_through_a_value_that_is_not_a_struct_is_still_refused() -> None:
+    """Only a struct is made before its contents: a NamedTuple holding itself has no Julia meaning."""
+    nt = datatype("Core.NamedTuple", (tx.Symbol("a"),), datatype("Core.Tuple", datatype("Core.Any")))
+    with pytest.raises(tx.UnsupportedError, match="cycle"):
+        tx.load(bson_file({"x": backref(1)}, [struct(nt, backref(1))]))

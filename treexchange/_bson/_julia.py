@@ -30,7 +30,9 @@ tag                keys                                         value model
 ``jl_bottom_type`` (none)                                       ``Union{}``
 ``ref``            ``path`` (a module)                          ``JuliaStruct("Core.Module")``
 ``backref``        ``ref``: 1-based index into the root         the same Python object at every
-                   document's ``_backrefs`` array               place (mutable values)
+                   document's ``_backrefs`` array               place (mutable values); a struct
+                                                                that refers back to itself is a
+                                                                cycle on that object
 =================  ===========================================  ==================================
 
 Scalars: BSON int64 / int32 / double / bool / string / null are ``Int64`` / ``Int32`` /
@@ -45,7 +47,10 @@ with a note at its path (:attr:`Session.notes`); a ``CuArray`` saved by mistake 
 device pointers (:func:`is_device_array`).
 
 Every number from the file is checked before it sizes anything (array sizes against the bytes
-present and ``Limits``), backrefs are followed once each (cached) and a cycle of them is refused,
+present and ``Limits``), backrefs are followed once each (cached). A struct reached through a
+backref is made before its fields, so a field referring back to it (BSON.jl writes a mutable struct
+that contains itself so) closes the cycle on that very object, as the JLD2 reader does; any other
+cycle of backrefs (through a tuple, an array, a type, or a backref that is itself) is refused,
 and the nesting is bounded: BSON documents by :func:`treexchange._bson._container.bson_depth`,
 values with their types (backref hops counted) by ``_limits.type_depth``.
 """
@@ -95,6 +100,9 @@ _KNOWN_FIELDS: dict[str, tuple[str, ...]] = {
     "Base.Rational": ("num", "den"),
 }
 _IMPLICIT_PARENT = ("Main.Core.", "Main.Base.")
+# Struct types read as a value other than a JuliaStruct (their fields read first): never a cycle's
+# closing point
+_VALUE_STRUCTS = frozenset({"Core.NamedTuple", "Base.Complex", "Base.Missing", "Core.Nothing"})
 _INTEGERS = frozenset({np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8, int})
 _TYPE_TAGS = frozenset({"datatype", "unionall", "jl_anonymous", "jl_bottom_type"})
 # Struct types read otherwise than as their fields by position (see Session._struct)
@@ -163,6 +171,8 @@ class Session:
         self._values: dict[int, Any] = {}
         self._types: dict[int, Any] = {}
         self._busy: set[tuple[int, str]] = set()
+        # backref index -> the struct being filled from it: a field referring back closes on it
+        self._partial: dict[int, JuliaStruct] = {}
         self._keep: list[Any] = []  # values whose id is in ``shared`` stay alive
         # id(a Lazy type document) -> (it, its type): the parser hands out one Lazy for
         # identical bytes (a layer's type at every layer), so each distinct type is read once.
@@ -219,6 +229,9 @@ class Session:
             return cache[index]
         key = (index, role)
         if key in self._busy:
+            partial = self._partial.get(index) if role == "value" else None
+            if partial is not None:
+                return partial  # a struct containing itself: the cycle closes on it
             raise UnsupportedError(
                 f"cycle of backrefs: backref {index} contains itself (a self-referential value)",
                 offset=raw.offset,
@@ -227,7 +240,7 @@ class Session:
         self._busy.add(key)
         try:
             if role == "value":
-                result = self.value(target, path, depth + 1, shared=True)
+                result = self.value(target, path, depth + 1, shared=True, ref=index)
             else:
                 result = self.type_param(target, path, depth + 1)
         finally:
@@ -247,8 +260,10 @@ class Session:
                 path=path,
             )
 
-    def value(self, raw: Any, path: TreePath, depth: int = 0, *, shared: bool = False) -> Any:
-        """The value of a raw tree (``shared``: it was reached through a backref)."""
+    def value(
+        self, raw: Any, path: TreePath, depth: int = 0, *, shared: bool = False, ref: int | None = None
+    ) -> Any:
+        """The value of a raw tree (``shared``: it was reached through backref ``ref``)."""
         if depth > self.max_depth:
             self._deeper(depth, raw, path)
         if type(raw) is Lazy:
@@ -256,7 +271,7 @@ class Session:
         if type(raw) is Doc:
             tag = raw.get("tag")
             if tag == "struct":
-                return self._struct(raw, path, depth, shared)
+                return self._struct(raw, path, depth, shared, ref)
             if tag == "array":
                 return self._array(raw, path, depth)
             if tag is None or not isinstance(tag, str):
@@ -416,7 +431,7 @@ class Session:
         return info
 
     # --- structs ---------------------------------------------------------------------------
-    def _struct(self, raw: Doc, path: TreePath, depth: int, shared: bool) -> Any:
+    def _struct(self, raw: Doc, path: TreePath, depth: int, shared: bool, ref: int | None = None) -> Any:
         data = raw.get("data")
         stored_type = raw.get("type")
         plain = self._plain_structs.get(id(stored_type))
@@ -432,6 +447,8 @@ class Session:
             if not data and not shared:
                 return Singleton(t)
             positions = _POSITIONS[: len(data)]
+            if ref is not None:
+                return self._shared_struct(ref, t, positions, data, path, depth)
             values = [self.value(x, (*path, k), depth + 1) for k, x in zip(positions, data)]
             return JuliaStruct(t, zip(positions, values), mutable=shared)
         rtype = self.deref(stored_type, path)
@@ -476,6 +493,8 @@ class Session:
         if t.name == "BSON.Undef" and not data:
             return UNDEF
         names = _field_names(t, len(data))
+        if ref is not None and t.name not in _VALUE_STRUCTS:
+            return self._shared_struct(ref, t, names, data, path, depth)
         values = [self.value(x, (*path, k), depth + 1) for k, x in zip(names, data)]
         if t.name == "Core.NamedTuple" and t.params and isinstance(t.params[0], tuple):
             if len(t.params[0]) == len(values) and len(set(names)) == len(names):
@@ -491,6 +510,20 @@ class Session:
         if not values and not shared:
             return Singleton(t)
         return JuliaStruct(t, zip(names, values), mutable=shared)
+
+    def _shared_struct(
+        self, ref: int, t: JuliaType, names: Any, data: Seq, path: TreePath, depth: int
+    ) -> JuliaStruct:
+        """The struct of backref ``ref``, made before its fields: a field referring back to it
+        (a mutable struct containing itself) is this very object."""
+        out = JuliaStruct(t, mutable=True)
+        self._partial[ref] = out
+        try:
+            for k, x in zip(names, data):
+                out.fields[k] = self.value(x, (*path, k), depth + 1)
+        finally:
+            del self._partial[ref]
+        return out
 
     def _primitive(self, t: JuliaType, data: Blob, path: TreePath) -> Any:
         dtype = self._numpy_dtype(t)
