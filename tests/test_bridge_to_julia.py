@@ -175,8 +175,21 @@ def test_cycles_are_reported_not_recursed_forever() -> None:
     loop: list[object] = [1]
     loop.append(loop)
     with pytest.raises(ConversionError, match="cycle") as err:
-        to_julia(loop)
+        to_julia(loop, lists="tuple")  # a Tuple cannot contain itself
     assert err.value.path == (2,)
+    nested: dict[str, object] = {"a": 1}
+    nested["self"] = nested
+    with pytest.raises(ConversionError, match="cycle") as err:
+        to_julia(nested)
+    assert err.value.path == ("self",)
+
+
+def test_a_list_containing_itself_is_a_cyclic_vector_any() -> None:
+    """A Vector{Any} may contain itself in Julia: the converted list closes the same cycle."""
+    loop: list[object] = [1]
+    loop.append(loop)
+    out = to_julia(loop)
+    assert isinstance(out, list) and out[1] is out and out is not loop and out[0] == 1
 
 
 def test_registered_custom_pytree_nodes_use_their_keys() -> None:

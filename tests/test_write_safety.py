@@ -12,6 +12,7 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
+from conftest import HOSTILE
 
 import treexchange
 from treexchange import (
@@ -28,6 +29,7 @@ from treexchange import (
     values_equal,
 )
 from treexchange._limits import DEFAULT_LIMITS
+from treexchange._save import convert
 
 _NAME_ONLY = np.dtype([("name", h5py.string_dtype())])
 
@@ -68,10 +70,34 @@ def _cyclic_julia_dict() -> JuliaDict:
     return d
 
 
+def test_a_list_containing_itself_is_written_as_a_cyclic_vector_any(tmp_path: Path) -> None:
+    """A Python list is a ``Vector{Any}``, mutable in Julia too: one containing itself was refused;
+    it is written as JLD2.jl writes ``x = Any[1.0, Any[]]; push!(x[2], x)`` (the inner vector's
+    element a reference to the outer dataset) and reads back as the same cycle."""
+    path = tmp_path / "c.jld2"
+    treexchange.save(path, m=_cyclic_list())
+    with h5py.File(path, "r") as f:
+        outer = f["m"]
+        inner = f[outer[()][1]]
+        assert f[inner[()][0]] == outer  # the reference closes on the outer Vector{Any} itself
+        assert "julia_type" in outer.attrs and "julia_type" in inner.attrs
+    back = treexchange.load(path, "m")
+    assert back[1][0] is back and back[0] == 1.0
+    # Julia's own `a = Any[]; push!(a, Any[a])` (JLD2.jl, Julia 1.11.1): the same list saved from
+    # Python is the file `convert` makes of it, byte for byte
+    julia = HOSTILE / "crafted_L14.jld2"
+    if julia.is_file():
+        a: list[Any] = []
+        a.append([a])
+        treexchange.save(tmp_path / "a.jld2", a=a, producer=" (Julia 1.11.1 64-bit LE)")
+        convert(julia, tmp_path / "converted.jld2", keep_producer=True)
+        assert (tmp_path / "a.jld2").read_bytes() == (tmp_path / "converted.jld2").read_bytes()
+        assert treexchange.values_equal(treexchange.load(tmp_path / "a.jld2"), treexchange.load(julia))
+
+
 @pytest.mark.parametrize(
     ("make", "where"),
     [
-        (_cyclic_list, ("m", 2, 1)),
         (_cyclic_dict, ("m", "a", "back")),
         (_cyclic_struct, ("m", "children", 1)),
         (_cyclic_julia_dict, ("m", "2", 1)),

@@ -75,7 +75,8 @@ def save(
     ``list`` -> ``Vector{Any}``, a plain ``dict`` with ``str`` keys -> ``NamedTuple`` (Lux's
     ``ps``), a :class:`treexchange.JuliaDict` (what ``load`` returns for a Julia ``Dict``) or a
     dict with other keys -> ``Dict{K,V}``. An object used in two places is written once and
-    shared, as JLD2 does. Cycles, text with lone surrogates and anything without a Julia
+    shared, as JLD2 does; a list or mutable ``JuliaStruct`` that contains itself is written as
+    the cycle JLD2.jl writes. Other cycles, text with lone surrogates and anything without a Julia
     counterpart raise :class:`treexchange.ConversionError` naming its tree path; trees deeper
     than ``Limits().max_depth`` raise :class:`treexchange.LimitError`.
 

@@ -78,8 +78,12 @@ def to_julia(
             arbitrary class instance): ``"error"`` (default) raises, ``"empty"`` writes ``()``.
         path: the tree path of ``tree`` itself, used in error messages (e.g. ``("model_state",)``).
 
+    An object used twice stays one object; a list or mutable ``JuliaStruct`` that contains itself
+    gives the same cycle (legal Julia data); any other cycle is refused.
+
     Raises:
-        ConversionError: a value has no Julia counterpart; the error's ``path`` locates it.
+        ConversionError: a value has no Julia counterpart, or a cycle Julia cannot build (a dict,
+            a Tuple or an immutable struct containing itself); the error's ``path`` locates it.
 
     Example:
         >>> from treexchange import to_julia
@@ -138,6 +142,8 @@ class _Converter:
             return found[1]
         if isinstance(x, JuliaStruct) and x.mutable:
             return self._mutable_struct(x, path, depth)
+        if type(x) is list and self.lists == "vector":
+            return self._vector(x, path, depth)
         if key in self.active:
             raise ConversionError("the tree contains a cycle (a container inside itself)", path=path)
         self.active.add(key)
@@ -156,6 +162,15 @@ class _Converter:
         self.done[id(x)] = (x, result)
         for k, v in x.fields.items():
             result.fields[_name(k, path)] = self.convert(v, (*path, k), depth + 1)
+        return result
+
+    def _vector(self, x: list[Any], path: TreePath, depth: int) -> list[Any]:
+        """A list (a ``Vector{Any}``, mutable in Julia too) is made before its elements, so a list
+        that contains itself (``a = Any[]; push!(a, a)``) closes the cycle on the converted list,
+        which the writer stores as JLD2.jl does: a reference to the list's own dataset."""
+        result: list[Any] = []
+        self.done[id(x)] = (x, result)
+        result.extend(self.convert(v, (*path, i), depth + 1) for i, v in enumerate(x, 1))
         return result
 
     # --- leaves ---------------------------------------------------------------------------------
