@@ -174,6 +174,30 @@ def test_moderately_deep_trees_round_trip(tmp_path: Path) -> None:
     assert values_equal(treexchange.load(path, "v"), value)
 
 
+def test_inline_types_nest_as_deep_as_values_do(tmp_path: Path) -> None:
+    """docs/writing.md: ``max_depth`` nested isbits NamedTuples around a number are one HDF5
+    compound ``max_depth`` levels deep (h5py sees every level) and read back; one more level is the
+    ``max_depth`` LimitError (the docs said 100 levels, yet 508 round-tripped)."""
+    limit = DEFAULT_LIMITS.max_depth
+
+    def nested(levels: int) -> Any:
+        v: Any = np.float64(1.5)
+        for _ in range(levels):
+            v = NamedTuple(a=v)
+        return v
+
+    path = tmp_path / "deep.jld2"
+    treexchange.save(path, v=nested(limit))
+    with h5py.File(path) as f:
+        dtype, levels = f["v"].dtype, 0
+        while dtype.names == ("a",):
+            dtype, levels = dtype["a"], levels + 1
+        assert levels == limit and dtype == np.float64
+    assert values_equal(treexchange.load(path, "v"), nested(limit))
+    with pytest.raises(LimitError, match=f"max_depth={limit}"):
+        treexchange.save(tmp_path / "deeper.jld2", v=nested(limit + 1))
+
+
 @pytest.mark.slow  # 2 minutes: types nested to the very limit, written and read back
 def test_inline_types_as_deep_as_the_limit_round_trip(tmp_path: Path) -> None:
     """Nested isbits NamedTuples make one nested HDF5 compound. The value depth limit
