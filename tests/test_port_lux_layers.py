@@ -302,3 +302,20 @@ def test_a_learnt_initial_state_of_a_lux_05_gru_is_written() -> None:
     ps, _ = tx.lux_state(_with_learnt_initial_state("Chain(GRU(3 => 4))", 0), lux="0.5")
     assert list(ps.layer_1.keys()) == ["weight_i", "weight_h", "bias_i", "bias_h", "hidden_state"]
     assert ps.layer_1.hidden_state.shape == (4,)
+
+
+@pytest.mark.parametrize("target", ["nnx", "linen"])
+def test_a_learnt_initial_state_of_a_flax_model_is_lux_hidden_state(target: str, tmp_path: Path) -> None:
+    """The Flax ports hold the learnt initial state too (from a Flux 0.14 file): Lux gets it."""
+    model = _with_learnt_initial_state("Chain(LSTM(3 => 4), RNN(4 => 2))", 2)
+    state = tx.flux_state(model, flux="0.14")
+    tx.save(tmp_path / "s.jld2", s=state)
+    built = tx.from_flux(
+        tmp_path / "s.jld2", "s", architecture="Chain(LSTM(3 => 4), RNN(4 => 2))", target=target
+    )
+    for lux in ("1", "0.5"):
+        ps, _ = tx.lux_state(built, lux=lux)
+        (h, c), h2 = state["layers"][0]["cell"]["state0"], state["layers"][1]["cell"]["state0"]
+        np.testing.assert_array_equal(ps.layer_1.hidden_state, h.ravel())
+        np.testing.assert_array_equal(ps.layer_1.memory, c.ravel())
+        np.testing.assert_array_equal(ps.layer_2.hidden_state, h2.ravel())
