@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 from conftest import FIXTURES
@@ -34,7 +35,9 @@ import treexchange as tx
 from treexchange import JuliaArray, JuliaDict, JuliaStruct, JuliaType, Singleton, Symbol
 from treexchange._cli import main
 from treexchange._jld2 import _era
+from treexchange._jld2._encode_hdf5 import VLEN_UTF8
 from treexchange._jld2._era import Source
+from treexchange._jld2._layout import StructLayout
 from treexchange._jld2._writefile import write_jld2
 from treexchange._reader import File, read_objects
 from treexchange._save import prepare_values
@@ -117,6 +120,33 @@ def test_a_dict_keeps_a_where_type_parameter(tmp_path: Path) -> None:
     assert "where" in str(back.julia_type) and back.julia_type.params[1].type.name == "Core.UnionAll"
     assert b"Core.UnionAll" in path.read_bytes()
     assert tx.values_equal(back, d)
+
+
+# --- a struct custom-serialized as a String (BigInt) -------------------------------------------
+
+
+def _bigint(text: str) -> JuliaStruct:
+    """A ``Base.GMP.BigInt`` as the reader gives it: JLD2 writes it as its base-62 ``String``
+    (``writeas(::Type{BigInt}) = String``), read as the struct's one ``written`` field."""
+    t = JuliaType("Base.GMP.BigInt")
+    layout = StructLayout(t, VLEN_UTF8, (), written_type=JuliaType("Core.String"))
+    return JuliaStruct(t, {"written": text}, layout=layout)
+
+
+def test_a_struct_written_as_a_string_commits_the_string_type(tmp_path: Path) -> None:
+    # Random.MersenneTwister's adv_jump::BigInt (ReservoirComputing's ESN state): JLD2 commits the
+    # vlen string type itself (julia_type BigInt, written_type Core.String) and stores the text
+    # inline in the struct, not a one-member compound.
+    rng = JuliaStruct(JuliaType("Main.RNG"), {"seed": np.int64(17), "adv_jump": _bigint("0")}, mutable=True)
+    path = tmp_path / "big.jld2"
+    tx.save(path, rng=rng, a=_bigint("1z"), b=_bigint("-7"))
+    data = path.read_bytes()
+    assert data.count(b"written_type") == 1 and data.count(b"Core.String") == 1
+    assert data.count(b"written") == 1  # no member named "written"
+    back = tx.load(path)
+    assert tx.values_equal(back["rng"], rng) and tx.values_equal(back["b"], _bigint("-7"))
+    with h5py.File(path, "r") as f:
+        assert f["a"][()] == b"1z" and f["rng"].dtype["adv_jump"].kind == "O"
 
 
 # --- what convert keeps of its input ------------------------------------------------------------

@@ -408,6 +408,10 @@ class TypeResolver:
         layout = None
         if isinstance(inner, CompoundPlan) and inner.layout is not None:
             layout = dataclasses.replace(inner.layout, julia_type=jt, written_type=wt)
+        elif isinstance(inner, VlenStringPlan) and not inner.symbol and inner.h5type is not None:
+            # Written as a String (JLD2's writeas(BigInt) = String; Julia's Base.GMP.BigInt): the
+            # value reads as its one "written" field; the layout keeps written_type for the writer.
+            layout = StructLayout(jt, inner.h5type, (), written_type=wt)
         return CustomPlan("struct", jt, inner, wrap_custom(jt, layout))
 
     def _structural(self, dt: H5Type, jt: JuliaType, attrs: dict[str, Attribute]) -> Plan:

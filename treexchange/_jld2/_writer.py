@@ -936,10 +936,16 @@ class JLD2Writer:
             found = ws.get(tk)
             if found is not None:
                 return found
+        w = jt.writeas
+        if w.cat is Cat.STRING and w is not jt:
+            # A struct written as a String (BigInt): a scalar of its committed vlen string type.
+            value = _written_text(value)
         plan = self._compact_plans.get(id(jt))
         if plan is not None and plan[0] is jt:
             return self._write_compact(plan, value, ws, tk, path)
-        w = jt.writeas
+        if w.cat is Cat.STRING and w is not jt:
+            plan = self._plan_compact(jt, self.h5type(jt), self.field_size(w, True))
+            return self._write_compact(plan, value, ws, tk, path)
         if w.cat is Cat.STRING and w is jt:
             raw = _utf8(value, path)
             space = _Space(enc.DS_SCALAR, (), [])
@@ -1398,6 +1404,8 @@ class JLD2Writer:
                         return _ref(self._write_kvvec(value, ty, ws, path))
                     return _ref(self._write_converted_vector(list(value), w, ws, path))
                 return _ref(self.write_ref(value, ws, path))
+            if w.cat is Cat.STRING:
+                value = _written_text(value)  # a struct written as a String: its text
             return self.encode_value(w, value, ws, path)
         if kind == "ref":
             return _ref(self.write_ref(value, ws, path))
@@ -1833,3 +1841,9 @@ def _encode_bits(w: JT, value: Any, path: tuple[PathSegment, ...]) -> bytes:
         if arr.size == 1:
             return arr.reshape(1).view(np.uint8).tobytes()
     raise ConversionError(f"cannot store {type(value).__name__} as {w.key}", path=path)
+
+
+def _written_text(value: Any) -> Any:
+    """The String a struct custom-serialized as a String (``JLD2.writeas(BigInt) = String``) is
+    written as: the struct reads back as that one ``written`` field."""
+    return value.fields["written"] if isinstance(value, JuliaStruct) else value

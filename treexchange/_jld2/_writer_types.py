@@ -757,7 +757,7 @@ class TypeFactory:
             if mutable and not found.mutable:
                 self._make_mutable(found, path)
             # One Julia type has one set of fields: a second value of the same type must agree.
-            names = [n for n, _ in found.writeas.fields]
+            names = [n for n, _ in (found.writeas if found.writeas.cat is Cat.STRUCT else found).fields]
             if found.cat is not Cat.STRUCT or list(value.fields) != names:
                 raise ConversionError(
                     f"struct type {value.type} appears with fields {list(value.fields)} and with {names}",
@@ -765,6 +765,8 @@ class TypeFactory:
                 )
             return found
         layout = value.layout
+        if layout is not None and layout.written_type is not None and layout.h5type.cls is H5Class.VLEN:
+            return self._written_as_string(value, layout, key, path)
         fields: list[tuple[str, JT]] = []
         jt = JT(
             Cat.STRUCT,
@@ -798,6 +800,36 @@ class TypeFactory:
                 mutable=mutable,
             )
             jt._writeas = self._intern(written)
+        return self._intern(jt)
+
+    def _written_as_string(
+        self, value: JuliaStruct, layout: Any, key: str, path: tuple[PathSegment, ...]
+    ) -> JT:
+        """A struct custom-serialized as a ``String`` (JLD2's ``writeas(::Type{BigInt}) = String``),
+        read as its one ``written`` field: JLD2 commits the variable-length string type itself with
+        ``julia_type`` the struct and ``written_type`` ``Core.String``, and stores the text inline
+        (a 16-byte heap reference) wherever the struct is a field."""
+        text = value.fields.get("written")
+        if (
+            layout.written_type.name != self.STRING.name
+            or list(value.fields) != ["written"]
+            or not isinstance(text, str)
+        ):
+            raise UnsupportedError(
+                f"struct {value.type} is custom-serialized as {layout.written_type}; only a String "
+                "(its text in the field 'written') or a struct can be written",
+                path=path,
+            )
+        jt = JT(
+            Cat.STRUCT,
+            value.type.name,
+            tuple(value.type.params),
+            fields=(("written", self.STRING),),
+            key=key,
+            raw_params=tuple(value.type.params),
+            layout=layout,
+        )
+        jt._writeas = self.STRING
         return self._intern(jt)
 
     def _make_mutable(self, jt: JT, path: tuple[PathSegment, ...]) -> None:
