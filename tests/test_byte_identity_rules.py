@@ -4,6 +4,9 @@ Each rule has a synthetic test that fails without it, and the real files that sh
 looked up by their corpus name (tests/corpus_sources.md) under ``$TREEXCHANGE_SHARED/julia_fixtures``
 and skipped, with the reason, when absent.
 
+- a struct custom-serialized as a ``String`` (``writeas(::Type{BigInt}) = String``): the committed
+  type is the vlen string itself (``julia_type`` the struct, ``written_type`` ``Core.String``), the
+  text stored inline in a struct (ReservoirComputing's ESN state: ``MersenneTwister.adv_jump``).
 - ``Ptr{T}`` is custom-serialized as ``Nothing`` (JLD2's ``writeas(::Type{Ptr{T}}) = Nothing``,
   since v0.4.0): its committed type carries ``julia_type`` ``Ptr{T}`` *and* ``written_type``
   ``Nothing`` (CategoricalArrays' ``CategoricalPool`` has two ``Ptr{Nothing}`` fields).
@@ -44,6 +47,9 @@ from treexchange._save import prepare_values
 
 # Real files (tests/corpus_sources.md, "issue 24") that show each rule, with the rule.
 PTR_FILES = ["savindumahasen__Classification-Project-Based-on-Iris-dataset-__model.jld2"]
+# A BigInt (custom-serialized as a String) in a MersenneTwister: ReservoirComputing's saved ESN state
+# (tests/corpus_sources.md, "issue 24, second search").
+STRING_FILES = ["SciML__ReservoirComputing.jl__dev_tutorials_esn_trained.jld2"]
 CORPUS_011 = {
     "JuliaGeodynamics__GeophysicalModelGenerator.jl__test_download_GMG_temp.jld2": "NTuple{1,T}",
     "tristanth03__UROP__params_m_3LS_epo10.jld2": "IdDict as Vector{Pair}",
@@ -283,8 +289,8 @@ def test_keep_format_says_what_differs_and_why(tmp_path: Path, capsys: pytest.Ca
 # --- the real files that show each rule ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", _corpus_params(PTR_FILES + list(CORPUS_011)))
+@pytest.mark.parametrize("name", _corpus_params(PTR_FILES + STRING_FILES + list(CORPUS_011)))
 def test_real_files_showing_each_rule(name: str, tmp_path: Path) -> None:
-    # Format 0.1.1 files are kept in their format; the Ptr file (0.2.0) is converted as it is.
+    # Format 0.1.1 files are kept in their format; the 0.2.0 files are converted as they are.
     extra = ("--keep-format",) if name in CORPUS_011 else ()
     _assert_byte_identical(FIXTURES / name, tmp_path / "out.jld2", *extra)
