@@ -11,7 +11,8 @@ without an ``fsync`` at the end.
 * ``treexchange-F``: ``treexchange.save(path, model_state=NamedTuple(w000=..., ...))`` with the
   arrays F-ordered (Julia's order: what the reader returns), so the bytes go out straight;
 * ``treexchange-C``: the same with C-ordered numpy arrays (what numpy/JAX code holds), transposed
-  block by block while a writer thread writes; ``treexchange-C-nofsync`` with ``fsync=False``;
+  block by block while a writer thread writes (with ``O_DIRECT`` where the file system takes it);
+  ``treexchange-C-nofsync`` with ``fsync=False``;
 * ``treexchange-jax``: C-ordered ``jax.Array`` input (CPU device);
 * ``h5py`` (one dataset per array), ``safetensors`` (``save_file``), ``np.save`` per array (200
   files), ``flax-msgpack`` (``flax.serialization.msgpack_serialize`` + write), ``equinox``

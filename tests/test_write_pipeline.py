@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import io
 import itertools
+import os
 from pathlib import Path
 
 import h5py
@@ -120,6 +121,20 @@ def test_tiles_cover_a_large_array() -> None:
     assert out.tobytes() == np.ascontiguousarray(arr.T).tobytes()  # bit patterns: NaNs included
 
 
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_staged_tiles_of_matrices(dtype: np.dtype) -> None:
+    """Matrices larger than a tile go through the staged transpose (or, for wide elements at
+    odd widths, the direct one): ragged edge tiles, power-of-two widths (rows 1 KiB or more
+    apart), reversed and column-strided views, byte-swapped input converted on the way."""
+    for shape in [(600, 301), (300, 1024), (257, 2048)]:
+        base = _random(shape, np.dtype(dtype), seed=4)
+        for arr in (base, base[::-1], base[:, ::2], base[::-1, ::-3]):
+            le = arr.dtype.newbyteorder("<") if arr.dtype.byteorder == ">" else arr.dtype
+            out = np.empty(arr.shape[::-1], le)
+            transpose_into(arr, out)
+            assert out.tobytes() == _expected(arr), (shape, arr.strides)
+
+
 def test_sink_pipeline_writes_the_same_bytes_as_memory_sink(tmp_path: Path) -> None:
     arrays = [
         _random((513, 2049), np.dtype(np.float32)),  # several pipeline blocks
@@ -216,3 +231,95 @@ def test_metadata_runs_and_checksums(tmp_path: Path, real_file: bool) -> None:
         f.seek(0)
         got = f.read()
     assert got == bytes(expected[:pos])
+
+
+def _sink_bytes(path: Path, arrays: list[np.ndarray], start: int = 5) -> bytes:
+    """Write ``arrays`` one after another from the unaligned offset ``start`` through a Sink."""
+    with open(path, "w+b") as f:
+        sink = Sink(f)
+        pos = start
+        sink.put(0, b"head!")
+        for arr in arrays:
+            pos += sink.put_array(pos, arr)
+            sink.put(pos, b"gap")
+            pos += 3
+        sink.finish(pos)
+    return path.read_bytes()
+
+
+# Blocks of several MiB at unaligned offsets (edges written through the page cache), an array
+# smaller than the direct-write minimum, and F-ordered input (never direct: the caller's memory).
+_DIRECT_ARRAYS = [
+    _random((1031, 2053), np.dtype(np.float32)),
+    _random((40, 300), np.dtype(np.int16)),
+    np.asfortranarray(_random((700, 900), np.dtype(np.float64))),
+    _random((3, 5, 1 << 18), np.dtype(np.uint8)),
+]
+
+
+def _expected_file(arrays: list[np.ndarray]) -> bytes:
+    return b"head!" + b"".join(_expected(a) + b"gap" for a in arrays)
+
+
+def test_transposed_blocks_go_direct_with_the_same_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Transposed blocks are written with O_DIRECT where the file system takes it: the file is
+    byte for byte the page-cache path's."""
+    from treexchange._jld2 import _writer_sink
+
+    opened: list[int] = []
+    real_open = _writer_sink._open_direct
+
+    def recording_open(fd: int) -> int:
+        opened.append(real_open(fd))
+        return opened[-1]
+
+    monkeypatch.setattr(_writer_sink, "_open_direct", recording_open)
+    expected = _expected_file(_DIRECT_ARRAYS)
+    assert _sink_bytes(tmp_path / "direct.bin", _DIRECT_ARRAYS) == expected
+    if _writer_sink.DIRECT_WRITES:
+        assert len(opened) == 1  # once per file, at its first aligned block
+    monkeypatch.setattr(_writer_sink, "DIRECT_WRITES", False)
+    opened.clear()
+    assert _sink_bytes(tmp_path / "cached.bin", _DIRECT_ARRAYS) == expected
+    assert opened == []
+
+
+_PROC = pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="direct writes reopen through /proc")
+
+
+@_PROC
+@pytest.mark.parametrize("refusal", ["open", "write"])
+def test_direct_writes_fall_back_to_the_page_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refusal: str
+) -> None:
+    """A file system that refuses O_DIRECT at open, or fails a direct write (EBADF here, EINVAL
+    on some), gets the same bytes through the page cache."""
+    from treexchange._jld2 import _writer_sink
+
+    monkeypatch.setattr(_writer_sink, "DIRECT_WRITES", True)
+    calls: list[int] = []
+
+    def refusing_open(fd: int) -> int:
+        calls.append(fd)
+        # a descriptor of the file that cannot be written: every direct write fails
+        return -1 if refusal == "open" else os.open(f"/proc/self/fd/{fd}", os.O_RDONLY)
+
+    monkeypatch.setattr(_writer_sink, "_open_direct", refusing_open)
+    assert _sink_bytes(tmp_path / "fallback.bin", _DIRECT_ARRAYS) == _expected_file(_DIRECT_ARRAYS)
+    assert len(calls) == 1  # refused once: never asked again for this file
+
+
+@_PROC
+def test_direct_descriptor_needs_a_writable_one(tmp_path: Path) -> None:
+    """The reopened descriptor gives no access the caller's did not have."""
+    from treexchange._jld2._writer_sink import _open_direct
+
+    path = tmp_path / "r.bin"
+    path.write_bytes(b"x")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert _open_direct(fd) == -1
+    finally:
+        os.close(fd)

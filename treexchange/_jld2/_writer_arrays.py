@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import threading
 import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -60,6 +61,14 @@ TILE_ELEMENTS = 64 << 10
 """Elements per tile of the blocked transpose: source and destination tiles (256 KiB each for
 float32) stay in the L2 cache, so every cache line is read and written once."""
 
+STAGED_TILE = 256
+"""Rows and columns of a staged tile (see :func:`transpose_into`): 64 Ki elements."""
+
+_STAGE_PAD_BYTES = 64
+"""Padding of a staged tile's rows: one cache line, so that its rows are not a power of two apart."""
+
+_scratch = threading.local()  # per thread: two saves in two threads each stage in their own
+
 
 def transpose_into(src: np.ndarray, dst: np.ndarray) -> None:
     """``dst[...] = src.T`` (every axis reversed, dtype converted), computed tile by tile.
@@ -68,6 +77,16 @@ def transpose_into(src: np.ndarray, dst: np.ndarray) -> None:
     line for almost every element it reads; tiles over the first and last axes of ``src`` (the
     fastest axes of ``dst`` and ``src``) keep both sides in the cache. numpy releases the GIL
     in each tile's copy, so a writer thread runs meanwhile.
+
+    A matrix's tiles are *staged*: copied first, row by row (contiguous runs), into a small
+    scratch tile whose rows are one cache line longer than the tile, then transposed from there.
+    Read straight from the matrix, the elements of one output row are a source row apart; when
+    that distance is a multiple of 1 KiB (a power-of-two width: 256, 1024, 3072 or 4096 float32
+    columns, as model weights mostly have) they all fall into the same few sets of the L1 cache
+    and evict each other, and the transpose ran at a third of its speed. The extra copy stays in
+    the cache and costs less than it saves for narrow elements (measured 1.0-3.3x faster for
+    1-4 byte elements, whatever the width); 8-byte and wider elements are staged only for such
+    widths (others were 10-25 % slower staged).
 
     Example:
         >>> a = np.arange(12, dtype=np.int32).reshape(3, 4)
@@ -80,6 +99,11 @@ def transpose_into(src: np.ndarray, dst: np.ndarray) -> None:
         dst[...] = src.T
         return
     first, last = src.shape[0], src.shape[-1]
+    if src.ndim == 2:
+        row_bytes = abs(src.strides[0])
+        if dst.itemsize < 8 or (row_bytes and (row_bytes & -row_bytes) >= 1024):
+            _transpose_staged(src, dst)
+            return
     middle = max(1, src.size // (first * last))
     t0 = min(first, max(1, math.isqrt(TILE_ELEMENTS // middle)))
     t1 = min(last, max(1, TILE_ELEMENTS // (t0 * middle)))
@@ -88,6 +112,29 @@ def transpose_into(src: np.ndarray, dst: np.ndarray) -> None:
         src_cols = src[..., j : j + t1]
         for i in range(0, first, t0):
             dst_rows[..., i : i + t0] = src_cols[i : i + t0].T
+
+
+def _transpose_staged(src: np.ndarray, dst: np.ndarray) -> None:
+    """``dst[...] = src.T`` for a matrix, each tile copied into a padded scratch tile first (see
+    :func:`transpose_into`); the scratch has ``dst``'s dtype, so a byte swap happens in the
+    contiguous copy."""
+    first, last = src.shape
+    t0, t1 = min(first, STAGED_TILE), min(last, STAGED_TILE)
+    width = t1 + max(1, _STAGE_PAD_BYTES // dst.itemsize)
+    need = t0 * width * dst.itemsize
+    scratch = getattr(_scratch, "buffer", None)
+    if scratch is None or len(scratch) < need:
+        scratch = _scratch.buffer = np.empty(need, np.uint8)
+    tile = scratch[:need].view(dst.dtype).reshape(t0, width)
+    for j in range(0, last, t1):
+        dst_rows = dst[j : j + t1]
+        src_cols = src[:, j : j + t1]
+        w = src_cols.shape[1]
+        for i in range(0, first, t0):
+            rows = src_cols[i : i + t0]
+            h = rows.shape[0]
+            tile[:h, :w] = rows
+            dst_rows[:, i : i + h] = tile[:h, :w].T
 
 
 def column_major_pieces(
