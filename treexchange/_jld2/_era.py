@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING
 
 from .._errors import TreexchangeError
 from .._juliatype import JuliaType
+from ._layout import StructLayout
 from ._writer_types import TypeFactory
 
 if TYPE_CHECKING:  # (annotations only: the reader imports nothing from here)
@@ -115,6 +116,30 @@ class Source:
     """Struct and tuple types the file wrote as type parameters by name (a DataType dataset)
     where a stored type is committed: they hold no data, or are mutable or large; a type known
     to the writer by name only (a ghost ``Axis{...}`` inside ``Tuple{Axis{...}}``) follows."""
+    layouts: Mapping[str, StructLayout] = field(default_factory=dict)
+    """The struct types the file committed, by qualified name (:func:`committed_layouts`): the
+    writer builds a struct type no value shows (an empty Dict's element type) from its layout,
+    and commits it as JLD2 did. Kept only when the output has the input's format (a format-0.1.1
+    layout leaves ghost fields out)."""
+
+
+def committed_layouts(reader: Reader) -> dict[str, StructLayout]:
+    """The layout of every plain struct type committed in the file's ``/_types`` group, by the
+    qualified text of its ``julia_type`` (custom-serialized types and types that do not
+    decode are left out: the writer then knows them by name only, as before)."""
+    types_at = reader.links(reader.root_address).get("_types")
+    if types_at is None or reader.object_kind(types_at) != "group":
+        return {}
+    layouts: dict[str, StructLayout] = {}
+    for address in reader.links(types_at).values():
+        try:
+            plan = reader.types.committed(address)
+        except TreexchangeError:
+            continue
+        layout = getattr(plan, "layout", None)
+        if isinstance(layout, StructLayout) and layout.written_type is None:
+            layouts.setdefault(layout.julia_type.qualified(), layout)
+    return layouts
 
 
 def type_keys(types: Iterable[JuliaType]) -> frozenset[str]:
