@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING
 from .._errors import TreexchangeError
 from .._juliatype import JuliaType
 from ._layout import StructLayout
+from ._plans import GhostPlan
 from ._writer_types import TypeFactory
 
 if TYPE_CHECKING:  # (annotations only: the reader imports nothing from here)
@@ -137,6 +138,9 @@ def committed_layouts(reader: Reader) -> dict[str, StructLayout]:
         except TreexchangeError:
             continue
         layout = getattr(plan, "layout", None)
+        if isinstance(plan, GhostPlan) and plan.h5type is not None and plan.julia_type.name != "Core.Type":
+            # an empty committed type (a singleton struct): a layout without fields
+            layout = StructLayout(plan.julia_type, plan.h5type, ())
         if isinstance(layout, StructLayout) and layout.written_type is None:
             layouts.setdefault(layout.julia_type.qualified(), layout)
     return layouts

@@ -588,6 +588,8 @@ class TypeFactory:
         layout = self._layouts.get(key)
         if layout is None or layout.written_type is not None or key in self._from_layouts:
             return None
+        if not layout.fields:
+            return self.singleton(t.name, tuple(t.params))  # an empty committed type: a ghost
         self._from_layouts.add(key)
         try:
             fields = [(fl.name, self._layout_field_type(fl)) for fl in layout.fields]
