@@ -163,6 +163,73 @@ def test_convert_writes_by_name_what_the_input_wrote_by_name(tmp_path: Path) -> 
     _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
 
 
+# --- what the input's objects and types tell beyond its values -------------------------------------
+
+
+def test_a_typevar_in_a_where_value_and_its_body_is_written_once(tmp_path: Path) -> None:
+    """JLD2 writes a ``TypeVar`` (mutable) once and refers to it after: the ``var`` of a
+    ``UnionAll`` value and the parameter of its body point to one dataset. The reader reads the
+    value and the body's parameters in different sessions; both must give the one object."""
+    src = tmp_path / "in.jld2"
+    with open(src, "wb") as out:  # (the value as the reader gives it: one TypeVar object)
+        write_jld2(out, [("u", _where_array())], compress=None, producer=PRODUCER, root_attributes={})
+    back = tx.load(src)["u"]
+    assert back.fields["var"] is back.fields["body"].type.params[0].params[1]
+    _assert_byte_identical(src, tmp_path / "out.jld2")
+
+
+def _layouts_of(path: Path) -> dict:
+    with File(path) as f:
+        return _era.committed_layouts(f.reader)
+
+
+def test_a_struct_type_no_value_shows_is_committed_as_the_input_did(tmp_path: Path) -> None:
+    """JLD2 decides from the Julia type: an immutable struct type used as a type parameter (the
+    value type of an empty Dict) is committed, with its fields. Re-encoding such a file, the
+    writer knows that struct from the layout the input committed (``Source.layouts``)."""
+    p_type = JuliaType("Main.P")
+    empty = JuliaDict({})
+    empty.julia_type = JuliaType("Base.Dict", (JuliaType("Core.String"), p_type))
+    known = tmp_path / "known.jld2"  # a file that holds a P: its committed layout
+    _write(known, [("q", JuliaStruct(p_type, {"v": np.float64(2.0)}))], "0.1.1")
+    items: list[tuple[str, object]] = [("d", empty)]
+    src = tmp_path / "in.jld2"
+    original = _write(src, items, "0.1.1", Source(layouts=_layouts_of(known)))
+    assert _write(tmp_path / "plain.jld2", items, "0.1.1") != original  # by name otherwise
+    assert "Main.P" in _layouts_of(src)
+    _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
+
+
+def test_a_singleton_type_first_met_as_a_parameter_stays_a_ghost(tmp_path: Path) -> None:
+    """A singleton type written by name as a type parameter, then an array of its instance:
+    JLD2 commits the empty type and stores no element; known by name only, the array would be
+    one of references. The input's empty committed type tells the writer it is a ghost."""
+    g = JuliaType("Main.G")
+    items: list[tuple[str, object]] = [
+        ("w", JuliaStruct(JuliaType("Main.W", (g,)), {"x": np.float64(1.0)})),
+        ("a", JuliaArray(g, [Singleton(g), Singleton(g)])),
+    ]
+    known = tmp_path / "known.jld2"
+    _write(known, [("a", items[1][1])], "0.1.1")
+    src = tmp_path / "in.jld2"
+    original = _write(src, items, "0.1.1", Source(layouts=_layouts_of(known)))
+    assert _write(tmp_path / "plain.jld2", items, "0.1.1") != original
+    _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
+
+
+def test_a_second_name_of_one_object_keeps_its_place_in_link_order(tmp_path: Path) -> None:
+    """``x`` and ``z`` name one mutable struct, ``y`` lies between them in link order (JLD2's
+    ``@save`` writes a workspace's names sorted): the object is written once, at ``x``, and the
+    root group links ``x, y, z`` as the input did, not ``x, z, y``."""
+    shared = JuliaStruct(JuliaType("Main.M"), {"v": np.arange(3.0)}, mutable=True)
+    src = tmp_path / "in.jld2"
+    tx.save(src, x=shared, y=np.arange(2.0), z=shared, producer=PRODUCER, format="0.1.1")
+    with File(src) as f:
+        links = f.reader.links(f.reader.root_address)
+        assert list(links)[:3] == ["x", "y", "z"] and links["x"] == links["z"]
+    _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
+
+
 # --- format 0.1.1: the rules of the release that wrote a file ------------------------------------
 
 
