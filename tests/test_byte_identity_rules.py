@@ -15,6 +15,12 @@ and skipped, with the reason, when absent.
 - ``Pair`` keeps the module the writing Julia gave it (``Base.Pair`` before Julia 1.7).
 - a file written with a write session per top-level name (the same String text in two datasets)
   is re-encoded so.
+- a ``TypeVar`` is one object wherever the reader meets it (a ``UnionAll``'s ``var`` and its body).
+- a struct or singleton type no value shows (an empty Dict's value type, a type parameter) is
+  built from the layout the input committed (``Source.layouts``): JLD2 decides from the type.
+- a second name of one object keeps its place in link order (``@save`` writes names sorted).
+- ``convert --keep-format`` names links added in a later session (continued object headers) and
+  zeros past the end-of-file address (Windows, a file opened for writing and closed unwritten).
 - format 0.1.1 is written with the rules of the JLD2 release the input shows (``_era``): before
   v0.4.4 (groups without room for links), v0.4.19 (no ``NTuple`` naming), v0.4.41
   (``NTuple{1,T}``), v0.4.42 (Dicts as
@@ -53,6 +59,10 @@ CORPUS_011 = {
     "pureGrowthtrue.jld2": "Base.Pair (Julia 1.6)",
     "WilliamCam__SC-circuit-simulator__LC.jld2": "a write session per top-level name",
     "Atomtomate__EquivalenceClassesConstructor.jl__freqList_new.jld2": "Core.Tuple{Int64,...} (< v0.4.19)",
+    "FilipSjovall__FictShapeOpt__123.jld2": "a TypeVar in a UnionAll value and its body",
+    "FilipSjovall__FictShapeOpt__f__rdig_cyl_80ba02f7.jld2": "an empty Dict{String, Set{T}}: T committed",
+    "FilipSjovall__FictShapeOpt__n__stan_bra_cyl.jld2": "@save: two names of one array, names sorted",
+    "eduardstan__MRBC.jl__model_d4b84e27.jld2": "a singleton type parameter, then an array of it",
 }
 PRODUCER = " (Julia 1.9.4 64-bit LE)"
 
@@ -317,6 +327,23 @@ def test_keep_format_says_what_differs_and_why(tmp_path: Path, capsys: pytest.Ca
     assert "not byte-identical from byte" in err and "compressed datasets" in err
 
 
+def test_keep_format_names_zeros_past_the_end_of_file_address(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """JLD2 on Windows maps a file opened for writing 512 KiB larger; closed with nothing
+    written, it is not truncated: zeros follow the superblock's end-of-file address. The
+    content up to that address is re-encoded byte for byte, and the note says why the rest is not."""
+    src, out = tmp_path / "in.jld2", tmp_path / "out.jld2"
+    tx.save(src, a=np.arange(3.0), producer=PRODUCER, format="0.1.1")
+    content = src.read_bytes()
+    src.write_bytes(content + bytes(4096))
+    assert main(["convert", str(src), str(out), "--keep-format", "--keep-producer"]) == 0
+    err = capsys.readouterr().err
+    assert f"not byte-identical from byte {len(content)} on" in err
+    assert "zeros past its end-of-file address" in err
+    assert out.read_bytes() == content
+
+
 # --- the real files that show each rule ------------------------------------------------------------
 
 
@@ -325,3 +352,21 @@ def test_real_files_showing_each_rule(name: str, tmp_path: Path) -> None:
     # Format 0.1.1 files are kept in their format; the Ptr file (0.2.0) is converted as it is.
     extra = ("--keep-format",) if name in CORPUS_011 else ()
     _assert_byte_identical(FIXTURES / name, tmp_path / "out.jld2", *extra)
+
+
+# Real files appended to in a later JLD2 session whose /_types group is written after every dataset
+# the root group links: the links added to subgroups continue their object headers.
+CORPUS_CONTINUED = [
+    f"WilliamCam__SC-circuit-simulator__{name}.jld2"
+    for name in ("circuits_rc_s", "circuits_rc_p", "circuits_vsource_jj", "Create_Netlist_test")
+]
+
+
+@pytest.mark.parametrize("name", _corpus_params(CORPUS_CONTINUED))
+def test_real_files_with_links_added_later_are_named(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out.jld2"
+    assert main(["convert", str(FIXTURES / name), str(out), "--keep-format", "--keep-producer"]) == 0
+    assert "object header continues in a later block" in capsys.readouterr().err
+    assert tx.values_equal(tx.load(out), tx.load(FIXTURES / name))

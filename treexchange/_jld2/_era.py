@@ -77,9 +77,12 @@ _GROUP_ROOM = "group:link-room"  # a group of < 4 links with room for more in it
 _GROUP_NO_ROOM = "group:no-link-room"  # one without
 _COMPRESSED = "dataset:compressed"  # a dataset with a filter pipeline
 _APPENDED = "file:appended"  # /_types written before a dataset linked from the root group
+_CONTINUED = "header:continued"  # an object header continued in a later block (links added)
+_ZERO_TAIL = "file:zero-tail"  # zero bytes past the superblock's end-of-file address
 
 _HEADERS_SCANNED = 256  # dataset headers looked at (the first ones by link order)
 _MSG_DATASPACE, _MSG_DATATYPE, _MSG_LINK, _MSG_LAYOUT, _MSG_FILTERS = 0x01, 0x03, 0x06, 0x08, 0x0B
+_MSG_CONTINUATION = 0x10
 
 # older rule -> (the trait that contradicts it, what it is, the release that changed it)
 OLDER_RULES: dict[str, tuple[str, str]] = {
@@ -126,8 +129,9 @@ class Source:
 
 def committed_layouts(reader: Reader) -> dict[str, StructLayout]:
     """The layout of every plain struct type committed in the file's ``/_types`` group, by the
-    qualified text of its ``julia_type`` (custom-serialized types and types that do not
-    decode are left out: the writer then knows them by name only, as before)."""
+    qualified text of its ``julia_type``; an empty committed type (a singleton) has no fields.
+    Custom-serialized types, JLD2's own (``InlineUnionEl``: the writer lays those out by its
+    rules) and types that do not decode are left out: the writer knows them by name only."""
     types_at = reader.links(reader.root_address).get("_types")
     if types_at is None or reader.object_kind(types_at) != "group":
         return {}
@@ -141,7 +145,11 @@ def committed_layouts(reader: Reader) -> dict[str, StructLayout]:
         if isinstance(plan, GhostPlan) and plan.h5type is not None and plan.julia_type.name != "Core.Type":
             # an empty committed type (a singleton struct): a layout without fields
             layout = StructLayout(plan.julia_type, plan.h5type, ())
-        if isinstance(layout, StructLayout) and layout.written_type is None:
+        if (
+            isinstance(layout, StructLayout)
+            and layout.written_type is None
+            and not layout.julia_type.name.startswith("JLD2.")  # (its own types: the writer's rules)
+        ):
             layouts.setdefault(layout.julia_type.qualified(), layout)
     return layouts
 
@@ -228,8 +236,14 @@ def header_traits(reader: Reader) -> set[str]:
     types_at = links.get("_types")
     if types_at is not None and any(a > types_at for n, a in links.items() if n != "_types"):
         traits.add(_APPENDED)  # JLD2 writes /_types when it closes a file, after every dataset
+    if _zero_tail(reader):
+        traits.add(_ZERO_TAIL)
     for address, kind in _object_addresses(reader):
         messages = _header_messages(reader, address)
+        if any(mtype == _MSG_CONTINUATION for mtype, _, _ in messages):
+            # JLD2 writes a header whole; it continues one only to add links to a group an
+            # earlier session wrote (jldopen(path, "a+"): a subgroup, /_types, the root group).
+            traits.add(_CONTINUED)
         if kind == "group":
             count = sum(1 for mtype, _, _ in messages if mtype == _MSG_LINK)
             nils = [len(data) for mtype, _, data in messages if mtype == 0]
@@ -304,9 +318,29 @@ def _header_messages(reader: Reader, address: int) -> list[tuple[int, int, bytes
     return messages
 
 
+def _zero_tail(reader: Reader) -> bool:
+    """Whether the file goes on past its end-of-file address (the superblock's) with zeros only."""
+    h5 = reader.h5
+    end = h5.superblock.eof_address
+    if end is None or end >= h5.size:
+        return False
+    piece = bytearray(_COMPARED)
+    for start in range(end, h5.size, _COMPARED):
+        view = memoryview(piece)[: min(_COMPARED, h5.size - start)]
+        h5.read_into(start, view)
+        if any(view):
+            return False
+    return True
+
+
 _KNOWN_CAUSES = {
     _APPENDED: "the file was appended to in a second JLD2 session (its /_types group lies before "
     "datasets the root group links): treexchange writes a file in one session",
+    _CONTINUED: 'links were added to a group an earlier JLD2 session wrote (jldopen(path, "a+"): its '
+    "object header continues in a later block): treexchange writes a file in one session",
+    _ZERO_TAIL: "the file goes on with zeros past its end-of-file address (JLD2 on Windows maps a file "
+    "opened for writing 512 KiB larger and, when nothing was written, closes it without truncating): "
+    "treexchange ends the file at that address",
     _COMPRESSED: "it has compressed datasets: treexchange does not compress what it converts "
     "(--compress chooses), and writes chunk indexes libhdf5 2 reads where JLD2's single-chunk "
     "index has 8-byte dimension sizes it rejects",

@@ -599,7 +599,15 @@ class TypeFactory:
             return None
         typed = tuple((n, ft) for n, ft in fields if ft is not None)
         return self._intern(
-            JT(Cat.STRUCT, t.name, tuple(t.params), fields=typed, key=key, raw_params=tuple(t.params), layout=layout)
+            JT(
+                Cat.STRUCT,
+                t.name,
+                tuple(t.params),
+                fields=typed,
+                key=key,
+                raw_params=tuple(t.params),
+                layout=layout,
+            )
         )
 
     def _layout_field_type(self, fl: FieldLayout) -> JT | None:
@@ -618,17 +626,7 @@ class TypeFactory:
             return ft
         if fl.storage == "reference":
             return self.ANY
-        t = fl.h5type
-        if t is None:
-            return None
-        if t.cls == H5Class.BITFIELD and t.size == 1:
-            return self.BOOL
-        if t.cls in (H5Class.FIXED, H5Class.FLOAT):
-            dt = t.numpy_dtype()
-            return self.of_dtype(dt) if dt is not None else None
-        if t.cls == H5Class.VLEN and t.is_vlen_string:
-            return self.STRING
-        return None
+        return None if fl.h5type is None else self._plain_member_type(fl.h5type)
 
     def _param_type(self, p: Any) -> JT:
         if isinstance(p, JuliaType):
@@ -944,6 +942,12 @@ class TypeFactory:
 
     def _member_type(self, t: H5Type, value: Any, path: tuple[PathSegment, ...]) -> JT:
         """The declared type of an inline field stored with its plain HDF5 type (NULL field_types)."""
+        plain = self._plain_member_type(t)
+        return plain if plain is not None else self.of_value(value, path)
+
+    def _plain_member_type(self, t: H5Type) -> JT | None:
+        """The Julia type a plain HDF5 member type stands for (numbers, Bool, String, a
+        reference: ``Any``); ``None`` for others (the value then tells)."""
         if t.cls == H5Class.BITFIELD and t.size == 1:
             return self.BOOL
         if t.cls in (H5Class.FIXED, H5Class.FLOAT):
@@ -956,7 +960,7 @@ class TypeFactory:
             return self.STRING
         if t.cls == H5Class.REFERENCE:
             return self.ANY
-        return self.of_value(value, path)
+        return None
 
 
 def is_type_singleton(value: Singleton) -> bool:
