@@ -23,7 +23,7 @@ and skipped, with the reason, when absent.
   zeros past the end-of-file address (Windows, a file opened for writing and closed unwritten).
 - format 0.1.1 is written with the rules of the JLD2 release the input shows (``_era``): before
   v0.4.4 (groups without room for links), v0.4.19 (no ``NTuple`` naming), v0.4.41
-  (``NTuple{1,T}``), v0.4.42 (Dicts as
+  (``NTuple{1,T}``), v0.3.3 (Bool a committed opaque type), v0.4.42 (Dicts as
   ``Vector{Pair}``); v0.4.51 and v0.4.52 (a reserved NIL message, their layout choices, datatype
   messages of version 0). Each rule set is written, detected and reproduced byte for byte.
 """
@@ -59,6 +59,7 @@ CORPUS_011 = {
     "pureGrowthtrue.jld2": "Base.Pair (Julia 1.6)",
     "WilliamCam__SC-circuit-simulator__LC.jld2": "a write session per top-level name",
     "Atomtomate__EquivalenceClassesConstructor.jl__freqList_new.jld2": "Core.Tuple{Int64,...} (< v0.4.19)",
+    "Atomtomate__EquivalenceClassesConstructor.jl__test.jld2": "Bool a committed opaque type (< v0.3.3)",
     "FilipSjovall__FictShapeOpt__123.jld2": "a TypeVar in a UnionAll value and its body",
     "FilipSjovall__FictShapeOpt__f__rdig_cyl_80ba02f7.jld2": "an empty Dict{String, Set{T}}: T committed",
     "FilipSjovall__FictShapeOpt__n__stan_bra_cyl.jld2": "@save: two names of one array, names sorted",
@@ -245,10 +246,11 @@ def test_a_second_name_of_one_object_keeps_its_place_in_link_order(tmp_path: Pat
 
 def _era_items() -> list[tuple[str, object]]:
     """Values every release rule shows on, in groups of fewer than 4 links (/_types counts):
-    one-element tuples, Dicts (top level and a field), a small and a large array, a struct."""
+    one-element tuples, Dicts (top level and a field), a small and a large array, a struct with
+    a Bool field."""
     s_type = JuliaType("Main.S", (JuliaType("Core.Tuple", (JuliaType("Core.Float64"),)),))
     table = JuliaDict({np.int64(1): 2.0, np.int64(3): 4.0})
-    fields = {"x": (np.float64(2.0),), "table": table, "large": np.arange(2001.0)}
+    fields = {"x": (np.float64(2.0),), "table": table, "large": np.arange(2001.0), "flag": True}
     return [
         ("s", JuliaStruct(s_type, fields, mutable=True)),
         ("g/d", table),
@@ -257,6 +259,7 @@ def _era_items() -> list[tuple[str, object]]:
 
 
 RULE_SETS = {
+    "before v0.3.3": {_era.GROUPS_WITHOUT_ROOM, _era.NO_NTUPLE, _era.DICT_AS_VECTOR, _era.BOOL_OPAQUE},
     "before v0.4.4": {_era.GROUPS_WITHOUT_ROOM, _era.NTUPLE_ONE, _era.DICT_AS_VECTOR},
     "before v0.4.19": {_era.NO_NTUPLE, _era.DICT_AS_VECTOR},
     "before v0.4.41": {_era.NTUPLE_ONE, _era.DICT_AS_VECTOR},

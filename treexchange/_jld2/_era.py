@@ -26,6 +26,11 @@ writer then follows (``JLD2Writer(era_rules=...)``), for ``convert --keep-format
   per attribute). Both name only ``NTuple{2,T}`` (the ``reduce(==, ...)`` test). A non-empty
   array stored compact, or contiguous data not 8-byte aligned, tells 0.4.51; otherwise 0.4.52.
 
+* ``bool:opaque`` -- ``Bool`` is a committed 1-byte opaque type whose ``julia_type`` is
+  ``Core.Bool``: JLD2 before v0.3.3 (commit a4deccc, "use standard h5 type for bools"), which
+  had no HDF5 type for Bool and committed it as any primitive bits type; later releases store
+  a 1-byte bitfield, never committed (trait ``bool:bitfield``).
+
 * ``group:no-link-room`` -- a group header holds its links and the 16 bytes reserved for a
   continuation, no room for more links: JLD2 before v0.4.4 (later ones leave room for 4 links
   of 8-byte names, ``group_extra_space``).
@@ -67,6 +72,7 @@ LAYOUT_0_4_51 = "layout:0.4.51"
 LAYOUT_0_4_52 = "layout:0.4.52"
 DATATYPE_V0 = "datatype:v0"
 GROUPS_WITHOUT_ROOM = "group:no-link-room"
+BOOL_OPAQUE = "bool:opaque"
 
 # header traits (header_traits): what dataset object headers show
 _NIL_TAIL = "header:nil-tail"  # a reserved 16-byte NIL message ends a dataset header
@@ -98,6 +104,7 @@ OLDER_RULES: dict[str, tuple[str, str]] = {
         "dict:SerializedDict",
         "Dicts written as their Vector{Pair} (JLD2 < v0.4.42)",
     ),
+    BOOL_OPAQUE: ("bool:bitfield", "Bool a committed 1-byte opaque type (JLD2 < v0.3.3)"),
     BASE_PAIR: ("name:Core.Pair", "Pair named Base.Pair (Julia < 1.7)"),
     SESSION_PER_NAME: ("strings:shared", "a write session per top-level name (f[name] = value)"),
 }

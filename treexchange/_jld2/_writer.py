@@ -44,6 +44,7 @@ from . import _encode_hdf5 as enc
 from ._dictkeys import check_julia_keys
 from ._era import (
     BASE_PAIR,
+    BOOL_OPAQUE,
     DATATYPE_V0,
     DICT_AS_VECTOR,
     GROUPS_WITHOUT_ROOM,
@@ -127,6 +128,8 @@ class _Format:
     tuple_names: bool = True
     """Homogeneous tuple types are named ``Tuple{T}`` / ``NTuple{N,T}`` in a DataType (JLD2 >=
     v0.4.19); before, every tuple type was ``Core.Tuple{...}``: an era rule (``_era``)."""
+    bool_opaque: bool = False
+    """Bool is a committed 1-byte opaque type (JLD2 < v0.3.3), not a 1-byte bitfield: an era rule."""
     group_link_room: bool = True
     """A new group's header leaves room for 4 links of 8-byte names (JLD2 >= v0.4.4's
     ``group_extra_space``); earlier releases left none: an era rule (``_era``)."""
@@ -157,6 +160,8 @@ def _release_format(base: _Format, rules: frozenset[str]) -> _Format:
         fmt = replace(fmt, datatype_version_zero=True)
     if GROUPS_WITHOUT_ROOM in rules:
         fmt = replace(fmt, group_link_room=False)
+    if BOOL_OPAQUE in rules:
+        fmt = replace(fmt, bool_opaque=True)
     if LAYOUT_0_4_52 in rules:
         new = _FORMATS["0.2.0"]
         fmt = replace(
@@ -775,6 +780,10 @@ class JLD2Writer:
         if cat is Cat.PRIM:
             if w.h5 is None:
                 raise WriteError(f"number type {w.key} has no HDF5 type")
+            if self.format.bool_opaque and w is self.types.BOOL:
+                # JLD2 before v0.3.3 (a4deccc) gave Bool no HDF5 type of its own: a primitive
+                # bits type like any other, a committed 1-byte opaque type.
+                return self.lookup(w) or self.commit(enc.opaque_type(1), w, r)
             if r is w:
                 return w.h5
             return self.lookup(r) or self.commit(w.h5, w, r)
