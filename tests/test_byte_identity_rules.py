@@ -61,6 +61,7 @@ CORPUS_011 = {
     "Atomtomate__EquivalenceClassesConstructor.jl__freqList_new.jld2": "Core.Tuple{Int64,...} (< v0.4.19)",
     "Atomtomate__EquivalenceClassesConstructor.jl__test.jld2": "Bool a committed opaque type (< v0.3.3)",
     "FilipSjovall__FictShapeOpt__123.jld2": "a TypeVar in a UnionAll value and its body",
+    "sebastien-lemieux__horaires__data.jld2": "Vector{Union{Missing, String31}} of raw bits",
     "FilipSjovall__FictShapeOpt__f__rdig_cyl_80ba02f7.jld2": "an empty Dict{String, Set{T}}: T committed",
     "FilipSjovall__FictShapeOpt__n__stan_bra_cyl.jld2": "@save: two names of one array, names sorted",
     "eduardstan__MRBC.jl__model_d4b84e27.jld2": "a singleton type parameter, then an array of it",
@@ -328,6 +329,22 @@ def test_keep_format_says_what_differs_and_why(tmp_path: Path, capsys: pytest.Ca
     assert main(["convert", str(src), str(out), "--keep-format", "--keep-producer"]) == 0
     err = capsys.readouterr().err
     assert "not byte-identical from byte" in err and "compressed datasets" in err
+
+
+def test_a_union_array_of_raw_bits_and_missing_is_written(tmp_path: Path) -> None:
+    """``Vector{Union{Missing, String31}}`` (a DataFrames column of InlineStrings): JLD2 stores
+    each element as an ``InlineUnionEl`` (a mask byte, then both members); an element the reader
+    gives as raw bits (:class:`~treexchange.JuliaBits`) is placed in its member, not taken for the
+    whole element (``ConversionError`` before)."""
+    s31 = JuliaType("InlineStrings.String31")
+    union = JuliaType("Core.Union", (JuliaType("Base.Missing"), s31))
+    text = b"Ab" + bytes(29) + b"\x02"  # String31: the bytes, padded, the length last
+    column = JuliaArray(union, [tx.JuliaBits(s31, text), tx.MISSING, tx.JuliaBits(s31, text)])
+    src = tmp_path / "in.jld2"
+    tx.save(src, column=column, producer=PRODUCER, format="0.1.1")
+    back = tx.load(src)["column"]
+    assert tx.values_equal(back, column) and back[1] is tx.MISSING
+    _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
 
 
 def test_keep_format_names_zeros_past_the_end_of_file_address(

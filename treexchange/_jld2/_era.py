@@ -235,7 +235,8 @@ def header_traits(reader: Reader) -> set[str]:
     group, then the first :data:`_HEADERS_SCANNED` groups, datasets and committed datatypes
     reached from it, by link order): a NIL message reserved at the end of datasets, small arrays
     stored compact, unaligned contiguous data, the version of datatype messages, free link space
-    in groups."""
+    in groups; and of how the file was written: headers continued in a later block (links added
+    in a later session), zeros past the end-of-file address."""
     traits: set[str] = set()
     if reader.h5.filters_seen:  # (datasets read through references are not scanned below)
         traits.add(_COMPRESSED)

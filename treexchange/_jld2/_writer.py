@@ -1450,7 +1450,9 @@ class JLD2Writer:
         if cat is Cat.SYMBOL or cat is Cat.STRING:
             return self.encode_field(w, value, True, ws, path)
         if cat is Cat.STRUCT:
-            if isinstance(value, JuliaBits):
+            if isinstance(value, JuliaBits) and w.layout != UNION_EL:
+                # (an element of a Union array holding raw bits, an InlineStrings.String31, is
+                # one member of the InlineUnionEl: _field_values places it)
                 return _struct_from_bits(w, value, self.types.of_type(value.type) is w, path)
             values = self._field_values(w, value, path)
             return b"".join(
