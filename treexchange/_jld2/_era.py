@@ -146,18 +146,19 @@ def committed_layouts(reader: Reader) -> dict[str, StructLayout]:
     for address in reader.links(types_at).values():
         try:
             plan = reader.types.committed(address)
+            layout = getattr(plan, "layout", None)
+            ghost = isinstance(plan, GhostPlan) and plan.julia_type.name != "Core.Type"
+            if ghost and plan.h5type is not None:
+                # an empty committed type (a singleton struct): a layout without fields
+                layout = StructLayout(plan.julia_type, plan.h5type, ())
+            if (
+                isinstance(layout, StructLayout)
+                and layout.written_type is None
+                and not layout.julia_type.name.startswith("JLD2.")  # (its own types: the writer's rules)
+            ):
+                layouts.setdefault(layout.julia_type.qualified(), layout)
         except TreexchangeError:
-            continue
-        layout = getattr(plan, "layout", None)
-        if isinstance(plan, GhostPlan) and plan.h5type is not None and plan.julia_type.name != "Core.Type":
-            # an empty committed type (a singleton struct): a layout without fields
-            layout = StructLayout(plan.julia_type, plan.h5type, ())
-        if (
-            isinstance(layout, StructLayout)
-            and layout.written_type is None
-            and not layout.julia_type.name.startswith("JLD2.")  # (its own types: the writer's rules)
-        ):
-            layouts.setdefault(layout.julia_type.qualified(), layout)
+            continue  # (a type the file cannot describe within the limits: known by name only)
     return layouts
 
 

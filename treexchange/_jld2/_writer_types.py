@@ -593,6 +593,8 @@ class TypeFactory:
         self._from_layouts.add(key)
         try:
             fields = [(fl.name, self._layout_field_type(fl)) for fl in layout.fields]
+        except TreexchangeError:
+            return None  # (a field type beyond the limits: the struct stays known by name only)
         finally:
             self._from_layouts.discard(key)
         if any(ft is None for _, ft in fields):
