@@ -18,9 +18,15 @@ and skipped, with the reason, when absent.
 - ``Pair`` keeps the module the writing Julia gave it (``Base.Pair`` before Julia 1.7).
 - a file written with a write session per top-level name (the same String text in two datasets)
   is re-encoded so.
+- a ``TypeVar`` is one object wherever the reader meets it (a ``UnionAll``'s ``var`` and its body).
+- a struct or singleton type no value shows (an empty Dict's value type, a type parameter) is
+  built from the layout the input committed (``Source.layouts``): JLD2 decides from the type.
+- a second name of one object keeps its place in link order (``@save`` writes names sorted).
+- ``convert --keep-format`` names links added in a later session (continued object headers) and
+  zeros past the end-of-file address (Windows, a file opened for writing and closed unwritten).
 - format 0.1.1 is written with the rules of the JLD2 release the input shows (``_era``): before
   v0.4.4 (groups without room for links), v0.4.19 (no ``NTuple`` naming), v0.4.41
-  (``NTuple{1,T}``), v0.4.42 (Dicts as
+  (``NTuple{1,T}``), v0.3.3 (Bool a committed opaque type), v0.4.42 (Dicts as
   ``Vector{Pair}``); v0.4.51 and v0.4.52 (a reserved NIL message, their layout choices, datatype
   messages of version 0). Each rule set is written, detected and reproduced byte for byte.
 """
@@ -62,6 +68,12 @@ CORPUS_011 = {
     "pureGrowthtrue.jld2": "Base.Pair (Julia 1.6)",
     "WilliamCam__SC-circuit-simulator__LC.jld2": "a write session per top-level name",
     "Atomtomate__EquivalenceClassesConstructor.jl__freqList_new.jld2": "Core.Tuple{Int64,...} (< v0.4.19)",
+    "Atomtomate__EquivalenceClassesConstructor.jl__test.jld2": "Bool a committed opaque type (< v0.3.3)",
+    "FilipSjovall__FictShapeOpt__123.jld2": "a TypeVar in a UnionAll value and its body",
+    "sebastien-lemieux__horaires__data.jld2": "Vector{Union{Missing, String31}} of raw bits",
+    "FilipSjovall__FictShapeOpt__f__rdig_cyl_80ba02f7.jld2": "an empty Dict{String, Set{T}}: T committed",
+    "FilipSjovall__FictShapeOpt__n__stan_bra_cyl.jld2": "@save: two names of one array, names sorted",
+    "eduardstan__MRBC.jl__model_d4b84e27.jld2": "a singleton type parameter, then an array of it",
 }
 PRODUCER = " (Julia 1.9.4 64-bit LE)"
 
@@ -199,15 +211,83 @@ def test_convert_writes_by_name_what_the_input_wrote_by_name(tmp_path: Path) -> 
     _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
 
 
+# --- what the input's objects and types tell beyond its values -------------------------------------
+
+
+def test_a_typevar_in_a_where_value_and_its_body_is_written_once(tmp_path: Path) -> None:
+    """JLD2 writes a ``TypeVar`` (mutable) once and refers to it after: the ``var`` of a
+    ``UnionAll`` value and the parameter of its body point to one dataset. The reader reads the
+    value and the body's parameters in different sessions; both must give the one object."""
+    src = tmp_path / "in.jld2"
+    with open(src, "wb") as out:  # (the value as the reader gives it: one TypeVar object)
+        write_jld2(out, [("u", _where_array())], compress=None, producer=PRODUCER, root_attributes={})
+    back = tx.load(src)["u"]
+    assert back.fields["var"] is back.fields["body"].type.params[0].params[1]
+    _assert_byte_identical(src, tmp_path / "out.jld2")
+
+
+def _layouts_of(path: Path) -> dict:
+    with File(path) as f:
+        return _era.committed_layouts(f.reader)
+
+
+def test_a_struct_type_no_value_shows_is_committed_as_the_input_did(tmp_path: Path) -> None:
+    """JLD2 decides from the Julia type: an immutable struct type used as a type parameter (the
+    value type of an empty Dict) is committed, with its fields. Re-encoding such a file, the
+    writer knows that struct from the layout the input committed (``Source.layouts``)."""
+    p_type = JuliaType("Main.P")
+    empty = JuliaDict({})
+    empty.julia_type = JuliaType("Base.Dict", (JuliaType("Core.String"), p_type))
+    known = tmp_path / "known.jld2"  # a file that holds a P: its committed layout
+    _write(known, [("q", JuliaStruct(p_type, {"v": np.float64(2.0)}))], "0.1.1")
+    items: list[tuple[str, object]] = [("d", empty)]
+    src = tmp_path / "in.jld2"
+    original = _write(src, items, "0.1.1", Source(layouts=_layouts_of(known)))
+    assert _write(tmp_path / "plain.jld2", items, "0.1.1") != original  # by name otherwise
+    assert "Main.P" in _layouts_of(src)
+    _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
+
+
+def test_a_singleton_type_first_met_as_a_parameter_stays_a_ghost(tmp_path: Path) -> None:
+    """A singleton type written by name as a type parameter, then an array of its instance:
+    JLD2 commits the empty type and stores no element; known by name only, the array would be
+    one of references. The input's empty committed type tells the writer it is a ghost."""
+    g = JuliaType("Main.G")
+    items: list[tuple[str, object]] = [
+        ("w", JuliaStruct(JuliaType("Main.W", (g,)), {"x": np.float64(1.0)})),
+        ("a", JuliaArray(g, [Singleton(g), Singleton(g)])),
+    ]
+    known = tmp_path / "known.jld2"
+    _write(known, [("a", items[1][1])], "0.1.1")
+    src = tmp_path / "in.jld2"
+    original = _write(src, items, "0.1.1", Source(layouts=_layouts_of(known)))
+    assert _write(tmp_path / "plain.jld2", items, "0.1.1") != original
+    _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
+
+
+def test_a_second_name_of_one_object_keeps_its_place_in_link_order(tmp_path: Path) -> None:
+    """``x`` and ``z`` name one mutable struct, ``y`` lies between them in link order (JLD2's
+    ``@save`` writes a workspace's names sorted): the object is written once, at ``x``, and the
+    root group links ``x, y, z`` as the input did, not ``x, z, y``."""
+    shared = JuliaStruct(JuliaType("Main.M"), {"v": np.arange(3.0)}, mutable=True)
+    src = tmp_path / "in.jld2"
+    tx.save(src, x=shared, y=np.arange(2.0), z=shared, producer=PRODUCER, format="0.1.1")
+    with File(src) as f:
+        links = f.reader.links(f.reader.root_address)
+        assert list(links)[:3] == ["x", "y", "z"] and links["x"] == links["z"]
+    _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
+
+
 # --- format 0.1.1: the rules of the release that wrote a file ------------------------------------
 
 
 def _era_items() -> list[tuple[str, object]]:
     """Values every release rule shows on, in groups of fewer than 4 links (/_types counts):
-    one-element tuples, Dicts (top level and a field), a small and a large array, a struct."""
+    one-element tuples, Dicts (top level and a field), a small and a large array, a struct with
+    a Bool field."""
     s_type = JuliaType("Main.S", (JuliaType("Core.Tuple", (JuliaType("Core.Float64"),)),))
     table = JuliaDict({np.int64(1): 2.0, np.int64(3): 4.0})
-    fields = {"x": (np.float64(2.0),), "table": table, "large": np.arange(2001.0)}
+    fields = {"x": (np.float64(2.0),), "table": table, "large": np.arange(2001.0), "flag": True}
     return [
         ("s", JuliaStruct(s_type, fields, mutable=True)),
         ("g/d", table),
@@ -216,6 +296,7 @@ def _era_items() -> list[tuple[str, object]]:
 
 
 RULE_SETS = {
+    "before v0.3.3": {_era.GROUPS_WITHOUT_ROOM, _era.NO_NTUPLE, _era.DICT_AS_VECTOR, _era.BOOL_OPAQUE},
     "before v0.4.4": {_era.GROUPS_WITHOUT_ROOM, _era.NTUPLE_ONE, _era.DICT_AS_VECTOR},
     "before v0.4.19": {_era.NO_NTUPLE, _era.DICT_AS_VECTOR},
     "before v0.4.41": {_era.NTUPLE_ONE, _era.DICT_AS_VECTOR},
@@ -286,6 +367,39 @@ def test_keep_format_says_what_differs_and_why(tmp_path: Path, capsys: pytest.Ca
     assert "not byte-identical from byte" in err and "compressed datasets" in err
 
 
+def test_a_union_array_of_raw_bits_and_missing_is_written(tmp_path: Path) -> None:
+    """``Vector{Union{Missing, String31}}`` (a DataFrames column of InlineStrings): JLD2 stores
+    each element as an ``InlineUnionEl`` (a mask byte, then both members); an element the reader
+    gives as raw bits (:class:`~treexchange.JuliaBits`) is placed in its member, not taken for the
+    whole element (``ConversionError`` before)."""
+    s31 = JuliaType("InlineStrings.String31")
+    union = JuliaType("Core.Union", (JuliaType("Base.Missing"), s31))
+    text = b"Ab" + bytes(29) + b"\x02"  # String31: the bytes, padded, the length last
+    column = JuliaArray(union, [tx.JuliaBits(s31, text), tx.MISSING, tx.JuliaBits(s31, text)])
+    src = tmp_path / "in.jld2"
+    tx.save(src, column=column, producer=PRODUCER, format="0.1.1")
+    back = tx.load(src)["column"]
+    assert tx.values_equal(back, column) and back[1] is tx.MISSING
+    _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
+
+
+def test_keep_format_names_zeros_past_the_end_of_file_address(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """JLD2 on Windows maps a file opened for writing 512 KiB larger; closed with nothing
+    written, it is not truncated: zeros follow the superblock's end-of-file address. The
+    content up to that address is re-encoded byte for byte, and the note says why the rest is not."""
+    src, out = tmp_path / "in.jld2", tmp_path / "out.jld2"
+    tx.save(src, a=np.arange(3.0), producer=PRODUCER, format="0.1.1")
+    content = src.read_bytes()
+    src.write_bytes(content + bytes(4096))
+    assert main(["convert", str(src), str(out), "--keep-format", "--keep-producer"]) == 0
+    err = capsys.readouterr().err
+    assert f"not byte-identical from byte {len(content)} on" in err
+    assert "zeros past its end-of-file address" in err
+    assert out.read_bytes() == content
+
+
 # --- the real files that show each rule ------------------------------------------------------------
 
 
@@ -294,3 +408,21 @@ def test_real_files_showing_each_rule(name: str, tmp_path: Path) -> None:
     # Format 0.1.1 files are kept in their format; the 0.2.0 files are converted as they are.
     extra = ("--keep-format",) if name in CORPUS_011 else ()
     _assert_byte_identical(FIXTURES / name, tmp_path / "out.jld2", *extra)
+
+
+# Real files appended to in a later JLD2 session whose /_types group is written after every dataset
+# the root group links: the links added to subgroups continue their object headers.
+CORPUS_CONTINUED = [
+    f"WilliamCam__SC-circuit-simulator__{name}.jld2"
+    for name in ("circuits_rc_s", "circuits_rc_p", "circuits_vsource_jj", "Create_Netlist_test")
+]
+
+
+@pytest.mark.parametrize("name", _corpus_params(CORPUS_CONTINUED))
+def test_real_files_with_links_added_later_are_named(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "out.jld2"
+    assert main(["convert", str(FIXTURES / name), str(out), "--keep-format", "--keep-producer"]) == 0
+    assert "object header continues in a later block" in capsys.readouterr().err
+    assert tx.values_equal(tx.load(out), tx.load(FIXTURES / name))

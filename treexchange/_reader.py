@@ -312,12 +312,36 @@ def read_objects(file: File) -> Objects:
                 leaves.append((address, prefix + name, (*path, name)))
         pending.extend(reversed(subgroups))
 
-    leaves.sort()  # Julia allocates each top-level object header in the order it writes them
+    leaves = _write_order(leaves)
     session = Session(reader, "julia")
     # Every value first (one session: shared objects stay shared), so that the writer knows
     # every struct's layout before it commits the first type.
     values = [(name, session.load_ref(address, path)) for address, name, path in leaves]
     return Objects(values, empty_groups, attributes)
+
+
+def _write_order(leaves: list[tuple[int, str, tuple[str, ...]]]) -> list[tuple[int, str, tuple[str, ...]]]:
+    """The leaves (in link order) in the order Julia wrote them: by object-header address, as
+    Julia allocates each object when it writes it; a name whose object an earlier name already
+    wrote (``f["b"] = f["a"]``: one dataset, two links) allocates nothing, and keeps its place
+    in link order after the name before it.
+
+    Example:
+        >>> [n for _, n, _ in _write_order([(9, "a", ()), (5, "b", ()), (9, "c", ()), (7, "d", ())])]
+        ['b', 'c', 'd', 'a']
+        >>> [n for _, n, _ in _write_order([(5, "a", ()), (7, "b", ()), (5, "c", ()), (9, "d", ())])]
+        ['a', 'b', 'c', 'd']
+    """
+    keys: list[tuple[int, int]] = []
+    seen: set[int] = set()
+    for address, _, _ in leaves:
+        if address in seen and keys:
+            keys.append((keys[-1][0], keys[-1][1] + 1))  # right after the name before it
+        else:
+            seen.add(address)
+            keys.append((address, 0))
+    order = sorted(range(len(leaves)), key=lambda i: (keys[i], i))
+    return [leaves[i] for i in order]
 
 
 def _root_string_attributes(reader: Reader) -> dict[str, str]:

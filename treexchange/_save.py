@@ -29,6 +29,7 @@ from ._jld2._encode_hdf5 import FILE_HEADER_LENGTH, REQUIRED_FILE_HEADER
 from ._jld2._era import (
     ANY_FORMAT_RULES,
     Source,
+    committed_layouts,
     difference_note,
     era_rules,
     first_difference,
@@ -268,7 +269,9 @@ def convert(
                 rules = era_rules(traits)
                 if fmt != "0.1.1":
                     rules &= ANY_FORMAT_RULES
-                kept = Source(rules, resolver.union_descriptions, type_keys(resolver.by_name_params))
+                # (the committed layouts only where the output keeps the input's format)
+                layouts = committed_layouts(f.reader) if fmt == f.format_version else {}
+                kept = Source(rules, resolver.union_descriptions, type_keys(resolver.by_name_params), layouts)
                 _write_converted(target, objects, options, producer, fmt, verify, on_write, kept)
             if keep_format and options is None:
                 start = 0 if keep_producer else FILE_HEADER_LENGTH

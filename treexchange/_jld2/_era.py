@@ -26,6 +26,11 @@ writer then follows (``JLD2Writer(era_rules=...)``), for ``convert --keep-format
   per attribute). Both name only ``NTuple{2,T}`` (the ``reduce(==, ...)`` test). A non-empty
   array stored compact, or contiguous data not 8-byte aligned, tells 0.4.51; otherwise 0.4.52.
 
+* ``bool:opaque`` -- ``Bool`` is a committed 1-byte opaque type whose ``julia_type`` is
+  ``Core.Bool``: JLD2 before v0.3.3 (commit a4deccc, "use standard h5 type for bools"), which
+  had no HDF5 type for Bool and committed it as any primitive bits type; later releases store
+  a 1-byte bitfield, never committed (trait ``bool:bitfield``).
+
 * ``group:no-link-room`` -- a group header holds its links and the 16 bytes reserved for a
   continuation, no room for more links: JLD2 before v0.4.4 (later ones leave room for 4 links
   of 8-byte names, ``group_extra_space``).
@@ -51,6 +56,8 @@ from typing import TYPE_CHECKING
 
 from .._errors import TreexchangeError
 from .._juliatype import JuliaType
+from ._layout import StructLayout
+from ._plans import GhostPlan
 from ._writer_types import TypeFactory
 
 if TYPE_CHECKING:  # (annotations only: the reader imports nothing from here)
@@ -65,6 +72,7 @@ LAYOUT_0_4_51 = "layout:0.4.51"
 LAYOUT_0_4_52 = "layout:0.4.52"
 DATATYPE_V0 = "datatype:v0"
 GROUPS_WITHOUT_ROOM = "group:no-link-room"
+BOOL_OPAQUE = "bool:opaque"
 
 # header traits (header_traits): what dataset object headers show
 _NIL_TAIL = "header:nil-tail"  # a reserved 16-byte NIL message ends a dataset header
@@ -75,9 +83,12 @@ _GROUP_ROOM = "group:link-room"  # a group of < 4 links with room for more in it
 _GROUP_NO_ROOM = "group:no-link-room"  # one without
 _COMPRESSED = "dataset:compressed"  # a dataset with a filter pipeline
 _APPENDED = "file:appended"  # /_types written before a dataset linked from the root group
+_CONTINUED = "header:continued"  # an object header continued in a later block (links added)
+_ZERO_TAIL = "file:zero-tail"  # zero bytes past the superblock's end-of-file address
 
 _HEADERS_SCANNED = 256  # dataset headers looked at (the first ones by link order)
 _MSG_DATASPACE, _MSG_DATATYPE, _MSG_LINK, _MSG_LAYOUT, _MSG_FILTERS = 0x01, 0x03, 0x06, 0x08, 0x0B
+_MSG_CONTINUATION = 0x10
 
 # older rule -> (the trait that contradicts it, what it is, the release that changed it)
 OLDER_RULES: dict[str, tuple[str, str]] = {
@@ -93,6 +104,7 @@ OLDER_RULES: dict[str, tuple[str, str]] = {
         "dict:SerializedDict",
         "Dicts written as their Vector{Pair} (JLD2 < v0.4.42)",
     ),
+    BOOL_OPAQUE: ("bool:bitfield", "Bool a committed 1-byte opaque type (JLD2 < v0.3.3)"),
     BASE_PAIR: ("name:Core.Pair", "Pair named Base.Pair (Julia < 1.7)"),
     SESSION_PER_NAME: ("strings:shared", "a write session per top-level name (f[name] = value)"),
 }
@@ -115,6 +127,39 @@ class Source:
     """Struct and tuple types the file wrote as type parameters by name (a DataType dataset)
     where a stored type is committed: they hold no data, or are mutable or large; a type known
     to the writer by name only (a ghost ``Axis{...}`` inside ``Tuple{Axis{...}}``) follows."""
+    layouts: Mapping[str, StructLayout] = field(default_factory=dict)
+    """The struct types the file committed, by qualified name (:func:`committed_layouts`): the
+    writer builds a struct type no value shows (an empty Dict's element type) from its layout,
+    and commits it as JLD2 did. Kept only when the output has the input's format (a format-0.1.1
+    layout leaves ghost fields out)."""
+
+
+def committed_layouts(reader: Reader) -> dict[str, StructLayout]:
+    """The layout of every plain struct type committed in the file's ``/_types`` group, by the
+    qualified text of its ``julia_type``; an empty committed type (a singleton) has no fields.
+    Custom-serialized types, JLD2's own (``InlineUnionEl``: the writer lays those out by its
+    rules) and types that do not decode are left out: the writer knows them by name only."""
+    types_at = reader.links(reader.root_address).get("_types")
+    if types_at is None or reader.object_kind(types_at) != "group":
+        return {}
+    layouts: dict[str, StructLayout] = {}
+    for address in reader.links(types_at).values():
+        try:
+            plan = reader.types.committed(address)
+            layout = getattr(plan, "layout", None)
+            ghost = isinstance(plan, GhostPlan) and plan.julia_type.name != "Core.Type"
+            if ghost and plan.h5type is not None:
+                # an empty committed type (a singleton struct): a layout without fields
+                layout = StructLayout(plan.julia_type, plan.h5type, ())
+            if (
+                isinstance(layout, StructLayout)
+                and layout.written_type is None
+                and not layout.julia_type.name.startswith("JLD2.")  # (its own types: the writer's rules)
+            ):
+                layouts.setdefault(layout.julia_type.qualified(), layout)
+        except TreexchangeError:
+            continue  # (a type the file cannot describe within the limits: known by name only)
+    return layouts
 
 
 def type_keys(types: Iterable[JuliaType]) -> frozenset[str]:
@@ -191,7 +236,8 @@ def header_traits(reader: Reader) -> set[str]:
     group, then the first :data:`_HEADERS_SCANNED` groups, datasets and committed datatypes
     reached from it, by link order): a NIL message reserved at the end of datasets, small arrays
     stored compact, unaligned contiguous data, the version of datatype messages, free link space
-    in groups."""
+    in groups; and of how the file was written: headers continued in a later block (links added
+    in a later session), zeros past the end-of-file address."""
     traits: set[str] = set()
     if reader.h5.filters_seen:  # (datasets read through references are not scanned below)
         traits.add(_COMPRESSED)
@@ -199,8 +245,14 @@ def header_traits(reader: Reader) -> set[str]:
     types_at = links.get("_types")
     if types_at is not None and any(a > types_at for n, a in links.items() if n != "_types"):
         traits.add(_APPENDED)  # JLD2 writes /_types when it closes a file, after every dataset
+    if _zero_tail(reader):
+        traits.add(_ZERO_TAIL)
     for address, kind in _object_addresses(reader):
         messages = _header_messages(reader, address)
+        if any(mtype == _MSG_CONTINUATION for mtype, _, _ in messages):
+            # JLD2 writes a header whole; it continues one only to add links to a group an
+            # earlier session wrote (jldopen(path, "a+"): a subgroup, /_types, the root group).
+            traits.add(_CONTINUED)
         if kind == "group":
             count = sum(1 for mtype, _, _ in messages if mtype == _MSG_LINK)
             nils = [len(data) for mtype, _, data in messages if mtype == 0]
@@ -275,9 +327,29 @@ def _header_messages(reader: Reader, address: int) -> list[tuple[int, int, bytes
     return messages
 
 
+def _zero_tail(reader: Reader) -> bool:
+    """Whether the file goes on past its end-of-file address (the superblock's) with zeros only."""
+    h5 = reader.h5
+    end = h5.superblock.eof_address
+    if end is None or end >= h5.size:
+        return False
+    piece = bytearray(_COMPARED)
+    for start in range(end, h5.size, _COMPARED):
+        view = memoryview(piece)[: min(_COMPARED, h5.size - start)]
+        h5.read_into(start, view)
+        if any(view):
+            return False
+    return True
+
+
 _KNOWN_CAUSES = {
     _APPENDED: "the file was appended to in a second JLD2 session (its /_types group lies before "
     "datasets the root group links): treexchange writes a file in one session",
+    _CONTINUED: 'links were added to a group an earlier JLD2 session wrote (jldopen(path, "a+"): its '
+    "object header continues in a later block): treexchange writes a file in one session",
+    _ZERO_TAIL: "the file goes on with zeros past its end-of-file address (JLD2 on Windows maps a file "
+    "opened for writing 512 KiB larger and, when nothing was written, closes it without truncating): "
+    "treexchange ends the file at that address",
     _COMPRESSED: "it has compressed datasets: treexchange does not compress what it converts "
     "(--compress chooses), and writes chunk indexes libhdf5 2 reads where JLD2's single-chunk "
     "index has 8-byte dimension sizes it rejects",

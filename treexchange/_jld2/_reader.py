@@ -690,6 +690,19 @@ class Reader:
             self._type_session = Session(self, "julia")
         return self._type_session.load_ref(address, path)
 
+    def shared_type_var(self, address: int, value: JuliaStruct) -> JuliaStruct:
+        """The one ``TypeVar`` object of the dataset at ``address``, whichever session reads it.
+
+        JLD2 writes a ``TypeVar`` (mutable in Julia) once per write session and refers to it
+        after, so a ``UnionAll`` value's ``var`` field and the parameter of its body
+        (``Foo{T} where T``: the body a DataType whose parameter is ``T``) point to one dataset.
+        Values are read in their own session and type parameters in the file's type session
+        (:meth:`load_type_param`); both return the object first read, so that a re-encode
+        writes it once again."""
+        if self._type_session is None:
+            self._type_session = Session(self, "julia")
+        return self._type_session.memo.setdefault(address, value)
+
     def raw(self, info: DatasetInfo, nbytes: int) -> memoryview | bytes:
         """At least ``nbytes`` of the dataset's raw (storage-order) bytes."""
         self._check_open()
@@ -1119,6 +1132,8 @@ class Session:
             self._busy.discard(address)
             self.partial.pop(address, None)
             self._depth -= 1
+        if isinstance(value, JuliaStruct) and value.type.name == "Core.TypeVar":
+            value = self.reader.shared_type_var(address, value)
         memo[address] = value
         if type(value) is str:
             self._note_string(value, address, path)

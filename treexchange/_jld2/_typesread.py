@@ -456,6 +456,8 @@ class TypeResolver:
         ):
             kind, size = prim
             if kind == "b":
+                # a committed Bool: opaque before JLD2 v0.3.3 (_era), a bitfield otherwise
+                self.writer_traits.add("bool:opaque" if cls == H5Class.OPAQUE else "bool:bitfield")
                 return BoolPlan(jt, dt)
             order = dt.byte_order if cls != H5Class.OPAQUE else "<"
             return NumberPlan(np.dtype(f"{order}{kind}{size}"), jt, dt)
@@ -649,6 +651,7 @@ class TypeResolver:
             return NumberPlan(dtype, jt, t)
         if cls == H5Class.BITFIELD:
             if t.size == 1:
+                self.writer_traits.add("bool:bitfield")  # JLD2 >= v0.3.3 (_era)
                 return BoolPlan(jt, t)
             dtype = t.numpy_dtype()
             if dtype is None:

@@ -44,6 +44,7 @@ from . import _encode_hdf5 as enc
 from ._dictkeys import check_julia_keys
 from ._era import (
     BASE_PAIR,
+    BOOL_OPAQUE,
     DATATYPE_V0,
     DICT_AS_VECTOR,
     GROUPS_WITHOUT_ROOM,
@@ -127,6 +128,8 @@ class _Format:
     tuple_names: bool = True
     """Homogeneous tuple types are named ``Tuple{T}`` / ``NTuple{N,T}`` in a DataType (JLD2 >=
     v0.4.19); before, every tuple type was ``Core.Tuple{...}``: an era rule (``_era``)."""
+    bool_opaque: bool = False
+    """Bool is a committed 1-byte opaque type (JLD2 < v0.3.3), not a 1-byte bitfield: an era rule."""
     group_link_room: bool = True
     """A new group's header leaves room for 4 links of 8-byte names (JLD2 >= v0.4.4's
     ``group_extra_space``); earlier releases left none: an era rule (``_era``)."""
@@ -157,6 +160,8 @@ def _release_format(base: _Format, rules: frozenset[str]) -> _Format:
         fmt = replace(fmt, datatype_version_zero=True)
     if GROUPS_WITHOUT_ROOM in rules:
         fmt = replace(fmt, group_link_room=False)
+    if BOOL_OPAQUE in rules:
+        fmt = replace(fmt, bool_opaque=True)
     if LAYOUT_0_4_52 in rules:
         new = _FORMATS["0.2.0"]
         fmt = replace(
@@ -342,7 +347,9 @@ class JLD2Writer:
         self.root_attributes = dict(root_attributes or {})
         self._session_per_name = SESSION_PER_NAME in self.source.rules
         pair_name = "Base.Pair" if BASE_PAIR in self.source.rules else "Core.Pair"
-        self.types = TypeFactory(dict_as_vector=self.format.dict_as_vector, pair_name=pair_name)
+        self.types = TypeFactory(
+            dict_as_vector=self.format.dict_as_vector, pair_name=pair_name, layouts=self.source.layouts
+        )
         self.end = enc.DATA_START
         self.datatypes: list[H5Type] = []
         self.committed: dict[str, Committed] = {}
@@ -773,6 +780,10 @@ class JLD2Writer:
         if cat is Cat.PRIM:
             if w.h5 is None:
                 raise WriteError(f"number type {w.key} has no HDF5 type")
+            if self.format.bool_opaque and w is self.types.BOOL:
+                # JLD2 before v0.3.3 (a4deccc) gave Bool no HDF5 type of its own: a primitive
+                # bits type like any other, a committed 1-byte opaque type.
+                return self.lookup(w) or self.commit(enc.opaque_type(1), w, r)
             if r is w:
                 return w.h5
             return self.lookup(r) or self.commit(w.h5, w, r)
@@ -1447,7 +1458,9 @@ class JLD2Writer:
         if cat is Cat.SYMBOL or cat is Cat.STRING:
             return self.encode_field(w, value, True, ws, path)
         if cat is Cat.STRUCT:
-            if isinstance(value, JuliaBits):
+            if isinstance(value, JuliaBits) and w.layout != UNION_EL:
+                # (an element of a Union array holding raw bits, an InlineStrings.String31, is
+                # one member of the InlineUnionEl: _field_values places it)
                 return _struct_from_bits(w, value, self.types.of_type(value.type) is w, path)
             values = self._field_values(w, value, path)
             return b"".join(

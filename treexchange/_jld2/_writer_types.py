@@ -33,8 +33,8 @@ each native number is stored as.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -53,6 +53,9 @@ from .._values import (
     Symbol,
 )
 from ._encode_hdf5 import bitfield_type, fixed_type, float_type
+
+if TYPE_CHECKING:  # (annotations only)
+    from ._layout import FieldLayout, StructLayout
 
 MAX_INLINE_SIZE = 1024
 """JLD2's ``MAX_INLINE_SIZE``: immutable fields larger than this (Julia ``sizeof``) become references."""
@@ -314,11 +317,21 @@ UNION_EL = "inline-union"
 class TypeFactory:
     """Builds and interns :class:`JT` objects for one write session."""
 
-    def __init__(self, *, dict_as_vector: bool = False, pair_name: str = "Core.Pair") -> None:
+    def __init__(
+        self,
+        *,
+        dict_as_vector: bool = False,
+        pair_name: str = "Core.Pair",
+        layouts: Mapping[str, StructLayout] | None = None,
+    ) -> None:
         # JLD2 < v0.4.42 custom-serialized a Dict as its Vector{Pair{K,V}} (_writer._Format);
         # Julia before 1.7 named Pair Base.Pair (_era: a file re-encoded spells it as it did).
         self.dict_as_vector = dict_as_vector
         self.pair_name = pair_name
+        # The struct types a re-encoded file committed, by qualified name (_era.Source.layouts):
+        # the fields of a struct type no value shows (see _from_layout).
+        self._layouts = layouts or {}
+        self._from_layouts: set[str] = set()  # struct types being built from their layout
         self._cache: dict[str, JT] = {}
         # Fast paths keyed by identity (interned JTs): building key text for every leaf of a
         # 20,000-leaf tree would dominate the write time.
@@ -560,7 +573,62 @@ class TypeFactory:
             return self.pair_of(self._param_type(params[0]), self._param_type(params[1]))
         if name in SERIALIZED_DICTS and len(params) == 2:
             return self.dict_of(self._param_type(params[0]), self._param_type(params[1]), name)
-        return self.other(t)
+        return self._from_layout(t) or self.other(t)
+
+    def _from_layout(self, t: JuliaType) -> JT | None:
+        """A struct type known by name only (no value of it is written: the element type of an
+        empty Dict, a type parameter), built from the layout the re-encoded file committed.
+
+        JLD2 decides how to store a type from the Julia type, not from values: a type parameter
+        that is an immutable struct is committed (``refs_from_types``), and committing a struct
+        commits its fields' types, so a file holding an empty ``Dict{String, Set{Foo}}`` holds
+        the committed types of ``Set{Foo}`` and ``Foo``. ``None`` when the file committed no
+        such struct, or when a field's type is not known from the layout alone."""
+        key = t.qualified()
+        layout = self._layouts.get(key)
+        if layout is None or layout.written_type is not None or key in self._from_layouts:
+            return None
+        if not layout.fields:
+            return self.singleton(t.name, tuple(t.params))  # an empty committed type: a ghost
+        self._from_layouts.add(key)
+        try:
+            fields = [(fl.name, self._layout_field_type(fl)) for fl in layout.fields]
+        except TreexchangeError:
+            return None  # (a field type beyond the limits: the struct stays known by name only)
+        finally:
+            self._from_layouts.discard(key)
+        if any(ft is None for _, ft in fields):
+            return None
+        typed = tuple((n, ft) for n, ft in fields if ft is not None)
+        return self._intern(
+            JT(
+                Cat.STRUCT,
+                t.name,
+                tuple(t.params),
+                fields=typed,
+                key=key,
+                raw_params=tuple(t.params),
+                layout=layout,
+            )
+        )
+
+    def _layout_field_type(self, fl: FieldLayout) -> JT | None:
+        """The declared type of one field of a committed layout, ``None`` when unknown: an inline
+        field's committed type or plain HDF5 number/string type, a reference field's committed
+        type (which must then be stored by reference) or ``Any``."""
+        if fl.field_type is not None:
+            if fl.field_type.name == "Core.DataType":
+                return self.DATATYPE
+            ft = self.of_type(fl.field_type)
+            if ft.cat is Cat.OTHER:
+                return None
+            inline = ft.cat in (Cat.PRIM, Cat.BITS) or (ft.cat is Cat.STRUCT and not ft.mutable)
+            if fl.storage == "reference" and inline:
+                return None  # (a field that may be #undef: not told by the layout)
+            return ft
+        if fl.storage == "reference":
+            return self.ANY
+        return None if fl.h5type is None else self._plain_member_type(fl.h5type)
 
     def _param_type(self, p: Any) -> JT:
         if isinstance(p, JuliaType):
@@ -908,6 +976,12 @@ class TypeFactory:
 
     def _member_type(self, t: H5Type, value: Any, path: tuple[PathSegment, ...]) -> JT:
         """The declared type of an inline field stored with its plain HDF5 type (NULL field_types)."""
+        plain = self._plain_member_type(t)
+        return plain if plain is not None else self.of_value(value, path)
+
+    def _plain_member_type(self, t: H5Type) -> JT | None:
+        """The Julia type a plain HDF5 member type stands for (numbers, Bool, String, a
+        reference: ``Any``); ``None`` for others (the value then tells)."""
         if t.cls == H5Class.BITFIELD and t.size == 1:
             return self.BOOL
         if t.cls in (H5Class.FIXED, H5Class.FLOAT):
@@ -920,7 +994,7 @@ class TypeFactory:
             return self.STRING
         if t.cls == H5Class.REFERENCE:
             return self.ANY
-        return self.of_value(value, path)
+        return None
 
 
 def is_type_singleton(value: Singleton) -> bool:
