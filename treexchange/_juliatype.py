@@ -315,6 +315,8 @@ def normalize_name(name: str) -> str:
 
 
 def _short(name: str) -> str:
+    if name in _BIGINT_NAMES:
+        return "BigInt"  # as Julia prints it (Base exports it from Base.GMP)
     for prefix in _IMPLICIT_MODULES:
         if name.startswith(prefix) and "." not in name[len(prefix) :]:
             return name[len(prefix) :]

@@ -307,10 +307,12 @@ def type_of(value: Any, builder: TypeBuilder[T], path: TreePath = ()) -> T:
         name = value.julia_name
         return builder.for_type(BIGINT if name == BIGINT.name else JuliaType(name), path)
     if isinstance(value, int):
-        # Julia's rule for an integer literal: Int64, else Int128, else BigInt.
+        # The narrowest that holds it, as the bridge converts (_bridge._to_julia._python_int).
         if -(2**63) <= value < 2**63:
             return builder.for_type(INT64, path)
-        return builder.for_type(INT128 if -(2**127) <= value < 2**127 else BIGINT, path)
+        if -(2**127) <= value < 2**127:
+            return builder.for_type(INT128, path)
+        return builder.for_type(UINT128 if 0 <= value < 2**128 else BIGINT, path)
     if isinstance(value, float):
         return builder.for_type(FLOAT64, path)
     if isinstance(value, complex):

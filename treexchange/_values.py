@@ -649,8 +649,8 @@ class BigInt(int):
     re-encodes byte for byte.
 
     Example:
-        >>> BigInt(2**70), BigInt(5) + 1, BigInt(5, "Base.BigInt").julia_name
-        (BigInt(1180591620717411303424), 6, 'Base.BigInt')
+        >>> BigInt(2**70), str(BigInt(-5)), BigInt(5) + 1, BigInt(5, "Base.BigInt").julia_name
+        (BigInt(1180591620717411303424), '-5', 6, 'Base.BigInt')
     """
 
     julia_name = BIGINT_NAME
@@ -668,6 +668,9 @@ class BigInt(int):
 
     def __repr__(self) -> str:
         return f"BigInt({int(self)})"
+
+    def __str__(self) -> str:
+        return int.__repr__(self)  # the decimal text, as for an int
 
 
 def _values_equal(a: Any, b: Any) -> bool:
