@@ -388,7 +388,7 @@ def test_bigint_digit_counts_beyond_the_limit_are_limit_errors(tmp_path: Path) -
     from _jld2_builder import Builder, shared, space, t_vlen_string
 
     path = tmp_path / "rng.jld2"
-    over = tx.BigInt(62 ** DEFAULT_LIMITS.max_bigint_digits)  # "1" and max_bigint_digits zeros
+    over = tx.BigInt(62**DEFAULT_LIMITS.max_bigint_digits)  # "1" and max_bigint_digits zeros
     rng = tx.JuliaStruct("Random.MersenneTwister", {"seed": np.int64(1), "adv_jump": over}, mutable=True)
     tx.save(path, rng=rng)
     with pytest.raises(tx.LimitError, match="max_bigint_digits") as err:

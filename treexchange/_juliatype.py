@@ -44,6 +44,8 @@ def is_bigint_name(name: str) -> bool:
         [True, True, True, False]
     """
     return normalize_name(name) in _BIGINT_NAMES
+
+
 # Parameterless types Julia prints with braces: ``Tuple{}`` (the empty tuple's type, which JLD2
 # stores as a bare ``Core.Tuple``) and ``Union{}`` (the bottom type; a bare ``Union`` is another
 # type). The qualified form stays as JLD2 stores names.

@@ -404,7 +404,9 @@ class TypeResolver:
         if is_bigint_name(jt.name) and not jt.params and isinstance(inner, (VlenStringPlan, FixedStringPlan)):
             # Julia's BigInt under whichever name the file gives it (JLD2 writes Base.GMP.BigInt).
             limit = self.limits.max_bigint_digits
-            return CustomPlan("number", jt, inner, partial(base62_to_int, max_digits=limit, julia_name=jt.name))
+            return CustomPlan(
+                "number", jt, inner, partial(base62_to_int, max_digits=limit, julia_name=jt.name)
+            )
         layout = None
         if isinstance(inner, CompoundPlan) and inner.layout is not None:
             layout = dataclasses.replace(inner.layout, julia_type=jt, written_type=wt)
