@@ -649,6 +649,7 @@ class BigInt(int):
     re-encodes byte for byte.
 
     Example:
+        >>> from treexchange import BigInt
         >>> BigInt(2**70), str(BigInt(-5)), BigInt(5) + 1, BigInt(5, "Base.BigInt").julia_name
         (BigInt(1180591620717411303424), '-5', 6, 'Base.BigInt')
     """
