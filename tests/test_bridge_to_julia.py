@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from treexchange import ConversionError, Int128, NamedTuple, Symbol, UInt128, to_julia, values_equal
+from treexchange import BigInt, ConversionError, Int128, NamedTuple, Symbol, UInt128, to_julia, values_equal
 
 ALL_DTYPES = [
     np.float16, np.float32, np.float64, ml_dtypes.bfloat16, np.complex64, np.complex128,
@@ -102,9 +102,10 @@ def test_large_integers_widen_like_julia_literals() -> None:
     assert type(to_julia(2**63)) is Int128 and to_julia(2**63) == 2**63
     assert type(to_julia(-(2**127))) is Int128
     assert type(to_julia(2**127)) is UInt128
-    with pytest.raises(ConversionError, match="128 bits") as err:
-        to_julia({"n": 2**128})
-    assert err.value.path == ("n",)
+    # Beyond 128 bits: a BigInt (JLD2 writes it as its base-62 String); one already a BigInt stays.
+    wide = to_julia({"n": 2**128, "m": -(2**127) - 1, "k": BigInt(3, "Base.BigInt")})
+    assert all(type(v) is BigInt for v in wide.values())
+    assert wide["n"] == 2**128 and wide["m"] == -(2**127) - 1 and wide["k"].julia_name == "Base.BigInt"
 
 
 def test_strings_symbols_none_are_kept() -> None:

@@ -4,9 +4,10 @@ Each rule has a synthetic test that fails without it, and the real files that sh
 looked up by their corpus name (tests/corpus_sources.md) under ``$TREEXCHANGE_SHARED/julia_fixtures``
 and skipped, with the reason, when absent.
 
-- a struct custom-serialized as a ``String`` (``writeas(::Type{BigInt}) = String``): the committed
-  type is the vlen string itself (``julia_type`` the struct, ``written_type`` ``Core.String``), the
-  text stored inline in a struct (ReservoirComputing's ESN state: ``MersenneTwister.adv_jump``).
+- a struct custom-serialized as a ``String`` (``writeas(::Type{BigInt}) = String``, the same for
+  ``BigFloat``): the committed type is the vlen string itself (``julia_type`` the struct,
+  ``written_type`` ``Core.String``), the text stored inline in a struct (ReservoirComputing's ESN
+  state: ``MersenneTwister.adv_jump``, a ``Base.GMP.BigInt`` read as a ``tx.BigInt``).
 - ``Ptr{T}`` is custom-serialized as ``Nothing`` (JLD2's ``writeas(::Type{Ptr{T}}) = Nothing``,
   since v0.4.0): its committed type carries ``julia_type`` ``Ptr{T}`` *and* ``written_type``
   ``Nothing`` (CategoricalArrays' ``CategoricalPool`` has two ``Ptr{Nothing}`` fields).
@@ -140,31 +141,80 @@ def test_a_dict_keeps_a_where_type_parameter(tmp_path: Path) -> None:
     assert tx.values_equal(back, d)
 
 
-# --- a struct custom-serialized as a String (BigInt) -------------------------------------------
+# --- a struct custom-serialized as a String (BigFloat, BigInt) ---------------------------------
 
 
-def _bigint(text: str) -> JuliaStruct:
-    """A ``Base.GMP.BigInt`` as the reader gives it: JLD2 writes it as its base-62 ``String``
-    (``writeas(::Type{BigInt}) = String``), read as the struct's one ``written`` field."""
-    t = JuliaType("Base.GMP.BigInt")
+def _bigfloat(text: str) -> JuliaStruct:
+    """A ``Base.MPFR.BigFloat`` as the reader gives it: JLD2 writes it as its decimal ``String``
+    (``writeas(::Type{BigFloat}) = String``), read as the struct's one ``written`` field."""
+    t = JuliaType("Base.MPFR.BigFloat")
     layout = StructLayout(t, VLEN_UTF8, (), written_type=JuliaType("Core.String"))
     return JuliaStruct(t, {"written": text}, layout=layout)
 
 
 def test_a_struct_written_as_a_string_commits_the_string_type(tmp_path: Path) -> None:
-    # Random.MersenneTwister's adv_jump::BigInt (ReservoirComputing's ESN state): JLD2 commits the
-    # vlen string type itself (julia_type BigInt, written_type Core.String) and stores the text
-    # inline in the struct, not a one-member compound.
-    rng = JuliaStruct(JuliaType("Main.RNG"), {"seed": np.int64(17), "adv_jump": _bigint("0")}, mutable=True)
+    # JLD2 commits the vlen string type itself (julia_type the struct, written_type Core.String)
+    # and stores the text inline in a struct, not a one-member compound.
+    rng = JuliaStruct(JuliaType("Main.RNG"), {"seed": np.int64(17), "x": _bigfloat("0.5")}, mutable=True)
     path = tmp_path / "big.jld2"
-    tx.save(path, rng=rng, a=_bigint("1z"), b=_bigint("-7"))
+    tx.save(path, rng=rng, a=_bigfloat("1.25"), b=_bigfloat("-7.0"))
     data = path.read_bytes()
     assert data.count(b"written_type") == 1 and data.count(b"Core.String") == 1
     assert data.count(b"written") == 1  # no member named "written"
     back = tx.load(path)
-    assert tx.values_equal(back["rng"], rng) and tx.values_equal(back["b"], _bigint("-7"))
+    assert tx.values_equal(back["rng"], rng) and tx.values_equal(back["b"], _bigfloat("-7.0"))
     with h5py.File(path, "r") as f:
-        assert f["a"][()] == b"1z" and f["rng"].dtype["adv_jump"].kind == "O"
+        assert f["a"][()] == b"1.25" and f["rng"].dtype["x"].kind == "O"
+
+
+def _esn_like(adv_jump: object) -> JuliaStruct:
+    """The shape of Random.MersenneTwister in ReservoirComputing's saved ESN state: a mutable
+    struct whose adv_jump field is a BigInt, stored inline as its base-62 text."""
+    return JuliaStruct(
+        JuliaType("Random.MersenneTwister"),
+        {"seed": np.int64(17), "adv": np.int64(223340), "adv_jump": adv_jump, "adv_ints": np.int64(-1)},
+        mutable=True,
+    )
+
+
+def test_a_bigint_is_written_as_jld2_writes_it(tmp_path: Path) -> None:
+    # JLD2's writeas(BigInt) = String: string(x, base = 62) under a committed string type whose
+    # julia_type is Base.GMP.BigInt (the name today's Julia gives it); small or huge, and a plain
+    # Python int too wide for 128 bits, alike. They read back as tx.BigInt.
+    huge = -(62**500 + 12345)  # "-1", 497 zeros, "3D7" (12345 = 3*62^2 + 13*62 + 7)
+    path = tmp_path / "bigint.jld2"
+    tx.save(path, rng=_esn_like(tx.BigInt(0)), a=tx.BigInt(-123), b=huge, c=[2**200, tx.BigInt(1)])
+    data = path.read_bytes()
+    assert data.count(b"Base.GMP.BigInt") == 1 and data.count(b"written_type") == 1
+    with h5py.File(path, "r") as f:
+        assert f["a"][()] == b"-1z" and f["rng"].dtype["adv_jump"].kind == "O"
+        assert f["b"][()] == b"-1" + b"0" * 497 + b"3D7" and f["rng"][()]["adv_jump"] == b"0"
+        assert f["b"].dtype.metadata["vlen"] is str  # a variable-length String, as JLD2 stores it
+    back = tx.load(path)
+    assert back["b"] == huge and back["c"] == [2**200, 1] and back["a"] == -123
+    assert all(type(v) is tx.BigInt for v in (back["a"], back["b"], back["rng"]["adv_jump"], *back["c"]))
+    assert tx.values_equal(back["rng"], _esn_like(tx.BigInt(0)))
+    _assert_byte_identical(path, tmp_path / "again.jld2")
+
+
+def test_a_bigint_keeps_the_name_its_file_gave_it(tmp_path: Path) -> None:
+    # A BigInt read under another of its names (Base.BigInt) is written back under it.
+    path = tmp_path / "alias.jld2"
+    tx.save(path, rng=_esn_like(tx.BigInt(5, "Base.BigInt")))
+    data = path.read_bytes()
+    assert b"Base.BigInt" in data and b"GMP" not in data
+    back = tx.load(path)["rng"]["adv_jump"]
+    assert back == 5 and back.julia_name == "Base.BigInt"
+    _assert_byte_identical(path, tmp_path / "again.jld2")
+
+
+def test_the_real_esn_bigint_reads_as_an_int() -> None:
+    name = STRING_FILES[0]
+    if not (FIXTURES / name).is_file():
+        pytest.skip(f"{name} not under {FIXTURES} (fetch it as tests/corpus_sources.md says, issue 24)")
+    rng = tx.load(FIXTURES / name, "st")["reservoir"]["cell"]["rng"]
+    assert type(rng["adv_jump"]) is tx.BigInt and rng["adv_jump"] == 0
+    assert rng["adv_jump"].julia_name == "Base.GMP.BigInt"
 
 
 # --- what convert keeps of its input ------------------------------------------------------------

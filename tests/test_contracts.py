@@ -106,9 +106,27 @@ def test_where_the_writer_differs_it_is_storage() -> None:
 
 
 @pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (2**63 - 1, "Core.Int64"),
+        (2**63, "Core.Int128"),
+        (2**128 - 1, "Core.UInt128"),
+        (2**128, "Base.GMP.BigInt"),
+        (-(2**127) - 1, "Base.GMP.BigInt"),
+        (tx.BigInt(0), "Base.GMP.BigInt"),
+        (tx.BigInt(0, "Base.BigInt"), "Base.BigInt"),
+    ],
+)
+def test_both_type_python_ints_alike(value: int, expected: str) -> None:
+    # A Python int takes the narrowest of Int64, Int128, UInt128, else BigInt (as the bridge
+    # converts it); a tx.BigInt stays a BigInt under the name it was read with.
+    assert julia_type_of(value).qualified() == expected
+    assert TypeFactory().of_value(value).key == expected
+
+
+@pytest.mark.parametrize(
     ("value", "message"),
     [
-        (2**63, "does not fit Int64"),
         (tx.Int128(2**127), "does not fit Int128"),
         (tx.UInt128(-1), "does not fit UInt128"),
         ({1, 2}, "has no Julia counterpart"),
@@ -148,14 +166,16 @@ def _scalars() -> dict[str, object]:
         "u64_max": np.uint64(2**64 - 1),
         "i64_min": np.int64(-(2**63)),
         "int": 7,
+        "small_bigint": tx.BigInt(3),
+        "wide_int": -(2**200),
     }
 
 
-def _bigint_file() -> bytes:
+def _bigint_file(name: str) -> bytes:
     from _jld2_builder import Builder, shared, space, t_vlen_string
 
     b = Builder()
-    big = b.commit(t_vlen_string(), b.jt("Base.BigInt"), written=b.jt("Core.String"))
+    big = b.commit(t_vlen_string(), b.jt(name), written=b.jt("Core.String"))
     b.link("small_big", b.dataset(shared(big), space("scalar"), b.vstr("5")))
     b.link("huge_big", b.dataset(shared(big), space("scalar"), b.vstr("z" * 20)))  # 62**20 > 2**64
     return b.finish()
@@ -176,19 +196,26 @@ def test_inspect_and_schema_spell_scalars_alike(tmp_path) -> None:  # type: igno
     assert shown["tenth"] == [0.1] and shown["half"] == [0.1] and shown["c64"] == [[1.0, 0.1]]
     assert shown["i128"] == [str(2**100)] and shown["small_i128"] == ["-5"]
     assert shown["u64_max"] == [2**64 - 1] and shown["i64_min"] == [-(2**63)]
+    assert shown["small_bigint"] == ["3"] and shown["wide_int"] == [str(-(2**200))]  # BigInts
     assert _enums(tx.infer_schema(path, values=True), list(shown)) == shown
     assert _enums(tx.infer_schema(tx.load(path), values=True), list(shown)) == shown
 
-    raw = _bigint_file()
-    with tx.open(raw) as f:
-        shown = {r["path"][0]: [r["value"]] for r in iter_records(f)}
-        doc = tx.infer_schema(f, values=True)
-    # Every value of a type wider than 64 bits is decimal text, however small (JSON numbers beyond
-    # 64 bits do not survive common parsers).
-    assert shown == {"small_big": ["5"], "huge_big": [str(62**20 - 1)]}
-    assert _enums(doc, list(shown)) == shown
-    with tx.open(raw) as f:
-        assert tx.validate(f, doc) == []
+    docs = []
+    for name in ("Base.GMP.BigInt", "Base.BigInt"):  # as JLD2 writes it; Base's alias
+        raw = _bigint_file(name)
+        with tx.open(raw) as f:
+            shown = {r["path"][0]: [r["value"]] for r in iter_records(f)}
+            doc = tx.infer_schema(f, values=True)
+        # Every value of a type wider than 64 bits is decimal text, however small (JSON numbers
+        # beyond 64 bits do not survive common parsers).
+        assert shown == {"small_big": ["5"], "huge_big": [str(62**20 - 1)]}
+        assert _enums(doc, list(shown)) == shown
+        assert doc.node_at(("small_big",)).type == "BigInt"  # type: ignore[union-attr]
+        docs.append(doc)
+        with tx.open(raw) as f:
+            assert tx.validate(f, doc) == []
+    with tx.open(_bigint_file("Base.GMP.BigInt")) as f:
+        assert tx.validate(f, docs[1]) == []  # one type, whichever of its names the file used
 
 
 def test_one_checksum_for_inspect_and_schema(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -367,17 +367,44 @@ def test_zero_size_elements_follow_max_virtual_elements() -> None:
     assert err.value.path == ("x",)
 
 
-def test_bigints_follow_max_bigint_digits() -> None:
+@pytest.mark.parametrize("name", ["Base.GMP.BigInt", "Base.BigInt"])
+def test_bigints_follow_max_bigint_digits(name: str) -> None:
     from _jld2_builder import Builder, shared, space, t_vlen_string
 
     b = Builder()
-    big = b.commit(t_vlen_string(), b.jt("Base.BigInt"), written=b.jt("Core.String"))
+    big = b.commit(t_vlen_string(), b.jt(name), written=b.jt("Core.String"))
     b.link("big", b.dataset(shared(big), space("scalar"), b.vstr("z" * 30)))
     raw = b.finish()
     assert tx.load(raw, "big") == 62**30 - 1
     with pytest.raises(tx.LimitError, match="max_bigint_digits=29") as err:
         tx.load(raw, "big", limits=tx.Limits(max_bigint_digits=29))
     assert err.value.path == ("big",)
+
+
+def test_bigint_digit_counts_beyond_the_limit_are_limit_errors(tmp_path: Path) -> None:
+    # A BigInt stored inline in a struct (the ESN layout: MersenneTwister.adv_jump) one digit over
+    # max_bigint_digits, and a top-level one of a million digits: both refused by the length of
+    # their text, with the tree path, before any digit is parsed.
+    from _jld2_builder import Builder, shared, space, t_vlen_string
+
+    path = tmp_path / "rng.jld2"
+    over = tx.BigInt(62**DEFAULT_LIMITS.max_bigint_digits)  # "1" and max_bigint_digits zeros
+    rng = tx.JuliaStruct("Random.MersenneTwister", {"seed": np.int64(1), "adv_jump": over}, mutable=True)
+    tx.save(path, rng=rng)
+    with pytest.raises(tx.LimitError, match="max_bigint_digits") as err:
+        tx.load(path)
+    assert err.value.path == ("rng", "adv_jump")
+    assert tx.load(path, limits=tx.Limits(max_bigint_digits=2400))["rng"]["adv_jump"] == over
+
+    b = Builder()
+    big = b.commit(t_vlen_string(), b.jt("Base.GMP.BigInt"), written=b.jt("Core.String"))
+    b.link("huge", b.dataset(shared(big), space("scalar"), b.vstr("z" * 1_000_000)))
+    raw = b.finish()
+    with pytest.raises(tx.LimitError, match="BigInt of 1000000 base-62 digits") as err:
+        tx.load(raw, "huge")
+    assert err.value.path == ("huge",)
+    with tx.open(raw) as f, pytest.raises(tx.LimitError):
+        list(iter_records(f))
 
 
 def test_type_text_follows_max_type_text_depth() -> None:

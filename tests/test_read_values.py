@@ -430,23 +430,53 @@ def test_ntuple_written_as_vector() -> None:
         assert str(node.julia_type) == "NTuple{11, Int64}" and node[0].path == ("x", 1)
 
 
-def test_bigint_and_generic_custom_serialization() -> None:
+# Julia's BigInt under the names a file may give it: its defining module's (what JLD2 writes, e.g.
+# a MersenneTwister's adv_jump field in ReservoirComputing's saved ESN state) and Base's alias.
+BIGINT_NAMES = ["Base.GMP.BigInt", "Base.BigInt"]
+
+
+@pytest.mark.parametrize("name", BIGINT_NAMES)
+def test_bigint_and_generic_custom_serialization(name: str) -> None:
     b = Builder()
-    big = b.commit(t_vlen_string(), b.jt("Base.BigInt"), written=b.jt("Core.String"))
+    big = b.commit(t_vlen_string(), b.jt(name), written=b.jt("Core.String"))
     b.link("big", b.dataset(shared(big), space("scalar"), b.vstr("-1z")))
     ser = b.commit(t_compound([("v", t_int(8), 8)]), b.jt("Main.Foo"), written=b.jt("Main.FooSerialization"))
     b.link("foo", b.dataset(shared(ser), space("scalar"), struct.pack("<q", 9)))
     raw = _build(b)
-    assert tx.load(raw, "big") == -(1 * 62 + 61)
+    big_value = tx.load(raw, "big")
+    assert big_value == -(1 * 62 + 61) and isinstance(big_value, tx.BigInt)
+    assert big_value.julia_name == name  # kept, so it is written back under the same name
+    with tx.open(raw) as f:
+        assert f["big"].kind == "number" and str(f["big"].julia_type) == "BigInt"
     foo = tx.load(raw, "foo")
     assert isinstance(foo, JuliaStruct) and foo.type.name == "Main.Foo" and foo["v"] == 9
     assert foo.layout.written_type == tx.JuliaType("Main.FooSerialization")
 
 
-def test_bigint_beyond_printable_size_is_a_limit_error() -> None:
+def test_base62_text_is_julias_both_ways() -> None:
+    # Julia's string(n, base = 62) / parse(BigInt, s, base = 62), checked against digit-by-digit
+    # division across the writer's 10-digit chunks.
+    from treexchange._jld2._base62 import DIGITS, int_to_base62
+    from treexchange._jld2._plans import base62_to_int
+
+    def one_digit_at_a_time(n: int) -> str:
+        out, m = "", abs(n)
+        while m:
+            m, d = divmod(m, 62)
+            out = DIGITS[d] + out
+        return ("-" if n < 0 else "") + (out or "0")
+
+    for n in (0, 1, -1, 61, 62, 62**10 - 1, 62**10, 62**10 + 1, 62**20 * 5 + 3, -(62**25) - 5, 2**4000):
+        text = int_to_base62(n)
+        assert text == one_digit_at_a_time(n)
+        assert base62_to_int(text, (), max_digits=2399) == n
+
+
+@pytest.mark.parametrize("name", BIGINT_NAMES)
+def test_bigint_beyond_printable_size_is_a_limit_error(name: str) -> None:
     most = tx.Limits().max_bigint_digits
     b = Builder()
-    big = b.commit(t_vlen_string(), b.jt("Base.BigInt"), written=b.jt("Core.String"))
+    big = b.commit(t_vlen_string(), b.jt(name), written=b.jt("Core.String"))
     largest = "z" * most
     b.link("ok", b.dataset(shared(big), space("scalar"), b.vstr(largest)))
     b.link("huge", b.dataset(shared(big), space("scalar"), b.vstr("1" + "0" * 3000)))

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from ._values import (
         MISSING as MISSING,
         UNDEF as UNDEF,
+        BigInt as BigInt,
         Closure as Closure,
         Int128 as Int128,
         JuliaArray as JuliaArray,
@@ -91,6 +92,7 @@ _LAZY_NAMES = {
         (
             "MISSING",
             "UNDEF",
+            "BigInt",
             "Closure",
             "Int128",
             "JuliaArray",
@@ -145,6 +147,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "MISSING",
     "UNDEF",
+    "BigInt",
     "Closure",
     "ConversionError",
     "File",

@@ -33,18 +33,19 @@ from typing import Any
 import numpy as np
 
 from ._errors import LimitError
-from ._juliatype import JuliaType
-from ._values import Int128, JuliaBits, UInt128
+from ._juliatype import JuliaType, is_bigint_name
+from ._values import BigInt, Int128, JuliaBits, UInt128
 
 _INT64_MIN, _UINT64_END = -(2**63), 2**64
-_WIDE_INTEGER_TYPES = frozenset({"Base.BigInt", "BigInt", "Core.Int128", "Int128", "Core.UInt128", "UInt128"})
+_WIDE_INTEGER_TYPES = frozenset({"Core.Int128", "Int128", "Core.UInt128", "UInt128"})
 
 
 def json_scalar(value: Any, julia_type: JuliaType | str | None = None) -> Any:
     """The JSON form of a number, ``Bool``, ``String`` or ``Symbol`` value (see the module docstring).
 
     ``julia_type`` (a :class:`JuliaType` or its printed text) matters for a plain ``int`` only:
-    a ``BigInt`` read from a file is a Python ``int``, and is a decimal string however small.
+    a value of a ``BigInt`` type (any of its names) is a decimal string however small, as is a
+    :class:`treexchange.BigInt`.
 
     Raises:
         LimitError: an integer too long for Python's int-to-text conversion (about 4300 digits;
@@ -55,10 +56,12 @@ def json_scalar(value: Any, julia_type: JuliaType | str | None = None) -> Any:
         (0.1, 'NaN', [1.0, 2.0])
         >>> json_scalar(Int128(5)), json_scalar(2**64), json_scalar(2**64 - 1), json_scalar(5, "BigInt")
         ('5', '18446744073709551616', 18446744073709551615, '5')
+        >>> json_scalar(BigInt(7)), json_scalar(7, "Base.GMP.BigInt")
+        ('7', '7')
     """
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
-    if isinstance(value, (Int128, UInt128)):
+    if isinstance(value, (Int128, UInt128, BigInt)):
         return _decimal(value)
     if isinstance(value, np.integer):
         return int(value)
@@ -79,7 +82,7 @@ def _is_wide(julia_type: JuliaType | str | None) -> bool:
     if julia_type is None:
         return False
     name = julia_type if isinstance(julia_type, str) else julia_type.name
-    return name in _WIDE_INTEGER_TYPES
+    return name in _WIDE_INTEGER_TYPES or is_bigint_name(name)
 
 
 def _decimal(value: int) -> str:

@@ -28,6 +28,24 @@ from ._symbol import Symbol
 
 # Module prefixes Julia leaves out when it prints a type.
 _IMPLICIT_MODULES = ("Core.", "Base.")
+
+BIGINT_NAME = "Base.GMP.BigInt"
+"""Julia's ``BigInt`` named by its defining module, as JLD2 records it (every Julia 1.x)."""
+_BIGINT_NAMES = frozenset({BIGINT_NAME, "Base.BigInt", "BigInt"})
+
+
+def is_bigint_name(name: str) -> bool:
+    """Whether ``name`` is one of the names of Julia's ``BigInt``: its defining module's
+    (``Base.GMP.BigInt``, what JLD2 writes), Base's re-export (``Base.BigInt``) or the bare name
+    Julia prints.
+
+    Example:
+        >>> [is_bigint_name(n) for n in ("Base.GMP.BigInt", "Base.BigInt", "BigInt", "Main.BigInt")]
+        [True, True, True, False]
+    """
+    return normalize_name(name) in _BIGINT_NAMES
+
+
 # Parameterless types Julia prints with braces: ``Tuple{}`` (the empty tuple's type, which JLD2
 # stores as a bare ``Core.Tuple``) and ``Union{}`` (the bottom type; a bare ``Union`` is another
 # type). The qualified form stays as JLD2 stores names.
@@ -299,6 +317,8 @@ def normalize_name(name: str) -> str:
 
 
 def _short(name: str) -> str:
+    if name in _BIGINT_NAMES:
+        return "BigInt"  # as Julia prints it (Base exports it from Base.GMP)
     for prefix in _IMPLICIT_MODULES:
         if name.startswith(prefix) and "." not in name[len(prefix) :]:
             return name[len(prefix) :]

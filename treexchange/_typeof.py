@@ -20,10 +20,11 @@ import ml_dtypes
 import numpy as np
 
 from ._errors import ConversionError, PathSegment, TreePath
-from ._juliatype import JuliaType
+from ._juliatype import BIGINT_NAME, JuliaType
 from ._values import (
     MISSING,
     UNDEF,
+    BigInt,
     Int128,
     JuliaArray,
     JuliaBits,
@@ -61,6 +62,7 @@ INT64 = JuliaType("Core.Int64")
 FLOAT64 = JuliaType("Core.Float64")
 INT128 = JuliaType("Core.Int128")
 UINT128 = JuliaType("Core.UInt128")
+BIGINT = JuliaType(BIGINT_NAME)
 COMPLEX_F64 = JuliaType("Base.Complex", (FLOAT64,))
 VECTOR_ANY = JuliaType("Core.Array", (ANY, np.int64(1)))
 # Julia >= 1.11 defines BFloat16 in Core; BFloat16s.jl re-exports it there.
@@ -301,13 +303,16 @@ def type_of(value: Any, builder: TypeBuilder[T], path: TreePath = ()) -> T:
         if not 0 <= value < 2**128:
             raise ConversionError(f"{int(value)} does not fit UInt128", path=path)
         return builder.for_type(UINT128, path)
+    if isinstance(value, BigInt):
+        name = value.julia_name
+        return builder.for_type(BIGINT if name == BIGINT.name else JuliaType(name), path)
     if isinstance(value, int):
-        if not -(2**63) <= value < 2**63:
-            raise ConversionError(
-                f"Python int {value} does not fit Int64 (use treexchange.Int128 or a numpy type)",
-                path=path,
-            )
-        return builder.for_type(INT64, path)
+        # The narrowest that holds it, as the bridge converts (_bridge._to_julia._python_int).
+        if -(2**63) <= value < 2**63:
+            return builder.for_type(INT64, path)
+        if -(2**127) <= value < 2**127:
+            return builder.for_type(INT128, path)
+        return builder.for_type(UINT128 if 0 <= value < 2**128 else BIGINT, path)
     if isinstance(value, float):
         return builder.for_type(FLOAT64, path)
     if isinstance(value, complex):

@@ -9,7 +9,8 @@ Julia                                  Python
 other arrays of non-bits elements      :class:`JuliaArray` (element type + object ndarray)
 ``Array{T,N}`` of numbers / Bool       ``numpy.ndarray`` in Julia's shape (F-ordered)
 numbers                                numpy scalars of the exact dtype; ``Int128``/``UInt128`` as
-                                       :class:`Int128` / :class:`UInt128` (``int`` subclasses)
+                                       :class:`Int128` / :class:`UInt128` (``int`` subclasses),
+                                       ``BigInt`` as :class:`BigInt` (an ``int`` subclass)
 ``Bool``                               ``bool``
 ``String`` / ``Symbol``                ``str`` / :class:`Symbol`
 ``nothing`` / ``missing``              ``None`` / :data:`MISSING`
@@ -38,7 +39,7 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from ._juliatype import JuliaType, TypeParameterValue, _render_param, _short
+from ._juliatype import BIGINT_NAME, JuliaType, TypeParameterValue, _render_param, _short, is_bigint_name
 from ._symbol import Symbol as Symbol  # defined below the type AST, which parses Symbols
 
 
@@ -636,6 +637,41 @@ class UInt128(int):
 
     def __repr__(self) -> str:
         return f"UInt128({int(self)})"
+
+
+class BigInt(int):
+    """A Julia ``BigInt`` (an ``int`` that remembers it is one): what a ``BigInt`` in a file reads
+    as, and what ``save`` writes as one whatever its size (a plain ``int`` too wide for ``Int128``
+    is written as a ``BigInt`` too).
+
+    ``julia_name`` is the name the type is written with: ``Base.GMP.BigInt``, as JLD2 writes it,
+    unless the value was read from a file that spelled it otherwise (``Base.BigInt``), so a file
+    re-encodes byte for byte.
+
+    Example:
+        >>> from treexchange import BigInt
+        >>> BigInt(2**70), str(BigInt(-5)), BigInt(5) + 1, BigInt(5, "Base.BigInt").julia_name
+        (BigInt(1180591620717411303424), '-5', 6, 'Base.BigInt')
+    """
+
+    julia_name = BIGINT_NAME
+
+    def __new__(cls, value: Any = 0, julia_name: str | None = None) -> BigInt:
+        self = super().__new__(cls, value)
+        if julia_name is not None and julia_name != BIGINT_NAME:
+            if not is_bigint_name(julia_name):
+                raise ValueError(f"{julia_name!r} is not a name of Julia's BigInt")
+            self.julia_name = julia_name
+        return self
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (BigInt, (int(self), self.julia_name))
+
+    def __repr__(self) -> str:
+        return f"BigInt({int(self)})"
+
+    def __str__(self) -> str:
+        return int.__repr__(self)  # the decimal text, as for an int
 
 
 def _values_equal(a: Any, b: Any) -> bool:

@@ -19,6 +19,7 @@ from .._limits import Limits
 from .._recursion import stack_for_depth
 from .._typeof import julia_eltype
 from .._values import (
+    BigInt,
     Int128,
     JuliaArray,
     JuliaBits,
@@ -183,7 +184,7 @@ class _Converter:
                 return x
             _check_text(x, path)
             return str(x)  # np.str_ and other str subclasses become plain String
-        if x is None or isinstance(x, (Int128, UInt128, Missing, Undef)):
+        if x is None or isinstance(x, (Int128, UInt128, BigInt, Missing, Undef)):
             return x
         if isinstance(x, (Singleton, JuliaBits)):
             _check_text(x.type.qualified(), path, name=True)
@@ -382,7 +383,7 @@ def _python_int(x: int, path: TreePath) -> Any:
         return Int128(x)  # Julia widens integer literals the same way
     if 0 <= x < (1 << 128):
         return UInt128(x)
-    raise ConversionError(f"integer {x} does not fit in 128 bits (Julia BigInt is not supported)", path=path)
+    return BigInt(x)  # JLD2 writes it as its base-62 String
 
 
 def _has_julia_eltype(dtype: np.dtype) -> bool:

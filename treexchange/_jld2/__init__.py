@@ -44,7 +44,8 @@ of its kind, each one function or one table:
 - ``Dict``/``IdDict``/``ImmutableDict``/``OrderedDict`` (``_DICT_NAMES``): ``_custom`` ->
   ``pairs_to_dict`` -> ``DictNode`` (lazy, O(1) keys) -> ``TypeFactory.dict_of``
   (``SERIALIZED_DICT``), ``JLD2Writer._write_kvvec``
-- ``BigInt``: ``_custom`` -> ``base62_to_int`` -> ``LeafNode`` -> ``TypeFactory.of_value``
+- ``BigInt`` (any of its names, ``_juliatype.is_bigint_name``): ``_custom`` -> ``base62_to_int``
+  (a ``BigInt`` keeping the name) -> ``LeafNode`` -> ``TypeFactory.bigint``, ``_base62``
 - other custom serializations (``writeas``): ``_custom`` -> ``wrap_custom`` -> ``_custom_node``
   -> ``JLD2Writer._write_custom``
 - ``Union`` fields and arrays: ``UnionElementPlan`` -> the member's node ->

@@ -28,10 +28,11 @@ import numpy as np
 
 from .._errors import FormatError, LimitError, TreePath
 from .._hdf5._model import H5Class, H5Type, Member
-from .._juliatype import JuliaType
+from .._juliatype import BIGINT_NAME, JuliaType
 from .._limits import Limits
 from .._typeof import kind_of, wide_int_dtype
 from .._values import (
+    BigInt,
     Int128,
     JuliaArray,
     JuliaBits,
@@ -42,6 +43,7 @@ from .._values import (
     Symbol,
     UInt128,
 )
+from ._base62 import DIGITS as BASE62_DIGITS
 from ._layout import FieldLayout, StructLayout
 
 _U32 = struct.Struct("<I")
@@ -617,18 +619,19 @@ def vector_to_tuple(value: Any, path: TreePath) -> Any:
     return tuple(elements_of(value))
 
 
-def base62_to_int(value: Any, path: TreePath, *, max_digits: int) -> Any:
+def base62_to_int(value: Any, path: TreePath, *, max_digits: int, julia_name: str = BIGINT_NAME) -> Any:
     """Converter for ``BigInt``, which JLD2 writes as its base-62 string (bind ``max_digits``,
     ``Limits.max_bigint_digits``: by default every value read fits Python's int <-> decimal text
     limit, so ``inspect``, JSON and schemas can print it; a bigger one is a LimitError here
-    rather than a failure later).
+    rather than a failure later). The value is a :class:`BigInt` keeping ``julia_name``, the
+    name the file gave the type, so it is written back under that name.
 
     Example:
         >>> base62_to_int("-1z", (), max_digits=2399)
-        -123
+        BigInt(-123)
     """
     text = str(value)
-    digits = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+    digits = BASE62_DIGITS
     neg = text.startswith("-")
     body = text[1:] if neg else text
     if not body:
@@ -645,7 +648,7 @@ def base62_to_int(value: Any, path: TreePath, *, max_digits: int) -> Any:
         if d < 0:
             raise FormatError(f"malformed BigInt text {text[:40]!r}", path=path)
         n = n * 62 + d
-    return -n if neg else n
+    return BigInt(-n if neg else n, julia_name)
 
 
 def wrap_custom(julia_type: JuliaType, layout: StructLayout | None) -> Callable[[Any, TreePath], Any]:

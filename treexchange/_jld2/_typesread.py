@@ -36,7 +36,7 @@ import numpy as np
 
 from .._errors import FormatError, LimitError, TreePath, TreexchangeError, UnsupportedError
 from .._hdf5._model import Attribute, H5Class, H5Type, Member
-from .._juliatype import JuliaType
+from .._juliatype import JuliaType, is_bigint_name
 from .._limits import type_depth
 from .._values import Symbol
 from ._layout import StructLayout
@@ -401,15 +401,17 @@ class TypeResolver:
             return CustomPlan("dict", jt, inner, pairs_to_dict(jt))
         if is_tuple_type(jt) and wt.basename in ("Array", "Vector", "Memory"):
             return CustomPlan("tuple", jt, inner, vector_to_tuple)
-        if jt.name == "Base.BigInt" and isinstance(inner, (VlenStringPlan, FixedStringPlan)):
+        if is_bigint_name(jt.name) and not jt.params and isinstance(inner, (VlenStringPlan, FixedStringPlan)):
+            # Julia's BigInt under whichever name the file gives it (JLD2 writes Base.GMP.BigInt).
+            limit = self.limits.max_bigint_digits
             return CustomPlan(
-                "number", jt, inner, partial(base62_to_int, max_digits=self.limits.max_bigint_digits)
+                "number", jt, inner, partial(base62_to_int, max_digits=limit, julia_name=jt.name)
             )
         layout = None
         if isinstance(inner, CompoundPlan) and inner.layout is not None:
             layout = dataclasses.replace(inner.layout, julia_type=jt, written_type=wt)
         elif isinstance(inner, VlenStringPlan) and not inner.symbol and inner.h5type is not None:
-            # Written as a String (JLD2's writeas(BigInt) = String; Julia's Base.GMP.BigInt): the
+            # Written as a String (JLD2's writeas(BigFloat) = String, a user type's writeas): the
             # value reads as its one "written" field; the layout keeps written_type for the writer.
             layout = StructLayout(jt, inner.h5type, (), written_type=wt)
         return CustomPlan("struct", jt, inner, wrap_custom(jt, layout))

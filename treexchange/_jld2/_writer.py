@@ -41,6 +41,7 @@ from .._limits import DEFAULT_LIMITS, Limits, datatype_depth
 from .._recursion import stack_for_depth
 from .._values import UNDEF, JuliaArray, JuliaBits, JuliaStruct, NamedTuple as JlNamedTuple, Singleton, Symbol
 from . import _encode_hdf5 as enc
+from ._base62 import int_to_base62
 from ._dictkeys import check_julia_keys
 from ._era import (
     BASE_PAIR,
@@ -1858,5 +1859,10 @@ def _encode_bits(w: JT, value: Any, path: tuple[PathSegment, ...]) -> bytes:
 
 def _written_text(value: Any) -> Any:
     """The String a struct custom-serialized as a String (``JLD2.writeas(BigInt) = String``) is
-    written as: the struct reads back as that one ``written`` field."""
-    return value.fields["written"] if isinstance(value, JuliaStruct) else value
+    written as: a ``BigInt`` (an ``int``) as its base-62 text; a struct read as its one
+    ``written`` field, that field."""
+    if isinstance(value, JuliaStruct):
+        return value.fields["written"]
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int_to_base62(value)
+    return value

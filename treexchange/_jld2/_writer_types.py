@@ -40,7 +40,7 @@ import numpy as np
 
 from .._errors import ConversionError, PathSegment, TreePath, TreexchangeError, UnsupportedError
 from .._hdf5._model import H5Class, H5Type
-from .._juliatype import JuliaType, _render_param, where_type
+from .._juliatype import JuliaType, _render_param, is_bigint_name, where_type
 from .._typeof import julia_eltype, numpy_dtype, qualified_name, type_of
 from .._values import (
     MISSING,
@@ -52,7 +52,8 @@ from .._values import (
     Singleton,
     Symbol,
 )
-from ._encode_hdf5 import bitfield_type, fixed_type, float_type
+from ._encode_hdf5 import VLEN_UTF8, bitfield_type, fixed_type, float_type
+from ._layout import StructLayout
 
 if TYPE_CHECKING:  # (annotations only)
     from ._layout import FieldLayout, StructLayout
@@ -526,6 +527,8 @@ class TypeFactory:
             return self.other(t)  # the body of a where type (Dict{K,V}): a type by name only
         if name in ("Core.Int128", "Core.UInt128") and not params:
             return self.int128(name == "Core.Int128")
+        if is_bigint_name(name) and not params:
+            return self.bigint(name)
         if name == "Core.String" and not params:
             return self.STRING
         if name == "Core.Symbol" and not params:
@@ -888,13 +891,29 @@ class TypeFactory:
                 "(its text in the field 'written') or a struct can be written",
                 path=path,
             )
+        return self._string_serialized(value.type, layout, key)
+
+    def bigint(self, name: str) -> JT:
+        """Julia's ``BigInt`` (a :class:`treexchange.BigInt`, or a Python ``int`` too wide for
+        ``Int128``) under the name ``name`` it is written with: JLD2's ``writeas(::Type{BigInt}) =
+        String`` stores its base-62 text, committing the string type as for
+        :meth:`_written_as_string`."""
+        t = JuliaType(name)
+        key = t.qualified()
+        found = self._get(key)
+        if found is not None:
+            return found
+        layout = StructLayout(t, VLEN_UTF8, (), written_type=JuliaType(self.STRING.name))
+        return self._string_serialized(t, layout, key)
+
+    def _string_serialized(self, t: JuliaType, layout: StructLayout, key: str) -> JT:
         jt = JT(
             Cat.STRUCT,
-            value.type.name,
-            tuple(value.type.params),
+            t.name,
+            tuple(t.params),
             fields=(("written", self.STRING),),
             key=key,
-            raw_params=tuple(value.type.params),
+            raw_params=tuple(t.params),
             layout=layout,
         )
         jt._writeas = self.STRING

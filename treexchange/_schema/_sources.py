@@ -26,7 +26,7 @@ from .._juliatype import JuliaType
 from .._nodeproto import LazyFile, LazyNode
 from .._reader import open as open_file
 from .._typeof import julia_type_of, kind_of, numpy_dtype, presented_dtype_name, wide_int_array
-from .._values import Int128, JuliaArray, JuliaBits, JuliaStruct, NamedTuple, Singleton, UInt128
+from .._values import BigInt, Int128, JuliaArray, JuliaBits, JuliaStruct, NamedTuple, Singleton, UInt128
 
 DEFAULT_ROOT = "model_state"
 """Top-level name given to a single value (not a mapping of names), as Flux's docs save it."""
@@ -74,6 +74,8 @@ class Source:
 
 
 def _dtype_name(value: Any) -> str | None:
+    if isinstance(value, BigInt):
+        return None  # no numpy dtype holds it (as for a BigInt node of a file)
     if isinstance(value, Int128):
         return "int128"
     if isinstance(value, UInt128):
