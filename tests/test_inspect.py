@@ -84,6 +84,20 @@ def test_json_lists_every_array_like_h5py(path: Path, capsys: pytest.CaptureFixt
         assert ours[key] >= n  # an array shared by several fields is listed at each path
 
 
+def test_json_lines_stay_one_record_per_line_with_unicode_line_breaks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A real Greek court text (katerinapr2/SIDProject test_text.jld2) holds U+0085 (NEL), which
+    # str.splitlines and many line readers take for a line break, as they do U+2028/U+2029.
+    path = tmp_path / "text.jld2"
+    text = "first\x85second\u2028third\u2029fourth\r\nfifth"
+    tx.save(path, text=text)
+    assert main(["inspect", "--json", str(path)]) == 0
+    out = capsys.readouterr().out
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [r["value"] for r in records] == [text]
+
+
 def test_json_paths_kinds_and_values(capsys: pytest.CaptureFixture[str]) -> None:
     path = require_fixture("flux-state/silver-bullet_lenet.jld2")
     recs = {tuple(r["path"]): r for r in _records(path, capsys)}

@@ -36,7 +36,7 @@ import numpy as np
 
 from ._errors import TYPE_WIDTH, LimitError, TreexchangeError, clip_type, format_path
 from ._gc import gc_paused
-from ._jsonform import array_sha256, json_scalar
+from ._jsonform import array_sha256, json_line, json_scalar
 from ._nodeproto import CONTAINER_KINDS, LazyFile, LazyNode
 from ._recursion import stack_for_depth
 from ._typeof import presented_dtype_name
@@ -215,7 +215,7 @@ def json_lines(file: LazyFile, name: str | None = None) -> Iterator[str]:
         {"path": ["a"], "kind": "array", "julia_type": "Array{Float64, 1}", "dtype": "float64"
     """
     for rec in iter_records(file, name):
-        yield json.dumps(rec, ensure_ascii=False, allow_nan=False)
+        yield json_line(rec)
 
 
 def _human(n: int) -> str:

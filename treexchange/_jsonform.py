@@ -27,6 +27,7 @@ same array held in Python in Julia's shape (an F-ordered numpy array) have one d
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from typing import Any
 
@@ -148,3 +149,21 @@ def array_sha256(array: Any) -> str:
         block = np.asfortranarray(a[..., start : start + step])
         h.update(np.ascontiguousarray(block.T).reshape(-1).view(np.uint8).data)
     return h.hexdigest()
+
+
+# Characters a JSON string may hold raw but that ``str.splitlines`` and many line readers take for
+# a line break: escaped in JSON Lines output so that one record stays one line for every reader.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def json_line(record: Any, *, allow_nan: bool = False) -> str:
+    r"""One JSON Lines record: ``json.dumps`` (UTF-8 text kept) with every character a line reader
+    may split on escaped, so the record is one line for ``str.splitlines`` too.
+
+    Example:
+        >>> print(json_line({"value": "a\u2028b\x85c"}))
+        {"value": "a\u2028b\u0085c"}
+        >>> len(json_line({"value": "a\u2028b"}).splitlines())
+        1
+    """
+    return json.dumps(record, ensure_ascii=False, allow_nan=allow_nan).translate(_LINE_BREAKS)

@@ -7,9 +7,9 @@ Exit code 0 when the file conforms, 1 when it does not (every violation printed,
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
+from .._jsonform import json_line
 from .inspect import FULL_TYPES_HELP
 
 
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     found = validate(args.file, schema, name=args.name, checksums=not args.no_checksums)
     if args.json:
         for m in found:
-            print(json.dumps(m.to_json(), ensure_ascii=False))
+            print(json_line(m.to_json(), allow_nan=True))
     else:
         for m in found:
             print(m.text(full_types=args.full_types))
