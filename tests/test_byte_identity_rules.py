@@ -24,6 +24,7 @@ and skipped, with the reason, when absent.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -36,8 +37,9 @@ from treexchange._cli import main
 from treexchange._jld2 import _era
 from treexchange._jld2._era import Source
 from treexchange._jld2._writefile import write_jld2
+from treexchange._jld2._writer_arrays import JLD2_DEFLATE_PIPELINE, Compression
 from treexchange._reader import File, read_objects
-from treexchange._save import prepare_values
+from treexchange._save import prepare_values, source_compression
 
 # Real files (tests/corpus_sources.md, "issue 24") that show each rule, with the rule.
 PTR_FILES = ["savindumahasen__Classification-Project-Based-on-Iris-dataset-__model.jld2"]
@@ -248,6 +250,107 @@ def test_keep_format_says_what_differs_and_why(tmp_path: Path, capsys: pytest.Ca
     assert main(["convert", str(src), str(out), "--keep-format", "--keep-producer"]) == 0
     err = capsys.readouterr().err
     assert "not byte-identical from byte" in err and "compressed datasets" in err
+
+
+# --- JLD2's own compress=true ----------------------------------------------------------------------
+
+COMPRESSED_FILES = ["CarinLundqvist__Supergrid__results.jld2"]
+
+
+def _jld2_compressed(path: Path) -> list[tuple[str, object]]:
+    """A file in JLD2.jl's own compressed form (``jldsave(path, true; ...)``, format 0.2.0)."""
+    items: list[tuple[str, object]] = [
+        ("v", np.arange(5000.0)),
+        ("m", np.arange(12, dtype=np.int32).reshape(3, 4)),
+        ("nt", tx.NamedTuple(w=np.linspace(0.0, 1.0, 7), n=np.int64(3))),
+    ]
+    with open(path, "wb") as out:
+        write_jld2(
+            out, prepare_values(items), compress=Compression.jld2(), producer=PRODUCER, root_attributes={}
+        )
+    return items
+
+
+def test_jld2_compressed_files_are_compressed_again_so(tmp_path: Path) -> None:
+    """JLD2 (>= 0.5) compresses every non-empty isbits array with deflate alone, at zlib's default
+    level, as one chunk in a single-chunk index whose dimension sizes are 8 bytes wide (its
+    ``write_chunked_storage_message``), its filter saying level 5. ``convert --keep-producer``
+    compresses such an input again in that form: byte for byte; without ``--keep-producer`` the
+    output is what libhdf5 reads (here uncompressed, as ``--compress`` is not given)."""
+    src = tmp_path / "in.jld2"
+    items = _jld2_compressed(src)
+    data = src.read_bytes()
+    assert data.count(JLD2_DEFLATE_PIPELINE) == 3  # three arrays compressed, no shuffle
+    # layout v4, chunked, flags 2 (single filtered chunk), rank + 1 dims of 8 bytes each
+    assert data.count(bytes([4, 2, 2, 2, 8])) == 2 and data.count(bytes([4, 2, 2, 3, 8])) == 1
+    assert tx.values_equal(tx.load(src), dict(prepare_values(items)))
+    with File(src) as f:
+        read_objects(f)
+        assert source_compression(f.reader.h5.filter_pipelines_seen) == Compression.jld2()
+    _assert_byte_identical(src, tmp_path / "out.jld2")
+    # Without --keep-producer: h5py reads every array of the output.
+    import h5py
+
+    plain = tmp_path / "plain.jld2"
+    assert main(["convert", str(src), str(plain)]) == 0
+    with h5py.File(plain, "r") as f:
+        np.testing.assert_array_equal(f["v"][()], np.arange(5000.0))
+        np.testing.assert_array_equal(f["m"][()], np.arange(12, dtype=np.int32).reshape(3, 4).T)
+
+
+def test_other_compressed_files_are_not_compressed_in_jld2_form(tmp_path: Path) -> None:
+    """Only JLD2's own pipeline is written again: a file compressed with shuffle + deflate (what
+    ``save(compress=True)`` writes) comes out uncompressed, and --keep-format says why."""
+    src = tmp_path / "in.jld2"
+    tx.save(src, a=np.arange(3000.0), compress=True, producer=PRODUCER)
+    with File(src) as f:
+        read_objects(f)
+        assert (
+            f.reader.h5.filter_pipelines_seen
+            and source_compression(f.reader.h5.filter_pipelines_seen) is None
+        )
+
+
+@pytest.mark.parametrize("name", _corpus_params(COMPRESSED_FILES))
+def test_real_jld2_compressed_files(name: str, tmp_path: Path) -> None:
+    """Byte for byte; libhdf5 2 refuses JLD2's single-chunk index in the original (and so in the
+    identical copy), while it reads the output of a plain ``convert``."""
+    import h5py
+
+    _assert_byte_identical(FIXTURES / name, tmp_path / "out.jld2")
+    plain = tmp_path / "plain.jld2"
+    assert main(["convert", str(FIXTURES / name), str(plain)]) == 0
+
+    def arrays_read(path: Path) -> tuple[int, Counter[str]]:
+        """Datasets h5py reads, and its reasons for those it refuses (with their counts),
+        following every object reference from the top."""
+        ok, failed = 0, Counter[str]()
+        with h5py.File(path, "r") as f:
+            todo: list = [key for key in f if key != "_types"]  # names, then references
+            seen: set[int] = set()
+            while todo:
+                try:
+                    ds = f[todo.pop()]
+                    if hash(ds.id) in seen:
+                        continue
+                    seen.add(hash(ds.id))
+                    value = np.asarray(ds[()])
+                    ok += 1
+                except Exception as exc:  # libhdf5's refusals, e.g. of 8-byte dimension sizes
+                    failed["chunk index" if "chunk dimension" in str(exc) else str(exc)] += 1
+                    continue
+                fields = [value[n] for n in value.dtype.names] if value.dtype.names else [value]
+                for column in fields:
+                    if column.dtype.kind == "O":
+                        todo += [r for r in np.asarray(column).ravel() if isinstance(r, h5py.Reference) and r]
+        return ok, failed
+
+    ok, failed = arrays_read(FIXTURES / name)
+    assert failed["chunk index"] > 0  # the compressed arrays
+    ok_plain, failed_plain = arrays_read(plain)
+    # Every array compressed in the original is read in the plain output; what else libhdf5
+    # refuses (types of size 0) it refuses in both.
+    assert ok_plain == ok + failed.pop("chunk index") and failed_plain == failed
 
 
 # --- the real files that show each rule ------------------------------------------------------------

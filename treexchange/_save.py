@@ -36,7 +36,7 @@ from ._jld2._era import (
     type_keys,
 )
 from ._jld2._writefile import write_jld2
-from ._jld2._writer_arrays import Compression
+from ._jld2._writer_arrays import JLD2_DEFLATE_PIPELINE, Compression
 from ._reader import File, Objects, read_objects
 from ._values import values_equal
 from ._version import default_producer
@@ -268,7 +268,11 @@ def convert(
                 if fmt != "0.1.1":
                     rules &= ANY_FORMAT_RULES
                 kept = Source(rules, resolver.union_descriptions, type_keys(resolver.by_name_params))
-                _write_converted(target, objects, options, producer, fmt, verify, on_write, kept)
+                written = options
+                if keep_producer and options is None and fmt == "0.2.0":
+                    # Compressed again as the input was, when JLD2 compressed it (its own form).
+                    written = source_compression(f.reader.h5.filter_pipelines_seen)
+                _write_converted(target, objects, written, producer, fmt, verify, on_write, kept)
             if keep_format and options is None:
                 start = 0 if keep_producer else FILE_HEADER_LENGTH
                 offset = first_difference(os.fspath(source), os.fspath(target), start)
@@ -278,6 +282,23 @@ def convert(
     count = len(objects.values)
     summary = f"{os.fspath(source)} -> {os.fspath(target)}: {count} value(s), {sizes}, JLD2 {fmt}{checked}"
     return summary if note is None else f"{summary}\n{note}"
+
+
+def source_compression(pipelines: frozenset[bytes]) -> Compression | None:
+    """The compression ``convert --keep-producer`` writes again: JLD2.jl's own
+    (:meth:`Compression.jld2`) when every filter pipeline of the input is the one JLD2 >= 0.5
+    writes for ``compress=true``; none otherwise (another writer's filters are not reproduced).
+
+    Example:
+        >>> from treexchange._jld2._writer_arrays import JLD2_DEFLATE_PIPELINE
+        >>> source_compression(frozenset({JLD2_DEFLATE_PIPELINE}))
+        Compression(method='deflate', level=-1, chunk_bytes=1048576, jld2_form=True)
+        >>> source_compression(frozenset()) is None
+        True
+    """
+    if pipelines and pipelines == {JLD2_DEFLATE_PIPELINE}:
+        return Compression.jld2()
+    return None
 
 
 def _write_converted(

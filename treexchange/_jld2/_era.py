@@ -278,9 +278,10 @@ def _header_messages(reader: Reader, address: int) -> list[tuple[int, int, bytes
 _KNOWN_CAUSES = {
     _APPENDED: "the file was appended to in a second JLD2 session (its /_types group lies before "
     "datasets the root group links): treexchange writes a file in one session",
-    _COMPRESSED: "it has compressed datasets: treexchange does not compress what it converts "
-    "(--compress chooses), and writes chunk indexes libhdf5 2 reads where JLD2's single-chunk "
-    "index has 8-byte dimension sizes it rejects",
+    _COMPRESSED: "it has compressed datasets: treexchange compresses what it converts again only "
+    "in JLD2's own form of compress=true (format 0.2.0, with --keep-producer), else as --compress "
+    "chooses, in chunk indexes libhdf5 2 reads where JLD2's single-chunk index has 8-byte "
+    "dimension sizes it rejects",
 }
 
 REPORTED_TRAITS = frozenset(_KNOWN_CAUSES)

@@ -1189,15 +1189,21 @@ class JLD2Writer:
             array, compress = _need(array, "array"), _need(self.compress, "compression")
             itemsize = datasz // max(space.numel, 1)
             shape = array.shape if array.ndim else (1,)
-            chunk = plan_chunk(tuple(shape), itemsize, compress.chunk_bytes)
+            # JLD2's own form: the whole array one chunk, dimension sizes 8 bytes wide.
+            chunk = (
+                tuple(shape)
+                if compress.jld2_form
+                else plan_chunk(tuple(shape), itemsize, compress.chunk_bytes)
+            )
             chunk_h5 = (*reversed(chunk), itemsize)
             pipeline = enc.filter_pipeline(compress.filters(itemsize))
             psz += len(pipeline)
             # One chunk: JLD2's own single-chunk layout (v4) with libhdf5's dimension width;
             # JLD2 reads widths of 1, 2, 4 or 8 bytes only, else use the B-tree layout (v3).
-            if chunk == tuple(shape) and enc.chunk_dim_width(chunk_h5) in (1, 2, 4, 8):
+            width = 8 if compress.jld2_form else enc.chunk_dim_width(chunk_h5)
+            if chunk == tuple(shape) and width in (1, 2, 4, 8):
                 layout = "single"
-                psz += enc.layout_single_chunk_size(len(chunk_h5), enc.chunk_dim_width(chunk_h5))
+                psz += enc.layout_single_chunk_size(len(chunk_h5), width)
             else:
                 layout = "chunked"
                 psz += enc.layout_chunked_v3_size(len(chunk_h5))
@@ -1223,7 +1229,7 @@ class JLD2Writer:
             self.sink.put_large(address, c.data)
             self.end += len(c.data)
             head.append(pipeline)
-            head.append(enc.layout_single_chunk(chunk_h5, len(c.data), address - BASE))
+            head.append(enc.layout_single_chunk(chunk_h5, len(c.data), address - BASE, width))
         elif layout == "chunked":
             btree = self._write_chunks(_need(array, "array"), chunk, chunk_h5)
             head.append(pipeline)
