@@ -325,6 +325,7 @@ def _write_converted(
             format_version=fmt,
             on_write=on_write,
             source=source,
+            sessions=objects.sessions,
         )
 
     atomic_write(target, write, check=(lambda tmp: verify_output(tmp, values)) if verify else None)
