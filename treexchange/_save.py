@@ -33,6 +33,7 @@ from ._jld2._era import (
     era_rules,
     first_difference,
     header_traits,
+    recommitted_keys,
     type_keys,
 )
 from ._jld2._writefile import write_jld2
@@ -267,7 +268,12 @@ def convert(
                 rules = era_rules(traits)
                 if fmt != "0.1.1":
                     rules &= ANY_FORMAT_RULES
-                kept = Source(rules, resolver.union_descriptions, type_keys(resolver.by_name_params))
+                kept = Source(
+                    rules,
+                    resolver.union_descriptions,
+                    type_keys(resolver.by_name_params),
+                    recommitted_keys(resolver.committed_types.values()) if objects.sessions else frozenset(),
+                )
                 written = options
                 if keep_producer and options is None and fmt == "0.2.0":
                     # Compressed again as the input was, when JLD2 compressed it (its own form).

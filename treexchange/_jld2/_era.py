@@ -115,6 +115,10 @@ class Source:
     """Struct and tuple types the file wrote as type parameters by name (a DataType dataset)
     where a stored type is committed: they hold no data, or are mutable or large; a type known
     to the writer by name only (a ghost ``Axis{...}`` inside ``Tuple{Axis{...}}``) follows."""
+    recommitted: frozenset[str] = frozenset()
+    """Types the file committed more than once (writer keys): a later write session did not
+    reuse the committed type an earlier one wrote (JLD2 reads back some as not canonical: a
+    struct with a Dict field before v0.4.42), so the writer forgets them when a session closes."""
 
 
 def type_keys(types: Iterable[JuliaType]) -> frozenset[str]:
@@ -133,6 +137,22 @@ def type_keys(types: Iterable[JuliaType]) -> frozenset[str]:
         except TreexchangeError:
             continue
     return frozenset(keys)
+
+
+def recommitted_keys(types: Iterable[JuliaType]) -> frozenset[str]:
+    """The writer keys (:func:`type_keys`) that more than one of ``types`` has.
+
+    Example:
+        >>> a, b = JuliaType("Main.A"), JuliaType("Main.B")
+        >>> sorted(recommitted_keys([a, b, JuliaType("Main.A")]))
+        ['Main.A']
+    """
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for t in types:
+        for key in type_keys([t]):
+            (twice if key in seen else seen).add(key)
+    return frozenset(twice)
 
 
 def era_rules(traits: Iterable[str]) -> frozenset[str]:

@@ -487,6 +487,13 @@ class JLD2Writer:
         self.heap = _GlobalHeap()
         self.wsession = {}
         self.datatype_wsession = {}
+        if self.source.recommitted:
+            # Types the input committed again in a later session: JLD2 read them back as not
+            # canonical and did not reuse them. The plans made with them go too.
+            for key in self.source.recommitted:
+                self.committed.pop(key, None)
+            for plans in (self._array_plans, self._ref_plans, self._compact_plans, self._messages):
+                plans.clear()
 
     # ================================================================================ groups
     def _pathize(self, name: str) -> tuple[_Group, str]:
