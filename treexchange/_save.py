@@ -332,6 +332,7 @@ def _write_converted(
             on_write=on_write,
             source=source,
             sessions=objects.sessions,
+            grown_groups=objects.grown_groups,
         )
 
     atomic_write(target, write, check=(lambda tmp: verify_output(tmp, values)) if verify else None)

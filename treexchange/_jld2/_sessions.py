@@ -30,7 +30,7 @@ whose links all fit into free space leave no chunk between them and are taken fo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from .._hdf5 import _messages as m
@@ -78,3 +78,24 @@ def session_starts(addresses: Sequence[int], marks: Sequence[int]) -> list[int]:
         if any(before < mark < here for mark in marks):
             starts.append(i)
     return starts
+
+
+def grown_groups(
+    reader: Reader, groups: Mapping[int, str], addresses: Sequence[int], starts: Sequence[int]
+) -> list[list[str]]:
+    """For each session, the groups (``"a/b"`` paths: ``""`` the root, ``"_types"``) that got a
+    continuation chunk when it closed, in the order those chunks lie in the file: the order JLD2
+    saved them in (its ``close`` saves the groups it loaded in the order of a ``Dict``, then the
+    root group). ``addresses``: the datasets' (absolute, ascending); ``starts``: the indexes at
+    which later sessions start (:func:`session_starts`)."""
+    paths = dict(groups)
+    types = reader.links(reader.root_address).get("_types")
+    if types is not None:
+        paths[types] = "_types"
+    firsts = [addresses[i] for i in starts]  # a session's close lies before the next one's data
+    grown: list[list[tuple[int, str]]] = [[] for _ in range(len(starts) + 1)]
+    for address, path in paths.items():
+        for chunk in group_chunks(reader, address)[1:]:
+            grown[sum(1 for first in firsts if first < chunk)].append((chunk, path))
+    return [[path for _, path in sorted(chunks)] for chunks in grown]
+

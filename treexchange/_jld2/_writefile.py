@@ -24,13 +24,15 @@ def write_jld2(
     on_write: Callable[[int], None] | None = None,
     source: Source | None = None,
     sessions: Sequence[int] = (),
+    grown_groups: Sequence[Sequence[str]] = (),
 ) -> None:
     """Write ``(name, value)`` pairs (values as ``treexchange._save.prepare_values`` makes them, or
     as the reader returns them) and ``empty_groups`` as a JLD2 file to ``out``; ``on_write(n)``
     is told the size of every write once its bytes are taken from the values' memory;
     ``source``: what re-encoding a file keeps of it (:class:`treexchange._jld2._era.Source`);
     ``sessions``: the indexes into ``items`` at which a new write session starts (the file closed
-    and opened again, as JLD2's ``jldopen(path, "a+")``: ``JLD2Writer.close_session``)."""
+    and opened again, as JLD2's ``jldopen(path, "a+")``: ``JLD2Writer.close_session``);
+    ``grown_groups``: per session, the groups to save first when it closes (``Objects.grown_groups``)."""
     writer = JLD2Writer(
         out,
         compress=compress,
@@ -42,10 +44,12 @@ def write_jld2(
     )
     writer.prepare(items)  # every struct's layout known before the first type is committed
     starts = set(sessions)
+    closed = 0
     for i, (name, value) in enumerate(items):
         if i in starts:
-            writer.close_session()
+            writer.close_session(grown_groups[closed] if closed < len(grown_groups) else ())
+            closed += 1
         writer.write(name, value)
     for name in empty_groups or ():
         writer.create_group(name)
-    writer.close()
+    writer.close(grown_groups[closed] if closed < len(grown_groups) else ())

@@ -459,12 +459,13 @@ class JLD2Writer:
                 raise ConversionError(f"{name!r}: {part!r} is a dataset, not a group", path=(name,))
             g = g.children.setdefault(part, _Group())
 
-    def close(self) -> int:
-        """Write the groups, the user block and the superblock (JLD2's ``close``); returns the size."""
+    def close(self, grown: Sequence[str] = ()) -> int:
+        """Write the groups, the user block and the superblock (JLD2's ``close``); returns the size.
+        ``grown``: see :meth:`close_session`."""
         if self._closed:
             return self.end
         self._closed = True
-        self._save_groups()
+        self._save_groups(grown)
         self._put_heap_marker()
         for g in self._saved_groups:
             for offset, chunk in _need(g.saved, "group header").chunks:
@@ -474,15 +475,17 @@ class JLD2Writer:
         self.sink.finish(self.end)
         return self.end
 
-    def close_session(self) -> None:
+    def close_session(self, grown: Sequence[str] = ()) -> None:
         """End a write session as JLD2's ``close`` does and go on as ``jldopen(path, "a+")`` would
         (:mod:`treexchange._jld2._sessions`): the groups are saved (links added to headers already
         in the file go into their free space or a continuation chunk), new objects follow the
         end of the file, committed types are reused, and the global heap, the write session and
-        the datatype session start afresh."""
+        the datatype session start afresh. ``grown``: the groups (``"a/b"`` paths, ``"_types"``)
+        whose header an earlier session wrote, in the order to save them (the input's: JLD2 saves
+        them in the order of a ``Dict``); the others follow, the root group last."""
         if self._closed:
             raise RuntimeError("writer is closed")
-        self._save_groups()
+        self._save_groups(grown)
         self._put_heap_marker()
         self.heap = _GlobalHeap()
         self.wsession = {}
@@ -518,15 +521,22 @@ class JLD2Writer:
             raise ConversionError(f"a group or dataset named {leaf!r} is already present", path=(name,))
         return g, leaf
 
-    def _save_groups(self) -> None:
-        """What JLD2's ``close`` saves: ``/_types`` (new, or the links of types committed since
-        the last session), then the root group with its new children."""
+    def _save_groups(self, grown: Sequence[str]) -> None:
+        """What JLD2's ``close`` saves: the groups an earlier session wrote (``grown`` first, in
+        that order), ``/_types`` (new, or the links of types committed since the last session),
+        then the root group with its new children."""
         if self.types_links:
             types = self.root.children.get("_types")
             if types is None:
                 self.root.children["_types"] = _Group(links=dict(self.types_links))
             else:
                 types.links.update(self.types_links)
+        for path in grown:
+            g: _Group | None = self.root
+            for part in (p for p in path.split("/") if p):
+                g = g.children.get(part) if g is not None else None
+            if g is not None and g is not self.root and g.saved is not None:
+                self._save_group(g)
         self._save_group(self.root, self.root_attributes)
 
     def _save_group(self, g: _Group, attributes: dict[str, str] | None = None) -> int:
