@@ -353,6 +353,116 @@ def test_real_jld2_compressed_files(name: str, tmp_path: Path) -> None:
     assert ok_plain == ok + failed.pop("chunk index") and failed_plain == failed
 
 
+# --- files written in several sessions (jldopen(path, "a+")) ---------------------------------------
+
+# Real files written in several JLD2 sessions (format 0.1.1, JLD2 0.4 on Julia 1.6/1.7): a new
+# session's links go into a group header's free space or a continuation chunk, groups that grew
+# are saved in the order the file shows, types are committed after the first session's.
+SESSION_FILES = [
+    "WilliamCam__SC-circuit-simulator__" + name
+    for name in (
+        "CircuitSimProgram_rc_s.jld2",
+        "Create_Netlist_test.jld2",
+        "Create_Netlist_test_0ccd2bb7.jld2",
+        "Create_Netlist_test_da7c6f2c.jld2",
+        "RLC-SQUID_Parallel_v2_Sweeps_simlogs.jld2",
+        "circuits_apf_27ffbaf8.jld2",
+        "circuits_ishaan_e891d6de.jld2",
+        "circuits_rc_p.jld2",
+        "circuits_rc_s.jld2",
+        "circuits_vsource_jj.jld2",
+        "simlogs.jld2",
+        "simlogs_83cebcc2.jld2",
+    )
+]
+
+
+def _point(x: float, name: str = "Main.Point") -> JuliaStruct:
+    return JuliaStruct(JuliaType(name), {"x": np.float64(x), "y": np.float64(-x)})
+
+
+def _session_items() -> list[tuple[str, object]]:
+    """Session 1 (up to index 3): two names, a group, a committed type; session 2: names that
+    overflow the root group's header into a continuation chunk, a link added to the group (into
+    its free space), three types committed after the first session's (``/_types`` continues)."""
+    return [
+        ("a", np.arange(4.0)),
+        ("g/x", _point(0.5)),
+        ("b", "text"),
+        ("c", [_point(1.0, "Main.P1"), _point(1.0, "Main.P2"), _point(1.0, "Main.P3")]),
+        ("g/y", np.arange(3, dtype=np.int32)),
+        ("a_longer_name_for_the_second_session", JuliaArray("Any", [_point(2.0), "text"])),
+        ("d", np.ones((2, 2))),
+    ]
+
+
+def _write_sessions(path: Path, fmt: str, sessions: list[int]) -> bytes:
+    with open(path, "wb") as out:
+        write_jld2(
+            out,
+            prepare_values(_session_items()),
+            compress=None,
+            producer=PRODUCER,
+            root_attributes={},
+            format_version=fmt,
+            sessions=sessions,
+        )
+    return path.read_bytes()
+
+
+@pytest.mark.parametrize("fmt", ["0.2.0", "0.1.1"])
+def test_a_file_written_in_two_sessions_is_rewritten_so(fmt: str, tmp_path: Path) -> None:
+    """A later session's objects follow the end of the file; its links go into the free space of
+    a group header while they fit, then into a continuation chunk (which, before v0.4.51, format
+    0.1.1, leaves room for more links); the groups that grew are saved before the root group.
+    ``read_objects`` tells the sessions from the header chunks between the datasets, and convert
+    replays them: byte for byte; written in one session, the same values give other bytes."""
+    import h5py
+
+    src = tmp_path / "two.jld2"
+    two = _write_sessions(src, fmt, [3])
+    one = _write_sessions(tmp_path / "one.jld2", fmt, [])
+    assert two != one and two.count(b"OCHK") == 2  # root group and /_types continued
+    with File(src) as f:
+        objects = read_objects(f)
+    assert [n for n, _ in objects.values][:3] == ["a", "g/x", "b"] and objects.sessions == [3]
+    assert objects.grown_groups == [[], ["_types", ""]]
+    with File(tmp_path / "one.jld2") as f:
+        assert read_objects(f).sessions == []
+    back, once = tx.load(src), tx.load(tmp_path / "one.jld2")
+    assert sorted(back) == sorted(once) and all(tx.values_equal(back[k], once[k]) for k in once)
+    extra = ("--keep-format",) if fmt == "0.1.1" else ()
+    _assert_byte_identical(src, tmp_path / "out.jld2", *extra)
+    # libhdf5 follows the continuation chunks (their checksums included) to every link.
+    with h5py.File(src, "r") as f:
+        assert sorted(f) == ["_types", "a", "a_longer_name_for_the_second_session", "b", "c", "d", "g"]
+        with h5py.File(tmp_path / "one.jld2", "r") as once:
+            assert sorted(f["g"]) == ["x", "y"] and len(f["_types"]) == len(once["_types"])
+        np.testing.assert_array_equal(f["g/y"][()], np.arange(3, dtype=np.int32))
+
+
+def test_three_sessions_and_the_limit_of_what_a_file_shows(tmp_path: Path) -> None:
+    """Each close that wrote a chunk is seen (three sessions, replayed byte for byte); a session
+    whose links all fit into the free space earlier headers left writes none, so nothing tells it
+    from the next one: the two are taken for one (here "b" alone, then "c" ...)."""
+    src = tmp_path / "three.jld2"
+    _write_sessions(src, "0.1.1", [3, 4])  # a, g/x, b | c | g/y, ...
+    with File(src) as f:
+        objects = read_objects(f)
+    assert objects.sessions == [3, 4] and objects.grown_groups == [[], ["_types", ""], [""]]
+    _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
+    _write_sessions(src, "0.1.1", [2, 3])  # a, g/x | b (into free space) | c, ...
+    with File(src) as f:
+        assert read_objects(f).sessions == [2]
+
+
+@pytest.mark.parametrize("name", _corpus_params(SESSION_FILES))
+def test_real_files_written_in_several_sessions(name: str, tmp_path: Path) -> None:
+    with File(FIXTURES / name) as f:
+        assert read_objects(f).sessions  # (each was written in two to seven sessions)
+    _assert_byte_identical(FIXTURES / name, tmp_path / "out.jld2", "--keep-format")
+
+
 # --- the real files that show each rule ------------------------------------------------------------
 
 

@@ -74,7 +74,6 @@ _VERSIONED = "datatype:versioned"  # a datatype message (not fixed-point) of ver
 _GROUP_ROOM = "group:link-room"  # a group of < 4 links with room for more in its header
 _GROUP_NO_ROOM = "group:no-link-room"  # one without
 _COMPRESSED = "dataset:compressed"  # a dataset with a filter pipeline
-_APPENDED = "file:appended"  # /_types written before a dataset linked from the root group
 
 _HEADERS_SCANNED = 256  # dataset headers looked at (the first ones by link order)
 _MSG_DATASPACE, _MSG_DATATYPE, _MSG_LINK, _MSG_LAYOUT, _MSG_FILTERS = 0x01, 0x03, 0x06, 0x08, 0x0B
@@ -215,10 +214,6 @@ def header_traits(reader: Reader) -> set[str]:
     traits: set[str] = set()
     if reader.h5.filters_seen:  # (datasets read through references are not scanned below)
         traits.add(_COMPRESSED)
-    links = reader.links(reader.root_address)
-    types_at = links.get("_types")
-    if types_at is not None and any(a > types_at for n, a in links.items() if n != "_types"):
-        traits.add(_APPENDED)  # JLD2 writes /_types when it closes a file, after every dataset
     for address, kind in _object_addresses(reader):
         messages = _header_messages(reader, address)
         if kind == "group":
@@ -296,8 +291,6 @@ def _header_messages(reader: Reader, address: int) -> list[tuple[int, int, bytes
 
 
 _KNOWN_CAUSES = {
-    _APPENDED: "the file was appended to in a second JLD2 session (its /_types group lies before "
-    "datasets the root group links): treexchange writes a file in one session",
     _COMPRESSED: "it has compressed datasets: treexchange compresses what it converts again only "
     "in JLD2's own form of compress=true (format 0.2.0, with --keep-producer), else as --compress "
     "chooses, in chunk indexes libhdf5 2 reads where JLD2's single-chunk index has 8-byte "

@@ -98,4 +98,3 @@ def grown_groups(
         for chunk in group_chunks(reader, address)[1:]:
             grown[sum(1 for first in firsts if first < chunk)].append((chunk, path))
     return [[path for _, path in sorted(chunks)] for chunks in grown]
-

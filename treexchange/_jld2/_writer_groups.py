@@ -97,7 +97,7 @@ def add_links(
     """
     pending = list(links)
     header.count += len(pending)
-    start, chunk = header.chunks[-1]
+    chunk = header.chunks[-1][1]
     next_link, placeholder = free_space(chunk, first=len(header.chunks) == 1)
     if next_link != -1:
         remaining = placeholder - next_link
