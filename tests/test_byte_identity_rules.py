@@ -124,7 +124,13 @@ def test_a_dict_keeps_a_where_type_parameter(tmp_path: Path) -> None:
 # --- what convert keeps of its input ------------------------------------------------------------
 
 
-def _write(path: Path, items: list[tuple[str, object]], fmt: str, source: Source | None = None) -> bytes:
+def _write(
+    path: Path,
+    items: list[tuple[str, object]],
+    fmt: str,
+    source: Source | None = None,
+    sessions: list[int] | None = None,
+) -> bytes:
     with open(path, "wb") as out:
         write_jld2(
             out,
@@ -134,6 +140,7 @@ def _write(path: Path, items: list[tuple[str, object]], fmt: str, source: Source
             root_attributes={},
             format_version=fmt,
             source=source,
+            sessions=sessions or (),
         )
     return path.read_bytes()
 
@@ -397,17 +404,7 @@ def _session_items() -> list[tuple[str, object]]:
 
 
 def _write_sessions(path: Path, fmt: str, sessions: list[int]) -> bytes:
-    with open(path, "wb") as out:
-        write_jld2(
-            out,
-            prepare_values(_session_items()),
-            compress=None,
-            producer=PRODUCER,
-            root_attributes={},
-            format_version=fmt,
-            sessions=sessions,
-        )
-    return path.read_bytes()
+    return _write(path, _session_items(), fmt, sessions=sessions)
 
 
 @pytest.mark.parametrize("fmt", ["0.2.0", "0.1.1"])
