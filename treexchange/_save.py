@@ -23,9 +23,9 @@ from ._atomic import atomic_write, remove_stale_temporaries
 from ._bridge._to_julia import convert_items
 from ._bson import sniff as sniff_bson
 from ._bsonfile import BsonFile
-from ._errors import ConversionError, TreexchangeError, WriteError, in_file
+from ._errors import ConversionError, TreexchangeError, UnsupportedError, WriteError, in_file
 from ._gc import gc_paused
-from ._jld2._encode_hdf5 import FILE_HEADER_LENGTH, REQUIRED_FILE_HEADER
+from ._jld2._encode_hdf5 import FILE_HEADER_LENGTH, REQUIRED_FILE_HEADER, filter_pipeline
 from ._jld2._era import (
     ANY_FORMAT_RULES,
     Source,
@@ -37,8 +37,9 @@ from ._jld2._era import (
     type_keys,
 )
 from ._jld2._writefile import write_jld2
+from ._jld2._writer import FORMATS
 from ._jld2._writer_arrays import JLD2_DEFLATE_PIPELINE, Compression
-from ._reader import File, Objects, read_objects
+from ._reader import SCHEMA_ATTRIBUTE, File, Objects, read_objects
 from ._values import values_equal
 from ._version import default_producer
 
@@ -59,6 +60,7 @@ def save(
     schema: bool | SchemaLike | None = None,
     fsync: bool = True,
     format: str = "0.2.0",
+    mode: str = "w",
     **named_values: Any,
 ) -> None:
     """Write values to a JLD2 file that Julia's ``JLD2.load`` reads as real Julia values.
@@ -108,6 +110,14 @@ def save(
             compression: :class:`UnsupportedError`). Format 0.1.1 is byte-identical with what
             JLD2.jl 0.4 writes for the cases in docs/writing.md; see there for the differences
             that remain (the order in which some type datasets are written).
+        mode: ``"w"`` (default) writes a new file (replacing ``path``). ``"a"`` adds the names
+            to the JLD2 file at ``path`` (created if absent) as one more write session, as
+            Julia's ``jldopen(path, "a+")`` then ``f[name] = value`` do: its values stay as they
+            are stored (its sessions, types, JLD2's compression; see docs/writing.md), the new
+            ones follow, compressed as ``compress`` says. The file is rewritten whole
+            (atomically, like any save); its format is kept, and ``format`` must name it.
+            A name it already holds raises :class:`treexchange.ConversionError`; ``schema`` and
+            ``root_attributes`` are refused, as is a file with an embedded schema.
 
     Raises:
         ConversionError: a value has no Julia counterpart, holds a cycle or text without a UTF-8
@@ -148,6 +158,13 @@ def save(
         ...
         treexchange._errors.MismatchError: 1 schema violation(s):
           model_state.layers[1].weight: shape (2, 4) found, schema expects (2, 3)
+
+        Adding to a file, as ``jldopen(path, "a+")`` does:
+
+        >>> treexchange.save(path, model_state=state)
+        >>> treexchange.save(path, mode="a", epoch=3)
+        >>> sorted(treexchange.load(path))
+        ['epoch', 'model_state']
     """
     items: list[tuple[str, Any]] = []
     if mapping is not None:
@@ -165,7 +182,14 @@ def save(
     # The collector paused throughout (converting, laying out, writing): a large tree makes
     # many lasting objects and no garbage cycles, and one pause does not end (and so start a
     # collection over all of them) between the steps, only once they are dropped.
+    if mode not in ("w", "a"):
+        raise ValueError(f"mode must be 'w' or 'a', not {mode!r}")
+    if mode == "a" and (schema is not None or root_attributes is not None):
+        raise ValueError("save(mode='a') keeps the file's root attributes: no schema= or root_attributes=")
     with gc_paused():
+        if mode == "a" and os.path.exists(path):
+            _append_items(path, prepare_values(items), compress, producer, fsync, format)
+            return
         _save_items(path, prepare_values(items), compress, producer, root_attributes, schema, fsync, format)
 
 
@@ -192,6 +216,50 @@ def _save_items(
         write_jld2(f, items, compress=options, producer=note, root_attributes=attrs, format_version=format)
 
     atomic_write(path, write, fsync=fsync)
+
+
+def _append_items(
+    path: PathLike,
+    items: list[tuple[str, Any]],
+    compress: bool | str,
+    producer: str | None,
+    fsync: bool,
+    format: str,
+) -> None:
+    """:func:`save` with ``mode="a"`` on an existing file: its values re-encoded session by session
+    as ``convert`` does, then ``items`` in a session of their own."""
+    options = Compression.from_option(compress)
+    note = default_producer() if producer is None else producer
+    _check_producer(note)
+    with in_file(path), File(path) as f:
+        if f.format_version in FORMATS and f.format_version != format:
+            raise ValueError(
+                f"the file is JLD2 format {f.format_version}: append to it with format={f.format_version!r}"
+            )
+        objects, _, kept = _read_source(f, format, format == "0.1.1")
+        if SCHEMA_ATTRIBUTE in objects.string_attributes:
+            raise UnsupportedError(
+                "the file embeds a schema, which the new names would not follow: save it anew (mode='w')"
+            )
+        stored = stored_compression(f.reader.h5.filter_pipelines_seen)
+        old = len(objects.values)
+
+        def write(out: BinaryIO) -> None:
+            write_jld2(
+                out,
+                objects.values + items,
+                compress=stored if old else options,
+                producer=note,
+                root_attributes=objects.string_attributes,
+                empty_groups=objects.empty_groups,
+                format_version=format,
+                source=kept,
+                sessions=[*objects.sessions, old] if old else [],
+                grown_groups=[*objects.grown_groups, []],
+                last_compress=options,
+            )
+
+        atomic_write(path, write, fsync=fsync)
 
 
 def convert(
@@ -255,25 +323,7 @@ def convert(
             with File(source) as f:
                 producer = f.producer if keep_producer else default_producer()
                 fmt = f.format_version if keep_format and f.format_version == "0.1.1" else "0.2.0"
-                objects = read_objects(f)
-                # The rules of the Julia and JLD2 releases the input's types (and, to keep its
-                # format, its object headers) show; JLD2's release rules apply to a 0.1.1 file
-                # kept in 0.1.1.
-                resolver = f.reader.types
-                traits = (
-                    resolver.writer_traits | header_traits(f.reader)
-                    if keep_format
-                    else resolver.writer_traits
-                )
-                rules = era_rules(traits)
-                if fmt != "0.1.1":
-                    rules &= ANY_FORMAT_RULES
-                kept = Source(
-                    rules,
-                    resolver.union_descriptions,
-                    type_keys(resolver.by_name_params),
-                    recommitted_keys(resolver.committed_types.values()) if objects.sessions else frozenset(),
-                )
+                objects, traits, kept = _read_source(f, fmt, keep_format)
                 written = options
                 if keep_producer and options is None and fmt == "0.2.0":
                     # Compressed again as the input was, when JLD2 compressed it (its own form).
@@ -290,6 +340,25 @@ def convert(
     return summary if note is None else f"{summary}\n{note}"
 
 
+def _read_source(f: File, fmt: str, headers: bool) -> tuple[Objects, set[str], Source]:
+    """A JLD2 file's values and what re-encoding it in format ``fmt`` keeps of it: the rules of
+    the Julia and JLD2 releases its types (and with ``headers`` its object headers) show --
+    JLD2's release rules only for a 0.1.1 file kept in 0.1.1 -- and its write sessions."""
+    objects = read_objects(f)
+    resolver = f.reader.types
+    traits = resolver.writer_traits | header_traits(f.reader) if headers else set(resolver.writer_traits)
+    rules = era_rules(traits)
+    if fmt != "0.1.1":
+        rules &= ANY_FORMAT_RULES
+    kept = Source(
+        rules,
+        resolver.union_descriptions,
+        type_keys(resolver.by_name_params),
+        recommitted_keys(resolver.committed_types.values()) if objects.sessions else frozenset(),
+    )
+    return objects, traits, kept
+
+
 def source_compression(pipelines: frozenset[bytes]) -> Compression | None:
     """The compression ``convert --keep-producer`` writes again: JLD2.jl's own
     (:meth:`Compression.jld2`) when every filter pipeline of the input is the one JLD2 >= 0.5
@@ -304,6 +373,29 @@ def source_compression(pipelines: frozenset[bytes]) -> Compression | None:
     """
     if pipelines and pipelines == {JLD2_DEFLATE_PIPELINE}:
         return Compression.jld2()
+    return None
+
+
+def stored_compression(pipelines: frozenset[bytes]) -> Compression | None:
+    """How ``save(mode="a")`` writes a file's arrays again: compressed as JLD2 compressed them
+    (:func:`source_compression`) or as :func:`save` did (shuffle + deflate, or shuffle + zstd),
+    when every filter pipeline of the file is one of those; else uncompressed.
+
+    Example:
+        >>> from treexchange._jld2 import _encode_hdf5 as enc
+        >>> ours = Compression.from_option("zstd")
+        >>> stored_compression(frozenset({enc.filter_pipeline(ours.filters(4))[4:]})) == ours
+        True
+    """
+    found = source_compression(pipelines)
+    if found is not None or not pipelines:
+        return found
+    for option in ("deflate", "zstd"):
+        choice = Compression.from_option(option)
+        if choice is not None:
+            forms = {filter_pipeline(choice.filters(size))[4:] for size in range(1, 65)}
+            if pipelines <= forms:
+                return choice
     return None
 
 

@@ -25,6 +25,7 @@ def write_jld2(
     source: Source | None = None,
     sessions: Sequence[int] = (),
     grown_groups: Sequence[Sequence[str]] = (),
+    last_compress: Compression | None = None,
 ) -> None:
     """Write ``(name, value)`` pairs (values as ``treexchange._save.prepare_values`` makes them, or
     as the reader returns them) and ``empty_groups`` as a JLD2 file to ``out``; ``on_write(n)``
@@ -32,7 +33,9 @@ def write_jld2(
     ``source``: what re-encoding a file keeps of it (:class:`treexchange._jld2._era.Source`);
     ``sessions``: the indexes into ``items`` at which a new write session starts (the file closed
     and opened again, as JLD2's ``jldopen(path, "a+")``: ``JLD2Writer.close_session``);
-    ``grown_groups``: per session, the groups to save first when it closes (``Objects.grown_groups``)."""
+    ``grown_groups``: per session, the groups to save first when it closes (``Objects.grown_groups``);
+    ``last_compress``: the compression of the last session when there are several (``compress``
+    is the earlier ones': ``save(mode="a")`` keeps how a file's values are stored)."""
     writer = JLD2Writer(
         out,
         compress=compress,
@@ -49,6 +52,8 @@ def write_jld2(
         if i in starts:
             writer.close_session(grown_groups[closed] if closed < len(grown_groups) else ())
             closed += 1
+            if closed == len(starts):
+                writer.set_compression(last_compress)
         writer.write(name, value)
     for name in empty_groups or ():
         writer.create_group(name)

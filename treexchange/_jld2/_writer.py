@@ -335,15 +335,12 @@ class JLD2Writer:
             # Rules of the JLD2 release a format-0.1.1 input shows (treexchange._jld2._era),
             # other than v0.4.46's, for re-encoding that file.
             self.format = _release_format(self.format, self.source.rules)
-        if compress is not None and self.format.version != "0.2.0":
-            raise UnsupportedError(
-                f"compression in JLD2 format {format_version} is not supported (write format 0.2.0)"
-            )
+        self.compress: Compression | None = None
+        self.set_compression(compress)
         self.sink = Sink(file, on_write)
         # max_depth: the stack made room for; datatype_depth: the deepest inline type written
         # (what the reader parses back with the same limits).
         self.limits = limits
-        self.compress = compress
         self.producer = producer
         self.root_attributes = dict(root_attributes or {})
         self._session_per_name = SESSION_PER_NAME in self.source.rules
@@ -474,6 +471,14 @@ class JLD2Writer:
         self.sink.put(BASE, enc.superblock_v2(BASE, self.end, self._root_address))
         self.sink.finish(self.end)
         return self.end
+
+    def set_compression(self, compress: Compression | None) -> None:
+        """Compress the arrays written from now on so (JLD2's ``compress`` of a file opened)."""
+        if compress is not None and self.format.version != "0.2.0":
+            raise UnsupportedError(
+                f"compression in JLD2 format {self.format.version} is not supported (write format 0.2.0)"
+            )
+        self.compress = compress
 
     def close_session(self, grown: Sequence[str] = ()) -> None:
         """End a write session as JLD2's ``close`` does and go on as ``jldopen(path, "a+")`` would
