@@ -286,10 +286,12 @@ def convert(
     one dataset) and written in the order of their object-header addresses, which is the order
     Julia wrote them in; string attributes of the root group (an embedded schema) are carried
     over. A 0.2.0 file that Julia wrote comes out byte for byte when ``keep_producer`` keeps its
-    producer note (tests/test_byte_identity.py). With ``keep_format`` a 0.1.1 file is written
-    with the rules of the JLD2 release it shows (:mod:`treexchange._jld2._era`: 26 of the 27
-    0.1.1 fixtures and every 0.1.1 file of the corpus come out byte for byte,
-    tests/test_byte_identity_011.py), and the output is compared with the input (from byte 512
+    producer note (tests/test_byte_identity.py); with it, arrays JLD2 compressed are compressed
+    again in JLD2's own form. A file JLD2 wrote in several sessions (``jldopen(path, "a+")``) is
+    written in the same sessions (:mod:`treexchange._jld2._sessions`). With ``keep_format`` a
+    0.1.1 file is written with the rules of the JLD2 release it shows
+    (:mod:`treexchange._jld2._era`: 27 of the 28 0.1.1 fixtures and 676 of 715 0.1.1 files of the
+    corpus come out byte for byte, docs/writing.md), and the output is compared with the input (from byte 512
     on unless ``keep_producer``): the note returned says from which byte they differ and why,
     ``None`` when they are the same (or without ``keep_format``, or with ``compress``).
 
