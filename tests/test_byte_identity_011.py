@@ -26,11 +26,7 @@ FORMAT_011 = b"HDF5-based Julia Data Format, version 0.1.1\x00"
 # format-0.1.1 file with the same values (checked below), laid out differently. The rules of the
 # JLD2 release that wrote a file (before v0.4.4, v0.4.41, v0.4.42; v0.4.51, v0.4.52; see
 # treexchange/_jld2/_era.py) are followed when the file shows them.
-NOT_IDENTICAL: dict[str, str] = {
-    "misc/betaml_test.jld2": "written in three JLD2 sessions (jldopen a+), which convert replays "
-    "(the first two come out byte for byte); in the third, JLD2 wrote a UnionAll's TypeVar once "
-    "where treexchange writes it twice (a datatype-session rule of JLD2 < v0.4.42 not followed yet)",
-}
+NOT_IDENTICAL: dict[str, str] = {}
 
 
 def _h5py_failures(path: Path) -> set[str]:

@@ -121,6 +121,33 @@ def test_a_dict_keeps_a_where_type_parameter(tmp_path: Path) -> None:
     assert tx.values_equal(back, d)
 
 
+def _mixture_type(element: str) -> JuliaStruct:
+    """``Array{element, N} where N`` as the reader returns a ``UnionAll`` value: its body a
+    ``Type{...}`` whose parameter is the very TypeVar of ``var``."""
+    n = JuliaStruct(JuliaType("Core.TypeVar"), {"name": Symbol("N"), "lb": None, "ub": None}, mutable=True)
+    body = Singleton(JuliaType("Core.Type", (JuliaType("Core.Array", (JuliaType(element), n)),)))
+    return JuliaStruct(JuliaType("Core.UnionAll"), {"var": n, "body": body})
+
+
+@pytest.mark.parametrize("fmt", ["0.2.0", "0.1.1"])
+def test_a_typevar_is_one_object_whichever_way_it_is_read(fmt: str, tmp_path: Path) -> None:
+    """``[Foo, Bar]`` (``UnionAll`` values, e.g. BetaML's mixture types): a value's ``var`` and the
+    parameter of its body are one TypeVar, written once. The value is read in the session of the
+    values, the body's parameter in the one of type parameters: both give the same object, so
+    convert writes the TypeVar once again (it wrote it twice, a dataset more per UnionAll)."""
+    src = tmp_path / "u.jld2"
+    mixtures = JuliaArray("UnionAll", [_mixture_type("Core.Float64"), _mixture_type("Core.Int64")])
+    with open(src, "wb") as out:  # (the values as the reader returns them, not converted again)
+        write_jld2(
+            out, [("m", mixtures)], compress=None, producer=PRODUCER, root_attributes={}, format_version=fmt
+        )
+    with File(src) as f:
+        first = read_objects(f).values[0][1].data.ravel()[0]
+        assert len(f.reader.typevars) == 2  # one TypeVar dataset per UnionAll
+    assert first.fields["var"] is first.fields["body"].type.params[0].params[1]
+    _assert_byte_identical(src, tmp_path / "out.jld2", *(("--keep-format",) if fmt == "0.1.1" else ()))
+
+
 # --- what convert keeps of its input ------------------------------------------------------------
 
 

@@ -290,7 +290,7 @@ def convert(
     again in JLD2's own form. A file JLD2 wrote in several sessions (``jldopen(path, "a+")``) is
     written in the same sessions (:mod:`treexchange._jld2._sessions`). With ``keep_format`` a
     0.1.1 file is written with the rules of the JLD2 release it shows
-    (:mod:`treexchange._jld2._era`: 27 of the 28 0.1.1 fixtures and 676 of 715 0.1.1 files of the
+    (:mod:`treexchange._jld2._era`: all 28 0.1.1 fixtures and 679 of 715 0.1.1 files of the
     corpus come out byte for byte, docs/writing.md), and the output is compared with the input (from byte 512
     on unless ``keep_producer``): the note returned says from which byte they differ and why,
     ``None`` when they are the same (or without ``keep_format``, or with ``compress``).
