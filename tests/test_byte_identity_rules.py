@@ -34,6 +34,7 @@ and skipped, with the reason, when absent.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import h5py
@@ -49,8 +50,9 @@ from treexchange._jld2._encode_hdf5 import VLEN_UTF8
 from treexchange._jld2._era import Source
 from treexchange._jld2._layout import StructLayout
 from treexchange._jld2._writefile import write_jld2
+from treexchange._jld2._writer_arrays import JLD2_DEFLATE_PIPELINE, Compression
 from treexchange._reader import File, read_objects
-from treexchange._save import prepare_values
+from treexchange._save import prepare_values, source_compression
 
 # Real files (tests/corpus_sources.md, "issue 24") that show each rule, with the rule.
 PTR_FILES = ["savindumahasen__Classification-Project-Based-on-Iris-dataset-__model.jld2"]
@@ -217,10 +219,43 @@ def test_the_real_esn_bigint_reads_as_an_int() -> None:
     assert rng["adv_jump"].julia_name == "Base.GMP.BigInt"
 
 
+def _mixture_type(element: str) -> JuliaStruct:
+    """``Array{element, N} where N`` as the reader returns a ``UnionAll`` value: its body a
+    ``Type{...}`` whose parameter is the very TypeVar of ``var``."""
+    n = JuliaStruct(JuliaType("Core.TypeVar"), {"name": Symbol("N"), "lb": None, "ub": None}, mutable=True)
+    body = Singleton(JuliaType("Core.Type", (JuliaType("Core.Array", (JuliaType(element), n)),)))
+    return JuliaStruct(JuliaType("Core.UnionAll"), {"var": n, "body": body})
+
+
+@pytest.mark.parametrize("fmt", ["0.2.0", "0.1.1"])
+def test_a_typevar_is_one_object_whichever_way_it_is_read(fmt: str, tmp_path: Path) -> None:
+    """``[Foo, Bar]`` (``UnionAll`` values, e.g. BetaML's mixture types): a value's ``var`` and the
+    parameter of its body are one TypeVar, written once. The value is read in the session of the
+    values, the body's parameter in the one of type parameters: both give the same object, so
+    convert writes the TypeVar once again (it wrote it twice, a dataset more per UnionAll)."""
+    src = tmp_path / "u.jld2"
+    mixtures = JuliaArray("UnionAll", [_mixture_type("Core.Float64"), _mixture_type("Core.Int64")])
+    with open(src, "wb") as out:  # (the values as the reader returns them, not converted again)
+        write_jld2(
+            out, [("m", mixtures)], compress=None, producer=PRODUCER, root_attributes={}, format_version=fmt
+        )
+    with File(src) as f:
+        first = read_objects(f).values[0][1].data.ravel()[0]
+        assert len(f.reader.typevars) == 2  # one TypeVar dataset per UnionAll
+    assert first.fields["var"] is first.fields["body"].type.params[0].params[1]
+    _assert_byte_identical(src, tmp_path / "out.jld2", *(("--keep-format",) if fmt == "0.1.1" else ()))
+
+
 # --- what convert keeps of its input ------------------------------------------------------------
 
 
-def _write(path: Path, items: list[tuple[str, object]], fmt: str, source: Source | None = None) -> bytes:
+def _write(
+    path: Path,
+    items: list[tuple[str, object]],
+    fmt: str,
+    source: Source | None = None,
+    sessions: list[int] | None = None,
+) -> bytes:
     with open(path, "wb") as out:
         write_jld2(
             out,
@@ -230,6 +265,7 @@ def _write(path: Path, items: list[tuple[str, object]], fmt: str, source: Source
             root_attributes={},
             format_version=fmt,
             source=source,
+            sessions=sessions or (),
         )
     return path.read_bytes()
 
@@ -448,6 +484,207 @@ def test_keep_format_names_zeros_past_the_end_of_file_address(
     assert f"not byte-identical from byte {len(content)} on" in err
     assert "zeros past its end-of-file address" in err
     assert out.read_bytes() == content
+
+
+# --- JLD2's own compress=true ----------------------------------------------------------------------
+
+COMPRESSED_FILES = ["CarinLundqvist__Supergrid__results.jld2"]
+
+
+def _jld2_compressed(path: Path) -> list[tuple[str, object]]:
+    """A file in JLD2.jl's own compressed form (``jldsave(path, true; ...)``, format 0.2.0)."""
+    items: list[tuple[str, object]] = [
+        ("v", np.arange(5000.0)),
+        ("m", np.arange(12, dtype=np.int32).reshape(3, 4)),
+        ("nt", tx.NamedTuple(w=np.linspace(0.0, 1.0, 7), n=np.int64(3))),
+    ]
+    with open(path, "wb") as out:
+        write_jld2(
+            out, prepare_values(items), compress=Compression.jld2(), producer=PRODUCER, root_attributes={}
+        )
+    return items
+
+
+def test_jld2_compressed_files_are_compressed_again_so(tmp_path: Path) -> None:
+    """JLD2 (>= 0.5) compresses every non-empty isbits array with deflate alone, at zlib's default
+    level, as one chunk in a single-chunk index whose dimension sizes are 8 bytes wide (its
+    ``write_chunked_storage_message``), its filter saying level 5. ``convert --keep-producer``
+    compresses such an input again in that form: byte for byte; without ``--keep-producer`` the
+    output is what libhdf5 reads (here uncompressed, as ``--compress`` is not given)."""
+    src = tmp_path / "in.jld2"
+    items = _jld2_compressed(src)
+    data = src.read_bytes()
+    assert data.count(JLD2_DEFLATE_PIPELINE) == 3  # three arrays compressed, no shuffle
+    # layout v4, chunked, flags 2 (single filtered chunk), rank + 1 dims of 8 bytes each
+    assert data.count(bytes([4, 2, 2, 2, 8])) == 2 and data.count(bytes([4, 2, 2, 3, 8])) == 1
+    assert tx.values_equal(tx.load(src), dict(prepare_values(items)))
+    with File(src) as f:
+        read_objects(f)
+        assert source_compression(f.reader.h5.filter_pipelines_seen) == Compression.jld2()
+    _assert_byte_identical(src, tmp_path / "out.jld2")
+    # Without --keep-producer: h5py reads every array of the output.
+    import h5py
+
+    plain = tmp_path / "plain.jld2"
+    assert main(["convert", str(src), str(plain)]) == 0
+    with h5py.File(plain, "r") as f:
+        np.testing.assert_array_equal(f["v"][()], np.arange(5000.0))
+        np.testing.assert_array_equal(f["m"][()], np.arange(12, dtype=np.int32).reshape(3, 4).T)
+
+
+def test_other_compressed_files_are_not_compressed_in_jld2_form(tmp_path: Path) -> None:
+    """Only JLD2's own pipeline is written again: a file compressed with shuffle + deflate (what
+    ``save(compress=True)`` writes) comes out uncompressed, and --keep-format says why."""
+    src = tmp_path / "in.jld2"
+    tx.save(src, a=np.arange(3000.0), compress=True, producer=PRODUCER)
+    with File(src) as f:
+        read_objects(f)
+        assert (
+            f.reader.h5.filter_pipelines_seen
+            and source_compression(f.reader.h5.filter_pipelines_seen) is None
+        )
+
+
+@pytest.mark.parametrize("name", _corpus_params(COMPRESSED_FILES))
+def test_real_jld2_compressed_files(name: str, tmp_path: Path) -> None:
+    """Byte for byte; libhdf5 2 refuses JLD2's single-chunk index in the original (and so in the
+    identical copy), while it reads the output of a plain ``convert``."""
+    import h5py
+
+    _assert_byte_identical(FIXTURES / name, tmp_path / "out.jld2")
+    plain = tmp_path / "plain.jld2"
+    assert main(["convert", str(FIXTURES / name), str(plain)]) == 0
+
+    def arrays_read(path: Path) -> tuple[int, Counter[str]]:
+        """Datasets h5py reads, and its reasons for those it refuses (with their counts),
+        following every object reference from the top."""
+        ok, failed = 0, Counter[str]()
+        with h5py.File(path, "r") as f:
+            todo: list = [key for key in f if key != "_types"]  # names, then references
+            seen: set[int] = set()
+            while todo:
+                try:
+                    ds = f[todo.pop()]
+                    if hash(ds.id) in seen:
+                        continue
+                    seen.add(hash(ds.id))
+                    value = np.asarray(ds[()])
+                    ok += 1
+                except Exception as exc:  # libhdf5's refusals, e.g. of 8-byte dimension sizes
+                    failed["chunk index" if "chunk dimension" in str(exc) else str(exc)] += 1
+                    continue
+                fields = [value[n] for n in value.dtype.names] if value.dtype.names else [value]
+                for column in fields:
+                    if column.dtype.kind == "O":
+                        todo += [r for r in np.asarray(column).ravel() if isinstance(r, h5py.Reference) and r]
+        return ok, failed
+
+    ok, failed = arrays_read(FIXTURES / name)
+    assert failed["chunk index"] > 0  # the compressed arrays
+    ok_plain, failed_plain = arrays_read(plain)
+    # Every array compressed in the original is read in the plain output; what else libhdf5
+    # refuses (types of size 0) it refuses in both.
+    assert ok_plain == ok + failed.pop("chunk index") and failed_plain == failed
+
+
+# --- files written in several sessions (jldopen(path, "a+")) ---------------------------------------
+
+# Real files written in several JLD2 sessions (format 0.1.1, JLD2 0.4 on Julia 1.6/1.7): a new
+# session's links go into a group header's free space or a continuation chunk, groups that grew
+# are saved in the order the file shows, types are committed after the first session's.
+SESSION_FILES = [
+    "WilliamCam__SC-circuit-simulator__" + name
+    for name in (
+        "CircuitSimProgram_rc_s.jld2",
+        "Create_Netlist_test.jld2",
+        "Create_Netlist_test_0ccd2bb7.jld2",
+        "Create_Netlist_test_da7c6f2c.jld2",
+        "RLC-SQUID_Parallel_v2_Sweeps_simlogs.jld2",
+        "circuits_apf_27ffbaf8.jld2",
+        "circuits_ishaan_e891d6de.jld2",
+        "circuits_rc_p.jld2",
+        "circuits_rc_s.jld2",
+        "circuits_vsource_jj.jld2",
+        "simlogs.jld2",
+        "simlogs_83cebcc2.jld2",
+    )
+]
+
+
+def _point(x: float, name: str = "Main.Point") -> JuliaStruct:
+    return JuliaStruct(JuliaType(name), {"x": np.float64(x), "y": np.float64(-x)})
+
+
+def _session_items() -> list[tuple[str, object]]:
+    """Session 1 (up to index 3): two names, a group, a committed type; session 2: names that
+    overflow the root group's header into a continuation chunk, a link added to the group (into
+    its free space), three types committed after the first session's (``/_types`` continues)."""
+    return [
+        ("a", np.arange(4.0)),
+        ("g/x", _point(0.5)),
+        ("b", "text"),
+        ("c", [_point(1.0, "Main.P1"), _point(1.0, "Main.P2"), _point(1.0, "Main.P3")]),
+        ("g/y", np.arange(3, dtype=np.int32)),
+        ("a_longer_name_for_the_second_session", JuliaArray("Any", [_point(2.0), "text"])),
+        ("d", np.ones((2, 2))),
+    ]
+
+
+def _write_sessions(path: Path, fmt: str, sessions: list[int]) -> bytes:
+    return _write(path, _session_items(), fmt, sessions=sessions)
+
+
+@pytest.mark.parametrize("fmt", ["0.2.0", "0.1.1"])
+def test_a_file_written_in_two_sessions_is_rewritten_so(fmt: str, tmp_path: Path) -> None:
+    """A later session's objects follow the end of the file; its links go into the free space of
+    a group header while they fit, then into a continuation chunk (which, before v0.4.51, format
+    0.1.1, leaves room for more links); the groups that grew are saved before the root group.
+    ``read_objects`` tells the sessions from the header chunks between the datasets, and convert
+    replays them: byte for byte; written in one session, the same values give other bytes."""
+    import h5py
+
+    src = tmp_path / "two.jld2"
+    two = _write_sessions(src, fmt, [3])
+    one = _write_sessions(tmp_path / "one.jld2", fmt, [])
+    assert two != one and two.count(b"OCHK") == 2  # root group and /_types continued
+    with File(src) as f:
+        objects = read_objects(f)
+    assert [n for n, _ in objects.values][:3] == ["a", "g/x", "b"] and objects.sessions == [3]
+    assert objects.grown_groups == [[], ["_types", ""]]
+    with File(tmp_path / "one.jld2") as f:
+        assert read_objects(f).sessions == []
+    back, once = tx.load(src), tx.load(tmp_path / "one.jld2")
+    assert sorted(back) == sorted(once) and all(tx.values_equal(back[k], once[k]) for k in once)
+    extra = ("--keep-format",) if fmt == "0.1.1" else ()
+    _assert_byte_identical(src, tmp_path / "out.jld2", *extra)
+    # libhdf5 follows the continuation chunks (their checksums included) to every link.
+    with h5py.File(src, "r") as f:
+        assert sorted(f) == ["_types", "a", "a_longer_name_for_the_second_session", "b", "c", "d", "g"]
+        with h5py.File(tmp_path / "one.jld2", "r") as once:
+            assert sorted(f["g"]) == ["x", "y"] and len(f["_types"]) == len(once["_types"])
+        np.testing.assert_array_equal(f["g/y"][()], np.arange(3, dtype=np.int32))
+
+
+def test_three_sessions_and_the_limit_of_what_a_file_shows(tmp_path: Path) -> None:
+    """Each close that wrote a chunk is seen (three sessions, replayed byte for byte); a session
+    whose links all fit into the free space earlier headers left writes none, so nothing tells it
+    from the next one: the two are taken for one (here "b" alone, then "c" ...)."""
+    src = tmp_path / "three.jld2"
+    _write_sessions(src, "0.1.1", [3, 4])  # a, g/x, b | c | g/y, ...
+    with File(src) as f:
+        objects = read_objects(f)
+    assert objects.sessions == [3, 4] and objects.grown_groups == [[], ["_types", ""], [""]]
+    _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
+    _write_sessions(src, "0.1.1", [2, 3])  # a, g/x | b (into free space) | c, ...
+    with File(src) as f:
+        assert read_objects(f).sessions == [2]
+
+
+@pytest.mark.parametrize("name", _corpus_params(SESSION_FILES))
+def test_real_files_written_in_several_sessions(name: str, tmp_path: Path) -> None:
+    with File(FIXTURES / name) as f:
+        assert read_objects(f).sessions  # (each was written in two to seven sessions)
+    _assert_byte_identical(FIXTURES / name, tmp_path / "out.jld2", "--keep-format")
 
 
 # --- the real files that show each rule ------------------------------------------------------------

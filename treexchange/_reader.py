@@ -14,7 +14,7 @@ nodes handed out follow one protocol (:mod:`treexchange._nodeproto`).
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
@@ -24,6 +24,7 @@ from ._errors import LimitError, PlainHDF5Error, TreexchangeError, UnsupportedEr
 from ._hdf5._model import H5Class
 from ._jld2._nodes import Group, Node, group_links
 from ._jld2._reader import Reader, Session
+from ._jld2._sessions import grown_groups, session_marks, session_starts
 from ._limits import DEFAULT_LIMITS, Limits
 from ._nodeproto import LazyFile, Order
 from ._plainhdf5 import PlainFile
@@ -262,6 +263,13 @@ class Objects:
     """Groups with no entries, by ``"a/b"`` name."""
     string_attributes: dict[str, str]
     """The root group's attributes (all of them strings, e.g. an embedded schema)."""
+    sessions: list[int] = field(default_factory=list)
+    """The indexes into :attr:`values` at which a later JLD2 write session starts: the file was
+    opened again and written to (``jldopen(path, "a+")``), which :mod:`treexchange._jld2._sessions`
+    tells from the group header chunks each session's close left between the datasets."""
+    grown_groups: list[list[str]] = field(default_factory=list)
+    """Per session, the groups (``"a/b"``; ``""`` the root) that got a continuation chunk when it
+    closed, in the order JLD2 saved them (:func:`treexchange._jld2._sessions.grown_groups`)."""
 
 
 def read_objects(file: File) -> Objects:
@@ -317,7 +325,10 @@ def read_objects(file: File) -> Objects:
     # Every value first (one session: shared objects stay shared), so that the writer knows
     # every struct's layout before it commits the first type.
     values = [(name, session.load_ref(address, path)) for address, name, path in leaves]
-    return Objects(values, empty_groups, attributes)
+    addresses = [reader.h5.absolute(a) for a, _, _ in leaves]
+    starts = session_starts(addresses, session_marks(reader, groups_seen))
+    grown = grown_groups(reader, groups_seen, addresses, starts)
+    return Objects(values, empty_groups, attributes, starts, grown)
 
 
 def _write_order(leaves: list[tuple[int, str, tuple[str, ...]]]) -> list[tuple[int, str, tuple[str, ...]]]:

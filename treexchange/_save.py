@@ -23,9 +23,9 @@ from ._atomic import atomic_write, remove_stale_temporaries
 from ._bridge._to_julia import convert_items
 from ._bson import sniff as sniff_bson
 from ._bsonfile import BsonFile
-from ._errors import ConversionError, TreexchangeError, WriteError, in_file
+from ._errors import ConversionError, TreexchangeError, UnsupportedError, WriteError, in_file
 from ._gc import gc_paused
-from ._jld2._encode_hdf5 import FILE_HEADER_LENGTH, REQUIRED_FILE_HEADER
+from ._jld2._encode_hdf5 import FILE_HEADER_LENGTH, REQUIRED_FILE_HEADER, filter_pipeline
 from ._jld2._era import (
     ANY_FORMAT_RULES,
     Source,
@@ -34,11 +34,13 @@ from ._jld2._era import (
     era_rules,
     first_difference,
     header_traits,
+    recommitted_keys,
     type_keys,
 )
 from ._jld2._writefile import write_jld2
-from ._jld2._writer_arrays import Compression
-from ._reader import File, Objects, read_objects
+from ._jld2._writer import FORMATS
+from ._jld2._writer_arrays import JLD2_DEFLATE_PIPELINE, Compression
+from ._reader import SCHEMA_ATTRIBUTE, File, Objects, read_objects
 from ._values import values_equal
 from ._version import default_producer
 
@@ -59,6 +61,7 @@ def save(
     schema: bool | SchemaLike | None = None,
     fsync: bool = True,
     format: str = "0.2.0",
+    mode: str = "w",
     **named_values: Any,
 ) -> None:
     """Write values to a JLD2 file that Julia's ``JLD2.load`` reads as real Julia values.
@@ -109,6 +112,14 @@ def save(
             compression: :class:`UnsupportedError`). Format 0.1.1 is byte-identical with what
             JLD2.jl 0.4 writes for the cases in docs/writing.md; see there for the differences
             that remain (the order in which some type datasets are written).
+        mode: ``"w"`` (default) writes a new file (replacing ``path``). ``"a"`` adds the names
+            to the JLD2 file at ``path`` (created if absent) as one more write session, as
+            Julia's ``jldopen(path, "a+")`` then ``f[name] = value`` do: its values stay as they
+            are stored (its sessions, types, JLD2's compression; see docs/writing.md), the new
+            ones follow, compressed as ``compress`` says. The file is rewritten whole
+            (atomically, like any save); its format is kept, and ``format`` must name it.
+            A name it already holds raises :class:`treexchange.ConversionError`; ``schema`` and
+            ``root_attributes`` are refused, as is a file with an embedded schema.
 
     Raises:
         ConversionError: a value has no Julia counterpart, holds a cycle or text without a UTF-8
@@ -149,6 +160,13 @@ def save(
         ...
         treexchange._errors.MismatchError: 1 schema violation(s):
           model_state.layers[1].weight: shape (2, 4) found, schema expects (2, 3)
+
+        Adding to a file, as ``jldopen(path, "a+")`` does:
+
+        >>> treexchange.save(path, model_state=state)
+        >>> treexchange.save(path, mode="a", epoch=3)
+        >>> sorted(treexchange.load(path))
+        ['epoch', 'model_state']
     """
     items: list[tuple[str, Any]] = []
     if mapping is not None:
@@ -166,7 +184,14 @@ def save(
     # The collector paused throughout (converting, laying out, writing): a large tree makes
     # many lasting objects and no garbage cycles, and one pause does not end (and so start a
     # collection over all of them) between the steps, only once they are dropped.
+    if mode not in ("w", "a"):
+        raise ValueError(f"mode must be 'w' or 'a', not {mode!r}")
+    if mode == "a" and (schema is not None or root_attributes is not None):
+        raise ValueError("save(mode='a') keeps the file's root attributes: no schema= or root_attributes=")
     with gc_paused():
+        if mode == "a" and os.path.exists(path):
+            _append_items(path, prepare_values(items), compress, producer, fsync, format)
+            return
         _save_items(path, prepare_values(items), compress, producer, root_attributes, schema, fsync, format)
 
 
@@ -195,6 +220,50 @@ def _save_items(
     atomic_write(path, write, fsync=fsync)
 
 
+def _append_items(
+    path: PathLike,
+    items: list[tuple[str, Any]],
+    compress: bool | str,
+    producer: str | None,
+    fsync: bool,
+    format: str,
+) -> None:
+    """:func:`save` with ``mode="a"`` on an existing file: its values re-encoded session by session
+    as ``convert`` does, then ``items`` in a session of their own."""
+    options = Compression.from_option(compress)
+    note = default_producer() if producer is None else producer
+    _check_producer(note)
+    with in_file(path), File(path) as f:
+        if f.format_version in FORMATS and f.format_version != format:
+            raise ValueError(
+                f"the file is JLD2 format {f.format_version}: append to it with format={f.format_version!r}"
+            )
+        objects, _, kept = _read_source(f, format, format == "0.1.1")
+        if SCHEMA_ATTRIBUTE in objects.string_attributes:
+            raise UnsupportedError(
+                "the file embeds a schema, which the new names would not follow: save it anew (mode='w')"
+            )
+        stored = stored_compression(f.reader.h5.filter_pipelines_seen)
+        old = len(objects.values)
+
+        def write(out: BinaryIO) -> None:
+            write_jld2(
+                out,
+                objects.values + items,
+                compress=stored if old else options,
+                producer=note,
+                root_attributes=objects.string_attributes,
+                empty_groups=objects.empty_groups,
+                format_version=format,
+                source=kept,
+                sessions=[*objects.sessions, old] if old else [],
+                grown_groups=[*objects.grown_groups, []],
+                last_compress=options,
+            )
+
+        atomic_write(path, write, fsync=fsync)
+
+
 def convert(
     source: PathLike,
     target: PathLike,
@@ -219,10 +288,12 @@ def convert(
     one dataset) and written in the order of their object-header addresses, which is the order
     Julia wrote them in; string attributes of the root group (an embedded schema) are carried
     over. A 0.2.0 file that Julia wrote comes out byte for byte when ``keep_producer`` keeps its
-    producer note (tests/test_byte_identity.py). With ``keep_format`` a 0.1.1 file is written
-    with the rules of the JLD2 release it shows (:mod:`treexchange._jld2._era`: 26 of the 27
-    0.1.1 fixtures and every 0.1.1 file of the corpus come out byte for byte,
-    tests/test_byte_identity_011.py), and the output is compared with the input (from byte 512
+    producer note (tests/test_byte_identity.py); with it, arrays JLD2 compressed are compressed
+    again in JLD2's own form. A file JLD2 wrote in several sessions (``jldopen(path, "a+")``) is
+    written in the same sessions (:mod:`treexchange._jld2._sessions`). With ``keep_format`` a
+    0.1.1 file is written with the rules of the JLD2 release it shows
+    (:mod:`treexchange._jld2._era`: all 28 0.1.1 fixtures and 679 of 715 0.1.1 files of the
+    corpus come out byte for byte, docs/writing.md), and the output is compared with the input (from byte 512
     on unless ``keep_producer``): the note returned says from which byte they differ and why,
     ``None`` when they are the same (or without ``keep_format``, or with ``compress``).
 
@@ -256,23 +327,12 @@ def convert(
             with File(source) as f:
                 producer = f.producer if keep_producer else default_producer()
                 fmt = f.format_version if keep_format and f.format_version == "0.1.1" else "0.2.0"
-                objects = read_objects(f)
-                # The rules of the Julia and JLD2 releases the input's types (and, to keep its
-                # format, its object headers) show; JLD2's release rules apply to a 0.1.1 file
-                # kept in 0.1.1.
-                resolver = f.reader.types
-                traits = (
-                    resolver.writer_traits | header_traits(f.reader)
-                    if keep_format
-                    else resolver.writer_traits
-                )
-                rules = era_rules(traits)
-                if fmt != "0.1.1":
-                    rules &= ANY_FORMAT_RULES
-                # (the committed layouts only where the output keeps the input's format)
-                layouts = committed_layouts(f.reader) if fmt == f.format_version else {}
-                kept = Source(rules, resolver.union_descriptions, type_keys(resolver.by_name_params), layouts)
-                _write_converted(target, objects, options, producer, fmt, verify, on_write, kept)
+                objects, traits, kept = _read_source(f, fmt, keep_format)
+                written = options
+                if keep_producer and options is None and fmt == "0.2.0":
+                    # Compressed again as the input was, when JLD2 compressed it (its own form).
+                    written = source_compression(f.reader.h5.filter_pipelines_seen)
+                _write_converted(target, objects, written, producer, fmt, verify, on_write, kept)
             if keep_format and options is None:
                 start = 0 if keep_producer else FILE_HEADER_LENGTH
                 offset = first_difference(os.fspath(source), os.fspath(target), start)
@@ -282,6 +342,69 @@ def convert(
     count = len(objects.values)
     summary = f"{os.fspath(source)} -> {os.fspath(target)}: {count} value(s), {sizes}, JLD2 {fmt}{checked}"
     return summary if note is None else f"{summary}\n{note}"
+
+
+def _read_source(f: File, fmt: str, headers: bool) -> tuple[Objects, set[str], Source]:
+    """A JLD2 file's values and what re-encoding it in format ``fmt`` keeps of it: the rules of
+    the Julia and JLD2 releases its types (and with ``headers`` its object headers) show --
+    JLD2's release rules only for a 0.1.1 file kept in 0.1.1 -- and its write sessions."""
+    objects = read_objects(f)
+    resolver = f.reader.types
+    traits = resolver.writer_traits | header_traits(f.reader) if headers else set(resolver.writer_traits)
+    rules = era_rules(traits)
+    if fmt != "0.1.1":
+        rules &= ANY_FORMAT_RULES
+    kept = Source(
+        rules,
+        resolver.union_descriptions,
+        type_keys(resolver.by_name_params),
+        # (the committed layouts only where the output keeps the input's format)
+        layouts=committed_layouts(f.reader) if fmt == f.format_version else {},
+        recommitted=(
+            recommitted_keys(resolver.committed_types.values()) if objects.sessions else frozenset()
+        ),
+    )
+    return objects, traits, kept
+
+
+def source_compression(pipelines: frozenset[bytes]) -> Compression | None:
+    """The compression ``convert --keep-producer`` writes again: JLD2.jl's own
+    (:meth:`Compression.jld2`) when every filter pipeline of the input is the one JLD2 >= 0.5
+    writes for ``compress=true``; none otherwise (another writer's filters are not reproduced).
+
+    Example:
+        >>> from treexchange._jld2._writer_arrays import JLD2_DEFLATE_PIPELINE
+        >>> source_compression(frozenset({JLD2_DEFLATE_PIPELINE}))
+        Compression(method='deflate', level=-1, chunk_bytes=1048576, jld2_form=True)
+        >>> source_compression(frozenset()) is None
+        True
+    """
+    if pipelines and pipelines == {JLD2_DEFLATE_PIPELINE}:
+        return Compression.jld2()
+    return None
+
+
+def stored_compression(pipelines: frozenset[bytes]) -> Compression | None:
+    """How ``save(mode="a")`` writes a file's arrays again: compressed as JLD2 compressed them
+    (:func:`source_compression`) or as :func:`save` did (shuffle + deflate, or shuffle + zstd),
+    when every filter pipeline of the file is one of those; else uncompressed.
+
+    Example:
+        >>> from treexchange._jld2 import _encode_hdf5 as enc
+        >>> ours = Compression.from_option("zstd")
+        >>> stored_compression(frozenset({enc.filter_pipeline(ours.filters(4))[4:]})) == ours
+        True
+    """
+    found = source_compression(pipelines)
+    if found is not None or not pipelines:
+        return found
+    for option in ("deflate", "zstd"):
+        choice = Compression.from_option(option)
+        if choice is not None:
+            forms = {filter_pipeline(choice.filters(size))[4:] for size in range(1, 65)}
+            if pipelines <= forms:
+                return choice
+    return None
 
 
 def _write_converted(
@@ -308,6 +431,8 @@ def _write_converted(
             format_version=fmt,
             on_write=on_write,
             source=source,
+            sessions=objects.sessions,
+            grown_groups=objects.grown_groups,
         )
 
     atomic_write(target, write, check=(lambda tmp: verify_output(tmp, values)) if verify else None)

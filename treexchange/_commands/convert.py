@@ -94,7 +94,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument(
         "--keep-producer",
         action="store_true",
-        help="keep the input's producer note (e.g. ' (Julia 1.11.1 64-bit LE)') in the header",
+        help=(
+            "keep the input's producer note (e.g. ' (Julia 1.11.1 64-bit LE)') in the header, and "
+            "compress again what JLD2 compressed (its own layout, which libhdf5 2 cannot read)"
+        ),
     )
     p.add_argument(
         "--keep-format",

@@ -549,6 +549,12 @@ class HDF5File:
         decoded are remembered by body (``_memo``; theirs are a few bytes)."""
         return bool(self._memos[MEMO_TABLES[2]])
 
+    @property
+    def filter_pipelines_seen(self) -> frozenset[bytes]:
+        """The bodies of the filter pipeline messages of the datasets read so far (which filters,
+        with which client values: what ``convert --keep-producer`` compresses with again)."""
+        return frozenset(self._memos[MEMO_TABLES[2]])
+
     def charge_decoded(self, offset: int, nbytes: int) -> None:
         """Count ``nbytes`` that the dataset at ``offset`` produces without storing them
         (decompressed chunks, fill values) against ``Limits.max_decoded_bytes``, before they are

@@ -284,13 +284,17 @@ def layout_single_chunk_size(ndims_plus_one: int, width: int) -> int:
     return 4 + 5 + width * ndims_plus_one + 1 + 8 + 4 + 8
 
 
-def layout_single_chunk(chunk_dims: tuple[int, ...], filtered_size: int, address: int) -> bytes:
+def layout_single_chunk(
+    chunk_dims: tuple[int, ...], filtered_size: int, address: int, width: int | None = None
+) -> bytes:
     """Data layout v4, chunked, single-chunk index with a filtered chunk (flags 2), as JLD2.jl
-    writes it for compressed arrays -- but with libhdf5's dimension-size width.
+    writes it for compressed arrays -- with libhdf5's dimension-size width unless ``width``
+    says otherwise (JLD2's own is 8, which libhdf5 >= 2.0 refuses).
 
     ``chunk_dims`` are the dataset dims in HDF5 order plus the element size.
     """
-    width = chunk_dim_width(chunk_dims)
+    if width is None:
+        width = chunk_dim_width(chunk_dims)
     body = struct.pack("<BBBBB", 4, 2, 2, len(chunk_dims), width)
     body += b"".join(d.to_bytes(width, "little") for d in chunk_dims)
     body += struct.pack("<BQIQ", 1, filtered_size, 0, address)

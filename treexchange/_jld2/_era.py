@@ -82,7 +82,6 @@ _VERSIONED = "datatype:versioned"  # a datatype message (not fixed-point) of ver
 _GROUP_ROOM = "group:link-room"  # a group of < 4 links with room for more in its header
 _GROUP_NO_ROOM = "group:no-link-room"  # one without
 _COMPRESSED = "dataset:compressed"  # a dataset with a filter pipeline
-_APPENDED = "file:appended"  # /_types written before a dataset linked from the root group
 _CONTINUED = "header:continued"  # an object header continued in a later block (links added)
 _ZERO_TAIL = "file:zero-tail"  # zero bytes past the superblock's end-of-file address
 
@@ -132,6 +131,10 @@ class Source:
     writer builds a struct type no value shows (an empty Dict's element type) from its layout,
     and commits it as JLD2 did. Kept only when the output has the input's format (a format-0.1.1
     layout leaves ghost fields out)."""
+    recommitted: frozenset[str] = frozenset()
+    """Types the file committed more than once (writer keys): a later write session did not
+    reuse the committed type an earlier one wrote (JLD2 reads back some as not canonical: a
+    struct with a Dict field before v0.4.42), so the writer forgets them when a session closes."""
 
 
 def committed_layouts(reader: Reader) -> dict[str, StructLayout]:
@@ -178,6 +181,22 @@ def type_keys(types: Iterable[JuliaType]) -> frozenset[str]:
         except TreexchangeError:
             continue
     return frozenset(keys)
+
+
+def recommitted_keys(types: Iterable[JuliaType]) -> frozenset[str]:
+    """The writer keys (:func:`type_keys`) that more than one of ``types`` has.
+
+    Example:
+        >>> a, b = JuliaType("Main.A"), JuliaType("Main.B")
+        >>> sorted(recommitted_keys([a, b, JuliaType("Main.A")]))
+        ['Main.A']
+    """
+    seen: set[str] = set()
+    twice: set[str] = set()
+    for t in types:
+        for key in type_keys([t]):
+            (twice if key in seen else seen).add(key)
+    return frozenset(twice)
 
 
 def era_rules(traits: Iterable[str]) -> frozenset[str]:
@@ -241,10 +260,6 @@ def header_traits(reader: Reader) -> set[str]:
     traits: set[str] = set()
     if reader.h5.filters_seen:  # (datasets read through references are not scanned below)
         traits.add(_COMPRESSED)
-    links = reader.links(reader.root_address)
-    types_at = links.get("_types")
-    if types_at is not None and any(a > types_at for n, a in links.items() if n != "_types"):
-        traits.add(_APPENDED)  # JLD2 writes /_types when it closes a file, after every dataset
     if _zero_tail(reader):
         traits.add(_ZERO_TAIL)
     for address, kind in _object_addresses(reader):
@@ -343,16 +358,16 @@ def _zero_tail(reader: Reader) -> bool:
 
 
 _KNOWN_CAUSES = {
-    _APPENDED: "the file was appended to in a second JLD2 session (its /_types group lies before "
-    "datasets the root group links): treexchange writes a file in one session",
     _CONTINUED: 'links were added to a group an earlier JLD2 session wrote (jldopen(path, "a+"): its '
-    "object header continues in a later block): treexchange writes a file in one session",
+    "object header continues in a later block): treexchange replays the write sessions the file shows, "
+    "but not links JLD2 fitted into a header's free space, nor objects a session left unlinked (delete!)",
     _ZERO_TAIL: "the file goes on with zeros past its end-of-file address (JLD2 on Windows maps a file "
     "opened for writing 512 KiB larger and, when nothing was written, closes it without truncating): "
     "treexchange ends the file at that address",
-    _COMPRESSED: "it has compressed datasets: treexchange does not compress what it converts "
-    "(--compress chooses), and writes chunk indexes libhdf5 2 reads where JLD2's single-chunk "
-    "index has 8-byte dimension sizes it rejects",
+    _COMPRESSED: "it has compressed datasets: treexchange compresses what it converts again only "
+    "in JLD2's own form of compress=true (format 0.2.0, with --keep-producer), else as --compress "
+    "chooses, in chunk indexes libhdf5 2 reads where JLD2's single-chunk index has 8-byte "
+    "dimension sizes it rejects",
 }
 
 REPORTED_TRAITS = frozenset(_KNOWN_CAUSES)

@@ -201,6 +201,9 @@ class Reader:
         self.h5 = HDF5File(source, limits=limits, verify_checksums=verify_checksums, header_type=DatasetInfo)
         self._data: Any = None  # the copy-on-write map (or bytearray), made on first use
         self._type_session: Session | None = None  # see load_type_param
+        # Every TypeVar dataset read, by address: one object per file, whichever session reads it
+        # (a value's session reads a UnionAll's var, the type session its body's parameter).
+        self.typevars: dict[int, JuliaStruct] = {}
         self._source = source if isinstance(source, (bytes, bytearray, memoryview)) else None
         try:
             self.header: FileHeader | None
@@ -1091,6 +1094,10 @@ class Session:
             elif type(value) is str:
                 self._note_string(value, address, path)
             return value
+        typevar = self.reader.typevars.get(address)
+        if typevar is not None:  # read by another session (Reader.typevars)
+            memo[address] = typevar
+            return typevar
         if address in self._busy:
             # A cycle: legal in Julia (a Vector{Any} holding itself, a mutable struct pointing
             # back to its parent) and in HDF5 (a hard link to an ancestor group). Lists, dicts and
@@ -1137,6 +1144,8 @@ class Session:
         memo[address] = value
         if type(value) is str:
             self._note_string(value, address, path)
+        elif type(value) is JuliaStruct and value.type.name == "Core.TypeVar":
+            self.reader.typevars[address] = value
         return value
 
     def _note_string(self, text: str, address: int, path: TreePath) -> None:

@@ -225,6 +225,9 @@ class TypeResolver:
         # What the types read so far show of the JLD2 version that wrote them: rules that
         # changed between JLD2 releases (treexchange._jld2._era names them).
         self.writer_traits: set[str] = set()
+        self.committed_types: dict[int, JuliaType] = {}
+        """The Julia type (``julia_type``) of each committed datatype resolved, by address: a type
+        committed twice tells a later write session that did not reuse it (``_sessions``)."""
         # The description of each Core.Union read, by the union's qualified text (_era.Source).
         self.union_descriptions: dict[str, str] = {}
         self._busy: set[int] = set()
@@ -384,6 +387,7 @@ class TypeResolver:
                 raise FormatError("the Core.DataType type does not have JLD2's layout")
             return DataTypePlan(JuliaType("Core.DataType"), dt)
         jt = self.type_attribute(jt_attr)
+        self.committed_types[address] = jt
         wt_attr = attrs.get("written_type")
         wt = self.type_attribute(wt_attr) if wt_attr is not None else None
         if "empty" in attrs:

@@ -4,7 +4,7 @@ steps (types of every value learnt first, then the values, then empty groups).""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, BinaryIO
 
 from ._era import Source
@@ -23,11 +23,19 @@ def write_jld2(
     format_version: str = "0.2.0",
     on_write: Callable[[int], None] | None = None,
     source: Source | None = None,
+    sessions: Sequence[int] = (),
+    grown_groups: Sequence[Sequence[str]] = (),
+    last_compress: Compression | None = None,
 ) -> None:
     """Write ``(name, value)`` pairs (values as ``treexchange._save.prepare_values`` makes them, or
     as the reader returns them) and ``empty_groups`` as a JLD2 file to ``out``; ``on_write(n)``
     is told the size of every write once its bytes are taken from the values' memory;
-    ``source``: what re-encoding a file keeps of it (:class:`treexchange._jld2._era.Source`)."""
+    ``source``: what re-encoding a file keeps of it (:class:`treexchange._jld2._era.Source`);
+    ``sessions``: the indexes into ``items`` at which a new write session starts (the file closed
+    and opened again, as JLD2's ``jldopen(path, "a+")``: ``JLD2Writer.close_session``);
+    ``grown_groups``: per session, the groups to save first when it closes (``Objects.grown_groups``);
+    ``last_compress``: the compression of the last session when there are several (``compress``
+    is the earlier ones': ``save(mode="a")`` keeps how a file's values are stored)."""
     writer = JLD2Writer(
         out,
         compress=compress,
@@ -38,8 +46,15 @@ def write_jld2(
         source=source,
     )
     writer.prepare(items)  # every struct's layout known before the first type is committed
-    for name, value in items:
+    starts = set(sessions)
+    closed = 0
+    for i, (name, value) in enumerate(items):
+        if i in starts:
+            writer.close_session(grown_groups[closed] if closed < len(grown_groups) else ())
+            closed += 1
+            if closed == len(starts):
+                writer.set_compression(last_compress)
         writer.write(name, value)
     for name in empty_groups or ():
         writer.create_group(name)
-    writer.close()
+    writer.close(grown_groups[closed] if closed < len(grown_groups) else ())

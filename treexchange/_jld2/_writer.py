@@ -70,6 +70,7 @@ from ._writer_bulk import (
     encode_refs,
     utf8 as _utf8,
 )
+from ._writer_groups import SavedHeader, add_links
 from ._writer_sink import Sink
 from ._writer_types import JT, MAX_INLINE_SIZE, UNION_EL, Cat, TypeFactory
 
@@ -134,13 +135,16 @@ class _Format:
     group_link_room: bool = True
     """A new group's header leaves room for 4 links of 8-byte names (JLD2 >= v0.4.4's
     ``group_extra_space``); earlier releases left none: an era rule (``_era``)."""
+    continuation_link_room: bool = False
+    """A continuation chunk a later session adds to a group header leaves room for more links
+    (``save_group`` before v0.4.51, format 0.1.1); later releases' ``attach_message`` leaves none."""
     """A Dict is custom-serialized as its ``Vector{Pair{K,V}}`` (JLD2 < v0.4.42), not as a
     ``JLD2.SerializedDict``: an older rule, followed when the input shows it (``_era``)."""
 
 
 _FORMATS = {
     "0.2.0": _Format("0.2.0", True, 1, COMPACT_LIMIT, True, False, 0, False),
-    "0.1.1": _Format("0.1.1", False, 8192, 0xFFFF, False, True, 2, True),
+    "0.1.1": _Format("0.1.1", False, 8192, 0xFFFF, False, True, 2, True, continuation_link_room=True),
 }
 
 
@@ -156,7 +160,7 @@ def _release_format(base: _Format, rules: frozenset[str]) -> _Format:
     if NO_NTUPLE in rules:
         fmt = replace(fmt, tuple_names=False)
     if LAYOUT_0_4_51 in rules or LAYOUT_0_4_52 in rules:
-        fmt = replace(fmt, continuation_placeholder=True, ntuple_from=0)
+        fmt = replace(fmt, continuation_placeholder=True, ntuple_from=0, continuation_link_room=False)
     if DATATYPE_V0 in rules:
         fmt = replace(fmt, datatype_version_zero=True)
     if GROUPS_WITHOUT_ROOM in rules:
@@ -215,6 +219,8 @@ class _Group:
 
     links: dict[str, int] = field(default_factory=dict)
     children: dict[str, _Group] = field(default_factory=dict)
+    saved: SavedHeader | None = None
+    """Its header, once a write session closed (the first ``saved.count`` links are in it)."""
 
 
 @dataclass
@@ -335,15 +341,12 @@ class JLD2Writer:
             # Rules of the JLD2 release a format-0.1.1 input shows (treexchange._jld2._era),
             # other than v0.4.46's, for re-encoding that file.
             self.format = _release_format(self.format, self.source.rules)
-        if compress is not None and self.format.version != "0.2.0":
-            raise UnsupportedError(
-                f"compression in JLD2 format {format_version} is not supported (write format 0.2.0)"
-            )
+        self.compress: Compression | None = None
+        self.set_compression(compress)
         self.sink = Sink(file, on_write)
         # max_depth: the stack made room for; datatype_depth: the deepest inline type written
         # (what the reader parses back with the same limits).
         self.limits = limits
-        self.compress = compress
         self.producer = producer
         self.root_attributes = dict(root_attributes or {})
         self._session_per_name = SESSION_PER_NAME in self.source.rules
@@ -358,6 +361,8 @@ class JLD2Writer:
         self.heap = _GlobalHeap()
         self._heap_marker: tuple[int, bytes] | None = None  # see write_heap_object
         self.root = _Group()
+        self._saved_groups: list[_Group] = []  # in the order saved (their headers put at close)
+        self._root_address = 0
         self.wsession: dict[Hashable, int] = {}
         self.datatype_wsession: dict[Hashable, int] = {}
         self._keepalive: list[Any] = []
@@ -455,24 +460,56 @@ class JLD2Writer:
         for part in name.split("/"):
             if not part:
                 continue
-            if part in g.links:
+            if part in g.links and part not in g.children:  # (a saved group is linked too)
                 raise ConversionError(f"{name!r}: {part!r} is a dataset, not a group", path=(name,))
             g = g.children.setdefault(part, _Group())
 
-    def close(self) -> int:
-        """Write the groups, the user block and the superblock (JLD2's ``close``); returns the size."""
+    def close(self, grown: Sequence[str] = ()) -> int:
+        """Write the groups, the user block and the superblock (JLD2's ``close``); returns the size.
+        ``grown``: see :meth:`close_session`."""
         if self._closed:
             return self.end
         self._closed = True
-        if self.types_links:
-            types = _Group(links=dict(self.types_links))
-            self.root.children["_types"] = types
-        root = self._save_group(self.root, self.root_attributes)
+        self._save_groups(grown)
         self._put_heap_marker()
+        for g in self._saved_groups:
+            for offset, chunk in _need(g.saved, "group header").chunks:
+                self.sink.put_checksummed(offset, bytes(chunk))
         self.sink.put(0, enc.user_block(self.producer, self.format.version))
-        self.sink.put(BASE, enc.superblock_v2(BASE, self.end, root))
+        self.sink.put(BASE, enc.superblock_v2(BASE, self.end, self._root_address))
         self.sink.finish(self.end)
         return self.end
+
+    def set_compression(self, compress: Compression | None) -> None:
+        """Compress the arrays written from now on so (JLD2's ``compress`` of a file opened)."""
+        if compress is not None and self.format.version != "0.2.0":
+            raise UnsupportedError(
+                f"compression in JLD2 format {self.format.version} is not supported (write format 0.2.0)"
+            )
+        self.compress = compress
+
+    def close_session(self, grown: Sequence[str] = ()) -> None:
+        """End a write session as JLD2's ``close`` does and go on as ``jldopen(path, "a+")`` would
+        (:mod:`treexchange._jld2._sessions`): the groups are saved (links added to headers already
+        in the file go into their free space or a continuation chunk), new objects follow the
+        end of the file, committed types are reused, and the global heap, the write session and
+        the datatype session start afresh. ``grown``: the groups (``"a/b"`` paths, ``"_types"``)
+        whose header an earlier session wrote, in the order to save them (the input's: JLD2 saves
+        them in the order of a ``Dict``); the others follow, the root group last."""
+        if self._closed:
+            raise RuntimeError("writer is closed")
+        self._save_groups(grown)
+        self._put_heap_marker()
+        self.heap = _GlobalHeap()
+        self.wsession = {}
+        self.datatype_wsession = {}
+        if self.source.recommitted:
+            # Types the input committed again in a later session: JLD2 read them back as not
+            # canonical and did not reuse them. The plans made with them go too.
+            for key in self.source.recommitted:
+                self.committed.pop(key, None)
+            for plans in (self._array_plans, self._ref_plans, self._compact_plans, self._messages):
+                plans.clear()
 
     # ================================================================================ groups
     def _pathize(self, name: str) -> tuple[_Group, str]:
@@ -485,7 +522,7 @@ class JLD2Writer:
                 if i == 0:
                     g = self.root
                 continue
-            if part in g.links:
+            if part in g.links and part not in g.children:  # (a saved group is linked too)
                 raise ConversionError(f"{'/'.join(parts[: i + 1])!r} is a dataset, not a group", path=(name,))
             g = g.children.setdefault(part, _Group())
         leaf = parts[-1]
@@ -497,10 +534,39 @@ class JLD2Writer:
             raise ConversionError(f"a group or dataset named {leaf!r} is already present", path=(name,))
         return g, leaf
 
+    def _save_groups(self, grown: Sequence[str]) -> None:
+        """What JLD2's ``close`` saves: the groups an earlier session wrote (``grown`` first, in
+        that order), ``/_types`` (new, or the links of types committed since the last session),
+        then the root group with its new children."""
+        if self.types_links:
+            types = self.root.children.get("_types")
+            if types is None:
+                self.root.children["_types"] = _Group(links=dict(self.types_links))
+            else:
+                types.links.update(self.types_links)
+        for path in grown:
+            g: _Group | None = self.root
+            for part in (p for p in path.split("/") if p):
+                g = g.children.get(part) if g is not None else None
+            if g is not None and g is not self.root and g.saved is not None:
+                self._save_group(g)
+        self._save_group(self.root, self.root_attributes)
+
     def _save_group(self, g: _Group, attributes: dict[str, str] | None = None) -> int:
-        """JLD2's ``save_group`` for a new group: children first, then the header."""
+        """JLD2's ``save_group``: children first (a new one's header, then its link), then the
+        group's header, or, for a header an earlier session wrote, its new links (JLD2's
+        ``load_group`` state: into free space, else a continuation chunk)."""
         for name, child in g.children.items():
-            g.links[name] = self._save_group(child)
+            if child.saved is None:
+                g.links[name] = self._save_group(child)
+            else:
+                self._save_group(child)
+        if g.saved is not None:
+            if len(g.links) > g.saved.count:
+                new = list(g.links.items())[g.saved.count :]
+                room = self.format.continuation_link_room
+                self.end = add_links(g.saved, new, self.end, BASE, room)
+            return g.saved.chunks[0][0] - BASE
         attrs = [self._string_attr(k, v) for k, v in (attributes or {}).items()]
         links = list(g.links.items())
         # Free space for 4 links of 8-byte names (est_num_entries, est_link_name_len defaults).
@@ -516,7 +582,11 @@ class JLD2Writer:
         if extra:
             parts.append(enc.nil_message(extra - 4))
         parts.append(enc.CONTINUATION_PLACEHOLDER)
-        self.sink.put_checksummed(start, enc.object_header_unsummed(b"".join(parts)))
+        # Put when the file closes (a later session may add links to it).
+        g.saved = SavedHeader([(start, bytearray(enc.object_header_unsummed(b"".join(parts))))], len(links))
+        self._saved_groups.append(g)
+        if g is self.root:
+            self._root_address = start - BASE
         return start - BASE
 
     def _string_attr(self, name: str, value: str) -> _Attr:
@@ -1207,15 +1277,21 @@ class JLD2Writer:
             array, compress = _need(array, "array"), _need(self.compress, "compression")
             itemsize = datasz // max(space.numel, 1)
             shape = array.shape if array.ndim else (1,)
-            chunk = plan_chunk(tuple(shape), itemsize, compress.chunk_bytes)
+            # JLD2's own form: the whole array one chunk, dimension sizes 8 bytes wide.
+            chunk = (
+                tuple(shape)
+                if compress.jld2_form
+                else plan_chunk(tuple(shape), itemsize, compress.chunk_bytes)
+            )
             chunk_h5 = (*reversed(chunk), itemsize)
             pipeline = enc.filter_pipeline(compress.filters(itemsize))
             psz += len(pipeline)
             # One chunk: JLD2's own single-chunk layout (v4) with libhdf5's dimension width;
             # JLD2 reads widths of 1, 2, 4 or 8 bytes only, else use the B-tree layout (v3).
-            if chunk == tuple(shape) and enc.chunk_dim_width(chunk_h5) in (1, 2, 4, 8):
+            width = 8 if compress.jld2_form else enc.chunk_dim_width(chunk_h5)
+            if chunk == tuple(shape) and width in (1, 2, 4, 8):
                 layout = "single"
-                psz += enc.layout_single_chunk_size(len(chunk_h5), enc.chunk_dim_width(chunk_h5))
+                psz += enc.layout_single_chunk_size(len(chunk_h5), width)
             else:
                 layout = "chunked"
                 psz += enc.layout_chunked_v3_size(len(chunk_h5))
@@ -1241,7 +1317,7 @@ class JLD2Writer:
             self.sink.put_large(address, c.data)
             self.end += len(c.data)
             head.append(pipeline)
-            head.append(enc.layout_single_chunk(chunk_h5, len(c.data), address - BASE))
+            head.append(enc.layout_single_chunk(chunk_h5, len(c.data), address - BASE, width))
         elif layout == "chunked":
             btree = self._write_chunks(_need(array, "array"), chunk, chunk_h5)
             head.append(pipeline)

@@ -41,6 +41,9 @@ CHUNK_BYTES = 1 << 20
 
 DEFLATE_ID = 1
 SHUFFLE_ID = 2
+JLD2_DEFLATE_PIPELINE = bytes.fromhex("020101000000010005000000")
+"""The body of the filter pipeline message JLD2.jl >= 0.5 writes for ``compress=true``: version 2,
+one filter, deflate (id 1), flags 0, one client value, 5."""
 ZSTD_ID = 32015
 
 
@@ -202,6 +205,12 @@ class Compression:
     method: str
     level: int
     chunk_bytes: int = CHUNK_BYTES
+    jld2_form: bool = False
+    """JLD2.jl's own form of ``compress=true`` (what ``convert --keep-producer`` writes for an
+    input compressed so, :data:`JLD2_DEFLATE_PIPELINE`): deflate alone (no shuffle) at zlib's
+    default level, its filter's client value saying 5 all the same, and one chunk per array
+    whatever its size, in a single-chunk index with 8-byte dimension sizes. libhdf5 >= 2.0
+    refuses that index (JLD2's files as well as this copy); JLD2.jl reads it."""
 
     def __post_init__(self) -> None:
         if self.method not in ("deflate", "zstd"):
@@ -215,7 +224,7 @@ class Compression:
 
         Example:
             >>> Compression.from_option(True)
-            Compression(method='deflate', level=5, chunk_bytes=1048576)
+            Compression(method='deflate', level=5, chunk_bytes=1048576, jld2_form=False)
             >>> Compression.from_option(False) is None
             True
         """
@@ -227,8 +236,22 @@ class Compression:
             return cls("zstd", 3)
         raise ValueError(f"compress must be False, True, 'deflate' or 'zstd', not {option!r}")
 
+    @classmethod
+    def jld2(cls) -> Compression:
+        """JLD2.jl's ``compress=true`` (:attr:`jld2_form`).
+
+        Example:
+            >>> Compression.jld2().filters(8)
+            [(1, '', (5,))]
+        """
+        return cls("deflate", -1, jld2_form=True)
+
     def filters(self, itemsize: int) -> list[tuple[int, str, tuple[int, ...]]]:
         """The filter pipeline entries (id, name, client values) in application order."""
+        if self.jld2_form:
+            # JLD2's write_filter_pipeline_message: the client value is a constant 5, while its
+            # ZlibCompressor() compresses at zlib's default level.
+            return [(DEFLATE_ID, "", (5,))]
         if self.method == "deflate":
             return [(SHUFFLE_ID, "", (itemsize,)), (DEFLATE_ID, "", (self.level,))]
         return [(SHUFFLE_ID, "", (itemsize,)), (ZSTD_ID, "ZSTD", (self.level,))]
@@ -306,4 +329,4 @@ def compressed_chunks(arr: np.ndarray, chunk: tuple[int, ...], compression: Comp
         raw = bytes(_as_bytes(block.T))
         if len(raw) < full:
             raw += bytes(full - len(raw))
-        yield Chunk(compress(shuffle(raw, itemsize)), (*starts_rev, 0))
+        yield Chunk(compress(raw if compression.jld2_form else shuffle(raw, itemsize)), (*starts_rev, 0))
