@@ -47,7 +47,7 @@ from treexchange import JuliaArray, JuliaDict, JuliaStruct, JuliaType, Singleton
 from treexchange._cli import main
 from treexchange._jld2 import _era
 from treexchange._jld2._encode_hdf5 import VLEN_UTF8
-from treexchange._jld2._era import Source
+from treexchange._jld2._era import REPORTED_TRAITS, Source, header_traits
 from treexchange._jld2._layout import StructLayout
 from treexchange._jld2._writefile import write_jld2
 from treexchange._jld2._writer_arrays import JLD2_DEFLATE_PIPELINE, Compression
@@ -697,19 +697,15 @@ def test_real_files_showing_each_rule(name: str, tmp_path: Path) -> None:
     _assert_byte_identical(FIXTURES / name, tmp_path / "out.jld2", *extra)
 
 
-# Real files appended to in a later JLD2 session whose /_types group is written after every dataset
-# the root group links: the links added to subgroups continue their object headers.
-CORPUS_CONTINUED = [
-    f"WilliamCam__SC-circuit-simulator__{name}.jld2"
-    for name in ("circuits_rc_s", "circuits_rc_p", "circuits_vsource_jj", "Create_Netlist_test")
-]
-
-
-@pytest.mark.parametrize("name", _corpus_params(CORPUS_CONTINUED))
-def test_real_files_with_links_added_later_are_named(
-    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    out = tmp_path / "out.jld2"
-    assert main(["convert", str(FIXTURES / name), str(out), "--keep-format", "--keep-producer"]) == 0
-    assert "object header continues in a later block" in capsys.readouterr().err
-    assert tx.values_equal(tx.load(out), tx.load(FIXTURES / name))
+def test_continued_headers_are_a_known_cause_kept_for_what_the_replay_misses(tmp_path: Path) -> None:
+    """A header continued in a later block (links added by a later session) stays a trait that
+    ``--keep-format`` names if the bytes still differ (a session the file does not show, objects a
+    deleted link left behind); one session continues none."""
+    two, one = tmp_path / "two.jld2", tmp_path / "one.jld2"
+    _write_sessions(two, "0.1.1", [3])
+    _write_sessions(one, "0.1.1", [])
+    with File(two) as f:
+        assert "header:continued" in header_traits(f.reader)
+    with File(one) as f:
+        assert "header:continued" not in header_traits(f.reader)
+    assert "header:continued" in REPORTED_TRAITS
