@@ -68,6 +68,7 @@ from ._writer_bulk import (
     encode_refs,
     utf8 as _utf8,
 )
+from ._writer_runs import PairVector as _PairVector
 from ._writer_sink import Sink
 from ._writer_types import JT, MAX_INLINE_SIZE, UNION_EL, Cat, TypeFactory
 
@@ -1055,8 +1056,8 @@ class JLD2Writer:
         k, v = jt.params
         pair = self.types.pair_of(k, v)
         vec = self.types.array_of(pair, 1)
-        pairs = [_PairValue(a, b, pair) for a, b in _dict_entries(value, path)]
-        return self._write_array(_PairVector(pairs), vec, ws, None, path)
+        keys, values = _dict_entries(value, path)
+        return self._write_array(_PairVector(keys, values, pair), vec, ws, None, path)
 
     # --- arrays ------------------------------------------------------------------------------------
     def _write_array(
@@ -1623,10 +1624,6 @@ _ZERO = object()
 """The all-zero-bytes value of the unused member of a ``JLD2.InlineUnionEl``."""
 
 
-class _PairVector(list):  # type: ignore[type-arg]
-    """The ``kvvec`` of a Dict: a fresh Vector{Pair{K,V}} (never shared, like JLD2's collect)."""
-
-
 @lru_cache(maxsize=4096)
 def _version_zero(t: H5Type) -> H5Type:
     """``t`` with version 0 in every class byte but fixed-point ones (JLD2 0.4.51 - 0.4.52)."""
@@ -1645,12 +1642,14 @@ def _type_chain(t: H5Type) -> int:
     return 1 + max(map(_type_chain, inner), default=0)
 
 
-def _dict_entries(value: Any, path: tuple[PathSegment, ...]) -> list[tuple[Any, Any]]:
-    """A Dict's (key, value) pairs: a dict's items, or the pairs of a Dict read in its stored
-    form ``JuliaStruct(Dict{K,V}, kvvec=[Pair...])`` (keys Python cannot hash)."""
+def _dict_entries(value: Any, path: tuple[PathSegment, ...]) -> tuple[list[Any], list[Any]]:
+    """A Dict's keys and values: a dict's, or the pairs' of a Dict read in its stored form
+    ``JuliaStruct(Dict{K,V}, kvvec=[Pair...])`` (keys Python cannot hash)."""
     if isinstance(value, dict):
-        check_julia_keys(value, path)
-        return list(value.items())
+        keys = list(value)
+        if set(map(type, keys)) != {str}:  # (only keys holding a NaN can be one key in Julia)
+            check_julia_keys(keys, path)
+        return keys, list(value.values())
     out = []
     for i, p in enumerate(_array_items(value.fields["kvvec"]), 1):
         if isinstance(p, JuliaStruct) and set(p.fields) == {"first", "second"}:
@@ -1660,7 +1659,7 @@ def _dict_entries(value: Any, path: tuple[PathSegment, ...]) -> list[tuple[Any, 
         else:
             raise ConversionError("a Dict entry is not a Pair", path=(*path, "kvvec", i))
     check_julia_keys((k for k, _ in out), path)
-    return out
+    return [k for k, _ in out], [v for _, v in out]
 
 
 def _union_description(members: Sequence[Any]) -> str:
@@ -1716,7 +1715,7 @@ def _where_value(t: JT) -> Any:
 
 
 def _julia_shape(value: Any) -> tuple[int, ...]:
-    if isinstance(value, list):
+    if isinstance(value, (list, _PairVector)):
         return (len(value),)
     if isinstance(value, JuliaArray):
         return value.shape
@@ -1724,11 +1723,11 @@ def _julia_shape(value: Any) -> tuple[int, ...]:
 
 
 def _is_numeric_array(value: Any) -> bool:
-    return not isinstance(value, (list, JuliaArray))
+    return not isinstance(value, (list, JuliaArray, _PairVector))
 
 
-def _array_items(value: Any) -> list[Any]:
-    if isinstance(value, list):
+def _array_items(value: Any) -> Sequence[Any]:
+    if isinstance(value, (list, _PairVector)):
         return value
     if isinstance(value, JuliaArray):
         return value.tolist()

@@ -23,43 +23,22 @@ Anything else (a value already written, an array of a shape not planned yet, a k
 from __future__ import annotations
 
 import struct
-from bisect import bisect_left
-from collections.abc import Hashable
-from dataclasses import dataclass
+from collections.abc import Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._errors import ConversionError, PathSegment
+from .._errors import PathSegment
 from .._values import NamedTuple as JlNamedTuple
 from . import _encode_hdf5 as enc
 from ._writer_arrays import column_major_bytes, little_endian
+from ._writer_runs import PairValue, Run, plan_run, utf8
 from ._writer_types import JT, Cat
 
 if TYPE_CHECKING:
     from ._writer import JLD2Writer
 
 LAYOUT_CONTIGUOUS = struct.Struct("<BHBBBQQ")  # enc.layout_contiguous as one struct: message head, body
-
-
-@dataclass(frozen=True)
-class PairValue:
-    """One ``Pair{K,V}`` of a Dict's ``kvvec``; its type is the Dict's, not its values' own."""
-
-    first: Any
-    second: Any
-    jt: JT
-
-
-def utf8(text: str, path: tuple[PathSegment, ...]) -> bytes:
-    """``text`` in UTF-8; a lone surrogate (no UTF-8 form) is a ConversionError."""
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        bad = text[err.start : err.end].encode("unicode_escape").decode("ascii")
-        raise ConversionError(
-            f"text holds {bad}, a lone surrogate, which has no UTF-8 form", path=path
-        ) from None
 
 
 BULK_MIN = 32
@@ -97,7 +76,7 @@ class _Form:
 
 
 def encode_refs(
-    writer: JLD2Writer, e: JT, items: list[Any], ws: dict[Hashable, int], path: tuple[PathSegment, ...]
+    writer: JLD2Writer, e: JT, items: Sequence[Any], ws: dict[Hashable, int], path: tuple[PathSegment, ...]
 ) -> bytes:
     """The references of ``items`` (a vector of element type ``e`` stored as references), each
     item written as ``writer.encode_field(e, item, False, ws, path + (i,))`` writes it."""
@@ -165,40 +144,27 @@ def _form_of(writer: JLD2Writer, e: JT, item: Any) -> _Form | None:
     return form
 
 
-class _Run:
-    """Offsets and values of a run, field by field, in flat lists (no object per element)."""
-
-    def __init__(self, nfields: int) -> None:
-        self.headers: list[int] = []  # compact header offsets
-        # per ref field: array header offsets, data offsets, the arrays
-        self.array_at: list[list[int]] = [[] for _ in range(nfields)]
-        self.data_at: list[list[int]] = [[] for _ in range(nfields)]
-        self.arrays: list[list[np.ndarray]] = [[] for _ in range(nfields)]
-        # per vlen field: byte counts, heap collection addresses, object indices
-        self.counts: list[list[int]] = [[] for _ in range(nfields)]
-        self.heaps: list[list[int]] = [[] for _ in range(nfields)]
-        self.indices: list[list[int]] = [[] for _ in range(nfields)]
-        # heap objects (offset, index, key bytes), and other heap metadata put along the way
-        self.object_at: list[int] = []
-        self.object_index: list[int] = []
-        self.object_raw: list[bytes] = []
-        self.object_len: list[int] = []
-        self.heap_puts: list[tuple[int, bytes]] = []
-
-
 def _write_run(
-    writer: JLD2Writer, form: _Form, items: list[Any], first: int, ws: dict[Hashable, int]
+    writer: JLD2Writer, form: _Form, items: Sequence[Any], first: int, ws: dict[Hashable, int]
 ) -> tuple[bytes, int]:
     """Write ``items[first:j]`` in bulk, for the longest ``j`` (within :data:`_RUN_BYTES`) whose
     items have ``form`` and are written by the plans alone (no array among them written before:
     in ``ws``, or twice in the run); their references (8 bytes each) and ``j``.
 
-    The offsets are worked out here in one pass, as the one-by-one path allocates them; the
-    bytes are then assembled by :func:`_lay_out`."""
+    The offsets are worked out with numpy (:func:`._writer_runs.plan_run`), or for a form it does
+    not plan here in one pass, as the one-by-one path allocates them; the bytes are then
+    assembled by :func:`_lay_out`."""
+    planned = plan_run(writer, form, items, first, _run_length(form), ws)
+    if planned is not None:
+        run, k, start, end = planned
+        if k == 0:
+            return b"", first
+        _lay_out(writer, form, start, end, run)
+        return (run.headers - BASE).astype("<u8").tobytes(), first + k
     csize = form.plan[2]
     start = end = writer.end
     limit = start + _RUN_BYTES
-    run = _Run(len(form.fields))
+    run = Run(len(form.fields))
     headers = run.headers
     gh = writer.heap
     fields = [(f, form.arrays[f]) for f in range(len(form.fields))]
@@ -291,7 +257,15 @@ def _write_run(
     return (np.asarray(headers, np.int64) - BASE).astype("<u8").tobytes(), j
 
 
-def _lay_out(writer: JLD2Writer, form: _Form, start: int, end: int, run: _Run) -> None:
+def _run_length(form: _Form) -> int:
+    """Elements laid out at once: about :data:`_RUN_BYTES` of headers and data (and keys)."""
+    size = form.plan[2]
+    for spec in form.arrays:
+        size += 24 if spec is None else spec[2][1] + 7 + spec[2][2]
+    return max(1, _RUN_BYTES // size)
+
+
+def _lay_out(writer: JLD2Writer, form: _Form, start: int, end: int, run: Run) -> None:
     """Assemble the bytes of a run laid out by :func:`_write_run` and put them in the sink: the
     span ``[start, end)`` filled in place in the sink's window, pieces before it (heap objects
     of a collection made earlier, its free-space marker) one by one."""
@@ -307,7 +281,7 @@ def _lay_out(writer: JLD2Writer, form: _Form, start: int, end: int, run: _Run) -
             region[offset - start : offset - start + len(data)] = np.frombuffer(data, np.uint8)
         else:
             outside.append((offset, data))
-    if run.object_at:
+    if len(run.object_at):
         _place_heap_objects(region, start, run, outside)
     # The compact headers: the template, then each field's bytes.
     at = np.asarray(run.headers, np.int64) - start
@@ -375,11 +349,12 @@ def _put_rows(region: np.ndarray, at: np.ndarray, rows: np.ndarray) -> None:
         i += 1
 
 
-def _place_heap_objects(region: np.ndarray, start: int, run: _Run, outside: list[tuple[int, bytes]]) -> None:
+def _place_heap_objects(region: np.ndarray, start: int, run: Run, outside: list[tuple[int, bytes]]) -> None:
     """Heap objects (16-byte head, the key, zeros to 8 bytes) into the region, in bulk; those in
     a collection made before the region (a Dict's keys added to the current one) as one piece
     when they follow each other (as they are allocated), else one by one."""
-    first = bisect_left(run.object_at, start)  # (offsets grow: the objects before the region first)
+    # (offsets grow: the objects before the region first)
+    first = int(np.searchsorted(np.asarray(run.object_at, np.int64), start))
     if first:
         _objects_before(run, first, outside)
     offs = np.asarray(run.object_at[first:], np.int64) - start
@@ -389,7 +364,7 @@ def _place_heap_objects(region: np.ndarray, start: int, run: _Run, outside: list
         )
 
 
-def _objects_before(run: _Run, first: int, outside: list[tuple[int, bytes]]) -> None:
+def _objects_before(run: Run, first: int, outside: list[tuple[int, bytes]]) -> None:
     """The heap objects ``[:first]`` of a run, which lie before its region, into ``outside``."""
     at = np.asarray(run.object_at[:first], np.int64)
     lens = np.asarray(run.object_len[:first], np.int64)
@@ -426,7 +401,7 @@ def _place_arrays(
     spec: tuple[np.dtype, tuple[int, ...], tuple[bytes, int, int]],
     array_at: list[int],
     data_at: list[int],
-    arrays: list[np.ndarray],
+    arrays: Sequence[np.ndarray],
     sums: list[np.ndarray],
 ) -> None:
     """Small array datasets of one dtype and shape (``spec``: theirs and their plan) into the
