@@ -274,7 +274,11 @@ class _Converter:
         # The usual entry (a plain str key, an array of a Julia element type) converts to
         # itself: taken as it is, without the entry's path, which only an error message needs.
         plain = depth <= self.max_depth
-        for k, v in list(x.items()):
+        items = list(x.items())
+        if plain and _all_plain(items):
+            out.update(items)  # (every entry the usual one: checked over whole columns)
+            return out
+        for k, v in items:
             if plain and type(k) is str and type(v) is np.ndarray and k.isascii():
                 if _ELTYPE_KNOWN.get(v.dtype):
                     out[k] = v
@@ -390,3 +394,17 @@ def _array(a: np.ndarray, path: TreePath) -> np.ndarray:
     if not _has_julia_eltype(a.dtype):
         raise ConversionError(f"array of dtype {a.dtype} has no Julia element type", path=path)
     return a
+
+
+def _all_plain(items: list[tuple[Any, Any]]) -> bool:
+    """Every entry the usual one of :meth:`_Converter._julia_dict` (a plain ASCII ``str`` key, a
+    numpy array of a Julia element type), checked with a few passes in C over the columns."""
+    if not items:
+        return False
+    keys, values = zip(*items)
+    return (
+        set(map(type, keys)) == {str}
+        and all(map(str.isascii, keys))
+        and set(map(type, values)) == {np.ndarray}
+        and all(_ELTYPE_KNOWN.get(d) for d in {v.dtype for v in values})
+    )

@@ -139,7 +139,9 @@ class Sink:
             if pos < 0 or pos + n > WINDOW_BYTES:
                 return None
         if pos + n > self._cap:
-            self._grow(pos + n)
+            # A run of many elements: the window takes its largest size at once (fresh zero
+            # pages cost nothing until filled) rather than doubling, each time a copy.
+            self._grow(WINDOW_BYTES)
         if pos < self._used:
             return None  # (never: the writer asks for regions past everything put so far)
         return self._window[pos : pos + n]
