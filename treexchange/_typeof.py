@@ -263,7 +263,11 @@ def type_of(value: Any, builder: TypeBuilder[T], path: TreePath = ()) -> T:
         names = list(value)
         return builder.for_namedtuple(names, [builder.of(value[k], (*path, k)) for k in names])
     if isinstance(value, tuple):
-        return builder.for_tuple([builder.of(v, (*path, i)) for i, v in enumerate(value, 1)])
+        try:  # each element's path is made only for the message of an element that fails
+            types = [builder.of(v, path) for v in value]
+        except Exception:
+            types = [builder.of(v, (*path, i)) for i, v in enumerate(value, 1)]
+        return builder.for_tuple(types)
     if isinstance(value, list):
         return builder.for_list(value, path)
     if isinstance(value, JuliaArray):

@@ -129,9 +129,10 @@ class _Converter:
         # inside the innermost) are admitted, the nesting the reader follows (Limits.max_depth).
         if depth > self.max_depth:
             raise LimitError(f"tree nested deeper than Limits().max_depth={self.max_depth} levels", path=path)
-        leaf = self._leaf(x, path)
-        if leaf is not _NOT_LEAF:
-            return leaf
+        if type(x) not in _CONTAINERS:  # (the usual containers skip the leaf tests)
+            leaf = self._leaf(x, path)
+            if leaf is not _NOT_LEAF:
+                return leaf
         key = id(x)
         found = self.done.get(key)
         if found is not None:
@@ -408,3 +409,8 @@ def _all_plain(items: list[tuple[Any, Any]]) -> bool:
         and set(map(type, values)) == {np.ndarray}
         and all(_ELTYPE_KNOWN.get(d) for d in {v.dtype for v in values})
     )
+
+
+_CONTAINERS = frozenset({NamedTuple, JuliaDict, dict, tuple, list})
+"""Types (exactly these, no subclass) that are containers, never leaves: a model's thousands of
+layers skip the dozen leaf tests of :meth:`_Converter._leaf`."""

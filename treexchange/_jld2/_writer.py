@@ -1543,8 +1543,12 @@ class JLD2Writer:
         """JLD2's ``refs_from_types``: committed types by reference, other types as DataType
         datasets, values (``2``, ``true``, a names tuple) as datasets of their own."""
         refs: list[int] = []
+        committed: dict[int, int] = {}  # id(p) -> its commit (a Tuple of 10,000 alike layers)
         for p in params:
-            if isinstance(p, JT) and p.cat is Cat.UNION:
+            known = committed.get(id(p))
+            if known is not None:
+                refs.append(known)
+            elif isinstance(p, JT) and p.cat is Cat.UNION:
                 refs.append(self.write_union_dataset(p, ws))  # a Union is not a DataType
             elif isinstance(p, JT) and _where_value(p) is not None:
                 refs.append(self.write_ref(_where_value(p), ws, ()))  # a UnionAll is a value
@@ -1559,6 +1563,7 @@ class JLD2Writer:
                 dt = self.h5fieldtype(p.writeas, p, True)
                 if isinstance(dt, Committed):
                     refs.append(dt.offset)
+                    committed[id(p)] = dt.offset
                 else:
                     refs.append(self.write_datatype_dataset(p, ws))
             else:
