@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Hashable, Sequence
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -273,7 +274,7 @@ def _lay_out(writer: JLD2Writer, form: _Form, start: int, end: int, run: Run) ->
     sink = writer.sink
     found = sink.region(start, end - start)  # filled in place: no copy of the data in between
     region = np.zeros(end - start, np.uint8) if found is None else found
-    sums: list[np.ndarray] = []
+    sums: list[tuple[np.ndarray, int]] = []  # headers: their positions in the region, their length
     outside: list[tuple[int, bytes]] = []
     # Heap metadata (collection headers, markers, sizes) and the objects never overlap.
     for offset, data in run.heap_puts:
@@ -286,7 +287,7 @@ def _lay_out(writer: JLD2Writer, form: _Form, start: int, end: int, run: Run) ->
     # The compact headers: the template, then each field's bytes.
     at = np.asarray(run.headers, np.int64) - start
     template = np.frombuffer(chead + bytes(cdatasz) + ctail, np.uint8)
-    rows = np.tile(template, (len(at), 1))
+    rows = _rows(template, len(at))
     col = len(chead)
     for f, kind in enumerate(form.fields):
         if kind == "vlen":
@@ -299,54 +300,52 @@ def _lay_out(writer: JLD2Writer, form: _Form, start: int, end: int, run: Run) ->
             rows[:, col : col + 8] = addresses.astype("<u8").view(np.uint8).reshape(-1, 8)
             col += 8
     _put_rows(region, at, rows)
-    sums.append(np.stack((at, np.full(len(at), rows.shape[1], np.int64)), axis=1))
+    sums.append((at, rows.shape[1]))
     for f, spec in enumerate(form.arrays):
         if spec is not None:
             _place_arrays(region, start, spec, run.array_at[f], run.data_at[f], run.arrays[f], sums)
-    headers_at = np.concatenate(sums)
     if found is not None:
-        sink.region_done(start, end - start, headers_at)
+        sink.region_done(start, end - start, sums)
     else:
         raw = region.tobytes()  # piece by piece: the data, then the headers with their checksums
         sink.put(start, raw)
-        for pos, length in headers_at.tolist():
-            sink.put_checksummed(start + pos, raw[pos : pos + length])
+        for positions, length in sums:
+            for pos in positions.tolist():
+                sink.put_checksummed(start + pos, raw[pos : pos + length])
     for offset, data in outside:
         sink.put(offset, data)
 
 
+def _rows(template: np.ndarray, k: int) -> np.ndarray:
+    """``k`` copies of ``template``, one a row."""
+    rows = np.empty((k, len(template)), np.uint8)
+    rows[...] = template
+    return rows
+
+
 def _put_rows(region: np.ndarray, at: np.ndarray, rows: np.ndarray) -> None:
-    """``region[at[i] : at[i] + width] = rows[i]`` for every row: a strided copy per stretch of
-    rows equally spaced (most of a run), one copy per row otherwise."""
+    """``region[at[i] : at[i] + width] = rows[i]`` for every row (``at`` ascending, rows apart):
+    one strided copy per stretch of equally spaced rows (a run is one or a few stretches)."""
     k, width = rows.shape
-    if k > 1:  # the usual run: equally spaced throughout, one strided copy
-        stride = int(at[1] - at[0])
-        if (
-            stride >= width
-            and int(at[-1] - at[0]) == stride * (k - 1)
-            and bool((np.diff(at) == stride).all())
-        ):
-            np.lib.stride_tricks.as_strided(
-                region[int(at[0]) :], shape=(k, width), strides=(stride, 1), writeable=True
-            )[...] = rows
-            return
-    i = 0
-    while i < k:
-        if i + 1 < k:
-            stride = int(at[i + 1] - at[i])
-            steps = np.diff(at[i:])
-            bad = np.flatnonzero(steps != stride)
-            j = i + 1 + (int(bad[0]) if len(bad) else len(steps))
-            if stride >= width and j - i > 1:
-                view = np.lib.stride_tricks.as_strided(
-                    region[int(at[i]) :], shape=(j - i, width), strides=(stride, 1), writeable=True
-                )
-                view[...] = rows[i:j]
-                i = j
-                continue
-        lo = int(at[i])
-        region[lo : lo + width] = rows[i]
-        i += 1
+    if k == 0:
+        return
+    if k == 1:
+        lo = int(at[0])
+        region[lo : lo + width] = rows[0]
+        return
+    steps = np.diff(at)
+    cuts = np.flatnonzero(steps[1:] != steps[:-1]) + 1  # where the spacing changes
+    edges = [0, *cuts.tolist(), k - 1]
+    lows = at[edges].tolist()
+    strides = steps[edges[:-1]].tolist()
+    for i, (a, b) in enumerate(pairwise(edges)):  # rows a..b (b again in the next stretch: same bytes)
+        stride = strides[i]
+        if stride < width:  # (never: headers do not overlap) one row at a time
+            for r in range(a, b + 1):
+                lo = int(at[r])
+                region[lo : lo + width] = rows[r]
+            continue
+        np.ndarray((b - a + 1, width), np.uint8, region, lows[i], (stride, 1))[...] = rows[a : b + 1]
 
 
 def _place_heap_objects(region: np.ndarray, start: int, run: Run, outside: list[tuple[int, bytes]]) -> None:
@@ -402,7 +401,7 @@ def _place_arrays(
     array_at: list[int],
     data_at: list[int],
     arrays: Sequence[np.ndarray],
-    sums: list[np.ndarray],
+    sums: list[tuple[np.ndarray, int]],
 ) -> None:
     """Small array datasets of one dtype and shape (``spec``: theirs and their plan) into the
     region: headers -- the plan's head, the contiguous layout message, the continuation
@@ -412,11 +411,11 @@ def _place_arrays(
     data = np.asarray(data_at, np.int64)
     layout = LAYOUT_CONTIGUOUS.pack(enc.MSG_LAYOUT, 18, 0, 4, 1, 0, datasz)
     template = np.frombuffer(head + layout + enc.CONTINUATION_PLACEHOLDER, np.uint8)
-    rows = np.tile(template, (len(arrays), 1))
+    rows = _rows(template, len(arrays))
     col = len(head) + _ADDRESS_AT
     rows[:, col : col + 8] = (data - BASE).astype("<u8").view(np.uint8).reshape(-1, 8)
     _put_rows(region, header_at, rows)
-    sums.append(np.stack((header_at, np.full(len(arrays), rows.shape[1], np.int64)), axis=1))
+    sums.append((header_at, rows.shape[1]))
     # The data: column-major, little-endian bytes (what _write_small_array writes), one copy
     # each into the region.
     lows = (data - start).tolist()

@@ -34,6 +34,7 @@ import queue
 import threading
 import weakref
 from collections.abc import Callable
+from itertools import repeat
 from typing import BinaryIO
 
 import numpy as np
@@ -146,12 +147,13 @@ class Sink:
             return None  # (never: the writer asks for regions past everything put so far)
         return self._window[pos : pos + n]
 
-    def region_done(self, offset: int, n: int, headers: np.ndarray) -> None:
-        """The region of :meth:`region` is filled: each row ``(position, length)`` of ``headers``
-        is an object header in it whose checksum goes in the 4 bytes after it (computed at the
-        flush, as for :meth:`put_checksummed`)."""
+    def region_done(self, offset: int, n: int, headers: list[tuple[np.ndarray, int]]) -> None:
+        """The region of :meth:`region` is filled: ``headers`` holds object headers in it, as
+        their positions in the region and their length (a kind of header each), whose checksums
+        go in the 4 bytes after them (computed at the flush, as for :meth:`put_checksummed`)."""
         pos = offset - self._base
-        self._sums.extend(zip((headers[:, 0] + pos).tolist(), headers[:, 1].tolist()))
+        for positions, length in headers:
+            self._sums.extend(zip((positions + pos).tolist(), repeat(length)))
         if pos + n > self._used:
             self._used = pos + n
             if self._used >= _FLUSH_BYTES:
