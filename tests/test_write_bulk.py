@@ -120,7 +120,10 @@ def _string_dict() -> JuliaDict:
     """String => String Pairs (two keys in a row: the step-by-step path) beside String => array
     Pairs whose keys grow long enough to open many heap collections in one run."""
     tree = JuliaDict({f"s{i}": "v" * (i % 40) for i in range(300)})
-    tree["arrays"] = JuliaDict({"k" * (i % 700 + 1): np.full(2, i, np.float32) for i in range(1400)})
+    arrays = {"k" * (i % 700 + 1): np.full(2, i, np.float32) for i in range(1400)}
+    arrays["λ" * 3000] = np.zeros(2, np.float32)  # a key longer than a new collection's 4096 bytes
+    arrays.update({f"k{i}": np.full(2, i, np.float32) for i in range(100)})
+    tree["arrays"] = JuliaDict(arrays)
     return tree
 
 
