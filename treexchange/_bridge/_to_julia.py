@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from operator import attrgetter
 from typing import Any, Literal
 
 import numpy as np
@@ -230,6 +231,8 @@ class _Converter:
                 for name in type(x)._fields
             )
         if isinstance(x, tuple):
+            if type(x) is tuple and len(x) > _LAYERS_MIN and self._layers_as_they_are(x, path, depth):
+                return x
             # Iteration decides the elements (a subclass's __len__ is not trusted).
             return tuple(self.convert(v, (*path, i), depth) for i, v in enumerate(x, 1))
         if isinstance(x, list):
@@ -293,6 +296,24 @@ class _Converter:
                     raise
                 raise ConversionError(f"Dict key {k!r} cannot be hashed", path=path) from None
         return out
+
+    def _layers_as_they_are(self, x: tuple[Any, ...], path: TreePath, depth: int) -> bool:
+        """Whether ``x`` (a model's layers) converts to itself: every element a ``NamedTuple`` of
+        numpy arrays of Julia element types, its names checked -- a few passes in C over all
+        layers instead of a conversion per layer (each would be a copy of the layer)."""
+        if depth + 1 > self.max_depth or set(map(type, x)) != {NamedTuple}:
+            return False
+        datas = list(map(_DATA, x))
+        try:
+            for names in set(map(tuple, datas)):
+                if any(_name(k, path) is not k for k in names):
+                    return False
+        except ConversionError:
+            return False  # (the layer by layer conversion tells where)
+        values = [v for d in datas for v in d.values()]
+        return set(map(type, values)) == {np.ndarray} and all(
+            _ELTYPE_KNOWN.get(d) for d in set(map(_DTYPE, values))
+        )
 
     def _custom_pytree(self, x: Any, path: TreePath, depth: int) -> Any:
         """Other registered JAX pytree nodes: named children -> NamedTuple, positional -> Tuple."""
@@ -410,6 +431,10 @@ def _all_plain(items: list[tuple[Any, Any]]) -> bool:
         and all(_ELTYPE_KNOWN.get(d) for d in {v.dtype for v in values})
     )
 
+
+_LAYERS_MIN = 16  # from this many elements a tuple is checked whole (_layers_as_they_are)
+_DATA = attrgetter("_data")
+_DTYPE = attrgetter("dtype")
 
 _CONTAINERS = frozenset({NamedTuple, JuliaDict, dict, tuple, list})
 """Types (exactly these, no subclass) that are containers, never leaves: a model's thousands of

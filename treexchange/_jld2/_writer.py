@@ -22,6 +22,8 @@ import struct
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from itertools import chain
+from operator import attrgetter
 from typing import Any, BinaryIO, NamedTuple, TypeVar
 
 import numpy as np
@@ -428,6 +430,8 @@ class JLD2Writer:
                     elif isinstance(v, JlNamedTuple):
                         todo.extend((x, (*path, k)) for k, x in v.items())
                     elif isinstance(v, (list, tuple)):
+                        if type(v) is tuple and _arrays_only(v):
+                            continue  # a model's layers: nothing in them to learn a type from
                         todo.extend((x, (*path, i)) for i, x in enumerate(v, 1))
                     elif isinstance(v, dict):
                         for k, x in v.items():  # (str keys and arrays are leaves: no path made)
@@ -1645,6 +1649,16 @@ def _type_chain(t: H5Type) -> int:
     if t.base is not None:
         inner.append(t.base)
     return 1 + max(map(_type_chain, inner), default=0)
+
+
+def _arrays_only(layers: tuple[Any, ...]) -> bool:
+    """Whether every element of ``layers`` is a NamedTuple of numpy arrays (checked in C)."""
+    if len(layers) < 16 or set(map(type, layers)) != {JlNamedTuple}:
+        return False
+    return set(map(type, chain.from_iterable(map(dict.values, map(_DATA, layers))))) == {np.ndarray}
+
+
+_DATA = attrgetter("_data")
 
 
 def _dict_entries(value: Any, path: tuple[PathSegment, ...]) -> tuple[list[Any], list[Any]]:
