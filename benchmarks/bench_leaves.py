@@ -39,7 +39,9 @@ threads, instead of wall-clock time), the steadier measure on a shared, loaded m
 instead, the methods taking turns (save, walk and load of each) ``ROUNDS`` times per size, best
 of the rounds: the side-by-side CPU-time ratios of docs/performance.md ("Many small leaves, side
 by side"). For a before/after comparison run it once with ``PYTHONPATH`` at an earlier checkout:
-each run's ratios are to the safetensors measured in that same process.
+each run's ratios are to the safetensors measured in that same process. ``--ops save`` takes
+turns with the saves alone: a save that follows a read (walk, load) of a large file pays the
+kernel's work for that file's page cache, which lands on whichever method comes next.
 """
 
 from __future__ import annotations
@@ -247,7 +249,9 @@ def run_child(method: str, n: int, repeat: int) -> dict[str, float]:
 INTERLEAVED = ("safetensors", "tx-dict", "tx-flatdict", "tx-namedtuple", "raw")
 
 
-def interleaved(sizes: list[int], methods: list[str], rounds: int) -> dict[str, dict[int, dict[str, float]]]:
+def interleaved(
+    sizes: list[int], methods: list[str], rounds: int, only: tuple[str, ...] = ("save", "walk", "load")
+) -> dict[str, dict[int, dict[str, float]]]:
     """Every method in this one process, taking turns ``rounds`` times per size (save, then walk,
     then load of each method in a round): best wall and best CPU time of each. On a shared machine
     the methods then meet the same moments of the other jobs; CPU time counts every thread."""
@@ -260,7 +264,7 @@ def interleaved(sizes: list[int], methods: list[str], rounds: int) -> dict[str, 
             best = {m: {} for m in methods}  # type: dict[str, dict[str, float]]
             for _ in range(rounds):
                 for m in methods:
-                    for name in ("save", "walk", "load"):
+                    for name in only:
                         if name not in ops[m]:
                             continue
                         gc.collect()
@@ -297,6 +301,12 @@ def main() -> None:
         metavar="ROUNDS",
         help=f"instead: {', '.join(INTERLEAVED)} (or --methods) in one process, taking turns ROUNDS times",
     )
+    ap.add_argument(
+        "--ops",
+        default="save,walk,load",
+        help="with --interleaved: only these operations (save,walk,load); a save right after a "
+        "read of a large file pays the kernel's page-cache work for it, see docs/performance.md",
+    )
     ap.add_argument("--run", nargs=3, metavar=("METHOD", "N", "REPEAT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.from_json:
@@ -314,7 +324,7 @@ def main() -> None:
     sizes = [int(x) for x in args.leaves.split(",")]
     if args.interleaved:
         chosen = args.methods.split(",") if args.methods != ",".join(METHODS) else list(INTERLEAVED)
-        results = interleaved(sizes, chosen, args.interleaved)
+        results = interleaved(sizes, chosen, args.interleaved, tuple(args.ops.split(",")))
         print_tables(results, sizes, cpu=args.cpu)
         if args.json:
             Path(args.json).write_text(json.dumps(results, indent=2))

@@ -101,7 +101,33 @@ def _mixed_layers() -> NamedTuple:
     return NamedTuple(layers=tuple(layers))
 
 
-CASES = [_flat_dict, _dict_of_dicts, _layers, _mixed_dict, _mixed_layers]
+def _odd_layers() -> NamedTuple:
+    """Layers whose bytes are no multiple of 8 (the alignment changes from layer to layer), and
+    an array met again now and then (a run stops there)."""
+    rng = np.random.default_rng(3)
+    shared = rng.standard_normal(3).astype(np.float32)
+    layers = [
+        NamedTuple(
+            weight=shared if i % 37 == 5 else rng.standard_normal(3).astype(np.float32),
+            bias=rng.standard_normal(5).astype(np.float32),
+        )
+        for i in range(500)
+    ]
+    return NamedTuple(layers=tuple(layers))
+
+
+def _string_dict() -> JuliaDict:
+    """String => String Pairs (two keys in a row: the step-by-step path) beside String => array
+    Pairs whose keys grow long enough to open many heap collections in one run."""
+    tree = JuliaDict({f"s{i}": "v" * (i % 40) for i in range(300)})
+    arrays = {"k" * (i % 700 + 1): np.full(2, i, np.float32) for i in range(1400)}
+    arrays["λ" * 3000] = np.zeros(2, np.float32)  # a key longer than a new collection's 4096 bytes
+    arrays.update({f"k{i}": np.full(2, i, np.float32) for i in range(100)})
+    tree["arrays"] = JuliaDict(arrays)
+    return tree
+
+
+CASES = [_flat_dict, _dict_of_dicts, _layers, _mixed_dict, _mixed_layers, _odd_layers, _string_dict]
 
 
 @pytest.mark.parametrize("make", CASES, ids=lambda f: f.__name__.strip("_"))
@@ -124,6 +150,26 @@ def test_bulk_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_writer_bulk, "_lay_out", counting)
     _write(_flat_dict(), bulk=True, monkeypatch=monkeypatch)
     assert sum(runs) == 699  # all but the first Pair, which made the plans
+
+
+@pytest.mark.parametrize(
+    "make", [_dict_of_dicts, _odd_layers, _string_dict], ids=["dicts", "layers", "strings"]
+)
+def test_runs_are_planned_with_numpy(make: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs of these forms are laid out by ``_writer_runs.plan_run`` (not its step-by-step
+    stand-in), so the comparison above checks its offsets."""
+    planned: list[int] = []
+    real = _writer_bulk.plan_run
+
+    def counting(*args: Any) -> Any:
+        got = real(*args)
+        if got is not None:
+            planned.append(got[1])
+        return got
+
+    monkeypatch.setattr(_writer_bulk, "plan_run", counting)
+    _write(make(), bulk=True, monkeypatch=monkeypatch)
+    assert sum(planned) > 300
 
 
 def test_bulk_without_the_window_region(monkeypatch: pytest.MonkeyPatch) -> None:

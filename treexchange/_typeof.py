@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any, Literal, Protocol, TypeVar
 
 import ml_dtypes
@@ -235,6 +236,23 @@ class TypeBuilder(Protocol[T]):
     def for_singleton(self, value: Singleton, path: TreePath) -> T: ...
 
 
+_DTYPE = attrgetter("dtype")
+_NDIM = attrgetter("ndim")
+
+
+def _types_of(values: Any, builder: TypeBuilder[T], path: TreePath) -> set[T]:
+    """The distinct types of ``values`` (a collection): each value typed, but where they are all
+    ``str`` or all numpy arrays only one of each kind the rules below tell apart (any ``str``;
+    an array by its dtype and rank) -- a Dict of 100,000 arrays is typed in a few C passes."""
+    kinds = set(map(type, values))
+    if kinds == {str} or kinds == {np.ndarray}:
+        if str in kinds:
+            values = [next(iter(values))]
+        else:
+            values = dict(zip(zip(map(_DTYPE, values), map(_NDIM, values)), values)).values()
+    return {builder.of(v, path) for v in values}
+
+
 def type_of(value: Any, builder: TypeBuilder[T], path: TreePath = ()) -> T:
     """The Julia type of a value-model value, spelled by ``builder``: the one place that decides
     which Python value is which Julia type (:func:`julia_type_of` and the writer both call it).
@@ -247,16 +265,20 @@ def type_of(value: Any, builder: TypeBuilder[T], path: TreePath = ()) -> T:
         names = list(value)
         return builder.for_namedtuple(names, [builder.of(value[k], (*path, k)) for k in names])
     if isinstance(value, tuple):
-        return builder.for_tuple([builder.of(v, (*path, i)) for i, v in enumerate(value, 1)])
+        try:  # each element's path is made only for the message of an element that fails
+            types = [builder.of(v, path) for v in value]
+        except Exception:
+            types = [builder.of(v, (*path, i)) for i, v in enumerate(value, 1)]
+        return builder.for_tuple(types)
     if isinstance(value, list):
         return builder.for_list(value, path)
     if isinstance(value, JuliaArray):
         return builder.for_array(builder.for_array_eltype(value, path), len(value.shape))
     if isinstance(value, dict):
         # Dict{K,V}: K / V the one type of all keys / values, else Any (an empty Dict{String,Any}).
-        keys = {builder.of(k, path) for k in value}
+        keys = _types_of(value, builder, path)
         try:  # each value's path is made only for the message of a value that fails
-            values = {builder.of(v, path) for v in value.values()}
+            values = _types_of(value.values(), builder, path)
         except Exception:
             values = {builder.of(v, (*path, str(k))) for k, v in value.items()}
         declared = value.julia_type if isinstance(value, JuliaDict) else None

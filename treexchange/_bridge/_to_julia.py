@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from operator import attrgetter
 from typing import Any, Literal
 
 import numpy as np
@@ -134,9 +135,10 @@ class _Converter:
         # inside the innermost) are admitted, the nesting the reader follows (Limits.max_depth).
         if depth > self.max_depth:
             raise LimitError(f"tree nested deeper than Limits().max_depth={self.max_depth} levels", path=path)
-        leaf = self._leaf(x, path)
-        if leaf is not _NOT_LEAF:
-            return leaf
+        if type(x) not in _CONTAINERS:  # (the usual containers skip the leaf tests)
+            leaf = self._leaf(x, path)
+            if leaf is not _NOT_LEAF:
+                return leaf
         key = id(x)
         found = self.done.get(key)
         if found is not None:
@@ -245,6 +247,8 @@ class _Converter:
                 for name in type(x)._fields
             )
         if isinstance(x, tuple):
+            if type(x) is tuple and len(x) > _LAYERS_MIN and self._layers_as_they_are(x, path, depth):
+                return x
             # Iteration decides the elements (a subclass's __len__ is not trusted).
             return tuple(self.convert(v, (*path, i), depth) for i, v in enumerate(x, 1))
         if isinstance(x, list):
@@ -290,7 +294,11 @@ class _Converter:
         # The usual entry (a plain str key, an array of a Julia element type) converts to
         # itself: taken as it is, without the entry's path, which only an error message needs.
         plain = depth <= self.max_depth
-        for k, v in list(x.items()):
+        items = list(x.items())
+        if plain and _all_plain(items):
+            out.update(items)  # (every entry the usual one: checked over whole columns)
+            return out
+        for k, v in items:
             if plain and type(k) is str and type(v) is np.ndarray and k.isascii():
                 if _ELTYPE_KNOWN.get(v.dtype):
                     out[k] = v
@@ -304,6 +312,24 @@ class _Converter:
                     raise
                 raise ConversionError(f"Dict key {k!r} cannot be hashed", path=path) from None
         return out
+
+    def _layers_as_they_are(self, x: tuple[Any, ...], path: TreePath, depth: int) -> bool:
+        """Whether ``x`` (a model's layers) converts to itself: every element a ``NamedTuple`` of
+        numpy arrays of Julia element types, its names checked -- a few passes in C over all
+        layers instead of a conversion per layer (each would be a copy of the layer)."""
+        if depth + 1 > self.max_depth or set(map(type, x)) != {NamedTuple}:
+            return False
+        datas = list(map(_DATA, x))
+        try:
+            for names in set(map(tuple, datas)):
+                if any(_name(k, path) is not k for k in names):
+                    return False
+        except ConversionError:
+            return False  # (the layer by layer conversion tells where)
+        values = [v for d in datas for v in d.values()]
+        return set(map(type, values)) == {np.ndarray} and all(
+            _ELTYPE_KNOWN.get(d) for d in set(map(_DTYPE, values))
+        )
 
     def _custom_pytree(self, x: Any, path: TreePath, depth: int) -> Any:
         """Other registered JAX pytree nodes: named children -> NamedTuple, positional -> Tuple."""
@@ -406,3 +432,26 @@ def _array(a: np.ndarray, path: TreePath) -> np.ndarray:
     if not _has_julia_eltype(a.dtype):
         raise ConversionError(f"array of dtype {a.dtype} has no Julia element type", path=path)
     return a
+
+
+def _all_plain(items: list[tuple[Any, Any]]) -> bool:
+    """Every entry the usual one of :meth:`_Converter._julia_dict` (a plain ASCII ``str`` key, a
+    numpy array of a Julia element type), checked with a few passes in C over the columns."""
+    if not items:
+        return False
+    keys, values = zip(*items)
+    return (
+        set(map(type, keys)) == {str}
+        and all(map(str.isascii, keys))
+        and set(map(type, values)) == {np.ndarray}
+        and all(_ELTYPE_KNOWN.get(d) for d in {v.dtype for v in values})
+    )
+
+
+_LAYERS_MIN = 16  # from this many elements a tuple is checked whole (_layers_as_they_are)
+_DATA = attrgetter("_data")
+_DTYPE = attrgetter("dtype")
+
+_CONTAINERS = frozenset({NamedTuple, JuliaDict, dict, tuple, list})
+"""Types (exactly these, no subclass) that are containers, never leaves: a model's thousands of
+layers skip the dozen leaf tests of :meth:`_Converter._leaf`."""

@@ -22,6 +22,8 @@ import struct
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from itertools import chain
+from operator import attrgetter
 from typing import Any, BinaryIO, NamedTuple, TypeVar
 
 import numpy as np
@@ -71,6 +73,7 @@ from ._writer_bulk import (
     utf8 as _utf8,
 )
 from ._writer_groups import SavedHeader, add_links
+from ._writer_runs import PairVector as _PairVector
 from ._writer_sink import Sink
 from ._writer_types import JT, MAX_INLINE_SIZE, UNION_EL, Cat, TypeFactory
 
@@ -440,6 +443,8 @@ class JLD2Writer:
                     elif isinstance(v, JlNamedTuple):
                         todo.extend((x, (*path, k)) for k, x in v.items())
                     elif isinstance(v, (list, tuple)):
+                        if type(v) is tuple and _arrays_only(v):
+                            continue  # a model's layers: nothing in them to learn a type from
                         todo.extend((x, (*path, i)) for i, x in enumerate(v, 1))
                     elif isinstance(v, dict):
                         for k, x in v.items():  # (str keys and arrays are leaves: no path made)
@@ -1143,8 +1148,8 @@ class JLD2Writer:
         k, v = jt.params
         pair = self.types.pair_of(k, v)
         vec = self.types.array_of(pair, 1)
-        pairs = [_PairValue(a, b, pair) for a, b in _dict_entries(value, path)]
-        return self._write_array(_PairVector(pairs), vec, ws, None, path)
+        keys, values = _dict_entries(value, path)
+        return self._write_array(_PairVector(keys, values, pair), vec, ws, None, path)
 
     # --- arrays ------------------------------------------------------------------------------------
     def _write_array(
@@ -1640,8 +1645,12 @@ class JLD2Writer:
         """JLD2's ``refs_from_types``: committed types by reference, other types as DataType
         datasets, values (``2``, ``true``, a names tuple) as datasets of their own."""
         refs: list[int] = []
+        committed: dict[int, int] = {}  # id(p) -> its commit (a Tuple of 10,000 alike layers)
         for p in params:
-            if isinstance(p, JT) and p.cat is Cat.UNION:
+            known = committed.get(id(p))
+            if known is not None:
+                refs.append(known)
+            elif isinstance(p, JT) and p.cat is Cat.UNION:
                 refs.append(self.write_union_dataset(p, ws))  # a Union is not a DataType
             elif isinstance(p, JT) and _where_value(p) is not None:
                 refs.append(self.write_ref(_where_value(p), ws, ()))  # a UnionAll is a value
@@ -1656,6 +1665,7 @@ class JLD2Writer:
                 dt = self.h5fieldtype(p.writeas, p, True)
                 if isinstance(dt, Committed):
                     refs.append(dt.offset)
+                    committed[id(p)] = dt.offset
                 else:
                     refs.append(self.write_datatype_dataset(p, ws))
             else:
@@ -1721,10 +1731,6 @@ _ZERO = object()
 """The all-zero-bytes value of the unused member of a ``JLD2.InlineUnionEl``."""
 
 
-class _PairVector(list):  # type: ignore[type-arg]
-    """The ``kvvec`` of a Dict: a fresh Vector{Pair{K,V}} (never shared, like JLD2's collect)."""
-
-
 @lru_cache(maxsize=4096)
 def _version_zero(t: H5Type) -> H5Type:
     """``t`` with version 0 in every class byte but fixed-point ones (JLD2 0.4.51 - 0.4.52)."""
@@ -1743,12 +1749,24 @@ def _type_chain(t: H5Type) -> int:
     return 1 + max(map(_type_chain, inner), default=0)
 
 
-def _dict_entries(value: Any, path: tuple[PathSegment, ...]) -> list[tuple[Any, Any]]:
-    """A Dict's (key, value) pairs: a dict's items, or the pairs of a Dict read in its stored
-    form ``JuliaStruct(Dict{K,V}, kvvec=[Pair...])`` (keys Python cannot hash)."""
+def _arrays_only(layers: tuple[Any, ...]) -> bool:
+    """Whether every element of ``layers`` is a NamedTuple of numpy arrays (checked in C)."""
+    if len(layers) < 16 or set(map(type, layers)) != {JlNamedTuple}:
+        return False
+    return set(map(type, chain.from_iterable(map(dict.values, map(_DATA, layers))))) == {np.ndarray}
+
+
+_DATA = attrgetter("_data")
+
+
+def _dict_entries(value: Any, path: tuple[PathSegment, ...]) -> tuple[list[Any], list[Any]]:
+    """A Dict's keys and values: a dict's, or the pairs' of a Dict read in its stored form
+    ``JuliaStruct(Dict{K,V}, kvvec=[Pair...])`` (keys Python cannot hash)."""
     if isinstance(value, dict):
-        check_julia_keys(value, path)
-        return list(value.items())
+        keys = list(value)
+        if set(map(type, keys)) != {str}:  # (only keys holding a NaN can be one key in Julia)
+            check_julia_keys(keys, path)
+        return keys, list(value.values())
     out = []
     for i, p in enumerate(_array_items(value.fields["kvvec"]), 1):
         if isinstance(p, JuliaStruct) and set(p.fields) == {"first", "second"}:
@@ -1758,7 +1776,7 @@ def _dict_entries(value: Any, path: tuple[PathSegment, ...]) -> list[tuple[Any, 
         else:
             raise ConversionError("a Dict entry is not a Pair", path=(*path, "kvvec", i))
     check_julia_keys((k for k, _ in out), path)
-    return out
+    return [k for k, _ in out], [v for _, v in out]
 
 
 def _union_description(members: Sequence[Any]) -> str:
@@ -1814,7 +1832,7 @@ def _where_value(t: JT) -> Any:
 
 
 def _julia_shape(value: Any) -> tuple[int, ...]:
-    if isinstance(value, list):
+    if isinstance(value, (list, _PairVector)):
         return (len(value),)
     if isinstance(value, JuliaArray):
         return value.shape
@@ -1822,11 +1840,11 @@ def _julia_shape(value: Any) -> tuple[int, ...]:
 
 
 def _is_numeric_array(value: Any) -> bool:
-    return not isinstance(value, (list, JuliaArray))
+    return not isinstance(value, (list, JuliaArray, _PairVector))
 
 
-def _array_items(value: Any) -> list[Any]:
-    if isinstance(value, list):
+def _array_items(value: Any) -> Sequence[Any]:
+    if isinstance(value, (list, _PairVector)):
         return value
     if isinstance(value, JuliaArray):
         return value.tolist()

@@ -23,43 +23,23 @@ Anything else (a value already written, an array of a shape not planned yet, a k
 from __future__ import annotations
 
 import struct
-from bisect import bisect_left
-from collections.abc import Hashable
-from dataclasses import dataclass
+from collections.abc import Hashable, Sequence
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .._errors import ConversionError, PathSegment
+from .._errors import PathSegment
 from .._values import NamedTuple as JlNamedTuple
 from . import _encode_hdf5 as enc
 from ._writer_arrays import column_major_bytes, little_endian
+from ._writer_runs import PairValue, Run, plan_run, utf8
 from ._writer_types import JT, Cat
 
 if TYPE_CHECKING:
     from ._writer import JLD2Writer
 
 LAYOUT_CONTIGUOUS = struct.Struct("<BHBBBQQ")  # enc.layout_contiguous as one struct: message head, body
-
-
-@dataclass(frozen=True)
-class PairValue:
-    """One ``Pair{K,V}`` of a Dict's ``kvvec``; its type is the Dict's, not its values' own."""
-
-    first: Any
-    second: Any
-    jt: JT
-
-
-def utf8(text: str, path: tuple[PathSegment, ...]) -> bytes:
-    """``text`` in UTF-8; a lone surrogate (no UTF-8 form) is a ConversionError."""
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as err:
-        bad = text[err.start : err.end].encode("unicode_escape").decode("ascii")
-        raise ConversionError(
-            f"text holds {bad}, a lone surrogate, which has no UTF-8 form", path=path
-        ) from None
 
 
 BULK_MIN = 32
@@ -97,7 +77,7 @@ class _Form:
 
 
 def encode_refs(
-    writer: JLD2Writer, e: JT, items: list[Any], ws: dict[Hashable, int], path: tuple[PathSegment, ...]
+    writer: JLD2Writer, e: JT, items: Sequence[Any], ws: dict[Hashable, int], path: tuple[PathSegment, ...]
 ) -> bytes:
     """The references of ``items`` (a vector of element type ``e`` stored as references), each
     item written as ``writer.encode_field(e, item, False, ws, path + (i,))`` writes it."""
@@ -165,40 +145,27 @@ def _form_of(writer: JLD2Writer, e: JT, item: Any) -> _Form | None:
     return form
 
 
-class _Run:
-    """Offsets and values of a run, field by field, in flat lists (no object per element)."""
-
-    def __init__(self, nfields: int) -> None:
-        self.headers: list[int] = []  # compact header offsets
-        # per ref field: array header offsets, data offsets, the arrays
-        self.array_at: list[list[int]] = [[] for _ in range(nfields)]
-        self.data_at: list[list[int]] = [[] for _ in range(nfields)]
-        self.arrays: list[list[np.ndarray]] = [[] for _ in range(nfields)]
-        # per vlen field: byte counts, heap collection addresses, object indices
-        self.counts: list[list[int]] = [[] for _ in range(nfields)]
-        self.heaps: list[list[int]] = [[] for _ in range(nfields)]
-        self.indices: list[list[int]] = [[] for _ in range(nfields)]
-        # heap objects (offset, index, key bytes), and other heap metadata put along the way
-        self.object_at: list[int] = []
-        self.object_index: list[int] = []
-        self.object_raw: list[bytes] = []
-        self.object_len: list[int] = []
-        self.heap_puts: list[tuple[int, bytes]] = []
-
-
 def _write_run(
-    writer: JLD2Writer, form: _Form, items: list[Any], first: int, ws: dict[Hashable, int]
+    writer: JLD2Writer, form: _Form, items: Sequence[Any], first: int, ws: dict[Hashable, int]
 ) -> tuple[bytes, int]:
     """Write ``items[first:j]`` in bulk, for the longest ``j`` (within :data:`_RUN_BYTES`) whose
     items have ``form`` and are written by the plans alone (no array among them written before:
     in ``ws``, or twice in the run); their references (8 bytes each) and ``j``.
 
-    The offsets are worked out here in one pass, as the one-by-one path allocates them; the
-    bytes are then assembled by :func:`_lay_out`."""
+    The offsets are worked out with numpy (:func:`._writer_runs.plan_run`), or for a form it does
+    not plan here in one pass, as the one-by-one path allocates them; the bytes are then
+    assembled by :func:`_lay_out`."""
+    planned = plan_run(writer, form, items, first, _run_length(form), ws)
+    if planned is not None:
+        run, k, start, end = planned
+        if k == 0:
+            return b"", first
+        _lay_out(writer, form, start, end, run)
+        return (run.headers - BASE).astype("<u8").tobytes(), first + k
     csize = form.plan[2]
     start = end = writer.end
     limit = start + _RUN_BYTES
-    run = _Run(len(form.fields))
+    run = Run(len(form.fields))
     headers = run.headers
     gh = writer.heap
     fields = [(f, form.arrays[f]) for f in range(len(form.fields))]
@@ -291,7 +258,15 @@ def _write_run(
     return (np.asarray(headers, np.int64) - BASE).astype("<u8").tobytes(), j
 
 
-def _lay_out(writer: JLD2Writer, form: _Form, start: int, end: int, run: _Run) -> None:
+def _run_length(form: _Form) -> int:
+    """Elements laid out at once: about :data:`_RUN_BYTES` of headers and data (and keys)."""
+    size = form.plan[2]
+    for spec in form.arrays:
+        size += 24 if spec is None else spec[2][1] + 7 + spec[2][2]
+    return max(1, _RUN_BYTES // size)
+
+
+def _lay_out(writer: JLD2Writer, form: _Form, start: int, end: int, run: Run) -> None:
     """Assemble the bytes of a run laid out by :func:`_write_run` and put them in the sink: the
     span ``[start, end)`` filled in place in the sink's window, pieces before it (heap objects
     of a collection made earlier, its free-space marker) one by one."""
@@ -299,7 +274,7 @@ def _lay_out(writer: JLD2Writer, form: _Form, start: int, end: int, run: _Run) -
     sink = writer.sink
     found = sink.region(start, end - start)  # filled in place: no copy of the data in between
     region = np.zeros(end - start, np.uint8) if found is None else found
-    sums: list[np.ndarray] = []
+    sums: list[tuple[np.ndarray, int]] = []  # headers: their positions in the region, their length
     outside: list[tuple[int, bytes]] = []
     # Heap metadata (collection headers, markers, sizes) and the objects never overlap.
     for offset, data in run.heap_puts:
@@ -307,12 +282,12 @@ def _lay_out(writer: JLD2Writer, form: _Form, start: int, end: int, run: _Run) -
             region[offset - start : offset - start + len(data)] = np.frombuffer(data, np.uint8)
         else:
             outside.append((offset, data))
-    if run.object_at:
+    if len(run.object_at):
         _place_heap_objects(region, start, run, outside)
     # The compact headers: the template, then each field's bytes.
     at = np.asarray(run.headers, np.int64) - start
     template = np.frombuffer(chead + bytes(cdatasz) + ctail, np.uint8)
-    rows = np.tile(template, (len(at), 1))
+    rows = _rows(template, len(at))
     col = len(chead)
     for f, kind in enumerate(form.fields):
         if kind == "vlen":
@@ -325,61 +300,60 @@ def _lay_out(writer: JLD2Writer, form: _Form, start: int, end: int, run: _Run) -
             rows[:, col : col + 8] = addresses.astype("<u8").view(np.uint8).reshape(-1, 8)
             col += 8
     _put_rows(region, at, rows)
-    sums.append(np.stack((at, np.full(len(at), rows.shape[1], np.int64)), axis=1))
+    sums.append((at, rows.shape[1]))
     for f, spec in enumerate(form.arrays):
         if spec is not None:
             _place_arrays(region, start, spec, run.array_at[f], run.data_at[f], run.arrays[f], sums)
-    headers_at = np.concatenate(sums)
     if found is not None:
-        sink.region_done(start, end - start, headers_at)
+        sink.region_done(start, end - start, sums)
     else:
         raw = region.tobytes()  # piece by piece: the data, then the headers with their checksums
         sink.put(start, raw)
-        for pos, length in headers_at.tolist():
-            sink.put_checksummed(start + pos, raw[pos : pos + length])
+        for positions, length in sums:
+            for pos in positions.tolist():
+                sink.put_checksummed(start + pos, raw[pos : pos + length])
     for offset, data in outside:
         sink.put(offset, data)
 
 
+def _rows(template: np.ndarray, k: int) -> np.ndarray:
+    """``k`` copies of ``template``, one a row."""
+    rows = np.empty((k, len(template)), np.uint8)
+    rows[...] = template
+    return rows
+
+
 def _put_rows(region: np.ndarray, at: np.ndarray, rows: np.ndarray) -> None:
-    """``region[at[i] : at[i] + width] = rows[i]`` for every row: a strided copy per stretch of
-    rows equally spaced (most of a run), one copy per row otherwise."""
+    """``region[at[i] : at[i] + width] = rows[i]`` for every row (``at`` ascending, rows apart):
+    one strided copy per stretch of equally spaced rows (a run is one or a few stretches)."""
     k, width = rows.shape
-    if k > 1:  # the usual run: equally spaced throughout, one strided copy
-        stride = int(at[1] - at[0])
-        if (
-            stride >= width
-            and int(at[-1] - at[0]) == stride * (k - 1)
-            and bool((np.diff(at) == stride).all())
-        ):
-            np.lib.stride_tricks.as_strided(
-                region[int(at[0]) :], shape=(k, width), strides=(stride, 1), writeable=True
-            )[...] = rows
-            return
-    i = 0
-    while i < k:
-        if i + 1 < k:
-            stride = int(at[i + 1] - at[i])
-            steps = np.diff(at[i:])
-            bad = np.flatnonzero(steps != stride)
-            j = i + 1 + (int(bad[0]) if len(bad) else len(steps))
-            if stride >= width and j - i > 1:
-                view = np.lib.stride_tricks.as_strided(
-                    region[int(at[i]) :], shape=(j - i, width), strides=(stride, 1), writeable=True
-                )
-                view[...] = rows[i:j]
-                i = j
-                continue
-        lo = int(at[i])
-        region[lo : lo + width] = rows[i]
-        i += 1
+    if k == 0:
+        return
+    if k == 1:
+        lo = int(at[0])
+        region[lo : lo + width] = rows[0]
+        return
+    steps = np.diff(at)
+    cuts = np.flatnonzero(steps[1:] != steps[:-1]) + 1  # where the spacing changes
+    edges = [0, *cuts.tolist(), k - 1]
+    lows = at[edges].tolist()
+    strides = steps[edges[:-1]].tolist()
+    for i, (a, b) in enumerate(pairwise(edges)):  # rows a..b (b again in the next stretch: same bytes)
+        stride = strides[i]
+        if stride < width:  # (never: headers do not overlap) one row at a time
+            for r in range(a, b + 1):
+                lo = int(at[r])
+                region[lo : lo + width] = rows[r]
+            continue
+        np.ndarray((b - a + 1, width), np.uint8, region, lows[i], (stride, 1))[...] = rows[a : b + 1]
 
 
-def _place_heap_objects(region: np.ndarray, start: int, run: _Run, outside: list[tuple[int, bytes]]) -> None:
+def _place_heap_objects(region: np.ndarray, start: int, run: Run, outside: list[tuple[int, bytes]]) -> None:
     """Heap objects (16-byte head, the key, zeros to 8 bytes) into the region, in bulk; those in
     a collection made before the region (a Dict's keys added to the current one) as one piece
     when they follow each other (as they are allocated), else one by one."""
-    first = bisect_left(run.object_at, start)  # (offsets grow: the objects before the region first)
+    # (offsets grow: the objects before the region first)
+    first = int(np.searchsorted(np.asarray(run.object_at, np.int64), start))
     if first:
         _objects_before(run, first, outside)
     offs = np.asarray(run.object_at[first:], np.int64) - start
@@ -389,7 +363,7 @@ def _place_heap_objects(region: np.ndarray, start: int, run: _Run, outside: list
         )
 
 
-def _objects_before(run: _Run, first: int, outside: list[tuple[int, bytes]]) -> None:
+def _objects_before(run: Run, first: int, outside: list[tuple[int, bytes]]) -> None:
     """The heap objects ``[:first]`` of a run, which lie before its region, into ``outside``."""
     at = np.asarray(run.object_at[:first], np.int64)
     lens = np.asarray(run.object_len[:first], np.int64)
@@ -426,8 +400,8 @@ def _place_arrays(
     spec: tuple[np.dtype, tuple[int, ...], tuple[bytes, int, int]],
     array_at: list[int],
     data_at: list[int],
-    arrays: list[np.ndarray],
-    sums: list[np.ndarray],
+    arrays: Sequence[np.ndarray],
+    sums: list[tuple[np.ndarray, int]],
 ) -> None:
     """Small array datasets of one dtype and shape (``spec``: theirs and their plan) into the
     region: headers -- the plan's head, the contiguous layout message, the continuation
@@ -437,11 +411,11 @@ def _place_arrays(
     data = np.asarray(data_at, np.int64)
     layout = LAYOUT_CONTIGUOUS.pack(enc.MSG_LAYOUT, 18, 0, 4, 1, 0, datasz)
     template = np.frombuffer(head + layout + enc.CONTINUATION_PLACEHOLDER, np.uint8)
-    rows = np.tile(template, (len(arrays), 1))
+    rows = _rows(template, len(arrays))
     col = len(head) + _ADDRESS_AT
     rows[:, col : col + 8] = (data - BASE).astype("<u8").view(np.uint8).reshape(-1, 8)
     _put_rows(region, header_at, rows)
-    sums.append(np.stack((header_at, np.full(len(arrays), rows.shape[1], np.int64)), axis=1))
+    sums.append((header_at, rows.shape[1]))
     # The data: column-major, little-endian bytes (what _write_small_array writes), one copy
     # each into the region.
     lows = (data - start).tolist()

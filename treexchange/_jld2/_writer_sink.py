@@ -37,6 +37,7 @@ import queue
 import threading
 import weakref
 from collections.abc import Callable
+from itertools import repeat
 from typing import BinaryIO
 
 import numpy as np
@@ -160,17 +161,20 @@ class Sink:
             if pos < 0 or pos + n > WINDOW_BYTES:
                 return None
         if pos + n > self._cap:
-            self._grow(pos + n)
+            # A run of many elements: the window takes its largest size at once (fresh zero
+            # pages cost nothing until filled) rather than doubling, each time a copy.
+            self._grow(WINDOW_BYTES)
         if pos < self._used:
             return None  # (never: the writer asks for regions past everything put so far)
         return self._window[pos : pos + n]
 
-    def region_done(self, offset: int, n: int, headers: np.ndarray) -> None:
-        """The region of :meth:`region` is filled: each row ``(position, length)`` of ``headers``
-        is an object header in it whose checksum goes in the 4 bytes after it (computed at the
-        flush, as for :meth:`put_checksummed`)."""
+    def region_done(self, offset: int, n: int, headers: list[tuple[np.ndarray, int]]) -> None:
+        """The region of :meth:`region` is filled: ``headers`` holds object headers in it, as
+        their positions in the region and their length (a kind of header each), whose checksums
+        go in the 4 bytes after them (computed at the flush, as for :meth:`put_checksummed`)."""
         pos = offset - self._base
-        self._sums.extend(zip((headers[:, 0] + pos).tolist(), headers[:, 1].tolist()))
+        for positions, length in headers:
+            self._sums.extend(zip((positions + pos).tolist(), repeat(length)))
         if pos + n > self._used:
             self._used = pos + n
             if self._used >= _FLUSH_BYTES:

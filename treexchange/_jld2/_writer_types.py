@@ -676,9 +676,10 @@ class TypeFactory:
                         self._by_layer[layer_key] = found
                 return found
         path = tuple(path)
-        if isinstance(value, dict):
+        if isinstance(value, dict) or (type(value) is tuple and len(value) > _LAYER_FIELDS):
             # Memoized per object: a Dict's type needs its values' types, and nested Dicts would
-            # otherwise be typed again at every level above them (quadratic in the depth).
+            # otherwise be typed again at every level above them (quadratic in the depth); a
+            # long tuple (a model's layers) is typed once, not at each level that asks.
             memo = self._by_id.get(id(value))
             if memo is None:
                 memo = self._by_id[id(value)] = (value, type_of(value, self, path))
