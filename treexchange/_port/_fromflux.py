@@ -25,7 +25,7 @@ from treexchange._port._arch import parse_architecture
 from treexchange._port._registry import KINDS, RECURRENT_GATES
 from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
 from treexchange._port._state import check_era
-from treexchange._port._statefill import state_for_architecture, state_for_port
+from treexchange._port._statefill import params_list, state_for_architecture, state_for_port
 from treexchange._port._wholemodel import from_whole_model
 from treexchange._reader import has_embedded_schema, open as open_file, read_entry
 from treexchange._values import JuliaStruct
@@ -40,6 +40,12 @@ def read_flux_source(
     ``Flux.state`` (or a whole model, whose arrays are then used) and the text describes the model.
     """
     value = _read(path, name)
+    if architecture is None and isinstance(value, JuliaStruct) and params_list(value) is not None:
+        raise ConversionError(
+            f"{name!r} is a parameter list ({value.type.basename}: the arrays of Flux.params, no layer "
+            "types): pass architecture= with the model as Flux prints it",
+            path=(name,),
+        )
     if architecture is None:
         if not isinstance(value, JuliaStruct):
             raise ConversionError(

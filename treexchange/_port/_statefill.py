@@ -128,13 +128,18 @@ class _Filler:
 
 
 def params_list(value: Any) -> list[Any] | None:
-    """The arrays of a saved parameter list (a Vector of arrays, or a ``Zygote.Params``), else None."""
+    """The arrays of a saved parameter list (a Vector of arrays, or a ``Params``), else None.
+
+    A ``Params`` (Zygote's, Tracker's, Flux ≤ 0.9's) keeps the arrays in its first field,
+    ``order``: a ``Vector{Any}``, or (Zygote ≥ 0.4) a ``Zygote.Buffer`` whose first field is that
+    vector. Its second field, ``params``, is an ``IdSet`` whose keys are the same arrays in hash
+    order, never the model's: it is not read.
+    """
     if isinstance(value, JuliaStruct) and value.type.basename == "Params":
-        for field in value.fields.values():
-            found = params_list(field)
-            if found is not None:
-                return found
-        return None
+        order = next(iter(value.fields.values()), None)
+        if isinstance(order, JuliaStruct) and order.type.basename == "Buffer":
+            order = next(iter(order.fields.values()), None)
+        return params_list(order) if isinstance(order, (list, tuple)) else None
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, np.ndarray) for v in value):
         return list(value)
     return None

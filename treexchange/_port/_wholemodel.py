@@ -76,6 +76,11 @@ def _is_anonymous(name: str) -> bool:
     return "#" in name or name[:1].isdigit()
 
 
+def _is_fieldless_layer(type_: JuliaType) -> bool:
+    """Whether a singleton's type is a Flux layer struct (not a function's ``#name`` type)."""
+    return "#" not in type_.name and "Flux" in type_.name.split(".")[:-1] and type_.basename in _HANDLERS
+
+
 class _Converter:
     def __init__(self, era: str) -> None:
         self.era = era
@@ -148,6 +153,10 @@ class _Converter:
             name = function_name(value)
             if name == "flatten":
                 return Layer("flatten"), ()
+            if _is_fieldless_layer(value.type):
+                # A layer struct without fields (GlobalMeanPool()) is stored as its type alone,
+                # like a function: BSON.jl and JLD2 keep no data for a zero-size struct.
+                return self.convert(JuliaStruct(value.type), path)
             return Layer("function", {"name": self.function(value, path)}), ()
         if not isinstance(value, JuliaStruct):
             raise self.error(f"expected a Flux layer, found {type(value).__name__}", path)
