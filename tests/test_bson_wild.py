@@ -154,3 +154,33 @@ def test_a_file_of_another_known_format_is_named(tmp_path: Path, head: bytes, sa
     with pytest.raises(WrongFormatError) as err:
         tx.open(path)
     assert str(err.value).endswith("nor a BSON file (file offset 0)")
+
+
+def test_a_file_whose_root_is_a_lowered_dict_has_that_dicts_keys_as_names(tmp_path: Path) -> None:
+    """``BSON.bson(path, Dict("learner" => …))``: BSON.jl lowers a Dict that is not a
+    ``Dict{Symbol}`` to a tagged document, and that document is the file's root (``BSON.load``
+    returns the Dict). Real: MatthewMcLeod/curiosity src/data/MC_learned_policies/Goal.bson (blob
+    a8e2aa2b, commit e6df2d12a2; a ``Dict{String,Any}`` of a Q-learner)."""
+    from treexchange._bson._writer import encode
+
+    weights = np.arange(6, dtype=np.float64).reshape(2, 3)
+    lowered = struct(
+        datatype("Base.Dict", datatype("Core.String"), datatype("Core.Any")),
+        ["learner", "steps"],
+        [array(None, weights), 5],
+    )
+    path = tmp_path / "policy.bson"
+    path.write_bytes(encode(lowered))
+    values = tx.load(path)
+    assert list(values) == ["learner", "steps"] and values["steps"] == 5
+    np.testing.assert_array_equal(values["learner"], weights)
+    with tx.open(path) as f:
+        assert list(f) == ["learner", "steps"] and f["learner"].shape == (2, 3)
+    out = tmp_path / "policy.jld2"
+    tx.save(out, **values)
+    assert tx.values_equal(tx.load(out), values)
+    path.write_bytes(
+        encode(struct(datatype("Base.Dict", datatype("Core.Int64"), datatype("Core.Any")), [1], [2]))
+    )
+    with pytest.raises(tx.UnsupportedError, match="not named entries"):
+        tx.load(path)
