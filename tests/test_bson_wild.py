@@ -15,7 +15,7 @@ from conftest import BUNDLED_DIR
 
 import treexchange as tx
 from treexchange import ConversionError, WrongFormatError
-from treexchange._bson._writer import array, bson_file, datatype, struct, tuple_
+from treexchange._bson._writer import array, backref, bson_file, datatype, struct, tuple_
 from treexchange._juliatype import where_type
 from treexchange._values import same_type
 
@@ -184,3 +184,28 @@ def test_a_file_whose_root_is_a_lowered_dict_has_that_dicts_keys_as_names(tmp_pa
     )
     with pytest.raises(tx.UnsupportedError, match="not named entries"):
         tx.load(path)
+
+
+def test_a_cycle_through_a_struct_reads_as_that_struct(tmp_path: Path) -> None:
+    """BSON.jl stores a struct reached again inside itself as a backref to itself, and its load
+    builds it (the struct first, then its fields). Real: MatthewMcLeod/curiosity
+    src/data/MC_learned_policies/Goal.bson (blob a8e2aa2b): a ``QLearner`` whose eligibility
+    traces are an ``IdDict`` keyed by that learner."""
+    q = np.arange(6, dtype=np.float64).reshape(2, 3)
+    iddict = struct(datatype("Base.IdDict", datatype("Core.Any"), datatype("Core.Any")), [backref(1)], [0.5])
+    learner = struct(datatype("Main.QLearner"), array(None, q), struct(datatype("Main.TB"), 0.9, iddict))
+    path = tmp_path / "policy.bson"
+    path.write_bytes(bson_file({"learner": backref(1), "steps": 3}, [learner]))
+    value = tx.load(path, "learner")
+    traces = value["2"]["2"]
+    assert traces["keys"][0] is value and value.mutable  # the cycle, as one Python object
+    np.testing.assert_array_equal(value["1"], q)
+    out = tmp_path / "policy.jld2"
+    tx.save(out, **tx.load(path))
+    again = tx.load(out, "learner")
+    assert again["2"]["2"]["keys"][0] is again and tx.values_equal(again, value)
+    schema = tx.infer_schema(str(path))
+    assert "ref" in schema.model_dump_json()
+    # A list that contains itself is still refused, with the way it is built.
+    with pytest.raises(tx.UnsupportedError, match="cycles through structs only"):
+        tx.load(bson_file({"x": backref(1)}, [[backref(1)]]))

@@ -52,6 +52,7 @@ values with their types (backref hops counted) by ``_limits.type_depth``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -97,13 +98,16 @@ _KNOWN_FIELDS: dict[str, tuple[str, ...]] = {
 _IMPLICIT_PARENT = ("Main.Core.", "Main.Base.")
 _INTEGERS = frozenset({np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8, int})
 _TYPE_TAGS = frozenset({"datatype", "unionall", "jl_anonymous", "jl_bottom_type"})
+# Structs read as the values they are (not a JuliaStruct): never the target of a cycle
+_VALUE_STRUCTS = frozenset({"Core.NamedTuple", "Base.Complex", "Base.Missing", "Core.Nothing"})
 # Struct types read otherwise than as their fields by position (see Session._struct)
 _SPECIAL_STRUCTS = (
     _TRACKED_ARRAYS
     | _TRACKED_REALS
     | _DICT_TYPES
     | frozenset(_KNOWN_FIELDS)
-    | {"BSON.Undef", "Core.NamedTuple", "Base.Complex", "Base.Missing", "Core.Nothing"}
+    | _VALUE_STRUCTS
+    | {"BSON.Undef"}
 )
 
 
@@ -180,6 +184,11 @@ class Session:
         self._plain_structs: dict[int, tuple[Any, JuliaType]] = {}
         # A file whose root document is a lowered Dict (BsonDocument.lowered_root): its value by name.
         self.lowered_root: dict[str, Any] | None = None
+        # The backref whose value is being read (set by _follow, taken by the struct it holds),
+        # and the structs of backrefs being read, created before their fields: a cycle back to
+        # one of them is that object (see _follow).
+        self._reading_backref: int | None = None
+        self._open_structs: dict[int, JuliaStruct] = {}
 
     # --- backrefs --------------------------------------------------------------------------
     def raw_backref(self, ref: Any, offset: int, path: TreePath) -> Any:
@@ -221,19 +230,27 @@ class Session:
             return cache[index]
         key = (index, role)
         if key in self._busy:
+            if role == "value" and index in self._open_structs:
+                # A cycle through a struct (a learner held as a key of its own optimiser's
+                # IdDict): the struct being read is the value here, as BSON.jl's load makes it.
+                return self._open_structs[index]
             raise UnsupportedError(
-                f"cycle of backrefs: backref {index} contains itself (a self-referential value)",
+                f"cycle of backrefs: backref {index} contains itself (a self-referential value; "
+                "treexchange reads cycles through structs only)",
                 offset=raw.offset,
                 path=path,
             )
         self._busy.add(key)
         try:
             if role == "value":
+                self._reading_backref = index
                 result = self.value(target, path, depth + 1, shared=True)
             else:
                 result = self.type_param(target, path, depth + 1)
         finally:
             self._busy.discard(key)
+            self._reading_backref = None
+            self._open_structs.pop(index, None)
         cache[index] = result
         if role == "value" and not isinstance(result, (np.generic, str, bool, type(None))):
             self.shared[id(result)] = index
@@ -419,6 +436,7 @@ class Session:
 
     # --- structs ---------------------------------------------------------------------------
     def _struct(self, raw: Doc, path: TreePath, depth: int, shared: bool) -> Any:
+        index, self._reading_backref = (self._reading_backref, None) if shared else (None, None)
         data = raw.get("data")
         stored_type = raw.get("type")
         plain = self._plain_structs.get(id(stored_type))
@@ -434,6 +452,8 @@ class Session:
             if not data and not shared:
                 return Singleton(t)
             positions = _POSITIONS[: len(data)]
+            if index is not None:
+                return self._fill(index, t, positions, data, path, depth)
             values = [self.value(x, (*path, k), depth + 1) for k, x in zip(positions, data)]
             return JuliaStruct(t, zip(positions, values), mutable=shared)
         rtype = self.deref(stored_type, path)
@@ -478,6 +498,8 @@ class Session:
         if t.name == "BSON.Undef" and not data:
             return UNDEF
         names = _field_names(t, len(data))
+        if index is not None and data and t.name not in _VALUE_STRUCTS:
+            return self._fill(index, t, names, data, path, depth)
         values = [self.value(x, (*path, k), depth + 1) for k, x in zip(names, data)]
         if t.name == "Core.NamedTuple" and t.params and isinstance(t.params[0], tuple):
             if len(t.params[0]) == len(values) and len(set(names)) == len(names):
@@ -493,6 +515,15 @@ class Session:
         if not values and not shared:
             return Singleton(t)
         return JuliaStruct(t, zip(names, values), mutable=shared)
+
+    def _fill(
+        self, index: int, t: JuliaType, names: Sequence[str], data: Seq, path: TreePath, depth: int
+    ) -> Any:
+        """The struct of backref ``index``, created before its fields are read (so that a
+        cycle back to it finds it: BSON.jl's load builds such a struct the same way)."""
+        obj = self._open_structs[index] = JuliaStruct(t, (), mutable=True)
+        obj.fields.update((k, self.value(x, (*path, k), depth + 1)) for k, x in zip(names, data))
+        return obj
 
     def _primitive(self, t: JuliaType, data: Blob, path: TreePath) -> Any:
         dtype = self._numpy_dtype(t)
