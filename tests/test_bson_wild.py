@@ -209,3 +209,31 @@ def test_a_cycle_through_a_struct_reads_as_that_struct(tmp_path: Path) -> None:
     # A list that contains itself is still refused, with the way it is built.
     with pytest.raises(tx.UnsupportedError, match="cycles through structs only"):
         tx.load(bson_file({"x": backref(1)}, [[backref(1)]]))
+
+
+def test_a_struct_of_ones_own_holding_layers_ports_with_the_chain_it_applies(tmp_path: Path) -> None:
+    """A model defined as ``struct Model; dense; rnn; out; end`` (Flux.@functor): its forward pass
+    is code; told it is a Chain of its layer fields in order, it ports. Real: red-g/Heat-Waves
+    model1.bson (blob 92e2a1e7: ``Main.Model`` of Dense, Recur{RNNCell}, Dense)."""
+    rng = np.random.default_rng(2)
+    w1, b1 = rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=4).astype(np.float32)
+    w2, b2 = rng.normal(size=(2, 4)).astype(np.float32), rng.normal(size=2).astype(np.float32)
+
+    def dense(w: np.ndarray, b: np.ndarray, f: str) -> dict[str, Any]:
+        return struct(
+            datatype("Flux.Dense", datatype(f)), array(None, w), array(None, b), struct(datatype(f))
+        )
+
+    own = struct(datatype("Main.Model"), dense(w1, b1, "NNlib.#relu"), 7, dense(w2, b2, "Base.#identity"))
+    path = _write(tmp_path, "model.bson", {"model": own})
+    with pytest.raises(
+        ConversionError, match=r"Main.Model is a struct of your own .* \(fields 1, 3\).*architecture="
+    ):
+        tx.from_flux(path, "model")
+    model = tx.from_flux(path, "model", architecture="Chain(Dense(3 => 4, relu), Dense(4 => 2))")
+    x = rng.normal(size=3).astype(np.float32)
+    np.testing.assert_allclose(
+        np.asarray(model(x)), w2 @ np.maximum(w1 @ x + b1, 0) + b2, rtol=1e-5, atol=1e-6
+    )
+    with pytest.raises(ConversionError):  # a Chain of another length is not this struct's
+        tx.from_flux(path, "model", architecture="Chain(Dense(3 => 4, relu))")

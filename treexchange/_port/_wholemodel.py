@@ -76,6 +76,10 @@ def _is_anonymous(name: str) -> bool:
     return "#" in name or name[:1].isdigit()
 
 
+def _is_flux_struct(value: Any) -> bool:
+    return isinstance(value, JuliaStruct) and "Flux" in value.type.name.split(".")[:-1]
+
+
 def _is_fieldless_layer(type_: JuliaType) -> bool:
     """Whether a singleton's type is a Flux layer struct (not a function's ``#name`` type)."""
     return "#" not in type_.name and "Flux" in type_.name.split(".")[:-1] and type_.basename in _HANDLERS
@@ -163,6 +167,15 @@ class _Converter:
         kind = _basename(value.type)
         handler = _HANDLERS.get(kind)
         if handler is None:
+            held = [k for k, v in value.fields.items() if _is_flux_struct(v)]
+            if held and not _is_flux_struct(value):
+                raise self.error(
+                    f"{value.type.name} is a struct of your own holding Flux layers (fields "
+                    f"{', '.join(held)}): its forward pass is Julia code, which treexchange never runs. "
+                    "If it applies them in field order, pass architecture= (--architecture) with the "
+                    "Chain of those layers as Flux prints them",
+                    path,
+                )
             known = ", ".join(sorted(_HANDLERS))
             raise self.error(
                 f"unknown layer type {value.type}; the Flux layers that port: {known} (see {PORTING_DOCS})",
