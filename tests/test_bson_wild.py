@@ -237,3 +237,19 @@ def test_a_struct_of_ones_own_holding_layers_ports_with_the_chain_it_applies(tmp
     )
     with pytest.raises(ConversionError):  # a Chain of another length is not this struct's
         tx.from_flux(path, "model", architecture="Chain(Dense(3 => 4, relu))")
+
+
+def test_a_function_of_ones_own_in_a_chain_is_named_as_such(tmp_path: Path) -> None:
+    """Real: harrychenfeng/CSC412-2506_Project encoder.bson (blob 5817afe0, a Pluto notebook's
+    ``Chain(Dense, Dense, unpack_guassian_params)``, the function ``Main.workspace3.#…``)."""
+    w, b = np.ones((2, 3), np.float32), np.zeros(2, np.float32)
+    dense = struct(datatype("Flux.Dense", datatype("Base.#identity")), array(None, w), array(None, b),
+                   struct(datatype("Base.#identity")))  # fmt: skip
+    for fn, said in [
+        ("Main.workspace3.#unpack_params", "one of your own"),
+        ("Other.#mystery", "unknown function"),
+    ]:
+        chain = struct(datatype("Flux.Chain", datatype("Core.Tuple")), tuple_(dense, struct(datatype(fn))))
+        path = _write(tmp_path, "encoder.bson", {"encoder": chain})
+        with pytest.raises(ConversionError, match=said):
+            tx.from_flux(path, "encoder")

@@ -110,6 +110,14 @@ class _Converter:
             raise self.error(f"anonymous function {_raw_name(value)} as {what} (not portable)", path)
         canonical = canonical_activation(name)
         if canonical is None:
+            raw = _raw_name(value)
+            module = raw.rpartition(".#")[0] if ".#" in raw else raw.rpartition(".")[0]
+            if module.split(".", 1)[0] == "Main":
+                raise self.error(
+                    f"{what} {name!r} is one of your own ({_raw_name(value)}): the file holds its name, "
+                    "not its code, and treexchange knows only Flux's and NNlib's functions",
+                    path,
+                )
             raise self.error(f"unknown {what} {name!r}", path)
         return canonical
 
