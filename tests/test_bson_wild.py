@@ -253,3 +253,20 @@ def test_a_function_of_ones_own_in_a_chain_is_named_as_such(tmp_path: Path) -> N
         path = _write(tmp_path, "encoder.bson", {"encoder": chain})
         with pytest.raises(ConversionError, match=said):
             tx.from_flux(path, "encoder")
+
+
+def test_a_real_policy_saved_as_a_string_keyed_dict_with_a_cycle_reads_and_converts(tmp_path: Path) -> None:
+    """MatthewMcLeod/curiosity src/data/MC_learned_policies/Goal.bson (MIT, bundled): written by
+    ``BSON.bson(path, Dict("learner" => …, …))``, so its root is a lowered ``Dict{String,Any}``; the
+    ``QLearner`` is a key of its own ``TB`` update's ``IdDict``."""
+    path = BUNDLED_DIR / "bson" / "mcleod_curiosity_goal_policy.bson"
+    values = tx.load(path)
+    assert sorted(values) == ["exp", "fc", "info", "learner"]
+    learner = values["learner"]
+    assert learner.type.name == "Curiosity.QLearner" and learner["1"].shape == (3, 648)
+    assert learner["2"]["5"]["keys"][0] is learner  # the cycle, one object
+    assert learner["2"]["4"]["keys"][0] is learner["1"]  # the Q table, shared through a backref
+    out = tmp_path / "goal.jld2"
+    tx.save(out, **values)
+    again = tx.load(out)
+    assert tx.values_equal(again, values) and again["learner"]["2"]["5"]["keys"][0] is again["learner"]
