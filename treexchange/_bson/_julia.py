@@ -30,7 +30,9 @@ tag                keys                                         value model
 ``jl_bottom_type`` (none)                                       ``Union{}``
 ``ref``            ``path`` (a module)                          ``JuliaStruct("Core.Module")``
 ``backref``        ``ref``: 1-based index into the root         the same Python object at every
-                   document's ``_backrefs`` array               place (mutable values)
+                   document's ``_backrefs`` array               place (mutable values); a struct
+                                                                that refers back to itself is a
+                                                                cycle on that object
 =================  ===========================================  ==================================
 
 Scalars: BSON int64 / int32 / double / bool / string / null are ``Int64`` / ``Int32`` /
@@ -45,14 +47,16 @@ with a note at its path (:attr:`Session.notes`); a ``CuArray`` saved by mistake 
 device pointers (:func:`is_device_array`).
 
 Every number from the file is checked before it sizes anything (array sizes against the bytes
-present and ``Limits``), backrefs are followed once each (cached) and a cycle of them is refused,
+present and ``Limits``), backrefs are followed once each (cached). A struct reached through a
+backref is made before its fields, so a field referring back to it (BSON.jl writes a mutable struct
+that contains itself so) closes the cycle on that very object, as the JLD2 reader does; any other
+cycle of backrefs (through a tuple, an array, a type, or a backref that is itself) is refused,
 and the nesting is bounded: BSON documents by :func:`treexchange._bson._container.bson_depth`,
 values with their types (backref hops counted) by ``_limits.type_depth``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -96,18 +100,18 @@ _KNOWN_FIELDS: dict[str, tuple[str, ...]] = {
     "Base.Rational": ("num", "den"),
 }
 _IMPLICIT_PARENT = ("Main.Core.", "Main.Base.")
+# Struct types read as a value other than a JuliaStruct (their fields read first): never a cycle's
+# closing point
+_VALUE_STRUCTS = frozenset({"Core.NamedTuple", "Base.Complex", "Base.Missing", "Core.Nothing"})
 _INTEGERS = frozenset({np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8, int})
 _TYPE_TAGS = frozenset({"datatype", "unionall", "jl_anonymous", "jl_bottom_type"})
-# Structs read as the values they are (not a JuliaStruct): never the target of a cycle
-_VALUE_STRUCTS = frozenset({"Core.NamedTuple", "Base.Complex", "Base.Missing", "Core.Nothing"})
 # Struct types read otherwise than as their fields by position (see Session._struct)
 _SPECIAL_STRUCTS = (
     _TRACKED_ARRAYS
     | _TRACKED_REALS
     | _DICT_TYPES
     | frozenset(_KNOWN_FIELDS)
-    | _VALUE_STRUCTS
-    | {"BSON.Undef"}
+    | {"BSON.Undef", "Core.NamedTuple", "Base.Complex", "Base.Missing", "Core.Nothing"}
 )
 
 
@@ -167,6 +171,8 @@ class Session:
         self._values: dict[int, Any] = {}
         self._types: dict[int, Any] = {}
         self._busy: set[tuple[int, str]] = set()
+        # backref index -> the struct being filled from it: a field referring back closes on it
+        self._partial: dict[int, JuliaStruct] = {}
         self._keep: list[Any] = []  # values whose id is in ``shared`` stay alive
         # id(a Lazy type document) -> (it, its type): the parser hands out one Lazy for
         # identical bytes (a layer's type at every layer), so each distinct type is read once.
@@ -184,11 +190,6 @@ class Session:
         self._plain_structs: dict[int, tuple[Any, JuliaType]] = {}
         # A file whose root document is a lowered Dict (BsonDocument.lowered_root): its value by name.
         self.lowered_root: dict[str, Any] | None = None
-        # The backref whose value is being read (set by _follow, taken by the struct it holds),
-        # and the structs of backrefs being read, created before their fields: a cycle back to
-        # one of them is that object (see _follow).
-        self._reading_backref: int | None = None
-        self._open_structs: dict[int, JuliaStruct] = {}
 
     # --- backrefs --------------------------------------------------------------------------
     def raw_backref(self, ref: Any, offset: int, path: TreePath) -> Any:
@@ -230,27 +231,22 @@ class Session:
             return cache[index]
         key = (index, role)
         if key in self._busy:
-            if role == "value" and index in self._open_structs:
-                # A cycle through a struct (a learner held as a key of its own optimiser's
-                # IdDict): the struct being read is the value here, as BSON.jl's load makes it.
-                return self._open_structs[index]
+            partial = self._partial.get(index) if role == "value" else None
+            if partial is not None:
+                return partial  # a struct containing itself: the cycle closes on it
             raise UnsupportedError(
-                f"cycle of backrefs: backref {index} contains itself (a self-referential value; "
-                "treexchange reads cycles through structs only)",
+                f"cycle of backrefs: backref {index} contains itself (a self-referential value)",
                 offset=raw.offset,
                 path=path,
             )
         self._busy.add(key)
         try:
             if role == "value":
-                self._reading_backref = index
-                result = self.value(target, path, depth + 1, shared=True)
+                result = self.value(target, path, depth + 1, shared=True, ref=index)
             else:
                 result = self.type_param(target, path, depth + 1)
         finally:
             self._busy.discard(key)
-            self._reading_backref = None
-            self._open_structs.pop(index, None)
         cache[index] = result
         if role == "value" and not isinstance(result, (np.generic, str, bool, type(None))):
             self.shared[id(result)] = index
@@ -266,8 +262,10 @@ class Session:
                 path=path,
             )
 
-    def value(self, raw: Any, path: TreePath, depth: int = 0, *, shared: bool = False) -> Any:
-        """The value of a raw tree (``shared``: it was reached through a backref)."""
+    def value(
+        self, raw: Any, path: TreePath, depth: int = 0, *, shared: bool = False, ref: int | None = None
+    ) -> Any:
+        """The value of a raw tree (``shared``: it was reached through backref ``ref``)."""
         if depth > self.max_depth:
             self._deeper(depth, raw, path)
         if type(raw) is Lazy:
@@ -275,7 +273,7 @@ class Session:
         if type(raw) is Doc:
             tag = raw.get("tag")
             if tag == "struct":
-                return self._struct(raw, path, depth, shared)
+                return self._struct(raw, path, depth, shared, ref)
             if tag == "array":
                 return self._array(raw, path, depth)
             if tag is None or not isinstance(tag, str):
@@ -435,8 +433,7 @@ class Session:
         return info
 
     # --- structs ---------------------------------------------------------------------------
-    def _struct(self, raw: Doc, path: TreePath, depth: int, shared: bool) -> Any:
-        index, self._reading_backref = (self._reading_backref, None) if shared else (None, None)
+    def _struct(self, raw: Doc, path: TreePath, depth: int, shared: bool, ref: int | None = None) -> Any:
         data = raw.get("data")
         stored_type = raw.get("type")
         plain = self._plain_structs.get(id(stored_type))
@@ -452,8 +449,8 @@ class Session:
             if not data and not shared:
                 return Singleton(t)
             positions = _POSITIONS[: len(data)]
-            if index is not None:
-                return self._fill(index, t, positions, data, path, depth)
+            if ref is not None:
+                return self._shared_struct(ref, t, positions, data, path, depth)
             values = [self.value(x, (*path, k), depth + 1) for k, x in zip(positions, data)]
             return JuliaStruct(t, zip(positions, values), mutable=shared)
         rtype = self.deref(stored_type, path)
@@ -498,8 +495,8 @@ class Session:
         if t.name == "BSON.Undef" and not data:
             return UNDEF
         names = _field_names(t, len(data))
-        if index is not None and data and t.name not in _VALUE_STRUCTS:
-            return self._fill(index, t, names, data, path, depth)
+        if ref is not None and t.name not in _VALUE_STRUCTS:
+            return self._shared_struct(ref, t, names, data, path, depth)
         values = [self.value(x, (*path, k), depth + 1) for k, x in zip(names, data)]
         if t.name == "Core.NamedTuple" and t.params and isinstance(t.params[0], tuple):
             if len(t.params[0]) == len(values) and len(set(names)) == len(names):
@@ -516,14 +513,19 @@ class Session:
             return Singleton(t)
         return JuliaStruct(t, zip(names, values), mutable=shared)
 
-    def _fill(
-        self, index: int, t: JuliaType, names: Sequence[str], data: Seq, path: TreePath, depth: int
-    ) -> Any:
-        """The struct of backref ``index``, created before its fields are read (so that a
-        cycle back to it finds it: BSON.jl's load builds such a struct the same way)."""
-        obj = self._open_structs[index] = JuliaStruct(t, (), mutable=True)
-        obj.fields.update((k, self.value(x, (*path, k), depth + 1)) for k, x in zip(names, data))
-        return obj
+    def _shared_struct(
+        self, ref: int, t: JuliaType, names: Any, data: Seq, path: TreePath, depth: int
+    ) -> JuliaStruct:
+        """The struct of backref ``ref``, made before its fields: a field referring back to it
+        (a mutable struct containing itself) is this very object."""
+        out = JuliaStruct(t, mutable=True)
+        self._partial[ref] = out
+        try:
+            for k, x in zip(names, data):
+                out.fields[k] = self.value(x, (*path, k), depth + 1)
+        finally:
+            del self._partial[ref]
+        return out
 
     def _primitive(self, t: JuliaType, data: Blob, path: TreePath) -> Any:
         dtype = self._numpy_dtype(t)
