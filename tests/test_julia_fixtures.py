@@ -66,6 +66,8 @@ def _mirror_from_shared(root: Path) -> None:
             source = SHARED / "data" / "mnist" / entry["path"]
         else:
             source = SHARED / "julia_fixtures" / entry["file"]
+            if entry["bundled"] and not source.is_file():  # bundled from outside ../shared's corpus
+                source = BUNDLED_DIR / entry["file"]
         target = root / entry["repo"] / entry["commit"] / entry["path"]
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)

@@ -137,7 +137,7 @@ def test_containers_named_chains_and_ghost_connections() -> None:
     [
         (Singleton("Main.#109#110"), "anonymous function Main.#109#110"),
         (_dense(2, 2, "Main.#12#13"), "anonymous function Main.#12#13 as activation"),
-        (_dense(2, 2, "Main.myact"), "unknown activation 'myact'"),
+        (_dense(2, 2, "Main.myact"), r"activation 'myact' is one of your own \(Main.myact\)"),
         (_struct("Main.MyLayer", w=np.zeros(2)), "unknown layer type Main.MyLayer"),
         (_struct("Flux.Chain{Core.Tuple}", layers=(_dense(2, 2), 3)), "expected a Flux layer, found int"),
         (_struct("Flux.Parallel{Main.#3#4,Core.Tuple}", layers=(_dense(2, 2),)), "anonymous function"),

@@ -264,6 +264,10 @@ def canonical_type(t: JuliaType) -> str:
     """
     name = _short(t.name)
     params: list[Any] = list(t.params)
+    if name == "UnionAll" and len(params) == 1 and not isinstance(params[0], JuliaType):
+        # A where type (BSON.jl's reading, ``where_type``) spelled as the ``UnionAll`` value a
+        # JLD2 file gives for the same type parameter.
+        return _canonical_param(params[0])
     if name == "NTuple" and len(params) == 2 and isinstance(params[0], (int, np.integer)):
         n = int(params[0])
         if 0 <= n <= _NTUPLE_EXPAND_MAX:

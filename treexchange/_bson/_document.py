@@ -7,9 +7,11 @@ import mmap
 import os
 from typing import Any
 
-from .._errors import FormatError, TreePath, WrongFormatError
+from .._errors import FormatError, LimitError, TreePath, UnsupportedError, WrongFormatError
+from .._gc import gc_paused
 from .._limits import DEFAULT_LIMITS, Limits
-from ._container import ARRAY, Parser, looks_like_bson
+from .._recursion import stack_for_depth
+from ._container import ARRAY, DOCUMENT, STRING, Parser, looks_like_bson
 from ._julia import Session
 
 BACKREFS = "_backrefs"
@@ -83,6 +85,38 @@ class BsonDocument:
             if etype != ARRAY:
                 raise FormatError("BSON.jl _backrefs is not an array", offset=off, path=(BACKREFS,))
             self.backrefs = [(t, o, e) for _, t, o, e in self.parser.scan(off, end, (BACKREFS,))]
+        # ``BSON.bson(path, d)`` with ``d`` a Dict other than ``Dict{Symbol}`` (a Dict{String,Any}):
+        # BSON.jl lowers ``d`` itself, so the root document is ``d``'s tagged document and
+        # ``BSON.load`` returns ``d``. Its keys are then the file's names (read whole, once).
+        self.lowered_root = self._is_lowered_root()
+        if self.lowered_root:
+            self.entries = dict.fromkeys(self._root_value(self.session()), self.entries["tag"])
+
+    def _is_lowered_root(self) -> bool:
+        tag = self.entries.get("tag")
+        if tag is None or tag[0] != STRING or "data" not in self.entries or "type" not in self.entries:
+            return False
+        return self.parser.value(*tag, ("tag",)) == "struct"
+
+    def _root_value(self, session: Session) -> dict[str, Any]:
+        """The lowered root's value in ``session`` (read once per session), by name."""
+        cached = getattr(session, "lowered_root", None)
+        if cached is not None:
+            return cached
+        try:  # thousands of raw documents made and dropped, values kept: nothing for the collector
+            with stack_for_depth(self.limits.max_depth), gc_paused():
+                value = session.value(self.parser.value(DOCUMENT, 0, self.size, ()), ())
+        except RecursionError as err:
+            raise LimitError("structure nested too deeply for Python's stack", path=()) from err
+        if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):  # str: Symbol too
+            raise UnsupportedError(
+                f"the file holds one {getattr(value, 'julia_type', type(value).__name__)} (BSON.bson with a "
+                "value that is not a Dict of String or Symbol keys), not named entries",
+                offset=0,
+            )
+        named = {str(k): v for k, v in value.items()}
+        session.lowered_root = named
+        return named
 
     def session(self, *, order: str = "julia", mmap: bool = True) -> Session:
         """A new reading session (backrefs shared within it)."""
@@ -91,6 +125,8 @@ class BsonDocument:
     def read(self, session: Session, name: str) -> Any:
         """The value of top-level ``name`` (KeyError if there is none)."""
         etype, off, end = self.entries[name]
+        if self.lowered_root:
+            return self._root_value(session)[name]
         path: TreePath = (name,)
         raw = self.parser.value(etype, off, end, path)
         return session.value(raw, path)

@@ -188,6 +188,8 @@ class Session:
         # id(a struct's stored type: the document or a backref to it) -> (it, its type), for
         # the types read as positional fields (the fast path of _struct)
         self._plain_structs: dict[int, tuple[Any, JuliaType]] = {}
+        # A file whose root document is a lowered Dict (BsonDocument.lowered_root): its value by name.
+        self.lowered_root: dict[str, Any] | None = None
 
     # --- backrefs --------------------------------------------------------------------------
     def raw_backref(self, ref: Any, offset: int, path: TreePath) -> Any:

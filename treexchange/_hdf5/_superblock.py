@@ -48,7 +48,29 @@ def find_superblock(buf: memoryview) -> int:
         if bytes(buf[pos : pos + len(SIGNATURE)]) == SIGNATURE:
             return pos
         pos = 512 if pos == 0 else pos * 2
-    raise WrongFormatError("not an HDF5 file (no superblock signature found), nor a BSON file", offset=0)
+    known = _known_other_format(bytes(buf[:64]))
+    raise WrongFormatError(
+        "not an HDF5 file (no superblock signature found), nor a BSON file" + (f": {known}" if known else ""),
+        offset=0,
+    )
+
+
+def _known_other_format(head: bytes) -> str | None:
+    """What a file that is neither HDF5 nor BSON seems to be, from its first bytes (for the error):
+    formats Julia model files are often mistaken for, named by their own magic bytes."""
+    if head.startswith(b"7JL"):
+        return (
+            "it is a Julia Serialization stream (Serialization.serialize, e.g. MLJ's MLJ.save), a format "
+            "tied to the Julia version that wrote it, which treexchange does not read"
+        )
+    if head.lstrip(b"\r\n").startswith(b"HDF5-based Julia Data Format") and not head.startswith(b"HDF5"):
+        return (
+            "it is a JLD2 file whose bytes were altered as text (line endings converted, e.g. by git's "
+            "autocrlf): the original file is needed"
+        )
+    if head.startswith(b"version https://git-lfs"):
+        return "it is a Git LFS pointer, not the file itself (run git lfs pull)"
+    return None
 
 
 def read_superblock(buf: memoryview, *, verify_checksum: bool = False) -> Superblock:

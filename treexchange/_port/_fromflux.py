@@ -51,6 +51,12 @@ def read_source(
     the current release when they show none; Flux 0.14 for a whole model; the current release for a
     parameter list or a whole model read with ``architecture``."""
     value = _read(path, name)
+    if architecture is None and isinstance(value, JuliaStruct) and params_list(value) is not None:
+        raise ConversionError(
+            f"{name!r} is a parameter list ({value.type.basename}: the arrays of Flux.params, no layer "
+            "types): pass architecture= with the model as Flux prints it",
+            path=(name,),
+        )
     if architecture is None:
         if not isinstance(value, JuliaStruct):
             raise ConversionError(

@@ -29,7 +29,7 @@ from ._eras import normalise
 from ._registry import ARRAY_LAYERS, STATELESS_LAYERS, param_slots, rule_for, with_defaults
 from ._rules import Arr, Child, Children, Discard, _NamedFields
 from ._spec import Layer
-from ._wholemodel import _unwrap_tracked, from_whole_model
+from ._wholemodel import _is_flux_struct, _unwrap_tracked, from_whole_model
 
 # Field names that mean the same array in different eras (Dense ``W``/``weight``, recurrent
 # ``b``/``bias``, ``Diagonal``'s ``α``/``β`` = ``Scale``'s ``scale``/``bias``).
@@ -128,13 +128,18 @@ class _Filler:
 
 
 def params_list(value: Any) -> list[Any] | None:
-    """The arrays of a saved parameter list (a Vector of arrays, or a ``Zygote.Params``), else None."""
+    """The arrays of a saved parameter list (a Vector of arrays, or a ``Params``), else None.
+
+    A ``Params`` (Zygote's, Tracker's, Flux ≤ 0.9's) keeps the arrays in its first field,
+    ``order``: a ``Vector{Any}``, or (Zygote ≥ 0.4) a ``Zygote.Buffer`` whose first field is that
+    vector. Its second field, ``params``, is an ``IdSet`` whose keys are the same arrays in hash
+    order, never the model's: it is not read.
+    """
     if isinstance(value, JuliaStruct) and value.type.basename == "Params":
-        for field in value.fields.values():
-            found = params_list(field)
-            if found is not None:
-                return found
-        return None
+        order = next(iter(value.fields.values()), None)
+        if isinstance(order, JuliaStruct) and order.type.basename == "Buffer":
+            order = next(iter(order.fields.values()), None)
+        return params_list(order) if isinstance(order, (list, tuple)) else None
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, np.ndarray) for v in value):
         return list(value)
     return None
@@ -279,8 +284,23 @@ def state_for_architecture(layer: Layer, value: Any, era: str, *, path: TreePath
     if arrays is not None:
         return state_from_params(layer, arrays, era, path=path)
     if isinstance(value, JuliaStruct):
+        layers = _own_struct_layers(value)
+        if layer.kind == "Chain" and layers is not None and len(layers) == len(layer.children):
+            # A struct of the user's own holding Flux layers (its forward pass is Julia code):
+            # the architecture says it applies them in field order, as this Chain.
+            items = tuple(whole_model_state(v, era, path=(*path, k)) for k, v in layers)
+            return NamedTuple(layers=items if layer.names is None else NamedTuple(zip(layer.names, items)))
         return whole_model_state(value, era, path=path)
     return value
+
+
+def _own_struct_layers(value: JuliaStruct) -> list[tuple[str, Any]] | None:
+    """The fields holding Flux layers of a struct that is not Flux's own (``Main.Model`` with a
+    Dense, a Recur and a Dense), else None."""
+    if _is_flux_struct(value):
+        return None
+    layers = [(k, v) for k, v in value.fields.items() if _is_flux_struct(v)]
+    return layers or None
 
 
 def state_for_port(state: Any) -> Any:

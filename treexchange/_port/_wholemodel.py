@@ -76,6 +76,15 @@ def _is_anonymous(name: str) -> bool:
     return "#" in name or name[:1].isdigit()
 
 
+def _is_flux_struct(value: Any) -> bool:
+    return isinstance(value, JuliaStruct) and "Flux" in value.type.name.split(".")[:-1]
+
+
+def _is_fieldless_layer(type_: JuliaType) -> bool:
+    """Whether a singleton's type is a Flux layer struct (not a function's ``#name`` type)."""
+    return "#" not in type_.name and "Flux" in type_.name.split(".")[:-1] and type_.basename in _HANDLERS
+
+
 class _Converter:
     def __init__(self, era: str) -> None:
         self.era = era
@@ -101,6 +110,14 @@ class _Converter:
             raise self.error(f"anonymous function {_raw_name(value)} as {what} (not portable)", path)
         canonical = canonical_activation(name)
         if canonical is None:
+            raw = _raw_name(value)
+            module = raw.rpartition(".#")[0] if ".#" in raw else raw.rpartition(".")[0]
+            if module.split(".", 1)[0] == "Main":
+                raise self.error(
+                    f"{what} {name!r} is one of your own ({_raw_name(value)}): the file holds its name, "
+                    "not its code, and treexchange knows only Flux's and NNlib's functions",
+                    path,
+                )
             raise self.error(f"unknown {what} {name!r}", path)
         return canonical
 
@@ -148,12 +165,25 @@ class _Converter:
             name = function_name(value)
             if name == "flatten":
                 return Layer("flatten"), ()
+            if _is_fieldless_layer(value.type):
+                # A layer struct without fields (GlobalMeanPool()) is stored as its type alone,
+                # like a function: BSON.jl and JLD2 keep no data for a zero-size struct.
+                return self.convert(JuliaStruct(value.type), path)
             return Layer("function", {"name": self.function(value, path)}), ()
         if not isinstance(value, JuliaStruct):
             raise self.error(f"expected a Flux layer, found {type(value).__name__}", path)
         kind = _basename(value.type)
         handler = _HANDLERS.get(kind)
         if handler is None:
+            held = [k for k, v in value.fields.items() if _is_flux_struct(v)]
+            if held and not _is_flux_struct(value):
+                raise self.error(
+                    f"{value.type.name} is a struct of your own holding Flux layers (fields "
+                    f"{', '.join(held)}): its forward pass is Julia code, which treexchange never runs. "
+                    "If it applies them in field order, pass architecture= (--architecture) with the "
+                    "Chain of those layers as Flux prints them",
+                    path,
+                )
             known = ", ".join(sorted(_HANDLERS))
             raise self.error(
                 f"unknown layer type {value.type}; the Flux layers that port: {known} (see {PORTING_DOCS})",

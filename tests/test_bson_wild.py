@@ -1,0 +1,272 @@
+"""Old Flux files found in public repositories beyond ../shared (tests/corpus_sources.md, "BSON and
+model files found in the wild"): the general rules each one showed missing, on the one bundled file
+whose licence allows it and on synthetic files of the same structure (each names the real file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import pytest
+from _mnist import flux_data_mnist
+from conftest import BUNDLED_DIR
+
+import treexchange as tx
+from treexchange import ConversionError, WrongFormatError
+from treexchange._bson._writer import array, backref, bson_file, datatype, struct, tuple_
+from treexchange._juliatype import where_type
+from treexchange._values import same_type
+
+# The FluxML model-zoo MNIST convnet (vision/mnist/conv.jl of 2019-2020), as Flux prints it.
+MODEL_ZOO_CONV = (
+    "Chain(Conv((3, 3), 1 => 16, relu, pad=(1, 1)), MaxPool((2, 2)), "
+    "Conv((3, 3), 16 => 32, relu, pad=(1, 1)), MaxPool((2, 2)), "
+    "Conv((3, 3), 32 => 32, relu, pad=(1, 1)), MaxPool((2, 2)), Flux.flatten, "
+    "Dense(288 => 10), softmax)"
+)
+
+
+def _write(tmp_path: Path, name: str, entries: dict[str, Any]) -> str:
+    path = tmp_path / name
+    path.write_bytes(bson_file(entries))
+    return str(path)
+
+
+def test_a_parameter_list_of_the_model_zoo_convnet_reaches_the_accuracy_stored_beside_it() -> None:
+    """tetsugps/julia mnist_conv.bson (Flux 0.11, ``params=cpu.(params(model)) acc epoch_idx``):
+    the port with the model-zoo architecture scores the ``acc`` the training loop stored, to the image."""
+    path = BUNDLED_DIR / "bson" / "tetsugps_mnist_conv_params.bson"
+    images, labels = flux_data_mnist()
+    model = jax.jit(jax.vmap(tx.from_flux(path, "params", architecture=MODEL_ZOO_CONV)))
+    predicted = np.concatenate(
+        [np.asarray(model(images[i : i + 2500])).argmax(1) for i in range(0, 10000, 2500)]
+    )
+    assert float(np.mean(predicted == labels)) == pytest.approx(float(tx.load(path, "acc")), abs=1e-12)
+
+
+def _zygote_params(arrays: list[np.ndarray], *, buffer: bool) -> dict[str, Any]:
+    """``Flux.params(model)`` saved as it is (``BSON.@save "p.bson" params=params(model)``): a
+    ``Params`` whose ``order`` holds the arrays in the model's order (in a ``Zygote.Buffer`` from
+    Zygote 0.4 on) and whose ``params`` ``IdSet`` holds them again in hash order.
+    Real: Eduardorib/FashionMNIST-Julia mnist_conv.bson (blob 83932b06, commit 5cd271c6c6: a
+    LeNet-5, ``Zygote.Params{Zygote.Buffer{Any, Vector{Any}}}``) and Dunque/BlockRecognizer
+    mymodel.bson (``Zygote.Params``)."""
+    docs = [array(None, a) for a in arrays]
+    vector = datatype("Core.Array", datatype("Core.Any"), 1)
+    order: Any = (
+        struct(datatype("Zygote.Buffer", datatype("Core.Any"), vector), docs, False) if buffer else docs
+    )
+    shuffled = docs[::-1]
+    iddict = struct(
+        datatype("Base.IdDict", datatype("Core.Any"), datatype("Core.Nothing")), shuffled, [None] * len(docs)
+    )
+    idset = struct(datatype("Zygote.IdSet", datatype("Core.Any")), iddict)
+    return struct(datatype("Zygote.Params", *([datatype("Zygote.Buffer")] if buffer else [])), order, idset)
+
+
+@pytest.mark.parametrize("buffer", [True, False], ids=["zygote-buffer", "vector"])
+def test_a_saved_params_object_is_a_parameter_list_in_its_order(tmp_path: Path, buffer: bool) -> None:
+    rng = np.random.default_rng(0)
+    arrays = [rng.normal(size=s).astype(np.float32) for s in ((4, 6), (4,), (3, 4), (3,))]
+    path = _write(tmp_path, "params.bson", {"weights": _zygote_params(arrays, buffer=buffer)})
+    with pytest.raises(ConversionError, match=r"'weights' is a parameter list \(Params.*architecture="):
+        tx.from_flux(path, "weights")
+    model = tx.from_flux(path, "weights", architecture="Chain(Dense(6 => 4, relu), Dense(4 => 3))")
+    x = rng.normal(size=6).astype(np.float32)
+    expected = arrays[2] @ np.maximum(arrays[0] @ x + arrays[1], 0) + arrays[3]
+    np.testing.assert_allclose(np.asarray(model(x)), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_fieldless_layer_stored_as_its_type_alone_ports(tmp_path: Path) -> None:
+    """``GlobalMeanPool()`` has no fields, so BSON.jl stores it like a function (a struct without
+    data, read as a Singleton). Real: HanyangHe/Bitstream-Computing-Hackathon mymodel.bson (blob
+    95f5426e, Flux 0.12: ``Chain(Chain(Conv, BatchNorm, ...), Chain(GlobalMeanPool(), flatten,
+    Dense, Dense))``)."""
+    rng = np.random.default_rng(1)
+    w = rng.normal(size=(1, 1, 2, 4)).astype(np.float32)  # Julia Conv weight (k, k, in, out)
+    b = rng.normal(size=4).astype(np.float32)
+    wd = rng.normal(size=(3, 4)).astype(np.float32)
+    bd = rng.normal(size=3).astype(np.float32)
+    f32 = datatype("Core.Float32")
+    conv_t = datatype(
+        "Flux.Conv",
+        2,
+        4,
+        datatype("NNlib.#relu"),
+        datatype("Core.Array", f32, 4),
+        datatype("Core.Array", f32, 1),
+    )
+    conv = struct(conv_t, struct(datatype("NNlib.#relu")), array(None, w), array(None, b),
+                  tuple_(1, 1), tuple_(0, 0, 0, 0), tuple_(1, 1), 1)  # fmt: skip
+    pool = struct(datatype("Flux.GlobalMeanPool"))
+    flatten = struct(datatype("Flux.#flatten"))
+    dense = struct(datatype("Flux.Dense", datatype("Base.#identity")), array(None, wd), array(None, bd),
+                   struct(datatype("Base.#identity")))  # fmt: skip
+    chain = struct(datatype("Flux.Chain", datatype("Core.Tuple")), tuple_(conv, pool, flatten, dense))
+    path = _write(tmp_path, "model.bson", {"model": chain})
+    assert isinstance(tx.load(path, "model")["1"][1], tx.Singleton)
+    model = tx.from_flux(path, "model")
+    x = rng.normal(size=(2, 5, 6)).astype(np.float32)  # one sample, channels first
+    hidden = np.maximum(np.einsum("co,chw->ohw", w[0, 0], x) + b[:, None, None], 0).mean(axis=(1, 2))
+    np.testing.assert_allclose(np.asarray(model(x)), wd @ hidden + bd, rtol=1e-5, atol=1e-6)
+
+
+def test_a_where_type_parameter_compares_equal_to_the_unionall_value_jld2_gives() -> None:
+    """BSON reads ``ModelFrame{…, GLM.LinearModel}`` (a UnionAll parameter) as a where type; the same
+    type read back from the JLD2 file ``convert`` writes has the ``UnionAll`` value there. They are
+    one Julia type, so ``convert``'s read-back check must find them equal. Real:
+    sebkaz/Julia_Deploy 02_Model/reg.bson (a GLM ``TableRegressionModel``, blob 1022a12c)."""
+    bounds = {"lb": tx.Singleton("Core.Type{Union{}}"), "ub": tx.Singleton("Core.Type{Core.Any}")}
+    typevar = tx.JuliaStruct("Core.TypeVar", {"name": tx.Symbol("T"), **bounds})
+    bson_side = where_type(
+        tx.JuliaStruct("Core.UnionAll", {"var": typevar, "body": tx.JuliaType.parse("Main.Foo{T}")})
+    )
+    jld2_side = tx.JuliaStruct(
+        "Core.UnionAll", {"var": typevar, "body": tx.Singleton("Core.Type{Main.Foo{T}}")}
+    )
+    outer_b = tx.JuliaType("Main.Frame", (bson_side,))
+    outer_j = tx.JuliaType("Main.Frame", (jld2_side,))
+    assert str(outer_b) == str(outer_j) == "Main.Frame{Main.Foo{T} where T}"
+    assert same_type(outer_b, outer_j)
+    assert tx.values_equal(tx.JuliaStruct(outer_b, {"x": 1}), tx.JuliaStruct(outer_j, {"x": 1}))
+    assert not same_type(outer_b, tx.JuliaType.parse("Main.Frame{Main.Foo{Int64}}"))
+
+
+@pytest.mark.parametrize(
+    ("head", "said"),
+    [
+        # ornellavolle/ImageClassification.jl model.bson (blob 721aacca): an MLJ machine, MLJ.save
+        (b"7JL\x0c\x04\x00\x00\x005\x10\x01\x07Machine", "Julia Serialization stream"),
+        # MatthewMcLeod/curiosity src/data/action_noise_0.01/OneDTMazeEvalSet_d_pi.jld2 (blob 75084c5f)
+        (b"\r\nHDF5-based Julia Data Format, version 0.1.1\x00", "altered as text"),
+        (b"version https://git-lfs.github.com/spec/v1\noid sha256:00\n", "Git LFS pointer"),
+    ],
+    ids=["serialization", "crlf-jld2", "lfs-pointer"],
+)
+def test_a_file_of_another_known_format_is_named(tmp_path: Path, head: bytes, said: str) -> None:
+    path = tmp_path / "model.bson"
+    path.write_bytes(head + bytes(600))
+    with pytest.raises(WrongFormatError, match=said):
+        tx.open(path)
+    path.write_bytes(b"something else" + bytes(600))
+    with pytest.raises(WrongFormatError) as err:
+        tx.open(path)
+    assert str(err.value).endswith("nor a BSON file (file offset 0)")
+
+
+def test_a_file_whose_root_is_a_lowered_dict_has_that_dicts_keys_as_names(tmp_path: Path) -> None:
+    """``BSON.bson(path, Dict("learner" => …))``: BSON.jl lowers a Dict that is not a
+    ``Dict{Symbol}`` to a tagged document, and that document is the file's root (``BSON.load``
+    returns the Dict). Real: MatthewMcLeod/curiosity src/data/MC_learned_policies/Goal.bson (blob
+    a8e2aa2b, commit e6df2d12a2; a ``Dict{String,Any}`` of a Q-learner)."""
+    from treexchange._bson._writer import encode
+
+    weights = np.arange(6, dtype=np.float64).reshape(2, 3)
+    lowered = struct(
+        datatype("Base.Dict", datatype("Core.String"), datatype("Core.Any")),
+        ["learner", "steps"],
+        [array(None, weights), 5],
+    )
+    path = tmp_path / "policy.bson"
+    path.write_bytes(encode(lowered))
+    values = tx.load(path)
+    assert list(values) == ["learner", "steps"] and values["steps"] == 5
+    np.testing.assert_array_equal(values["learner"], weights)
+    with tx.open(path) as f:
+        assert list(f) == ["learner", "steps"] and f["learner"].shape == (2, 3)
+    out = tmp_path / "policy.jld2"
+    tx.save(out, **values)
+    assert tx.values_equal(tx.load(out), values)
+    path.write_bytes(
+        encode(struct(datatype("Base.Dict", datatype("Core.Int64"), datatype("Core.Any")), [1], [2]))
+    )
+    with pytest.raises(tx.UnsupportedError, match="not named entries"):
+        tx.load(path)
+
+
+def test_a_cycle_through_a_struct_reads_as_that_struct(tmp_path: Path) -> None:
+    """BSON.jl stores a struct reached again inside itself as a backref to itself, and its load
+    builds it (the struct first, then its fields). Real: MatthewMcLeod/curiosity
+    src/data/MC_learned_policies/Goal.bson (blob a8e2aa2b): a ``QLearner`` whose eligibility
+    traces are an ``IdDict`` keyed by that learner."""
+    q = np.arange(6, dtype=np.float64).reshape(2, 3)
+    iddict = struct(datatype("Base.IdDict", datatype("Core.Any"), datatype("Core.Any")), [backref(1)], [0.5])
+    learner = struct(datatype("Main.QLearner"), array(None, q), struct(datatype("Main.TB"), 0.9, iddict))
+    path = tmp_path / "policy.bson"
+    path.write_bytes(bson_file({"learner": backref(1), "steps": 3}, [learner]))
+    value = tx.load(path, "learner")
+    traces = value["2"]["2"]
+    assert traces["keys"][0] is value and value.mutable  # the cycle, as one Python object
+    np.testing.assert_array_equal(value["1"], q)
+    out = tmp_path / "policy.jld2"
+    tx.save(out, **tx.load(path))
+    again = tx.load(out, "learner")
+    assert again["2"]["2"]["keys"][0] is again and tx.values_equal(again, value)
+    schema = tx.infer_schema(str(path))
+    assert "ref" in schema.model_dump_json()
+    # A list that contains itself is still refused.
+    with pytest.raises(tx.UnsupportedError, match="contains itself"):
+        tx.load(bson_file({"x": backref(1)}, [[backref(1)]]))
+
+
+def test_a_struct_of_ones_own_holding_layers_ports_with_the_chain_it_applies(tmp_path: Path) -> None:
+    """A model defined as ``struct Model; dense; rnn; out; end`` (Flux.@functor): its forward pass
+    is code; told it is a Chain of its layer fields in order, it ports. Real: red-g/Heat-Waves
+    model1.bson (blob 92e2a1e7: ``Main.Model`` of Dense, Recur{RNNCell}, Dense)."""
+    rng = np.random.default_rng(2)
+    w1, b1 = rng.normal(size=(4, 3)).astype(np.float32), rng.normal(size=4).astype(np.float32)
+    w2, b2 = rng.normal(size=(2, 4)).astype(np.float32), rng.normal(size=2).astype(np.float32)
+
+    def dense(w: np.ndarray, b: np.ndarray, f: str) -> dict[str, Any]:
+        return struct(
+            datatype("Flux.Dense", datatype(f)), array(None, w), array(None, b), struct(datatype(f))
+        )
+
+    own = struct(datatype("Main.Model"), dense(w1, b1, "NNlib.#relu"), 7, dense(w2, b2, "Base.#identity"))
+    path = _write(tmp_path, "model.bson", {"model": own})
+    with pytest.raises(
+        ConversionError, match=r"Main.Model is a struct of your own .* \(fields 1, 3\).*architecture="
+    ):
+        tx.from_flux(path, "model")
+    model = tx.from_flux(path, "model", architecture="Chain(Dense(3 => 4, relu), Dense(4 => 2))")
+    x = rng.normal(size=3).astype(np.float32)
+    np.testing.assert_allclose(
+        np.asarray(model(x)), w2 @ np.maximum(w1 @ x + b1, 0) + b2, rtol=1e-5, atol=1e-6
+    )
+    with pytest.raises(ConversionError):  # a Chain of another length is not this struct's
+        tx.from_flux(path, "model", architecture="Chain(Dense(3 => 4, relu))")
+
+
+def test_a_function_of_ones_own_in_a_chain_is_named_as_such(tmp_path: Path) -> None:
+    """Real: harrychenfeng/CSC412-2506_Project encoder.bson (blob 5817afe0, a Pluto notebook's
+    ``Chain(Dense, Dense, unpack_guassian_params)``, the function ``Main.workspace3.#…``)."""
+    w, b = np.ones((2, 3), np.float32), np.zeros(2, np.float32)
+    dense = struct(datatype("Flux.Dense", datatype("Base.#identity")), array(None, w), array(None, b),
+                   struct(datatype("Base.#identity")))  # fmt: skip
+    for fn, said in [
+        ("Main.workspace3.#unpack_params", "one of your own"),
+        ("Other.#mystery", "unknown function"),
+    ]:
+        chain = struct(datatype("Flux.Chain", datatype("Core.Tuple")), tuple_(dense, struct(datatype(fn))))
+        path = _write(tmp_path, "encoder.bson", {"encoder": chain})
+        with pytest.raises(ConversionError, match=said):
+            tx.from_flux(path, "encoder")
+
+
+def test_a_real_policy_saved_as_a_string_keyed_dict_with_a_cycle_reads_and_converts(tmp_path: Path) -> None:
+    """MatthewMcLeod/curiosity src/data/MC_learned_policies/Goal.bson (MIT, bundled): written by
+    ``BSON.bson(path, Dict("learner" => …, …))``, so its root is a lowered ``Dict{String,Any}``; the
+    ``QLearner`` is a key of its own ``TB`` update's ``IdDict``."""
+    path = BUNDLED_DIR / "bson" / "mcleod_curiosity_goal_policy.bson"
+    values = tx.load(path)
+    assert sorted(values) == ["exp", "fc", "info", "learner"]
+    learner = values["learner"]
+    assert learner.type.name == "Curiosity.QLearner" and learner["1"].shape == (3, 648)
+    assert learner["2"]["5"]["keys"][0] is learner  # the cycle, one object
+    assert learner["2"]["4"]["keys"][0] is learner["1"]  # the Q table, shared through a backref
+    out = tmp_path / "goal.jld2"
+    tx.save(out, **values)
+    again = tx.load(out)
+    assert tx.values_equal(again, values) and again["learner"]["2"]["5"]["keys"][0] is again["learner"]
