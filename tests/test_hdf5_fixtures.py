@@ -18,6 +18,7 @@ from conftest import (
     all_fixtures_or_skip,
     fixture_files,
     fixture_ids,
+    present_cases,
     require_fixture,
     require_one_of_table,
 )
@@ -249,11 +250,15 @@ def test_jld_v1_file_uses_superblock_v0_and_symbol_tables() -> None:
 
 @pytest.mark.parametrize(
     ("fixture", "order"),
-    [
-        ("jld2testfiles/struct_reconstruction.jld2", ["s", "ds", "dms", "tms", "_types"]),
-        ("misc/seriesforecast_data.jld2", ["train_df", "test_df", "scaling", "_types"]),
-        ("lux/eikonet_model.jld2", ["ps", "st", "model", "_types"]),
-    ],
+    present_cases(
+        [
+            ("jld2testfiles/struct_reconstruction.jld2", ["s", "ds", "dms", "tms", "_types"]),
+            ("misc/seriesforecast_data.jld2", ["train_df", "test_df", "scaling", "_types"]),
+            ("lux/eikonet_model.jld2", ["ps", "st", "model", "_types"]),
+        ],
+        relpath=lambda case: case[0],
+        ids=lambda case: case[0],
+    ),
 )
 def test_link_order_is_jld2_insertion_order(fixture: str, order: list[str]) -> None:
     """JLD2 lists keys in link-message order (its insertion order); h5py sorts them by name."""
