@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from _h5walk import is_numeric, julia_shape, reachable_datasets
-from conftest import all_fixtures_or_skip, fixture_files, fixture_ids, require_fixture
+from conftest import all_fixtures_or_skip, fixture_files, fixture_ids, require_fixture, require_one_of_table
 
 import treexchange as tx
 from treexchange import MISSING, JuliaArray, JuliaStruct, NamedTuple, Symbol, WrongFormatError
@@ -128,15 +128,26 @@ def test_silver_bullet_lenet_structure() -> None:
         assert np.array_equal(dense.weight, f[ref][()].T)
 
 
-def test_reinforce_circuits_structure() -> None:
-    path = require_fixture("flux-state/reinforce-circuits_mymodel.jld2")
+# The Dense-layer Flux.state files (DENSE_FLUX_STATE): each layer's weight shape (Julia out×in), or None
+# for a stateless layer (its state is ``()``).
+DENSE_STATE_SHAPES = {
+    "flux-state/reinforce-circuits_mymodel.jld2": [(16, 1), (5, 16), None],
+    "flux-state/juliahepnet_model.jld2": [(64, 3), (1, 64)],
+}
+
+
+def test_dense_flux_state_structure() -> None:
+    path, shapes = require_one_of_table(DENSE_STATE_SHAPES)
     state = tx.load(path, "model_state")
     assert list(state) == ["layers"]
-    l1, l2, l3 = state.layers
-    assert list(l1) == ["weight", "bias", "σ"] and list(l2) == ["weight", "bias", "σ"]
-    assert l1["σ"] == () and l2["σ"] == () and l3 == ()
-    assert l1.weight.shape == (16, 1) and l1.bias.shape == (16,)
-    assert l2.weight.shape == (5, 16) and l2.bias.shape == (5,)
+    assert isinstance(state.layers, tuple) and len(state.layers) == len(shapes)
+    for layer, shape in zip(state.layers, shapes):
+        if shape is None:
+            assert layer == ()
+            continue
+        assert list(layer) == ["weight", "bias", "σ"] and layer["σ"] == ()
+        assert layer.weight.shape == shape and layer.bias.shape == shape[:1]
+        assert layer.weight.dtype == np.float32
 
 
 @pytest.mark.parametrize(
@@ -155,13 +166,36 @@ def test_every_dense_and_conv_state_has_sigma(rel: str) -> None:
         assert "σ" in layer and layer["σ"] == ()
 
 
+# Lux files: the names of their parameters and states, a layer without parameters or state and what it
+# reads as (EikoNet saved ``()``, Lux's tutorial an empty NamedTuple), and a weight's shape (Julia out×in).
+LUX_FILES = {
+    "lux/eikonet_model.jld2": ("ps", "st", ("ps", "layer_1"), (), ("ps", "layer_2", "weight"), (16, 4)),
+    "lux/lux-docs_v0.5.23_trained_model.jld2": (
+        "ps_trained",
+        "st_trained",
+        ("st_trained", "classifier"),
+        NamedTuple(),
+        ("ps_trained", "lstm_cell", "weight_h"),
+        (32, 8),
+    ),
+}
+
+
 def test_lux_parameters_and_empty_states() -> None:
-    data = tx.load(require_fixture("lux/eikonet_model.jld2"))
-    ps = data["ps"]
-    assert ps.layer_1 == () and ps.layer_2.weight.shape == (16, 4)
-    for v in _walk_values(data):
-        if isinstance(v, np.ndarray):
-            assert v.dtype == np.float32
+    path, (ps_name, st_name, empty_at, empty, weight_at, shape) = require_one_of_table(LUX_FILES)
+    data = tx.load(path)
+    assert isinstance(data[ps_name], NamedTuple) and isinstance(data[st_name], NamedTuple)
+
+    def at(names: tuple[str, ...]) -> object:
+        value = data[names[0]]
+        for name in names[1:]:
+            value = value[name]
+        return value
+
+    assert type(at(empty_at)) is type(empty) and at(empty_at) == empty and len(empty) == 0
+    assert at(weight_at).shape == shape
+    arrays = [v for v in _walk_values(data) if isinstance(v, np.ndarray)]
+    assert arrays and all(v.dtype == np.float32 for v in arrays)
 
 
 # --- specific encodings ----------------------------------------------------------------------
