@@ -20,10 +20,12 @@ from conftest import (
     fixture_ids,
     present_cases,
     require_fixture,
+    require_one_of,
     require_one_of_table,
 )
 
 from treexchange._hdf5 import H5Class, H5Type, HDF5File, ObjectHeader
+from treexchange._hdf5._messages import SYMBOL_TABLE
 
 FIXTURES = all_fixtures_or_skip()
 IDS = fixture_ids(fixture_files()) or None
@@ -239,13 +241,24 @@ def test_version0_datatypes_parse() -> None:
         assert foo.datatype is not None and foo.datatype.committed_at is not None
 
 
+# JLD (v1) files, written by JLD.jl through libhdf5: the file of ../shared the test was written for, then
+# the bundled one (JLD.jl's own test file, a group of two datasets).
+JLD_V1 = ("jld2testfiles/jldstruct.jld", "jld/jldjl_test_groups.jld")
+
+
 def test_jld_v1_file_uses_superblock_v0_and_symbol_tables() -> None:
-    path = require_fixture("jld2testfiles/jldstruct.jld")
+    path = require_one_of(JLD_V1)
     with HDF5File(path) as h5, h5py.File(path) as f:
         assert h5.superblock_version == 0
         assert h5.root.version == 1
-        # symbol-table groups list members in name order, as h5py does
-        assert list(h5.root.links()) == list(f.keys())
+        # symbol-table groups list members in name order, as h5py does: the root, and the groups in it
+        # that are symbol tables (others, of link messages, list their links as written)
+        links = h5.root.links()
+        assert list(links) == list(f.keys())
+        for name in [n for n in f if isinstance(f[n], h5py.Group)]:
+            group = h5.object(links[name])
+            if group.find(SYMBOL_TABLE) is not None:
+                assert list(group.links()) == list(f[name].keys()), name
 
 
 @pytest.mark.parametrize(

@@ -64,8 +64,10 @@ def _mirror_from_shared(root: Path) -> None:
     for entry in ENTRIES:
         if entry["file"].startswith("mnist/"):
             source = SHARED / "data" / "mnist" / entry["path"]
-        else:
+        elif (SHARED / "julia_fixtures" / entry["file"]).is_file():
             source = SHARED / "julia_fixtures" / entry["file"]
+        else:  # bundled from outside ../shared's corpus (SOURCES.md): the repository's copy
+            source = BUNDLED_DIR / entry["file"]
         target = root / entry["repo"] / entry["commit"] / entry["path"]
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)
