@@ -115,6 +115,25 @@ def require_fixture(relpath: str) -> Path:
 DENSE_FLUX_STATE = ("flux-state/reinforce-circuits_mymodel.jld2", "flux-state/juliahepnet_model.jld2")
 
 
+# JLD2 files of nested groups: a group some levels down, the names in it (in the file's order), the leaf
+# paths below that group, and every leaf path of the file.
+_SRF = "home/c1869192/srf/SRF/output/ordered"
+NESTED_GROUPS: dict[str, tuple[str, list[str], list[str], list[str]]] = {
+    "jld2testfiles/unionall_typeparam_v0.1.2.jld2": (
+        "b/d",
+        ["e", "f"],
+        ["b/d/e", "b/d/f/g"],
+        ["a", "b/c", "b/d/e", "b/d/f/g"],
+    ),
+    "misc/diffusionsimulator_test.jld2": (
+        _SRF,
+        ["run8l65.mat", "run5l25.mat"],
+        [f"{_SRF}/run8l65.mat", f"{_SRF}/run5l25.mat"],
+        [f"{_SRF}/run8l65.mat", f"{_SRF}/run5l25.mat"],
+    ),
+}
+
+
 def require_one_of(relpaths: tuple[str, ...]) -> Path:
     """The first of ``relpaths`` that is here, or skip (with the first one's reason)."""
     for relpath in relpaths:

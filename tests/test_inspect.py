@@ -16,6 +16,7 @@ from _h5walk import is_numeric, julia_shape, reachable_datasets, sha256_le
 from _jld2_builder import Builder
 from conftest import (
     DENSE_FLUX_STATE,
+    NESTED_GROUPS,
     all_fixtures_or_skip,
     fixture_files,
     fixture_ids,
@@ -145,11 +146,12 @@ def test_json_singletons_strings_symbols_dicts(capsys: pytest.CaptureFixture[str
 
 
 def test_json_name_argument_and_groups(capsys: pytest.CaptureFixture[str]) -> None:
-    path = require_fixture("jld2testfiles/unionall_typeparam_v0.1.2.jld2")
+    # groups are no records: their leaves are, with the group names in their paths
+    path, (group, _, group_leaves, leaves) = require_one_of_table(NESTED_GROUPS)
     recs = _records(path, capsys)
-    assert [r["path"] for r in recs] == [["a"], ["b", "c"], ["b", "d", "e"], ["b", "d", "f", "g"]]
-    recs = _records(path, capsys, "b/d")
-    assert [r["path"] for r in recs] == [["b", "d", "e"], ["b", "d", "f", "g"]]
+    assert [r["path"] for r in recs] == [leaf.split("/") for leaf in leaves]
+    recs = _records(path, capsys, group)
+    assert [r["path"] for r in recs] == [leaf.split("/") for leaf in group_leaves]
     assert main(["inspect", str(path), "nope"]) == 2
     assert "no entry named 'nope'" in capsys.readouterr().err
 
