@@ -76,7 +76,18 @@ def test_json_lists_every_array_like_h5py(path: Path, capsys: pytest.CaptureFixt
             assert set(rec) == {"path", "kind", "julia_type", "value"}
         else:
             assert set(rec) == {"path", "kind", "julia_type"}
-    ours = Counter((tuple(r["shape"]), r["dtype"], r["sha256"]) for r in records if r["kind"] == "array")
+    with h5py.File(path) as f:  # names whose objects libhdf5 refuses (version 0 datatypes): not comparable
+        refused = set()
+        for name in f:
+            try:
+                f[name]
+            except Exception:
+                refused.add(name)
+    ours = Counter(
+        (tuple(r["shape"]), r["dtype"], r["sha256"])
+        for r in records
+        if r["kind"] == "array" and r["path"][0] not in refused
+    )
     theirs: Counter[tuple[tuple[int, ...], str, str]] = Counter()
     for ds in reachable_datasets(path).values():
         if is_numeric(ds) and (ds.ndim > 0 or "dimensions" in ds.attrs):
