@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 
@@ -114,6 +115,25 @@ def require_fixture(relpath: str) -> Path:
 DENSE_FLUX_STATE = ("flux-state/reinforce-circuits_mymodel.jld2", "flux-state/juliahepnet_model.jld2")
 
 
+# JLD2 files of nested groups: a group some levels down, the names in it (in the file's order), the leaf
+# paths below that group, and every leaf path of the file.
+_SRF = "home/c1869192/srf/SRF/output/ordered"
+NESTED_GROUPS: dict[str, tuple[str, list[str], list[str], list[str]]] = {
+    "jld2testfiles/unionall_typeparam_v0.1.2.jld2": (
+        "b/d",
+        ["e", "f"],
+        ["b/d/e", "b/d/f/g"],
+        ["a", "b/c", "b/d/e", "b/d/f/g"],
+    ),
+    "misc/diffusionsimulator_test.jld2": (
+        _SRF,
+        ["run8l65.mat", "run5l25.mat"],
+        [f"{_SRF}/run8l65.mat", f"{_SRF}/run5l25.mat"],
+        [f"{_SRF}/run8l65.mat", f"{_SRF}/run5l25.mat"],
+    ),
+}
+
+
 def require_one_of(relpaths: tuple[str, ...]) -> Path:
     """The first of ``relpaths`` that is here, or skip (with the first one's reason)."""
     for relpath in relpaths:
@@ -129,6 +149,29 @@ def require_one_of_table(table: dict[str, T]) -> tuple[Path, T]:
     """
     path = require_one_of(tuple(table))
     return path, table[path.relative_to(FIXTURES).as_posix()]
+
+
+def present_cases(
+    cases: list[tuple[Any, ...]],
+    relpath: Callable[[tuple[Any, ...]], str],
+    ids: Callable[[tuple[Any, ...]], str] = lambda case: "-".join(map(str, case)),
+) -> list[Any]:
+    """Parametrize helper: the ``cases`` whose fixture (``relpath(case)``) is here, plus ONE case that skips.
+
+    For a test that makes the same check on each of several files of ../shared: a fresh clone without
+    them collects one skip naming every absent file (and the way to get them), not one per case; with
+    the files here every case runs as before. Each case is a tuple of the test's arguments.
+    """
+    present = [case for case in cases if absent_reason(relpath(case)) is None]
+    absent = sorted({relpath(case) for case in cases if absent_reason(relpath(case)) is not None})
+    params: list[Any] = [pytest.param(*case, id=ids(case)) for case in present]
+    if absent:
+        reason = f"{len(absent)} of {len({relpath(c) for c in cases})} files not here ({', '.join(absent)}): "
+        reason += absent_reason(absent[0]) or ""
+        params.append(
+            pytest.param(*([None] * len(cases[0])), id="absent", marks=pytest.mark.skip(reason=reason))
+        )
+    return params
 
 
 def shared_file(relpath: str) -> Path | None:

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import require_fixture, require_one_of_table
+from conftest import require_fixture, require_one_of, require_one_of_table
 
 import treexchange as tx
 from treexchange import MismatchError, NamedTuple, flux_state, load, to_julia, values_equal
@@ -115,8 +115,37 @@ def circuits_template() -> eqx.nn.Sequential:
     )
 
 
+# lightglow51_777: Chain(Dense(2 => 1, tanh; bias = false), only) (its repository's model.jl), bundled
+LIGHTGLOW = "flux-state/lightglow51_777_model.jld2"
+
+
+def only(y: Any) -> Any:
+    """Julia's ``only``: the one element of a length-1 output (no state: ``()`` in the file)."""
+    return y[0]
+
+
+def lightglow_template() -> eqx.nn.Sequential:
+    return eqx.nn.Sequential(
+        [
+            eqx.nn.Linear(2, 1, use_bias=False, key=jax.random.key(2)),
+            eqx.nn.Lambda(jnp.tanh),  # folded into the Dense
+            eqx.nn.Lambda(only),  # the stateless trailing layer
+        ]
+    )
+
+
 def test_circuits_loads_through_the_flux_layout_and_runs_like_flux() -> None:
-    path = require_fixture(CIRCUITS)
+    path = require_one_of((CIRCUITS, LIGHTGLOW))
+    if path.name == Path(LIGHTGLOW).name:  # the bundled chain of the same kind (CIRCUITS is absent)
+        model = load(path, "model_state", like=lightglow_template(), layout=flux_state)
+        assert type(model) is eqx.nn.Sequential
+        with h5py.File(path) as f:  # the oracle: h5py's (in, out) storage, transposed
+            w = f[f["model_state"][()]["layers"]["1"]["weight"]][()].T
+        np.testing.assert_array_equal(np.asarray(model.layers[0].weight), w)
+        x = np.linspace(-2, 2, 18, dtype=np.float32).reshape(2, 9)
+        expected = np.tanh(w @ x)[0]  # only.(tanh.(W * x)): no bias
+        np.testing.assert_allclose(jax_forward(model, x), expected, rtol=1e-5, atol=1e-6)
+        return
     model = load(path, "model_state", like=circuits_template(), layout=flux_state)
     assert type(model) is eqx.nn.Sequential
     oracle = h5_dense_layers(path)
@@ -128,16 +157,22 @@ def test_circuits_loads_through_the_flux_layout_and_runs_like_flux() -> None:
 
 
 def test_circuits_trailing_stateless_layer_must_be_in_the_template() -> None:
-    path = require_fixture(CIRCUITS)
-    mlp = eqx.nn.MLP(1, 5, 16, depth=1, key=jax.random.key(0))  # no trailing function layer
-    with pytest.raises(MismatchError) as err:
-        load(path, "model_state", like=mlp, layout=flux_state)
+    path = require_one_of((CIRCUITS, LIGHTGLOW))
+    if path.name == Path(LIGHTGLOW).name:  # the bundled chain of the same kind (CIRCUITS is absent)
+        layers, trailing = [eqx.nn.Linear(2, 1, use_bias=False, key=jax.random.key(0))], only
+        with h5py.File(path) as f:
+            last_weight = f[f["model_state"][()]["layers"]["1"]["weight"]][()].T
+    else:
+        layers, trailing = list(eqx.nn.MLP(1, 5, 16, depth=1, key=jax.random.key(0)).layers), jax.nn.softmax
+        last_weight = h5_dense_layers(path)[1][0]
+    with pytest.raises(MismatchError) as err:  # no trailing function layer
+        load(path, "model_state", like=eqx.nn.Sequential(layers), layout=flux_state)
     assert [str(m) for m in err.value.mismatches] == [
-        "model_state.layers[3]: extra () in file, not in template"
+        f"model_state.layers[{len(layers) + 1}]: extra () in file, not in template"
     ]
-    # a template that accounts for it: the MLP's layers plus the function, as a plain list
-    model = load(path, "model_state", like=[*mlp.layers, jax.nn.softmax], layout=flux_state)
-    assert np.array_equal(np.asarray(model[1].weight), h5_dense_layers(path)[1][0])
+    # a template that accounts for it: the layers plus the function, as a plain list
+    model = load(path, "model_state", like=[*layers, trailing], layout=flux_state)
+    assert np.array_equal(np.asarray(model[len(layers) - 1].weight), last_weight)
 
 
 def _memory_owner(a: np.ndarray) -> Any:
@@ -218,7 +253,18 @@ def test_lux_empty_dict_also_accepts_an_empty_tuple_layer() -> None:
 def test_a_pickled_flux_chain_struct_restores_into_equinox_layers() -> None:
     # flux-model/hwdr_mlp.jld2 holds a whole Flux model (structs, not Flux.state):
     # Chain(Dense(784 => 16, relu), Dense(16 => 16, relu), Dense(16 => 10), softmax)
-    path = require_fixture("flux-model/hwdr_mlp.jld2")
+    path = require_one_of(("flux-model/hwdr_mlp.jld2", "flux-model/solaris_test_model.jld2"))
+    if path.name == "solaris_test_model.jld2":  # bundled: a pickled Flux.Dense(2 => 1, tanh) alone
+        template = eqx.nn.Linear(2, 1, key=jax.random.key(0))
+        dense = load(path, "nn", like=template)
+        assert type(dense) is eqx.nn.Linear
+        with h5py.File(path) as f:
+            fields = f["nn"][()]
+            w, b = f[fields["weight"]][()].T, f[fields["bias"]][()]
+        np.testing.assert_array_equal(np.asarray(dense.weight), w)
+        np.testing.assert_array_equal(np.asarray(dense.bias), b)
+        assert not np.array_equal(np.asarray(template.weight), w)  # the file's numbers went in
+        return
     keys = jax.random.split(jax.random.key(0), 3)
     sizes = [(784, 16), (16, 16), (16, 10)]
     like = {"layers": (*(eqx.nn.Linear(i, o, key=k) for (i, o), k in zip(sizes, keys)), jax.nn.softmax)}

@@ -97,17 +97,28 @@ def test_whole_model_holds_the_same_weights_as_its_params_file() -> None:
         np.testing.assert_array_equal(a, b)
 
 
+# Whole Flux Chains of Dense layers in BSON: the first layer's activation, the number of layers, the first
+# weight's shape (Julia out×in), the Dense with identity: the file of ../shared the test was written for,
+# then a bundled one.
+FULL_TYPE_CHAINS = {
+    "bson/eliascarv_mlp.bson": ("NNlib.#relu", 4, (16, 784), 2),
+    "bson/skacc_metafunctional_model.bson": ("NNlib.#softplus", 6, (512, 551), 5),
+}
+
+
 def test_full_types_and_function_singletons() -> None:
-    model = tx.load(require_fixture("bson/eliascarv_mlp.bson"), "model")
-    assert str(model.type).startswith("Flux.Chain{Tuple{Flux.Dense{NNlib.#relu, Array{Float32, 2}")
+    path, (activation, n_layers, shape, linear) = require_one_of_table(FULL_TYPE_CHAINS)
+    model = tx.load(path, "model")
+    assert str(model.type).startswith(f"Flux.Chain{{Tuple{{Flux.Dense{{{activation}, Array{{Float32, 2}}")
     layers = model["1"]
-    assert isinstance(layers, tuple) and len(layers) == 4
+    assert isinstance(layers, tuple) and len(layers) == n_layers
     dense = layers[0]
     assert list(dense.fields) == ["1", "2", "3"]  # BSON.jl stores fields by position only
-    assert dense["1"].shape == (16, 784)
-    assert dense["3"] == tx.Singleton("NNlib.#relu")
-    assert layers[3] == tx.Singleton("NNlib.#softmax")
-    assert layers[2].type.params[0] == tx.JuliaType("Base.#identity")  # Main.Base.#identity: old Julia
+    assert dense["1"].shape == shape
+    assert dense["3"] == tx.Singleton(activation)
+    if path.name == "eliascarv_mlp.bson":
+        assert layers[3] == tx.Singleton("NNlib.#softmax")
+    assert layers[linear].type.params[0] == tx.JuliaType("Base.#identity")  # Main.Base.#identity: old Julia
 
 
 def test_tracker_arrays_read_as_their_data_with_a_note() -> None:
@@ -158,14 +169,21 @@ def test_dicts_and_backrefs_shared_objects() -> None:
     assert v["max_seq_len"] == 20
 
 
+# BSON files of two or more names (the first two): the file of ../shared, then a bundled one.
+TWO_NAMES_BSON = {
+    "bson/cohrint_vae_mnist.bson": ("encoder", "decoder"),
+    "bson/paulvdl_ddpm_simpleunet.bson": ("opt", "model"),
+}
+
+
 def test_open_is_lazy_per_name_and_shares_backrefs() -> None:
-    path = require_fixture("bson/cohrint_vae_mnist.bson")
+    path, (first, second) = require_one_of_table(TWO_NAMES_BSON)
     with tx.open(path) as f:
         assert f.format_version == "BSON" and f.attrs == {}
         assert f._values == {}  # nothing read by opening
-        f["encoder"]
-        assert list(f._values) == ["encoder"]
-        assert f.read("decoder") is f.read("decoder")  # one session: one object
+        f[first]
+        assert list(f._values) == [first]
+        assert f.read(second) is f.read(second)  # one session: one object
 
 
 # BSON files of a whole Flux Chain whose first layer is a Dense (``model["1"][0]["1"]`` its weight, Julia
@@ -183,13 +201,31 @@ def test_storage_order_and_copies() -> None:
     assert copied.flags.owndata and tx.values_equal(copied, julia)
 
 
+# A BSON file and the first inspect record of one of its names: the file of ../shared the test was
+# written for (its reported accuracy), then a bundled one (its optimiser, Adam(2e-4)).
+CLI_BSON = {
+    "bson/dhairya_juliacon2020_mnist_conv2_params.bson": (
+        "acc",
+        {"path": ["acc"], "kind": "number", "julia_type": "Float64", "value": 0.9874},
+    ),
+    "bson/paulvdl_ddpm_simpleunet.bson": (
+        "opt",
+        {
+            "path": ["opt"],
+            "kind": "struct",
+            "julia_type": "Optimisers.Adam{Float32, Tuple{Float64, Float64}, Float64}",
+        },
+    ),
+}
+
+
 def test_command_line_on_bson_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from treexchange._cli import main
 
-    path = require_fixture("bson/dhairya_juliacon2020_mnist_conv2_params.bson")
-    assert main(["inspect", str(path), "--json", "acc"]) == 0
+    path, (name, record) = require_one_of_table(CLI_BSON)
+    assert main(["inspect", str(path), "--json", name]) == 0
     rec = json.loads(capsys.readouterr().out.splitlines()[0])
-    assert rec == {"path": ["acc"], "kind": "number", "julia_type": "Float64", "value": 0.9874}
+    assert rec == record
     out = tmp_path / "new.jld2"
     assert main(["convert", str(path), str(out)]) == 0
     assert tx.values_equal(tx.load(out), tx.load(path))
@@ -198,7 +234,9 @@ def test_command_line_on_bson_files(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert capsys.readouterr().out.splitlines()[-1] == "no differences"
     copy = tmp_path / "model.weights"  # any name: a BSON file is told by its content
     copy.write_bytes(path.read_bytes())
-    assert tx.load(copy, "epoch_idx") == 11
+    assert tx.values_equal(tx.load(copy, name), tx.load(path, name))
+    if path.name == "dhairya_juliacon2020_mnist_conv2_params.bson":
+        assert tx.load(copy, "epoch_idx") == 11
 
 
 @pytest.mark.parametrize("path", PARAMS, ids=fixture_ids(BSON_FILES) if BSON_FILES else None)

@@ -168,7 +168,7 @@ def test_global_heap_bad_index() -> None:
 
 @pytest.mark.parametrize(
     "fixtures",
-    [DENSE_FLUX_STATE, ("jld2testfiles/jldstruct.jld",), ("misc/gmg_test.jld2",)],
+    [DENSE_FLUX_STATE, ("jld2testfiles/jldstruct.jld", "jld/jldjl_test_groups.jld"), ("misc/gmg_test.jld2",)],
     ids=lambda fixtures: fixtures[0],
 )
 def test_byte_flips_raise_only_our_errors(fixtures: tuple[str, ...]) -> None:

@@ -18,11 +18,14 @@ from conftest import (
     all_fixtures_or_skip,
     fixture_files,
     fixture_ids,
+    present_cases,
     require_fixture,
+    require_one_of,
     require_one_of_table,
 )
 
 from treexchange._hdf5 import H5Class, H5Type, HDF5File, ObjectHeader
+from treexchange._hdf5._messages import SYMBOL_TABLE
 
 FIXTURES = all_fixtures_or_skip()
 IDS = fixture_ids(fixture_files()) or None
@@ -217,7 +220,10 @@ def test_flux_state_arrays_are_zero_copy() -> None:
 
 def test_version0_datatypes_parse() -> None:
     """JLD2 0.4 wrote committed types without the version nibble; libhdf5 refuses them."""
-    path = require_fixture("jld2testfiles/readas_foo_a.jld2")
+    # the file of ../shared the test was written for, then a bundled one, and the name of its value
+    path, name = require_one_of_table(
+        {"jld2testfiles/readas_foo_a.jld2": "foo", "misc/csawparallel_test.jld2": "single_stored_object"}
+    )
     with h5py.File(path) as f, pytest.raises(Exception, match="version"):
         f["_types/00000001"]
     with HDF5File(path) as h5:
@@ -234,26 +240,41 @@ def test_version0_datatypes_parse() -> None:
         attr = h5.object(types["00000001"]).attributes["julia_type"]
         assert attr.type.committed_at == types["00000001"]
         assert bytes(h5.read_vlen(attr.data[:16])) == b"Core.DataType"
-        foo = h5.object(h5.root.links()["foo"])
-        assert foo.datatype is not None and foo.datatype.committed_at is not None
+        value = h5.object(h5.root.links()[name])
+        assert value.datatype is not None and value.datatype.committed_at is not None
+
+
+# JLD (v1) files, written by JLD.jl through libhdf5: the file of ../shared the test was written for, then
+# the bundled one (JLD.jl's own test file, a group of two datasets).
+JLD_V1 = ("jld2testfiles/jldstruct.jld", "jld/jldjl_test_groups.jld")
 
 
 def test_jld_v1_file_uses_superblock_v0_and_symbol_tables() -> None:
-    path = require_fixture("jld2testfiles/jldstruct.jld")
+    path = require_one_of(JLD_V1)
     with HDF5File(path) as h5, h5py.File(path) as f:
         assert h5.superblock_version == 0
         assert h5.root.version == 1
-        # symbol-table groups list members in name order, as h5py does
-        assert list(h5.root.links()) == list(f.keys())
+        # symbol-table groups list members in name order, as h5py does: the root, and the groups in it
+        # that are symbol tables (others, of link messages, list their links as written)
+        links = h5.root.links()
+        assert list(links) == list(f.keys())
+        for name in [n for n in f if isinstance(f[n], h5py.Group)]:
+            group = h5.object(links[name])
+            if group.find(SYMBOL_TABLE) is not None:
+                assert list(group.links()) == list(f[name].keys()), name
 
 
 @pytest.mark.parametrize(
     ("fixture", "order"),
-    [
-        ("jld2testfiles/struct_reconstruction.jld2", ["s", "ds", "dms", "tms", "_types"]),
-        ("misc/seriesforecast_data.jld2", ["train_df", "test_df", "scaling", "_types"]),
-        ("lux/eikonet_model.jld2", ["ps", "st", "model", "_types"]),
-    ],
+    present_cases(
+        [
+            ("jld2testfiles/struct_reconstruction.jld2", ["s", "ds", "dms", "tms", "_types"]),
+            ("misc/seriesforecast_data.jld2", ["train_df", "test_df", "scaling", "_types"]),
+            ("lux/eikonet_model.jld2", ["ps", "st", "model", "_types"]),
+        ],
+        relpath=lambda case: case[0],
+        ids=lambda case: case[0],
+    ),
 )
 def test_link_order_is_jld2_insertion_order(fixture: str, order: list[str]) -> None:
     """JLD2 lists keys in link-message order (its insertion order); h5py sorts them by name."""

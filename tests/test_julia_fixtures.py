@@ -16,7 +16,7 @@ from conftest import BUNDLED_DIR, SHARED
 ENTRIES = json.loads((BUNDLED_DIR / "sources.json").read_text(encoding="utf-8"))
 BUNDLED = [e for e in ENTRIES if e["bundled"]]
 OUTSIDE = [e for e in ENTRIES if not e["bundled"]]
-REDISTRIBUTABLE = ("MIT", "BSD", "BSD-style", "MPL-2.0", "Apache", "CC")
+REDISTRIBUTABLE = ("MIT", "BSD", "BSD-style", "MPL-2.0", "Apache", "CC", "Unlicense")
 
 
 def _fetch_module() -> ModuleType:
@@ -55,7 +55,7 @@ def test_sources_md_credits_each_bundled_file_and_each_licence_text_is_there() -
     for repo in {e["repo"] for e in BUNDLED if not e["file"].startswith("mnist/")}:
         text = (BUNDLED_DIR / "LICENSES" / (repo.replace("/", "__") + ".txt")).read_text(encoding="utf-8")
         assert f"https://github.com/{repo}" in text
-        assert "Copyright" in text or "Mozilla Public License" in text, repo
+        assert "Copyright" in text or "Mozilla Public License" in text or "unlicense.org" in text, repo
     assert "CC BY-SA 3.0" in table and "creativecommons.org/licenses/by-sa/3.0" in table
 
 
@@ -64,10 +64,10 @@ def _mirror_from_shared(root: Path) -> None:
     for entry in ENTRIES:
         if entry["file"].startswith("mnist/"):
             source = SHARED / "data" / "mnist" / entry["path"]
-        else:
+        elif (SHARED / "julia_fixtures" / entry["file"]).is_file():
             source = SHARED / "julia_fixtures" / entry["file"]
-            if entry["bundled"] and not source.is_file():  # bundled from outside ../shared's corpus
-                source = BUNDLED_DIR / entry["file"]
+        else:  # bundled from outside ../shared's corpus (SOURCES.md): the repository's copy
+            source = BUNDLED_DIR / entry["file"]
         target = root / entry["repo"] / entry["commit"] / entry["path"]
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, target)

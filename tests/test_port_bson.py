@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _mnist import flux_data_mnist, julia_batch
-from conftest import require_fixture
+from conftest import present_cases, require_fixture
 from test_port_from_flux import TARGETS, _run
 
 import treexchange as tx
@@ -104,9 +104,14 @@ def test_gpu_arrays_are_no_weights() -> None:
         tx.from_flux(_bson("deltadahl_vae_cuarray.bson"), "vae")
 
 
-@pytest.mark.parametrize("name", ["canberkarc_polyroots_lstm.bson", "canberkarc_polyroots_rnn.bson"])
-@pytest.mark.parametrize("target", TARGETS)
-def test_recurrent_models_agree_with_the_reference(name: str, target: str) -> None:
+RECURRENT = ["canberkarc_polyroots_lstm.bson", "canberkarc_polyroots_rnn.bson"]
+
+
+@pytest.mark.parametrize(
+    ("target", "name"),
+    present_cases([(t, n) for n in RECURRENT for t in TARGETS], relpath=lambda case: f"bson/{case[1]}"),
+)
+def test_recurrent_models_agree_with_the_reference(target: str, name: str) -> None:
     """Flux 0.12 Recur{LSTMCell}/Recur{RNNCell} + Dropout + Dense, on a batch of sequences."""
     path = _bson(name)
     layer, state = read_flux_source(path, "model")

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _mnist import julia_batch, mnist_test_set
-from conftest import require_fixture
+from conftest import present_cases, require_fixture
 
 import treexchange as tx
 from treexchange import ConversionError
@@ -78,9 +78,12 @@ def test_vqvae_whole_model_reconstructs_digits(target: str) -> None:
     _close_to_reference(julia_batch(y[:4]), expected)
 
 
-@pytest.mark.parametrize("target", TARGETS)
+HWDR = "flux-model/hwdr_mlp.jld2"
+
+
+@pytest.mark.parametrize("target", present_cases([(t,) for t in TARGETS], relpath=lambda case: HWDR))
 def test_hwdr_whole_model_classifies_mnist(target: str) -> None:
-    path = require_fixture("flux-model/hwdr_mlp.jld2")
+    path = require_fixture(HWDR)
     images, labels = mnist_test_set()
     flat = images.reshape(len(images), -1)  # Flux.flatten of the Julia batch = row-major NCHW ravel
     probs = _run(tx.from_flux(path, "mlp", target=target), target, flat)

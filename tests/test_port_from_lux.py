@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import FIXTURES, absent_reason
+from conftest import FIXTURES, absent_reason, present_cases
 
 import treexchange as tx
 
@@ -404,9 +404,12 @@ EIKONET_PARTS = {
 }
 
 
-@pytest.mark.skipif(not EIKONET.is_file(), reason=str(absent_reason("lux/" + EIKONET.name)))
 @pytest.mark.parametrize(
-    ("form", "target"), [("parts", "equinox"), ("chain", "equinox"), ("chain", "nnx"), ("chain", "linen")]
+    ("form", "target"),
+    present_cases(
+        [("parts", "equinox"), ("chain", "equinox"), ("chain", "nnx"), ("chain", "linen")],
+        relpath=lambda case: "lux/" + EIKONET.name,
+    ),
 )
 def test_eikonet_ports_and_computes_what_lux_computes(form: str, target: str) -> None:
     """EikoNet's Lux chain; its ``layer_1`` (the repository's own ``CylindricalSymmetry`` feature map,
@@ -553,7 +556,12 @@ def _integrate(f: Any, y0: np.ndarray, times: np.ndarray, substeps: int = 50) ->
     return np.stack([np.asarray(y) for y in ys], axis=1)
 
 
-@pytest.mark.parametrize("version", ["v011", "v020"])
+@pytest.mark.parametrize(
+    "version",
+    present_cases(
+        [("v011",), ("v020",)], relpath=lambda case: SERIES[case[0]].relative_to(FIXTURES).as_posix()
+    ),
+)
 def test_a_component_array_theta_ports_and_its_neural_ode_fits_its_training_series(version: str) -> None:
     """SeriesForecast saves ``θ = ComponentArray(ps)`` (Lux 0.5 biases (n, 1) in v011, Lux 1's (n,) in
     v020). Ported, the network is checked against Lux's numpy forward, then run as the app runs it

@@ -20,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _flux_reference import conv
-from conftest import BUNDLED, FIXTURES, NOT_BUNDLED_REASON, SKIP_REASON
+from conftest import BUNDLED, FIXTURES, NOT_BUNDLED_REASON, SKIP_REASON, require_fixture
 
 import treexchange as tx
 from treexchange._port._eqx import build_equinox
@@ -109,11 +109,22 @@ def test_real_lux_eikonet_restores_into_equinox_and_computes_what_lux_computes()
     np.testing.assert_array_equal(again.layer_5.layer_1.weight, ps.layer_5.layer_1.weight)
 
 
-@pytest.mark.skipif(not EIKONET.is_file(), reason=NOT_BUNDLED_REASON if BUNDLED else SKIP_REASON)
 def test_lux_v1_layout_rejects_a_v05_file_naming_the_bias() -> None:
-    template = _eikonet_equinox(jax.random.key(0))
-    with pytest.raises(tx.MismatchError, match="bias"):
-        tx.load(EIKONET, "ps", like=template, layout=functools.partial(tx.lux_state, part="ps"))
+    if EIKONET.is_file():
+        template = _eikonet_equinox(jax.random.key(0))
+        with pytest.raises(tx.MismatchError, match="bias"):
+            tx.load(EIKONET, "ps", like=template, layout=functools.partial(tx.lux_state, part="ps"))
+        return
+    # Without EikoNet: the Dense of the bundled Lux 0.5.23 tutorial's ps (its bias (1, 1)), as the ps of
+    # a one-layer chain; Lux 0.5's layout takes it, Lux 1's (bias (1,)) names the bias.
+    ps = tx.load(require_fixture("lux/lux-docs_v0.5.23_trained_model.jld2"), "ps_trained")
+    tree = tx.NamedTuple(layer_1=ps.classifier)
+    template = eqx.nn.Sequential([eqx.nn.Linear(8, 1, key=jax.random.key(0))])
+    with pytest.raises(tx.MismatchError, match=r"layer_1\.bias: shape \(1, 1\) in file, \(1,\) in template"):
+        tx.restore(tree, template, layout=functools.partial(tx.lux_state, part="ps"))
+    model = tx.restore(tree, template, layout=functools.partial(tx.lux_state, lux="0.5", part="ps"))
+    np.testing.assert_array_equal(np.asarray(model.layers[0].weight), ps.classifier.weight)
+    np.testing.assert_array_equal(np.asarray(model.layers[0].bias), ps.classifier.bias.reshape(-1))
 
 
 # --- synthetic Conv + BatchNorm chains ------------------------------------------------------------

@@ -11,11 +11,13 @@ import pytest
 from _jld2_builder import Attr, Builder, shared, space, t_compound, t_ref
 from conftest import (
     DENSE_FLUX_STATE,
+    NESTED_GROUPS,
     all_fixtures_or_skip,
     fixture_files,
     fixture_ids,
     require_fixture,
     require_one_of,
+    require_one_of_table,
 )
 
 import treexchange as tx
@@ -109,34 +111,67 @@ def test_file_names_itself_and_load_keeps_internal_key_errors(monkeypatch: pytes
         tx.load(path, "zzz")
 
 
+# Flux.state files and the node kinds of their layers (a stateless layer's state is the singleton ``()``):
+# the file of ../shared the test was written for, then a bundled one (julia_fixtures/SOURCES.md).
+LAYER_KINDS = {
+    "flux-state/reinforce-circuits_mymodel.jld2": ("model_state", ["namedtuple", "namedtuple", "singleton"]),
+    "flux-state/silver-bullet_lenet.jld2": (
+        "lenet_state",
+        [
+            "namedtuple",
+            "singleton",
+            "namedtuple",
+            "singleton",
+            "singleton",
+            "namedtuple",
+            "namedtuple",
+            "namedtuple",
+        ],
+    ),
+}
+
+
 def test_children_paths_and_indexing() -> None:
-    path = require_fixture("flux-state/reinforce-circuits_mymodel.jld2")
+    path, (name, kinds) = require_one_of_table(LAYER_KINDS)
+    stateless = kinds.index("singleton")
+    with_sigma = len(kinds) - 1 - kinds[::-1].index("namedtuple")
     with tx.open(path) as f:
-        top = f["model_state"]
-        assert top.path == ("model_state",)
+        top = f[name]
+        assert top.path == (name,)
         layers = top["layers"]
         segs = [seg for seg, _ in layers.children()]
-        assert segs == [1, 2, 3]  # inspect paths are 1-based ...
-        assert layers[0].path == ("model_state", "layers", 1)  # ... Python indexing 0-based
-        assert layers[-1].kind == "singleton" and layers[-1].read() == ()
-        assert [n.kind for n in layers] == ["namedtuple", "namedtuple", "singleton"]
-        sigma = layers[1]["σ"]
+        assert segs == list(range(1, len(kinds) + 1))  # inspect paths are 1-based ...
+        assert layers[0].path == (name, "layers", 1)  # ... Python indexing 0-based
+        assert layers[stateless].kind == "singleton" and layers[stateless].read() == ()
+        assert [n.kind for n in layers] == kinds
+        sigma = layers[with_sigma]["σ"]
         assert sigma.kind == "singleton" and str(sigma.julia_type) == "Tuple{}"
-        assert layers[0].read() == tx.load(path, "model_state").layers[0]
+        assert layers[0].read() == tx.load(path, name).layers[0]
         with pytest.raises(KeyError):
             layers[0]["nope"]
         with pytest.raises(IndexError):
-            layers[3]
+            layers[len(kinds)]
         with pytest.raises(IndexError):
             layers[0]["weight"]["x"]  # like numpy
         with pytest.raises(TypeError):
-            layers[2]["x"]
+            layers[stateless]["x"]
     with pytest.raises(ValueError, match="closed"):
-        f["model_state"]
+        f[name]
 
 
 def test_leaf_nodes_and_vectors() -> None:
-    with tx.open(require_fixture("misc/seriesforecast_data.jld2")) as f:
+    path = require_one_of(("misc/seriesforecast_data.jld2", "misc/multistartlh_test.jld2"))
+    if path.name == "multistartlh_test.jld2":  # the bundled file: a Vector{Vector}, a Vector{Symbol}
+        with tx.open(path) as f:
+            x, y = f["x"], f["y"]
+            assert x.kind == "vector" and x.shape == (2,) and x[0].kind == "array" and x[0].shape == (4,)
+            assert y.kind == "vector" and y[1].kind == "symbol" and y[1].read() == "b"
+            assert str(x.read().eltype) == "Array{Float64, 1}"
+        with tx.open(require_fixture("legacy/dsge_test.jld2")) as f:
+            a = f["a"]
+            assert a.kind == "dict" and 3 in a and a[3].kind == "array" and a[3].shape == (10,)
+        return
+    with tx.open(path) as f:
         names = f["train_df"]["colindex"]["names"]
         assert names.kind == "vector" and names.shape == (5,)
         assert names[1].kind == "symbol" and names[1].read() == "meantemp"
@@ -163,13 +198,18 @@ def test_node_read_keeps_identity_within_one_read() -> None:
 
 
 def test_read_everything_and_one_name() -> None:
-    path = require_fixture("jld2testfiles/unionall_typeparam_v0.1.2.jld2")
+    path, (group_path, entries, _, _) = require_one_of_table(NESTED_GROUPS)
     with tx.open(path) as f:
-        assert f.read() == tx.load(path)
-        assert f.read("b/d") == {"e": 3, "f": {"g": 4}}
-        group = f["b"]
-        assert isinstance(group, tx.Group) and group.kind == "group" and list(group) == ["c", "d"]
-        assert group.read() == {"c": 2, "d": {"e": 3, "f": {"g": 4}}}
+        assert tx.values_equal(f.read(), tx.load(path))
+        sub = f.read(group_path)
+        assert list(sub) == entries and tx.values_equal(sub, tx.load(path, group_path))
+        group = f[group_path]
+        assert isinstance(group, tx.Group) and group.kind == "group" and list(group) == entries
+        assert tx.values_equal(group.read(), sub)
+        if path.name == "unionall_typeparam_v0.1.2.jld2":
+            assert f.read() == tx.load(path)
+            assert f.read("b/d") == {"e": 3, "f": {"g": 4}}
+            assert list(f["b"]) == ["c", "d"] and f["b"].read() == {"c": 2, "d": {"e": 3, "f": {"g": 4}}}
     with pytest.raises(tx.TreexchangeError, match="no entry named"):
         tx.load(path, "zzz")
 
