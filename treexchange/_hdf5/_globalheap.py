@@ -18,14 +18,22 @@ from ._cursor import Cursor
 _OBJECT_HEAD = struct.Struct("<HH4xQ")  # index, reference count, reserved, size (8-byte lengths)
 
 
+SIZE_SHIFT = 48
+"""``GlobalHeapCollection.objects`` holds ``size << SIZE_SHIFT | absolute offset`` per object: one
+int, where a tuple per object would be one more object for the cyclic garbage collector to scan
+(a file of many Dict keys has tens of thousands). Offsets lie inside the file, below 2**48."""
+OFFSET_MASK = (1 << SIZE_SHIFT) - 1
+
+
 class GlobalHeapCollection:
-    """One parsed collection: ``objects`` maps a heap object index to its (absolute offset, size)."""
+    """One parsed collection: ``objects`` maps a heap object index to where it lies (see
+    :data:`SIZE_SHIFT`; :meth:`get` gives ``(absolute offset, size)``)."""
 
     __slots__ = ("latin1", "objects", "offset")
 
     def __init__(self, c: Cursor, offset: int) -> None:
         self.offset = offset
-        self.objects: dict[int, tuple[int, int]] = {}
+        self.objects: dict[int, int] = {}
         # (first byte, its objects' bytes as Latin-1 text): set by readers of many objects
         self.latin1: tuple[int, str] | None = None
         hc = c.at(offset)
@@ -53,7 +61,7 @@ class GlobalHeapCollection:
                 raise FormatError(
                     f"global heap object {index} of {n} bytes runs past its collection", offset=obj_at
                 )
-            self.objects[index] = (oc.pos, n)
+            self.objects[index] = n << SIZE_SHIFT | oc.pos
             oc.skip(n)
             oc.pos = min(oc.end, oc.pos + (-n % 8))  # objects are padded to 8 bytes
 
@@ -71,11 +79,13 @@ class GlobalHeapCollection:
                 raise FormatError(
                     f"global heap object {index} of {n} bytes runs past its collection", offset=pos
                 )
-            objects[index] = (body, n)
+            objects[index] = n << SIZE_SHIFT | body
             pos = min(end, body + n + (-n % 8))  # objects are padded to 8 bytes
 
     def get(self, index: int) -> tuple[int, int]:
+        """``(absolute offset, size)`` of object ``index``."""
         try:
-            return self.objects[index]
+            code = self.objects[index]
         except KeyError:
             raise FormatError(f"global heap collection has no object {index}", offset=self.offset) from None
+        return code & OFFSET_MASK, code >> SIZE_SHIFT

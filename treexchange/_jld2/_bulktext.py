@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from .._hdf5 import HDF5File
+from .._hdf5._globalheap import OFFSET_MASK, SIZE_SHIFT
 from ._plans import decode_text
 
 _UNDEFINED = (1 << 64) - 1
@@ -39,25 +40,30 @@ def vlen_texts(h5: HDF5File, buf: Any, offsets: np.ndarray) -> list[str] | None:
     texts: list[str] = []
     append = texts.append
     current = -1
-    objects: dict[int, tuple[int, int]] = {}
-    text, start = "", 0
+    objects: dict[int, int] = {}
+    text, start, ascii_text = "", 0, False
     for address, index in zip(addresses.tolist(), indices.tolist()):
         if address != current:
             heap = h5.heap_collection(address)
             objects, current = heap.objects, address
             if heap.latin1 is None:  # once per collection (one holds the keys of many Dicts)
                 # objects are kept in file order: the first begins the text, the last ends it
-                first = next(iter(objects.values()), (0, 0))[0]
-                end = sum(next(reversed(objects.values()), (0, 0)))
+                first = next(iter(objects.values()), 0) & OFFSET_MASK
+                last = next(reversed(objects.values()), 0)
+                end = (last & OFFSET_MASK) + (last >> SIZE_SHIFT)
                 heap.latin1 = (first, bytes(buffer[first:end]).decode("latin-1"))
             start, text = heap.latin1
-        found = objects.get(index)
-        if found is None:
+            ascii_text = text.isascii()  # then every key cut from it is ASCII: no check per key
+        code = objects.get(index)
+        if code is None:
             h5.heap_collection(address).get(index)  # raises the usual error
             return None
-        at, n = found
-        key = text[at - start : at - start + n]
-        if len(key) != n or at < start:  # not within the text (objects out of order): its bytes
+        at, n = (code & OFFSET_MASK) - start, code >> SIZE_SHIFT
+        key = text[at : at + n]
+        if len(key) != n or at < 0:  # not within the text (objects out of order): its bytes
+            at += start
             key = decode_text(buffer[at : at + n])
-        append(key if key.isascii() else decode_text(key.encode("latin-1")))
+        elif not ascii_text and not key.isascii():
+            key = decode_text(key.encode("latin-1"))
+        append(key)
     return texts

@@ -381,7 +381,10 @@ class ContainerNode(Node):
 
     def keys(self) -> list[Any]:
         """Field names / dict keys (for tuples and vectors: 0-based positions)."""
-        return [key for _, key in self._all()]
+        entries = self._all()
+        if type(entries) is _SameEntries or type(entries) is _PositionEntries:
+            return entries.key_list()
+        return [key for _, key in entries]
 
     def children(self) -> Iterator[tuple[PathSegment, Node | Group]]:
         cache, path = self._cache, self.path
@@ -462,6 +465,57 @@ class ContainerNode(Node):
 
     def _read(self, session: Session) -> Any:
         return _read_from(self._src, session, self.path)
+
+
+class _SameEntries(Sequence[tuple[PathSegment, Any]]):
+    """Entries whose path segment is the key itself (a Dict's String keys): held as the one
+    list of keys, each ``(key, key)`` pair made when asked for. A Dict of 100,000 entries then
+    leaves one list for the cyclic garbage collector to scan, not 100,000 tuples."""
+
+    __slots__ = ("_list",)
+
+    def __init__(self, keys: list[Any]) -> None:
+        self._list = keys
+
+    def __len__(self) -> int:
+        return len(self._list)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [(k, k) for k in self._list[i]]
+        k = self._list[i]
+        return (k, k)
+
+    def __iter__(self) -> Iterator[tuple[PathSegment, Any]]:
+        return zip(self._list, self._list)
+
+    def key_list(self) -> list[Any]:
+        return list(self._list)
+
+
+class _PositionEntries(Sequence[tuple[PathSegment, Any]]):
+    """The entries of a vector or tuple of ``n`` elements: segment ``i + 1`` (1-based, as
+    paths count), key ``i``; made when asked for, like :class:`_SameEntries`."""
+
+    __slots__ = ("_n",)
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [(j + 1, j) for j in range(self._n)[i]]
+        j = range(self._n)[i]  # (negative positions and IndexError as for a list)
+        return (j + 1, j)
+
+    def __iter__(self) -> Iterator[tuple[PathSegment, Any]]:
+        return zip(range(1, self._n + 1), range(self._n))
+
+    def key_list(self) -> list[Any]:
+        return list(range(self._n))
 
 
 _INDEXED_ENTRIES = 16
@@ -562,7 +616,7 @@ class RefVectorNode(ContainerNode):
 
     def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         self._addresses = self._reader.element_addresses(self._info)
-        return [(i + 1, i) for i in range(len(self._addresses))]
+        return _PositionEntries(len(self._addresses))
 
     def _make(self, i: int, path: TreePath) -> Node | Group:
         self._all()
@@ -598,7 +652,7 @@ class InlineVectorNode(ContainerNode):
         n = info.count
         if not (info.space == "null" or isinstance(plan, GhostPlan)):
             self._raw = self._reader.raw(info, n * plan.size)
-        return [(i + 1, i) for i in range(n)]
+        return _PositionEntries(n)
 
     def _make(self, i: int, path: TreePath) -> Node | Group:
         self._all()
@@ -629,7 +683,7 @@ class ValueVectorNode(ContainerNode):
         self._items, self._item_kind, self._item_type = items, item_kind, item_type
 
     def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
-        return [(i + 1, i) for i in range(len(self._items))]
+        return _PositionEntries(len(self._items))
 
     def _make(self, i: int, path: TreePath) -> Node | Group:
         return _const(self._reader, path, self._item_kind, self._item_type, self._items[i])
@@ -1019,7 +1073,7 @@ class DictNode(ContainerNode):
     tuple per entry: a Dict of 100,000 entries then leaves three objects for the cyclic
     garbage collector to scan, not 100,000."""
 
-    __slots__ = ("_arrays", "_pair_bufs", "_pair_offs", "_pair_plans", "_refs", "_vouched")
+    __slots__ = ("_arrays", "_pair_bufs", "_pair_offs", "_pair_plans", "_refs", "_segments", "_vouched")
 
     def __init__(
         self,
@@ -1027,12 +1081,14 @@ class DictNode(ContainerNode):
         path: TreePath,
         jt: JuliaType,
         src: Where,
-        entries: list[tuple[PathSegment, Any]],
+        entries: Sequence[tuple[PathSegment, Any]],
         pairs: _Pairs,
         index: dict[Any, int],
     ) -> None:
         super().__init__(reader, path, "dict", jt, src)
         self._keys = entries
+        # each entry's path segment, for making a value's node by key
+        self._segments = entries._list if type(entries) is _SameEntries else [seg for seg, _ in entries]
         self._index = index  # complete: every key is hashable, and no two are equal
         self._pair_plans, self._pair_bufs, self._pair_offs = pairs
         self._vouched = False
@@ -1047,7 +1103,7 @@ class DictNode(ContainerNode):
             return super().__getitem__(key)  # raises as every container does
         node = self._cache.get(i)
         if node is None:
-            node = self._make(i, (*self.path, self._keys[i][0]))  # type: ignore[index]
+            node = self._make(i, (*self.path, self._segments[i]))
             if type(node) is not ArrayNode:
                 self._cache[i] = node
         return node
@@ -1208,13 +1264,12 @@ def _lazy_dict_node(
         index: dict[Any, int] = {}
         texts = _string_keys(reader, located)
         if texts is not None:
-            entries: list[tuple[PathSegment, Any]] = [(text, text) for text in texts]
-            index = {text: i for i, text in enumerate(texts)}
+            index = dict(zip(texts, range(len(texts))))
             if len(index) != len(texts):
                 return None
-            return DictNode(reader, path, plan.julia_type, src, entries, located, index)
+            return DictNode(reader, path, plan.julia_type, src, _SameEntries(texts), located, index)
         session = Session(reader)
-        entries = []
+        entries: list[tuple[PathSegment, Any]] = []
         base = pairs.path
         for i, (pair, buf, off) in enumerate(zip(*located)):
             first = pair.fields[0]
