@@ -381,6 +381,8 @@ class ContainerNode(Node):
 
     def keys(self) -> list[Any]:
         """Field names / dict keys (for tuples and vectors: 0-based positions)."""
+        if type(self) is CompoundNode:
+            return list(self._plan.keys)  # type: ignore[attr-defined]
         entries = self._all()
         if type(entries) is _SameEntries or type(entries) is _PositionEntries:
             return entries.key_list()
@@ -578,7 +580,12 @@ class CompoundNode(ContainerNode):
         reader = self._reader
         if type(f.plan) is ReferencePlan and len(path) <= reader.max_path:
             address = _U64.unpack_from(self._buf, self._off + f.offset)[0]
-            info = reader.described_array(address) if address else None
+            h5 = reader.h5  # what reader.described_array(address) gives, without the call
+            info = h5._objects.get(address)
+            if info is None:
+                info = h5._vouched.get(address)
+            if info is not None and (info.value_kind is None or info.dtype is None or reader.closed):
+                info = None
             if info is not None:  # a layer's weight: what node_for_ref makes, at once
                 node = _new_array_node(ArrayNode)
                 node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
@@ -618,9 +625,20 @@ class RefVectorNode(ContainerNode):
         self._addresses = self._reader.element_addresses(self._info)
         return _PositionEntries(len(self._addresses))
 
+    def _child(self, i: int) -> Node | Group:
+        node = self._cache.get(i)
+        if node is None:
+            self._all()
+            node = self._make(i, (*self.path, i + 1))  # (segment i + 1: see _PositionEntries)
+            if type(node) is not ArrayNode:
+                self._cache[i] = node
+        return node
+
     def _make(self, i: int, path: TreePath) -> Node | Group:
-        self._all()
         addresses = self._addresses
+        if addresses is None:
+            self._all()
+            addresses = self._addresses
         assert addresses is not None
         reader = self._reader
         if not self._primed:
@@ -740,6 +758,13 @@ class DelegateNode(ContainerNode):
 
     def _child(self, i: int) -> Node | Group:
         return self._target._child(i)  # its node, at the same path: one cache for both
+
+    def __getitem__(self, key: Any) -> Any:
+        if type(key) is int and 0 <= key and self.kind in ("tuple", "vector"):  # the walk's case
+            target = self._target
+            if key < len(target._all()):
+                return target._child(key)
+        return super().__getitem__(key)
 
 
 class FixedNode(ContainerNode):
