@@ -581,9 +581,9 @@ class CompoundNode(ContainerNode):
         if type(f.plan) is ReferencePlan and len(path) <= reader.max_path:
             address = _U64.unpack_from(self._buf, self._off + f.offset)[0]
             h5 = reader.h5  # what reader.described_array(address) gives, without the call
-            info = h5._objects.get(address)
+            info = cast("DatasetInfo | None", h5._objects.get(address))  # (header_type)
             if info is None:
-                info = h5._vouched.get(address)
+                info = cast("DatasetInfo | None", h5._vouched.get(address))
             if info is not None and (info.value_kind is None or info.dtype is None or reader.closed):
                 info = None
             if info is not None:  # a layer's weight: what node_for_ref makes, at once
