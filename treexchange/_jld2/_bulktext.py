@@ -36,34 +36,43 @@ def vlen_texts(h5: HDF5File, buf: Any, offsets: np.ndarray) -> list[str] | None:
     indices = elements[:, 8:].copy().view("<u4").ravel()
     if bool(((addresses == 0) & (indices == 0)).any()) or bool((addresses == _UNDEFINED).any()):
         return None  # empty strings: rare as keys, left to the usual path
-    buffer = h5.buffer
+    runs = [0, *(np.flatnonzero(np.diff(addresses)) + 1).tolist(), len(addresses)]
     texts: list[str] = []
-    append = texts.append
-    current = -1
-    objects: dict[int, int] = {}
-    text, start, ascii_text = "", 0, False
-    for address, index in zip(addresses.tolist(), indices.tolist()):
-        if address != current:
-            heap = h5.heap_collection(address)
-            objects, current = heap.objects, address
-            if heap.latin1 is None:  # once per collection (one holds the keys of many Dicts)
-                # objects are kept in file order: the first begins the text, the last ends it
-                first = next(iter(objects.values()), 0) & OFFSET_MASK
-                last = next(reversed(objects.values()), 0)
-                end = (last & OFFSET_MASK) + (last >> SIZE_SHIFT)
-                heap.latin1 = (first, bytes(buffer[first:end]).decode("latin-1"))
-            start, text = heap.latin1
-            ascii_text = text.isascii()  # then every key cut from it is ASCII: no check per key
-        code = objects.get(index)
-        if code is None:
-            h5.heap_collection(address).get(index)  # raises the usual error
+    for lo, hi in zip(runs, runs[1:]):  # elements in a row that point into one collection
+        found = _collection_texts(h5, int(addresses[lo]), indices[lo:hi].tolist())
+        if found is None:
             return None
-        at, n = (code & OFFSET_MASK) - start, code >> SIZE_SHIFT
-        key = text[at : at + n]
-        if len(key) != n or at < 0:  # not within the text (objects out of order): its bytes
-            at += start
-            key = decode_text(buffer[at : at + n])
-        elif not ascii_text and not key.isascii():
-            key = decode_text(key.encode("latin-1"))
-        append(key)
+        texts += found
     return texts
+
+
+def _collection_texts(h5: HDF5File, address: int, indices: list[int]) -> list[str] | None:
+    """The texts of objects ``indices`` of the global heap collection at ``address``: each a
+    slice of the collection's Latin-1 text, all cut at once (``map`` over slices)."""
+    heap = h5.heap_collection(address)
+    objects = heap.objects
+    if heap.latin1 is None:  # once per collection (one holds the keys of many Dicts)
+        # objects are kept in file order: the first begins the text, the last ends it
+        first = next(iter(objects.values()), 0) & OFFSET_MASK
+        last = next(reversed(objects.values()), 0)
+        end = (last & OFFSET_MASK) + (last >> SIZE_SHIFT)
+        heap.latin1 = (first, bytes(h5.buffer[first:end]).decode("latin-1"))
+    start, text = heap.latin1
+    codes = list(map(objects.get, indices))
+    if None in codes:
+        heap.get(indices[codes.index(None)])  # raises the usual error
+        return None
+    if max(codes) < 1 << 64:  # (sizes below 2**16: the codes fit in uint64)
+        where = np.array(codes, np.uint64)
+        at = (where & OFFSET_MASK).astype(np.int64) - start
+        ends = at + (where >> SIZE_SHIFT).astype(np.int64)
+        if int(at.min()) >= 0 and int(ends.max()) <= len(text):  # all within the text
+            keys = list(map(text.__getitem__, map(slice, at.tolist(), ends.tolist())))
+            if text.isascii():  # then every key is ASCII: the characters UTF-8 gives
+                return keys
+            return [key if key.isascii() else decode_text(key.encode("latin-1")) for key in keys]
+    buffer, keys = h5.buffer, []
+    for code in codes:  # objects out of order: each from its own bytes
+        at, n = code & OFFSET_MASK, code >> SIZE_SHIFT
+        keys.append(decode_text(buffer[at : at + n]))
+    return keys
