@@ -11,7 +11,8 @@ otherwise. The result is what :func:`decode_text` gives for each element.
 
 from __future__ import annotations
 
-from typing import Any
+from itertools import pairwise
+from typing import Any, cast
 
 import numpy as np
 
@@ -38,7 +39,7 @@ def vlen_texts(h5: HDF5File, buf: Any, offsets: np.ndarray) -> list[str] | None:
         return None  # empty strings: rare as keys, left to the usual path
     runs = [0, *(np.flatnonzero(np.diff(addresses)) + 1).tolist(), len(addresses)]
     texts: list[str] = []
-    for lo, hi in zip(runs, runs[1:]):  # elements in a row that point into one collection
+    for lo, hi in pairwise(runs):  # elements in a row that point into one collection
         found = _collection_texts(h5, int(addresses[lo]), indices[lo:hi].tolist())
         if found is None:
             return None
@@ -58,10 +59,11 @@ def _collection_texts(h5: HDF5File, address: int, indices: list[int]) -> list[st
         end = (last & OFFSET_MASK) + (last >> SIZE_SHIFT)
         heap.latin1 = (first, bytes(h5.buffer[first:end]).decode("latin-1"))
     start, text = heap.latin1
-    codes = list(map(objects.get, indices))
-    if None in codes:
-        heap.get(indices[codes.index(None)])  # raises the usual error
+    found = list(map(objects.get, indices))
+    if None in found:
+        heap.get(indices[found.index(None)])  # raises the usual error
         return None
+    codes = cast("list[int]", found)
     if max(codes) < 1 << 64:  # (sizes below 2**16: the codes fit in uint64)
         where = np.array(codes, np.uint64)
         at = (where & OFFSET_MASK).astype(np.int64) - start
@@ -71,8 +73,9 @@ def _collection_texts(h5: HDF5File, address: int, indices: list[int]) -> list[st
             if text.isascii():  # then every key is ASCII: the characters UTF-8 gives
                 return keys
             return [key if key.isascii() else decode_text(key.encode("latin-1")) for key in keys]
-    buffer, keys = h5.buffer, []
+    buffer = h5.buffer
+    out = []
     for code in codes:  # objects out of order: each from its own bytes
-        at, n = code & OFFSET_MASK, code >> SIZE_SHIFT
-        keys.append(decode_text(buffer[at : at + n]))
-    return keys
+        offset, n = code & OFFSET_MASK, code >> SIZE_SHIFT
+        out.append(decode_text(buffer[offset : offset + n]))
+    return out
