@@ -584,9 +584,13 @@ class CompoundNode(ContainerNode):
             info = cast("DatasetInfo | None", h5._objects.get(address))  # (header_type)
             if info is None:
                 info = cast("DatasetInfo | None", h5._vouched.get(address))
-            if info is not None and (info.value_kind is None or info.dtype is None or reader.closed):
-                info = None
-            if info is not None:  # a layer's weight: what node_for_ref makes, at once
+            if (
+                info is not None
+                and info.value_kind is not None
+                and info.dtype is not None
+                and not reader.closed
+            ):
+                # a layer's weight: what node_for_ref makes, at once
                 node = _new_array_node(ArrayNode)
                 node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
                 node._desc, node._address, node._value = info, address, None
@@ -1126,6 +1130,16 @@ class DictNode(ContainerNode):
             i = self._index[key]  # type: ignore[index]
         except (KeyError, TypeError):
             return super().__getitem__(key)  # raises as every container does
+        arrays = self._arrays
+        if arrays is not None:  # a walk's hot path: what _make makes of a described array, inline
+            info = arrays[i]
+            reader = self._reader
+            if info is not None and not reader.closed and len(self.path) < reader.max_path:
+                leaf = _new_array_node(ArrayNode)
+                leaf._reader, leaf.path, leaf.kind = reader, (*self.path, self._segments[i]), "array"
+                refs = cast("list[int]", self._refs)  # (set with the arrays)
+                leaf.julia_type, leaf._desc, leaf._address, leaf._value = info.julia_type, info, refs[i], None
+                return leaf
         node = self._cache.get(i)
         if node is None:
             node = self._make(i, (*self.path, self._segments[i]))

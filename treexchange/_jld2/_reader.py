@@ -426,17 +426,16 @@ class Reader:
     def described_arrays(self, addresses: list[int]) -> list[DatasetInfo | None]:
         """:meth:`described_array` of each address (0: None), in one pass."""
         objects, vouched = self.h5._objects, self.h5._vouched
-        out: list[DatasetInfo | None] = []
-        append = out.append
-        for address in addresses:
-            info = objects.get(address)
-            if info is None:
-                info = vouched.get(address)
-            if info is None or info.value_kind is None or info.dtype is None:  # type: ignore[attr-defined]
-                append(None)
-            else:
-                append(info)  # type: ignore[arg-type]
-        return out
+        # In C (map): a walk asks this for every value of every Dict. A header made since it
+        # was vouched for is in ``objects`` only (``object`` pops it from ``vouched``).
+        found: list[Any] = list(map(vouched.get, addresses))
+        if not objects.keys().isdisjoint(addresses):
+            found = [objects.get(a, f) for a, f in zip(addresses, found)]
+        # each distinct description (a few: one per kind of header) checked once
+        unusable = {f for f in set(found) if f is not None and (f.value_kind is None or f.dtype is None)}
+        if unusable:
+            found = [None if f in unusable else f for f in found]
+        return found
 
     def prime(
         self, addresses: np.ndarray, path: TreePath = (), *, dicts: bool = False, refs: bool = True
