@@ -649,13 +649,17 @@ class HDF5File:
             raise FormatError(f"dataset data ({nbytes} bytes) runs past the end of the file", offset=offset)
 
     # --- global heap -------------------------------------------------------------------------
-    def heap_collection(self, collection_address: int) -> GlobalHeapCollection:
-        """The global heap collection at a relative address (parsed once per file)."""
+    def heap_collection(
+        self, collection_address: int, expect: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> GlobalHeapCollection:
+        """The global heap collection at a relative address (parsed once per file).
+        ``expect``: the indices and sizes of the objects about to be read (see
+        :class:`GlobalHeapCollection`)."""
         heap = self._heaps.get(collection_address)
         if heap is None:
             offset = self.absolute(collection_address)
             with format_errors(offset):
-                heap = GlobalHeapCollection(self._cursor(0), offset)
+                heap = GlobalHeapCollection(self._cursor(0), offset, expect)
             self._heaps[collection_address] = heap
         return heap
 

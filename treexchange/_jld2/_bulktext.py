@@ -32,25 +32,29 @@ def vlen_texts(h5: HDF5File, buf: Any, offsets: np.ndarray) -> list[str] | None:
     raw = np.frombuffer(buf, np.uint8)
     if int(offsets.min()) < 0 or int(offsets.max()) + 16 > len(raw):
         return None
-    elements = raw[offsets[:, None] + np.arange(4, 16)]
-    addresses = elements[:, :8].copy().view("<u8").ravel()
-    indices = elements[:, 8:].copy().view("<u4").ravel()
+    elements = raw[offsets[:, None] + np.arange(16)]
+    counts = elements[:, :4].copy().view("<u4").ravel()  # a String's count: its bytes
+    addresses = elements[:, 4:12].copy().view("<u8").ravel()
+    indices = elements[:, 12:].copy().view("<u4").ravel()
     if bool(((addresses == 0) & (indices == 0)).any()) or bool((addresses == _UNDEFINED).any()):
         return None  # empty strings: rare as keys, left to the usual path
     runs = [0, *(np.flatnonzero(np.diff(addresses)) + 1).tolist(), len(addresses)]
     texts: list[str] = []
     for lo, hi in pairwise(runs):  # elements in a row that point into one collection
-        found = _collection_texts(h5, int(addresses[lo]), indices[lo:hi].tolist())
+        expect = indices[lo:hi], counts[lo:hi]
+        found = _collection_texts(h5, int(addresses[lo]), expect)
         if found is None:
             return None
         texts += found
     return texts
 
 
-def _collection_texts(h5: HDF5File, address: int, indices: list[int]) -> list[str] | None:
-    """The texts of objects ``indices`` of the global heap collection at ``address``: each a
-    slice of the collection's Latin-1 text, all cut at once (``map`` over slices)."""
-    heap = h5.heap_collection(address)
+def _collection_texts(h5: HDF5File, address: int, expect: tuple[np.ndarray, np.ndarray]) -> list[str] | None:
+    """The texts of objects ``expect[0]`` (of ``expect[1]`` bytes each, as the elements say)
+    of the global heap collection at ``address``: each a slice of the collection's Latin-1
+    text, all cut at once (``map`` over slices)."""
+    heap = h5.heap_collection(address, expect)
+    indices = expect[0].tolist()
     objects = heap.objects
     if heap.latin1 is None:  # once per collection (one holds the keys of many Dicts)
         # objects are kept in file order: the first begins the text, the last ends it
