@@ -66,10 +66,10 @@ def test_objects_after_the_expected_ones_are_scanned() -> None:
     "expect",
     [
         _expect([k + "?" for k in _KEYS]),  # every size wrong
-        _expect(_KEYS[:10] + ["a"] + _KEYS[11:]),  # one size wrong
+        _expect([*_KEYS[:10], "a", *_KEYS[11:]]),  # one size wrong
         _expect(_KEYS, first=2),  # not from index 1
-        (np.array([1, 2, 4] + list(range(5, 42)), np.uint32), _expect(_KEYS)[1]),  # a gap
-        _expect(_KEYS + ["more", "keys"]),  # more than the collection holds
+        (np.array([1, 2, 4, *list(range(5, 42))], np.uint32), _expect(_KEYS)[1]),  # a gap
+        _expect([*_KEYS, "more", "keys"]),  # more than the collection holds
     ],
     ids=["sizes", "one-size", "start", "gap", "too-many"],
 )
