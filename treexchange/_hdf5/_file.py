@@ -8,7 +8,6 @@ import struct
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import replace
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -360,7 +359,7 @@ class HDF5File:
             self._resolving.discard(address)
         if dt is None:
             raise FormatError("shared datatype points to an object without a datatype", offset=obj.offset)
-        t = replace(dt, committed_at=address)
+        t = dt.committed_as(address)
         self._types[address] = t
         return t
 

@@ -377,7 +377,7 @@ class TypeResolver:
         obj = self.reader.h5.object(address)
         if self.reader.object_kind(address) != "datatype" or obj.datatype is None:
             raise FormatError("reference to a committed datatype points to something else")
-        dt = dataclasses.replace(obj.datatype, committed_at=address)
+        dt = obj.datatype.committed_as(address)
         attrs = obj.attributes
         jt_attr = attrs.get("julia_type") or attrs.get("julia type")
         if jt_attr is None:
@@ -470,7 +470,7 @@ class TypeResolver:
     def _stored_as_other(self, dt: H5Type, jt: JuliaType) -> Plan:
         """A committed type whose HDF5 class is not the one JLD2 gives ``jt`` (above): accept it
         when the bytes read as ``jt`` anyway, never silently as another type."""
-        plan = self._basic_plan(dataclasses.replace(dt, committed_at=None), None)
+        plan = self._basic_plan(dt.committed_as(None), None)
         if plan.julia_type == jt:
             return plan  # e.g. Int128, or String as a fixed-size string
         what = f"{jt.qualified()} stored as an HDF5 {dt.cls.name.lower()} of {dt.size} bytes"
