@@ -567,6 +567,27 @@ class CompoundNode(ContainerNode):
         if type(key) is str:  # a field by name: its position is known per type
             i = self._plan.positions.get(key)
             if i is not None:
+                f = self._plan.fields[i]
+                reader = self._reader
+                if type(f.plan) is ReferencePlan and len(self.path) < reader.max_path:
+                    # a layer's weight: what _make makes of a described array, inline (a walk's
+                    # hot path; a described array is never cached, so the cache is not asked)
+                    address = _U64.unpack_from(self._buf, self._off + f.offset)[0]
+                    h5 = reader.h5
+                    info = cast("DatasetInfo | None", h5._objects.get(address))  # (header_type)
+                    if info is None:
+                        info = cast("DatasetInfo | None", h5._vouched.get(address))
+                    if info is not None and info.value_kind is not None and info.dtype is not None:
+                        if not reader.closed:
+                            leaf = _new_array_node(ArrayNode)
+                            leaf._reader, leaf.path, leaf.kind = reader, (*self.path, key), "array"
+                            leaf.julia_type, leaf._desc, leaf._address, leaf._value = (
+                                info.julia_type,
+                                info,
+                                address,
+                                None,
+                            )
+                            return leaf
                 node = self._cache.get(i)
                 if node is None:
                     node = self._make(i, (*self.path, key))
