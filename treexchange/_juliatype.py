@@ -123,7 +123,14 @@ class JuliaType:
         # Structural and cached per object: a type-parameter DAG (``Tuple{T,T}`` nested 40
         # times) hashes in time linear in its number of distinct objects, not its printed size.
         if self._hash is None:
-            self._hash = hash((self.name, tuple(_param_hash(p) for p in self.params)))
+            params = self.params
+            if len(params) > _DISTINCT_FROM:
+                # each distinct object hashed once (a Tuple of thousands of one layer type)
+                by_id = {id(p): p for p in params}
+                hashes = {i: _param_hash(p) for i, p in by_id.items()}
+                self._hash = hash((self.name, tuple(map(hashes.__getitem__, map(id, params)))))
+            else:
+                self._hash = hash((self.name, tuple(_param_hash(p) for p in params)))
         return self._hash
 
     def __repr__(self) -> str:
@@ -292,6 +299,9 @@ def _render_top(t: JuliaType, *, short: bool, sep: str, strict: bool) -> str:
         return f"{head}{{…}}"
     finally:
         _BUDGET.current = None
+
+
+_DISTINCT_FROM = 16  # parameters from which hashing each distinct object once pays
 
 
 def _param_hash(p: Any) -> int:

@@ -34,6 +34,9 @@ _FIXED_PROPS = {
 }
 
 
+_CLASSES = {c.value: c for c in H5Class}
+
+
 def parse_datatype(
     c: Cursor, limits: Limits = DEFAULT_LIMITS, depth: int = 0, known: KnownCompounds | None = None
 ) -> H5Type:
@@ -65,9 +68,8 @@ def parse_datatype(
     cls_id, version = b0 & 0x0F, b0 >> 4
     flags = c.uint(3)
     size = c.u32()
-    try:
-        cls = H5Class(cls_id)
-    except ValueError:
+    cls = _CLASSES.get(cls_id)  # (what H5Class(cls_id) gives, without the enum's call machinery)
+    if cls is None:
         if cls_id == 11:
             raise UnsupportedError(
                 "the HDF5 2.0 complex datatype class is not supported", offset=start

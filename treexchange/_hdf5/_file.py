@@ -8,7 +8,6 @@ import struct
 import threading
 import weakref
 from collections.abc import Callable
-from dataclasses import replace
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -360,7 +359,7 @@ class HDF5File:
             self._resolving.discard(address)
         if dt is None:
             raise FormatError("shared datatype points to an object without a datatype", offset=obj.offset)
-        t = replace(dt, committed_at=address)
+        t = dt.committed_as(address)
         self._types[address] = t
         return t
 
@@ -655,13 +654,17 @@ class HDF5File:
             raise FormatError(f"dataset data ({nbytes} bytes) runs past the end of the file", offset=offset)
 
     # --- global heap -------------------------------------------------------------------------
-    def heap_collection(self, collection_address: int) -> GlobalHeapCollection:
-        """The global heap collection at a relative address (parsed once per file)."""
+    def heap_collection(
+        self, collection_address: int, expect: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> GlobalHeapCollection:
+        """The global heap collection at a relative address (parsed once per file).
+        ``expect``: the indices and sizes of the objects about to be read (see
+        :class:`GlobalHeapCollection`)."""
         heap = self._heaps.get(collection_address)
         if heap is None:
             offset = self.absolute(collection_address)
             with format_errors(offset):
-                heap = GlobalHeapCollection(self._cursor(0), offset)
+                heap = GlobalHeapCollection(self._cursor(0), offset, expect)
             self._heaps[collection_address] = heap
         return heap
 

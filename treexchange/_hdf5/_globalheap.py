@@ -12,20 +12,34 @@ from __future__ import annotations
 
 import struct
 
+import numpy as np
+
 from .._errors import FormatError
 from ._cursor import Cursor
 
 _OBJECT_HEAD = struct.Struct("<HH4xQ")  # index, reference count, reserved, size (8-byte lengths)
 
 
+SIZE_SHIFT = 48
+"""``GlobalHeapCollection.objects`` holds ``size << SIZE_SHIFT | absolute offset`` per object: one
+int, where a tuple per object would be one more object for the cyclic garbage collector to scan
+(a file of many Dict keys has tens of thousands). Offsets lie inside the file, below 2**48."""
+OFFSET_MASK = (1 << SIZE_SHIFT) - 1
+_PREDICT_FROM = 16  # expected objects from which checking them in bulk pays
+
+
 class GlobalHeapCollection:
-    """One parsed collection: ``objects`` maps a heap object index to its (absolute offset, size)."""
+    """One parsed collection: ``objects`` maps a heap object index to where it lies (see
+    :data:`SIZE_SHIFT`; :meth:`get` gives ``(absolute offset, size)``)."""
 
     __slots__ = ("latin1", "objects", "offset")
 
-    def __init__(self, c: Cursor, offset: int) -> None:
+    def __init__(self, c: Cursor, offset: int, expect: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+        """Parse the collection at absolute ``offset``. ``expect``: the indices and sizes of
+        objects a reader is about to look up (the keys of a Dict), a guess at its first objects
+        that :meth:`_predicted` checks in bulk before the object loop runs."""
         self.offset = offset
-        self.objects: dict[int, tuple[int, int]] = {}
+        self.objects: dict[int, int] = {}
         # (first byte, its objects' bytes as Latin-1 text): set by readers of many objects
         self.latin1: tuple[int, str] | None = None
         hc = c.at(offset)
@@ -37,7 +51,8 @@ class GlobalHeapCollection:
         size = hc.length()
         end = min(len(c.buf), offset + 16 + size) if size <= len(c.buf) else len(c.buf)
         if c.length_size == 8:
-            self._scan(c.buf, hc.pos, end)
+            if expect is None or not self._predicted(c.buf, hc.pos, end, *expect):
+                self._scan(c.buf, hc.pos, end)
             return
         oc = c.at(hc.pos, end)
         header = 8 + oc.length_size
@@ -53,9 +68,43 @@ class GlobalHeapCollection:
                 raise FormatError(
                     f"global heap object {index} of {n} bytes runs past its collection", offset=obj_at
                 )
-            self.objects[index] = (oc.pos, n)
+            self.objects[index] = n << SIZE_SHIFT | oc.pos
             oc.skip(n)
             oc.pos = min(oc.end, oc.pos + (-n % 8))  # objects are padded to 8 bytes
+
+    def _predicted(self, buf: memoryview, pos: int, end: int, indices: np.ndarray, sizes: np.ndarray) -> bool:
+        """What :meth:`_scan` finds, without a Python step per object, when the collection
+        begins with objects ``1, 2, ...`` of the ``sizes`` expected (a writer filling a fresh
+        collection with a Dict's keys): where each object lies follows from the sizes before
+        it, and every header there is compared, index and size, with what is expected, in one
+        numpy pass. The objects after them are scanned as usual. False (nothing recorded) when
+        any differs: then the scan decides, and reports what is wrong in its words.
+
+        Exactly the scan's result: the scan reads the header at ``pos``, records it unless its
+        index is 0 and moves to the padded end of its body; the headers checked here are the
+        ones it reads, in order, each with a non-zero index and a body inside the collection.
+        """
+        n = len(indices)
+        if n < _PREDICT_FROM or int(indices[0]) != 1 or not bool((np.diff(indices) == 1).all()):
+            return False
+        if int(sizes.max()) >= 1 << (63 - SIZE_SHIFT):  # (keys of 32 KiB and more: the scan)
+            return False
+        lengths = sizes.astype(np.int64)
+        steps = 16 + lengths + (-lengths % 8)  # header, body, padding to 8 bytes
+        heads = pos + np.concatenate(([0], np.cumsum(steps[:-1])))
+        bodies = heads + 16
+        if int(bodies[-1] + lengths[-1]) > end:  # (increasing: the last ends last)
+            return False
+        raw = np.frombuffer(buf, np.uint8)
+        got = raw[heads[:, None] + np.arange(16)]
+        del raw
+        if not bool((got[:, :2].copy().view("<u2").ravel() == indices).all()):
+            return False
+        if not bool((got[:, 8:].copy().view("<u8").ravel() == sizes).all()):
+            return False
+        self.objects.update(zip(indices.tolist(), ((lengths << SIZE_SHIFT) | bodies).tolist()))
+        self._scan(buf, min(end, int(heads[-1] + steps[-1])), end)
+        return True
 
     def _scan(self, buf: memoryview, pos: int, end: int) -> None:
         """The object loop above for 8-byte lengths, one ``struct`` call per object (a file
@@ -71,11 +120,13 @@ class GlobalHeapCollection:
                 raise FormatError(
                     f"global heap object {index} of {n} bytes runs past its collection", offset=pos
                 )
-            objects[index] = (body, n)
+            objects[index] = n << SIZE_SHIFT | body
             pos = min(end, body + n + (-n % 8))  # objects are padded to 8 bytes
 
     def get(self, index: int) -> tuple[int, int]:
+        """``(absolute offset, size)`` of object ``index``."""
         try:
-            return self.objects[index]
+            code = self.objects[index]
         except KeyError:
             raise FormatError(f"global heap collection has no object {index}", offset=self.offset) from None
+        return code & OFFSET_MASK, code >> SIZE_SHIFT

@@ -173,9 +173,10 @@ def _same_key(
         keep = np.zeros(8 * words, np.uint8)
         keep[:length] = 0xFF
         keep[rel : rel + body] = 0
-        mask = keep.view("<u8")
-        expected = template & mask
-        lanes = np.arange(words)
+        full_mask = keep.view("<u8")
+        lanes = np.flatnonzero(full_mask)  # words with key bytes (not those wholly in the cut)
+        mask = full_mask[lanes]
+        expected = template[lanes] & mask
         shifts = starts & 7
         for shift in np.unique(shifts[whole]).tolist():  # (alike headers are often all aligned)
             rows = np.flatnonzero(whole & (shifts == shift))
@@ -183,7 +184,9 @@ def _same_key(
             for lo in range(0, len(rows), _ALIKE_ROWS):
                 part = rows[lo : lo + _ALIKE_ROWS]
                 got = view[((starts[part] - shift) // 8)[:, None] + lanes]
-                same[part] = ((got & mask) == expected).all(axis=1)
+                np.bitwise_xor(got, expected, out=got)  # in place: no new array per step
+                np.bitwise_and(got, mask, out=got)
+                same[part] = ~got.any(axis=1)
             del view
     else:
         whole[:] = False

@@ -86,6 +86,15 @@ class H5Type:
             object.__setattr__(self, "_hash", cached)
         return cached
 
+    def committed_as(self, address: int | None) -> H5Type:
+        """This type with ``committed_at=address``: ``dataclasses.replace`` without running the
+        frozen ``__init__`` again (no checks to repeat; a file's every committed type is one),
+        keeping the cached hash (``committed_at`` takes no part in it)."""
+        t = object.__new__(H5Type)
+        t.__dict__.update(self.__dict__)
+        t.__dict__["committed_at"] = address
+        return t
+
     # --- derived views -----------------------------------------------------------------------
     @property
     def byte_order(self) -> str:

@@ -381,7 +381,12 @@ class ContainerNode(Node):
 
     def keys(self) -> list[Any]:
         """Field names / dict keys (for tuples and vectors: 0-based positions)."""
-        return [key for _, key in self._all()]
+        if type(self) is CompoundNode:
+            return list(self._plan.keys)  # type: ignore[attr-defined]
+        entries = self._all()
+        if type(entries) is _SameEntries or type(entries) is _PositionEntries:
+            return entries.key_list()
+        return [key for _, key in entries]
 
     def children(self) -> Iterator[tuple[PathSegment, Node | Group]]:
         cache, path = self._cache, self.path
@@ -464,6 +469,57 @@ class ContainerNode(Node):
         return _read_from(self._src, session, self.path)
 
 
+class _SameEntries(Sequence[tuple[PathSegment, Any]]):
+    """Entries whose path segment is the key itself (a Dict's String keys): held as the one
+    list of keys, each ``(key, key)`` pair made when asked for. A Dict of 100,000 entries then
+    leaves one list for the cyclic garbage collector to scan, not 100,000 tuples."""
+
+    __slots__ = ("_list",)
+
+    def __init__(self, keys: list[Any]) -> None:
+        self._list = keys
+
+    def __len__(self) -> int:
+        return len(self._list)
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [(k, k) for k in self._list[i]]
+        k = self._list[i]
+        return (k, k)
+
+    def __iter__(self) -> Iterator[tuple[PathSegment, Any]]:
+        return zip(self._list, self._list)
+
+    def key_list(self) -> list[Any]:
+        return list(self._list)
+
+
+class _PositionEntries(Sequence[tuple[PathSegment, Any]]):
+    """The entries of a vector or tuple of ``n`` elements: segment ``i + 1`` (1-based, as
+    paths count), key ``i``; made when asked for, like :class:`_SameEntries`."""
+
+    __slots__ = ("_n",)
+
+    def __init__(self, n: int) -> None:
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return [(j + 1, j) for j in range(self._n)[i]]
+        j = range(self._n)[i]  # (negative positions and IndexError as for a list)
+        return (j + 1, j)
+
+    def __iter__(self) -> Iterator[tuple[PathSegment, Any]]:
+        return zip(range(1, self._n + 1), range(self._n))
+
+    def key_list(self) -> list[Any]:
+        return list(range(self._n))
+
+
 _INDEXED_ENTRIES = 16
 """Containers with more entries than this get a key -> position dict on their first lookup."""
 
@@ -511,6 +567,27 @@ class CompoundNode(ContainerNode):
         if type(key) is str:  # a field by name: its position is known per type
             i = self._plan.positions.get(key)
             if i is not None:
+                f = self._plan.fields[i]
+                reader = self._reader
+                if type(f.plan) is ReferencePlan and len(self.path) < reader.max_path:
+                    # a layer's weight: what _make makes of a described array, inline (a walk's
+                    # hot path; a described array is never cached, so the cache is not asked)
+                    address = _U64.unpack_from(self._buf, self._off + f.offset)[0]
+                    h5 = reader.h5
+                    info = cast("DatasetInfo | None", h5._objects.get(address))  # (header_type)
+                    if info is None:
+                        info = cast("DatasetInfo | None", h5._vouched.get(address))
+                    if info is not None and info.value_kind is not None and info.dtype is not None:
+                        if not reader.closed:
+                            leaf = _new_array_node(ArrayNode)
+                            leaf._reader, leaf.path, leaf.kind = reader, (*self.path, key), "array"
+                            leaf.julia_type, leaf._desc, leaf._address, leaf._value = (
+                                info.julia_type,
+                                info,
+                                address,
+                                None,
+                            )
+                            return leaf
                 node = self._cache.get(i)
                 if node is None:
                     node = self._make(i, (*self.path, key))
@@ -524,8 +601,17 @@ class CompoundNode(ContainerNode):
         reader = self._reader
         if type(f.plan) is ReferencePlan and len(path) <= reader.max_path:
             address = _U64.unpack_from(self._buf, self._off + f.offset)[0]
-            info = reader.described_array(address) if address else None
-            if info is not None:  # a layer's weight: what node_for_ref makes, at once
+            h5 = reader.h5  # what reader.described_array(address) gives, without the call
+            info = cast("DatasetInfo | None", h5._objects.get(address))  # (header_type)
+            if info is None:
+                info = cast("DatasetInfo | None", h5._vouched.get(address))
+            if (
+                info is not None
+                and info.value_kind is not None
+                and info.dtype is not None
+                and not reader.closed
+            ):
+                # a layer's weight: what node_for_ref makes, at once
                 node = _new_array_node(ArrayNode)
                 node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
                 node._desc, node._address, node._value = info, address, None
@@ -562,11 +648,22 @@ class RefVectorNode(ContainerNode):
 
     def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         self._addresses = self._reader.element_addresses(self._info)
-        return [(i + 1, i) for i in range(len(self._addresses))]
+        return _PositionEntries(len(self._addresses))
+
+    def _child(self, i: int) -> Node | Group:
+        node = self._cache.get(i)
+        if node is None:
+            self._all()
+            node = self._make(i, (*self.path, i + 1))  # (segment i + 1: see _PositionEntries)
+            if type(node) is not ArrayNode:
+                self._cache[i] = node
+        return node
 
     def _make(self, i: int, path: TreePath) -> Node | Group:
-        self._all()
         addresses = self._addresses
+        if addresses is None:
+            self._all()
+            addresses = self._addresses
         assert addresses is not None
         reader = self._reader
         if not self._primed:
@@ -598,7 +695,7 @@ class InlineVectorNode(ContainerNode):
         n = info.count
         if not (info.space == "null" or isinstance(plan, GhostPlan)):
             self._raw = self._reader.raw(info, n * plan.size)
-        return [(i + 1, i) for i in range(n)]
+        return _PositionEntries(n)
 
     def _make(self, i: int, path: TreePath) -> Node | Group:
         self._all()
@@ -629,7 +726,7 @@ class ValueVectorNode(ContainerNode):
         self._items, self._item_kind, self._item_type = items, item_kind, item_type
 
     def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
-        return [(i + 1, i) for i in range(len(self._items))]
+        return _PositionEntries(len(self._items))
 
     def _make(self, i: int, path: TreePath) -> Node | Group:
         return _const(self._reader, path, self._item_kind, self._item_type, self._items[i])
@@ -686,6 +783,13 @@ class DelegateNode(ContainerNode):
 
     def _child(self, i: int) -> Node | Group:
         return self._target._child(i)  # its node, at the same path: one cache for both
+
+    def __getitem__(self, key: Any) -> Any:
+        if type(key) is int and 0 <= key and self.kind in ("tuple", "vector"):  # the walk's case
+            target = self._target
+            if key < len(target._all()):
+                return target._child(key)
+        return super().__getitem__(key)
 
 
 class FixedNode(ContainerNode):
@@ -1019,7 +1123,7 @@ class DictNode(ContainerNode):
     tuple per entry: a Dict of 100,000 entries then leaves three objects for the cyclic
     garbage collector to scan, not 100,000."""
 
-    __slots__ = ("_arrays", "_pair_bufs", "_pair_offs", "_pair_plans", "_refs", "_vouched")
+    __slots__ = ("_arrays", "_pair_bufs", "_pair_offs", "_pair_plans", "_refs", "_segments", "_vouched")
 
     def __init__(
         self,
@@ -1027,12 +1131,14 @@ class DictNode(ContainerNode):
         path: TreePath,
         jt: JuliaType,
         src: Where,
-        entries: list[tuple[PathSegment, Any]],
+        entries: Sequence[tuple[PathSegment, Any]],
         pairs: _Pairs,
         index: dict[Any, int],
     ) -> None:
         super().__init__(reader, path, "dict", jt, src)
         self._keys = entries
+        # each entry's path segment, for making a value's node by key
+        self._segments = entries._list if type(entries) is _SameEntries else [seg for seg, _ in entries]
         self._index = index  # complete: every key is hashable, and no two are equal
         self._pair_plans, self._pair_bufs, self._pair_offs = pairs
         self._vouched = False
@@ -1045,9 +1151,19 @@ class DictNode(ContainerNode):
             i = self._index[key]  # type: ignore[index]
         except (KeyError, TypeError):
             return super().__getitem__(key)  # raises as every container does
+        arrays = self._arrays
+        if arrays is not None:  # a walk's hot path: what _make makes of a described array, inline
+            info = arrays[i]
+            reader = self._reader
+            if info is not None and not reader.closed and len(self.path) < reader.max_path:
+                leaf = _new_array_node(ArrayNode)
+                leaf._reader, leaf.path, leaf.kind = reader, (*self.path, self._segments[i]), "array"
+                refs = cast("list[int]", self._refs)  # (set with the arrays)
+                leaf.julia_type, leaf._desc, leaf._address, leaf._value = info.julia_type, info, refs[i], None
+                return leaf
         node = self._cache.get(i)
         if node is None:
-            node = self._make(i, (*self.path, self._keys[i][0]))  # type: ignore[index]
+            node = self._make(i, (*self.path, self._segments[i]))
             if type(node) is not ArrayNode:
                 self._cache[i] = node
         return node
@@ -1208,13 +1324,12 @@ def _lazy_dict_node(
         index: dict[Any, int] = {}
         texts = _string_keys(reader, located)
         if texts is not None:
-            entries: list[tuple[PathSegment, Any]] = [(text, text) for text in texts]
-            index = {text: i for i, text in enumerate(texts)}
+            index = dict(zip(texts, range(len(texts))))
             if len(index) != len(texts):
                 return None
-            return DictNode(reader, path, plan.julia_type, src, entries, located, index)
+            return DictNode(reader, path, plan.julia_type, src, _SameEntries(texts), located, index)
         session = Session(reader)
-        entries = []
+        entries: list[tuple[PathSegment, Any]] = []
         base = pairs.path
         for i, (pair, buf, off) in enumerate(zip(*located)):
             first = pair.fields[0]

@@ -416,6 +416,7 @@ class CompoundPlan(Plan):
             if kind == "tuple"
             else tuple((f.name, f.name) for f in self.fields)
         )
+        self.keys = tuple(key for _, key in self.entries)  # (what a node's keys() copies)
         # Field name -> position (the first field of that name), for lookups by name.
         self.positions: dict[str, int] = {}
         if kind != "tuple":

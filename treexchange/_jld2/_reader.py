@@ -21,7 +21,6 @@ import os
 import struct
 import sys
 from collections.abc import Sequence
-from itertools import repeat
 from typing import Any, cast
 
 import numpy as np
@@ -58,6 +57,8 @@ _U64 = struct.Struct("<Q")
 _INT64_ATTR_CLASSES = (H5Class.FIXED,)
 _GROUP_TYPE = JuliaType("JLD2.Group")
 _ARRAY_TYPES_CACHED = 4096  # distinct array types remembered per file (a file uses a handful)
+_OFFSET_SHIFT = 32  # Reader._elements: offset << 32 | group (groups: one per kind per prime call)
+_GROUP_MASK = (1 << _OFFSET_SHIFT) - 1
 _DATATYPE_TYPE = JuliaType("Core.DataType")
 _PREFETCH_MIN = 32  # references read together from which prefetching arrays in bulk pays
 
@@ -234,9 +235,11 @@ class Reader:
         self.types = TypeResolver(self)
         self._array_types: dict[tuple[int, int, bool], tuple[JuliaType, JuliaType]] = {}
         self.node_sources: dict[int, Any] = {}  # shared sources of constant nodes (_nodes)
-        # element bytes of scalar datasets read in bulk for a walk (prime): address -> (group,
-        # offset), each group (description, the element bytes of its datasets one after another)
-        self._elements: dict[int, tuple[int, int]] = {}
+        # element bytes of scalar datasets read in bulk for a walk (prime): address -> where
+        # (_element_code: group and offset in one int, so no tuple per dataset for the cyclic
+        # collector to track), each group (description, the element bytes of its datasets one
+        # after another)
+        self._elements: dict[int, int] = {}
         self._element_groups: list[tuple[DatasetInfo, bytes]] = []
         self._texts: dict[int, list[str]] = {}  # id(group's bytes) -> keys of its Pairs (_prime_pairs)
         self.nodes_building: set[int] = set()  # scalar datasets whose node is being made (_nodes)
@@ -417,26 +420,25 @@ class Reader:
         found = self._elements.get(address)
         if found is None or self.closed or address in self.h5._objects:
             return None
-        info, blob = self._element_groups[found[0]]
+        info, blob = self._element_groups[found & _GROUP_MASK]
         plan = info.plan
         if type(plan) is not CompoundPlan:
             return None
-        return plan, blob, found[1]
+        return plan, blob, found >> _OFFSET_SHIFT
 
     def described_arrays(self, addresses: list[int]) -> list[DatasetInfo | None]:
         """:meth:`described_array` of each address (0: None), in one pass."""
         objects, vouched = self.h5._objects, self.h5._vouched
-        out: list[DatasetInfo | None] = []
-        append = out.append
-        for address in addresses:
-            info = objects.get(address)
-            if info is None:
-                info = vouched.get(address)
-            if info is None or info.value_kind is None or info.dtype is None:  # type: ignore[attr-defined]
-                append(None)
-            else:
-                append(info)  # type: ignore[arg-type]
-        return out
+        # In C (map): a walk asks this for every value of every Dict. A header made since it
+        # was vouched for is in ``objects`` only (``object`` pops it from ``vouched``).
+        found: list[Any] = list(map(vouched.get, addresses))
+        if not objects.keys().isdisjoint(addresses):
+            found = [objects.get(a, f) for a, f in zip(addresses, found)]
+        # each distinct description (a few: one per kind of header) checked once
+        unusable = {f for f in set(found) if f is not None and (f.value_kind is None or f.dtype is None)}
+        if unusable:
+            found = [None if f in unusable else f for f in found]
+        return found
 
     def prime(
         self, addresses: np.ndarray, path: TreePath = (), *, dicts: bool = False, refs: bool = True
@@ -461,8 +463,9 @@ class Reader:
             self._element_groups.append((info, blob))
             listed = found.tolist()
             vouched.update(dict.fromkeys([a for a in listed if a not in objects], info))
-            # (ints only: not tracked by the collector)
-            elements.update(zip(listed, zip(repeat(group), range(0, len(listed) * size, size))))
+            step = size << _OFFSET_SHIFT  # (ints only: not tracked by the collector)
+            if group <= _GROUP_MASK:
+                elements.update(zip(listed, range(group, group + len(listed) * step, step)))
             if isinstance(plan, CompoundPlan) and blob and refs:
                 found_refs = _refs_in(plan, blob)
                 if found_refs is not None:
@@ -532,14 +535,13 @@ class Reader:
         first = elements.get(addresses[0])
         if first is None:
             return None
-        group, start = first
-        info, blob = self._element_groups[group]
+        info, blob = self._element_groups[first & _GROUP_MASK]
         assert info.plan is not None
-        size = info.plan.size
-        for i, address in enumerate(addresses):
-            if elements.get(address) != (group, start + i * size):
-                return None
-        return info, blob, range(start, start + len(addresses) * size, size)
+        size, start, n = info.plan.size, first >> _OFFSET_SHIFT, len(addresses)
+        step = size << _OFFSET_SHIFT
+        if list(map(elements.get, addresses)) != list(range(first, first + n * step, step)):
+            return None  # not one after the other in one group
+        return info, blob, range(start, start + n * size, size)
 
     def element_bytes_at(self, info: DatasetInfo, address: int, path: TreePath = ()) -> bytes:
         """:meth:`element_bytes` of the scalar dataset at ``address``, described by ``info``
@@ -548,8 +550,8 @@ class Reader:
         size = info.plan.size
         found = self._elements.get(address)
         if found is not None:
-            group, off = found
-            described, blob = self._element_groups[group]
+            off = found >> _OFFSET_SHIFT
+            described, blob = self._element_groups[found & _GROUP_MASK]
             if described is info:  # read in bulk (prime), checked as below
                 return blob[off : off + size]
         if info.address == address:

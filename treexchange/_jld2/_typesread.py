@@ -175,7 +175,7 @@ def _same_concrete(params: tuple[Any, ...]) -> bool:
     first = params[0]
     if not isinstance(first, JuliaType) or first.name in ("Core.Any", "Core.Union", "Core.UnionAll"):
         return False
-    return all(p == first for p in params)
+    return all(p is first or p == first for p in params)  # (equal ones are mostly one object)
 
 
 def _may_be_ghost(t: JuliaType) -> bool:
@@ -290,9 +290,13 @@ class TypeResolver:
         if not name:
             raise FormatError("Julia type with an empty name", path=path)
         refs = self._refs(buf, off + 16, path)
-        params = tuple(self._param(ref, path) for ref in refs)
-        # once per distinct parameter (a long Tuple's type repeats one layer type thousands of times)
-        for ref, param in dict(zip(refs, params)).items():
+        # Each distinct parameter decoded once, in order of first use (a long Tuple's type
+        # repeats one layer type thousands of times), then spread over the positions in C.
+        distinct: dict[int, Any] = dict.fromkeys(refs)
+        for ref in distinct:
+            distinct[ref] = self._param(ref, path)
+        params = tuple(map(distinct.__getitem__, refs))
+        for ref, param in distinct.items():
             if isinstance(param, JuliaType) and not self.is_committed_datatype(ref):
                 # JLD2 (refs_from_types) commits a concrete struct type used as a parameter
                 # exactly when it stores such structs inline (bits, or immutable of at most
@@ -330,7 +334,7 @@ class TypeResolver:
         payload = self.reader.heap_bytes(buf, off)
         if count * 8 > len(payload):
             raise FormatError(f"{count} type parameters do not fit their heap object", path=path)
-        return [_U64.unpack_from(payload, 8 * i)[0] for i in range(count)]
+        return list(struct.unpack_from(f"<{count}Q", payload))
 
     def _param(self, ref: int, path: TreePath) -> Any:
         if ref in self._params:
@@ -376,7 +380,7 @@ class TypeResolver:
         obj = self.reader.h5.object(address)
         if self.reader.object_kind(address) != "datatype" or obj.datatype is None:
             raise FormatError("reference to a committed datatype points to something else")
-        dt = dataclasses.replace(obj.datatype, committed_at=address)
+        dt = obj.datatype.committed_as(address)
         attrs = obj.attributes
         jt_attr = attrs.get("julia_type") or attrs.get("julia type")
         if jt_attr is None:
@@ -478,7 +482,7 @@ class TypeResolver:
     def _stored_as_other(self, dt: H5Type, jt: JuliaType) -> Plan:
         """A committed type whose HDF5 class is not the one JLD2 gives ``jt`` (above): accept it
         when the bytes read as ``jt`` anyway, never silently as another type."""
-        plan = self._basic_plan(dataclasses.replace(dt, committed_at=None), None)
+        plan = self._basic_plan(dt.committed_as(None), None)
         if plan.julia_type == jt:
             return plan  # e.g. Int128, or String as a fixed-size string
         what = f"{jt.qualified()} stored as an HDF5 {dt.cls.name.lower()} of {dt.size} bytes"
