@@ -306,3 +306,26 @@ def test_a_cycle_through_a_value_that_is_not_a_struct_is_still_refused() -> None
     nt = datatype("Core.NamedTuple", (tx.Symbol("a"),), datatype("Core.Tuple", datatype("Core.Any")))
     with pytest.raises(tx.UnsupportedError, match="cycle"):
         tx.load(bson_file({"x": backref(1)}, [struct(nt, backref(1))]))
+
+
+def test_diff_of_a_bson_file_and_its_jld2_copy_agrees_with_values_equal(tmp_path: Path) -> None:
+    """Scalars no numpy dtype holds (a pointer's bits, an Int128) are described alike on both
+    sides: ``diff`` reports nothing where ``values_equal`` is true."""
+    from treexchange._bson._writer import primitive
+    from treexchange._cli import main
+
+    ptr = datatype("Core.Ptr", datatype("Core.Nothing"))
+    entries = {
+        "buf": struct(datatype("Main.Buffer"), primitive(ptr, (1234).to_bytes(8, "little")), 7),
+        "big": primitive(datatype("Core.Int128"), (-5).to_bytes(16, "little", signed=True)),
+        "ubig": primitive(datatype("Core.UInt128"), (2**100).to_bytes(16, "little")),
+    }
+    path = tmp_path / "in.bson"
+    path.write_bytes(bson_file(entries))
+    out = tmp_path / "out.jld2"
+    convert(path, out)
+    value = tx.load(path)
+    assert isinstance(value["buf"]["1"], tx.JuliaBits)
+    assert tx.values_equal(tx.load(out), value)
+    assert not tx.diff(path, out), tx.diff(path, out).text()
+    assert main(["diff", str(path), str(out)]) == 0

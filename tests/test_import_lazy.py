@@ -62,3 +62,32 @@ def test_every_public_name_resolves_and_is_listed() -> None:
     for name in treexchange.__all__:
         assert getattr(treexchange, name) is not None, name
     assert set(treexchange.__all__) <= set(dir(treexchange))
+
+
+def test_no_test_reaches_a_private_module_as_an_attribute() -> None:
+    """``tx._port._fromlux`` exists only once something imported it (the package loads its modules
+    lazily, for the public names): a test written so passes in a full run and fails alone. A test
+    imports a private module by name before reaching it (``from treexchange._port._fromlux import
+    ...``, or ``import treexchange._save`` then ``treexchange._save.convert``)."""
+    import re  # only this check reads source text
+    from pathlib import Path
+
+    use = re.compile(r"(?<![\w.~`:\"'])(tx|treexchange)((?:\._[a-z]\w*)+)\.(?!_)\w")
+    here = Path(__file__)
+    offenders = []
+    for path in sorted(here.parent.rglob("*.py")):
+        if path == here:
+            continue
+        text = path.read_text(encoding="utf-8")
+        # every dotted treexchange name on an import line (``import sys, treexchange._save``)
+        imports = re.findall(r"\bimport ([^\n]+)", text)
+        imported = {m for line in imports for m in re.findall(r"treexchange[\w.]+", line)}
+        for n, line in enumerate(text.splitlines(), 1):
+            code = line.split("#", 1)[0]
+            if code.lstrip().startswith(("import ", "from ")):
+                continue
+            for match in use.finditer(code):
+                module = "treexchange" + match.group(2)
+                if module not in imported:
+                    offenders.append(f"{path.name}:{n}: {line.strip()}")
+    assert offenders == []

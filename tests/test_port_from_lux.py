@@ -29,6 +29,7 @@ import pytest
 from conftest import FIXTURES, absent_reason, present_cases
 
 import treexchange as tx
+from treexchange._port._fromlux import lux_version
 
 SPIRAL = FIXTURES / "lux" / "lux-docs_v0.5.23_trained_model.jld2"
 EIKONET = FIXTURES / "lux" / "eikonet_model.jld2"
@@ -193,7 +194,7 @@ def test_lux_v1_names_and_two_recurrent_biases_port_to_the_same_numbers(target: 
     path = tmp_path / "spiral_v1.jld2"
     st = tx.NamedTuple(lstm_cell=tx.NamedTuple(), classifier=tx.NamedTuple())
     tx.save(path, ps=v1, st=st)
-    assert tx._port._fromlux.lux_version(tx.load(path, "ps")) == "1"
+    assert lux_version(tx.load(path, "ps")) == "1"
     parts = tx.from_lux(path, architecture=SPIRAL_PARTS, target=target)
     x, y = spiral_data(seed=1)
     assert_tutorial_numbers(run_parts(parts, target, x), y, lux_reference(ps, x.astype(np.float64)))
@@ -515,8 +516,6 @@ def test_a_conv_batchnorm_chain_ports_from_its_lux_text(lux: str, target: str, t
 
 
 def test_the_lux_version_is_read_from_the_names_and_bias_shapes() -> None:
-    from treexchange._port._fromlux import lux_version
-
     nt = tx.NamedTuple
     assert lux_version(nt(a=nt(weight_i=np.ones((8, 2)), weight_h=np.ones((8, 2)), bias=np.ones(8)))) == "0.5"
     assert lux_version(nt(a=nt(weight=np.ones((3, 2)), bias=np.ones((3, 1))))) == "0.5"

@@ -45,6 +45,7 @@ from treexchange import (
 )
 from treexchange._inspect import iter_records
 from treexchange._jld2._layout import StructLayout
+from treexchange._typeof import kind_of
 
 
 def _ref(addr: int) -> bytes:
@@ -405,7 +406,7 @@ def test_dict_keys_equal_in_python_keep_every_entry() -> None:
     assert tx.load(raw, "ok") == {Symbol("a"): 1, "b": 2}
     with tx.open(raw) as f:
         node = f["d"]
-        assert node.kind == "struct" == tx._typeof.kind_of(d) and node.keys() == ["kvvec"]
+        assert node.kind == "struct" == kind_of(d) and node.keys() == ["kvvec"]
         paths = [child.path for _, child in node["kvvec"].children()]
         assert paths == [("d", "kvvec", 1), ("d", "kvvec", 2)]  # two children, two paths
         assert [p["second"].read() for p in node["kvvec"]] == [1, 2]

@@ -184,3 +184,13 @@ def test_compressed_array(tmp_path: Path) -> None:
         roots = treexchange.infer_schema(f, checksums=True).model_dump(mode="json")["roots"]
         assert roots["s"]["sha256"] == expected
     assert list(treexchange.load(path)["s"]) == values
+
+
+def test_wide_ints_print_as_their_decimal_text_and_repr_names_the_type() -> None:
+    """``str`` of an Int128 / UInt128 is the number, as for an ``int`` and a ``tx.BigInt``;
+    ``repr`` keeps the type."""
+    for cls, n in ((Int128, -(2**100)), (UInt128, 2**127 + 5), (treexchange.BigInt, -5)):
+        value = cls(n)
+        assert str(value) == str(n) == f"{value}" == format(value, "d")
+        assert repr(value) == f"{cls.__name__}({n})"
+    assert f"{Int128(5):>4}" == "   5"

@@ -239,10 +239,15 @@ class ValueNode:
     @property
     def dtype(self) -> np.dtype | None:
         """The numpy dtype of an array or a scalar; ``None`` for a container (as the protocol
-        says: a list of arrays has none)."""
+        says: a list of arrays has none) and for a scalar no numpy dtype holds (a pointer's bits,
+        an Int128, a BigInt): numpy would call it ``object``, while a JLD2 node of the same value
+        has no dtype and is told by its Julia type, so the two describe it alike."""
         if self.kind in CONTAINER_KINDS:
             return None
-        return np.asarray(self._value).dtype
+        dtype = np.asarray(self._value).dtype
+        if dtype.hasobject and self.kind != "array":
+            return None
+        return dtype
 
     def read(self, *, order: str = "julia", mmap: bool = True) -> Any:
         """The value (already read; ``order`` and ``mmap`` change nothing)."""

@@ -624,7 +624,15 @@ class JuliaArray:
 
 
 class Int128(int):
-    """A Julia ``Int128`` (an ``int`` that remembers its width)."""
+    """A Julia ``Int128`` (an ``int`` that remembers its width): ``str`` is the number, ``repr``
+    names the type.
+
+    Example:
+        >>> from treexchange import Int128
+        >>> x = Int128(-5)
+        >>> x, str(x), x + 1 == -5 + 1
+        (Int128(-5), '-5', True)
+    """
 
     __slots__ = ()
     julia_name = "Core.Int128"
@@ -632,15 +640,29 @@ class Int128(int):
     def __repr__(self) -> str:
         return f"Int128({int(self)})"
 
+    def __str__(self) -> str:
+        return int.__repr__(self)  # the decimal text, as for an int (repr names the type)
+
 
 class UInt128(int):
-    """A Julia ``UInt128`` (an ``int`` that remembers its width)."""
+    """A Julia ``UInt128`` (an ``int`` that remembers its width): ``str`` is the number, ``repr``
+    names the type.
+
+    Example:
+        >>> from treexchange import UInt128
+        >>> x = UInt128(2**127)
+        >>> x, str(x), x + 1 == 2**127 + 1
+        (UInt128(170141183460469231731687303715884105728), '170141183460469231731687303715884105728', True)
+    """
 
     __slots__ = ()
     julia_name = "Core.UInt128"
 
     def __repr__(self) -> str:
         return f"UInt128({int(self)})"
+
+    def __str__(self) -> str:
+        return int.__repr__(self)  # the decimal text, as for an int (repr names the type)
 
 
 class BigInt(int):
