@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _mnist import flux_data_mnist, julia_batch
-from conftest import present_cases, require_fixture, require_one_of_table
+from conftest import BUNDLED_DIR, present_cases, require_fixture, require_one_of_table
 from test_bson_wild import MODEL_ZOO_CONV
 from test_port_from_flux import TARGETS, _run
 
@@ -295,6 +295,22 @@ def test_migrate_eras_closures_and_users_structs(tmp_path: Any) -> None:
     _cli("convert", _bson("cohrint_vae_mnist.bson"), str(vae), "--flux-state")
     encoder = tx.load(vae, "encoder")
     assert list(encoder["1"]) == ["weight", "bias", "σ"] and encoder["1"]["weight"].shape == (500, 784)
+
+
+def test_a_parameter_list_migrates_for_either_flux_era(tmp_path: Any) -> None:
+    """The bundled model-zoo convnet's parameter list (its pools have no parameters): for Flux 0.14 a
+    pool's state is ``()``, from Flux 0.15 its ``k``, ``pad``, ``stride``; both files port back to the
+    very outputs of the BSON file's port, on real test images."""
+    path = str(BUNDLED_DIR / "bson" / "tetsugps_mnist_conv_params.bson")
+    images = flux_data_mnist()[0][:500]
+    expected = np.asarray(jax.vmap(tx.from_flux(path, "params", architecture=MODEL_ZOO_CONV))(images))
+    for flux, pool in (("0.14", ()), ("0.15", ["k", "pad", "stride"])):
+        new = tmp_path / f"conv{flux}.jld2"
+        _cli("convert", path, str(new), "--flux-state", "--flux", flux, "--architecture", MODEL_ZOO_CONV)
+        layers = tx.load(new, "params")["layers"]
+        assert [layers[i] if layers[i] == () else list(layers[i]) for i in (1, 3, 5)] == [pool] * 3
+        built = tx.from_flux(new, "params", architecture=MODEL_ZOO_CONV, flux=flux)
+        np.testing.assert_array_equal(np.asarray(jax.vmap(built)(images)), expected)
 
 
 @pytest.mark.slow
