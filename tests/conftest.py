@@ -178,7 +178,9 @@ def shared_file(relpath: str) -> Path | None:
     """A file named as in ../shared (``julia_fixtures/...``, ``data/mnist/...``) wherever it is found."""
     if (SHARED / relpath).is_file():
         return SHARED / relpath
-    for prefix, folder in (("julia_fixtures/", FIXTURES), ("data/mnist/", MNIST_DIR)):
+    # then the repository's bundled copy: a file bundled after ../shared was made is not in it
+    places = (("julia_fixtures/", FIXTURES), ("data/mnist/", MNIST_DIR), ("julia_fixtures/", BUNDLED_DIR))
+    for prefix, folder in places:
         if relpath.startswith(prefix) and (folder / relpath[len(prefix) :]).is_file():
             return folder / relpath[len(prefix) :]
     return None

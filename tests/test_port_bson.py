@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from _mnist import flux_data_mnist, julia_batch
-from conftest import present_cases, require_fixture
+from conftest import BUNDLED_DIR, present_cases, require_fixture, require_one_of_table
+from test_bson_wild import MODEL_ZOO_CONV
 from test_port_from_flux import TARGETS, _run
 
 import treexchange as tx
@@ -33,6 +34,16 @@ DHAIRYA = (
     "Conv((3, 3), 16=>32, relu, pad=(1, 1)), MaxPool((2, 2)), "
     "Conv((3, 3), 32=>32, relu, pad=(1, 1)), MaxPool((2, 2)), flatten, Dense(288, 10), softmax)"
 )
+
+
+# The FluxML model-zoo MNIST convnet saved as a parameter list (``params=cpu.(params(model)) acc
+# epoch_idx``), its architecture as Flux printed it then, and the accuracy stored beside it (which the
+# port recomputes to the image): the file of ../shared (Flux 0.10), then the bundled one (Flux 0.11,
+# tetsugps/julia).
+PARAMETER_LISTS = {
+    "bson/dhairya_juliacon2020_mnist_conv2_params.bson": (DHAIRYA, 0.9874),
+    "bson/tetsugps_mnist_conv_params.bson": (MODEL_ZOO_CONV, 0.9928),
+}
 
 
 def _bson(name: str) -> str:
@@ -65,10 +76,10 @@ def test_flux_0_12_lenet(target: str) -> None:
 @pytest.mark.parametrize("target", TARGETS)
 def test_flux_0_10_parameter_list_with_its_architecture(target: str) -> None:
     images, labels = flux_data_mnist()
-    path = _bson("dhairya_juliacon2020_mnist_conv2_params.bson")
-    built = tx.from_flux(path, "params", architecture=DHAIRYA, target=target)
-    assert _accuracy(built, target, images, labels) == pytest.approx(0.9874, abs=1e-4)
-    assert float(tx.load(path, "acc")) == pytest.approx(0.9874)  # what train.jl stored
+    path, (architecture, accuracy) = require_one_of_table(PARAMETER_LISTS)
+    built = tx.from_flux(path, "params", architecture=architecture, target=target)
+    assert _accuracy(built, target, images, labels) == pytest.approx(accuracy, abs=1e-4)
+    assert float(tx.load(path, "acc")) == pytest.approx(accuracy)  # what train.jl stored
 
 
 @pytest.mark.slow
@@ -259,12 +270,12 @@ def test_migrated_lenet_ports_back_to_the_same_accuracy(target: str, tmp_path: A
 @pytest.mark.slow
 def test_migrated_parameter_list_ports_back(tmp_path: Any) -> None:
     new = tmp_path / "conv2.jld2"
-    path = _bson("dhairya_juliacon2020_mnist_conv2_params.bson")
-    _cli("convert", path, str(new), "--flux-state", "--architecture", DHAIRYA)
-    assert float(tx.load(new, "acc")) == pytest.approx(0.9874)  # other entries as they were
+    path, (architecture, accuracy) = require_one_of_table(PARAMETER_LISTS)
+    _cli("convert", str(path), str(new), "--flux-state", "--architecture", architecture)
+    assert float(tx.load(new, "acc")) == pytest.approx(accuracy)  # other entries as they were
     images, labels = flux_data_mnist()
-    built = tx.from_flux(new, "params", architecture=DHAIRYA)
-    assert _accuracy(built, "equinox", images, labels) == pytest.approx(0.9874, abs=1e-4)
+    built = tx.from_flux(new, "params", architecture=architecture)
+    assert _accuracy(built, "equinox", images, labels) == pytest.approx(accuracy, abs=1e-4)
 
 
 def test_migrate_eras_closures_and_users_structs(tmp_path: Any) -> None:
@@ -284,6 +295,22 @@ def test_migrate_eras_closures_and_users_structs(tmp_path: Any) -> None:
     _cli("convert", _bson("cohrint_vae_mnist.bson"), str(vae), "--flux-state")
     encoder = tx.load(vae, "encoder")
     assert list(encoder["1"]) == ["weight", "bias", "σ"] and encoder["1"]["weight"].shape == (500, 784)
+
+
+def test_a_parameter_list_migrates_for_either_flux_era(tmp_path: Any) -> None:
+    """The bundled model-zoo convnet's parameter list (its pools have no parameters): for Flux 0.14 a
+    pool's state is ``()``, from Flux 0.15 its ``k``, ``pad``, ``stride``; both files port back to the
+    very outputs of the BSON file's port, on real test images."""
+    path = str(BUNDLED_DIR / "bson" / "tetsugps_mnist_conv_params.bson")
+    images = flux_data_mnist()[0][:500]
+    expected = np.asarray(jax.vmap(tx.from_flux(path, "params", architecture=MODEL_ZOO_CONV))(images))
+    for flux, pool in (("0.14", ()), ("0.15", ["k", "pad", "stride"])):
+        new = tmp_path / f"conv{flux}.jld2"
+        _cli("convert", path, str(new), "--flux-state", "--flux", flux, "--architecture", MODEL_ZOO_CONV)
+        layers = tx.load(new, "params")["layers"]
+        assert [layers[i] if layers[i] == () else list(layers[i]) for i in (1, 3, 5)] == [pool] * 3
+        built = tx.from_flux(new, "params", architecture=MODEL_ZOO_CONV, flux=flux)
+        np.testing.assert_array_equal(np.asarray(jax.vmap(built)(images)), expected)
 
 
 @pytest.mark.slow
