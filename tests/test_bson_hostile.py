@@ -91,17 +91,33 @@ def test_long_backref_chains_are_a_limit_error() -> None:
         tx.load(raw)
 
 
-def test_cycles_of_backrefs_are_refused() -> None:
-    raw = bson_file({"x": backref(1)}, [[backref(2)], [backref(1)]])
-    with pytest.raises(UnsupportedError, match="cycle") as err:
-        tx.load(raw)
-    assert err.value.path[0] == "x"
+def test_cycles_bson_jl_never_writes_are_refused() -> None:
     raw = bson_file({"x": backref(1)}, [backref(1)])  # a backref that is itself
     with pytest.raises(TreexchangeError, match="cycle"):
         tx.load(raw)
     # a datatype among its own parameters
     raw = bson_file({"x": jl_struct(backref(1), 1)}, [datatype("Main.T", backref(1))])
-    with pytest.raises(UnsupportedError, match="cycle"):
+    with pytest.raises(UnsupportedError, match="cycle") as err:
+        tx.load(raw)
+    assert err.value.path[0] == "x"
+    # a Tuple holding itself (immutable: Julia builds its elements first, so it cannot)
+    raw = bson_file({"x": backref(1)}, [tuple_(1, [backref(1)])])
+    with pytest.raises(UnsupportedError, match="cycle") as err:
+        tx.load(raw)
+    assert err.value.path[:2] == ("x", 2)
+
+
+def test_a_ring_of_vectors_reads_as_one_cycle_and_a_long_one_is_a_limit_error() -> None:
+    """Two ``Vector{Any}`` each holding the other (``a = Any[]; b = Any[a]; push!(a, b)``, both
+    saved: two backrefs naming each other) read as the cycle; a ring 20,000 long is cut at the
+    depth limit like any nesting, in bounded time."""
+    raw = bson_file({"x": backref(1), "y": backref(2)}, [[backref(2)], [backref(1)]])
+    out = tx.load(raw)
+    assert out["x"][0] is out["y"] and out["y"][0] is out["x"]
+    _read_all(raw)
+    n = 20_000
+    raw = bson_file({"x": backref(1)}, [[backref(i + 2)] for i in range(n - 1)] + [[backref(1)]])
+    with pytest.raises(LimitError, match="nested deeper"):
         tx.load(raw)
 
 

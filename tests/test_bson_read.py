@@ -310,6 +310,61 @@ def test_a_mutable_struct_containing_itself_reads_as_a_cycle(tmp_path: Path) -> 
         assert f["n"].read()["2"] is not None
 
 
+def test_a_vector_any_containing_itself_reads_as_a_cycle(tmp_path: Path) -> None:
+    """BSON.jl writes ``a = Any[]; push!(a, a)`` as backref 1 whose element is backref 1 (the
+    vector is cached before its elements are lowered), and ``x = Any[1.0, Any[]]; push!(x[2], x)``
+    with the cycle one level down. Both read as the one Python list containing itself that the
+    JLD2 reader returns; convert writes JLD2.jl's form of it (h5py follows the reference back)."""
+    raw = bson_file({"a": backref(1), "x": backref(2), "keep": 7}, [[backref(1)], [1.0, [backref(2)]]])
+    values = tx.load(raw)
+    a, x = values["a"], values["x"]
+    assert isinstance(a, list) and len(a) == 1 and a[0] is a
+    assert x[0] == 1.0 and x[1][0] is x and x[1] is not x
+    src, out = tmp_path / "loop.bson", tmp_path / "loop.jld2"
+    src.write_bytes(raw)
+    convert(src, out)
+    with h5py.File(out, "r") as f:
+        assert f[f["a"][()][0]] == f["a"]  # the element is a reference to the vector's own dataset
+        assert f[f[f["x"][()][1]][()][0]] == f["x"]
+    again = tx.load(out)
+    assert again["a"][0] is again["a"] and again["x"][1][0] is again["x"]
+    assert tx.values_equal(again, values) and tx.values_equal(values, tx.load(raw))
+    assert not tx.values_equal(a, x)
+    refs = _schema_refs(tx.infer_schema(src))
+    assert refs == _schema_refs(tx.infer_schema(out)) == {("a", 1): ["a"], ("x", 2, 1): ["x"]}
+    with tx.open(raw) as f:
+        text = "\n".join(text_lines(f))
+    assert "cycle: back to a" in text and "cycle: back to x" in text
+
+
+def test_a_dict_holding_itself_reads_as_a_cycle_and_is_refused_as_jld2(tmp_path: Path) -> None:
+    """BSON.jl stores ``d = Dict{Any,Any}(); d[1] = d`` as a struct whose values hold a backref to
+    it, and a ``Dict{Symbol,Any}`` holding itself as a document holding a backref to itself; its
+    load makes the Dict before its pairs, so both read as a dict containing itself. JLD2 stores a
+    Dict as its pairs, with no form for one among them: converting it is a clear error."""
+    any_ = datatype("Core.Any")
+    raw = bson_file(
+        {"d": backref(1), "s": backref(2)},
+        [struct(datatype("Base.Dict", any_, any_), [1, "k"], [backref(1), 2.0]), {"me": backref(2), "n": 3}],
+    )
+    values = tx.load(raw)
+    d, s = values["d"], values["s"]
+    assert d[1] is d and d["k"] == 2.0 and str(d.julia_type) == "Dict{Any, Any}"
+    assert s[tx.Symbol("me")] is s and s[tx.Symbol("n")] == 3
+    assert tx.values_equal(values, tx.load(raw)) and not tx.values_equal(d, s)
+    src = tmp_path / "d.bson"
+    src.write_bytes(raw)
+    assert _schema_refs(tx.infer_schema(src)) == {("d", "1"): ["d"], ("s", "me"): ["s"]}
+    with pytest.raises(tx.ConversionError, match="Dict that contains itself") as err:
+        convert(src, tmp_path / "d.jld2")
+    assert err.value.path == ("d", "1")
+    assert not (tmp_path / "d.jld2").exists()
+    # a Dict whose keys Python cannot hash holding itself has no Python form either
+    keyed = struct(datatype("Base.Dict", any_, any_), [[1.0]], [backref(1)])
+    with pytest.raises(tx.UnsupportedError, match="Dict holding itself"):
+        tx.load(bson_file({"d": backref(1)}, [keyed]))
+
+
 def test_a_cycle_through_a_value_that_is_not_a_struct_is_still_refused() -> None:
     """Only a struct is made before its contents: a NamedTuple holding itself has no Julia meaning."""
     nt = datatype("Core.NamedTuple", (tx.Symbol("a"),), datatype("Core.Tuple", datatype("Core.Any")))

@@ -434,6 +434,12 @@ class SharedTypes(_Canonical):
         hit = self._cache.get(id(value))
         if hit is not None and hit[0] is value:
             return hit[1]
+        # A mutable container is Julia's by its own type, not its contents': so typed before them,
+        # one holding itself (a cyclic Vector{Any}, a Dict holding itself) meets that type again.
+        if isinstance(value, list):
+            self._cache[id(value)] = (value, VECTOR_ANY)
+        elif isinstance(value, JuliaDict) and value.julia_type is not None:
+            self._cache[id(value)] = (value, qualified(value.julia_type))
         t = type_of(value, self, path)
         self._cache[id(value)] = (value, t)  # keeps the value alive: its id stays unique
         return t

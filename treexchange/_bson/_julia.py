@@ -30,9 +30,9 @@ tag                keys                                         value model
 ``jl_bottom_type`` (none)                                       ``Union{}``
 ``ref``            ``path`` (a module)                          ``JuliaStruct("Core.Module")``
 ``backref``        ``ref``: 1-based index into the root         the same Python object at every
-                   document's ``_backrefs`` array               place (mutable values); a struct
-                                                                that refers back to itself is a
-                                                                cycle on that object
+                   document's ``_backrefs`` array               place (mutable values); a struct,
+                                                                Vector{Any} or Dict that refers
+                                                                back to itself is a cycle on it
 =================  ===========================================  ==================================
 
 Scalars: BSON int64 / int32 / double / bool / string / null are ``Int64`` / ``Int32`` /
@@ -48,9 +48,10 @@ device pointers (:func:`is_device_array`).
 
 Every number from the file is checked before it sizes anything (array sizes against the bytes
 present and ``Limits``), backrefs are followed once each (cached). A struct reached through a
-backref is made before its fields, so a field referring back to it (BSON.jl writes a mutable struct
-that contains itself so) closes the cycle on that very object, as the JLD2 reader does; any other
-cycle of backrefs (through a tuple, an array, a type, or a backref that is itself) is refused,
+backref is made before its fields, and so are a BSON array (a ``Vector{Any}``) and a Dict reached
+through one, so an element referring back to it (BSON.jl writes a mutable value that contains itself
+so) closes the cycle on that very object, as the JLD2 reader does; any other cycle of backrefs
+(through a tuple, an N-d ``array``, a type, or a backref that is itself) is refused,
 and the nesting is bounded: BSON documents by :func:`treexchange._bson._container.bson_depth`,
 values with their types (backref hops counted) by ``_limits.type_depth``.
 """
@@ -171,8 +172,10 @@ class Session:
         self._values: dict[int, Any] = {}
         self._types: dict[int, Any] = {}
         self._busy: set[tuple[int, str]] = set()
-        # backref index -> the struct being filled from it: a field referring back closes on it
-        self._partial: dict[int, JuliaStruct] = {}
+        # backref index -> the mutable container (struct, Vector{Any}, Dict) being filled from it:
+        # an element referring back closes the cycle on it
+        self._partial: dict[int, Any] = {}
+        self._closed: set[int] = set()  # the backrefs whose cycle closed on their partial value
         self._keep: list[Any] = []  # values whose id is in ``shared`` stay alive
         # id(a Lazy type document) -> (it, its type): the parser hands out one Lazy for
         # identical bytes (a layer's type at every layer), so each distinct type is read once.
@@ -233,7 +236,8 @@ class Session:
         if key in self._busy:
             partial = self._partial.get(index) if role == "value" else None
             if partial is not None:
-                return partial  # a struct containing itself: the cycle closes on it
+                self._closed.add(index)
+                return partial  # a mutable container holding itself: the cycle closes on it
             raise UnsupportedError(
                 f"cycle of backrefs: backref {index} contains itself (a self-referential value)",
                 offset=raw.offset,
@@ -277,7 +281,7 @@ class Session:
             if tag == "array":
                 return self._array(raw, path, depth)
             if tag is None or not isinstance(tag, str):
-                return self._symbol_dict(raw, path, depth)
+                return self._symbol_dict(raw, path, depth, ref)
             if tag == "backref":
                 return self._follow(raw, "value", path, depth)
             if tag in ("tuple", "svec"):
@@ -290,21 +294,40 @@ class Session:
             if tag == "ref":
                 parts = self._field(raw, "path", Seq, path)
                 return JuliaStruct("Core.Module", {"name": Symbol(".".join(str(p) for p in parts))})
-            return self._symbol_dict(raw, path, depth)  # an unknown tag: BSON.jl keeps the Dict too
+            return self._symbol_dict(raw, path, depth, ref)  # an unknown tag: BSON.jl keeps the Dict too
         if isinstance(raw, Seq):
+            if ref is not None:
+                return self._shared_items(ref, raw, path, depth)
             return self._items(raw, path, depth)
         if isinstance(raw, Blob):
             return self._bytes_array(raw, np.dtype(np.uint8), (raw.length,), path)
         return raw  # scalars: numpy int32 / int64 / float64, bool, str, None
 
-    def _items(self, seq: Seq, path: TreePath, depth: int) -> list[Any]:
-        if len(seq) > self.limits.max_elements:
+    def _check_elements(self, n: int, offset: int, path: TreePath) -> None:
+        if n > self.limits.max_elements:
             raise LimitError(
-                f"array of {len(seq)} elements exceeds max_elements={self.limits.max_elements}",
-                offset=seq.offset,
+                f"array of {n} elements exceeds max_elements={self.limits.max_elements}",
+                offset=offset,
                 path=path,
             )
+
+    def _items(self, seq: Seq, path: TreePath, depth: int) -> list[Any]:
+        self._check_elements(len(seq), seq.offset, path)
         return [self.value(x, (*path, i), depth + 1) for i, x in enumerate(seq, 1)]
+
+    def _shared_items(self, ref: int, seq: Seq, path: TreePath, depth: int) -> list[Any]:
+        """The ``Vector{Any}`` of backref ``ref``, made before its elements: BSON.jl writes
+        ``a = Any[]; push!(a, a)`` as a backref whose element is a backref to itself, and an element
+        referring back is this very list (the cycle the JLD2 reader returns for the same value)."""
+        self._check_elements(len(seq), seq.offset, path)
+        out: list[Any] = []
+        self._partial[ref] = out
+        try:
+            for i, x in enumerate(seq, 1):
+                out.append(self.value(x, (*path, i), depth + 1))
+        finally:
+            del self._partial[ref]
+        return out
 
     def _field(self, raw: Doc, key: str, kind: type | tuple[type, ...], path: TreePath = ()) -> Any:
         x = raw.get(key)
@@ -315,11 +338,21 @@ class Session:
             )
         return x
 
-    def _symbol_dict(self, raw: Doc, path: TreePath, depth: int) -> JuliaDict:
-        out = JuliaDict(
-            (Symbol(k), self.value(v, (*path, k), depth + 1)) for k, v in raw.items() if k != "_backrefs"
-        )
+    def _symbol_dict(self, raw: Doc, path: TreePath, depth: int, ref: int | None = None) -> JuliaDict:
+        """A ``Dict{Symbol,Any}`` (BSON.jl stores it as a plain document). Reached through backref
+        ``ref`` it is made before its values, so a value referring back (the Dict holding itself)
+        is this very object."""
+        out = JuliaDict()
         out.julia_type = JuliaType("Base.Dict", (JuliaType("Core.Symbol"), JuliaType("Core.Any")))
+        if ref is not None:
+            self._partial[ref] = out
+        try:
+            for k, v in raw.items():
+                if k != "_backrefs":
+                    out[Symbol(k)] = self.value(v, (*path, k), depth + 1)
+        finally:
+            if ref is not None:
+                del self._partial[ref]
         return out
 
     # --- types -----------------------------------------------------------------------------
@@ -491,7 +524,7 @@ class Session:
                 self.notes[path] = f"{raw_name}: read as its data (the stored gradient is dropped)"
                 return self.value(data[at], path, depth + 1)
         if t.name in _DICT_TYPES and len(data) == 2:
-            return self._dict(t, data, path, depth)
+            return self._dict(t, data, path, depth, ref)
         if t.name == "BSON.Undef" and not data:
             return UNDEF
         names = _field_names(t, len(data))
@@ -535,22 +568,39 @@ class Session:
             raise LimitError("primitive value larger than max_string_bytes", offset=data.offset, path=path)
         return JuliaBits(t, bytes(self.buf[data.offset : data.offset + data.length]))
 
-    def _dict(self, t: JuliaType, data: Seq, path: TreePath, depth: int) -> JuliaDict | JuliaStruct:
-        keys = _elements(self.value(data[0], (*path, "keys"), depth + 1))
-        vals = _elements(self.value(data[1], (*path, "vals"), depth + 1))
+    def _dict(
+        self, t: JuliaType, data: Seq, path: TreePath, depth: int, ref: int | None = None
+    ) -> JuliaDict | JuliaStruct:
+        """A ``Dict`` / ``IdDict`` (fields: its keys, its values). Reached through backref ``ref``
+        it is made before them, so a key or value referring back (the Dict holding itself, as
+        BSON.jl's load builds it: the Dict first, then its pairs) is this very object."""
+        out = JuliaDict()
+        out.julia_type = t
+        if ref is not None:
+            self._partial[ref] = out
+        try:
+            keys = _elements(self.value(data[0], (*path, "keys"), depth + 1))
+            vals = _elements(self.value(data[1], (*path, "vals"), depth + 1))
+        finally:
+            if ref is not None:
+                del self._partial[ref]
         if keys is None or vals is None or len(keys) != len(vals):
             raise FormatError(
                 "BSON.jl Dict whose keys and values do not pair up", offset=data.offset, path=path
             )
-        out: JuliaDict | None = JuliaDict()
         try:
             for k, v in zip(keys, vals):
                 out[k] = v  # type: ignore[index]
         except TypeError:  # a key Python cannot hash (an array, a struct): the pairs as stored
-            out = None
-        if out is None or len(out) != len(keys):  # or two keys distinct in Julia, equal in Python
+            out.clear()
+        if len(out) != len(keys):  # or two keys distinct in Julia, equal in Python
+            if ref is not None and ref in self._closed:
+                raise UnsupportedError(
+                    "a Dict holding itself whose keys Python cannot hold as dict keys",
+                    offset=data.offset,
+                    path=path,
+                )
             return JuliaStruct(t, {"keys": list(keys), "vals": list(vals)})
-        out.julia_type = t
         return out
 
     # --- arrays ----------------------------------------------------------------------------

@@ -344,6 +344,7 @@ class TypeFactory:
         self._by_parts: dict[tuple[Any, ...], JT] = {}
         self._building: set[str] = set()  # mutable struct types whose fields are being typed
         self._by_id: dict[int, tuple[Any, JT]] = {}  # the value is kept: its id stays unique
+        self._typing: set[int] = set()  # ids of the Dicts and tuples being typed (a cycle is refused)
         self.ANY = self._intern(JT(Cat.ANY, "Core.Any"))
         self.STRING = self._intern(JT(Cat.STRING, "Core.String", mutable=True))
         self.SYMBOL = self._intern(JT(Cat.SYMBOL, "Core.Symbol", mutable=True))
@@ -682,7 +683,15 @@ class TypeFactory:
             # long tuple (a model's layers) is typed once, not at each level that asks.
             memo = self._by_id.get(id(value))
             if memo is None:
-                memo = self._by_id[id(value)] = (value, type_of(value, self, path))
+                if id(value) in self._typing:
+                    # (a Dict holding itself, read from a BSON.jl file: JLD2 stores a Dict as the
+                    # pairs it holds, so it has no form for one among its own entries)
+                    raise ConversionError("a Dict that contains itself cannot be written as JLD2", path=path)
+                self._typing.add(id(value))
+                try:
+                    memo = self._by_id[id(value)] = (value, type_of(value, self, path))
+                finally:
+                    self._typing.discard(id(value))
             return memo[1]
         if value is UNDEF:
             raise ConversionError(
