@@ -11,8 +11,8 @@ ones JLD2 writes) and keeping the candidates whose lookup3 checksum holds (bytes
 data that happen to spell ``OHDR`` do not) and which reading did not reach: not parsed by the
 reader (:meth:`HDF5File.headers_read`), not read as a value by ``read_objects`` (in bulk: no
 header parsed), not the target of a link of a group reached from the root (``/_types``
-included: a committed type no value uses) nor of an object-reference attribute of a header
-read. Global heaps (``GCOL``) and continuation chunks (``OCHK``) have other signatures.
+included: a committed type no value uses, and what its parameters refer to) nor of an
+object-reference attribute of a header read. Global heaps (``GCOL``) and continuation chunks (``OCHK``) have other signatures.
 """
 
 from __future__ import annotations
@@ -55,8 +55,10 @@ def unlinked_headers(reader: Reader, reached: Iterable[int] = ()) -> list[int]:
         []
     """
     h5 = reader.h5
+    linked = _linked(reader)
+    _resolve_committed_types(reader)
     read = h5.headers_read()
-    known = set(read).union(reached, _linked(reader), _attribute_references(read.values()))
+    known = set(read).union(reached, linked, _attribute_references(read.values()))
     found: list[int] = []
     candidates = 0
     for offset in h5.occurrences(b"OHDR", h5.base):
@@ -89,6 +91,21 @@ def _linked(reader: Reader) -> set[int]:
             except TreexchangeError:
                 continue
     return seen
+
+
+def _resolve_committed_types(reader: Reader) -> None:
+    """Decode every type ``/_types`` holds, so that the datasets their parameters refer to (a
+    ``DataType`` value, a number in ``Val{3}``) count as read, whether or not a value used them."""
+    try:
+        types_at = reader.links(reader.root_address).get("_types")
+        addresses = [] if types_at is None else list(reader.links(types_at).values())
+    except TreexchangeError:
+        return
+    for address in addresses:
+        try:
+            reader.types.committed(address)
+        except TreexchangeError:
+            continue  # (a type the file cannot describe: what it refers to stays unread)
 
 
 def _attribute_references(headers: Iterable[ObjectHeader]) -> set[int]:
