@@ -12,7 +12,8 @@ data that happen to spell ``OHDR`` do not) and which reading did not reach: not 
 reader (:meth:`HDF5File.headers_read`), not read as a value by ``read_objects`` (in bulk: no
 header parsed), not the target of a link of a group reached from the root (``/_types``
 included: a committed type no value uses, and what its parameters refer to) nor of an
-object-reference attribute of a header read. Global heaps (``GCOL``) and continuation chunks (``OCHK``) have other signatures.
+object-reference attribute of a header read. Global heaps (``GCOL``) and continuation chunks
+(``OCHK``) have other signatures.
 """
 
 from __future__ import annotations
