@@ -361,7 +361,7 @@ def _zero_tail(reader: Reader) -> bool:
 _KNOWN_CAUSES = {
     _CONTINUED: 'links were added to a group an earlier JLD2 session wrote (jldopen(path, "a+"): its '
     "object header continues in a later block): treexchange replays the write sessions the file shows, "
-    "but not links JLD2 fitted into a header's free space, nor objects a session left unlinked (delete!)",
+    "but not links JLD2 fitted into a header's free space",
     _ZERO_TAIL: "the file goes on with zeros past its end-of-file address (JLD2 on Windows maps a file "
     "opened for writing 512 KiB larger and, when nothing was written, closes it without truncating): "
     "treexchange ends the file at that address",
