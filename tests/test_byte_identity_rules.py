@@ -45,10 +45,13 @@ from conftest import FIXTURES
 import treexchange as tx
 from treexchange import JuliaArray, JuliaDict, JuliaStruct, JuliaType, Singleton, Symbol
 from treexchange._cli import main
+from treexchange._hdf5._lookup3 import lookup3
+from treexchange._hdf5._objectheader import first_chunk
 from treexchange._jld2 import _era
 from treexchange._jld2._encode_hdf5 import VLEN_UTF8
 from treexchange._jld2._era import REPORTED_TRAITS, Source, header_traits
 from treexchange._jld2._layout import StructLayout
+from treexchange._jld2._unlinked import unlinked_headers
 from treexchange._jld2._writefile import write_jld2
 from treexchange._jld2._writer_arrays import JLD2_DEFLATE_PIPELINE, Compression
 from treexchange._reader import File, read_objects
@@ -709,3 +712,100 @@ def test_continued_headers_are_a_known_cause_kept_for_what_the_replay_misses(tmp
     with File(one) as f:
         assert "header:continued" not in header_traits(f.reader)
     assert "header:continued" in REPORTED_TRAITS
+
+
+# --- objects nothing links -------------------------------------------------------------------------
+
+# @save of a whole workspace that stopped at a variable it could not write: what it wrote of that
+# value stays in the file, unlinked (docs/writing.md, "Objects no name reaches").
+UNLINKED_FILES = [
+    f"FilipSjovall__FictShapeOpt__{stem}.jld2"
+    for stem in (
+        "hej",
+        "facit",
+        "steg1",
+        "steg2",
+        "steg200",
+        "test",
+        "tre",
+        "tva",
+        "tva_1d6c4760",
+        "tva_968924a5",
+    )
+]
+
+
+def _unlink(path: Path, name: str) -> int:
+    """Turn the root group's link to ``name`` into a NIL message of the same size, the header's
+    checksum recomputed: the object stays in the file, linked from nowhere (as ``delete!`` leaves
+    it). Returns the object header's file offset."""
+    data = bytearray(path.read_bytes())
+    with File(path) as f:
+        h5 = f.reader.h5
+        root = h5.absolute(h5.root_address)
+        address = f.reader.links(h5.root_address)[name]
+    chunk = first_chunk(memoryview(data), root)
+    assert chunk is not None and not chunk[0] & 0x04  # (version 2, no creation order: 4-byte heads)
+    _, at, end = chunk
+    while at + 4 <= end:
+        mtype, size = data[at], int.from_bytes(data[at + 1 : at + 3], "little")
+        body = bytes(data[at + 4 : at + 4 + size])
+        if mtype == 0x06 and name.encode() in body and body.endswith(address.to_bytes(8, "little")):
+            data[at] = 0x00  # a NIL message
+            break
+        at += 4 + size
+    else:
+        pytest.fail(f"no link to {name!r} in the root group's first chunk")
+    data[end : end + 4] = lookup3(bytes(data[root:end])).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    return h5.absolute(address)
+
+
+def test_keep_format_names_object_headers_nothing_links(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A dataset no link reaches any more (its header valid, checksum and all) is re-encoded by
+    no value: ``--keep-format`` says so, where the first such header lies, instead of "no known
+    cause"; libhdf5 reads the file as one without it."""
+    src, out = tmp_path / "in.jld2", tmp_path / "out.jld2"
+    tx.save(src, a=np.arange(3.0), b=np.arange(4.0), c=np.arange(5.0), producer=PRODUCER, format="0.1.1")
+    dead = _unlink(src, "b")
+    with h5py.File(src, "r") as f:
+        assert sorted(f) == ["a", "c"]
+    with File(src) as f:
+        assert unlinked_headers(f.reader, read_objects(f).reached) == [dead]
+    assert main(["convert", str(src), str(out), "--keep-format", "--keep-producer"]) == 0
+    err = capsys.readouterr().err
+    assert "not byte-identical from byte" in err and "no known cause" not in err
+    assert f"1 object header nothing links (the first at byte {dead})" in err
+    assert sorted(tx.load(out)) == ["a", "c"]
+
+
+def test_object_header_bytes_inside_array_data_are_not_taken_for_headers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Array data that spell ``OHDR`` and a version-2 header's start fail the checksum: not
+    reported (the bytes differ here for another reason, zeros past the end-of-file address)."""
+    src, out = tmp_path / "in.jld2", tmp_path / "out.jld2"
+    fake = (b"OHDR\x02\x00\x10" + bytes(range(16)) + b"\x00" * 5) * 16
+    tx.save(src, a=np.frombuffer(fake, np.uint8).copy(), producer=PRODUCER, format="0.1.1")
+    content = src.read_bytes()
+    assert content.count(b"OHDR\x02") >= 16 + 2  # (the fakes, the dataset and the root group)
+    src.write_bytes(content + bytes(4096))
+    with File(src) as f:
+        assert unlinked_headers(f.reader, read_objects(f).reached) == []
+    assert main(["convert", str(src), str(out), "--keep-format", "--keep-producer"]) == 0
+    err = capsys.readouterr().err
+    assert "zeros past its end-of-file address" in err and "nothing links" not in err
+
+
+@pytest.mark.parametrize("name", _corpus_params(UNLINKED_FILES))
+def test_real_files_with_objects_nothing_links(
+    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The ten files a stopped whole-workspace ``@save`` left unlinked objects in: every value is
+    re-encoded, the dead objects are not, and the note names them."""
+    assert main(["convert", str(FIXTURES / name), str(tmp_path / "out.jld2"), "--keep-format"]) == 0
+    err = capsys.readouterr().err
+    assert "not byte-identical" in err and "no known cause" not in err
+    assert "nothing links (the first at byte" in err

@@ -270,6 +270,10 @@ class Objects:
     grown_groups: list[list[str]] = field(default_factory=list)
     """Per session, the groups (``"a/b"``; ``""`` the root) that got a continuation chunk when it
     closed, in the order JLD2 saved them (:func:`treexchange._jld2._sessions.grown_groups`)."""
+    reached: frozenset[int] = frozenset()
+    """The relative addresses of every dataset reading reached, by name or by reference (a
+    header the file holds outside these, its groups and its types is linked from nowhere:
+    :func:`treexchange._jld2._unlinked.unlinked_headers`)."""
 
 
 def read_objects(file: File) -> Objects:
@@ -328,7 +332,7 @@ def read_objects(file: File) -> Objects:
     addresses = [reader.h5.absolute(a) for a, _, _ in leaves]
     starts = session_starts(addresses, session_marks(reader, groups_seen))
     grown = grown_groups(reader, groups_seen, addresses, starts)
-    return Objects(values, empty_groups, attributes, starts, grown)
+    return Objects(values, empty_groups, attributes, starts, grown, frozenset(session.memo))
 
 
 def _write_order(leaves: list[tuple[int, str, tuple[str, ...]]]) -> list[tuple[int, str, tuple[str, ...]]]:

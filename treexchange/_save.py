@@ -37,6 +37,7 @@ from ._jld2._era import (
     recommitted_keys,
     type_keys,
 )
+from ._jld2._unlinked import unlinked_headers
 from ._jld2._writefile import write_jld2
 from ._jld2._writer import FORMATS
 from ._jld2._writer_arrays import JLD2_DEFLATE_PIPELINE, Compression
@@ -333,10 +334,14 @@ def convert(
                     # Compressed again as the input was, when JLD2 compressed it (its own form).
                     written = source_compression(f.reader.h5.filter_pipelines_seen)
                 _write_converted(target, objects, written, producer, fmt, verify, on_write, kept)
-            if keep_format and options is None:
-                start = 0 if keep_producer else FILE_HEADER_LENGTH
-                offset = first_difference(os.fspath(source), os.fspath(target), start)
-                note = None if offset is None else difference_note(offset, traits, kept.rules)
+                if keep_format and options is None:
+                    # (with the input still open: the headers it holds that reading did not
+                    # reach are looked for only when the bytes differ)
+                    start = 0 if keep_producer else FILE_HEADER_LENGTH
+                    offset = first_difference(os.fspath(source), os.fspath(target), start)
+                    if offset is not None:
+                        dead = unlinked_headers(f.reader, objects.reached)
+                        note = difference_note(offset, traits, kept.rules, dead)
     sizes = f"{os.path.getsize(source):,} -> {os.path.getsize(target):,} bytes"
     checked = ", verified" if verify else ""
     count = len(objects.values)

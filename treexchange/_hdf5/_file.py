@@ -7,7 +7,7 @@ import os
 import struct
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -315,6 +315,20 @@ class HDF5File:
             for address in (offsets - base).tolist():
                 if address not in objects:
                     vouched[address] = proto
+
+    def headers_read(self) -> dict[int, ObjectHeader]:
+        """The object headers read so far, by relative address: what reading reached (a header
+        known alike to a parsed one, :meth:`alike_of`, is given as that one)."""
+        return {**self._vouched, **self._objects}
+
+    def occurrences(self, needle: bytes, start: int = 0) -> Iterator[int]:
+        """The absolute offsets of ``needle`` in the file from ``start`` on, in order (a search
+        of the memory map, no copy of the file; a file given as bytes is copied once)."""
+        haystack: Any = self._mmap if self._mmap is not None else bytes(self.buffer)
+        at = haystack.find(needle, start)
+        while at >= 0:
+            yield at
+            at = haystack.find(needle, at + 1)
 
     def _parse_object(self, address: int, offset: int) -> ObjectHeader:
         version, messages = read_messages(

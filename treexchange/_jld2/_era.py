@@ -50,7 +50,7 @@ appended to by two JLD2 releases shows both forms: no one rule set reproduces it
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -58,6 +58,7 @@ from .._errors import TreexchangeError
 from .._juliatype import JuliaType
 from ._layout import StructLayout
 from ._plans import GhostPlan
+from ._unlinked import MAX_COUNTED
 from ._writer_types import TypeFactory
 
 if TYPE_CHECKING:  # (annotations only: the reader imports nothing from here)
@@ -360,7 +361,7 @@ def _zero_tail(reader: Reader) -> bool:
 _KNOWN_CAUSES = {
     _CONTINUED: 'links were added to a group an earlier JLD2 session wrote (jldopen(path, "a+"): its '
     "object header continues in a later block): treexchange replays the write sessions the file shows, "
-    "but not links JLD2 fitted into a header's free space, nor objects a session left unlinked (delete!)",
+    "but not links JLD2 fitted into a header's free space",
     _ZERO_TAIL: "the file goes on with zeros past its end-of-file address (JLD2 on Windows maps a file "
     "opened for writing 512 KiB larger and, when nothing was written, closes it without truncating): "
     "treexchange ends the file at that address",
@@ -370,10 +371,21 @@ _KNOWN_CAUSES = {
     "dimension sizes it rejects",
 }
 
-REPORTED_TRAITS = frozenset(_KNOWN_CAUSES)
+UNLINKED_OBJECTS = "objects:unlinked"  # object headers nothing links (_unlinked.unlinked_headers)
+
+REPORTED_TRAITS = frozenset({*_KNOWN_CAUSES, UNLINKED_OBJECTS})
 """Traits that explain a difference in any format (the others are format 0.1.1's releases)."""
 
 _COMPARED = 1 << 20  # bytes compared at a time
+
+
+def _unlinked_cause(unlinked: Sequence[int]) -> str:
+    count = f"at least {len(unlinked)}" if len(unlinked) >= MAX_COUNTED else str(len(unlinked))
+    return (
+        f"{count} object header{'s' if len(unlinked) > 1 else ''} nothing links (the first at byte "
+        f"{unlinked[0]}): a save that stopped partway or a delete! leaves them; no re-encoding of the "
+        "values puts them back"
+    )
 
 
 def first_difference(original: str, written: str, start: int = 0) -> int | None:
@@ -392,17 +404,23 @@ def first_difference(original: str, written: str, start: int = 0) -> int | None:
             offset += len(x)
 
 
-def difference_note(offset: int, traits: Iterable[str], rules: Iterable[str]) -> str:
+def difference_note(
+    offset: int, traits: Iterable[str], rules: Iterable[str], unlinked: Sequence[int] = ()
+) -> str:
     """Why a re-encoded file differs from its input from byte ``offset`` on: the causes its
-    traits show, the rules that were followed.
+    traits show, the object headers nothing links (``unlinked``, their file offsets:
+    :func:`~treexchange._jld2._unlinked.unlinked_headers`), the rules that were followed.
 
     Example:
         >>> note = difference_note(540, {"dict:Vector", "dict:SerializedDict"}, ())
         >>> note.startswith("not byte-identical from byte 540 on: it shows both forms of Dicts")
         True
+        >>> difference_note(900, (), (), [1200, 1400])  # doctest: +ELLIPSIS
+        'not byte-identical from byte 900 on: 2 object headers nothing links (the first at byte 1200)...'
     """
     seen = set(traits)
-    causes = [text for trait, text in _KNOWN_CAUSES.items() if trait in seen]
+    causes = [_unlinked_cause(unlinked)] if unlinked else []
+    causes += [text for trait, text in _KNOWN_CAUSES.items() if trait in seen]
     causes += [f"it shows both forms of {what}: two JLD2 releases wrote it" for what in mixed_rules(seen)]
     if not causes:
         causes = ["no known cause (a JLD2 rule treexchange does not follow yet: please report the file)"]
