@@ -31,7 +31,7 @@ import dataclasses
 import struct
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
@@ -78,6 +78,7 @@ from ._typeutil import (
 )
 
 if TYPE_CHECKING:
+    from ._plans import DecodeContext
     from ._reader import Reader
 
 _U32 = struct.Struct("<I")
@@ -362,7 +363,7 @@ class TypeResolver:
             self._enter()
             self._busy.add(ref)
             try:
-                value = self._datatype_dataset(ref, path)
+                value = self._scalar_param(ref, path)
                 if value is None:
                     value = type_of_value(self.reader.load_type_param(ref, path))
             finally:
@@ -408,20 +409,31 @@ class TypeResolver:
         self.committed_types[address] = jt
         return jt
 
-    def _datatype_dataset(self, ref: int, path: TreePath) -> JuliaType | None:
-        """The type held by the scalar ``Core.DataType`` dataset at ``ref`` (how JLD2 writes
-        most type parameters: ``Float32``, ``String``, an inner ``Dict{...}``), decoded straight
-        from its 32 bytes; None for any other dataset (read as a value, :meth:`_param`).
+    def _scalar_param(self, ref: int, path: TreePath) -> Any:
+        """The value of the scalar dataset at ``ref`` when it is a ``Core.DataType`` (how JLD2
+        writes most type parameters: ``Float32``, ``String``, an inner ``Dict{...}``) or a number
+        (``N`` of ``Array{T,N}``), decoded straight from its bytes; None for any other dataset
+        (read as a value in the type session, :meth:`_param`).
 
-        What a session's read of that dataset gives (``type_of_value`` of its ``Type{T}``), without
-        a session's per-value work: a DataType holds no TypeVar, string or struct to remember.
+        What the session's read of that dataset gives (``type_of_value`` of it), without the
+        session's per-value work: neither holds a TypeVar, string or struct to remember.
         """
         reader = self.reader
         info = reader.info(ref, path)
-        if type(info.plan) is not DataTypePlan or info.kind != "dataset" or info.shape is not None:
+        plan = info.plan
+        kind = type(plan)
+        if (
+            (kind is not DataTypePlan and kind is not NumberPlan)
+            or info.kind != "dataset"
+            or info.shape is not None
+        ):
             return None
+        assert plan is not None
         try:
-            return self.decode_datatype(reader.raw(info, 32), 0, path)
+            raw = reader.raw(info, plan.size)
+            if kind is DataTypePlan:
+                return self.decode_datatype(raw, 0, path)
+            return plan.decode(cast("DecodeContext", None), raw, 0, path)  # (numbers use no context)
         except TreexchangeError as err:
             err.with_context(offset=info.obj.offset, path=path)
             raise
