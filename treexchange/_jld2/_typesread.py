@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 
 from .._errors import FormatError, LimitError, TreePath, TreexchangeError, UnsupportedError
+from .._hdf5._messages import DATATYPE, MSG_FLAG_SHARED
 from .._hdf5._model import Attribute, H5Class, H5Type, Member
 from .._juliatype import JuliaType, is_bigint_name
 from .._limits import type_depth
@@ -76,6 +78,7 @@ from ._typeutil import (
 )
 
 if TYPE_CHECKING:
+    from ._plans import DecodeContext
     from ._reader import Reader
 
 _U32 = struct.Struct("<I")
@@ -202,6 +205,12 @@ def _known_fields(jt: JuliaType) -> list[tuple[str, Any]] | None:
     return None
 
 
+# Compound types whose plan gives a Julia type other than the julia_type attribute's, or notes
+# a trait of the writer: planned when met as a type parameter (TypeResolver._committed_param).
+_EAGER_COMPOUNDS = frozenset({"JLD2.InlineUnionEl", "Core.DataType", "Core.Union"})
+
+_T = TypeVar("_T")
+
 _BY_ID_ENTRIES = 4096  # datatype objects remembered by identity (a file has a handful)
 
 
@@ -259,6 +268,13 @@ class TypeResolver:
         plan = self._committed.get(address)
         if plan is not None:
             return plan
+        plan = self._guarded(address, self._build_committed)
+        self._committed[address] = plan
+        return plan
+
+    def _guarded(self, address: int, build: Callable[[int], _T]) -> _T:
+        """``build(address)`` for the committed datatype at ``address``, guarded against one
+        that refers to itself and against nesting too deep; errors say where it lies."""
         if address in self._busy:
             raise FormatError(
                 "committed datatype refers to itself through its type parameters or fields",
@@ -267,15 +283,13 @@ class TypeResolver:
         self._enter()
         self._busy.add(address)
         try:
-            plan = self._build_committed(address)
+            return build(address)
         except TreexchangeError as err:
             err.with_context(offset=self.reader.h5.absolute(address))
             raise
         finally:
             self._busy.discard(address)
             self._depth -= 1
-        self._committed[address] = plan
-        return plan
 
     def is_committed_datatype(self, address: int) -> bool:
         """Whether ``address`` holds a committed datatype (as opposed to a dataset)."""
@@ -342,19 +356,87 @@ class TypeResolver:
         if ref == 0:
             raise FormatError("type parameter is a NULL reference", path=path)
         if self.is_committed_datatype(ref):
-            value: Any = self.committed(ref).julia_type
+            value: Any = self._committed_param(ref, path)
         else:
             if ref in self._busy:
                 raise FormatError("type parameter refers back to the type being read", path=path)
             self._enter()
             self._busy.add(ref)
             try:
-                value = type_of_value(self.reader.load_type_param(ref, path))
+                value = self._scalar_param(ref, path)
+                if value is None:
+                    value = type_of_value(self.reader.load_type_param(ref, path))
             finally:
                 self._busy.discard(ref)
                 self._depth -= 1
         self._params[ref] = value
         return value
+
+    def _committed_param(self, address: int, path: TreePath) -> JuliaType:
+        """The Julia type of the committed datatype at ``address``, used as a type parameter.
+
+        Only its ``julia_type`` attribute is decoded when it is a plain struct, Tuple or
+        NamedTuple (a compound with no ``written_type``): its plan (the HDF5 compound parsed,
+        every field planned) waits until a dataset of that type is met (:meth:`committed`). A
+        file's types name one another as parameters (a Flux state's NamedTuple names each layer's
+        NamedTuple type), and a walk over metadata visits a few of them. Anything else is planned
+        at once, as before: its plan may note a trait of the writer or say what its Julia type is.
+        """
+        plan = self._committed.get(address)
+        if plan is not None:
+            return plan.julia_type
+        known = self.committed_types.get(address)
+        if known is not None:
+            return known
+        obj = self.reader.h5.object(address)
+        msg = obj._first(DATATYPE)
+        attrs = obj.attributes
+        jt_attr = attrs.get("julia_type") or attrs.get("julia type")
+        if (
+            msg is None
+            or msg[1] & MSG_FLAG_SHARED
+            or msg[3] < 1
+            or self.reader.h5.buffer[msg[2]] & 0x0F != H5Class.COMPOUND
+            or jt_attr is None
+            or jt_attr.type.committed_at == address
+            or "written_type" in attrs
+            or "empty" in attrs
+        ):
+            return self.committed(address).julia_type
+        jt = self._guarded(address, lambda _: self.type_attribute(jt_attr, path))
+        if jt.name in _EAGER_COMPOUNDS or jt.basename == "Complex":
+            return self.committed(address).julia_type  # their plans name another type
+        self.committed_types[address] = jt
+        return jt
+
+    def _scalar_param(self, ref: int, path: TreePath) -> Any:
+        """The value of the scalar dataset at ``ref`` when it is a ``Core.DataType`` (how JLD2
+        writes most type parameters: ``Float32``, ``String``, an inner ``Dict{...}``) or a number
+        (``N`` of ``Array{T,N}``), decoded straight from its bytes; None for any other dataset
+        (read as a value in the type session, :meth:`_param`).
+
+        What the session's read of that dataset gives (``type_of_value`` of it), without the
+        session's per-value work: neither holds a TypeVar, string or struct to remember.
+        """
+        reader = self.reader
+        info = reader.info(ref, path)
+        plan = info.plan
+        kind = type(plan)
+        if (
+            (kind is not DataTypePlan and kind is not NumberPlan)
+            or info.kind != "dataset"
+            or info.shape is not None
+        ):
+            return None
+        assert plan is not None
+        try:
+            raw = reader.raw(info, plan.size)
+            if kind is DataTypePlan:
+                return self.decode_datatype(raw, 0, path)
+            return plan.decode(cast("DecodeContext", None), raw, 0, path)  # (numbers use no context)
+        except TreexchangeError as err:
+            err.with_context(offset=info.obj.offset, path=path)
+            raise
 
     def _enter(self) -> None:
         self._depth += 1
@@ -390,7 +472,7 @@ class TypeResolver:
             if not is_datatype_compound(dt):
                 raise FormatError("the Core.DataType type does not have JLD2's layout")
             return DataTypePlan(JuliaType("Core.DataType"), dt)
-        jt = self.type_attribute(jt_attr)
+        jt = self.committed_types.get(address) or self.type_attribute(jt_attr)  # (_committed_param)
         self.committed_types[address] = jt
         wt_attr = attrs.get("written_type")
         wt = self.type_attribute(wt_attr) if wt_attr is not None else None
