@@ -41,25 +41,40 @@ def normalize_type(t: Any) -> Any:
     return t
 
 
-def normalize(v: Any) -> Any:
-    """A value tree with every Julia type spelled canonically (see :func:`normalize_type`)."""
+def normalize(v: Any, memo: dict[int, Any] | None = None) -> Any:
+    """A value tree with every Julia type spelled canonically (see :func:`normalize_type`); a
+    cyclic graph (an MRBC rule tree whose nodes point to their parent) stays one: each mutable
+    value is made before its contents, so a reference back to it finds it."""
+    memo = {} if memo is None else memo
+    if id(v) in memo:
+        return memo[id(v)]
     if isinstance(v, JuliaStruct):
-        return JuliaStruct(normalize_type(v.type), {k: normalize(x) for k, x in v.fields.items()})
+        out = JuliaStruct(normalize_type(v.type), mutable=v.mutable)
+        memo[id(v)] = out
+        out.fields.update((k, normalize(x, memo)) for k, x in v.fields.items())
+        return out
     if isinstance(v, Singleton):
         return Singleton(normalize_type(v.type))
     if isinstance(v, JuliaArray):
         data = np.empty(v.data.shape, dtype=object)
+        arr = memo[id(v)] = JuliaArray(normalize_type(v.eltype), data)
         for idx in np.ndindex(v.data.shape):
-            data[idx] = normalize(v.data[idx])
-        return JuliaArray(normalize_type(v.eltype), data)
+            data[idx] = normalize(v.data[idx], memo)
+        return arr
     if isinstance(v, NamedTuple):
-        return NamedTuple((k, normalize(x)) for k, x in v.items())
+        return NamedTuple((k, normalize(x, memo)) for k, x in v.items())
     if isinstance(v, tuple):
-        return tuple(normalize(x) for x in v)
+        return tuple(normalize(x, memo) for x in v)
     if isinstance(v, list):
-        return [normalize(x) for x in v]
+        items: list[Any] = []
+        memo[id(v)] = items
+        items.extend(normalize(x, memo) for x in v)
+        return items
     if isinstance(v, dict):
-        return {k: normalize(x) for k, x in v.items()}
+        mapping: dict[Any, Any] = {}
+        memo[id(v)] = mapping
+        mapping.update((k, normalize(x, memo)) for k, x in v.items())
+        return mapping
     if isinstance(v, JuliaType):
         return normalize_type(v)
     return v
