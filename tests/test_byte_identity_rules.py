@@ -35,6 +35,7 @@ and skipped, with the reason, when absent.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import h5py
@@ -82,21 +83,6 @@ CORPUS_011 = {
     "eduardstan__MRBC.jl__model_d4b84e27.jld2": "a singleton type parameter, then an array of it",
 }
 PRODUCER = " (Julia 1.9.4 64-bit LE)"
-
-
-def _corpus_params(names: list[str]) -> list:
-    """Parametrize helper: the files of ``names`` present under FIXTURES, one case each (so a failure
-    names its file), plus one case that skips saying how many are absent, when any is."""
-    present = [name for name in names if (FIXTURES / name).is_file()]
-    params: list = [pytest.param(name, id=name) for name in present]
-    absent = len(names) - len(present)
-    if absent:
-        reason = (
-            f"{absent} of {len(names)} real files outside ../shared not found under {FIXTURES} "
-            "(fetch them as tests/corpus_sources.md says, issue 24)"
-        )
-        params.append(pytest.param(None, id="absent", marks=pytest.mark.skip(reason=reason)))
-    return params
 
 
 def _assert_byte_identical(path: Path, out: Path, *extra: str) -> None:
@@ -213,10 +199,8 @@ def test_a_bigint_keeps_the_name_its_file_gave_it(tmp_path: Path) -> None:
     _assert_byte_identical(path, tmp_path / "again.jld2")
 
 
-def test_the_real_esn_bigint_reads_as_an_int() -> None:
-    name = STRING_FILES[0]
-    if not (FIXTURES / name).is_file():
-        pytest.skip(f"{name} not under {FIXTURES} (fetch it as tests/corpus_sources.md says, issue 24)")
+def _check_esn_bigint(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The real ESN state's MersenneTwister: its adv_jump BigInt reads as an int with its name."""
     rng = tx.load(FIXTURES / name, "st")["reservoir"]["cell"]["rng"]
     assert type(rng["adv_jump"]) is tx.BigInt and rng["adv_jump"] == 0
     assert rng["adv_jump"].julia_name == "Base.GMP.BigInt"
@@ -548,8 +532,7 @@ def test_other_compressed_files_are_not_compressed_in_jld2_form(tmp_path: Path) 
         )
 
 
-@pytest.mark.parametrize("name", _corpus_params(COMPRESSED_FILES))
-def test_real_jld2_compressed_files(name: str, tmp_path: Path) -> None:
+def _check_compressed(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Byte for byte; libhdf5 2 refuses JLD2's single-chunk index in the original (and so in the
     identical copy), while it reads the output of a plain ``convert``."""
     import h5py
@@ -683,8 +666,7 @@ def test_three_sessions_and_the_limit_of_what_a_file_shows(tmp_path: Path) -> No
         assert read_objects(f).sessions == [2]
 
 
-@pytest.mark.parametrize("name", _corpus_params(SESSION_FILES))
-def test_real_files_written_in_several_sessions(name: str, tmp_path: Path) -> None:
+def _check_sessions(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     with File(FIXTURES / name) as f:
         assert read_objects(f).sessions  # (each was written in two to seven sessions)
     _assert_byte_identical(FIXTURES / name, tmp_path / "out.jld2", "--keep-format")
@@ -693,8 +675,7 @@ def test_real_files_written_in_several_sessions(name: str, tmp_path: Path) -> No
 # --- the real files that show each rule ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", _corpus_params(PTR_FILES + STRING_FILES + list(CORPUS_011)))
-def test_real_files_showing_each_rule(name: str, tmp_path: Path) -> None:
+def _check_rule(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # Format 0.1.1 files are kept in their format; the 0.2.0 files are converted as they are.
     extra = ("--keep-format",) if name in CORPUS_011 else ()
     _assert_byte_identical(FIXTURES / name, tmp_path / "out.jld2", *extra)
@@ -799,13 +780,46 @@ def test_object_header_bytes_inside_array_data_are_not_taken_for_headers(
     assert "zeros past its end-of-file address" in err and "nothing links" not in err
 
 
-@pytest.mark.parametrize("name", _corpus_params(UNLINKED_FILES))
-def test_real_files_with_objects_nothing_links(
-    name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _check_unlinked(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The ten files a stopped whole-workspace ``@save`` left unlinked objects in: every value is
     re-encoded, the dead objects are not, and the note names them."""
     assert main(["convert", str(FIXTURES / name), str(tmp_path / "out.jld2"), "--keep-format"]) == 0
     err = capsys.readouterr().err
     assert "not byte-identical" in err and "no known cause" not in err
     assert "nothing links (the first at byte" in err
+
+
+# --- every real file outside ../shared, one test (one skip when they are absent) -------------------
+
+_Check = Callable[[str, Path, pytest.CaptureFixture[str]], None]
+_REAL_FILE_CHECKS: list[tuple[str, _Check, list[str]]] = [
+    ("bigint", _check_esn_bigint, STRING_FILES[:1]),
+    ("compressed", _check_compressed, COMPRESSED_FILES),
+    ("sessions", _check_sessions, SESSION_FILES),
+    ("rule", _check_rule, PTR_FILES + STRING_FILES + list(CORPUS_011)),
+    ("unlinked", _check_unlinked, UNLINKED_FILES),
+]
+
+
+def _real_file_params() -> list:
+    """One case per (check, file) whose file is under FIXTURES (so a failure names both), plus one
+    case that skips saying how many are absent, when any is."""
+    cases = [(kind, check, name) for kind, check, names in _REAL_FILE_CHECKS for name in names]
+    present = [c for c in cases if (FIXTURES / c[2]).is_file()]
+    params: list = [pytest.param(check, name, id=f"{kind}-{name}") for kind, check, name in present]
+    files = {name for _, _, name in cases}
+    absent = len(files - {name for _, _, name in present})
+    if absent:
+        reason = (
+            f"{absent} of {len(files)} real files outside ../shared not found under {FIXTURES} "
+            "(fetch them as tests/corpus_sources.md says, issue 24)"
+        )
+        params.append(pytest.param(None, None, id="absent", marks=pytest.mark.skip(reason=reason)))
+    return params
+
+
+@pytest.mark.parametrize(("check", "name"), _real_file_params())
+def test_real_files_outside_shared(
+    check: _Check, name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    check(name, tmp_path, capsys)
