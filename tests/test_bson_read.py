@@ -393,3 +393,57 @@ def test_diff_of_a_bson_file_and_its_jld2_copy_agrees_with_values_equal(tmp_path
     assert tx.values_equal(tx.load(out), value)
     assert not tx.diff(path, out), tx.diff(path, out).text()
     assert main(["diff", str(path), str(out)]) == 0
+
+
+def test_int128_reads_as_the_numbers_jld2_gives_for_the_same_values(tmp_path: Path) -> None:
+    """BSON.jl stores an ``Int128`` / ``UInt128`` as its 16 little-endian bytes (a primitive
+    ``struct``, or an ``array`` of them): they read as :class:`tx.Int128` / :class:`tx.UInt128`,
+    equal to what JLD2.jl's file of the same values reads as (they were raw ``JuliaBits``), and
+    ``diff`` of the BSON file and a JLD2 file written from the values finds nothing."""
+    from treexchange._bson._writer import primitive
+    from treexchange._cli import main
+
+    def wide(x: int, signed: bool) -> bytes:
+        return x.to_bytes(16, "little", signed=signed)
+
+    raw = bson_file(
+        {
+            "i": primitive(datatype("Core.Int128"), wide(-(2**100), True)),
+            "small": primitive(datatype("Core.Int128"), wide(-5, True)),
+            "u": primitive(datatype("Core.UInt128"), wide(2**127 + 3, False)),
+            "v": {
+                "tag": "array",
+                "type": datatype("Core.Int128"),
+                "size": [3],
+                "data": b"".join(wide(x, True) for x in (1, -(2**127), 2**127 - 1)),
+            },
+            "m": {
+                "tag": "array",
+                "type": datatype("Core.UInt128"),
+                "size": [1, 2],
+                "data": wide(7, False) + wide(2**128 - 1, False),
+            },
+            "rng": struct(datatype("Main.LehmerRNG"), primitive(datatype("Core.UInt128"), wide(99, False))),
+        }
+    )
+    got = tx.load(raw)
+    assert type(got["i"]) is tx.Int128 and got["i"] == -(2**100) and str(got["i"]) == str(-(2**100))
+    assert type(got["small"]) is tx.Int128 and type(got["u"]) is tx.UInt128 and got["u"] == 2**127 + 3
+    assert got["v"].tolist() == [1, -(2**127), 2**127 - 1] and all(type(x) is tx.Int128 for x in got["v"])
+    assert got["m"].shape == (1, 2) and got["m"].tolist() == [7, 2**128 - 1]
+    assert type(got["rng"]["1"]) is tx.UInt128
+    src, out = tmp_path / "w.bson", tmp_path / "w.jld2"
+    src.write_bytes(raw)
+    tx.save(out, **got)  # JLD2.jl's form: 16-byte HDF5 integers (h5py sees the width and sign)
+    with h5py.File(out, "r") as h:
+        t = h["i"].id.get_type()
+        assert isinstance(t, h5py.h5t.TypeIntegerID) and t.get_size() == 16 and t.get_sign() == h5py.h5t.SGN_2
+        assert h["u"].id.get_type().get_sign() == h5py.h5t.SGN_NONE and h["m"].shape == (2, 1)
+    back = tx.load(out)
+    assert tx.values_equal(back, got) and type(back["rng"]["1"]) is tx.UInt128
+    assert not tx.diff(src, out), tx.diff(src, out).text()
+    assert main(["diff", str(src), str(out)]) == 0
+    with tx.open(src) as f, tx.open(out) as g:  # the nodes describe them alike
+        assert list(iter_records(f)) == list(iter_records(g))
+        assert f["v"].kind == "array" and np.asarray(f["v"]).tobytes() == np.asarray(g["v"]).tobytes()
+        assert f["small"].dtype is None

@@ -19,15 +19,19 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
+import numpy as np
+
 from ._bson import BsonDocument, Session
 from ._errors import LimitError, TreePath
 from ._gc import gc_paused
+from ._jld2._nodes import array_protocol
 from ._juliatype import JuliaType
 from ._limits import DEFAULT_LIMITS, Limits
 from ._nodeproto import CONTAINER_KINDS
 from ._plainhdf5 import ValueNode
 from ._recursion import stack_for_depth
-from ._typeof import SharedTypes, kind_of
+from ._typeof import SharedTypes, kind_of, wide_int_array
+from ._values import BigInt, Int128, UInt128
 
 
 class BsonNode(ValueNode):
@@ -52,6 +56,30 @@ class BsonNode(ValueNode):
         self.object_address = context.session.shared.get(id(value))
         # What the reader did here, if anything (``inspect`` shows it).
         self.note = context.session.notes.get(tuple(path))
+        # An Int128 / UInt128 array (a JuliaArray of the numbers): an array of 16-byte elements,
+        # as the JLD2 node of the same value presents it (``diff`` of the two then agrees)
+        self._wide = wide_int_array(value) if self.kind == "vector" else None
+        if self._wide is not None:
+            self.kind = "array"
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        """As :attr:`ValueNode.dtype`, but an Int128 array's is its 16-byte labelled dtype and an
+        ``Int128`` / ``UInt128`` / ``BigInt`` scalar has none, whatever its size (numpy would make a
+        small one an int64), as for the JLD2 node of the same value."""
+        if self._wide is not None:
+            return self._wide.dtype
+        if isinstance(self._value, (Int128, UInt128, BigInt)):
+            return None
+        return super().dtype
+
+    def _items(self) -> list[tuple[Any, Any, Any]]:
+        return [] if self._wide is not None else super()._items()  # an array: numbers, not children
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        if self._wide is not None:
+            return array_protocol(self._wide, dtype, copy)
+        return super().__array__(dtype, copy)
 
     def _child(self, value: Any, path: TreePath) -> BsonNode:
         return BsonNode(value, path, self._context)

@@ -37,7 +37,9 @@ tag                keys                                         value model
 
 Scalars: BSON int64 / int32 / double / bool / string / null are ``Int64`` / ``Int32`` /
 ``Float64`` / ``Bool`` / ``String`` / ``nothing``. Every other number is a ``struct`` of a
-primitive type with its bytes.
+primitive type with its bytes: :class:`Int128` / :class:`UInt128` for those two (as the JLD2
+reader gives them; an ``array`` of them is a :class:`JuliaArray` of them), :class:`JuliaBits` for
+one numpy has no dtype for.
 
 Flux-era details: module paths ``Main.Core`` / ``Main.Base`` (old Julia) read as ``Core`` /
 ``Base``; Tracker's ``TrackedArray`` (``tracker``, ``data``, ``grad``) reads as its ``data`` and
@@ -70,6 +72,7 @@ from .._values import (
     MISSING,
     UNDEF,
     Closure,
+    Int128,
     JuliaArray,
     JuliaBits,
     JuliaDict,
@@ -77,6 +80,7 @@ from .._values import (
     NamedTuple,
     Singleton,
     Symbol,
+    UInt128,
 )
 from ._container import Blob, Doc, Lazy, Parser, Seq
 
@@ -104,6 +108,9 @@ _IMPLICIT_PARENT = ("Main.Core.", "Main.Base.")
 # Struct types read as a value other than a JuliaStruct (their fields read first): never a cycle's
 # closing point
 _VALUE_STRUCTS = frozenset({"Core.NamedTuple", "Base.Complex", "Base.Missing", "Core.Nothing"})
+# BSON.jl writes a 128-bit integer as its 16 native (little-endian) bytes; read as the int-keeping
+# values the JLD2 reader gives for the same Julia value
+_WIDE_INTS: dict[str, type[Int128] | type[UInt128]] = {"Core.Int128": Int128, "Core.UInt128": UInt128}
 _INTEGERS = frozenset({np.int64, np.int32, np.int16, np.int8, np.uint64, np.uint32, np.uint16, np.uint8, int})
 _TYPE_TAGS = frozenset({"datatype", "unionall", "jl_anonymous", "jl_bottom_type"})
 # Struct types read otherwise than as their fields by position (see Session._struct)
@@ -566,7 +573,7 @@ class Session:
             return np.frombuffer(self.buf, dtype, 1, data.offset)[0]
         if data.length > self.limits.max_string_bytes:
             raise LimitError("primitive value larger than max_string_bytes", offset=data.offset, path=path)
-        return JuliaBits(t, bytes(self.buf[data.offset : data.offset + data.length]))
+        return _bits_value(t, bytes(self.buf[data.offset : data.offset + data.length]))
 
     def _dict(
         self, t: JuliaType, data: Seq, path: TreePath, depth: int, ref: int | None = None
@@ -661,7 +668,7 @@ class Session:
         size = data.length // count
         start = data.offset
         items = [
-            JuliaBits(eltype, bytes(self.buf[start + i * size : start + (i + 1) * size]))
+            _bits_value(eltype, bytes(self.buf[start + i * size : start + (i + 1) * size]))
             for i in range(count)
         ]
         return self._object_array(eltype, items, shape)
@@ -734,6 +741,15 @@ class Session:
         flat[:] = items
         data = flat.reshape(shape, order="F")
         return JuliaArray(eltype, data.T if self.order == "storage" else data)
+
+
+def _bits_value(t: JuliaType, raw: bytes) -> Any:
+    """A value of primitive type ``t`` numpy has no dtype for: an ``Int128`` / ``UInt128`` as the
+    number, any other as its bits (:class:`JuliaBits`)."""
+    wide = _WIDE_INTS.get(t.name) if len(raw) == 16 and not t.params else None
+    if wide is not None:
+        return wide(int.from_bytes(raw, "little", signed=wide is Int128))
+    return JuliaBits(t, raw)
 
 
 def _field_names(t: JuliaType, n: int) -> list[str]:
