@@ -299,6 +299,30 @@ def test_a_typevar_in_a_where_value_and_its_body_is_written_once(tmp_path: Path)
     _assert_byte_identical(src, tmp_path / "out.jld2")
 
 
+@pytest.mark.parametrize("mutable", [False, True])
+@pytest.mark.parametrize("as_singleton", [False, True])
+def test_save_of_a_hand_built_where_value_writes_its_typevar_once(
+    mutable: bool, as_singleton: bool, tmp_path: Path
+) -> None:
+    """A ``UnionAll`` built in Python (one TypeVar object as ``var`` and in the body, the body a
+    ``JuliaType`` or the ``Type{...}`` the reader gives) is saved as the reader's value is: its
+    TypeVar one dataset (``save`` copied the ``var`` and not the body's parameter, so it wrote two)."""
+    n = JuliaStruct(JuliaType("Core.TypeVar"), {"name": Symbol("N"), "lb": None, "ub": None}, mutable=mutable)
+    array_t = JuliaType("Core.Array", (JuliaType("Core.Float64"), n))
+    body = Singleton(JuliaType("Core.Type", (array_t,))) if as_singleton else array_t
+    u = JuliaStruct(JuliaType("Core.UnionAll"), {"var": n, "body": body})
+    saved, direct = tmp_path / "saved.jld2", tmp_path / "direct.jld2"
+    tx.save(saved, u=u, v=[u, 1.0])
+    with File(saved) as f:
+        back = f.read("u")
+        assert len(f.reader.typevars) == 1
+    assert back.fields["var"] is back.fields["body"].type.params[0].params[1]
+    items: list[tuple[str, object]] = [("u", u), ("v", [u, 1.0])]
+    with open(direct, "wb") as out:  # the value as it is, not converted as save converts it
+        write_jld2(out, items, compress=None, producer=PRODUCER, root_attributes={})
+    assert _write(tmp_path / "converted.jld2", items, "0.2.0") == direct.read_bytes()
+
+
 def _layouts_of(path: Path) -> dict:
     with File(path) as f:
         return _era.committed_layouts(f.reader)

@@ -144,6 +144,8 @@ class _Converter:
         if found is not None:
             return found[1]
         if isinstance(x, JuliaStruct) and x.mutable:
+            if x.type.name == "Core.TypeVar":
+                return self._type_var(x, path, depth)
             return self._mutable_struct(x, path, depth)
         if type(x) is list and self.lists == "vector":
             return self._vector(x, path, depth)
@@ -165,6 +167,21 @@ class _Converter:
         self.done[id(x)] = (x, result)
         for k, v in x.fields.items():
             result.fields[_name(k, path)] = self.convert(v, (*path, k), depth + 1)
+        return result
+
+    def _type_var(self, x: JuliaStruct, path: TreePath, depth: int) -> JuliaStruct:
+        """A ``TypeVar`` stays itself when its fields do (a name, bounds that are types): it is
+        also a parameter of the types that use it (``Array{Float64, N} where N``: the ``var`` of
+        the ``UnionAll`` and the ``N`` of its body, one object in Julia, which JLD2 writes once), and
+        a :class:`JuliaType` holding it is not copied, so a copy here would split it in two."""
+        _check_text(x.type.qualified(), path, name=True)
+        self.done[id(x)] = (x, x)
+        fields = [(_name(k, path), self.convert(v, (*path, k), depth + 1)) for k, v in x.fields.items()]
+        if all(k in x.fields and x.fields[k] is v for k, v in fields):
+            return x
+        del self.done[id(x)]
+        result = JuliaStruct(x.type, fields, layout=x.layout, mutable=x.mutable)
+        self.done[id(x)] = (x, result)
         return result
 
     def _vector(self, x: list[Any], path: TreePath, depth: int) -> list[Any]:
@@ -255,6 +272,8 @@ class _Converter:
             items = [self.convert(v, (*path, i), depth) for i, v in enumerate(x, 1)]
             return tuple(items) if self.lists == "tuple" else items
         if isinstance(x, JuliaStruct):
+            if x.type.name == "Core.TypeVar":
+                return self._type_var(x, path, depth - 1)
             _check_text(x.type.qualified(), path, name=True)
             fields = [(_name(k, path), self.convert(v, (*path, k), depth)) for k, v in x.fields.items()]
             return JuliaStruct(x.type, fields, layout=x.layout, mutable=x.mutable)
