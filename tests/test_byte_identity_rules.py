@@ -52,7 +52,7 @@ from treexchange._jld2 import _era
 from treexchange._jld2._encode_hdf5 import VLEN_UTF8
 from treexchange._jld2._era import REPORTED_TRAITS, Source, header_traits
 from treexchange._jld2._layout import StructLayout
-from treexchange._jld2._unlinked import unlinked_headers
+from treexchange._jld2._unlinked import _is_header, unlinked_headers
 from treexchange._jld2._writefile import write_jld2
 from treexchange._jld2._writer_arrays import JLD2_DEFLATE_PIPELINE, Compression
 from treexchange._reader import File, read_objects
@@ -784,6 +784,34 @@ def test_keep_format_names_object_headers_nothing_links(
     assert "not byte-identical from byte" in err and "no known cause" not in err
     assert f"1 object header nothing links (the first at byte {dead})" in err
     assert sorted(tx.load(out)) == ["a", "c"]
+
+
+def test_a_valid_header_copied_into_array_data_is_not_an_unlinked_object(tmp_path: Path) -> None:
+    """A Float64 array whose raw bytes hold a whole object header, checksum and all (a file's
+    bytes kept as numbers): it lies inside the data of a dataset reading reached, so it is no
+    object; a dataset no link reaches beside it is still found, and only it."""
+    donor = tmp_path / "donor.jld2"
+    tx.save(donor, w=np.arange(3.0), format="0.1.1")
+    raw = donor.read_bytes()
+    with File(donor) as f:
+        h5 = f.reader.h5
+        at = h5.absolute(f.reader.links(h5.root_address)["w"])
+    chunk = first_chunk(memoryview(raw), at)
+    assert chunk is not None
+    header = raw[at : chunk[2] + 4]  # the first chunk and its checksum
+    payload = bytes(8) + header + bytes(-len(header) % 8 + 8)
+    values = np.frombuffer(payload, "<f8").copy()
+    src = tmp_path / "in.jld2"
+    tx.save(src, x=values, b=np.arange(4.0), producer=PRODUCER, format="0.1.1")
+    dead = _unlink(src, "b")
+    content = src.read_bytes()
+    copy_at = content.find(payload)
+    assert copy_at > 0 and content.count(header) == 1
+    with File(src) as f:
+        assert tx.values_equal(f.read("x"), values)
+        assert unlinked_headers(f.reader, read_objects(f).reached) == [dead]
+        # the copy is a header by every test but where it lies
+        assert _is_header(f.reader.h5, copy_at + 8) and copy_at + 8 != dead
 
 
 def test_object_header_bytes_inside_array_data_are_not_taken_for_headers(

@@ -13,11 +13,14 @@ reader (:meth:`HDF5File.headers_read`), not read as a value by ``read_objects`` 
 header parsed), not the target of a link of a group reached from the root (``/_types``
 included: a committed type no value uses, and what its parameters refer to) nor of an
 object-reference attribute of a header read. Global heaps (``GCOL``) and continuation chunks
-(``OCHK``) have other signatures.
+(``OCHK``) have other signatures. A header whose checksum holds yet which lies inside the data of
+a dataset reading reached (its compact, contiguous or chunk extents) is a copy of a header held
+as a value's bytes (a file's bytes saved in an array), not an object: not counted.
 """
 
 from __future__ import annotations
 
+import bisect
 import struct
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
@@ -62,6 +65,7 @@ def unlinked_headers(reader: Reader, reached: Iterable[int] = ()) -> list[int]:
     known = set(read).union(reached, linked, _attribute_references(read.values()))
     found: list[int] = []
     candidates = 0
+    data: _DataExtents | None = None  # made when a first header passes: most files have none
     for offset in h5.occurrences(b"OHDR", h5.base):
         if offset - h5.base in known:
             continue
@@ -69,8 +73,51 @@ def unlinked_headers(reader: Reader, reached: Iterable[int] = ()) -> list[int]:
         if candidates > _MAX_CANDIDATES or len(found) >= MAX_COUNTED:
             break
         if _is_header(h5, offset):
-            found.append(offset)
+            if data is None:
+                data = _DataExtents(h5, known)
+            if not data.covers(offset):
+                found.append(offset)
     return found
+
+
+class _DataExtents:
+    """The byte ranges holding the data of the datasets among ``addresses`` (relative): compact
+    and contiguous data, and every stored chunk, as absolute ``[start, end)`` ranges."""
+
+    def __init__(self, h5: HDF5File, addresses: Iterable[int]) -> None:
+        ranges: list[tuple[int, int]] = []
+        for address in addresses:
+            try:
+                obj = h5.object(address)  # (parsed before, or alike to one parsed: cheap)
+                ranges.extend(_data_ranges(h5, obj))
+            except (TreexchangeError, *FORMAT_ERRORS):
+                continue  # (not a dataset reading could describe: it holds no data we know of)
+        ranges.sort()
+        self._starts = [start for start, _ in ranges]
+        # the furthest end of the ranges up to each one (ranges may nest or overlap)
+        self._reach: list[int] = []
+        furthest = -1
+        for _, end in ranges:
+            furthest = max(furthest, end)
+            self._reach.append(furthest)
+
+    def covers(self, offset: int) -> bool:
+        """Whether ``offset`` (absolute) lies inside one of the ranges."""
+        i = bisect.bisect_right(self._starts, offset)
+        return i > 0 and self._reach[i - 1] > offset
+
+
+def _data_ranges(h5: HDF5File, obj: ObjectHeader) -> list[tuple[int, int]]:
+    layout = obj.layout
+    if layout is None:
+        return []  # a group, a committed type
+    if layout.kind in ("compact", "contiguous"):
+        at = layout.data_offset
+        return [] if at is None or layout.data_size <= 0 else [(at, at + layout.data_size)]
+    # only chunked datasets need _chunks (and its filters), as HDF5File.raw_data imports it
+    from .._hdf5._chunks import iter_chunks
+
+    return [(c.offset, c.offset + c.size) for c in iter_chunks(h5, obj) if c.size > 0]
 
 
 def _linked(reader: Reader) -> set[int]:
