@@ -7,7 +7,8 @@ and skipped, with the reason, when absent.
 - a struct custom-serialized as a ``String`` (``writeas(::Type{BigInt}) = String``, the same for
   ``BigFloat``): the committed type is the vlen string itself (``julia_type`` the struct,
   ``written_type`` ``Core.String``), the text stored inline in a struct (ReservoirComputing's ESN
-  state: ``MersenneTwister.adv_jump``, a ``Base.GMP.BigInt`` read as a ``tx.BigInt``).
+  state: ``MersenneTwister.adv_jump``, a ``Base.GMP.BigInt`` read as a ``tx.BigInt``; a
+  ``BigFloat`` reads as a ``tx.BigFloat``).
 - ``Ptr{T}`` is custom-serialized as ``Nothing`` (JLD2's ``writeas(::Type{Ptr{T}}) = Nothing``,
   since v0.4.0): its committed type carries ``julia_type`` ``Ptr{T}`` *and* ``written_type``
   ``Nothing`` (CategoricalArrays' ``CategoricalPool`` has two ``Ptr{Nothing}`` fields).
@@ -34,8 +35,10 @@ and skipped, with the reason, when absent.
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
+from decimal import Decimal
 from pathlib import Path
 
 import h5py
@@ -48,6 +51,7 @@ from treexchange import JuliaArray, JuliaDict, JuliaStruct, JuliaType, Singleton
 from treexchange._cli import main
 from treexchange._hdf5._lookup3 import lookup3
 from treexchange._hdf5._objectheader import first_chunk
+from treexchange._inspect import node_record
 from treexchange._jld2 import _era
 from treexchange._jld2._encode_hdf5 import VLEN_UTF8
 from treexchange._jld2._era import REPORTED_TRAITS, Source, header_traits
@@ -135,10 +139,10 @@ def test_a_dict_keeps_a_where_type_parameter(tmp_path: Path) -> None:
 # --- a struct custom-serialized as a String (BigFloat, BigInt) ---------------------------------
 
 
-def _bigfloat(text: str) -> JuliaStruct:
-    """A ``Base.MPFR.BigFloat`` as the reader gives it: JLD2 writes it as its decimal ``String``
-    (``writeas(::Type{BigFloat}) = String``), read as the struct's one ``written`` field."""
-    t = JuliaType("Base.MPFR.BigFloat")
+def _string_serialized(text: str, name: str = "Main.Money") -> JuliaStruct:
+    """A struct JLD2 writes as its ``String`` (a user's ``writeas(::Type{Money}) = String``, as
+    JLD2's own for ``BigInt`` and ``BigFloat``), as the reader gives it: its one ``written`` field."""
+    t = JuliaType(name)
     layout = StructLayout(t, VLEN_UTF8, (), written_type=JuliaType("Core.String"))
     return JuliaStruct(t, {"written": text}, layout=layout)
 
@@ -146,16 +150,78 @@ def _bigfloat(text: str) -> JuliaStruct:
 def test_a_struct_written_as_a_string_commits_the_string_type(tmp_path: Path) -> None:
     # JLD2 commits the vlen string type itself (julia_type the struct, written_type Core.String)
     # and stores the text inline in a struct, not a one-member compound.
-    rng = JuliaStruct(JuliaType("Main.RNG"), {"seed": np.int64(17), "x": _bigfloat("0.5")}, mutable=True)
+    rng = JuliaStruct(
+        JuliaType("Main.RNG"), {"seed": np.int64(17), "x": _string_serialized("0.5")}, mutable=True
+    )
     path = tmp_path / "big.jld2"
-    tx.save(path, rng=rng, a=_bigfloat("1.25"), b=_bigfloat("-7.0"))
+    tx.save(path, rng=rng, a=_string_serialized("1.25"), b=_string_serialized("-7.0"))
     data = path.read_bytes()
     assert data.count(b"written_type") == 1 and data.count(b"Core.String") == 1
     assert data.count(b"written") == 1  # no member named "written"
     back = tx.load(path)
-    assert tx.values_equal(back["rng"], rng) and tx.values_equal(back["b"], _bigfloat("-7.0"))
+    assert tx.values_equal(back["rng"], rng) and tx.values_equal(back["b"], _string_serialized("-7.0"))
     with h5py.File(path, "r") as f:
         assert f["a"][()] == b"1.25" and f["rng"].dtype["x"].kind == "O"
+
+
+PI_TEXT = "3.141592653589793238462643383279502884197169399375105820974944592307816406286198"
+
+
+def test_a_bigfloat_reads_as_tx_bigfloat_and_is_written_back_byte_for_byte(tmp_path: Path) -> None:
+    """JLD2's ``writeas(::Type{BigFloat}) = String``, ``string(x)``: the file holds the decimal
+    text (no precision). It reads as a ``tx.BigFloat`` keeping every digit and the type's name,
+    wherever it lies (top level, a struct field, a ``Vector{Any}``, a ``Vector{BigFloat}``); the
+    JLD2 form written from the struct the reader gave before and from ``tx.BigFloat`` values is
+    one, byte for byte, and a re-encode gives it again."""
+
+    def values(big: Callable[[str], object], name: str = "Base.MPFR.BigFloat") -> list[tuple[str, object]]:
+        rng = JuliaStruct(JuliaType("Main.RNG"), {"seed": np.int64(17), "x": big("0.5")}, mutable=True)
+        return [
+            ("pi", big(PI_TEXT)),
+            ("rng", rng),
+            ("any", [big("-Inf"), big("1.0e+400"), 2.0]),
+            ("vec", JuliaArray(name, [big("NaN"), big("-0.0")])),
+        ]
+
+    as_struct, as_bigfloat = tmp_path / "struct.jld2", tmp_path / "bigfloat.jld2"
+    original = _write(as_struct, values(lambda t: _string_serialized(t, "Base.MPFR.BigFloat")), "0.2.0")
+    assert _write(as_bigfloat, values(tx.BigFloat), "0.2.0") == original
+    back = tx.load(as_struct)
+    x = back["pi"]
+    assert type(x) is tx.BigFloat and str(x) == PI_TEXT and x.julia_name == "Base.MPFR.BigFloat"
+    assert float(x) == math.pi and x.to_decimal() == Decimal(PI_TEXT) and x != tx.BigFloat("3.14")
+    assert type(back["rng"]["x"]) is tx.BigFloat and back["rng"]["x"] == 0.5
+    assert [str(v) for v in back["any"][:2]] == ["-Inf", "1.0e+400"] and float(back["any"][1]) == math.inf
+    assert back["vec"].eltype.name == "Base.MPFR.BigFloat" and [str(v) for v in back["vec"]] == [
+        "NaN",
+        "-0.0",
+    ]
+    assert tx.values_equal(back, dict(values(tx.BigFloat)))
+    assert _write(tmp_path / "again.jld2", list(back.items()), "0.2.0") == original
+    _assert_byte_identical(as_struct, tmp_path / "converted.jld2")
+    with h5py.File(as_struct, "r") as f:  # the independent reader sees the text JLD2 stores
+        assert f["pi"][()] == PI_TEXT.encode() and f["rng"][()]["x"] == b"0.5"
+    with tx.open(as_struct) as f:
+        assert f["pi"].kind == "number" and str(f["pi"].julia_type) == "BigFloat"
+        assert node_record(f["pi"])["value"] == PI_TEXT  # every digit in JSON, as text
+
+
+def test_a_bigfloat_keeps_the_name_its_file_gave_it_and_malformed_text_is_a_format_error(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "alias.jld2"
+    tx.save(path, x=_string_serialized("2.5", "Base.BigFloat"))
+    back = tx.load(path)["x"]
+    assert back == tx.BigFloat("2.5") and back.julia_name == "Base.BigFloat"
+    assert b"Base.BigFloat" in path.read_bytes() and b"MPFR" not in path.read_bytes()
+    _assert_byte_identical(path, tmp_path / "again.jld2")
+    bad = tmp_path / "bad.jld2"
+    tx.save(bad, s=JuliaStruct("Main.S", {"x": _string_serialized("1.5e", "Base.MPFR.BigFloat")}))
+    with pytest.raises(tx.FormatError, match="malformed BigFloat text") as err:
+        tx.load(bad)
+    assert err.value.path == ("s", "x")
+    with pytest.raises(ValueError):
+        tx.BigFloat("0x1p3")
 
 
 def _esn_like(adv_jump: object) -> JuliaStruct:

@@ -259,6 +259,7 @@ def test_non_array_leaves_keep_exact_types_and_bits(tmp_path: Path) -> None:
         ubig=tx.UInt128(2**127),
         bigint=tx.BigInt(0),
         wide=tx.BigInt(-(62**3000), "Base.BigInt"),  # beyond Python's 4300-digit decimal text limit
+        bigfloat=tx.BigFloat("1.00000000000000000000000000001e+400", "Base.BigFloat"),
         z=1.5 - 2j,
         sym=tx.Symbol("relu"),
         text="relu",
@@ -276,6 +277,7 @@ def test_non_array_leaves_keep_exact_types_and_bits(tmp_path: Path) -> None:
     assert back["f32"].tobytes() == nan_payload.tobytes()
     assert str(back["negzero"]) == "-0.0" and type(back["big"]) is tx.Int128
     assert type(back["bigint"]) is tx.BigInt and back["wide"].julia_name == "Base.BigInt"
+    assert str(back["bigfloat"]) == str(tree["bigfloat"]) and back["bigfloat"].julia_name == "Base.BigFloat"
     assert type(back["sym"]) is tx.Symbol and type(back["text"]) is str
     assert list(back["d"]) == [1, (2, 3)] and back["jl"].type == tree["jl"].type
 

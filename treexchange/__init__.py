@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from ._values import (
         MISSING as MISSING,
         UNDEF as UNDEF,
+        BigFloat as BigFloat,
         BigInt as BigInt,
         Closure as Closure,
         Int128 as Int128,
@@ -92,6 +93,7 @@ _LAZY_NAMES = {
         (
             "MISSING",
             "UNDEF",
+            "BigFloat",
             "BigInt",
             "Closure",
             "Int128",
@@ -147,6 +149,7 @@ def __dir__() -> list[str]:
 __all__ = [
     "MISSING",
     "UNDEF",
+    "BigFloat",
     "BigInt",
     "Closure",
     "ConversionError",

@@ -20,8 +20,9 @@ Values and digests are spelled by :mod:`treexchange._jsonform` (schemas spell th
 JSON has no NaN or infinities: those floats are written as the strings ``"NaN"``,
 ``"Infinity"`` and ``"-Infinity"`` (also inside ``[re, im]`` pairs of complex numbers).
 Integers wider than 64 bits (``Int128``, ``UInt128``, ``BigInt``) are decimal strings, as
-are all values of those types. Primitive bits types numpy has no dtype for (``Char``,
-``@enum`` values) are kind ``number`` with their bytes read as a little-endian signed integer.
+are all values of those types; a ``BigFloat`` is its decimal text. Primitive bits types numpy
+has no dtype for (``Char``, ``@enum`` values) are kind ``number`` with their bytes read as a
+little-endian signed integer.
 A type used as a value (``Float64`` in a field) is kind ``singleton`` with julia_type ``Type{Float64}``.
 HDF5 groups (``"a/b"`` names) get no line of their own: their names appear as path segments.
 """

@@ -11,6 +11,7 @@ Scalars (:func:`json_scalar`):
 * integers wider than that, and every value of a type wider than 64 bits (``Int128``,
   ``UInt128``, ``BigInt``): decimal strings. JSON parsers commonly read numbers as doubles or
   64-bit integers, so a bigger number would silently change on the way;
+* ``BigFloat``: its decimal text, as the file holds it (a double would round it);
 * ``NaN`` and the infinities (JSON has no literal for them): the strings ``"NaN"``,
   ``"Infinity"``, ``"-Infinity"``; a ``Float32`` / ``Float16`` / ``BFloat16`` as the shortest
   decimal that reads back as the same value (``0.1`` for ``0.1f0``);
@@ -35,7 +36,7 @@ import numpy as np
 
 from ._errors import LimitError
 from ._juliatype import JuliaType, is_bigint_name
-from ._values import BigInt, Int128, JuliaBits, UInt128
+from ._values import BigFloat, BigInt, Int128, JuliaBits, UInt128
 
 _INT64_MIN, _UINT64_END = -(2**63), 2**64
 _WIDE_INTEGER_TYPES = frozenset({"Core.Int128", "Int128", "Core.UInt128", "UInt128"})
@@ -57,8 +58,8 @@ def json_scalar(value: Any, julia_type: JuliaType | str | None = None) -> Any:
         (0.1, 'NaN', [1.0, 2.0])
         >>> json_scalar(Int128(5)), json_scalar(2**64), json_scalar(2**64 - 1), json_scalar(5, "BigInt")
         ('5', '18446744073709551616', 18446744073709551615, '5')
-        >>> json_scalar(BigInt(7)), json_scalar(7, "Base.GMP.BigInt")
-        ('7', '7')
+        >>> json_scalar(BigInt(7)), json_scalar(7, "Base.GMP.BigInt"), json_scalar(BigFloat("1.0e+400"))
+        ('7', '7', '1.0e+400')
     """
     if isinstance(value, (bool, np.bool_)):
         return bool(value)
@@ -76,6 +77,8 @@ def json_scalar(value: Any, julia_type: JuliaType | str | None = None) -> Any:
         return _float(value)
     if isinstance(value, JuliaBits):
         return value.as_int()
+    if isinstance(value, BigFloat):
+        return value.text  # its decimal text, every digit (a double would round it)
     return str(value)
 
 

@@ -46,6 +46,23 @@ def is_bigint_name(name: str) -> bool:
     return normalize_name(name) in _BIGINT_NAMES
 
 
+BIGFLOAT_NAME = "Base.MPFR.BigFloat"
+"""Julia's ``BigFloat`` named by its defining module, as JLD2 records it (every Julia 1.x)."""
+_BIGFLOAT_NAMES = frozenset({BIGFLOAT_NAME, "Base.BigFloat", "BigFloat"})
+
+
+def is_bigfloat_name(name: str) -> bool:
+    """Whether ``name`` is one of the names of Julia's ``BigFloat``: its defining module's
+    (``Base.MPFR.BigFloat``, what JLD2 writes), Base's re-export (``Base.BigFloat``) or the bare
+    name Julia prints.
+
+    Example:
+        >>> [is_bigfloat_name(n) for n in ("Base.MPFR.BigFloat", "Base.BigFloat", "BigFloat", "Main.Big")]
+        [True, True, True, False]
+    """
+    return normalize_name(name) in _BIGFLOAT_NAMES
+
+
 # Parameterless types Julia prints with braces: ``Tuple{}`` (the empty tuple's type, which JLD2
 # stores as a bare ``Core.Tuple``) and ``Union{}`` (the bottom type; a bare ``Union`` is another
 # type). The qualified form stays as JLD2 stores names.
@@ -329,6 +346,8 @@ def normalize_name(name: str) -> str:
 def _short(name: str) -> str:
     if name in _BIGINT_NAMES:
         return "BigInt"  # as Julia prints it (Base exports it from Base.GMP)
+    if name in _BIGFLOAT_NAMES:
+        return "BigFloat"  # (and from Base.MPFR)
     for prefix in _IMPLICIT_MODULES:
         if name.startswith(prefix) and "." not in name[len(prefix) :]:
             return name[len(prefix) :]

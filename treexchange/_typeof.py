@@ -21,10 +21,11 @@ import ml_dtypes
 import numpy as np
 
 from ._errors import ConversionError, PathSegment, TreePath
-from ._juliatype import BIGINT_NAME, JuliaType
+from ._juliatype import BIGFLOAT_NAME, BIGINT_NAME, JuliaType
 from ._values import (
     MISSING,
     UNDEF,
+    BigFloat,
     BigInt,
     Int128,
     JuliaArray,
@@ -64,6 +65,7 @@ FLOAT64 = JuliaType("Core.Float64")
 INT128 = JuliaType("Core.Int128")
 UINT128 = JuliaType("Core.UInt128")
 BIGINT = JuliaType(BIGINT_NAME)
+BIGFLOAT = JuliaType(BIGFLOAT_NAME)
 COMPLEX_F64 = JuliaType("Base.Complex", (FLOAT64,))
 VECTOR_ANY = JuliaType("Core.Array", (ANY, np.int64(1)))
 # Julia >= 1.11 defines BFloat16 in Core; BFloat16s.jl re-exports it there.
@@ -164,7 +166,7 @@ def kind_of(value: Any, *, path: Sequence[PathSegment] = ()) -> Kind:
         return "string"
     if value is None or value is MISSING or value is UNDEF or isinstance(value, (Singleton, JuliaType)):
         return "singleton"  # a JuliaType held as a value is a DataType: no fields
-    if isinstance(value, (int, float, complex, np.number, JuliaBits)):
+    if isinstance(value, (int, float, complex, np.number, JuliaBits, BigFloat)):
         return "number"
     if isinstance(value, np.generic) and value.dtype in _DTYPE_TO_JULIA:
         return "number"  # a BFloat16 scalar (ml_dtypes scalars are not np.number)
@@ -328,6 +330,9 @@ def type_of(value: Any, builder: TypeBuilder[T], path: TreePath = ()) -> T:
     if isinstance(value, BigInt):
         name = value.julia_name
         return builder.for_type(BIGINT if name == BIGINT.name else JuliaType(name), path)
+    if isinstance(value, BigFloat):
+        name = value.julia_name
+        return builder.for_type(BIGFLOAT if name == BIGFLOAT.name else JuliaType(name), path)
     if isinstance(value, int):
         # The narrowest that holds it, as the bridge converts (_bridge._to_julia._python_int).
         if -(2**63) <= value < 2**63:

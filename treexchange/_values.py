@@ -10,7 +10,8 @@ other arrays of non-bits elements      :class:`JuliaArray` (element type + objec
 ``Array{T,N}`` of numbers / Bool       ``numpy.ndarray`` in Julia's shape (F-ordered)
 numbers                                numpy scalars of the exact dtype; ``Int128``/``UInt128`` as
                                        :class:`Int128` / :class:`UInt128` (``int`` subclasses),
-                                       ``BigInt`` as :class:`BigInt` (an ``int`` subclass)
+                                       ``BigInt`` as :class:`BigInt` (an ``int`` subclass),
+                                       ``BigFloat`` as :class:`BigFloat` (its decimal text)
 ``Bool``                               ``bool``
 ``String`` / ``Symbol``                ``str`` / :class:`Symbol`
 ``nothing`` / ``missing``              ``None`` / :data:`MISSING`
@@ -30,6 +31,8 @@ from __future__ import annotations
 
 import functools
 import importlib.machinery
+import math
+import re
 import reprlib
 import sys
 import threading
@@ -39,7 +42,16 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from ._juliatype import BIGINT_NAME, JuliaType, TypeParameterValue, _render_param, _short, is_bigint_name
+from ._juliatype import (
+    BIGFLOAT_NAME,
+    BIGINT_NAME,
+    JuliaType,
+    TypeParameterValue,
+    _render_param,
+    _short,
+    is_bigfloat_name,
+    is_bigint_name,
+)
 from ._symbol import Symbol as Symbol  # defined below the type AST, which parses Symbols
 
 
@@ -698,6 +710,111 @@ class BigInt(int):
 
     def __str__(self) -> str:
         return int.__repr__(self)  # the decimal text, as for an int
+
+
+# The decimal text of a number as Julia's ``parse(BigFloat, s)`` takes it (and Python's ``float``
+# and ``Decimal``): digits with an optional point and exponent, or infinity / NaN.
+_BIGFLOAT_TEXT = re.compile(r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|(?i:inf|infinity|nan))")
+
+
+class BigFloat:
+    """A Julia ``BigFloat``: the decimal text JLD2 stores it as (``string(x)``: as many digits
+    as its precision needs to read back exactly), kept as written, so ``save`` writes the same
+    bytes again.
+
+    The file holds no precision: JLD2.jl parses the text at the reading session's precision (256
+    bits unless ``setprecision`` says otherwise), and so does Julia for a ``BigFloat`` written
+    here. ``float(x)`` is the nearest double, ``x.to_decimal()`` the exact value of the text (a
+    :class:`decimal.Decimal`), ``str(x)`` the text. Equal to another ``BigFloat``, an ``int``, a
+    ``float`` or a ``Decimal`` of the same value (and to a ``NaN`` of the same text).
+    ``julia_name`` is the name the type is written with: ``Base.MPFR.BigFloat``, as JLD2 writes
+    it, unless the value was read under another (``Base.BigFloat``).
+
+    Example:
+        >>> from treexchange import BigFloat
+        >>> x = BigFloat("3.141592653589793238462643383279502884197169399375105820974944592307816406286198")
+        >>> float(x), str(x)[:12], x.to_decimal() > 3, x == BigFloat("3.1416")
+        (3.141592653589793, '3.1415926535', True, False)
+        >>> BigFloat(2.5), BigFloat(10**30) == 10**30, BigFloat("1.0e+100") == BigFloat("1e100")
+        (BigFloat('2.5'), True, True)
+    """
+
+    __slots__ = ("julia_name", "text")
+    text: str
+    julia_name: str
+
+    def __init__(self, value: Any = "0", julia_name: str | None = None) -> None:
+        if isinstance(value, BigFloat):
+            text = value.text
+            julia_name = value.julia_name if julia_name is None else julia_name
+        elif isinstance(value, str):
+            text = str(value)
+            if _BIGFLOAT_TEXT.fullmatch(text) is None:
+                raise ValueError(f"{text[:60]!r} is not the decimal text of a number")
+        elif isinstance(value, (bool, np.bool_)):
+            raise TypeError("a Bool is not a BigFloat")
+        elif isinstance(value, (int, np.integer)):
+            text = str(int(value))
+        elif isinstance(value, (float, np.floating)):
+            f = float(value)
+            text = "NaN" if math.isnan(f) else ("-Inf" if f < 0 else "Inf") if math.isinf(f) else repr(f)
+        elif _is_decimal(value):
+            text = (
+                "NaN"
+                if value.is_nan()
+                else ("-Inf" if value < 0 else "Inf")
+                if value.is_infinite()
+                else str(value)
+            )
+        else:
+            raise TypeError(f"cannot make a BigFloat of {type(value).__name__}")
+        name = BIGFLOAT_NAME if julia_name is None else julia_name
+        if name != BIGFLOAT_NAME and not is_bigfloat_name(name):
+            raise ValueError(f"{name!r} is not a name of Julia's BigFloat")
+        object.__setattr__(self, "text", text)
+        object.__setattr__(self, "julia_name", name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("BigFloat is immutable")
+
+    def to_decimal(self) -> Any:
+        """The exact value of the text, a :class:`decimal.Decimal` (``Decimal('Infinity')`` for
+        ``Inf``, ``Decimal('NaN')``)."""
+        import decimal  # (here: importing treexchange does not load decimal)
+
+        return decimal.Decimal(self.text)
+
+    def __float__(self) -> float:
+        return float(self.text)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, BigFloat):
+            return self.text == other.text or bool(self.to_decimal() == other.to_decimal())
+        if isinstance(other, (bool, np.bool_)):
+            return NotImplemented
+        if isinstance(other, (int, float)) or _is_decimal(other):
+            return bool(self.to_decimal() == other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        d = self.to_decimal()
+        return hash("NaN") if d.is_nan() else hash(d)  # equal numbers hash alike (int, float)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (BigFloat, (self.text, self.julia_name))
+
+    def __repr__(self) -> str:
+        return f"BigFloat({self.text!r})"
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _is_decimal(value: Any) -> bool:
+    """Whether ``value`` is a :class:`decimal.Decimal` (without importing ``decimal``: a value
+    can only be one once it is loaded)."""
+    decimal = sys.modules.get("decimal")
+    return decimal is not None and isinstance(value, decimal.Decimal)
 
 
 def _values_equal(a: Any, b: Any) -> bool:

@@ -20,6 +20,7 @@ from .._limits import Limits
 from .._recursion import stack_for_depth
 from .._typeof import julia_eltype
 from .._values import (
+    BigFloat,
     BigInt,
     Int128,
     JuliaArray,
@@ -203,7 +204,7 @@ class _Converter:
                 return x
             _check_text(x, path)
             return str(x)  # np.str_ and other str subclasses become plain String
-        if x is None or isinstance(x, (Int128, UInt128, BigInt, Missing, Undef)):
+        if x is None or isinstance(x, (Int128, UInt128, BigInt, BigFloat, Missing, Undef)):
             return x
         if isinstance(x, (Singleton, JuliaBits)):
             _check_text(x.type.qualified(), path, name=True)

@@ -13,7 +13,8 @@ Node tags (``"t"``): ``nt`` (NamedTuple: ``f`` = ``[[name, node], ...]``), ``tup
 order), ``array`` (a stored array: whatever the callback wrote, at least ``dtype`` and ``shape``),
 ``num`` (numpy scalar: ``dtype``, ``hex``), ``int`` / ``float`` / ``complex`` / ``bool`` (Python
 scalars), ``int128`` / ``uint128`` (decimal ``v``), ``bigint`` (``v`` in hex, as ``hex()`` writes
-it: no digit limit, unlike decimal text; ``name``, the name of its type), ``str``, ``sym``,
+it: no digit limit, unlike decimal text; ``name``, the name of its type), ``bigfloat`` (``v``
+its decimal text, ``name``), ``str``, ``sym``,
 ``nothing``, ``missing``, ``undef``, ``singleton`` (``type``), ``bits`` (``type``, ``hex``),
 ``type`` (a Julia type used as a type parameter: ``name``, ``p``).
 """
@@ -31,6 +32,7 @@ from .._typeof import _DTYPE_TO_JULIA
 from .._values import (
     MISSING,
     UNDEF,
+    BigFloat,
     BigInt,
     Int128,
     JuliaArray,
@@ -127,6 +129,8 @@ def _encode_scalar(value: Any, path: TreePath) -> dict[str, Any]:
         return {"t": "uint128", "v": str(int(value))}
     if isinstance(value, BigInt):
         return {"t": "bigint", "v": hex(value), "name": value.julia_name}
+    if isinstance(value, BigFloat):
+        return {"t": "bigfloat", "v": value.text, "name": value.julia_name}
     if isinstance(value, np.generic):
         dtype = np.dtype(value.dtype).newbyteorder("<")
         if dtype.newbyteorder("=") not in _DTYPE_TO_JULIA:
@@ -221,6 +225,11 @@ def _decode_scalar(tag: str, node: dict[str, Any], path: TreePath) -> Any:
             return BigInt(int(node["v"], 16), str(node["name"]))
         except (TypeError, ValueError):
             raise FormatError(f"malformed bigint node {str(node)[:60]!r}", path=path) from None
+    if tag == "bigfloat":
+        try:
+            return BigFloat(str(node["v"]), str(node["name"]))
+        except (TypeError, ValueError):
+            raise FormatError(f"malformed bigfloat node {str(node)[:60]!r}", path=path) from None
     if tag == "num":
         dtype = DTYPES[node["dtype"]]
         return np.frombuffer(bytes.fromhex(node["hex"]), dtype=dtype.newbyteorder("<"))[0].astype(dtype)

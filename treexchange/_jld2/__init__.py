@@ -46,6 +46,8 @@ of its kind, each one function or one table:
   (``SERIALIZED_DICT``), ``JLD2Writer._write_kvvec``
 - ``BigInt`` (any of its names, ``_juliatype.is_bigint_name``): ``_custom`` -> ``base62_to_int``
   (a ``BigInt`` keeping the name) -> ``LeafNode`` -> ``TypeFactory.bigint``, ``_base62``
+- ``BigFloat`` (``_juliatype.is_bigfloat_name``): ``_custom`` -> ``text_to_bigfloat`` (a
+  ``BigFloat`` keeping its text and name) -> ``LeafNode`` -> ``TypeFactory.bigint``
 - other custom serializations (``writeas``): ``_custom`` -> ``wrap_custom`` -> ``_custom_node``
   -> ``JLD2Writer._write_custom``
 - ``Union`` fields and arrays: ``UnionElementPlan`` -> the member's node ->

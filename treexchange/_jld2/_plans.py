@@ -28,10 +28,11 @@ import numpy as np
 
 from .._errors import FormatError, LimitError, TreePath
 from .._hdf5._model import H5Class, H5Type, Member
-from .._juliatype import BIGINT_NAME, JuliaType
+from .._juliatype import BIGFLOAT_NAME, BIGINT_NAME, JuliaType
 from .._limits import Limits
 from .._typeof import kind_of, wide_int_dtype
 from .._values import (
+    BigFloat,
     BigInt,
     Int128,
     JuliaArray,
@@ -650,6 +651,21 @@ def base62_to_int(value: Any, path: TreePath, *, max_digits: int, julia_name: st
             raise FormatError(f"malformed BigInt text {text[:40]!r}", path=path)
         n = n * 62 + d
     return BigInt(-n if neg else n, julia_name)
+
+
+def text_to_bigfloat(value: Any, path: TreePath, *, julia_name: str = BIGFLOAT_NAME) -> Any:
+    """Converter for ``BigFloat``, which JLD2 writes as its decimal ``String`` (``string(x)``):
+    a :class:`BigFloat` keeping the text and ``julia_name``, the name the file gave the type, so
+    both are written back as they were.
+
+    Example:
+        >>> text_to_bigfloat("-1.25e+400", ())
+        BigFloat('-1.25e+400')
+    """
+    try:
+        return BigFloat(str(value), julia_name)
+    except ValueError:
+        raise FormatError(f"malformed BigFloat text {str(value)[:40]!r}", path=path) from None
 
 
 def wrap_custom(julia_type: JuliaType, layout: StructLayout | None) -> Callable[[Any, TreePath], Any]:

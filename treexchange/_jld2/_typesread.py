@@ -38,7 +38,7 @@ import numpy as np
 from .._errors import FormatError, LimitError, TreePath, TreexchangeError, UnsupportedError
 from .._hdf5._messages import DATATYPE, MSG_FLAG_SHARED
 from .._hdf5._model import Attribute, H5Class, H5Type, Member
-from .._juliatype import JuliaType, is_bigint_name
+from .._juliatype import JuliaType, is_bigfloat_name, is_bigint_name
 from .._limits import type_depth
 from .._values import Symbol
 from ._layout import StructLayout
@@ -63,6 +63,7 @@ from ._plans import (
     base62_to_int,
     decode_text,
     pairs_to_dict,
+    text_to_bigfloat,
     type_of_value,
     vector_to_tuple,
     wrap_custom,
@@ -497,11 +498,18 @@ class TypeResolver:
             return CustomPlan(
                 "number", jt, inner, partial(base62_to_int, max_digits=limit, julia_name=jt.name)
             )
+        if (
+            is_bigfloat_name(jt.name)
+            and not jt.params
+            and isinstance(inner, (VlenStringPlan, FixedStringPlan))
+        ):
+            # Julia's BigFloat (JLD2's writeas(BigFloat) = String: its decimal text)
+            return CustomPlan("number", jt, inner, partial(text_to_bigfloat, julia_name=jt.name))
         layout = None
         if isinstance(inner, CompoundPlan) and inner.layout is not None:
             layout = dataclasses.replace(inner.layout, julia_type=jt, written_type=wt)
         elif isinstance(inner, VlenStringPlan) and not inner.symbol and inner.h5type is not None:
-            # Written as a String (JLD2's writeas(BigFloat) = String, a user type's writeas): the
+            # Written as a String (a user type's writeas, as JLD2's writeas(BigInt) = String): the
             # value reads as its one "written" field; the layout keeps written_type for the writer.
             layout = StructLayout(jt, inner.h5type, (), written_type=wt)
         return CustomPlan("struct", jt, inner, wrap_custom(jt, layout))

@@ -43,7 +43,6 @@ from .._limits import DEFAULT_LIMITS, Limits, datatype_depth
 from .._recursion import stack_for_depth
 from .._values import UNDEF, JuliaArray, JuliaBits, JuliaStruct, NamedTuple as JlNamedTuple, Singleton, Symbol
 from . import _encode_hdf5 as enc
-from ._base62 import int_to_base62
 from ._dictkeys import check_julia_keys
 from ._era import (
     BASE_PAIR,
@@ -75,7 +74,7 @@ from ._writer_bulk import (
 from ._writer_groups import SavedHeader, add_links
 from ._writer_runs import PairVector as _PairVector
 from ._writer_sink import Sink
-from ._writer_types import JT, MAX_INLINE_SIZE, UNION_EL, Cat, TypeFactory
+from ._writer_types import JT, MAX_INLINE_SIZE, UNION_EL, Cat, TypeFactory, written_text
 
 BASE = enc.FILE_HEADER_LENGTH
 COMPACT_LIMIT = 8192
@@ -1026,7 +1025,7 @@ class JLD2Writer:
         w = jt.writeas
         if w.cat is Cat.STRING and w is not jt:
             # A struct written as a String (BigInt): a scalar of its committed vlen string type.
-            value = _written_text(value)
+            value = written_text(value)
         plan = self._compact_plans.get(id(jt))
         if plan is not None and plan[0] is jt:
             return self._write_compact(plan, value, ws, tk, path)
@@ -1498,7 +1497,7 @@ class JLD2Writer:
                     return _ref(self._write_converted_vector(list(value), w, ws, path))
                 return _ref(self.write_ref(value, ws, path))
             if w.cat is Cat.STRING:
-                value = _written_text(value)  # a struct written as a String: its text
+                value = written_text(value)  # a struct written as a String: its text
             return self.encode_value(w, value, ws, path)
         if kind == "ref":
             return _ref(self.write_ref(value, ws, path))
@@ -1949,14 +1948,3 @@ def _encode_bits(w: JT, value: Any, path: tuple[PathSegment, ...]) -> bytes:
         if arr.size == 1:
             return arr.reshape(1).view(np.uint8).tobytes()
     raise ConversionError(f"cannot store {type(value).__name__} as {w.key}", path=path)
-
-
-def _written_text(value: Any) -> Any:
-    """The String a struct custom-serialized as a String (``JLD2.writeas(BigInt) = String``) is
-    written as: a ``BigInt`` (an ``int``) as its base-62 text; a struct read as its one
-    ``written`` field, that field."""
-    if isinstance(value, JuliaStruct):
-        return value.fields["written"]
-    if isinstance(value, int) and not isinstance(value, bool):
-        return int_to_base62(value)
-    return value

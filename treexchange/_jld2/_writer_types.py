@@ -40,11 +40,12 @@ import numpy as np
 
 from .._errors import ConversionError, PathSegment, TreePath, TreexchangeError, UnsupportedError
 from .._hdf5._model import H5Class, H5Type
-from .._juliatype import JuliaType, _render_param, is_bigint_name, where_type
+from .._juliatype import JuliaType, _render_param, is_bigfloat_name, is_bigint_name, where_type
 from .._typeof import julia_eltype, numpy_dtype, qualified_name, type_of
 from .._values import (
     MISSING,
     UNDEF,
+    BigFloat,
     JuliaArray,
     JuliaBits,
     JuliaStruct,
@@ -52,6 +53,7 @@ from .._values import (
     Singleton,
     Symbol,
 )
+from ._base62 import int_to_base62
 from ._encode_hdf5 import VLEN_UTF8, bitfield_type, fixed_type, float_type
 from ._layout import StructLayout
 
@@ -528,7 +530,7 @@ class TypeFactory:
             return self.other(t)  # the body of a where type (Dict{K,V}): a type by name only
         if name in ("Core.Int128", "Core.UInt128") and not params:
             return self.int128(name == "Core.Int128")
-        if is_bigint_name(name) and not params:
+        if (is_bigint_name(name) or is_bigfloat_name(name)) and not params:
             return self.bigint(name)
         if name == "Core.String" and not params:
             return self.STRING
@@ -905,8 +907,9 @@ class TypeFactory:
 
     def bigint(self, name: str) -> JT:
         """Julia's ``BigInt`` (a :class:`treexchange.BigInt`, or a Python ``int`` too wide for
-        ``Int128``) under the name ``name`` it is written with: JLD2's ``writeas(::Type{BigInt}) =
-        String`` stores its base-62 text, committing the string type as for
+        ``Int128``) or ``BigFloat`` (a :class:`treexchange.BigFloat`) under the name ``name`` it is
+        written with: JLD2's ``writeas(::Union{Type{BigInt},Type{BigFloat}}) = String`` stores its
+        text (a BigInt's in base 62, a BigFloat's decimal), committing the string type as for
         :meth:`_written_as_string`."""
         t = JuliaType(name)
         key = t.qualified()
@@ -1030,3 +1033,16 @@ def is_type_singleton(value: Singleton) -> bool:
     """Whether ``value`` is ``Singleton(Type{T})``: how the reader gives a type value ``T``."""
     t = value.type
     return t.name == "Core.Type" and len(t.params) == 1 and isinstance(t.params[0], JuliaType)
+
+
+def written_text(value: Any) -> Any:
+    """The String a struct custom-serialized as a String (``JLD2.writeas(BigInt) = String``) is
+    written as: a ``BigInt`` (an ``int``) as its base-62 text, a ``BigFloat`` as its decimal
+    text; a struct read as its one ``written`` field, that field."""
+    if isinstance(value, JuliaStruct):
+        return value.fields["written"]
+    if isinstance(value, BigFloat):
+        return value.text
+    if isinstance(value, int) and not isinstance(value, bool):
+        return int_to_base62(value)
+    return value
