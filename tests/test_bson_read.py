@@ -372,6 +372,22 @@ def test_a_cycle_through_a_value_that_is_not_a_struct_is_still_refused() -> None
         tx.load(bson_file({"x": backref(1)}, [struct(nt, backref(1))]))
 
 
+def test_an_nd_array_any_holding_itself_is_refused_as_bson_jl_builds_no_cycle_of_it() -> None:
+    """BSON.jl writes ``a = Array{Any}(undef, 2, 1); a[1] = a`` as an ``array`` document whose
+    element is a backref to it, but its load does not make the cycle: ``_raise_recursive`` caches
+    an ``array`` document only after ``tags[:array]`` built it, and that copies the elements
+    (``Array{T}(reshape(data, size...))``), so the inner reference becomes a second array holding
+    the raw ``Dict{Symbol,Any}`` document. No Julia value to mirror: refused, with the path (a
+    ``Vector{Any}`` is a BSON array BSON.jl caches before its elements, and reads as a cycle)."""
+    any_ = datatype("Core.Any")
+    raw = bson_file(
+        {"a": backref(1)}, [{"tag": "array", "type": any_, "size": [2, 1], "data": [backref(1), 1.0]}]
+    )
+    with pytest.raises(tx.UnsupportedError, match="cycle of backrefs") as err:
+        tx.load(raw)
+    assert err.value.path == ("a", 1)
+
+
 def test_diff_of_a_bson_file_and_its_jld2_copy_agrees_with_values_equal(tmp_path: Path) -> None:
     """Scalars no numpy dtype holds (a pointer's bits, an Int128) are described alike on both
     sides: ``diff`` reports nothing where ``values_equal`` is true."""

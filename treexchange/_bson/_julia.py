@@ -53,7 +53,8 @@ present and ``Limits``), backrefs are followed once each (cached). A struct reac
 backref is made before its fields, and so are a BSON array (a ``Vector{Any}``) and a Dict reached
 through one, so an element referring back to it (BSON.jl writes a mutable value that contains itself
 so) closes the cycle on that very object, as the JLD2 reader does; any other cycle of backrefs
-(through a tuple, an N-d ``array``, a type, or a backref that is itself) is refused,
+(through a tuple, an N-d ``array``, a type, or a backref that is itself) is refused (BSON.jl's
+load builds no cycle of them either: an N-d ``array`` is cached only once its elements are copied in),
 and the nesting is bounded: BSON documents by :func:`treexchange._bson._container.bson_depth`,
 values with their types (backref hops counted) by ``_limits.type_depth``.
 """
