@@ -17,7 +17,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
         "Julia-order shape. No array data is read unless --checksums is given.",
     )
     p.add_argument("file", nargs="?", help="the JLD2 or BSON.jl file")
-    p.add_argument("--checksums", action="store_true", help="add each array's sha256 (reads all data)")
+    p.add_argument(
+        "--checksums",
+        action="store_true",
+        help="record contents: each array's sha256 and each scalar's exact value (reads all data)",
+    )
     p.add_argument("--values", action="store_true", help="pin scalar values (enum) as found")
     p.add_argument("--name", help="only this top-level name ('a/b' for a nested group)")
     p.add_argument("--description", help="description text for the document")

@@ -23,7 +23,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     p.add_argument("file", help="the JLD2 or BSON.jl file")
     p.add_argument("schema", nargs="?", help="schema JSON file (default: the schema stored in FILE)")
     p.add_argument("--name", help="only this top-level name ('a/b' for a nested group)")
-    p.add_argument("--no-checksums", action="store_true", help="do not verify array sha256s")
+    p.add_argument(
+        "--no-checksums",
+        action="store_true",
+        help="do not verify recorded contents (array sha256s, scalar values)",
+    )
     p.add_argument("--json", action="store_true", help="JSON Lines: one violation object per line")
     p.add_argument("--full-types", action="store_true", help=FULL_TYPES_HELP)
     p.set_defaults(func=run)

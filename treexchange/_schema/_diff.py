@@ -12,6 +12,7 @@ from typing import Any
 from .._errors import TreePath, clip_type, format_path
 from .._limits import DEFAULT_LIMITS, Limits
 from ._align import align
+from ._content import same_content, shown_value
 from ._infer import infer_schema
 from ._model import (
     ArrayNode,
@@ -41,8 +42,9 @@ class Difference:
     a readable ``message``.
 
     ``kind`` is ``added`` / ``removed`` (a node only in B / only in A), ``kind``, ``type``,
-    ``order``, ``dtype``, ``shape``, ``checksum``, ``value`` (value constraints), ``ref`` (a
-    back-reference to another place) or ``description``.
+    ``order``, ``dtype``, ``shape``, ``checksum`` (an array's sha256), ``content`` (a scalar's
+    recorded value: a number, ``Bool``, ``String`` or ``Symbol``), ``value`` (value constraints),
+    ``ref`` (a back-reference to another place) or ``description``.
     """
 
     kind: str
@@ -110,11 +112,18 @@ class SchemaDiff:
 def diff(a: Any, b: Any, *, checksums: bool = False, name: str | None = None) -> SchemaDiff:
     """Compare two schemas; files, value trees and PyTrees are compared through their inferred schemas.
 
+    Without ``checksums`` the comparison is of structure: names, kinds, types, field order, dtypes,
+    shapes (and whatever contents schema documents given as ``a`` / ``b`` record). With
+    ``checksums`` it is of contents too: every array's sha256 (``checksum``) and every number's,
+    ``Bool``'s, ``String``'s and ``Symbol``'s exact value (``content``; NaNs by their bits, ``-0.0``
+    is not ``0.0``); zero-size values (``()``, ``nothing``, activation functions) are their type.
+
     Args:
         a: a :class:`treexchange.Schema`, a schema JSON file or text, JSON data with a
-            ``schema_version``, a JLD2 file path or opened file, a value tree or a PyTree.
+            ``schema_version``, a JLD2 or BSON.jl file path or opened file, a value tree or a PyTree.
         b: the other side, any of the same.
-        checksums: when inferring from data, include array sha256s (so changed contents show).
+        checksums: when inferring from data, record contents (array sha256s, scalar values), so
+            that changed contents show.
         name: compare only this top-level name.
 
     Example:
@@ -128,6 +137,10 @@ def diff(a: Any, b: Any, *, checksums: bool = False, name: str | None = None) ->
         +++ B
         ~ m.weight: shape (5, 16) -> (5, 32)
         - m.bias: removed (array float32 (5,))
+        >>> print(diff({"lr": 0.1, "act": "relu"}, {"lr": 0.2, "act": "relu"}, checksums=True).text(), end="")
+        --- A
+        +++ B
+        ~ lr: content 0.1 -> 0.2
     """
     doc_a, label_a = _as_schema(a, checksums=checksums, name=name, default="A")
     doc_b, label_b = _as_schema(b, checksums=checksums, name=name, default="B")
@@ -302,6 +315,11 @@ class _Differ:
             va, vb = getattr(a, attr, None), getattr(b, attr, None)
             if va != vb:
                 self.changed("value", path, va, vb, f"{attr} {_value(va)}", _value(vb))
+        # The recorded content (a number's, bool's, string's or symbol's exact value), like an
+        # array's sha256: recorded on one side only is a difference too.
+        ca, cb = getattr(a, "value", None), getattr(b, "value", None)
+        if not same_content(ca, cb):
+            self.changed("content", path, ca, cb, shown_value(ca), shown_value(cb))
 
     def key(self, node: Node) -> str:
         """A canonical text of a node without descriptions (for aligning items)."""

@@ -32,8 +32,8 @@ def schema_to_attributes(schema: SchemaLike) -> dict[str, str]:
 
     Example:
         >>> from treexchange import load_schema, schema_to_attributes
-        >>> schema_to_attributes(load_schema({"schema_version": "2.0", "roots": {"flag": {"kind": "bool"}}}))
-        {'treexchange_schema': '{"schema_version":"2.0","roots":{"flag":{"kind":"bool"}}}'}
+        >>> schema_to_attributes(load_schema({"schema_version": "2.1", "roots": {"flag": {"kind": "bool"}}}))
+        {'treexchange_schema': '{"schema_version":"2.1","roots":{"flag":{"kind":"bool"}}}'}
     """
     return {SCHEMA_ATTRIBUTE: load_schema(schema).to_json(indent=None)}
 

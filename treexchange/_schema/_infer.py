@@ -14,6 +14,7 @@ from .._jsonform import json_scalar
 from .._limits import DEFAULT_LIMITS, Limits
 from .._nodeproto import LazyFile
 from .._version import __version__
+from ._content import content_value
 from ._model import (
     ArrayNode,
     BoolNode,
@@ -36,6 +37,11 @@ from ._model import (
 from ._sources import Source, file_roots, is_file_like, opened, roots_of, with_bridge
 
 _VECTOR_OF_ANY = "Array{Any, 1}"
+_PLAIN_NODES: dict[str, type[BoolNode | StringNode | SymbolNode]] = {
+    "bool": BoolNode,
+    "string": StringNode,
+    "symbol": SymbolNode,
+}
 _M = TypeVar("_M", bound=BaseModel)
 
 
@@ -105,7 +111,8 @@ def infer_schema(
             ``treexchange.load(path)`` returns); any other value is one root named ``name`` (default
             ``"model_state"``). PyTrees (Equinox modules, dataclasses ...) go through the JAX bridge.
         name: describe only this top-level name (``"a/b"`` reaches into groups).
-        checksums: add each array's sha256 (reads every array; otherwise no array data is read).
+        checksums: record contents: each array's sha256 and each number's, bool's, string's and
+            symbol's exact ``value`` (reads every array; otherwise no array data is read).
         values: pin every number / bool / string / symbol to its current value (``enum``).
         description: text for the document's ``description``.
 
@@ -262,14 +269,18 @@ class _Options:
             return _make(SingletonNode, type=src.type_text() or "Tuple{}")
         if kind == "number":
             type_text = src.type_text()
-            enum = [json_scalar(src.scalar(), type_text)] if self.values else None
-            return _make(NumberNode, dtype=src.dtype(), type=type_text, enum=enum)
-        if kind == "bool":
-            return _make(BoolNode, enum=[bool(src.scalar())] if self.values else None)
-        if kind == "string":
-            return _make(StringNode, enum=[str(src.scalar())] if self.values else None)
-        if kind == "symbol":
-            return _make(SymbolNode, enum=[str(src.scalar())] if self.values else None)
+            if not (self.values or self.checksums):
+                return _make(NumberNode, dtype=src.dtype(), type=type_text)
+            number = src.scalar()
+            enum = [json_scalar(number, type_text)] if self.values else None
+            value = content_value(number, type_text) if self.checksums else None
+            return _make(NumberNode, dtype=src.dtype(), type=type_text, enum=enum, value=value)
+        if kind in _PLAIN_NODES:
+            cls = _PLAIN_NODES[kind]
+            if not (self.values or self.checksums):
+                return _make(cls)
+            plain = bool(src.scalar()) if kind == "bool" else str(src.scalar())
+            return _make(cls, enum=[plain] if self.values else None, value=plain if self.checksums else None)
         raise LimitError(f"unknown node kind {kind!r}", path=src.path)  # pragma: no cover
 
 

@@ -1,4 +1,4 @@
-"""The schema document format (version 2.0) as pydantic v2 models.
+"""The schema document format (version 2.1) as pydantic v2 models.
 
 A schema document describes one state tree per top-level name (``roots``). Every node has a ``kind``
 (the same kinds as ``treexchange inspect --json``, plus ``group`` for a nested JLD2/HDF5 group) and
@@ -24,7 +24,7 @@ from .._gc import gc_paused
 from .._limits import DEFAULT_LIMITS, Limits
 from ._pretty import pretty_json
 
-SCHEMA_VERSION = "2.0"
+SCHEMA_VERSION = "2.1"
 """The schema document version this treexchange writes (and reads natively)."""
 
 
@@ -38,6 +38,11 @@ Dim = Annotated[int, Field(ge=0)] | Annotated[str, Field(pattern=_DIM_NAME.patte
 # JSON encodings of scalar values (inspect's ``value`` convention): numbers; complex as
 # ``[re, im]``; 128-bit integers as decimal strings; ``"NaN"``, ``"Infinity"``, ``"-Infinity"``.
 NumberValue = int | float | str | Annotated[list[int | float | str], Field(min_length=2, max_length=2)]
+
+_VALUE_HELP = (
+    "The recorded content (2.1; written with checksums): the exact value in inspect's JSON encoding, "
+    "a NaN other than the standard one as 'NaN(0x<bits>)'."
+)
 
 
 class _Base(BaseModel):
@@ -250,6 +255,7 @@ class NumberNode(_NodeBase):
 
     Optional value constraints: ``enum`` (allowed values), ``minimum`` / ``maximum`` (inclusive).
     ``type`` names the Julia type of primitive bits values without a numpy dtype (enums, ``Char``).
+    ``value`` (2.1) records the exact content, as ``sha256`` does for an array.
     """
 
     kind: Literal["number"] = "number"
@@ -258,30 +264,35 @@ class NumberNode(_NodeBase):
     enum: list[NumberValue] | None = None
     minimum: int | float | None = None
     maximum: int | float | None = None
+    value: NumberValue | None = Field(default=None, description=_VALUE_HELP)
 
     def summary(self) -> str:
         return f"number {self.dtype or self.type or ''}".rstrip()
 
 
 class BoolNode(_NodeBase):
-    """A ``Bool``; ``enum`` optionally restricts it (``[true]``)."""
+    """A ``Bool``; ``enum`` optionally restricts it (``[true]``); ``value`` (2.1) records it."""
 
     kind: Literal["bool"] = "bool"
     enum: list[bool] | None = None
+    value: bool | None = Field(default=None, description=_VALUE_HELP)
 
 
 class StringNode(_NodeBase):
-    """A ``String``; ``enum`` optionally lists the allowed values."""
+    """A ``String``; ``enum`` optionally lists the allowed values; ``value`` (2.1) records it."""
 
     kind: Literal["string"] = "string"
     enum: list[str] | None = None
+    value: str | None = Field(default=None, description=_VALUE_HELP)
 
 
 class SymbolNode(_NodeBase):
-    """A ``Symbol``; ``enum`` optionally lists the allowed values (without the ``:``)."""
+    """A ``Symbol``; ``enum`` optionally lists the allowed values (without the ``:``); ``value``
+    (2.1) records it."""
 
     kind: Literal["symbol"] = "symbol"
     enum: list[str] | None = None
+    value: str | None = Field(default=None, description=_VALUE_HELP)
 
 
 class SingletonNode(_NodeBase):
@@ -353,7 +364,7 @@ class Schema(_Base):
         >>> x = {"kind": "array", "dtype": "float32", "shape": [3, "batch"]}
         >>> doc = Schema.model_validate({"roots": {"x": x}})
         >>> doc.schema_version, doc.roots["x"].summary()
-        ('2.0', 'array float32 (3, batch)')
+        ('2.1', 'array float32 (3, batch)')
         >>> Schema.model_validate_json(doc.to_json()) == doc
         True
     """

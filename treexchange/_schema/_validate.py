@@ -20,6 +20,7 @@ from .._juliatype import JuliaType
 from .._limits import DEFAULT_LIMITS, Limits
 from .._nodeproto import LazyFile
 from ._align import align
+from ._content import content_value, same_content, shown_value
 from ._infer import file_limits, infer_node
 from ._model import (
     ArrayNode,
@@ -73,13 +74,14 @@ def validate(
         schema: a :class:`treexchange.Schema`, a path to a JSON file, JSON text or a JSON-ready
             dict (older versions are migrated; newer major versions are refused).
         name: check only this top-level name (``"a/b"`` reaches into groups).
-        checksums: verify the ``sha256`` of arrays whose schema carries one (reads those arrays).
+        checksums: verify the contents the schema records: the ``sha256`` of arrays (reads those
+            arrays) and the exact ``value`` of numbers, bools, strings and symbols (``content``).
 
     Returns:
         :class:`treexchange.Mismatch` entries in pre-order, each with its path (inspect
         convention) and message; kinds ``missing``, ``extra``, ``kind``, ``order``, ``type``,
-        ``dtype``, ``shape``, ``checksum``, ``value``, ``ref`` (not the object a back-reference
-        names, or a cycle the schema does not describe).
+        ``dtype``, ``shape``, ``checksum``, ``content`` (a recorded scalar value), ``value``,
+        ``ref`` (not the object a back-reference names, or a cycle the schema does not describe).
 
     Example:
         >>> from treexchange import validate
@@ -427,6 +429,8 @@ class _Checker:
             return
         if s.type is not None:
             self._type(s.type, a)
+        if s.value is not None and self.checksums:
+            self._content(s.value, content_value(a.scalar(), a.type_text()), a)
         if s.enum is None and s.minimum is None and s.maximum is None:
             return
         value = a.scalar()
@@ -443,12 +447,19 @@ class _Checker:
                 self.add("value", a.path, f"{shown} found, schema maximum is {s.maximum}")
 
     def _enum(self, s: BoolNode | StringNode | SymbolNode, a: Source) -> None:
-        if s.enum is None:
+        if s.enum is None and (s.value is None or not self.checksums):
             return
         value = a.scalar()
         plain = bool(value) if isinstance(s, BoolNode) else str(value)
-        if plain not in s.enum:
+        if s.value is not None and self.checksums:
+            self._content(s.value, plain, a)
+        if s.enum is not None and plain not in s.enum:
             self.add("value", a.path, f"{format_value(plain)} found, schema allows {_enum_text(s.enum)}")
+
+    def _content(self, recorded: Any, found: Any, a: Source) -> None:
+        """A scalar's exact value against the one the schema records (checked with checksums)."""
+        if not same_content(found, recorded):
+            self.add("content", a.path, f"{shown_value(found)} found, schema records {shown_value(recorded)}")
 
     # --- trial runs ------------------------------------------------------------------------------
 

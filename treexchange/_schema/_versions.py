@@ -3,8 +3,8 @@
 Versions are ``MAJOR.MINOR``. A reader accepts its own major version; a newer *minor* version of it
 is read with a warning, ignoring keys it does not know (minor versions only add optional keys). A
 newer *major* version is refused with both versions named. Older versions are brought up to date
-by the registered migrations, one step at a time (``0.9`` → ``1.0`` → ``2.0``), each a function from the
-old document's JSON data to the next version's.
+by the registered migrations, one step at a time (``0.9`` → ``1.0`` → ``2.0`` → ``2.1``), each a
+function from the old document's JSON data to the next version's.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def register_migration(from_version: str, to_version: str) -> Callable[[Migratio
 
     Example:
         >>> sorted(k for k in _MIGRATIONS)
-        ['0.9', '1.0']
+        ['0.9', '1.0', '2.0']
     """
 
     def decorator(func: Migration) -> Migration:
@@ -87,12 +87,12 @@ def load_schema(source: SchemaLike, *, limits: Limits = DEFAULT_LIMITS) -> Schem
 
     Example:
         >>> from treexchange import load_schema
-        >>> load_schema('{"schema_version": "2.0", "roots": {"x": {"kind": "bool"}}}').roots["x"].kind
+        >>> load_schema('{"schema_version": "2.1", "roots": {"x": {"kind": "bool"}}}').roots["x"].kind
         'bool'
         >>> load_schema({"schema_version": "3.0", "roots": {}})
         Traceback (most recent call last):
         ...
-        treexchange._errors.UnsupportedError: schema document version 3.0 is newer than this reader's 2.0 ...
+        treexchange._errors.UnsupportedError: schema document version 3.0 is newer than this reader's 2.1 ...
     """
     if isinstance(source, Schema):
         return source
@@ -138,7 +138,7 @@ def migrate(data: Mapping[str, Any]) -> dict[str, Any]:
     Example:
         >>> old = {"format_version": "0.9", "trees": {"n": {"type": "scalar", "dtype": "int64"}}}
         >>> migrate(old)
-        {'schema_version': '2.0', 'roots': {'n': {'kind': 'number', 'dtype': 'int64'}}}
+        {'schema_version': '2.1', 'roots': {'n': {'kind': 'number', 'dtype': 'int64'}}}
     """
     out = dict(data)
     version = document_version(out)
@@ -308,3 +308,16 @@ def _node_0_9(node: Mapping[str, Any]) -> dict[str, Any]:
 @register_migration("1.0", "2.0")
 def _migrate_1_0(data: dict[str, Any]) -> dict[str, Any]:
     return {**data, "schema_version": "2.0"}
+
+
+# --- 2.0 -> 2.1 ---------------------------------------------------------------------------------
+#
+# 2.1 adds the optional key "value" to number, bool, string and symbol nodes: the exact content
+# recorded with checksums (as "sha256" is an array's), so that diff and validate compare scalars'
+# contents too. An optional key is what a minor version may add: a 2.0 reader reads a 2.1 document
+# (with a warning), ignoring it. Every 2.0 document is a 2.1 document as it stands.
+
+
+@register_migration("2.0", "2.1")
+def _migrate_2_0(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, "schema_version": "2.1"}
