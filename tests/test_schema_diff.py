@@ -6,11 +6,14 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 from _schema_samples import flux_chain_state, flux_dense
+from conftest import require_fixture
 
 import treexchange as tx
 from treexchange import NamedTuple
 from treexchange._cli import main
+from treexchange._save import convert
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -108,3 +111,176 @@ def test_cli_diff_exit_codes_and_json(tmp_path: Path, capsys: object) -> None:
         ("added", ("ps",)),
         ("added", ("st",)),
     }
+
+
+# --- contents: --checksums compares every leaf's value, not only arrays' -----------------------
+
+
+def _bits64(bits: int) -> float:
+    return float(np.array(bits, dtype="<u8").view("<f8")[()])
+
+
+def _char(c: str) -> tx.JuliaBits:
+    # A Char is its UTF-8 bytes left-aligned in a big-endian UInt32 (stored little-endian).
+    return tx.JuliaBits("Core.Char", c.encode().ljust(4, b"\x00")[::-1])
+
+
+# (name, value in A, value in B): one scalar of each kind whose content, and only that, differs.
+CHANGED_SCALARS = [
+    ("float64", 1.5, 2.5),
+    ("float32", np.float32(0.1), np.float32(0.2)),
+    ("float16", np.float16(0.5), np.float16(0.25)),
+    ("int64", np.int64(3), np.int64(4)),
+    ("uint8", np.uint8(1), np.uint8(255)),
+    ("int128", tx.Int128(-(2**100)), tx.Int128(-(2**100) + 1)),
+    ("uint128", tx.UInt128(2**127), tx.UInt128(2**127 + 1)),
+    ("bigint", tx.BigInt(10**40), tx.BigInt(10**40 + 1)),
+    ("bigfloat", tx.BigFloat("0.1"), tx.BigFloat("0.2")),
+    ("complex", np.complex64(1 + 2j), np.complex64(1 - 2j)),
+    ("bool", True, False),
+    ("string", "relu", "tanh"),
+    ("symbol", tx.Symbol("relu"), tx.Symbol("tanh")),
+    ("char", _char("a"), _char("b")),
+    ("signed_zero", 0.0, -0.0),
+    ("nan_payload", float("nan"), _bits64(0x7FF8000000000001)),
+    ("nan_sign", float("nan"), _bits64(0xFFF8000000000000)),
+    ("nan32_payload", np.float32("nan"), np.array(0x7FC00001, "<u4").view("<f4")[()]),
+]
+
+
+def _nested(leaf: object) -> dict[str, object]:
+    """The leaf at the top, inside a NamedTuple, and inside a Dict in a tuple."""
+    return {
+        "top": leaf,
+        "m": NamedTuple(layer=NamedTuple(w=np.ones(2, np.float32), p=leaf, σ=())),
+        "d": ({"k": leaf},),
+    }
+
+
+@pytest.mark.parametrize("case", CHANGED_SCALARS, ids=[c[0] for c in CHANGED_SCALARS])
+def test_checksums_report_a_changed_scalar_at_every_place(
+    case: tuple[str, object, object], tmp_path: Path
+) -> None:
+    _, va, vb = case
+    fa, fb = tmp_path / "a.jld2", tmp_path / "b.jld2"
+    tx.save(fa, **_nested(va))
+    tx.save(fb, **_nested(vb))
+    assert not tx.diff(fa, fb), "without --checksums the diff is of structure only"
+    assert not tx.diff(fa, fa, checksums=True) and not tx.diff(fb, tx.load(fb), checksums=True)
+    result = tx.diff(fa, fb, checksums=True)
+    assert [(d.kind, d.path) for d in result] == [
+        ("content", ("top",)),
+        ("content", ("m", "layer", "p")),
+        ("content", ("d", 1, "k")),
+    ], result.text()
+    # The value trees compare alike (tx.diff of what load returns), and a schema document
+    # written with checksums records what the comparison needs (its JSON round trip too).
+    assert [d.path for d in tx.diff(tx.load(fa), tx.load(fb), checksums=True)] == [d.path for d in result]
+    doc_a = tx.load_schema(tx.infer_schema(fa, checksums=True).to_json())
+    assert [d.path for d in tx.diff(doc_a, fb, checksums=True)] == [d.path for d in result]
+    assert not tx.diff(doc_a, fa, checksums=True)
+    first = result.differences[0]
+    assert first.a != first.b or str(first.a) != str(first.b)
+
+
+def test_cli_diff_checksums_names_path_and_both_values(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = tmp_path / "a.jld2", tmp_path / "b.jld2"
+    tx.save(a, x=1.5, y="a", cfg=NamedTuple(name="x" * 200, act=tx.Symbol("relu"), σ=()))
+    tx.save(b, x=2.5, y="b", cfg=NamedTuple(name="y" * 200, act=tx.Symbol("relu"), σ=()))
+    assert main(["diff", str(a), str(b)]) == 0  # structure only: the same
+    assert capsys.readouterr().out.endswith("no differences\n")
+    assert main(["diff", "--checksums", str(a), str(b)]) == 1
+    lines = capsys.readouterr().out.splitlines()[2:]
+    assert lines[:2] == ["~ x: content 1.5 -> 2.5", "~ y: content 'a' -> 'b'"]
+    assert len(lines) == 3 and lines[2].startswith("~ cfg.name: content 'xxx") and "… (200 chars)" in lines[2]
+    assert len(lines[2]) < 200  # shortened for humans ...
+    assert main(["diff", "--checksums", "--json", str(a), str(b)]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["equal"] is False
+    assert data["differences"][0] == {
+        "kind": "content",
+        "path": ["x"],
+        "a": 1.5,
+        "b": 2.5,
+        "message": "content 1.5 -> 2.5",
+    }
+    assert data["differences"][2]["b"] == "y" * 200  # ... whole in JSON
+
+
+def test_nan_payloads_are_recorded_by_bits_in_schema_documents(tmp_path: Path) -> None:
+    path = tmp_path / "n.jld2"
+    tx.save(path, nan=float("nan"), neg=_bits64(0xFFF8000000000000), h=np.float16("nan"), z=-0.0)
+    doc = tx.infer_schema(path, checksums=True)
+    values = {k: node.value for k, node in doc.roots.items()}  # type: ignore[union-attr]
+    assert values == {"nan": "NaN", "neg": "NaN(0xfff8000000000000)", "h": "NaN", "z": -0.0}
+    again = tx.load_schema(doc.to_json())
+    assert again == doc and str(again.roots["z"].value) == "-0.0"  # type: ignore[union-attr]
+    assert not tx.diff(again, path, checksums=True)
+
+
+def test_validate_checks_recorded_scalar_values(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.jld2", tmp_path / "b.jld2"
+    tx.save(a, m=NamedTuple(lr=0.1, act="relu", on=True))
+    tx.save(b, m=NamedTuple(lr=0.2, act="relu", on=False))
+    doc = tx.infer_schema(a, checksums=True)
+    assert tx.validate(a, doc) == []
+    found = tx.validate(b, doc)
+    assert [(m.kind, m.path) for m in found] == [("content", ("m", "lr")), ("content", ("m", "on"))]
+    assert str(found[0]) == "m.lr: content 0.2 found, schema records 0.1"
+    assert tx.validate(b, doc, checksums=False) == []  # contents are what checksums verify
+
+
+def test_a_2_0_document_without_values_still_reads_and_diffs_by_structure() -> None:
+    old = {"schema_version": "2.0", "roots": {"x": {"kind": "number", "dtype": "float64"}}}
+    doc = tx.load_schema(old)
+    assert doc.schema_version == "2.1" and doc.roots["x"].value is None  # type: ignore[union-attr]
+    assert not tx.diff(old, {"x": 3.0})
+    # With checksums the inferred side records a value the document does not: reported, as an
+    # array's sha256 recorded on one side only is.
+    assert [(d.kind, d.a, d.b) for d in tx.diff(old, {"x": 3.0}, checksums=True)] == [("content", None, 3.0)]
+
+
+def test_bson_file_and_its_jld2_copy_have_the_same_contents(tmp_path: Path) -> None:
+    """A BSON.jl file's scalars (BSON's own Float64/Int64/String, tagged Symbols and primitive
+    structs) describe the same contents as the JLD2 file converted from it; a changed value shows."""
+    from treexchange._bson._writer import bson_file, datatype, primitive, symbol
+
+    def entries(x: float, s: str, sym: str, half: float, nan_bits: int, k: int) -> dict[str, object]:
+        return {
+            "x": x,
+            "s": s,
+            "sym": symbol(sym),
+            "h": primitive(datatype("Core.Float16"), np.float16(half).tobytes()),
+            "f": primitive(datatype("Core.Float32"), np.array(nan_bits, "<u4").tobytes()),
+            "c": primitive(datatype("Core.Char"), b"a".ljust(4, b"\x00")[::-1]),
+            "k": k,
+        }
+
+    src, copy, changed = tmp_path / "m.bson", tmp_path / "m.jld2", tmp_path / "changed.bson"
+    src.write_bytes(bson_file(entries(1.5, "relu", "tanh", 0.5, 0x7FC00000, 7)))
+    convert(src, copy)
+    assert not tx.diff(src, copy, checksums=True), tx.diff(src, copy, checksums=True).text()
+    assert main(["diff", "--checksums", str(src), str(copy)]) == 0
+    changed.write_bytes(bson_file(entries(2.5, "relu", "sigmoid", 0.25, 0x7FC00001, 7)))
+    result = tx.diff(copy, changed, checksums=True)
+    assert [(d.kind, d.path) for d in result] == [
+        ("content", ("x",)),
+        ("content", ("sym",)),
+        ("content", ("h",)),
+        ("content", ("f",)),
+    ], result.text()
+    assert "~ f: content 'NaN' -> 'NaN(0x7fc00001)'" in result.text()
+
+
+def test_real_bson_file_and_its_jld2_copy_agree_with_checksums(tmp_path: Path) -> None:
+    path = require_fixture("bson/dhairya_juliacon2020_mnist_conv2_params.bson")
+    copy, edited = tmp_path / "copy.jld2", tmp_path / "edited.jld2"
+    convert(path, copy)
+    assert not tx.diff(path, copy, checksums=True), tx.diff(path, copy, checksums=True).text()
+    values = tx.load(path)
+    assert values["epoch_idx"] == 11
+    tx.save(edited, **{**values, "epoch_idx": 12})
+    result = tx.diff(path, edited, checksums=True)
+    assert [(d.kind, d.path, d.a, d.b) for d in result] == [("content", ("epoch_idx",), 11, 12)]

@@ -135,11 +135,11 @@ def test_diff_reports_a_moved_or_lost_back_reference() -> None:
     assert [(d.kind, d.path) for d in tx.diff(a, c)] == [("kind", ("m", 3))]
 
 
-def test_a_1_0_document_migrates_to_2_0() -> None:
+def test_a_1_0_document_migrates_to_2_0_and_on() -> None:
     old = {"schema_version": "1.0", "roots": {"x": {"kind": "bool"}}}
     doc = tx.load_schema(old)
-    assert doc.schema_version == "2.0" and doc.roots["x"].kind == "bool"
-    assert migrate(old) == {"schema_version": "2.0", "roots": {"x": {"kind": "bool"}}}
+    assert doc.schema_version == "2.1" and doc.roots["x"].kind == "bool"  # through 2.0
+    assert migrate(old) == {"schema_version": "2.1", "roots": {"x": {"kind": "bool"}}}
 
 
 def test_cli_schema_and_validate_on_a_cyclic_file(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

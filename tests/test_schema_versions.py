@@ -127,7 +127,7 @@ def test_broken_0_9_document_is_a_format_error() -> None:
 def test_newer_major_version_is_refused_naming_both_versions() -> None:
     with pytest.raises(UnsupportedError) as info:
         tx.load_schema({"schema_version": "3.0", "roots": {}})
-    assert "3.0" in str(info.value) and "2.0" in str(info.value)
+    assert "3.0" in str(info.value) and SCHEMA_VERSION in str(info.value)
     with pytest.raises(UnsupportedError, match=r"3\.1"):
         tx.validate({}, '{"schema_version": "3.1", "roots": {}}')
 
@@ -143,12 +143,12 @@ def test_newer_minor_version_is_read_with_a_warning_ignoring_unknown_keys() -> N
     assert doc.roots["x"].dtype == "float32"  # type: ignore[union-attr]
     # ... while the current version still rejects unknown keys (they are usually typos).
     with pytest.raises(FormatError, match="future_key"):
-        tx.load_schema({**data, "schema_version": "2.0", "future_top_level": None})
+        tx.load_schema({**data, "schema_version": SCHEMA_VERSION, "future_top_level": None})
     # A later minor of the previous major (1.7, written by a newer 1.x reader): migrated like 1.0,
     # with its unknown keys ignored and a warning.
     with pytest.warns(UserWarning, match="1.7"):
         doc = tx.load_schema({**data, "schema_version": "1.7"})
-    assert doc.schema_version == "2.0" and doc.roots["x"].dtype == "float32"  # type: ignore[union-attr]
+    assert doc.schema_version == SCHEMA_VERSION and doc.roots["x"].dtype == "float32"  # type: ignore[union-attr]
 
 
 def test_older_version_without_a_migration_is_refused() -> None:

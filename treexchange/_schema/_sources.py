@@ -26,7 +26,17 @@ from .._juliatype import JuliaType
 from .._nodeproto import LazyFile, LazyNode
 from .._reader import open as open_file
 from .._typeof import julia_type_of, kind_of, numpy_dtype, presented_dtype_name, wide_int_array
-from .._values import BigInt, Int128, JuliaArray, JuliaBits, JuliaStruct, NamedTuple, Singleton, UInt128
+from .._values import (
+    BigFloat,
+    BigInt,
+    Int128,
+    JuliaArray,
+    JuliaBits,
+    JuliaStruct,
+    NamedTuple,
+    Singleton,
+    UInt128,
+)
 
 DEFAULT_ROOT = "model_state"
 """Top-level name given to a single value (not a mapping of names), as Flux's docs save it."""
@@ -204,6 +214,9 @@ class ValueSource(Source):
             return str(v.type)
         if isinstance(v, JuliaArray) and self.wide is None:
             return str(julia_type_of(v))
+        if isinstance(v, (BigInt, BigFloat)):
+            # No numpy dtype: the type names the number, as a file's node does (``BigInt``).
+            return type_text(julia_type_of(v))
         return None
 
     def dtype(self) -> str | None:
