@@ -82,16 +82,26 @@ def same_content(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def shown_value(encoded: Any) -> str:
+def shown_value(encoded: Any, *, number: bool = False) -> str:
     """A recorded value as message text, shortened to about 60 characters with "…".
 
+    A ``number``'s text forms (``Int128`` / ``BigInt`` decimals, ``BigFloat`` text, NaNs) are shown
+    bare; a ``String``'s or ``Symbol``'s in quotes.
+
     Example:
-        >>> shown_value(2.5), shown_value(None), shown_value("x" * 100)[-8:]
-        ('2.5', 'none', "… (100 chars)")
+        >>> shown_value(2.5), shown_value(None), shown_value("x" * 100)[-16:]
+        ('2.5', 'none', 'xxx… (100 chars)')
+        >>> shown_value("NaN(0x7fc00001)", number=True), shown_value([1.0, "NaN"], number=True)
+        ('NaN(0x7fc00001)', '[1.0, NaN]')
     """
     if encoded is None:
         return "none"
-    text = format_value(encoded)
+    if number and isinstance(encoded, list):
+        text = "[" + ", ".join(shown_value(x, number=True) for x in encoded) + "]"
+    elif number and isinstance(encoded, str):
+        text = encoded
+    else:
+        text = format_value(encoded)
     if len(text) <= _SHOWN_CHARS:
         return text
     size = f" ({len(encoded)} chars)" if isinstance(encoded, str) else ""

@@ -319,7 +319,10 @@ class _Differ:
         # array's sha256: recorded on one side only is a difference too.
         ca, cb = getattr(a, "value", None), getattr(b, "value", None)
         if not same_content(ca, cb):
-            self.changed("content", path, ca, cb, shown_value(ca), shown_value(cb))
+            number = isinstance(a, NumberNode)
+            self.changed(
+                "content", path, ca, cb, shown_value(ca, number=number), shown_value(cb, number=number)
+            )
 
     def key(self, node: Node) -> str:
         """A canonical text of a node without descriptions (for aligning items)."""

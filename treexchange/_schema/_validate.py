@@ -430,7 +430,7 @@ class _Checker:
         if s.type is not None:
             self._type(s.type, a)
         if s.value is not None and self.checksums:
-            self._content(s.value, content_value(a.scalar(), a.type_text()), a)
+            self._content(s.value, content_value(a.scalar(), a.type_text()), a, number=True)
         if s.enum is None and s.minimum is None and s.maximum is None:
             return
         value = a.scalar()
@@ -456,10 +456,11 @@ class _Checker:
         if s.enum is not None and plain not in s.enum:
             self.add("value", a.path, f"{format_value(plain)} found, schema allows {_enum_text(s.enum)}")
 
-    def _content(self, recorded: Any, found: Any, a: Source) -> None:
+    def _content(self, recorded: Any, found: Any, a: Source, *, number: bool = False) -> None:
         """A scalar's exact value against the one the schema records (checked with checksums)."""
         if not same_content(found, recorded):
-            self.add("content", a.path, f"{shown_value(found)} found, schema records {shown_value(recorded)}")
+            shown, expected = shown_value(found, number=number), shown_value(recorded, number=number)
+            self.add("content", a.path, f"{shown} found, schema records {expected}")
 
     # --- trial runs ------------------------------------------------------------------------------
 
