@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import h5py
 import jax
 import numpy as np
 import pytest
@@ -270,3 +271,57 @@ def test_a_real_policy_saved_as_a_string_keyed_dict_with_a_cycle_reads_and_conve
     tx.save(out, **values)
     again = tx.load(out)
     assert tx.values_equal(again, values) and again["learner"]["2"]["5"]["keys"][0] is again["learner"]
+
+
+def _complex(re: int, im: int) -> tx.JuliaStruct:
+    return tx.JuliaStruct("Complex{Int64}", {"re": np.int64(re), "im": np.int64(im)})
+
+
+def _raw(eltype: Any, records: np.ndarray) -> dict[str, Any]:
+    """An ``array`` document of bits-struct elements: BSON.jl stores their raw memory."""
+    return {"tag": "array", "type": eltype, "size": list(records.shape), "data": records.tobytes(order="F")}
+
+
+def test_an_array_of_bits_structs_reads_each_elements_fields(tmp_path: Path) -> None:
+    """JuliaIO/BSON.jl test.bson (``a = [1+2im, 3+4im]``, blob f73bd43e): BSON.jl stores an array
+    of any bits type as its raw memory, a ``Complex{Int64}`` as much as a ``Float32``. Each element
+    was one 16-byte JuliaBits (``inspect`` showed 1+2im as 36893488147419103233, ``convert`` failed
+    its read-back). The fields of a struct whose type says them are decoded, padding included; a
+    struct of one's own stays its bytes."""
+    i64, i32, i8, f64 = (datatype(f"Core.{n}") for n in ("Int64", "Int32", "Int8", "Float64"))
+    complex_t = np.dtype([("re", "<i8"), ("im", "<i8")])
+    z = np.array([[(1, 2), (3, 4), (5, 6)], [(7, 8), (9, 10), (11, 12)]], complex_t)
+    padded_t = np.dtype([("1", "i1"), ("2", "<f8")], align=True)  # 7 bytes of padding after the Int8
+    pairs = np.array([(-3, 0.5), (4, 1.5)], padded_t)
+    named_t = np.dtype([("a", "<i4"), ("b", "?")], align=True)
+    named = np.array([(7, True), (-1, False)], named_t)
+    ratio = np.array([(1, 3), (-2, 5)], np.dtype([("num", "<i4"), ("den", "<i4")]))
+    names = tuple_({"tag": "symbol", "name": "a"}, {"tag": "symbol", "name": "b"})
+    path = _write(
+        tmp_path,
+        "bits.bson",
+        {
+            "z": _raw(datatype("Base.Complex", i64), z),
+            "one": struct(datatype("Base.Complex", i64), 7, 8),
+            "pairs": _raw(datatype("Core.Tuple", i8, f64), pairs),
+            "named": _raw(
+                datatype("Core.NamedTuple", names, datatype("Core.Tuple", i32, datatype("Core.Bool"))), named
+            ),
+            "ratio": _raw(datatype("Base.Rational", i32), ratio),
+            "point": _raw(datatype("Main.Point"), ratio),
+        },
+    )
+    values = tx.load(path)
+    assert values["z"].shape == (2, 3)
+    assert values["z"][1, 2] == _complex(11, 12)
+    assert values["z"][0, 0] == _complex(1, 2)
+    assert values["one"] == _complex(7, 8)
+    assert list(values["pairs"]) == [(-3, 0.5), (4, 1.5)]
+    assert [dict(x) for x in values["named"]] == [{"a": 7, "b": True}, {"a": -1, "b": False}]
+    assert values["ratio"][1].fields == {"num": -2, "den": 5}
+    assert all(isinstance(x, tx.JuliaBits) and len(x.data) == 8 for x in values["point"])
+    target = tmp_path / "bits.jld2"
+    tx.save(target, **values)
+    assert tx.values_equal(tx.load(target), values)
+    with h5py.File(target, "r") as f:  # the independent reader: compound re/im, dims reversed
+        assert [tuple(x) for x in f["z"][()][1]] == [(3, 4), (9, 10)]  # Julia z[:, 2]

@@ -78,6 +78,7 @@ from .._values import (
     Singleton,
     Symbol,
 )
+from ._bitsstruct import bits_struct_dtype, bits_struct_value
 from ._container import Blob, Doc, Lazy, Parser, Seq
 
 _DICT_TYPES = frozenset({"Base.Dict", "Base.IdDict"})
@@ -660,6 +661,10 @@ class Session:
             )
         size = data.length // count
         start = data.offset
+        layout = bits_struct_dtype(eltype)
+        if layout is not None and layout.itemsize == size:  # Complex{Int64}, a Tuple of numbers...
+            records = np.frombuffer(self.buf, layout, count, start)
+            return self._object_array(eltype, [bits_struct_value(eltype, r) for r in records], shape)
         items = [
             JuliaBits(eltype, bytes(self.buf[start + i * size : start + (i + 1) * size]))
             for i in range(count)
