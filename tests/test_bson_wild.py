@@ -325,3 +325,47 @@ def test_an_array_of_bits_structs_reads_each_elements_fields(tmp_path: Path) -> 
     assert tx.values_equal(tx.load(target), values)
     with h5py.File(target, "r") as f:  # the independent reader: compound re/im, dims reversed
         assert [tuple(x) for x in f["z"][()][1]] == [(3, 4), (9, 10)]  # Julia z[:, 2]
+
+
+def test_a_broadcast_connection_ports(tmp_path: Path) -> None:
+    """``SkipConnection(se_block, .*)`` (a squeeze-excitation gate) and ``Parallel(.+, ...)``: in
+    Julia >= 1.6 ``.*`` is the value ``Base.Broadcast.BroadcastFunction(*)``, stored as that struct
+    (its type parameter the function): "unknown connection function 'BroadcastFunction'". Real:
+    char5742/TetrisAI mymodel_stable.jld2 (blob a21d486f, a whole Flux model of SE-ResNet blocks;
+    BSON.jl stores the same struct). Given in an architecture, ``.+`` / ``.*`` (and ``min``) raised
+    a bare ValueError at the first call; ``tuple`` is refused when the model is built."""
+    rng = np.random.default_rng(5)
+    w1, b1, w2, b2 = (rng.normal(size=s).astype(np.float32) for s in ((3, 3), (3,), (3, 3), (3,)))
+    matrix, vector = (datatype("Core.Array", datatype("Core.Float32"), n) for n in (2, 1))
+
+    def dense(w: np.ndarray, b: np.ndarray, f: str) -> dict[str, Any]:
+        return struct(datatype("Flux.Dense", datatype(f), matrix, vector), array(None, w), array(None, b),
+                      struct(datatype(f)))  # fmt: skip
+
+    def broadcast(op: str) -> tuple[dict[str, Any], dict[str, Any]]:  # the struct and its type
+        t = datatype("Base.Broadcast.BroadcastFunction", datatype(f"Base.#{op}"))
+        return struct(t, struct(datatype(f"Base.#{op}"))), t
+
+    times, times_t = broadcast("*")
+    plus, plus_t = broadcast("+")
+    skip = struct(
+        datatype("Flux.SkipConnection", datatype("Flux.Dense"), times_t), dense(w1, b1, "NNlib.#σ"), times
+    )
+    par = struct(datatype("Flux.Parallel", plus_t, datatype("Core.Tuple")), plus,
+                 tuple_(dense(w1, b1, "Base.#identity"), dense(w2, b2, "Base.#identity")))  # fmt: skip
+    path = _write(tmp_path, "se.bson", {"skip": skip, "par": par, "ps": [array(None, w1), array(None, b1)]})
+    x = rng.normal(size=3).astype(np.float32)
+    gate = 1 / (1 + np.exp(-(w1 @ x + b1)))
+    np.testing.assert_allclose(np.asarray(tx.from_flux(path, "skip")(x)), gate * x, rtol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(tx.from_flux(path, "par")(x)), (w1 @ x + b1) + (w2 @ x + b2), rtol=1e-5, atol=1e-6
+    )
+    for text, expected in [
+        (".*", gate * x),
+        ("Base.Broadcast.BroadcastFunction(*)", gate * x),
+        ("min", np.minimum(gate, x)),
+    ]:
+        model = tx.from_flux(path, "ps", architecture=f"SkipConnection(Dense(3 => 3, σ), {text})")
+        np.testing.assert_allclose(np.asarray(model(x)), expected, rtol=1e-5, err_msg=text)
+    with pytest.raises(ConversionError, match="unknown connection function 'tuple'"):
+        tx.from_flux(path, "ps", architecture="SkipConnection(Dense(3 => 3, σ), tuple)")
