@@ -369,3 +369,18 @@ def test_a_broadcast_connection_ports(tmp_path: Path) -> None:
         np.testing.assert_allclose(np.asarray(model(x)), expected, rtol=1e-5, err_msg=text)
     with pytest.raises(ConversionError, match="unknown connection function 'tuple'"):
         tx.from_flux(path, "ps", architecture="SkipConnection(Dense(3 => 3, σ), tuple)")
+
+
+def test_a_bson_file_whose_zero_bytes_became_spaces_is_named(tmp_path: Path) -> None:
+    """tristanth03/UROP "html ui/digits.bson" (blob 9ff9c0bb): the very bytes of the repository's
+    digits.bson with every 0x00 turned into 0x20, as a text tool does; "nor a BSON file" said
+    nothing of it. Its length field, read with the spaces as zeros, is the file's size."""
+    good = bson_file({"model": struct(datatype("Main.M"), array(None, np.arange(40, dtype=np.float32)))})
+    path = tmp_path / "digits.bson"
+    path.write_bytes(good.replace(b"\x00", b" "))
+    with pytest.raises(WrongFormatError, match=r"BSON file whose zero bytes were replaced by spaces"):
+        tx.load(path)
+    path.write_bytes(good.replace(b"\x00", b" ") + b" ")  # another length: no such claim
+    with pytest.raises(WrongFormatError) as err:
+        tx.load(path)
+    assert "spaces" not in str(err.value)
