@@ -4,6 +4,7 @@ whose licence allows it and on synthetic files of the same structure (each names
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
@@ -384,3 +385,29 @@ def test_a_bson_file_whose_zero_bytes_became_spaces_is_named(tmp_path: Path) -> 
     with pytest.raises(WrongFormatError) as err:
         tx.load(path)
     assert "spaces" not in str(err.value)
+
+
+def test_an_optimiser_saved_beside_the_model_is_named_and_kept_as_it_is(tmp_path: Path) -> None:
+    """``BSON.@save "m.bson" rl_model adam iters``: the ``Flux.Optimise.ADAM`` (eta, beta, an IdDict
+    of per-array moments) was "unknown layer type", and ``convert --flux-state`` wrote a "state"
+    of its positional fields with a note to rename them and build "the model" in Julia. Real:
+    Flourish38/stronghold-nav models/rl_rnn_1.bson (blob 003d5d53)."""
+    from treexchange._interop._fluxmigrate import migrate_flux_state
+
+    w = np.ones((2, 3), np.float32)
+    moments = struct(
+        datatype("Base.IdDict", datatype("Core.Any"), datatype("Core.Any")), [array(None, w)],
+        [tuple_(array(None, w * 0), array(None, w * 0), tuple_(0.9, 0.999))],
+    )  # fmt: skip
+    adam = struct(datatype("Flux.Optimise.ADAM"), 0.001, tuple_(0.9, 0.999), moments)
+    dense = struct(datatype("Flux.Dense", datatype("Base.#identity")), array(None, w),
+                   array(None, np.zeros(2, np.float32)), struct(datatype("Base.#identity")))  # fmt: skip
+    path = _write(tmp_path, "m.bson", {"model": dense, "adam": adam, "iters": 3111})
+    with pytest.raises(ConversionError, match=r"Flux.Optimise.ADAM is an optimiser .*not a model"):
+        tx.from_flux(path, "adam")
+    printed = io.StringIO()
+    roots = migrate_flux_state(path, tmp_path / "state.jld2", out=printed)
+    assert "adam: written as it is (an optimiser" in printed.getvalue()
+    assert "rename" not in printed.getvalue()
+    assert tx.values_equal(roots["adam"], tx.load(path, "adam"))
+    assert list(roots["model"]) == ["weight", "bias", "σ"]

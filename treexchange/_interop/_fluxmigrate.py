@@ -9,7 +9,8 @@ with a current Flux. Each top-level entry becomes:
   era asked for (``_port._statefill.whole_model_state``), under the same name;
 - a parameter list (``params=cpu.(params(model))``) with ``--architecture``: the state of that
   model (``state_from_params``), under the same name;
-- anything else (``acc``, ``epoch_idx``, a vocabulary): written as it is.
+- anything else (``acc``, ``epoch_idx``, a vocabulary, an optimiser saved beside the model):
+  written as it is.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from .._port._statefill import (
     state_for_architecture,
     whole_model_state,
 )
-from .._port._wholemodel import from_whole_model
+from .._port._wholemodel import from_whole_model, is_optimiser
 from .._reader import open as open_file, read_entry
 from .._values import JuliaStruct, NamedTuple
 from ._jld2io import save_jld2
@@ -119,6 +120,8 @@ def _migrate_entry(
             _mapping(state, path, sources),
             _julia(name, julia_constructor(layer, era), state, target),
         )
+    if isinstance(value, JuliaStruct) and is_optimiser(value.type):
+        return value, [], [f"{name}: written as it is (an optimiser, {value.type.name}: no model)"]
     if not _holds_flux_layer(value):
         return value, [], [f"{name}: written as it is (no Flux layers in it)"]
     state = whole_model_state(value, era, path=path)

@@ -81,6 +81,21 @@ def _broadcast_function(value: Any) -> Any:
     return None
 
 
+# Modules of optimisers saved beside a model (``BSON.@save "m.bson" model opt``): Flux <= 0.14's own
+# (``Flux.Optimise.ADAM``, ``Flux.Optimise.Optimiser``) and Optimisers.jl's (``Optimisers.Leaf``)
+_OPTIMISER_MODULES = ("Flux.Optimise.", "Optimisers.")
+
+
+def is_optimiser(type_: JuliaType) -> bool:
+    """Whether a struct type is an optimiser's (or its state's) rather than a model's.
+
+    Example:
+        >>> is_optimiser(JuliaType("Flux.Optimise.ADAM")), is_optimiser(JuliaType("Flux.Dense"))
+        (True, False)
+    """
+    return type_.name.startswith(_OPTIMISER_MODULES)
+
+
 def _is_anonymous(name: str) -> bool:
     return "#" in name or name[:1].isdigit()
 
@@ -195,6 +210,12 @@ class _Converter:
                     f"{', '.join(held)}): its forward pass is Julia code, which treexchange never runs. "
                     "If it applies them in field order, pass architecture= (--architecture) with the "
                     "Chain of those layers as Flux prints them",
+                    path,
+                )
+            if is_optimiser(value.type):
+                raise self.error(
+                    f"{value.type.name} is an optimiser (its settings and per-parameter state), not a "
+                    "model: it holds no layers to port",
                     path,
                 )
             known = ", ".join(sorted(_HANDLERS))
