@@ -411,3 +411,22 @@ def test_an_optimiser_saved_beside_the_model_is_named_and_kept_as_it_is(tmp_path
     assert "rename" not in printed.getvalue()
     assert tx.values_equal(roots["adam"], tx.load(path, "adam"))
     assert list(roots["model"]) == ["weight", "bias", "σ"]
+
+
+def test_a_list_of_arrays_without_architecture_is_not_called_a_parameter_list(tmp_path: Path) -> None:
+    """JamesCobley/Oxi_Shapes ricci_learned_brain_batch_20250502_120445 (1).bson (blob c56c686b):
+    ``phi_history``, a Vector of Float32 vectors beside a struct of one's own, made ``convert
+    --flux-state`` say it was "a parameter list (the arrays of Flux.params)". A plain Vector of
+    arrays may be either; a saved ``Params`` is one."""
+    from treexchange._interop._fluxmigrate import migrate_flux_state
+
+    history = [array(None, np.arange(4, dtype=np.float32)), array(None, np.ones(4, np.float32))]
+    path = _write(tmp_path, "brain.bson", {"phi_history": history})
+    with pytest.raises(
+        ConversionError, match=r"a list of arrays \(data, or a parameter list\).*--architecture"
+    ):
+        migrate_flux_state(path, tmp_path / "out.jld2", out=io.StringIO())
+    params = _zygote_params([np.ones(4, np.float32)], buffer=True)
+    path = _write(tmp_path, "params.bson", {"ps": params})
+    with pytest.raises(ConversionError, match=r"^a parameter list \(the arrays of Flux.params\)"):
+        migrate_flux_state(path, tmp_path / "out.jld2", out=io.StringIO())

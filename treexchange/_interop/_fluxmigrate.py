@@ -8,7 +8,8 @@ with a current Flux. Each top-level entry becomes:
 - a whole model (any value holding Flux layer structs, of any Flux era): its ``Flux.state`` in the
   era asked for (``_port._statefill.whole_model_state``), under the same name;
 - a parameter list (``params=cpu.(params(model))``) with ``--architecture``: the state of that
-  model (``state_from_params``), under the same name;
+  model (``state_from_params``), under the same name (without it: refused, as a Vector of
+  arrays may as well be data);
 - anything else (``acc``, ``epoch_idx``, a vocabulary, an optimiser saved beside the model):
   written as it is.
 """
@@ -107,9 +108,13 @@ def _migrate_entry(
     sources = dict(_array_paths(value, path))
     if params_list(value) is not None:
         if architecture is None:
+            what = (
+                "a parameter list (the arrays of Flux.params)"
+                if isinstance(value, JuliaStruct)  # a saved Params: nothing else
+                else "a list of arrays (data, or a parameter list): if a parameter list, it"
+            )
             raise ConversionError(
-                "a parameter list (the arrays of Flux.params) says nothing of its layers: pass "
-                "--architecture with the model as Flux prints it",
+                f"{what} says nothing of its layers: pass --architecture with the model as Flux prints it",
                 path=path,
             )
         layer = parse_architecture(architecture)
