@@ -430,3 +430,27 @@ def test_a_list_of_arrays_without_architecture_is_not_called_a_parameter_list(tm
     path = _write(tmp_path, "params.bson", {"ps": params})
     with pytest.raises(ConversionError, match=r"^a parameter list \(the arrays of Flux.params\)"):
         migrate_flux_state(path, tmp_path / "out.jld2", out=io.StringIO())
+
+
+def test_models_nested_in_an_entry_are_pointed_to(tmp_path: Path) -> None:
+    """SvenDuve/RLProject output/Acrobot/DQN_Acrobot.bson (blob 7a11f324): the entry is a Vector of
+    ``RLTypes.AgentParameter`` structs, each holding its Q-networks (Flux Chains) in a Vector;
+    from_flux said the entry "holds no Flux structs (a Flux.state has no layer types)". It now
+    names where the models are, and the way it gives (save one as an entry of its own) ports it."""
+    w, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones(2, np.float32)
+    dense = struct(datatype("Flux.Dense", datatype("NNlib.#relu")), array(None, w), array(None, b),
+                   struct(datatype("NNlib.#relu")))  # fmt: skip
+    chain = struct(datatype("Flux.Chain", datatype("Core.Tuple")), tuple_(dense))
+    agent = struct(datatype("RLTypes.AgentParameter"), 0.99, [chain, chain])
+    path = _write(tmp_path, "dqn.bson", {"DQN": [agent], "history": [1.0, 2.0]})
+    with pytest.raises(
+        ConversionError, match=r"'DQN' is no model but holds Flux models, at DQN\[1\]\['2'\]\[1\], "
+    ):
+        tx.from_flux(path, "DQN")
+    with pytest.raises(ConversionError, match="holds no Flux structs"):  # nothing inside: as before
+        tx.from_flux(path, "history")
+    tx.save(tmp_path / "q.jld2", model=tx.load(path, "DQN")[0].fields["2"][0])
+    x = np.array([1, -2, 3], np.float32)
+    np.testing.assert_allclose(
+        np.asarray(tx.from_flux(tmp_path / "q.jld2", "model")(x)), np.maximum(w @ x + b, 0)
+    )
