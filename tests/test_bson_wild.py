@@ -454,3 +454,33 @@ def test_models_nested_in_an_entry_are_pointed_to(tmp_path: Path) -> None:
     np.testing.assert_allclose(
         np.asarray(tx.from_flux(tmp_path / "q.jld2", "model")(x)), np.maximum(w @ x + b, 0)
     )
+
+
+def test_the_real_complex_array_of_bsonjl_reads_and_converts(tmp_path: Path) -> None:
+    """JuliaIO/BSON.jl test/test.bson (MIT, bundled): ``Dict(:a => [1+2im, 3+4im], :b => "Hello,
+    World!")`` as BSON.jl's own tests write it; ``a`` is a ``Complex{Int64}`` array of raw bytes."""
+    path = BUNDLED_DIR / "bson" / "bsonjl_test_complex.bson"
+    values = tx.load(path)
+    assert [(int(z.fields["re"]), int(z.fields["im"])) for z in values["a"]] == [(1, 2), (3, 4)]
+    assert values["b"] == "Hello, World!"
+    out = tmp_path / "test.jld2"
+    tx.save(out, **values)
+    assert tx.values_equal(tx.load(out), values)
+    with h5py.File(out, "r") as f:
+        assert [tuple(int(x) for x in z) for z in f["a"][()]] == [(1, 2), (3, 4)]
+
+
+def test_a_whole_lenet_of_flux_0_13_reaches_the_accuracy_its_notebook_printed() -> None:
+    """AndreyGermanov/phones_reader digits.bson (MIT, bundled; a LeNet-5 of Flux ≥ 0.13 saved
+    whole with ``BSON.@save "digits.bson" model``, ``Dense(84 => 10, sigmoid)`` then ``softmax``):
+    ported with no architecture, it scores on the MNIST test set the 0.9846 its notebook
+    (``digits.ipynb``) printed after the last epoch, on images loaded from PNG (rows first, as
+    ``Flux.Data.MNIST`` gave them)."""
+    images, labels = flux_data_mnist()
+    model = jax.jit(
+        jax.vmap(tx.from_flux(BUNDLED_DIR / "bson" / "germanov_phones_reader_digits.bson", "model"))
+    )
+    predicted = np.concatenate(
+        [np.asarray(model(images[i : i + 2500])).argmax(1) for i in range(0, 10000, 2500)]
+    )
+    assert float(np.mean(predicted == labels)) == pytest.approx(0.9846, abs=1e-12)
