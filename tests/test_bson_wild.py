@@ -426,6 +426,8 @@ def test_a_list_of_arrays_without_architecture_is_not_called_a_parameter_list(tm
         ConversionError, match=r"a list of arrays \(data, or a parameter list\).*--architecture"
     ):
         migrate_flux_state(path, tmp_path / "out.jld2", out=io.StringIO())
+    with pytest.raises(ConversionError, match=r"'phi_history' is a list of arrays \(a parameter list"):
+        tx.from_flux(path, "phi_history")  # said "a Flux.state has no layer types"
     params = _zygote_params([np.ones(4, np.float32)], buffer=True)
     path = _write(tmp_path, "params.bson", {"ps": params})
     with pytest.raises(ConversionError, match=r"^a parameter list \(the arrays of Flux.params\)"):

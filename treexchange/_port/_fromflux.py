@@ -69,10 +69,13 @@ def read_source(
                     "of its own (tx.save('m.jld2', model=that value)) and port that",
                     path=(name,),
                 )
+            what = (
+                "is a list of arrays (a parameter list, cpu.(params(model)), names no layer)"
+                if params_list(value) is not None
+                else "holds no Flux structs (a Flux.state has no layer types)"
+            )
             raise ConversionError(
-                f"{name!r} holds no Flux structs (a Flux.state has no layer types): pass architecture= "
-                "with the model as Flux prints it",
-                path=(name,),
+                f"{name!r} {what}: pass architecture= with the model as Flux prints it", path=(name,)
             )
         era = flux or "0.14"
         return (*from_whole_model(value, path=(name,), flux=era), era)
