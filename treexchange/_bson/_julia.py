@@ -16,7 +16,7 @@ tag                keys                                         value model
                                                                 type), :class:`Singleton` (no fields)
 ``array``          ``type`` (element type), ``size``, ``data``  numpy array in Julia's shape (zero-
                    (binary of the column-major bytes for bits   copy), :class:`JuliaArray` otherwise
-                   types, else an array of elements)
+                   types, else an array of elements)            (bits structs: ``_bitsstruct``)
 (BSON array)       a ``Vector{Any}`` or any 1-d array of        ``list``
                    non-bits elements (element type not kept)
 (BSON binary)      a ``Vector{UInt8}``                          uint8 array
