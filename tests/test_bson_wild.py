@@ -4,9 +4,11 @@ whose licence allows it and on synthetic files of the same structure (each names
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Any
 
+import h5py
 import jax
 import numpy as np
 import pytest
@@ -270,3 +272,217 @@ def test_a_real_policy_saved_as_a_string_keyed_dict_with_a_cycle_reads_and_conve
     tx.save(out, **values)
     again = tx.load(out)
     assert tx.values_equal(again, values) and again["learner"]["2"]["5"]["keys"][0] is again["learner"]
+
+
+def _complex(re: int, im: int) -> tx.JuliaStruct:
+    return tx.JuliaStruct("Complex{Int64}", {"re": np.int64(re), "im": np.int64(im)})
+
+
+def _raw(eltype: Any, records: np.ndarray) -> dict[str, Any]:
+    """An ``array`` document of bits-struct elements: BSON.jl stores their raw memory."""
+    return {"tag": "array", "type": eltype, "size": list(records.shape), "data": records.tobytes(order="F")}
+
+
+def test_an_array_of_bits_structs_reads_each_elements_fields(tmp_path: Path) -> None:
+    """JuliaIO/BSON.jl test.bson (``a = [1+2im, 3+4im]``, blob f73bd43e): BSON.jl stores an array
+    of any bits type as its raw memory, a ``Complex{Int64}`` as much as a ``Float32``. Each element
+    was one 16-byte JuliaBits (``inspect`` showed 1+2im as 36893488147419103233, ``convert`` failed
+    its read-back). The fields of a struct whose type says them are decoded, padding included; a
+    struct of one's own stays its bytes."""
+    i64, i32, i8, f64 = (datatype(f"Core.{n}") for n in ("Int64", "Int32", "Int8", "Float64"))
+    complex_t = np.dtype([("re", "<i8"), ("im", "<i8")])
+    z = np.array([[(1, 2), (3, 4), (5, 6)], [(7, 8), (9, 10), (11, 12)]], complex_t)
+    padded_t = np.dtype([("1", "i1"), ("2", "<f8")], align=True)  # 7 bytes of padding after the Int8
+    pairs = np.array([(-3, 0.5), (4, 1.5)], padded_t)
+    named_t = np.dtype([("a", "<i4"), ("b", "?")], align=True)
+    named = np.array([(7, True), (-1, False)], named_t)
+    ratio = np.array([(1, 3), (-2, 5)], np.dtype([("num", "<i4"), ("den", "<i4")]))
+    names = tuple_({"tag": "symbol", "name": "a"}, {"tag": "symbol", "name": "b"})
+    path = _write(
+        tmp_path,
+        "bits.bson",
+        {
+            "z": _raw(datatype("Base.Complex", i64), z),
+            "one": struct(datatype("Base.Complex", i64), 7, 8),
+            "pairs": _raw(datatype("Core.Tuple", i8, f64), pairs),
+            "named": _raw(
+                datatype("Core.NamedTuple", names, datatype("Core.Tuple", i32, datatype("Core.Bool"))), named
+            ),
+            "ratio": _raw(datatype("Base.Rational", i32), ratio),
+            "point": _raw(datatype("Main.Point"), ratio),
+        },
+    )
+    values = tx.load(path)
+    assert values["z"].shape == (2, 3)
+    assert values["z"][1, 2] == _complex(11, 12)
+    assert values["z"][0, 0] == _complex(1, 2)
+    assert values["one"] == _complex(7, 8)
+    assert list(values["pairs"]) == [(-3, 0.5), (4, 1.5)]
+    assert [dict(x) for x in values["named"]] == [{"a": 7, "b": True}, {"a": -1, "b": False}]
+    assert values["ratio"][1].fields == {"num": -2, "den": 5}
+    assert all(isinstance(x, tx.JuliaBits) and len(x.data) == 8 for x in values["point"])
+    target = tmp_path / "bits.jld2"
+    tx.save(target, **values)
+    assert tx.values_equal(tx.load(target), values)
+    with h5py.File(target, "r") as f:  # the independent reader: compound re/im, dims reversed
+        assert [tuple(x) for x in f["z"][()][1]] == [(3, 4), (9, 10)]  # Julia z[:, 2]
+
+
+def test_a_broadcast_connection_ports(tmp_path: Path) -> None:
+    """``SkipConnection(se_block, .*)`` (a squeeze-excitation gate) and ``Parallel(.+, ...)``: in
+    Julia >= 1.6 ``.*`` is the value ``Base.Broadcast.BroadcastFunction(*)``, stored as that struct
+    (its type parameter the function): "unknown connection function 'BroadcastFunction'". Real:
+    char5742/TetrisAI mymodel_stable.jld2 (blob a21d486f, a whole Flux model of SE-ResNet blocks;
+    BSON.jl stores the same struct). Given in an architecture, ``.+`` / ``.*`` (and ``min``) raised
+    a bare ValueError at the first call; ``tuple`` is refused when the model is built."""
+    rng = np.random.default_rng(5)
+    w1, b1, w2, b2 = (rng.normal(size=s).astype(np.float32) for s in ((3, 3), (3,), (3, 3), (3,)))
+    matrix, vector = (datatype("Core.Array", datatype("Core.Float32"), n) for n in (2, 1))
+
+    def dense(w: np.ndarray, b: np.ndarray, f: str) -> dict[str, Any]:
+        return struct(datatype("Flux.Dense", datatype(f), matrix, vector), array(None, w), array(None, b),
+                      struct(datatype(f)))  # fmt: skip
+
+    def broadcast(op: str) -> tuple[dict[str, Any], dict[str, Any]]:  # the struct and its type
+        t = datatype("Base.Broadcast.BroadcastFunction", datatype(f"Base.#{op}"))
+        return struct(t, struct(datatype(f"Base.#{op}"))), t
+
+    times, times_t = broadcast("*")
+    plus, plus_t = broadcast("+")
+    skip = struct(
+        datatype("Flux.SkipConnection", datatype("Flux.Dense"), times_t), dense(w1, b1, "NNlib.#σ"), times
+    )
+    par = struct(datatype("Flux.Parallel", plus_t, datatype("Core.Tuple")), plus,
+                 tuple_(dense(w1, b1, "Base.#identity"), dense(w2, b2, "Base.#identity")))  # fmt: skip
+    path = _write(tmp_path, "se.bson", {"skip": skip, "par": par, "ps": [array(None, w1), array(None, b1)]})
+    x = rng.normal(size=3).astype(np.float32)
+    gate = 1 / (1 + np.exp(-(w1 @ x + b1)))
+    np.testing.assert_allclose(np.asarray(tx.from_flux(path, "skip")(x)), gate * x, rtol=1e-5)
+    np.testing.assert_allclose(
+        np.asarray(tx.from_flux(path, "par")(x)), (w1 @ x + b1) + (w2 @ x + b2), rtol=1e-5, atol=1e-6
+    )
+    for text, expected in [
+        (".*", gate * x),
+        ("Base.Broadcast.BroadcastFunction(*)", gate * x),
+        ("min", np.minimum(gate, x)),
+    ]:
+        model = tx.from_flux(path, "ps", architecture=f"SkipConnection(Dense(3 => 3, σ), {text})")
+        np.testing.assert_allclose(np.asarray(model(x)), expected, rtol=1e-5, err_msg=text)
+    with pytest.raises(ConversionError, match="unknown connection function 'tuple'"):
+        tx.from_flux(path, "ps", architecture="SkipConnection(Dense(3 => 3, σ), tuple)")
+
+
+def test_a_bson_file_whose_zero_bytes_became_spaces_is_named(tmp_path: Path) -> None:
+    """tristanth03/UROP "html ui/digits.bson" (blob 9ff9c0bb): the very bytes of the repository's
+    digits.bson with every 0x00 turned into 0x20, as a text tool does; "nor a BSON file" said
+    nothing of it. Its length field, read with the spaces as zeros, is the file's size."""
+    good = bson_file({"model": struct(datatype("Main.M"), array(None, np.arange(40, dtype=np.float32)))})
+    path = tmp_path / "digits.bson"
+    path.write_bytes(good.replace(b"\x00", b" "))
+    with pytest.raises(WrongFormatError, match=r"BSON file whose zero bytes were replaced by spaces"):
+        tx.load(path)
+    path.write_bytes(good.replace(b"\x00", b" ") + b" ")  # another length: no such claim
+    with pytest.raises(WrongFormatError) as err:
+        tx.load(path)
+    assert "spaces" not in str(err.value)
+
+
+def test_an_optimiser_saved_beside_the_model_is_named_and_kept_as_it_is(tmp_path: Path) -> None:
+    """``BSON.@save "m.bson" rl_model adam iters``: the ``Flux.Optimise.ADAM`` (eta, beta, an IdDict
+    of per-array moments) was "unknown layer type", and ``convert --flux-state`` wrote a "state"
+    of its positional fields with a note to rename them and build "the model" in Julia. Real:
+    Flourish38/stronghold-nav models/rl_rnn_1.bson (blob 003d5d53)."""
+    from treexchange._interop._fluxmigrate import migrate_flux_state
+
+    w = np.ones((2, 3), np.float32)
+    moments = struct(
+        datatype("Base.IdDict", datatype("Core.Any"), datatype("Core.Any")), [array(None, w)],
+        [tuple_(array(None, w * 0), array(None, w * 0), tuple_(0.9, 0.999))],
+    )  # fmt: skip
+    adam = struct(datatype("Flux.Optimise.ADAM"), 0.001, tuple_(0.9, 0.999), moments)
+    dense = struct(datatype("Flux.Dense", datatype("Base.#identity")), array(None, w),
+                   array(None, np.zeros(2, np.float32)), struct(datatype("Base.#identity")))  # fmt: skip
+    path = _write(tmp_path, "m.bson", {"model": dense, "adam": adam, "iters": 3111})
+    with pytest.raises(ConversionError, match=r"Flux.Optimise.ADAM is an optimiser .*not a model"):
+        tx.from_flux(path, "adam")
+    printed = io.StringIO()
+    roots = migrate_flux_state(path, tmp_path / "state.jld2", out=printed)
+    assert "adam: written as it is (an optimiser" in printed.getvalue()
+    assert "rename" not in printed.getvalue()
+    assert tx.values_equal(roots["adam"], tx.load(path, "adam"))
+    assert list(roots["model"]) == ["weight", "bias", "σ"]
+
+
+def test_a_list_of_arrays_without_architecture_is_not_called_a_parameter_list(tmp_path: Path) -> None:
+    """JamesCobley/Oxi_Shapes ricci_learned_brain_batch_20250502_120445 (1).bson (blob c56c686b):
+    ``phi_history``, a Vector of Float32 vectors beside a struct of one's own, made ``convert
+    --flux-state`` say it was "a parameter list (the arrays of Flux.params)". A plain Vector of
+    arrays may be either; a saved ``Params`` is one."""
+    from treexchange._interop._fluxmigrate import migrate_flux_state
+
+    history = [array(None, np.arange(4, dtype=np.float32)), array(None, np.ones(4, np.float32))]
+    path = _write(tmp_path, "brain.bson", {"phi_history": history})
+    with pytest.raises(
+        ConversionError, match=r"a list of arrays \(data, or a parameter list\).*--architecture"
+    ):
+        migrate_flux_state(path, tmp_path / "out.jld2", out=io.StringIO())
+    with pytest.raises(ConversionError, match=r"'phi_history' is a list of arrays \(a parameter list"):
+        tx.from_flux(path, "phi_history")  # said "a Flux.state has no layer types"
+    params = _zygote_params([np.ones(4, np.float32)], buffer=True)
+    path = _write(tmp_path, "params.bson", {"ps": params})
+    with pytest.raises(ConversionError, match=r"^a parameter list \(the arrays of Flux.params\)"):
+        migrate_flux_state(path, tmp_path / "out.jld2", out=io.StringIO())
+
+
+def test_models_nested_in_an_entry_are_pointed_to(tmp_path: Path) -> None:
+    """SvenDuve/RLProject output/Acrobot/DQN_Acrobot.bson (blob 7a11f324): the entry is a Vector of
+    ``RLTypes.AgentParameter`` structs, each holding its Q-networks (Flux Chains) in a Vector;
+    from_flux said the entry "holds no Flux structs (a Flux.state has no layer types)". It now
+    names where the models are, and the way it gives (save one as an entry of its own) ports it."""
+    w, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones(2, np.float32)
+    dense = struct(datatype("Flux.Dense", datatype("NNlib.#relu")), array(None, w), array(None, b),
+                   struct(datatype("NNlib.#relu")))  # fmt: skip
+    chain = struct(datatype("Flux.Chain", datatype("Core.Tuple")), tuple_(dense))
+    agent = struct(datatype("RLTypes.AgentParameter"), 0.99, [chain, chain])
+    path = _write(tmp_path, "dqn.bson", {"DQN": [agent], "history": [1.0, 2.0]})
+    with pytest.raises(
+        ConversionError, match=r"'DQN' is no model but holds Flux models, at DQN\[1\]\['2'\]\[1\], "
+    ):
+        tx.from_flux(path, "DQN")
+    with pytest.raises(ConversionError, match="holds no Flux structs"):  # nothing inside: as before
+        tx.from_flux(path, "history")
+    tx.save(tmp_path / "q.jld2", model=tx.load(path, "DQN")[0].fields["2"][0])
+    x = np.array([1, -2, 3], np.float32)
+    np.testing.assert_allclose(
+        np.asarray(tx.from_flux(tmp_path / "q.jld2", "model")(x)), np.maximum(w @ x + b, 0)
+    )
+
+
+def test_the_real_complex_array_of_bsonjl_reads_and_converts(tmp_path: Path) -> None:
+    """JuliaIO/BSON.jl test/test.bson (MIT, bundled): ``Dict(:a => [1+2im, 3+4im], :b => "Hello,
+    World!")`` as BSON.jl's own tests write it; ``a`` is a ``Complex{Int64}`` array of raw bytes."""
+    path = BUNDLED_DIR / "bson" / "bsonjl_test_complex.bson"
+    values = tx.load(path)
+    assert [(int(z.fields["re"]), int(z.fields["im"])) for z in values["a"]] == [(1, 2), (3, 4)]
+    assert values["b"] == "Hello, World!"
+    out = tmp_path / "test.jld2"
+    tx.save(out, **values)
+    assert tx.values_equal(tx.load(out), values)
+    with h5py.File(out, "r") as f:
+        assert [tuple(int(x) for x in z) for z in f["a"][()]] == [(1, 2), (3, 4)]
+
+
+def test_a_whole_lenet_of_flux_0_13_reaches_the_accuracy_its_notebook_printed() -> None:
+    """AndreyGermanov/phones_reader digits.bson (MIT, bundled; a LeNet-5 of Flux ≥ 0.13 saved
+    whole with ``BSON.@save "digits.bson" model``, ``Dense(84 => 10, sigmoid)`` then ``softmax``):
+    ported with no architecture, it scores on the MNIST test set the 0.9846 its notebook
+    (``digits.ipynb``) printed after the last epoch, on images loaded from PNG (rows first, as
+    ``Flux.Data.MNIST`` gave them)."""
+    images, labels = flux_data_mnist()
+    model = jax.jit(
+        jax.vmap(tx.from_flux(BUNDLED_DIR / "bson" / "germanov_phones_reader_digits.bson", "model"))
+    )
+    predicted = np.concatenate(
+        [np.asarray(model(images[i : i + 2500])).argmax(1) for i in range(0, 10000, 2500)]
+    )
+    assert float(np.mean(predicted == labels)) == pytest.approx(0.9846, abs=1e-12)

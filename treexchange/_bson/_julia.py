@@ -16,7 +16,7 @@ tag                keys                                         value model
                                                                 type), :class:`Singleton` (no fields)
 ``array``          ``type`` (element type), ``size``, ``data``  numpy array in Julia's shape (zero-
                    (binary of the column-major bytes for bits   copy), :class:`JuliaArray` otherwise
-                   types, else an array of elements)
+                   types, else an array of elements)            (bits structs: ``_bitsstruct``)
 (BSON array)       a ``Vector{Any}`` or any 1-d array of        ``list``
                    non-bits elements (element type not kept)
 (BSON binary)      a ``Vector{UInt8}``                          uint8 array
@@ -83,6 +83,7 @@ from .._values import (
     Symbol,
     UInt128,
 )
+from ._bitsstruct import bits_struct_dtype, bits_struct_value
 from ._container import Blob, Doc, Lazy, Parser, Seq
 
 _DICT_TYPES = frozenset({"Base.Dict", "Base.IdDict"})
@@ -668,6 +669,10 @@ class Session:
             )
         size = data.length // count
         start = data.offset
+        layout = bits_struct_dtype(eltype)
+        if layout is not None and layout.itemsize == size:  # Complex{Int64}, a Tuple of numbers...
+            records = np.frombuffer(self.buf, layout, count, start)
+            return self._object_array(eltype, [bits_struct_value(eltype, r) for r in records], shape)
         items = [
             _bits_value(eltype, bytes(self.buf[start + i * size : start + (i + 1) * size]))
             for i in range(count)

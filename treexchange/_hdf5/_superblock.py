@@ -48,16 +48,17 @@ def find_superblock(buf: memoryview) -> int:
         if bytes(buf[pos : pos + len(SIGNATURE)]) == SIGNATURE:
             return pos
         pos = 512 if pos == 0 else pos * 2
-    known = _known_other_format(bytes(buf[:64]))
+    known = _known_other_format(bytes(buf[:64]), size)
     raise WrongFormatError(
         "not an HDF5 file (no superblock signature found), nor a BSON file" + (f": {known}" if known else ""),
         offset=0,
     )
 
 
-def _known_other_format(head: bytes) -> str | None:
-    """What a file that is neither HDF5 nor BSON seems to be, from its first bytes (for the error):
-    formats Julia model files are often mistaken for, named by their own magic bytes."""
+def _known_other_format(head: bytes, size: int) -> str | None:
+    """What a file that is neither HDF5 nor BSON seems to be, from its first bytes and its size
+    (for the error): formats Julia model files are often mistaken for, named by their own magic
+    bytes, and model files a text tool altered."""
     if head.startswith(b"7JL"):
         return (
             "it is a Julia Serialization stream (Serialization.serialize, e.g. MLJ's MLJ.save), a format "
@@ -68,6 +69,14 @@ def _known_other_format(head: bytes) -> str | None:
             "it is a JLD2 file whose bytes were altered as text (line endings converted, e.g. by git's "
             "autocrlf): the original file is needed"
         )
+    if len(head) >= 5 and b"\x00" not in head and 1 <= head[4] <= 0x13:
+        # A BSON document starts with its length (int32, little-endian): with its zero bytes
+        # turned to spaces (0x20) it still gives the file's size where the spaces are zeros
+        if int.from_bytes(head[:4].replace(b" ", b"\x00"), "little") == size:
+            return (
+                "it is a BSON file whose zero bytes were replaced by spaces (0x20), as a text tool "
+                "does: the original file is needed"
+            )
     if head.startswith(b"version https://git-lfs"):
         return "it is a Git LFS pointer, not the file itself (run git lfs pull)"
     return None

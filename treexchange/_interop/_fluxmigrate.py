@@ -8,8 +8,10 @@ with a current Flux. Each top-level entry becomes:
 - a whole model (any value holding Flux layer structs, of any Flux era): its ``Flux.state`` in the
   era asked for (``_port._statefill.whole_model_state``), under the same name;
 - a parameter list (``params=cpu.(params(model))``) with ``--architecture``: the state of that
-  model (``state_from_params``), under the same name;
-- anything else (``acc``, ``epoch_idx``, a vocabulary): written as it is.
+  model (``state_from_params``), under the same name (without it: refused, as a Vector of
+  arrays may as well be data);
+- anything else (``acc``, ``epoch_idx``, a vocabulary, an optimiser saved beside the model):
+  written as it is.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from .._port._statefill import (
     state_for_architecture,
     whole_model_state,
 )
-from .._port._wholemodel import from_whole_model
+from .._port._wholemodel import from_whole_model, is_optimiser
 from .._reader import open as open_file, read_entry
 from .._values import JuliaStruct, NamedTuple
 from ._jld2io import save_jld2
@@ -106,9 +108,13 @@ def _migrate_entry(
     sources = dict(_array_paths(value, path))
     if params_list(value) is not None:
         if architecture is None:
+            what = (
+                "a parameter list (the arrays of Flux.params)"
+                if isinstance(value, JuliaStruct)  # a saved Params: nothing else
+                else "a list of arrays (data, or a parameter list): if a parameter list, it"
+            )
             raise ConversionError(
-                "a parameter list (the arrays of Flux.params) says nothing of its layers: pass "
-                "--architecture with the model as Flux prints it",
+                f"{what} says nothing of its layers: pass --architecture with the model as Flux prints it",
                 path=path,
             )
         layer = parse_architecture(architecture)
@@ -119,6 +125,8 @@ def _migrate_entry(
             _mapping(state, path, sources),
             _julia(name, julia_constructor(layer, era), state, target),
         )
+    if isinstance(value, JuliaStruct) and is_optimiser(value.type):
+        return value, [], [f"{name}: written as it is (an optimiser, {value.type.name}: no model)"]
     if not _holds_flux_layer(value):
         return value, [], [f"{name}: written as it is (no Flux layers in it)"]
     state = whole_model_state(value, era, path=path)

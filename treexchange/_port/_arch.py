@@ -268,8 +268,34 @@ ACTIVATIONS = frozenset(
         "logsigmoid", "hardsigmoid", "hardtanh", "mish", "tanhshrink", "lisht", "softmax", "logsoftmax",
     }
 )  # fmt: skip
-# Connections of Parallel / SkipConnection / PairwiseFusion, by their Julia name.
-CONNECTIONS = frozenset({"+", "*", ".*", ".+", "vcat", "hcat", "cat", "tuple", "max", "min"})
+# Connections of Parallel / SkipConnection / PairwiseFusion the port applies: Julia name -> the name
+# the port knows it by. `.+` / `.*` (in Julia >= 1.6 the value `Base.Broadcast.BroadcastFunction(+)`,
+# a file's `BroadcastFunction{typeof(+)}`) broadcast, as the port's `+` / `*` do: numpy broadcasting
+# on the reversed axes is Julia's broadcasting. (`tuple`, `cat` give no array: not portable.)
+CONNECTIONS = {
+    "+": "+",
+    ".+": "+",
+    "*": "*",
+    ".*": "*",
+    "vcat": "vcat",
+    "hcat": "hcat",
+    "max": "max",
+    "min": "min",
+}
+BROADCAST_FUNCTION = "Broadcast.BroadcastFunction"
+
+
+def connection_name(name: str) -> str | None:
+    """The port's name of a Flux connection function (``Base.:+`` / ``.+`` -> ``+``), or None.
+
+    Example:
+        >>> connection_name(".*"), connection_name("vcat"), connection_name("tuple")
+        ('*', 'vcat', None)
+    """
+    name = _strip(name)
+    if name.startswith(":"):  # Base.:+
+        name = name[1:]
+    return CONNECTIONS.get(name)
 
 
 def _strip(name: str) -> str:
@@ -340,8 +366,11 @@ class _Builder:
         raise self.error("expected an activation function", _pos(e))
 
     def connection(self, e: Any) -> str:
-        if isinstance(e, _Name) and _strip(e.name) in CONNECTIONS:
-            return _strip(e.name)
+        if isinstance(e, _Call) and _strip(e.func).endswith(BROADCAST_FUNCTION) and len(e.args) == 1:
+            if isinstance(e.args[0], _Name) and not e.kwargs:  # as Flux prints `.+`
+                e = _Name("." + _strip(e.args[0].name), e.pos)
+        if isinstance(e, _Name) and connection_name(e.name) is not None:
+            return str(connection_name(e.name))
         if isinstance(e, _Lambda):
             raise self.error("anonymous function as a connection", e.pos)
         if isinstance(e, _Name):

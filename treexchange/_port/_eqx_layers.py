@@ -149,7 +149,8 @@ class Scale(eqx.Module):
 
 
 def connect(name: str, values: list[jax.Array]) -> jax.Array:
-    """Apply a Flux connection (``+``, ``*``, ``vcat``, ``hcat``, ``max``) to one sample's outputs."""
+    """Apply a Flux connection (``+``, ``*``, ``vcat``, ``hcat``, ``max``, ``min``: the values of
+    ``_arch.CONNECTIONS``) to one sample's outputs."""
     if name == "+":
         out = values[0]
         for v in values[1:]:
@@ -163,10 +164,10 @@ def connect(name: str, values: list[jax.Array]) -> jax.Array:
     if name in ("vcat", "hcat"):
         julia_dim = 1 if name == "vcat" else 2
         return jnp.concatenate(values, axis=values[0].ndim - julia_dim)
-    if name == "max":
+    if name in ("max", "min"):
         out = values[0]
         for v in values[1:]:
-            out = jnp.maximum(out, v)
+            out = jnp.maximum(out, v) if name == "max" else jnp.minimum(out, v)
         return out
     raise ValueError(f"unknown connection {name!r}")
 

@@ -26,7 +26,7 @@ from treexchange._port._registry import KINDS, RECURRENT_GATES
 from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
 from treexchange._port._state import check_era
 from treexchange._port._statefill import params_list, state_for_architecture, state_for_port
-from treexchange._port._wholemodel import from_whole_model
+from treexchange._port._wholemodel import from_whole_model, is_optimiser
 from treexchange._reader import has_embedded_schema, open as open_file, read_entry
 from treexchange._values import JuliaStruct
 
@@ -59,10 +59,23 @@ def read_source(
         )
     if architecture is None:
         if not isinstance(value, JuliaStruct):
+            inside = nested_models(value, (name,))
+            if inside:  # a checkpoint (model=..., opt=...), an agent's list of networks
+                where = ", ".join(map(format_path, inside[:3]))
+                more = f" and {len(inside) - 3} more" if len(inside) > 3 else ""
+                raise ConversionError(
+                    f"{name!r} is no model but holds Flux models, at {where}{more}: from_flux ports an "
+                    "entry of the file; save the one you want as an entry "
+                    "of its own (tx.save('m.jld2', model=that value)) and port that",
+                    path=(name,),
+                )
+            what = (
+                "is a list of arrays (a parameter list, cpu.(params(model)), names no layer)"
+                if params_list(value) is not None
+                else "holds no Flux structs (a Flux.state has no layer types)"
+            )
             raise ConversionError(
-                f"{name!r} holds no Flux structs (a Flux.state has no layer types): pass architecture= "
-                "with the model as Flux prints it",
-                path=(name,),
+                f"{name!r} {what}: pass architecture= with the model as Flux prints it", path=(name,)
             )
         era = flux or "0.14"
         return (*from_whole_model(value, path=(name,), flux=era), era)
@@ -72,6 +85,40 @@ def read_source(
     state = state_for_architecture(layer, value, given or DEFAULT_FLUX_ERA, path=(name,))
     check_state(layer, state, path=(name,))
     return layer, state, given or state_era(layer, state, path=(name,)) or DEFAULT_FLUX_ERA
+
+
+def nested_models(value: Any, path: TreePath, limit: int = 100_000) -> list[TreePath]:
+    """The paths of the Flux layer structs (outermost ones) inside a value that is not one, in
+    order; at most ``limit`` values are visited.
+
+    Example:
+        >>> from treexchange._values import NamedTuple
+        >>> ckpt = NamedTuple(epoch=3, model=JuliaStruct("Flux.Chain", {"layers": ()}))
+        >>> nested_models(ckpt, ("ckpt",))
+        [('ckpt', 'model')]
+    """
+    found: list[TreePath] = []
+    todo: list[tuple[Any, TreePath]] = [(value, path)]
+    seen: set[int] = set()
+    while todo and len(seen) < limit:
+        v, at = todo.pop()
+        if id(v) in seen or len(at) > 64:
+            continue
+        seen.add(id(v))
+        children: list[tuple[Any, Any]]
+        if isinstance(v, JuliaStruct):
+            if v.type.name.startswith("Flux.") and not is_optimiser(v.type):
+                found.append(at)
+                continue
+            children = list(v.fields.items())
+        elif isinstance(v, Mapping):
+            children = list(v.items())
+        elif isinstance(v, (list, tuple)):
+            children = [(i + 1, x) for i, x in enumerate(v)]
+        else:
+            continue
+        todo.extend((x, (*at, k if isinstance(k, int) else str(k))) for k, x in reversed(children))
+    return found
 
 
 def _read(path: str | os.PathLike[str], name: str) -> Any:

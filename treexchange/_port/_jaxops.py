@@ -62,15 +62,17 @@ def julia_dim_axis(julia_dim: int, ndim: int) -> int:
 
 
 def connect(name: str, values: list[jax.Array]) -> jax.Array:
-    """A Flux connection (``+``, ``*``, ``vcat``, ``hcat``, ``max``) on channels-last batches."""
+    """A Flux connection (``+``, ``*``, ``vcat``, ``hcat``, ``max``, ``min``: the values of
+    ``_arch.CONNECTIONS``) on channels-last batches."""
     if name in ("vcat", "hcat"):
         axis = julia_dim_axis(1 if name == "vcat" else 2, values[0].ndim)
         return jnp.concatenate(values, axis=axis)
+    ops = {"+": jnp.add, "*": jnp.multiply, "max": jnp.maximum, "min": jnp.minimum}
+    if name not in ops:
+        raise ValueError(f"unknown connection {name!r}")
     out = values[0]
     for v in values[1:]:
-        out = out + v if name == "+" else out * v if name == "*" else jnp.maximum(out, v)
-    if name not in ("+", "*", "max"):
-        raise ValueError(f"unknown connection {name!r}")
+        out = ops[name](out, v)
     return out
 
 

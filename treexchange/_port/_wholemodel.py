@@ -18,7 +18,7 @@ import numpy as np
 from treexchange._errors import ConversionError, PathSegment, TreePath, TreexchangeError
 from treexchange._juliatype import JuliaType
 from treexchange._limits import DEFAULT_LIMITS
-from treexchange._port._arch import CONNECTIONS, canonical_activation
+from treexchange._port._arch import BROADCAST_FUNCTION, CONNECTIONS, canonical_activation, connection_name
 from treexchange._port._eras import normalise
 from treexchange._port._registry import KINDS, PORTING_DOCS, RECURRENT_GATES
 from treexchange._port._spec import Layer
@@ -72,6 +72,30 @@ def _raw_name(value: Any) -> str:
     return value.name if isinstance(value, JuliaType) else str(value)
 
 
+def _broadcast_function(value: Any) -> Any:
+    """The function a ``Base.Broadcast.BroadcastFunction`` (Julia's ``.+``, as a value, its type or
+    a struct of it) broadcasts, else ``None``."""
+    t = value.type if isinstance(value, (Singleton, JuliaStruct)) else value
+    if isinstance(t, JuliaType) and t.name.endswith(BROADCAST_FUNCTION) and len(t.params) == 1:
+        return t.params[0]
+    return None
+
+
+# Modules of optimisers saved beside a model (``BSON.@save "m.bson" model opt``): Flux <= 0.14's own
+# (``Flux.Optimise.ADAM``, ``Flux.Optimise.Optimiser``) and Optimisers.jl's (``Optimisers.Leaf``)
+_OPTIMISER_MODULES = ("Flux.Optimise.", "Optimisers.")
+
+
+def is_optimiser(type_: JuliaType) -> bool:
+    """Whether a struct type is an optimiser's (or its state's) rather than a model's.
+
+    Example:
+        >>> is_optimiser(JuliaType("Flux.Optimise.ADAM")), is_optimiser(JuliaType("Flux.Dense"))
+        (True, False)
+    """
+    return type_.name.startswith(_OPTIMISER_MODULES)
+
+
 def _is_anonymous(name: str) -> bool:
     return "#" in name or name[:1].isdigit()
 
@@ -122,12 +146,16 @@ class _Converter:
         return canonical
 
     def connection(self, value: Any, path: TreePath) -> str:
-        name = function_name(value)
-        if name not in CONNECTIONS:
+        broadcast = _broadcast_function(value)
+        name = "." + function_name(broadcast) if broadcast is not None else function_name(value)
+        canonical = connection_name(name)
+        if canonical is None:
             if _is_anonymous(name):
                 raise self.error(f"anonymous function {_raw_name(value)} as connection", path)
-            raise self.error(f"unknown connection function {name!r}", path)
-        return name
+            raise self.error(
+                f"unknown connection function {name!r} (the port applies {', '.join(CONNECTIONS)})", path
+            )
+        return canonical
 
     def state_value(self, value: Any) -> Any:
         """A plain field value as ``Flux.state`` keeps it (functions and other objects -> ``()``)."""
@@ -182,6 +210,12 @@ class _Converter:
                     f"{', '.join(held)}): its forward pass is Julia code, which treexchange never runs. "
                     "If it applies them in field order, pass architecture= (--architecture) with the "
                     "Chain of those layers as Flux prints them",
+                    path,
+                )
+            if is_optimiser(value.type):
+                raise self.error(
+                    f"{value.type.name} is an optimiser (its settings and per-parameter state), not a "
+                    "model: it holds no layers to port",
                     path,
                 )
             known = ", ".join(sorted(_HANDLERS))
