@@ -1158,8 +1158,8 @@ class DictNode(ContainerNode):
             if info is not None and not reader.closed and len(self.path) < reader.max_path:
                 leaf = _new_array_node(ArrayNode)
                 leaf._reader, leaf.path, leaf.kind = reader, (*self.path, self._segments[i]), "array"
-                refs = cast("list[int]", self._refs)  # (set with the arrays)
-                leaf.julia_type, leaf._desc, leaf._address, leaf._value = info.julia_type, info, refs[i], None
+                address = self._refs[i]  # type: ignore[index]  # (set with the arrays)
+                leaf.julia_type, leaf._desc, leaf._address, leaf._value = info.julia_type, info, address, None
                 return leaf
         node = self._cache.get(i)
         if node is None:
@@ -1194,35 +1194,47 @@ class DictNode(ContainerNode):
     def _vouch_values(self) -> None:
         """Check the headers of the values stored by reference all at once, on the first
         look at a value (so that making the node, or reaching one entry, costs nothing more)."""
-        plans, bufs, offs = self._pair_plans, self._pair_bufs, self._pair_offs
-        if len(plans) < _DICTS_MIN:
-            return
-        plan, buf = plans[0], bufs[0]
-        second = plan.fields[1]
-        uniform = _uniform_offsets((plans, bufs, offs))
-        if uniform is not None and type(second.plan) is ReferencePlan:
-            # the usual Dict, read in bulk: every value a reference, in one buffer
-            at = uniform + second.offset
-            raw = np.frombuffer(buf, np.uint8)
-            if int(at.min()) < 0 or int(at.max()) + 8 > len(raw):
-                raise FormatError("Dict pair runs past its bytes", path=self.path)
-            found = raw[at[:, None] + np.arange(8)].copy().view("<u8").ravel()
-            refs = found.tolist()
-        else:
-            address = ReferencePlan.address
-            refs = [
-                address(b, o + p.fields[1].offset) if type(p.fields[1].plan) is ReferencePlan else 0
-                for p, b, o in zip(plans, bufs, offs)
-            ]
-            found = np.array([r for r in refs if r], np.uint64)
-        self._refs = refs
-        if len(found) >= _BULK_MIN or (len(found) >= _DICTS_MIN and _holds_dicts(plan)):
-            reader = self._reader
+        found = _vouched_values(self._reader, (self._pair_plans, self._pair_bufs, self._pair_offs), self.path)
+        if found is not None:
+            self._refs, self._arrays = found
+
+
+_Vouched = tuple[list[int], list[DatasetInfo | None] | None]
+"""Each value's reference, and what :meth:`Reader.described_arrays` gives for them (or None)."""
+
+
+def _vouched_values(reader: Reader, pairs: _Pairs, path: TreePath) -> _Vouched | None:
+    """Each value's reference (0: stored inline) and, for many values (or Dicts), what
+    :meth:`Reader.described_arrays` gives for them, their headers checked in bulk first
+    (:meth:`Reader.prime`; the Pairs of Dicts among them read too). None for few values."""
+    plans, bufs, offs = pairs
+    if len(plans) < _DICTS_MIN:
+        return None
+    plan, buf = plans[0], bufs[0]
+    second = plan.fields[1]
+    uniform = _uniform_offsets(pairs)
+    if uniform is not None and type(second.plan) is ReferencePlan:
+        # the usual Dict, read in bulk: every value a reference, in one buffer
+        at = uniform + second.offset
+        raw = np.frombuffer(buf, np.uint8)
+        if int(at.min()) < 0 or int(at.max()) + 8 > len(raw):
+            raise FormatError("Dict pair runs past its bytes", path=path)
+        found = raw[at[:, None] + np.arange(8)].copy().view("<u8").ravel()
+        refs = found.tolist()
+    else:
+        address = ReferencePlan.address
+        refs = [
+            address(b, o + p.fields[1].offset) if type(p.fields[1].plan) is ReferencePlan else 0
+            for p, b, o in zip(plans, bufs, offs)
+        ]
+        found = np.array([r for r in refs if r], np.uint64)
+    if len(found) >= _BULK_MIN or (len(found) >= _DICTS_MIN and _holds_dicts(plan)):
+        arrays = reader.described_arrays(refs)
+        if None in arrays:  # (not when a Dict above primed them with their Pairs)
+            reader.prime(found[found != 0], path, dicts=True)
             arrays = reader.described_arrays(refs)
-            if None in arrays:  # (not when a Dict above primed them with their Pairs)
-                reader.prime(found[found != 0], self.path, dicts=True)
-                arrays = reader.described_arrays(refs)
-            self._arrays = arrays
+        return refs, arrays
+    return refs, None
 
 
 _Pairs = tuple[list[CompoundPlan], list[Any], Sequence[int]]
@@ -1322,12 +1334,18 @@ def _lazy_dict_node(
         if located is None:
             return None
         index: dict[Any, int] = {}
+        vouched = None
+        if located[0] and _holds_dicts(located[0][0]):
+            # The inner Dicts' Pairs and keys first (all together): their keys lie in the heap
+            # collections with this Dict's, which are then parsed in bulk (see vlen_texts).
+            vouched = _vouched_values(reader, located, path)
         texts = _string_keys(reader, located)
         if texts is not None:
             index = dict(zip(texts, range(len(texts))))
             if len(index) != len(texts):
                 return None
-            return DictNode(reader, path, plan.julia_type, src, _SameEntries(texts), located, index)
+            node = DictNode(reader, path, plan.julia_type, src, _SameEntries(texts), located, index)
+            return _with_values(node, vouched)
         session = Session(reader)
         entries: list[tuple[PathSegment, Any]] = []
         base = pairs.path
@@ -1341,7 +1359,17 @@ def _lazy_dict_node(
             except TypeError:
                 return None
             entries.append((key if isinstance(key, str) else _render_key(key), key))
-    return DictNode(reader, path, plan.julia_type, src, entries, located, index)
+    return _with_values(DictNode(reader, path, plan.julia_type, src, entries, located, index), vouched)
+
+
+def _with_values(
+    node: DictNode, vouched: tuple[list[int], list[DatasetInfo | None] | None] | None
+) -> DictNode:
+    """``node`` with its values vouched for already (:func:`_vouched_values`), when they are."""
+    if vouched is not None:
+        node._vouched = True
+        node._refs, node._arrays = vouched
+    return node
 
 
 def _string_keys(reader: Reader, located: _Pairs) -> list[str] | None:
