@@ -1212,14 +1212,13 @@ def _vouched_values(reader: Reader, pairs: _Pairs, path: TreePath) -> _Vouched |
         return None
     plan, buf = plans[0], bufs[0]
     second = plan.fields[1]
-    uniform = _uniform_offsets(pairs)
-    if uniform is not None and type(second.plan) is ReferencePlan:
-        # the usual Dict, read in bulk: every value a reference, in one buffer
-        at = uniform + second.offset
-        raw = np.frombuffer(buf, np.uint8)
-        if int(at.min()) < 0 or int(at.max()) + 8 > len(raw):
+    if type(offs) is range and offs.step >= 8 and type(second.plan) is ReferencePlan:
+        # the usual Dict, read in bulk: every value a reference, in one buffer, one pair
+        # after the other (a strided view of the references: no copy, no index arrays)
+        n, first, step = len(offs), offs.start + second.offset, offs.step
+        if first < 0 or first + (n - 1) * step + 8 > len(buf):
             raise FormatError("Dict pair runs past its bytes", path=path)
-        found = raw[at[:, None] + np.arange(8)].copy().view("<u8").ravel()
+        found = np.ndarray((n,), "<u8", buf, first, (step,))
         refs = found.tolist()
     else:
         address = ReferencePlan.address
@@ -1240,14 +1239,6 @@ def _vouched_values(reader: Reader, pairs: _Pairs, path: TreePath) -> _Vouched |
 _Pairs = tuple[list[CompoundPlan], list[Any], Sequence[int]]
 """Each pair's plan, buffer and offset. Offsets as a ``range``: one plan, one buffer (read in
 bulk, or a vector of inline pairs), pairs one after the other."""
-
-
-def _uniform_offsets(pairs: _Pairs) -> np.ndarray | None:
-    """The offsets of pairs of one plan in one buffer, as an array; None for other pairs."""
-    offs = pairs[2]
-    if type(offs) is not range:
-        return None
-    return np.arange(offs.start, offs.stop, offs.step, dtype=np.int64)
 
 
 _BULK_MIN = 32  # children from which checking their headers in bulk pays
