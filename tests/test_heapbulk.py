@@ -6,16 +6,22 @@ damaged bytes, lying counts. And the texts cut from them are what decoding each 
 from __future__ import annotations
 
 import random
+import re
 import struct
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+import treexchange as tx
 from treexchange._hdf5._cursor import Cursor
 from treexchange._hdf5._globalheap import SIZE_SHIFT, GlobalHeapCollection
 from treexchange._hdf5._heapbulk import predict_collections
+from treexchange._jld2 import _bulktext
 from treexchange._jld2._bulktext import _texts
 from treexchange._jld2._plans import decode_text
+from treexchange._jld2._reader import Reader
 
 
 class _File:
@@ -99,3 +105,43 @@ def test_texts_are_each_key_decoded() -> None:
             pos += len(key)
         got = _texts(memoryview(b"".join(keys) + bytes(64)), np.array(codes, np.uint64))
         assert got == [decode_text(k) for k in keys]
+
+
+def _keys_everywhere(node: Any) -> list[Any]:
+    if node.kind != "dict":
+        return [node.path, node.shape, str(node.dtype)]
+    return [(k, _keys_everywhere(node[k])) for k in node.keys()]
+
+
+def test_dict_of_dicts_walk_parses_its_key_collections_in_bulk(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keys of a Dict of Dicts (an outer key between each inner Dict's keys, in heap
+    collections they share) are found without the object-by-object parse of their collections
+    (the inner Dicts' keys read first), and the walk gives what it gives with that parse alone
+    and with the Pairs of each inner Dict read on their own."""
+    tree = tx.JuliaDict()
+    for g in range(30):
+        inner = tree.setdefault(f"g{g:03d}", tx.JuliaDict())
+        for i in range(40 + g % 4):
+            inner[("ü" if i % 11 == 0 else "") + f"w{g}_{i}"] = np.full(i % 3 + 1, g, np.float32)
+    path = tmp_path / "dicts.jld2"
+    tx.save(path, st=tree)
+    parsed: list[int] = []
+    init = GlobalHeapCollection.__init__
+
+    def counting(self: GlobalHeapCollection, *args: Any) -> None:
+        parsed.append(args[1])
+        init(self, *args)
+
+    monkeypatch.setattr(GlobalHeapCollection, "__init__", counting)
+    with tx.open(path) as f:
+        bulk = _keys_everywhere(f["st"])
+    collections = len(re.findall(b"GCOL", path.read_bytes()))
+    assert collections >= 8 and len(parsed) <= 1  # (the first: committed types' names before keys)
+    monkeypatch.setattr(_bulktext, "predict_collections", lambda h5, a, i, s: np.zeros(len(a), np.int64))
+    monkeypatch.setattr(Reader, "primed_pairs", lambda self, plan, buf, off: None)
+    with tx.open(path) as f:
+        assert _keys_everywhere(f["st"]) == bulk
+    assert len(parsed) > collections // 2
+    assert bulk[5][0] == "g005" and bulk[5][1][0][0] == "üw5_0"

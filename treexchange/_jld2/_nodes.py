@@ -1085,13 +1085,21 @@ def _dict_node(
     (arrays, NamedTuples) or holds as one (``:a`` and ``"a"``) is a ``struct`` holding
     ``kvvec``, the vector of pairs.
     """
+    primed = reader.primed_pairs(plan, buf, off)
+    if primed is not None:  # a Dict in a Dict being walked: its Pairs were read with the outer's
+        base = (*path, "kvvec") if type(plan.inner) is CompoundPlan else path
+        located = _referenced_pairs(reader, primed, base)
+        lazy = _lazy_dict_node(reader, path, plan, src, located, base) if located is not None else None
+        if lazy is not None:
+            return lazy
     written = node_for_inline(reader, path, plan.inner, buf, off)
     pairs = written
     if isinstance(written, ContainerNode) and written.kind == "struct" and "kvvec" in written:
         pairs = written["kvvec"]
     if isinstance(pairs, ArrayNode) or not isinstance(pairs, ContainerNode):
         raise FormatError("Dict storage is not a vector of Pairs", path=path)
-    lazy = _lazy_dict_node(reader, path, plan, src, pairs)
+    located = _pair_locations(reader, pairs)
+    lazy = _lazy_dict_node(reader, path, plan, src, located, pairs.path) if located is not None else None
     if lazy is not None:
         return lazy
     entries: list[tuple[PathSegment, Any, Node | Group]] = []
@@ -1266,49 +1274,53 @@ def _pair_locations(reader: Reader, pairs: ContainerNode) -> _Pairs | None:
         return [plan] * n, [raw] * n, range(0, n * size, size)
     if isinstance(pairs, RefVectorNode):
         pairs._all()
-        addresses = pairs._addresses or []
-        primed = reader.primed_run(addresses)  # read with the Pairs of the Dicts around it
-        if primed is not None and _is_pair_plan(primed[0].plan):
-            info, blob, offsets = primed
-            pair_plan = cast(CompoundPlan, info.plan)
-            return [pair_plan] * len(addresses), [blob] * len(addresses), offsets
-        plans: list[CompoundPlan] = []
-        bufs: list[Any] = []
-        offs: list[int] = []
-        bulk: dict[int, tuple[DatasetInfo, bytes, int]] = {}
-        if len(addresses) >= _BULK_MIN:
-            wanted = np.array(addresses, np.uint64)
-            scalars, _ = reader.scalar_elements(wanted, pairs.path)
-            if len(scalars) == 1 and _is_pair_plan(scalars[0][0].plan):
-                info, found, blob = scalars[0]
-                if len(found) == len(wanted) and bool((found == wanted).all()):  # the usual Dict
-                    pair_plan = cast(CompoundPlan, info.plan)
-                    n, size = len(addresses), pair_plan.size
-                    return [pair_plan] * n, [blob] * n, range(0, n * size, size)
-            for info, found, blob in scalars:
-                if _is_pair_plan(info.plan):
-                    size = info.plan.size if info.plan is not None else 0
-                    for j, address in enumerate(found.tolist()):
-                        bulk[address] = (info, blob, j * size)
-        for i, address in enumerate(addresses):
-            if address == 0:
-                return None
-            hit = bulk.get(address)
-            if hit is not None:
-                info, buf, off = hit
-            else:
-                info = reader.describe(address, (*pairs.path, i + 1))
-                if info.kind == "group" or info.shape is not None or info.space == "null":
-                    return None
-                if not _is_pair_plan(info.plan):
-                    return None
-                buf, off = reader.element_bytes_at(info, address, (*pairs.path, i + 1)), 0
-            assert isinstance(info.plan, CompoundPlan)
-            plans.append(info.plan)
-            bufs.append(buf)
-            offs.append(off)
-        return plans, bufs, offs
+        return _referenced_pairs(reader, pairs._addresses or [], pairs.path)
     return None
+
+
+def _referenced_pairs(reader: Reader, addresses: list[int], base: TreePath) -> _Pairs | None:
+    """:func:`_pair_locations` of a vector of references to Pairs (at path ``base``)."""
+    primed = reader.primed_run(addresses)  # read with the Pairs of the Dicts around it
+    if primed is not None and _is_pair_plan(primed[0].plan):
+        info, blob, offsets = primed
+        pair_plan = cast(CompoundPlan, info.plan)
+        return [pair_plan] * len(addresses), [blob] * len(addresses), offsets
+    plans: list[CompoundPlan] = []
+    bufs: list[Any] = []
+    offs: list[int] = []
+    bulk: dict[int, tuple[DatasetInfo, bytes, int]] = {}
+    if len(addresses) >= _BULK_MIN:
+        wanted = np.array(addresses, np.uint64)
+        scalars, _ = reader.scalar_elements(wanted, base)
+        if len(scalars) == 1 and _is_pair_plan(scalars[0][0].plan):
+            info, found, blob = scalars[0]
+            if len(found) == len(wanted) and bool((found == wanted).all()):  # the usual Dict
+                pair_plan = cast(CompoundPlan, info.plan)
+                n, size = len(addresses), pair_plan.size
+                return [pair_plan] * n, [blob] * n, range(0, n * size, size)
+        for info, found, blob in scalars:
+            if _is_pair_plan(info.plan):
+                size = info.plan.size if info.plan is not None else 0
+                for j, address in enumerate(found.tolist()):
+                    bulk[address] = (info, blob, j * size)
+    for i, address in enumerate(addresses):
+        if address == 0:
+            return None
+        hit = bulk.get(address)
+        if hit is not None:
+            info, buf, off = hit
+        else:
+            info = reader.describe(address, (*base, i + 1))
+            if info.kind == "group" or info.shape is not None or info.space == "null":
+                return None
+            if not _is_pair_plan(info.plan):
+                return None
+            buf, off = reader.element_bytes_at(info, address, (*base, i + 1)), 0
+        assert isinstance(info.plan, CompoundPlan)
+        plans.append(info.plan)
+        bufs.append(buf)
+        offs.append(off)
+    return plans, bufs, offs
 
 
 def _is_pair_plan(plan: Plan | None) -> bool:
@@ -1316,14 +1328,12 @@ def _is_pair_plan(plan: Plan | None) -> bool:
 
 
 def _lazy_dict_node(
-    reader: Reader, path: TreePath, plan: CustomPlan, src: Where, pairs: ContainerNode
+    reader: Reader, path: TreePath, plan: CustomPlan, src: Where, located: _Pairs, base: TreePath
 ) -> DictNode | None:
-    """A :class:`DictNode`, or None when the pairs are stored otherwise or their keys do not
-    make a Python dict (unhashable, or equal in Python): the caller's general path decides."""
+    """A :class:`DictNode` of the Pairs ``located`` (their vector at path ``base``), or None
+    when their keys do not make a Python dict (unhashable, or equal in Python): the caller's
+    general path decides."""
     with gc_paused():  # thousands of entries: no collection scans the half-built lists
-        located = _pair_locations(reader, pairs)
-        if located is None:
-            return None
         index: dict[Any, int] = {}
         vouched = None
         if located[0] and _holds_dicts(located[0][0]):
@@ -1339,7 +1349,6 @@ def _lazy_dict_node(
             return _with_values(node, vouched)
         session = Session(reader)
         entries: list[tuple[PathSegment, Any]] = []
-        base = pairs.path
         for i, (pair, buf, off) in enumerate(zip(*located)):
             first = pair.fields[0]
             key = first.plan.decode(session, buf, off + first.offset, (*base, i + 1, "first"))
