@@ -1162,13 +1162,20 @@ class DictNode(ContainerNode):
         arrays = self._arrays
         if arrays is not None:  # a walk's hot path: what _make makes of a described array, inline
             info = arrays[i]
-            reader = self._reader
-            if info is not None and not reader.closed and len(self.path) < reader.max_path:
-                leaf = _new_array_node(ArrayNode)
-                leaf._reader, leaf.path, leaf.kind = reader, (*self.path, self._segments[i]), "array"
-                address = self._refs[i]  # type: ignore[index]  # (set with the arrays)
-                leaf.julia_type, leaf._desc, leaf._address, leaf._value = info.julia_type, info, address, None
-                return leaf
+            if info is not None:
+                reader, path = self._reader, self.path
+                if not reader.closed and len(path) < reader.max_path:
+                    # one store a statement, the path by concatenation: no tuple built and
+                    # unpacked per leaf (a fifth of this lookup's time)
+                    leaf = _new_array_node(ArrayNode)
+                    leaf._reader = reader
+                    leaf.path = path + (self._segments[i],)  # noqa: RUF005 - faster than (*path, key)
+                    leaf.kind = "array"
+                    leaf.julia_type = info.julia_type
+                    leaf._desc = info
+                    leaf._address = self._refs[i]  # type: ignore[index]  # (set with the arrays)
+                    leaf._value = None
+                    return leaf
         node = self._cache.get(i)
         if node is None:
             node = self._make(i, (*self.path, self._segments[i]))
