@@ -145,3 +145,17 @@ def test_dict_of_dicts_walk_parses_its_key_collections_in_bulk(
         assert _keys_everywhere(f["st"]) == bulk
     assert len(parsed) > collections // 2
     assert bulk[5][0] == "g005" and bulk[5][1][0][0] == "üw5_0"
+
+
+@pytest.mark.parametrize("gathered_max", [1 << 24, 1000], ids=["gathered", "each"])
+def test_long_keys_read_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, gathered_max: int) -> None:
+    """Keys of 32 KiB and more (their heap objects' sizes do not fit the packed int64 codes), and
+    keys whose bytes are read one by one beyond the gathered bound, are what `load` gives."""
+    monkeypatch.setattr(_bulktext, "_GATHERED_MAX", gathered_max)
+    keys = [f"k{i:03d}" + ("é" * 20_000 if i % 10 == 3 else "") for i in range(40)]
+    path = tmp_path / "long.jld2"
+    tx.save(path, st=tx.JuliaDict({k: np.arange(2.0) + i for i, k in enumerate(keys)}))
+    with tx.open(path) as f:
+        assert f["st"].keys() == keys
+        assert f["st"][keys[13]].shape == (2,)
+    assert list(tx.load(path)["st"]) == keys

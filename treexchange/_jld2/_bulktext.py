@@ -12,7 +12,7 @@ decoded at once and split. The result is what :func:`decode_text` gives for each
 from __future__ import annotations
 
 from itertools import pairwise
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from .._hdf5._heapbulk import predict_collections
 from ._plans import decode_text
 
 _UNDEFINED = (1 << 64) - 1
+_GATHERED_MAX = 1 << 24  # bytes of text gathered at once (index arrays: 16 bytes per byte)
 
 
 def vlen_texts(h5: HDF5File, buf: Any, offsets: np.ndarray) -> list[str] | None:
@@ -43,6 +44,7 @@ def vlen_texts(h5: HDF5File, buf: Any, offsets: np.ndarray) -> list[str] | None:
     missing = np.flatnonzero(found == 0)
     if len(missing):  # in collections parsed before (or that the prediction left to the scan)
         runs = [0, *(np.flatnonzero(np.diff(addresses[missing])) + 1).tolist(), len(missing)]
+        looked_up: list[int] = []
         for lo, hi in pairwise(runs):  # elements in a row that point into one collection
             at = missing[lo:hi]
             heap = h5.heap_collection(int(addresses[at[0]]), (indices[at], counts[at]))
@@ -50,8 +52,19 @@ def vlen_texts(h5: HDF5File, buf: Any, offsets: np.ndarray) -> list[str] | None:
             codes = list(map(heap.objects.get, listed))
             if None in codes:
                 heap.get(listed[codes.index(None)])  # raises the usual error
-            found[at] = codes
+            looked_up += cast("list[int]", codes)
+        if max(looked_up) >= 1 << 63:  # a key of 32 KiB or more: its code is no int64
+            every = found.tolist()
+            for j, code in zip(missing.tolist(), looked_up):
+                every[j] = code
+            return _each_text(h5.buffer, every)
+        found[missing] = looked_up
     return _texts(h5.buffer, found.view(np.uint64))
+
+
+def _each_text(buffer: memoryview, codes: list[int]) -> list[str]:
+    """The texts of the heap objects ``codes``, each decoded from its own bytes."""
+    return [decode_text(buffer[c & OFFSET_MASK : (c & OFFSET_MASK) + (c >> SIZE_SHIFT)]) for c in codes]
 
 
 def _texts(buffer: memoryview, codes: np.ndarray) -> list[str] | None:
@@ -66,6 +79,8 @@ def _texts(buffer: memoryview, codes: np.ndarray) -> list[str] | None:
     total = int(sizes.sum())
     if total > len(buffer):
         return None
+    if total > _GATHERED_MAX:  # long texts: no index arrays of 8 bytes per byte of them
+        return _each_text(buffer, codes.tolist())
     raw = np.frombuffer(buffer, np.uint8)
     before = np.cumsum(sizes) - sizes  # where each text begins among the gathered bytes
     gathered = raw[np.repeat(at - before, sizes) + np.arange(total)]
