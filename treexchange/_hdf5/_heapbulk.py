@@ -34,7 +34,14 @@ _HEAD = 16  # object header: index (u16), reference count (u16), reserved (4), s
 
 def _le(raw: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
     """The little-endian unsigned ints of ``width`` (2 or 8) bytes at offsets ``at`` of ``raw``."""
-    return raw[at[:, None] + np.arange(width)].copy().view(f"<u{width}").ravel()
+    return raw[at[:, None] + np.arange(width)].view(f"<u{width}").ravel()
+
+
+def _headers(raw: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The index (as int64) and size fields of the object headers at offsets ``at`` of ``raw``
+    (one gather of their 16 bytes, read through views of it)."""
+    got = raw[at[:, None] + np.arange(_HEAD)]
+    return got.view("<u2")[:, 0].astype(np.int64), got.view("<u8")[:, 1]
 
 
 def predict_collections(
@@ -73,7 +80,9 @@ def predict_collections(
     ends_at = np.cumsum(wanted)
     last, low = idx[ends_at - 1], idx[ends_at - wanted]  # rows sorted: K, the highest index wanted
     bad |= (low < 1) | (last - wanted > _UNASKED_MAX) | (last > 0xFFFF)
-    bad |= np.bincount(col_of, weights=size >= 1 << (63 - SIZE_SHIFT), minlength=len(colls)) > 0
+    too_long = size >= 1 << (63 - SIZE_SHIFT)  # (keys of 32 KiB and more: no room in a code)
+    if too_long.any():
+        bad[col_of[too_long]] = True
     # the collections' headers: "GCOL", version 1, size (the end, as GlobalHeapCollection reads it)
     raw = np.frombuffer(h5.buffer, np.uint8)
     total = len(raw)
@@ -111,8 +120,7 @@ def predict_collections(
         c = coll[first_unknown]
         ok = at + _HEAD <= ends[c]
         at = np.where(ok, at, starts[c])
-        found_index = _le(raw, at, 2).astype(np.int64)
-        found_size = _le(raw, at + 8, 8)
+        found_index, found_size = _headers(raw, at)
         ok &= (found_index == expected[first_unknown]) & (found_size < np.uint64(1 << (63 - SIZE_SHIFT)))
         n = found_size.astype(np.int64)
         ok &= n <= ends[c] - at - _HEAD
@@ -126,11 +134,8 @@ def predict_collections(
     ends_of = ends[coll]
     fit = at + _HEAD <= ends_of
     at = np.where(fit, at, starts[coll])
-    ok = (
-        fit
-        & (_le(raw, at, 2).astype(np.int64) == expected)
-        & (_le(raw, at + 8, 8) == row_size.astype(np.uint64))
-    )
+    found_index, found_size = _headers(raw, at)
+    ok = fit & (found_index == expected) & (found_size == row_size.astype(np.uint64))
     ok &= row_size <= ends_of - at - _HEAD
     bad[coll[~ok]] = True
     codes = (row_size << SIZE_SHIFT) | (at + _HEAD)
