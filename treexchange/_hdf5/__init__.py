@@ -10,6 +10,7 @@ absolute file offset. The data classes live in :mod:`._model`; parsing in the ot
 ``_messages``          dataspace, layout (v1-v5), filters, links, link/attribute info, attributes
 ``_datatype``          datatype messages, every class and version (incl. JLD2's version 0)
 ``_globalheap``        ``GCOL`` collections (both collection-size conventions)
+``_heapbulk``          many collections parsed at once from the objects a reader wants (Dict keys)
 ``_btree1``            v1 B-trees, local heaps, symbol table nodes (old-style groups, layout v3)
 ``_btree2``            v2 B-trees (dense groups and attributes, chunk index type 5)
 ``_fractalheap``       fractal heaps (dense groups and attributes)

@@ -32,7 +32,7 @@ class GlobalHeapCollection:
     """One parsed collection: ``objects`` maps a heap object index to where it lies (see
     :data:`SIZE_SHIFT`; :meth:`get` gives ``(absolute offset, size)``)."""
 
-    __slots__ = ("latin1", "objects", "offset")
+    __slots__ = ("objects", "offset")
 
     def __init__(self, c: Cursor, offset: int, expect: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """Parse the collection at absolute ``offset``. ``expect``: the indices and sizes of
@@ -40,8 +40,6 @@ class GlobalHeapCollection:
         that :meth:`_predicted` checks in bulk before the object loop runs."""
         self.offset = offset
         self.objects: dict[int, int] = {}
-        # (first byte, its objects' bytes as Latin-1 text): set by readers of many objects
-        self.latin1: tuple[int, str] | None = None
         hc = c.at(offset)
         hc.signature(b"GCOL", "global heap collection")
         version = hc.u8()
@@ -71,6 +69,14 @@ class GlobalHeapCollection:
             self.objects[index] = n << SIZE_SHIFT | oc.pos
             oc.skip(n)
             oc.pos = min(oc.end, oc.pos + (-n % 8))  # objects are padded to 8 bytes
+
+    @classmethod
+    def known(cls, offset: int, objects: dict[int, int]) -> GlobalHeapCollection:
+        """The collection at ``offset`` whose ``objects`` were found in bulk, exactly as the
+        scan finds them (:func:`treexchange._hdf5._heapbulk.predict_collections`)."""
+        heap = cls.__new__(cls)
+        heap.offset, heap.objects = offset, objects
+        return heap
 
     def _predicted(self, buf: memoryview, pos: int, end: int, indices: np.ndarray, sizes: np.ndarray) -> bool:
         """What :meth:`_scan` finds, without a Python step per object, when the collection

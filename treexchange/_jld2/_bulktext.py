@@ -2,11 +2,11 @@
 
 A Dict of 100,000 entries stores each key as a 16-byte vlen element (count, global heap
 collection address, object index) inside its Pair; decoding them one by one costs a chain of
-calls per key. Here the elements are gathered with numpy, each collection is parsed once (as
-:meth:`HDF5File.global_heap_object` does, with the same checks), and each collection's bytes are
-decoded once as Latin-1 (one character per byte), so that a key is a slice of that text --
-kept as it is when it is ASCII (the same characters UTF-8 gives), decoded from its bytes
-otherwise. The result is what :func:`decode_text` gives for each element.
+calls per key. Here the elements are gathered with numpy; the collections not parsed yet are
+parsed together from what the elements say (:func:`predict_collections`, with the checks of
+the object-by-object parse; the others, and any it leaves, are parsed as
+:meth:`HDF5File.global_heap_object` does); and every key's bytes are gathered into one buffer,
+decoded at once and split. The result is what :func:`decode_text` gives for each element.
 """
 
 from __future__ import annotations
@@ -18,9 +18,11 @@ import numpy as np
 
 from .._hdf5 import HDF5File
 from .._hdf5._globalheap import OFFSET_MASK, SIZE_SHIFT
+from .._hdf5._heapbulk import predict_collections
 from ._plans import decode_text
 
 _UNDEFINED = (1 << 64) - 1
+_GATHERED_MAX = 1 << 24  # bytes of text gathered at once (index arrays: 16 bytes per byte)
 
 
 def vlen_texts(h5: HDF5File, buf: Any, offsets: np.ndarray) -> list[str] | None:
@@ -38,48 +40,54 @@ def vlen_texts(h5: HDF5File, buf: Any, offsets: np.ndarray) -> list[str] | None:
     indices = elements[:, 12:].copy().view("<u4").ravel()
     if bool(((addresses == 0) & (indices == 0)).any()) or bool((addresses == _UNDEFINED).any()):
         return None  # empty strings: rare as keys, left to the usual path
-    runs = [0, *(np.flatnonzero(np.diff(addresses)) + 1).tolist(), len(addresses)]
-    texts: list[str] = []
-    for lo, hi in pairwise(runs):  # elements in a row that point into one collection
-        expect = indices[lo:hi], counts[lo:hi]
-        found = _collection_texts(h5, int(addresses[lo]), expect)
-        if found is None:
-            return None
-        texts += found
-    return texts
+    found = predict_collections(h5, addresses, indices, counts)  # (collections not parsed yet)
+    missing = np.flatnonzero(found == 0)
+    if len(missing):  # in collections parsed before (or that the prediction left to the scan)
+        runs = [0, *(np.flatnonzero(np.diff(addresses[missing])) + 1).tolist(), len(missing)]
+        looked_up: list[int] = []
+        for lo, hi in pairwise(runs):  # elements in a row that point into one collection
+            at = missing[lo:hi]
+            heap = h5.heap_collection(int(addresses[at[0]]), (indices[at], counts[at]))
+            listed = indices[at].tolist()
+            codes = list(map(heap.objects.get, listed))
+            if None in codes:
+                heap.get(listed[codes.index(None)])  # raises the usual error
+            looked_up += cast("list[int]", codes)
+        if max(looked_up) >= 1 << 63:  # a key of 32 KiB or more: its code is no int64
+            every = found.tolist()
+            for j, code in zip(missing.tolist(), looked_up):
+                every[j] = code
+            return _each_text(h5.buffer, every)
+        found[missing] = looked_up
+    return _texts(h5.buffer, found.view(np.uint64))
 
 
-def _collection_texts(h5: HDF5File, address: int, expect: tuple[np.ndarray, np.ndarray]) -> list[str] | None:
-    """The texts of objects ``expect[0]`` (of ``expect[1]`` bytes each, as the elements say)
-    of the global heap collection at ``address``: each a slice of the collection's Latin-1
-    text, all cut at once (``map`` over slices)."""
-    heap = h5.heap_collection(address, expect)
-    indices = expect[0].tolist()
-    objects = heap.objects
-    if heap.latin1 is None:  # once per collection (one holds the keys of many Dicts)
-        # objects are kept in file order: the first begins the text, the last ends it
-        first = next(iter(objects.values()), 0) & OFFSET_MASK
-        last = next(reversed(objects.values()), 0)
-        end = (last & OFFSET_MASK) + (last >> SIZE_SHIFT)
-        heap.latin1 = (first, bytes(h5.buffer[first:end]).decode("latin-1"))
-    start, text = heap.latin1
-    found = list(map(objects.get, indices))
-    if None in found:
-        heap.get(indices[found.index(None)])  # raises the usual error
+def _each_text(buffer: memoryview, codes: list[int]) -> list[str]:
+    """The texts of the heap objects ``codes``, each decoded from its own bytes."""
+    return [decode_text(buffer[c & OFFSET_MASK : (c & OFFSET_MASK) + (c >> SIZE_SHIFT)]) for c in codes]
+
+
+def _texts(buffer: memoryview, codes: np.ndarray) -> list[str] | None:
+    """The texts of the heap objects ``codes`` (see :data:`SIZE_SHIFT`): their bytes gathered
+    into one buffer, a NUL after each, decoded at once and split at the NULs (a UTF-8 sequence
+    never spans an ASCII byte, so each piece is what decoding its own bytes gives). Objects
+    holding a NUL are cut from the text one by one instead; None when the texts would hold more
+    bytes than the file (objects shared by many keys: the one-by-one path stops at the first
+    key seen twice)."""
+    at = (codes & OFFSET_MASK).astype(np.int64)
+    sizes = (codes >> SIZE_SHIFT).astype(np.int64)
+    total = int(sizes.sum())
+    if total > len(buffer):
         return None
-    codes = cast("list[int]", found)
-    if max(codes) < 1 << 64:  # (sizes below 2**16: the codes fit in uint64)
-        where = np.array(codes, np.uint64)
-        at = (where & OFFSET_MASK).astype(np.int64) - start
-        ends = at + (where >> SIZE_SHIFT).astype(np.int64)
-        if int(at.min()) >= 0 and int(ends.max()) <= len(text):  # all within the text
-            keys = list(map(text.__getitem__, map(slice, at.tolist(), ends.tolist())))
-            if text.isascii():  # then every key is ASCII: the characters UTF-8 gives
-                return keys
-            return [key if key.isascii() else decode_text(key.encode("latin-1")) for key in keys]
-    buffer = h5.buffer
-    out = []
-    for code in codes:  # objects out of order: each from its own bytes
-        offset, n = code & OFFSET_MASK, code >> SIZE_SHIFT
-        out.append(decode_text(buffer[offset : offset + n]))
-    return out
+    if total > _GATHERED_MAX:  # long texts: no index arrays of 8 bytes per byte of them
+        return _each_text(buffer, codes.tolist())
+    raw = np.frombuffer(buffer, np.uint8)
+    before = np.cumsum(sizes) - sizes  # where each text begins among the gathered bytes
+    gathered = raw[np.repeat(at - before, sizes) + np.arange(total)]
+    if not bool((gathered == 0).any()):
+        joined = np.zeros(total + len(sizes), np.uint8)
+        joined[np.arange(total) + np.repeat(np.arange(len(sizes)), sizes)] = gathered
+        return joined[:-1].tobytes().decode("utf-8", "surrogateescape").split("\0")
+    text = gathered.tobytes().decode("latin-1")  # one character per byte
+    cut = list(map(text.__getitem__, map(slice, before.tolist(), (before + sizes).tolist())))
+    return [key if key.isascii() else decode_text(key.encode("latin-1")) for key in cut]

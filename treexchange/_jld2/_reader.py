@@ -242,6 +242,7 @@ class Reader:
         self._elements: dict[int, int] = {}
         self._element_groups: list[tuple[DatasetInfo, bytes]] = []
         self._texts: dict[int, list[str]] = {}  # id(group's bytes) -> keys of its Pairs (_prime_pairs)
+        self._pair_vectors: dict[int, list[int]] = {}  # pair vector -> its Pairs (_prime_pairs)
         self.nodes_building: set[int] = set()  # scalar datasets whose node is being made (_nodes)
 
     def _describe(self) -> str:
@@ -273,7 +274,7 @@ class Reader:
         self.closed = True
         self.h5.close()
         self._stack.close()
-        self._elements, self._element_groups, self._texts = {}, [], {}
+        self._elements, self._element_groups, self._texts, self._pair_vectors = {}, [], {}, {}
         data, self._data = self._data, None
         if isinstance(data, mmap.mmap):
             try:
@@ -480,19 +481,14 @@ class Reader:
         """:meth:`prime` for the Pairs of many Dicts at once (their pair vectors at
         ``vectors``), then for the values the Pairs refer to. Anything unusual stops it: the
         lazy path then meets it (and reports it) where it lies."""
-        pairs: list[int] = []
         try:
-            for address in vectors:
-                if address == 0:
-                    return
-                info = self.info(address, path)
-                if info.kind != "dataset" or info.shape is None or type(info.plan) is not ReferencePlan:
-                    return
-                if info.space == "null" or len(pairs) + info.count > self.limits.max_elements:
-                    return
-                pairs += self.element_addresses(info)
+            listed = self._reference_vectors(vectors, path)
         except TreexchangeError:
             return
+        if listed is None:
+            return
+        self._pair_vectors.update(zip(vectors, listed))
+        pairs = [address for found in listed for address in found]
         if len(pairs) < 2:
             return
         scalars_before = len(self._element_groups)
@@ -516,6 +512,45 @@ class Reader:
         ]
         if values:
             self.prime(np.concatenate(values), path)
+
+    def _reference_vectors(self, vectors: list[int], path: TreePath) -> list[list[int]] | None:
+        """The references held by each vector of references at ``vectors`` (the pair vectors of
+        many Dicts): the alike ones gathered in bulk (:meth:`alike`), the others read one by
+        one; None when one of them is not such a vector."""
+        if 0 in vectors:
+            return None
+        h5, total = self.h5, 0
+        found: dict[int, list[int]] = {}
+        for info, at, data_at in self.alike(np.array(vectors, np.uint64), path, refs=True):
+            total += len(at) * info.count
+            if total > self.limits.max_elements:  # (the usual path's bound, over all of them)
+                return None
+            rows = _gather(h5.buffer, data_at, 8 * info.count).view("<u8")
+            found.update(zip(at.tolist(), rows.tolist()))
+        out = []
+        for address in vectors:
+            refs = found.get(address)
+            if refs is None:
+                info = self.info(address, path)
+                if info.kind != "dataset" or info.shape is None or type(info.plan) is not ReferencePlan:
+                    return None
+                total += info.count
+                if info.space == "null" or total > self.limits.max_elements:
+                    return None
+                refs = self.element_addresses(info)
+            out.append(refs)
+        return out
+
+    def primed_pairs(self, plan: CustomPlan, buf: Any, off: int) -> list[int] | None:
+        """The addresses of the Pairs of the Dict (of ``plan``) whose element is at ``buf[off:]``,
+        when :meth:`_prime_pairs` read its pair vector (a Dict inside a Dict being walked);
+        None otherwise."""
+        if not self._pair_vectors or self.closed:
+            return None
+        at = _pairs_at(plan)
+        if at is None or off < 0 or off + at + 8 > len(buf):
+            return None
+        return self._pair_vectors.get(int.from_bytes(buf[off + at : off + at + 8], "little"))
 
     def keys_of(self, blob: bytes, offsets: range) -> list[str] | None:
         """The String keys of Pairs :meth:`_prime_pairs` read into ``blob``, at ``offsets``
@@ -771,14 +806,15 @@ class Reader:
         return flat.reshape(tuple(reversed(info.shape)))
 
     def alike(
-        self, addresses: np.ndarray, path: TreePath
+        self, addresses: np.ndarray, path: TreePath, *, refs: bool = False
     ) -> list[tuple[DatasetInfo, np.ndarray, np.ndarray]]:
         """Many datasets at once: ``[(description, relative addresses, absolute data offsets)]``
         for the groups of datasets among ``addresses`` alike but for where their data lie
         (:meth:`HDF5File.alike`), that are plain-data arrays or scalar datasets stored in one
-        piece, whose data pass every check the usual path (:meth:`numeric_array`,
-        :meth:`raw`) makes. Datasets in no group are for the usual path (which raises where a
-        check fails). No object header is made for the datasets of a group.
+        piece (``refs``: or vectors of references, as :meth:`element_addresses` reads them),
+        whose data pass every check the usual path (:meth:`numeric_array`, :meth:`raw`) makes.
+        Datasets in no group are for the usual path (which raises where a check fails). No
+        object header is made for the datasets of a group.
         """
         out: list[tuple[DatasetInfo, np.ndarray, np.ndarray]] = []
         h5 = self.h5
@@ -795,7 +831,12 @@ class Reader:
                 if plan is None:
                     continue
                 expected = h5._expected_bytes(info, _element_size(info))
-                if info.shape is not None:
+                if refs and info.shape is not None and type(plan) is ReferencePlan:
+                    if info.space == "null" or not 0 < info.count <= self.limits.max_elements:
+                        continue
+                    if expected < 8 * info.count:
+                        continue
+                elif info.shape is not None:
                     dtype = info.dtype
                     if plan.dtype is None or dtype is None or info.count == 0:
                         continue

@@ -1,0 +1,183 @@
+"""Many global heap collections parsed at once, from the objects a reader is about to look up.
+
+A Dict of 100,000 String keys spreads them over ~600 collections of ~170 objects each (JLD2
+fills a collection of 4 KiB, then starts the next); parsing each collection object by object is
+a Python step per object. A reader that knows which objects it wants (the keys' vlen elements:
+collection, object index, byte count) usually asks for all objects ``1..K`` of a collection, but
+for a few (the keys of an outer Dict between its inner Dicts' keys, a String field): where each
+object lies then follows from the sizes before it. :func:`predict_collections` computes that
+for every collection together, reading the size of each object it was not asked for (a few per
+collection, all collections in one numpy pass per such object), and compares every header with
+what it predicts in one numpy pass. A collection whose headers all agree holds exactly what the
+object-by-object scan of :class:`GlobalHeapCollection` finds (the objects after the predicted
+ones are scanned as usual), and is registered as parsed; any other is left to that scan, which
+reports whatever is wrong in its own words.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from .._errors import FormatError
+from ._globalheap import SIZE_SHIFT, GlobalHeapCollection
+
+if TYPE_CHECKING:
+    from ._file import HDF5File
+
+_UNASKED_MAX = 8
+"""Objects not asked for, per collection, up to which the prediction reads their sizes (one
+numpy pass over all collections per object): an outer Dict's keys between its inner Dicts'."""
+_HEAD = 16  # object header: index (u16), reference count (u16), reserved (4), size (u64)
+
+
+def _le(raw: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """The little-endian unsigned ints of ``width`` (2 or 8) bytes at offsets ``at`` of ``raw``."""
+    return raw[at[:, None] + np.arange(width)].view(f"<u{width}").ravel()
+
+
+def _headers(raw: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The index (as int64) and size fields of the object headers at offsets ``at`` of ``raw``
+    (one gather of their 16 bytes, read through views of it)."""
+    got = raw[at[:, None] + np.arange(_HEAD)]
+    return got.view("<u2")[:, 0].astype(np.int64), got.view("<u8")[:, 1]
+
+
+def predict_collections(
+    h5: HDF5File, addresses: np.ndarray, indices: np.ndarray, sizes: np.ndarray
+) -> np.ndarray:
+    """Register in ``h5`` (as :meth:`HDF5File.heap_collection` would parse them) the collections
+    at relative ``addresses`` not parsed yet whose layout the wanted objects predict: object
+    ``indices[i]`` of ``sizes[i]`` bytes in the collection at ``addresses[i]``. Nothing is
+    raised: a collection that does not fit the prediction is left for the usual parse.
+
+    Returns where each wanted object lies, as ``objects`` of the collection holds it (see
+    :data:`SIZE_SHIFT`), for those in the collections registered here; 0 for the others.
+    """
+    heaps = h5._heaps
+    found = np.zeros(len(addresses), np.int64)
+    if h5.length_size != 8 or not len(addresses) or len(h5.buffer) < _HEAD:
+        return found
+    addr, idx, size = addresses.astype(np.uint64), indices.astype(np.int64), sizes.astype(np.int64)
+    later = (addr[1:] > addr[:-1]) | ((addr[1:] == addr[:-1]) & (idx[1:] >= idx[:-1]))
+    order = np.arange(len(addr)) if bool(later.all()) else np.lexsort((idx, addr))  # (usually sorted)
+    addr, idx, size = addr[order], idx[order], size[order]
+    # one row per distinct (collection, index); a twice-wanted object must be wanted alike
+    new = np.ones(len(addr), bool)
+    new[1:] = (addr[1:] != addr[:-1]) | (idx[1:] != idx[:-1])
+    first = np.ones(len(addr), bool)
+    first[1:] = addr[1:] != addr[:-1]
+    colls = addr[first]
+    col_of = np.cumsum(first) - 1
+    bad = np.array([a in heaps for a in colls.tolist()])  # parsed already: nothing to predict
+    if bad.all():
+        return found
+    bad[col_of[~new & (np.concatenate(([0], size[:-1])) != size)]] = True
+    each_col, each_idx = col_of, idx  # (every wanted object, twice-wanted ones too)
+    idx, size, col_of = idx[new], size[new], col_of[new]
+    wanted = np.bincount(col_of, minlength=len(colls))
+    ends_at = np.cumsum(wanted)
+    last, low = idx[ends_at - 1], idx[ends_at - wanted]  # rows sorted: K, the highest index wanted
+    bad |= (low < 1) | (last - wanted > _UNASKED_MAX) | (last > 0xFFFF)
+    too_long = size >= 1 << (63 - SIZE_SHIFT)  # (keys of 32 KiB and more: no room in a code)
+    if too_long.any():
+        bad[col_of[too_long]] = True
+    # the collections' headers: "GCOL", version 1, size (the end, as GlobalHeapCollection reads it)
+    raw = np.frombuffer(h5.buffer, np.uint8)
+    total = len(raw)
+    starts = colls.astype(np.int64) + h5.base
+    fits = (colls < np.uint64(max(total - h5.base - _HEAD, 0))) & (starts + _HEAD <= total)
+    bad |= ~fits
+    starts = np.where(fits, starts, 0)
+    heads = raw[starts[:, None] + np.arange(5)]
+    bad |= ~(heads == np.frombuffer(b"GCOL\x01", np.uint8)).all(axis=1)
+    declared = _le(raw, starts + 8, 8)
+    ends = np.where(
+        declared <= np.uint64(total), np.minimum(starts + _HEAD + declared.astype(np.int64), total), total
+    )
+    if bad.all():
+        return found
+    # every object 1..K of each good collection: its size where wanted, -1 where not
+    good = np.flatnonzero(~bad)
+    count = last[good]
+    row0 = np.concatenate(([0], np.cumsum(count)[:-1]))
+    where = np.full(len(colls), -1, np.int64)
+    where[good] = row0
+    n_rows = int(count.sum())
+    coll = np.repeat(good, count)
+    expected = np.arange(n_rows) - np.repeat(row0, count) + 1
+    row_size = np.full(n_rows, -1, np.int64)
+    asked = ~bad[col_of]
+    row_size[where[col_of[asked]] + idx[asked] - 1] = size[asked]
+    for _ in range(_UNASKED_MAX):
+        unknown = np.flatnonzero(row_size < 0)
+        if not len(unknown):
+            break
+        # the first unknown object of each collection: where it lies follows from those before it
+        first_unknown = unknown[np.unique(coll[unknown], return_index=True)[1]]
+        at = _heads(row_size, coll, where, starts, first_unknown)
+        c = coll[first_unknown]
+        ok = at + _HEAD <= ends[c]
+        at = np.where(ok, at, starts[c])
+        found_index, found_size = _headers(raw, at)
+        ok &= (found_index == expected[first_unknown]) & (found_size < np.uint64(1 << (63 - SIZE_SHIFT)))
+        n = found_size.astype(np.int64)
+        ok &= n <= ends[c] - at - _HEAD
+        bad[c[~ok]] = True
+        row_size[first_unknown] = np.where(ok, n, 0)
+    else:
+        bad[coll[row_size < 0]] = True
+    row_size[row_size < 0] = 0  # (collections marked bad above)
+    # every header compared with what is predicted, all collections at once
+    at = _heads(row_size, coll, where, starts, np.arange(n_rows))
+    ends_of = ends[coll]
+    fit = at + _HEAD <= ends_of
+    at = np.where(fit, at, starts[coll])
+    found_index, found_size = _headers(raw, at)
+    ok = fit & (found_index == expected) & (found_size == row_size.astype(np.uint64))
+    ok &= row_size <= ends_of - at - _HEAD
+    bad[coll[~ok]] = True
+    codes = (row_size << SIZE_SHIFT) | (at + _HEAD)
+    # where the scan goes on after each collection's predicted objects: a tail to scan unless
+    # the collection ends there (no room for a header, or the free-space object, index 0)
+    row_end = row0 + count - 1
+    after = np.minimum(ends[good], at[row_end] + _HEAD + row_size[row_end] + (-row_size[row_end] % 8))
+    room = ends[good] - after >= _HEAD
+    tail = room.copy()
+    tail[room] = _le(raw, after[room], 2) != 0
+    codes_list, expected_list = codes.tolist(), expected.tolist()
+    row0_list, count_list, ends_list = row0.tolist(), count.tolist(), ends.tolist()
+    starts_list, after_list, tail_list = starts.tolist(), after.tolist(), tail.tolist()
+    buf = h5.buffer
+    for k, c in enumerate(good.tolist()):
+        if bad[c]:
+            continue
+        lo, hi = row0_list[k], row0_list[k] + count_list[k]
+        objects = dict(zip(expected_list[lo:hi], codes_list[lo:hi]))
+        if tail_list[k]:
+            rest = GlobalHeapCollection.known(starts_list[c], {})
+            try:  # the objects after the predicted ones, as the scan finds them
+                rest._scan(buf, after_list[k], ends_list[c])
+            except FormatError:
+                bad[c] = True  # the usual parse raises it, where the object is wanted
+                continue
+            if not rest.objects.keys().isdisjoint(objects):
+                bad[c] = True  # a later object reuses an index (and wins): look it up in objects
+            objects.update(rest.objects)
+        heaps[int(colls[c])] = GlobalHeapCollection.known(starts_list[c], objects)
+    hit = ~bad[each_col]
+    found[order[hit]] = codes[where[each_col[hit]] + each_idx[hit] - 1]
+    return found
+
+
+def _heads(
+    row_size: np.ndarray, coll: np.ndarray, where: np.ndarray, starts: np.ndarray, rows: np.ndarray
+) -> np.ndarray:
+    """Where the headers of ``rows`` lie: after the collection's header and every object before
+    them in their collection (each a header, its body and padding to 8 bytes; sizes known)."""
+    known = np.maximum(row_size, 0)
+    steps = _HEAD + known + (-known % 8)
+    before = np.cumsum(steps) - steps  # exclusive: over all rows of all collections
+    c = coll[rows]
+    return starts[c] + _HEAD + before[rows] - before[where[c]]
