@@ -351,6 +351,67 @@ def test_a_second_name_of_one_object_keeps_its_place_in_link_order(tmp_path: Pat
     _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
 
 
+def test_a_name_written_as_part_of_an_earlier_value_keeps_its_place_in_link_order(
+    tmp_path: Path,
+) -> None:
+    """``@save f model n peps`` where ``model`` holds the mutable ``peps``: JLD2 writes ``peps``
+    inside ``model`` and only links it after ``n``. Its object lies below ``n``'s header, yet
+    the root group links ``model, n, peps`` (the order JLD2 wrote the names), not by address."""
+    peps = JuliaStruct(JuliaType("Main.Peps"), {"v": np.arange(3.0)}, mutable=True)
+    model = JuliaStruct(JuliaType("Main.Model"), {"peps": peps, "k": np.int64(2)}, mutable=True)
+    for fmt, extra in (("0.1.1", ("--keep-format",)), ("0.2.0", ())):
+        src = tmp_path / f"in_{fmt}.jld2"
+        tx.save(src, model=model, n=np.arange(2.0), peps=peps, producer=PRODUCER, format=fmt)
+        with File(src) as f:
+            links = f.reader.links(f.reader.root_address)
+            assert list(links)[:3] == ["model", "n", "peps"] and links["peps"] < links["n"]
+        _assert_byte_identical(src, tmp_path / f"out_{fmt}.jld2", *extra)
+
+
+def test_a_zero_size_struct_referenced_twice_is_one_dataset(tmp_path: Path) -> None:
+    """JLD2 writes a mutable object once, wherever it is referenced (``write_dataset`` looks up
+    ``objectid``), a zero-size one too (PyCall's ``PyObject``: its one field, a ``Ptr``, is
+    written as ``nothing``); an immutable one again at each reference. The reader gives one
+    object per dataset, the writer one dataset per object: ``[h, h, g]`` is two datasets."""
+    h, g = Singleton("PyCall.PyObject"), Singleton("PyCall.PyObject")
+    for fmt, extra in (("0.1.1", ("--keep-format",)), ("0.2.0", ())):
+        src = tmp_path / f"in_{fmt}.jld2"
+        tx.save(src, v=[h, h, g], producer=PRODUCER, format=fmt)
+        with h5py.File(src, "r") as f:
+            refs = f["v"][()]
+            assert len({h5py.h5o.get_info(f[r].id).addr for r in refs}) == 2
+        back = tx.load(src)["v"]
+        assert back == [h, h, g] and back[0] is back[1] and back[2] is not back[0]
+        _assert_byte_identical(src, tmp_path / f"out_{fmt}.jld2", *extra)
+
+
+def _tuple_of_any_dict() -> JuliaDict:
+    tuple_any = JuliaType("Core.Tuple", (JuliaType("Core.Any"), JuliaType("Core.Any")))
+    d = JuliaDict({"a": (np.float64(1.0), Symbol("x")), "b": (np.int64(2), "y")})
+    d.julia_type = JuliaType("Base.Dict", (JuliaType("Core.String"), tuple_any))
+    return d
+
+
+@pytest.mark.parametrize("fmt", ["0.1.1", "0.2.0"])
+def test_a_tuple_type_of_abstract_elements_holds_its_values_by_reference(fmt: str, tmp_path: Path) -> None:
+    """``Tuple{Any,Any}`` is not a concrete type in Julia (a tuple type is concrete only when its
+    element types are): a ``Dict{String, Tuple{Any,Any}}`` keeps its type, and JLD2 stores each
+    ``Pair``'s ``second`` as a reference to the value's own concrete tuple, as for ``Any``.
+    Taken for a struct of two references, the Dict's type was not kept (``Dict{String, Any}``)."""
+    src = tmp_path / "in.jld2"
+    tx.save(src, d=_tuple_of_any_dict(), producer=PRODUCER, format=fmt)
+    back = tx.load(src)["d"]
+    assert str(back.julia_type) == "Dict{String, Tuple{Any, Any}}"
+    assert back == {"a": (1.0, Symbol("x")), "b": (2, "y")}
+    with h5py.File(src, "r") as h:  # the Pair's second field: an HDF5 object reference
+        stored = h["d"][()]
+        pairs = h[stored["kvvec"]][()] if stored.dtype.names == ("kvvec",) else stored
+        pair = h[pairs[0]][()] if isinstance(pairs[0], h5py.Reference) else pairs[0]
+        assert pair.dtype.names == ("first", "second")
+        assert h[pair["second"]][()].dtype.names == ("1", "2")
+    _assert_byte_identical(src, tmp_path / "out.jld2", *(("--keep-format",) if fmt == "0.1.1" else ()))
+
+
 # --- format 0.1.1: the rules of the release that wrote a file ------------------------------------
 
 

@@ -36,7 +36,7 @@ from .._limits import DEFAULT_LIMITS, Limits, path_depth, reference_depth
 from .._nodeproto import Order
 from .._recursion import FRAMES_PER_LEVEL, stack_for_depth
 from .._typeof import BOTTOM
-from .._values import UNDEF, JuliaArray, JuliaStruct
+from .._values import UNDEF, JuliaArray, JuliaStruct, Singleton
 from ._bulktext import vlen_texts
 from ._header import FileHeader, parse_header
 from ._plans import (
@@ -927,6 +927,16 @@ class Reader:
         return np.frombuffer(bytes(raw[: 8 * n]), "<u8", n).tolist()  # (Python ints)
 
 
+def _own_object(value: Any) -> Any:
+    """The value of a dataset of a zero-size struct type: one object per dataset. JLD2 writes a
+    mutable object once, wherever it is referenced (PyCall's ``PyObject``, whose one field, a
+    ``Ptr``, is written as ``nothing``), and an immutable one again at each reference; given one
+    object per dataset, the writer (tracking singletons by identity) does the same."""
+    if type(value) is Singleton and not (value.type.name == "Core.Type" and value.type.params):
+        return Singleton(value.type)
+    return value
+
+
 def _pairs_at(plan: CustomPlan) -> int | None:
     """Where a Dict's element holds the reference to its vector of Pairs: the element itself,
     or its ``kvvec`` field (JLD2's ``SerializedDict``); None for other forms."""
@@ -1143,6 +1153,8 @@ class Session:
             self._depth -= 1
         if isinstance(value, JuliaStruct) and value.type.name == "Core.TypeVar":
             value = self.reader.shared_type_var(address, value)
+        elif type(value) is Singleton:
+            value = _own_object(value)  # (a zero-size struct's dataset: one object per dataset)
         memo[address] = value
         if type(value) is str:
             self._note_string(value, address, path)

@@ -964,6 +964,11 @@ class JLD2Writer:
         if jt.mutable or isinstance(value, (JuliaArray, np.ndarray, list, dict)):
             self._keepalive.append(value)
             return ("id", id(value))
+        if type(value) is Singleton and jt.cat is Cat.STRUCT and not jt.writeas.hasdata:
+            # A zero-size struct written as a dataset: mutable (PyCall's PyObject) or not, the
+            # file shows which by how many objects it holds (the reader gives one per dataset).
+            self._keepalive.append(value)
+            return ("id", id(value))
         return None
 
     def write_ref(self, value: Any, ws: dict[Hashable, int], path: tuple[PathSegment, ...]) -> int:

@@ -281,6 +281,17 @@ def type_key(name: str, params: tuple[Any, ...]) -> str:
 # --- the factory -----------------------------------------------------------------------------------
 
 _TUPLE_NAMES = ("Core.Tuple", "Tuple")
+
+
+def _abstract(t: JT) -> bool:
+    """Whether Julia's ``isconcretetype`` is false for a type parameter the writer can tell:
+    ``Any``, a ``Union``, a tuple type with such an element (``Tuple{Any,Any}``). A struct
+    known by name only may be abstract (``Real``) or not: not told."""
+    if t.cat is Cat.ANY or t.cat is Cat.UNION:
+        return True
+    return t.cat is Cat.OTHER and t.is_tuple and all(isinstance(p, JT) for p in t.params)
+
+
 _UNION_NAMES = ("Core.Union", "Union")
 # The Dicts JLD2 writes as a JLD2.SerializedDict of their pairs (src/data/specialcased_types.jl).
 SERIALIZED_DICTS = frozenset({"Base.Dict", "Base.IdDict", "Base.ImmutableDict"})
@@ -546,18 +557,14 @@ class TypeFactory:
             if not all(isinstance(p, JuliaType) for p in params):
                 # A tuple type with value parameters (StaticArrays' Tuple{2,3}): a type parameter
                 # only, never the type of a value; written by name with its parameters.
-                key = t.qualified()
-                return self._cache.get(key) or self._intern(
-                    JT(
-                        Cat.OTHER,
-                        "Core.Tuple",
-                        tuple(params),
-                        key=key,
-                        is_tuple=True,
-                        raw_params=tuple(params),
-                    )
-                )
-            return self.tuple_of([self._param_type(p) for p in params])
+                return self._tuple_by_name(t, tuple(params))
+            elems = [self._param_type(p) for p in params]
+            if any(_abstract(e) for e in elems):
+                # Tuple{Any,Any}: Julia's tuple type is concrete only when every element type
+                # is, so JLD2 stores a field or Dict value declared so by reference (to the
+                # value's own concrete tuple), as for Any; known by name, like a Union.
+                return self._tuple_by_name(t, tuple(elems))
+            return self.tuple_of(elems)
         if name in _UNION_NAMES:
             members = tuple(self.of_type(p) if isinstance(p, JuliaType) else p for p in params)
             return self._intern(
@@ -578,6 +585,16 @@ class TypeFactory:
         if name in SERIALIZED_DICTS and len(params) == 2:
             return self.dict_of(self._param_type(params[0]), self._param_type(params[1]), name)
         return self._from_layout(t) or self.other(t)
+
+    def _tuple_by_name(self, t: JuliaType, params: tuple[Any, ...]) -> JT:
+        """A tuple type no value has (a type parameter), written by name with its parameters."""
+        key = t.qualified()
+        found = self._cache.get(key)
+        if found is None:
+            found = self._intern(
+                JT(Cat.OTHER, "Core.Tuple", params, key=key, is_tuple=True, raw_params=tuple(t.params))
+            )
+        return found
 
     def _from_layout(self, t: JuliaType) -> JT | None:
         """A struct type known by name only (no value of it is written: the element type of an
