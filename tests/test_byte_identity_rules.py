@@ -82,6 +82,19 @@ CORPUS_011 = {
     "FilipSjovall__FictShapeOpt__n__stan_bra_cyl.jld2": "@save: two names of one array, names sorted",
     "eduardstan__MRBC.jl__model_d4b84e27.jld2": "a singleton type parameter, then an array of it",
 }
+# The third search (tests/corpus_sources.md, "issue 24, third search"; /tmp/corpus3): the issue's
+# LsqFit file (LsqFitResult structs; their empty trace's LMState committed with no value of it) and
+# the files of the rules found on them.
+CORPUS_011.update(
+    {
+        "AdityaD16__QuantumNaturalfPEPS.jl__save.jld2": "Tuple{Any,Any} values; a name linked late",
+        "ODINN-SciML__iceflow_sandbox__benchmark.jld2": "PyCall.PyObject: a mutable zero-size struct",
+    }
+)
+THIRD_SEARCH_020 = [
+    "pchantelot__Guided_elastic_waves_informed_material_modelling_of_soft_incompressible_media__"
+    "fitparameters_1f33ba3b.jld2"
+]
 PRODUCER = " (Julia 1.9.4 64-bit LE)"
 
 
@@ -383,6 +396,29 @@ def test_a_zero_size_struct_referenced_twice_is_one_dataset(tmp_path: Path) -> N
         back = tx.load(src)["v"]
         assert back == [h, h, g] and back[0] is back[1] and back[2] is not back[0]
         _assert_byte_identical(src, tmp_path / f"out_{fmt}.jld2", *extra)
+
+
+def test_an_array_of_a_mutable_zero_size_struct_holds_references(tmp_path: Path) -> None:
+    """A ``Vector{PyCall.PyObject}`` (a mutable struct with no stored field): JLD2 stores the
+    elements by reference, one dataset per object, where an immutable zero-size element type
+    stores nothing. No value says the type is mutable; the file does (a reference array of its
+    own element type), and the re-encoding keeps it (``Source.mutable``)."""
+    h, g = Singleton("PyCall.PyObject"), Singleton("PyCall.PyObject")
+    items: list[tuple[str, object]] = [
+        ("v", JuliaArray("PyCall.PyObject", np.array([h, g, h], dtype=object)))
+    ]
+    known = tmp_path / "known.jld2"  # a file that committed the (empty) PyObject type
+    tx.save(known, x=[h], producer=PRODUCER)
+    layouts = _layouts_of(known)
+    src = tmp_path / "in.jld2"
+    original = _write(src, items, "0.2.0", Source(layouts=layouts, mutable=frozenset({"PyCall.PyObject"})))
+    immutable = _write(tmp_path / "plain.jld2", items, "0.2.0", Source(layouts=layouts))
+    assert immutable != original  # (an immutable one: a null dataspace, nothing stored)
+    with h5py.File(src, "r") as f:
+        assert len({h5py.h5o.get_info(f[r].id).addr for r in f["v"][()]}) == 2
+    with File(src) as f:
+        assert read_objects(f).mutable_ghosts == {"PyCall.PyObject"}
+    _assert_byte_identical(src, tmp_path / "out.jld2")
 
 
 def _tuple_of_any_dict() -> JuliaDict:
@@ -857,7 +893,7 @@ _REAL_FILE_CHECKS: list[tuple[str, _Check, list[str]]] = [
     ("bigint", _check_esn_bigint, STRING_FILES[:1]),
     ("compressed", _check_compressed, COMPRESSED_FILES),
     ("sessions", _check_sessions, SESSION_FILES),
-    ("rule", _check_rule, PTR_FILES + STRING_FILES + list(CORPUS_011)),
+    ("rule", _check_rule, PTR_FILES + STRING_FILES + THIRD_SEARCH_020 + list(CORPUS_011)),
     ("unlinked", _check_unlinked, UNLINKED_FILES),
 ]
 

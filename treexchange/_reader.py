@@ -274,6 +274,9 @@ class Objects:
     """The relative addresses of every dataset reading reached, by name or by reference (a
     header the file holds outside these, its groups and its types is linked from nowhere:
     :func:`treexchange._jld2._unlinked.unlinked_headers`)."""
+    mutable_ghosts: frozenset[str] = frozenset()
+    """Zero-size struct types the file shows are mutable, by qualified name (PyCall's
+    ``PyObject``): JLD2 stores them by reference in arrays and fields, one dataset per object."""
 
 
 def read_objects(file: File) -> Objects:
@@ -332,7 +335,15 @@ def read_objects(file: File) -> Objects:
     addresses = [reader.h5.absolute(a) for a, _, _ in leaves]
     starts = session_starts(addresses, session_marks(reader, groups_seen))
     grown = grown_groups(reader, groups_seen, addresses, starts)
-    return Objects(values, empty_groups, attributes, starts, grown, frozenset(session.memo))
+    return Objects(
+        values,
+        empty_groups,
+        attributes,
+        starts,
+        grown,
+        frozenset(session.memo),
+        frozenset(session.mutable_ghosts),
+    )
 
 
 def _write_order(leaves: list[tuple[int, str, tuple[str, ...]]]) -> list[tuple[int, str, tuple[str, ...]]]:

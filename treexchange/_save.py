@@ -368,6 +368,7 @@ def _read_source(f: File, fmt: str, headers: bool) -> tuple[Objects, set[str], S
         recommitted=(
             recommitted_keys(resolver.committed_types.values()) if objects.sessions else frozenset()
         ),
+        mutable=objects.mutable_ghosts,
     )
     return objects, traits, kept
 

@@ -355,7 +355,10 @@ class JLD2Writer:
         self._session_per_name = SESSION_PER_NAME in self.source.rules
         pair_name = "Base.Pair" if BASE_PAIR in self.source.rules else "Core.Pair"
         self.types = TypeFactory(
-            dict_as_vector=self.format.dict_as_vector, pair_name=pair_name, layouts=self.source.layouts
+            dict_as_vector=self.format.dict_as_vector,
+            pair_name=pair_name,
+            layouts=self.source.layouts,
+            mutable=self.source.mutable,
         )
         self.end = enc.DATA_START
         self.datatypes: list[H5Type] = []

@@ -335,6 +335,7 @@ class TypeFactory:
         dict_as_vector: bool = False,
         pair_name: str = "Core.Pair",
         layouts: Mapping[str, StructLayout] | None = None,
+        mutable: frozenset[str] = frozenset(),
     ) -> None:
         # JLD2 < v0.4.42 custom-serialized a Dict as its Vector{Pair{K,V}} (_writer._Format);
         # Julia before 1.7 named Pair Base.Pair (_era: a file re-encoded spells it as it did).
@@ -343,6 +344,8 @@ class TypeFactory:
         # The struct types a re-encoded file committed, by qualified name (_era.Source.layouts):
         # the fields of a struct type no value shows (see _from_layout).
         self._layouts = layouts or {}
+        # Zero-size struct types a re-encoded file shows are mutable (_era.Source.mutable).
+        self._mutable = mutable
         self._from_layouts: set[str] = set()  # struct types being built from their layout
         self._cache: dict[str, JT] = {}
         # Fast paths keyed by identity (interned JTs): building key text for every leaf of a
@@ -426,7 +429,7 @@ class TypeFactory:
         found = self._get(key)
         if found is not None:
             return found
-        jt = self._intern(JT(Cat.STRUCT, name, params, key=key))
+        jt = self._intern(JT(Cat.STRUCT, name, params, key=key, mutable=key in self._mutable))
         if name in _WRITTEN_AS_NOTHING:
             # JLD2's writeas(::Type{Ptr{T}}) = Nothing (since v0.4.0): a pointer means nothing
             # in another process, so its committed type says julia_type Ptr{T}, written_type Nothing.
