@@ -35,7 +35,7 @@ and skipped, with the reason, when absent.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import h5py
@@ -91,6 +91,7 @@ CORPUS_011.update(
         "ODINN-SciML__iceflow_sandbox__benchmark.jld2": "PyCall.PyObject: a mutable zero-size struct",
     }
 )
+PYOBJECT_FILES = ["ODINN-SciML__iceflow_sandbox__benchmark.jld2"]
 THIRD_SEARCH_020 = [
     "pchantelot__Guided_elastic_waves_informed_material_modelling_of_soft_incompressible_media__"
     "fitparameters_1f33ba3b.jld2"
@@ -419,6 +420,39 @@ def test_an_array_of_a_mutable_zero_size_struct_holds_references(tmp_path: Path)
     with File(src) as f:
         assert read_objects(f).mutable_ghosts == {"PyCall.PyObject"}
     _assert_byte_identical(src, tmp_path / "out.jld2")
+
+
+def _check_pyobjects(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """ODINN-SciML/iceflow_sandbox's benchmark results: ``PyCall.PyObject``s held by closures'
+    fields, each one dataset referenced from several places."""
+    path = FIXTURES / name
+    with File(path) as f:
+        objects = read_objects(f)
+    assert objects.mutable_ghosts == {"PyCall.PyObject"}
+    seen: Counter[int] = Counter()
+    objects_by_id: dict[int, object] = {}
+
+    def walk(x: object) -> None:
+        if type(x) is Singleton and x.type.name == "PyCall.PyObject":
+            seen[id(x)] += 1
+            objects_by_id[id(x)] = x
+        elif isinstance(x, Mapping):  # (dicts and NamedTuples)
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+        elif isinstance(x, JuliaArray) and x.data.dtype == object:
+            for v in x.data.ravel():
+                walk(v)
+        elif isinstance(x, JuliaStruct) and id(x) not in objects_by_id:
+            objects_by_id[id(x)] = x
+            for v in x.fields.values():
+                walk(v)
+
+    walk(objects.values[0][1])
+    assert seen and all(n > 1 for n in seen.values())  # each PyObject reached more than once
+    _assert_byte_identical(path, tmp_path / "out.jld2", "--keep-format")
 
 
 def _tuple_of_any_dict() -> JuliaDict:
@@ -895,6 +929,7 @@ _REAL_FILE_CHECKS: list[tuple[str, _Check, list[str]]] = [
     ("sessions", _check_sessions, SESSION_FILES),
     ("rule", _check_rule, PTR_FILES + STRING_FILES + THIRD_SEARCH_020 + list(CORPUS_011)),
     ("unlinked", _check_unlinked, UNLINKED_FILES),
+    ("pyobjects", _check_pyobjects, PYOBJECT_FILES),
 ]
 
 
