@@ -89,6 +89,7 @@ CORPUS_011.update(
     {
         "AdityaD16__QuantumNaturalfPEPS.jl__save.jld2": "Tuple{Any,Any} values; a name linked late",
         "ODINN-SciML__iceflow_sandbox__benchmark.jld2": "PyCall.PyObject: a mutable zero-size struct",
+        "ODINN-SciML__iceflow_sandbox__benchmark_gla.jld2": "NTuple{1,T} in a type no value uses",
     }
 )
 PYOBJECT_FILES = ["ODINN-SciML__iceflow_sandbox__benchmark.jld2"]
@@ -527,6 +528,28 @@ def test_release_rules_are_detected_and_reproduced(release: str, tmp_path: Path)
         assert _era.era_rules(f.reader.types.writer_traits | _era.header_traits(f.reader)) == rules
     _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
     assert tx.values_equal(tx.load(tmp_path / "out.jld2"), tx.load(src))
+
+
+def test_a_release_rule_shown_only_by_a_type_no_value_uses_is_followed(tmp_path: Path) -> None:
+    """JLD2 < v0.4.41 names a 1-tuple type ``NTuple{1,T}``. When the only 1-tuple of a file is the
+    field type of a struct used only as a type parameter (``W{D}``: ``D`` committed with its
+    fields' types, no value of it), reading the values decodes ``D``'s name, not its fields; the
+    traits are taken after every committed type is (``committed_layouts``), so ``convert``
+    follows the rule (ForwardDiff's ``Partials{1,Float64}`` in ODINN-SciML's benchmark files)."""
+    d_type = JuliaType("Main.D")
+    rules = frozenset({_era.NTUPLE_ONE, _era.DICT_AS_VECTOR})
+    known = tmp_path / "known.jld2"  # (a file that holds a D: its committed layout)
+    _write(known, [("q", JuliaStruct(d_type, {"t": (np.float64(2.0),)}))], "0.1.1", Source(rules))
+    items: list[tuple[str, object]] = [
+        ("w", JuliaStruct(JuliaType("Main.W", (d_type,)), {"x": np.float64(1.0)}))
+    ]
+    src = tmp_path / "in.jld2"
+    original = _write(src, items, "0.1.1", Source(rules, layouts=_layouts_of(known)))
+    assert _write(tmp_path / "new.jld2", items, "0.1.1", Source(layouts=_layouts_of(known))) != original
+    with File(src) as f:
+        read_objects(f)
+        assert _era.NTUPLE_ONE not in _era.era_rules(f.reader.types.writer_traits)  # (values only)
+    _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
 
 
 def test_pair_keeps_the_module_julia_named_in_format_020(tmp_path: Path) -> None:
