@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from pathlib import Path
 
@@ -86,6 +86,21 @@ CORPUS_011 = {
     "FilipSjovall__FictShapeOpt__n__stan_bra_cyl.jld2": "@save: two names of one array, names sorted",
     "eduardstan__MRBC.jl__model_d4b84e27.jld2": "a singleton type parameter, then an array of it",
 }
+# The third search (tests/corpus_sources.md, "issue 24, third search"; /tmp/corpus3): the issue's
+# LsqFit file (LsqFitResult structs; their empty trace's LMState committed with no value of it) and
+# the files of the rules found on them.
+CORPUS_011.update(
+    {
+        "AdityaD16__QuantumNaturalfPEPS.jl__save.jld2": "Tuple{Any,Any} values; a name linked late",
+        "ODINN-SciML__iceflow_sandbox__benchmark.jld2": "PyCall.PyObject: a mutable zero-size struct",
+        "ODINN-SciML__iceflow_sandbox__benchmark_gla.jld2": "NTuple{1,T} in a type no value uses",
+    }
+)
+PYOBJECT_FILES = ["ODINN-SciML__iceflow_sandbox__benchmark.jld2"]
+THIRD_SEARCH_020 = [
+    "pchantelot__Guided_elastic_waves_informed_material_modelling_of_soft_incompressible_media__"
+    "fitparameters_1f33ba3b.jld2"
+]
 PRODUCER = " (Julia 1.9.4 64-bit LE)"
 
 
@@ -441,6 +456,123 @@ def test_a_second_name_of_one_object_keeps_its_place_in_link_order(tmp_path: Pat
     _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
 
 
+def test_a_name_written_as_part_of_an_earlier_value_keeps_its_place_in_link_order(
+    tmp_path: Path,
+) -> None:
+    """``@save f model n peps`` where ``model`` holds the mutable ``peps``: JLD2 writes ``peps``
+    inside ``model`` and only links it after ``n``. Its object lies below ``n``'s header, yet
+    the root group links ``model, n, peps`` (the order JLD2 wrote the names), not by address."""
+    peps = JuliaStruct(JuliaType("Main.Peps"), {"v": np.arange(3.0)}, mutable=True)
+    model = JuliaStruct(JuliaType("Main.Model"), {"peps": peps, "k": np.int64(2)}, mutable=True)
+    for fmt, extra in (("0.1.1", ("--keep-format",)), ("0.2.0", ())):
+        src = tmp_path / f"in_{fmt}.jld2"
+        tx.save(src, model=model, n=np.arange(2.0), peps=peps, producer=PRODUCER, format=fmt)
+        with File(src) as f:
+            links = f.reader.links(f.reader.root_address)
+            assert list(links)[:3] == ["model", "n", "peps"] and links["peps"] < links["n"]
+        _assert_byte_identical(src, tmp_path / f"out_{fmt}.jld2", *extra)
+
+
+def test_a_zero_size_struct_referenced_twice_is_one_dataset(tmp_path: Path) -> None:
+    """JLD2 writes a mutable object once, wherever it is referenced (``write_dataset`` looks up
+    ``objectid``), a zero-size one too (PyCall's ``PyObject``: its one field, a ``Ptr``, is
+    written as ``nothing``); an immutable one again at each reference. The reader gives one
+    object per dataset, the writer one dataset per object: ``[h, h, g]`` is two datasets."""
+    h, g = Singleton("PyCall.PyObject"), Singleton("PyCall.PyObject")
+    for fmt, extra in (("0.1.1", ("--keep-format",)), ("0.2.0", ())):
+        src = tmp_path / f"in_{fmt}.jld2"
+        tx.save(src, v=[h, h, g], producer=PRODUCER, format=fmt)
+        with h5py.File(src, "r") as f:
+            refs = f["v"][()]
+            assert len({h5py.h5o.get_info(f[r].id).addr for r in refs}) == 2
+        back = tx.load(src)["v"]
+        assert back == [h, h, g] and back[0] is back[1] and back[2] is not back[0]
+        _assert_byte_identical(src, tmp_path / f"out_{fmt}.jld2", *extra)
+
+
+def test_an_array_of_a_mutable_zero_size_struct_holds_references(tmp_path: Path) -> None:
+    """A ``Vector{PyCall.PyObject}`` (a mutable struct with no stored field): JLD2 stores the
+    elements by reference, one dataset per object, where an immutable zero-size element type
+    stores nothing. No value says the type is mutable; the file does (a reference array of its
+    own element type), and the re-encoding keeps it (``Source.mutable``)."""
+    h, g = Singleton("PyCall.PyObject"), Singleton("PyCall.PyObject")
+    items: list[tuple[str, object]] = [
+        ("v", JuliaArray("PyCall.PyObject", np.array([h, g, h], dtype=object)))
+    ]
+    known = tmp_path / "known.jld2"  # a file that committed the (empty) PyObject type
+    tx.save(known, x=[h], producer=PRODUCER)
+    layouts = _layouts_of(known)
+    src = tmp_path / "in.jld2"
+    original = _write(src, items, "0.2.0", Source(layouts=layouts, mutable=frozenset({"PyCall.PyObject"})))
+    immutable = _write(tmp_path / "plain.jld2", items, "0.2.0", Source(layouts=layouts))
+    assert immutable != original  # (an immutable one: a null dataspace, nothing stored)
+    with h5py.File(src, "r") as f:
+        assert len({h5py.h5o.get_info(f[r].id).addr for r in f["v"][()]}) == 2
+    with File(src) as f:
+        assert read_objects(f).mutable_ghosts == {"PyCall.PyObject"}
+    _assert_byte_identical(src, tmp_path / "out.jld2")
+
+
+def _check_pyobjects(name: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """ODINN-SciML/iceflow_sandbox's benchmark results: ``PyCall.PyObject``s held by closures'
+    fields, each one dataset referenced from several places."""
+    path = FIXTURES / name
+    with File(path) as f:
+        objects = read_objects(f)
+    assert objects.mutable_ghosts == {"PyCall.PyObject"}
+    seen: Counter[int] = Counter()
+    objects_by_id: dict[int, object] = {}
+
+    def walk(x: object) -> None:
+        if type(x) is Singleton and x.type.name == "PyCall.PyObject":
+            seen[id(x)] += 1
+            objects_by_id[id(x)] = x
+        elif isinstance(x, Mapping):  # (dicts and NamedTuples)
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, (list, tuple)):
+            for v in x:
+                walk(v)
+        elif isinstance(x, JuliaArray) and x.data.dtype == object:
+            for v in x.data.ravel():
+                walk(v)
+        elif isinstance(x, JuliaStruct) and id(x) not in objects_by_id:
+            objects_by_id[id(x)] = x
+            for v in x.fields.values():
+                walk(v)
+
+    walk(objects.values[0][1])
+    assert seen and all(n > 1 for n in seen.values())  # each PyObject reached more than once
+    _assert_byte_identical(path, tmp_path / "out.jld2", "--keep-format")
+
+
+def _tuple_of_any_dict() -> JuliaDict:
+    tuple_any = JuliaType("Core.Tuple", (JuliaType("Core.Any"), JuliaType("Core.Any")))
+    d = JuliaDict({"a": (np.float64(1.0), Symbol("x")), "b": (np.int64(2), "y")})
+    d.julia_type = JuliaType("Base.Dict", (JuliaType("Core.String"), tuple_any))
+    return d
+
+
+@pytest.mark.parametrize("fmt", ["0.1.1", "0.2.0"])
+def test_a_tuple_type_of_abstract_elements_holds_its_values_by_reference(fmt: str, tmp_path: Path) -> None:
+    """``Tuple{Any,Any}`` is not a concrete type in Julia (a tuple type is concrete only when its
+    element types are): a ``Dict{String, Tuple{Any,Any}}`` keeps its type, and JLD2 stores each
+    ``Pair``'s ``second`` as a reference to the value's own concrete tuple, as for ``Any``.
+    Taken for a struct of two references, the Dict's type was not kept (``Dict{String, Any}``)."""
+    src = tmp_path / "in.jld2"
+    tx.save(src, d=_tuple_of_any_dict(), producer=PRODUCER, format=fmt)
+    back = tx.load(src)["d"]
+    assert str(back.julia_type) == "Dict{String, Tuple{Any, Any}}"
+    assert back == {"a": (1.0, Symbol("x")), "b": (2, "y")}
+    with h5py.File(src, "r") as h:  # the Pair's second field: an HDF5 object reference
+        stored = h["d"][()]
+        pairs = h[stored["kvvec"]][()] if stored.dtype.names == ("kvvec",) else stored
+        pair = h[pairs[0]][()] if isinstance(pairs[0], h5py.Reference) else pairs[0]
+        assert pair.dtype.names == ("first", "second")
+        assert h[pair["second"]][()].dtype.names == ("1", "2")
+    _assert_byte_identical(src, tmp_path / "out.jld2", *(("--keep-format",) if fmt == "0.1.1" else ()))
+
+
 # --- format 0.1.1: the rules of the release that wrote a file ------------------------------------
 
 
@@ -486,6 +618,28 @@ def test_release_rules_are_detected_and_reproduced(release: str, tmp_path: Path)
         assert _era.era_rules(f.reader.types.writer_traits | _era.header_traits(f.reader)) == rules
     _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
     assert tx.values_equal(tx.load(tmp_path / "out.jld2"), tx.load(src))
+
+
+def test_a_release_rule_shown_only_by_a_type_no_value_uses_is_followed(tmp_path: Path) -> None:
+    """JLD2 < v0.4.41 names a 1-tuple type ``NTuple{1,T}``. When the only 1-tuple of a file is the
+    field type of a struct used only as a type parameter (``W{D}``: ``D`` committed with its
+    fields' types, no value of it), reading the values decodes ``D``'s name, not its fields; the
+    traits are taken after every committed type is (``committed_layouts``), so ``convert``
+    follows the rule (ForwardDiff's ``Partials{1,Float64}`` in ODINN-SciML's benchmark files)."""
+    d_type = JuliaType("Main.D")
+    rules = frozenset({_era.NTUPLE_ONE, _era.DICT_AS_VECTOR})
+    known = tmp_path / "known.jld2"  # (a file that holds a D: its committed layout)
+    _write(known, [("q", JuliaStruct(d_type, {"t": (np.float64(2.0),)}))], "0.1.1", Source(rules))
+    items: list[tuple[str, object]] = [
+        ("w", JuliaStruct(JuliaType("Main.W", (d_type,)), {"x": np.float64(1.0)}))
+    ]
+    src = tmp_path / "in.jld2"
+    original = _write(src, items, "0.1.1", Source(rules, layouts=_layouts_of(known)))
+    assert _write(tmp_path / "new.jld2", items, "0.1.1", Source(layouts=_layouts_of(known))) != original
+    with File(src) as f:
+        read_objects(f)
+        assert _era.NTUPLE_ONE not in _era.era_rules(f.reader.types.writer_traits)  # (values only)
+    _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
 
 
 def test_pair_keeps_the_module_julia_named_in_format_020(tmp_path: Path) -> None:
@@ -914,8 +1068,9 @@ _REAL_FILE_CHECKS: list[tuple[str, _Check, list[str]]] = [
     ("bigint", _check_esn_bigint, STRING_FILES[:1]),
     ("compressed", _check_compressed, COMPRESSED_FILES),
     ("sessions", _check_sessions, SESSION_FILES),
-    ("rule", _check_rule, PTR_FILES + STRING_FILES + list(CORPUS_011)),
+    ("rule", _check_rule, PTR_FILES + STRING_FILES + THIRD_SEARCH_020 + list(CORPUS_011)),
     ("unlinked", _check_unlinked, UNLINKED_FILES),
+    ("pyobjects", _check_pyobjects, PYOBJECT_FILES),
 ]
 
 

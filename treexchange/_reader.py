@@ -274,6 +274,9 @@ class Objects:
     """The relative addresses of every dataset reading reached, by name or by reference (a
     header the file holds outside these, its groups and its types is linked from nowhere:
     :func:`treexchange._jld2._unlinked.unlinked_headers`)."""
+    mutable_ghosts: frozenset[str] = frozenset()
+    """Zero-size struct types the file shows are mutable, by qualified name (PyCall's
+    ``PyObject``): JLD2 stores them by reference in arrays and fields, one dataset per object."""
 
 
 def read_objects(file: File) -> Objects:
@@ -332,29 +335,44 @@ def read_objects(file: File) -> Objects:
     addresses = [reader.h5.absolute(a) for a, _, _ in leaves]
     starts = session_starts(addresses, session_marks(reader, groups_seen))
     grown = grown_groups(reader, groups_seen, addresses, starts)
-    return Objects(values, empty_groups, attributes, starts, grown, frozenset(session.memo))
+    return Objects(
+        values,
+        empty_groups,
+        attributes,
+        starts,
+        grown,
+        frozenset(session.memo),
+        frozenset(session.mutable_ghosts),
+    )
 
 
 def _write_order(leaves: list[tuple[int, str, tuple[str, ...]]]) -> list[tuple[int, str, tuple[str, ...]]]:
     """The leaves (in link order) in the order Julia wrote them: by object-header address, as
-    Julia allocates each object when it writes it; a name whose object an earlier name already
-    wrote (``f["b"] = f["a"]``: one dataset, two links) allocates nothing, and keeps its place
-    in link order after the name before it.
+    Julia allocates each object when it writes it (a value's parts before its own header). A
+    name whose object was already written allocates nothing and keeps its place in its group's
+    link order, after the name before it: JLD2 links a group's names in the order it writes
+    them, so an object at an address below one of an earlier name of its group was written
+    before, by that earlier name (``f["b"] = f["a"]``: one dataset, two links) or as a part
+    of its value (``@save f model peps`` where ``model`` holds the mutable ``peps``).
 
     Example:
-        >>> [n for _, n, _ in _write_order([(9, "a", ()), (5, "b", ()), (9, "c", ()), (7, "d", ())])]
-        ['b', 'c', 'd', 'a']
-        >>> [n for _, n, _ in _write_order([(5, "a", ()), (7, "b", ()), (5, "c", ()), (9, "d", ())])]
-        ['a', 'b', 'c', 'd']
+        >>> [n for _, n, _ in _write_order([(5, "a", ("a",)), (7, "b", ("b",)), (5, "c", ("c",))])]
+        ['a', 'b', 'c']
+        >>> [n for _, n, _ in _write_order([(9, "m", ("m",)), (4, "g/x", ("g", "x")), (7, "p", ("p",))])]
+        ['g/x', 'm', 'p']
     """
     keys: list[tuple[int, int]] = []
-    seen: set[int] = set()
-    for address, _, _ in leaves:
-        if address in seen and keys:
-            keys.append((keys[-1][0], keys[-1][1] + 1))  # right after the name before it
+    last: dict[tuple[str, ...], tuple[int, tuple[int, int]]] = {}  # group -> (highest address, last key)
+    for address, _, path in leaves:
+        group = path[:-1]
+        before = last.get(group)
+        if before is not None and address <= before[0]:
+            key = (before[1][0], before[1][1] + 1)  # right after the name before it
+            last[group] = (before[0], key)
         else:
-            seen.add(address)
-            keys.append((address, 0))
+            key = (address, 0)
+            last[group] = (address, key)
+        keys.append(key)
     order = sorted(range(len(leaves)), key=lambda i: (keys[i], i))
     return [leaves[i] for i in order]
 

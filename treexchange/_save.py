@@ -355,6 +355,10 @@ def _read_source(f: File, fmt: str, headers: bool) -> tuple[Objects, set[str], S
     JLD2's release rules only for a 0.1.1 file kept in 0.1.1 -- and its write sessions."""
     objects = read_objects(f)
     resolver = f.reader.types
+    # The committed layouts only where the output keeps the input's format; decoded before the
+    # traits are taken: a type no value uses (a field type of a type parameter) shows its writer's
+    # release as well (NTuple{1,T} in the julia_type of a committed Tuple{T}: JLD2 < v0.4.41).
+    layouts = committed_layouts(f.reader) if fmt == f.format_version else {}
     traits = resolver.writer_traits | header_traits(f.reader) if headers else set(resolver.writer_traits)
     rules = era_rules(traits)
     if fmt != "0.1.1":
@@ -363,11 +367,11 @@ def _read_source(f: File, fmt: str, headers: bool) -> tuple[Objects, set[str], S
         rules,
         resolver.union_descriptions,
         type_keys(resolver.by_name_params),
-        # (the committed layouts only where the output keeps the input's format)
-        layouts=committed_layouts(f.reader) if fmt == f.format_version else {},
+        layouts=layouts,
         recommitted=(
             recommitted_keys(resolver.committed_types.values()) if objects.sessions else frozenset()
         ),
+        mutable=objects.mutable_ghosts,
     )
     return objects, traits, kept
 

@@ -132,6 +132,9 @@ class Source:
     writer builds a struct type no value shows (an empty Dict's element type) from its layout,
     and commits it as JLD2 did. Kept only when the output has the input's format (a format-0.1.1
     layout leaves ghost fields out)."""
+    mutable: frozenset[str] = frozenset()
+    """Zero-size struct types the file shows are mutable (``Objects.mutable_ghosts``): a value
+    of one carries no field to say so, yet JLD2 stores it by reference, one dataset per object."""
     recommitted: frozenset[str] = frozenset()
     """Types the file committed more than once (writer keys): a later write session did not
     reuse the committed type an earlier one wrote (JLD2 reads back some as not canonical: a

@@ -36,7 +36,7 @@ from .._limits import DEFAULT_LIMITS, Limits, path_depth, reference_depth
 from .._nodeproto import Order
 from .._recursion import FRAMES_PER_LEVEL, stack_for_depth
 from .._typeof import BOTTOM
-from .._values import UNDEF, JuliaArray, JuliaStruct
+from .._values import UNDEF, JuliaArray, JuliaStruct, Singleton
 from ._bulktext import vlen_texts
 from ._header import FileHeader, parse_header
 from ._plans import (
@@ -951,6 +951,9 @@ class Reader:
             return items
         if isinstance(plan, ReferencePlan):
             mark_mutable(session, items, eltype)  # elements of a concrete struct type stored by reference
+            if any(type(item) is Singleton and item.type == eltype for item in items[:1]):
+                # a zero-size struct is stored inline (as nothing): by reference means mutable
+                session.mutable_ghosts.add(eltype.qualified())
         flat = np.empty(n, dtype=object)
         flat[:] = items
         if session.order == "julia":
@@ -966,6 +969,19 @@ class Reader:
             raise LimitError(f"array of {n} elements exceeds max_elements={self.limits.max_elements}")
         raw = self.raw(info, 8 * n)
         return np.frombuffer(bytes(raw[: 8 * n]), "<u8", n).tolist()  # (Python ints)
+
+
+def _zero_size_struct(value: Any) -> bool:
+    """Whether ``value`` is a struct with no stored field (a singleton), not a type value."""
+    return type(value) is Singleton and not (value.type.name == "Core.Type" and value.type.params)
+
+
+def _own_object(value: Any) -> Any:
+    """The value of a dataset of a zero-size struct type: one object per dataset. JLD2 writes a
+    mutable object once, wherever it is referenced (PyCall's ``PyObject``, whose one field, a
+    ``Ptr``, is written as ``nothing``), and an immutable one again at each reference; given one
+    object per dataset, the writer (tracking singletons by identity) does the same."""
+    return Singleton(value.type) if _zero_size_struct(value) else value
 
 
 def _pairs_at(plan: CustomPlan) -> int | None:
@@ -1025,6 +1041,9 @@ class Session:
         # a reference back to one closes the cycle on the same Python object
         self.partial: dict[int, Any] = {}
         self.mutable_types: set[str] = set()  # struct types the file shows are mutable
+        # Zero-size struct types the file shows are mutable (PyCall's PyObject): one dataset
+        # referenced twice, or the elements of a reference array of their own type.
+        self.mutable_ghosts: set[str] = set()
         # scalar datasets read in bulk (prefetch): address -> (description, bytes, offset)
         self.elements: dict[int, tuple[DatasetInfo, bytes, int]] = {}
         self._depth = 0
@@ -1134,6 +1153,8 @@ class Session:
             value = memo[address]
             if isinstance(value, JuliaStruct) and not value.mutable:
                 self.flag_mutable(value)  # one struct referenced twice: JLD2 shares mutable ones only
+            elif _zero_size_struct(value):
+                self.mutable_ghosts.add(value.type.qualified())  # (the same: a mutable one)
             elif type(value) is str:
                 self._note_string(value, address, path)
             return value
@@ -1184,6 +1205,8 @@ class Session:
             self._depth -= 1
         if isinstance(value, JuliaStruct) and value.type.name == "Core.TypeVar":
             value = self.reader.shared_type_var(address, value)
+        elif _zero_size_struct(value):
+            value = _own_object(value)  # (a zero-size struct's dataset: one object per dataset)
         memo[address] = value
         if type(value) is str:
             self._note_string(value, address, path)

@@ -354,7 +354,10 @@ class JLD2Writer:
         self._session_per_name = SESSION_PER_NAME in self.source.rules
         pair_name = "Base.Pair" if BASE_PAIR in self.source.rules else "Core.Pair"
         self.types = TypeFactory(
-            dict_as_vector=self.format.dict_as_vector, pair_name=pair_name, layouts=self.source.layouts
+            dict_as_vector=self.format.dict_as_vector,
+            pair_name=pair_name,
+            layouts=self.source.layouts,
+            mutable=self.source.mutable,
         )
         self.end = enc.DATA_START
         self.datatypes: list[H5Type] = []
@@ -961,6 +964,11 @@ class JLD2Writer:
         if isinstance(value, str):
             return ("String", value)
         if jt.mutable or isinstance(value, (JuliaArray, np.ndarray, list, dict)):
+            self._keepalive.append(value)
+            return ("id", id(value))
+        if type(value) is Singleton and jt.cat is Cat.STRUCT and not jt.writeas.hasdata:
+            # A zero-size struct written as a dataset: mutable (PyCall's PyObject) or not, the
+            # file shows which by how many objects it holds (the reader gives one per dataset).
             self._keepalive.append(value)
             return ("id", id(value))
         return None

@@ -283,6 +283,17 @@ def type_key(name: str, params: tuple[Any, ...]) -> str:
 # --- the factory -----------------------------------------------------------------------------------
 
 _TUPLE_NAMES = ("Core.Tuple", "Tuple")
+
+
+def _abstract(t: JT) -> bool:
+    """Whether Julia's ``isconcretetype`` is false for a type parameter the writer can tell:
+    ``Any``, a ``Union``, a tuple type with such an element (``Tuple{Any,Any}``). A struct
+    known by name only may be abstract (``Real``) or not: not told."""
+    if t.cat is Cat.ANY or t.cat is Cat.UNION:
+        return True
+    return t.cat is Cat.OTHER and t.is_tuple and all(isinstance(p, JT) for p in t.params)
+
+
 _UNION_NAMES = ("Core.Union", "Union")
 # The Dicts JLD2 writes as a JLD2.SerializedDict of their pairs (src/data/specialcased_types.jl).
 SERIALIZED_DICTS = frozenset({"Base.Dict", "Base.IdDict", "Base.ImmutableDict"})
@@ -326,6 +337,7 @@ class TypeFactory:
         dict_as_vector: bool = False,
         pair_name: str = "Core.Pair",
         layouts: Mapping[str, StructLayout] | None = None,
+        mutable: frozenset[str] = frozenset(),
     ) -> None:
         # JLD2 < v0.4.42 custom-serialized a Dict as its Vector{Pair{K,V}} (_writer._Format);
         # Julia before 1.7 named Pair Base.Pair (_era: a file re-encoded spells it as it did).
@@ -334,6 +346,8 @@ class TypeFactory:
         # The struct types a re-encoded file committed, by qualified name (_era.Source.layouts):
         # the fields of a struct type no value shows (see _from_layout).
         self._layouts = layouts or {}
+        # Zero-size struct types a re-encoded file shows are mutable (_era.Source.mutable).
+        self._mutable = mutable
         self._from_layouts: set[str] = set()  # struct types being built from their layout
         self._cache: dict[str, JT] = {}
         # Fast paths keyed by identity (interned JTs): building key text for every leaf of a
@@ -417,7 +431,7 @@ class TypeFactory:
         found = self._get(key)
         if found is not None:
             return found
-        jt = self._intern(JT(Cat.STRUCT, name, params, key=key))
+        jt = self._intern(JT(Cat.STRUCT, name, params, key=key, mutable=key in self._mutable))
         if name in _WRITTEN_AS_NOTHING:
             # JLD2's writeas(::Type{Ptr{T}}) = Nothing (since v0.4.0): a pointer means nothing
             # in another process, so its committed type says julia_type Ptr{T}, written_type Nothing.
@@ -548,18 +562,14 @@ class TypeFactory:
             if not all(isinstance(p, JuliaType) for p in params):
                 # A tuple type with value parameters (StaticArrays' Tuple{2,3}): a type parameter
                 # only, never the type of a value; written by name with its parameters.
-                key = t.qualified()
-                return self._cache.get(key) or self._intern(
-                    JT(
-                        Cat.OTHER,
-                        "Core.Tuple",
-                        tuple(params),
-                        key=key,
-                        is_tuple=True,
-                        raw_params=tuple(params),
-                    )
-                )
-            return self.tuple_of([self._param_type(p) for p in params])
+                return self._tuple_by_name(t, tuple(params))
+            elems = [self._param_type(p) for p in params]
+            if any(_abstract(e) for e in elems):
+                # Tuple{Any,Any}: Julia's tuple type is concrete only when every element type
+                # is, so JLD2 stores a field or Dict value declared so by reference (to the
+                # value's own concrete tuple), as for Any; known by name, like a Union.
+                return self._tuple_by_name(t, tuple(elems))
+            return self.tuple_of(elems)
         if name in _UNION_NAMES:
             members = tuple(self.of_type(p) if isinstance(p, JuliaType) else p for p in params)
             return self._intern(
@@ -580,6 +590,16 @@ class TypeFactory:
         if name in SERIALIZED_DICTS and len(params) == 2:
             return self.dict_of(self._param_type(params[0]), self._param_type(params[1]), name)
         return self._from_layout(t) or self.other(t)
+
+    def _tuple_by_name(self, t: JuliaType, params: tuple[Any, ...]) -> JT:
+        """A tuple type no value has (a type parameter), written by name with its parameters."""
+        key = t.qualified()
+        found = self._cache.get(key)
+        if found is None:
+            found = self._intern(
+                JT(Cat.OTHER, "Core.Tuple", params, key=key, is_tuple=True, raw_params=tuple(t.params))
+            )
+        return found
 
     def _from_layout(self, t: JuliaType) -> JT | None:
         """A struct type known by name only (no value of it is written: the element type of an
