@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from itertools import chain, repeat
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -43,22 +44,39 @@ from ._writer_rows import (
     put_compact,
     put_rows,
 )
-from ._writer_runs import Form, PairValue, PairVector, Run, form_of, heap_places, pack_keys, utf8
+from ._writer_runs import PairValue, PairVector, Run, form_of, heap_places, pack_keys, utf8
 from ._writer_types import JT, Cat
 
 if TYPE_CHECKING:
     from ._writer import JLD2Writer
 
 BASE = enc.FILE_HEADER_LENGTH
+Spec = tuple[np.dtype, tuple[int, ...], tuple[bytes, int, int]]  # dtype, shape, small-array plan
+_SHAPE = attrgetter("shape")
+_DTYPE = attrgetter("dtype")
 _KEY_GUESS = 24  # bytes a key takes in the heap, for sizing a run (16-byte head, a short key)
 
 
 class DictForm:
     """What every element of a run shares: the outer Pair type and its compact-header plan, the
-    inner Dict type, its header's plan and its Pair vector's header (for ``n`` entries), and the
-    form of the inner Pairs (:class:`._writer_runs.Form`: a String key, a planned array)."""
+    inner Dict type, its header's plan and its Pair vector's header (for ``n`` entries), the inner
+    Pairs' compact-header plan, and per entry (by position) the dtype, shape and small-array plan
+    of its array (a Dict of layers: a weight and a bias of other shapes)."""
 
-    __slots__ = ("dict_jt", "dict_plan", "inner", "jt", "kv_head", "kv_size", "n", "plan")
+    __slots__ = (
+        "dict_jt",
+        "dict_plan",
+        "dtypes",
+        "groups",
+        "jt",
+        "kv_head",
+        "kv_size",
+        "n",
+        "pair_plan",
+        "plan",
+        "shapes",
+        "specs",
+    )
 
     def __init__(
         self,
@@ -66,18 +84,25 @@ class DictForm:
         plan: tuple[JT, bytes, int, int, bytes],
         dict_jt: JT,
         made: tuple[tuple[JT, bytes, int, int, bytes], JT, bytes, int],
-        inner: Form,
-        n: int,
+        pair_plan: tuple[JT, bytes, int, int, bytes],
+        specs: list[Spec],
     ) -> None:
-        self.jt, self.plan, self.dict_jt, self.inner, self.n = jt, plan, dict_jt, inner, n
+        self.jt, self.plan, self.dict_jt, self.pair_plan = jt, plan, dict_jt, pair_plan
         self.dict_plan, _, self.kv_head, self.kv_size = made
+        self.n = len(specs)
+        self.specs = specs
+        self.dtypes = [spec[0] for spec in specs]
+        self.shapes = [spec[1] for spec in specs]
+        # the entry positions of each kind of array (one group when all are alike)
+        groups: dict[tuple[Any, ...], list[int]] = {}
+        for j, spec in enumerate(specs):
+            groups.setdefault((spec[0], spec[1]), []).append(j)
+        self.groups = [(specs[cols[0]], cols) for cols in groups.values()]
 
     def slot_bytes(self) -> int:
         """About the bytes one element takes (its inner slots included)."""
-        spec = self.inner.arrays[1]
-        assert spec is not None
-        inner = self.inner.plan[2] + _KEY_GUESS + spec[2][1] + 7 + spec[2][2]
-        return self.plan[2] + _KEY_GUESS + self.dict_plan[2] + self.kv_size + 7 + self.n * (8 + inner)
+        inner = sum(self.pair_plan[2] + _KEY_GUESS + s[2][1] + 7 + s[2][2] for s in self.specs)
+        return self.plan[2] + _KEY_GUESS + self.dict_plan[2] + self.kv_size + 7 + 8 * self.n + inner
 
 
 def dict_form_of(writer: JLD2Writer, e: JT, items: Sequence[Any], i: int) -> DictForm | None:
@@ -109,11 +134,18 @@ def dict_form_of(writer: JLD2Writer, e: JT, items: Sequence[Any], i: int) -> Dic
     if made is None:
         return None
     pair = made[1]
-    first = next(iter(value))
-    inner = form_of(writer, pair, PairValue(first, value[first], pair))
-    if inner is None or not inner.pair or inner.fields != ["vlen", "ref"]:
-        return None
-    return DictForm(e, plan, dict_jt, made, inner, len(value))
+    specs: list[Spec] = []
+    pair_plan = None
+    for k, v in value.items():
+        inner = form_of(writer, pair, PairValue(k, v, pair))
+        if inner is None or not inner.pair or inner.fields != ["vlen", "ref"] or inner.plan[0] is not pair:
+            return None
+        spec = inner.arrays[1]
+        assert spec is not None
+        specs.append(spec)
+        pair_plan = inner.plan
+    assert pair_plan is not None
+    return DictForm(e, plan, dict_jt, made, pair_plan, specs)
 
 
 def write_dict_run(
@@ -160,10 +192,15 @@ def write_dict_run(
     put_array_headers(region, kv_at - start, form.kv_head, 8 * n, kv_data, sums)
     put_rows(region, kv_data - start, (pairs_at - BASE).astype("<u8").view(np.uint8).reshape(k, 8 * n))
     vlens = (counts[:, 1:].ravel(), heaps[:, 1:].ravel(), indices[:, 1:].ravel())
-    put_compact(region, pairs_at - start, form.inner.plan, [vlens, array_at], sums)
-    spec = form.inner.arrays[1]
-    assert spec is not None
-    place_arrays(region, start, spec, array_at, data_at, arrays, sums)
+    put_compact(region, pairs_at - start, form.pair_plan, [vlens, array_at], sums)
+    for spec, cols in form.groups:
+        if len(cols) == n:
+            place_arrays(region, start, spec, array_at, data_at, arrays, sums)
+        else:  # the entries at positions cols of every Dict (their offsets ascending)
+            picked = [i * n + j for i in range(k) for j in cols]
+            place_arrays(
+                region, start, spec, array_at[picked], data_at[picked], [arrays[i] for i in picked], sums
+            )
     hand_over(writer, region, found, start, sums, outside)
 
     # What write_dataset records of the inner Dicts and arrays (tracked by identity).
@@ -189,15 +226,12 @@ def _slots(
     follows its key (the Dict's header, an array's header) and of its data; the run's end."""
     n = form.n
     m = 1 + n
-    spec = form.inner.arrays[1]
-    assert spec is not None
     slots = k * m
-    head = np.full(slots, form.inner.plan[2], np.int64)  # the compact header before the key
+    head = np.full(slots, form.pair_plan[2], np.int64)  # the compact header before the key
     head[::m] = form.plan[2]
-    mid = np.full(slots, spec[2][1], np.int64)  # headers between the key and the data
-    mid[::m] = form.dict_plan[2] + form.kv_size
-    tail = np.full(slots, spec[2][2], np.int64)  # the data
-    tail[::m] = 8 * n
+    # headers between the key and the data; the data
+    mid = np.tile(np.asarray([form.dict_plan[2] + form.kv_size] + [s[2][1] for s in form.specs], np.int64), k)
+    tail = np.tile(np.asarray([8 * n] + [s[2][2] for s in form.specs], np.int64), k)
     grow = np.zeros(slots, np.int64)  # bytes of the collection the slot's key opens (none: 0)
     if news:
         keys, sizes = zip(*news)
@@ -247,16 +281,13 @@ def _fitting(
         return 0, [], []
     inner_keys = list(chain.from_iterable(dicts[:k]))
     arrays = list(chain.from_iterable(map(dict.values, dicts[:k])))
-    spec = form.inner.arrays[1]
-    assert spec is not None
-    dtype, shape = spec[0], spec[1]
     if not (
         set(map(type, inner_keys)) == {str}
         and set(map(type, arrays)) == {np.ndarray}
-        and all(d == dtype for d in {a.dtype for a in arrays})
-        and {a.shape for a in arrays} == {shape}
+        and list(map(_SHAPE, arrays)) == form.shapes * k
+        and list(map(_DTYPE, arrays)) == form.dtypes * k
     ):
-        k = next((i for i in range(k) if not _entries_fit(dicts[i], dtype, shape)), k)
+        k = next((i for i in range(k) if not _entries_fit(form, dicts[i])), k)
         inner_keys, arrays = inner_keys[: k * n], arrays[: k * n]
     if k == 0:
         return 0, [], []
@@ -273,8 +304,10 @@ def _fitting(
     return k, inner_keys, arrays
 
 
-def _entries_fit(d: dict[Any, Any], dtype: np.dtype, shape: tuple[int, ...]) -> bool:
+def _entries_fit(form: DictForm, d: dict[Any, Any]) -> bool:
+    """Whether the entries of ``d`` are those of the form: ``str`` keys, arrays of its dtypes and
+    shapes in their order."""
     return all(
         type(key) is str and type(v) is np.ndarray and v.dtype == dtype and v.shape == shape
-        for key, v in d.items()
+        for (key, v), dtype, shape in zip(d.items(), form.dtypes, form.shapes)
     )
