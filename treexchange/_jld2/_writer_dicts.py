@@ -75,6 +75,7 @@ class DictForm:
         "pair_plan",
         "plan",
         "shapes",
+        "size",
         "specs",
     )
 
@@ -98,11 +99,9 @@ class DictForm:
         for j, spec in enumerate(specs):
             groups.setdefault((spec[0], spec[1]), []).append(j)
         self.groups = [(specs[cols[0]], cols) for cols in groups.values()]
-
-    def slot_bytes(self) -> int:
-        """About the bytes one element takes (its inner slots included)."""
-        inner = sum(self.pair_plan[2] + _KEY_GUESS + s[2][1] + 7 + s[2][2] for s in self.specs)
-        return self.plan[2] + _KEY_GUESS + self.dict_plan[2] + self.kv_size + 7 + 8 * self.n + inner
+        # about the bytes one element takes (its inner slots included): the run's length
+        inner = sum(pair_plan[2] + _KEY_GUESS + s[2][1] + 7 + s[2][2] for s in specs)
+        self.size = plan[2] + _KEY_GUESS + self.dict_plan[2] + self.kv_size + 7 + 8 * self.n + inner
 
 
 def dict_form_of(writer: JLD2Writer, e: JT, items: Sequence[Any], i: int) -> DictForm | None:
@@ -156,7 +155,7 @@ def write_dict_run(
     Dict or array among them written before: in ``ws``, or twice in the run); their references
     (8 bytes each) and ``j``."""
     assert type(items) is PairVector
-    count = max(1, budget // form.slot_bytes())
+    count = max(1, budget // form.size)
     stop = min(len(items), first + count)
     keys, dicts = items.firsts[first:stop], items.seconds[first:stop]
     k, inner_keys, arrays = _fitting(writer, form, keys, dicts, ws)
@@ -234,8 +233,8 @@ def _slots(
     tail = np.tile(np.asarray([8 * n] + [s[2][2] for s in form.specs], np.int64), k)
     grow = np.zeros(slots, np.int64)  # bytes of the collection the slot's key opens (none: 0)
     if news:
-        keys, sizes = zip(*news)
-        grow[list(keys)] = sizes
+        keys, opened = zip(*news)
+        grow[list(keys)] = opened
     opens = grow > 0
 
     def layout(p: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -212,8 +212,8 @@ def place_arrays(
     region: np.ndarray,
     start: int,
     spec: tuple[np.dtype, tuple[int, ...], tuple[bytes, int, int]],
-    array_at: list[int],
-    data_at: list[int],
+    array_at: Sequence[int] | np.ndarray,
+    data_at: Sequence[int] | np.ndarray,
     arrays: Sequence[np.ndarray],
     sums: list[tuple[np.ndarray, int]],
 ) -> None:
