@@ -443,6 +443,8 @@ class JLD2Writer:
                             continue  # a model's layers: nothing in them to learn a type from
                         todo.extend((x, (*path, i)) for i, x in enumerate(v, 1))
                     elif isinstance(v, dict):
+                        if set(map(type, v)) == {str} and set(map(type, v.values())) == {np.ndarray}:
+                            continue  # (a Dict of arrays: nothing in it to learn a type from)
                         for k, x in v.items():  # (str keys and arrays are leaves: no path made)
                             if type(k) is not str:
                                 todo.append((k, path))
