@@ -213,3 +213,22 @@ def _plain(value: Any) -> Any:
     if isinstance(value, str):
         return value
     return np.asarray(value).T.tolist()  # (h5py shows Julia's column-major dimensions reversed)
+
+
+def test_large_inner_dicts_keep_their_own_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An inner Dict larger than a run (600 arrays of 4 KiB: 2.4 MiB) is written one by one, its
+    Pairs in runs of their own (a run is laid out in memory whole): same bytes, no Dict run."""
+    value = _groups(3, 600, elements=1024)
+    done: list[int] = []
+    real = _writer_dicts.write_dict_run
+
+    def counting(*args: Any) -> Any:
+        refs, j = real(*args)
+        done.append(len(refs) // 8)
+        return refs, j
+
+    monkeypatch.setattr(_writer_bulk, "write_dict_run", counting)
+    assert _write(value, bulk=True, monkeypatch=monkeypatch) == _write(
+        value, bulk=False, monkeypatch=monkeypatch
+    )
+    assert sum(done) == 0

@@ -72,7 +72,9 @@ def encode_refs(
         for _ in range(2):  # the run's form, else the form of this item (a new run)
             if form is None:
                 form = (
-                    (form_of(writer, e, items[i]) or dict_form_of(writer, e, items, i)) if enabled else None
+                    (form_of(writer, e, items[i]) or dict_form_of(writer, e, items, i, _RUN_BYTES))
+                    if enabled
+                    else None
                 )
                 if form is None:
                     break

@@ -104,10 +104,12 @@ class DictForm:
         self.size = plan[2] + _KEY_GUESS + self.dict_plan[2] + self.kv_size + 7 + 8 * self.n + inner
 
 
-def dict_form_of(writer: JLD2Writer, e: JT, items: Sequence[Any], i: int) -> DictForm | None:
+def dict_form_of(writer: JLD2Writer, e: JT, items: Sequence[Any], i: int, budget: int) -> DictForm | None:
     """The form of ``items[i]`` (an element of a Dict's Pair vector, element type ``e``) when it
     is a String key and an alike inner Dict that :func:`write_dict_run` lays out; None else (or
-    until the writer's plans for it exist: made by writing the first one one by one)."""
+    until the writer's plans for it exist: made by writing the first one one by one). An inner
+    Dict larger than about ``budget`` bytes has none: written one by one, its own Pairs go in
+    runs of that size (a run is laid out in memory whole)."""
     if type(items) is not PairVector or items.jt is not e or e.writeas is not e:
         return None
     key, value = items.firsts[i], items.seconds[i]
@@ -135,12 +137,16 @@ def dict_form_of(writer: JLD2Writer, e: JT, items: Sequence[Any], i: int) -> Dic
     pair = made[1]
     specs: list[Spec] = []
     pair_plan = None
+    size = 0
     for k, v in value.items():
         inner = form_of(writer, pair, PairValue(k, v, pair))
         if inner is None or not inner.pair or inner.fields != ["vlen", "ref"] or inner.plan[0] is not pair:
             return None
         spec = inner.arrays[1]
         assert spec is not None
+        size += spec[2][1] + spec[2][2]
+        if size > budget:
+            return None
         specs.append(spec)
         pair_plan = inner.plan
     assert pair_plan is not None
