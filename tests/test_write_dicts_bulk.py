@@ -129,6 +129,20 @@ def _key_heavy() -> JuliaDict:
     )
 
 
+def _count_dict_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of outer Pairs each ``write_dict_run`` writes, as the writes go."""
+    done: list[int] = []
+    real = _writer_dicts.write_dict_run
+
+    def counting(*args: Any) -> Any:
+        refs, j = real(*args)
+        done.append(len(refs) // 8)
+        return refs, j
+
+    monkeypatch.setattr(_writer_bulk, "write_dict_run", counting)
+    return done
+
+
 CASES = [_alike, _odd_bytes, _small_dicts, _one_entry, _broken_runs, _key_heavy]
 
 
@@ -144,15 +158,7 @@ def test_dict_runs_change_no_byte(make: Any, monkeypatch: pytest.MonkeyPatch) ->
 def test_dict_runs_are_taken(make: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The inner Dicts are laid out by ``write_dict_run`` (else the comparison above compares the
     one-by-one path with itself)."""
-    done: list[int] = []
-    real = _writer_dicts.write_dict_run
-
-    def counting(*args: Any) -> Any:
-        refs, j = real(*args)
-        done.append(len(refs) // 8)
-        return refs, j
-
-    monkeypatch.setattr(_writer_bulk, "write_dict_run", counting)
+    done = _count_dict_runs(monkeypatch)
     value = make()
     _write(value, bulk=True, monkeypatch=monkeypatch)
     assert sum(done) >= len(value) // 2
@@ -219,15 +225,7 @@ def test_large_inner_dicts_keep_their_own_runs(monkeypatch: pytest.MonkeyPatch) 
     """An inner Dict larger than a run (600 arrays of 4 KiB: 2.4 MiB) is written one by one, its
     Pairs in runs of their own (a run is laid out in memory whole): same bytes, no Dict run."""
     value = _groups(3, 600, elements=1024)
-    done: list[int] = []
-    real = _writer_dicts.write_dict_run
-
-    def counting(*args: Any) -> Any:
-        refs, j = real(*args)
-        done.append(len(refs) // 8)
-        return refs, j
-
-    monkeypatch.setattr(_writer_bulk, "write_dict_run", counting)
+    done = _count_dict_runs(monkeypatch)
     assert _write(value, bulk=True, monkeypatch=monkeypatch) == _write(
         value, bulk=False, monkeypatch=monkeypatch
     )
