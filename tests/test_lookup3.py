@@ -12,7 +12,7 @@ import h5py
 import numpy as np
 import pytest
 
-from treexchange._hdf5._lookup3 import lookup3, lookup3_many
+from treexchange._hdf5._lookup3 import lookup3, lookup3_in, lookup3_many
 
 _M = 0xFFFFFFFF
 
@@ -124,3 +124,24 @@ def test_checksums_written_by_libhdf5(tmp_path: Path) -> None:
     assert len(bodies) >= 20
     assert [lookup3(b) for b in bodies] == stored
     assert lookup3_many(bodies) == stored
+
+
+@pytest.mark.parametrize("initval", [0, 7])
+def test_in_equals_scalar_for_templated_slices(initval: int) -> None:
+    """Slices made from one template (the writer's headers: alike up to an address or a heap
+    reference near their end) share leading blocks, which ``lookup3_in`` mixes once: every
+    length, every place of the first differing byte, two templates of one length mixed."""
+    rng = np.random.default_rng(initval)
+    for n in [1, 11, 12, 13, 24, 25, 59, 87, 95, 126, 200]:
+        templates = [rng.integers(0, 256, n, dtype=np.uint8) for _ in range(2)]
+        rows = []
+        for r in range(40):
+            row = templates[r % 7 == 0].copy()
+            if r % 3:
+                at = int(rng.integers(0, n))
+                row[at:] = rng.integers(0, 256, n - at, dtype=np.uint8)
+            rows.append(row)
+        buf = np.concatenate([np.zeros(5, np.uint8), *rows])
+        offsets = [5 + n * r for r in range(len(rows))]
+        got = lookup3_in(buf, offsets, [n] * len(rows), initval).tolist()
+        assert got == [lookup3(row.tobytes(), initval) for row in rows]

@@ -152,12 +152,11 @@ def test_bulk_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sum(runs) == 699  # all but the first Pair, which made the plans
 
 
-@pytest.mark.parametrize(
-    "make", [_dict_of_dicts, _odd_layers, _string_dict], ids=["dicts", "layers", "strings"]
-)
+@pytest.mark.parametrize("make", [_flat_dict, _odd_layers, _string_dict], ids=["pairs", "layers", "strings"])
 def test_runs_are_planned_with_numpy(make: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs of these forms are laid out by ``_writer_runs.plan_run`` (not its step-by-step
-    stand-in), so the comparison above checks its offsets."""
+    stand-in), so the comparison above checks its offsets. (A Dict of Dicts is laid out by
+    ``_writer_dicts``: tests/test_write_dicts_bulk.py.)"""
     planned: list[int] = []
     real = _writer_bulk.plan_run
 

@@ -41,7 +41,25 @@ def lookup3(data: bytes | bytearray | memoryview, initval: int = 0) -> int:
         return c
     full = (length - 1) // 12  # blocks mixed before the final (1..12 byte) block
     words = struct.unpack(f"<{3 * full + 3}I", buf + bytes(12 * full + 12 - length))
-    for k in range(0, 3 * full, 3):
+    a, b, c = _mix(words, full, a, b, c)
+    k = 3 * full
+    a = (a + words[k]) & _M
+    b = (b + words[k + 1]) & _M
+    c = (c + words[k + 2]) & _M
+    c = ((c ^ b) - (((b << 14) | (b >> 18)) & _M)) & _M
+    a = ((a ^ c) - (((c << 11) | (c >> 21)) & _M)) & _M
+    b = ((b ^ a) - (((a << 25) | (a >> 7)) & _M)) & _M
+    c = ((c ^ b) - (((b << 16) | (b >> 16)) & _M)) & _M
+    a = ((a ^ c) - (((c << 4) | (c >> 28)) & _M)) & _M
+    b = ((b ^ a) - (((a << 14) | (a >> 18)) & _M)) & _M
+    c = ((c ^ b) - (((b << 24) | (b >> 8)) & _M)) & _M
+    return c
+
+
+def _mix(words: Sequence[int], blocks: int, a: int, b: int, c: int) -> tuple[int, int, int]:
+    """The mixing rounds of lookup3 over the first ``blocks`` 12-byte blocks of ``words`` (none
+    the final block), from the state ``a, b, c``: the new state."""
+    for k in range(0, 3 * blocks, 3):
         a = (a + words[k]) & _M
         b = (b + words[k + 1]) & _M
         c = (c + words[k + 2]) & _M
@@ -57,18 +75,7 @@ def lookup3(data: bytes | bytearray | memoryview, initval: int = 0) -> int:
         a = (a + c) & _M
         c = ((c - b) & _M) ^ (((b << 4) | (b >> 28)) & _M)
         b = (b + a) & _M
-    k = 3 * full
-    a = (a + words[k]) & _M
-    b = (b + words[k + 1]) & _M
-    c = (c + words[k + 2]) & _M
-    c = ((c ^ b) - (((b << 14) | (b >> 18)) & _M)) & _M
-    a = ((a ^ c) - (((c << 11) | (c >> 21)) & _M)) & _M
-    b = ((b ^ a) - (((a << 25) | (a >> 7)) & _M)) & _M
-    c = ((c ^ b) - (((b << 16) | (b >> 16)) & _M)) & _M
-    a = ((a ^ c) - (((c << 4) | (c >> 28)) & _M)) & _M
-    b = ((b ^ a) - (((a << 14) | (a >> 18)) & _M)) & _M
-    c = ((c ^ b) - (((b << 24) | (b >> 8)) & _M)) & _M
-    return c
+    return a, b, c
 
 
 def lookup3_many(buffers: Sequence[bytes | bytearray | memoryview], initval: int = 0) -> list[int]:
@@ -98,7 +105,10 @@ def lookup3_in(
     For pieces that sit in one ``uint8`` buffer (the writer's metadata window): the slices of
     one length are gathered with a single fancy index into one ``(n, 3 * blocks)`` ``uint32``
     matrix, zero-padded at the end as the algorithm pads its last block, and hashed together
-    (one array lane per slice), so no bytes object is made per piece.
+    (one array lane per slice), so no bytes object is made per piece. The leading blocks all of
+    them share (headers made from one template differ only in their last bytes: an address, a
+    key's heap reference) are mixed once, for the first slice, with Python integers; the lanes
+    start from that state.
 
     Example:
         >>> buf = np.frombuffer(b"..Four score and seven years ago" + b"x" * 13, np.uint8)
@@ -123,21 +133,27 @@ def lookup3_in(
         raw = np.zeros((len(members), 12 * blocks), dtype=np.uint8)
         raw[:, :n] = buffer[offs[members, None] + np.arange(n)]
         words = raw.view("<u4").astype(np.uint32, copy=False)
-        start = np.full(len(members), (0xDEADBEEF + initval + n) & _M, dtype=np.uint32)
-        out[members] = _hash_blocks(words, start, blocks)
+        start = (0xDEADBEEF + initval + n) & _M
+        body = words[:, : 3 * (blocks - 1)]
+        differ = np.flatnonzero((body != body[0]).any(axis=0))
+        shared = int(differ[0]) // 3 if len(differ) else blocks - 1  # blocks alike in every slice
+        state = _mix(words[0, : 3 * shared].tolist(), shared, start, start, start)
+        out[members] = _hash_blocks(words[:, 3 * shared :], state, blocks - shared)
     return out
 
 
-def _hash_blocks(words: np.ndarray, start: np.ndarray, blocks: int) -> np.ndarray:
+def _hash_blocks(words: np.ndarray, state: tuple[int, int, int], blocks: int) -> np.ndarray:
     """The lookup3 rounds over ``blocks`` blocks of every row of ``words`` (uint32 arithmetic
-    wraps modulo 2**32, as the algorithm's does).
+    wraps modulo 2**32, as the algorithm's does), from the state ``a, b, c`` (the same for
+    every row).
 
     The words are transposed first (each word of every row contiguous) and every operation
     works in place, rotations into two scratch arrays: the rounds are a few hundred numpy
     calls on a few thousand rows, where fresh temporaries and strided columns cost more
     than the arithmetic."""
     w = np.ascontiguousarray(words.T)
-    a, b, c = start.copy(), start.copy(), start.copy()
+    rows = len(words)
+    a, b, c = (np.full(rows, x, dtype=np.uint32) for x in state)
     t, u = np.empty_like(a), np.empty_like(a)
 
     def rot(x: np.ndarray, k: int) -> np.ndarray:

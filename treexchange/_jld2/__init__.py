@@ -16,6 +16,10 @@ of :mod:`treexchange._values` and back, byte for byte as JLD2.jl 0.6 writes (for
 ``_writer_types``      the Julia types the writer reasons with (``JT``, ``TypeFactory.of_value``)
 ``_writer_arrays``     array payloads: column-major bytes in bounded pieces, compressed chunks
 ``_writer_sink``       random-access output, header checksums in bulk
+``_writer_bulk``       alike references (a Dict's Pairs, a model's layers) written in runs
+``_writer_runs``       a run's forms and offsets worked out with numpy (heap keys, positions)
+``_writer_dicts``      a Dict of alike Dicts laid out at once, inner Pairs included
+``_writer_rows``       a run's bytes: rows of alike headers put into the sink's window
 ``_writefile``         ``write_jld2``: the one write loop (``save``, ``convert``, other formats' import)
 ``_encode_hdf5``       byte encoders of the HDF5 structures JLD2.jl writes
 =====================  =========================================================================

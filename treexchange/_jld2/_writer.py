@@ -64,14 +64,9 @@ from ._writer_arrays import (
     little_endian,
     plan_chunk,
 )
-from ._writer_bulk import (
-    BULK_MIN,
-    LAYOUT_CONTIGUOUS as _LAYOUT_CONTIGUOUS,
-    PairValue as _PairValue,
-    encode_refs,
-    utf8 as _utf8,
-)
+from ._writer_bulk import PairValue as _PairValue, encode_refs, utf8 as _utf8, worth_bulk
 from ._writer_groups import SavedHeader, add_links
+from ._writer_rows import LAYOUT_CONTIGUOUS as _LAYOUT_CONTIGUOUS
 from ._writer_runs import PairVector as _PairVector
 from ._writer_sink import Sink
 from ._writer_types import JT, MAX_INLINE_SIZE, UNION_EL, Cat, TypeFactory, written_text
@@ -380,6 +375,7 @@ class JLD2Writer:
         # reference (_write_ndarray_ref); id(jt) -> template of a compact scalar dataset (_write_compact)
         self._ref_plans: dict[Hashable, tuple[bytes, int, int]] = {}
         self._compact_plans: dict[int, tuple[JT, bytes, int, int, bytes]] = {}
+        self._dict_plans: dict[int, tuple[JT, bytes, int, int, bytes]] = {}  # id(jt) -> its header's
         self._message_types: dict[Hashable, H5Type] = {}
         self._prepared: dict[int, Any] = {}  # id -> object typed by prepare (kept: ids stay unique)
         self._closed = False
@@ -449,6 +445,8 @@ class JLD2Writer:
                             continue  # a model's layers: nothing in them to learn a type from
                         todo.extend((x, (*path, i)) for i, x in enumerate(v, 1))
                     elif isinstance(v, dict):
+                        if set(map(type, v)) == {str} and set(map(type, v.values())) == {np.ndarray}:
+                            continue  # (a Dict of arrays: nothing in it to learn a type from)
                         for k, x in v.items():  # (str keys and arrays are leaves: no path made)
                             if type(k) is not str:
                                 todo.append((k, path))
@@ -1082,13 +1080,20 @@ class JLD2Writer:
         ``size`` bytes, then the same tail. Kept per type (a Dict writes one Pair per entry).
         Types whose writing depends on the value (DataType values) or on the session (UnionAll,
         whose var and body go to the datatype session) are never planned."""
-        tail = enc.CONTINUATION_PLACEHOLDER if self.format.continuation_placeholder else b""
-        messages = enc.FILL_VALUE_MESSAGE + self._space_message(_SCALAR) + self._dtype_message(dtype)
-        header = enc.object_header_unsummed(messages + enc.layout_compact(bytes(size)) + tail)
-        plan = (jt, header[: len(header) - size - len(tail)], len(header) + 4, size, tail)
+        plan = self._compact_template(jt, dtype, size)
         if len(self._compact_plans) < _MESSAGES_KEPT:
             self._compact_plans[id(jt)] = plan
         return plan
+
+    def _compact_template(
+        self, jt: JT, dtype: H5Type | Committed, size: int
+    ) -> tuple[JT, bytes, int, int, bytes]:
+        """The template of :meth:`_plan_compact`: ``(jt, header head, header size with its
+        checksum, value size, tail)``."""
+        tail = enc.CONTINUATION_PLACEHOLDER if self.format.continuation_placeholder else b""
+        messages = enc.FILL_VALUE_MESSAGE + self._space_message(_SCALAR) + self._dtype_message(dtype)
+        header = enc.object_header_unsummed(messages + enc.layout_compact(bytes(size)) + tail)
+        return (jt, header[: len(header) - size - len(tail)], len(header) + 4, size, tail)
 
     def _write_compact(
         self,
@@ -1121,6 +1126,10 @@ class JLD2Writer:
             # A reference to the Dict's pairs: in a JLD2.SerializedDict, or (JLD2 < v0.4.42) the
             # committed Dict type is a reference type itself.
             dtype = self.h5type(jt)
+            found = self._dict_plans.get(id(jt))
+            if self.format is _FORMATS["0.2.0"] and (found is None or found[0] is not jt):
+                if len(self._dict_plans) < _MESSAGES_KEPT:  # (the next ones: dict_plan)
+                    self._dict_plans[id(jt)] = self._compact_template(jt, dtype, 8)
             data = _Data(8, encode=lambda: _ref(self._write_kvvec(value, jt, ws, path)))
             return self._write_object(_Space(enc.DS_SCALAR, (), []), dtype, data, ws, tk, path)
         if w.cat is Cat.ARRAY:
@@ -1136,6 +1145,34 @@ class JLD2Writer:
                 _Space(enc.DS_SCALAR, (), []), dtype, _Data(8, encode=encode), ws, tk, path
             )
         raise UnsupportedError(f"custom serialization of {jt.key} is not supported")
+
+    def dict_plan(self, jt: JT, n: int) -> tuple[tuple[JT, bytes, int, int, bytes], JT, bytes, int] | None:
+        """What writing a Dict of type ``jt`` with ``n`` entries makes beside its Pairs, for
+        :mod:`._writer_dicts` to lay out many at once: the template of the Dict's header (a
+        compact scalar holding the reference to its Pair vector, :meth:`_write_custom`), the
+        Pair type, and the head and size of the Pair vector's header (a contiguous array of
+        references with a ``julia_type`` attribute, :meth:`_write_array`). None until a Dict of
+        this type was written one by one in format 0.2.0 (its Pair type's DataType dataset then
+        exists: taking the plan writes nothing)."""
+        plan = self._dict_plans.get(id(jt))
+        if plan is None or plan[0] is not jt or n < 1 or jt.cat is not Cat.DICT:
+            return None
+        k, v = jt.params
+        pair = self.types.pair_of(k, v)
+        if (
+            pair.cat is Cat.UNION
+            or _where_value(pair) is not None
+            or self.field_kind(pair.writeas, False) != "ref"
+        ):
+            return None
+        ref = self.datatype_wsession.get(("DataType", pair.key))
+        if ref is None:
+            return None
+        vec = self.types.array_of(pair, 1)
+        attr = _Attr("julia_type", enc.REFERENCE, enc.DS_SCALAR, (), 8, lambda: _ref(ref))
+        space = self._space_message(_Space(enc.DS_SIMPLE, (n,), [attr]))
+        head, size = self._small_head(space + attr.message(), self._dtype_message(self.h5type(vec)))
+        return plan, pair, head, size
 
     def _write_converted_vector(
         self, items: list[Any], vec_jt: JT, ws: dict[Hashable, int], path: tuple[PathSegment, ...]
@@ -1224,7 +1261,7 @@ class JLD2Writer:
         items = _array_items(value)
 
         def encode() -> bytes:
-            if kind == "ref" and len(items) >= BULK_MIN:  # a Dict's Pairs, a model's layers
+            if kind == "ref" and worth_bulk(items):  # a Dict's Pairs, a model's layers
                 raw = encode_refs(self, e, items, ws, path)
                 if len(raw) != elsize * len(items):
                     raise WriteError(f"references encode to {len(raw)} bytes, not {elsize} each", path=path)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Hashable, Sequence
-from itertools import pairwise
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -32,15 +31,13 @@ import numpy as np
 from .._errors import PathSegment
 from .._values import NamedTuple as JlNamedTuple
 from . import _encode_hdf5 as enc
-from ._writer_arrays import column_major_bytes, little_endian
-from ._writer_runs import PairValue, Run, plan_run, utf8
-from ._writer_types import JT, Cat
+from ._writer_dicts import DictForm, dict_form_of, write_dict_run
+from ._writer_rows import hand_over, open_region, place_arrays, place_heap, put_compact
+from ._writer_runs import Form, PairValue, PairVector, Run, form_of, plan_run, utf8
+from ._writer_types import JT
 
 if TYPE_CHECKING:
     from ._writer import JLD2Writer
-
-LAYOUT_CONTIGUOUS = struct.Struct("<BHBBBQQ")  # enc.layout_contiguous as one struct: message head, body
-
 
 BULK_MIN = 32
 """Elements from which a vector of references is written in bulk."""
@@ -51,29 +48,16 @@ _RUN_BYTES = 2 << 20
 BASE = enc.FILE_HEADER_LENGTH  # (what _writer calls BASE: relative addresses start here)
 _HEAP_FULL = 0xFFFF  # objects in one global heap collection (JLD2's limit)
 _HEAP_MIN = 4096  # size of a new collection (without its 16-byte header), as write_heap_object makes
-_ADDRESS_AT = 6  # where the data address sits in the contiguous layout message (after its head)
-_VLEN = np.dtype([("count", "<u4"), ("heap", "<u8"), ("index", "<u4")])
-_HEAP_OBJECT = np.dtype([("index", "<u2"), ("refs", "<u2"), ("reserved", "<u4"), ("size", "<u8")])
 
 enabled = True
 """Switched off by tests, which then compare the bytes with the one-by-one path."""
 
 
-class _Form:
-    """What every element of a run shares: its type, compact-header plan, and per field its
-    kind -- ``"vlen"`` (a String) or ``"ref"`` (a numpy array of one dtype and shape, whose
-    small-array plan the writer holds)."""
-
-    __slots__ = ("arrays", "fields", "jt", "names", "pair", "plan")
-
-    def __init__(self, jt: JT, plan: tuple[JT, bytes, int, int, bytes], fields: list[str], pair: bool):
-        self.jt = jt
-        self.plan = plan
-        self.fields = fields
-        self.names = [name for name, _ in jt.writeas.fields]
-        self.pair = pair
-        # per ref field: (dtype, shape, (array header head, header size, data size))
-        self.arrays: list[tuple[np.dtype, tuple[int, ...], tuple[bytes, int, int]] | None] = []
+def worth_bulk(items: Sequence[Any]) -> bool:
+    """Whether :func:`encode_refs` pays for a vector of references: :data:`BULK_MIN` elements or
+    more, or a Dict's Pairs whose values are Dicts (each holding a run of its own)."""
+    n = len(items)
+    return n >= BULK_MIN or (n > 1 and type(items) is PairVector and isinstance(items.seconds[-1], dict))
 
 
 def encode_refs(
@@ -83,14 +67,21 @@ def encode_refs(
     item written as ``writer.encode_field(e, item, False, ws, path + (i,))`` writes it."""
     out: list[bytes] = []
     n, i = len(items), 0
-    form: _Form | None = None
+    form: Form | DictForm | None = None
     while i < n:
         for _ in range(2):  # the run's form, else the form of this item (a new run)
             if form is None:
-                form = _form_of(writer, e, items[i]) if enabled else None
+                form = (
+                    (form_of(writer, e, items[i]) or dict_form_of(writer, e, items, i, _RUN_BYTES))
+                    if enabled
+                    else None
+                )
                 if form is None:
                     break
-            refs, j = _write_run(writer, form, items, i, ws)
+            if type(form) is DictForm:
+                refs, j = write_dict_run(writer, form, items, i, ws, _RUN_BYTES)
+            else:
+                refs, j = _write_run(writer, form, items, i, ws)  # type: ignore[arg-type]
             if j > i:
                 out.append(refs)
                 i = j
@@ -104,49 +95,8 @@ def encode_refs(
     return b"".join(out)
 
 
-def _form_of(writer: JLD2Writer, e: JT, item: Any) -> _Form | None:
-    """The form of ``item`` when it can be written in bulk (see the module docstring)."""
-    ew = e.writeas
-    if writer.field_kind(ew, False) != "ref" or (ew is not e and ew.cat is Cat.ARRAY):
-        return None
-    pair = type(item) is PairValue
-    if pair:
-        jt = item.jt
-        values = [item.first, item.second]
-    elif type(item) is JlNamedTuple:
-        jt = writer.types.of_value(item)
-        values = list(item._data.values())
-    else:
-        return None
-    plan = writer._compact_plans.get(id(jt))
-    w = jt.writeas
-    if plan is None or plan[0] is not jt or jt.mutable or w.cat is not Cat.STRUCT:
-        return None
-    if len(values) != len(w.fields):
-        return None
-    if not pair and (w.name != "Core.NamedTuple" or list(item._data) != [n for n, _ in w.fields]):
-        return None
-    kinds: list[str] = []
-    arrays: list[tuple[np.dtype, tuple[int, ...], tuple[bytes, int, int]] | None] = []
-    for (_, ft), v in zip(w.fields, values):
-        if ft.writeas is not ft:
-            return None
-        kind = writer.field_kind(ft, True)
-        if kind == "vlen" and ft.cat is Cat.STRING and type(v) is str:
-            kinds.append("vlen")
-            arrays.append(None)
-        elif kind == "ref" and type(v) is np.ndarray and (v.dtype, v.shape) in writer._ref_plans:
-            kinds.append("ref")
-            arrays.append((v.dtype, v.shape, writer._ref_plans[(v.dtype, v.shape)]))
-        else:
-            return None
-    form = _Form(jt, plan, kinds, pair)
-    form.arrays = arrays
-    return form
-
-
 def _write_run(
-    writer: JLD2Writer, form: _Form, items: Sequence[Any], first: int, ws: dict[Hashable, int]
+    writer: JLD2Writer, form: Form, items: Sequence[Any], first: int, ws: dict[Hashable, int]
 ) -> tuple[bytes, int]:
     """Write ``items[first:j]`` in bulk, for the longest ``j`` (within :data:`_RUN_BYTES`) whose
     items have ``form`` and are written by the plans alone (no array among them written before:
@@ -258,7 +208,7 @@ def _write_run(
     return (np.asarray(headers, np.int64) - BASE).astype("<u8").tobytes(), j
 
 
-def _run_length(form: _Form) -> int:
+def _run_length(form: Form) -> int:
     """Elements laid out at once: about :data:`_RUN_BYTES` of headers and data (and keys)."""
     size = form.plan[2]
     for spec in form.arrays:
@@ -266,166 +216,19 @@ def _run_length(form: _Form) -> int:
     return max(1, _RUN_BYTES // size)
 
 
-def _lay_out(writer: JLD2Writer, form: _Form, start: int, end: int, run: Run) -> None:
+def _lay_out(writer: JLD2Writer, form: Form, start: int, end: int, run: Run) -> None:
     """Assemble the bytes of a run laid out by :func:`_write_run` and put them in the sink: the
     span ``[start, end)`` filled in place in the sink's window, pieces before it (heap objects
     of a collection made earlier, its free-space marker) one by one."""
-    _, chead, _, cdatasz, ctail = form.plan
-    sink = writer.sink
-    found = sink.region(start, end - start)  # filled in place: no copy of the data in between
-    region = np.zeros(end - start, np.uint8) if found is None else found
+    region, found = open_region(writer, start, end)
     sums: list[tuple[np.ndarray, int]] = []  # headers: their positions in the region, their length
-    outside: list[tuple[int, bytes]] = []
-    # Heap metadata (collection headers, markers, sizes) and the objects never overlap.
-    for offset, data in run.heap_puts:
-        if offset >= start and offset + len(data) <= end:
-            region[offset - start : offset - start + len(data)] = np.frombuffer(data, np.uint8)
-        else:
-            outside.append((offset, data))
-    if len(run.object_at):
-        _place_heap_objects(region, start, run, outside)
+    outside = place_heap(region, start, run)
     # The compact headers: the template, then each field's bytes.
-    at = np.asarray(run.headers, np.int64) - start
-    template = np.frombuffer(chead + bytes(cdatasz) + ctail, np.uint8)
-    rows = _rows(template, len(at))
-    col = len(chead)
+    columns: list[Any] = []
     for f, kind in enumerate(form.fields):
-        if kind == "vlen":
-            packed = np.zeros(len(at), _VLEN)
-            packed["count"], packed["heap"], packed["index"] = run.counts[f], run.heaps[f], run.indices[f]
-            rows[:, col : col + 16] = packed.view(np.uint8).reshape(-1, 16)
-            col += 16
-        else:
-            addresses = np.asarray(run.array_at[f], np.int64) - BASE
-            rows[:, col : col + 8] = addresses.astype("<u8").view(np.uint8).reshape(-1, 8)
-            col += 8
-    _put_rows(region, at, rows)
-    sums.append((at, rows.shape[1]))
+        columns.append((run.counts[f], run.heaps[f], run.indices[f]) if kind == "vlen" else run.array_at[f])
+    put_compact(region, np.asarray(run.headers, np.int64) - start, form.plan, columns, sums)
     for f, spec in enumerate(form.arrays):
         if spec is not None:
-            _place_arrays(region, start, spec, run.array_at[f], run.data_at[f], run.arrays[f], sums)
-    if found is not None:
-        sink.region_done(start, end - start, sums)
-    else:
-        raw = region.tobytes()  # piece by piece: the data, then the headers with their checksums
-        sink.put(start, raw)
-        for positions, length in sums:
-            for pos in positions.tolist():
-                sink.put_checksummed(start + pos, raw[pos : pos + length])
-    for offset, data in outside:
-        sink.put(offset, data)
-
-
-def _rows(template: np.ndarray, k: int) -> np.ndarray:
-    """``k`` copies of ``template``, one a row."""
-    rows = np.empty((k, len(template)), np.uint8)
-    rows[...] = template
-    return rows
-
-
-def _put_rows(region: np.ndarray, at: np.ndarray, rows: np.ndarray) -> None:
-    """``region[at[i] : at[i] + width] = rows[i]`` for every row (``at`` ascending, rows apart):
-    one strided copy per stretch of equally spaced rows (a run is one or a few stretches)."""
-    k, width = rows.shape
-    if k == 0:
-        return
-    if k == 1:
-        lo = int(at[0])
-        region[lo : lo + width] = rows[0]
-        return
-    steps = np.diff(at)
-    cuts = np.flatnonzero(steps[1:] != steps[:-1]) + 1  # where the spacing changes
-    edges = [0, *cuts.tolist(), k - 1]
-    lows = at[edges].tolist()
-    strides = steps[edges[:-1]].tolist()
-    for i, (a, b) in enumerate(pairwise(edges)):  # rows a..b (b again in the next stretch: same bytes)
-        stride = strides[i]
-        if stride < width:  # (never: headers do not overlap) one row at a time
-            for r in range(a, b + 1):
-                lo = int(at[r])
-                region[lo : lo + width] = rows[r]
-            continue
-        np.ndarray((b - a + 1, width), np.uint8, region, lows[i], (stride, 1))[...] = rows[a : b + 1]
-
-
-def _place_heap_objects(region: np.ndarray, start: int, run: Run, outside: list[tuple[int, bytes]]) -> None:
-    """Heap objects (16-byte head, the key, zeros to 8 bytes) into the region, in bulk; those in
-    a collection made before the region (a Dict's keys added to the current one) as one piece
-    when they follow each other (as they are allocated), else one by one."""
-    # (offsets grow: the objects before the region first)
-    first = int(np.searchsorted(np.asarray(run.object_at, np.int64), start))
-    if first:
-        _objects_before(run, first, outside)
-    offs = np.asarray(run.object_at[first:], np.int64) - start
-    if len(offs):
-        _fill_heap_objects(
-            region, offs, run.object_index[first:], run.object_raw[first:], run.object_len[first:]
-        )
-
-
-def _objects_before(run: Run, first: int, outside: list[tuple[int, bytes]]) -> None:
-    """The heap objects ``[:first]`` of a run, which lie before its region, into ``outside``."""
-    at = np.asarray(run.object_at[:first], np.int64)
-    lens = np.asarray(run.object_len[:first], np.int64)
-    sizes = (lens + 23) & ~7  # 16 + the key, padded to 8: each object's whole piece
-    if first > 1 and bool((at[1:] == at[:-1] + sizes[:-1]).all()):  # one after the other
-        piece = np.zeros(int(at[-1] + sizes[-1] - at[0]), np.uint8)
-        _fill_heap_objects(piece, at - at[0], run.object_index[:first], run.object_raw[:first], lens)
-        outside.append((int(at[0]), piece.tobytes()))
-        return
-    for pos, index, raw in zip(run.object_at[:first], run.object_index[:first], run.object_raw[:first]):
-        outside.append((pos, enc.global_heap_object(index, len(raw)) + raw + bytes(-(16 + len(raw)) % 8)))
-
-
-def _fill_heap_objects(
-    buf: np.ndarray, offs: np.ndarray, indices: list[int], raws: list[bytes], lens: Any
-) -> None:
-    """Heap objects (head and key; ``buf`` holds zeros for the padding) at ``offs`` in ``buf``."""
-    lens = np.asarray(lens, np.int64)
-    heads = np.zeros(len(offs), _HEAP_OBJECT)
-    heads["index"] = indices
-    heads["refs"] = 1
-    heads["size"] = lens
-    _put_rows(buf, offs, heads.view(np.uint8).reshape(-1, 16))
-    text = np.frombuffer(b"".join(raws), np.uint8)
-    if len(text):
-        # byte k of key j goes to offs[j] + 16 + k
-        firsts = np.cumsum(lens) - lens
-        buf[np.repeat(offs + 16 - firsts, lens) + np.arange(len(text))] = text
-
-
-def _place_arrays(
-    region: np.ndarray,
-    start: int,
-    spec: tuple[np.dtype, tuple[int, ...], tuple[bytes, int, int]],
-    array_at: list[int],
-    data_at: list[int],
-    arrays: Sequence[np.ndarray],
-    sums: list[tuple[np.ndarray, int]],
-) -> None:
-    """Small array datasets of one dtype and shape (``spec``: theirs and their plan) into the
-    region: headers -- the plan's head, the contiguous layout message, the continuation
-    placeholder -- in bulk, then each array's data 8-aligned after its header."""
-    dtype, shape, (head, _, datasz) = spec
-    header_at = np.asarray(array_at, np.int64) - start
-    data = np.asarray(data_at, np.int64)
-    layout = LAYOUT_CONTIGUOUS.pack(enc.MSG_LAYOUT, 18, 0, 4, 1, 0, datasz)
-    template = np.frombuffer(head + layout + enc.CONTINUATION_PLACEHOLDER, np.uint8)
-    rows = _rows(template, len(arrays))
-    col = len(head) + _ADDRESS_AT
-    rows[:, col : col + 8] = (data - BASE).astype("<u8").view(np.uint8).reshape(-1, 8)
-    _put_rows(region, header_at, rows)
-    sums.append((header_at, rows.shape[1]))
-    # The data: column-major, little-endian bytes (what _write_small_array writes), one copy
-    # each into the region.
-    lows = (data - start).tolist()
-    if len(shape) <= 1 and dtype == little_endian(dtype):
-        memory = region.data
-        try:
-            for v, lo in zip(arrays, lows):
-                memory[lo : lo + datasz] = v.data.cast("B")
-            return
-        except (TypeError, ValueError):  # not contiguous, a dtype the buffer protocol lacks
-            pass
-    for v, lo in zip(arrays, lows):
-        region[lo : lo + datasz] = np.frombuffer(column_major_bytes(v), np.uint8)
+            place_arrays(region, start, spec, run.array_at[f], run.data_at[f], run.arrays[f], sums)
+    hand_over(writer, region, found, start, sums, outside)

@@ -33,11 +33,10 @@ import numpy as np
 from .._errors import ConversionError, PathSegment
 from .._values import NamedTuple as JlNamedTuple
 from . import _encode_hdf5 as enc
-from ._writer_types import JT
+from ._writer_types import JT, Cat
 
 if TYPE_CHECKING:
     from ._writer import JLD2Writer
-    from ._writer_bulk import _Form
 
 BASE = enc.FILE_HEADER_LENGTH
 HEAP_FULL = 0xFFFF  # objects in one global heap collection (JLD2's limit)
@@ -120,8 +119,66 @@ class PairVector(Sequence[Any]):
         return map(PairValue, self.firsts, self.seconds, repeat(self.jt))
 
 
+class Form:
+    """What every element of a run shares: its type, compact-header plan, and per field its
+    kind -- ``"vlen"`` (a String) or ``"ref"`` (a numpy array of one dtype and shape, whose
+    small-array plan the writer holds)."""
+
+    __slots__ = ("arrays", "fields", "jt", "names", "pair", "plan")
+
+    def __init__(self, jt: JT, plan: tuple[JT, bytes, int, int, bytes], fields: list[str], pair: bool):
+        self.jt = jt
+        self.plan = plan
+        self.fields = fields
+        self.names = [name for name, _ in jt.writeas.fields]
+        self.pair = pair
+        # per ref field: (dtype, shape, (array header head, header size, data size))
+        self.arrays: list[tuple[np.dtype, tuple[int, ...], tuple[bytes, int, int]] | None] = []
+
+
+def form_of(writer: JLD2Writer, e: JT, item: Any) -> Form | None:
+    """The form of ``item`` when it can be written in bulk (see the module docstring)."""
+    ew = e.writeas
+    if writer.field_kind(ew, False) != "ref" or (ew is not e and ew.cat is Cat.ARRAY):
+        return None
+    pair = type(item) is PairValue
+    if pair:
+        jt = item.jt
+        values = [item.first, item.second]
+    elif type(item) is JlNamedTuple:
+        jt = writer.types.of_value(item)
+        values = list(item._data.values())
+    else:
+        return None
+    plan = writer._compact_plans.get(id(jt))
+    w = jt.writeas
+    if plan is None or plan[0] is not jt or jt.mutable or w.cat is not Cat.STRUCT:
+        return None
+    if len(values) != len(w.fields):
+        return None
+    if not pair and (w.name != "Core.NamedTuple" or list(item._data) != [n for n, _ in w.fields]):
+        return None
+    kinds: list[str] = []
+    arrays: list[tuple[np.dtype, tuple[int, ...], tuple[bytes, int, int]] | None] = []
+    for (_, ft), v in zip(w.fields, values):
+        if ft.writeas is not ft:
+            return None
+        kind = writer.field_kind(ft, True)
+        if kind == "vlen" and ft.cat is Cat.STRING and type(v) is str:
+            kinds.append("vlen")
+            arrays.append(None)
+        elif kind == "ref" and type(v) is np.ndarray and (v.dtype, v.shape) in writer._ref_plans:
+            kinds.append("ref")
+            arrays.append((v.dtype, v.shape, writer._ref_plans[(v.dtype, v.shape)]))
+        else:
+            return None
+    form = Form(jt, plan, kinds, pair)
+    form.arrays = arrays
+    return form
+
+
 def plan_run(
-    writer: JLD2Writer, form: _Form, items: Sequence[Any], first: int, count: int, ws: dict[Hashable, int]
+    writer: JLD2Writer, form: Form, items: Sequence[Any], first: int, count: int, ws: dict[Hashable, int]
 ) -> tuple[Run, int, int, int] | None:
     """Lay out up to ``count`` elements of ``items`` from ``first``: those that have ``form`` and
     are written by the plans alone (no array among them written before: in ``ws``, or twice in
@@ -139,7 +196,7 @@ def plan_run(
     run = Run(len(kinds))
     vlens = [f for f, kind in enumerate(kinds) if kind == "vlen"]
     raws = _key_bytes(columns, vlens)
-    news = _pack_keys(writer, run, raws, len(vlens)) if vlens else []
+    news = pack_keys(writer, run, raws, len(vlens)) if vlens else []
     start = writer.end
     end = _positions(writer, form, run, k, start, news, vlens)
     for f, spec in enumerate(form.arrays):
@@ -156,7 +213,7 @@ def _empty() -> tuple[Run, int, int, int]:
     return Run(0), 0, 0, 0
 
 
-def _columns(form: _Form, items: Sequence[Any], first: int, count: int) -> list[list[Any]]:
+def _columns(form: Form, items: Sequence[Any], first: int, count: int) -> list[list[Any]]:
     """The values of ``items[first : first + count]`` field by field, up to the first element that
     is not of the form's kind (a Pair of its type, a NamedTuple of its names)."""
     stop = min(len(items), first + count)
@@ -185,7 +242,7 @@ def _prefix(chunk: Sequence[Any], good: Any) -> int:
     return len(chunk)
 
 
-def _fitting(form: _Form, columns: list[list[Any]], ws: dict[Hashable, int]) -> int:
+def _fitting(form: Form, columns: list[list[Any]], ws: dict[Hashable, int]) -> int:
     """How many elements (from the first) the plans write alone: each field's value of the kind
     planned (a ``str``; an array of the planned dtype and shape, not written before)."""
     k = min(map(len, columns))
@@ -240,7 +297,7 @@ def _key_bytes(columns: list[list[Any]], vlens: list[int]) -> list[bytes]:
     return [r for row in zip(*out) for r in row]  # type: ignore[call-overload]
 
 
-def _pack_keys(writer: JLD2Writer, run: Run, raws: list[bytes], per: int) -> list[tuple[int, int]]:
+def pack_keys(writer: JLD2Writer, run: Run, raws: list[bytes], per: int) -> list[tuple[int, int]]:
     """Put each key in a global heap collection as ``write_heap_object`` does: the current one
     while it has room (and fewer than 65,535 objects), else a new one of ``max(size, 4096)``
     bytes. Fills the run's heap objects; returns ``(key number, size)`` per new collection
@@ -286,7 +343,7 @@ def _pack_keys(writer: JLD2Writer, run: Run, raws: list[bytes], per: int) -> lis
 
 def _positions(
     writer: JLD2Writer,
-    form: _Form,
+    form: Form,
     run: Run,
     k: int,
     start: int,
@@ -349,11 +406,11 @@ def _positions(
     for f, _, _ in refs:
         run.array_at[f] = array_at[f]
         run.data_at[f] = data_at[f]
-    _heap_places(writer, run, np.asarray(places, np.int64), news, vlens, k)
+    heap_places(writer, run, np.asarray(places, np.int64), news, vlens, k)
     return p
 
 
-def _heap_places(
+def heap_places(
     writer: JLD2Writer, run: Run, places: np.ndarray, news: list[tuple[int, int]], vlens: list[int], k: int
 ) -> None:
     """With the new collections placed: the heap objects' offsets, each key's vlen reference, the
