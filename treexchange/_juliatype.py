@@ -125,10 +125,15 @@ class JuliaType:
         if self._hash is None:
             params = self.params
             if len(params) > _DISTINCT_FROM:
-                # each distinct object hashed once (a Tuple of thousands of one layer type)
-                by_id = {id(p): p for p in params}
-                hashes = {i: _param_hash(p) for i, p in by_id.items()}
-                self._hash = hash((self.name, tuple(map(hashes.__getitem__, map(id, params)))))
+                # each distinct object hashed once (a Tuple of thousands of one layer type), the
+                # loops over all of them in C
+                ids = list(map(id, params))
+                if ids.count(ids[0]) == len(ids):  # one object throughout (by identity: no __eq__)
+                    self._hash = hash((self.name, (_param_hash(params[0]),) * len(params)))
+                else:
+                    by_id = dict(zip(ids, params))
+                    hashes = {i: _param_hash(p) for i, p in by_id.items()}
+                    self._hash = hash((self.name, tuple(map(hashes.__getitem__, ids))))
             else:
                 self._hash = hash((self.name, tuple(_param_hash(p) for p in params)))
         return self._hash

@@ -19,6 +19,8 @@ version is kept as found on disk in :attr:`H5Type.version`.
 
 from __future__ import annotations
 
+import struct
+
 from .._errors import FormatError, LimitError, UnsupportedError
 from .._limits import DEFAULT_LIMITS, Limits, datatype_depth
 from ._cursor import Cursor, enc_size
@@ -35,6 +37,8 @@ _FIXED_PROPS = {
 
 
 _CLASSES = {c.value: c for c in H5Class}
+_COMPOUND_ID = H5Class.COMPOUND.value
+_HEAD = struct.Struct("<II")  # class | version << 4 | class bit field << 8, then the size
 
 
 def parse_datatype(
@@ -60,14 +64,22 @@ def parse_datatype(
             offset=c.pos,
         )
     start = c.pos
-    if known is not None:
-        found = known.find(c, depth, limits)
-        if found is not None:
-            return found
-    b0 = c.u8()
-    cls_id, version = b0 & 0x0F, b0 >> 4
-    flags = c.uint(3)
-    size = c.u32()
+    buf = c.buf
+    if start + 8 <= c.end:
+        # The 8-byte header in one struct call: class and version, the 24-bit class bit
+        # field, the size (this runs for every datatype of every committed type and attribute).
+        word, size = _HEAD.unpack_from(buf, start)
+        cls_id, version, flags = word & 0x0F, (word >> 4) & 0x0F, word >> 8
+        if known is not None and cls_id == _COMPOUND_ID:  # (only compounds are kept there)
+            found = known.find(c, depth, limits)
+            if found is not None:
+                return found
+        c.pos = start + 8
+    else:  # short: read field by field, so the error names the field that is cut off
+        b0 = c.u8()
+        cls_id, version = b0 & 0x0F, b0 >> 4
+        flags = c.uint(3)
+        size = c.u32()
     cls = _CLASSES.get(cls_id)  # (what H5Class(cls_id) gives, without the enum's call machinery)
     if cls is None:
         if cls_id == 11:
@@ -76,16 +88,20 @@ def parse_datatype(
             ) from None
         raise FormatError(f"unknown datatype class {cls_id}", offset=start) from None
     props_start = c.pos
-    if cls in _FIXED_PROPS:
-        c.skip(_FIXED_PROPS[cls])
-        return H5Type(cls, version, flags, size, bytes(c.buf[props_start : c.pos]))
+    n_props = _FIXED_PROPS.get(cls)
+    if n_props is not None:
+        end = props_start + n_props
+        if end > c.end:
+            raise c._short(n_props)
+        c.pos = end
+        return H5Type.made(cls, version, flags, size, bytes(buf[props_start:end]))
     if cls == H5Class.OPAQUE:
         tag_len = flags & 0xFF
         tag = bytes(c.bytes(tag_len)).rstrip(b"\x00")
-        return H5Type(cls, version, flags, size, bytes(c.buf[props_start : c.pos]), tag=tag)
+        return H5Type.made(cls, version, flags, size, bytes(buf[props_start : c.pos]), tag=tag)
     if cls == H5Class.COMPOUND:
         members = _compound_members(c, version, flags & 0xFFFF, size, limits, depth, known)
-        t = H5Type(cls, version, flags, size, bytes(c.buf[props_start : c.pos]), members=tuple(members))
+        t = H5Type.made(cls, version, flags, size, bytes(buf[props_start : c.pos]), members=tuple(members))
         if known is not None:
             known.add(c, start, t)
         return t
@@ -101,19 +117,19 @@ def parse_datatype(
         if base.size * n > c.remaining:
             raise FormatError("enum values run past the message", offset=c.pos)
         values = tuple(bytes(c.bytes(base.size)) for _ in range(n))
-        return H5Type(
+        return H5Type.made(
             cls,
             version,
             flags,
             size,
-            bytes(c.buf[props_start : c.pos]),
+            bytes(buf[props_start : c.pos]),
             base=base,
             enum_names=tuple(names),
             enum_values=values,
         )
     if cls == H5Class.VLEN:
         base = parse_datatype(c, limits, depth + 1)
-        return H5Type(cls, version, flags, size, bytes(c.buf[props_start : c.pos]), base=base)
+        return H5Type.made(cls, version, flags, size, bytes(buf[props_start : c.pos]), base=base)
     # ARRAY
     ndims = c.u8()
     if version == 2 or version == 1:
@@ -122,7 +138,7 @@ def parse_datatype(
     if version == 2 or version == 1:
         c.skip(4 * ndims)  # permutation indices (never used by libhdf5)
     base = parse_datatype(c, limits, depth + 1)
-    return H5Type(cls, version, flags, size, bytes(c.buf[props_start : c.pos]), base=base, dims=dims)
+    return H5Type.made(cls, version, flags, size, bytes(buf[props_start : c.pos]), base=base, dims=dims)
 
 
 def _decode_name(raw: bytes, at: int) -> str:

@@ -171,6 +171,8 @@ class HDF5File:
         self._widths = self._cursor(0)  # buffer and field widths for read_messages
         self._types: dict[int, H5Type] = {}
         self._memos: dict[str, dict[bytes, Any]] = {table: {} for table in MEMO_TABLES}
+        # attribute messages decoded but for their data, by their bytes (see parse_attribute)
+        self.attribute_forms: m.AttributeForms = {}
         self._resolving: set[int] = set()
         # compounds decoded so far, found again by their bytes (nested structs: see parse_datatype)
         self.known_compounds = KnownCompounds()
@@ -193,6 +195,7 @@ class HDF5File:
         self._objects, self._types, self._heaps, self._links = {}, {}, {}, {}
         self._vouched = {}
         self._memos = {table: {} for table in MEMO_TABLES}
+        self.attribute_forms = {}
         self.known_compounds = KnownCompounds()
         if getattr(self, "_headers", None) is not None:  # (absent when __init__ failed early)
             self._headers = HeaderMemo()

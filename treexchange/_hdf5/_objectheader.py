@@ -441,12 +441,20 @@ class ObjectHeader:
         """Attributes in on-disk order (compact messages), then dense storage if any."""
         if m.ATTRIBUTE not in self._types and m.ATTRIBUTE_INFO not in self._types:
             return {}  # most datasets of a JLD2 file have none
+        file = self.file
+        buf, forms, shift = file.buffer, file.attribute_forms, self._shift
         with format_errors(self.offset):
             out: dict[str, Attribute] = {}
-            for msg in self.find_all(m.ATTRIBUTE):
-                if msg.flags & m.MSG_FLAG_SHARED:
-                    raise UnsupportedError("shared attribute messages are not supported", offset=msg.offset)
-                attr = m.parse_attribute(self.cursor(msg), self.file._committed_type, self.file.limits)
+            for mtype, flags, at, size in self._raw:
+                if mtype != m.ATTRIBUTE:
+                    continue
+                at += shift
+                if flags & m.MSG_FLAG_SHARED:
+                    raise UnsupportedError("shared attribute messages are not supported", offset=at)
+                # a form met before: no cursor, nothing decoded but the data's place
+                attr = m.attribute_of_form(buf, at, at + size, forms)
+                if attr is None:
+                    attr = m.parse_attribute(file._cursor(at, at + size), file._committed_type, file.limits, forms)
                 out[attr.name] = attr
             info = self.find(m.ATTRIBUTE_INFO)
             if info is not None:

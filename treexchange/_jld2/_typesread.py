@@ -306,10 +306,14 @@ class TypeResolver:
         refs = self._refs(buf, off + 16, path)
         # Each distinct parameter decoded once, in order of first use (a long Tuple's type
         # repeats one layer type thousands of times), then spread over the positions in C.
-        distinct: dict[int, Any] = dict.fromkeys(refs)
-        for ref in distinct:
-            distinct[ref] = self._param(ref, path)
-        params = tuple(map(distinct.__getitem__, refs))
+        if len(refs) > 1 and refs.count(refs[0]) == len(refs):  # one type throughout: no dict
+            distinct: dict[int, Any] = {refs[0]: self._param(refs[0], path)}
+            params = (distinct[refs[0]],) * len(refs)
+        else:
+            distinct = dict.fromkeys(refs)
+            for ref in distinct:
+                distinct[ref] = self._param(ref, path)
+            params = tuple(map(distinct.__getitem__, refs))
         for ref, param in distinct.items():
             if isinstance(param, JuliaType) and not self.is_committed_datatype(ref):
                 # JLD2 (refs_from_types) commits a concrete struct type used as a parameter
