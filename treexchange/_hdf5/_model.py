@@ -87,7 +87,9 @@ class H5Type:
         return cached
 
     @classmethod
-    def made(cls, h5cls: H5Class, version: int, flags: int, size: int, props: bytes, **more: object) -> H5Type:
+    def made(
+        cls, h5cls: H5Class, version: int, flags: int, size: int, props: bytes, **more: object
+    ) -> H5Type:
         """``H5Type(h5cls, version, flags, size, props, **more)``, made without the frozen
         dataclass ``__init__`` (one ``object.__setattr__`` per field, twelve of them: the largest
         cost of decoding a small datatype). Defaults are class attributes, so only the fields

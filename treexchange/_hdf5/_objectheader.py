@@ -454,7 +454,8 @@ class ObjectHeader:
                 # a form met before: no cursor, nothing decoded but the data's place
                 attr = m.attribute_of_form(buf, at, at + size, forms)
                 if attr is None:
-                    attr = m.parse_attribute(file._cursor(at, at + size), file._committed_type, file.limits, forms)
+                    c = file._cursor(at, at + size)
+                    attr = m.parse_attribute(c, file._committed_type, file.limits, forms)
                 out[attr.name] = attr
             info = self.find(m.ATTRIBUTE_INFO)
             if info is not None:
