@@ -38,6 +38,9 @@ _FIXED_PROPS = {
 
 _CLASSES = {c.value: c for c in H5Class}
 _COMPOUND_ID = H5Class.COMPOUND.value
+_ENUM_ID = H5Class.ENUM.value
+_VLEN_ID = H5Class.VLEN.value
+_OPAQUE_ID = H5Class.OPAQUE.value
 _HEAD = struct.Struct("<II")  # class | version << 4 | class bit field << 8, then the size
 
 
@@ -65,6 +68,22 @@ def parse_datatype(
         )
     start = c.pos
     buf = c.buf
+    if known is not None:
+        # An atomic type, or a vlen of one, met before in this file (a compound's member types
+        # repeat: references, vlen strings, numbers): its bytes decide it, no decoding.
+        n = _simple_length(buf, start, c.end)
+        if n is not None:
+            key = bytes(buf[start : start + n])
+            found = known.simple.get(key)
+            if found is None:
+                found = parse_datatype(c, limits, depth)
+                if c.pos == start + n and len(known.simple) < _SIMPLE_KEPT:
+                    known.simple[key] = found
+            elif depth < datatype_depth(limits):  # (its base one level deeper: within the limit)
+                c.pos = start + n
+            else:
+                found = parse_datatype(c, limits, depth)  # raises the nesting LimitError there
+            return found
     if start + 8 <= c.end:
         # The 8-byte header in one struct call: class and version, the 24-bit class bit
         # field, the size (this runs for every datatype of every committed type and attribute).
@@ -89,23 +108,24 @@ def parse_datatype(
         raise FormatError(f"unknown datatype class {cls_id}", offset=start) from None
     props_start = c.pos
     n_props = _FIXED_PROPS.get(cls)
+    # (classes compared by their numbers: an enum member looked up on its class costs more)
     if n_props is not None:
         end = props_start + n_props
         if end > c.end:
             raise c._short(n_props)
         c.pos = end
         return H5Type.made(cls, version, flags, size, bytes(buf[props_start:end]))
-    if cls == H5Class.OPAQUE:
+    if cls_id == _OPAQUE_ID:
         tag_len = flags & 0xFF
         tag = bytes(c.bytes(tag_len)).rstrip(b"\x00")
         return H5Type.made(cls, version, flags, size, bytes(buf[props_start : c.pos]), tag=tag)
-    if cls == H5Class.COMPOUND:
+    if cls_id == _COMPOUND_ID:
         members = _compound_members(c, version, flags & 0xFFFF, size, limits, depth, known)
         t = H5Type.made(cls, version, flags, size, bytes(buf[props_start : c.pos]), members=tuple(members))
         if known is not None:
             known.add(c, start, t)
         return t
-    if cls == H5Class.ENUM:
+    if cls_id == _ENUM_ID:
         n = flags & 0xFFFF
         base = parse_datatype(c, limits, depth + 1)
         names = []
@@ -127,7 +147,7 @@ def parse_datatype(
             enum_names=tuple(names),
             enum_values=values,
         )
-    if cls == H5Class.VLEN:
+    if cls_id == _VLEN_ID:
         base = parse_datatype(c, limits, depth + 1)
         return H5Type.made(cls, version, flags, size, bytes(buf[props_start : c.pos]), base=base)
     # ARRAY
@@ -139,6 +159,28 @@ def parse_datatype(
         c.skip(4 * ndims)  # permutation indices (never used by libhdf5)
     base = parse_datatype(c, limits, depth + 1)
     return H5Type.made(cls, version, flags, size, bytes(buf[props_start : c.pos]), base=base, dims=dims)
+
+
+# Encoded length of the datatypes whose properties have a fixed size, by class.
+_FIXED_LENGTH = {cls.value: 8 + n for cls, n in _FIXED_PROPS.items()}
+_SIMPLE_KEPT = 4096
+_NAME_WINDOW = 64  # simple types remembered per file (KnownCompounds.simple)
+
+
+def _simple_length(buf: memoryview, at: int, end: int) -> int | None:
+    """The length of the encoding at ``buf[at:end]`` when it is an atomic datatype of a fixed
+    size (numbers, strings, references, opaque) or a variable-length type of one; else None."""
+    if at + 8 > end:
+        return None
+    cls_id = buf[at] & 0x0F
+    n = _FIXED_LENGTH.get(cls_id)
+    if n is None:
+        if cls_id == _OPAQUE_ID:
+            n = 8 + buf[at + 1]  # the tag's length: the low byte of the class bit field
+        elif cls_id == _VLEN_ID and at + 16 <= end:
+            base = _FIXED_LENGTH.get(buf[at + 8] & 0x0F)
+            n = None if base is None else 8 + base
+    return n if n is not None and at + n <= end else None
 
 
 def _decode_name(raw: bytes, at: int) -> str:
@@ -154,9 +196,19 @@ def _compound_members(
     members: list[Member] = []
     padded = version in (1, 2)
     offset_width = enc_size(size)
+    buf = c.buf
     for _ in range(n):
         name_at = c.pos
-        name = _decode_name(c.cstring(), name_at)
+        # member names are short: look for the NUL in one small copy (the cursor's search
+        # widens the window when it is not there)
+        head = bytes(buf[name_at : min(c.end, name_at + _NAME_WINDOW)])
+        nul = head.find(b"\x00")
+        if nul >= 0:
+            raw = head[:nul]
+            c.pos = name_at + nul + 1
+        else:
+            raw = c.cstring()
+        name = _decode_name(raw, name_at)
         if len(name) > limits.max_name_bytes:
             raise LimitError(
                 f"member name longer than max_name_bytes={limits.max_name_bytes}", offset=name_at
@@ -164,6 +216,9 @@ def _compound_members(
         if padded:
             c.align(8, name_at)
             offset = c.u32()
+        elif offset_width == 1 and c.pos < c.end:
+            offset = buf[c.pos]
+            c.pos += 1
         else:
             offset = c.uint(offset_width)
         ndims = 0
@@ -188,7 +243,7 @@ def _compound_members(
                 f"compound size {size}",
                 offset=name_at,
             )
-        members.append(Member(name, offset, mtype))
+        members.append(Member.made(name, offset, mtype))
     return members
 
 
@@ -216,11 +271,13 @@ class KnownCompounds:
         (True, True, 12)
     """
 
-    __slots__ = ("_by_header", "_bytes")
+    __slots__ = ("_by_header", "_bytes", "simple")
 
     def __init__(self) -> None:
         self._by_header: dict[bytes, list[tuple[bytes, H5Type, int]]] = {}
         self._bytes = 0
+        # atomic types and vlens of them by their whole encoding (see parse_datatype)
+        self.simple: dict[bytes, H5Type] = {}
 
     def find(self, c: Cursor, depth: int, limits: Limits) -> H5Type | None:
         start = c.pos

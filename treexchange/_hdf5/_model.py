@@ -38,6 +38,21 @@ class Member:
     offset: int
     type: H5Type
 
+    @classmethod
+    def made(cls, name: str, offset: int, type: H5Type) -> Member:
+        """``Member(name, offset, type)`` without the frozen dataclass ``__init__`` (see
+        :meth:`H5Type.made`).
+
+        Example:
+            >>> t = H5Type(H5Class.FIXED, 1, 0, 1)
+            >>> Member.made("a", 0, t) == Member("a", 0, t)
+            True
+        """
+        obj = object.__new__(cls)
+        d = obj.__dict__
+        d["name"], d["offset"], d["type"] = name, offset, type
+        return obj
+
 
 @dataclass(frozen=True)
 class H5Type:
@@ -100,7 +115,10 @@ class H5Type:
             True
         """
         t = object.__new__(cls)
-        t.__dict__.update(cls=h5cls, version=version, flags=flags, size=size, props=props, **more)
+        d = t.__dict__
+        d["cls"], d["version"], d["flags"], d["size"], d["props"] = h5cls, version, flags, size, props
+        if more:
+            d.update(more)
         return t
 
     def committed_as(self, address: int | None) -> H5Type:
