@@ -94,6 +94,22 @@ class JuliaType:
         self.params: tuple[Any, ...] = tuple(params)
         self._hash: int | None = None
 
+    @classmethod
+    def _repeated(cls, name: str, param: Any, n: int) -> JuliaType:
+        """``JuliaType(name, (param,) * n)``, its hash computed from the one parameter (the
+        ``Tuple`` type of a long tuple of one layer type: no pass over its ``n`` parameters).
+
+        Example:
+            >>> from treexchange import JuliaType
+            >>> t = JuliaType._repeated("Tuple", JuliaType("Core.Int64"), 3)
+            >>> u = JuliaType.parse("Tuple{Core.Int64,Core.Int64,Core.Int64}")
+            >>> t == u, hash(t) == hash(u)
+            (True, True)
+        """
+        t = cls(name, (param,) * n)
+        t._hash = hash((t.name, (_param_hash(param),) * n))
+        return t
+
     # --- identity -------------------------------------------------------------------------
     def __eq__(self, other: object) -> bool:
         if self is other:
@@ -321,6 +337,22 @@ def _param_hash(p: Any) -> int:
 
 def normalize_name(name: str) -> str:
     """Collapse the doubled module prefixes of legacy JLD2 files (``Core.Core.Int64``)."""
+    found = _NORMALIZED.get(name)
+    if found is not None:
+        return found
+    normal = _normalize(name)
+    # (a file names a few dozen types, thousands of times; short names only: bounded memory)
+    if len(name) <= _NORMALIZED_CHARS and len(_NORMALIZED) < _NORMALIZED_KEPT:
+        _NORMALIZED[name] = normal
+    return normal
+
+
+_NORMALIZED: dict[str, str] = {}
+_NORMALIZED_KEPT = 4096
+_NORMALIZED_CHARS = 200
+
+
+def _normalize(name: str) -> str:
     parts = name.split(".")
     out: list[str] = []
     for i, part in enumerate(parts):

@@ -18,7 +18,7 @@ from .._limits import DEFAULT_LIMITS, Limits
 from . import _messages as m
 from ._cursor import FORMAT_ERRORS, Cursor, format_errors, malformed
 from ._datatype import KnownCompounds
-from ._globalheap import GlobalHeapCollection
+from ._globalheap import OFFSET_MASK, SIZE_SHIFT, GlobalHeapCollection
 from ._groups import dense_attributes, group_links
 from ._headermemo import HeaderMemo
 from ._model import Attribute, H5Type
@@ -692,6 +692,30 @@ class HDF5File:
             heap = self.heap_collection(collection_address)
         at, n = heap.get(index)
         return self.buffer[at : at + n]
+
+    def vlen_at(self, buf: Any, off: int) -> memoryview:
+        """:meth:`read_vlen` of the 16-byte vlen element at ``buf[off:off + 16]``, without
+        slicing it out first (type names and parameter lists: every committed type has them).
+
+        Raises:
+            FormatError: fewer than 16 bytes there, or where the element points is damaged.
+        """
+        if len(buf) - off < 16 or off < 0:
+            raise FormatError("truncated variable-length element")
+        if self.offset_size != 8:
+            return self.read_vlen(buf[off : off + 16])
+        _, addr, index = _VLEN.unpack_from(buf, off)
+        if (addr == 0 and index == 0) or addr == _UNDEFINED_ADDR:
+            return memoryview(b"")
+        heap = self._heaps.get(addr)
+        if heap is None:
+            heap = self.heap_collection(addr)
+        code = heap.objects.get(index)
+        if code is None:
+            at, n = heap.get(index)  # (raises: no such object)
+            return self.buffer[at : at + n]
+        at = code & OFFSET_MASK  # (GlobalHeapCollection.get, inline)
+        return self.buffer[at : at + (code >> SIZE_SHIFT)]
 
     def read_vlen(self, element: bytes | memoryview) -> memoryview:
         """Follow a 16-byte vlen element (u32 count, collection address, u32 index) to its bytes.

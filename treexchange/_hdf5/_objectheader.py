@@ -11,10 +11,10 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._errors import FormatError, LimitError, UnsupportedError
+from .._errors import FormatError, LimitError, TreexchangeError, UnsupportedError
 from .._limits import Limits
 from . import _messages as m
-from ._cursor import Cursor, format_errors
+from ._cursor import LOW_LEVEL_ERRORS, Cursor, as_treexchange_error, format_errors
 from ._datatype import parse_datatype
 from ._lookup3 import lookup3
 from ._model import Attribute, Dataspace, Filter, H5Type, Layout, Message
@@ -337,10 +337,14 @@ class ObjectHeader:
         msg = self._first(m.DATATYPE)
         if msg is None:
             return None
-        with format_errors(self.offset):
+        try:  # (format_errors, without a context manager: every committed type comes here)
             if msg[1] & m.MSG_FLAG_SHARED:
                 return self.file._memo(_SHARED_MEMO, msg, self._parse_shared)
             return self.file._memo(_DATATYPE_MEMO, msg, self._parse_datatype)
+        except TreexchangeError:
+            raise
+        except LOW_LEVEL_ERRORS as err:
+            raise as_treexchange_error(err, self.offset) from err
 
     def _parse_shared(self, msg: RawMessage) -> H5Type:
         # A shared message's body is the address of the committed type: the same body, the
@@ -365,8 +369,12 @@ class ObjectHeader:
         _, flags, at, _ = msg
         if flags & m.MSG_FLAG_SHARED:
             raise UnsupportedError("shared dataspace messages are not supported", offset=at)
-        with format_errors(self.offset):
+        try:  # (format_errors, without a context manager)
             return self.file._memo(_DATASPACE_MEMO, msg, self._parse_dataspace)
+        except TreexchangeError:
+            raise
+        except LOW_LEVEL_ERRORS as err:
+            raise as_treexchange_error(err, self.offset) from err
 
     def _parse_dataspace(self, msg: RawMessage) -> Dataspace:
         return m.parse_dataspace(self.cursor(msg))

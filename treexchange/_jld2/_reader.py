@@ -286,10 +286,7 @@ class Reader:
         return self.h5.object(address).kind
 
     def heap_bytes(self, buf: Any, off: int) -> memoryview | bytes:
-        element = buf[off : off + 16]
-        if len(element) < 16:
-            raise FormatError("truncated variable-length element")
-        return self.h5.read_vlen(element)
+        return self.h5.vlen_at(buf, off)
 
     # --- groups -----------------------------------------------------------------------------
     @property

@@ -241,6 +241,7 @@ class TypeResolver:
         self.union_descriptions: dict[str, str] = {}
         self._busy: set[int] = set()
         self._depth = 0
+        self._datatype_compound: H5Type | None = None  # the last type is_datatype_compound accepted
 
     # --- entry points -------------------------------------------------------------------------
     def plan_for(self, t: H5Type, declared: JuliaType | None = None) -> Plan:
@@ -306,7 +307,8 @@ class TypeResolver:
         refs = self._refs(buf, off + 16, path)
         # Each distinct parameter decoded once, in order of first use (a long Tuple's type
         # repeats one layer type thousands of times), then spread over the positions in C.
-        if len(refs) > 1 and refs.count(refs[0]) == len(refs):  # one type throughout: no dict
+        repeated = len(refs) > 1 and refs.count(refs[0]) == len(refs)
+        if repeated:  # one type throughout (a long tuple of one layer type): no dict, no pass
             distinct: dict[int, Any] = {refs[0]: self._param(refs[0], path)}
             params = (distinct[refs[0]],) * len(refs)
         else:
@@ -328,8 +330,10 @@ class TypeResolver:
             self.writer_traits.add("tuple:NTuple")  # JLD2 >= v0.4.19 names homogeneous tuples
             if len(params) == 2 and params[0] == 1:
                 self.writer_traits.add("tuple1:NTuple")  # JLD2 < v0.4.41: NTuple{1,T}
-        elif name == "Core.Tuple" and params and _same_concrete(params):
+        elif name == "Core.Tuple" and params and _same_concrete(params[:1] if repeated else params):
             self.writer_traits.add("tuple:Core.Tuple")  # JLD2 < v0.4.19: no NTuple naming
+        if repeated:
+            return self._intern(JuliaType._repeated(name, params[0], len(params)))
         return self._intern(JuliaType(name, params))
 
     def decode_union(self, buf: Any, off: int, path: TreePath) -> JuliaType:
@@ -352,6 +356,10 @@ class TypeResolver:
         payload = self.reader.heap_bytes(buf, off)
         if count * 8 > len(payload):
             raise FormatError(f"{count} type parameters do not fit their heap object", path=path)
+        if count > 1:
+            first = payload[:8]
+            if bytes(first) * count == bytes(payload[: 8 * count]):  # one reference throughout
+                return [_U64.unpack_from(first)[0]] * count
         return list(struct.unpack_from(f"<{count}Q", payload))
 
     def _param(self, ref: int, path: TreePath) -> Any:
@@ -453,7 +461,10 @@ class TypeResolver:
 
     def type_attribute(self, attr: Attribute, path: TreePath = ()) -> JuliaType:
         """Decode a ``julia_type``/``written_type`` attribute of a committed datatype."""
-        if not is_datatype_compound(attr.type) or attr.space.kind != "scalar":
+        t = attr.type
+        if t is not self._datatype_compound and is_datatype_compound(t):
+            self._datatype_compound = t  # (every such attribute has the file's one DataType type)
+        if t is not self._datatype_compound or attr.space.kind != "scalar":
             raise FormatError(
                 f"attribute {attr.name!r} is not a scalar Core.DataType", offset=attr.data_offset
             )
