@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from .._errors import FormatError, UnsupportedError
 from .._limits import DEFAULT_LIMITS, Limits
 from ._cursor import Cursor
-from ._datatype import parse_datatype
+from ._datatype import KnownCompounds, parse_datatype
 from ._model import Attribute, Dataspace, Filter, H5Type, Layout
 
 NIL = 0x00
@@ -455,6 +455,7 @@ def parse_attribute(
     resolve_shared: Callable[[int], H5Type],
     limits: Limits = DEFAULT_LIMITS,
     forms: AttributeForms | None = None,
+    known: KnownCompounds | None = None,
 ) -> Attribute:
     """Attribute message (type 0x0C), versions 1-3.
 
@@ -466,7 +467,8 @@ def parse_attribute(
     type's ``julia_type`` is a scalar of the one ``Core.DataType`` type): each form is decoded
     once, the next message of that form only has its data cut out. The bytes decide the result
     (a shared datatype's address resolves to one committed type per file), so a hit gives what
-    decoding gives.
+    decoding gives. ``known``: the file's decoded datatypes, for the attribute's own datatype
+    (see :func:`parse_datatype`).
 
     Example:
         >>> import h5py, io
@@ -484,12 +486,12 @@ def parse_attribute(
     """
     at = c.pos
     if forms is None:
-        return _parse_attribute(c, resolve_shared, limits)
+        return _parse_attribute(c, resolve_shared, limits, known)
     attr = attribute_of_form(c.buf, at, c.end, forms)
     if attr is not None:
         c.pos = attr.data_offset + len(attr.data)
         return attr
-    attr = _parse_attribute(c, resolve_shared, limits)
+    attr = _parse_attribute(c, resolve_shared, limits, known)
     data_at = _form_end(c.buf, at, c.end)
     if data_at is not None and len(forms) < _FORMS:
         forms[bytes(c.buf[at:data_at])] = (attr.name, attr.type, attr.space, len(attr.data))
@@ -529,15 +531,23 @@ def attribute_of_form(buf: memoryview, at: int, end: int, forms: AttributeForms)
     return Attribute.made(name, dtype, space, data_at, buf[data_at : data_at + nbytes])
 
 
-def _parse_attribute(c: Cursor, resolve_shared: Callable[[int], H5Type], limits: Limits) -> Attribute:
+def _parse_attribute(
+    c: Cursor, resolve_shared: Callable[[int], H5Type], limits: Limits, known: KnownCompounds | None
+) -> Attribute:
     at = c.pos
-    version = c.u8()
-    if version not in (1, 2, 3):
-        raise FormatError(f"unknown attribute message version {version}", offset=at)
-    flags = c.u8()
-    name_size = c.u16()
-    type_size = c.u16()
-    space_size = c.u16()
+    if c.end - at >= 8:
+        version, flags, name_size, type_size, space_size = _ATTRIBUTE_HEAD.unpack_from(c.buf, at)
+        if version not in (1, 2, 3):
+            raise FormatError(f"unknown attribute message version {version}", offset=at)
+        c.pos = at + 8
+    else:  # short: field by field, so the error names the field cut off
+        version = c.u8()
+        if version not in (1, 2, 3):
+            raise FormatError(f"unknown attribute message version {version}", offset=at)
+        flags = c.u8()
+        name_size = c.u16()
+        type_size = c.u16()
+        space_size = c.u16()
     if version == 3:
         c.u8()  # name charset
     name_at = c.pos
@@ -556,7 +566,7 @@ def _parse_attribute(c: Cursor, resolve_shared: Callable[[int], H5Type], limits:
     if version >= 2 and flags & 0x01:
         dtype = resolve_shared(parse_shared_address(tc))
     else:
-        dtype = parse_datatype(tc, limits)
+        dtype = parse_datatype(tc, limits, known=known)
     space_at = c.pos
     sc = c.sub(space_size)
     if version == 1:

@@ -215,7 +215,8 @@ class Dataspace:
             True
         """
         obj = object.__new__(cls)
-        obj.__dict__.update(kind=kind, dims=dims, maxdims=maxdims)
+        d = obj.__dict__
+        d["kind"], d["dims"], d["maxdims"] = kind, dims, maxdims
         return obj
 
     @property
@@ -292,7 +293,8 @@ class Attribute:
             True
         """
         obj = object.__new__(cls)
-        obj.__dict__.update(name=name, type=type, space=space, data_offset=data_offset, data=data)
+        d = obj.__dict__
+        d["name"], d["type"], d["space"], d["data_offset"], d["data"] = name, type, space, data_offset, data
         return obj
 
 

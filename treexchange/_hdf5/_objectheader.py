@@ -463,7 +463,9 @@ class ObjectHeader:
                 attr = m.attribute_of_form(buf, at, at + size, forms)
                 if attr is None:
                     c = file._cursor(at, at + size)
-                    attr = m.parse_attribute(c, file._committed_type, file.limits, forms)
+                    attr = m.parse_attribute(
+                        c, file._committed_type, file.limits, forms, file.known_compounds
+                    )
                 out[attr.name] = attr
             info = self.find(m.ATTRIBUTE_INFO)
             if info is not None:

@@ -172,6 +172,16 @@ _NEVER_GHOSTS = frozenset(
 )
 
 
+def _symbols_tuple(plan: CompoundPlan) -> bool:
+    """Whether ``plan`` is a ``Tuple`` of Symbols stored inline (a NamedTuple's names): what the
+    type session would read as that tuple, with nothing to remember (no string, struct or
+    TypeVar), so :meth:`TypeResolver._scalar_param` decodes it straight from its bytes."""
+    return plan.kind == "tuple" and all(
+        f.storage == "inline" and type(f.plan) is VlenStringPlan and f.plan.symbol  # type: ignore[attr-defined]
+        for f in plan.fields
+    )
+
+
 def _same_concrete(params: tuple[Any, ...]) -> bool:
     """Whether tuple parameters are one type, and not one that is plainly abstract (``Any``, a
     ``Union``, a ``where`` type): the tuples JLD2 >= v0.4.19 names ``NTuple`` (or ``Tuple``)."""
@@ -423,9 +433,10 @@ class TypeResolver:
 
     def _scalar_param(self, ref: int, path: TreePath) -> Any:
         """The value of the scalar dataset at ``ref`` when it is a ``Core.DataType`` (how JLD2
-        writes most type parameters: ``Float32``, ``String``, an inner ``Dict{...}``) or a number
-        (``N`` of ``Array{T,N}``), decoded straight from its bytes; None for any other dataset
-        (read as a value in the type session, :meth:`_param`).
+        writes most type parameters: ``Float32``, ``String``, an inner ``Dict{...}``), a number
+        (``N`` of ``Array{T,N}``) or a tuple of Symbols (a NamedTuple's names), decoded straight
+        from its bytes; None for any other dataset (read as a value in the type session,
+        :meth:`_param`).
 
         What the session's read of that dataset gives (``type_of_value`` of it), without the
         session's per-value work: neither holds a TypeVar, string or struct to remember.
@@ -434,7 +445,14 @@ class TypeResolver:
         info = reader.info(ref, path)
         plan = info.plan
         kind = type(plan)
-        if (
+        # a NamedTuple's names: its fields, each a Symbol, read as text
+        symbols = (
+            kind is CompoundPlan
+            and info.kind == "dataset"
+            and info.space == "scalar"
+            and _symbols_tuple(cast(CompoundPlan, plan))
+        )
+        if not symbols and (
             (kind is not DataTypePlan and kind is not NumberPlan)
             or info.kind != "dataset"
             or info.shape is not None
@@ -445,6 +463,9 @@ class TypeResolver:
             raw = reader.raw(info, plan.size)
             if kind is DataTypePlan:
                 return self.decode_datatype(raw, 0, path)
+            if symbols:
+                fields = cast(CompoundPlan, plan).fields
+                return tuple(Symbol(decode_text(reader.heap_bytes(raw, f.offset))) for f in fields)
             return plan.decode(cast("DecodeContext", None), raw, 0, path)  # (numbers use no context)
         except TreexchangeError as err:
             err.with_context(offset=info.obj.offset, path=path)
