@@ -259,10 +259,10 @@ class HDF5File:
         try:
             memo = self._headers
             if memo is not None:
-                obj, end = memo.rebuild(self, address, offset)
+                obj, chunk0 = memo.rebuild(self, address, offset)
                 if obj is None:
-                    obj = self._parse_object(address, offset)
-                    memo.remember(obj, end)
+                    obj = self._parse_object(address, offset, chunk0)
+                    memo.remember(obj, 0 if chunk0 is None else chunk0[2])
             else:
                 obj = self._parse_object(address, offset)
         except TreexchangeError:
@@ -333,9 +333,11 @@ class HDF5File:
             yield at
             at = haystack.find(needle, at + 1)
 
-    def _parse_object(self, address: int, offset: int) -> ObjectHeader:
+    def _parse_object(
+        self, address: int, offset: int, chunk0: tuple[int, int, int] | None = None
+    ) -> ObjectHeader:
         version, messages = read_messages(
-            self._widths, offset, self.base, self.limits, verify_checksums=self.verify_checksums
+            self._widths, offset, self.base, self.limits, verify_checksums=self.verify_checksums, first=chunk0
         )
         return self._header_type(self, address, offset, version, messages)
 

@@ -484,13 +484,25 @@ def parse_attribute(
         >>> len(forms)  # two names: two forms
         2
     """
-    at = c.pos
     if forms is None:
         return _parse_attribute(c, resolve_shared, limits, known)
-    attr = attribute_of_form(c.buf, at, c.end, forms)
+    attr = attribute_of_form(c.buf, c.pos, c.end, forms)
     if attr is not None:
         c.pos = attr.data_offset + len(attr.data)
         return attr
+    return new_attribute_form(c, resolve_shared, limits, forms, known)
+
+
+def new_attribute_form(
+    c: Cursor,
+    resolve_shared: Callable[[int], H5Type],
+    limits: Limits,
+    forms: AttributeForms,
+    known: KnownCompounds | None = None,
+) -> Attribute:
+    """:func:`parse_attribute` of a message whose form :func:`attribute_of_form` did not
+    find: decoded whole, its form remembered in ``forms``."""
+    at = c.pos
     attr = _parse_attribute(c, resolve_shared, limits, known)
     data_at = _form_end(c.buf, at, c.end)
     if data_at is not None and len(forms) < _FORMS:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import operator
 import struct
 from collections.abc import Sequence
 from dataclasses import replace
@@ -36,14 +37,21 @@ _V2_SIZE = tuple(struct.Struct(f"<{c}") for c in "BHIQ")  # chunk 0 size: 1, 2, 
 
 
 def read_messages(
-    c: Cursor, offset: int, base: int, limits: Limits, *, verify_checksums: bool = False
+    c: Cursor,
+    offset: int,
+    base: int,
+    limits: Limits,
+    *,
+    verify_checksums: bool = False,
+    first: tuple[int, int, int] | None = None,
 ) -> tuple[int, list[RawMessage]]:
     """Decode the object header at absolute ``offset``: ``(version, messages)``, each message
     a plain ``(type, flags, body offset, body size)`` tuple (see :class:`Message`).
 
     ``c`` supplies the buffer and the field widths. Continuation chunks are followed in the order
     their continuation messages appear (each chunk once: a chunk seen twice is a cycle and raises
-    FormatError). NIL messages are dropped.
+    FormatError). NIL messages are dropped. ``first``: what :func:`first_chunk` gives for
+    ``offset`` when the caller has it already (None: found here).
 
     Example:
         >>> import h5py, io
@@ -62,7 +70,7 @@ def read_messages(
         raise FormatError(f"truncated: no room for an object header ({n} byte file)", offset=offset)
     messages: list[RawMessage] = []
     widths = (c.offset_size, c.length_size, base, limits.max_header_messages)
-    chunk0 = first_chunk(buf, offset)
+    chunk0 = first_chunk(buf, offset) if first is None else first
     if chunk0 is not None:
         flags, start, end = chunk0
         size = end - start
@@ -201,6 +209,7 @@ MEMO_TABLES = (_DATATYPE_MEMO, _DATASPACE_MEMO, _FILTERS_MEMO, _SHARED_MEMO)
 
 
 _UNSET: Any = object()  # a decoded view not computed yet (None is a valid decoded value)
+_TYPE_OF = operator.itemgetter(0)  # a raw message's type
 
 
 class ObjectHeader:
@@ -247,7 +256,7 @@ class ObjectHeader:
         # up): ``_types.find(t)`` is the index of the first message of type t. Bytes, not a dict
         # of type -> message, because bytes are never tracked by the cyclic garbage collector.
         try:
-            self._types = bytes([msg[0] for msg in raw])
+            self._types = bytes(map(_TYPE_OF, raw))
         except ValueError:  # a type beyond 255 (version 1 types are 16-bit)
             self._types = bytes([t if t < 255 else 255 for t, _, _, _ in raw])
         self.kind: Kind = _kind_of(self._types)
@@ -463,7 +472,7 @@ class ObjectHeader:
                 attr = m.attribute_of_form(buf, at, at + size, forms)
                 if attr is None:
                     c = file._cursor(at, at + size)
-                    attr = m.parse_attribute(
+                    attr = m.new_attribute_form(
                         c, file._committed_type, file.limits, forms, file.known_compounds
                     )
                 out[attr.name] = attr
