@@ -253,7 +253,7 @@ class KnownCompounds:
     Keyed by the 8-byte datatype header (class, version, flags, size); a candidate is taken when
     the bytes at the cursor start with its whole encoding (a comparison in C, where decoding
     would be a Python loop over every member at every level). Only encodings of at least
-    :data:`_KNOWN_MIN_BYTES` are kept (smaller ones decode fast enough), the
+    :data:`_KNOWN_MIN_BYTES` are kept (a compound of one member decodes about as fast), the
     :data:`_KNOWN_PER_HEADER` most recently used per header and :data:`_KNOWN_BYTES` in all, so
     the memo's work per lookup and its memory stay bounded whatever a file claims. A hit deeper
     than the nesting limit allows is decoded afresh, to raise the same :class:`LimitError`.
@@ -310,7 +310,7 @@ class KnownCompounds:
             self._bytes -= len(candidates.pop()[0])
 
 
-_KNOWN_MIN_BYTES = 256
+_KNOWN_MIN_BYTES = 32  # (a Flux layer's NamedTuple of two references already repeats: 40 bytes)
 _KNOWN_PER_HEADER = 64
 _KNOWN_BYTES = 16 << 20
 

@@ -222,6 +222,8 @@ _EAGER_COMPOUNDS = frozenset({"JLD2.InlineUnionEl", "Core.DataType", "Core.Union
 _T = TypeVar("_T")
 
 _BY_ID_ENTRIES = 4096  # datatype objects remembered by identity (a file has a handful)
+_TEXTS_KEPT = 4096  # field types' texts remembered (TypeResolver._text), each of at most
+_TEXT_CHARS = 1024  # characters
 
 
 class TypeResolver:
@@ -252,6 +254,7 @@ class TypeResolver:
         self._busy: set[int] = set()
         self._depth = 0
         self._datatype_compound: H5Type | None = None  # the last type is_datatype_compound accepted
+        self._texts: dict[int, tuple[Any, str]] = {}  # id -> (object, repr) (see _text)
 
     # --- entry points -------------------------------------------------------------------------
     def plan_for(self, t: H5Type, declared: JuliaType | None = None) -> Plan:
@@ -688,8 +691,7 @@ class TypeResolver:
         )
         return CompoundPlan(kind, jt, dt, fields, layout)
 
-    @staticmethod
-    def _consistent(dt: H5Type, expected: list[tuple[str, Any]]) -> bool:
+    def _consistent(self, dt: H5Type, expected: list[tuple[str, Any]]) -> bool:
         """Whether the members are a subsequence of the expected fields and every missing field
         can be a ghost (zero-size): its type is not one that always stores data, and no stored
         member has the same declared type (``NTuple{N,T}`` stores all N or none)."""
@@ -703,14 +705,27 @@ class TypeResolver:
             if i is None or i <= last:
                 return False
             last = i
-        stored_types = {repr(t) for n, t in expected if n in pos and any(m.name == n for m in dt.members)}
+        if len(dt.members) == len(names):
+            return True  # (a subsequence as long as the whole: every field stored, none missing)
         member_names = {m.name for m in dt.members}
+        stored_types = {self._text(t) for n, t in expected if n in member_names}
         for n, t in expected:
             if n in member_names:
                 continue
-            if not isinstance(t, JuliaType) or not _may_be_ghost(t) or repr(t) in stored_types:
+            if not isinstance(t, JuliaType) or not _may_be_ghost(t) or self._text(t) in stored_types:
                 raise FormatError(f"field {n!r} of type {t!r} is missing from the stored compound")
         return True
+
+    def _text(self, t: Any) -> str:
+        """``repr(t)``, once per object (a Flux layer's field types recur in every layer; the
+        entry keeps ``t`` alive, so its id stays unique)."""
+        found = self._texts.get(id(t))
+        if found is not None and found[0] is t:
+            return found[1]
+        text = repr(t)
+        if len(text) <= _TEXT_CHARS and len(self._texts) < _TEXTS_KEPT:  # (bounded memory)
+            self._texts[id(t)] = (t, text)
+        return text
 
     def _field(self, name: str, member: Member | None, ref: int, declared: Any) -> FieldPlan:
         field_type: JuliaType | None = None
