@@ -64,13 +64,9 @@ class HeaderMemo:
         rel, size = cut
         return rel, size, bytes(buf[offset : offset + rel]) + bytes(buf[offset + rel + size : end])
 
-    def find(self, file: HDF5File, offset: int) -> tuple[ObjectHeader | None, int]:
+    def find(self, file: HDF5File, offset: int) -> tuple[ObjectHeader | None, tuple[int, int, int] | None]:
         """The remembered header with the same key as the header at ``offset``, or None; and
-        the end of its first chunk (0 for a version 1 header) for :meth:`remember`."""
-        proto, chunk0 = self._find(file, offset)
-        return proto, 0 if chunk0 is None else chunk0[2]
-
-    def _find(self, file: HDF5File, offset: int) -> tuple[ObjectHeader | None, tuple[int, int, int] | None]:
+        its first chunk as :func:`first_chunk` gives it (None for a version 1 header)."""
         buf = file.buffer
         chunk0 = first_chunk(buf, offset)
         if chunk0 is None:
@@ -87,7 +83,7 @@ class HeaderMemo:
         """The header at ``offset`` rebuilt from a remembered one with the same key, or None;
         and its first chunk as :func:`first_chunk` gives it (None for a version 1 header), for
         parsing it (``read_messages(first=...)``) and for :meth:`remember` (its end)."""
-        proto, chunk0 = self._find(file, offset)
+        proto, chunk0 = self.find(file, offset)
         if proto is None:
             return None, chunk0
         self.hits += 1

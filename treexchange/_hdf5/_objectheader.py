@@ -178,6 +178,8 @@ def _chunk(
     unpack = head.unpack_from
     hsize = head.size
     cap = widths[3]
+    room = cap - len(messages)  # messages this header may still have
+    append = messages.append
     pending: list[tuple[int, int]] = []
     while end - pos >= hsize:  # fewer bytes left than a message header: a gap
         mtype, size, mflags = unpack(buf, pos)
@@ -185,17 +187,22 @@ def _chunk(
         pos = body_at + size
         if pos > end:
             raise FormatError(f"truncated: need {size} byte(s), {end - body_at} left", offset=body_at)
-        if mtype == m.NIL:
+        if mtype == _NIL:
             continue
-        if len(messages) >= cap:
+        if room <= 0:
             raise LimitError(
                 f"object header has more than max_header_messages={cap} messages", offset=body_at
             )
-        if mtype == m.CONTINUATION:
+        room -= 1
+        if mtype == _CONTINUATION:
             bc = Cursor(buf, body_at, pos, offset_size=widths[0], length_size=widths[1])
             pending.append(m.parse_continuation(bc, widths[2]))
-        messages.append((mtype, mflags, body_at, size))
+        append((mtype, mflags, body_at, size))
     return pending
+
+
+_NIL = m.NIL  # (module constants: read in the loop above without an attribute lookup)
+_CONTINUATION = m.CONTINUATION
 
 
 # Keys of HDF5File._memo tables: messages whose decoding depends on their body bytes alone (no
