@@ -274,7 +274,7 @@ class KnownCompounds:
     __slots__ = ("_by_header", "_bytes", "simple")
 
     def __init__(self) -> None:
-        self._by_header: dict[bytes, list[tuple[bytes, H5Type, int]]] = {}
+        self._by_header: dict[bytes, list[tuple[bytes, H5Type]]] = {}
         self._bytes = 0
         # atomic types and vlens of them by their whole encoding (see parse_datatype)
         self.simple: dict[bytes, H5Type] = {}
@@ -284,11 +284,12 @@ class KnownCompounds:
         candidates = self._by_header.get(bytes(c.buf[start : start + 8]))
         if not candidates:
             return None
-        for i, (encoding, t, nesting) in enumerate(candidates):
+        for i, (encoding, t) in enumerate(candidates):
             end = start + len(encoding)
             # bytes(...) copies, then compares with memcmp: a memoryview compares item by item
             if end <= c.end and bytes(c.buf[start:end]) == encoding:
-                if depth + nesting > datatype_depth(limits):
+                # (its nesting measured on the first hit, not when kept: most are never met again)
+                if depth + _nesting(t) > datatype_depth(limits):
                     return None  # decoded afresh: raises the nesting LimitError there
                 if i:
                     candidates.insert(0, candidates.pop(i))  # most recently used first
@@ -304,7 +305,7 @@ class KnownCompounds:
         candidates = self._by_header.setdefault(encoding[:8], [])
         # Most recent first, the oldest dropped: the types of one nest share their header (same
         # size, one member), and the one met next is the one just decoded, inside or around it.
-        candidates.insert(0, (encoding, t, _nesting(t)))
+        candidates.insert(0, (encoding, t))
         self._bytes += n
         if len(candidates) > _KNOWN_PER_HEADER:
             self._bytes -= len(candidates.pop()[0])
