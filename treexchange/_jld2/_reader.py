@@ -301,7 +301,9 @@ class Reader:
 
     # --- small services (also used by plans and the type resolver) -----------------------------
     def object_kind(self, address: int) -> str:
-        return self.h5.object(address).kind
+        # (a header alike to one parsed has its kind: no header object made to ask it, see
+        # HDF5File.alike_of; the type parameters of a file are mostly alike datasets)
+        return self.h5.alike_of(address).kind
 
     def heap_bytes(self, buf: Any, off: int) -> memoryview | bytes:
         return self.h5.vlen_at(buf, off)

@@ -445,7 +445,8 @@ class TypeResolver:
         session's per-value work: neither holds a TypeVar, string or struct to remember.
         """
         reader = self.reader
-        info = reader.info(ref, path)
+        # described by a header alike to it when there is one (no header object per parameter)
+        info = reader.describe(ref, path)
         plan = info.plan
         kind = type(plan)
         # a NamedTuple's names: its fields, each a Symbol, read as text
@@ -463,7 +464,7 @@ class TypeResolver:
             return None
         assert plan is not None
         try:
-            raw = reader.raw(info, plan.size)
+            raw = reader.element_bytes_at(info, ref, path)
             if kind is DataTypePlan:
                 return self.decode_datatype(raw, 0, path)
             if symbols:
@@ -471,7 +472,7 @@ class TypeResolver:
                 return tuple(Symbol(decode_text(reader.heap_bytes(raw, f.offset))) for f in fields)
             return plan.decode(cast("DecodeContext", None), raw, 0, path)  # (numbers use no context)
         except TreexchangeError as err:
-            err.with_context(offset=info.obj.offset, path=path)
+            err.with_context(offset=reader.h5.absolute(ref), path=path)
             raise
 
     def _enter(self) -> None:
