@@ -243,10 +243,15 @@ class HDF5File:
 
     def object(self, address: int) -> ObjectHeader:
         """The object header at relative ``address`` (parsed once, then cached)."""
-        objects = self._objects
-        obj = objects.get(address)
+        obj = self._objects.get(address)
         if obj is not None:
             return obj
+        return self._new_object(address, _UNSET)
+
+    def _new_object(self, address: int, first: tuple[int, int, int] | None) -> ObjectHeader:
+        """:meth:`object` of a header not made yet. ``first``: its first chunk when the header
+        memo was asked already and knew no header alike (:meth:`alike_of`), else ``_UNSET``."""
+        objects = self._objects
         offset = address + self.base
         proto = self._vouched.pop(address, None)
         if proto is not None:  # alike to a remembered header (checked by vouch or alike_of)
@@ -259,10 +264,12 @@ class HDF5File:
         try:
             memo = self._headers
             if memo is not None:
-                obj, chunk0 = memo.rebuild(self, address, offset)
-                if obj is None:
+                rebuilt, chunk0 = memo.rebuild(self, address, offset) if first is _UNSET else (None, first)
+                if rebuilt is None:
                     obj = self._parse_object(address, offset, chunk0)
                     memo.remember(obj, 0 if chunk0 is None else chunk0[2])
+                else:
+                    obj = rebuilt
             else:
                 obj = self._parse_object(address, offset)
         except TreexchangeError:
@@ -302,12 +309,13 @@ class HDF5File:
             and len(self._objects) + len(self._vouched) < self.limits.max_objects
         ):
             try:
-                proto, _ = memo.find(self, offset)
+                proto, chunk0 = memo.find(self, offset)
             except (TreexchangeError, *FORMAT_ERRORS):
-                proto = None  # object() says what is wrong, in its words
+                return self.object(address)  # object() says what is wrong, in its words
             if proto is not None:
                 self._vouched[address] = proto
                 return proto
+            return self._new_object(address, chunk0)  # (the memo asked once, not again)
         return self.object(address)
 
     def vouch(self, addresses: np.ndarray) -> None:
