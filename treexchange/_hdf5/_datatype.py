@@ -163,8 +163,8 @@ def parse_datatype(
 
 # Encoded length of the datatypes whose properties have a fixed size, by class.
 _FIXED_LENGTH = {cls.value: 8 + n for cls, n in _FIXED_PROPS.items()}
-_SIMPLE_KEPT = 4096
-_NAME_WINDOW = 64  # simple types remembered per file (KnownCompounds.simple)
+_SIMPLE_KEPT = 4096  # simple types remembered per file (KnownCompounds.simple)
+_NAME_WINDOW = 64  # bytes looked at for a member name's NUL at first (longer: the cursor's search)
 
 
 def _simple_length(buf: memoryview, at: int, end: int) -> int | None:
