@@ -255,8 +255,12 @@ class KnownCompounds:
     would be a Python loop over every member at every level). Only encodings of at least
     :data:`_KNOWN_MIN_BYTES` are kept (a compound of one member decodes about as fast), the
     :data:`_KNOWN_PER_HEADER` most recently used per header and :data:`_KNOWN_BYTES` in all, so
-    the memo's work per lookup and its memory stay bounded whatever a file claims. A hit deeper
-    than the nesting limit allows is decoded afresh, to raise the same :class:`LimitError`.
+    the memo's work per lookup and its memory stay bounded whatever a file claims. Encodings
+    under :data:`_KNOWN_LARGE_BYTES` (a Flux layer's NamedTuple of references) are kept apart,
+    the :data:`_KNOWN_SMALL_PER_HEADER` most recent per header: a nest of small levels (one
+    header for all, each level a candidate) cannot push the large ones out, and a small one
+    missed costs its few bytes' decoding. A hit deeper than the nesting limit allows is decoded
+    afresh, to raise the same :class:`LimitError`.
 
     Example:
         >>> from treexchange._hdf5._cursor import Cursor
@@ -271,19 +275,30 @@ class KnownCompounds:
         (True, True, 12)
     """
 
-    __slots__ = ("_by_header", "_bytes", "simple")
+    __slots__ = ("_by_header", "_bytes", "_small", "simple")
 
     def __init__(self) -> None:
         self._by_header: dict[bytes, list[tuple[bytes, H5Type]]] = {}
+        self._small: dict[bytes, list[tuple[bytes, H5Type]]] = {}  # (the same, for small ones)
         self._bytes = 0
         # atomic types and vlens of them by their whole encoding (see parse_datatype)
         self.simple: dict[bytes, H5Type] = {}
 
     def find(self, c: Cursor, depth: int, limits: Limits) -> H5Type | None:
+        header = bytes(c.buf[c.pos : c.pos + 8])
+        for table in (self._by_header, self._small):
+            candidates = table.get(header)
+            if candidates:
+                found = self._find_in(candidates, c, depth, limits)
+                if found is not None:
+                    return found
+        return None
+
+    @staticmethod
+    def _find_in(
+        candidates: list[tuple[bytes, H5Type]], c: Cursor, depth: int, limits: Limits
+    ) -> H5Type | None:
         start = c.pos
-        candidates = self._by_header.get(bytes(c.buf[start : start + 8]))
-        if not candidates:
-            return None
         for i, (encoding, t) in enumerate(candidates):
             end = start + len(encoding)
             # bytes(...) copies, then compares with memcmp: a memoryview compares item by item
@@ -302,17 +317,20 @@ class KnownCompounds:
         if n < _KNOWN_MIN_BYTES or self._bytes + n > _KNOWN_BYTES:
             return
         encoding = bytes(c.buf[start : c.pos])
-        candidates = self._by_header.setdefault(encoding[:8], [])
+        large = n >= _KNOWN_LARGE_BYTES
+        candidates = (self._by_header if large else self._small).setdefault(encoding[:8], [])
         # Most recent first, the oldest dropped: the types of one nest share their header (same
         # size, one member), and the one met next is the one just decoded, inside or around it.
         candidates.insert(0, (encoding, t))
         self._bytes += n
-        if len(candidates) > _KNOWN_PER_HEADER:
+        if len(candidates) > (_KNOWN_PER_HEADER if large else _KNOWN_SMALL_PER_HEADER):
             self._bytes -= len(candidates.pop()[0])
 
 
 _KNOWN_MIN_BYTES = 32  # (a Flux layer's NamedTuple of two references already repeats: 40 bytes)
+_KNOWN_LARGE_BYTES = 256
 _KNOWN_PER_HEADER = 64
+_KNOWN_SMALL_PER_HEADER = 8
 _KNOWN_BYTES = 16 << 20
 
 
