@@ -111,6 +111,22 @@ class JuliaType:
         self.params: tuple[Any, ...] = tuple(params)
         self._hash: int | None = None
 
+    @classmethod
+    def _repeated(cls, name: str, param: Any, n: int) -> JuliaType:
+        """``JuliaType(name, (param,) * n)``, its hash computed from the one parameter (the
+        ``Tuple`` type of a long tuple of one layer type: no pass over its ``n`` parameters).
+
+        Example:
+            >>> from treexchange import JuliaType
+            >>> t = JuliaType._repeated("Tuple", JuliaType("Core.Int64"), 3)
+            >>> u = JuliaType.parse("Tuple{Core.Int64,Core.Int64,Core.Int64}")
+            >>> t == u, hash(t) == hash(u)
+            (True, True)
+        """
+        t = cls(name, (param,) * n)
+        t._hash = hash((t.name, (_param_hash(param),) * n))
+        return t
+
     # --- identity -------------------------------------------------------------------------
     def __eq__(self, other: object) -> bool:
         if self is other:
@@ -142,10 +158,15 @@ class JuliaType:
         if self._hash is None:
             params = self.params
             if len(params) > _DISTINCT_FROM:
-                # each distinct object hashed once (a Tuple of thousands of one layer type)
-                by_id = {id(p): p for p in params}
-                hashes = {i: _param_hash(p) for i, p in by_id.items()}
-                self._hash = hash((self.name, tuple(map(hashes.__getitem__, map(id, params)))))
+                # each distinct object hashed once (a Tuple of thousands of one layer type), the
+                # loops over all of them in C
+                ids = list(map(id, params))
+                if ids.count(ids[0]) == len(ids):  # one object throughout (by identity: no __eq__)
+                    self._hash = hash((self.name, (_param_hash(params[0]),) * len(params)))
+                else:
+                    by_id = dict(zip(ids, params))
+                    hashes = {i: _param_hash(p) for i, p in by_id.items()}
+                    self._hash = hash((self.name, tuple(map(hashes.__getitem__, ids))))
             else:
                 self._hash = hash((self.name, tuple(_param_hash(p) for p in params)))
         return self._hash
@@ -333,6 +354,22 @@ def _param_hash(p: Any) -> int:
 
 def normalize_name(name: str) -> str:
     """Collapse the doubled module prefixes of legacy JLD2 files (``Core.Core.Int64``)."""
+    found = _NORMALIZED.get(name)
+    if found is not None:
+        return found
+    normal = _normalize(name)
+    # (a file names a few dozen types, thousands of times; short names only: bounded memory)
+    if len(name) <= _NORMALIZED_CHARS and len(_NORMALIZED) < _NORMALIZED_KEPT:
+        _NORMALIZED[name] = normal
+    return normal
+
+
+_NORMALIZED: dict[str, str] = {}
+_NORMALIZED_KEPT = 4096
+_NORMALIZED_CHARS = 200
+
+
+def _normalize(name: str) -> str:
     parts = name.split(".")
     out: list[str] = []
     for i, part in enumerate(parts):

@@ -239,16 +239,26 @@ class format_errors:  # used like a function: ``with format_errors(offset):``
     ) -> None:
         if ev is None or isinstance(ev, TreexchangeError):
             return
-        if isinstance(ev, RecursionError):  # depth is a limit, never damage
-            raise LimitError(
-                "structure nested too deeply for Python's stack (see Limits.max_depth)", offset=self.offset
-            ) from ev
-        if isinstance(ev, FORMAT_ERRORS):
-            raise malformed(ev, self.offset) from ev
+        if isinstance(ev, LOW_LEVEL_ERRORS):
+            raise as_treexchange_error(ev, self.offset) from ev
 
 
 FORMAT_ERRORS = (IndexError, ValueError, OverflowError, struct.error)
 """The low-level exceptions a malformed structure can cause (turned into FormatError)."""
+
+LOW_LEVEL_ERRORS = (RecursionError, *FORMAT_ERRORS)
+"""What :class:`format_errors` turns into a TreexchangeError (:func:`as_treexchange_error`);
+hot paths catch these in a plain ``try`` instead (no context manager per call)."""
+
+
+def as_treexchange_error(err: BaseException, offset: int | None) -> TreexchangeError:
+    """The error :class:`format_errors` raises for one of :data:`LOW_LEVEL_ERRORS`: depth is a
+    limit, never damage (LimitError); anything else is a malformed structure (FormatError)."""
+    if isinstance(err, RecursionError):
+        return LimitError(
+            "structure nested too deeply for Python's stack (see Limits.max_depth)", offset=offset
+        )
+    return malformed(err, offset)
 
 
 def malformed(err: BaseException, offset: int | None) -> FormatError:

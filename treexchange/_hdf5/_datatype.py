@@ -19,6 +19,8 @@ version is kept as found on disk in :attr:`H5Type.version`.
 
 from __future__ import annotations
 
+import struct
+
 from .._errors import FormatError, LimitError, UnsupportedError
 from .._limits import DEFAULT_LIMITS, Limits, datatype_depth
 from ._cursor import Cursor, enc_size
@@ -35,6 +37,11 @@ _FIXED_PROPS = {
 
 
 _CLASSES = {c.value: c for c in H5Class}
+_COMPOUND_ID = H5Class.COMPOUND.value
+_ENUM_ID = H5Class.ENUM.value
+_VLEN_ID = H5Class.VLEN.value
+_OPAQUE_ID = H5Class.OPAQUE.value
+_HEAD = struct.Struct("<II")  # class | version << 4 | class bit field << 8, then the size
 
 
 def parse_datatype(
@@ -60,14 +67,38 @@ def parse_datatype(
             offset=c.pos,
         )
     start = c.pos
+    buf = c.buf
     if known is not None:
-        found = known.find(c, depth, limits)
-        if found is not None:
+        # An atomic type, or a vlen of one, met before in this file (a compound's member types
+        # repeat: references, vlen strings, numbers): its bytes decide it, no decoding.
+        n = _simple_length(buf, start, c.end)
+        if n is not None:
+            key = bytes(buf[start : start + n])
+            found = known.simple.get(key)
+            if found is None:
+                found = parse_datatype(c, limits, depth)
+                if c.pos == start + n and len(known.simple) < _SIMPLE_KEPT:
+                    known.simple[key] = found
+            elif depth < datatype_depth(limits):  # (its base one level deeper: within the limit)
+                c.pos = start + n
+            else:
+                found = parse_datatype(c, limits, depth)  # raises the nesting LimitError there
             return found
-    b0 = c.u8()
-    cls_id, version = b0 & 0x0F, b0 >> 4
-    flags = c.uint(3)
-    size = c.u32()
+    if start + 8 <= c.end:
+        # The 8-byte header in one struct call: class and version, the 24-bit class bit
+        # field, the size (this runs for every datatype of every committed type and attribute).
+        word, size = _HEAD.unpack_from(buf, start)
+        cls_id, version, flags = word & 0x0F, (word >> 4) & 0x0F, word >> 8
+        if known is not None and cls_id == _COMPOUND_ID:  # (only compounds are kept there)
+            found = known.find(c, depth, limits)
+            if found is not None:
+                return found
+        c.pos = start + 8
+    else:  # short: read field by field, so the error names the field that is cut off
+        b0 = c.u8()
+        cls_id, version = b0 & 0x0F, b0 >> 4
+        flags = c.uint(3)
+        size = c.u32()
     cls = _CLASSES.get(cls_id)  # (what H5Class(cls_id) gives, without the enum's call machinery)
     if cls is None:
         if cls_id == 11:
@@ -76,20 +107,25 @@ def parse_datatype(
             ) from None
         raise FormatError(f"unknown datatype class {cls_id}", offset=start) from None
     props_start = c.pos
-    if cls in _FIXED_PROPS:
-        c.skip(_FIXED_PROPS[cls])
-        return H5Type(cls, version, flags, size, bytes(c.buf[props_start : c.pos]))
-    if cls == H5Class.OPAQUE:
+    n_props = _FIXED_PROPS.get(cls)
+    # (classes compared by their numbers: an enum member looked up on its class costs more)
+    if n_props is not None:
+        end = props_start + n_props
+        if end > c.end:
+            raise c._short(n_props)
+        c.pos = end
+        return H5Type.made(cls, version, flags, size, bytes(buf[props_start:end]))
+    if cls_id == _OPAQUE_ID:
         tag_len = flags & 0xFF
         tag = bytes(c.bytes(tag_len)).rstrip(b"\x00")
-        return H5Type(cls, version, flags, size, bytes(c.buf[props_start : c.pos]), tag=tag)
-    if cls == H5Class.COMPOUND:
+        return H5Type.made(cls, version, flags, size, bytes(buf[props_start : c.pos]), tag=tag)
+    if cls_id == _COMPOUND_ID:
         members = _compound_members(c, version, flags & 0xFFFF, size, limits, depth, known)
-        t = H5Type(cls, version, flags, size, bytes(c.buf[props_start : c.pos]), members=tuple(members))
+        t = H5Type.made(cls, version, flags, size, bytes(buf[props_start : c.pos]), members=tuple(members))
         if known is not None:
             known.add(c, start, t)
         return t
-    if cls == H5Class.ENUM:
+    if cls_id == _ENUM_ID:
         n = flags & 0xFFFF
         base = parse_datatype(c, limits, depth + 1)
         names = []
@@ -101,19 +137,19 @@ def parse_datatype(
         if base.size * n > c.remaining:
             raise FormatError("enum values run past the message", offset=c.pos)
         values = tuple(bytes(c.bytes(base.size)) for _ in range(n))
-        return H5Type(
+        return H5Type.made(
             cls,
             version,
             flags,
             size,
-            bytes(c.buf[props_start : c.pos]),
+            bytes(buf[props_start : c.pos]),
             base=base,
             enum_names=tuple(names),
             enum_values=values,
         )
-    if cls == H5Class.VLEN:
+    if cls_id == _VLEN_ID:
         base = parse_datatype(c, limits, depth + 1)
-        return H5Type(cls, version, flags, size, bytes(c.buf[props_start : c.pos]), base=base)
+        return H5Type.made(cls, version, flags, size, bytes(buf[props_start : c.pos]), base=base)
     # ARRAY
     ndims = c.u8()
     if version == 2 or version == 1:
@@ -122,7 +158,29 @@ def parse_datatype(
     if version == 2 or version == 1:
         c.skip(4 * ndims)  # permutation indices (never used by libhdf5)
     base = parse_datatype(c, limits, depth + 1)
-    return H5Type(cls, version, flags, size, bytes(c.buf[props_start : c.pos]), base=base, dims=dims)
+    return H5Type.made(cls, version, flags, size, bytes(buf[props_start : c.pos]), base=base, dims=dims)
+
+
+# Encoded length of the datatypes whose properties have a fixed size, by class.
+_FIXED_LENGTH = {cls.value: 8 + n for cls, n in _FIXED_PROPS.items()}
+_SIMPLE_KEPT = 4096  # simple types remembered per file (KnownCompounds.simple)
+_NAME_WINDOW = 64  # bytes looked at for a member name's NUL at first (longer: the cursor's search)
+
+
+def _simple_length(buf: memoryview, at: int, end: int) -> int | None:
+    """The length of the encoding at ``buf[at:end]`` when it is an atomic datatype of a fixed
+    size (numbers, strings, references, opaque) or a variable-length type of one; else None."""
+    if at + 8 > end:
+        return None
+    cls_id = buf[at] & 0x0F
+    n = _FIXED_LENGTH.get(cls_id)
+    if n is None:
+        if cls_id == _OPAQUE_ID:
+            n = 8 + buf[at + 1]  # the tag's length: the low byte of the class bit field
+        elif cls_id == _VLEN_ID and at + 16 <= end:
+            base = _FIXED_LENGTH.get(buf[at + 8] & 0x0F)
+            n = None if base is None else 8 + base
+    return n if n is not None and at + n <= end else None
 
 
 def _decode_name(raw: bytes, at: int) -> str:
@@ -138,9 +196,19 @@ def _compound_members(
     members: list[Member] = []
     padded = version in (1, 2)
     offset_width = enc_size(size)
+    buf = c.buf
     for _ in range(n):
         name_at = c.pos
-        name = _decode_name(c.cstring(), name_at)
+        # member names are short: look for the NUL in one small copy (the cursor's search
+        # widens the window when it is not there)
+        head = bytes(buf[name_at : min(c.end, name_at + _NAME_WINDOW)])
+        nul = head.find(b"\x00")
+        if nul >= 0:
+            raw = head[:nul]
+            c.pos = name_at + nul + 1
+        else:
+            raw = c.cstring()
+        name = _decode_name(raw, name_at)
         if len(name) > limits.max_name_bytes:
             raise LimitError(
                 f"member name longer than max_name_bytes={limits.max_name_bytes}", offset=name_at
@@ -148,6 +216,9 @@ def _compound_members(
         if padded:
             c.align(8, name_at)
             offset = c.u32()
+        elif offset_width == 1 and c.pos < c.end:
+            offset = buf[c.pos]
+            c.pos += 1
         else:
             offset = c.uint(offset_width)
         ndims = 0
@@ -172,7 +243,7 @@ def _compound_members(
                 f"compound size {size}",
                 offset=name_at,
             )
-        members.append(Member(name, offset, mtype))
+        members.append(Member.made(name, offset, mtype))
     return members
 
 
@@ -182,10 +253,14 @@ class KnownCompounds:
     Keyed by the 8-byte datatype header (class, version, flags, size); a candidate is taken when
     the bytes at the cursor start with its whole encoding (a comparison in C, where decoding
     would be a Python loop over every member at every level). Only encodings of at least
-    :data:`_KNOWN_MIN_BYTES` are kept (smaller ones decode fast enough), the
+    :data:`_KNOWN_MIN_BYTES` are kept (a compound of one member decodes about as fast), the
     :data:`_KNOWN_PER_HEADER` most recently used per header and :data:`_KNOWN_BYTES` in all, so
-    the memo's work per lookup and its memory stay bounded whatever a file claims. A hit deeper
-    than the nesting limit allows is decoded afresh, to raise the same :class:`LimitError`.
+    the memo's work per lookup and its memory stay bounded whatever a file claims. Encodings
+    under :data:`_KNOWN_LARGE_BYTES` (a Flux layer's NamedTuple of references) are kept apart,
+    the :data:`_KNOWN_SMALL_PER_HEADER` most recent per header: a nest of small levels (one
+    header for all, each level a candidate) cannot push the large ones out, and a small one
+    missed costs its few bytes' decoding. A hit deeper than the nesting limit allows is decoded
+    afresh, to raise the same :class:`LimitError`.
 
     Example:
         >>> from treexchange._hdf5._cursor import Cursor
@@ -200,22 +275,36 @@ class KnownCompounds:
         (True, True, 12)
     """
 
-    __slots__ = ("_by_header", "_bytes")
+    __slots__ = ("_by_header", "_bytes", "_small", "simple")
 
     def __init__(self) -> None:
-        self._by_header: dict[bytes, list[tuple[bytes, H5Type, int]]] = {}
+        self._by_header: dict[bytes, list[tuple[bytes, H5Type]]] = {}
+        self._small: dict[bytes, list[tuple[bytes, H5Type]]] = {}  # (the same, for small ones)
         self._bytes = 0
+        # atomic types and vlens of them by their whole encoding (see parse_datatype)
+        self.simple: dict[bytes, H5Type] = {}
 
     def find(self, c: Cursor, depth: int, limits: Limits) -> H5Type | None:
+        header = bytes(c.buf[c.pos : c.pos + 8])
+        for table in (self._by_header, self._small):
+            candidates = table.get(header)
+            if candidates:
+                found = self._find_in(candidates, c, depth, limits)
+                if found is not None:
+                    return found
+        return None
+
+    @staticmethod
+    def _find_in(
+        candidates: list[tuple[bytes, H5Type]], c: Cursor, depth: int, limits: Limits
+    ) -> H5Type | None:
         start = c.pos
-        candidates = self._by_header.get(bytes(c.buf[start : start + 8]))
-        if not candidates:
-            return None
-        for i, (encoding, t, nesting) in enumerate(candidates):
+        for i, (encoding, t) in enumerate(candidates):
             end = start + len(encoding)
             # bytes(...) copies, then compares with memcmp: a memoryview compares item by item
             if end <= c.end and bytes(c.buf[start:end]) == encoding:
-                if depth + nesting > datatype_depth(limits):
+                # (its nesting measured on the first hit, not when kept: most are never met again)
+                if depth + _nesting(t) > datatype_depth(limits):
                     return None  # decoded afresh: raises the nesting LimitError there
                 if i:
                     candidates.insert(0, candidates.pop(i))  # most recently used first
@@ -228,17 +317,20 @@ class KnownCompounds:
         if n < _KNOWN_MIN_BYTES or self._bytes + n > _KNOWN_BYTES:
             return
         encoding = bytes(c.buf[start : c.pos])
-        candidates = self._by_header.setdefault(encoding[:8], [])
+        large = n >= _KNOWN_LARGE_BYTES
+        candidates = (self._by_header if large else self._small).setdefault(encoding[:8], [])
         # Most recent first, the oldest dropped: the types of one nest share their header (same
         # size, one member), and the one met next is the one just decoded, inside or around it.
-        candidates.insert(0, (encoding, t, _nesting(t)))
+        candidates.insert(0, (encoding, t))
         self._bytes += n
-        if len(candidates) > _KNOWN_PER_HEADER:
+        if len(candidates) > (_KNOWN_PER_HEADER if large else _KNOWN_SMALL_PER_HEADER):
             self._bytes -= len(candidates.pop()[0])
 
 
-_KNOWN_MIN_BYTES = 256
+_KNOWN_MIN_BYTES = 32  # (a Flux layer's NamedTuple of two references already repeats: 40 bytes)
+_KNOWN_LARGE_BYTES = 256
 _KNOWN_PER_HEADER = 64
+_KNOWN_SMALL_PER_HEADER = 8
 _KNOWN_BYTES = 16 << 20
 
 

@@ -18,7 +18,7 @@ from .._limits import DEFAULT_LIMITS, Limits
 from . import _messages as m
 from ._cursor import FORMAT_ERRORS, Cursor, format_errors, malformed
 from ._datatype import KnownCompounds
-from ._globalheap import GlobalHeapCollection
+from ._globalheap import OFFSET_MASK, SIZE_SHIFT, GlobalHeapCollection
 from ._groups import dense_attributes, group_links
 from ._headermemo import HeaderMemo
 from ._model import Attribute, H5Type
@@ -171,6 +171,8 @@ class HDF5File:
         self._widths = self._cursor(0)  # buffer and field widths for read_messages
         self._types: dict[int, H5Type] = {}
         self._memos: dict[str, dict[bytes, Any]] = {table: {} for table in MEMO_TABLES}
+        # attribute messages decoded but for their data, by their bytes (see parse_attribute)
+        self.attribute_forms: m.AttributeForms = {}
         self._resolving: set[int] = set()
         # compounds decoded so far, found again by their bytes (nested structs: see parse_datatype)
         self.known_compounds = KnownCompounds()
@@ -193,6 +195,7 @@ class HDF5File:
         self._objects, self._types, self._heaps, self._links = {}, {}, {}, {}
         self._vouched = {}
         self._memos = {table: {} for table in MEMO_TABLES}
+        self.attribute_forms = {}
         self.known_compounds = KnownCompounds()
         if getattr(self, "_headers", None) is not None:  # (absent when __init__ failed early)
             self._headers = HeaderMemo()
@@ -240,10 +243,15 @@ class HDF5File:
 
     def object(self, address: int) -> ObjectHeader:
         """The object header at relative ``address`` (parsed once, then cached)."""
-        objects = self._objects
-        obj = objects.get(address)
+        obj = self._objects.get(address)
         if obj is not None:
             return obj
+        return self._new_object(address, _UNSET)
+
+    def _new_object(self, address: int, first: tuple[int, int, int] | None) -> ObjectHeader:
+        """:meth:`object` of a header not made yet. ``first``: its first chunk when the header
+        memo was asked already and knew no header alike (:meth:`alike_of`), else ``_UNSET``."""
+        objects = self._objects
         offset = address + self.base
         proto = self._vouched.pop(address, None)
         if proto is not None:  # alike to a remembered header (checked by vouch or alike_of)
@@ -256,10 +264,12 @@ class HDF5File:
         try:
             memo = self._headers
             if memo is not None:
-                obj, end = memo.rebuild(self, address, offset)
-                if obj is None:
-                    obj = self._parse_object(address, offset)
-                    memo.remember(obj, end)
+                rebuilt, chunk0 = memo.rebuild(self, address, offset) if first is _UNSET else (None, first)
+                if rebuilt is None:
+                    obj = self._parse_object(address, offset, chunk0)
+                    memo.remember(obj, 0 if chunk0 is None else chunk0[2])
+                else:
+                    obj = rebuilt
             else:
                 obj = self._parse_object(address, offset)
         except TreexchangeError:
@@ -299,12 +309,13 @@ class HDF5File:
             and len(self._objects) + len(self._vouched) < self.limits.max_objects
         ):
             try:
-                proto, _ = memo.find(self, offset)
+                proto, chunk0 = memo.find(self, offset)
             except (TreexchangeError, *FORMAT_ERRORS):
-                proto = None  # object() says what is wrong, in its words
+                return self.object(address)  # object() says what is wrong, in its words
             if proto is not None:
                 self._vouched[address] = proto
                 return proto
+            return self._new_object(address, chunk0)  # (the memo asked once, not again)
         return self.object(address)
 
     def vouch(self, addresses: np.ndarray) -> None:
@@ -312,9 +323,12 @@ class HDF5File:
         alike to a remembered header which one it is, for :meth:`alike_of` and :meth:`object`."""
         vouched, objects, base = self._vouched, self._objects, self.base
         for proto, offsets in self.alike(addresses):
-            for address in (offsets - base).tolist():
-                if address not in objects:
-                    vouched[address] = proto
+            # in C: every address of the group, less those made already (a walk vouches for
+            # thousands of headers at once)
+            found = dict.fromkeys((offsets - base).tolist(), proto)
+            for address in found.keys() & objects.keys():
+                del found[address]
+            vouched.update(found)
 
     def headers_read(self) -> dict[int, ObjectHeader]:
         """The object headers read so far, by relative address: what reading reached (a header
@@ -330,9 +344,11 @@ class HDF5File:
             yield at
             at = haystack.find(needle, at + 1)
 
-    def _parse_object(self, address: int, offset: int) -> ObjectHeader:
+    def _parse_object(
+        self, address: int, offset: int, chunk0: tuple[int, int, int] | None = None
+    ) -> ObjectHeader:
         version, messages = read_messages(
-            self._widths, offset, self.base, self.limits, verify_checksums=self.verify_checksums
+            self._widths, offset, self.base, self.limits, verify_checksums=self.verify_checksums, first=chunk0
         )
         return self._header_type(self, address, offset, version, messages)
 
@@ -689,6 +705,30 @@ class HDF5File:
             heap = self.heap_collection(collection_address)
         at, n = heap.get(index)
         return self.buffer[at : at + n]
+
+    def vlen_at(self, buf: Any, off: int) -> memoryview:
+        """:meth:`read_vlen` of the 16-byte vlen element at ``buf[off:off + 16]``, without
+        slicing it out first (type names and parameter lists: every committed type has them).
+
+        Raises:
+            FormatError: fewer than 16 bytes there, or where the element points is damaged.
+        """
+        if len(buf) - off < 16 or off < 0:
+            raise FormatError("truncated variable-length element")
+        if self.offset_size != 8:
+            return self.read_vlen(buf[off : off + 16])
+        _, addr, index = _VLEN.unpack_from(buf, off)
+        if (addr == 0 and index == 0) or addr == _UNDEFINED_ADDR:
+            return memoryview(b"")
+        heap = self._heaps.get(addr)
+        if heap is None:
+            heap = self.heap_collection(addr)
+        code = heap.objects.get(index)
+        if code is None:
+            at, n = heap.get(index)  # (raises: no such object)
+            return self.buffer[at : at + n]
+        at = code & OFFSET_MASK  # (GlobalHeapCollection.get, inline)
+        return self.buffer[at : at + (code >> SIZE_SHIFT)]
 
     def read_vlen(self, element: bytes | memoryview) -> memoryview:
         """Follow a 16-byte vlen element (u32 count, collection address, u32 index) to its bytes.

@@ -127,7 +127,9 @@ class GlobalHeapCollection:
                     f"global heap object {index} of {n} bytes runs past its collection", offset=pos
                 )
             objects[index] = n << SIZE_SHIFT | body
-            pos = min(end, body + n + (-n % 8))  # objects are padded to 8 bytes
+            # objects are padded to 8 bytes; past ``end`` (by the padding at most) the loop stops
+            # as it would at ``end`` (no min(): this loop runs per object of every collection)
+            pos = body + n + (-n % 8)
 
     def get(self, index: int) -> tuple[int, int]:
         """``(absolute offset, size)`` of object ``index``."""

@@ -104,7 +104,7 @@ def dense_attributes(f: HDF5File, info: m.AttributeInfo) -> dict[str, Attribute]
         # The heap object is the attribute message body; reading it in place keeps the
         # attribute's data_offset absolute.
         ac = f._cursor(start, start + len(body)) if start is not None else Cursor(body, 0)
-        attrs.append(m.parse_attribute(ac, f._committed_type, f.limits))
+        attrs.append(m.parse_attribute(ac, f._committed_type, f.limits, f.attribute_forms, f.known_compounds))
     if not by_order:
         attrs.sort(key=lambda a: a.name.encode("utf-8"))
     return {a.name: a for a in attrs}

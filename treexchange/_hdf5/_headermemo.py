@@ -64,27 +64,30 @@ class HeaderMemo:
         rel, size = cut
         return rel, size, bytes(buf[offset : offset + rel]) + bytes(buf[offset + rel + size : end])
 
-    def find(self, file: HDF5File, offset: int) -> tuple[ObjectHeader | None, int]:
+    def find(self, file: HDF5File, offset: int) -> tuple[ObjectHeader | None, tuple[int, int, int] | None]:
         """The remembered header with the same key as the header at ``offset``, or None; and
-        the end of its first chunk (0 for a version 1 header) for :meth:`remember`."""
+        its first chunk as :func:`first_chunk` gives it (None for a version 1 header)."""
         buf = file.buffer
         chunk0 = first_chunk(buf, offset)
         if chunk0 is None:
-            return None, 0
+            return None, None
         end = chunk0[2]
         cut = self._cuts.get(end - offset)
         if cut is None:
-            return None, end
-        return self._protos.get(self._key(buf, offset, end, cut)), end
+            return None, chunk0
+        return self._protos.get(self._key(buf, offset, end, cut)), chunk0
 
-    def rebuild(self, file: HDF5File, address: int, offset: int) -> tuple[ObjectHeader | None, int]:
+    def rebuild(
+        self, file: HDF5File, address: int, offset: int
+    ) -> tuple[ObjectHeader | None, tuple[int, int, int] | None]:
         """The header at ``offset`` rebuilt from a remembered one with the same key, or None;
-        and the end of its first chunk (0 for a version 1 header) for :meth:`remember`."""
-        proto, end = self.find(file, offset)
+        and its first chunk as :func:`first_chunk` gives it (None for a version 1 header), for
+        parsing it (``read_messages(first=...)``) and for :meth:`remember` (its end)."""
+        proto, chunk0 = self.find(file, offset)
         if proto is None:
-            return None, end
+            return None, chunk0
         self.hits += 1
-        return proto._clone_at(address, offset), end
+        return proto._clone_at(address, offset), chunk0
 
     def remember(self, obj: ObjectHeader, end: int) -> None:
         """Remember ``obj`` (just parsed; ``end`` as :meth:`rebuild` gave it) if it qualifies:

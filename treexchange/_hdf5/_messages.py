@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from .._errors import FormatError, UnsupportedError
 from .._limits import DEFAULT_LIMITS, Limits
 from ._cursor import Cursor
-from ._datatype import parse_datatype
+from ._datatype import KnownCompounds, parse_datatype
 from ._model import Attribute, Dataspace, Filter, H5Type, Layout
 
 NIL = 0x00
@@ -36,6 +36,7 @@ MSG_FLAG_SHARED = 0x02
 
 _ADDR_LEN = struct.Struct("<QQ")
 _U16 = struct.Struct("<H")
+_U64 = struct.Struct("<Q")
 _UNDEFINED_ADDR = (1 << 64) - 1
 
 # Names libhdf5 uses for the filters it knows; written names win when present.
@@ -63,6 +64,20 @@ def parse_dataspace(c: Cursor) -> Dataspace:
         Dataspace(kind='simple', dims=(3, 5), maxdims=None)
     """
     at = c.pos
+    buf = c.buf
+    if at + 4 <= c.end and buf[at] == 2 and c.length_size == 8:
+        # Version 2 (what JLD2 and libhdf5 >= 1.8 write) in two struct calls; the same checks
+        # and result as the field-by-field path below, which any other form takes.
+        _, rank, flags, t = _DATASPACE_V2.unpack_from(buf, at)
+        n = rank * 2 if flags & 1 else rank
+        if t < 3 and rank <= 32 and at + 4 + 8 * n <= c.end:
+            c.pos = at + 4 + 8 * n
+            if t != 1:
+                return _SCALAR if t == 0 else _NULL
+            lengths = _lengths(n).unpack_from(buf, at + 4) if n else ()
+            if flags & 1:
+                return Dataspace.made("simple", lengths[:rank], lengths[rank:])
+            return Dataspace.made("simple", lengths, None)
     version = c.u8()
     rank = c.u8()
     flags = c.u8()
@@ -85,6 +100,20 @@ def parse_dataspace(c: Cursor) -> Dataspace:
     return Dataspace(kind, dims, maxdims)  # type: ignore[arg-type]
 
 
+_DATASPACE_V2 = struct.Struct("<4B")  # version, rank, flags, type
+_SCALAR = Dataspace.made("scalar", (), None)
+_NULL = Dataspace.made("null", (), None)
+_LENGTHS: dict[int, struct.Struct] = {}
+
+
+def _lengths(n: int) -> struct.Struct:
+    """The struct of ``n`` 8-byte lengths (``n`` <= 64: a dataspace's dims and maxdims)."""
+    found = _LENGTHS.get(n)
+    if found is None:
+        found = _LENGTHS[n] = struct.Struct(f"<{n}Q")
+    return found
+
+
 # --- shared messages ---------------------------------------------------------------------------
 def parse_shared_address(c: Cursor) -> int:
     """The object-header address a *shared* message body points to (committed datatypes).
@@ -93,6 +122,14 @@ def parse_shared_address(c: Cursor) -> int:
     (shared-message heap) needs the superblock extension's SOHM tables, which JLD2 never writes.
     """
     at = c.pos
+    buf = c.buf
+    if at + 10 <= c.end and buf[at] in (2, 3) and c.offset_size == 8 and (buf[at] == 2 or buf[at + 1] != 1):
+        # versions 2 and 3 (not through the SOHM heap) with 8-byte addresses: one struct call
+        (addr,) = _U64.unpack_from(buf, at + 2)
+        if addr == _UNDEFINED_ADDR:
+            raise FormatError("shared message points to an undefined address", offset=at)
+        c.pos = at + 10
+        return addr  # type: ignore[no-any-return]
     version = c.u8()
     kind = c.u8()
     if version == 1:
@@ -405,24 +442,124 @@ def parse_fill_value(c: Cursor, msg_type: int) -> bytes | None:
 
 
 # --- attributes --------------------------------------------------------------------------------
+AttributeForms = dict[bytes, tuple[str, H5Type, Dataspace, int]]
+"""Attribute messages decoded so far but for their data (:func:`parse_attribute`'s ``forms``)."""
+
+_ATTRIBUTE_HEAD = struct.Struct("<BBHHH")  # version, flags, name, datatype and dataspace sizes
+_FORM_BYTES = 256  # the longest attribute form remembered (a name, a datatype, a dataspace)
+_FORMS = 4096  # forms remembered per file
+
+
 def parse_attribute(
     c: Cursor,
     resolve_shared: Callable[[int], H5Type],
     limits: Limits = DEFAULT_LIMITS,
+    forms: AttributeForms | None = None,
+    known: KnownCompounds | None = None,
 ) -> Attribute:
     """Attribute message (type 0x0C), versions 1-3.
 
     ``resolve_shared(address)`` returns the committed datatype at a relative address, for
     attributes whose datatype is shared (flag bit 0).
+
+    ``forms`` (one per file): the name, datatype and dataspace decoded so far, keyed by the bytes
+    of the message before its data. A file's attributes come in a few forms (every committed
+    type's ``julia_type`` is a scalar of the one ``Core.DataType`` type): each form is decoded
+    once, the next message of that form only has its data cut out. The bytes decide the result
+    (a shared datatype's address resolves to one committed type per file), so a hit gives what
+    decoding gives. ``known``: the file's decoded datatypes, for the attribute's own datatype
+    (see :func:`parse_datatype`).
+
+    Example:
+        >>> import h5py, io
+        >>> from treexchange._hdf5 import HDF5File
+        >>> bio = io.BytesIO()
+        >>> with h5py.File(bio, "w", libver="latest") as f:
+        ...     f.attrs["a"], f.attrs["b"] = 1, 2
+        >>> h5 = HDF5File(bio.getvalue())
+        >>> msgs = [msg for msg in h5.root.messages if msg.type == ATTRIBUTE]
+        >>> forms: AttributeForms = {}
+        >>> [parse_attribute(h5.root.cursor(msg), h5._committed_type, forms=forms).name for msg in msgs]
+        ['a', 'b']
+        >>> len(forms)  # two names: two forms
+        2
     """
+    if forms is None:
+        return _parse_attribute(c, resolve_shared, limits, known)
+    attr = attribute_of_form(c.buf, c.pos, c.end, forms)
+    if attr is not None:
+        c.pos = attr.data_offset + len(attr.data)
+        return attr
+    return new_attribute_form(c, resolve_shared, limits, forms, known)
+
+
+def new_attribute_form(
+    c: Cursor,
+    resolve_shared: Callable[[int], H5Type],
+    limits: Limits,
+    forms: AttributeForms,
+    known: KnownCompounds | None = None,
+) -> Attribute:
+    """:func:`parse_attribute` of a message whose form :func:`attribute_of_form` did not
+    find: decoded whole, its form remembered in ``forms``."""
     at = c.pos
-    version = c.u8()
-    if version not in (1, 2, 3):
-        raise FormatError(f"unknown attribute message version {version}", offset=at)
-    flags = c.u8()
-    name_size = c.u16()
-    type_size = c.u16()
-    space_size = c.u16()
+    attr = _parse_attribute(c, resolve_shared, limits, known)
+    data_at = _form_end(c.buf, at, c.end)
+    if data_at is not None and len(forms) < _FORMS:
+        forms[bytes(c.buf[at:data_at])] = (attr.name, attr.type, attr.space, len(attr.data))
+    return attr
+
+
+def _form_end(buf: memoryview, at: int, end: int) -> int | None:
+    """Where the data of the attribute message ``buf[at:end]`` start, when the message has a
+    form to remember (see :func:`parse_attribute`); else None."""
+    if end - at < 9:
+        return None
+    version, _, name_size, type_size, space_size = _ATTRIBUTE_HEAD.unpack_from(buf, at)
+    if version == 1:  # each part padded to 8 bytes
+        data_at = at + 8 + -(-name_size // 8) * 8 + -(-type_size // 8) * 8 + -(-space_size // 8) * 8
+    elif version == 2 or version == 3:
+        data_at = at + (9 if version == 3 else 8) + name_size + type_size + space_size
+    else:
+        return None
+    return data_at if data_at <= end and data_at - at <= _FORM_BYTES else None
+
+
+def attribute_of_form(buf: memoryview, at: int, end: int, forms: AttributeForms) -> Attribute | None:
+    """The attribute message ``buf[at:end]`` when its form is in ``forms`` (decoded before:
+    only its data are cut out here, with the same check); None otherwise (decode it with
+    :func:`parse_attribute`). No cursor: the common case of reading committed types."""
+    data_at = _form_end(buf, at, end)
+    if data_at is None:
+        return None
+    form = forms.get(bytes(buf[at:data_at]))
+    if form is None:
+        return None
+    name, dtype, space, nbytes = form
+    if nbytes > end - data_at:
+        raise FormatError(
+            f"attribute {name!r} needs {nbytes} data bytes, message has {end - data_at}", offset=data_at
+        )
+    return Attribute.made(name, dtype, space, data_at, buf[data_at : data_at + nbytes])
+
+
+def _parse_attribute(
+    c: Cursor, resolve_shared: Callable[[int], H5Type], limits: Limits, known: KnownCompounds | None
+) -> Attribute:
+    at = c.pos
+    if c.end - at >= 8:
+        version, flags, name_size, type_size, space_size = _ATTRIBUTE_HEAD.unpack_from(c.buf, at)
+        if version not in (1, 2, 3):
+            raise FormatError(f"unknown attribute message version {version}", offset=at)
+        c.pos = at + 8
+    else:  # short: field by field, so the error names the field cut off
+        version = c.u8()
+        if version not in (1, 2, 3):
+            raise FormatError(f"unknown attribute message version {version}", offset=at)
+        flags = c.u8()
+        name_size = c.u16()
+        type_size = c.u16()
+        space_size = c.u16()
     if version == 3:
         c.u8()  # name charset
     name_at = c.pos
@@ -441,7 +578,7 @@ def parse_attribute(
     if version >= 2 and flags & 0x01:
         dtype = resolve_shared(parse_shared_address(tc))
     else:
-        dtype = parse_datatype(tc, limits)
+        dtype = parse_datatype(tc, limits, known=known)
     space_at = c.pos
     sc = c.sub(space_size)
     if version == 1:
@@ -456,4 +593,4 @@ def parse_attribute(
             f"attribute {name!r} needs {nbytes} data bytes, message has {c.remaining}", offset=data_at
         )
     data = c.bytes(nbytes)
-    return Attribute(name, dtype, space, data_at, data)
+    return Attribute.made(name, dtype, space, data_at, data)

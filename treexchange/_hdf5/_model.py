@@ -38,6 +38,21 @@ class Member:
     offset: int
     type: H5Type
 
+    @classmethod
+    def made(cls, name: str, offset: int, type: H5Type) -> Member:
+        """``Member(name, offset, type)`` without the frozen dataclass ``__init__`` (see
+        :meth:`H5Type.made`).
+
+        Example:
+            >>> t = H5Type(H5Class.FIXED, 1, 0, 1)
+            >>> Member.made("a", 0, t) == Member("a", 0, t)
+            True
+        """
+        obj = object.__new__(cls)
+        d = obj.__dict__
+        d["name"], d["offset"], d["type"] = name, offset, type
+        return obj
+
 
 @dataclass(frozen=True)
 class H5Type:
@@ -85,6 +100,26 @@ class H5Type:
             )
             object.__setattr__(self, "_hash", cached)
         return cached
+
+    @classmethod
+    def made(
+        cls, h5cls: H5Class, version: int, flags: int, size: int, props: bytes, **more: object
+    ) -> H5Type:
+        """``H5Type(h5cls, version, flags, size, props, **more)``, made without the frozen
+        dataclass ``__init__`` (one ``object.__setattr__`` per field, twelve of them: the largest
+        cost of decoding a small datatype). Defaults are class attributes, so only the fields
+        given go in ``__dict__``; the result compares and hashes as the ``__init__`` one does.
+
+        Example:
+            >>> H5Type.made(H5Class.FIXED, 1, 0x08, 8, b"") == H5Type(H5Class.FIXED, 1, 0x08, 8, b"")
+            True
+        """
+        t = object.__new__(cls)
+        d = t.__dict__
+        d["cls"], d["version"], d["flags"], d["size"], d["props"] = h5cls, version, flags, size, props
+        if more:
+            d.update(more)
+        return t
 
     def committed_as(self, address: int | None) -> H5Type:
         """This type with ``committed_at=address``: ``dataclasses.replace`` without running the
@@ -168,6 +203,22 @@ class Dataspace:
     dims: tuple[int, ...] = ()
     maxdims: tuple[int, ...] | None = None
 
+    @classmethod
+    def made(
+        cls, kind: Literal["scalar", "simple", "null"], dims: tuple[int, ...], maxdims: tuple[int, ...] | None
+    ) -> Dataspace:
+        """``Dataspace(kind, dims, maxdims)`` without the frozen dataclass ``__init__`` (see
+        :meth:`H5Type.made`).
+
+        Example:
+            >>> Dataspace.made("simple", (3,), None) == Dataspace("simple", (3,))
+            True
+        """
+        obj = object.__new__(cls)
+        d = obj.__dict__
+        d["kind"], d["dims"], d["maxdims"] = kind, dims, maxdims
+        return obj
+
     @property
     def count(self) -> int:
         """Number of elements: 1 for scalar, 0 for null."""
@@ -228,6 +279,23 @@ class Attribute:
     space: Dataspace
     data_offset: int
     data: memoryview | bytes = b""
+
+    @classmethod
+    def made(
+        cls, name: str, type: H5Type, space: Dataspace, data_offset: int, data: memoryview | bytes
+    ) -> Attribute:
+        """``Attribute(name, type, space, data_offset, data)`` without the frozen dataclass
+        ``__init__`` (see :meth:`H5Type.made`).
+
+        Example:
+            >>> t, s = H5Type(H5Class.FIXED, 1, 0, 1), Dataspace("scalar")
+            >>> Attribute.made("a", t, s, 0, b"x") == Attribute("a", t, s, 0, b"x")
+            True
+        """
+        obj = object.__new__(cls)
+        d = obj.__dict__
+        d["name"], d["type"], d["space"], d["data_offset"], d["data"] = name, type, space, data_offset, data
+        return obj
 
 
 class Message(NamedTuple):

@@ -6,15 +6,16 @@
 
 from __future__ import annotations
 
+import operator
 import struct
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._errors import FormatError, LimitError, UnsupportedError
+from .._errors import FormatError, LimitError, TreexchangeError, UnsupportedError
 from .._limits import Limits
 from . import _messages as m
-from ._cursor import Cursor, format_errors
+from ._cursor import LOW_LEVEL_ERRORS, Cursor, as_treexchange_error, format_errors
 from ._datatype import parse_datatype
 from ._lookup3 import lookup3
 from ._model import Attribute, Dataspace, Filter, H5Type, Layout, Message
@@ -36,14 +37,21 @@ _V2_SIZE = tuple(struct.Struct(f"<{c}") for c in "BHIQ")  # chunk 0 size: 1, 2, 
 
 
 def read_messages(
-    c: Cursor, offset: int, base: int, limits: Limits, *, verify_checksums: bool = False
+    c: Cursor,
+    offset: int,
+    base: int,
+    limits: Limits,
+    *,
+    verify_checksums: bool = False,
+    first: tuple[int, int, int] | None = None,
 ) -> tuple[int, list[RawMessage]]:
     """Decode the object header at absolute ``offset``: ``(version, messages)``, each message
     a plain ``(type, flags, body offset, body size)`` tuple (see :class:`Message`).
 
     ``c`` supplies the buffer and the field widths. Continuation chunks are followed in the order
     their continuation messages appear (each chunk once: a chunk seen twice is a cycle and raises
-    FormatError). NIL messages are dropped.
+    FormatError). NIL messages are dropped. ``first``: what :func:`first_chunk` gives for
+    ``offset`` when the caller has it already (None: found here).
 
     Example:
         >>> import h5py, io
@@ -62,7 +70,7 @@ def read_messages(
         raise FormatError(f"truncated: no room for an object header ({n} byte file)", offset=offset)
     messages: list[RawMessage] = []
     widths = (c.offset_size, c.length_size, base, limits.max_header_messages)
-    chunk0 = first_chunk(buf, offset)
+    chunk0 = first_chunk(buf, offset) if first is None else first
     if chunk0 is not None:
         flags, start, end = chunk0
         size = end - start
@@ -170,6 +178,8 @@ def _chunk(
     unpack = head.unpack_from
     hsize = head.size
     cap = widths[3]
+    room = cap - len(messages)  # messages this header may still have
+    append = messages.append
     pending: list[tuple[int, int]] = []
     while end - pos >= hsize:  # fewer bytes left than a message header: a gap
         mtype, size, mflags = unpack(buf, pos)
@@ -177,17 +187,22 @@ def _chunk(
         pos = body_at + size
         if pos > end:
             raise FormatError(f"truncated: need {size} byte(s), {end - body_at} left", offset=body_at)
-        if mtype == m.NIL:
+        if mtype == _NIL:
             continue
-        if len(messages) >= cap:
+        if room <= 0:
             raise LimitError(
                 f"object header has more than max_header_messages={cap} messages", offset=body_at
             )
-        if mtype == m.CONTINUATION:
+        room -= 1
+        if mtype == _CONTINUATION:
             bc = Cursor(buf, body_at, pos, offset_size=widths[0], length_size=widths[1])
             pending.append(m.parse_continuation(bc, widths[2]))
-        messages.append((mtype, mflags, body_at, size))
+        append((mtype, mflags, body_at, size))
     return pending
+
+
+_NIL = m.NIL  # (module constants: read in the loop above without an attribute lookup)
+_CONTINUATION = m.CONTINUATION
 
 
 # Keys of HDF5File._memo tables: messages whose decoding depends on their body bytes alone (no
@@ -201,6 +216,7 @@ MEMO_TABLES = (_DATATYPE_MEMO, _DATASPACE_MEMO, _FILTERS_MEMO, _SHARED_MEMO)
 
 
 _UNSET: Any = object()  # a decoded view not computed yet (None is a valid decoded value)
+_TYPE_OF = operator.itemgetter(0)  # a raw message's type
 
 
 class ObjectHeader:
@@ -247,7 +263,7 @@ class ObjectHeader:
         # up): ``_types.find(t)`` is the index of the first message of type t. Bytes, not a dict
         # of type -> message, because bytes are never tracked by the cyclic garbage collector.
         try:
-            self._types = bytes([msg[0] for msg in raw])
+            self._types = bytes(map(_TYPE_OF, raw))
         except ValueError:  # a type beyond 255 (version 1 types are 16-bit)
             self._types = bytes([t if t < 255 else 255 for t, _, _, _ in raw])
         self.kind: Kind = _kind_of(self._types)
@@ -337,10 +353,14 @@ class ObjectHeader:
         msg = self._first(m.DATATYPE)
         if msg is None:
             return None
-        with format_errors(self.offset):
+        try:  # (format_errors, without a context manager: every committed type comes here)
             if msg[1] & m.MSG_FLAG_SHARED:
                 return self.file._memo(_SHARED_MEMO, msg, self._parse_shared)
             return self.file._memo(_DATATYPE_MEMO, msg, self._parse_datatype)
+        except TreexchangeError:
+            raise
+        except LOW_LEVEL_ERRORS as err:
+            raise as_treexchange_error(err, self.offset) from err
 
     def _parse_shared(self, msg: RawMessage) -> H5Type:
         # A shared message's body is the address of the committed type: the same body, the
@@ -365,8 +385,12 @@ class ObjectHeader:
         _, flags, at, _ = msg
         if flags & m.MSG_FLAG_SHARED:
             raise UnsupportedError("shared dataspace messages are not supported", offset=at)
-        with format_errors(self.offset):
+        try:  # (format_errors, without a context manager)
             return self.file._memo(_DATASPACE_MEMO, msg, self._parse_dataspace)
+        except TreexchangeError:
+            raise
+        except LOW_LEVEL_ERRORS as err:
+            raise as_treexchange_error(err, self.offset) from err
 
     def _parse_dataspace(self, msg: RawMessage) -> Dataspace:
         return m.parse_dataspace(self.cursor(msg))
@@ -441,12 +465,23 @@ class ObjectHeader:
         """Attributes in on-disk order (compact messages), then dense storage if any."""
         if m.ATTRIBUTE not in self._types and m.ATTRIBUTE_INFO not in self._types:
             return {}  # most datasets of a JLD2 file have none
+        file = self.file
+        buf, forms, shift = file.buffer, file.attribute_forms, self._shift
         with format_errors(self.offset):
             out: dict[str, Attribute] = {}
-            for msg in self.find_all(m.ATTRIBUTE):
-                if msg.flags & m.MSG_FLAG_SHARED:
-                    raise UnsupportedError("shared attribute messages are not supported", offset=msg.offset)
-                attr = m.parse_attribute(self.cursor(msg), self.file._committed_type, self.file.limits)
+            for mtype, flags, at, size in self._raw:
+                if mtype != m.ATTRIBUTE:
+                    continue
+                at += shift
+                if flags & m.MSG_FLAG_SHARED:
+                    raise UnsupportedError("shared attribute messages are not supported", offset=at)
+                # a form met before: no cursor, nothing decoded but the data's place
+                attr = m.attribute_of_form(buf, at, at + size, forms)
+                if attr is None:
+                    c = file._cursor(at, at + size)
+                    attr = m.new_attribute_form(
+                        c, file._committed_type, file.limits, forms, file.known_compounds
+                    )
                 out[attr.name] = attr
             info = self.find(m.ATTRIBUTE_INFO)
             if info is not None:

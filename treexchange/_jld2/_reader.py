@@ -63,6 +63,24 @@ _DATATYPE_TYPE = JuliaType("Core.DataType")
 _PREFETCH_MIN = 32  # references read together from which prefetching arrays in bulk pays
 
 
+_TYPE_LIMITS: dict[tuple[Limits, int], Limits] = {}
+_TYPE_LIMITS_KEPT = 256
+
+
+def _type_limits(limits: Limits, max_elements: int) -> Limits:
+    """``dataclasses.replace(limits, max_elements=max_elements)``, made once per pair and kept
+    for the next file opened with them (a frozen dataclass of many fields is slow to copy, and
+    every open needs one: opening the same file again, or any file large enough that the bound
+    is ``limits.max_elements`` itself, finds it)."""
+    key = (limits, max_elements)
+    found = _TYPE_LIMITS.get(key)
+    if found is None:
+        found = dataclasses.replace(limits, max_elements=max_elements)
+        if len(_TYPE_LIMITS) < _TYPE_LIMITS_KEPT:
+            _TYPE_LIMITS[key] = found
+    return found
+
+
 def _element_size(info: DatasetInfo) -> int | None:
     """1 for an old file's String stored over its bytes' dataspace (see ``Reader._make_info``):
     its data are the dataspace's count of bytes, not that many strings. Else None (the
@@ -221,7 +239,7 @@ class Reader:
         # Some values cost no bytes in the file (arrays of ghosts, NTuple{N} of ghosts): their
         # element counts come from header numbers alone, so they are bounded by the file size
         # as well as by Limits.max_elements (a lying header must not drive a huge allocation).
-        self.type_limits = dataclasses.replace(limits, max_elements=limits.virtual_elements_for(self.h5.size))
+        self.type_limits = _type_limits(limits, limits.virtual_elements_for(self.h5.size))
         # Frames a read as deep as limits.max_depth may need (see treexchange._recursion): entry
         # points make that much room first, so Python's recursion limit is never hit before
         # Limits.max_depth is.
@@ -284,13 +302,12 @@ class Reader:
 
     # --- small services (also used by plans and the type resolver) -----------------------------
     def object_kind(self, address: int) -> str:
-        return self.h5.object(address).kind
+        # (a header alike to one parsed has its kind: no header object made to ask it, see
+        # HDF5File.alike_of; the type parameters of a file are mostly alike datasets)
+        return self.h5.alike_of(address).kind
 
     def heap_bytes(self, buf: Any, off: int) -> memoryview | bytes:
-        element = buf[off : off + 16]
-        if len(element) < 16:
-            raise FormatError("truncated variable-length element")
-        return self.h5.read_vlen(element)
+        return self.h5.vlen_at(buf, off)
 
     # --- groups -----------------------------------------------------------------------------
     @property

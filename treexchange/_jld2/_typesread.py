@@ -173,6 +173,16 @@ _NEVER_GHOSTS = frozenset(
 )
 
 
+def _symbols_tuple(plan: CompoundPlan) -> bool:
+    """Whether ``plan`` is a ``Tuple`` of Symbols stored inline (a NamedTuple's names): what the
+    type session would read as that tuple, with nothing to remember (no string, struct or
+    TypeVar), so :meth:`TypeResolver._scalar_param` decodes it straight from its bytes."""
+    return plan.kind == "tuple" and all(
+        f.storage == "inline" and type(f.plan) is VlenStringPlan and f.plan.symbol  # type: ignore[attr-defined]
+        for f in plan.fields
+    )
+
+
 def _same_concrete(params: tuple[Any, ...]) -> bool:
     """Whether tuple parameters are one type, and not one that is plainly abstract (``Any``, a
     ``Union``, a ``where`` type): the tuples JLD2 >= v0.4.19 names ``NTuple`` (or ``Tuple``)."""
@@ -213,6 +223,8 @@ _EAGER_COMPOUNDS = frozenset({"JLD2.InlineUnionEl", "Core.DataType", "Core.Union
 _T = TypeVar("_T")
 
 _BY_ID_ENTRIES = 4096  # datatype objects remembered by identity (a file has a handful)
+_TEXTS_KEPT = 4096  # field types' texts remembered (TypeResolver._text), each of at most
+_TEXT_CHARS = 1024  # characters
 
 
 class TypeResolver:
@@ -242,6 +254,8 @@ class TypeResolver:
         self.union_descriptions: dict[str, str] = {}
         self._busy: set[int] = set()
         self._depth = 0
+        self._datatype_compound: H5Type | None = None  # the last type is_datatype_compound accepted
+        self._texts: dict[int, tuple[Any, str]] = {}  # id -> (object, repr) (see _text)
 
     # --- entry points -------------------------------------------------------------------------
     def plan_for(self, t: H5Type, declared: JuliaType | None = None) -> Plan:
@@ -307,10 +321,15 @@ class TypeResolver:
         refs = self._refs(buf, off + 16, path)
         # Each distinct parameter decoded once, in order of first use (a long Tuple's type
         # repeats one layer type thousands of times), then spread over the positions in C.
-        distinct: dict[int, Any] = dict.fromkeys(refs)
-        for ref in distinct:
-            distinct[ref] = self._param(ref, path)
-        params = tuple(map(distinct.__getitem__, refs))
+        repeated = len(refs) > 1 and refs.count(refs[0]) == len(refs)
+        if repeated:  # one type throughout (a long tuple of one layer type): no dict, no pass
+            distinct: dict[int, Any] = {refs[0]: self._param(refs[0], path)}
+            params = (distinct[refs[0]],) * len(refs)
+        else:
+            distinct = dict.fromkeys(refs)
+            for ref in distinct:
+                distinct[ref] = self._param(ref, path)
+            params = tuple(map(distinct.__getitem__, refs))
         for ref, param in distinct.items():
             if isinstance(param, JuliaType) and not self.is_committed_datatype(ref):
                 # JLD2 (refs_from_types) commits a concrete struct type used as a parameter
@@ -325,8 +344,10 @@ class TypeResolver:
             self.writer_traits.add("tuple:NTuple")  # JLD2 >= v0.4.19 names homogeneous tuples
             if len(params) == 2 and params[0] == 1:
                 self.writer_traits.add("tuple1:NTuple")  # JLD2 < v0.4.41: NTuple{1,T}
-        elif name == "Core.Tuple" and params and _same_concrete(params):
+        elif name == "Core.Tuple" and params and _same_concrete(params[:1] if repeated else params):
             self.writer_traits.add("tuple:Core.Tuple")  # JLD2 < v0.4.19: no NTuple naming
+        if repeated:
+            return self._intern(JuliaType._repeated(name, params[0], len(params)))
         return self._intern(JuliaType(name, params))
 
     def decode_union(self, buf: Any, off: int, path: TreePath) -> JuliaType:
@@ -349,6 +370,10 @@ class TypeResolver:
         payload = self.reader.heap_bytes(buf, off)
         if count * 8 > len(payload):
             raise FormatError(f"{count} type parameters do not fit their heap object", path=path)
+        if count > 1:
+            first = payload[:8]
+            if bytes(first) * count == bytes(payload[: 8 * count]):  # one reference throughout
+                return [_U64.unpack_from(first)[0]] * count
         return list(struct.unpack_from(f"<{count}Q", payload))
 
     def _param(self, ref: int, path: TreePath) -> Any:
@@ -412,18 +437,27 @@ class TypeResolver:
 
     def _scalar_param(self, ref: int, path: TreePath) -> Any:
         """The value of the scalar dataset at ``ref`` when it is a ``Core.DataType`` (how JLD2
-        writes most type parameters: ``Float32``, ``String``, an inner ``Dict{...}``) or a number
-        (``N`` of ``Array{T,N}``), decoded straight from its bytes; None for any other dataset
-        (read as a value in the type session, :meth:`_param`).
+        writes most type parameters: ``Float32``, ``String``, an inner ``Dict{...}``), a number
+        (``N`` of ``Array{T,N}``) or a tuple of Symbols (a NamedTuple's names), decoded straight
+        from its bytes; None for any other dataset (read as a value in the type session,
+        :meth:`_param`).
 
         What the session's read of that dataset gives (``type_of_value`` of it), without the
         session's per-value work: neither holds a TypeVar, string or struct to remember.
         """
         reader = self.reader
-        info = reader.info(ref, path)
+        # described by a header alike to it when there is one (no header object per parameter)
+        info = reader.describe(ref, path)
         plan = info.plan
         kind = type(plan)
-        if (
+        # a NamedTuple's names: its fields, each a Symbol, read as text
+        symbols = (
+            kind is CompoundPlan
+            and info.kind == "dataset"
+            and info.space == "scalar"
+            and _symbols_tuple(cast(CompoundPlan, plan))
+        )
+        if not symbols and (
             (kind is not DataTypePlan and kind is not NumberPlan)
             or info.kind != "dataset"
             or info.shape is not None
@@ -431,12 +465,15 @@ class TypeResolver:
             return None
         assert plan is not None
         try:
-            raw = reader.raw(info, plan.size)
+            raw = reader.element_bytes_at(info, ref, path)
             if kind is DataTypePlan:
                 return self.decode_datatype(raw, 0, path)
+            if symbols:
+                fields = cast(CompoundPlan, plan).fields
+                return tuple(Symbol(decode_text(reader.heap_bytes(raw, f.offset))) for f in fields)
             return plan.decode(cast("DecodeContext", None), raw, 0, path)  # (numbers use no context)
         except TreexchangeError as err:
-            err.with_context(offset=info.obj.offset, path=path)
+            err.with_context(offset=reader.h5.absolute(ref), path=path)
             raise
 
     def _enter(self) -> None:
@@ -450,7 +487,10 @@ class TypeResolver:
 
     def type_attribute(self, attr: Attribute, path: TreePath = ()) -> JuliaType:
         """Decode a ``julia_type``/``written_type`` attribute of a committed datatype."""
-        if not is_datatype_compound(attr.type) or attr.space.kind != "scalar":
+        t = attr.type
+        if t is not self._datatype_compound and is_datatype_compound(t):
+            self._datatype_compound = t  # (every such attribute has the file's one DataType type)
+        if t is not self._datatype_compound or attr.space.kind != "scalar":
             raise FormatError(
                 f"attribute {attr.name!r} is not a scalar Core.DataType", offset=attr.data_offset
             )
@@ -660,8 +700,7 @@ class TypeResolver:
         )
         return CompoundPlan(kind, jt, dt, fields, layout)
 
-    @staticmethod
-    def _consistent(dt: H5Type, expected: list[tuple[str, Any]]) -> bool:
+    def _consistent(self, dt: H5Type, expected: list[tuple[str, Any]]) -> bool:
         """Whether the members are a subsequence of the expected fields and every missing field
         can be a ghost (zero-size): its type is not one that always stores data, and no stored
         member has the same declared type (``NTuple{N,T}`` stores all N or none)."""
@@ -675,14 +714,27 @@ class TypeResolver:
             if i is None or i <= last:
                 return False
             last = i
-        stored_types = {repr(t) for n, t in expected if n in pos and any(m.name == n for m in dt.members)}
+        if len(dt.members) == len(names):
+            return True  # (a subsequence as long as the whole: every field stored, none missing)
         member_names = {m.name for m in dt.members}
+        stored_types = {self._text(t) for n, t in expected if n in member_names}
         for n, t in expected:
             if n in member_names:
                 continue
-            if not isinstance(t, JuliaType) or not _may_be_ghost(t) or repr(t) in stored_types:
+            if not isinstance(t, JuliaType) or not _may_be_ghost(t) or self._text(t) in stored_types:
                 raise FormatError(f"field {n!r} of type {t!r} is missing from the stored compound")
         return True
+
+    def _text(self, t: Any) -> str:
+        """``repr(t)``, once per object (a Flux layer's field types recur in every layer; the
+        entry keeps ``t`` alive, so its id stays unique)."""
+        found = self._texts.get(id(t))
+        if found is not None and found[0] is t:
+            return found[1]
+        text = repr(t)
+        if len(text) <= _TEXT_CHARS and len(self._texts) < _TEXTS_KEPT:  # (bounded memory)
+            self._texts[id(t)] = (t, text)
+        return text
 
     def _field(self, name: str, member: Member | None, ref: int, declared: Any) -> FieldPlan:
         field_type: JuliaType | None = None
