@@ -310,11 +310,17 @@ class HDF5File:
     def vouch(self, addresses: np.ndarray) -> None:
         """Check many object headers at once (:meth:`alike`) and remember for each one found
         alike to a remembered header which one it is, for :meth:`alike_of` and :meth:`object`."""
-        vouched, objects, base = self._vouched, self._objects, self.base
         for proto, offsets in self.alike(addresses):
-            for address in (offsets - base).tolist():
-                if address not in objects:
-                    vouched[address] = proto
+            self.vouch_as((offsets - self.base).tolist(), proto)
+
+    def vouch_as(self, addresses: list[int], proto: ObjectHeader) -> None:
+        """Remember ``proto`` as the header alike to each of the headers at relative
+        ``addresses`` that is not parsed (those found so by :meth:`alike`). In C, as one
+        update, when none is parsed (the usual case: a walk's first look at them)."""
+        vouched, objects = self._vouched, self._objects
+        if not objects.keys().isdisjoint(addresses):
+            addresses = [a for a in addresses if a not in objects]
+        vouched.update(dict.fromkeys(addresses, proto))
 
     def headers_read(self) -> dict[int, ObjectHeader]:
         """The object headers read so far, by relative address: what reading reached (a header

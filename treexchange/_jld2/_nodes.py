@@ -230,9 +230,10 @@ def _shared_const(reader: Reader, path: TreePath, kind: str, julia_type: JuliaTy
 class _InMemory:
     """The description of an array node's value held in memory (a decoded vlen sequence)."""
 
-    __slots__ = ("dtype", "shape")
+    __slots__ = ("dtype", "shape", "value")
 
     def __init__(self, value: np.ndarray) -> None:
+        self.value = value
         self.shape: tuple[int, ...] = tuple(value.shape)
         self.dtype: np.dtype = value.dtype
 
@@ -252,8 +253,10 @@ class ArrayNode(Node):
     # ``_desc`` describes the array (its shape, dtype, type): the dataset's own header, or one
     # alike to it (Reader.describe), so a walk keeps no header object per array; the header
     # itself is made when the data are read. An array held in memory (``_address`` None) has
-    # an :class:`_InMemory` description of its value.
+    # an :class:`_InMemory` description holding its value. (``_value``: kept for code that
+    # stores it; never read.)
     __slots__ = ("_address", "_desc", "_value")
+    _value: np.ndarray | None
 
     def __init__(
         self,
@@ -271,7 +274,6 @@ class ArrayNode(Node):
             self._desc, self._address = _InMemory(value), None
         else:
             self._desc, self._address = info, info.address if address is None else address
-        self._value = value
 
     @property
     def _info(self) -> DatasetInfo | None:
@@ -308,8 +310,8 @@ class ArrayNode(Node):
         info = self._info
         if info is not None:
             return self._reader.numeric_array(info, order)
-        assert self._value is not None
-        return self._value if order == "julia" else self._value.T
+        value = cast(_InMemory, self._desc).value
+        return value if order == "julia" else value.T
 
     def _read(self, session: Session) -> Any:
         if self._address is not None:
@@ -591,13 +593,8 @@ class CompoundNode(ContainerNode):
                     and len(self.path) < reader.max_path
                 ):
                     leaf = _new_array_node(ArrayNode)
-                    leaf._reader, leaf.path, leaf.kind = reader, (*self.path, key), "array"
-                    leaf.julia_type, leaf._desc, leaf._address, leaf._value = (
-                        info.julia_type,
-                        info,
-                        address,
-                        None,
-                    )
+                    leaf._reader, leaf.path, leaf.kind = reader, self.path + (key,), "array"  # noqa: RUF005 (faster)
+                    leaf.julia_type, leaf._desc, leaf._address = info.julia_type, info, address
                     return leaf
             i = plan.positions.get(key)
             if i is not None:
@@ -693,7 +690,7 @@ class RefVectorNode(ContainerNode):
             node = new(CompoundNode)
             node._reader, node.path, node.kind, node.julia_type = (
                 reader,
-                (*path, j + 1),
+                path + (j + 1,),  # noqa: RUF005 (faster than a starred tuple)
                 plan.kind,
                 plan.julia_type,
             )
@@ -996,7 +993,7 @@ def node_for_ref(reader: Reader, path: TreePath, address: int) -> Node | Group:
     if info is not None:  # what node_for_dataset makes of it, without its steps (a hot path)
         node = _new_array_node(ArrayNode)
         node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
-        node._desc, node._address, node._value = info, address, None
+        node._desc, node._address = info, address
         return node
     return node_for_dataset(reader, path, address)
 
