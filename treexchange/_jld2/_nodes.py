@@ -581,10 +581,12 @@ class CompoundNode(ContainerNode):
                 reader = self._reader
                 address = _U64.unpack_from(self._buf, self._off + at)[0]
                 h5 = reader.h5
-                # (DatasetInfo: the file's header_type; no typing.cast, a call, on this path)
-                info: DatasetInfo | None = h5._objects.get(address)  # type: ignore[assignment]
+                # Vouched for first: a walk's leaves are (an address is in one of the two:
+                # HDF5File.object pops what it parses). (DatasetInfo: the file's header_type; no
+                # typing.cast, a call, on this path.)
+                info: DatasetInfo | None = h5._vouched.get(address)  # type: ignore[assignment]
                 if info is None:
-                    info = h5._vouched.get(address)  # type: ignore[assignment]
+                    info = h5._objects.get(address)  # type: ignore[assignment]
                 if (
                     info is not None
                     and info.value_kind is not None
@@ -593,8 +595,12 @@ class CompoundNode(ContainerNode):
                     and len(self.path) < reader.max_path
                 ):
                     leaf = _new_array_node(ArrayNode)
-                    leaf._reader, leaf.path, leaf.kind = reader, self.path + (key,), "array"  # noqa: RUF005 (faster)
-                    leaf.julia_type, leaf._desc, leaf._address = info.julia_type, info, address
+                    leaf._reader = reader  # (one store a statement: cheaper than tuple assignments)
+                    leaf.path = self.path + (key,)  # noqa: RUF005 (faster than a starred tuple)
+                    leaf.kind = "array"
+                    leaf.julia_type = info.julia_type
+                    leaf._desc = info
+                    leaf._address = address
                     return leaf
             i = plan.positions.get(key)
             if i is not None:
@@ -678,24 +684,33 @@ class RefVectorNode(ContainerNode):
             return None  # (first: an element that is not such never costs a loop over its block)
         cache, path, new = self._cache, self.path, _new_node
         lo = i - i % _BLOCK
-        for j in range(lo, min(lo + _BLOCK, len(addresses))):
-            address = addresses[j]
+        block = addresses[lo : lo + _BLOCK]
+        parsed = not objects.keys().isdisjoint(block)  # (usually none is: then no lookup each)
+        group, plan, blob = -1, None, b""
+        for j, address in enumerate(block, lo):
             found = elements.get(address)
-            if found is None or address in objects or j in cache:
+            if found is None or j in cache or (parsed and address in objects):
                 continue  # (Reader.primed_struct's conditions)
-            info, blob = groups[found & _GROUP_MASK]
-            plan = info.plan
+            if found & _GROUP_MASK != group:  # (the elements of a vector: usually one group)
+                group = found & _GROUP_MASK
+                info, blob = groups[group]
+                plan = info.plan
             if type(plan) is not CompoundPlan:
                 continue
+            # one store a statement: cheaper than tuple assignments
             node = new(CompoundNode)
-            node._reader, node.path, node.kind, node.julia_type = (
-                reader,
-                path + (j + 1,),  # noqa: RUF005 (faster than a starred tuple)
-                plan.kind,
-                plan.julia_type,
-            )
-            node._src, node._keys, node._cache, node._index, node._shape = address, None, {}, None, None
-            node._plan, node._buf, node._off = plan, blob, found >> _OFFSET_SHIFT
+            node._reader = reader
+            node.path = path + (j + 1,)  # noqa: RUF005 (faster than a starred tuple)
+            node.kind = plan.kind
+            node.julia_type = plan.julia_type
+            node._src = address
+            node._keys = None
+            node._cache = {}
+            node._index = None
+            node._shape = None
+            node._plan = plan
+            node._buf = blob
+            node._off = found >> _OFFSET_SHIFT
             cache[j] = node
         return cache.get(i)
 
