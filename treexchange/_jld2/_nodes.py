@@ -579,7 +579,7 @@ class CompoundNode(ContainerNode):
                 # a layer's weight: what _make makes of a described array, inline (a walk's hot
                 # path; a described array is never cached, so the cache is not asked)
                 reader = self._reader
-                address = _U64.unpack_from(self._buf, self._off + at)[0]
+                address = _unpack_u64(self._buf, self._off + at)[0]
                 h5 = reader.h5
                 # Vouched for first: a walk's leaves are (an address is in one of the two:
                 # HDF5File.object pops what it parses). (DatasetInfo: the file's header_type; no
@@ -592,11 +592,11 @@ class CompoundNode(ContainerNode):
                     and info.value_kind is not None
                     and info.dtype is not None
                     and not reader.closed
-                    and len(self.path) < reader.max_path
+                    and len(path := self.path) < reader.max_path
                 ):
                     leaf = _new_array_node(ArrayNode)
                     leaf._reader = reader  # (one store a statement: cheaper than tuple assignments)
-                    leaf.path = self.path + (key,)  # noqa: RUF005 (faster than a starred tuple)
+                    leaf.path = path + (key,)  # noqa: RUF005 (faster than a starred tuple)
                     leaf.kind = "array"
                     leaf.julia_type = info.julia_type
                     leaf._desc = info
@@ -1015,6 +1015,7 @@ def node_for_ref(reader: Reader, path: TreePath, address: int) -> Node | Group:
 
 _new_array_node = object.__new__
 _U64 = struct.Struct("<Q")
+_unpack_u64 = _U64.unpack_from  # (bound once: a walk unpacks a reference per leaf)
 
 
 def node_for_dataset(reader: Reader, path: TreePath, address: int) -> Node | Group:
