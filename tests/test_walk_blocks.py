@@ -121,6 +121,8 @@ def test_children_after_close_refuse(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="closed"):
         layers[100]  # another block: made now, from a closed file
     with pytest.raises(ValueError, match="closed"):
+        layers[109]  # an array element (not read by prime)
+    with pytest.raises(ValueError, match="closed"):
         made["weight"]  # its array's node needs the file
 
 

@@ -658,10 +658,13 @@ class RefVectorNode(ContainerNode):
         addresses = self._addresses
         if addresses is None or not self._primed:
             addresses = self._prime()
-        node = self._make_block(i, addresses)
-        if node is not None:
-            return node
-        node = self._make(i, (*self.path, i + 1))
+        if addresses[i] in self._reader._elements:  # read by prime: maybe a struct (see _make_block)
+            node = self._make_block(i, addresses)
+            if node is not None:
+                return node
+            node = self._make(i, (*self.path, i + 1))
+        else:  # what _make makes of an element prime did not read (an array, mostly), at once
+            node = node_for_ref(self._reader, (*self.path, i + 1), addresses[i])
         if type(node) is not ArrayNode:
             self._cache[i] = node
         return node
