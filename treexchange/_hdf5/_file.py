@@ -311,8 +311,16 @@ class HDF5File:
     def vouch(self, addresses: np.ndarray) -> None:
         """Check many object headers at once (:meth:`alike`) and remember for each one found
         alike to a remembered header which one it is, for :meth:`alike_of` and :meth:`object`."""
+        vouched, objects, base = self._vouched, self._objects, self.base
         for proto, offsets in self.alike(addresses):
-            self.vouch_as((offsets - self.base).tolist(), proto)
+            for address in (offsets - base).tolist():
+                if address not in objects:
+                    vouched[address] = proto
+
+    def headers_read(self) -> dict[int, ObjectHeader]:
+        """The object headers read so far, by relative address: what reading reached (a header
+        known alike to a parsed one, :meth:`alike_of`, is given as that one)."""
+        return {**self._vouched, **self._objects}
 
     def vouch_as(self, addresses: list[int], proto: ObjectHeader) -> None:
         """Remember ``proto`` as the header alike to each of the headers at relative
@@ -323,11 +331,6 @@ class HDF5File:
         if not objects.keys().isdisjoint(addresses):
             addresses = [a for a in addresses if a not in objects]
         vouched.update(zip(addresses, repeat(proto)))
-
-    def headers_read(self) -> dict[int, ObjectHeader]:
-        """The object headers read so far, by relative address: what reading reached (a header
-        known alike to a parsed one, :meth:`alike_of`, is given as that one)."""
-        return {**self._vouched, **self._objects}
 
     def occurrences(self, needle: bytes, start: int = 0) -> Iterator[int]:
         """The absolute offsets of ``needle`` in the file from ``start`` on, in order (a search
