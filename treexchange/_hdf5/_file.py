@@ -8,6 +8,7 @@ import struct
 import threading
 import weakref
 from collections.abc import Callable, Iterator
+from itertools import repeat
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -334,6 +335,16 @@ class HDF5File:
         """The object headers read so far, by relative address: what reading reached (a header
         known alike to a parsed one, :meth:`alike_of`, is given as that one)."""
         return {**self._vouched, **self._objects}
+
+    def vouch_as(self, addresses: list[int], proto: ObjectHeader) -> None:
+        """Remember ``proto`` as the header alike to each of the headers at relative
+        ``addresses`` that is not parsed (those found so by :meth:`alike`). In C, as one
+        update, when none is parsed (the usual case: a walk's first look at them); from pairs,
+        which is 2-3 times faster than from a ``dict.fromkeys``."""
+        vouched, objects = self._vouched, self._objects
+        if not objects.keys().isdisjoint(addresses):
+            addresses = [a for a in addresses if a not in objects]
+        vouched.update(zip(addresses, repeat(proto)))
 
     def occurrences(self, needle: bytes, start: int = 0) -> Iterator[int]:
         """The absolute offsets of ``needle`` in the file from ``start`` on, in order (a search

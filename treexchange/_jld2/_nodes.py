@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import struct
 from collections.abc import Iterator, Mapping, Sequence
+from operator import attrgetter
 from typing import Any, cast
 
 import numpy as np
@@ -45,7 +46,7 @@ from ._plans import (
     VlenStringPlan,
     type_value,
 )
-from ._reader import DatasetInfo, Order, Reader, Session
+from ._reader import _GROUP_MASK, _OFFSET_SHIFT, DatasetInfo, Order, Reader, Session
 from ._typeutil import (
     is_namedtuple_type,
     is_tuple_type,
@@ -226,6 +227,17 @@ def _shared_const(reader: Reader, path: TreePath, kind: str, julia_type: JuliaTy
     return LeafNode(reader, path, kind, julia_type, hit)
 
 
+class _InMemory:
+    """The description of an array node's value held in memory (a decoded vlen sequence)."""
+
+    __slots__ = ("dtype", "shape", "value")
+
+    def __init__(self, value: np.ndarray) -> None:
+        self.value = value
+        self.shape: tuple[int, ...] = tuple(value.shape)
+        self.dtype: np.dtype = value.dtype
+
+
 class ArrayNode(Node):
     """A numeric (numbers, Bool, Complex, BFloat16) array; no data is read until asked.
 
@@ -240,8 +252,11 @@ class ArrayNode(Node):
 
     # ``_desc`` describes the array (its shape, dtype, type): the dataset's own header, or one
     # alike to it (Reader.describe), so a walk keeps no header object per array; the header
-    # itself is made when the data are read.
+    # itself is made when the data are read. An array held in memory (``_address`` None) has
+    # an :class:`_InMemory` description holding its value. (``_value``: kept for code that
+    # stores it; never read.)
     __slots__ = ("_address", "_desc", "_value")
+    _value: np.ndarray | None
 
     def __init__(
         self,
@@ -253,9 +268,12 @@ class ArrayNode(Node):
     ) -> None:
         jt = info.julia_type if info is not None else JuliaType("Core.Array")
         super().__init__(reader, path, "array", jt)
-        self._desc = info
-        self._address = info.address if info is not None and address is None else address
-        self._value = value
+        self._desc: DatasetInfo | _InMemory
+        if info is None:
+            assert value is not None
+            self._desc, self._address = _InMemory(value), None
+        else:
+            self._desc, self._address = info, info.address if address is None else address
 
     @property
     def _info(self) -> DatasetInfo | None:
@@ -264,22 +282,10 @@ class ArrayNode(Node):
             return None
         return self._reader.info(self._address, self.path)
 
-    @property
-    def shape(self) -> tuple[int, ...]:
-        """Julia's shape."""
-        if self._desc is not None:
-            assert self._desc.shape is not None
-            return self._desc.shape
-        assert self._value is not None
-        return tuple(self._value.shape)
-
-    @property
-    def dtype(self) -> np.dtype:
-        if self._desc is not None:
-            assert self._desc.dtype is not None
-            return self._desc.dtype
-        assert self._value is not None
-        return self._value.dtype
+    # Read straight from the description, in C (no Python frame): a walk asks both of every
+    # array. (A described array always has both: only such are made into array nodes.)
+    shape = property(attrgetter("_desc.shape"), doc="Julia's shape.")  # type: ignore[assignment]
+    dtype = property(attrgetter("_desc.dtype"), doc="The numpy element type.")  # type: ignore[assignment]
 
     @property
     def ndim(self) -> int:
@@ -298,17 +304,17 @@ class ArrayNode(Node):
 
     @property
     def object_address(self) -> int | None:
-        return self._address if self._desc is not None else None
+        return self._address
 
     def _array(self, order: Order) -> np.ndarray:
         info = self._info
         if info is not None:
             return self._reader.numeric_array(info, order)
-        assert self._value is not None
-        return self._value if order == "julia" else self._value.T
+        value = cast(_InMemory, self._desc).value
+        return value if order == "julia" else value.T
 
     def _read(self, session: Session) -> Any:
-        if self._desc is not None and self._address is not None:
+        if self._address is not None:
             return session.load_ref(self._address, self.path)
         return self._array(session.order)
 
@@ -381,8 +387,6 @@ class ContainerNode(Node):
 
     def keys(self) -> list[Any]:
         """Field names / dict keys (for tuples and vectors: 0-based positions)."""
-        if type(self) is CompoundNode:
-            return list(self._plan.keys)  # type: ignore[attr-defined]
         entries = self._all()
         if type(entries) is _SameEntries or type(entries) is _PositionEntries:
             return entries.key_list()
@@ -563,31 +567,43 @@ class CompoundNode(ContainerNode):
     def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         return self._plan.entries  # made once per type, shared by all its nodes
 
+    def keys(self) -> list[Any]:
+        """Field names (for a Tuple: 0-based positions)."""
+        return list(self._plan.keys)
+
     def __getitem__(self, key: Any) -> Any:
         if type(key) is str:  # a field by name: its position is known per type
-            i = self._plan.positions.get(key)
-            if i is not None:
-                f = self._plan.fields[i]
+            plan = self._plan
+            at = plan.ref_at.get(key)
+            if at is not None:
+                # a layer's weight: what _make makes of a described array, inline (a walk's hot
+                # path; a described array is never cached, so the cache is not asked)
                 reader = self._reader
-                if type(f.plan) is ReferencePlan and len(self.path) < reader.max_path:
-                    # a layer's weight: what _make makes of a described array, inline (a walk's
-                    # hot path; a described array is never cached, so the cache is not asked)
-                    address = _U64.unpack_from(self._buf, self._off + f.offset)[0]
-                    h5 = reader.h5
-                    info = cast("DatasetInfo | None", h5._objects.get(address))  # (header_type)
-                    if info is None:
-                        info = cast("DatasetInfo | None", h5._vouched.get(address))
-                    if info is not None and info.value_kind is not None and info.dtype is not None:
-                        if not reader.closed:
-                            leaf = _new_array_node(ArrayNode)
-                            leaf._reader, leaf.path, leaf.kind = reader, (*self.path, key), "array"
-                            leaf.julia_type, leaf._desc, leaf._address, leaf._value = (
-                                info.julia_type,
-                                info,
-                                address,
-                                None,
-                            )
-                            return leaf
+                address = _unpack_u64(self._buf, self._off + at)[0]
+                h5 = reader.h5
+                # Vouched for first: a walk's leaves are (an address is in one of the two:
+                # HDF5File.object pops what it parses). (DatasetInfo: the file's header_type; no
+                # typing.cast, a call, on this path.)
+                info: DatasetInfo | None = h5._vouched.get(address)  # type: ignore[assignment]
+                if info is None:
+                    info = h5._objects.get(address)  # type: ignore[assignment]
+                if (
+                    info is not None
+                    and info.value_kind is not None
+                    and info.dtype is not None
+                    and not reader.closed
+                    and len(path := self.path) < reader.max_path
+                ):
+                    leaf = _new_array_node(ArrayNode)
+                    leaf._reader = reader  # (one store a statement: cheaper than tuple assignments)
+                    leaf.path = path + (key,)  # noqa: RUF005 (faster than a starred tuple)
+                    leaf.kind = "array"
+                    leaf.julia_type = info.julia_type
+                    leaf._desc = info
+                    leaf._address = address
+                    return leaf
+            i = plan.positions.get(key)
+            if i is not None:
                 node = self._cache.get(i)
                 if node is None:
                     node = self._make(i, (*self.path, key))
@@ -601,21 +617,6 @@ class CompoundNode(ContainerNode):
         reader = self._reader
         if type(f.plan) is ReferencePlan and len(path) <= reader.max_path:
             address = _U64.unpack_from(self._buf, self._off + f.offset)[0]
-            h5 = reader.h5  # what reader.described_array(address) gives, without the call
-            info = cast("DatasetInfo | None", h5._objects.get(address))  # (header_type)
-            if info is None:
-                info = cast("DatasetInfo | None", h5._vouched.get(address))
-            if (
-                info is not None
-                and info.value_kind is not None
-                and info.dtype is not None
-                and not reader.closed
-            ):
-                # a layer's weight: what node_for_ref makes, at once
-                node = _new_array_node(ArrayNode)
-                node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
-                node._desc, node._address, node._value = info, address, None
-                return node
             return node_for_ref(reader, path, address)
         return node_for_inline(reader, path, f.plan, self._buf, self._off + f.offset)
 
@@ -652,24 +653,87 @@ class RefVectorNode(ContainerNode):
 
     def _child(self, i: int) -> Node | Group:
         node = self._cache.get(i)
-        if node is None:
-            self._all()
-            node = self._make(i, (*self.path, i + 1))  # (segment i + 1: see _PositionEntries)
-            if type(node) is not ArrayNode:
-                self._cache[i] = node
+        if node is not None:
+            return node
+        addresses = self._addresses
+        if addresses is None or not self._primed:
+            addresses = self._prime()
+        if addresses[i] in self._reader._elements:  # read by prime: maybe a struct (see _make_block)
+            node = self._make_block(i, addresses)
+            if node is not None:
+                return node
+            node = self._make(i, (*self.path, i + 1))
+        else:  # what _make makes of an element prime did not read (an array, mostly), at once
+            node = node_for_ref(self._reader, (*self.path, i + 1), addresses[i])
+        if type(node) is not ArrayNode:
+            self._cache[i] = node
         return node
 
-    def _make(self, i: int, path: TreePath) -> Node | Group:
+    def _make_block(self, i: int, addresses: list[int]) -> Node | Group | None:
+        """Child ``i`` when its element was primed as a struct (a layer of a model), made with
+        the other such children of its block of ``_BLOCK`` elements, all at once: what
+        :meth:`_make` makes of each, without its calls (a walk asks for every element; in one
+        loop a node costs a few attribute stores). None when child ``i`` is not such."""
+        reader = self._reader
+        if reader.closed or len(self.path) >= reader.max_path:
+            return None
+        elements, groups, objects = reader._elements, reader._element_groups, reader.h5._objects
+        found = elements.get(addresses[i])
+        if (
+            found is None
+            or addresses[i] in objects
+            or type(groups[found & _GROUP_MASK][0].plan) is not CompoundPlan
+        ):
+            return None  # (first: an element that is not such never costs a loop over its block)
+        cache, path, new = self._cache, self.path, _new_node
+        lo = i - i % _BLOCK
+        block = addresses[lo : lo + _BLOCK]
+        parsed = not objects.keys().isdisjoint(block)  # (usually none is: then no lookup each)
+        group, plan, blob = -1, None, b""
+        for j, address in enumerate(block, lo):
+            found = elements.get(address)
+            if found is None or j in cache or (parsed and address in objects):
+                continue  # (Reader.primed_struct's conditions)
+            if found & _GROUP_MASK != group:  # (the elements of a vector: usually one group)
+                group = found & _GROUP_MASK
+                info, blob = groups[group]
+                plan = info.plan
+            if type(plan) is not CompoundPlan:
+                continue
+            # one store a statement: cheaper than tuple assignments
+            node = new(CompoundNode)
+            node._reader = reader
+            node.path = path + (j + 1,)  # noqa: RUF005 (faster than a starred tuple)
+            node.kind = plan.kind
+            node.julia_type = plan.julia_type
+            node._src = address
+            node._keys = None
+            node._cache = {}
+            node._index = None
+            node._shape = None
+            node._plan = plan
+            node._buf = blob
+            node._off = found >> _OFFSET_SHIFT
+            cache[j] = node
+        return cache.get(i)
+
+    def _prime(self) -> list[int]:
+        """The element addresses; on the first child looked at, every element's header is
+        checked at once (and the small struct elements read: Reader.prime)."""
         addresses = self._addresses
         if addresses is None:
             self._all()
             addresses = self._addresses
         assert addresses is not None
-        reader = self._reader
         if not self._primed:
-            if len(addresses) >= _BULK_MIN:  # the first child looked at: every element's header at once
-                reader.prime(np.array(addresses, np.uint64), self.path)
+            if len(addresses) >= _BULK_MIN:
+                self._reader.prime(np.array(addresses, np.uint64), self.path)
             self._primed = True
+        return addresses
+
+    def _make(self, i: int, path: TreePath) -> Node | Group:
+        addresses = self._prime()
+        reader = self._reader
         address = addresses[i]
         primed = reader.primed_struct(address)
         if primed is not None and len(path) <= reader.max_path:
@@ -787,6 +851,9 @@ class DelegateNode(ContainerNode):
     def __getitem__(self, key: Any) -> Any:
         if type(key) is int and 0 <= key and self.kind in ("tuple", "vector"):  # the walk's case
             target = self._target
+            node = target._cache.get(key)  # (holds only positions in range)
+            if node is not None:
+                return node
             if key < len(target._all()):
                 return target._child(key)
         return super().__getitem__(key)
@@ -944,13 +1011,14 @@ def node_for_ref(reader: Reader, path: TreePath, address: int) -> Node | Group:
     if info is not None:  # what node_for_dataset makes of it, without its steps (a hot path)
         node = _new_array_node(ArrayNode)
         node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
-        node._desc, node._address, node._value = info, address, None
+        node._desc, node._address = info, address
         return node
     return node_for_dataset(reader, path, address)
 
 
 _new_array_node = object.__new__
 _U64 = struct.Struct("<Q")
+_unpack_u64 = _U64.unpack_from  # (bound once: a walk unpacks a reference per leaf)
 
 
 def node_for_dataset(reader: Reader, path: TreePath, address: int) -> Node | Group:
@@ -1257,6 +1325,7 @@ bulk, or a vector of inline pairs), pairs one after the other."""
 
 
 _BULK_MIN = 32  # children from which checking their headers in bulk pays
+_BLOCK = 64  # struct elements of a vector of references made together (RefVectorNode._make_block)
 _DICTS_MIN = 4  # Dicts in a Dict from which reading all their Pairs at once pays (Reader.prime)
 
 

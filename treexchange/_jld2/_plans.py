@@ -423,6 +423,13 @@ class CompoundPlan(Plan):
         if kind != "tuple":
             for i, f in enumerate(self.fields):
                 self.positions.setdefault(f.name, i)
+        # Field name -> offset of its reference, for the fields (by name) stored as references
+        # (a layer's ``weight``): a lazy walk's one lookup per leaf (CompoundNode.__getitem__).
+        self.ref_at: dict[str, int] = {
+            name: self.fields[i].offset
+            for name, i in self.positions.items()
+            if type(self.fields[i].plan) is ReferencePlan and self.fields[i].offset + 8 <= self.size
+        }
 
     def field_values(self, ctx: DecodeContext, buf: Any, off: int, path: TreePath) -> list[Any]:
         tuple_like = self.kind == "tuple"

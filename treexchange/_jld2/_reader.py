@@ -469,10 +469,10 @@ class Reader:
         same way. ``dicts``: the datasets that are Dicts get the same for their Pairs, all
         Dicts' Pairs together (:meth:`_prime_pairs`; one level: not the Dicts inside those).
         """
-        vouched, objects = self.h5._vouched, self.h5._objects
+        h5 = self.h5
         scalars, arrays = self.scalar_elements(addresses, path)
         for info, found, _ in arrays:
-            vouched.update(dict.fromkeys([a for a in found.tolist() if a not in objects], info))
+            h5.vouch_as(found.tolist(), info)
         for info, found, blob in scalars:
             plan = info.plan
             assert plan is not None
@@ -480,14 +480,14 @@ class Reader:
             elements, group = self._elements, len(self._element_groups)
             self._element_groups.append((info, blob))
             listed = found.tolist()
-            vouched.update(dict.fromkeys([a for a in listed if a not in objects], info))
+            h5.vouch_as(listed, info)
             step = size << _OFFSET_SHIFT  # (ints only: not tracked by the collector)
             if group <= _GROUP_MASK:
                 elements.update(zip(listed, range(group, group + len(listed) * step, step)))
             if isinstance(plan, CompoundPlan) and blob and refs:
                 found_refs = _refs_in(plan, blob)
                 if found_refs is not None:
-                    self.h5.vouch(found_refs)
+                    h5.vouch(found_refs)
             if dicts and type(plan) is CustomPlan and plan.kind == "dict" and blob and len(found) > 1:
                 at = _pairs_at(plan)
                 if at is not None:

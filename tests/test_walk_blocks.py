@@ -1,0 +1,161 @@
+"""A lazy walk over a vector of struct references (a Flux state's ``layers``) makes the struct
+children of a block of elements together (``RefVectorNode._make_block``), reads a NamedTuple's
+reference fields by name through one lookup per type (``CompoundPlan.ref_at``), and describes an
+array node by its header (or, for a value decoded in memory, by that value).
+
+Checked against ``treexchange.load`` (the eager path, which shares none of this) for vectors that
+mix structs of several types with arrays and values stored otherwise, asked in an order that
+crosses block boundaries, and against what a node must keep: its path, its identity when asked
+again, and the file's state (closed, nested too deep)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import treexchange as tx
+from treexchange import NamedTuple
+
+_N = 150  # more than two blocks of 64
+
+
+def _mixed_layers() -> NamedTuple:
+    """A ``Vector{Any}`` of structs of several types, arrays and numbers (each element a
+    dataset of its own: a vector of references)."""
+    rng = np.random.default_rng(3)
+    layers: list[Any] = []
+    for i in range(_N):
+        w = rng.standard_normal((3, i % 4 + 1)).astype(np.float32)
+        if i % 10 == 9:
+            layers.append(w)  # an array among the structs
+        elif i % 13 == 4:
+            layers.append(float(i))  # a scalar dataset that is no struct
+        elif i % 7 == 3:
+            layers.append(NamedTuple(weight=w, bias=np.zeros(3), scale=1.5 + i, name=f"l{i}"))
+        elif i % 11 == 5:
+            layers.append((w, np.arange(i + 1)))  # a Tuple
+        else:
+            layers.append(NamedTuple(weight=w, bias=np.full(3, i, np.float64)))
+    return NamedTuple(layers=layers, σ=())
+
+
+def _flux_layers() -> NamedTuple:
+    """What ``Flux.state`` gives: a Tuple of NamedTuples of one type (an ``NTuple``, stored as a
+    vector of references)."""
+    rng = np.random.default_rng(4)
+    return NamedTuple(
+        layers=tuple(
+            NamedTuple(weight=rng.standard_normal((2, 3)).astype(np.float32), bias=np.zeros(2, np.float32))
+            for _ in range(_N)
+        )
+    )
+
+
+def _arrays_in(value: Any) -> int:
+    if isinstance(value, np.ndarray):
+        return 1
+    if isinstance(value, (tuple, list)):
+        return sum(map(_arrays_in, value))
+    if isinstance(value, Mapping):  # a NamedTuple
+        return sum(map(_arrays_in, value.values()))
+    return 0
+
+
+def _same(node: Any, loaded: Any) -> int:
+    """Compare the lazy ``node`` with the loaded value; the number of arrays met."""
+    if node.kind == "array":
+        value = np.asarray(loaded)
+        assert node.shape == value.shape and node.dtype == value.dtype and node.ndim == value.ndim
+        np.testing.assert_array_equal(np.asarray(node), value)
+        return 1
+    if node.kind in ("tuple", "vector"):
+        assert node.keys() == list(range(len(loaded)))
+        return sum(_same(node[i], loaded[i]) for i in node.keys())
+    if node.kind == "namedtuple":
+        assert node.keys() == list(loaded.keys())
+        return sum(_same(node[k], loaded[k]) for k in node.keys())
+    assert node.read() == loaded
+    return 0
+
+
+@pytest.mark.parametrize("make", [_mixed_layers, _flux_layers])
+def test_children_in_any_order_match_load(make: Any, tmp_path: Path) -> None:
+    path = tmp_path / "layers.jld2"
+    tx.save(path, st=make())
+    loaded = tx.load(path)["st"]["layers"]
+    order = [149, 0, 64, 63, 127, 128, 65, *range(_N)]  # block edges first, then all
+    with tx.open(path) as f:
+        layers = f["st"]["layers"]
+        assert len(layers) == _N
+        arrays = 0
+        for i in order:
+            node = layers[i]
+            assert node.path == ("st", "layers", i + 1)
+            if node.kind in ("namedtuple", "tuple"):
+                assert layers[i] is node  # a struct child is made once and kept
+            arrays += _same(node, loaded[i])
+        assert arrays == sum(_arrays_in(loaded[i]) for i in order)
+        assert type(layers).__name__ in ("RefVectorNode", "DelegateNode")  # (what is tested here)
+        assert layers[-1].path == ("st", "layers", _N)
+        # the fields by name: what read() gives, at the field's path
+        first = layers[0]
+        assert first["weight"].path == ("st", "layers", 1, "weight")
+        assert first["weight"].object_address is not None
+        np.testing.assert_array_equal(first["bias"].read(), loaded[0]["bias"])
+        assert first.read()["bias"].tolist() == loaded[0]["bias"].tolist()
+        with pytest.raises(KeyError):
+            first["nope"]
+
+
+def test_children_after_close_refuse(tmp_path: Path) -> None:
+    path = tmp_path / "layers.jld2"
+    tx.save(path, st=_mixed_layers())
+    f = tx.open(path)
+    layers = f["st"]["layers"]
+    made = layers[0]
+    f.close()
+    with pytest.raises(ValueError, match="closed"):
+        layers[100]  # another block: made now, from a closed file
+    with pytest.raises(ValueError, match="closed"):
+        layers[109]  # an array element (not read by prime)
+    with pytest.raises(ValueError, match="closed"):
+        made["weight"]  # its array's node needs the file
+
+
+def test_path_bound_holds_for_block_children(tmp_path: Path) -> None:
+    """A vector too deep for the path bound gives no struct children in bulk either: each
+    element takes the one-by-one path, which reports the limit with the element's path."""
+    path = tmp_path / "deep.jld2"
+    tx.save(path, st=_mixed_layers())
+    limits = tx.Limits(max_depth=1)  # 4 * max_depth + 16 segments
+    with tx.open(path, limits=limits) as f:
+        layers = f["st"]["layers"]
+        reader = layers._reader
+        reader.max_path = len(layers.path)  # (as if the vector lay at the bound)
+        with pytest.raises(tx.LimitError) as err:
+            layers[0]["weight"]
+        assert err.value.path is not None and err.value.path[:2] == ("st", "layers")
+
+
+def test_array_decoded_in_memory_is_described_by_its_value() -> None:
+    """A vlen sequence of numbers decodes to an array held in memory: its node has the value's
+    shape and dtype, no object address, and reads as the value in either order."""
+    from _jld2_builder import Builder, space, t_float, t_vlen
+
+    values = np.array([1.5, -2.0, 3.25])
+    b = Builder()
+    b.link("x", b.dataset(t_vlen(t_float(8)), space("scalar"), b.vlen(values.tobytes(), len(values))))
+    raw = b.finish()
+    with tx.open(raw) as f:
+        node = f["x"]
+        assert node.kind == "array"
+        assert node.shape == (3,) and node.dtype == np.float64 and node.size == 3 and len(node) == 3
+        assert node.object_address is None
+        np.testing.assert_array_equal(np.asarray(node), values)
+        np.testing.assert_array_equal(node.read(), values)
+        np.testing.assert_array_equal(node.read(order="storage"), values)
+        assert node[1] == -2.0
