@@ -9,8 +9,10 @@ array is handed to a callback that stores it and returns the JSON node that stan
 
 Node tags (``"t"``): ``nt`` (NamedTuple: ``f`` = ``[[name, node], ...]``), ``tuple`` / ``list``
 (``v``), ``dict`` (``items`` = ``[[key, value], ...]``), ``group`` (an HDF5 group of a JLD2 file:
-``items``), ``struct`` (``type``, ``f``), ``jarray`` (``eltype``, ``shape``, ``v`` in column-major
-order), ``array`` (a stored array: whatever the callback wrote, at least ``dtype`` and ``shape``),
+``items``), ``struct`` (``type``, ``f``; ``lay``, its layout's place in the root node's ``L``
+table of struct layouts, :mod:`._layoutjson`; ``mut`` when its type is mutable), ``jarray``
+(``eltype``, ``shape``, ``v`` in column-major order), ``array`` (a stored array: whatever the
+callback wrote, at least ``dtype`` and ``shape``),
 ``num`` (numpy scalar: ``dtype``, ``hex``), ``int`` / ``float`` / ``complex`` / ``bool`` (Python
 scalars), ``int128`` / ``uint128`` (decimal ``v``), ``bigint`` (``v`` in hex, as ``hex()`` writes
 it: no digit limit, unlike decimal text; ``name``, the name of its type), ``bigfloat`` (``v``
@@ -45,6 +47,7 @@ from .._values import (
     UInt128,
     Undef,
 )
+from ._layoutjson import LayoutReader, LayoutTable
 
 TREE_FORMAT = "treexchange-tree"
 TREE_VERSION = 1
@@ -85,27 +88,42 @@ def encode(value: Any, on_array: OnArray, path: TreePath = ()) -> dict[str, Any]
         >>> skeleton["f"][1:]
         [['σ', {'t': 'tuple', 'v': []}], ['act', {'t': 'nothing'}]]
     """
+    table = LayoutTable(encode_type)
+    node = _encode(value, on_array, path, table)
+    if table.entries:
+        node["L"] = table.entries  # the struct layouts the nodes below name (._layoutjson)
+    return node
+
+
+def _encode(value: Any, on_array: OnArray, path: TreePath, table: LayoutTable) -> dict[str, Any]:
     if is_numeric_array(value):
         node = dict(on_array(value, path))
         node["t"] = "array"
         return node
     if isinstance(value, NamedTuple):
-        return {"t": "nt", "f": [[k, encode(v, on_array, (*path, k))] for k, v in value.items()]}
+        return {"t": "nt", "f": [[k, _encode(v, on_array, (*path, k), table)] for k, v in value.items()]}
     if isinstance(value, tuple):
-        return {"t": "tuple", "v": [encode(v, on_array, (*path, i)) for i, v in enumerate(value, 1)]}
+        return {"t": "tuple", "v": [_encode(v, on_array, (*path, i), table) for i, v in enumerate(value, 1)]}
     if isinstance(value, list):
-        return {"t": "list", "v": [encode(v, on_array, (*path, i)) for i, v in enumerate(value, 1)]}
+        return {"t": "list", "v": [_encode(v, on_array, (*path, i), table) for i, v in enumerate(value, 1)]}
     if isinstance(value, dict):
         tag = "group" if isinstance(value, Group) else "dict"
         items = [
-            [encode(k, _no_arrays, path), encode(v, on_array, (*path, str(k)))] for k, v in value.items()
+            [encode(k, _no_arrays, path), _encode(v, on_array, (*path, str(k)), table)]
+            for k, v in value.items()
         ]
         return {"t": tag, "items": items}
     if isinstance(value, JuliaStruct):
-        fields = [[k, encode(v, on_array, (*path, k))] for k, v in value.fields.items()]
-        return {"t": "struct", "type": encode_type(value.type), "f": fields}
+        fields = [[k, _encode(v, on_array, (*path, k), table)] for k, v in value.fields.items()]
+        node = {"t": "struct", "type": encode_type(value.type), "f": fields}
+        layout = table.index(value.layout)
+        if layout is not None:
+            node["lay"] = layout
+        if value.mutable:
+            node["mut"] = True
+        return node
     if isinstance(value, JuliaArray):
-        elements = [encode(v, on_array, (*path, i)) for i, v in enumerate(value, 1)]
+        elements = [_encode(v, on_array, (*path, i), table) for i, v in enumerate(value, 1)]
         return {"t": "jarray", "eltype": encode_type(value.eltype), "shape": list(value.shape), "v": elements}
     return _encode_scalar(value, path)
 
@@ -170,37 +188,51 @@ def decode(node: Any, get_array: GetArray, path: TreePath = ()) -> Any:
         >>> decode(skeleton, lambda node, path: arrays[node["name"]])
         NamedTuple(w=array([0., 1., 2.]), σ=())
     """
+    layouts = None
+    if isinstance(node, dict) and "L" in node:
+        layouts = LayoutReader(node["L"], decode_type)
+    return _decode_node(node, get_array, path, layouts)
+
+
+def _decode_node(node: Any, get_array: GetArray, path: TreePath, layouts: LayoutReader | None) -> Any:
     try:
         tag = node["t"]
     except (TypeError, KeyError):
         raise FormatError("tree metadata: a node without a tag", path=path) from None
     try:
-        return _decode(tag, node, get_array, path)
+        return _decode(tag, node, get_array, path, layouts)
     except (KeyError, TypeError, ValueError, IndexError) as err:
         if isinstance(err, FormatError):
             raise
         raise FormatError(f"tree metadata: bad {tag!r} node ({err})", path=path) from None
 
 
-def _decode(tag: str, node: dict[str, Any], get_array: GetArray, path: TreePath) -> Any:
+def _decode(
+    tag: str, node: dict[str, Any], get_array: GetArray, path: TreePath, layouts: LayoutReader | None
+) -> Any:
     if tag == "array":
         return get_array(node, path)
     if tag == "nt":
-        return NamedTuple((k, decode(v, get_array, (*path, k))) for k, v in node["f"])
+        return NamedTuple((k, _decode_node(v, get_array, (*path, k), layouts)) for k, v in node["f"])
     if tag in ("tuple", "list"):
-        items = [decode(v, get_array, (*path, i)) for i, v in enumerate(node["v"], 1)]
+        items = [_decode_node(v, get_array, (*path, i), layouts) for i, v in enumerate(node["v"], 1)]
         return tuple(items) if tag == "tuple" else items
     if tag in ("dict", "group"):
         out: dict[Any, Any] = Group() if tag == "group" else {}
         for k, v in node["items"]:
             key = decode(k, get_array, path)
-            out[key] = decode(v, get_array, (*path, str(key)))
+            out[key] = _decode_node(v, get_array, (*path, str(key)), layouts)
         return out
     if tag == "struct":
-        fields = [(k, decode(v, get_array, (*path, k))) for k, v in node["f"]]
-        return JuliaStruct(decode_type(node["type"]), fields)
+        fields = [(k, _decode_node(v, get_array, (*path, k), layouts)) for k, v in node["f"]]
+        layout = None
+        if "lay" in node:
+            if layouts is None:
+                raise FormatError("tree metadata: a struct layout without a layout table", path=path)
+            layout = layouts.get(node["lay"])
+        return JuliaStruct(decode_type(node["type"]), fields, layout=layout, mutable=node.get("mut") is True)
     if tag == "jarray":
-        items = [decode(v, get_array, (*path, i)) for i, v in enumerate(node["v"], 1)]
+        items = [_decode_node(v, get_array, (*path, i), layouts) for i, v in enumerate(node["v"], 1)]
         data = np.empty(len(items), dtype=object)
         data[:] = items
         return JuliaArray(decode_type(node["eltype"]), data.reshape(tuple(node["shape"]), order="F"))

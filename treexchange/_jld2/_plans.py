@@ -325,6 +325,24 @@ class UnionTypePlan(Plan):
         return type_value(ctx.decode_union(buf, off, path))
 
 
+class LegacyUnionTypePlan(UnionTypePlan):
+    """A ``Core.Union`` type value as JLD2 <= v0.1.x wrote it (legacy-header files): an HDF5 vlen
+    of ``Core.DataType`` compounds, one per member type (``Base.uniontypes``), 16 bytes inline.
+    The value is the same ``Type{Union{...}}`` as :class:`UnionTypePlan`'s."""
+
+    def __init__(self, julia_type: JuliaType, h5type: H5Type | None) -> None:
+        super().__init__(julia_type, h5type)
+        self.size = 16
+
+    def decode(self, ctx: DecodeContext, buf: Any, off: int, path: TreePath) -> Any:
+        count = _U32.unpack_from(buf, off)[0]
+        payload = ctx.heap_bytes(buf, off)
+        if count > ctx.limits.max_elements or count * 32 > len(payload):
+            raise FormatError(f"Core.Union of {count} member types does not fit its heap object", path=path)
+        members = tuple(ctx.decode_datatype(payload, 32 * i, path) for i in range(count))
+        return type_value(JuliaType("Core.Union", members))
+
+
 class VlenSequencePlan(Plan):
     """An HDF5 variable-length sequence (``Vector{T}``): numpy array or :class:`JuliaArray`."""
 

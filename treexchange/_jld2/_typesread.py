@@ -53,6 +53,7 @@ from ._plans import (
     FixedStringPlan,
     GhostPlan,
     Int128Plan,
+    LegacyUnionTypePlan,
     NumberPlan,
     Plan,
     ReferencePlan,
@@ -582,6 +583,13 @@ class TypeResolver:
             return self._compound(dt, jt, attrs, "struct", _known_fields(jt))
         if cls == H5Class.VLEN and dt.is_vlen_string:
             return VlenStringPlan(name == "Core.Symbol", jt, dt)
+        if (
+            cls == H5Class.VLEN
+            and name == "Core.Union"
+            and dt.base is not None
+            and is_datatype_compound(dt.base)
+        ):
+            return LegacyUnionTypePlan(jt, dt)  # JLD2 <= v0.1.x: a vlen of the member DataTypes
         prim = _PRIMITIVES.get(name)
         if (
             prim is not None
