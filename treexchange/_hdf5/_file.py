@@ -339,6 +339,14 @@ class HDF5File:
         update, when none is parsed (the usual case: a walk's first look at them); from pairs,
         which is 2-3 times faster than from a ``dict.fromkeys``."""
         vouched, objects = self._vouched, self._objects
+        if len(objects) <= len(addresses):
+            # Few headers parsed (a walk's first look: the one HeaderMemo.alike parsed, a few
+            # types): all vouched for, then the parsed ones dropped, each of them a lookup --
+            # not a pass over the addresses (an address is never in both: object() pops it).
+            vouched.update(zip(addresses, repeat(proto)))
+            for address in objects:
+                vouched.pop(address, None)
+            return
         if not objects.keys().isdisjoint(addresses):
             addresses = [a for a in addresses if a not in objects]
         vouched.update(zip(addresses, repeat(proto)))
