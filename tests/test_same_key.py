@@ -20,8 +20,9 @@ def _plain(buf: bytes, starts: list[int], first: int, length: int, cut: tuple[in
     ]
 
 
+@pytest.mark.parametrize("near_end", [True, False])  # (False: every header whole, the one-pass path)
 @pytest.mark.parametrize(("length", "cut"), [(37, (5, 18)), (64, (0, 8)), (90, (40, 24)), (13, (12, 1))])
-def test_same_key_matches_the_plain_rule(length: int, cut: tuple[int, int]) -> None:
+def test_same_key_matches_the_plain_rule(length: int, cut: tuple[int, int], near_end: bool) -> None:
     rng = np.random.default_rng(length)
     size = 4096
     raw = bytearray(rng.integers(0, 256, size, dtype=np.uint8).tobytes())
@@ -36,6 +37,8 @@ def test_same_key_matches_the_plain_rule(length: int, cut: tuple[int, int]) -> N
     raw[613 + length - 1] ^= 1  # last key byte differs (when it is outside the cut)
     raw[1030 + rel + body - 1] ^= 0xFF  # last byte of the cut differs: still alike
     starts += [int(x) for x in rng.integers(0, size - 8, 40)]  # random places: mostly unlike
+    if not near_end:
+        starts = [s for s in starts if s + length + 12 <= size]
     buf = memoryview(bytes(raw))
     data = np.frombuffer(buf, np.uint8)
     got = _same_key(buf, data, np.array(starts, np.int64), first, length, cut)

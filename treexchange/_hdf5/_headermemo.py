@@ -168,10 +168,7 @@ def _same_key(
     """
     size = len(buf)
     rel, body = cut
-    same = np.zeros(len(starts), bool)
-    fits = starts + length + 4 <= size
     width = -(-length // 8) * 8
-    whole = fits & (starts + width <= size)
     if width <= size - first:
         keep = np.zeros(width, np.uint8)
         keep[:length] = 0xFF
@@ -179,6 +176,21 @@ def _same_key(
         mask = keep.view("<u8")
         expected = np.frombuffer(bytes(buf[first : first + width]), "<u8") & mask
         windows = np.ndarray((size - width + 1, width), np.uint8, data, strides=(1, 1))  # (read-only)
+        if (
+            0 < len(starts) <= _ALIKE_ROWS
+            and int(starts.min()) >= 0
+            and int(starts.max()) + max(width, length + 4) <= size
+        ):
+            # every header whole in the file, with its checksum (the usual case): one pass,
+            # without the bookkeeping of which rows fit (a dozen numpy calls less)
+            got = windows[starts].view("<u8")  # (a copy: changed in place below)
+            np.bitwise_xor(got, expected, out=got)
+            np.bitwise_and(got, mask, out=got)
+            return ~got.any(axis=1)  # type: ignore[no-any-return]
+    same = np.zeros(len(starts), bool)
+    fits = starts + length + 4 <= size
+    whole = fits & (starts + width <= size)
+    if width <= size - first:
         rows = np.flatnonzero(whole)
         for lo in range(0, len(rows), _ALIKE_ROWS):
             part = rows[lo : lo + _ALIKE_ROWS]
