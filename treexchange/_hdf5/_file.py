@@ -322,14 +322,11 @@ class HDF5File:
     def vouch(self, addresses: np.ndarray) -> None:
         """Check many object headers at once (:meth:`alike`) and remember for each one found
         alike to a remembered header which one it is, for :meth:`alike_of` and :meth:`object`."""
-        vouched, objects, base = self._vouched, self._objects, self.base
+        base = self.base
         for proto, offsets in self.alike(addresses):
             # in C: every address of the group, less those made already (a walk vouches for
             # thousands of headers at once)
-            found = dict.fromkeys((offsets - base).tolist(), proto)
-            for address in found.keys() & objects.keys():
-                del found[address]
-            vouched.update(found)
+            self.vouch_as((offsets - base).tolist(), proto)
 
     def headers_read(self) -> dict[int, ObjectHeader]:
         """The object headers read so far, by relative address: what reading reached (a header
@@ -342,6 +339,14 @@ class HDF5File:
         update, when none is parsed (the usual case: a walk's first look at them); from pairs,
         which is 2-3 times faster than from a ``dict.fromkeys``."""
         vouched, objects = self._vouched, self._objects
+        if len(objects) <= len(addresses):
+            # Few headers parsed (a walk's first look: the one HeaderMemo.alike parsed, a few
+            # types): all vouched for, then the parsed ones dropped, each of them a lookup --
+            # not a pass over the addresses (an address is never in both: object() pops it).
+            vouched.update(zip(addresses, repeat(proto)))
+            for address in objects:
+                vouched.pop(address, None)
+            return
         if not objects.keys().isdisjoint(addresses):
             addresses = [a for a in addresses if a not in objects]
         vouched.update(zip(addresses, repeat(proto)))

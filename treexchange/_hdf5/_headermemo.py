@@ -33,8 +33,7 @@ if TYPE_CHECKING:
 _MAX_HEADER_BYTES = 4096  # larger headers (many attributes) are rare: parse them
 _MAX_ENTRIES = 4096  # distinct header forms remembered per file (bounds the memory)
 _ALIKE_KINDS = 8  # header forms :meth:`HeaderMemo.alike` looks for among one set of addresses
-_ALIKE_ROWS = 8192  # headers compared at once (bounds the index array: rows x key bytes x 8)
-_WORDS_FROM = 256  # headers from which comparing 8 bytes at a time pays for its fixed cost
+_ALIKE_ROWS = 8192  # headers compared at once (bounds the rows taken: rows x key bytes)
 
 
 class HeaderMemo:
@@ -161,36 +160,45 @@ def _same_key(
     ``length`` bytes but the layout body ``cut`` (relative offset, size), and fit in the file
     as :func:`first_chunk` requires (4 bytes of checksum after them).
 
-    Compared 8 bytes at a time: the headers are read as little-endian words through the eight
-    word views of the buffer (one per start modulo 8), the bytes outside the key masked off; a
-    header too close to the end of the file for whole words is compared byte by byte.
+    Compared 8 bytes at a time: each header's bytes are one row of a window sliding over the
+    file (a strided view of ``data``; taking the rows copies each with one ``memcpy``, where a
+    gather by word index costs an index per word and a pass per start modulo 8), read as
+    little-endian words, the bytes outside the key masked off; a header too close to the end
+    of the file for whole words is compared byte by byte.
     """
     size = len(buf)
     rel, body = cut
-    same = np.zeros(len(starts), bool)
-    fits = starts + length + 4 <= size
-    words = -(-length // 8)
-    whole = fits & (starts + 8 * words <= size)
-    if words * 8 <= size - first and len(starts) >= _WORDS_FROM:
-        template = np.frombuffer(bytes(buf[first : first + 8 * words]), "<u8")
-        keep = np.zeros(8 * words, np.uint8)
+    width = -(-length // 8) * 8
+    if width <= size - first:
+        keep = np.zeros(width, np.uint8)
         keep[:length] = 0xFF
         keep[rel : rel + body] = 0
-        full_mask = keep.view("<u8")
-        lanes = np.flatnonzero(full_mask)  # words with key bytes (not those wholly in the cut)
-        mask = full_mask[lanes]
-        expected = template[lanes] & mask
-        shifts = starts & 7
-        for shift in np.unique(shifts[whole]).tolist():  # (alike headers are often all aligned)
-            rows = np.flatnonzero(whole & (shifts == shift))
-            view = np.frombuffer(buf, "<u8", count=(size - shift) // 8, offset=shift)
-            for lo in range(0, len(rows), _ALIKE_ROWS):
-                part = rows[lo : lo + _ALIKE_ROWS]
-                got = view[((starts[part] - shift) // 8)[:, None] + lanes]
-                np.bitwise_xor(got, expected, out=got)  # in place: no new array per step
-                np.bitwise_and(got, mask, out=got)
-                same[part] = ~got.any(axis=1)
-            del view
+        mask = keep.view("<u8")
+        expected = np.frombuffer(bytes(buf[first : first + width]), "<u8") & mask
+        windows = np.ndarray((size - width + 1, width), np.uint8, data, strides=(1, 1))  # (read-only)
+        if (
+            0 < len(starts) <= _ALIKE_ROWS
+            and int(starts.min()) >= 0
+            and int(starts.max()) + max(width, length + 4) <= size
+        ):
+            # every header whole in the file, with its checksum (the usual case): one pass,
+            # without the bookkeeping of which rows fit (a dozen numpy calls less)
+            got = windows[starts].view("<u8")  # (a copy: changed in place below)
+            np.bitwise_xor(got, expected, out=got)
+            np.bitwise_and(got, mask, out=got)
+            return ~got.any(axis=1)  # type: ignore[no-any-return]
+    same = np.zeros(len(starts), bool)
+    fits = starts + length + 4 <= size
+    whole = fits & (starts + width <= size)
+    if width <= size - first:
+        rows = np.flatnonzero(whole)
+        for lo in range(0, len(rows), _ALIKE_ROWS):
+            part = rows[lo : lo + _ALIKE_ROWS]
+            got = windows[starts[part]].view("<u8")  # (a copy: changed in place below)
+            np.bitwise_xor(got, expected, out=got)
+            np.bitwise_and(got, mask, out=got)
+            same[part] = ~got.any(axis=1)
+        del windows
     else:
         whole[:] = False
     rest = np.flatnonzero(fits & ~whole)
