@@ -157,6 +157,7 @@ NESTS: dict[str, Callable[[int], Any]] = {
     "namedtuple": deep_namedtuple,
     "tuple": deep_tuple,
     "vector": deep_vector,
+    "dict": deep_dict,
 }
 
 
@@ -212,3 +213,18 @@ def test_the_deep_end_adds_calls_in_proportion_to_its_levels(tmp_path: Path, kin
     # work adds four times (3.2 to 3.9 measured before the fix: save, convert, inspect, validate).
     growth = (counts[2] - counts[1]) / (counts[1] - counts[0])
     assert growth < 2.6, counts
+
+
+@pytest.mark.parametrize("op", OPERATIONS)
+def test_a_deep_dict_costs_calls_in_proportion_to_its_file(tmp_path: Path, op: str) -> None:
+    # A Dict nested n deep is a file quadratic in n (JLD2 writes each level's type parameters
+    # afresh, as Julia does): the calls must grow as the file does, no faster.
+    _operation(op, "dict", 8, tmp_path)()
+    depths = (30, 60, 120)
+    counts = [python_calls(_operation(op, "dict", n, tmp_path)) for n in depths]
+    sizes = [
+        (tmp_path / (f"saved{n}.jld2" if op == "save" else f"dict{n}.jld2")).stat().st_size for n in depths
+    ]
+    calls_growth = (counts[2] - counts[1]) / (counts[1] - counts[0])
+    size_growth = (sizes[2] - sizes[1]) / (sizes[1] - sizes[0])
+    assert calls_growth < 1.15 * size_growth, (counts, sizes)
