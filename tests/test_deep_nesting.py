@@ -5,28 +5,53 @@ members' types whole), and JLD2 writes the parameters of each committed type afr
 n deep has n copies of its inner levels): such files are quadratic in the depth, for Julia too.
 Reading and writing them must stay proportional to the file: these tests count the steps that
 used to grow faster (hashing nested datatypes on save, decoding every nested compound again at
-each level on load, comparing equal type parameters down to the bottom), at two depths. No
-timing: the counts are what the time follows.
+each level on load, comparing equal type parameters down to the bottom), at two depths, and
+every Python call each operation makes (save, load, a lazy walk, infer_schema, validate, inspect,
+convert) at the deep end, for every kind of nest (NamedTuples, Tuples, Vector{Any}, BSON.jl
+documents): the calls the levels from 240 to 480 add must be about twice those the levels from
+120 to 240 add, not four times (a cache keyed by equality that compares a fresh copy of a nested
+type down to the bottom, a type printed again with all the types below it at each level, a path
+re-keyed segment by segment in Python at each level). No timing: the counts are what the time
+follows.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 import pytest
 
 import treexchange as tx
-from treexchange import _juliatype
-from treexchange._hdf5 import _datatype, _model
+from treexchange import _inspect, _juliatype
+from treexchange._bson._writer import bson_file
+from treexchange._hdf5 import _datatype
+from treexchange._recursion import stack_for_depth
+from treexchange._save import convert
 
 
 def deep_namedtuple(n: int) -> Any:
     x: Any = {"leaf": 1}
     for _ in range(n):
         x = {"k": x}
+    return x
+
+
+def deep_tuple(n: int) -> Any:
+    x: Any = (1,)
+    for _ in range(n):
+        x = (x,)
+    return x
+
+
+def deep_vector(n: int) -> Any:
+    x: Any = [1]
+    for _ in range(n):
+        x = [x]
     return x
 
 
@@ -71,15 +96,13 @@ def _steps(tmp_path: Path, make: Callable[[int], Any], n: int, step: tuple[Any, 
 @pytest.mark.parametrize(
     ("make", "step", "on", "most"),
     [
-        # Save of a nested struct: each nested member's hash was recomputed at every level.
-        (deep_namedtuple, (_model.Member, "__hash__"), "save", 2.5),
         # Load of a nested struct: each level decoded all the levels below it again.
         (deep_namedtuple, (_datatype, "_compound_members"), "load", 2.5),
         # Load of a nested Dict: the file is quadratic (x4 for twice the depth); comparing its
         # equal type parameters went to the bottom each time (x8).
         (deep_dict, (_juliatype, "_params_equal"), "load", 5.0),
     ],
-    ids=["save-struct-hash", "load-struct-decode", "load-dict-params"],
+    ids=["load-struct-decode", "load-dict-params"],
 )
 def test_twice_the_depth_is_not_much_more_than_twice_the_steps(
     tmp_path: Path, make: Callable[[int], Any], step: tuple[Any, str], on: str, most: float
@@ -98,3 +121,110 @@ def test_the_deepest_struct_allowed_round_trips(tmp_path: Path) -> None:
     for _ in range(depth):
         back = back["k"]
     assert back["leaf"] == 1
+
+
+def python_calls(work: Callable[[], Any]) -> int:
+    """How many Python function calls ``work()`` makes (C calls not counted)."""
+    calls = [0]
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call":
+            calls[0] += 1
+
+    sys.setprofile(profile)
+    try:
+        work()
+    finally:
+        sys.setprofile(None)
+    return calls[0]
+
+
+def _write_nest(tmp_path: Path, kind: str, n: int) -> Path:
+    if kind == "bson":  # BSON.jl documents nested n deep (what a Dict{Symbol,Any} nest is in BSON)
+        doc: Any = {"leaf": 1}
+        for _ in range(n):
+            doc = {"k": doc}
+        path = tmp_path / f"bson{n}.bson"
+        with stack_for_depth(n):  # (the test writer recurses once per level)
+            path.write_bytes(bson_file({"model_state": doc}))
+        return path
+    path = tmp_path / f"{kind}{n}.jld2"
+    tx.save(path, model_state=NESTS[kind](n), fsync=False)
+    return path
+
+
+NESTS: dict[str, Callable[[int], Any]] = {
+    "namedtuple": deep_namedtuple,
+    "tuple": deep_tuple,
+    "vector": deep_vector,
+    "dict": deep_dict,
+}
+
+
+def _operation(op: str, kind: str, n: int, tmp_path: Path) -> Callable[[], Any]:
+    """The work of ``op`` on a nest ``n`` deep (its file written beforehand, outside the count)."""
+    if op == "save":
+        value = NESTS[kind](n)
+        return lambda: tx.save(tmp_path / f"saved{n}.jld2", model_state=value, fsync=False)
+    path = _write_nest(tmp_path, kind, n)
+    deep = tx.Limits(max_schema_depth=4 * n + 64)  # (a schema describes 64 levels by default)
+    schema = tx.infer_schema(tx.open(path, limits=deep)) if op == "validate" else None
+
+    def walk() -> None:
+        with tx.open(path) as f:
+            for node, _ in _inspect.walk_nodes(f):
+                assert node.kind and node.julia_type is not None and node.path is not None
+
+    def infer() -> None:
+        with tx.open(path, limits=deep) as f:
+            tx.infer_schema(f)
+
+    def validate() -> None:
+        with tx.open(path, limits=deep) as f:
+            assert tx.validate(f, schema) == []
+
+    def inspect() -> None:
+        with tx.open(path) as f:
+            list(_inspect.json_lines(f))
+            list(_inspect.text_lines(f))
+
+    return {
+        "load": lambda: tx.load(path, "model_state"),
+        "walk": walk,
+        "infer_schema": infer,
+        "validate": validate,
+        "inspect": inspect,
+        "convert": lambda: convert(path, tmp_path / f"converted{n}.jld2", verify=False),
+    }[op]
+
+
+OPERATIONS = ["save", "load", "walk", "infer_schema", "validate", "inspect", "convert"]
+
+
+@pytest.mark.parametrize("op", OPERATIONS)
+@pytest.mark.parametrize("kind", ["namedtuple", "tuple", "vector", "bson"])
+def test_the_deep_end_adds_calls_in_proportion_to_its_levels(tmp_path: Path, kind: str, op: str) -> None:
+    if kind == "bson" and op == "save":
+        pytest.skip("treexchange writes JLD2, not BSON.jl files")
+    _operation(op, kind, 8, tmp_path)()  # (first calls: imports and one-time tables, not counted)
+    counts = [python_calls(_operation(op, kind, n, tmp_path)) for n in (120, 240, 480)]
+    # Linear: the 240 levels from 240 to 480 add twice the calls of the 120 from 120 to 240 (a
+    # little more for the reader's bounded memo of nested compounds, 2.4 measured); quadratic
+    # work adds four times (3.2 to 3.9 measured before the fix: save, convert, inspect, validate).
+    growth = (counts[2] - counts[1]) / (counts[1] - counts[0])
+    assert growth < 2.6, counts
+
+
+@pytest.mark.parametrize("op", OPERATIONS)
+def test_a_deep_dict_costs_calls_in_proportion_to_its_file(tmp_path: Path, op: str) -> None:
+    # A Dict nested n deep is a file quadratic in n (JLD2 writes each level's type parameters
+    # afresh, as Julia does): the calls must grow as the file does, no faster.
+    _operation(op, "dict", 8, tmp_path)()
+    depths = (30, 60, 120)
+    counts = [python_calls(_operation(op, "dict", n, tmp_path)) for n in depths]
+    sizes = [
+        (tmp_path / (f"saved{n}.jld2" if op == "save" else f"dict{n}.jld2")).stat().st_size for n in depths
+    ]
+    calls_growth = (counts[2] - counts[1]) / (counts[1] - counts[0])
+    size_growth = (sizes[2] - sizes[1]) / (sizes[1] - sizes[0])
+    assert calls_growth < 1.15 * size_growth, (counts, sizes)

@@ -38,6 +38,7 @@ import numpy as np
 from ._errors import TYPE_WIDTH, LimitError, TreexchangeError, clip_type, format_path
 from ._gc import gc_paused
 from ._jsonform import array_sha256, json_line, json_scalar
+from ._juliatype import shared_renderings
 from ._nodeproto import CONTAINER_KINDS, LazyFile, LazyNode
 from ._recursion import stack_for_depth
 from ._typeof import presented_dtype_name
@@ -189,8 +190,9 @@ def iter_records(file: LazyFile, name: str | None = None) -> Iterator[dict[str, 
         [(['a'], 'array', 'Array{Float64, 1}')]
     """
     type_text = _TypeText()
-    # Types are printed recursively: room on the stack for the deepest the limits admit.
-    with gc_paused(), stack_for_depth(file.limits.max_depth):
+    # Types are printed recursively: room on the stack for the deepest the limits admit; each
+    # level of a nest prints the types below it again: rendered once (shared_renderings).
+    with gc_paused(), stack_for_depth(file.limits.max_depth), shared_renderings():
         for node, _, ref in walk_refs(select(file, name), node_budget(file)):
             if ref is not None:
                 yield {
@@ -252,7 +254,8 @@ def text_lines(
         a: Array{Float64, 1}  2  float64  16 B
         -- 1 leaves, 1 arrays, 16 B of array data
     """
-    with gc_paused(), stack_for_depth(file.limits.max_depth):  # (types printed recursively)
+    # (types printed recursively; each nested level's type once: shared_renderings)
+    with gc_paused(), stack_for_depth(file.limits.max_depth), shared_renderings():
         yield from _text_lines(select(file, name), type_width, node_budget(file))
 
 

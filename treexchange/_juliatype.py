@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -224,7 +226,7 @@ class JuliaType:
             inner = sep.join(_render_param(p, short=short, sep=sep) for p in self.params)
             text = f"{head}{{{inner}}}"
         if budget is not None:
-            budget.memo[id(self)] = text  # the type tree keeps self alive: its id stays unique
+            budget.remember(self, text)  # the type tree keeps self alive: its id stays unique
             budget.spend(len(head) + 2)
         return text
 
@@ -295,10 +297,18 @@ class _Budget:
     """One rendering: rendered sub-types by identity (a DAG is rendered once per object) and
     the characters produced so far (a DAG's text can still be exponentially long: cut it)."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, short: bool, sep: str) -> None:
         self.cap = cap
         self.spent = 0
-        self.memo: dict[int, str] = {}
+        shared = _SHARED.memos
+        # Inside shared_renderings(): the memo of every rendering of the same form in the block.
+        self.memo: dict[int, str] = {} if shared is None else shared.setdefault((short, sep), {})
+        self.kept: list[JuliaType] | None = None if shared is None else _SHARED.kept
+
+    def remember(self, t: JuliaType, text: str) -> None:
+        self.memo[id(t)] = text
+        if self.kept is not None:
+            self.kept.append(t)  # (outlives this rendering's type tree: keep t, so its id stays unique)
 
     def spend(self, n: int) -> None:
         self.spent += n
@@ -311,6 +321,38 @@ class _Current(threading.local):
 
 
 _BUDGET = _Current()  # the rendering in progress in this thread
+
+
+class _Shared(threading.local):
+    memos: dict[tuple[bool, str], dict[int, str]] | None = None
+    kept: list[JuliaType] | None = None
+
+
+_SHARED = _Shared()  # the memos that renderings share in this thread (see shared_renderings)
+
+
+@contextmanager
+def shared_renderings() -> Iterator[None]:
+    """Within the block, renderings of types in this thread share their memo of rendered
+    sub-types: printing each level's type of a struct nested n deep renders each sub-type once,
+    not once per level above it (n^2 / 2 sub-type renderings). The texts are kept until the block
+    ends: for listings of a file's types (``inspect``, the committed layouts), not for long runs.
+
+    Example:
+        >>> inner = JuliaType("Core.Tuple", (JuliaType("Core.Int64"),))
+        >>> outer = JuliaType("Core.Tuple", (inner,))
+        >>> with shared_renderings():
+        ...     str(inner), str(outer)
+        ('Tuple{Int64}', 'Tuple{Tuple{Int64}}')
+    """
+    if _SHARED.memos is not None:  # (nested: the outer block's memos)
+        yield
+        return
+    _SHARED.memos, _SHARED.kept = {}, []
+    try:
+        yield
+    finally:
+        _SHARED.memos = _SHARED.kept = None
 
 
 class _Equal(threading.local):
@@ -327,7 +369,7 @@ def _render_top(t: JuliaType, *, short: bool, sep: str, strict: bool) -> str:
     if outer is not None:  # nested call (a value parameter printing its type): same budget
         return t._render(short=short, sep=sep)
     cap = DEFAULT_LIMITS.max_type_chars  # str(t) has no caller to pass Limits: the default's
-    _BUDGET.current = _Budget(cap)
+    _BUDGET.current = _Budget(cap, short, sep)
     try:
         return t._render(short=short, sep=sep)
     except _TooLong:
@@ -414,7 +456,7 @@ def _render_param(p: Any, *, short: bool, sep: str) -> str:
     """One type parameter as text (the writer keys types by it): budgeted like ``qualified()``."""
     if _BUDGET.current is None and not isinstance(p, (str, int, float, np.generic)):
         cap = _limit_chars()
-        _BUDGET.current = _Budget(cap)
+        _BUDGET.current = _Budget(cap, short, sep)
         try:
             return _render_param_in(p, short=short, sep=sep)
         except _TooLong:

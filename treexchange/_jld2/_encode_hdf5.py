@@ -15,7 +15,6 @@ Nothing here touches a file or knows about Julia values; the JLD2 write session
 from __future__ import annotations
 
 import struct
-from functools import lru_cache
 
 from .._errors import UnsupportedError
 from .._hdf5._lookup3 import lookup3
@@ -148,7 +147,6 @@ def compound_type(members: list[tuple[str, H5Type]]) -> H5Type:
     return H5Type(H5Class.COMPOUND, _V3, len(out), offset, members=tuple(out))
 
 
-@lru_cache(maxsize=4096)
 def encode_datatype(t: H5Type) -> bytes:
     """The datatype message body for ``t`` (class/version byte, 24-bit bit field, size, properties).
 
@@ -156,6 +154,19 @@ def encode_datatype(t: H5Type) -> bytes:
         >>> encode_datatype(VLEN_UTF8).hex()
         '3911010010000000300000000100000000000800'
     """
+    # Kept on the type object itself, not in a cache keyed by equality: a compound holds its
+    # members' types whole, and looking up a fresh copy of a nested struct's type (the one the
+    # reader decoded, or a previous save's) compared it with the kept one down to the bottom at
+    # each of its levels: quadratic in the depth. A fresh copy costs one pass over its members,
+    # whose own encodings are kept on them.
+    encoded: bytes | None = t.__dict__.get("_encoded")
+    if encoded is None:
+        encoded = _encode_datatype(t)
+        object.__setattr__(t, "_encoded", encoded)
+    return encoded
+
+
+def _encode_datatype(t: H5Type) -> bytes:
     head = struct.pack(
         "<BBBBI",
         (t.version << 4) | int(t.cls),

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .._errors import TreexchangeError
-from .._juliatype import JuliaType
+from .._juliatype import JuliaType, shared_renderings
 from ._layout import StructLayout
 from ._plans import GhostPlan
 from ._unlinked import MAX_COUNTED
@@ -150,6 +150,12 @@ def committed_layouts(reader: Reader) -> dict[str, StructLayout]:
     if types_at is None or reader.object_kind(types_at) != "group":
         return {}
     layouts: dict[str, StructLayout] = {}
+    with shared_renderings():  # (a nested struct's inner types are printed once, not per level)
+        _add_layouts(reader, types_at, layouts)
+    return layouts
+
+
+def _add_layouts(reader: Reader, types_at: int, layouts: dict[str, StructLayout]) -> None:
     for address in reader.links(types_at).values():
         try:
             plan = reader.types.committed(address)
@@ -166,7 +172,6 @@ def committed_layouts(reader: Reader) -> dict[str, StructLayout]:
                 layouts.setdefault(layout.julia_type.qualified(), layout)
         except TreexchangeError:
             continue  # (a type the file cannot describe within the limits: known by name only)
-    return layouts
 
 
 def type_keys(types: Iterable[JuliaType]) -> frozenset[str]:

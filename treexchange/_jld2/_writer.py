@@ -37,6 +37,7 @@ from .._errors import (
     WriteError,
 )
 from .._gc import gc_paused
+from .._hdf5._datatype import _nesting
 from .._hdf5._model import H5Class, H5Type
 from .._juliatype import JuliaType
 from .._limits import DEFAULT_LIMITS, Limits, datatype_depth
@@ -1784,13 +1785,13 @@ def _version_zero(t: H5Type) -> H5Type:
     return replace(t, version=version, members=members, base=base)
 
 
-@lru_cache(maxsize=4096)
 def _type_chain(t: H5Type) -> int:
-    """Datatypes on the longest chain from ``t`` down to a leaf type (a plain number: 1)."""
-    inner = [m.type for m in t.members]
-    if t.base is not None:
-        inner.append(t.base)
-    return 1 + max(map(_type_chain, inner), default=0)
+    """Datatypes on the longest chain from ``t`` down to a leaf type (a plain number: 1).
+
+    The reader's measure, kept on each type object: a cache keyed by equality compared each
+    fresh copy of a nested struct's type (the reader's, a previous save's) with the kept one
+    down to the bottom at each of its levels, quadratic in the depth."""
+    return 1 + _nesting(t)
 
 
 def _arrays_only(layers: tuple[Any, ...]) -> bool:

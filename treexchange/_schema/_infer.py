@@ -13,6 +13,7 @@ from .._inspect import node_budget
 from .._jsonform import json_scalar
 from .._limits import DEFAULT_LIMITS, Limits
 from .._nodeproto import LazyFile
+from .._recursion import stack_for_depth
 from .._version import __version__
 from ._content import content_value
 from ._model import (
@@ -132,8 +133,13 @@ def infer_schema(
                 roots = file_roots(file, name)
                 producer = _file_producer(file, x)
                 options.budget = node_budget(file)
-                options.max_depth = file_limits(file).max_schema_depth
-                result = {key: options.node(src, 1) for key, src in roots}
+                limits = file_limits(file)
+                options.max_depth = limits.max_schema_depth
+                # The walk recurses once per level: room on the stack for the deepest tree both
+                # the reader and the schema admit (a raised max_schema_depth met a bare
+                # RecursionError in a BSON.jl file 480 deep).
+                with stack_for_depth(min(limits.max_schema_depth, limits.max_depth)):
+                    result = {key: options.node(src, 1) for key, src in roots}
             # Let the lazy nodes go while the collector is still paused: when it resumes, it
             # scans everything made meanwhile that is still alive once (for a path, the file's
             # whole node tree would be about half of it, for nothing).

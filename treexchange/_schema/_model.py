@@ -441,7 +441,7 @@ def path_key(path: TreePath | list[str | int]) -> tuple[str, ...]:
         >>> path_key(("d", 3, "x")) == path_key(["d", "3", "x"])
         True
     """
-    return tuple(str(seg) for seg in path)
+    return tuple(map(str, path))  # (in C: a path as deep as the tree is keyed at every level)
 
 
 def iter_paths(roots: dict[str, Node]) -> Iterator[tuple[TreePath, Node]]:

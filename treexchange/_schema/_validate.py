@@ -19,6 +19,7 @@ from .._jsonform import json_scalar
 from .._juliatype import JuliaType
 from .._limits import DEFAULT_LIMITS, Limits
 from .._nodeproto import LazyFile
+from .._recursion import stack_for_depth
 from ._align import align
 from ._content import content_value, same_content, shown_value
 from ._infer import file_limits, infer_node
@@ -178,6 +179,13 @@ class _Checker:
         self._check_roots(doc, roots, name)
 
     def _check_roots(self, doc: Schema, roots: list[tuple[str, Source]], name: str | None) -> None:
+        # The walk recurses once per level (a few frames each): room on the stack for the deepest
+        # tree both the reader and the schema admit (a BSON.jl file 480 deep with a raised
+        # max_schema_depth stopped at a bare RecursionError).
+        with stack_for_depth(min(self.limits.max_schema_depth, self.limits.max_depth)):
+            self._check_roots_in(doc, roots, name)
+
+    def _check_roots_in(self, doc: Schema, roots: list[tuple[str, Source]], name: str | None) -> None:
         self.targets = {path_key(n.target): None for _, n in iter_paths(doc.roots) if isinstance(n, RefNode)}
         expected = doc.roots
         if name is not None:
