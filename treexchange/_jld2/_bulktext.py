@@ -34,10 +34,7 @@ def vlen_texts(h5: HDF5File, buf: Any, offsets: np.ndarray) -> list[str] | None:
     raw = np.frombuffer(buf, np.uint8)
     if int(offsets.min()) < 0 or int(offsets.max()) + 16 > len(raw):
         return None
-    elements = raw[offsets[:, None] + np.arange(16)]
-    counts = elements[:, :4].copy().view("<u4").ravel()  # a String's count: its bytes
-    addresses = elements[:, 4:12].copy().view("<u8").ravel()
-    indices = elements[:, 12:].copy().view("<u4").ravel()
+    counts, addresses, indices = _fields(buf, raw, offsets)
     if bool(((addresses == 0) & (indices == 0)).any()) or bool((addresses == _UNDEFINED).any()):
         return None  # empty strings: rare as keys, left to the usual path
     found = predict_collections(h5, addresses, indices, counts)  # (collections not parsed yet)
@@ -60,6 +57,27 @@ def vlen_texts(h5: HDF5File, buf: Any, offsets: np.ndarray) -> list[str] | None:
             return _each_text(h5.buffer, every)
         found[missing] = looked_up
     return _texts(h5.buffer, found.view(np.uint64))
+
+
+def _fields(buf: Any, raw: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The count (a String's bytes), collection address and object index of each vlen element
+    at ``offsets`` (in range). Elements evenly spaced (one per Pair, the usual case) are read
+    through strided views of ``buf``, with no copy; others are gathered first."""
+    n = len(offsets)
+    first = int(offsets[0])
+    step = int(offsets[1] - offsets[0]) if n > 1 else 16
+    if step >= 16 and (n < 3 or bool((np.diff(offsets) == step).all())):
+        view = raw[first:]  # (a uint8 view: works for bytes, bytearray and memoryview alike)
+        return (
+            np.ndarray((n,), "<u4", view, 0, (step,)),
+            np.ndarray((n,), "<u8", view, 4, (step,)),
+            np.ndarray((n,), "<u4", view, 12, (step,)),
+        )
+    elements = raw[offsets[:, None] + np.arange(16)]
+    counts = elements[:, :4].copy().view("<u4").ravel()
+    addresses = elements[:, 4:12].copy().view("<u8").ravel()
+    indices = elements[:, 12:].copy().view("<u4").ravel()
+    return counts, addresses, indices
 
 
 def _each_text(buffer: memoryview, codes: list[int]) -> list[str]:
