@@ -159,3 +159,18 @@ def test_long_keys_read_in_bulk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         assert f["st"].keys() == keys
         assert f["st"][keys[13]].shape == (2,)
     assert list(tx.load(path)["st"]) == keys
+
+
+def test_vlen_fields_strided_or_gathered_alike() -> None:
+    """The vlen elements' count, collection and index fields read through strided views (evenly
+    spaced elements) are what gathering each element's 16 bytes gives (any spacing)."""
+    rng = np.random.default_rng(3)
+    buf = rng.integers(0, 256, 4000, dtype=np.uint8).tobytes()
+    raw = np.frombuffer(buf, np.uint8)
+    for offsets in (np.arange(5, 3900, 24), np.arange(0, 64, 16), np.array([7]), np.array([0, 40, 56, 300])):
+        got = _bulktext._fields(buf, raw, offsets)
+        rows = [buf[o : o + 16] for o in offsets.tolist()]
+        want = [
+            [struct.unpack_from(f, r, at)[0] for r in rows] for f, at in (("<I", 0), ("<Q", 4), ("<I", 12))
+        ]
+        assert [g.tolist() for g in got] == want
