@@ -29,7 +29,7 @@ import pytest
 import treexchange as tx
 from treexchange import _inspect, _juliatype
 from treexchange._bson._writer import bson_file
-from treexchange._hdf5 import _datatype
+from treexchange._hdf5 import _datatype, _file as _hdf5_file
 from treexchange._recursion import stack_for_depth
 from treexchange._save import convert
 
@@ -126,6 +126,9 @@ def test_the_deepest_struct_allowed_round_trips(tmp_path: Path) -> None:
 def python_calls(work: Callable[[], Any]) -> int:
     """How many Python function calls ``work()`` makes (C calls not counted)."""
     calls = [0]
+    # each measure from the same start: the datatypes another file left in the process-wide memo
+    # would make a later (larger) file's calls depend on which ran before it
+    _hdf5_file._PROCESS_MEMOS.clear()
 
     def profile(frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
