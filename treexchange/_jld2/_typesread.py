@@ -238,6 +238,7 @@ class TypeResolver:
         self._basic: dict[tuple[H5Type, JuliaType | None], Plan] = {}
         self._by_id: dict[int, tuple[H5Type, Plan]] = {}
         self._params: dict[int, Any] = {}
+        self._committed_params: set[int] = set()  # the keys of _params that are committed types
         # Types the file writes as parameters by name (a DataType dataset), not committed.
         self.by_name_params: set[JuliaType] = set()
         # One object per distinct decoded type. A file may hold the same type as many DataType
@@ -332,7 +333,8 @@ class TypeResolver:
                 distinct[ref] = self._param(ref, path)
             params = tuple(map(distinct.__getitem__, refs))
         for ref, param in distinct.items():
-            if isinstance(param, JuliaType) and not self.is_committed_datatype(ref):
+            # (whether ref is a committed type: _param found out, every ref here went through it)
+            if isinstance(param, JuliaType) and ref not in self._committed_params:
                 # JLD2 (refs_from_types) commits a concrete struct type used as a parameter
                 # exactly when it stores such structs inline (bits, or immutable of at most
                 # MAX_INLINE_SIZE bytes); one it writes by name instead is mutable (or larger).
@@ -384,6 +386,7 @@ class TypeResolver:
             raise FormatError("type parameter is a NULL reference", path=path)
         if self.is_committed_datatype(ref):
             value: Any = self._committed_param(ref, path)
+            self._committed_params.add(ref)
         else:
             if ref in self._busy:
                 raise FormatError("type parameter refers back to the type being read", path=path)
