@@ -231,3 +231,23 @@ def test_a_deep_dict_costs_calls_in_proportion_to_its_file(tmp_path: Path, op: s
     calls_growth = (counts[2] - counts[1]) / (counts[1] - counts[0])
     size_growth = (sizes[2] - sizes[1]) / (sizes[1] - sizes[0])
     assert calls_growth < 1.15 * size_growth, (counts, sizes)
+
+
+def test_each_level_of_a_nested_struct_type_is_decoded_once(tmp_path: Path, monkeypatch: Any) -> None:
+    # The levels of a nest share one datatype header (one size): the memo of compounds keeps
+    # them all and finds each again, so loading decodes every level's members once -- with the
+    # 64 most recent kept, every 64th committed level decoded all those below it again.
+    n = 300
+    path = tmp_path / "deep.jld2"
+    tx.save(path, model_state=deep_tuple(n), fsync=False)
+    decoded = [0]
+    members = _datatype._compound_members
+
+    def counted(*args: Any) -> Any:
+        decoded[0] += 1
+        return members(*args)
+
+    monkeypatch.setattr(_datatype, "_compound_members", counted)
+    _hdf5_file._PROCESS_MEMOS.clear()
+    tx.load(path, "model_state")
+    assert n <= decoded[0] <= n + 16, decoded
