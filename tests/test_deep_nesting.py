@@ -29,7 +29,7 @@ import pytest
 import treexchange as tx
 from treexchange import _inspect, _juliatype
 from treexchange._bson._writer import bson_file
-from treexchange._hdf5 import _datatype
+from treexchange._hdf5 import _datatype, _file as _hdf5_file
 from treexchange._recursion import stack_for_depth
 from treexchange._save import convert
 
@@ -126,6 +126,9 @@ def test_the_deepest_struct_allowed_round_trips(tmp_path: Path) -> None:
 def python_calls(work: Callable[[], Any]) -> int:
     """How many Python function calls ``work()`` makes (C calls not counted)."""
     calls = [0]
+    # each measure from the same start: the datatypes another file left in the process-wide memo
+    # would make a later (larger) file's calls depend on which ran before it
+    _hdf5_file._PROCESS_MEMOS.clear()
 
     def profile(frame: FrameType, event: str, arg: Any) -> None:
         if event == "call":
@@ -228,3 +231,23 @@ def test_a_deep_dict_costs_calls_in_proportion_to_its_file(tmp_path: Path, op: s
     calls_growth = (counts[2] - counts[1]) / (counts[1] - counts[0])
     size_growth = (sizes[2] - sizes[1]) / (sizes[1] - sizes[0])
     assert calls_growth < 1.15 * size_growth, (counts, sizes)
+
+
+def test_each_level_of_a_nested_struct_type_is_decoded_once(tmp_path: Path, monkeypatch: Any) -> None:
+    # The levels of a nest share one datatype header (one size): the memo of compounds keeps
+    # them all and finds each again, so loading decodes every level's members once -- with the
+    # 64 most recent kept, every 64th committed level decoded all those below it again.
+    n = 300
+    path = tmp_path / "deep.jld2"
+    tx.save(path, model_state=deep_tuple(n), fsync=False)
+    decoded = [0]
+    members = _datatype._compound_members
+
+    def counted(*args: Any) -> Any:
+        decoded[0] += 1
+        return members(*args)
+
+    monkeypatch.setattr(_datatype, "_compound_members", counted)
+    _hdf5_file._PROCESS_MEMOS.clear()
+    tx.load(path, "model_state")
+    assert n <= decoded[0] <= n + 16, decoded

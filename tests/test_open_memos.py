@@ -104,3 +104,33 @@ def test_a_repeated_parameter_type_is_the_type_of_its_positions(n: int) -> None:
     assert fast == plain and hash(fast) == hash(plain)
     assert fast.qualified() == plain.qualified()
     assert fast != JuliaType._repeated("Tuple", layer, n + 1)
+
+
+def test_datatypes_and_dataspaces_are_shared_by_files_of_the_same_limits(tmp_path: Path) -> None:
+    # The same message bytes decode to the same immutable value in any file: a second file
+    # opened with the same limits finds them decoded; another Limits gets its own tables, and a
+    # shared table never grows past its bound.
+    from treexchange import Limits
+    from treexchange._hdf5 import _file
+
+    paths = []
+    for i in range(2):
+        p = tmp_path / f"f{i}.h5"
+        with h5py.File(p, "w") as f:
+            f.create_dataset("x", data=np.arange(6, dtype="<f4").reshape(2, 3) + i)
+        paths.append(p)
+    _file._PROCESS_MEMOS.clear()
+    with HDF5File(paths[0]) as a, HDF5File(paths[1]) as b:
+        ta = a.object(a.root.links()["x"]).datatype
+        tb = b.object(b.root.links()["x"]).datatype
+        assert ta is tb and ta is not None and ta.numpy_dtype() == np.dtype("<f4")
+        assert a.object(a.root.links()["x"]).dataspace is b.object(b.root.links()["x"]).dataspace
+    with HDF5File(paths[0], limits=Limits(max_depth=7)) as c:
+        tc = c.object(c.root.links()["x"]).datatype
+        assert tc == ta and tc is not ta  # (decoded under its own limits)
+    table = _file._PROCESS_MEMOS[_file.DEFAULT_LIMITS]["datatype"]
+    table.update({bytes([i % 256, i // 256]): ta for i in range(_file._SHARED_ENTRIES)})
+    with HDF5File(paths[1]) as d:
+        table.pop(next(k for k, v in table.items() if v is ta and len(k) > 2))  # a miss next
+        assert d.object(d.root.links()["x"]).datatype == ta
+    assert len(table) <= _file._SHARED_ENTRIES

@@ -20,6 +20,7 @@ version is kept as found on disk in :attr:`H5Type.version`.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterator
 
 from .._errors import FormatError, LimitError, UnsupportedError
 from .._limits import DEFAULT_LIMITS, Limits, datatype_depth
@@ -253,14 +254,18 @@ class KnownCompounds:
     Keyed by the 8-byte datatype header (class, version, flags, size); a candidate is taken when
     the bytes at the cursor start with its whole encoding (a comparison in C, where decoding
     would be a Python loop over every member at every level). Only encodings of at least
-    :data:`_KNOWN_MIN_BYTES` are kept (a compound of one member decodes about as fast), the
-    :data:`_KNOWN_PER_HEADER` most recently used per header and :data:`_KNOWN_BYTES` in all, so
-    the memo's work per lookup and its memory stay bounded whatever a file claims. Encodings
-    under :data:`_KNOWN_LARGE_BYTES` (a Flux layer's NamedTuple of references) are kept apart,
-    the :data:`_KNOWN_SMALL_PER_HEADER` most recent per header: a nest of small levels (one
-    header for all, each level a candidate) cannot push the large ones out, and a small one
-    missed costs its few bytes' decoding. A hit deeper than the nesting limit allows is decoded
-    afresh, to raise the same :class:`LimitError`.
+    :data:`_KNOWN_MIN_BYTES` are kept (a compound of one member decodes about as fast).
+
+    Every one kept stays (none is pushed out by later ones, so a type met again is never
+    decoded again): a struct nested n deep holds its n levels' encodings, all of one header
+    when the levels have one size, and its committed levels are then looked up one after the
+    other. So the candidates of a header are kept in the order they were decoded and searched
+    from where the last hit was, in both directions (the level met next lies next to the one
+    met last: inside or around it), :data:`_KNOWN_NEAR` on each side. The memo holds at most
+    :data:`_KNOWN_BYTES` of encodings and :data:`_KNOWN_PER_HEADER` per header; past those it
+    stops learning, so its memory and the bytes compared per lookup stay bounded whatever a
+    file claims. A hit deeper than the nesting limit allows is decoded afresh, to raise the
+    same :class:`LimitError`.
 
     Example:
         >>> from treexchange._hdf5._cursor import Cursor
@@ -275,39 +280,33 @@ class KnownCompounds:
         (True, True, 12)
     """
 
-    __slots__ = ("_by_header", "_bytes", "_small", "simple")
+    __slots__ = ("_by_header", "_bytes", "_last", "simple")
 
     def __init__(self) -> None:
+        # header -> [(encoding, type)] in the order decoded; _last: where the last hit was
         self._by_header: dict[bytes, list[tuple[bytes, H5Type]]] = {}
-        self._small: dict[bytes, list[tuple[bytes, H5Type]]] = {}  # (the same, for small ones)
+        self._last: dict[bytes, int] = {}
         self._bytes = 0
         # atomic types and vlens of them by their whole encoding (see parse_datatype)
         self.simple: dict[bytes, H5Type] = {}
 
     def find(self, c: Cursor, depth: int, limits: Limits) -> H5Type | None:
         header = bytes(c.buf[c.pos : c.pos + 8])
-        for table in (self._by_header, self._small):
-            candidates = table.get(header)
-            if candidates:
-                found = self._find_in(candidates, c, depth, limits)
-                if found is not None:
-                    return found
-        return None
-
-    @staticmethod
-    def _find_in(
-        candidates: list[tuple[bytes, H5Type]], c: Cursor, depth: int, limits: Limits
-    ) -> H5Type | None:
-        start = c.pos
-        for i, (encoding, t) in enumerate(candidates):
+        candidates = self._by_header.get(header)
+        if not candidates:
+            return None
+        start, n = c.pos, len(candidates)
+        last = self._last.get(header, n - 1)
+        # the last hit's neighbours first, then the most recent one, then the others
+        for i in _search_order(last, n):
+            encoding, t = candidates[i]
             end = start + len(encoding)
             # bytes(...) copies, then compares with memcmp: a memoryview compares item by item
             if end <= c.end and bytes(c.buf[start:end]) == encoding:
                 # (its nesting measured on the first hit, not when kept: most are never met again)
                 if depth + _nesting(t) > datatype_depth(limits):
                     return None  # decoded afresh: raises the nesting LimitError there
-                if i:
-                    candidates.insert(0, candidates.pop(i))  # most recently used first
+                self._last[header] = i
                 c.pos = end
                 return t
         return None
@@ -317,20 +316,41 @@ class KnownCompounds:
         if n < _KNOWN_MIN_BYTES or self._bytes + n > _KNOWN_BYTES:
             return
         encoding = bytes(c.buf[start : c.pos])
-        large = n >= _KNOWN_LARGE_BYTES
-        candidates = (self._by_header if large else self._small).setdefault(encoding[:8], [])
-        # Most recent first, the oldest dropped: the types of one nest share their header (same
-        # size, one member), and the one met next is the one just decoded, inside or around it.
-        candidates.insert(0, (encoding, t))
-        self._bytes += n
-        if len(candidates) > (_KNOWN_PER_HEADER if large else _KNOWN_SMALL_PER_HEADER):
-            self._bytes -= len(candidates.pop()[0])
+        candidates = self._by_header.setdefault(encoding[:8], [])
+        if len(candidates) < _KNOWN_PER_HEADER:
+            candidates.append((encoding, t))
+            self._bytes += n
+
+
+def _search_order(last: int, n: int) -> Iterator[int]:
+    """Indices of ``0..n-1``, each at most once: ``last`` and its neighbours outwards up to
+    :data:`_KNOWN_NEAR` away, the newest (``n - 1``) right after the first three. (Not all of
+    them: a type decoded for the first time, a miss, must not cost a pass over every one kept.)"""
+    yield last
+    lo, hi = last - 1, last + 1
+    if lo >= 0:
+        yield lo
+        lo -= 1
+    if hi < n:
+        yield hi
+        hi += 1
+    newest = n - 1
+    if lo < newest and hi <= newest:
+        yield newest
+    while (lo >= 0 or hi < n) and last - lo <= _KNOWN_NEAR:
+        if lo >= 0:
+            yield lo
+            lo -= 1
+        if hi < n and hi != newest:
+            yield hi
+            hi += 1
+        elif hi < n:
+            hi += 1
 
 
 _KNOWN_MIN_BYTES = 32  # (a Flux layer's NamedTuple of two references already repeats: 40 bytes)
-_KNOWN_LARGE_BYTES = 256
-_KNOWN_PER_HEADER = 64
-_KNOWN_SMALL_PER_HEADER = 8
+_KNOWN_PER_HEADER = 4096
+_KNOWN_NEAR = 32  # candidates looked at on either side of the last hit
 _KNOWN_BYTES = 16 << 20
 
 

@@ -34,9 +34,37 @@ _VLEN = struct.Struct("<IQI")  # a vlen element: count, heap collection address,
 _UNDEFINED_ADDR = (1 << 64) - 1
 _MEMO_BODY_BYTES = 256
 _MEMO_ENTRIES = 1 << 14
+# Tables whose values depend on the message body and the limits alone (no file state: a datatype
+# message holds its whole type, a compound's members included; a dataspace its dims), shared by
+# every file opened with the same limits. Bounded: at most _SHARED_ENTRIES per table (emptied
+# when full), for at most _SHARED_LIMITS distinct Limits (others get per-file tables).
+_SHARED_TABLES = (MEMO_TABLES[0], MEMO_TABLES[1])  # datatype, dataspace
+_SHARED_ENTRIES = 1 << 12
+_SHARED_LIMITS = 4
+_PROCESS_MEMOS: dict[Limits, dict[str, dict[bytes, Any]]] = {}
 _PREFETCH_MIN = 1 << 16  # below this, the faults themselves cost less than the system call
 _RANDOM_ABOVE = 1 << 26  # files up to 64 MiB are read whole by a few read-arounds: keep them
 _DENSE_METADATA = 1 << 18  # more than one object header per 256 KiB of file: dense metadata
+
+
+def _file_memos(limits: Limits) -> dict[str, dict[bytes, Any]]:
+    """The :meth:`HDF5File._memo` tables of a file opened with ``limits``: its own for the
+    messages whose meaning depends on the file (committed types, filters), the process's for
+    datatypes and dataspaces -- the same bytes decode to the same immutable value in every file
+    (a checkpoint's Float32 and reference types, its few shapes), so a second file opens without
+    decoding them again. Decoding failures are never remembered, so errors are unchanged."""
+    shared = _PROCESS_MEMOS.get(limits)
+    if shared is None and len(_PROCESS_MEMOS) < _SHARED_LIMITS:
+        shared = _PROCESS_MEMOS.setdefault(limits, {table: {} for table in _SHARED_TABLES})
+    memos: dict[str, dict[bytes, Any]] = {table: {} for table in MEMO_TABLES}
+    if shared is not None:
+        memos.update(shared)
+    return memos
+
+
+def _shared_table(limits: Limits, table: str) -> dict[bytes, Any] | None:
+    shared = _PROCESS_MEMOS.get(limits)
+    return None if shared is None else shared.get(table)
 
 
 def proto_class(file: HDF5File, obj: ObjectHeader) -> int | None:
@@ -171,7 +199,7 @@ class HDF5File:
         self._vouched: dict[int, ObjectHeader] = {}
         self._widths = self._cursor(0)  # buffer and field widths for read_messages
         self._types: dict[int, H5Type] = {}
-        self._memos: dict[str, dict[bytes, Any]] = {table: {} for table in MEMO_TABLES}
+        self._memos: dict[str, dict[bytes, Any]] = _file_memos(limits)
         # attribute messages decoded but for their data, by their bytes (see parse_attribute)
         self.attribute_forms: m.AttributeForms = {}
         self._resolving: set[int] = set()
@@ -195,7 +223,7 @@ class HDF5File:
         # they sit in.
         self._objects, self._types, self._heaps, self._links = {}, {}, {}, {}
         self._vouched = {}
-        self._memos = {table: {} for table in MEMO_TABLES}
+        self._memos = _file_memos(self.limits)
         self.attribute_forms = {}
         self.known_compounds = KnownCompounds()
         if getattr(self, "_headers", None) is not None:  # (absent when __init__ failed early)
@@ -384,7 +412,11 @@ class HDF5File:
         value = memo.get(key)
         if value is None:
             value = parse(msg)
-            if len(memo) < _MEMO_ENTRIES:
+            n = len(memo)
+            if n >= _SHARED_ENTRIES and table in _SHARED_TABLES and memo is _shared_table(self.limits, table):
+                memo.clear()  # (shared with other files: start afresh rather than stop learning)
+                n = 0
+            if n < _MEMO_ENTRIES:
                 memo[key] = value
         return value  # type: ignore[no-any-return]
 

@@ -222,6 +222,7 @@ def _known_fields(jt: JuliaType) -> list[tuple[str, Any]] | None:
 _EAGER_COMPOUNDS = frozenset({"JLD2.InlineUnionEl", "Core.DataType", "Core.Union"})
 
 _T = TypeVar("_T")
+_NOT_READ: Any = object()  # (a parameter's value may be None)
 
 _BY_ID_ENTRIES = 4096  # datatype objects remembered by identity (a file has a handful)
 _TEXTS_KEPT = 4096  # field types' texts remembered (TypeResolver._text), each of at most
@@ -238,6 +239,7 @@ class TypeResolver:
         self._basic: dict[tuple[H5Type, JuliaType | None], Plan] = {}
         self._by_id: dict[int, tuple[H5Type, Plan]] = {}
         self._params: dict[int, Any] = {}
+        self._committed_params: set[int] = set()  # the keys of _params that are committed types
         # Types the file writes as parameters by name (a DataType dataset), not committed.
         self.by_name_params: set[JuliaType] = set()
         # One object per distinct decoded type. A file may hold the same type as many DataType
@@ -314,7 +316,7 @@ class TypeResolver:
     # --- DataType values ------------------------------------------------------------------------
     def decode_datatype(self, buf: Any, off: int, path: TreePath) -> JuliaType:
         """Decode a ``Core.DataType`` element (32 bytes: name vlen string, parameters vlen refs)."""
-        name = decode_text(self.reader.heap_bytes(buf, off))
+        name = decode_text(self.reader.h5.vlen_at(buf, off))
         if len(name) > self.limits.max_name_bytes:
             raise LimitError(f"type name longer than max_name_bytes={self.limits.max_name_bytes}", path=path)
         if not name:
@@ -332,7 +334,8 @@ class TypeResolver:
                 distinct[ref] = self._param(ref, path)
             params = tuple(map(distinct.__getitem__, refs))
         for ref, param in distinct.items():
-            if isinstance(param, JuliaType) and not self.is_committed_datatype(ref):
+            # (whether ref is a committed type: _param found out, every ref here went through it)
+            if isinstance(param, JuliaType) and ref not in self._committed_params:
                 # JLD2 (refs_from_types) commits a concrete struct type used as a parameter
                 # exactly when it stores such structs inline (bits, or immutable of at most
                 # MAX_INLINE_SIZE bytes); one it writes by name instead is mutable (or larger).
@@ -368,7 +371,7 @@ class TypeResolver:
         count = _U32.unpack_from(buf, off)[0]
         if count == 0:
             return []
-        payload = self.reader.heap_bytes(buf, off)
+        payload = self.reader.h5.vlen_at(buf, off)  # (Reader.heap_bytes, one call less)
         if count * 8 > len(payload):
             raise FormatError(f"{count} type parameters do not fit their heap object", path=path)
         if count > 1:
@@ -378,12 +381,14 @@ class TypeResolver:
         return list(struct.unpack_from(f"<{count}Q", payload))
 
     def _param(self, ref: int, path: TreePath) -> Any:
-        if ref in self._params:
-            return self._params[ref]
+        value: Any = self._params.get(ref, _NOT_READ)
+        if value is not _NOT_READ:
+            return value
         if ref == 0:
             raise FormatError("type parameter is a NULL reference", path=path)
         if self.is_committed_datatype(ref):
-            value: Any = self._committed_param(ref, path)
+            value = self._committed_param(ref, path)
+            self._committed_params.add(ref)
         else:
             if ref in self._busy:
                 raise FormatError("type parameter refers back to the type being read", path=path)
