@@ -153,6 +153,14 @@ class HeaderMemo:
         return groups
 
 
+def _rows_same(windows: np.ndarray, starts: np.ndarray, expected: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """For each start, whether its window row equals ``expected`` on the bytes ``mask`` keeps."""
+    got = windows[starts].view("<u8")  # (a copy: changed in place below)
+    np.bitwise_xor(got, expected, out=got)
+    np.bitwise_and(got, mask, out=got)
+    return ~got.any(axis=1)  # type: ignore[no-any-return]
+
+
 def _same_key(
     buf: memoryview, data: np.ndarray, starts: np.ndarray, first: int, length: int, cut: tuple[int, int]
 ) -> np.ndarray:
@@ -183,10 +191,7 @@ def _same_key(
         ):
             # every header whole in the file, with its checksum (the usual case): one pass,
             # without the bookkeeping of which rows fit (a dozen numpy calls less)
-            got = windows[starts].view("<u8")  # (a copy: changed in place below)
-            np.bitwise_xor(got, expected, out=got)
-            np.bitwise_and(got, mask, out=got)
-            return ~got.any(axis=1)  # type: ignore[no-any-return]
+            return _rows_same(windows, starts, expected, mask)
     same = np.zeros(len(starts), bool)
     fits = starts + length + 4 <= size
     whole = fits & (starts + width <= size)
@@ -194,10 +199,7 @@ def _same_key(
         rows = np.flatnonzero(whole)
         for lo in range(0, len(rows), _ALIKE_ROWS):
             part = rows[lo : lo + _ALIKE_ROWS]
-            got = windows[starts[part]].view("<u8")  # (a copy: changed in place below)
-            np.bitwise_xor(got, expected, out=got)
-            np.bitwise_and(got, mask, out=got)
-            same[part] = ~got.any(axis=1)
+            same[part] = _rows_same(windows, starts[part], expected, mask)
         del windows
     else:
         whole[:] = False

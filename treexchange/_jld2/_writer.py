@@ -23,7 +23,6 @@ from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from itertools import chain
-from operator import attrgetter
 from typing import Any, BinaryIO, NamedTuple, TypeVar
 
 import numpy as np
@@ -65,10 +64,10 @@ from ._writer_arrays import (
     little_endian,
     plan_chunk,
 )
-from ._writer_bulk import PairValue as _PairValue, encode_refs, utf8 as _utf8, worth_bulk
+from ._writer_bulk import encode_refs, worth_bulk
 from ._writer_groups import SavedHeader, add_links
 from ._writer_rows import LAYOUT_CONTIGUOUS as _LAYOUT_CONTIGUOUS
-from ._writer_runs import PairVector as _PairVector
+from ._writer_runs import DATA as _DATA, PairValue as _PairValue, PairVector as _PairVector, utf8 as _utf8
 from ._writer_sink import Sink
 from ._writer_types import JT, MAX_INLINE_SIZE, UNION_EL, Cat, TypeFactory, written_text
 
@@ -1799,9 +1798,6 @@ def _arrays_only(layers: tuple[Any, ...]) -> bool:
     if len(layers) < 16 or set(map(type, layers)) != {JlNamedTuple}:
         return False
     return set(map(type, chain.from_iterable(map(dict.values, map(_DATA, layers))))) == {np.ndarray}
-
-
-_DATA = attrgetter("_data")
 
 
 def _dict_entries(value: Any, path: tuple[PathSegment, ...]) -> tuple[list[Any], list[Any]]:

@@ -33,7 +33,18 @@ from .._values import NamedTuple as JlNamedTuple
 from . import _encode_hdf5 as enc
 from ._writer_dicts import DictForm, dict_form_of, write_dict_run
 from ._writer_rows import hand_over, open_region, place_arrays, place_heap, put_compact
-from ._writer_runs import Form, PairValue, PairVector, Run, form_of, plan_run, utf8
+from ._writer_runs import (
+    BASE,
+    HEAP_FULL,
+    HEAP_MIN,
+    Form,
+    PairValue,
+    PairVector,
+    Run,
+    form_of,
+    plan_run,
+    utf8,
+)
 from ._writer_types import JT
 
 if TYPE_CHECKING:
@@ -45,9 +56,6 @@ BULK_MIN = 32
 _RUN_BYTES = 2 << 20
 """Bytes laid out at once (a run is split so that its buffer stays well inside the sink's window)."""
 
-BASE = enc.FILE_HEADER_LENGTH  # (what _writer calls BASE: relative addresses start here)
-_HEAP_FULL = 0xFFFF  # objects in one global heap collection (JLD2's limit)
-_HEAP_MIN = 4096  # size of a new collection (without its 16-byte header), as write_heap_object makes
 
 enabled = True
 """Switched off by tests, which then compare the bytes with the one-by-one path."""
@@ -168,7 +176,7 @@ def _write_run(
             psz = len(raw)
             objsz = 16 + psz
             objsz += -objsz % 8
-            filled = gh.count >= _HEAP_FULL
+            filled = gh.count >= HEAP_FULL
             if objsz + 16 < gh.free and not filled:
                 pass
             elif gh.offset != 0 and end == gh.offset + 16 + gh.length and not filled:
@@ -181,7 +189,7 @@ def _write_run(
                 marker, writer._heap_marker = writer._heap_marker, None
                 if marker is not None:
                     run.heap_puts.append(marker)
-                size = max(objsz, _HEAP_MIN)
+                size = max(objsz, HEAP_MIN)
                 offset = end + -end % 8
                 run.heap_puts.append((offset, enc.global_heap_header(size)))
                 end = offset + 16 + size

@@ -28,13 +28,11 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from itertools import chain, repeat
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .._errors import TreexchangeError, WriteError
-from . import _encode_hdf5 as enc
 from ._writer_rows import (
     hand_over,
     open_region,
@@ -44,16 +42,24 @@ from ._writer_rows import (
     put_compact,
     put_rows,
 )
-from ._writer_runs import PairValue, PairVector, Run, form_of, heap_places, pack_keys, utf8
+from ._writer_runs import (
+    BASE,
+    DTYPE as _DTYPE,
+    SHAPE as _SHAPE,
+    PairValue,
+    PairVector,
+    Run,
+    form_of,
+    heap_places,
+    pack_keys,
+    utf8_all,
+)
 from ._writer_types import JT, Cat
 
 if TYPE_CHECKING:
     from ._writer import JLD2Writer
 
-BASE = enc.FILE_HEADER_LENGTH
 Spec = tuple[np.dtype, tuple[int, ...], tuple[bytes, int, int]]  # dtype, shape, small-array plan
-_SHAPE = attrgetter("shape")
-_DTYPE = attrgetter("dtype")
 _KEY_GUESS = 24  # bytes a key takes in the heap, for sizing a run (16-byte head, a short key)
 
 
@@ -171,8 +177,8 @@ def write_dict_run(
     n = form.n
     m = 1 + n  # slots per element
     raws = np.empty((k, m), object)
-    raws[:, 0] = _utf8_all(keys)
-    raws[:, 1:] = np.asarray(_utf8_all(inner_keys), object).reshape(k, n)
+    raws[:, 0] = utf8_all(keys)
+    raws[:, 1:] = np.asarray(utf8_all(inner_keys), object).reshape(k, n)
     run = Run(1)
     news = pack_keys(writer, run, raws.ravel().tolist(), 1)
     start = writer.end
@@ -215,13 +221,6 @@ def write_dict_run(
     writer._keepalive.extend(arrays)
     writer.end = end
     return (headers - BASE).astype("<u8").tobytes(), first + k
-
-
-def _utf8_all(texts: list[str]) -> list[bytes]:
-    try:
-        return list(map(str.encode, texts))
-    except UnicodeEncodeError:
-        return [utf8(t, ()) for t in texts]  # raises for the one without a UTF-8 form
 
 
 def _slots(

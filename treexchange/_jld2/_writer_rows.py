@@ -19,7 +19,7 @@ import numpy as np
 
 from . import _encode_hdf5 as enc
 from ._writer_arrays import column_major_bytes, little_endian
-from ._writer_runs import Run
+from ._writer_runs import BASE, Run
 from ._writer_types import JT
 
 if TYPE_CHECKING:
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 LAYOUT_CONTIGUOUS = struct.Struct("<BHBBBQQ")  # enc.layout_contiguous as one struct: message head, body
 
-BASE = enc.FILE_HEADER_LENGTH  # (what _writer calls BASE: relative addresses start here)
 _ADDRESS_AT = 6  # where the data address sits in the contiguous layout message (after its head)
 _VLEN = np.dtype([("count", "<u4"), ("heap", "<u8"), ("index", "<u4")])
 _HEAP_OBJECT = np.dtype([("index", "<u2"), ("refs", "<u2"), ("reserved", "<u4"), ("size", "<u8")])

@@ -42,9 +42,9 @@ BASE = enc.FILE_HEADER_LENGTH
 HEAP_FULL = 0xFFFF  # objects in one global heap collection (JLD2's limit)
 HEAP_MIN = 4096  # size of a new collection (without its 16-byte header), as write_heap_object makes
 
-_DTYPE = attrgetter("dtype")
-_SHAPE = attrgetter("shape")
-_DATA = attrgetter("_data")
+DTYPE = attrgetter("dtype")
+SHAPE = attrgetter("shape")
+DATA = attrgetter("_data")
 
 
 @dataclass(frozen=True)
@@ -226,11 +226,11 @@ def _columns(form: Form, items: Sequence[Any], first: int, count: int) -> list[l
         k = _prefix(chunk, lambda p: type(p) is PairValue and p.jt is form.jt)
         return [[p.first for p in chunk[:k]], [p.second for p in chunk[:k]]]
     names = tuple(form.names)
-    if set(map(type, chunk)) == {JlNamedTuple} and set(map(tuple, map(_DATA, chunk))) == {names}:
+    if set(map(type, chunk)) == {JlNamedTuple} and set(map(tuple, map(DATA, chunk))) == {names}:
         k = len(chunk)
     else:
         k = _prefix(chunk, lambda t: type(t) is JlNamedTuple and tuple(t._data) == names)
-    rows = list(map(dict.values, map(_DATA, chunk[:k])))
+    rows = list(map(dict.values, map(DATA, chunk[:k])))
     return [list(c) for c in zip(*rows)] if rows else [[] for _ in names]
 
 
@@ -255,8 +255,8 @@ def _fitting(form: Form, columns: list[list[Any]], ws: dict[Hashable, int]) -> i
         head = column[:k]
         if not (
             set(map(type, head)) == {np.ndarray}
-            and all(d == spec[0] for d in set(map(_DTYPE, head)))
-            and set(map(_SHAPE, head)) == {spec[1]}
+            and all(d == spec[0] for d in set(map(DTYPE, head)))
+            and set(map(SHAPE, head)) == {spec[1]}
         ):
             k = _prefix(head, _planned_array(spec[0], spec[1]))
         ids.extend(map(id, column[:k]))
@@ -283,14 +283,20 @@ def _planned_array(dtype: np.dtype, shape: tuple[int, ...]) -> Any:
     return lambda v: type(v) is np.ndarray and v.dtype == dtype and v.shape == shape
 
 
+def utf8_all(texts: list[str]) -> list[bytes]:
+    """Every text's UTF-8 bytes (at C speed; ``utf8`` one by one when one has no UTF-8 form, which
+    raises for it)."""
+    try:
+        return list(map(str.encode, texts))
+    except UnicodeEncodeError:
+        return [utf8(t, ()) for t in texts]
+
+
 def _key_bytes(columns: list[list[Any]], vlens: list[int]) -> list[bytes]:
     """The keys' UTF-8 bytes in the order they are allocated (element by element, field by field)."""
     out: list[bytes] = []
     for f in vlens:
-        try:
-            raws = list(map(str.encode, columns[f]))
-        except UnicodeEncodeError:
-            raws = [utf8(v, ()) for v in columns[f]]  # raises for the one without a UTF-8 form
+        raws = utf8_all(columns[f])
         if len(vlens) == 1:
             return raws
         out.append(raws)  # type: ignore[arg-type]
