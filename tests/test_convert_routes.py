@@ -108,6 +108,17 @@ def test_an_option_that_does_nothing_on_the_route_is_an_error(
     assert not (tmp_path / out).exists()
 
 
+@pytest.mark.parametrize("to", ["safetensors", "orbax"])
+def test_flux_state_refuses_another_output_format(tmp_path: Path, capsys: Any, to: str) -> None:
+    """--flux-state writes a JLD2 Flux.state: --to safetensors/orbax used to be ignored silently."""
+    source = tmp_path / "a.jld2"
+    tx.save(source, a=np.zeros(2))
+    out = tmp_path / "b.out"
+    assert main(["convert", str(source), str(out), "--flux-state", "--to", to]) == 2
+    assert f"--flux-state writes a JLD2 file (Flux.state), not --to {to}" in capsys.readouterr().err
+    assert not out.exists()
+
+
 class _Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True

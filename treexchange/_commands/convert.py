@@ -125,6 +125,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
 
 def _run(args: argparse.Namespace) -> int:
     if args.flux_state:
+        if args.to not in (None, "jld2"):  # (a Flux.state is a JLD2 file: never another format silently)
+            raise UnsupportedError(f"--flux-state writes a JLD2 file (Flux.state), not --to {args.to}")
         _refuse_idle_options(args, ("flux-state", "jld2"))
         migrate_flux_state(
             args.input,

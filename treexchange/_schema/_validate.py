@@ -437,11 +437,14 @@ class _Checker:
             return
         if s.type is not None:
             self._type(s.type, a)
-        if s.value is not None and self.checksums:
-            self._content(s.value, content_value(a.scalar(), a.type_text()), a, number=True)
+        checks_content = s.value is not None and self.checksums
+        if not checks_content and s.enum is None and s.minimum is None and s.maximum is None:
+            return
+        value = a.scalar()  # (read once for both checks: a file node reads it from the file)
+        if checks_content:
+            self._content(s.value, content_value(value, a.type_text()), a, number=True)
         if s.enum is None and s.minimum is None and s.maximum is None:
             return
-        value = a.scalar()
         shown = format_value(json_scalar(value))
         if s.enum is not None and not number_in(value, s.enum):
             self.add("value", a.path, f"{shown} found, schema allows {_enum_text(s.enum)}")
