@@ -274,6 +274,29 @@ def test_a_real_policy_saved_as_a_string_keyed_dict_with_a_cycle_reads_and_conve
     assert tx.values_equal(again, values) and again["learner"]["2"]["5"]["keys"][0] is again["learner"]
 
 
+def test_a_lowered_root_is_parsed_once_by_open_and_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Opening reads a lowered root whole for its names; the file's reads then take their values
+    from that reading (the root was parsed and read again in a session of the file's own)."""
+    from treexchange._bson._julia import Session
+
+    roots: list[int] = []
+    value = Session.value
+
+    def counted(self: Session, raw: Any, path: Any, *args: Any, **kw: Any) -> Any:
+        if not path:
+            roots.append(1)
+        return value(self, raw, path, *args, **kw)
+
+    monkeypatch.setattr(Session, "value", counted)
+    path = BUNDLED_DIR / "bson" / "mcleod_curiosity_goal_policy.bson"
+    with tx.open(path) as f:
+        learner = f["learner"].read()
+        assert f.read()["learner"] is learner and learner["2"]["5"]["keys"][0] is learner
+    assert len(roots) == 1
+    assert sorted(tx.load(path)) == ["exp", "fc", "info", "learner"]
+    assert len(roots) == 2
+
+
 def _complex(re: int, im: int) -> tx.JuliaStruct:
     return tx.JuliaStruct("Complex{Int64}", {"re": np.int64(re), "im": np.int64(im)})
 

@@ -101,8 +101,12 @@ class BsonDocument:
         # BSON.jl lowers ``d`` itself, so the root document is ``d``'s tagged document and
         # ``BSON.load`` returns ``d``. Its keys are then the file's names (read whole, once).
         self.lowered_root = self._is_lowered_root()
+        # The session that read a lowered root for its names: the first reader's session (the
+        # root's values are in it already; a new one would parse the whole file again).
+        self._opening: Session | None = None
         if self.lowered_root:
-            self.entries = dict.fromkeys(self._root_value(self.session()), self.entries["tag"])
+            self._opening = self.session()
+            self.entries = dict.fromkeys(self._root_value(self._opening), self.entries["tag"])
 
     def _is_lowered_root(self) -> bool:
         tag = self.entries.get("tag")
@@ -131,7 +135,12 @@ class BsonDocument:
         return named
 
     def session(self, *, order: str = "julia", mmap: bool = True) -> Session:
-        """A new reading session (backrefs shared within it)."""
+        """A new reading session (backrefs shared within it); the first one asked for in the
+        default order and mode is the one that read a lowered root at opening, if any."""
+        opening = self._opening
+        if opening is not None and order == "julia" and mmap:
+            self._opening = None
+            return opening
         return Session(self.parser, self.backrefs, order=order, mmap=mmap)
 
     def read(self, session: Session, name: str) -> Any:
@@ -146,3 +155,4 @@ class BsonDocument:
     def close(self) -> None:
         """Drop this object's hold on the map (arrays already read keep it alive)."""
         self._map = None
+        self._opening = None
