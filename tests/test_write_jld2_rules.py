@@ -258,3 +258,20 @@ def test_dict_in_its_stored_form_is_written_as_a_dict(tmp_path: Path) -> None:
     assert back["a"] == {"k": 3}
     assert isinstance(back["b"], JuliaStruct) and back["b"].type == t
     assert [(p["first"], p["second"]) for p in back["b"]["kvvec"]] == [(1, 0), (1.0, 1)]
+
+
+def test_a_type_written_with_version_zero_is_its_own_not_an_equal_ones() -> None:
+    """JLD2 0.4.51 - 0.4.52's datatype messages (version 0) are made once per type object. They
+    were kept in a cache keyed by equality, where a type read from one file at one address and an
+    equal one (``committed_at`` takes no part in equality) got whichever was asked for first."""
+    from treexchange._hdf5._model import H5Class, H5Type, Member
+    from treexchange._jld2._writer import _version_zero
+
+    f64 = H5Type(H5Class.FLOAT, 1, 0x20 | (0x3F << 8), 8, b"\x00\x00\x40\x00\x0b\x34\x00\xff\x03\x00\x00")
+    pair = H5Type(H5Class.COMPOUND, 3, 1, 8, members=(Member("x", 0, f64),))
+    here, there = pair.committed_as(1024), pair.committed_as(4096)
+    assert here == there and _version_zero(here).committed_at == 1024
+    zero = _version_zero(there)
+    assert zero.committed_at == 4096 and zero.version == 0 and zero.members[0].type.version == 0
+    assert _version_zero(there) is zero  # once per type object
+    assert _version_zero(there.committed_as(64)).committed_at == 64  # a copy does not take the memo

@@ -124,10 +124,12 @@ class H5Type:
     def committed_as(self, address: int | None) -> H5Type:
         """This type with ``committed_at=address``: ``dataclasses.replace`` without running the
         frozen ``__init__`` again (no checks to repeat; a file's every committed type is one),
-        keeping the cached hash (``committed_at`` takes no part in it)."""
+        keeping the cached hash (``committed_at`` takes no part in it) but not the writer's
+        version-0 copy (which carries ``committed_at``)."""
         t = object.__new__(H5Type)
         t.__dict__.update(self.__dict__)
         t.__dict__["committed_at"] = address
+        t.__dict__.pop("_version_zero", None)
         return t
 
     # --- derived views -----------------------------------------------------------------------

@@ -21,7 +21,6 @@ import math
 import struct
 from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from itertools import chain
 from typing import Any, BinaryIO, NamedTuple, TypeVar
 
@@ -1775,13 +1774,20 @@ _ZERO = object()
 """The all-zero-bytes value of the unused member of a ``JLD2.InlineUnionEl``."""
 
 
-@lru_cache(maxsize=4096)
 def _version_zero(t: H5Type) -> H5Type:
-    """``t`` with version 0 in every class byte but fixed-point ones (JLD2 0.4.51 - 0.4.52)."""
-    members = tuple(replace(m, type=_version_zero(m.type)) for m in t.members)
-    base = _version_zero(t.base) if t.base is not None else None
-    version = t.version if t.cls == H5Class.FIXED else 0
-    return replace(t, version=version, members=members, base=base)
+    """``t`` with version 0 in every class byte but fixed-point ones (JLD2 0.4.51 - 0.4.52).
+
+    Kept on the type object, as its encoding is (``encode_datatype``), not in a cache keyed by
+    equality: two equal types can differ where equality does not look (``committed_at``, the
+    address each was read from), and such a cache gave the second the first one's answer."""
+    found: H5Type | None = t.__dict__.get("_version_zero")
+    if found is None:
+        members = tuple(replace(m, type=_version_zero(m.type)) for m in t.members)
+        base = _version_zero(t.base) if t.base is not None else None
+        version = t.version if t.cls == H5Class.FIXED else 0
+        found = replace(t, version=version, members=members, base=base)
+        object.__setattr__(t, "_version_zero", found)
+    return found
 
 
 def _type_chain(t: H5Type) -> int:
