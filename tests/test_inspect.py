@@ -282,3 +282,33 @@ def test_plain_hdf5_needs_opt_in(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert recs[("c", "b")] == {"path": ["c", "b"], "kind": "number", "julia_type": "Float64", "value": 2.0}
     assert main(["inspect", str(path), "--allow-hdf5"]) == 0
     assert "g/  (group, 1 entry)" in capsys.readouterr().out
+
+
+def test_raw_bits_are_shown_as_julia_shows_them_not_as_an_integer(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A value of a primitive bits type numpy lacks (a pointer, a 16-bit type of one's own) or a
+    struct BSON.jl stored as raw bits was printed as the integer its bytes make; the text view
+    now prints what Julia prints (``CuPtr{Nothing}(0x00000012bee91e00)``, ``'a'``) and the JSON
+    record keeps ``value`` (the contract) with that text in ``shown``."""
+    from treexchange._bson._writer import bson_file, datatype
+
+    real = require_fixture("bson/deltadahl_vae_cuarray.bson")  # a CuArray: its CUDA pointers
+    pointers = [r for r in _records(real, capsys) if r["julia_type"] == "CUDA.CuPtr{Nothing}"]
+    assert pointers and all(r["shown"] == f"0x{r['value']:016x}" for r in pointers)
+    assert main(["inspect", str(real)]) == 0
+    assert f"CUDA.CuPtr{{Nothing}} = {pointers[0]['shown']}" in capsys.readouterr().out
+
+    point = np.array([(1.0, 2.0), (3.0, -1.0)], dtype=[("x", "<f4"), ("y", "<f4")])  # Point{Float32}
+    raw = {"tag": "array", "type": datatype("Main.Point", datatype("Core.Float32")), "size": [2]}
+    bson = tmp_path / "points.bson"
+    bson.write_bytes(bson_file({"ps": dict(raw, data=point.tobytes())}))
+    jld2 = tmp_path / "bits.jld2"
+    tx.save(jld2, h=tx.JuliaBits("Main.P16", b"\x00\x3c"), c=tx.JuliaBits("Core.Char", b"\x00\x00\x00a"))
+    assert main(["inspect", str(bson)]) == 0
+    out = capsys.readouterr().out
+    assert "[1]: Main.Point{Float32} = 0x400000003f800000" in out and "= 0xbf80000040400000" in out
+    assert main(["inspect", str(jld2)]) == 0
+    out = capsys.readouterr().out
+    assert "h: Main.P16 = 0x3c00" in out and "c: Char = 'a'" in out
+    assert [r.get("shown") for r in _records(jld2, capsys)] == ["0x3c00", "'a'"]

@@ -21,8 +21,10 @@ JSON has no NaN or infinities: those floats are written as the strings ``"NaN"``
 ``"Infinity"`` and ``"-Infinity"`` (also inside ``[re, im]`` pairs of complex numbers).
 Integers wider than 64 bits (``Int128``, ``UInt128``, ``BigInt``) are decimal strings, as
 are all values of those types; a ``BigFloat`` is its decimal text. Primitive bits types numpy
-has no dtype for (``Char``, ``@enum`` values) are kind ``number`` with their bytes read as a
-little-endian signed integer.
+has no dtype for (``Char``, ``@enum`` values, pointers, a struct BSON.jl stored as raw bits) are
+kind ``number`` with their bytes read as a little-endian signed integer, and ``shown``: the value
+as Julia shows it (``'a'`` for a ``Char``, else the bits in hex, ``0x3c00``; the text view prints
+that).
 A type used as a value (``Float64`` in a field) is kind ``singleton`` with julia_type ``Type{Float64}``.
 HDF5 groups (``"a/b"`` names) get no line of their own: their names appear as path segments.
 """
@@ -42,6 +44,7 @@ from ._juliatype import shared_renderings
 from ._nodeproto import CONTAINER_KINDS, LazyFile, LazyNode
 from ._recursion import stack_for_depth
 from ._typeof import presented_dtype_name
+from ._values import JuliaBits
 
 
 class _TypeText:
@@ -84,7 +87,10 @@ def node_record(node: Any, type_text: Any = str) -> dict[str, Any]:
         rec["shape"] = list(arr.shape)
         rec["sha256"] = array_sha256(arr)
     elif kind in ("number", "bool", "string", "symbol"):
-        rec["value"] = json_scalar(node.read(), node.julia_type)
+        value = node.read()
+        rec["value"] = json_scalar(value, node.julia_type)
+        if isinstance(value, JuliaBits):  # the value the integer stands for, as Julia shows it
+            rec["shown"] = value.shown()
     note = getattr(node, "note", None)  # what the reader changed here (a BSON Tracker array)
     if note:
         rec["note"] = note
@@ -294,9 +300,12 @@ def _text_lines(root: LazyNode, type_width: int | None, budget: int) -> Iterator
             yield f"{indent}{label}: {jt}  {dims}  {dtype}  {_human(size)}{end}"
         elif kind in ("number", "bool", "string", "symbol"):
             leaves += 1
-            value = json_scalar(node.read())
+            read = node.read()
+            value = json_scalar(read)
             shown = json.dumps(value, ensure_ascii=False) if kind in ("string", "symbol", "bool") else value
-            if kind == "symbol":
+            if isinstance(read, JuliaBits):  # raw bits (a Char, a pointer, an @enum): not an integer
+                shown = read.shown()
+            elif kind == "symbol":
                 shown = ":" + str(value)
             yield f"{indent}{label}: {jt} = {_clip(str(shown), 60)}{end}"
         elif kind == "singleton":

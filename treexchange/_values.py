@@ -548,11 +548,31 @@ class JuliaBits(TypeParameterValue):
     def __repr__(self) -> str:
         return f"JuliaBits({str(self.type)!r}, {self.data!r})"
 
+    def shown(self) -> str:
+        """The value as Julia's ``show`` prints it without the type: a ``Char`` as ``'a'``, any
+        other as its bits in hex, most significant byte first (``0x3c00``: Julia prints a
+        primitive type's value ``P16(0x3c00)``). The bytes are all the file gives: an ``@enum``
+        value is its number in hex, a struct stored as raw bits its packed fields.
+
+        Example:
+            >>> from treexchange import JuliaBits
+            >>> JuliaBits("Main.P16", b"\\x00\\x3c").shown()
+            '0x3c00'
+            >>> JuliaBits("Core.Char", b"\\x00\\x00\\x00a").shown()
+            "'a'"
+        """
+        if _short(self.type.name) == "Char" and len(self.data) == 4:
+            return self._char_text()
+        return "0x" + self.data[::-1].hex()
+
     def _julia_param_text(self, *, short: bool, sep: str) -> str:
         """A ``Char`` as Julia shows it (``'a'``); any other bits value (and a ``Char`` in the
         stored spelling) as its ``repr``."""
         if not (short and _short(self.type.name) == "Char" and len(self.data) == 4):
             return repr(self)
+        return self._char_text()
+
+    def _char_text(self) -> str:
         # A Char is its UTF-8 bytes left-aligned in a big-endian UInt32 (stored little-endian).
         raw = self.data[::-1].rstrip(b"\x00") or b"\x00"
         try:
