@@ -330,12 +330,9 @@ class Session:
         referring back is this very list (the cycle the JLD2 reader returns for the same value)."""
         self._check_elements(len(seq), seq.offset, path)
         out: list[Any] = []
-        self._partial[ref] = out
-        try:
+        with _Filling(self._partial, ref, out):
             for i, x in enumerate(seq, 1):
                 out.append(self.value(x, (*path, i), depth + 1))
-        finally:
-            del self._partial[ref]
         return out
 
     def _field(self, raw: Doc, key: str, kind: type | tuple[type, ...], path: TreePath = ()) -> Any:
@@ -353,15 +350,10 @@ class Session:
         is this very object."""
         out = JuliaDict()
         out.julia_type = JuliaType("Base.Dict", (JuliaType("Core.Symbol"), JuliaType("Core.Any")))
-        if ref is not None:
-            self._partial[ref] = out
-        try:
+        with _Filling(self._partial, ref, out):
             for k, v in raw.items():
                 if k != "_backrefs":
                     out[Symbol(k)] = self.value(v, (*path, k), depth + 1)
-        finally:
-            if ref is not None:
-                del self._partial[ref]
         return out
 
     # --- types -----------------------------------------------------------------------------
@@ -561,12 +553,9 @@ class Session:
         """The struct of backref ``ref``, made before its fields: a field referring back to it
         (a mutable struct containing itself) is this very object."""
         out = JuliaStruct(t, mutable=True)
-        self._partial[ref] = out
-        try:
+        with _Filling(self._partial, ref, out):
             for k, x in zip(names, data):
                 out.fields[k] = self.value(x, (*path, k), depth + 1)
-        finally:
-            del self._partial[ref]
         return out
 
     def _primitive(self, t: JuliaType, data: Blob, path: TreePath) -> Any:
@@ -585,14 +574,9 @@ class Session:
         BSON.jl's load builds it: the Dict first, then its pairs) is this very object."""
         out = JuliaDict()
         out.julia_type = t
-        if ref is not None:
-            self._partial[ref] = out
-        try:
+        with _Filling(self._partial, ref, out):
             keys = _elements(self.value(data[0], (*path, "keys"), depth + 1))
             vals = _elements(self.value(data[1], (*path, "vals"), depth + 1))
-        finally:
-            if ref is not None:
-                del self._partial[ref]
         if keys is None or vals is None or len(keys) != len(vals):
             raise FormatError(
                 "BSON.jl Dict whose keys and values do not pair up", offset=data.offset, path=path
@@ -747,6 +731,26 @@ class Session:
         flat[:] = items
         data = flat.reshape(shape, order="F")
         return JuliaArray(eltype, data.T if self.order == "storage" else data)
+
+
+class _Filling:
+    """``with _Filling(partial, ref, container)``: while ``container`` (the mutable value of backref
+    ``ref``, made before its elements) is filled, ``partial[ref]`` is it, so an element referring
+    back to ``ref`` is this very object (the cycle closes on it). ``ref`` ``None`` (a value not
+    reached through a backref): nothing to close."""
+
+    __slots__ = ("container", "partial", "ref")
+
+    def __init__(self, partial: dict[int, Any], ref: int | None, container: Any) -> None:
+        self.partial, self.ref, self.container = partial, ref, container
+
+    def __enter__(self) -> None:
+        if self.ref is not None:
+            self.partial[self.ref] = self.container
+
+    def __exit__(self, *exc: object) -> None:
+        if self.ref is not None:
+            del self.partial[self.ref]
 
 
 def _bits_value(t: JuliaType, raw: bytes) -> Any:
