@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -27,7 +26,7 @@ from ._gc import gc_paused
 from ._jld2._nodes import array_protocol
 from ._juliatype import JuliaType
 from ._limits import DEFAULT_LIMITS, Limits
-from ._nodeproto import CONTAINER_KINDS
+from ._nodeproto import CONTAINER_KINDS, ClosingFile
 from ._plainhdf5 import ValueNode
 from ._recursion import stack_for_depth
 from ._typeof import SharedTypes, kind_of, wide_int_array
@@ -93,7 +92,7 @@ class _Context:
     types: SharedTypes
 
 
-class BsonFile(Mapping[str, BsonNode]):
+class BsonFile(Mapping[str, BsonNode], ClosingFile):
     """A BSON.jl file opened for reading: a mapping of its top-level names to nodes.
 
     Mirrors :class:`treexchange.File`: ``read``, ``attrs`` (always empty), ``close``; ``format_version``
@@ -184,14 +183,6 @@ class BsonFile(Mapping[str, BsonNode]):
             self.closed = True
             self._values.clear()
             self._doc.close()
-
-    def __enter__(self) -> BsonFile:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<treexchange BsonFile {self.filename!r} (BSON.jl, {len(self)} names)>"

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from types import TracebackType
-from typing import Any, Literal, Protocol, TypeGuard, runtime_checkable
+from typing import Any, Literal, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -128,6 +128,37 @@ class LazyFile(LazyNode, Protocol):
     def __exit__(
         self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
     ) -> None: ...
+
+
+_Closing = TypeVar("_Closing", bound="ClosingFile")
+
+
+class ClosingFile:
+    """An opened file as a context manager (``with treexchange.open(path) as f:``): ``close`` on
+    leaving the block, whatever ended it. The file classes (:class:`treexchange.File`,
+    ``BsonFile``, ``PlainFile``, the HDF5 layer's ``HDF5File``) derive from it and define
+    ``close``.
+
+    Example:
+        >>> class Demo(ClosingFile):
+        ...     def close(self) -> None:
+        ...         print("closed")
+        >>> with Demo() as d:
+        ...     type(d).__name__
+        'Demo'
+        closed
+    """
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self: _Closing) -> _Closing:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
 
 
 _NODE_TYPES: dict[type, bool] = {}

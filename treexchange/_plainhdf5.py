@@ -25,7 +25,6 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Iterator, Mapping
-from types import TracebackType
 from typing import Any
 
 import numpy as np
@@ -44,7 +43,7 @@ from ._errors import (
 from ._jld2._nodes import array_protocol
 from ._juliatype import JuliaType
 from ._limits import DEFAULT_LIMITS, Limits
-from ._nodeproto import CONTAINER_KINDS
+from ._nodeproto import CONTAINER_KINDS, ClosingFile
 from ._typeof import ANY, STRING, julia_eltype, julia_type_of, kind_of
 from ._values import UNDEF, JuliaArray, JuliaStruct, NamedTuple, Symbol
 
@@ -411,7 +410,7 @@ class PlainNode:
         return f"<PlainNode {format_path(self.path)}: {self.kind} {self.julia_type}>"
 
 
-class PlainFile(Mapping[str, PlainNode]):
+class PlainFile(Mapping[str, PlainNode], ClosingFile):
     """A plain HDF5 file opened with ``allow_hdf5=True`` (read through h5py).
 
     Mirrors :class:`treexchange.File`: a mapping of top-level names to nodes, ``read``,
@@ -519,14 +518,6 @@ class PlainFile(Mapping[str, PlainNode]):
         if not self.closed:
             self.closed = True
             self._h5.close()
-
-    def __enter__(self) -> PlainFile:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"<treexchange PlainFile {self.filename!r} (plain HDF5, {len(self)} names)>"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 from ._bson import sniff as sniff_bson
@@ -26,7 +25,7 @@ from ._jld2._nodes import Group, Node, group_links
 from ._jld2._reader import Reader, Session
 from ._jld2._sessions import grown_groups, session_marks, session_starts
 from ._limits import DEFAULT_LIMITS, Limits
-from ._nodeproto import LazyFile, Order
+from ._nodeproto import ClosingFile, LazyFile, Order
 from ._plainhdf5 import PlainFile
 
 Source = str | os.PathLike[str] | bytes
@@ -38,7 +37,7 @@ Defined here, below the schema layer, so that ``load`` can tell whether a file e
 without importing the schema layer (pydantic)."""
 
 
-class File(Group):
+class File(Group, ClosingFile):
     """An open JLD2 file: a read-only mapping of its top-level names to lazy nodes.
 
     Opening parses the superblock and the root group only. ``file["model_state"]`` parses that
@@ -117,14 +116,6 @@ class File(Group):
         if not self.closed:
             self.closed = True
             self._reader.close()
-
-    def __enter__(self) -> File:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def __getitem__(self, key: str) -> Node | Group:
         if self.closed:

@@ -9,13 +9,13 @@ import threading
 import weakref
 from collections.abc import Callable, Iterator
 from itertools import repeat
-from types import TracebackType
 from typing import Any, TypeVar
 
 import numpy as np
 
 from .._errors import FormatError, LimitError, TreexchangeError, UnsupportedError, WrongFormatError, in_file
 from .._limits import DEFAULT_LIMITS, Limits
+from .._nodeproto import ClosingFile
 from . import _messages as m
 from ._cursor import FORMAT_ERRORS, Cursor, format_errors, malformed
 from ._datatype import KnownCompounds
@@ -104,7 +104,7 @@ def _check_not_truncated(eof_address: int | None, size: int) -> None:
         raise FormatError(f"truncated: {size} bytes, the superblock says {eof_address}", offset=size)
 
 
-class HDF5File:
+class HDF5File(ClosingFile):
     """A read-only HDF5 file, memory-mapped.
 
     Args:
@@ -239,14 +239,6 @@ class HDF5File:
                 mm.close()
             except BufferError:
                 pass  # exported views still exist; GC closes the map after them
-
-    def __enter__(self) -> HDF5File:
-        return self
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     # --- addresses ---------------------------------------------------------------------------
     def absolute(self, address: int) -> int:
