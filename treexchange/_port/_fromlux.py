@@ -178,13 +178,15 @@ def from_lux(
     version = lux if lux is not None else lux_version(ps_value)
     port = functools.partial(_port, target=target, lux=version, key=key)
     if isinstance(architecture, str):
-        return port(architecture, ps_value, st_value, (ps,), None if st is None else (st,))
+        return port(
+            parse_lux_architecture(architecture), ps_value, st_value, (ps,), None if st is None else (st,)
+        )
     if not isinstance(architecture, Mapping):
         raise TypeError(f"architecture must be the Lux text or a dict of texts, not {type(architecture)}")
     parts = _parts(architecture, ps_value, ps)
     return {
         name: port(
-            text,
+            parse_lux_architecture(text),
             ps_value[name],
             None if st_value is None else _part(st_value, name, (st or "",)),
             (ps, name),
@@ -221,21 +223,6 @@ def _part(value: Any, name: str, path: tuple[PathSegment, ...]) -> Any:
 
 
 def _port(
-    text: str,
-    ps_value: Any,
-    st_value: Any,
-    ps_path: tuple[PathSegment, ...],
-    st_path: tuple[PathSegment, ...] | None,
-    *,
-    target: str,
-    lux: str,
-    key: Any,
-) -> Any:
-    piece = parse_lux_architecture(text)
-    return _port_piece(piece, ps_value, st_value, ps_path, st_path, target=target, lux=lux, key=key)
-
-
-def _port_piece(
     piece: LuxPiece,
     ps_value: Any,
     st_value: Any,
@@ -252,7 +239,7 @@ def _port_piece(
             sub_st = None if st_path is None else _part(st_value, name, st_path)
             sub_st_path = None if st_path is None else (*st_path, name)
             ps_part = _part(ps_value, name, ps_path)
-            model = _port_piece(
+            model = _port(
                 part, ps_part, sub_st, (*ps_path, name), sub_st_path, target=target, lux=lux, key=key
             )
             steps.append((model, False))  # a part's own last step is taken in it
