@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from .._errors import FormatError, UnsupportedError, WrongFormatError
 from ._cursor import Cursor
@@ -99,11 +100,8 @@ def read_superblock(buf: memoryview, *, verify_checksum: bool = False) -> Superb
     if version in (0, 1):
         return _read_v0_v1(c, start, version)
     if version in (2, 3):
-        offset_size = c.u8()
-        length_size = c.u8()
-        _check_sizes(offset_size, length_size, c.pos - 2)
+        offset_size = _sizes(c)
         c.u8()  # file consistency flags
-        c.offset_size, c.length_size = offset_size, length_size
         stored_base = c.uint(offset_size)
         ext = c.address()
         eof = c.address()
@@ -112,28 +110,48 @@ def read_superblock(buf: memoryview, *, verify_checksum: bool = False) -> Superb
         stored = c.u32()
         if verify_checksum and lookup3(buf[start:body_end]) != stored:
             raise FormatError("superblock checksum mismatch", offset=body_end)
-        if root is None:
-            raise FormatError("superblock has no root group address", offset=body_end - offset_size)
-        return Superblock(
-            offset=start,
-            version=version,
-            offset_size=offset_size,
-            length_size=length_size,
-            base=start,
-            stored_base=stored_base,
-            eof_address=eof,
-            root_address=root,
-            extension_address=ext,
-        )
+        return _superblock(c, start, version, stored_base, eof, root, body_end, extension_address=ext)
     raise UnsupportedError(f"HDF5 superblock version {version} is not supported", offset=c.pos - 1)
 
 
-def _check_sizes(offset_size: int, length_size: int, at: int) -> None:
+def _sizes(c: Cursor) -> int:
+    """The sizes of offsets and lengths (a byte each), checked and set on ``c`` for what follows;
+    the size of offsets."""
+    offset_size, length_size = c.u8(), c.u8()
     if offset_size not in (2, 4, 8) or length_size not in (2, 4, 8):
         raise FormatError(
             f"unsupported size of offsets/lengths ({offset_size}/{length_size}); expected 2, 4 or 8",
-            offset=at,
+            offset=c.pos - 2,
         )
+    c.offset_size, c.length_size = offset_size, length_size
+    return offset_size
+
+
+def _superblock(
+    c: Cursor,
+    start: int,
+    version: int,
+    stored_base: int,
+    eof: int | None,
+    root: int | None,
+    after_root: int,
+    **more: Any,
+) -> Superblock:
+    """The superblock at ``start`` (every version's fields, then ``more``); the root group's
+    address, read just before ``after_root``, must be defined."""
+    if root is None:
+        raise FormatError("superblock has no root group address", offset=after_root - c.offset_size)
+    return Superblock(
+        offset=start,
+        version=version,
+        offset_size=c.offset_size,
+        length_size=c.length_size,
+        base=start,
+        stored_base=stored_base,
+        eof_address=eof,
+        root_address=root,
+        **more,
+    )
 
 
 def _read_v0_v1(c: Cursor, start: int, version: int) -> Superblock:
@@ -141,10 +159,7 @@ def _read_v0_v1(c: Cursor, start: int, version: int) -> Superblock:
     c.u8()  # root group symbol table entry version
     c.u8()  # reserved
     c.u8()  # shared header message format version
-    offset_size = c.u8()
-    length_size = c.u8()
-    _check_sizes(offset_size, length_size, c.pos - 2)
-    c.offset_size, c.length_size = offset_size, length_size
+    offset_size = _sizes(c)
     c.u8()  # reserved
     leaf_k = c.u16()
     internal_k = c.u16()
@@ -160,6 +175,7 @@ def _read_v0_v1(c: Cursor, start: int, version: int) -> Superblock:
     # scratch pad (B-tree + local heap addresses when cache type is 1).
     c.address()
     root = c.address()
+    after_root = c.pos
     cache_type = c.u32()
     c.u32()
     scratch = c.sub(16)
@@ -167,17 +183,14 @@ def _read_v0_v1(c: Cursor, start: int, version: int) -> Superblock:
     if cache_type == 1:
         btree = scratch.address()
         heap = scratch.address()
-    if root is None:
-        raise FormatError("superblock has no root group address", offset=c.pos - 24 - offset_size)
-    return Superblock(
-        offset=start,
-        version=version,
-        offset_size=offset_size,
-        length_size=length_size,
-        base=start,
-        stored_base=stored_base,
-        eof_address=eof,
-        root_address=root,
+    return _superblock(
+        c,
+        start,
+        version,
+        stored_base,
+        eof,
+        root,
+        after_root,
         group_leaf_k=leaf_k,
         group_internal_k=internal_k,
         root_btree_address=btree,
