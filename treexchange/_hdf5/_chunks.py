@@ -165,6 +165,42 @@ def _checked(f: HDF5File, start: int, end: int, what: str) -> None:
             raise FormatError(f"{what} checksum mismatch", offset=end)
 
 
+_Emit = Callable[[int, Cursor], "ChunkRecord | None"]
+"""An index element at a cursor, numbered: its chunk's record, ``None`` for a chunk not written."""
+
+
+def _emitted(emit: _Emit, c: Cursor, first: int, count: int) -> Iterator[ChunkRecord]:
+    """The records of the ``count`` index elements at ``c``, numbered from ``first``."""
+    for k in range(count):
+        rec = emit(first + k, c)
+        if rec is not None:
+            yield rec
+
+
+def _page(
+    f: HDF5File, emit: _Emit, at: int, first: int, count: int, elem_size: int, what: str
+) -> Iterator[ChunkRecord]:
+    """The records of a page of ``count`` elements at ``at`` (its checksum follows them)."""
+    end = at + count * elem_size
+    pc = f._cursor(at, end + 4)
+    pc.need(end + 4 - at)
+    yield from _emitted(emit, pc, first, count)
+    _checked(f, at, end, what)
+
+
+def _array_block(f: HDF5File, at: int, signature: bytes, what: str, block_offset: int = 0) -> Cursor:
+    """A cursor past the prefix of an extensible array's index, data or secondary block at
+    ``at``: signature, version, client id, header address, then the block offset (data and
+    secondary blocks: ``block_offset`` bytes)."""
+    c = f._cursor(at)
+    c.signature(signature, what)
+    c.u8()  # version
+    c.u8()  # client id
+    c.address()  # header address
+    c.skip(block_offset)
+    return c
+
+
 def _fixed_array(f: HDF5File, g: _Geometry, header: int) -> Iterator[ChunkRecord]:
     hc = f._cursor(header)
     hc.signature(b"FAHD", "fixed array header")
@@ -201,10 +237,7 @@ def _fixed_array(f: HDF5File, g: _Geometry, header: int) -> Iterator[ChunkRecord
 
     if nelmts <= page_n:
         dc.need(nelmts * elem_size)
-        for idx in range(nelmts):
-            rec = emit(idx, dc)
-            if rec is not None:
-                yield rec
+        yield from _emitted(emit, dc, 0, nelmts)
         _checked(f, dblock, dc.pos, "fixed array data block")
         return
     npages = -(-nelmts // page_n)
@@ -213,16 +246,9 @@ def _fixed_array(f: HDF5File, g: _Geometry, header: int) -> Iterator[ChunkRecord
     page_at = dc.pos + 4
     for p in range(npages):
         count = min(page_n, nelmts - p * page_n)
-        page_size = count * elem_size + 4
         if bitmap[p // 8] & (0x80 >> (p % 8)):
-            pc = f._cursor(page_at, page_at + page_size)
-            pc.need(page_size)
-            for k in range(count):
-                rec = emit(p * page_n + k, pc)
-                if rec is not None:
-                    yield rec
-            _checked(f, page_at, page_at + count * elem_size, "fixed array page")
-        page_at += page_size
+            yield from _page(f, emit, page_at, p * page_n, count, elem_size, "fixed array page")
+        page_at += count * elem_size + 4
 
 
 def _extensible_array(f: HDF5File, g: _Geometry, header: int) -> Iterator[ChunkRecord]:
@@ -277,16 +303,9 @@ def _extensible_array(f: HDF5File, g: _Geometry, header: int) -> Iterator[ChunkR
         return ChunkRecord(coords, addr, g.chunk_bytes if size is None else size, mask)
 
     ib = iblock + f.base
-    ic = f._cursor(ib)
-    ic.signature(b"EAIB", "extensible array index block")
-    ic.u8()
-    ic.u8()
-    ic.address()
+    ic = _array_block(f, ib, b"EAIB", "extensible array index block")
     ic.need(idx_elmts * elem_size + (ndblk_addrs + nsblk_addrs) * osz)
-    for idx in range(idx_elmts):
-        rec = emit(idx, ic)
-        if rec is not None:
-            yield rec
+    yield from _emitted(emit, ic, 0, idx_elmts)
     dblk_addrs = [ic.address() for _ in range(ndblk_addrs)]
     sblk_addrs = [ic.address() for _ in range(nsblk_addrs)]
     _checked(f, ib, ic.pos, "extensible array index block")
@@ -297,18 +316,10 @@ def _extensible_array(f: HDF5File, g: _Geometry, header: int) -> Iterator[ChunkR
         if addr is None:
             return
         at = addr + f.base
-        dc = f._cursor(at)
-        dc.signature(b"EADB", "extensible array data block")
-        dc.u8()
-        dc.u8()
-        dc.address()
-        dc.skip(arr_off)
+        dc = _array_block(f, at, b"EADB", "extensible array data block", arr_off)
         if nelmts <= page_n:
             dc.need(nelmts * elem_size)
-            for k in range(nelmts):
-                rec = emit(first + k, dc)
-                if rec is not None:
-                    yield rec
+            yield from _emitted(emit, dc, first, nelmts)
             _checked(f, at, dc.pos, "extensible array data block")
             return
         # paged: pages follow the data block prefix (whose checksum covers the prefix only)
@@ -318,13 +329,7 @@ def _extensible_array(f: HDF5File, g: _Geometry, header: int) -> Iterator[ChunkR
             if page_ok is not None and not page_ok(p):
                 page_at += page_n * elem_size + 4
                 continue
-            pc = f._cursor(page_at, page_at + page_n * elem_size + 4)
-            pc.need(page_n * elem_size + 4)
-            for k in range(page_n):
-                rec = emit(first + p * page_n + k, pc)
-                if rec is not None:
-                    yield rec
-            _checked(f, page_at, page_at + page_n * elem_size, "extensible array page")
+            yield from _page(f, emit, page_at, first + p * page_n, page_n, elem_size, "extensible array page")
             page_at += page_n * elem_size + 4
 
     first = idx_elmts
@@ -340,12 +345,7 @@ def _extensible_array(f: HDF5File, g: _Geometry, header: int) -> Iterator[ChunkR
         ndblks, nelmts = sblk[iblock_nsblks + j]
         if saddr is not None:
             at = saddr + f.base
-            sc = f._cursor(at)
-            sc.signature(b"EASB", "extensible array secondary block")
-            sc.u8()
-            sc.u8()
-            sc.address()
-            sc.skip(arr_off)
+            sc = _array_block(f, at, b"EASB", "extensible array secondary block", arr_off)
             npages = nelmts // page_n if nelmts > page_n else 0
             # libhdf5 sizes the bitmap as one byte-rounded mask per data block, but indexes the
             # bits contiguously (data block b, page p -> bit b * npages + p).
