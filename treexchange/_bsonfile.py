@@ -24,10 +24,9 @@ from ._bson import BsonDocument, Session
 from ._errors import LimitError, TreePath
 from ._gc import gc_paused
 from ._jld2._nodes import array_protocol
-from ._juliatype import JuliaType
 from ._limits import DEFAULT_LIMITS, Limits
-from ._nodeproto import CONTAINER_KINDS, ClosingFile
-from ._plainhdf5 import ValueNode
+from ._nodeproto import CONTAINER_KINDS
+from ._plainhdf5 import HeaderlessRoot, ValueNode
 from ._recursion import stack_for_depth
 from ._typeof import SharedTypes, kind_of, wide_int_array
 from ._values import BigInt, Int128, UInt128
@@ -92,7 +91,7 @@ class _Context:
     types: SharedTypes
 
 
-class BsonFile(Mapping[str, BsonNode], ClosingFile):
+class BsonFile(Mapping[str, BsonNode], HeaderlessRoot):
     """A BSON.jl file opened for reading: a mapping of its top-level names to nodes.
 
     Mirrors :class:`treexchange.File`: ``read``, ``attrs`` (always empty), ``close``; ``format_version``
@@ -107,15 +106,6 @@ class BsonFile(Mapping[str, BsonNode], ClosingFile):
     """
 
     format_version = "BSON"
-    producer = ""
-    header = ""
-    legacy_header = False
-    kind = "group"
-    julia_type = JuliaType("JLD2.Group")
-    path: tuple[str, ...] = ()
-    object_address = None
-    shape = None
-    dtype = None
 
     def __init__(self, source: str | os.PathLike[str] | bytes, *, limits: Limits = DEFAULT_LIMITS) -> None:
         self.limits = limits

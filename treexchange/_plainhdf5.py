@@ -410,15 +410,10 @@ class PlainNode:
         return f"<PlainNode {format_path(self.path)}: {self.kind} {self.julia_type}>"
 
 
-class PlainFile(Mapping[str, PlainNode], ClosingFile):
-    """A plain HDF5 file opened with ``allow_hdf5=True`` (read through h5py).
+class HeaderlessRoot(ClosingFile):
+    """The root group of a file without a JLD2 header (plain HDF5, BSON.jl) as a node: a group
+    at the empty path, stored as no object of its own; ``producer`` and ``header`` are empty."""
 
-    Mirrors :class:`treexchange.File`: a mapping of top-level names to nodes, ``read``,
-    ``attrs``, ``close``; ``format_version``, ``producer`` and ``header`` are empty strings (no
-    JLD2 header).
-    """
-
-    format_version = ""
     producer = ""
     header = ""
     legacy_header = False
@@ -428,6 +423,17 @@ class PlainFile(Mapping[str, PlainNode], ClosingFile):
     object_address = None  # (see PlainNode.object_address)
     shape = None  # a group: no array access
     dtype = None
+
+
+class PlainFile(Mapping[str, PlainNode], HeaderlessRoot):
+    """A plain HDF5 file opened with ``allow_hdf5=True`` (read through h5py).
+
+    Mirrors :class:`treexchange.File`: a mapping of top-level names to nodes, ``read``,
+    ``attrs``, ``close``; ``format_version``, ``producer`` and ``header`` are empty strings (no
+    JLD2 header).
+    """
+
+    format_version = ""
 
     def __init__(
         self,
