@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import struct
 from collections.abc import Iterator, Mapping, Sequence
-from operator import attrgetter
 from typing import Any, cast
 
 import numpy as np
@@ -227,17 +226,6 @@ def _shared_const(reader: Reader, path: TreePath, kind: str, julia_type: JuliaTy
     return LeafNode(reader, path, kind, julia_type, hit)
 
 
-class _InMemory:
-    """The description of an array node's value held in memory (a decoded vlen sequence)."""
-
-    __slots__ = ("dtype", "shape", "value")
-
-    def __init__(self, value: np.ndarray) -> None:
-        self.value = value
-        self.shape: tuple[int, ...] = tuple(value.shape)
-        self.dtype: np.dtype = value.dtype
-
-
 class ArrayNode(Node):
     """A numeric (numbers, Bool, Complex, BFloat16) array; no data is read until asked.
 
@@ -250,12 +238,16 @@ class ArrayNode(Node):
     open File return. ``np.array(node)`` (``copy=True``) gives an independent copy.
     """
 
-    # ``_desc`` describes the array (its shape, dtype, type): the dataset's own header, or one
-    # alike to it (Reader.describe), so a walk keeps no header object per array; the header
-    # itself is made when the data are read. An array held in memory (``_address`` None) has
-    # an :class:`_InMemory` description holding its value. (``_value``: kept for code that
-    # stores it; never read.)
-    __slots__ = ("_address", "_desc", "_value")
+    # ``shape`` and ``dtype`` are stored on the node (slots): a walk asks both of every array,
+    # and a slot is read in C without the two lookups a property over the description costs
+    # (the description is the dataset's own header, or one alike to it: Reader.describe; no
+    # header object is kept per array, the header itself is made when the data are read).
+    # ``_address`` is the dataset's; an array held in memory (a decoded vlen sequence) has
+    # ``_address`` None and its value in ``_value`` (read only then: a node of a dataset may
+    # leave it unset).
+    __slots__ = ("_address", "_value", "dtype", "shape")
+    shape: tuple[int, ...]  # type: ignore[assignment]  # (a slot here: always set)
+    dtype: np.dtype  # type: ignore[assignment]
     _value: np.ndarray | None
 
     def __init__(
@@ -268,12 +260,13 @@ class ArrayNode(Node):
     ) -> None:
         jt = info.julia_type if info is not None else JuliaType("Core.Array")
         super().__init__(reader, path, "array", jt)
-        self._desc: DatasetInfo | _InMemory
         if info is None:
             assert value is not None
-            self._desc, self._address = _InMemory(value), None
+            self.shape, self.dtype, self._value, self._address = tuple(value.shape), value.dtype, value, None
         else:
-            self._desc, self._address = info, info.address if address is None else address
+            assert info.shape is not None and info.dtype is not None  # (only such are array nodes)
+            self.shape, self.dtype, self._value = info.shape, info.dtype, None
+            self._address = info.address if address is None else address
 
     @property
     def _info(self) -> DatasetInfo | None:
@@ -281,11 +274,6 @@ class ArrayNode(Node):
         if self._address is None:
             return None
         return self._reader.info(self._address, self.path)
-
-    # Read straight from the description, in C (no Python frame): a walk asks both of every
-    # array. (A described array always has both: only such are made into array nodes.)
-    shape = property(attrgetter("_desc.shape"), doc="Julia's shape.")  # type: ignore[assignment]
-    dtype = property(attrgetter("_desc.dtype"), doc="The numpy element type.")  # type: ignore[assignment]
 
     @property
     def ndim(self) -> int:
@@ -310,7 +298,8 @@ class ArrayNode(Node):
         info = self._info
         if info is not None:
             return self._reader.numeric_array(info, order)
-        value = cast(_InMemory, self._desc).value
+        value = self._value
+        assert value is not None
         return value if order == "julia" else value.T
 
     def _read(self, session: Session) -> Any:
@@ -599,7 +588,8 @@ class CompoundNode(ContainerNode):
                     leaf.path = path + (key,)  # noqa: RUF005 (faster than a starred tuple)
                     leaf.kind = "array"
                     leaf.julia_type = info.julia_type
-                    leaf._desc = info
+                    leaf.shape = info.shape  # type: ignore[assignment]  # (an array's: a tuple)
+                    leaf.dtype = info.dtype
                     leaf._address = address
                     return leaf
             i = plan.positions.get(key)
@@ -1011,7 +1001,7 @@ def node_for_ref(reader: Reader, path: TreePath, address: int) -> Node | Group:
     if info is not None:  # what node_for_dataset makes of it, without its steps (a hot path)
         node = _new_array_node(ArrayNode)
         node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
-        node._desc, node._address = info, address
+        node.shape, node.dtype, node._address = info.shape, info.dtype, address  # type: ignore[assignment]
         return node
     return node_for_dataset(reader, path, address)
 
@@ -1240,9 +1230,9 @@ class DictNode(ContainerNode):
                     leaf.path = path + (self._segments[i],)  # noqa: RUF005 - faster than (*path, key)
                     leaf.kind = "array"
                     leaf.julia_type = info.julia_type
-                    leaf._desc = info
+                    leaf.shape = info.shape  # type: ignore[assignment]  # (an array's: a tuple and a dtype)
+                    leaf.dtype = info.dtype  # type: ignore[assignment]
                     leaf._address = self._refs[i]  # type: ignore[index]  # (set with the arrays)
-                    leaf._value = None
                     return leaf
         node = self._cache.get(i)
         if node is None:
@@ -1265,7 +1255,7 @@ class DictNode(ContainerNode):
             if info is not None and not reader.closed:  # what node_for_ref makes, at once
                 node = _new_array_node(ArrayNode)
                 node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
-                node._desc, node._address, node._value = info, refs[i], None
+                node.shape, node.dtype, node._address = info.shape, info.dtype, refs[i]  # type: ignore[assignment]
                 return node
             return node_for_ref(reader, path, refs[i])
         plan = self._pair_plans[i]
