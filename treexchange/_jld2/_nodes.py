@@ -562,24 +562,22 @@ class CompoundNode(ContainerNode):
 
     def __getitem__(self, key: Any) -> Any:
         if type(key) is str:  # a field by name: its position is known per type
-            plan = self._plan
-            at = plan.ref_at.get(key)
+            at = self._plan.ref_at.get(key)
             if at is not None:
                 # a layer's weight: what _make makes of a described array, inline (a walk's hot
                 # path; a described array is never cached, so the cache is not asked)
                 reader = self._reader
                 address = _unpack_u64(self._buf, self._off + at)[0]
-                h5 = reader.h5
                 # Vouched for first: a walk's leaves are (an address is in one of the two:
                 # HDF5File.object pops what it parses). (DatasetInfo: the file's header_type; no
                 # typing.cast, a call, on this path.)
-                info: DatasetInfo | None = h5._vouched.get(address)  # type: ignore[assignment]
+                info: DatasetInfo | None = reader.h5._vouched.get(address)  # type: ignore[assignment]
                 if info is None:
-                    info = h5._objects.get(address)  # type: ignore[assignment]
+                    info = reader.h5._objects.get(address)  # type: ignore[assignment]
                 if (
                     info is not None
                     and info.value_kind is not None
-                    and info.dtype is not None
+                    and (dtype := info.dtype) is not None
                     and not reader.closed
                     and len(path := self.path) < reader.max_path
                 ):
@@ -589,10 +587,10 @@ class CompoundNode(ContainerNode):
                     leaf.kind = "array"
                     leaf.julia_type = info.julia_type
                     leaf.shape = info.shape  # type: ignore[assignment]  # (an array's: a tuple)
-                    leaf.dtype = info.dtype
+                    leaf.dtype = dtype
                     leaf._address = address
                     return leaf
-            i = plan.positions.get(key)
+            i = self._plan.positions.get(key)
             if i is not None:
                 node = self._cache.get(i)
                 if node is None:

@@ -215,6 +215,10 @@ class Reader:
         verify_checksums: bool = False,
         require_jld2: bool = True,
     ) -> None:
+        # An attribute of the instance (the class's False stays for a Reader whose __init__
+        # failed): a lazy walk asks it per leaf, and Python reads an instance's own attribute
+        # faster than one it finds on the class after a miss on the instance.
+        self.closed = False
         self.limits = limits
         self.name = "<bytes>" if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
         self.h5 = HDF5File(source, limits=limits, verify_checksums=verify_checksums, header_type=DatasetInfo)
