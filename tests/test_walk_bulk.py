@@ -99,3 +99,28 @@ def test_key_of_a_missing_heap_object_is_refused(tmp_path: Path) -> None:
     path.write_bytes(bytes(raw))
     with tx.open(path) as f, pytest.raises(tx.FormatError, match="no object"):
         list(f["st"].keys())
+
+
+@pytest.mark.parametrize("parsed", [0, 3, 40], ids=["none", "few", "many"])
+def test_described_arrays_is_described_array_of_each(parsed: int, tmp_path: Path) -> None:
+    """``Reader.described_arrays`` (a Dict's values at once) gives what ``described_array``
+    gives one address at a time, whichever of the headers were parsed since they were vouched
+    for (those are looked up one by one when few, by a loop over all when many), for repeated
+    addresses, undefined references (0), and values that are no numeric array."""
+    rng = np.random.default_rng(5)
+    shared = rng.standard_normal(3)
+    tree = JuliaDict({f"a{i}": rng.standard_normal(i % 3 + 1) for i in range(60)})
+    tree["again"], tree["twice"], tree["text"] = shared, shared, "not an array"
+    path = tmp_path / "tree.jld2"
+    tx.save(path, st=tree)
+    with tx.open(path) as f:
+        st = f["st"]
+        np.testing.assert_array_equal(np.asarray(st["a0"]), tree["a0"])  # values vouched for
+        reader, refs = st._reader, list(st._refs)
+        for address in refs[5 : 5 + parsed]:
+            reader.info(address)  # its own header made: in the file's objects, not vouched for
+        addresses = [*refs, 0, *refs[:7], refs[-1]]
+        expected = [reader.described_array(a) for a in addresses]
+        assert reader.described_arrays(addresses) == expected
+        assert sum(e is not None for e in expected) == len(addresses) - 3  # text, 0, text
+        assert len(reader.h5._objects.keys() & set(refs)) >= parsed

@@ -451,11 +451,19 @@ class Reader:
     def described_arrays(self, addresses: list[int]) -> list[DatasetInfo | None]:
         """:meth:`described_array` of each address (0: None), in one pass."""
         objects, vouched = self.h5._objects, self.h5._vouched
-        # In C (map): a walk asks this for every value of every Dict. A header made since it
-        # was vouched for is in ``objects`` only (``object`` pops it from ``vouched``).
+        # In C (map): a walk asks this for every value of every Dict. An address is in one of
+        # the two at most (``object`` pops from ``vouched`` the header it makes): the ones not
+        # vouched for are looked up in ``objects``. Once primed, those are a few (the header
+        # each group of alike ones was parsed from): found by C scans, not a loop over all.
         found: list[Any] = list(map(vouched.get, addresses))
-        if not objects.keys().isdisjoint(addresses):
-            found = [objects.get(a, f) for a, f in zip(addresses, found)]
+        missing = found.count(None)
+        if missing and missing <= _FEW_MISSING:
+            i = -1
+            for _ in range(missing):
+                i = found.index(None, i + 1)
+                found[i] = objects.get(addresses[i])
+        elif missing and not objects.keys().isdisjoint(addresses):
+            found = [objects.get(a) if f is None else f for a, f in zip(addresses, found)]
         # each distinct description (a few: one per kind of header) checked once
         unusable = {f for f in set(found) if f is not None and (f.value_kind is None or f.dtype is None)}
         if unusable:
@@ -990,6 +998,9 @@ class Reader:
             raise LimitError(f"array of {n} elements exceeds max_elements={self.limits.max_elements}")
         raw = self.raw(info, 8 * n)
         return np.frombuffer(bytes(raw[: 8 * n]), "<u8", n).tolist()  # (Python ints)
+
+
+_FEW_MISSING = 16  # described_arrays: addresses not vouched for, looked up one by one below this
 
 
 def _zero_size_struct(value: Any) -> bool:
