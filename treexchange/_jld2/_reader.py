@@ -482,7 +482,7 @@ class Reader:
         Dicts' Pairs together (:meth:`_prime_pairs`; one level: not the Dicts inside those).
         """
         h5 = self.h5
-        scalars, arrays = self.scalar_elements(addresses, path)
+        scalars, arrays = self.scalar_elements(addresses, path, arrays_data=False)  # (described only)
         for info, found, _ in arrays:
             h5.vouch_as(found.tolist(), info)
         for info, found, blob in scalars:
@@ -835,7 +835,7 @@ class Reader:
         return flat.reshape(tuple(reversed(info.shape)))
 
     def alike(
-        self, addresses: np.ndarray, path: TreePath, *, refs: bool = False
+        self, addresses: np.ndarray, path: TreePath, *, refs: bool = False, arrays_data: bool = True
     ) -> list[tuple[DatasetInfo, np.ndarray, np.ndarray]]:
         """Many datasets at once: ``[(description, relative addresses, absolute data offsets)]``
         for the groups of datasets among ``addresses`` alike but for where their data lie
@@ -844,6 +844,11 @@ class Reader:
         whose data pass every check the usual path (:meth:`numeric_array`, :meth:`raw`) makes.
         Datasets in no group are for the usual path (which raises where a check fails). No
         object header is made for the datasets of a group.
+
+        ``arrays_data=False``: the plain-data arrays are not located (no data offsets: an empty
+        array in their place) nor their data checked, for a caller that only describes them
+        (:meth:`prime`): a header alike to a described one has its description whatever its
+        data (:meth:`describe` gives it so too), and reading the data checks them then.
         """
         out: list[tuple[DatasetInfo, np.ndarray, np.ndarray]] = []
         h5 = self.h5
@@ -876,20 +881,24 @@ class Reader:
                     continue
             except TreexchangeError:
                 continue
+            if not arrays_data and info.shape is not None and type(plan) is not ReferencePlan:
+                out.append((info, offsets - h5.base, _NOT_LOCATED))
+                continue
             which, data_at, stored = h5.stored_ranges(info, offsets)
             good = (stored >= expected) & (data_at + expected <= h5.size)
             out.append((info, offsets[which][good] - h5.base, data_at[good]))
         return out
 
     def scalar_elements(
-        self, addresses: np.ndarray, path: TreePath
+        self, addresses: np.ndarray, path: TreePath, *, arrays_data: bool = True
     ) -> tuple[list[tuple[DatasetInfo, np.ndarray, bytes]], list[tuple[DatasetInfo, np.ndarray, np.ndarray]]]:
         """:meth:`alike` split by kind: for the groups of scalar datasets, ``(description,
         relative addresses, their element bytes one after the other)`` (``plan.size`` bytes
-        each, as :meth:`element_bytes` reads them); the groups of arrays as they are."""
+        each, as :meth:`element_bytes` reads them); the groups of arrays as they are
+        (``arrays_data``: as for :meth:`alike`)."""
         scalars: list[tuple[DatasetInfo, np.ndarray, bytes]] = []
         arrays: list[tuple[DatasetInfo, np.ndarray, np.ndarray]] = []
-        for info, found, data_at in self.alike(addresses, path):
+        for info, found, data_at in self.alike(addresses, path, arrays_data=arrays_data):
             if info.shape is not None:
                 arrays.append((info, found, data_at))
             else:
@@ -1000,6 +1009,8 @@ class Reader:
         return np.frombuffer(bytes(raw[: 8 * n]), "<u8", n).tolist()  # (Python ints)
 
 
+_NOT_LOCATED = np.zeros(0, np.int64)  # (Reader.alike's data offsets of arrays it did not locate)
+_NOT_LOCATED.flags.writeable = False
 _FEW_MISSING = 16  # described_arrays: addresses not vouched for, looked up one by one below this
 
 
