@@ -627,16 +627,18 @@ _new_node = object.__new__
 class RefVectorNode(ContainerNode):
     """A dataset of references (``Vector{Any}``, ``Vector{Matrix{Float32}}``, ...)."""
 
-    __slots__ = ("_addresses", "_info", "_primed")
+    __slots__ = ("_addresses", "_info", "_primed", "_to_prime")
 
     def __init__(self, reader: Reader, path: TreePath, info: DatasetInfo) -> None:
         super().__init__(reader, path, "vector", info.julia_type, info.address, info.shape)
         self._info = info
         self._addresses: list[int] | None = None
+        self._to_prime: np.ndarray | None = None  # the addresses as read, until prime reads them
         self._primed = False
 
     def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
-        self._addresses = self._reader.element_addresses(self._info)
+        found = self._reader.element_addresses(self._info)
+        self._addresses, self._to_prime = found.tolist(), found  # (Python ints: looked up per child)
         return _PositionEntries(len(self._addresses))
 
     def _child(self, i: int) -> Node | Group:
@@ -677,7 +679,8 @@ class RefVectorNode(ContainerNode):
         lo = i - i % _BLOCK
         block = addresses[lo : lo + _BLOCK]
         parsed = not objects.keys().isdisjoint(block)  # (usually none is: then no lookup each)
-        group, plan, blob = -1, None, b""
+        group, blob, kind, jt = -1, b"", "", BOTTOM
+        plan: CompoundPlan | None = None  # (of the group: kind and type read once per group)
         for j, address in enumerate(block, lo):
             found = elements.get(address)
             if found is None or j in cache or (parsed and address in objects):
@@ -685,15 +688,17 @@ class RefVectorNode(ContainerNode):
             if found & _GROUP_MASK != group:  # (the elements of a vector: usually one group)
                 group = found & _GROUP_MASK
                 info, blob = groups[group]
-                plan = info.plan
-            if type(plan) is not CompoundPlan:
+                plan = info.plan if type(info.plan) is CompoundPlan else None
+                if plan is not None:
+                    kind, jt = plan.kind, plan.julia_type
+            if plan is None:
                 continue
             # one store a statement: cheaper than tuple assignments
             node = new(CompoundNode)
             node._reader = reader
             node.path = path + (j + 1,)  # noqa: RUF005 (faster than a starred tuple)
-            node.kind = plan.kind
-            node.julia_type = plan.julia_type
+            node.kind = kind
+            node.julia_type = jt
             node._src = address
             node._keys = None
             node._cache = {}
@@ -714,8 +719,9 @@ class RefVectorNode(ContainerNode):
             addresses = self._addresses
         assert addresses is not None
         if not self._primed:
+            found, self._to_prime = self._to_prime, None
             if len(addresses) >= _BULK_MIN:
-                self._reader.prime(np.array(addresses, np.uint64), self.path)
+                self._reader.prime(np.array(addresses, np.uint64) if found is None else found, self.path)
             self._primed = True
         return addresses
 

@@ -566,7 +566,7 @@ class Reader:
                 total += info.count
                 if info.space == "null" or total > self.limits.max_elements:
                     return None
-                refs = self.element_addresses(info)
+                refs = self.element_addresses(info).tolist()
             out.append(refs)
         return out
 
@@ -1000,13 +1000,13 @@ class Reader:
             shaped = flat.reshape(tuple(reversed(info.shape)))
         return JuliaArray(eltype, shaped)
 
-    def element_addresses(self, info: DatasetInfo) -> list[int]:
-        """The references of a reference array, in Julia (column-major) order."""
+    def element_addresses(self, info: DatasetInfo) -> np.ndarray:
+        """The references of a reference array, in Julia (column-major) order (``uint64``)."""
         n = info.count
         if n > self.limits.max_elements:
             raise LimitError(f"array of {n} elements exceeds max_elements={self.limits.max_elements}")
         raw = self.raw(info, 8 * n)
-        return np.frombuffer(bytes(raw[: 8 * n]), "<u8", n).tolist()  # (Python ints)
+        return np.frombuffer(bytes(raw[: 8 * n]), "<u8", n)
 
 
 _NOT_LOCATED = np.zeros(0, np.int64)  # (Reader.alike's data offsets of arrays it did not locate)
