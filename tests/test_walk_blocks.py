@@ -159,3 +159,27 @@ def test_array_decoded_in_memory_is_described_by_its_value() -> None:
         np.testing.assert_array_equal(node.read(), values)
         np.testing.assert_array_equal(node.read(order="storage"), values)
         assert node[1] == -2.0
+
+
+def test_block_children_keep_their_own_children(tmp_path: Path) -> None:
+    """Layers made in bulk share one empty, write-refusing cache until they keep a child: the
+    first non-array field looked at gives a layer a cache of its own, kept (same node when asked
+    again) and never seen by another layer."""
+    path = tmp_path / "layers.jld2"
+    tx.save(path, st=_mixed_layers())
+    loaded = tx.load(path)["st"]["layers"]
+    with tx.open(path) as f:
+        layers = f["st"]["layers"]
+        named = [i for i in range(_N) if isinstance(loaded[i], NamedTuple) and "scale" in loaded[i]]
+        assert len(named) > 3
+        first, second = layers[named[1]], layers[named[2]]  # (made by one block)
+        assert first._cache is second._cache and not first._cache  # shared, empty
+        scale = first["scale"]
+        assert first["scale"] is scale and scale.read() == loaded[named[1]]["scale"]
+        assert first._cache is not second._cache and not second._cache
+        assert second["scale"].read() == loaded[named[2]]["scale"] != scale.read()
+        assert [n for _, n in first.children()][2] is scale  # children() finds it kept
+        third = layers[named[3]]
+        with pytest.raises(TypeError):
+            third._cache[0] = scale  # the shared cache refuses a write that bypasses _keep
+        assert not third._cache and third["scale"].read() == loaded[named[3]]["scale"]

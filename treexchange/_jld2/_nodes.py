@@ -330,6 +330,10 @@ class ContainerNode(Node):
     # are asked for (a few attribute stores): a walk over 100,000 arrays then leaves no 100,000
     # nodes (and paths) alive for the cyclic garbage collector to scan at each collection (a
     # third of such a walk's time). An array node holds no data, only where its data lie.
+    # A struct made in bulk (a layer: RefVectorNode._make_block) starts with the one shared
+    # empty ``_NONE_KEPT`` and gets a dict of its own when it keeps a first child (``_keep``):
+    # the layers of a model keep none (their fields are arrays), and a dict per layer would be
+    # one more object per layer to allocate and to count toward the collector's next pass.
     __slots__ = ("_cache", "_index", "_keys", "_shape", "_src")
 
     def __init__(
@@ -371,8 +375,15 @@ class ContainerNode(Node):
         if node is None:
             node = self._make(i, (*self.path, self._all()[i][0]))
             if type(node) is not ArrayNode:  # see __slots__
-                self._cache[i] = node
+                self._keep(i, node)
         return node
+
+    def _keep(self, i: int, node: Node | Group) -> None:
+        """Keep child ``i`` (made once: see ``__slots__``), in a dict of this node's own."""
+        cache = self._cache
+        if cache is _NONE_KEPT:
+            cache = self._cache = {}
+        cache[i] = node
 
     def keys(self) -> list[Any]:
         """Field names / dict keys (for tuples and vectors: 0-based positions)."""
@@ -382,13 +393,13 @@ class ContainerNode(Node):
         return [key for _, key in entries]
 
     def children(self) -> Iterator[tuple[PathSegment, Node | Group]]:
-        cache, path = self._cache, self.path
+        path = self.path
         for i, (seg, _) in enumerate(self._all()):
-            node = cache.get(i)  # what _child does, inlined: this runs for every node of a walk
+            node = self._cache.get(i)  # what _child does, inlined: this runs for every node of a walk
             if node is None:
                 node = self._make(i, (*path, seg))
                 if type(node) is not ArrayNode:
-                    cache[i] = node
+                    self._keep(i, node)
             yield seg, node
 
     def __len__(self) -> int:
@@ -596,7 +607,7 @@ class CompoundNode(ContainerNode):
                 if node is None:
                     node = self._make(i, (*self.path, key))
                     if type(node) is not ArrayNode:
-                        self._cache[i] = node
+                        self._keep(i, node)
                 return node
         return super().__getitem__(key)
 
@@ -616,12 +627,28 @@ def _compound_node(
     layer of a model: the three ``__init__`` calls are most of the cost of making it)."""
     node = _new_node(CompoundNode)
     node._reader, node.path, node.kind, node.julia_type = reader, path, plan.kind, plan.julia_type
-    node._src, node._keys, node._cache, node._index, node._shape = src, None, {}, None, None
+    node._src, node._keys, node._cache, node._index, node._shape = src, None, _NONE_KEPT, None, None
     node._plan, node._buf, node._off = plan, buf, off
     return node
 
 
 _new_node = object.__new__
+
+
+class _NoneKept(dict):  # type: ignore[type-arg]
+    """The ``_cache`` of nodes that keep no child yet (see ``ContainerNode.__slots__``): one
+    empty dict shared by them, which refuses to be written (``ContainerNode._keep`` gives a
+    node a dict of its own first), so no write can reach another node's children."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a node's shared empty cache is never written (see ContainerNode._keep)")
+
+    __setitem__ = __delitem__ = setdefault = update = pop = popitem = clear = __ior__ = _refuse  # type: ignore[assignment]
+
+
+_NONE_KEPT: dict[int, Any] = _NoneKept()
 
 
 class RefVectorNode(ContainerNode):
@@ -656,7 +683,7 @@ class RefVectorNode(ContainerNode):
         else:  # what _make makes of an element prime did not read (an array, mostly), at once
             node = node_for_ref(self._reader, (*self.path, i + 1), addresses[i])
         if type(node) is not ArrayNode:
-            self._cache[i] = node
+            self._keep(i, node)
         return node
 
     def _make_block(self, i: int, addresses: list[int]) -> Node | Group | None:
@@ -701,7 +728,7 @@ class RefVectorNode(ContainerNode):
             node.julia_type = jt
             node._src = address
             node._keys = None
-            node._cache = {}
+            node._cache = _NONE_KEPT
             node._index = None
             node._shape = None
             node._plan = plan
