@@ -249,24 +249,13 @@ class ArrayNode(Node):
     shape: tuple[int, ...]  # type: ignore[assignment]  # (a slot here: always set)
     dtype: np.dtype  # type: ignore[assignment]
     _value: np.ndarray | None
+    _address: int | None
 
-    def __init__(
-        self,
-        reader: Reader,
-        path: TreePath,
-        info: DatasetInfo | None,
-        value: np.ndarray | None = None,
-        address: int | None = None,
-    ) -> None:
-        jt = info.julia_type if info is not None else JuliaType("Core.Array")
-        super().__init__(reader, path, "array", jt)
-        if info is None:
-            assert value is not None
-            self.shape, self.dtype, self._value, self._address = tuple(value.shape), value.dtype, value, None
-        else:
-            assert info.shape is not None and info.dtype is not None  # (only such are array nodes)
-            self.shape, self.dtype, self._value = info.shape, info.dtype, None
-            self._address = info.address if address is None else address
+    # Made as ``ArrayNode()``, its slots then set (:func:`array_node`, or inline on a walk's hot
+    # paths): with object's own ``__init__`` that call is the cheapest way Python makes an
+    # instance (no ``object.__new__`` wrapper checks, no Python frame), and a walk makes a node
+    # per array it looks at.
+    __init__ = object.__init__  # type: ignore[assignment]
 
     @property
     def _info(self) -> DatasetInfo | None:
@@ -317,6 +306,29 @@ class ArrayNode(Node):
         if not self.shape:
             raise TypeError("len() of a 0-dimensional array")
         return self.shape[0]
+
+
+def array_node(
+    reader: Reader,
+    path: TreePath,
+    info: DatasetInfo | None,
+    value: np.ndarray | None = None,
+    address: int | None = None,
+) -> ArrayNode:
+    """The :class:`ArrayNode` of a described numeric array dataset (``info``: its header, or one
+    alike to it, then with the dataset's ``address``), or of ``value`` held in memory (``info``
+    None)."""
+    node = ArrayNode()
+    node._reader, node.path, node.kind = reader, path, "array"
+    if info is None:
+        assert value is not None
+        node.julia_type = JuliaType("Core.Array")
+        node.shape, node.dtype, node._value, node._address = tuple(value.shape), value.dtype, value, None
+    else:
+        assert info.shape is not None and info.dtype is not None  # (only such are array nodes)
+        node.julia_type, node.shape, node.dtype, node._value = info.julia_type, info.shape, info.dtype, None
+        node._address = info.address if address is None else address
+    return node
 
 
 class ContainerNode(Node):
@@ -557,12 +569,14 @@ class CompoundNode(ContainerNode):
     """A NamedTuple / Tuple / struct stored as a compound element: children are its fields."""
 
     __slots__ = ("_buf", "_off", "_plan")
+    _plan: CompoundPlan
+    _buf: Any
+    _off: int
 
-    def __init__(
-        self, reader: Reader, path: TreePath, plan: CompoundPlan, buf: Any, off: int, src: Where
-    ) -> None:
-        super().__init__(reader, path, plan.kind, plan.julia_type, src)
-        self._plan, self._buf, self._off = plan, buf, off
+    # Made as ``CompoundNode()``, its slots then set (:func:`_compound_node`, and a block of a
+    # vector's layers at once in RefVectorNode._make_block): as for ArrayNode, object's own
+    # ``__init__`` makes that the cheapest way to make the node of each layer of a model.
+    __init__ = object.__init__  # type: ignore[assignment]
 
     def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         return self._plan.entries  # made once per type, shared by all its nodes
@@ -592,7 +606,7 @@ class CompoundNode(ContainerNode):
                     and not reader.closed
                     and len(path := self.path) < reader.max_path
                 ):
-                    leaf = _new_array_node(ArrayNode)
+                    leaf = ArrayNode()
                     leaf._reader = reader  # (one store a statement: cheaper than tuple assignments)
                     leaf.path = path + (key,)  # noqa: RUF005 (faster than a starred tuple)
                     leaf.kind = "array"
@@ -623,16 +637,13 @@ class CompoundNode(ContainerNode):
 def _compound_node(
     reader: Reader, path: TreePath, plan: CompoundPlan, buf: Any, off: int, src: Where
 ) -> Node:
-    """``CompoundNode(reader, path, plan, buf, off, src)``, its slots set at once (one per
-    layer of a model: the three ``__init__`` calls are most of the cost of making it)."""
-    node = _new_node(CompoundNode)
+    """The :class:`CompoundNode` of the element of ``plan`` at ``buf[off:]`` (read through
+    ``src``), its slots set at once."""
+    node = CompoundNode()
     node._reader, node.path, node.kind, node.julia_type = reader, path, plan.kind, plan.julia_type
     node._src, node._keys, node._cache, node._index, node._shape = src, None, _NONE_KEPT, None, None
     node._plan, node._buf, node._off = plan, buf, off
     return node
-
-
-_new_node = object.__new__
 
 
 class _NoneKept(dict):  # type: ignore[type-arg]
@@ -702,7 +713,7 @@ class RefVectorNode(ContainerNode):
             or type(groups[found & _GROUP_MASK][0].plan) is not CompoundPlan
         ):
             return None  # (first: an element that is not such never costs a loop over its block)
-        cache, path, new = self._cache, self.path, _new_node
+        cache, path = self._cache, self.path
         lo = i - i % _BLOCK
         block = addresses[lo : lo + _BLOCK]
         parsed = not objects.keys().isdisjoint(block)  # (usually none is: then no lookup each)
@@ -721,7 +732,7 @@ class RefVectorNode(ContainerNode):
             if plan is None:
                 continue
             # one store a statement: cheaper than tuple assignments
-            node = new(CompoundNode)
+            node = CompoundNode()
             node._reader = reader
             node.path = path + (j + 1,)  # noqa: RUF005 (faster than a starred tuple)
             node.kind = kind
@@ -1030,14 +1041,13 @@ def node_for_ref(reader: Reader, path: TreePath, address: int) -> Node | Group:
         return _shared_const(reader, path, "singleton", BOTTOM, UNDEF)
     info = reader.described_array(address)
     if info is not None:  # what node_for_dataset makes of it, without its steps (a hot path)
-        node = _new_array_node(ArrayNode)
+        node = ArrayNode()
         node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
         node.shape, node.dtype, node._address = info.shape, info.dtype, address  # type: ignore[assignment]
         return node
     return node_for_dataset(reader, path, address)
 
 
-_new_array_node = object.__new__
 _U64 = struct.Struct("<Q")
 _unpack_u64 = _U64.unpack_from  # (bound once: a walk unpacks a reference per leaf)
 
@@ -1084,7 +1094,7 @@ def node_for_dataset(reader: Reader, path: TreePath, address: int) -> Node | Gro
         finally:
             building.discard(address)
     if info.dtype is not None:
-        return ArrayNode(reader, path, info, address=address)
+        return array_node(reader, path, info, address=address)
     info = reader.info(address, path)  # the vectors below read through the header itself
     if isinstance(plan, ReferencePlan) and info.space != "null":
         return RefVectorNode(reader, path, info)
@@ -1131,7 +1141,7 @@ def node_for_inline(
     if isinstance(plan, VlenSequencePlan):
         value = plan.decode(Session(reader), buf, off, path)
         if isinstance(value, np.ndarray):
-            node = ArrayNode(reader, path, None, value)
+            node = array_node(reader, path, None, value)
             node.julia_type = plan.julia_type
             return node
         items = value.tolist() if hasattr(value, "tolist") else list(value)
@@ -1256,7 +1266,7 @@ class DictNode(ContainerNode):
                 if not reader.closed and len(path) < reader.max_path:
                     # one store a statement, the path by concatenation: no tuple built and
                     # unpacked per leaf (a fifth of this lookup's time)
-                    leaf = _new_array_node(ArrayNode)
+                    leaf = ArrayNode()
                     leaf._reader = reader
                     leaf.path = path + (self._segments[i],)  # noqa: RUF005 - faster than (*path, key)
                     leaf.kind = "array"
@@ -1284,7 +1294,7 @@ class DictNode(ContainerNode):
             arrays = self._arrays
             info = arrays[i] if arrays is not None else None
             if info is not None and not reader.closed:  # what node_for_ref makes, at once
-                node = _new_array_node(ArrayNode)
+                node = ArrayNode()
                 node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
                 node.shape, node.dtype, node._address = info.shape, info.dtype, refs[i]  # type: ignore[assignment]
                 return node
