@@ -1054,10 +1054,17 @@ def _refs_in(plan: CompoundPlan, blob: bytes) -> np.ndarray | None:
 
 def _gather(buf: Any, at: np.ndarray, size: int) -> np.ndarray:
     """The ``size`` bytes at each absolute offset ``at`` of ``buf``, one row each (a copy;
-    every range was checked to lie in the file)."""
+    every range was checked to lie in the file).
+
+    Each row taken whole from a window sliding over ``buf`` (a strided view: one copy a row),
+    not byte by byte through an index array of ``len(at) * size`` offsets (half the time, and
+    no such temporary to fill)."""
+    if not len(at):
+        return np.zeros((0, size), np.uint8)
     data = np.frombuffer(buf, np.uint8)
     try:
-        return data[at[:, None] + np.arange(size)] if len(at) else np.zeros((0, size), np.uint8)
+        windows = np.ndarray((len(data) - size + 1, size), np.uint8, data, strides=(1, 1))
+        return windows[at]
     finally:
         del data
 
