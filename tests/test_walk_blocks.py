@@ -55,6 +55,18 @@ def _flux_layers() -> NamedTuple:
     )
 
 
+def _unaligned_layers() -> NamedTuple:
+    """Layers whose references lie off 8-byte boundaries (a Bool field first: JLD2 packs a
+    struct's fields without padding), which Reader.prime reads column by column."""
+    rng = np.random.default_rng(5)
+    return NamedTuple(
+        layers=tuple(
+            NamedTuple(on=i % 2 == 0, weight=rng.standard_normal((2, i % 3 + 1)), bias=np.full(2, float(i)))
+            for i in range(_N)
+        )
+    )
+
+
 def _arrays_in(value: Any) -> int:
     if isinstance(value, np.ndarray):
         return 1
@@ -82,7 +94,7 @@ def _same(node: Any, loaded: Any) -> int:
     return 0
 
 
-@pytest.mark.parametrize("make", [_mixed_layers, _flux_layers])
+@pytest.mark.parametrize("make", [_mixed_layers, _flux_layers, _unaligned_layers])
 def test_children_in_any_order_match_load(make: Any, tmp_path: Path) -> None:
     path = tmp_path / "layers.jld2"
     tx.save(path, st=make())

@@ -1047,8 +1047,14 @@ def _refs_in(plan: CompoundPlan, blob: bytes) -> np.ndarray | None:
     at = [f.offset for f in plan.fields if isinstance(f.plan, ReferencePlan) and f.offset + 8 <= size]
     if not at:
         return None
-    rows = np.frombuffer(blob, np.uint8).reshape(-1, size)
-    refs = np.concatenate([rows[:, a : a + 8].copy().view("<u8").ravel() for a in at])
+    if size % 8 == 0 and all(a % 8 == 0 for a in at):
+        # (the usual layout: references on 8-byte boundaries) the elements as rows of words,
+        # the reference columns taken at once, field by field as below
+        words = np.frombuffer(blob, "<u8").reshape(-1, size // 8).T
+        refs = words[[a // 8 for a in at]].ravel()
+    else:
+        rows = np.frombuffer(blob, np.uint8).reshape(-1, size)
+        refs = np.concatenate([rows[:, a : a + 8].copy().view("<u8").ravel() for a in at])
     return refs[refs != 0]
 
 
