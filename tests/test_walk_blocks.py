@@ -195,3 +195,27 @@ def test_block_children_keep_their_own_children(tmp_path: Path) -> None:
         with pytest.raises(TypeError):
             third._cache[0] = scale  # the shared cache refuses a write that bypasses _keep
         assert not third._cache and third["scale"].read() == loaded[named[3]]["scale"]
+
+
+@pytest.mark.parametrize("make", [_flux_layers, _unaligned_layers, _mixed_layers])
+def test_prime_finds_every_reference_of_the_elements(make: Any, tmp_path: Path) -> None:
+    """The references ``Reader.prime`` vouches for (``_refs_in``: word columns when aligned,
+    byte columns otherwise) are every nonzero reference field of every element read, field by
+    field: decoded one by one here from the same bytes."""
+    from treexchange._jld2._plans import CompoundPlan, ReferencePlan
+    from treexchange._jld2._reader import _refs_in
+
+    path = tmp_path / "layers.jld2"
+    tx.save(path, st=make())
+    with tx.open(path) as f:
+        layers = f["st"]["layers"]
+        layers[1]  # primes the vector: its struct elements read into groups
+        read = layers._reader._element_groups
+        groups = [(info.plan, blob) for info, blob in read if type(info.plan) is CompoundPlan]
+        assert groups
+        for plan, blob in groups:
+            n, size = len(blob) // plan.size, plan.size
+            fields = [f for f in plan.fields if type(f.plan) is ReferencePlan]
+            expected = [ReferencePlan.address(blob, i * size + f.offset) for f in fields for i in range(n)]
+            got = _refs_in(plan, blob)
+            assert got is not None and got.tolist() == [a for a in expected if a]
