@@ -1381,12 +1381,15 @@ def _pair_locations(reader: Reader, pairs: ContainerNode) -> _Pairs | None:
         return [plan] * n, [raw] * n, range(0, n * size, size)
     if isinstance(pairs, RefVectorNode):
         pairs._all()
-        return _referenced_pairs(reader, pairs._addresses or [], pairs.path)
+        return _referenced_pairs(reader, pairs._addresses or [], pairs.path, pairs._to_prime)
     return None
 
 
-def _referenced_pairs(reader: Reader, addresses: list[int], base: TreePath) -> _Pairs | None:
-    """:func:`_pair_locations` of a vector of references to Pairs (at path ``base``)."""
+def _referenced_pairs(
+    reader: Reader, addresses: list[int], base: TreePath, as_read: np.ndarray | None = None
+) -> _Pairs | None:
+    """:func:`_pair_locations` of a vector of references to Pairs (at path ``base``;
+    ``as_read``: the same addresses as the vector's array, when at hand)."""
     primed = reader.primed_run(addresses)  # read with the Pairs of the Dicts around it
     if primed is not None and _is_pair_plan(primed[0].plan):
         info, blob, offsets = primed
@@ -1397,7 +1400,7 @@ def _referenced_pairs(reader: Reader, addresses: list[int], base: TreePath) -> _
     offs: list[int] = []
     bulk: dict[int, tuple[DatasetInfo, bytes, int]] = {}
     if len(addresses) >= _BULK_MIN:
-        wanted = np.array(addresses, np.uint64)
+        wanted = np.array(addresses, np.uint64) if as_read is None else as_read
         scalars, _ = reader.scalar_elements(wanted, base)
         if len(scalars) == 1 and _is_pair_plan(scalars[0][0].plan):
             info, found, blob = scalars[0]
