@@ -55,6 +55,18 @@ def _flux_layers() -> NamedTuple:
     )
 
 
+def _unaligned_layers() -> NamedTuple:
+    """Layers whose references lie off 8-byte boundaries (a Bool field first: JLD2 packs a
+    struct's fields without padding), which Reader.prime reads column by column."""
+    rng = np.random.default_rng(5)
+    return NamedTuple(
+        layers=tuple(
+            NamedTuple(on=i % 2 == 0, weight=rng.standard_normal((2, i % 3 + 1)), bias=np.full(2, float(i)))
+            for i in range(_N)
+        )
+    )
+
+
 def _arrays_in(value: Any) -> int:
     if isinstance(value, np.ndarray):
         return 1
@@ -82,7 +94,7 @@ def _same(node: Any, loaded: Any) -> int:
     return 0
 
 
-@pytest.mark.parametrize("make", [_mixed_layers, _flux_layers])
+@pytest.mark.parametrize("make", [_mixed_layers, _flux_layers, _unaligned_layers])
 def test_children_in_any_order_match_load(make: Any, tmp_path: Path) -> None:
     path = tmp_path / "layers.jld2"
     tx.save(path, st=make())
@@ -159,3 +171,51 @@ def test_array_decoded_in_memory_is_described_by_its_value() -> None:
         np.testing.assert_array_equal(node.read(), values)
         np.testing.assert_array_equal(node.read(order="storage"), values)
         assert node[1] == -2.0
+
+
+def test_block_children_keep_their_own_children(tmp_path: Path) -> None:
+    """Layers made in bulk share one empty, write-refusing cache until they keep a child: the
+    first non-array field looked at gives a layer a cache of its own, kept (same node when asked
+    again) and never seen by another layer."""
+    path = tmp_path / "layers.jld2"
+    tx.save(path, st=_mixed_layers())
+    loaded = tx.load(path)["st"]["layers"]
+    with tx.open(path) as f:
+        layers = f["st"]["layers"]
+        named = [i for i in range(_N) if isinstance(loaded[i], NamedTuple) and "scale" in loaded[i]]
+        assert len(named) > 3
+        first, second = layers[named[1]], layers[named[2]]  # (made by one block)
+        assert first._cache is second._cache and not first._cache  # shared, empty
+        scale = first["scale"]
+        assert first["scale"] is scale and scale.read() == loaded[named[1]]["scale"]
+        assert first._cache is not second._cache and not second._cache
+        assert second["scale"].read() == loaded[named[2]]["scale"] != scale.read()
+        assert [n for _, n in first.children()][2] is scale  # children() finds it kept
+        third = layers[named[3]]
+        with pytest.raises(TypeError):
+            third._cache[0] = scale  # the shared cache refuses a write that bypasses _keep
+        assert not third._cache and third["scale"].read() == loaded[named[3]]["scale"]
+
+
+@pytest.mark.parametrize("make", [_flux_layers, _unaligned_layers, _mixed_layers])
+def test_prime_finds_every_reference_of_the_elements(make: Any, tmp_path: Path) -> None:
+    """The references ``Reader.prime`` vouches for (``_refs_in``: word columns when aligned,
+    byte columns otherwise) are every nonzero reference field of every element read, field by
+    field: decoded one by one here from the same bytes."""
+    from treexchange._jld2._plans import CompoundPlan, ReferencePlan
+    from treexchange._jld2._reader import _refs_in
+
+    path = tmp_path / "layers.jld2"
+    tx.save(path, st=make())
+    with tx.open(path) as f:
+        layers = f["st"]["layers"]
+        layers[1]  # primes the vector: its struct elements read into groups
+        read = layers._reader._element_groups
+        groups = [(info.plan, blob) for info, blob in read if type(info.plan) is CompoundPlan]
+        assert groups
+        for plan, blob in groups:
+            n, size = len(blob) // plan.size, plan.size
+            fields = [f for f in plan.fields if type(f.plan) is ReferencePlan]
+            expected = [ReferencePlan.address(blob, i * size + f.offset) for f in fields for i in range(n)]
+            got = _refs_in(plan, blob)
+            assert got is not None and got.tolist() == [a for a in expected if a]

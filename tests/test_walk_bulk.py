@@ -99,3 +99,56 @@ def test_key_of_a_missing_heap_object_is_refused(tmp_path: Path) -> None:
     path.write_bytes(bytes(raw))
     with tx.open(path) as f, pytest.raises(tx.FormatError, match="no object"):
         list(f["st"].keys())
+
+
+@pytest.mark.parametrize("parsed", [0, 3, 40], ids=["none", "few", "many"])
+def test_described_arrays_is_described_array_of_each(parsed: int, tmp_path: Path) -> None:
+    """``Reader.described_arrays`` (a Dict's values at once) gives what ``described_array``
+    gives one address at a time, whichever of the headers were parsed since they were vouched
+    for (those are looked up one by one when few, by a loop over all when many), for repeated
+    addresses, undefined references (0), and values that are no numeric array."""
+    rng = np.random.default_rng(5)
+    shared = rng.standard_normal(3)
+    tree = JuliaDict({f"a{i}": rng.standard_normal(i % 3 + 1) for i in range(60)})
+    tree["again"], tree["twice"], tree["text"] = shared, shared, "not an array"
+    path = tmp_path / "tree.jld2"
+    tx.save(path, st=tree)
+    with tx.open(path) as f:
+        st = f["st"]
+        np.testing.assert_array_equal(np.asarray(st["a0"]), tree["a0"])  # values vouched for
+        reader, refs = st._reader, list(st._refs)
+        for address in refs[5 : 5 + parsed]:
+            reader.info(address)  # its own header made: in the file's objects, not vouched for
+        addresses = [*refs, 0, *refs[:7], refs[-1]]
+        expected = [reader.described_array(a) for a in addresses]
+        assert reader.described_arrays(addresses) == expected
+        assert sum(e is not None for e in expected) == len(addresses) - 3  # text, 0, text
+        assert len(reader.h5._objects.keys() & set(refs)) >= parsed
+
+
+def test_array_with_data_outside_the_file_is_described_then_refused(tmp_path: Path) -> None:
+    """Describing a Dict's values in bulk does not check where their data lie (``Reader.prime``
+    vouches for array headers alike but for their layout): an array whose data address lies
+    outside the file gets its node, shape and dtype as the others do, and reading it is refused
+    with a FormatError, as the one-by-one path does."""
+    tree = JuliaDict({f"a{i:03d}": np.full(500, float(i)) for i in range(80)})  # (contiguous data)
+    path = tmp_path / "tree.jld2"
+    tx.save(path, st=tree)
+    with tx.open(path) as f:
+        reader = f["st"]._reader
+        address = f["st"]["a040"].object_address
+        data_at = reader.h5.raw_location(reader.info(address))[0] - reader.h5.base
+    raw = bytearray(path.read_bytes())
+    # the layout message's body: version (3 or 4), class 1 (contiguous), the data address
+    layouts = [bytes([v, 1]) + data_at.to_bytes(8, "little") for v in (3, 4)]
+    assert sum(raw.count(layout) for layout in layouts) == 1
+    at = max(raw.find(layout) for layout in layouts) + 2
+    raw[at : at + 8] = (len(raw) + 4096).to_bytes(8, "little")
+    path.write_bytes(bytes(raw))
+    with tx.open(path) as f:
+        st = f["st"]
+        nodes = [st[k] for k in st.keys()]  # a walk: every value described
+        assert [(n.shape, n.dtype) for n in nodes] == [((500,), np.dtype(np.float64))] * 80
+        np.testing.assert_array_equal(np.asarray(nodes[41]), tree["a041"])
+        with pytest.raises(tx.FormatError):
+            np.asarray(nodes[40])

@@ -22,7 +22,6 @@ from __future__ import annotations
 import copy
 import struct
 from collections.abc import Iterator, Mapping, Sequence
-from operator import attrgetter
 from typing import Any, cast
 
 import numpy as np
@@ -227,17 +226,6 @@ def _shared_const(reader: Reader, path: TreePath, kind: str, julia_type: JuliaTy
     return LeafNode(reader, path, kind, julia_type, hit)
 
 
-class _InMemory:
-    """The description of an array node's value held in memory (a decoded vlen sequence)."""
-
-    __slots__ = ("dtype", "shape", "value")
-
-    def __init__(self, value: np.ndarray) -> None:
-        self.value = value
-        self.shape: tuple[int, ...] = tuple(value.shape)
-        self.dtype: np.dtype = value.dtype
-
-
 class ArrayNode(Node):
     """A numeric (numbers, Bool, Complex, BFloat16) array; no data is read until asked.
 
@@ -250,30 +238,24 @@ class ArrayNode(Node):
     open File return. ``np.array(node)`` (``copy=True``) gives an independent copy.
     """
 
-    # ``_desc`` describes the array (its shape, dtype, type): the dataset's own header, or one
-    # alike to it (Reader.describe), so a walk keeps no header object per array; the header
-    # itself is made when the data are read. An array held in memory (``_address`` None) has
-    # an :class:`_InMemory` description holding its value. (``_value``: kept for code that
-    # stores it; never read.)
-    __slots__ = ("_address", "_desc", "_value")
+    # ``shape`` and ``dtype`` are stored on the node (slots): a walk asks both of every array,
+    # and a slot is read in C without the two lookups a property over the description costs
+    # (the description is the dataset's own header, or one alike to it: Reader.describe; no
+    # header object is kept per array, the header itself is made when the data are read).
+    # ``_address`` is the dataset's; an array held in memory (a decoded vlen sequence) has
+    # ``_address`` None and its value in ``_value`` (read only then: a node of a dataset may
+    # leave it unset).
+    __slots__ = ("_address", "_value", "dtype", "shape")
+    shape: tuple[int, ...]  # type: ignore[assignment]  # (a slot here: always set)
+    dtype: np.dtype  # type: ignore[assignment]
     _value: np.ndarray | None
+    _address: int | None
 
-    def __init__(
-        self,
-        reader: Reader,
-        path: TreePath,
-        info: DatasetInfo | None,
-        value: np.ndarray | None = None,
-        address: int | None = None,
-    ) -> None:
-        jt = info.julia_type if info is not None else JuliaType("Core.Array")
-        super().__init__(reader, path, "array", jt)
-        self._desc: DatasetInfo | _InMemory
-        if info is None:
-            assert value is not None
-            self._desc, self._address = _InMemory(value), None
-        else:
-            self._desc, self._address = info, info.address if address is None else address
+    # Made as ``ArrayNode()``, its slots then set (:func:`array_node`, or inline on a walk's hot
+    # paths): with object's own ``__init__`` that call is the cheapest way Python makes an
+    # instance (no ``object.__new__`` wrapper checks, no Python frame), and a walk makes a node
+    # per array it looks at.
+    __init__ = object.__init__  # type: ignore[assignment]
 
     @property
     def _info(self) -> DatasetInfo | None:
@@ -281,11 +263,6 @@ class ArrayNode(Node):
         if self._address is None:
             return None
         return self._reader.info(self._address, self.path)
-
-    # Read straight from the description, in C (no Python frame): a walk asks both of every
-    # array. (A described array always has both: only such are made into array nodes.)
-    shape = property(attrgetter("_desc.shape"), doc="Julia's shape.")  # type: ignore[assignment]
-    dtype = property(attrgetter("_desc.dtype"), doc="The numpy element type.")  # type: ignore[assignment]
 
     @property
     def ndim(self) -> int:
@@ -310,7 +287,8 @@ class ArrayNode(Node):
         info = self._info
         if info is not None:
             return self._reader.numeric_array(info, order)
-        value = cast(_InMemory, self._desc).value
+        value = self._value
+        assert value is not None
         return value if order == "julia" else value.T
 
     def _read(self, session: Session) -> Any:
@@ -330,6 +308,29 @@ class ArrayNode(Node):
         return self.shape[0]
 
 
+def array_node(
+    reader: Reader,
+    path: TreePath,
+    info: DatasetInfo | None,
+    value: np.ndarray | None = None,
+    address: int | None = None,
+) -> ArrayNode:
+    """The :class:`ArrayNode` of a described numeric array dataset (``info``: its header, or one
+    alike to it, then with the dataset's ``address``), or of ``value`` held in memory (``info``
+    None)."""
+    node = ArrayNode()
+    node._reader, node.path, node.kind = reader, path, "array"
+    if info is None:
+        assert value is not None
+        node.julia_type = JuliaType("Core.Array")
+        node.shape, node.dtype, node._value, node._address = tuple(value.shape), value.dtype, value, None
+    else:
+        assert info.shape is not None and info.dtype is not None  # (only such are array nodes)
+        node.julia_type, node.shape, node.dtype, node._value = info.julia_type, info.shape, info.dtype, None
+        node._address = info.address if address is None else address
+    return node
+
+
 class ContainerNode(Node):
     """A NamedTuple, Tuple, vector (list / JuliaArray), Dict or struct.
 
@@ -341,6 +342,10 @@ class ContainerNode(Node):
     # are asked for (a few attribute stores): a walk over 100,000 arrays then leaves no 100,000
     # nodes (and paths) alive for the cyclic garbage collector to scan at each collection (a
     # third of such a walk's time). An array node holds no data, only where its data lie.
+    # A struct made in bulk (a layer: RefVectorNode._make_block) starts with the one shared
+    # empty ``_NONE_KEPT`` and gets a dict of its own when it keeps a first child (``_keep``):
+    # the layers of a model keep none (their fields are arrays), and a dict per layer would be
+    # one more object per layer to allocate and to count toward the collector's next pass.
     __slots__ = ("_cache", "_index", "_keys", "_shape", "_src")
 
     def __init__(
@@ -382,8 +387,15 @@ class ContainerNode(Node):
         if node is None:
             node = self._make(i, (*self.path, self._all()[i][0]))
             if type(node) is not ArrayNode:  # see __slots__
-                self._cache[i] = node
+                self._keep(i, node)
         return node
+
+    def _keep(self, i: int, node: Node | Group) -> None:
+        """Keep child ``i`` (made once: see ``__slots__``), in a dict of this node's own."""
+        cache = self._cache
+        if cache is _NONE_KEPT:
+            cache = self._cache = {}
+        cache[i] = node
 
     def keys(self) -> list[Any]:
         """Field names / dict keys (for tuples and vectors: 0-based positions)."""
@@ -393,13 +405,13 @@ class ContainerNode(Node):
         return [key for _, key in entries]
 
     def children(self) -> Iterator[tuple[PathSegment, Node | Group]]:
-        cache, path = self._cache, self.path
+        path = self.path
         for i, (seg, _) in enumerate(self._all()):
-            node = cache.get(i)  # what _child does, inlined: this runs for every node of a walk
+            node = self._cache.get(i)  # what _child does, inlined: this runs for every node of a walk
             if node is None:
                 node = self._make(i, (*path, seg))
                 if type(node) is not ArrayNode:
-                    cache[i] = node
+                    self._keep(i, node)
             yield seg, node
 
     def __len__(self) -> int:
@@ -557,12 +569,14 @@ class CompoundNode(ContainerNode):
     """A NamedTuple / Tuple / struct stored as a compound element: children are its fields."""
 
     __slots__ = ("_buf", "_off", "_plan")
+    _plan: CompoundPlan
+    _buf: Any
+    _off: int
 
-    def __init__(
-        self, reader: Reader, path: TreePath, plan: CompoundPlan, buf: Any, off: int, src: Where
-    ) -> None:
-        super().__init__(reader, path, plan.kind, plan.julia_type, src)
-        self._plan, self._buf, self._off = plan, buf, off
+    # Made as ``CompoundNode()``, its slots then set (:func:`_compound_node`, and a block of a
+    # vector's layers at once in RefVectorNode._make_block): as for ArrayNode, object's own
+    # ``__init__`` makes that the cheapest way to make the node of each layer of a model.
+    __init__ = object.__init__  # type: ignore[assignment]
 
     def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         return self._plan.entries  # made once per type, shared by all its nodes
@@ -573,42 +587,41 @@ class CompoundNode(ContainerNode):
 
     def __getitem__(self, key: Any) -> Any:
         if type(key) is str:  # a field by name: its position is known per type
-            plan = self._plan
-            at = plan.ref_at.get(key)
+            at = self._plan.ref_at.get(key)
             if at is not None:
                 # a layer's weight: what _make makes of a described array, inline (a walk's hot
                 # path; a described array is never cached, so the cache is not asked)
                 reader = self._reader
                 address = _unpack_u64(self._buf, self._off + at)[0]
-                h5 = reader.h5
                 # Vouched for first: a walk's leaves are (an address is in one of the two:
                 # HDF5File.object pops what it parses). (DatasetInfo: the file's header_type; no
                 # typing.cast, a call, on this path.)
-                info: DatasetInfo | None = h5._vouched.get(address)  # type: ignore[assignment]
+                info: DatasetInfo | None = reader.h5._vouched.get(address)  # type: ignore[assignment]
                 if info is None:
-                    info = h5._objects.get(address)  # type: ignore[assignment]
+                    info = reader.h5._objects.get(address)  # type: ignore[assignment]
                 if (
                     info is not None
                     and info.value_kind is not None
-                    and info.dtype is not None
+                    and (dtype := info.dtype) is not None
                     and not reader.closed
                     and len(path := self.path) < reader.max_path
                 ):
-                    leaf = _new_array_node(ArrayNode)
+                    leaf = ArrayNode()
                     leaf._reader = reader  # (one store a statement: cheaper than tuple assignments)
                     leaf.path = path + (key,)  # noqa: RUF005 (faster than a starred tuple)
                     leaf.kind = "array"
                     leaf.julia_type = info.julia_type
-                    leaf._desc = info
+                    leaf.shape = info.shape  # type: ignore[assignment]  # (an array's: a tuple)
+                    leaf.dtype = dtype
                     leaf._address = address
                     return leaf
-            i = plan.positions.get(key)
+            i = self._plan.positions.get(key)
             if i is not None:
                 node = self._cache.get(i)
                 if node is None:
                     node = self._make(i, (*self.path, key))
                     if type(node) is not ArrayNode:
-                        self._cache[i] = node
+                        self._keep(i, node)
                 return node
         return super().__getitem__(key)
 
@@ -624,31 +637,46 @@ class CompoundNode(ContainerNode):
 def _compound_node(
     reader: Reader, path: TreePath, plan: CompoundPlan, buf: Any, off: int, src: Where
 ) -> Node:
-    """``CompoundNode(reader, path, plan, buf, off, src)``, its slots set at once (one per
-    layer of a model: the three ``__init__`` calls are most of the cost of making it)."""
-    node = _new_node(CompoundNode)
+    """The :class:`CompoundNode` of the element of ``plan`` at ``buf[off:]`` (read through
+    ``src``), its slots set at once."""
+    node = CompoundNode()
     node._reader, node.path, node.kind, node.julia_type = reader, path, plan.kind, plan.julia_type
-    node._src, node._keys, node._cache, node._index, node._shape = src, None, {}, None, None
+    node._src, node._keys, node._cache, node._index, node._shape = src, None, _NONE_KEPT, None, None
     node._plan, node._buf, node._off = plan, buf, off
     return node
 
 
-_new_node = object.__new__
+class _NoneKept(dict):  # type: ignore[type-arg]
+    """The ``_cache`` of nodes that keep no child yet (see ``ContainerNode.__slots__``): one
+    empty dict shared by them, which refuses to be written (``ContainerNode._keep`` gives a
+    node a dict of its own first), so no write can reach another node's children."""
+
+    __slots__ = ()
+
+    def _refuse(self, *args: Any, **kwargs: Any) -> None:
+        raise TypeError("a node's shared empty cache is never written (see ContainerNode._keep)")
+
+    __setitem__ = __delitem__ = setdefault = update = pop = popitem = clear = __ior__ = _refuse  # type: ignore[assignment]
+
+
+_NONE_KEPT: dict[int, Any] = _NoneKept()
 
 
 class RefVectorNode(ContainerNode):
     """A dataset of references (``Vector{Any}``, ``Vector{Matrix{Float32}}``, ...)."""
 
-    __slots__ = ("_addresses", "_info", "_primed")
+    __slots__ = ("_addresses", "_info", "_primed", "_to_prime")
 
     def __init__(self, reader: Reader, path: TreePath, info: DatasetInfo) -> None:
         super().__init__(reader, path, "vector", info.julia_type, info.address, info.shape)
         self._info = info
         self._addresses: list[int] | None = None
+        self._to_prime: np.ndarray | None = None  # the addresses as read, until prime reads them
         self._primed = False
 
     def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
-        self._addresses = self._reader.element_addresses(self._info)
+        found = self._reader.element_addresses(self._info)
+        self._addresses, self._to_prime = found.tolist(), found  # (Python ints: looked up per child)
         return _PositionEntries(len(self._addresses))
 
     def _child(self, i: int) -> Node | Group:
@@ -666,7 +694,7 @@ class RefVectorNode(ContainerNode):
         else:  # what _make makes of an element prime did not read (an array, mostly), at once
             node = node_for_ref(self._reader, (*self.path, i + 1), addresses[i])
         if type(node) is not ArrayNode:
-            self._cache[i] = node
+            self._keep(i, node)
         return node
 
     def _make_block(self, i: int, addresses: list[int]) -> Node | Group | None:
@@ -685,11 +713,12 @@ class RefVectorNode(ContainerNode):
             or type(groups[found & _GROUP_MASK][0].plan) is not CompoundPlan
         ):
             return None  # (first: an element that is not such never costs a loop over its block)
-        cache, path, new = self._cache, self.path, _new_node
+        cache, path = self._cache, self.path
         lo = i - i % _BLOCK
         block = addresses[lo : lo + _BLOCK]
         parsed = not objects.keys().isdisjoint(block)  # (usually none is: then no lookup each)
-        group, plan, blob = -1, None, b""
+        group, blob, kind, jt = -1, b"", "", BOTTOM
+        plan: CompoundPlan | None = None  # (of the group: kind and type read once per group)
         for j, address in enumerate(block, lo):
             found = elements.get(address)
             if found is None or j in cache or (parsed and address in objects):
@@ -697,18 +726,20 @@ class RefVectorNode(ContainerNode):
             if found & _GROUP_MASK != group:  # (the elements of a vector: usually one group)
                 group = found & _GROUP_MASK
                 info, blob = groups[group]
-                plan = info.plan
-            if type(plan) is not CompoundPlan:
+                plan = info.plan if type(info.plan) is CompoundPlan else None
+                if plan is not None:
+                    kind, jt = plan.kind, plan.julia_type
+            if plan is None:
                 continue
             # one store a statement: cheaper than tuple assignments
-            node = new(CompoundNode)
+            node = CompoundNode()
             node._reader = reader
             node.path = path + (j + 1,)  # noqa: RUF005 (faster than a starred tuple)
-            node.kind = plan.kind
-            node.julia_type = plan.julia_type
+            node.kind = kind
+            node.julia_type = jt
             node._src = address
             node._keys = None
-            node._cache = {}
+            node._cache = _NONE_KEPT
             node._index = None
             node._shape = None
             node._plan = plan
@@ -726,8 +757,9 @@ class RefVectorNode(ContainerNode):
             addresses = self._addresses
         assert addresses is not None
         if not self._primed:
+            found, self._to_prime = self._to_prime, None
             if len(addresses) >= _BULK_MIN:
-                self._reader.prime(np.array(addresses, np.uint64), self.path)
+                self._reader.prime(np.array(addresses, np.uint64) if found is None else found, self.path)
             self._primed = True
         return addresses
 
@@ -1009,14 +1041,13 @@ def node_for_ref(reader: Reader, path: TreePath, address: int) -> Node | Group:
         return _shared_const(reader, path, "singleton", BOTTOM, UNDEF)
     info = reader.described_array(address)
     if info is not None:  # what node_for_dataset makes of it, without its steps (a hot path)
-        node = _new_array_node(ArrayNode)
+        node = ArrayNode()
         node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
-        node._desc, node._address = info, address
+        node.shape, node.dtype, node._address = info.shape, info.dtype, address  # type: ignore[assignment]
         return node
     return node_for_dataset(reader, path, address)
 
 
-_new_array_node = object.__new__
 _U64 = struct.Struct("<Q")
 _unpack_u64 = _U64.unpack_from  # (bound once: a walk unpacks a reference per leaf)
 
@@ -1063,7 +1094,7 @@ def node_for_dataset(reader: Reader, path: TreePath, address: int) -> Node | Gro
         finally:
             building.discard(address)
     if info.dtype is not None:
-        return ArrayNode(reader, path, info, address=address)
+        return array_node(reader, path, info, address=address)
     info = reader.info(address, path)  # the vectors below read through the header itself
     if isinstance(plan, ReferencePlan) and info.space != "null":
         return RefVectorNode(reader, path, info)
@@ -1110,7 +1141,7 @@ def node_for_inline(
     if isinstance(plan, VlenSequencePlan):
         value = plan.decode(Session(reader), buf, off, path)
         if isinstance(value, np.ndarray):
-            node = ArrayNode(reader, path, None, value)
+            node = array_node(reader, path, None, value)
             node.julia_type = plan.julia_type
             return node
         items = value.tolist() if hasattr(value, "tolist") else list(value)
@@ -1235,14 +1266,14 @@ class DictNode(ContainerNode):
                 if not reader.closed and len(path) < reader.max_path:
                     # one store a statement, the path by concatenation: no tuple built and
                     # unpacked per leaf (a fifth of this lookup's time)
-                    leaf = _new_array_node(ArrayNode)
+                    leaf = ArrayNode()
                     leaf._reader = reader
                     leaf.path = path + (self._segments[i],)  # noqa: RUF005 - faster than (*path, key)
                     leaf.kind = "array"
                     leaf.julia_type = info.julia_type
-                    leaf._desc = info
+                    leaf.shape = info.shape  # type: ignore[assignment]  # (an array's: a tuple and a dtype)
+                    leaf.dtype = info.dtype  # type: ignore[assignment]
                     leaf._address = self._refs[i]  # type: ignore[index]  # (set with the arrays)
-                    leaf._value = None
                     return leaf
         node = self._cache.get(i)
         if node is None:
@@ -1263,9 +1294,9 @@ class DictNode(ContainerNode):
             arrays = self._arrays
             info = arrays[i] if arrays is not None else None
             if info is not None and not reader.closed:  # what node_for_ref makes, at once
-                node = _new_array_node(ArrayNode)
+                node = ArrayNode()
                 node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
-                node._desc, node._address, node._value = info, refs[i], None
+                node.shape, node.dtype, node._address = info.shape, info.dtype, refs[i]  # type: ignore[assignment]
                 return node
             return node_for_ref(reader, path, refs[i])
         plan = self._pair_plans[i]
@@ -1350,12 +1381,15 @@ def _pair_locations(reader: Reader, pairs: ContainerNode) -> _Pairs | None:
         return [plan] * n, [raw] * n, range(0, n * size, size)
     if isinstance(pairs, RefVectorNode):
         pairs._all()
-        return _referenced_pairs(reader, pairs._addresses or [], pairs.path)
+        return _referenced_pairs(reader, pairs._addresses or [], pairs.path, pairs._to_prime)
     return None
 
 
-def _referenced_pairs(reader: Reader, addresses: list[int], base: TreePath) -> _Pairs | None:
-    """:func:`_pair_locations` of a vector of references to Pairs (at path ``base``)."""
+def _referenced_pairs(
+    reader: Reader, addresses: list[int], base: TreePath, as_read: np.ndarray | None = None
+) -> _Pairs | None:
+    """:func:`_pair_locations` of a vector of references to Pairs (at path ``base``;
+    ``as_read``: the same addresses as the vector's array, when at hand)."""
     primed = reader.primed_run(addresses)  # read with the Pairs of the Dicts around it
     if primed is not None and _is_pair_plan(primed[0].plan):
         info, blob, offsets = primed
@@ -1366,7 +1400,7 @@ def _referenced_pairs(reader: Reader, addresses: list[int], base: TreePath) -> _
     offs: list[int] = []
     bulk: dict[int, tuple[DatasetInfo, bytes, int]] = {}
     if len(addresses) >= _BULK_MIN:
-        wanted = np.array(addresses, np.uint64)
+        wanted = np.array(addresses, np.uint64) if as_read is None else as_read
         scalars, _ = reader.scalar_elements(wanted, base)
         if len(scalars) == 1 and _is_pair_plan(scalars[0][0].plan):
             info, found, blob = scalars[0]

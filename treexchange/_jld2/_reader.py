@@ -215,6 +215,10 @@ class Reader:
         verify_checksums: bool = False,
         require_jld2: bool = True,
     ) -> None:
+        # An attribute of the instance (the class's False stays for a Reader whose __init__
+        # failed): a lazy walk asks it per leaf, and Python reads an instance's own attribute
+        # faster than one it finds on the class after a miss on the instance.
+        self.closed = False
         self.limits = limits
         self.name = "<bytes>" if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
         self.h5 = HDF5File(source, limits=limits, verify_checksums=verify_checksums, header_type=DatasetInfo)
@@ -447,11 +451,19 @@ class Reader:
     def described_arrays(self, addresses: list[int]) -> list[DatasetInfo | None]:
         """:meth:`described_array` of each address (0: None), in one pass."""
         objects, vouched = self.h5._objects, self.h5._vouched
-        # In C (map): a walk asks this for every value of every Dict. A header made since it
-        # was vouched for is in ``objects`` only (``object`` pops it from ``vouched``).
+        # In C (map): a walk asks this for every value of every Dict. An address is in one of
+        # the two at most (``object`` pops from ``vouched`` the header it makes): the ones not
+        # vouched for are looked up in ``objects``. Once primed, those are a few (the header
+        # each group of alike ones was parsed from): found by C scans, not a loop over all.
         found: list[Any] = list(map(vouched.get, addresses))
-        if not objects.keys().isdisjoint(addresses):
-            found = [objects.get(a, f) for a, f in zip(addresses, found)]
+        missing = found.count(None)
+        if missing and missing <= _FEW_MISSING:
+            i = -1
+            for _ in range(missing):
+                i = found.index(None, i + 1)
+                found[i] = objects.get(addresses[i])
+        elif missing and not objects.keys().isdisjoint(addresses):
+            found = [objects.get(a) if f is None else f for a, f in zip(addresses, found)]
         # each distinct description (a few: one per kind of header) checked once
         unusable = {f for f in set(found) if f is not None and (f.value_kind is None or f.dtype is None)}
         if unusable:
@@ -470,7 +482,7 @@ class Reader:
         Dicts' Pairs together (:meth:`_prime_pairs`; one level: not the Dicts inside those).
         """
         h5 = self.h5
-        scalars, arrays = self.scalar_elements(addresses, path)
+        scalars, arrays = self.scalar_elements(addresses, path, arrays_data=False)  # (described only)
         for info, found, _ in arrays:
             h5.vouch_as(found.tolist(), info)
         for info, found, blob in scalars:
@@ -554,7 +566,7 @@ class Reader:
                 total += info.count
                 if info.space == "null" or total > self.limits.max_elements:
                     return None
-                refs = self.element_addresses(info)
+                refs = self.element_addresses(info).tolist()
             out.append(refs)
         return out
 
@@ -823,7 +835,7 @@ class Reader:
         return flat.reshape(tuple(reversed(info.shape)))
 
     def alike(
-        self, addresses: np.ndarray, path: TreePath, *, refs: bool = False
+        self, addresses: np.ndarray, path: TreePath, *, refs: bool = False, arrays_data: bool = True
     ) -> list[tuple[DatasetInfo, np.ndarray, np.ndarray]]:
         """Many datasets at once: ``[(description, relative addresses, absolute data offsets)]``
         for the groups of datasets among ``addresses`` alike but for where their data lie
@@ -832,6 +844,11 @@ class Reader:
         whose data pass every check the usual path (:meth:`numeric_array`, :meth:`raw`) makes.
         Datasets in no group are for the usual path (which raises where a check fails). No
         object header is made for the datasets of a group.
+
+        ``arrays_data=False``: the plain-data arrays are not located (no data offsets: an empty
+        array in their place) nor their data checked, for a caller that only describes them
+        (:meth:`prime`): a header alike to a described one has its description whatever its
+        data (:meth:`describe` gives it so too), and reading the data checks them then.
         """
         out: list[tuple[DatasetInfo, np.ndarray, np.ndarray]] = []
         h5 = self.h5
@@ -864,20 +881,24 @@ class Reader:
                     continue
             except TreexchangeError:
                 continue
+            if not arrays_data and info.shape is not None and type(plan) is not ReferencePlan:
+                out.append((info, offsets - h5.base, _NOT_LOCATED))
+                continue
             which, data_at, stored = h5.stored_ranges(info, offsets)
             good = (stored >= expected) & (data_at + expected <= h5.size)
             out.append((info, offsets[which][good] - h5.base, data_at[good]))
         return out
 
     def scalar_elements(
-        self, addresses: np.ndarray, path: TreePath
+        self, addresses: np.ndarray, path: TreePath, *, arrays_data: bool = True
     ) -> tuple[list[tuple[DatasetInfo, np.ndarray, bytes]], list[tuple[DatasetInfo, np.ndarray, np.ndarray]]]:
         """:meth:`alike` split by kind: for the groups of scalar datasets, ``(description,
         relative addresses, their element bytes one after the other)`` (``plan.size`` bytes
-        each, as :meth:`element_bytes` reads them); the groups of arrays as they are."""
+        each, as :meth:`element_bytes` reads them); the groups of arrays as they are
+        (``arrays_data``: as for :meth:`alike`)."""
         scalars: list[tuple[DatasetInfo, np.ndarray, bytes]] = []
         arrays: list[tuple[DatasetInfo, np.ndarray, np.ndarray]] = []
-        for info, found, data_at in self.alike(addresses, path):
+        for info, found, data_at in self.alike(addresses, path, arrays_data=arrays_data):
             if info.shape is not None:
                 arrays.append((info, found, data_at))
             else:
@@ -979,13 +1000,18 @@ class Reader:
             shaped = flat.reshape(tuple(reversed(info.shape)))
         return JuliaArray(eltype, shaped)
 
-    def element_addresses(self, info: DatasetInfo) -> list[int]:
-        """The references of a reference array, in Julia (column-major) order."""
+    def element_addresses(self, info: DatasetInfo) -> np.ndarray:
+        """The references of a reference array, in Julia (column-major) order (``uint64``)."""
         n = info.count
         if n > self.limits.max_elements:
             raise LimitError(f"array of {n} elements exceeds max_elements={self.limits.max_elements}")
         raw = self.raw(info, 8 * n)
-        return np.frombuffer(bytes(raw[: 8 * n]), "<u8", n).tolist()  # (Python ints)
+        return np.frombuffer(bytes(raw[: 8 * n]), "<u8", n)
+
+
+_NOT_LOCATED = np.zeros(0, np.int64)  # (Reader.alike's data offsets of arrays it did not locate)
+_NOT_LOCATED.flags.writeable = False
+_FEW_MISSING = 16  # described_arrays: addresses not vouched for, looked up one by one below this
 
 
 def _zero_size_struct(value: Any) -> bool:
@@ -1021,17 +1047,30 @@ def _refs_in(plan: CompoundPlan, blob: bytes) -> np.ndarray | None:
     at = [f.offset for f in plan.fields if isinstance(f.plan, ReferencePlan) and f.offset + 8 <= size]
     if not at:
         return None
-    rows = np.frombuffer(blob, np.uint8).reshape(-1, size)
-    refs = np.concatenate([rows[:, a : a + 8].copy().view("<u8").ravel() for a in at])
+    if size % 8 == 0 and all(a % 8 == 0 for a in at):
+        # (the usual layout: references on 8-byte boundaries) the elements as rows of words,
+        # the reference columns taken at once, field by field as below
+        words = np.frombuffer(blob, "<u8").reshape(-1, size // 8).T
+        refs = words[[a // 8 for a in at]].ravel()
+    else:
+        rows = np.frombuffer(blob, np.uint8).reshape(-1, size)
+        refs = np.concatenate([rows[:, a : a + 8].copy().view("<u8").ravel() for a in at])
     return refs[refs != 0]
 
 
 def _gather(buf: Any, at: np.ndarray, size: int) -> np.ndarray:
     """The ``size`` bytes at each absolute offset ``at`` of ``buf``, one row each (a copy;
-    every range was checked to lie in the file)."""
+    every range was checked to lie in the file).
+
+    Each row taken whole from a window sliding over ``buf`` (a strided view: one copy a row),
+    not byte by byte through an index array of ``len(at) * size`` offsets (half the time, and
+    no such temporary to fill)."""
+    if not len(at):
+        return np.zeros((0, size), np.uint8)
     data = np.frombuffer(buf, np.uint8)
     try:
-        return data[at[:, None] + np.arange(size)] if len(at) else np.zeros((0, size), np.uint8)
+        windows = np.ndarray((len(data) - size + 1, size), np.uint8, data, strides=(1, 1))
+        return windows[at]
     finally:
         del data
 
