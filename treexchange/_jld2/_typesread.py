@@ -81,7 +81,7 @@ from ._typeutil import (
 
 if TYPE_CHECKING:
     from ._plans import DecodeContext
-    from ._reader import Reader
+    from ._reader import DatasetInfo, Reader
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
@@ -386,7 +386,9 @@ class TypeResolver:
             return value
         if ref == 0:
             raise FormatError("type parameter is a NULL reference", path=path)
-        if self.is_committed_datatype(ref):
+        # (what is_committed_datatype asks; the header then describes a dataset, _scalar_param)
+        header = cast("DatasetInfo", self.reader.h5.alike_of(ref))
+        if header.kind == "datatype":
             value = self._committed_param(ref, path)
             self._committed_params.add(ref)
         else:
@@ -395,7 +397,7 @@ class TypeResolver:
             self._enter()
             self._busy.add(ref)
             try:
-                value = self._scalar_param(ref, path)
+                value = self._scalar_param(ref, path, header)
                 if value is None:
                     value = type_of_value(self.reader.load_type_param(ref, path))
             finally:
@@ -441,7 +443,7 @@ class TypeResolver:
         self.committed_types[address] = jt
         return jt
 
-    def _scalar_param(self, ref: int, path: TreePath) -> Any:
+    def _scalar_param(self, ref: int, path: TreePath, header: DatasetInfo) -> Any:
         """The value of the scalar dataset at ``ref`` when it is a ``Core.DataType`` (how JLD2
         writes most type parameters: ``Float32``, ``String``, an inner ``Dict{...}``), a number
         (``N`` of ``Array{T,N}``) or a tuple of Symbols (a NamedTuple's names), decoded straight
@@ -452,8 +454,9 @@ class TypeResolver:
         session's per-value work: neither holds a TypeVar, string or struct to remember.
         """
         reader = self.reader
-        # described by a header alike to it when there is one (no header object per parameter)
-        info = reader.describe(ref, path)
+        # described by a header alike to it when there is one (no header object per parameter);
+        # ``header``: the one alike_of gave, which describe would give again once described
+        info = header if header.value_kind is not None else reader.describe(ref, path)
         plan = info.plan
         kind = type(plan)
         # a NamedTuple's names: its fields, each a Symbol, read as text
