@@ -33,15 +33,17 @@ _HEAD = 16  # object header: index (u16), reference count (u16), reserved (4), s
 
 
 def _le(raw: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
-    """The little-endian unsigned ints of ``width`` (2 or 8) bytes at offsets ``at`` of ``raw``."""
-    return raw[at[:, None] + np.arange(width)].view(f"<u{width}").ravel()
+    """The little-endian unsigned ints of ``width`` (2 or 8) bytes at offsets ``at`` of ``raw``
+    (each at most ``len(raw) - width``): gathered from a view of ``raw`` as such ints at every
+    byte offset (unaligned, no copy), one element per int where a gather of bytes takes
+    ``width``."""
+    return np.ndarray((len(raw) - width + 1,), f"<u{width}", raw, 0, (1,))[at]
 
 
 def _headers(raw: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The index (as int64) and size fields of the object headers at offsets ``at`` of ``raw``
-    (one gather of their 16 bytes, read through views of it)."""
-    got = raw[at[:, None] + np.arange(_HEAD)]
-    return got.view("<u2")[:, 0].astype(np.int64), got.view("<u8")[:, 1]
+    (each whole in ``raw``)."""
+    return _le(raw, at, 2).astype(np.int64), _le(raw, at + 8, 8)
 
 
 def predict_collections(

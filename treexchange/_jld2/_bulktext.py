@@ -25,16 +25,26 @@ _UNDEFINED = (1 << 64) - 1
 _GATHERED_MAX = 1 << 24  # bytes of text gathered at once (index arrays: 16 bytes per byte)
 
 
-def vlen_texts(h5: HDF5File, buf: Any, offsets: np.ndarray) -> list[str] | None:
-    """The texts of the vlen elements at ``buf[offsets[i]:]``; None when this file or these
-    elements need the one-by-one path (4-byte offsets, empty strings, out-of-range offsets),
-    which then reports whatever is wrong in its own words."""
+def vlen_texts(
+    h5: HDF5File, buf: Any, offsets: np.ndarray, more: tuple[Any, np.ndarray] | None = None
+) -> list[str] | None:
+    """The texts of the vlen elements at ``buf[offsets[i]:]`` (then those of ``more``, another
+    such buffer and offsets: an outer Dict's keys, which lie in the collections of its inner
+    Dicts' keys); None when this file or these elements need the one-by-one path (4-byte
+    offsets, empty strings, out-of-range offsets), which then reports whatever is wrong in its
+    own words."""
     if h5.offset_size != 8 or not len(offsets):
         return None
-    raw = np.frombuffer(buf, np.uint8)
-    if int(offsets.min()) < 0 or int(offsets.max()) + 16 > len(raw):
+    counts, addresses, indices = found_fields = _checked_fields(buf, offsets)
+    if counts is None:
         return None
-    counts, addresses, indices = _fields(buf, raw, offsets)
+    if more is not None:
+        counts2, addresses2, indices2 = _checked_fields(*more)
+        if counts2 is None:
+            return None
+        counts, addresses, indices = (
+            np.concatenate(pair) for pair in zip(found_fields, (counts2, addresses2, indices2))
+        )
     if bool(((addresses == 0) & (indices == 0)).any()) or bool((addresses == _UNDEFINED).any()):
         return None  # empty strings: rare as keys, left to the usual path
     found = predict_collections(h5, addresses, indices, counts)  # (collections not parsed yet)
@@ -57,6 +67,14 @@ def vlen_texts(h5: HDF5File, buf: Any, offsets: np.ndarray) -> list[str] | None:
             return _each_text(h5.buffer, every)
         found[missing] = looked_up
     return _texts(h5.buffer, found.view(np.uint64))
+
+
+def _checked_fields(buf: Any, offsets: np.ndarray) -> tuple[Any, Any, Any]:
+    """:func:`_fields` of the elements at ``offsets`` of ``buf``; Nones when one lies out of range."""
+    raw = np.frombuffer(buf, np.uint8)
+    if not len(offsets) or int(offsets.min()) < 0 or int(offsets.max()) + 16 > len(raw):
+        return None, None, None
+    return _fields(buf, raw, offsets)
 
 
 def _fields(buf: Any, raw: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

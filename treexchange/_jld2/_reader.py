@@ -459,8 +459,14 @@ class Reader:
         return found
 
     def prime(
-        self, addresses: np.ndarray, path: TreePath = (), *, dicts: bool = False, refs: bool = True
-    ) -> None:
+        self,
+        addresses: np.ndarray,
+        path: TreePath = (),
+        *,
+        dicts: bool = False,
+        refs: bool = True,
+        keys: tuple[bytes, np.ndarray] | None = None,
+    ) -> list[str] | None:
         """Get ready to describe many datasets (a lazy walk about to visit the elements of a
         vector of references): their headers are checked in bulk (:meth:`alike`), each dataset
         is then described from one alike to it (:meth:`describe`) without a check of its own,
@@ -468,8 +474,12 @@ class Reader:
         :meth:`element_bytes_at`, and (``refs``) the datasets those refer to are checked the
         same way. ``dicts``: the datasets that are Dicts get the same for their Pairs, all
         Dicts' Pairs together (:meth:`_prime_pairs`; one level: not the Dicts inside those).
+        ``keys``: with ``dicts``, the String keys (their vlen elements: buffer, offsets) of the
+        Dict holding these Dicts, decoded with their Pairs' keys (they lie in the same heap
+        collections); returns their texts, or None when they were not decoded so.
         """
         h5 = self.h5
+        texts = None
         scalars, arrays = self.scalar_elements(addresses, path)
         for info, found, _ in arrays:
             h5.vouch_as(found.tolist(), info)
@@ -492,24 +502,30 @@ class Reader:
                 at = _pairs_at(plan)
                 if at is not None:
                     rows = np.frombuffer(blob, np.uint8).reshape(-1, size)
-                    self._prime_pairs(rows[:, at : at + 8].copy().view("<u8").ravel().tolist(), path)
+                    vectors = rows[:, at : at + 8].copy().view("<u8").ravel().tolist()
+                    texts = self._prime_pairs(vectors, path, keys)
+        return texts
 
-    def _prime_pairs(self, vectors: list[int], path: TreePath) -> None:
+    def _prime_pairs(
+        self, vectors: list[int], path: TreePath, keys: tuple[bytes, np.ndarray] | None = None
+    ) -> list[str] | None:
         """:meth:`prime` for the Pairs of many Dicts at once (their pair vectors at
         ``vectors``), then for the values the Pairs refer to. Anything unusual stops it: the
-        lazy path then meets it (and reports it) where it lies."""
+        lazy path then meets it (and reports it) where it lies. ``keys``: see :meth:`prime`
+        (the texts returned)."""
         try:
             listed = self._reference_vectors(vectors, path)
         except TreexchangeError:
-            return
+            return None
         if listed is None:
-            return
+            return None
         self._pair_vectors.update(zip(vectors, listed))
         pairs = [address for found in listed for address in found]
         if len(pairs) < 2:
-            return
+            return None
         scalars_before = len(self._element_groups)
         self.prime(np.array(pairs, np.uint64), path, refs=False)
+        outer = None
         for info, blob in self._element_groups[scalars_before:]:
             # the String keys of all these Dicts, decoded together (see keys_of)
             plan = info.plan
@@ -517,7 +533,11 @@ class Reader:
                 first = plan.fields[0]
                 if type(first.plan) is VlenStringPlan and not first.plan.symbol:
                     at = np.arange(0, len(blob), plan.size, dtype=np.int64) + first.offset
-                    texts = vlen_texts(self.h5, blob, at)
+                    texts = self._pair_keys(blob, at, keys) if outer is None else None
+                    if texts is not None and keys is not None:
+                        outer, texts = texts[len(at) :], texts[: len(at)]
+                    if texts is None:
+                        texts = vlen_texts(self.h5, blob, at)
                     if texts is not None:
                         self._texts[id(blob)] = texts
         values = [
@@ -529,6 +549,20 @@ class Reader:
         ]
         if values:
             self.prime(np.concatenate(values), path)
+        return outer
+
+    def _pair_keys(
+        self, blob: bytes, at: np.ndarray, keys: tuple[bytes, np.ndarray] | None
+    ) -> list[str] | None:
+        """:func:`vlen_texts` of the Pairs' keys at ``at`` of ``blob``, then of ``keys`` (an
+        outer Dict's, see :meth:`prime`); None if any of them stops the bulk pass, or raises
+        (the one-by-one path then reports it where it lies, as without ``keys``)."""
+        if keys is None:
+            return None
+        try:
+            return vlen_texts(self.h5, blob, at, keys)
+        except TreexchangeError:
+            return None
 
     def _reference_vectors(self, vectors: list[int], path: TreePath) -> list[list[int]] | None:
         """The references held by each vector of references at ``vectors`` (the pair vectors of
