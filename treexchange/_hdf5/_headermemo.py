@@ -158,6 +158,8 @@ def _rows_same(windows: np.ndarray, starts: np.ndarray, expected: np.ndarray, ma
     got = windows[starts].view("<u8")  # (a copy: changed in place below)
     np.bitwise_xor(got, expected, out=got)
     np.bitwise_and(got, mask, out=got)
+    if not np.count_nonzero(got):  # every row the same (the usual group): no reduction per row
+        return np.ones(len(starts), bool)
     return ~got.any(axis=1)  # type: ignore[no-any-return]
 
 

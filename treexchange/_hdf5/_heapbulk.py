@@ -16,15 +16,11 @@ reports whatever is wrong in its own words.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from .._errors import FormatError
+from ._file import HDF5File, gather_le
 from ._globalheap import SIZE_SHIFT, GlobalHeapCollection
-
-if TYPE_CHECKING:
-    from ._file import HDF5File
 
 _UNASKED_MAX = 8
 """Objects not asked for, per collection, up to which the prediction reads their sizes (one
@@ -32,18 +28,10 @@ numpy pass over all collections per object): an outer Dict's keys between its in
 _HEAD = 16  # object header: index (u16), reference count (u16), reserved (4), size (u64)
 
 
-def _le(raw: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
-    """The little-endian unsigned ints of ``width`` (2 or 8) bytes at offsets ``at`` of ``raw``
-    (each at most ``len(raw) - width``): gathered from a view of ``raw`` as such ints at every
-    byte offset (unaligned, no copy), one element per int where a gather of bytes takes
-    ``width``."""
-    return np.ndarray((len(raw) - width + 1,), f"<u{width}", raw, 0, (1,))[at]
-
-
 def _headers(raw: np.ndarray, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The index (as int64) and size fields of the object headers at offsets ``at`` of ``raw``
     (each whole in ``raw``)."""
-    return _le(raw, at, 2).astype(np.int64), _le(raw, at + 8, 8)
+    return gather_le(raw, at, 2).astype(np.int64), gather_le(raw, at + 8, 8)
 
 
 def predict_collections(
@@ -94,7 +82,7 @@ def predict_collections(
     starts = np.where(fits, starts, 0)
     heads = raw[starts[:, None] + np.arange(5)]
     bad |= ~(heads == np.frombuffer(b"GCOL\x01", np.uint8)).all(axis=1)
-    declared = _le(raw, starts + 8, 8)
+    declared = gather_le(raw, starts + 8, 8)
     ends = np.where(
         declared <= np.uint64(total), np.minimum(starts + _HEAD + declared.astype(np.int64), total), total
     )
@@ -147,7 +135,7 @@ def predict_collections(
     after = np.minimum(ends[good], at[row_end] + _HEAD + row_size[row_end] + (-row_size[row_end] % 8))
     room = ends[good] - after >= _HEAD
     tail = room.copy()
-    tail[room] = _le(raw, after[room], 2) != 0
+    tail[room] = gather_le(raw, after[room], 2) != 0
     codes_list, expected_list = codes.tolist(), expected.tolist()
     row0_list, count_list, ends_list = row0.tolist(), count.tolist(), ends.tolist()
     starts_list, after_list, tail_list = starts.tolist(), after.tolist(), tail.tolist()

@@ -1065,7 +1065,13 @@ def _gather(buf: Any, at: np.ndarray, size: int) -> np.ndarray:
     every range was checked to lie in the file)."""
     data = np.frombuffer(buf, np.uint8)
     try:
-        return data[at[:, None] + np.arange(size)] if len(at) else np.zeros((0, size), np.uint8)
+        if not len(at):
+            return np.zeros((0, size), np.uint8)
+        if 0 < size <= len(data):
+            # rows of a window sliding over the file (a read-only strided view): taking them
+            # copies each row with one memcpy, where a gather by byte index costs an index per byte
+            return np.ndarray((len(data) - size + 1, size), np.uint8, data, strides=(1, 1))[at]
+        return data[at[:, None] + np.arange(size)]
     finally:
         del data
 
