@@ -50,8 +50,11 @@ def _scanned(raw: bytes, at: int) -> dict[int, int] | None:
         return None
 
 
+@pytest.mark.parametrize("asked", [0.9, 1.0], ids=["some-unasked", "all-asked"])
 @pytest.mark.parametrize("seed", range(6))
-def test_bulk_parse_is_the_scan(seed: int) -> None:
+def test_bulk_parse_is_the_scan(seed: int, asked: float) -> None:
+    """(all-asked: every object wanted, the usual case that ``_predict_whole`` takes, or leaves
+    to the general prediction when an index is wanted twice.)"""
     rng = random.Random(seed)
     predicted = 0
     for _ in range(60):
@@ -66,7 +69,7 @@ def test_bulk_parse_is_the_scan(seed: int) -> None:
             at = len(raw)
             raw += _collection(bodies, free_space=rng.random() < 0.8)
             for index, body in bodies:
-                if rng.random() < 0.9:  # some objects not asked for
+                if rng.random() < asked:  # some objects not asked for
                     lie = 1 if rng.random() < 0.02 else 0
                     wanted.append((at, index, len(body) + lie))
         if rng.random() < 0.3:
