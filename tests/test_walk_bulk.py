@@ -153,3 +153,19 @@ def test_damaged_outer_key_refused_as_one_by_one(tmp_path: Path, monkeypatch: py
             list(f["st"].keys())
         errors.append((str(err.value), err.value.path))
     assert errors[0] == errors[1]
+
+
+def test_pair_runs_are_where_each_pair_was_read(tmp_path: Path) -> None:
+    """Each inner Dict's Pairs, as ``Reader._prime_pairs`` records them (one run of the bytes it
+    read for all of them), are where ``Reader.prime`` put each of them, address by address."""
+    path = tmp_path / "tree.jld2"
+    tree = _few_dicts()
+    tx.save(path, st=tree)
+    with tx.open(path) as f:
+        node = f["st"]
+        assert _walk(node, tx.load(path)["st"]) == 240
+        reader = node._reader
+        runs = list(reader._pair_runs.values())
+        assert len(runs) == 6
+        for found, info, blob, offsets in runs:
+            assert reader._run_of(found) == (info, blob, offsets)

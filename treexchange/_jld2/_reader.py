@@ -261,6 +261,8 @@ class Reader:
         self._element_groups: list[tuple[DatasetInfo, bytes]] = []
         self._texts: dict[int, list[str]] = {}  # id(group's bytes) -> keys of its Pairs (_prime_pairs)
         self._pair_vectors: dict[int, list[int]] = {}  # pair vector -> its Pairs (_prime_pairs)
+        # id of such a list of Pairs -> (the list, where _prime_pairs read them: see primed_run)
+        self._pair_runs: dict[int, tuple[list[int], DatasetInfo, bytes, range]] = {}
         self.nodes_building: set[int] = set()  # scalar datasets whose node is being made (_nodes)
 
     def _describe(self) -> str:
@@ -293,6 +295,7 @@ class Reader:
         self.h5.close()
         self._stack.close()
         self._elements, self._element_groups, self._texts, self._pair_vectors = {}, [], {}, {}
+        self._pair_runs = {}
         data, self._data = self._data, None
         if isinstance(data, mmap.mmap):
             try:
@@ -525,6 +528,7 @@ class Reader:
             return None
         scalars_before = len(self._element_groups)
         self.prime(np.array(pairs, np.uint64), path, refs=False)
+        self._pair_runs_of(listed, scalars_before, len(pairs))
         outer = None
         for info, blob in self._element_groups[scalars_before:]:
             # the String keys of all these Dicts, decoded together (see keys_of)
@@ -550,6 +554,23 @@ class Reader:
         if values:
             self.prime(np.concatenate(values), path)
         return outer
+
+    def _pair_runs_of(self, listed: list[list[int]], scalars_before: int, n: int) -> None:
+        """Where each Dict's Pairs (``listed``, ``n`` in all) lie in what :meth:`prime` just read,
+        for :meth:`primed_run`: when it read all ``n`` into one group, they are there in the order
+        asked (:meth:`alike` keeps the order of its input, picking by masks), each Dict's a run."""
+        groups = self._element_groups[scalars_before:]
+        if len(groups) != 1:
+            return
+        info, blob = groups[0]
+        size = info.plan.size if info.plan is not None else 0
+        if not size or len(blob) != n * size:
+            return  # (some left to the usual path)
+        start = 0
+        for found in listed:
+            stop = start + len(found) * size
+            self._pair_runs[id(found)] = (found, info, blob, range(start, stop, size))
+            start = stop
 
     def _pair_keys(
         self, blob: bytes, at: np.ndarray, keys: tuple[bytes, np.ndarray] | None
@@ -615,6 +636,13 @@ class Reader:
     def primed_run(self, addresses: list[int]) -> tuple[DatasetInfo, bytes, range] | None:
         """When :meth:`prime` read the scalar datasets at ``addresses`` one after the other
         into one buffer (a Dict's Pairs): their description, that buffer and their offsets."""
+        run = self._pair_runs.get(id(addresses))
+        if run is not None and run[0] is addresses and not self.closed:  # (a list _prime_pairs made)
+            return run[1], run[2], run[3]
+        return self._run_of(addresses)
+
+    def _run_of(self, addresses: list[int]) -> tuple[DatasetInfo, bytes, range] | None:
+        """:meth:`primed_run`, found from where :meth:`prime` put each address."""
         if not addresses:
             return None
         elements = self._elements
