@@ -170,9 +170,17 @@ def test_vlen_fields_strided_or_gathered_alike() -> None:
     rng = np.random.default_rng(3)
     buf = rng.integers(0, 256, 4000, dtype=np.uint8).tobytes()
     raw = np.frombuffer(buf, np.uint8)
-    for offsets in (np.arange(5, 3900, 24), np.arange(0, 64, 16), np.array([7]), np.array([0, 40, 56, 300])):
+    for offsets in (
+        np.arange(5, 3900, 24),
+        np.arange(0, 64, 16),
+        np.array([7]),
+        np.array([0, 40, 56, 300]),
+        range(5, 3900, 24),
+        range(7, 8),
+        range(3, 300, 9),  # (overlapping elements: gathered)
+    ):
         got = _bulktext._fields(buf, raw, offsets)
-        rows = [buf[o : o + 16] for o in offsets.tolist()]
+        rows = [buf[o : o + 16] for o in list(offsets)]
         want = [
             [struct.unpack_from(f, r, at)[0] for r in rows] for f, at in (("<I", 0), ("<Q", 4), ("<I", 12))
         ]

@@ -22,11 +22,13 @@ from .._hdf5._heapbulk import predict_collections
 from ._plans import decode_text
 
 _UNDEFINED = (1 << 64) - 1
+Offsets = range | np.ndarray
+"""Where vlen elements lie in a buffer: a ``range`` when evenly spaced (one per Pair), else any."""
 _GATHERED_MAX = 1 << 24  # bytes of text gathered at once (index arrays: 16 bytes per byte)
 
 
 def vlen_texts(
-    h5: HDF5File, buf: Any, offsets: np.ndarray, more: tuple[Any, np.ndarray] | None = None
+    h5: HDF5File, buf: Any, offsets: Offsets, more: tuple[Any, Offsets] | None = None
 ) -> list[str] | None:
     """The texts of the vlen elements at ``buf[offsets[i]:]`` (then those of ``more``, another
     such buffer and offsets: an outer Dict's keys, which lie in the collections of its inner
@@ -45,7 +47,9 @@ def vlen_texts(
         counts, addresses, indices = (
             np.concatenate(pair) for pair in zip(found_fields, (counts2, addresses2, indices2))
         )
-    if bool(((addresses == 0) & (indices == 0)).any()) or bool((addresses == _UNDEFINED).any()):
+    if int(addresses.max()) == _UNDEFINED or (
+        int(addresses.min()) == 0 and bool(((addresses == 0) & (indices == 0)).any())
+    ):
         return None  # empty strings: rare as keys, left to the usual path
     found = predict_collections(h5, addresses, indices, counts)  # (collections not parsed yet)
     missing = np.flatnonzero(found == 0)
@@ -69,29 +73,35 @@ def vlen_texts(
     return _texts(h5.buffer, found.view(np.uint64))
 
 
-def _checked_fields(buf: Any, offsets: np.ndarray) -> tuple[Any, Any, Any]:
+def _checked_fields(buf: Any, offsets: Offsets) -> tuple[Any, Any, Any]:
     """:func:`_fields` of the elements at ``offsets`` of ``buf``; Nones when one lies out of range."""
     raw = np.frombuffer(buf, np.uint8)
-    if not len(offsets) or int(offsets.min()) < 0 or int(offsets.max()) + 16 > len(raw):
+    if type(offsets) is range and offsets.step > 0:  # (the bounds without a pass over them)
+        low, high = offsets.start, offsets[-1] if offsets else -1
+    else:
+        offsets = np.asarray(offsets)
+        low, high = (int(offsets.min()), int(offsets.max())) if len(offsets) else (0, -1)
+    if high < 0 or low < 0 or high + 16 > len(raw):
         return None, None, None
     return _fields(buf, raw, offsets)
 
 
-def _fields(buf: Any, raw: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _fields(buf: Any, raw: np.ndarray, offsets: Offsets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The count (a String's bytes), collection address and object index of each vlen element
-    at ``offsets`` (in range). Elements evenly spaced (one per Pair, the usual case) are read
-    through strided views of ``buf``, with no copy; others are gathered first."""
+    at ``offsets`` (in range). Elements evenly spaced (one per Pair, the usual case: given as a
+    ``range``, or found so) are read through strided views of ``buf``, with no copy; others are
+    gathered first."""
     n = len(offsets)
     first = int(offsets[0])
     step = int(offsets[1] - offsets[0]) if n > 1 else 16
-    if step >= 16 and (n < 3 or bool((np.diff(offsets) == step).all())):
+    if step >= 16 and (n < 3 or type(offsets) is range or bool((np.diff(offsets) == step).all())):
         view = raw[first:]  # (a uint8 view: works for bytes, bytearray and memoryview alike)
         return (
             np.ndarray((n,), "<u4", view, 0, (step,)),
             np.ndarray((n,), "<u8", view, 4, (step,)),
             np.ndarray((n,), "<u4", view, 12, (step,)),
         )
-    elements = raw[offsets[:, None] + np.arange(16)]
+    elements = raw[np.asarray(offsets)[:, None] + np.arange(16)]
     counts = elements[:, :4].copy().view("<u4").ravel()
     addresses = elements[:, 4:12].copy().view("<u8").ravel()
     indices = elements[:, 12:].copy().view("<u4").ravel()

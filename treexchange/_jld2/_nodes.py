@@ -1336,7 +1336,7 @@ _BLOCK = 64  # struct elements of a vector of references made together (RefVecto
 _DICTS_MIN = 4  # Dicts in a Dict from which reading all their Pairs at once pays (Reader.prime)
 
 
-def _key_elements(pairs: _Pairs) -> tuple[bytes, np.ndarray] | None:
+def _key_elements(pairs: _Pairs) -> tuple[bytes, range] | None:
     """The vlen elements of the pairs' keys when every key is a ``String``: one buffer of them,
     16 bytes each, and their offsets in it (for :meth:`Reader.prime`); None otherwise."""
     elements = []
@@ -1349,7 +1349,7 @@ def _key_elements(pairs: _Pairs) -> tuple[bytes, np.ndarray] | None:
         if at < 0 or len(element) != 16:
             return None
         elements.append(element)
-    return b"".join(elements), np.arange(0, 16 * len(elements), 16, dtype=np.int64)
+    return b"".join(elements), range(0, 16 * len(elements), 16)
 
 
 def _holds_dicts(pair: CompoundPlan) -> bool:
@@ -1486,7 +1486,8 @@ def _string_keys(reader: Reader, located: _Pairs) -> list[str] | None:
     texts = reader.keys_of(bufs[0], offsets)  # decoded with the Pairs of the Dicts around it
     if texts is not None:
         return texts
-    return vlen_texts(reader.h5, bufs[0], np.arange(offsets.start, offsets.stop, offsets.step) + first.offset)
+    at = first.offset
+    return vlen_texts(reader.h5, bufs[0], range(offsets.start + at, offsets.stop + at, offsets.step))
 
 
 def _render_key(key: Any) -> str:

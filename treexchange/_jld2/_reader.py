@@ -468,7 +468,7 @@ class Reader:
         *,
         dicts: bool = False,
         refs: bool = True,
-        keys: tuple[bytes, np.ndarray] | None = None,
+        keys: tuple[bytes, range] | None = None,
     ) -> list[str] | None:
         """Get ready to describe many datasets (a lazy walk about to visit the elements of a
         vector of references): their headers are checked in bulk (:meth:`alike`), each dataset
@@ -510,7 +510,7 @@ class Reader:
         return texts
 
     def _prime_pairs(
-        self, vectors: list[int], path: TreePath, keys: tuple[bytes, np.ndarray] | None = None
+        self, vectors: list[int], path: TreePath, keys: tuple[bytes, range] | None = None
     ) -> list[str] | None:
         """:meth:`prime` for the Pairs of many Dicts at once (their pair vectors at
         ``vectors``), then for the values the Pairs refer to. Anything unusual stops it: the
@@ -536,7 +536,7 @@ class Reader:
             if isinstance(plan, CompoundPlan) and len(plan.fields) == 2 and blob:
                 first = plan.fields[0]
                 if type(first.plan) is VlenStringPlan and not first.plan.symbol:
-                    at = np.arange(0, len(blob), plan.size, dtype=np.int64) + first.offset
+                    at = range(first.offset, first.offset + len(blob), plan.size)
                     texts = self._pair_keys(blob, at, keys) if outer is None else None
                     if texts is not None and keys is not None:
                         outer, texts = texts[len(at) :], texts[: len(at)]
@@ -572,9 +572,7 @@ class Reader:
             self._pair_runs[id(found)] = (found, info, blob, range(start, stop, size))
             start = stop
 
-    def _pair_keys(
-        self, blob: bytes, at: np.ndarray, keys: tuple[bytes, np.ndarray] | None
-    ) -> list[str] | None:
+    def _pair_keys(self, blob: bytes, at: range, keys: tuple[bytes, range] | None) -> list[str] | None:
         """:func:`vlen_texts` of the Pairs' keys at ``at`` of ``blob``, then of ``keys`` (an
         outer Dict's, see :meth:`prime`); None if any of them stops the bulk pass, or raises
         (the one-by-one path then reports it where it lies, as without ``keys``)."""
