@@ -1315,7 +1315,10 @@ def _vouched_values(
         ]
         found = np.array([r for r in refs if r], np.uint64)
     if len(found) >= _BULK_MIN or (len(found) >= _DICTS_MIN and _holds_dicts(plan)):
-        arrays = reader.described_arrays(refs)
+        # (all of them looked up only when the first is known: else they are primed first,
+        # as any of them unknown would have them be)
+        known = reader.described_array(next((r for r in refs if r), 0)) is not None
+        arrays = reader.described_arrays(refs) if known else [None]
         if None in arrays:  # (not when a Dict above primed them with their Pairs)
             elements = _key_elements(pairs) if keys is not None else None
             texts = reader.prime(found[found != 0], path, dicts=True, keys=elements)
