@@ -1318,7 +1318,7 @@ def _vouched_values(
         # (all of them looked up only when the first is known: else they are primed first,
         # as any of them unknown would have them be)
         known = reader.described_array(next((r for r in refs if r), 0)) is not None
-        arrays = reader.described_arrays(refs) if known else [None]
+        arrays: list[DatasetInfo | None] = reader.described_arrays(refs) if known else [None]
         if None in arrays:  # (not when a Dict above primed them with their Pairs)
             elements = _key_elements(pairs) if keys is not None else None
             texts = reader.prime(found[found != 0], path, dicts=True, keys=elements)
