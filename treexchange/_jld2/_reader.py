@@ -517,17 +517,19 @@ class Reader:
         lazy path then meets it (and reports it) where it lies. ``keys``: see :meth:`prime`
         (the texts returned)."""
         try:
-            listed = self._reference_vectors(vectors, path)
+            read = self._reference_vectors(vectors, path)
         except TreexchangeError:
             return None
-        if listed is None:
+        if read is None:
             return None
+        listed, pairs = read
         self._pair_vectors.update(zip(vectors, listed))
-        pairs = [address for found in listed for address in found]
+        if pairs is None:
+            pairs = np.array([address for found in listed for address in found], np.uint64)
         if len(pairs) < 2:
             return None
         scalars_before = len(self._element_groups)
-        self.prime(np.array(pairs, np.uint64), path, refs=False)
+        self.prime(pairs, path, refs=False)
         self._pair_runs_of(listed, scalars_before, len(pairs))
         outer = None
         for info, blob in self._element_groups[scalars_before:]:
@@ -583,20 +585,28 @@ class Reader:
         except TreexchangeError:
             return None
 
-    def _reference_vectors(self, vectors: list[int], path: TreePath) -> list[list[int]] | None:
+    def _reference_vectors(
+        self, vectors: list[int], path: TreePath
+    ) -> tuple[list[list[int]], np.ndarray | None] | None:
         """The references held by each vector of references at ``vectors`` (the pair vectors of
         many Dicts): the alike ones gathered in bulk (:meth:`alike`), the others read one by
-        one; None when one of them is not such a vector."""
+        one; None when one of them is not such a vector. With them, all of them in one array
+        when every vector was gathered in one piece (the usual case), else None."""
         if 0 in vectors:
             return None
         h5, total = self.h5, 0
         found: dict[int, list[int]] = {}
-        for info, at, data_at in self.alike(np.array(vectors, np.uint64), path, refs=True):
+        groups = self.alike(np.array(vectors, np.uint64), path, refs=True)
+        for info, at, data_at in groups:
             total += len(at) * info.count
             if total > self.limits.max_elements:  # (the usual path's bound, over all of them)
                 return None
             rows = _gather(h5.buffer, data_at, 8 * info.count).view("<u8")
-            found.update(zip(at.tolist(), rows.tolist()))
+            listed = rows.tolist()
+            if len(groups) == 1 and at.tolist() == vectors:
+                # every vector alike, in the order asked: their references, all in one array too
+                return listed, rows.ravel()
+            found.update(zip(at.tolist(), listed))
         out = []
         for address in vectors:
             refs = found.get(address)
@@ -609,7 +619,7 @@ class Reader:
                     return None
                 refs = self.element_addresses(info)
             out.append(refs)
-        return out
+        return out, None
 
     def primed_pairs(self, plan: CustomPlan, buf: Any, off: int) -> list[int] | None:
         """The addresses of the Pairs of the Dict (of ``plan``) whose element is at ``buf[off:]``,
