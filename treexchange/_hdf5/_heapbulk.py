@@ -250,17 +250,21 @@ def _predict_whole(
     ok = fit & (gather_le(raw, at, 2) == (key & 0xFFFF)) & (gather_le(raw, at + 8, 8).view(np.int64) == size)
     good = np.logical_and.reduceat(ok, lo).tolist()
     codes = (size << SIZE_SHIFT) | (at + _HEAD)
-    codes_list, last_end = codes.tolist(), ends_after[hi - 1].tolist()
+    last_end = ends_after[hi - 1].tolist()
     usable = [False] * len(lo_list)
     for c in live:
         if not good[c]:
             continue
         end, after = ends[c], min(ends[c], bases[c] + last_end[c])  # (past the last one's padding)
-        objects = dict(zip(range(1, count[c] + 1), codes_list[lo_list[c] : hi_list[c]]))
+        mine = codes[lo_list[c] : hi_list[c]]
         # a tail to scan unless the collection ends there (no room for a header, or the
         # free-space object: index 0)
-        tail = after if end - after >= _HEAD and buf[after] | buf[after + 1] else None
-        usable[c] = _register(h5, starts[c] - base, starts[c], objects, tail, end)
+        if end - after >= _HEAD and buf[after] | buf[after + 1]:
+            objects = dict(zip(range(1, count[c] + 1), mine.tolist()))
+            usable[c] = _register(h5, starts[c] - base, starts[c], objects, after, end)
+        else:  # exactly these objects: their dict made when (if ever) it is looked at
+            h5._heaps[starts[c] - base] = GlobalHeapCollection.known_lazily(starts[c], mine)
+            usable[c] = True
     found = np.where(np.repeat(usable, count), codes, 0)
     if order is None:
         return found
