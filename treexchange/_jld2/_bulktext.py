@@ -122,18 +122,23 @@ def _texts(buffer: memoryview, codes: np.ndarray) -> list[str] | None:
     key seen twice)."""
     at = (codes & OFFSET_MASK).astype(np.int64)
     sizes = (codes >> SIZE_SHIFT).astype(np.int64)
-    total = int(sizes.sum())
+    slots = sizes + 1  # each text's bytes and the NUL after it, among the gathered bytes
+    ends = np.cumsum(slots)
+    total = int(ends[-1]) - len(sizes)
     if total > len(buffer):
         return None
     if total > _GATHERED_MAX:  # long texts: no index arrays of 8 bytes per byte of them
         return _each_text(buffer, codes.tolist())
+    if not total:
+        return [""] * len(sizes)
     raw = np.frombuffer(buffer, np.uint8)
-    before = np.cumsum(sizes) - sizes  # where each text begins among the gathered bytes
-    gathered = raw[np.repeat(at - before, sizes) + np.arange(total)]
-    if not bool((gathered == 0).any()):
-        joined = np.zeros(total + len(sizes), np.uint8)
-        joined[np.arange(total) + np.repeat(np.arange(len(sizes)), sizes)] = gathered
-        return joined[:-1].tobytes().decode("utf-8", "surrogateescape").split("\0")
+    before = ends - slots  # where each text begins among the gathered bytes
+    # each text's NUL slot reads the byte after the text (the file's last, at its end) and is
+    # then made a NUL: one gather and one store of n, not a scatter of every byte
+    gathered = raw.take(np.repeat(at - before, slots) + np.arange(int(ends[-1])), mode="clip")
+    gathered[ends - 1] = 0
+    if np.count_nonzero(gathered) == total:  # no text holds a NUL
+        return gathered[:-1].tobytes().decode("utf-8", "surrogateescape").split("\0")
     text = gathered.tobytes().decode("latin-1")  # one character per byte
-    cut = list(map(text.__getitem__, map(slice, before.tolist(), (before + sizes).tolist())))
+    cut = list(map(text.__getitem__, map(slice, before.tolist(), (ends - 1).tolist())))
     return [key if key.isascii() else decode_text(key.encode("latin-1")) for key in cut]
