@@ -157,7 +157,8 @@ def test_damaged_outer_key_refused_as_one_by_one(tmp_path: Path, monkeypatch: py
 
 def test_pair_runs_are_where_each_pair_was_read(tmp_path: Path) -> None:
     """Each inner Dict's Pairs, as ``Reader._prime_pairs`` records them (one run of the bytes it
-    read for all of them), are where ``Reader.prime`` put each of them, address by address."""
+    read for all of them, none kept by address), are each Pair's own element bytes, read from
+    its own header address by address."""
     path = tmp_path / "tree.jld2"
     tree = _few_dicts()
     tx.save(path, st=tree)
@@ -166,6 +167,10 @@ def test_pair_runs_are_where_each_pair_was_read(tmp_path: Path) -> None:
         assert _walk(node, tx.load(path)["st"]) == 240
         reader = node._reader
         runs = list(reader._pair_runs.values())
-        assert len(runs) == 6
+        assert len(runs) == 6 and not set(reader._elements).intersection(*(found for found, *_ in runs))
         for found, info, blob, offsets in runs:
-            assert reader._run_of(found) == (info, blob, offsets)
+            assert len(found) == len(offsets) == 40
+            for address, at in zip(found, offsets):
+                own = reader.info(address)  # (its own header parsed)
+                assert own.plan is not None and own.plan.size == info.plan.size
+                assert reader.element_bytes(own) == blob[at : at + info.plan.size]

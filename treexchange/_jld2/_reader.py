@@ -481,33 +481,45 @@ class Reader:
         Dict holding these Dicts, decoded with their Pairs' keys (they lie in the same heap
         collections); returns their texts, or None when they were not decoded so.
         """
-        h5 = self.h5
         texts = None
-        scalars, arrays = self.scalar_elements(addresses, path)
-        for info, found, _ in arrays:
-            h5.vouch_as(found.tolist(), info)
-        for info, found, blob in scalars:
+        for info, found, blob in self._primed_elements(addresses, path):
             plan = info.plan
             assert plan is not None
-            size = plan.size
-            elements, group = self._elements, len(self._element_groups)
-            self._element_groups.append((info, blob))
-            listed = found.tolist()
-            h5.vouch_as(listed, info)
-            step = size << _OFFSET_SHIFT  # (ints only: not tracked by the collector)
-            if group <= _GROUP_MASK:
-                elements.update(zip(listed, range(group, group + len(listed) * step, step)))
+            self._keep_elements(info, found, blob)
             if isinstance(plan, CompoundPlan) and blob and refs:
                 found_refs = _refs_in(plan, blob)
                 if found_refs is not None:
-                    h5.vouch(found_refs)
+                    self.h5.vouch(found_refs)
             if dicts and type(plan) is CustomPlan and plan.kind == "dict" and blob and len(found) > 1:
                 at = _pairs_at(plan)
                 if at is not None:
-                    rows = np.frombuffer(blob, np.uint8).reshape(-1, size)
+                    rows = np.frombuffer(blob, np.uint8).reshape(-1, plan.size)
                     vectors = rows[:, at : at + 8].copy().view("<u8").ravel().tolist()
                     texts = self._prime_pairs(vectors, path, keys)
         return texts
+
+    def _primed_elements(
+        self, addresses: np.ndarray, path: TreePath
+    ) -> list[tuple[DatasetInfo, np.ndarray, bytes]]:
+        """:meth:`scalar_elements`, the arrays' headers vouched for (:meth:`HDF5File.vouch_as`);
+        the scalar datasets' groups returned (for :meth:`_keep_elements`)."""
+        scalars, arrays = self.scalar_elements(addresses, path)
+        for info, found, _ in arrays:
+            self.h5.vouch_as(found.tolist(), info)
+        return scalars
+
+    def _keep_elements(self, info: DatasetInfo, found: np.ndarray, blob: bytes, *, each: bool = True) -> None:
+        """Vouch for the headers of the scalar datasets at ``found`` (described by ``info``) and
+        keep their element bytes ``blob``: for :meth:`_prime_pairs` and (``each``) by address
+        for :meth:`element_bytes_at` and :meth:`primed_struct`."""
+        assert info.plan is not None
+        group = len(self._element_groups)
+        self._element_groups.append((info, blob))
+        listed = found.tolist()
+        self.h5.vouch_as(listed, info)
+        step = info.plan.size << _OFFSET_SHIFT  # (ints only: not tracked by the collector)
+        if each and group <= _GROUP_MASK:
+            self._elements.update(zip(listed, range(group, group + len(listed) * step, step)))
 
     def _prime_pairs(
         self, vectors: list[int], path: TreePath, keys: tuple[bytes, range] | None = None
@@ -529,8 +541,14 @@ class Reader:
         if len(pairs) < 2:
             return None
         scalars_before = len(self._element_groups)
-        self.prime(pairs, path, refs=False)
-        self._pair_runs_of(listed, scalars_before, len(pairs))
+        scalars = self._primed_elements(pairs, path)
+        # all of them in one group, in the order asked (alike keeps the order of its input,
+        # picking by masks): each Dict's Pairs a run of it (primed_run), none kept by address
+        whole = len(scalars) == 1 and len(scalars[0][1]) == len(pairs)
+        for info, found, blob in scalars:
+            self._keep_elements(info, found, blob, each=not whole)
+        if whole:
+            self._pair_runs_of(listed, scalars[0][0], scalars[0][2])
         outer = None
         for info, blob in self._element_groups[scalars_before:]:
             # the String keys of all these Dicts, decoded together (see keys_of)
@@ -557,17 +575,10 @@ class Reader:
             self.prime(np.concatenate(values), path)
         return outer
 
-    def _pair_runs_of(self, listed: list[list[int]], scalars_before: int, n: int) -> None:
-        """Where each Dict's Pairs (``listed``, ``n`` in all) lie in what :meth:`prime` just read,
-        for :meth:`primed_run`: when it read all ``n`` into one group, they are there in the order
-        asked (:meth:`alike` keeps the order of its input, picking by masks), each Dict's a run."""
-        groups = self._element_groups[scalars_before:]
-        if len(groups) != 1:
-            return
-        info, blob = groups[0]
+    def _pair_runs_of(self, listed: list[list[int]], info: DatasetInfo, blob: bytes) -> None:
+        """Where each Dict's Pairs (``listed``) lie in ``blob``, the element bytes of all of them
+        one after the other in that order (described by ``info``), for :meth:`primed_run`."""
         size = info.plan.size if info.plan is not None else 0
-        if not size or len(blob) != n * size:
-            return  # (some left to the usual path)
         start = 0
         for found in listed:
             stop = start + len(found) * size
