@@ -18,6 +18,7 @@ import pytest
 
 import treexchange as tx
 from treexchange import JuliaDict, NamedTuple
+from treexchange._jld2 import _bulktext, _nodes, _reader
 
 
 def _dict_of_dicts() -> JuliaDict:
@@ -152,3 +153,77 @@ def test_array_with_data_outside_the_file_is_described_then_refused(tmp_path: Pa
         np.testing.assert_array_equal(np.asarray(nodes[41]), tree["a041"])
         with pytest.raises(tx.FormatError):
             np.asarray(nodes[40])
+
+
+def _few_dicts() -> JuliaDict:
+    """An outer Dict of few Dicts (fewer than the bulk threshold of keys): its keys are decoded
+    with the inner Dicts' keys (``Reader.prime(keys=...)``), not one by one."""
+    rng = np.random.default_rng(3)
+    return JuliaDict(
+        {
+            ("é" if g == 3 else "") + f"g{g}": JuliaDict({f"l{i}": rng.standard_normal(2) for i in range(40)})
+            for g in range(6)
+        }
+    )
+
+
+def test_outer_keys_decoded_with_the_inner_keys(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "tree.jld2"
+    tree = _few_dicts()
+    tx.save(path, st=tree)
+    calls: list[int] = []
+    real = _bulktext.vlen_texts
+
+    def spy(h5: Any, buf: Any, offsets: Any, more: Any = None) -> Any:
+        found = real(h5, buf, offsets, more)
+        if more is not None and found is not None:
+            calls.append(len(found) - len(offsets))
+        return found
+
+    monkeypatch.setattr(_reader, "vlen_texts", spy)
+    with tx.open(path) as f:
+        node = f["st"]
+        assert list(node.keys()) == list(tree.keys())
+        assert _walk(node, tx.load(path)["st"]) == 240
+    assert calls == [6]  # the outer Dict's 6 keys, in the inner keys' pass
+
+
+def test_damaged_outer_key_refused_as_one_by_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An outer key whose heap object is missing stops the joint pass; the one-by-one path then
+    reports it, in the same words and at the same path as without the joint pass."""
+    path = tmp_path / "tree.jld2"
+    tx.save(path, st=_few_dicts())
+    raw = bytearray(path.read_bytes())
+    at = raw.index(b"g4\0")
+    assert int.from_bytes(raw[at - 8 : at], "little") == 2  # the object's size, before it its index
+    raw[at - 16 : at - 14] = (60000).to_bytes(2, "little")
+    path.write_bytes(bytes(raw))
+    errors = []
+    for joint in (True, False):
+        if not joint:
+            monkeypatch.setattr(_nodes, "_key_elements", lambda pairs: None)
+        with tx.open(path) as f, pytest.raises(tx.FormatError, match="no object") as err:
+            list(f["st"].keys())
+        errors.append((str(err.value), err.value.path))
+    assert errors[0] == errors[1]
+
+
+def test_pair_runs_are_where_each_pair_was_read(tmp_path: Path) -> None:
+    """Each inner Dict's Pairs, as ``Reader._prime_pairs`` records them (one run of the bytes it
+    read for all of them, none kept by address), are each Pair's own element bytes, read from
+    its own header address by address."""
+    path = tmp_path / "tree.jld2"
+    tree = _few_dicts()
+    tx.save(path, st=tree)
+    with tx.open(path) as f:
+        node = f["st"]
+        assert _walk(node, tx.load(path)["st"]) == 240
+        reader = node._reader
+        runs = list(reader._pair_runs.values())
+        assert len(runs) == 6 and not set(reader._elements).intersection(*(found for found, *_ in runs))
+        for found, info, blob, offsets in runs:
+            assert len(found) == len(offsets) == 40
+            for address, at in zip(found, offsets):
+                own = reader.info(address)  # (its own header parsed)
+                assert own.plan is not None and own.plan.size == info.plan.size
+                assert reader.element_bytes(own) == blob[at : at + info.plan.size]

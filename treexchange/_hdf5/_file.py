@@ -76,10 +76,14 @@ def proto_class(file: HDF5File, obj: ObjectHeader) -> int | None:
     return int(file.buffer[msg[2] + 1])
 
 
-def _gather_le(data: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
-    """The unsigned little-endian ``width``-byte integers at byte offsets ``at`` of ``data``."""
-    rows = data[at[:, None] + np.arange(width)]
-    return rows.view(f"<u{width}").ravel() if len(at) else np.zeros(0, f"<u{width}")
+def gather_le(data: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """The unsigned little-endian ``width``-byte (2, 4 or 8) integers at byte offsets ``at`` of
+    ``data`` (each at most ``len(data) - width``): gathered from a view of ``data`` as such ints
+    at every byte offset (unaligned, no copy), one element per int where a gather of bytes
+    takes ``width``."""
+    if len(data) < width:
+        return np.zeros(0, f"<u{width}")[at]  # (raises for any offset, as a gather of bytes does)
+    return np.ndarray((len(data) - width + 1,), f"<u{width}", data, 0, (1,))[at]
 
 
 def _advise(mm: mmap.mmap, advice: str, start: int = 0, length: int = 0) -> None:
@@ -514,15 +518,15 @@ class HDF5File(ClosingFile):
             ok = (version >= 3) & (version <= 5)
             if size >= 18 and self._wide and proto_class(self, proto) == 1:
                 ok &= cls == 1
-                addr = _gather_le(data, body + 2, 8)
-                stored = _gather_le(data, body + 10, 8)
+                addr = gather_le(data, body + 2, 8)
+                stored = gather_le(data, body + 10, 8)
                 ok &= addr != np.uint64(_UNDEFINED_ADDR)
                 ok &= addr < np.uint64(self.size)  # (data offsets checked by the caller; no overflow)
                 which = np.flatnonzero(ok)
                 return ok, addr[which].astype(np.int64) + self.base, stored[which].astype(np.int64)
             if size >= 4 and proto_class(self, proto) == 0:
                 ok &= cls == 0
-                stored = _gather_le(data, body + 2, 2).astype(np.int64)
+                stored = gather_le(data, body + 2, 2).astype(np.int64)
                 ok &= stored <= size - 4
                 which = np.flatnonzero(ok)
                 return ok, body[which] + 4, stored[which]

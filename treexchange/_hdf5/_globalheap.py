@@ -32,7 +32,10 @@ class GlobalHeapCollection:
     """One parsed collection: ``objects`` maps a heap object index to where it lies (see
     :data:`SIZE_SHIFT`; :meth:`get` gives ``(absolute offset, size)``)."""
 
-    __slots__ = ("objects", "offset")
+    __slots__ = ("_pending", "objects", "offset")
+    _pending: np.ndarray  # codes of objects 1..K whose dict is not made yet (known_lazily)
+    objects: dict[int, int]
+    offset: int
 
     def __init__(self, c: Cursor, offset: int, expect: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         """Parse the collection at absolute ``offset``. ``expect``: the indices and sizes of
@@ -77,6 +80,24 @@ class GlobalHeapCollection:
         heap = cls.__new__(cls)
         heap.offset, heap.objects = offset, objects
         return heap
+
+    @classmethod
+    def known_lazily(cls, offset: int, codes: np.ndarray) -> GlobalHeapCollection:
+        """:meth:`known` for a collection holding exactly the objects ``1..len(codes)`` at
+        ``codes``: the dict of them is made on the first look at ``objects`` (the bulk parse of
+        a Dict's keys has what it needs from the codes: most such collections are never looked
+        at again)."""
+        heap = cls.__new__(cls)
+        heap.offset, heap._pending = offset, codes
+        return heap
+
+    def __getattr__(self, name: str) -> dict[int, int]:
+        # only for ``objects`` of a collection made by known_lazily, not looked at before
+        if name != "objects":
+            raise AttributeError(name)
+        codes = self._pending
+        objects = self.objects = dict(zip(range(1, len(codes) + 1), codes.tolist()))
+        return objects
 
     def _predicted(self, buf: memoryview, pos: int, end: int, indices: np.ndarray, sizes: np.ndarray) -> bool:
         """What :meth:`_scan` finds, without a Python step per object, when the collection

@@ -22,20 +22,34 @@ from .._hdf5._heapbulk import predict_collections
 from ._plans import decode_text
 
 _UNDEFINED = (1 << 64) - 1
+Offsets = range | np.ndarray
+"""Where vlen elements lie in a buffer: a ``range`` when evenly spaced (one per Pair), else any."""
 _GATHERED_MAX = 1 << 24  # bytes of text gathered at once (index arrays: 16 bytes per byte)
 
 
-def vlen_texts(h5: HDF5File, buf: Any, offsets: np.ndarray) -> list[str] | None:
-    """The texts of the vlen elements at ``buf[offsets[i]:]``; None when this file or these
-    elements need the one-by-one path (4-byte offsets, empty strings, out-of-range offsets),
-    which then reports whatever is wrong in its own words."""
+def vlen_texts(
+    h5: HDF5File, buf: Any, offsets: Offsets, more: tuple[Any, Offsets] | None = None
+) -> list[str] | None:
+    """The texts of the vlen elements at ``buf[offsets[i]:]`` (then those of ``more``, another
+    such buffer and offsets: an outer Dict's keys, which lie in the collections of its inner
+    Dicts' keys); None when this file or these elements need the one-by-one path (4-byte
+    offsets, empty strings, out-of-range offsets), which then reports whatever is wrong in its
+    own words."""
     if h5.offset_size != 8 or not len(offsets):
         return None
-    raw = np.frombuffer(buf, np.uint8)
-    if int(offsets.min()) < 0 or int(offsets.max()) + 16 > len(raw):
+    counts, addresses, indices = found_fields = _checked_fields(buf, offsets)
+    if counts is None:
         return None
-    counts, addresses, indices = _fields(buf, raw, offsets)
-    if bool(((addresses == 0) & (indices == 0)).any()) or bool((addresses == _UNDEFINED).any()):
+    if more is not None:
+        counts2, addresses2, indices2 = _checked_fields(*more)
+        if counts2 is None:
+            return None
+        counts, addresses, indices = (
+            np.concatenate(pair) for pair in zip(found_fields, (counts2, addresses2, indices2))
+        )
+    if int(addresses.max()) == _UNDEFINED or (
+        int(addresses.min()) == 0 and bool(((addresses == 0) & (indices == 0)).any())
+    ):
         return None  # empty strings: rare as keys, left to the usual path
     found = predict_collections(h5, addresses, indices, counts)  # (collections not parsed yet)
     missing = np.flatnonzero(found == 0)
@@ -59,21 +73,35 @@ def vlen_texts(h5: HDF5File, buf: Any, offsets: np.ndarray) -> list[str] | None:
     return _texts(h5.buffer, found.view(np.uint64))
 
 
-def _fields(buf: Any, raw: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _checked_fields(buf: Any, offsets: Offsets) -> tuple[Any, Any, Any]:
+    """:func:`_fields` of the elements at ``offsets`` of ``buf``; Nones when one lies out of range."""
+    raw = np.frombuffer(buf, np.uint8)
+    if type(offsets) is range and offsets.step > 0:  # (the bounds without a pass over them)
+        low, high = offsets.start, offsets[-1] if offsets else -1
+    else:
+        offsets = np.asarray(offsets)
+        low, high = (int(offsets.min()), int(offsets.max())) if len(offsets) else (0, -1)
+    if high < 0 or low < 0 or high + 16 > len(raw):
+        return None, None, None
+    return _fields(buf, raw, offsets)
+
+
+def _fields(buf: Any, raw: np.ndarray, offsets: Offsets) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The count (a String's bytes), collection address and object index of each vlen element
-    at ``offsets`` (in range). Elements evenly spaced (one per Pair, the usual case) are read
-    through strided views of ``buf``, with no copy; others are gathered first."""
+    at ``offsets`` (in range). Elements evenly spaced (one per Pair, the usual case: given as a
+    ``range``, or found so) are read through strided views of ``buf``, with no copy; others are
+    gathered first."""
     n = len(offsets)
     first = int(offsets[0])
     step = int(offsets[1] - offsets[0]) if n > 1 else 16
-    if step >= 16 and (n < 3 or bool((np.diff(offsets) == step).all())):
+    if step >= 16 and (n < 3 or type(offsets) is range or bool((np.diff(offsets) == step).all())):
         view = raw[first:]  # (a uint8 view: works for bytes, bytearray and memoryview alike)
         return (
             np.ndarray((n,), "<u4", view, 0, (step,)),
             np.ndarray((n,), "<u8", view, 4, (step,)),
             np.ndarray((n,), "<u4", view, 12, (step,)),
         )
-    elements = raw[offsets[:, None] + np.arange(16)]
+    elements = raw[np.asarray(offsets)[:, None] + np.arange(16)]
     counts = elements[:, :4].copy().view("<u4").ravel()
     addresses = elements[:, 4:12].copy().view("<u8").ravel()
     indices = elements[:, 12:].copy().view("<u4").ravel()
@@ -94,18 +122,23 @@ def _texts(buffer: memoryview, codes: np.ndarray) -> list[str] | None:
     key seen twice)."""
     at = (codes & OFFSET_MASK).astype(np.int64)
     sizes = (codes >> SIZE_SHIFT).astype(np.int64)
-    total = int(sizes.sum())
+    slots = sizes + 1  # each text's bytes and the NUL after it, among the gathered bytes
+    ends = np.cumsum(slots)
+    total = int(ends[-1]) - len(sizes)
     if total > len(buffer):
         return None
     if total > _GATHERED_MAX:  # long texts: no index arrays of 8 bytes per byte of them
         return _each_text(buffer, codes.tolist())
+    if not total:
+        return [""] * len(sizes)
     raw = np.frombuffer(buffer, np.uint8)
-    before = np.cumsum(sizes) - sizes  # where each text begins among the gathered bytes
-    gathered = raw[np.repeat(at - before, sizes) + np.arange(total)]
-    if not bool((gathered == 0).any()):
-        joined = np.zeros(total + len(sizes), np.uint8)
-        joined[np.arange(total) + np.repeat(np.arange(len(sizes)), sizes)] = gathered
-        return joined[:-1].tobytes().decode("utf-8", "surrogateescape").split("\0")
+    before = ends - slots  # where each text begins among the gathered bytes
+    # each text's NUL slot reads the byte after the text (the file's last, at its end) and is
+    # then made a NUL: one gather and one store of n, not a scatter of every byte
+    gathered = raw.take(np.repeat(at - before, slots) + np.arange(int(ends[-1])), mode="clip")
+    gathered[ends - 1] = 0
+    if np.count_nonzero(gathered) == total:  # no text holds a NUL
+        return gathered[:-1].tobytes().decode("utf-8", "surrogateescape").split("\0")
     text = gathered.tobytes().decode("latin-1")  # one character per byte
-    cut = list(map(text.__getitem__, map(slice, before.tolist(), (before + sizes).tolist())))
+    cut = list(map(text.__getitem__, map(slice, before.tolist(), (ends - 1).tolist())))
     return [key if key.isascii() else decode_text(key.encode("latin-1")) for key in cut]

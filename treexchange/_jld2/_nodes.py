@@ -1317,10 +1317,14 @@ _Vouched = tuple[list[int], list[DatasetInfo | None] | None]
 """Each value's reference, and what :meth:`Reader.described_arrays` gives for them (or None)."""
 
 
-def _vouched_values(reader: Reader, pairs: _Pairs, path: TreePath) -> _Vouched | None:
+def _vouched_values(
+    reader: Reader, pairs: _Pairs, path: TreePath, keys: list[str] | None = None
+) -> _Vouched | None:
     """Each value's reference (0: stored inline) and, for many values (or Dicts), what
     :meth:`Reader.described_arrays` gives for them, their headers checked in bulk first
-    (:meth:`Reader.prime`; the Pairs of Dicts among them read too). None for few values."""
+    (:meth:`Reader.prime`; the Pairs of Dicts among them read too). None for few values.
+    ``keys``: filled with the texts of the pairs' String keys when they were decoded with the
+    keys of the Dicts among the values (see :func:`_key_elements`)."""
     plans, bufs, offs = pairs
     if len(plans) < _DICTS_MIN:
         return None
@@ -1342,9 +1346,15 @@ def _vouched_values(reader: Reader, pairs: _Pairs, path: TreePath) -> _Vouched |
         ]
         found = np.array([r for r in refs if r], np.uint64)
     if len(found) >= _BULK_MIN or (len(found) >= _DICTS_MIN and _holds_dicts(plan)):
-        arrays = reader.described_arrays(refs)
+        # (all of them looked up only when the first is known: else they are primed first,
+        # as any of them unknown would have them be)
+        known = reader.described_array(next((r for r in refs if r), 0)) is not None
+        arrays: list[DatasetInfo | None] = reader.described_arrays(refs) if known else [None]
         if None in arrays:  # (not when a Dict above primed them with their Pairs)
-            reader.prime(found[found != 0], path, dicts=True)
+            elements = _key_elements(pairs) if keys is not None else None
+            texts = reader.prime(found[found != 0], path, dicts=True, keys=elements)
+            if texts is not None and keys is not None:
+                keys += texts
             arrays = reader.described_arrays(refs)
         return refs, arrays
     return refs, None
@@ -1358,6 +1368,22 @@ bulk, or a vector of inline pairs), pairs one after the other."""
 _BULK_MIN = 32  # children from which checking their headers in bulk pays
 _BLOCK = 64  # struct elements of a vector of references made together (RefVectorNode._make_block)
 _DICTS_MIN = 4  # Dicts in a Dict from which reading all their Pairs at once pays (Reader.prime)
+
+
+def _key_elements(pairs: _Pairs) -> tuple[bytes, range] | None:
+    """The vlen elements of the pairs' keys when every key is a ``String``: one buffer of them,
+    16 bytes each, and their offsets in it (for :meth:`Reader.prime`); None otherwise."""
+    elements = []
+    for plan, buf, off in zip(*pairs):
+        first = plan.fields[0]
+        if type(first.plan) is not VlenStringPlan or first.plan.symbol:
+            return None
+        at = off + first.offset
+        element = buf[at : at + 16]
+        if at < 0 or len(element) != 16:
+            return None
+        elements.append(element)
+    return b"".join(elements), range(0, 16 * len(elements), 16)
 
 
 def _holds_dicts(pair: CompoundPlan) -> bool:
@@ -1446,11 +1472,14 @@ def _lazy_dict_node(
     with gc_paused():  # thousands of entries: no collection scans the half-built lists
         index: dict[Any, int] = {}
         vouched = None
+        texts: list[str] | None = None
         if located[0] and _holds_dicts(located[0][0]):
-            # The inner Dicts' Pairs and keys first (all together): their keys lie in the heap
-            # collections with this Dict's, which are then parsed in bulk (see vlen_texts).
-            vouched = _vouched_values(reader, located, path)
-        texts = _string_keys(reader, located)
+            # The inner Dicts' Pairs and keys first (all together), and this Dict's keys with
+            # theirs: they lie in the same heap collections, then parsed in bulk (vlen_texts).
+            texts = []
+            vouched = _vouched_values(reader, located, path, texts)
+        if not texts or len(texts) != len(located[0]):
+            texts = _string_keys(reader, located)
         if texts is not None:
             index = dict(zip(texts, range(len(texts))))
             if len(index) != len(texts):
@@ -1494,7 +1523,8 @@ def _string_keys(reader: Reader, located: _Pairs) -> list[str] | None:
     texts = reader.keys_of(bufs[0], offsets)  # decoded with the Pairs of the Dicts around it
     if texts is not None:
         return texts
-    return vlen_texts(reader.h5, bufs[0], np.arange(offsets.start, offsets.stop, offsets.step) + first.offset)
+    at = first.offset
+    return vlen_texts(reader.h5, bufs[0], range(offsets.start + at, offsets.stop + at, offsets.step))
 
 
 def _render_key(key: Any) -> str:

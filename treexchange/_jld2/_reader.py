@@ -265,6 +265,8 @@ class Reader:
         self._element_groups: list[tuple[DatasetInfo, bytes]] = []
         self._texts: dict[int, list[str]] = {}  # id(group's bytes) -> keys of its Pairs (_prime_pairs)
         self._pair_vectors: dict[int, list[int]] = {}  # pair vector -> its Pairs (_prime_pairs)
+        # id of such a list of Pairs -> (the list, where _prime_pairs read them: see primed_run)
+        self._pair_runs: dict[int, tuple[list[int], DatasetInfo, bytes, range]] = {}
         self.nodes_building: set[int] = set()  # scalar datasets whose node is being made (_nodes)
 
     def _describe(self) -> str:
@@ -297,6 +299,7 @@ class Reader:
         self.h5.close()
         self._stack.close()
         self._elements, self._element_groups, self._texts, self._pair_vectors = {}, [], {}, {}
+        self._pair_runs = {}
         data, self._data = self._data, None
         if isinstance(data, mmap.mmap):
             try:
@@ -471,8 +474,14 @@ class Reader:
         return found
 
     def prime(
-        self, addresses: np.ndarray, path: TreePath = (), *, dicts: bool = False, refs: bool = True
-    ) -> None:
+        self,
+        addresses: np.ndarray,
+        path: TreePath = (),
+        *,
+        dicts: bool = False,
+        refs: bool = True,
+        keys: tuple[bytes, range] | None = None,
+    ) -> list[str] | None:
         """Get ready to describe many datasets (a lazy walk about to visit the elements of a
         vector of references): their headers are checked in bulk (:meth:`alike`), each dataset
         is then described from one alike to it (:meth:`describe`) without a check of its own,
@@ -480,56 +489,93 @@ class Reader:
         :meth:`element_bytes_at`, and (``refs``) the datasets those refer to are checked the
         same way. ``dicts``: the datasets that are Dicts get the same for their Pairs, all
         Dicts' Pairs together (:meth:`_prime_pairs`; one level: not the Dicts inside those).
+        ``keys``: with ``dicts``, the String keys (their vlen elements: buffer, offsets) of the
+        Dict holding these Dicts, decoded with their Pairs' keys (they lie in the same heap
+        collections); returns their texts, or None when they were not decoded so.
         """
-        h5 = self.h5
-        scalars, arrays = self.scalar_elements(addresses, path, arrays_data=False)  # (described only)
-        for info, found, _ in arrays:
-            h5.vouch_as(found.tolist(), info)
-        for info, found, blob in scalars:
+        texts = None
+        for info, found, blob in self._primed_elements(addresses, path):
             plan = info.plan
             assert plan is not None
-            size = plan.size
-            elements, group = self._elements, len(self._element_groups)
-            self._element_groups.append((info, blob))
-            listed = found.tolist()
-            h5.vouch_as(listed, info)
-            step = size << _OFFSET_SHIFT  # (ints only: not tracked by the collector)
-            if group <= _GROUP_MASK:
-                elements.update(zip(listed, range(group, group + len(listed) * step, step)))
+            self._keep_elements(info, found, blob)
             if isinstance(plan, CompoundPlan) and blob and refs:
                 found_refs = _refs_in(plan, blob)
                 if found_refs is not None:
-                    h5.vouch(found_refs)
+                    self.h5.vouch(found_refs)
             if dicts and type(plan) is CustomPlan and plan.kind == "dict" and blob and len(found) > 1:
                 at = _pairs_at(plan)
                 if at is not None:
-                    rows = np.frombuffer(blob, np.uint8).reshape(-1, size)
-                    self._prime_pairs(rows[:, at : at + 8].copy().view("<u8").ravel().tolist(), path)
+                    rows = np.frombuffer(blob, np.uint8).reshape(-1, plan.size)
+                    vectors = rows[:, at : at + 8].copy().view("<u8").ravel().tolist()
+                    texts = self._prime_pairs(vectors, path, keys)
+        return texts
 
-    def _prime_pairs(self, vectors: list[int], path: TreePath) -> None:
+    def _primed_elements(
+        self, addresses: np.ndarray, path: TreePath
+    ) -> list[tuple[DatasetInfo, np.ndarray, bytes]]:
+        """:meth:`scalar_elements`, the arrays' headers vouched for (:meth:`HDF5File.vouch_as`);
+        the scalar datasets' groups returned (for :meth:`_keep_elements`). The arrays are
+        described only: not located (describing needs neither where their data lie nor a check of
+        it; a read checks them)."""
+        scalars, arrays = self.scalar_elements(addresses, path, arrays_data=False)
+        for info, found, _ in arrays:
+            self.h5.vouch_as(found.tolist(), info)
+        return scalars
+
+    def _keep_elements(self, info: DatasetInfo, found: np.ndarray, blob: bytes, *, each: bool = True) -> None:
+        """Vouch for the headers of the scalar datasets at ``found`` (described by ``info``) and
+        keep their element bytes ``blob``: for :meth:`_prime_pairs` and (``each``) by address
+        for :meth:`element_bytes_at` and :meth:`primed_struct`."""
+        assert info.plan is not None
+        group = len(self._element_groups)
+        self._element_groups.append((info, blob))
+        listed = found.tolist()
+        self.h5.vouch_as(listed, info)
+        step = info.plan.size << _OFFSET_SHIFT  # (ints only: not tracked by the collector)
+        if each and group <= _GROUP_MASK:
+            self._elements.update(zip(listed, range(group, group + len(listed) * step, step)))
+
+    def _prime_pairs(
+        self, vectors: list[int], path: TreePath, keys: tuple[bytes, range] | None = None
+    ) -> list[str] | None:
         """:meth:`prime` for the Pairs of many Dicts at once (their pair vectors at
         ``vectors``), then for the values the Pairs refer to. Anything unusual stops it: the
-        lazy path then meets it (and reports it) where it lies."""
+        lazy path then meets it (and reports it) where it lies. ``keys``: see :meth:`prime`
+        (the texts returned)."""
         try:
-            listed = self._reference_vectors(vectors, path)
+            read = self._reference_vectors(vectors, path)
         except TreexchangeError:
-            return
-        if listed is None:
-            return
+            return None
+        if read is None:
+            return None
+        listed, pairs = read
         self._pair_vectors.update(zip(vectors, listed))
-        pairs = [address for found in listed for address in found]
+        if pairs is None:
+            pairs = np.array([address for found in listed for address in found], np.uint64)
         if len(pairs) < 2:
-            return
+            return None
         scalars_before = len(self._element_groups)
-        self.prime(np.array(pairs, np.uint64), path, refs=False)
+        scalars = self._primed_elements(pairs, path)
+        # all of them in one group, in the order asked (alike keeps the order of its input,
+        # picking by masks): each Dict's Pairs a run of it (primed_run), none kept by address
+        whole = len(scalars) == 1 and len(scalars[0][1]) == len(pairs)
+        for info, found, blob in scalars:
+            self._keep_elements(info, found, blob, each=not whole)
+        if whole:
+            self._pair_runs_of(listed, scalars[0][0], scalars[0][2])
+        outer = None
         for info, blob in self._element_groups[scalars_before:]:
             # the String keys of all these Dicts, decoded together (see keys_of)
             plan = info.plan
             if isinstance(plan, CompoundPlan) and len(plan.fields) == 2 and blob:
                 first = plan.fields[0]
                 if type(first.plan) is VlenStringPlan and not first.plan.symbol:
-                    at = np.arange(0, len(blob), plan.size, dtype=np.int64) + first.offset
-                    texts = vlen_texts(self.h5, blob, at)
+                    at = range(first.offset, first.offset + len(blob), plan.size)
+                    texts = self._pair_keys(blob, at, keys) if outer is None else None
+                    if texts is not None and keys is not None:
+                        outer, texts = texts[len(at) :], texts[: len(at)]
+                    if texts is None:
+                        texts = vlen_texts(self.h5, blob, at)
                     if texts is not None:
                         self._texts[id(blob)] = texts
         values = [
@@ -541,21 +587,51 @@ class Reader:
         ]
         if values:
             self.prime(np.concatenate(values), path)
+        return outer
 
-    def _reference_vectors(self, vectors: list[int], path: TreePath) -> list[list[int]] | None:
+    def _pair_runs_of(self, listed: list[list[int]], info: DatasetInfo, blob: bytes) -> None:
+        """Where each Dict's Pairs (``listed``) lie in ``blob``, the element bytes of all of them
+        one after the other in that order (described by ``info``), for :meth:`primed_run`."""
+        size = info.plan.size if info.plan is not None else 0
+        start = 0
+        for found in listed:
+            stop = start + len(found) * size
+            self._pair_runs[id(found)] = (found, info, blob, range(start, stop, size))
+            start = stop
+
+    def _pair_keys(self, blob: bytes, at: range, keys: tuple[bytes, range] | None) -> list[str] | None:
+        """:func:`vlen_texts` of the Pairs' keys at ``at`` of ``blob``, then of ``keys`` (an
+        outer Dict's, see :meth:`prime`); None if any of them stops the bulk pass, or raises
+        (the one-by-one path then reports it where it lies, as without ``keys``)."""
+        if keys is None:
+            return None
+        try:
+            return vlen_texts(self.h5, blob, at, keys)
+        except TreexchangeError:
+            return None
+
+    def _reference_vectors(
+        self, vectors: list[int], path: TreePath
+    ) -> tuple[list[list[int]], np.ndarray | None] | None:
         """The references held by each vector of references at ``vectors`` (the pair vectors of
         many Dicts): the alike ones gathered in bulk (:meth:`alike`), the others read one by
-        one; None when one of them is not such a vector."""
+        one; None when one of them is not such a vector. With them, all of them in one array
+        when every vector was gathered in one piece (the usual case), else None."""
         if 0 in vectors:
             return None
         h5, total = self.h5, 0
         found: dict[int, list[int]] = {}
-        for info, at, data_at in self.alike(np.array(vectors, np.uint64), path, refs=True):
+        groups = self.alike(np.array(vectors, np.uint64), path, refs=True)
+        for info, at, data_at in groups:
             total += len(at) * info.count
             if total > self.limits.max_elements:  # (the usual path's bound, over all of them)
                 return None
             rows = _gather(h5.buffer, data_at, 8 * info.count).view("<u8")
-            found.update(zip(at.tolist(), rows.tolist()))
+            listed = rows.tolist()
+            if len(groups) == 1 and at.tolist() == vectors:
+                # every vector alike, in the order asked: their references, all in one array too
+                return listed, rows.ravel()
+            found.update(zip(at.tolist(), listed))
         out = []
         for address in vectors:
             refs = found.get(address)
@@ -568,7 +644,7 @@ class Reader:
                     return None
                 refs = self.element_addresses(info).tolist()
             out.append(refs)
-        return out
+        return out, None
 
     def primed_pairs(self, plan: CustomPlan, buf: Any, off: int) -> list[int] | None:
         """The addresses of the Pairs of the Dict (of ``plan``) whose element is at ``buf[off:]``,
@@ -593,6 +669,13 @@ class Reader:
     def primed_run(self, addresses: list[int]) -> tuple[DatasetInfo, bytes, range] | None:
         """When :meth:`prime` read the scalar datasets at ``addresses`` one after the other
         into one buffer (a Dict's Pairs): their description, that buffer and their offsets."""
+        run = self._pair_runs.get(id(addresses))
+        if run is not None and run[0] is addresses and not self.closed:  # (a list _prime_pairs made)
+            return run[1], run[2], run[3]
+        return self._run_of(addresses)
+
+    def _run_of(self, addresses: list[int]) -> tuple[DatasetInfo, bytes, range] | None:
+        """:meth:`primed_run`, found from where :meth:`prime` put each address."""
         if not addresses:
             return None
         elements = self._elements
@@ -1069,8 +1152,11 @@ def _gather(buf: Any, at: np.ndarray, size: int) -> np.ndarray:
         return np.zeros((0, size), np.uint8)
     data = np.frombuffer(buf, np.uint8)
     try:
-        windows = np.ndarray((len(data) - size + 1, size), np.uint8, data, strides=(1, 1))
-        return windows[at]
+        if 0 < size <= len(data):
+            # rows of a window sliding over the file (a read-only strided view): taking them
+            # copies each row with one memcpy, where a gather by byte index costs an index per byte
+            return np.ndarray((len(data) - size + 1, size), np.uint8, data, strides=(1, 1))[at]
+        return data[at[:, None] + np.arange(size)]
     finally:
         del data
 
