@@ -849,11 +849,9 @@ class Reader:
         after, so a ``UnionAll`` value's ``var`` field and the parameter of its body
         (``Foo{T} where T``: the body a DataType whose parameter is ``T``) point to one dataset.
         Values are read in their own session and type parameters in the file's type session
-        (:meth:`load_type_param`); both return the object first read, so that a re-encode
-        writes it once again."""
-        if self._type_session is None:
-            self._type_session = Session(self, "julia")
-        return self._type_session.memo.setdefault(address, value)
+        (:meth:`load_type_param`); both return the object first read (:attr:`typevars`, which
+        every session asks before reading one), so that a re-encode writes it once again."""
+        return self.typevars.setdefault(address, value)
 
     def raw(self, info: DatasetInfo, nbytes: int) -> memoryview | bytes:
         """At least ``nbytes`` of the dataset's raw (storage-order) bytes."""
@@ -1352,8 +1350,6 @@ class Session:
         memo[address] = value
         if type(value) is str:
             self._note_string(value, address, path)
-        elif type(value) is JuliaStruct and value.type.name == "Core.TypeVar":
-            self.reader.typevars[address] = value
         return value
 
     def _note_string(self, text: str, address: int, path: TreePath) -> None:
