@@ -224,6 +224,11 @@ _EAGER_COMPOUNDS = frozenset({"JLD2.InlineUnionEl", "Core.DataType", "Core.Union
 _T = TypeVar("_T")
 _NOT_READ: Any = object()  # (a parameter's value may be None)
 
+# Parameters whose equality a tuple comparison decides as JuliaType equality does (_intern_parts);
+# at most _PARTS_MAX of them (a longer tuple hashes each distinct object once, JuliaType.__hash__).
+_PLAIN_PARAMS = frozenset({JuliaType, np.int64})
+_PARTS_MAX = 16
+_PARTS_KEPT = 65536  # types remembered by their parts per file (each is one DataType value read)
 _BY_ID_ENTRIES = 4096  # datatype objects remembered by identity (a file has a handful)
 _TEXTS_KEPT = 4096  # field types' texts remembered (TypeResolver._text), each of at most
 _TEXT_CHARS = 1024  # characters
@@ -247,6 +252,7 @@ class TypeResolver:
         # has n copies of its inner levels); equal types then share their parameters' objects,
         # so comparing two (a set or dict lookup) stops at the first level, not at the bottom.
         self._interned: dict[JuliaType, JuliaType] = {}
+        self._by_parts: dict[tuple[Any, ...], JuliaType] = {}  # (see _intern_parts)
         # What the types read so far show of the JLD2 version that wrote them: rules that
         # changed between JLD2 releases (treexchange._jld2._era names them).
         self.writer_traits: set[str] = set()
@@ -350,9 +356,7 @@ class TypeResolver:
                 self.writer_traits.add("tuple1:NTuple")  # JLD2 < v0.4.41: NTuple{1,T}
         elif name == "Core.Tuple" and params and _same_concrete(params[:1] if repeated else params):
             self.writer_traits.add("tuple:Core.Tuple")  # JLD2 < v0.4.19: no NTuple naming
-        if repeated:
-            return self._intern(JuliaType._repeated(name, params[0], len(params)))
-        return self._intern(JuliaType(name, params))
+        return self._intern_parts(name, params, repeated)
 
     def decode_union(self, buf: Any, off: int, path: TreePath) -> JuliaType:
         """Decode a ``Core.Union`` element: ``Union{datatypes..., unionalls...}``."""
@@ -366,6 +370,27 @@ class TypeResolver:
 
     def _intern(self, t: JuliaType) -> JuliaType:
         return self._interned.setdefault(t, t)
+
+    def _intern_parts(self, name: str, params: tuple[Any, ...], repeated: bool) -> JuliaType:
+        """``_intern(JuliaType(name, params))``, found by its parts when they are types or
+        ``Int64`` values (``Array{Float32,1}``, ``Dict{String,...}``): a tuple lookup, where
+        building the type and hashing it (a Python call per parameter) costs ten times more.
+        Equal keys make equal types (tuples compare types with ``==``, ``Int64`` values by value,
+        and no type is equal to a number), so the type found is the one ``_intern`` gives."""
+        key: tuple[Any, ...] | None = None
+        if repeated:
+            if type(params[0]) in _PLAIN_PARAMS:
+                key = (name, params[0], len(params))
+        elif len(params) <= _PARTS_MAX and set(map(type, params)) <= _PLAIN_PARAMS:
+            key = (name, params)
+        if key is not None:
+            found = self._by_parts.get(key)
+            if found is not None:
+                return found
+        t = self._intern(JuliaType._repeated(name, params[0], len(params)) if repeated else JuliaType(name, params))
+        if key is not None and len(self._by_parts) < _PARTS_KEPT:
+            self._by_parts[key] = t
+        return t
 
     def _refs(self, buf: Any, off: int, path: TreePath) -> list[int]:
         count = _U32.unpack_from(buf, off)[0]
