@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import numpy as np
 
 from .._errors import FormatError, LimitError, TreePath, TreexchangeError, UnsupportedError
-from .._hdf5._messages import DATATYPE, MSG_FLAG_SHARED
+from .._hdf5._messages import DATATYPE, LAYOUT, MSG_FLAG_SHARED
 from .._hdf5._model import Attribute, H5Class, H5Type, Member
 from .._juliatype import JuliaType, is_bigfloat_name, is_bigint_name
 from .._limits import type_depth
@@ -85,6 +85,8 @@ if TYPE_CHECKING:
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
+_U16 = struct.Struct("<H")
+_REF_LISTS = tuple(struct.Struct(f"<{n}Q") for n in range(17))  # (TypeResolver._refs)
 
 # Julia primitive types JLD2 may store under a committed datatype: name -> (numpy kind, size).
 _PRIMITIVES: dict[str, tuple[str, int]] = {
@@ -263,6 +265,9 @@ class TypeResolver:
         self.union_descriptions: dict[str, str] = {}
         self._busy: set[int] = set()
         self._depth = 0
+        # A described scalar Core.DataType dataset with compact data: (header, its layout body's
+        # place relative to the header, its size, the bytes its element needs); _datatype_element
+        self._datatype_form: tuple[Any, int, int, int] = (None, 0, 0, 0)
         self._datatype_compound: H5Type | None = None  # the last type is_datatype_compound accepted
         self._texts: dict[int, tuple[Any, str]] = {}  # id -> (object, repr) (see _text)
 
@@ -330,16 +335,23 @@ class TypeResolver:
         refs = self._refs(buf, off + 16, path)
         # Each distinct parameter decoded once, in order of first use (a long Tuple's type
         # repeats one layer type thousands of times), then spread over the positions in C.
-        repeated = len(refs) > 1 and refs.count(refs[0]) == len(refs)
-        if repeated:  # one type throughout (a long tuple of one layer type): no dict, no pass
-            distinct: dict[int, Any] = {refs[0]: self._param(refs[0], path)}
-            params = (distinct[refs[0]],) * len(refs)
+        n = len(refs)
+        repeated = n > 1 and refs.count(refs[0]) == n
+        distinct: Any
+        if not refs:
+            params: tuple[Any, ...] = ()
+            distinct = ()
+        elif repeated or n == 1:  # one type throughout (a long tuple of one layer type): no dict
+            first = self._param(refs[0], path)
+            params = (first,) * n
+            distinct = ((refs[0], first),)
         else:
-            distinct = dict.fromkeys(refs)
-            for ref in distinct:
-                distinct[ref] = self._param(ref, path)
-            params = tuple(map(distinct.__getitem__, refs))
-        for ref, param in distinct.items():
+            found = dict.fromkeys(refs)
+            for ref in found:
+                found[ref] = self._param(ref, path)
+            params = tuple(map(found.__getitem__, refs))
+            distinct = found.items()
+        for ref, param in distinct:
             # (whether ref is a committed type: _param found out, every ref here went through it)
             if isinstance(param, JuliaType) and ref not in self._committed_params:
                 # JLD2 (refs_from_types) commits a concrete struct type used as a parameter
@@ -399,10 +411,12 @@ class TypeResolver:
         payload = self.reader.h5.vlen_at(buf, off)  # (Reader.heap_bytes, one call less)
         if count * 8 > len(payload):
             raise FormatError(f"{count} type parameters do not fit their heap object", path=path)
-        if count > 1:
-            first = payload[:8]
-            if bytes(first) * count == bytes(payload[: 8 * count]):  # one reference throughout
-                return [_U64.unpack_from(first)[0]] * count
+        if count < len(_REF_LISTS):  # (the usual few: unpacked at once, then compared)
+            refs = list(_REF_LISTS[count].unpack_from(payload))
+            return [refs[0]] * count if refs.count(refs[0]) == count else refs
+        first = payload[:8]
+        if bytes(first) * count == bytes(payload[: 8 * count]):  # one reference throughout
+            return [_U64.unpack_from(first)[0]] * count
         return list(struct.unpack_from(f"<{count}Q", payload))
 
     def _param(self, ref: int, path: TreePath) -> Any:
@@ -479,6 +493,14 @@ class TypeResolver:
         session's per-value work: neither holds a TypeVar, string or struct to remember.
         """
         reader = self.reader
+        if header is self._datatype_form[0] and header.address != ref:
+            raw = self._datatype_element(ref)
+            if raw is not None:
+                try:
+                    return self.decode_datatype(raw, 0, path)
+                except TreexchangeError as err:
+                    err.with_context(offset=reader.h5.absolute(ref), path=path)
+                    raise
         # described by a header alike to it when there is one (no header object per parameter);
         # ``header``: the one alike_of gave, which describe would give again once described
         info = header if header.value_kind is not None else reader.describe(ref, path)
@@ -501,6 +523,8 @@ class TypeResolver:
         try:
             raw = reader.element_bytes_at(info, ref, path)
             if kind is DataTypePlan:
+                if info is header and self._datatype_form[0] is None:
+                    self._note_datatype_form(info)
                 return self.decode_datatype(raw, 0, path)
             if symbols:
                 fields = cast(CompoundPlan, plan).fields
@@ -509,6 +533,45 @@ class TypeResolver:
         except TreexchangeError as err:
             err.with_context(offset=reader.h5.absolute(ref), path=path)
             raise
+
+    def _note_datatype_form(self, info: DatasetInfo) -> None:
+        """Remember ``info`` (a scalar ``Core.DataType`` dataset, described) for
+        :meth:`_datatype_element` when its data are compact, as JLD2 writes type parameters."""
+        h5 = self.reader.h5
+        layout = info._first(LAYOUT)
+        space = info.dataspace
+        # (a scalar dataspace: the element is the datatype's size, _element_size in _reader)
+        if layout is None or not h5._wide or space is None or space.kind != "scalar":
+            return
+        at, size = layout[2], layout[3]
+        buf = h5.buffer
+        if size < 4 or not 3 <= buf[at] <= 5 or buf[at + 1] != 0:
+            return
+        nbytes = h5._expected_bytes(info)
+        if nbytes < 32:
+            return
+        self._datatype_form = (info, at - info.offset, size, nbytes)
+
+    def _datatype_element(self, address: int) -> bytes | None:
+        """The 32 bytes of the scalar ``Core.DataType`` dataset at ``address``, whose header is
+        alike (:meth:`HDF5File.alike_of`) to the one :meth:`_note_datatype_form` remembered, when
+        its data are compact and whole: what ``Reader.element_bytes_at`` reads from that
+        layout, with the same checks, in one place (a file's type parameters are mostly such
+        datasets). None otherwise, and for a closed file: the usual way then reads them or says
+        what is wrong."""
+        reader = self.reader
+        if reader.closed:
+            return None
+        h5 = reader.h5
+        _, rel, size, nbytes = self._datatype_form
+        at = address + h5.base + rel  # the layout body: the one part alike headers do not share
+        buf = h5.buffer
+        if not 3 <= buf[at] <= 5 or buf[at + 1] != 0:
+            return None
+        (stored,) = _U16.unpack_from(buf, at + 2)
+        if not nbytes <= stored <= size - 4 or at + 4 + nbytes > h5.size:
+            return None
+        return bytes(buf[at + 4 : at + 36])
 
     def _enter(self) -> None:
         self._depth += 1
