@@ -195,6 +195,12 @@ def _same_concrete(params: tuple[Any, ...]) -> bool:
     return all(p is first or p == first for p in params)  # (equal ones are mostly one object)
 
 
+def _part_key(p: Any) -> Any:
+    """A type parameter's part of a key in ``TypeResolver._intern_parts``: a type's identity
+    (an int), an ``Int64``'s value in a tuple (never equal to an int)."""
+    return id(p) if type(p) is JuliaType else ("Int64", int(p))
+
+
 def _may_be_ghost(t: JuliaType) -> bool:
     """False for types that always store bytes (numbers, strings, arrays...); True otherwise
     (``Tuple{}``, ``Nothing``, function types, empty structs are ghosts; unknown structs may be)."""
@@ -226,9 +232,10 @@ _EAGER_COMPOUNDS = frozenset({"JLD2.InlineUnionEl", "Core.DataType", "Core.Union
 _T = TypeVar("_T")
 _NOT_READ: Any = object()  # (a parameter's value may be None)
 
-# Parameters whose equality a tuple comparison decides as JuliaType equality does (_intern_parts);
+# Parameters a type is found by in TypeResolver._intern_parts (types by identity, Int64 by value),
 # at most _PARTS_MAX of them (a longer tuple hashes each distinct object once, JuliaType.__hash__).
 _PLAIN_PARAMS = frozenset({JuliaType, np.int64})
+_TYPE_PARAMS = frozenset({JuliaType})
 _PARTS_MAX = 16
 _PARTS_KEPT = 65536  # types remembered by their parts per file (each is one DataType value read)
 _BY_ID_ENTRIES = 4096  # datatype objects remembered by identity (a file has a handful)
@@ -254,7 +261,7 @@ class TypeResolver:
         # has n copies of its inner levels); equal types then share their parameters' objects,
         # so comparing two (a set or dict lookup) stops at the first level, not at the bottom.
         self._interned: dict[JuliaType, JuliaType] = {}
-        self._by_parts: dict[tuple[Any, ...], JuliaType] = {}  # (see _intern_parts)
+        self._by_parts: dict[tuple[Any, ...], tuple[tuple[Any, ...], JuliaType]] = {}  # _intern_parts
         # What the types read so far show of the JLD2 version that wrote them: rules that
         # changed between JLD2 releases (treexchange._jld2._era names them).
         self.writer_traits: set[str] = set()
@@ -385,23 +392,28 @@ class TypeResolver:
 
     def _intern_parts(self, name: str, params: tuple[Any, ...], repeated: bool) -> JuliaType:
         """``_intern(JuliaType(name, params))``, found by its parts when they are types or
-        ``Int64`` values (``Array{Float32,1}``, ``Dict{String,...}``): a tuple lookup, where
-        building the type and hashing it (a Python call per parameter) costs ten times more.
-        Equal keys make equal types (tuples compare types with ``==``, ``Int64`` values by value,
-        and no type is equal to a number), so the type found is the one ``_intern`` gives."""
+        ``Int64`` values (``Array{Float32,1}``, ``Dict{String,...}``): a lookup of the name with
+        each type's identity (a file's parameter types are interned, so equal ones are mostly
+        one object) and each Int64's value, where building the type and hashing it costs several
+        Python calls per parameter, and comparing it with an equal-hashed type may go deep. The
+        entry keeps ``params`` alive, so the identities stay unique; same parts, same type."""
         key: tuple[Any, ...] | None = None
         if repeated:
             if type(params[0]) in _PLAIN_PARAMS:
-                key = (name, params[0], len(params))
-        elif len(params) <= _PARTS_MAX and set(map(type, params)) <= _PLAIN_PARAMS:
-            key = (name, params)
+                key = (name, _part_key(params[0]), len(params))
+        elif len(params) <= _PARTS_MAX:
+            kinds = set(map(type, params))
+            if kinds <= _TYPE_PARAMS:
+                key = (name, tuple(map(id, params)))
+            elif kinds <= _PLAIN_PARAMS:
+                key = (name, tuple(map(_part_key, params)))
         if key is not None:
             found = self._by_parts.get(key)
             if found is not None:
-                return found
+                return found[1]
         t = self._intern(JuliaType._repeated(name, params[0], len(params)) if repeated else JuliaType(name, params))
         if key is not None and len(self._by_parts) < _PARTS_KEPT:
-            self._by_parts[key] = t
+            self._by_parts[key] = (params, t)
         return t
 
     def _refs(self, buf: Any, off: int, path: TreePath) -> list[int]:
