@@ -237,6 +237,7 @@ _NOT_READ: Any = object()  # (a parameter's value may be None)
 _PLAIN_PARAMS = frozenset({JuliaType, np.int64})
 _TYPE_PARAMS = frozenset({JuliaType})
 _PARTS_MAX = 16
+_FORMS_KEPT = 64  # scalar parameter datasets' header forms remembered (TypeResolver._scalar_forms)
 _PARTS_KEPT = 65536  # types remembered by their parts per file (each is one DataType value read)
 _BY_ID_ENTRIES = 4096  # datatype objects remembered by identity (a file has a handful)
 _TEXTS_KEPT = 4096  # field types' texts remembered (TypeResolver._text), each of at most
@@ -272,9 +273,10 @@ class TypeResolver:
         self.union_descriptions: dict[str, str] = {}
         self._busy: set[int] = set()
         self._depth = 0
-        # A described scalar Core.DataType dataset with compact data: (header, its layout body's
-        # place relative to the header, its size, the bytes its element needs); _datatype_element
-        self._datatype_form: tuple[Any, int, int, int] = (None, 0, 0, 0)
+        # Described scalar Core.DataType and number datasets with compact data, by identity:
+        # (header, its layout body's place relative to the header, the layout's size, the bytes
+        # its data need, the element's size) -- see _compact_element
+        self._scalar_forms: dict[int, tuple[Any, int, int, int, int]] = {}
         self._datatype_compound: H5Type | None = None  # the last type is_datatype_compound accepted
         self._texts: dict[int, tuple[Any, str]] = {}  # id -> (object, repr) (see _text)
 
@@ -505,11 +507,14 @@ class TypeResolver:
         session's per-value work: neither holds a TypeVar, string or struct to remember.
         """
         reader = self.reader
-        if header is self._datatype_form[0] and header.address != ref:
-            raw = self._datatype_element(ref)
+        form = self._scalar_forms.get(id(header))
+        if form is not None and form[0] is header and header.address != ref:
+            raw = self._compact_element(ref, form)
             if raw is not None:
                 try:
-                    return self.decode_datatype(raw, 0, path)
+                    if type(header.plan) is DataTypePlan:
+                        return self.decode_datatype(raw, 0, path)
+                    return header.plan.decode(cast("DecodeContext", None), raw, 0, path)
                 except TreexchangeError as err:
                     err.with_context(offset=reader.h5.absolute(ref), path=path)
                     raise
@@ -534,9 +539,9 @@ class TypeResolver:
         assert plan is not None
         try:
             raw = reader.element_bytes_at(info, ref, path)
+            if info is header and not symbols and id(info) not in self._scalar_forms:
+                self._note_scalar_form(info)
             if kind is DataTypePlan:
-                if info is header and self._datatype_form[0] is None:
-                    self._note_datatype_form(info)
                 return self.decode_datatype(raw, 0, path)
             if symbols:
                 fields = cast(CompoundPlan, plan).fields
@@ -546,36 +551,37 @@ class TypeResolver:
             err.with_context(offset=reader.h5.absolute(ref), path=path)
             raise
 
-    def _note_datatype_form(self, info: DatasetInfo) -> None:
-        """Remember ``info`` (a scalar ``Core.DataType`` dataset, described) for
-        :meth:`_datatype_element` when its data are compact, as JLD2 writes type parameters."""
+    def _note_scalar_form(self, info: DatasetInfo) -> None:
+        """Remember ``info`` (a scalar ``Core.DataType`` or number dataset, described) for
+        :meth:`_compact_element` when its data are compact, as JLD2 writes type parameters."""
         h5 = self.reader.h5
         layout = info._first(LAYOUT)
         space = info.dataspace
+        assert info.plan is not None
         # (a scalar dataspace: the element is the datatype's size, _element_size in _reader)
         if layout is None or not h5._wide or space is None or space.kind != "scalar":
             return
         at, size = layout[2], layout[3]
         buf = h5.buffer
-        if size < 4 or not 3 <= buf[at] <= 5 or buf[at + 1] != 0:
+        if size < 4 or not 3 <= buf[at] <= 5 or buf[at + 1] != 0 or len(self._scalar_forms) >= _FORMS_KEPT:
             return
         nbytes = h5._expected_bytes(info)
-        if nbytes < 32:
+        if nbytes < info.plan.size:
             return
-        self._datatype_form = (info, at - info.offset, size, nbytes)
+        self._scalar_forms[id(info)] = (info, at - info.offset, size, nbytes, info.plan.size)
 
-    def _datatype_element(self, address: int) -> bytes | None:
-        """The 32 bytes of the scalar ``Core.DataType`` dataset at ``address``, whose header is
-        alike (:meth:`HDF5File.alike_of`) to the one :meth:`_note_datatype_form` remembered, when
-        its data are compact and whole: what ``Reader.element_bytes_at`` reads from that
-        layout, with the same checks, in one place (a file's type parameters are mostly such
-        datasets). None otherwise, and for a closed file: the usual way then reads them or says
-        what is wrong."""
+    def _compact_element(self, address: int, form: tuple[Any, int, int, int, int]) -> bytes | None:
+        """The element of the scalar dataset at ``address``, whose header is alike
+        (:meth:`HDF5File.alike_of`) to the one ``form`` has (:meth:`_note_scalar_form`), when its
+        data are compact and whole: what ``Reader.element_bytes_at`` reads from that layout,
+        with the same checks, in one place (a file's type parameters are mostly such datasets).
+        None otherwise, and for a closed file: the usual way then reads them or says what is
+        wrong."""
         reader = self.reader
         if reader.closed:
             return None
         h5 = reader.h5
-        _, rel, size, nbytes = self._datatype_form
+        _, rel, size, nbytes, element = form
         at = address + h5.base + rel  # the layout body: the one part alike headers do not share
         buf = h5.buffer
         if not 3 <= buf[at] <= 5 or buf[at + 1] != 0:
@@ -583,7 +589,7 @@ class TypeResolver:
         (stored,) = _U16.unpack_from(buf, at + 2)
         if not nbytes <= stored <= size - 4 or at + 4 + nbytes > h5.size:
             return None
-        return bytes(buf[at + 4 : at + 36])
+        return bytes(buf[at + 4 : at + 4 + element])
 
     def _enter(self) -> None:
         self._depth += 1
