@@ -413,7 +413,8 @@ class TypeResolver:
             found = self._by_parts.get(key)
             if found is not None:
                 return found[1]
-        t = self._intern(JuliaType._repeated(name, params[0], len(params)) if repeated else JuliaType(name, params))
+        made = JuliaType._repeated(name, params[0], len(params)) if repeated else JuliaType(name, params)
+        t = self._intern(made)
         if key is not None and len(self._by_parts) < _PARTS_KEPT:
             self._by_parts[key] = (params, t)
         return t
