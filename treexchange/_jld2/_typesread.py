@@ -273,6 +273,7 @@ class TypeResolver:
         self.union_descriptions: dict[str, str] = {}
         self._busy: set[int] = set()
         self._depth = 0
+        self._max_depth = type_depth(self.limits)  # (_enter: once per type parameter)
         # Described scalar Core.DataType and number datasets with compact data, by identity:
         # (header, its layout body's place relative to the header, the layout's size, the bytes
         # its data need, the element's size) -- see _compact_element
@@ -441,7 +442,7 @@ class TypeResolver:
         if ref == 0:
             raise FormatError("type parameter is a NULL reference", path=path)
         # (what is_committed_datatype asks; the header then describes a dataset, _scalar_param)
-        header = cast("DatasetInfo", self.reader.h5.alike_of(ref))
+        header: DatasetInfo = self.reader.h5.alike_of(ref)  # type: ignore[assignment]
         if header.kind == "datatype":
             value = self._committed_param(ref, path)
             self._committed_params.add(ref)
@@ -594,7 +595,7 @@ class TypeResolver:
 
     def _enter(self) -> None:
         self._depth += 1
-        if self._depth > type_depth(self.limits):
+        if self._depth > self._max_depth:
             self._depth -= 1
             raise LimitError(
                 f"types nested deeper than {type_depth(self.limits)} levels "
