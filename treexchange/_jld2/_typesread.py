@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 import numpy as np
 
 from .._errors import FormatError, LimitError, TreePath, TreexchangeError, UnsupportedError
-from .._hdf5._messages import DATATYPE, MSG_FLAG_SHARED
+from .._hdf5._messages import DATATYPE, LAYOUT, MSG_FLAG_SHARED
 from .._hdf5._model import Attribute, H5Class, H5Type, Member
 from .._juliatype import JuliaType, is_bigfloat_name, is_bigint_name
 from .._limits import type_depth
@@ -85,6 +85,8 @@ if TYPE_CHECKING:
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
+_U16 = struct.Struct("<H")
+_REF_LISTS = tuple(struct.Struct(f"<{n}Q") for n in range(17))  # (TypeResolver._refs)
 
 # Julia primitive types JLD2 may store under a committed datatype: name -> (numpy kind, size).
 _PRIMITIVES: dict[str, tuple[str, int]] = {
@@ -193,6 +195,12 @@ def _same_concrete(params: tuple[Any, ...]) -> bool:
     return all(p is first or p == first for p in params)  # (equal ones are mostly one object)
 
 
+def _part_key(p: Any) -> Any:
+    """A type parameter's part of a key in ``TypeResolver._intern_parts``: a type's identity
+    (an int), an ``Int64``'s value in a tuple (never equal to an int)."""
+    return id(p) if type(p) is JuliaType else ("Int64", int(p))
+
+
 def _may_be_ghost(t: JuliaType) -> bool:
     """False for types that always store bytes (numbers, strings, arrays...); True otherwise
     (``Tuple{}``, ``Nothing``, function types, empty structs are ghosts; unknown structs may be)."""
@@ -224,6 +232,13 @@ _EAGER_COMPOUNDS = frozenset({"JLD2.InlineUnionEl", "Core.DataType", "Core.Union
 _T = TypeVar("_T")
 _NOT_READ: Any = object()  # (a parameter's value may be None)
 
+# Parameters a type is found by in TypeResolver._intern_parts (types by identity, Int64 by value),
+# at most _PARTS_MAX of them (a longer tuple hashes each distinct object once, JuliaType.__hash__).
+_PLAIN_PARAMS = frozenset({JuliaType, np.int64})
+_TYPE_PARAMS = frozenset({JuliaType})
+_PARTS_MAX = 16
+_FORMS_KEPT = 64  # scalar parameter datasets' header forms remembered (TypeResolver._scalar_forms)
+_PARTS_KEPT = 65536  # types remembered by their parts per file (each is one DataType value read)
 _BY_ID_ENTRIES = 4096  # datatype objects remembered by identity (a file has a handful)
 _TEXTS_KEPT = 4096  # field types' texts remembered (TypeResolver._text), each of at most
 _TEXT_CHARS = 1024  # characters
@@ -247,6 +262,7 @@ class TypeResolver:
         # has n copies of its inner levels); equal types then share their parameters' objects,
         # so comparing two (a set or dict lookup) stops at the first level, not at the bottom.
         self._interned: dict[JuliaType, JuliaType] = {}
+        self._by_parts: dict[tuple[Any, ...], tuple[tuple[Any, ...], JuliaType]] = {}  # _intern_parts
         # What the types read so far show of the JLD2 version that wrote them: rules that
         # changed between JLD2 releases (treexchange._jld2._era names them).
         self.writer_traits: set[str] = set()
@@ -257,6 +273,11 @@ class TypeResolver:
         self.union_descriptions: dict[str, str] = {}
         self._busy: set[int] = set()
         self._depth = 0
+        self._max_depth = type_depth(self.limits)  # (_enter: once per type parameter)
+        # Described scalar Core.DataType and number datasets with compact data, by identity:
+        # (header, its layout body's place relative to the header, the layout's size, the bytes
+        # its data need, the element's size) -- see _compact_element
+        self._scalar_forms: dict[int, tuple[Any, int, int, int, int]] = {}
         self._datatype_compound: H5Type | None = None  # the last type is_datatype_compound accepted
         self._texts: dict[int, tuple[Any, str]] = {}  # id -> (object, repr) (see _text)
 
@@ -324,16 +345,23 @@ class TypeResolver:
         refs = self._refs(buf, off + 16, path)
         # Each distinct parameter decoded once, in order of first use (a long Tuple's type
         # repeats one layer type thousands of times), then spread over the positions in C.
-        repeated = len(refs) > 1 and refs.count(refs[0]) == len(refs)
-        if repeated:  # one type throughout (a long tuple of one layer type): no dict, no pass
-            distinct: dict[int, Any] = {refs[0]: self._param(refs[0], path)}
-            params = (distinct[refs[0]],) * len(refs)
+        n = len(refs)
+        repeated = n > 1 and refs.count(refs[0]) == n
+        distinct: Any
+        if not refs:
+            params: tuple[Any, ...] = ()
+            distinct = ()
+        elif repeated or n == 1:  # one type throughout (a long tuple of one layer type): no dict
+            first = self._param(refs[0], path)
+            params = (first,) * n
+            distinct = ((refs[0], first),)
         else:
-            distinct = dict.fromkeys(refs)
-            for ref in distinct:
-                distinct[ref] = self._param(ref, path)
-            params = tuple(map(distinct.__getitem__, refs))
-        for ref, param in distinct.items():
+            found = dict.fromkeys(refs)
+            for ref in found:
+                found[ref] = self._param(ref, path)
+            params = tuple(map(found.__getitem__, refs))
+            distinct = found.items()
+        for ref, param in distinct:
             # (whether ref is a committed type: _param found out, every ref here went through it)
             if isinstance(param, JuliaType) and ref not in self._committed_params:
                 # JLD2 (refs_from_types) commits a concrete struct type used as a parameter
@@ -350,9 +378,7 @@ class TypeResolver:
                 self.writer_traits.add("tuple1:NTuple")  # JLD2 < v0.4.41: NTuple{1,T}
         elif name == "Core.Tuple" and params and _same_concrete(params[:1] if repeated else params):
             self.writer_traits.add("tuple:Core.Tuple")  # JLD2 < v0.4.19: no NTuple naming
-        if repeated:
-            return self._intern(JuliaType._repeated(name, params[0], len(params)))
-        return self._intern(JuliaType(name, params))
+        return self._intern_parts(name, params, repeated)
 
     def decode_union(self, buf: Any, off: int, path: TreePath) -> JuliaType:
         """Decode a ``Core.Union`` element: ``Union{datatypes..., unionalls...}``."""
@@ -367,6 +393,33 @@ class TypeResolver:
     def _intern(self, t: JuliaType) -> JuliaType:
         return self._interned.setdefault(t, t)
 
+    def _intern_parts(self, name: str, params: tuple[Any, ...], repeated: bool) -> JuliaType:
+        """``_intern(JuliaType(name, params))``, found by its parts when they are types or
+        ``Int64`` values (``Array{Float32,1}``, ``Dict{String,...}``): a lookup of the name with
+        each type's identity (a file's parameter types are interned, so equal ones are mostly
+        one object) and each Int64's value, where building the type and hashing it costs several
+        Python calls per parameter, and comparing it with an equal-hashed type may go deep. The
+        entry keeps ``params`` alive, so the identities stay unique; same parts, same type."""
+        key: tuple[Any, ...] | None = None
+        if repeated:
+            if type(params[0]) in _PLAIN_PARAMS:
+                key = (name, _part_key(params[0]), len(params))
+        elif len(params) <= _PARTS_MAX:
+            kinds = set(map(type, params))
+            if kinds <= _TYPE_PARAMS:
+                key = (name, tuple(map(id, params)))
+            elif kinds <= _PLAIN_PARAMS:
+                key = (name, tuple(map(_part_key, params)))
+        if key is not None:
+            found = self._by_parts.get(key)
+            if found is not None:
+                return found[1]
+        made = JuliaType._repeated(name, params[0], len(params)) if repeated else JuliaType(name, params)
+        t = self._intern(made)
+        if key is not None and len(self._by_parts) < _PARTS_KEPT:
+            self._by_parts[key] = (params, t)
+        return t
+
     def _refs(self, buf: Any, off: int, path: TreePath) -> list[int]:
         count = _U32.unpack_from(buf, off)[0]
         if count == 0:
@@ -374,10 +427,12 @@ class TypeResolver:
         payload = self.reader.h5.vlen_at(buf, off)  # (Reader.heap_bytes, one call less)
         if count * 8 > len(payload):
             raise FormatError(f"{count} type parameters do not fit their heap object", path=path)
-        if count > 1:
-            first = payload[:8]
-            if bytes(first) * count == bytes(payload[: 8 * count]):  # one reference throughout
-                return [_U64.unpack_from(first)[0]] * count
+        if count < len(_REF_LISTS):  # (the usual few: unpacked at once, then compared)
+            refs = list(_REF_LISTS[count].unpack_from(payload))
+            return [refs[0]] * count if refs.count(refs[0]) == count else refs
+        first = payload[:8]
+        if bytes(first) * count == bytes(payload[: 8 * count]):  # one reference throughout
+            return [_U64.unpack_from(first)[0]] * count
         return list(struct.unpack_from(f"<{count}Q", payload))
 
     def _param(self, ref: int, path: TreePath) -> Any:
@@ -387,7 +442,7 @@ class TypeResolver:
         if ref == 0:
             raise FormatError("type parameter is a NULL reference", path=path)
         # (what is_committed_datatype asks; the header then describes a dataset, _scalar_param)
-        header = cast("DatasetInfo", self.reader.h5.alike_of(ref))
+        header: DatasetInfo = self.reader.h5.alike_of(ref)  # type: ignore[assignment]
         if header.kind == "datatype":
             value = self._committed_param(ref, path)
             self._committed_params.add(ref)
@@ -454,6 +509,17 @@ class TypeResolver:
         session's per-value work: neither holds a TypeVar, string or struct to remember.
         """
         reader = self.reader
+        form = self._scalar_forms.get(id(header))
+        if form is not None and form[0] is header and header.address != ref:
+            raw = self._compact_element(ref, form)
+            if raw is not None:
+                try:
+                    if type(header.plan) is DataTypePlan:
+                        return self.decode_datatype(raw, 0, path)
+                    return header.plan.decode(cast("DecodeContext", None), raw, 0, path)
+                except TreexchangeError as err:
+                    err.with_context(offset=reader.h5.absolute(ref), path=path)
+                    raise
         # described by a header alike to it when there is one (no header object per parameter);
         # ``header``: the one alike_of gave, which describe would give again once described
         info = header if header.value_kind is not None else reader.describe(ref, path)
@@ -475,6 +541,8 @@ class TypeResolver:
         assert plan is not None
         try:
             raw = reader.element_bytes_at(info, ref, path)
+            if info is header and not symbols and id(info) not in self._scalar_forms:
+                self._note_scalar_form(info)
             if kind is DataTypePlan:
                 return self.decode_datatype(raw, 0, path)
             if symbols:
@@ -485,9 +553,49 @@ class TypeResolver:
             err.with_context(offset=reader.h5.absolute(ref), path=path)
             raise
 
+    def _note_scalar_form(self, info: DatasetInfo) -> None:
+        """Remember ``info`` (a scalar ``Core.DataType`` or number dataset, described) for
+        :meth:`_compact_element` when its data are compact, as JLD2 writes type parameters."""
+        h5 = self.reader.h5
+        layout = info._first(LAYOUT)
+        space = info.dataspace
+        assert info.plan is not None
+        # (a scalar dataspace: the element is the datatype's size, _element_size in _reader)
+        if layout is None or not h5._wide or space is None or space.kind != "scalar":
+            return
+        at, size = layout[2], layout[3]
+        buf = h5.buffer
+        if size < 4 or not 3 <= buf[at] <= 5 or buf[at + 1] != 0 or len(self._scalar_forms) >= _FORMS_KEPT:
+            return
+        nbytes = h5._expected_bytes(info)
+        if nbytes < info.plan.size:
+            return
+        self._scalar_forms[id(info)] = (info, at - info.offset, size, nbytes, info.plan.size)
+
+    def _compact_element(self, address: int, form: tuple[Any, int, int, int, int]) -> bytes | None:
+        """The element of the scalar dataset at ``address``, whose header is alike
+        (:meth:`HDF5File.alike_of`) to the one ``form`` has (:meth:`_note_scalar_form`), when its
+        data are compact and whole: what ``Reader.element_bytes_at`` reads from that layout,
+        with the same checks, in one place (a file's type parameters are mostly such datasets).
+        None otherwise, and for a closed file: the usual way then reads them or says what is
+        wrong."""
+        reader = self.reader
+        if reader.closed:
+            return None
+        h5 = reader.h5
+        _, rel, size, nbytes, element = form
+        at = address + h5.base + rel  # the layout body: the one part alike headers do not share
+        buf = h5.buffer
+        if not 3 <= buf[at] <= 5 or buf[at + 1] != 0:
+            return None
+        (stored,) = _U16.unpack_from(buf, at + 2)
+        if not nbytes <= stored <= size - 4 or at + 4 + nbytes > h5.size:
+            return None
+        return bytes(buf[at + 4 : at + 4 + element])
+
     def _enter(self) -> None:
         self._depth += 1
-        if self._depth > type_depth(self.limits):
+        if self._depth > self._max_depth:
             self._depth -= 1
             raise LimitError(
                 f"types nested deeper than {type_depth(self.limits)} levels "
