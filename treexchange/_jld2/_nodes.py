@@ -257,6 +257,21 @@ class ArrayNode(Node):
     # per array it looks at.
     __init__ = object.__init__  # type: ignore[assignment]
 
+    # Every array node's kind, on the class: one store fewer per node made (a walk makes one per
+    # leaf). It hides Node's ``kind`` slot, which an array node never sets (nor can: the class
+    # attribute is read-only on a slotted instance), hence __copy__ below.
+    kind = "array"
+
+    def __copy__(self) -> ArrayNode:
+        """A node alike (``copy.copy``'s default would set every slot named by the classes,
+        ``kind`` too, which an array node refuses)."""
+        clone = ArrayNode()
+        clone._reader, clone.path, clone.julia_type = self._reader, self.path, self.julia_type
+        clone.shape, clone.dtype, clone._address = self.shape, self.dtype, self._address
+        if self._address is None:
+            clone._value = self._value
+        return clone
+
     @property
     def _info(self) -> DatasetInfo | None:
         """The dataset's own (described) header, or None for an array held in memory."""
@@ -319,7 +334,7 @@ def array_node(
     alike to it, then with the dataset's ``address``), or of ``value`` held in memory (``info``
     None)."""
     node = ArrayNode()
-    node._reader, node.path, node.kind = reader, path, "array"
+    node._reader, node.path = reader, path
     if info is None:
         assert value is not None
         node.julia_type = JuliaType("Core.Array")
@@ -609,7 +624,6 @@ class CompoundNode(ContainerNode):
                     leaf = ArrayNode()
                     leaf._reader = reader  # (one store a statement: cheaper than tuple assignments)
                     leaf.path = path + (key,)  # noqa: RUF005 (faster than a starred tuple)
-                    leaf.kind = "array"
                     leaf.julia_type = info.julia_type
                     leaf.shape = info.shape  # type: ignore[assignment]  # (an array's: a tuple)
                     leaf.dtype = dtype
@@ -1042,7 +1056,7 @@ def node_for_ref(reader: Reader, path: TreePath, address: int) -> Node | Group:
     info = reader.described_array(address)
     if info is not None:  # what node_for_dataset makes of it, without its steps (a hot path)
         node = ArrayNode()
-        node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
+        node._reader, node.path, node.julia_type = reader, path, info.julia_type
         node.shape, node.dtype, node._address = info.shape, info.dtype, address  # type: ignore[assignment]
         return node
     return node_for_dataset(reader, path, address)
@@ -1269,7 +1283,6 @@ class DictNode(ContainerNode):
                     leaf = ArrayNode()
                     leaf._reader = reader
                     leaf.path = path + (self._segments[i],)  # noqa: RUF005 - faster than (*path, key)
-                    leaf.kind = "array"
                     leaf.julia_type = info.julia_type
                     leaf.shape = info.shape  # type: ignore[assignment]  # (an array's: a tuple and a dtype)
                     leaf.dtype = info.dtype  # type: ignore[assignment]
@@ -1295,7 +1308,7 @@ class DictNode(ContainerNode):
             info = arrays[i] if arrays is not None else None
             if info is not None and not reader.closed:  # what node_for_ref makes, at once
                 node = ArrayNode()
-                node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
+                node._reader, node.path, node.julia_type = reader, path, info.julia_type
                 node.shape, node.dtype, node._address = info.shape, info.dtype, refs[i]  # type: ignore[assignment]
                 return node
             return node_for_ref(reader, path, refs[i])
