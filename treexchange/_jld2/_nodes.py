@@ -583,15 +583,31 @@ def _linear_index(index: tuple[Any, ...], shape: tuple[int, ...]) -> int:
 class CompoundNode(ContainerNode):
     """A NamedTuple / Tuple / struct stored as a compound element: children are its fields."""
 
-    __slots__ = ("_buf", "_off", "_plan")
+    # The path is kept as the parent's path ``_up`` and the node's own segment ``_seg`` (None:
+    # ``_up`` is the whole path): a layer made in bulk (RefVectorNode._make_block) then allocates
+    # no path tuple of its own. A model's layers stay alive while it is walked (kept by their
+    # vector), and a tuple per layer was half of what they counted toward the collector's next
+    # young pass (a walk of 500 layers ran two, now one). ``path`` builds it when asked.
+    __slots__ = ("_buf", "_off", "_plan", "_seg", "_up")
     _plan: CompoundPlan
     _buf: Any
     _off: int
+    _up: TreePath
+    _seg: PathSegment | None
 
     # Made as ``CompoundNode()``, its slots then set (:func:`_compound_node`, and a block of a
     # vector's layers at once in RefVectorNode._make_block): as for ArrayNode, object's own
     # ``__init__`` makes that the cheapest way to make the node of each layer of a model.
     __init__ = object.__init__  # type: ignore[assignment]
+
+    @property  # type: ignore[override]
+    def path(self) -> TreePath:
+        seg = self._seg
+        return self._up if seg is None else self._up + (seg,)  # noqa: RUF005 (faster than starred)
+
+    @path.setter
+    def path(self, path: TreePath) -> None:
+        self._up, self._seg = path, None
 
     def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         return self._plan.entries  # made once per type, shared by all its nodes
@@ -619,16 +635,19 @@ class CompoundNode(ContainerNode):
                     and info.value_kind is not None
                     and (dtype := info.dtype) is not None
                     and not reader.closed
-                    and len(path := self.path) < reader.max_path
                 ):
-                    leaf = ArrayNode()
-                    leaf._reader = reader  # (one store a statement: cheaper than tuple assignments)
-                    leaf.path = path + (key,)  # noqa: RUF005 (faster than a starred tuple)
-                    leaf.julia_type = info.julia_type
-                    leaf.shape = info.shape  # type: ignore[assignment]  # (an array's: a tuple)
-                    leaf.dtype = dtype
-                    leaf._address = address
-                    return leaf
+                    # the leaf's path from the slots (see __slots__), as ``path`` would make it
+                    up, seg = self._up, self._seg
+                    path = up + (key,) if seg is None else up + (seg, key)  # noqa: RUF005
+                    if len(path) <= reader.max_path:  # (else the usual path, which raises)
+                        leaf = ArrayNode()
+                        leaf._reader = reader  # (one store a statement: cheaper than tuple assignments)
+                        leaf.path = path
+                        leaf.julia_type = info.julia_type
+                        leaf.shape = info.shape  # type: ignore[assignment]  # (an array's: a tuple)
+                        leaf.dtype = dtype
+                        leaf._address = address
+                        return leaf
             i = self._plan.positions.get(key)
             if i is not None:
                 node = self._cache.get(i)
@@ -654,7 +673,8 @@ def _compound_node(
     """The :class:`CompoundNode` of the element of ``plan`` at ``buf[off:]`` (read through
     ``src``), its slots set at once."""
     node = CompoundNode()
-    node._reader, node.path, node.kind, node.julia_type = reader, path, plan.kind, plan.julia_type
+    node._reader, node._up, node._seg = reader, path, None
+    node.kind, node.julia_type = plan.kind, plan.julia_type
     node._src, node._keys, node._cache, node._index, node._shape = src, None, _NONE_KEPT, None, None
     node._plan, node._buf, node._off = plan, buf, off
     return node
@@ -748,7 +768,8 @@ class RefVectorNode(ContainerNode):
             # one store a statement: cheaper than tuple assignments
             node = CompoundNode()
             node._reader = reader
-            node.path = path + (j + 1,)  # noqa: RUF005 (faster than a starred tuple)
+            node._up = path  # (its path: path + (j + 1,), built when asked; see CompoundNode)
+            node._seg = j + 1
             node.kind = kind
             node.julia_type = jt
             node._src = address
