@@ -257,3 +257,31 @@ def test_node_kinds_agree_with_loaded_values(path: Path) -> None:
             elif node.kind in ("tuple", "vector"):
                 n = len(value.tolist()) if isinstance(value, tx.JuliaArray) else len(value)
                 assert len(node) == n, node.path  # N-d vectors: every element, linear order
+
+
+def test_array_nodes_copy_alike(tmp_path: Path) -> None:
+    """An array node's kind is its class's (no slot of its own): ``copy.copy`` (a node given a
+    new path, ``_reparent``) still makes a node alike, of a dataset or of an array in memory."""
+    import copy  # (only this test copies nodes)
+
+    from treexchange._jld2._nodes import ArrayNode, array_node
+
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    p = tmp_path / "a.jld2"
+    tx.save(p, {"st": NamedTuple(w=w)})
+    with tx.open(p) as f:
+        node = f["st"]["w"]
+        held = array_node(f.reader, ("held",), None, value=w)
+        for original in (node, held):
+            assert type(original) is ArrayNode and original.kind == "array"
+            clone = copy.copy(original)
+            assert clone is not original and clone.kind == "array"
+            assert (clone.path, clone.julia_type, clone.shape, clone.dtype) == (
+                original.path,
+                original.julia_type,
+                original.shape,
+                original.dtype,
+            )
+            np.testing.assert_array_equal(np.asarray(clone), np.asarray(original))
+        with pytest.raises(AttributeError):
+            node.kind = "number"  # type: ignore[misc]

@@ -153,6 +153,32 @@ def test_path_bound_holds_for_block_children(tmp_path: Path) -> None:
         assert err.value.path is not None and err.value.path[:2] == ("st", "layers")
 
 
+def test_block_children_paths_and_their_leaves_at_the_bound(tmp_path: Path) -> None:
+    """A layer made in bulk keeps its path as its vector's path and its position (no tuple of
+    its own): ``path`` is the full path all the same, its leaves' paths extend it, and the path
+    bound counts it whole (a leaf one segment past the bound is refused, with its path)."""
+    path = tmp_path / "layers.jld2"
+    w = np.ones((2, 3), np.float32)
+    tx.save(path, st=NamedTuple(layers=tuple(NamedTuple(weight=w, bias=w[0]) for _ in range(40))))
+    with tx.open(path) as f:
+        layers = f["st"]["layers"]
+        assert [layers[i].path for i in (0, 17, 39)] == [("st", "layers", k) for k in (1, 18, 40)]
+        assert layers[17]["bias"].path == ("st", "layers", 18, "bias")
+        assert layers[17] is layers[17] and "layers[18]" in repr(layers[17])
+    for room, refused in ((2, False), (1, True)):
+        with tx.open(path) as f:
+            layers = f["st"]["layers"]
+            layers._reader.max_path = len(layers.path) + room  # (as if the vector lay near the bound)
+            layer = layers[5]
+            assert layer.path == ("st", "layers", 6)
+            if refused:
+                with pytest.raises(tx.LimitError) as err:
+                    layer["weight"]
+                assert err.value.path is not None and err.value.path[:3] == ("st", "layers", 6)
+            else:
+                assert layer["weight"].path == ("st", "layers", 6, "weight")
+
+
 def test_array_decoded_in_memory_is_described_by_its_value() -> None:
     """A vlen sequence of numbers decodes to an array held in memory: its node has the value's
     shape and dtype, no object address, and reads as the value in either order."""

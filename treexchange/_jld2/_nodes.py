@@ -257,6 +257,21 @@ class ArrayNode(Node):
     # per array it looks at.
     __init__ = object.__init__  # type: ignore[assignment]
 
+    # Every array node's kind, on the class: one store fewer per node made (a walk makes one per
+    # leaf). It hides Node's ``kind`` slot, which an array node never sets (nor can: the class
+    # attribute is read-only on a slotted instance), hence __copy__ below.
+    kind = "array"
+
+    def __copy__(self) -> ArrayNode:
+        """A node alike (``copy.copy``'s default would set every slot named by the classes,
+        ``kind`` too, which an array node refuses)."""
+        clone = ArrayNode()
+        clone._reader, clone.path, clone.julia_type = self._reader, self.path, self.julia_type
+        clone.shape, clone.dtype, clone._address = self.shape, self.dtype, self._address
+        if self._address is None:
+            clone._value = self._value
+        return clone
+
     @property
     def _info(self) -> DatasetInfo | None:
         """The dataset's own (described) header, or None for an array held in memory."""
@@ -319,7 +334,7 @@ def array_node(
     alike to it, then with the dataset's ``address``), or of ``value`` held in memory (``info``
     None)."""
     node = ArrayNode()
-    node._reader, node.path, node.kind = reader, path, "array"
+    node._reader, node.path = reader, path
     if info is None:
         assert value is not None
         node.julia_type = JuliaType("Core.Array")
@@ -568,15 +583,31 @@ def _linear_index(index: tuple[Any, ...], shape: tuple[int, ...]) -> int:
 class CompoundNode(ContainerNode):
     """A NamedTuple / Tuple / struct stored as a compound element: children are its fields."""
 
-    __slots__ = ("_buf", "_off", "_plan")
+    # The path is kept as the parent's path ``_up`` and the node's own segment ``_seg`` (None:
+    # ``_up`` is the whole path): a layer made in bulk (RefVectorNode._make_block) then allocates
+    # no path tuple of its own. A model's layers stay alive while it is walked (kept by their
+    # vector), and a tuple per layer was half of what they counted toward the collector's next
+    # young pass (a walk of 500 layers ran two, now one). ``path`` builds it when asked.
+    __slots__ = ("_buf", "_off", "_plan", "_seg", "_up")
     _plan: CompoundPlan
     _buf: Any
     _off: int
+    _up: TreePath
+    _seg: PathSegment | None
 
     # Made as ``CompoundNode()``, its slots then set (:func:`_compound_node`, and a block of a
     # vector's layers at once in RefVectorNode._make_block): as for ArrayNode, object's own
     # ``__init__`` makes that the cheapest way to make the node of each layer of a model.
     __init__ = object.__init__  # type: ignore[assignment]
+
+    @property  # type: ignore[override]
+    def path(self) -> TreePath:
+        seg = self._seg
+        return self._up if seg is None else self._up + (seg,)  # noqa: RUF005 (faster than starred)
+
+    @path.setter
+    def path(self, path: TreePath) -> None:
+        self._up, self._seg = path, None
 
     def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         return self._plan.entries  # made once per type, shared by all its nodes
@@ -604,17 +635,19 @@ class CompoundNode(ContainerNode):
                     and info.value_kind is not None
                     and (dtype := info.dtype) is not None
                     and not reader.closed
-                    and len(path := self.path) < reader.max_path
                 ):
-                    leaf = ArrayNode()
-                    leaf._reader = reader  # (one store a statement: cheaper than tuple assignments)
-                    leaf.path = path + (key,)  # noqa: RUF005 (faster than a starred tuple)
-                    leaf.kind = "array"
-                    leaf.julia_type = info.julia_type
-                    leaf.shape = info.shape  # type: ignore[assignment]  # (an array's: a tuple)
-                    leaf.dtype = dtype
-                    leaf._address = address
-                    return leaf
+                    # the leaf's path from the slots (see __slots__), as ``path`` would make it
+                    up, seg = self._up, self._seg
+                    path = up + (key,) if seg is None else up + (seg, key)  # noqa: RUF005
+                    if len(path) <= reader.max_path:  # (else the usual path, which raises)
+                        leaf = ArrayNode()
+                        leaf._reader = reader  # (one store a statement: cheaper than tuple assignments)
+                        leaf.path = path
+                        leaf.julia_type = info.julia_type
+                        leaf.shape = info.shape  # type: ignore[assignment]  # (an array's: a tuple)
+                        leaf.dtype = dtype
+                        leaf._address = address
+                        return leaf
             i = self._plan.positions.get(key)
             if i is not None:
                 node = self._cache.get(i)
@@ -640,7 +673,8 @@ def _compound_node(
     """The :class:`CompoundNode` of the element of ``plan`` at ``buf[off:]`` (read through
     ``src``), its slots set at once."""
     node = CompoundNode()
-    node._reader, node.path, node.kind, node.julia_type = reader, path, plan.kind, plan.julia_type
+    node._reader, node._up, node._seg = reader, path, None
+    node.kind, node.julia_type = plan.kind, plan.julia_type
     node._src, node._keys, node._cache, node._index, node._shape = src, None, _NONE_KEPT, None, None
     node._plan, node._buf, node._off = plan, buf, off
     return node
@@ -734,7 +768,8 @@ class RefVectorNode(ContainerNode):
             # one store a statement: cheaper than tuple assignments
             node = CompoundNode()
             node._reader = reader
-            node.path = path + (j + 1,)  # noqa: RUF005 (faster than a starred tuple)
+            node._up = path  # (its path: path + (j + 1,), built when asked; see CompoundNode)
+            node._seg = j + 1
             node.kind = kind
             node.julia_type = jt
             node._src = address
@@ -1042,7 +1077,7 @@ def node_for_ref(reader: Reader, path: TreePath, address: int) -> Node | Group:
     info = reader.described_array(address)
     if info is not None:  # what node_for_dataset makes of it, without its steps (a hot path)
         node = ArrayNode()
-        node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
+        node._reader, node.path, node.julia_type = reader, path, info.julia_type
         node.shape, node.dtype, node._address = info.shape, info.dtype, address  # type: ignore[assignment]
         return node
     return node_for_dataset(reader, path, address)
@@ -1269,7 +1304,6 @@ class DictNode(ContainerNode):
                     leaf = ArrayNode()
                     leaf._reader = reader
                     leaf.path = path + (self._segments[i],)  # noqa: RUF005 - faster than (*path, key)
-                    leaf.kind = "array"
                     leaf.julia_type = info.julia_type
                     leaf.shape = info.shape  # type: ignore[assignment]  # (an array's: a tuple and a dtype)
                     leaf.dtype = info.dtype  # type: ignore[assignment]
@@ -1295,7 +1329,7 @@ class DictNode(ContainerNode):
             info = arrays[i] if arrays is not None else None
             if info is not None and not reader.closed:  # what node_for_ref makes, at once
                 node = ArrayNode()
-                node._reader, node.path, node.kind, node.julia_type = reader, path, "array", info.julia_type
+                node._reader, node.path, node.julia_type = reader, path, info.julia_type
                 node.shape, node.dtype, node._address = info.shape, info.dtype, refs[i]  # type: ignore[assignment]
                 return node
             return node_for_ref(reader, path, refs[i])
