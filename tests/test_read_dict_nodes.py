@@ -138,3 +138,27 @@ def test_dict_values_at_the_path_bound_are_refused(tmp_path: Path) -> None:
                 at_bound[key]
             assert err.value.path is not None and err.value.path[:2] == ("st", "g1")
         assert at_bound._arrays is not None  # (the second took the fast path)
+
+
+def test_alike_values_that_are_not_arrays(tmp_path: Path) -> None:
+    """Dicts whose many alike values are no arrays (Dicts: one header form for all, vouched for
+    with the outer Dict's walk) give each as the Dict it is, not as an array node, on the first
+    lookup and on the walk's later ones."""
+    path = tmp_path / "dicts.jld2"
+    value = JuliaDict(
+        {
+            f"g{j}": JuliaDict({f"m{k}": JuliaDict({"a": np.zeros(2), "b": np.ones(3)}) for k in range(5)})
+            for j in range(5)
+        }
+    )
+    tx.save(path, st=value)
+    with tx.open(path) as f:
+        outer = f["st"]
+        for middle in ("g0", "g3"):
+            for key in ("m0", "m1", "m4"):
+                child = outer[middle][key]
+                assert child.kind == "dict" and values_equal(child.read(), value[middle][key])
+        # headers vouched for as alike to one Dict's: no array among them, however many
+        reader = outer._reader
+        alike = [a for a in outer["g3"]._refs if a in reader.h5._vouched]
+        assert len(alike) >= 2 and reader.described_arrays(alike) == [None] * len(alike)
