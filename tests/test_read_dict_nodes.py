@@ -117,3 +117,48 @@ def test_large_flat_dict_lookup_by_every_key(tmp_path: Path) -> None:
         node = f["st"]
         assert [node[f"leaf{i}"].read() for i in range(n)] == list(range(n))
         assert node[f"leaf{n - 1}"].path == ("st", f"leaf{n - 1}")
+
+
+def test_dict_values_at_the_path_bound_are_refused(tmp_path: Path) -> None:
+    """A Dict whose values' paths would pass the reader's bound refuses each of them with a
+    LimitError naming its path, on the walk's fast path (many arrays, vouched for) as on the
+    general one; a Dict made within the bound gives its arrays."""
+    path = tmp_path / "dod.jld2"
+    inner = {f"l{i:03d}": np.full(2, i, np.float32) for i in range(40)}  # enough for bulk vouching
+    tx.save(path, st=JuliaDict({f"g{j}": JuliaDict(inner) for j in range(5)}))
+    with tx.open(path) as f:
+        outer = f["st"]
+        within = outer["g0"]
+        assert within["l007"].shape == (2,)
+        outer._reader.max_path = len(outer.path) + 1  # (as if the inner Dicts lay at the bound)
+        at_bound = outer["g1"]
+        assert isinstance(at_bound, DictNode)
+        for key in ("l007", "l008"):  # the first vouches for all values, the second is a walk's
+            with pytest.raises(tx.LimitError) as err:
+                at_bound[key]
+            assert err.value.path is not None and err.value.path[:2] == ("st", "g1")
+        assert at_bound._arrays is not None  # (the second took the fast path)
+
+
+def test_alike_values_that_are_not_arrays(tmp_path: Path) -> None:
+    """Dicts whose many alike values are no arrays (Dicts: one header form for all, vouched for
+    with the outer Dict's walk) give each as the Dict it is, not as an array node, on the first
+    lookup and on the walk's later ones."""
+    path = tmp_path / "dicts.jld2"
+    value = JuliaDict(
+        {
+            f"g{j}": JuliaDict({f"m{k}": JuliaDict({"a": np.zeros(2), "b": np.ones(3)}) for k in range(5)})
+            for j in range(5)
+        }
+    )
+    tx.save(path, st=value)
+    with tx.open(path) as f:
+        outer = f["st"]
+        for middle in ("g0", "g3"):
+            for key in ("m0", "m1", "m4"):
+                child = outer[middle][key]
+                assert child.kind == "dict" and values_equal(child.read(), value[middle][key])
+        # headers vouched for as alike to one Dict's: no array among them, however many
+        reader = outer._reader
+        alike = [a for a in outer["g3"]._refs if a in reader.h5._vouched]
+        assert len(alike) >= 2 and reader.described_arrays(alike) == [None] * len(alike)

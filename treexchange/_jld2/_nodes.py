@@ -1265,7 +1265,16 @@ class DictNode(ContainerNode):
     tuple per entry: a Dict of 100,000 entries then leaves three objects for the cyclic
     garbage collector to scan, not 100,000."""
 
-    __slots__ = ("_arrays", "_pair_bufs", "_pair_offs", "_pair_plans", "_refs", "_segments", "_vouched")
+    __slots__ = (
+        "_arrays",
+        "_leaf_path_ok",
+        "_pair_bufs",
+        "_pair_offs",
+        "_pair_plans",
+        "_refs",
+        "_segments",
+        "_vouched",
+    )
 
     def __init__(
         self,
@@ -1286,6 +1295,8 @@ class DictNode(ContainerNode):
         self._vouched = False
         self._refs: list[int] | None = None  # each value's reference (0: stored inline)
         self._arrays: list[DatasetInfo | None] | None = None  # described_array of each reference
+        # a value's path is within the reader's bound (both fixed: asked once, not per leaf)
+        self._leaf_path_ok = len(path) < reader.max_path
 
     def __getitem__(self, key: Any) -> Any:
         # The key index is complete (see __init__), so a hit is the answer _position gives.
@@ -1297,13 +1308,13 @@ class DictNode(ContainerNode):
         if arrays is not None:  # a walk's hot path: what _make makes of a described array, inline
             info = arrays[i]
             if info is not None:
-                reader, path = self._reader, self.path
-                if not reader.closed and len(path) < reader.max_path:
+                reader = self._reader
+                if self._leaf_path_ok and not reader.closed:
                     # one store a statement, the path by concatenation: no tuple built and
                     # unpacked per leaf (a fifth of this lookup's time)
                     leaf = ArrayNode()
                     leaf._reader = reader
-                    leaf.path = path + (self._segments[i],)  # noqa: RUF005 - faster than (*path, key)
+                    leaf.path = self.path + (self._segments[i],)  # noqa: RUF005 - faster than (*path, key)
                     leaf.julia_type = info.julia_type
                     leaf.shape = info.shape  # type: ignore[assignment]  # (an array's: a tuple and a dtype)
                     leaf.dtype = info.dtype  # type: ignore[assignment]

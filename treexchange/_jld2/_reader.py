@@ -459,6 +459,12 @@ class Reader:
         # vouched for are looked up in ``objects``. Once primed, those are a few (the header
         # each group of alike ones was parsed from): found by C scans, not a loop over all.
         found: list[Any] = list(map(vouched.get, addresses))
+        first = found[0] if found else None
+        if first is not None and found.count(first) == len(found):
+            # a Dict's values primed with it: every one vouched for as alike to one header (a
+            # header has no ``__eq__``: the count is of identities; no ``None`` counted), checked
+            # once as below
+            return found if first.value_kind is not None and first.dtype is not None else [None] * len(found)
         missing = found.count(None)
         if missing and missing <= _FEW_MISSING:
             i = -1
@@ -467,8 +473,11 @@ class Reader:
                 found[i] = objects.get(addresses[i])
         elif missing and not objects.keys().isdisjoint(addresses):
             found = [objects.get(a) if f is None else f for a, f in zip(addresses, found)]
-        # each distinct description (a few: one per kind of header) checked once
-        unusable = {f for f in set(found) if f is not None and (f.value_kind is None or f.dtype is None)}
+        # each distinct description (a few: one per kind of header) checked once; one for all
+        # (the usual case) told by a count of identities, cheaper than a set of them
+        probe = found[-1] if found else None
+        kinds = (probe,) if found.count(probe) == len(found) else set(found)
+        unusable = {f for f in kinds if f is not None and (f.value_kind is None or f.dtype is None)}
         if unusable:
             found = [None if f in unusable else f for f in found]
         return found
