@@ -602,3 +602,20 @@ def test_field_type_and_field_size_agree_for_every_type() -> None:
             assert stored == enc.REFERENCE, t
         else:
             assert stored is not None and stored.size == w.field_size(t, True), t
+
+
+@pytest.mark.parametrize("order", ["in one vector", "as two names"])
+def test_instances_of_one_struct_type_with_other_field_types_say_why(tmp_path: Path, order: str) -> None:
+    # A Julia struct type has one type per field: two Python-made instances of Main.P whose x is a
+    # Float64 in one and an Int64 in the other cannot both be written; the error names the field,
+    # the type another instance gave it, and where (it said only "expected Core.Float64").
+    a = JuliaStruct("Main.P", {"x": 1.0, "y": np.zeros(3, np.float32)})
+    b = JuliaStruct("Main.P", {"x": 2, "y": np.zeros(3, np.float32)})
+    path = tmp_path / "p.jld2"
+    values = {"v": [a, b]} if order == "in one vector" else {"u": a, "w": b}
+    with pytest.raises(
+        ConversionError, match=r"another instance of Main\.P made 'x' a Core\.(Int|Float)64"
+    ) as info:
+        treexchange.save(path, **values)
+    assert info.value.path[-1] == "x"
+    assert list(tmp_path.iterdir()) == []

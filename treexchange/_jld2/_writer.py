@@ -1588,9 +1588,14 @@ class JLD2Writer:
                 # one member of the InlineUnionEl: _field_values places it)
                 return _struct_from_bits(w, value, self.types.of_type(value.type) is w, path)
             values = self._field_values(w, value, path)
-            return b"".join(
-                self.encode_field(ft, v, True, ws, (*path, name)) for (name, ft), v in zip(w.fields, values)
-            )
+            try:
+                return b"".join(
+                    self.encode_field(ft, v, True, ws, (*path, name))
+                    for (name, ft), v in zip(w.fields, values)
+                )
+            except ConversionError as err:
+                _name_the_first_instance(err, w, value, path)
+                raise
         if cat is Cat.DATATYPE:
             return self.encode_datatype_value(self._as_type(value, path), ws)
         raise UnsupportedError(f"cannot encode a {cat.value} inline", path=path)
@@ -1934,6 +1939,21 @@ def _stored(dtype: H5Type | Committed | None, jt: JT) -> H5Type | Committed:
     if dtype is None:
         raise WriteError(f"internal inconsistency: no stored datatype for {jt.key}")
     return dtype
+
+
+def _name_the_first_instance(err: ConversionError, w: JT, value: Any, path: tuple[PathSegment, ...]) -> None:
+    """Say why a field of a struct made in Python had to be of another type: a Julia struct type
+    has one type per field, and another instance of it fixed that type (``tx.save`` of two
+    ``JuliaStruct("Main.P", {"x": 1.0})`` / ``{"x": 2}`` values said only "expected Core.Float64")."""
+    if not isinstance(value, JuliaStruct) or value.layout is not None or len(err.path) != len(path) + 1:
+        return
+    name = err.path[-1]
+    declared = dict(w.fields).get(name) if isinstance(name, str) else None
+    if declared is not None and err.path[: len(path)] == path:
+        err.message += (
+            f"; a Julia struct type has one type per field, and another instance of {value.type} made"
+            f" {name!r} a {declared.key}: give every instance's {name!r} the same type"
+        )
 
 
 def _encode_prim(w: JT, value: Any, path: tuple[PathSegment, ...]) -> bytes:
