@@ -617,11 +617,14 @@ class Reader:
             return
         refs = np.ndarray((n,), "<u8", blob, second.offset, (size,)).tolist()
         arrays = self.described_arrays(refs)
+        # every value described (one description for all, the usual case, told by a count of
+        # identities: ``None in`` would call a header's ``__eq__`` per value)
+        described = arrays[0] is not None and arrays.count(arrays[0]) == n
         start = 0
         for found in listed:
             stop = start + len(found)
             part = arrays[start:stop]
-            if None not in part:  # (else the Dict's own pass primes what is missing)
+            if described or None not in part:  # (else the Dict's own pass primes what is missing)
                 self._run_values[id(found)] = (found, refs[start:stop], part)
             start = stop
 
