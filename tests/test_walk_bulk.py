@@ -227,3 +227,38 @@ def test_pair_runs_are_where_each_pair_was_read(tmp_path: Path) -> None:
                 own = reader.info(address)  # (its own header parsed)
                 assert own.plan is not None and own.plan.size == info.plan.size
                 assert reader.element_bytes(own) == blob[at : at + info.plan.size]
+
+
+def test_values_handed_to_inner_dicts_are_what_each_finds(tmp_path: Path) -> None:
+    """The references and described arrays ``Reader._prime_pairs`` finds for all the inner Dicts
+    at once (``Reader.primed_values``) and hands to each when it is made are what the Dict's own
+    pass (``_nodes._vouched_values``) finds for it; a Dict with few values, or with a value that
+    is no array, is left to its own pass. The walk then sees what ``load`` reads."""
+    rng = np.random.default_rng(4)
+    shared = np.arange(6, dtype=np.int16).reshape(2, 3)
+    tree = JuliaDict()
+    for g, n in enumerate((40, 33, 20, 50, 36)):
+        inner = tree.setdefault(f"g{g}", JuliaDict())
+        for i in range(n):
+            dtype = (np.float32, np.float64)[i % 2]
+            inner[f"l{i}"] = shared if i == 5 else rng.standard_normal((i % 4 + 1, 2)).astype(dtype)
+    tree["g4"]["l9"] = "no array"
+    path = tmp_path / "tree.jld2"
+    tx.save(path, st=tree)
+    with tx.open(path) as f:
+        outer = f["st"]
+        reader = outer._reader
+        handed = []
+        for key in outer.keys():
+            node = outer[key]
+            assert isinstance(node, _nodes.DictNode)
+            if node._vouched:  # handed over when made: nothing looked up in it yet
+                handed.append(key)
+                assert node._refs is not None and node._arrays is not None
+                pairs = (node._pair_plans, node._pair_bufs, node._pair_offs)
+                own = _nodes._vouched_values(reader, pairs, node.path)
+                assert own is not None and own[1] is not None
+                assert own[0] == node._refs and len(own[1]) == len(node._arrays)
+                assert all(a is b for a, b in zip(own[1], node._arrays))
+        assert handed == ["g0", "g1", "g3"]
+        assert _walk(outer, tx.load(path)["st"]) == 40 + 33 + 20 + 50 + 35

@@ -1223,9 +1223,13 @@ def _dict_node(
     if primed is not None:  # a Dict in a Dict being walked: its Pairs were read with the outer's
         base = (*path, "kvvec") if type(plan.inner) is CompoundPlan else path
         located = _referenced_pairs(reader, primed, base)
-        lazy = _lazy_dict_node(reader, path, plan, src, located, base) if located is not None else None
-        if lazy is not None:
-            return lazy
+        if located is not None:
+            # its values vouched for with the other Dicts' (what _vouched_values finds: the same
+            # bound, from which a Dict's values are looked up together)
+            handed = reader.primed_values(primed) if len(primed) >= _BULK_MIN else None
+            lazy = _lazy_dict_node(reader, path, plan, src, located, base, handed)
+            if lazy is not None:
+                return lazy
     written = node_for_inline(reader, path, plan.inner, buf, off)
     pairs = written
     if isinstance(written, ContainerNode) and written.kind == "struct" and "kvvec" in written:
@@ -1509,16 +1513,21 @@ def _is_pair_plan(plan: Plan | None) -> bool:
 
 
 def _lazy_dict_node(
-    reader: Reader, path: TreePath, plan: CustomPlan, src: Where, located: _Pairs, base: TreePath
+    reader: Reader,
+    path: TreePath,
+    plan: CustomPlan,
+    src: Where,
+    located: _Pairs,
+    base: TreePath,
+    vouched: _Vouched | None = None,
 ) -> DictNode | None:
     """A :class:`DictNode` of the Pairs ``located`` (their vector at path ``base``), or None
     when their keys do not make a Python dict (unhashable, or equal in Python): the caller's
-    general path decides."""
+    general path decides. ``vouched``: what :func:`_vouched_values` gives for them, when known."""
     with gc_paused():  # thousands of entries: no collection scans the half-built lists
         index: dict[Any, int] = {}
-        vouched = None
         texts: list[str] | None = None
-        if located[0] and _holds_dicts(located[0][0]):
+        if vouched is None and located[0] and _holds_dicts(located[0][0]):
             # The inner Dicts' Pairs and keys first (all together), and this Dict's keys with
             # theirs: they lie in the same heap collections, then parsed in bulk (vlen_texts).
             texts = []
@@ -1546,9 +1555,7 @@ def _lazy_dict_node(
     return _with_values(DictNode(reader, path, plan.julia_type, src, entries, located, index), vouched)
 
 
-def _with_values(
-    node: DictNode, vouched: tuple[list[int], list[DatasetInfo | None] | None] | None
-) -> DictNode:
+def _with_values(node: DictNode, vouched: _Vouched | None) -> DictNode:
     """``node`` with its values vouched for already (:func:`_vouched_values`), when they are."""
     if vouched is not None:
         node._vouched = True

@@ -267,6 +267,8 @@ class Reader:
         self._pair_vectors: dict[int, list[int]] = {}  # pair vector -> its Pairs (_prime_pairs)
         # id of such a list of Pairs -> (the list, where _prime_pairs read them: see primed_run)
         self._pair_runs: dict[int, tuple[list[int], DatasetInfo, bytes, range]] = {}
+        # id of such a list -> (the list, its Pairs' values: references, described arrays)
+        self._run_values: dict[int, tuple[list[int], list[int], list[DatasetInfo | None]]] = {}
         self.nodes_building: set[int] = set()  # scalar datasets whose node is being made (_nodes)
 
     def _describe(self) -> str:
@@ -299,7 +301,7 @@ class Reader:
         self.h5.close()
         self._stack.close()
         self._elements, self._element_groups, self._texts, self._pair_vectors = {}, [], {}, {}
-        self._pair_runs = {}
+        self._pair_runs, self._run_values = {}, {}
         data, self._data = self._data, None
         if isinstance(data, mmap.mmap):
             try:
@@ -596,7 +598,44 @@ class Reader:
         ]
         if values:
             self.prime(np.concatenate(values), path)
+            if whole:
+                self._run_values_of(listed, scalars[0][0], scalars[0][2])
         return outer
+
+    def _run_values_of(self, listed: list[list[int]], info: DatasetInfo, blob: bytes) -> None:
+        """Each Dict's values (``listed``: its Pairs, read into ``blob`` one Dict after the
+        other, see :meth:`_pair_runs_of`) when every one is a reference to an array described
+        already: their references and :meth:`described_arrays` of them, found for all the
+        Dicts in one pass (not a pass per Dict when it is first looked in), for
+        :meth:`primed_values`."""
+        plan = info.plan
+        if type(plan) is not CompoundPlan or len(plan.fields) != 2:
+            return
+        second = plan.fields[1]
+        n, size = sum(map(len, listed)), plan.size
+        if type(second.plan) is not ReferencePlan or size < 8 or n * size > len(blob) or not n:
+            return
+        refs = np.ndarray((n,), "<u8", blob, second.offset, (size,)).tolist()
+        arrays = self.described_arrays(refs)
+        # every value described (one description for all, the usual case, told by a count of
+        # identities: ``None in`` would call a header's ``__eq__`` per value)
+        described = arrays[0] is not None and arrays.count(arrays[0]) == n
+        start = 0
+        for found in listed:
+            stop = start + len(found)
+            part = arrays[start:stop]
+            if described or None not in part:  # (else the Dict's own pass primes what is missing)
+                self._run_values[id(found)] = (found, refs[start:stop], part)
+            start = stop
+
+    def primed_values(self, addresses: list[int]) -> tuple[list[int], list[DatasetInfo | None]] | None:
+        """The references of the values of the Pairs at ``addresses`` (a list :meth:`primed_pairs`
+        gave) and :meth:`described_arrays` of them, when :meth:`_prime_pairs` found them all
+        arrays described already; None otherwise."""
+        found = self._run_values.get(id(addresses))
+        if found is None or found[0] is not addresses or self.closed:
+            return None
+        return found[1], found[2]
 
     def _pair_runs_of(self, listed: list[list[int]], info: DatasetInfo, blob: bytes) -> None:
         """Where each Dict's Pairs (``listed``) lie in ``blob``, the element bytes of all of them
