@@ -218,6 +218,8 @@ def _kill_children(
         assert raw in expected, f"seed {seed}: target is not a complete version"
         for p in _temporaries(tmp_path):
             modes.append(stat.S_IMODE(p.stat().st_mode))
+            if kind == "unnamed":  # left only between its link and its rename: a whole version
+                assert p.read_bytes() in expected, f"seed {seed}: a partial temporary file was left"
             p.unlink()
     return inside, modes
 
@@ -227,9 +229,14 @@ def _kill_children(
 @pytest.mark.parametrize("op", ["save", "convert"])
 def test_sigkill_leaves_no_temporary_file_with_o_tmpfile(tmp_path: Path, op: str) -> None:
     # 20 kills of a child that saves (converts) over and over: the temporary file has no name
-    # until the instant of the rename, so nothing is ever left behind, and the target is whole.
+    # until it is complete, checked and fsynced, and the target is whole after every kill. It is
+    # linked to its temporary name and renamed onto the target at once (no system call does both
+    # to an unnamed file): a kill in that instant (seen once, in CI, during a convert) leaves it
+    # named, whole (checked in _kill_children) and with the target's mode, for the next save to
+    # remove (its process is dead: atomic.remove_stale_temporaries).
     inside, modes = _kill_children(tmp_path, op, "unnamed", kills=20)
-    assert modes == []
+    final = stat.S_IMODE((tmp_path / "model.jld2").stat().st_mode)
+    assert len(modes) <= 2 and all(mode == final for mode in modes), modes
     assert inside >= 5, f"only {inside} of 20 kills struck inside a {op}: the test proved little"
 
 
