@@ -35,9 +35,10 @@ def atomic_write(
     its output back there).
 
     Where the platform has it (Linux, on file systems with ``O_TMPFILE``), the temporary file has
-    no name while it is written and checked: a process killed at any point leaves nothing behind.
-    At commit it is linked into the directory under a temporary name (through
-    ``/proc/self/fd``) and renamed onto ``path`` at once. Elsewhere, or when the file system
+    no name while it is written and checked: a process killed then leaves nothing behind. At
+    commit it is linked into the directory under a temporary name (through ``/proc/self/fd``)
+    and renamed onto ``path`` at once (a kill between the two leaves that whole file, which the
+    next call removes). Elsewhere, or when the file system
     refuses, it is a named file ``.<name>.txtmp<pid>-<random>.tmp`` (``<name>`` cut to 200 bytes,
     so any legal file name still leaves room) in the same directory, which a kill can leave
     behind; every call first removes those of dead processes (:func:`remove_stale_temporaries`).
