@@ -10,31 +10,17 @@ file and a real one (the writer thread), and with the sink's in-place region ref
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from _bulkwrite import saved_both_ways, write_bytes
 
 import treexchange as tx
 from treexchange import JuliaDict, NamedTuple
-from treexchange._jld2 import _writer, _writer_bulk
-from treexchange._jld2._writer import JLD2Writer
+from treexchange._jld2 import _writer_bulk
 from treexchange._jld2._writer_sink import Sink
-
-
-def _write(value: Any, *, bulk: bool, plans: bool = True, monkeypatch: pytest.MonkeyPatch) -> bytes:
-    with monkeypatch.context() as m:
-        m.setattr(_writer_bulk, "enabled", bulk)
-        if not plans:
-            m.setattr(_writer, "_MESSAGES_KEPT", 0)
-        buf = io.BytesIO()
-        writer = JLD2Writer(buf)
-        writer.prepare([("st", value)])
-        writer.write("st", value)
-        writer.close()
-        return buf.getvalue()
 
 
 def _leaves(n: int) -> dict[str, np.ndarray]:
@@ -133,9 +119,9 @@ CASES = [_flat_dict, _dict_of_dicts, _layers, _mixed_dict, _mixed_layers, _odd_l
 @pytest.mark.parametrize("make", CASES, ids=lambda f: f.__name__.strip("_"))
 def test_bulk_changes_no_byte(make: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     value = make()
-    bulk = _write(value, bulk=True, monkeypatch=monkeypatch)
-    assert bulk == _write(value, bulk=False, monkeypatch=monkeypatch)
-    assert bulk == _write(value, bulk=True, plans=False, monkeypatch=monkeypatch)
+    bulk = write_bytes(value, bulk=True, monkeypatch=monkeypatch)
+    assert bulk == write_bytes(value, bulk=False, monkeypatch=monkeypatch)
+    assert bulk == write_bytes(value, bulk=True, plans=False, monkeypatch=monkeypatch)
 
 
 def test_bulk_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -148,7 +134,7 @@ def test_bulk_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
         real(writer, form, start, end, run)
 
     monkeypatch.setattr(_writer_bulk, "_lay_out", counting)
-    _write(_flat_dict(), bulk=True, monkeypatch=monkeypatch)
+    write_bytes(_flat_dict(), bulk=True, monkeypatch=monkeypatch)
     assert sum(runs) == 699  # all but the first Pair, which made the plans
 
 
@@ -167,27 +153,22 @@ def test_runs_are_planned_with_numpy(make: Any, monkeypatch: pytest.MonkeyPatch)
         return got
 
     monkeypatch.setattr(_writer_bulk, "plan_run", counting)
-    _write(make(), bulk=True, monkeypatch=monkeypatch)
+    write_bytes(make(), bulk=True, monkeypatch=monkeypatch)
     assert sum(planned) > 300
 
 
 def test_bulk_without_the_window_region(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the sink cannot hand out its window, the run is put piece by piece: same bytes."""
     value = _mixed_dict()
-    expected = _write(value, bulk=False, monkeypatch=monkeypatch)
+    expected = write_bytes(value, bulk=False, monkeypatch=monkeypatch)
     monkeypatch.setattr(Sink, "region", lambda self, offset, n: None)
-    assert _write(value, bulk=True, monkeypatch=monkeypatch) == expected
+    assert write_bytes(value, bulk=True, monkeypatch=monkeypatch) == expected
 
 
 @pytest.mark.parametrize("make", [_dict_of_dicts, _mixed_layers], ids=["dicts", "layers"])
 def test_bulk_through_a_real_file(make: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     value = make()
-    paths = []
-    for bulk in (True, False):
-        monkeypatch.setattr(_writer_bulk, "enabled", bulk)
-        path = tmp_path / f"{bulk}.jld2"
-        tx.save(path, st=value)
-        paths.append(path)
+    paths = saved_both_ways(value, tmp_path, monkeypatch)
     assert paths[0].read_bytes() == paths[1].read_bytes()
     _assert_same(tx.load(paths[0])["st"], value)
 

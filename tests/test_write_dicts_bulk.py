@@ -11,32 +11,18 @@ h5py reads every one."""
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 from typing import Any
 
 import h5py
 import numpy as np
 import pytest
+from _bulkwrite import saved_both_ways, write_bytes
 
 import treexchange as tx
 from treexchange import JuliaDict
-from treexchange._jld2 import _writer, _writer_bulk, _writer_dicts
-from treexchange._jld2._writer import JLD2Writer
+from treexchange._jld2 import _writer_bulk, _writer_dicts
 from treexchange._jld2._writer_sink import Sink
-
-
-def _write(value: Any, *, bulk: bool, plans: bool = True, monkeypatch: pytest.MonkeyPatch) -> bytes:
-    with monkeypatch.context() as m:
-        m.setattr(_writer_bulk, "enabled", bulk)
-        if not plans:
-            m.setattr(_writer, "_MESSAGES_KEPT", 0)
-        buf = io.BytesIO()
-        writer = JLD2Writer(buf)
-        writer.prepare([("st", value)])
-        writer.write("st", value)
-        writer.close()
-        return buf.getvalue()
 
 
 def _groups(
@@ -149,9 +135,9 @@ CASES = [_alike, _odd_bytes, _small_dicts, _one_entry, _broken_runs, _key_heavy]
 @pytest.mark.parametrize("make", CASES, ids=lambda f: f.__name__.strip("_"))
 def test_dict_runs_change_no_byte(make: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     value = make()
-    bulk = _write(value, bulk=True, monkeypatch=monkeypatch)
-    assert bulk == _write(value, bulk=False, monkeypatch=monkeypatch)
-    assert bulk == _write(value, bulk=True, plans=False, monkeypatch=monkeypatch)
+    bulk = write_bytes(value, bulk=True, monkeypatch=monkeypatch)
+    assert bulk == write_bytes(value, bulk=False, monkeypatch=monkeypatch)
+    assert bulk == write_bytes(value, bulk=True, plans=False, monkeypatch=monkeypatch)
 
 
 @pytest.mark.parametrize("make", CASES, ids=lambda f: f.__name__.strip("_"))
@@ -160,27 +146,22 @@ def test_dict_runs_are_taken(make: Any, monkeypatch: pytest.MonkeyPatch) -> None
     one-by-one path with itself)."""
     done = _count_dict_runs(monkeypatch)
     value = make()
-    _write(value, bulk=True, monkeypatch=monkeypatch)
+    write_bytes(value, bulk=True, monkeypatch=monkeypatch)
     assert sum(done) >= len(value) // 2
 
 
 def test_dict_runs_without_the_window_region(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the sink cannot hand out its window, the run is put piece by piece: same bytes."""
     value = _broken_runs()
-    expected = _write(value, bulk=False, monkeypatch=monkeypatch)
+    expected = write_bytes(value, bulk=False, monkeypatch=monkeypatch)
     monkeypatch.setattr(Sink, "region", lambda self, offset, n: None)
-    assert _write(value, bulk=True, monkeypatch=monkeypatch) == expected
+    assert write_bytes(value, bulk=True, monkeypatch=monkeypatch) == expected
 
 
 @pytest.mark.parametrize("make", [_alike, _broken_runs], ids=["alike", "broken"])
 def test_dict_runs_through_a_real_file(make: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     value = make()
-    paths = []
-    for bulk in (True, False):
-        monkeypatch.setattr(_writer_bulk, "enabled", bulk)
-        path = tmp_path / f"{bulk}.jld2"
-        tx.save(path, st=value)
-        paths.append(path)
+    paths = saved_both_ways(value, tmp_path, monkeypatch)
     assert paths[0].read_bytes() == paths[1].read_bytes()
     back = tx.load(paths[0])["st"]
     assert list(back) == list(value)
@@ -226,7 +207,7 @@ def test_large_inner_dicts_keep_their_own_runs(monkeypatch: pytest.MonkeyPatch) 
     Pairs in runs of their own (a run is laid out in memory whole): same bytes, no Dict run."""
     value = _groups(3, 600, elements=1024)
     done = _count_dict_runs(monkeypatch)
-    assert _write(value, bulk=True, monkeypatch=monkeypatch) == _write(
+    assert write_bytes(value, bulk=True, monkeypatch=monkeypatch) == write_bytes(
         value, bulk=False, monkeypatch=monkeypatch
     )
     assert sum(done) == 0
