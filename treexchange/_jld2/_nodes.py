@@ -245,11 +245,16 @@ class ArrayNode(Node):
     # ``_address`` is the dataset's; an array held in memory (a decoded vlen sequence) has
     # ``_address`` None and its value in ``_value`` (read only then: a node of a dataset may
     # leave it unset).
-    __slots__ = ("_address", "_value", "dtype", "shape")
+    # The path is kept as CompoundNode keeps it (``_up``, and ``_seg`` or None; ``path`` builds
+    # it when asked, once): a walk asks every leaf's shape and dtype, rarely its path, and a
+    # path tuple per leaf was a fifth of what a Dict's lookup of a leaf allocated.
+    __slots__ = ("_address", "_seg", "_up", "_value", "dtype", "shape")
     shape: tuple[int, ...]  # type: ignore[assignment]  # (a slot here: always set)
     dtype: np.dtype  # type: ignore[assignment]
     _value: np.ndarray | None
     _address: int | None
+    _up: TreePath
+    _seg: PathSegment | None
 
     # Made as ``ArrayNode()``, its slots then set (:func:`array_node`, or inline on a walk's hot
     # paths): with object's own ``__init__`` that call is the cheapest way Python makes an
@@ -266,11 +271,24 @@ class ArrayNode(Node):
         """A node alike (``copy.copy``'s default would set every slot named by the classes,
         ``kind`` too, which an array node refuses)."""
         clone = ArrayNode()
-        clone._reader, clone.path, clone.julia_type = self._reader, self.path, self.julia_type
+        clone._reader, clone._up, clone._seg, clone.julia_type = self._reader, self.path, None, self.julia_type
         clone.shape, clone.dtype, clone._address = self.shape, self.dtype, self._address
         if self._address is None:
             clone._value = self._value
         return clone
+
+    @property  # type: ignore[override]
+    def path(self) -> TreePath:
+        seg = self._seg
+        if seg is None:
+            return self._up
+        path = self._up = self._up + (seg,)  # noqa: RUF005 (faster than starred)
+        self._seg = None  # (built once)
+        return path
+
+    @path.setter
+    def path(self, path: TreePath) -> None:
+        self._up, self._seg = path, None
 
     @property
     def _info(self) -> DatasetInfo | None:
@@ -334,7 +352,7 @@ def array_node(
     alike to it, then with the dataset's ``address``), or of ``value`` held in memory (``info``
     None)."""
     node = ArrayNode()
-    node._reader, node.path = reader, path
+    node._reader, node._up, node._seg = reader, path, None
     if info is None:
         assert value is not None
         node.julia_type = JuliaType("Core.Array")
@@ -637,12 +655,16 @@ class CompoundNode(ContainerNode):
                     and not reader.closed
                 ):
                     # the leaf's path from the slots (see __slots__), as ``path`` would make it
+                    # (the layer's own path is not kept: a tuple per layer kept alive would
+                    # count toward the collector's next young pass, see __slots__)
                     up, seg = self._up, self._seg
-                    path = up + (key,) if seg is None else up + (seg, key)  # noqa: RUF005
-                    if len(path) <= reader.max_path:  # (else the usual path, which raises)
+                    if seg is not None:
+                        up = up + (seg,)  # noqa: RUF005 (faster than starred)
+                    if len(up) < reader.max_path:  # (else the usual path, which raises)
                         leaf = ArrayNode()
                         leaf._reader = reader  # (one store a statement: cheaper than tuple assignments)
-                        leaf.path = path
+                        leaf._up = up  # (its path: up + (key,), built when asked)
+                        leaf._seg = key
                         leaf.julia_type = info.julia_type
                         leaf.shape = info.shape  # type: ignore[assignment]  # (an array's: a tuple)
                         leaf.dtype = dtype
@@ -1077,7 +1099,7 @@ def node_for_ref(reader: Reader, path: TreePath, address: int) -> Node | Group:
     info = reader.described_array(address)
     if info is not None:  # what node_for_dataset makes of it, without its steps (a hot path)
         node = ArrayNode()
-        node._reader, node.path, node.julia_type = reader, path, info.julia_type
+        node._reader, node._up, node._seg, node.julia_type = reader, path, None, info.julia_type
         node.shape, node.dtype, node._address = info.shape, info.dtype, address  # type: ignore[assignment]
         return node
     return node_for_dataset(reader, path, address)
@@ -1314,11 +1336,12 @@ class DictNode(ContainerNode):
             if info is not None:
                 reader = self._reader
                 if self._leaf_path_ok and not reader.closed:
-                    # one store a statement, the path by concatenation: no tuple built and
-                    # unpacked per leaf (a fifth of this lookup's time)
+                    # one store a statement (no tuple built and unpacked per leaf), the path
+                    # as the Dict's and the key's segment (see ArrayNode.__slots__)
                     leaf = ArrayNode()
                     leaf._reader = reader
-                    leaf.path = self.path + (self._segments[i],)  # noqa: RUF005 - faster than (*path, key)
+                    leaf._up = self.path  # (its path: with the segment, built when asked)
+                    leaf._seg = self._segments[i]
                     leaf.julia_type = info.julia_type
                     leaf.shape = info.shape  # type: ignore[assignment]  # (an array's: a tuple and a dtype)
                     leaf.dtype = info.dtype  # type: ignore[assignment]
@@ -1344,7 +1367,7 @@ class DictNode(ContainerNode):
             info = arrays[i] if arrays is not None else None
             if info is not None and not reader.closed:  # what node_for_ref makes, at once
                 node = ArrayNode()
-                node._reader, node.path, node.julia_type = reader, path, info.julia_type
+                node._reader, node._up, node._seg, node.julia_type = reader, path, None, info.julia_type
                 node.shape, node.dtype, node._address = info.shape, info.dtype, refs[i]  # type: ignore[assignment]
                 return node
             return node_for_ref(reader, path, refs[i])
