@@ -271,7 +271,8 @@ class ArrayNode(Node):
         """A node alike (``copy.copy``'s default would set every slot named by the classes,
         ``kind`` too, which an array node refuses)."""
         clone = ArrayNode()
-        clone._reader, clone._up, clone._seg, clone.julia_type = self._reader, self.path, None, self.julia_type
+        clone._reader, clone._up, clone._seg = self._reader, self.path, None
+        clone.julia_type = self.julia_type
         clone.shape, clone.dtype, clone._address = self.shape, self.dtype, self._address
         if self._address is None:
             clone._value = self._value
