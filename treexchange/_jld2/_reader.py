@@ -270,6 +270,9 @@ class Reader:
         # id of such a list -> (the list, its Pairs' values: references, described arrays)
         self._run_values: dict[int, tuple[list[int], list[int], list[DatasetInfo | None]]] = {}
         self.nodes_building: set[int] = set()  # scalar datasets whose node is being made (_nodes)
+        # the last arrays _primed_elements vouched for when they were one group: (description,
+        # their addresses in the order asked), for _run_values_of (see _described_all)
+        self._primed_arrays: tuple[DatasetInfo, list[int]] | None = None
 
     def _describe(self) -> str:
         return "file" if self.name == "<bytes>" else repr(self.name)
@@ -301,7 +304,7 @@ class Reader:
         self.h5.close()
         self._stack.close()
         self._elements, self._element_groups, self._texts, self._pair_vectors = {}, [], {}, {}
-        self._pair_runs, self._run_values = {}, {}
+        self._pair_runs, self._run_values, self._primed_arrays = {}, {}, None
         data, self._data = self._data, None
         if isinstance(data, mmap.mmap):
             try:
@@ -530,7 +533,9 @@ class Reader:
         it; a read checks them)."""
         scalars, arrays = self.scalar_elements(addresses, path, arrays_data=False)
         for info, found, _ in arrays:
-            self.h5.vouch_as(found.tolist(), info)
+            listed = found.tolist()
+            self.h5.vouch_as(listed, info)
+            self._primed_arrays = (info, listed)
         return scalars
 
     def _keep_elements(self, info: DatasetInfo, found: np.ndarray, blob: bytes, *, each: bool = True) -> None:
@@ -616,7 +621,7 @@ class Reader:
         if type(second.plan) is not ReferencePlan or size < 8 or n * size > len(blob) or not n:
             return
         refs = np.ndarray((n,), "<u8", blob, second.offset, (size,)).tolist()
-        arrays = self.described_arrays(refs)
+        arrays = self._described_all(refs)
         # every value described (one description for all, the usual case, told by a count of
         # identities: ``None in`` would call a header's ``__eq__`` per value)
         described = arrays[0] is not None and arrays.count(arrays[0]) == n
@@ -627,6 +632,18 @@ class Reader:
             if described or None not in part:  # (else the Dict's own pass primes what is missing)
                 self._run_values[id(found)] = (found, refs[start:stop], part)
             start = stop
+
+    def _described_all(self, refs: list[int]) -> list[DatasetInfo | None]:
+        """:meth:`described_arrays` of ``refs``, at once when they are exactly the arrays the
+        last :meth:`_primed_elements` vouched for as one group (the values of the Pairs it just
+        primed: each described by that group's header, or by its own when parsed before, which
+        describes it alike), not looked up one by one."""
+        primed = self._primed_arrays
+        if primed is not None and primed[1] == refs and not self.closed:
+            info = primed[0]
+            if info.value_kind is not None and info.dtype is not None:
+                return [info] * len(refs)
+        return self.described_arrays(refs)
 
     def primed_values(self, addresses: list[int]) -> tuple[list[int], list[DatasetInfo | None]] | None:
         """The references of the values of the Pairs at ``addresses`` (a list :meth:`primed_pairs`
