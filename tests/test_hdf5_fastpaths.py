@@ -239,3 +239,61 @@ def test_large_files_are_mapped_for_random_access_until_metadata_look_dense(
     with HDF5File((tmp_path / "f.h5").read_bytes()) as h5:
         assert h5._random_until is None  # bytes: no map, no advice
         h5.prefetch(0, 1 << 20)
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "compact"])
+def test_stored_ranges_of_a_few_headers_equal_the_bulk_pass(layout: str) -> None:
+    """``stored_ranges`` reads a few headers' layouts one by one (a Dict of a few Dicts), many
+    with numpy: the same offsets, sizes and refusals either way -- layouts of every version, of
+    the other class, with an undefined or outside address, an oversized compact size."""
+    n = 24
+
+    def build(f: h5py.File) -> None:
+        for i in range(n):
+            data = np.full(3, i, "<u2")
+            if layout == "contiguous":
+                f[f"d{i:02d}"] = data
+            else:
+                dcpl = h5py.h5p.create(h5py.h5p.DATASET_CREATE)
+                dcpl.set_layout(h5py.h5d.COMPACT)
+                space = h5py.h5s.create_simple(data.shape)
+                h5py.h5d.create(f.id, f"d{i:02d}".encode(), h5py.h5t.STD_U16LE, space, dcpl=dcpl).write(
+                    h5py.h5s.ALL, h5py.h5s.ALL, data
+                )
+
+    raw = bytearray(_h5(build, libver="latest"))
+    with HDF5File(bytes(raw)) as h5:
+        proto = h5.object(h5.root.links()["d00"])
+        offsets = [h5.object(a).offset for a in h5.root.links().values()]
+        msg = proto._first(m.LAYOUT)
+        assert msg is not None and len(offsets) == n
+        rel = msg[2] - proto.offset
+    # damage a few layouts: version, class, address (undefined, outside), compact size
+    damage = [(1, 0, 2), (2, 0, 6), (3, 1, 2 if layout == "contiguous" else 1)]
+    if layout == "contiguous":
+        damage += [(4, 2, None), (5, 2, "outside"), (6, 10, "huge")]
+    else:
+        damage += [(4, 2, "huge")]
+    for i, at, value in damage:
+        body = offsets[i] + rel
+        if value is None:
+            raw[body + at : body + at + 8] = b"\xff" * 8
+        elif value == "outside":
+            raw[body + at : body + at + 8] = struct.pack("<Q", len(raw) + 10)
+        elif value == "huge":
+            width = 8 if layout == "contiguous" else 2
+            raw[body + at : body + at + width] = b"\xff" * width
+        else:
+            raw[body + at] = value
+    with HDF5File(bytes(raw)) as h5:
+        bulk = h5.stored_ranges(proto, np.array(offsets, np.int64))
+        assert len(offsets) > 16  # (the bulk pass)
+        for lo in range(0, n, 8):
+            part = np.array(offsets[lo : lo + 8], np.int64)
+            few = h5.stored_ranges(proto, part)
+            ok = bulk[0][lo : lo + 8]
+            before = int(bulk[0][:lo].sum())
+            assert few[0].tolist() == ok.tolist()
+            assert few[1].tolist() == bulk[1][before : before + int(ok.sum())].tolist()
+            assert few[2].tolist() == bulk[2][before : before + int(ok.sum())].tolist()
+        assert not bulk[0][1:4].any() and bulk[0][0] and bulk[0][7:].all()

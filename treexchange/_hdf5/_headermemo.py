@@ -34,6 +34,7 @@ _MAX_HEADER_BYTES = 4096  # larger headers (many attributes) are rare: parse the
 _MAX_ENTRIES = 4096  # distinct header forms remembered per file (bounds the memory)
 _ALIKE_KINDS = 8  # header forms :meth:`HeaderMemo.alike` looks for among one set of addresses
 _ALIKE_ROWS = 8192  # headers compared at once (bounds the rows taken: rows x key bytes)
+_FEW = 16  # headers up to which comparing each one's bytes costs less than numpy's passes
 
 
 class HeaderMemo:
@@ -156,6 +157,24 @@ class HeaderMemo:
         return groups
 
 
+def _few_match(
+    buf: memoryview, starts: list[int], first: int, length: int, cut: tuple[int, int]
+) -> np.ndarray | None:
+    """:func:`_key_matches` of a few headers, each compared as bytes (a Dict of a few Dicts:
+    ten headers cost numpy a dozen passes of fixed cost each)."""
+    rel, body = cut
+    size = len(buf)
+    head, tail = bytes(buf[first : first + rel]), bytes(buf[first + rel + body : first + length])
+    same = [
+        0 <= at
+        and at + length + 4 <= size
+        and buf[at : at + rel] == head
+        and buf[at + rel + body : at + length] == tail
+        for at in starts
+    ]
+    return None if all(same) else np.array(same, bool)
+
+
 def _rows_same(
     windows: np.ndarray, starts: np.ndarray, expected: np.ndarray, mask: np.ndarray
 ) -> np.ndarray | None:
@@ -193,6 +212,8 @@ def _key_matches(
     """
     size = len(buf)
     rel, body = cut
+    if len(starts) <= _FEW:
+        return _few_match(buf, starts.tolist(), first, length, cut)
     width = -(-length // 8) * 8
     if width <= size - first:
         keep = np.zeros(width, np.uint8)
