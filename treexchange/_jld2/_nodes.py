@@ -248,12 +248,14 @@ class ArrayNode(Node):
     # The path is kept as CompoundNode keeps it (``_up``, and ``_seg`` or None; ``path`` builds
     # it when asked, once): a walk asks every leaf's shape and dtype, rarely its path, and a
     # path tuple per leaf was a fifth of what a Dict's lookup of a leaf allocated.
+    # ``_up`` is the parent's path, or (a layer's field) the layer's node itself, whose path is
+    # then not built per leaf either.
     __slots__ = ("_address", "_seg", "_up", "_value", "dtype", "shape")
     shape: tuple[int, ...]  # type: ignore[assignment]  # (a slot here: always set)
     dtype: np.dtype  # type: ignore[assignment]
     _value: np.ndarray | None
     _address: int | None
-    _up: TreePath
+    _up: TreePath | CompoundNode
     _seg: PathSegment | None
 
     # Made as ``ArrayNode()``, its slots then set (:func:`array_node`, or inline on a walk's hot
@@ -281,9 +283,12 @@ class ArrayNode(Node):
     @property  # type: ignore[override]
     def path(self) -> TreePath:
         seg = self._seg
+        up = self._up
         if seg is None:
-            return self._up
-        path = self._up = self._up + (seg,)  # noqa: RUF005 (faster than starred)
+            return up  # type: ignore[return-value]  # (a tuple: see __slots__)
+        if not isinstance(up, tuple):
+            up = up.path  # a layer's field: its parent is the layer's node
+        path = self._up = up + (seg,)  # noqa: RUF005 (faster than starred)
         self._seg = None  # (built once)
         return path
 
@@ -655,16 +660,13 @@ class CompoundNode(ContainerNode):
                     and (dtype := info.dtype) is not None
                     and not reader.closed
                 ):
-                    # the leaf's path from the slots (see __slots__), as ``path`` would make it
-                    # (the layer's own path is not kept: a tuple per layer kept alive would
-                    # count toward the collector's next young pass, see __slots__)
-                    up, seg = self._up, self._seg
-                    if seg is not None:
-                        up = up + (seg,)  # noqa: RUF005 (faster than starred)
-                    if len(up) < reader.max_path:  # (else the usual path, which raises)
+                    # the leaf's path: this node's and the key, built when asked (ArrayNode.path;
+                    # neither this layer's path nor the leaf's is built per leaf, and a tuple per
+                    # layer kept alive would count toward the collector's next young pass)
+                    if len(self._up) + (self._seg is not None) < reader.max_path:  # (else raises)
                         leaf = ArrayNode()
                         leaf._reader = reader  # (one store a statement: cheaper than tuple assignments)
-                        leaf._up = up  # (its path: up + (key,), built when asked)
+                        leaf._up = self
                         leaf._seg = key
                         leaf.julia_type = info.julia_type
                         leaf.shape = info.shape  # type: ignore[assignment]  # (an array's: a tuple)
