@@ -1244,15 +1244,22 @@ def _dict_node(
     (arrays, NamedTuples) or holds as one (``:a`` and ``"a"``) is a ``struct`` holding
     ``kvvec``, the vector of pairs.
     """
+    base = (*path, "kvvec") if type(plan.inner) is CompoundPlan else path  # (the Pairs' vector)
     primed = reader.primed_pairs(plan, buf, off)
     if primed is not None:  # a Dict in a Dict being walked: its Pairs were read with the outer's
-        base = (*path, "kvvec") if type(plan.inner) is CompoundPlan else path
         located = _referenced_pairs(reader, primed, base)
         if located is not None:
             # its values vouched for with the other Dicts' (what _vouched_values finds: the same
             # bound, from which a Dict's values are looked up together)
             handed = reader.primed_values(primed) if len(primed) >= _BULK_MIN else None
             lazy = _lazy_dict_node(reader, path, plan, src, located, base, handed)
+            if lazy is not None:
+                return lazy
+    vector = reader.pair_vector(plan, buf, off, path)  # (no node made for the vector of Pairs)
+    if vector is not None:
+        located = _referenced_pairs(reader, vector[0], base, vector[1])
+        if located is not None:
+            lazy = _lazy_dict_node(reader, path, plan, src, located, base)
             if lazy is not None:
                 return lazy
     written = node_for_inline(reader, path, plan.inner, buf, off)

@@ -688,10 +688,13 @@ class Reader:
         found: dict[int, list[int]] = {}
         groups = self.alike(np.array(vectors, np.uint64), path, refs=True)
         for info, at, data_at in groups:
-            total += len(at) * info.count
+            n = self._vector_length(info)
+            if n is None:  # (a group of other datasets: not a Dict's pairs)
+                return None
+            total += len(at) * n
             if total > self.limits.max_elements:  # (the usual path's bound, over all of them)
                 return None
-            rows = _gather(h5.buffer, data_at, 8 * info.count).view("<u8")
+            rows = _gather(h5.buffer, data_at, 8 * n).view("<u8")
             listed = rows.tolist()
             if len(groups) == 1 and at.tolist() == vectors:
                 # every vector alike, in the order asked: their references, all in one array too
@@ -710,6 +713,41 @@ class Reader:
                 refs = self.element_addresses(info).tolist()
             out.append(refs)
         return out, None
+
+    def pair_vector(
+        self, plan: CustomPlan, buf: Any, off: int, path: TreePath
+    ) -> tuple[list[int], np.ndarray | None] | None:
+        """The addresses of the Pairs of the Dict (of ``plan``) whose element is at ``buf[off:]``,
+        read from its vector of Pairs as :meth:`_reference_vectors` reads the vectors of many
+        Dicts (the vector is not described: its element type is not decoded), and the same as
+        an array when read in one piece; None for any other form, or anything unusual (the
+        usual path, through the vector's node, then reports it where it lies)."""
+        at = _pairs_at(plan)
+        if at is None or off < 0 or off + at + 8 > len(buf):
+            return None
+        try:
+            read = self._reference_vectors([_U64.unpack_from(buf, off + at)[0]], path)
+        except TreexchangeError:
+            return None
+        return None if read is None else (read[0][0], read[1])
+
+    def _vector_length(self, obj: DatasetInfo) -> int | None:
+        """The number of references of the vector of references whose header is ``obj``,
+        described or not (without describing it: see :meth:`alike`); None for anything else
+        (another dataset, a null dataspace, a ``dimensions`` attribute: the usual path)."""
+        if obj.value_kind is not None:
+            if obj.shape is None or type(obj.plan) is not ReferencePlan or obj.space == "null":
+                return None
+            return obj.count
+        dt, space = obj.datatype, obj.dataspace
+        if obj.kind != "dataset" or dt is None or space is None or space.kind != "simple":
+            return None
+        if type(self.types.plan_for(dt)) is not ReferencePlan:
+            return None
+        attrs = obj.attributes
+        if attrs and "dimensions" in attrs:
+            return None
+        return space.count
 
     def primed_pairs(self, plan: CustomPlan, buf: Any, off: int) -> list[int] | None:
         """The addresses of the Pairs of the Dict (of ``plan``) whose element is at ``buf[off:]``,
@@ -1006,6 +1044,17 @@ class Reader:
             ):
                 continue
             try:
+                if refs and proto.value_kind is None and (n := self._vector_length(proto)) is not None:
+                    # a vector of references not described yet: its length is all a bulk read
+                    # of its references needs (its element type, which describe decodes from
+                    # parameter datasets of its own, waits for a look at the vector itself)
+                    expected = h5._expected_bytes(proto)
+                    if not 0 < n <= self.limits.max_elements or expected < 8 * n:
+                        continue
+                    which, data_at, stored = h5.stored_ranges(proto, offsets)
+                    good = (stored >= expected) & (data_at + expected <= h5.size)
+                    out.append((proto, offsets[which][good] - h5.base, data_at[good]))
+                    continue
                 info = self.info(proto.address, path)
                 plan = info.plan
                 if plan is None:
