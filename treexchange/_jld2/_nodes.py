@@ -1437,7 +1437,7 @@ def _vouched_values(
             texts = reader.prime(found[found != 0], path, dicts=True, keys=elements)
             if texts is not None and keys is not None:
                 keys += texts
-            arrays = reader.described_arrays(refs)
+            arrays = reader.described_all(refs)
         return refs, arrays
     return refs, None
 

@@ -271,7 +271,7 @@ class Reader:
         self._run_values: dict[int, tuple[list[int], list[int], list[DatasetInfo | None]]] = {}
         self.nodes_building: set[int] = set()  # scalar datasets whose node is being made (_nodes)
         # the last arrays _primed_elements vouched for when they were one group: (description,
-        # their addresses in the order asked), for _run_values_of (see _described_all)
+        # their addresses in the order asked), for _run_values_of (see described_all)
         self._primed_arrays: tuple[DatasetInfo, list[int]] | None = None
 
     def _describe(self) -> str:
@@ -621,7 +621,7 @@ class Reader:
         if type(second.plan) is not ReferencePlan or size < 8 or n * size > len(blob) or not n:
             return
         refs = np.ndarray((n,), "<u8", blob, second.offset, (size,)).tolist()
-        arrays = self._described_all(refs)
+        arrays = self.described_all(refs)
         # every value described (one description for all, the usual case, told by a count of
         # identities: ``None in`` would call a header's ``__eq__`` per value)
         described = arrays[0] is not None and arrays.count(arrays[0]) == n
@@ -633,7 +633,7 @@ class Reader:
                 self._run_values[id(found)] = (found, refs[start:stop], part)
             start = stop
 
-    def _described_all(self, refs: list[int]) -> list[DatasetInfo | None]:
+    def described_all(self, refs: list[int]) -> list[DatasetInfo | None]:
         """:meth:`described_arrays` of ``refs``, at once when they are exactly the arrays the
         last :meth:`_primed_elements` vouched for as one group (the values of the Pairs it just
         primed: each described by that group's header, or by its own when parsed before, which
