@@ -1450,6 +1450,7 @@ bulk, or a vector of inline pairs), pairs one after the other."""
 _BULK_MIN = 32  # children from which checking their headers in bulk pays
 _BLOCK = 64  # struct elements of a vector of references made together (RefVectorNode._make_block)
 _DICTS_MIN = 4  # Dicts in a Dict from which reading all their Pairs at once pays (Reader.prime)
+_PAIRS_BULK_MIN = 4  # a Dict's Pairs from which checking them together pays (few: one by one, hdf5)
 
 
 def _key_elements(pairs: _Pairs) -> tuple[bytes, range] | None:
@@ -1507,7 +1508,7 @@ def _referenced_pairs(
     bufs: list[Any] = []
     offs: list[int] = []
     bulk: dict[int, tuple[DatasetInfo, bytes, int]] = {}
-    if len(addresses) >= _BULK_MIN:
+    if len(addresses) >= _PAIRS_BULK_MIN:
         wanted = np.array(addresses, np.uint64) if as_read is None else as_read
         scalars, _ = reader.scalar_elements(wanted, base)
         if len(scalars) == 1 and _is_pair_plan(scalars[0][0].plan):
