@@ -262,3 +262,50 @@ def test_values_handed_to_inner_dicts_are_what_each_finds(tmp_path: Path) -> Non
                 assert all(a is b for a, b in zip(own[1], node._arrays))
         assert handed == ["g0", "g1", "g3"]
         assert _walk(outer, tx.load(path)["st"]) == 40 + 33 + 20 + 50 + 35
+
+
+def test_described_all_is_described_arrays(tmp_path: Path) -> None:
+    """``Reader.described_all`` (the values of a Dict just primed, told at once) gives what
+    ``described_arrays`` gives one by one: for the primed group exactly, and for anything else
+    (a part of it, another order, an undefined reference) by asking ``described_arrays``."""
+    rng = np.random.default_rng(6)
+    path = tmp_path / "tree.jld2"
+    tx.save(path, st=JuliaDict({f"a{i}": rng.standard_normal(4) for i in range(80)}))
+    with tx.open(path) as f:
+        st = f["st"]
+        assert st["a0"].shape == (4,)  # (the first look at a value primes them all)
+        reader, refs = st._reader, list(st._refs)
+        assert reader._primed_arrays is not None and reader._primed_arrays[1] == refs
+        for asked in (refs, refs[:10], refs[::-1], [*refs[:3], 0]):
+            assert reader.described_all(asked) == reader.described_arrays(asked)
+        info = reader.described_all(refs)[0]
+        assert info is not None and info.dtype == np.float64 and info.shape == (4,)
+
+
+def _pair_vector_of(f: Any, address: int) -> Any:
+    reader = f.reader
+    info = reader.describe(address, ("d",))
+    return reader.pair_vector(info.plan, reader.element_bytes_at(info, address, ("d",)), 0, ("d",))
+
+
+@pytest.mark.parametrize("target", ["array", "scalar"])
+def test_dict_whose_pair_vector_is_no_vector_of_references(target: str, tmp_path: Path) -> None:
+    """A Dict whose ``kvvec`` reference points at an array of numbers or at a scalar dataset is
+    refused where it lies, by the path through the vector's node: the bulk read of a Dict's vector
+    of Pairs (``Reader.pair_vector``) reads only vectors of references, and leaves it."""
+    path = tmp_path / "tree.jld2"
+    tx.save(path, d=JuliaDict({f"k{i}": np.arange(3.0) + i for i in range(40)}), x=np.arange(5.0), s=2.5)
+    raw = bytearray(path.read_bytes())
+    with tx.open(path) as f:
+        links = f.reader.links(f.reader.root_address)
+        layout = f.reader.h5.object(links["d"]).layout
+        assert layout is not None and layout.data_offset is not None and layout.data_size == 8
+        at = layout.data_offset  # the SerializedDict's one field: the reference to its Pairs
+        found = _pair_vector_of(f, links["d"])
+        assert found is not None and len(found[0]) == 40  # (the bulk read of the intact file)
+    raw[at : at + 8] = links["x" if target == "array" else "s"].to_bytes(8, "little")
+    with tx.open(bytes(raw)) as f:
+        assert _pair_vector_of(f, links["d"]) is None
+        with pytest.raises(tx.FormatError, match="not a vector of Pairs") as err:
+            f["d"]
+    assert err.value.path == ("d",)
