@@ -211,6 +211,7 @@ def _kill_children(
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         said = proc.stdout.read().split()
+        proc.stdout.close()  # (the pipe's file, not left to the collector: no ResourceWarning)
         inside += len(said) >= 2 and said[-2] == "start"  # killed between "start k" and "done k"
         raw = target.read_bytes()
         if raw not in expected:  # a save of another k: compare with that version's bytes
