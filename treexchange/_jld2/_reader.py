@@ -1044,39 +1044,39 @@ class Reader:
             ):
                 continue
             try:
-                if refs and proto.value_kind is None and (n := self._vector_length(proto)) is not None:
-                    # a vector of references not described yet: its length is all a bulk read
-                    # of its references needs (its element type, which describe decodes from
-                    # parameter datasets of its own, waits for a look at the vector itself)
-                    expected = h5._expected_bytes(proto)
+                # a vector of references, described or not, needs only its length (one not
+                # described stays so: its element type, which describe decodes from parameter
+                # datasets of its own, waits for a look at the vector itself)
+                n = self._vector_length(proto) if refs else None
+                if n is not None:
+                    info, expected, located = proto, h5._expected_bytes(proto), True
                     if not 0 < n <= self.limits.max_elements or expected < 8 * n:
                         continue
-                    which, data_at, stored = h5.stored_ranges(proto, offsets)
-                    good = (stored >= expected) & (data_at + expected <= h5.size)
-                    out.append((proto, offsets[which][good] - h5.base, data_at[good]))
-                    continue
-                info = self.info(proto.address, path)
-                plan = info.plan
-                if plan is None:
-                    continue
-                expected = h5._expected_bytes(info, _element_size(info))
-                if refs and info.shape is not None and type(plan) is ReferencePlan:
-                    if info.space == "null" or not 0 < info.count <= self.limits.max_elements:
+                else:
+                    info = self.info(proto.address, path)
+                    plan = info.plan
+                    if plan is None:
                         continue
-                    if expected < 8 * info.count:
+                    expected = h5._expected_bytes(info, _element_size(info))
+                    if refs and info.shape is not None and type(plan) is ReferencePlan:
+                        # (described only now: a ``dimensions`` attribute, see _vector_length)
+                        if info.space == "null" or not 0 < info.count <= self.limits.max_elements:
+                            continue
+                        if expected < 8 * info.count:
+                            continue
+                    elif info.shape is not None:
+                        dtype = info.dtype
+                        if plan.dtype is None or dtype is None or info.count == 0:
+                            continue
+                        need = info.count * dtype.itemsize
+                        if need > self.limits.max_array_bytes or expected < need:
+                            continue
+                    elif info.space != "scalar" or not 0 < plan.size <= expected:
                         continue
-                elif info.shape is not None:
-                    dtype = info.dtype
-                    if plan.dtype is None or dtype is None or info.count == 0:
-                        continue
-                    need = info.count * dtype.itemsize
-                    if need > self.limits.max_array_bytes or expected < need:
-                        continue
-                elif info.space != "scalar" or not 0 < plan.size <= expected:
-                    continue
+                    located = arrays_data or info.shape is None or type(plan) is ReferencePlan
             except TreexchangeError:
                 continue
-            if not arrays_data and info.shape is not None and type(plan) is not ReferencePlan:
+            if not located:
                 out.append((info, offsets - h5.base, _NOT_LOCATED))
                 continue
             which, data_at, stored = h5.stored_ranges(info, offsets)
