@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import struct
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -36,6 +37,41 @@ def test_not_bson_is_the_wrong_format() -> None:
             tx.load(raw)
     with pytest.raises(FormatError, match="element name runs past"):  # BSON by its length, broken
         tx.load(b"\x06\x00\x00\x00\x01\x00")
+
+
+def test_a_file_both_bson_and_hdf5_opens_as_bson_and_a_jld2_path_is_opened_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``open`` tries the JLD2 reader first and asks the BSON rule of the bytes it mapped (a
+    path is not opened a second time to be sniffed), yet what a file is told to be is as when
+    it was sniffed first: a file that is a BSON document (its length first, a 0 last) and a
+    plain HDF5 file at once (the document's one binary holds the HDF5 file, whose userblock
+    the document's head sits in) opens as BSON, with or without ``allow_hdf5``."""
+    import h5py
+
+    path = tmp_path / "both.bson"
+    with h5py.File(path, "w", userblock_size=512) as f:
+        f["a"] = np.arange(3)
+    raw = bytearray(path.read_bytes() + b"\x00")
+    head = struct.pack("<i", len(raw)) + b"\x05x\x00" + struct.pack("<i", len(raw) - 13) + b"\x00"
+    raw[: len(head)] = head
+    path.write_bytes(bytes(raw))
+    with h5py.File(path, "r") as f:  # (libhdf5 reads it as HDF5)
+        assert f["a"][()].tolist() == [0, 1, 2]
+    for allow in (False, True):
+        with tx.open(path, allow_hdf5=allow) as f:
+            assert type(f).__name__ == "BsonFile" and list(f) == ["x"]
+            assert bytes(f["x"].read()) == bytes(raw[12:-1])  # (after 12 bytes of heads)
+    import treexchange._reader as reader_module
+
+    asked: list[object] = []
+    real = reader_module.sniff_bson
+    monkeypatch.setattr(reader_module, "sniff_bson", lambda source: asked.append(source) or real(source))
+    jld2 = tmp_path / "a.jld2"
+    tx.save(jld2, a=np.zeros(2))
+    with tx.open(jld2) as f:
+        assert f["a"].shape == (2,)
+    assert len(asked) == 1 and isinstance(asked[0], memoryview)  # the mapped bytes, not the path
 
 
 def test_every_truncation_is_refused() -> None:

@@ -18,7 +18,7 @@ BACKREFS = "_backrefs"
 """The root key under which BSON.jl stores every value referenced from more than one place."""
 
 
-def sniff(source: str | os.PathLike[str] | bytes) -> bool:
+def sniff(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> bool:
     """Whether ``source`` (a path or the bytes) looks like a BSON document (see
     :func:`looks_like_bson`): four bytes and the last one read, nothing parsed.
 
