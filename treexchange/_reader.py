@@ -194,23 +194,27 @@ def open(
     # The JLD2 reader first, the BSON rule then asked of the bytes it mapped: a path is opened
     # once (sniffing it first took five system calls of its own: 6 us, 25 us right after a
     # gc.collect(), of an open of 55 / 110-150 us). A file that looks like a BSON document is
-    # one, as when it was sniffed first; a BSON file pays a failed HDF5 open first.
+    # one, as when it was sniffed first; a BSON file pays a failed HDF5 open first. (BsonFile and
+    # PlainFile are made outside the except clauses: their own errors carry no HDF5 error as
+    # their context.)
+    plain = False
     try:
         file = File(source, limits=limits, verify_checksums=verify_checksums)
     except PlainHDF5Error:
-        if sniff_bson(source):
-            return BsonFile(source, limits=limits)
-        if not allow_hdf5:
-            raise
-        return PlainFile(source, limits=limits, verify_checksums=verify_checksums)
+        if not sniff_bson(source):
+            if not allow_hdf5:
+                raise
+            plain = True
     except TreexchangeError:
-        if sniff_bson(source):  # (a BSON document is no HDF5 file: the usual way to get here)
-            return BsonFile(source, limits=limits)
-        raise
-    if sniff_bson(file.reader.h5.buffer):  # (the bytes mapped: no system call)
+        if not sniff_bson(source):  # (a BSON document is no HDF5 file: the usual way here)
+            raise
+    else:
+        if not sniff_bson(file.reader.h5.buffer):  # (the bytes mapped: no system call)
+            return file
         file.close()
-        return BsonFile(source, limits=limits)
-    return file
+    if plain:
+        return PlainFile(source, limits=limits, verify_checksums=verify_checksums)
+    return BsonFile(source, limits=limits)
 
 
 def read_entry(file: LazyFile, name: str | None = None, *, order: Order = "julia", mmap: bool = True) -> Any:
