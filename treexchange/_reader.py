@@ -20,6 +20,7 @@ from typing import Any
 from ._bson import sniff as sniff_bson
 from ._bsonfile import BsonFile
 from ._errors import LimitError, PlainHDF5Error, TreexchangeError, UnsupportedError
+from ._hdf5._file import Refused
 from ._hdf5._model import H5Class
 from ._jld2._nodes import Group, Node, group_links
 from ._jld2._reader import Reader, Session
@@ -75,7 +76,16 @@ class File(Group, ClosingFile):
         limits: Limits = DEFAULT_LIMITS,
         verify_checksums: bool = False,
     ) -> None:
-        reader = Reader(source, limits=limits, verify_checksums=verify_checksums)
+        self._take(Reader(source, limits=limits, verify_checksums=verify_checksums))
+
+    @classmethod
+    def _of(cls, reader: Reader) -> File:
+        """The file of a :class:`Reader` opened already (see :func:`open`)."""
+        file = cls.__new__(cls)
+        file._take(reader)
+        return file
+
+    def _take(self, reader: Reader) -> None:
         super().__init__(reader, (), reader.root_address)
         self.filename = reader.name
         header = reader.header
@@ -191,30 +201,26 @@ def open(
         ...     node.kind, str(node.julia_type), node[1]
         ('array', 'Array{Float64, 1}', np.float64(0.0))
     """
-    # The JLD2 reader first, the BSON rule then asked of the bytes it mapped: a path is opened
-    # once (sniffing it first took five system calls of its own: 6 us, 25 us right after a
-    # gc.collect(), of an open of 55 / 110-150 us). A file that looks like a BSON document is
-    # one, as when it was sniffed first; a BSON file pays a failed HDF5 open first. (BsonFile and
-    # PlainFile are made outside the except clauses: their own errors carry no HDF5 error as
-    # their context.)
-    plain = False
+    # The JLD2 reader maps the file; the BSON rule is asked of the bytes it mapped, before
+    # anything is parsed (a BSON document starts with its length, a 0 last). A path is opened
+    # once: sniffing it first took five system calls of its own (6 us, 25 us right after a
+    # gc.collect(), of an open of 55 / 110-150 us), and a BSON file pays two more than that took.
+    # (BsonFile and PlainFile are made outside the except clauses: their own errors carry no
+    # refusal as their context.)
+    bson = plain = False
     try:
-        file = File(source, limits=limits, verify_checksums=verify_checksums)
+        reader = Reader(source, limits=limits, verify_checksums=verify_checksums, refuse=sniff_bson)
+    except Refused:
+        bson = True
     except PlainHDF5Error:
-        if not sniff_bson(source):
-            if not allow_hdf5:
-                raise
-            plain = True
-    except TreexchangeError:
-        if not sniff_bson(source):  # (a BSON document is no HDF5 file: the usual way here)
+        if not allow_hdf5:
             raise
-    else:
-        if not sniff_bson(file.reader.h5.buffer):  # (the bytes mapped: no system call)
-            return file
-        file.close()
+        plain = True
+    if bson:
+        return BsonFile(source, limits=limits)
     if plain:
         return PlainFile(source, limits=limits, verify_checksums=verify_checksums)
-    return BsonFile(source, limits=limits)
+    return File._of(reader)
 
 
 def read_entry(file: LazyFile, name: str | None = None, *, order: Order = "julia", mmap: bool = True) -> Any:

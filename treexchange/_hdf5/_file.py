@@ -113,6 +113,10 @@ def _check_not_truncated(eof_address: int | None, size: int) -> None:
         raise FormatError(f"truncated: {size} bytes, the superblock says {eof_address}", offset=size)
 
 
+class Refused(Exception):  # (not an error: a caller's choice, see HDF5File's refuse)
+    """Raised by :class:`HDF5File` when its ``refuse`` said no to the file's bytes."""
+
+
 class HDF5File(ClosingFile):
     """A read-only HDF5 file, memory-mapped.
 
@@ -121,6 +125,9 @@ class HDF5File(ClosingFile):
         limits: safety limits (see :class:`treexchange.Limits`).
         verify_checksums: check superblock, object header and other metadata checksums. Off by
             default because JLD2 itself ignores them.
+        refuse: asked of the file's bytes once they are mapped, before anything is parsed: when
+            it says True, the file is closed and :class:`Refused` raised (``treexchange.open``
+            tells BSON files apart this way, without opening a path twice).
         header_type: the class of the object headers made (a subclass of :class:`ObjectHeader`
             with the same constructor; the JLD2 reader's carries its description of the object).
 
@@ -145,6 +152,7 @@ class HDF5File(ClosingFile):
         limits: Limits = DEFAULT_LIMITS,
         verify_checksums: bool = False,
         header_type: type[ObjectHeader] = ObjectHeader,
+        refuse: Callable[[memoryview], bool] | None = None,
     ) -> None:
         self.limits = limits
         self._decoded: dict[int, int] = {}  # datasets decoded so far (offset -> bytes), see charge_decoded
@@ -188,6 +196,9 @@ class HDF5File(ClosingFile):
                 self._random_until = size // _DENSE_METADATA
             self.buffer = memoryview(self._mmap)
         self.size = len(self.buffer)
+        if refuse is not None and refuse(self.buffer):
+            self.close()
+            raise Refused
         try:
             with in_file(self.name if self._from_path else None):
                 sb = read_superblock(self.buffer, verify_checksum=verify_checksums)

@@ -20,7 +20,7 @@ import mmap
 import os
 import struct
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import numpy as np
@@ -205,6 +205,7 @@ class Reader:
         limits: safety limits.
         verify_checksums: verify HDF5 metadata checksums (JLD2 itself does not).
         require_jld2: raise :class:`WrongFormatError` for plain HDF5 (no JLD2 header).
+        refuse: see :class:`HDF5File` (raises :class:`treexchange._hdf5._file.Refused`).
     """
 
     def __init__(
@@ -214,6 +215,7 @@ class Reader:
         limits: Limits = DEFAULT_LIMITS,
         verify_checksums: bool = False,
         require_jld2: bool = True,
+        refuse: Callable[[memoryview], bool] | None = None,
     ) -> None:
         # An attribute of the instance (the class's False stays for a Reader whose __init__
         # failed): a lazy walk asks it per leaf, and Python reads an instance's own attribute
@@ -221,7 +223,9 @@ class Reader:
         self.closed = False
         self.limits = limits
         self.name = "<bytes>" if isinstance(source, (bytes, bytearray, memoryview)) else os.fspath(source)
-        self.h5 = HDF5File(source, limits=limits, verify_checksums=verify_checksums, header_type=DatasetInfo)
+        self.h5 = HDF5File(
+            source, limits=limits, verify_checksums=verify_checksums, header_type=DatasetInfo, refuse=refuse
+        )
         self._data: Any = None  # the copy-on-write map (or bytearray), made on first use
         self._type_session: Session | None = None  # see load_type_param
         # Every TypeVar dataset read, by address: one object per file, whichever session reads it
