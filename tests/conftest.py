@@ -72,11 +72,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    """Before a Hypothesis test, collect the garbage. A file an earlier test left open (never
-    closed, only dropped) keeps Python's recursion limit raised while it lives
-    (``treexchange._recursion.stack_for_depth``); collected in the middle of a Hypothesis test,
-    it put the limit back, and Hypothesis reported that as two HypothesisWarnings (the "2
-    warnings" some runs of the suite printed)."""
+    """Before a Hypothesis test, collect the garbage: anything an earlier test left in a
+    reference cycle that changes global state when collected (a dropped JLD2 File used to: it
+    kept Python's recursion limit raised, ``treexchange._recursion.stack_for_depth``, until a
+    collection put it back in the middle of a Hypothesis test, which Hypothesis reported as two
+    HypothesisWarnings). Such a File is now freed at once (test_hostile.py); this stays as a guard."""
     if item.get_closest_marker("hypothesis") is not None:
         gc.collect()
 

@@ -479,6 +479,52 @@ def test_sequence_alignment_follows_max_align_cells(tmp_path: Path) -> None:
     assert len(positional) > 1  # every item after the gap is blamed
 
 
+def _walked_and_dropped(path: Path) -> tuple[bool, bool]:
+    """Open ``path``, walk it, read it, drop the File unclosed: (its reader freed, the recursion
+    limit back), asked before any garbage collection."""
+    import gc
+    import weakref
+
+    before = sys.getrecursionlimit()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        f = tx.open(path)
+        reader = weakref.ref(f.reader)  # type: ignore[attr-defined]
+
+        def walk(node: object) -> None:
+            if hasattr(node, "keys"):
+                for key in list(node.keys()):  # type: ignore[attr-defined]
+                    walk(node[key])  # type: ignore[index]
+
+        walk(f)
+        f.read(mmap=False)
+        raised = sys.getrecursionlimit() > before  # (the open File raised it)
+        del f
+        assert raised
+        return reader() is None, sys.getrecursionlimit() == before
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def test_a_file_dropped_unclosed_is_freed_at_once(tmp_path: Path) -> None:
+    """A File dropped without close() frees its reader -- the memory map, the recursion limit
+    the open file raised -- when the last reference goes, not at some later garbage collection
+    (its type resolver and type session used to hold the reader in a cycle: the limit stayed
+    raised until a collection, which could run in the middle of unrelated code)."""
+    from conftest import fixture_files
+
+    saved = tmp_path / "tree.jld2"
+    tx.save(
+        saved,
+        {"outer": {"a": np.arange(3.0), "b": {"c": np.ones((2, 2), np.float32)}}, "n": 3, "s": "text"},
+    )
+    paths = [saved, *[p for p in fixture_files("**/*.jld2") if p.stat().st_size < 1 << 21][:12]]
+    for path in paths:
+        assert _walked_and_dropped(path) == (True, True), path
+
+
 def test_the_recursion_limit_is_put_back_when_threads_end_out_of_order() -> None:
     """Two threads raise the limit for their blocks; the one that raised it less ends first. The
     limit used to stay raised for good, and a later deep JSON document could crash the process."""

@@ -20,6 +20,7 @@ import mmap
 import os
 import struct
 import sys
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -946,7 +947,9 @@ class Reader:
         read in: a ``TypeVar`` (mutable in Julia) used in several ``where`` types, or in the
         ``var`` and the body of one, is one object, as JLD2 wrote it once."""
         if self._type_session is None:
-            self._type_session = Session(self, "julia")
+            # (through a proxy: a session the reader keeps must not hold the reader, see
+            # TypeResolver.__init__)
+            self._type_session = Session(weakref.proxy(self), "julia")
         return self._type_session.load_ref(address, path)
 
     def shared_type_var(self, address: int, value: JuliaStruct) -> JuliaStruct:
@@ -1305,7 +1308,7 @@ class Session:
         # scalar datasets read in bulk (prefetch): address -> (description, bytes, offset)
         self.elements: dict[int, tuple[DatasetInfo, bytes, int]] = {}
         self._depth = 0
-        self.heap_bytes = reader.heap_bytes
+        self.heap_bytes = reader.h5.vlen_at  # (Reader.heap_bytes, bound to no reader)
         self.decode_datatype = reader.types.decode_datatype
         self.decode_union = reader.types.decode_union
         # String datasets read by reference: text -> (address, top-level name). The same text in

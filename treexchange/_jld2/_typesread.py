@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import struct
+import weakref
 from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -248,7 +249,11 @@ class TypeResolver:
     """Builds and caches plans for the datatypes of one file."""
 
     def __init__(self, reader: Reader) -> None:
-        self.reader = reader
+        # A proxy, not the reader itself: the reader holds its resolver, and a cycle between
+        # them would keep a File dropped unclosed (its memory map, the recursion limit it
+        # raised) alive until the garbage collector finds it, rather than freed at once.
+        self.reader: Reader = weakref.proxy(reader)
+        self.h5 = reader.h5
         self.limits = reader.type_limits
         self._committed: dict[int, Plan] = {}
         self._basic: dict[tuple[H5Type, JuliaType | None], Plan] = {}
@@ -317,14 +322,14 @@ class TypeResolver:
         if address in self._busy:
             raise FormatError(
                 "committed datatype refers to itself through its type parameters or fields",
-                offset=self.reader.h5.absolute(address),
+                offset=self.h5.absolute(address),
             )
         self._enter()
         self._busy.add(address)
         try:
             return build(address)
         except TreexchangeError as err:
-            err.with_context(offset=self.reader.h5.absolute(address))
+            err.with_context(offset=self.h5.absolute(address))
             raise
         finally:
             self._busy.discard(address)
@@ -337,7 +342,7 @@ class TypeResolver:
     # --- DataType values ------------------------------------------------------------------------
     def decode_datatype(self, buf: Any, off: int, path: TreePath) -> JuliaType:
         """Decode a ``Core.DataType`` element (32 bytes: name vlen string, parameters vlen refs)."""
-        name = decode_text(self.reader.h5.vlen_at(buf, off))
+        name = decode_text(self.h5.vlen_at(buf, off))
         if len(name) > self.limits.max_name_bytes:
             raise LimitError(f"type name longer than max_name_bytes={self.limits.max_name_bytes}", path=path)
         if not name:
@@ -424,7 +429,7 @@ class TypeResolver:
         count = _U32.unpack_from(buf, off)[0]
         if count == 0:
             return []
-        payload = self.reader.h5.vlen_at(buf, off)  # (Reader.heap_bytes, one call less)
+        payload = self.h5.vlen_at(buf, off)  # (Reader.heap_bytes, one call less)
         if count * 8 > len(payload):
             raise FormatError(f"{count} type parameters do not fit their heap object", path=path)
         if count < len(_REF_LISTS):  # (the usual few: unpacked at once, then compared)
@@ -442,7 +447,7 @@ class TypeResolver:
         if ref == 0:
             raise FormatError("type parameter is a NULL reference", path=path)
         # (what is_committed_datatype asks; the header then describes a dataset, _scalar_param)
-        header: DatasetInfo = self.reader.h5.alike_of(ref)  # type: ignore[assignment]
+        header: DatasetInfo = self.h5.alike_of(ref)  # type: ignore[assignment]
         if header.kind == "datatype":
             value = self._committed_param(ref, path)
             self._committed_params.add(ref)
@@ -477,7 +482,7 @@ class TypeResolver:
         known = self.committed_types.get(address)
         if known is not None:
             return known
-        obj = self.reader.h5.object(address)
+        obj = self.h5.object(address)
         msg = obj._first(DATATYPE)
         attrs = obj.attributes
         jt_attr = attrs.get("julia_type") or attrs.get("julia type")
@@ -485,7 +490,7 @@ class TypeResolver:
             msg is None
             or msg[1] & MSG_FLAG_SHARED
             or msg[3] < 1
-            or self.reader.h5.buffer[msg[2]] & 0x0F != H5Class.COMPOUND
+            or self.h5.buffer[msg[2]] & 0x0F != H5Class.COMPOUND
             or jt_attr is None
             or jt_attr.type.committed_at == address
             or "written_type" in attrs
@@ -518,7 +523,7 @@ class TypeResolver:
                         return self.decode_datatype(raw, 0, path)
                     return header.plan.decode(cast("DecodeContext", None), raw, 0, path)
                 except TreexchangeError as err:
-                    err.with_context(offset=reader.h5.absolute(ref), path=path)
+                    err.with_context(offset=self.h5.absolute(ref), path=path)
                     raise
         # described by a header alike to it when there is one (no header object per parameter);
         # ``header``: the one alike_of gave, which describe would give again once described
@@ -550,13 +555,13 @@ class TypeResolver:
                 return tuple(Symbol(decode_text(reader.heap_bytes(raw, f.offset))) for f in fields)
             return plan.decode(cast("DecodeContext", None), raw, 0, path)  # (numbers use no context)
         except TreexchangeError as err:
-            err.with_context(offset=reader.h5.absolute(ref), path=path)
+            err.with_context(offset=self.h5.absolute(ref), path=path)
             raise
 
     def _note_scalar_form(self, info: DatasetInfo) -> None:
         """Remember ``info`` (a scalar ``Core.DataType`` or number dataset, described) for
         :meth:`_compact_element` when its data are compact, as JLD2 writes type parameters."""
-        h5 = self.reader.h5
+        h5 = self.h5
         layout = info._first(LAYOUT)
         space = info.dataspace
         assert info.plan is not None
@@ -582,7 +587,7 @@ class TypeResolver:
         reader = self.reader
         if reader.closed:
             return None
-        h5 = reader.h5
+        h5 = self.h5
         _, rel, size, nbytes, element = form
         at = address + h5.base + rel  # the layout body: the one part alike headers do not share
         buf = h5.buffer
@@ -617,7 +622,7 @@ class TypeResolver:
 
     # --- committed datatypes ------------------------------------------------------------------
     def _build_committed(self, address: int) -> Plan:
-        obj = self.reader.h5.object(address)
+        obj = self.h5.object(address)
         if self.reader.object_kind(address) != "datatype" or obj.datatype is None:
             raise FormatError("reference to a committed datatype points to something else")
         dt = obj.datatype.committed_as(address)
