@@ -232,6 +232,27 @@ def test_validate_checks_recorded_scalar_values(tmp_path: Path) -> None:
     assert tx.validate(b, doc, checksums=False) == []  # contents are what checksums verify
 
 
+def test_a_char_is_shown_as_one_in_diff_and_validate(tmp_path: Path) -> None:
+    """A Char's content is recorded as the integer of its four bytes (as ``inspect --json``
+    writes it), and messages showed that integer (``content 1627389952 -> 1644167168``); they
+    show the Char, as Julia and ``inspect`` do. The recorded value and JSON stay integers."""
+    a, b = tmp_path / "a.jld2", tmp_path / "b.jld2"
+    tx.save(a, c=tx.JuliaBits("Core.Char", b"\x00\x00\x00a"), e=tx.JuliaBits("Main.E", b"\x01\x00"))
+    tx.save(b, c=tx.JuliaBits("Core.Char", b"\x00\x00\x00b"), e=tx.JuliaBits("Main.E", b"\x02\x00"))
+    found = tx.diff(a, b, checksums=True)
+    assert [str(d) for d in found] == ["~ c: content 'a' -> 'b'", "~ e: content 1 -> 2"]
+    first = next(iter(found))
+    assert (first.a, first.b) == (0x61000000, 0x62000000)  # (the recorded values: exact)
+    doc = tx.infer_schema(a, checksums=True)
+    assert [str(m) for m in tx.validate(b, doc)] == [
+        "c: content 'b' found, schema records 'a'",
+        "e: content 2 found, schema records 1",
+    ]
+    raw = json.loads(doc.to_json())
+    raw["roots"]["c"].update(value=None, enum=[0x61000000, 0x7A000000])
+    assert str(tx.validate(b, raw)[0]) == "c: value 'b' found, schema allows ['a', 'z']"
+
+
 def test_a_2_0_document_without_values_still_reads_and_diffs_by_structure() -> None:
     old = {"schema_version": "2.0", "roots": {"x": {"kind": "number", "dtype": "float64"}}}
     doc = tx.load_schema(old)

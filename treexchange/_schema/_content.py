@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from .._jsonform import json_scalar
+from .._juliatype import _short
+from .._values import JuliaBits
 from ._scalars import format_value
 
 _SHOWN_CHARS = 60
@@ -82,20 +84,27 @@ def same_content(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def shown_value(encoded: Any, *, number: bool = False) -> str:
+def shown_value(encoded: Any, *, number: bool = False, julia_type: str | None = None) -> str:
     """A recorded value as message text, shortened to about 60 characters with "…".
 
     A ``number``'s text forms (``Int128`` / ``BigInt`` decimals, ``BigFloat`` text, NaNs) are shown
-    bare; a ``String``'s or ``Symbol``'s in quotes.
+    bare; a ``String``'s or ``Symbol``'s in quotes. A ``Char`` (``julia_type``; recorded as the
+    integer its four bytes make, as ``inspect --json`` writes it) is shown as Julia and
+    ``inspect`` show it, ``'a'``: its integer (``1627389952``) says nothing to a reader.
 
     Example:
         >>> shown_value(2.5), shown_value(None), shown_value("x" * 100)[-16:]
         ('2.5', 'none', 'xxx… (100 chars)')
         >>> shown_value("NaN(0x7fc00001)", number=True), shown_value([1.0, "NaN"], number=True)
         ('NaN(0x7fc00001)', '[1.0, NaN]')
+        >>> shown_value(1627389952, number=True, julia_type="Char")
+        "'a'"
     """
     if encoded is None:
         return "none"
+    char = char_shown(encoded, julia_type)
+    if char is not None:
+        return char
     if number and isinstance(encoded, list):
         text = "[" + ", ".join(shown_value(x, number=True) for x in encoded) + "]"
     elif number and isinstance(encoded, str):
@@ -106,3 +115,21 @@ def shown_value(encoded: Any, *, number: bool = False) -> str:
         return text
     size = f" ({len(encoded)} chars)" if isinstance(encoded, str) else ""
     return f"{text[: _SHOWN_CHARS - 1]}…{size}"
+
+
+def char_shown(value: Any, julia_type: str | None) -> str | None:
+    """``value`` as Julia shows a ``Char`` (``'a'``) when ``julia_type`` names ``Char`` and
+    ``value`` is a ``Char``'s bits (a ``JuliaBits``, or the integer its four bytes make); None
+    otherwise.
+
+    Example:
+        >>> char_shown(0x61000000, "Core.Char"), char_shown(0x61000000, "Main.Color")
+        ("'a'", None)
+    """
+    if julia_type is None or _short(julia_type) != "Char":
+        return None
+    if isinstance(value, JuliaBits):
+        return value.shown()
+    if type(value) is int and 0 <= value < 1 << 32:
+        return JuliaBits("Core.Char", value.to_bytes(4, "little")).shown()
+    return None

@@ -320,8 +320,14 @@ class _Differ:
         ca, cb = getattr(a, "value", None), getattr(b, "value", None)
         if not same_content(ca, cb):
             number = isinstance(a, NumberNode)
+            ta, tb = (getattr(n, "type", None) if number else None for n in (a, b))
             self.changed(
-                "content", path, ca, cb, shown_value(ca, number=number), shown_value(cb, number=number)
+                "content",
+                path,
+                ca,
+                cb,
+                shown_value(ca, number=number, julia_type=ta),
+                shown_value(cb, number=number, julia_type=tb),
             )
 
     def key(self, node: Node) -> str:

@@ -21,7 +21,7 @@ from .._limits import DEFAULT_LIMITS, Limits
 from .._nodeproto import LazyFile
 from .._recursion import stack_for_depth
 from ._align import align
-from ._content import content_value, same_content, shown_value
+from ._content import char_shown, content_value, same_content, shown_value
 from ._infer import file_limits, infer_node
 from ._model import (
     ArrayNode,
@@ -441,13 +441,14 @@ class _Checker:
         if not checks_content and s.enum is None and s.minimum is None and s.maximum is None:
             return
         value = a.scalar()  # (read once for both checks: a file node reads it from the file)
+        bits = s.type or a.type_text()  # (a Char is shown as one)
         if checks_content:
-            self._content(s.value, content_value(value, a.type_text()), a, number=True)
+            self._content(s.value, content_value(value, a.type_text()), a, number=True, julia_type=bits)
         if s.enum is None and s.minimum is None and s.maximum is None:
             return
-        shown = format_value(json_scalar(value))
+        shown = char_shown(value, bits) or format_value(json_scalar(value))
         if s.enum is not None and not number_in(value, s.enum):
-            self.add("value", a.path, f"{shown} found, schema allows {_enum_text(s.enum)}")
+            self.add("value", a.path, f"{shown} found, schema allows {_enum_text(s.enum, bits)}")
         if s.minimum is not None:
             order = number_compare(value, s.minimum)
             if order is None or order < 0:
@@ -467,10 +468,13 @@ class _Checker:
         if s.enum is not None and plain not in s.enum:
             self.add("value", a.path, f"{format_value(plain)} found, schema allows {_enum_text(s.enum)}")
 
-    def _content(self, recorded: Any, found: Any, a: Source, *, number: bool = False) -> None:
+    def _content(
+        self, recorded: Any, found: Any, a: Source, *, number: bool = False, julia_type: str | None = None
+    ) -> None:
         """A scalar's exact value against the one the schema records (checked with checksums)."""
         if not same_content(found, recorded):
-            shown, expected = shown_value(found, number=number), shown_value(recorded, number=number)
+            shown = shown_value(found, number=number, julia_type=julia_type)
+            expected = shown_value(recorded, number=number, julia_type=julia_type)
             self.add("content", a.path, f"{shown} found, schema records {expected}")
 
     # --- trial runs ------------------------------------------------------------------------------
@@ -488,8 +492,8 @@ class _Checker:
         return True
 
 
-def _enum_text(values: list[Any]) -> str:
-    return "[" + ", ".join(format_value(v) for v in values) + "]"
+def _enum_text(values: list[Any], julia_type: str | None = None) -> str:
+    return "[" + ", ".join(char_shown(v, julia_type) or format_value(v) for v in values) + "]"
 
 
 def _describe(src: Source) -> str:
