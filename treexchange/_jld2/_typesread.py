@@ -193,7 +193,15 @@ def _same_concrete(params: tuple[Any, ...]) -> bool:
     first = params[0]
     if not isinstance(first, JuliaType) or first.name in ("Core.Any", "Core.Union", "Core.UnionAll"):
         return False
-    return all(p is first or p == first for p in params)  # (equal ones are mostly one object)
+    # (equal ones are mostly one object; a parameter of a damaged file may be any value, an array
+    # too, whose == is no bool: only types are compared)
+    return all(p is first or (isinstance(p, JuliaType) and p == first) for p in params)
+
+
+def _is_int(value: Any, n: int) -> bool:
+    """Whether a type parameter is the integer ``n`` (an ``Int64`` or ``Int32`` value; a damaged
+    file's parameter may be any value, an array too, whose ``==`` is no bool)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, bool) and value == n
 
 
 def _part_key(p: Any) -> Any:
@@ -379,7 +387,7 @@ class TypeResolver:
             self.writer_traits.add("tuple1:Tuple")  # JLD2 >= v0.4.41 names a 1-tuple Tuple{T}
         elif name == "NTuple":
             self.writer_traits.add("tuple:NTuple")  # JLD2 >= v0.4.19 names homogeneous tuples
-            if len(params) == 2 and params[0] == 1:
+            if len(params) == 2 and _is_int(params[0], 1):
                 self.writer_traits.add("tuple1:NTuple")  # JLD2 < v0.4.41: NTuple{1,T}
         elif name == "Core.Tuple" and params and _same_concrete(params[:1] if repeated else params):
             self.writer_traits.add("tuple:Core.Tuple")  # JLD2 < v0.4.19: no NTuple naming
