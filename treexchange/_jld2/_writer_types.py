@@ -866,6 +866,8 @@ class TypeFactory:
                     f"struct type {value.type} appears with fields {list(value.fields)} and with {names}",
                     path=path,
                 )
+            if value.layout is None:  # (a struct read from a file has its declared field types)
+                self._check_ghost_fields(found, value, path)
             return found
         layout = value.layout
         if layout is not None and layout.written_type is not None and layout.h5type.cls is H5Class.VLEN:
@@ -904,6 +906,25 @@ class TypeFactory:
             )
             jt._writeas = self._intern(written)
         return self._intern(jt)
+
+    def _check_ghost_fields(self, found: JT, value: JuliaStruct, path: tuple[PathSegment, ...]) -> None:
+        """That each field of ``value`` (a struct made in Python) that ``found``, its type as
+        another instance fixed it, declares a ghost (``Tuple{}``, ``Nothing``, a struct without
+        fields: no stored data) holds a value of that type. Other fields are checked as they are
+        encoded; a ghost's bytes are not written at all, so another value would be lost without
+        a word (``[JuliaStruct("Main.S", {"x": 0}), JuliaStruct("Main.S", {"x": ()})]`` read back
+        as two ``Singleton("Main.S")``: the instance typed first made ``x`` a ``Tuple{}``)."""
+        for (name, declared), v in zip(found.fields, value.fields.values()):
+            if declared.writeas.hasfielddata or v is UNDEF:
+                continue
+            got = self.of_value(v, (*path, name))
+            if got is not declared and got.key != declared.key:
+                raise ConversionError(
+                    f"{name!r} is a {got.key}, but another instance of {value.type} made it a "
+                    f"{declared.key}, which stores no data (the value would be lost); a Julia struct "
+                    f"type has one type per field: give every instance's {name!r} the same type",
+                    path=(*path, name),
+                )
 
     def _written_as_string(
         self, value: JuliaStruct, layout: Any, key: str, path: tuple[PathSegment, ...]
