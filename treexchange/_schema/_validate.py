@@ -441,9 +441,10 @@ class _Checker:
         if not checks_content and s.enum is None and s.minimum is None and s.maximum is None:
             return
         value = a.scalar()  # (read once for both checks: a file node reads it from the file)
-        bits = s.type or a.type_text()  # (a Char is shown as one)
+        found_type = a.type_text()  # (asked once: the content's encoding, and a Char shown as one)
+        bits = s.type or found_type
         if checks_content:
-            self._content(s.value, content_value(value, a.type_text()), a, number=True, julia_type=bits)
+            self._content(s.value, content_value(value, found_type), a, number=True, julia_type=bits)
         if s.enum is None and s.minimum is None and s.maximum is None:
             return
         shown = char_shown(value, bits) or format_value(json_scalar(value))
