@@ -1637,6 +1637,8 @@ class JLD2Writer:
 
     def _check_declared(self, declared: JT, value: Any, kind: str, path: tuple[PathSegment, ...]) -> None:
         """That ``value`` is of the field type ``declared`` (one interned type, or one key)."""
+        if isinstance(value, np.generic) and value.dtype == declared.dtype:
+            return  # a numpy number of the declared type (the commonest field: not typed again)
         found = self.types.of_value(value, path)
         if found is declared or found.key == declared.key:
             return
