@@ -1219,6 +1219,7 @@ class JLD2Writer:
                 raise UnsupportedError(
                     "0-dimensional arrays of zero-size elements are not supported", path=path
                 )
+            self._check_ghost_elements(value, e, path)
             dims_data = b"".join(struct.pack("<q", d) for d in hdims)
             attrs = [
                 _Attr(
@@ -1289,6 +1290,21 @@ class JLD2Writer:
             data = _Data(datasz, array=arr, is_array=True, chunkable=True)
             return self._write_object(space, dtype, data, ws, tk, path)
         return self._write_object(space, dtype, _Data(datasz, encode=encode, is_array=True), ws, tk, path)
+
+    def _check_ghost_elements(self, value: Any, e: JT, path: tuple[PathSegment, ...]) -> None:
+        """That every element of an array whose element type ``e`` stores no data (``Nothing``,
+        ``Tuple{}``, a struct without stored fields) is of that type: none is written, so another
+        value would be lost without a word (``JuliaArray("Core.Nothing", [None, 0])`` read back
+        as two ``nothing``). A struct element made in Python is typed here, which also runs the
+        check of its fields against the type another instance fixed (``_check_ghost_fields``)."""
+        for i, item in enumerate(_array_items(value), 1):
+            found = self.types.of_value(item, (*path, i))
+            if found is not e and found.key != e.key:
+                raise ConversionError(
+                    f"found a {shown_type(found)} in an array of {shown_type(e)}, which stores no data "
+                    "(it would be lost): give the array the element type of its elements",
+                    path=(*path, i),
+                )
 
     # --- the dataset header -----------------------------------------------------------------------
     def _write_object(
