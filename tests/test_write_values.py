@@ -735,3 +735,23 @@ def test_a_field_first_declared_any_holds_values_of_any_type(tmp_path: Path) -> 
     with pytest.raises(ConversionError, match=r"Core\.Symbol.*written converted to Core\.String") as info:
         treexchange.save(tmp_path / "bad.jld2", v=[s(1.5, Symbol("a")), *values[1:]])
     assert info.value.path == ("v", 1, "tag")
+
+
+def test_an_array_of_a_zero_size_type_refuses_an_element_of_another_type(tmp_path: Path) -> None:
+    # No element of a Vector{Nothing} (or of a fieldless struct type) is stored: one of another
+    # type was dropped without a word (read back as nothing). A Python-made struct element is
+    # typed too, so the ghost-field check runs for the element the array's type was not taken from.
+    path = tmp_path / "g.jld2"
+    s = lambda x: JuliaStruct("Main.S", {"x": x})  # noqa: E731
+    for values, where in (
+        (JuliaArray("Core.Nothing", [None, 0]), ("v", 2)),
+        (JuliaArray("Core.Tuple{}", [(), (), None]), ("v", 3)),
+        (JuliaArray("Main.S", [s(()), s(0)]), ("v", 2, "x")),
+    ):
+        with pytest.raises(ConversionError, match="stores no data") as info:
+            treexchange.save(path, v=values)
+        assert info.value.path == where
+        assert list(tmp_path.iterdir()) == []
+    treexchange.save(path, v=JuliaArray("Core.Nothing", [None] * 3), w=JuliaArray("Main.S", [s(()), s(())]))
+    assert treexchange.load(path, "v") == JuliaArray("Core.Nothing", [None] * 3)
+    assert treexchange.load(path, "w") == JuliaArray("Main.S", [Singleton("Main.S")] * 2)
