@@ -1634,7 +1634,7 @@ class JLD2Writer:
         into a ``Vector{Float64}`` field), while treexchange reads the stored object as it is.
         Other fields are checked after they are encoded, so that the encoder's own error (a
         value that does not fit) is the one reported; what it converts without a word (a
-        ``Float32`` into a ``Float64`` field, a struct ``Main.A`` into a field ``Main.B`` with the
+        ``Symbol`` into a ``String`` field, a struct ``Main.A`` into a field ``Main.B`` with the
         same field names) is then refused too. Fields declared ``Any``, a ``Union`` or a type
         known by name only hold any value, by reference; ``#undef`` is the encoder's to judge."""
         parts = []
