@@ -737,6 +737,18 @@ def test_a_field_first_declared_any_holds_values_of_any_type(tmp_path: Path) -> 
     assert info.value.path == ("v", 1, "tag")
 
 
+def test_an_inline_struct_field_of_another_struct_type_is_refused(tmp_path: Path) -> None:
+    # x holds a Main.A in one instance and a Main.B (same field names) in the other: the encoder
+    # wrote the A's fields as a B without a word, and both read back as Main.B.
+    a = JuliaStruct("Main.S", {"x": JuliaStruct("Main.A", {"n": 1})})
+    b = JuliaStruct("Main.S", {"x": JuliaStruct("Main.B", {"n": 2})})
+    with pytest.raises(
+        ConversionError, match=r"found a Main\.A, which would be written converted to Main\.B"
+    ):
+        treexchange.save(tmp_path / "s.jld2", v=[a, b])
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_array_of_a_zero_size_type_refuses_an_element_of_another_type(tmp_path: Path) -> None:
     # No element of a Vector{Nothing} (or of a fieldless struct type) is stored: one of another
     # type was dropped without a word (read back as nothing). A Python-made struct element is
