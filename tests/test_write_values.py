@@ -11,6 +11,7 @@ import h5py
 import ml_dtypes
 import numpy as np
 import pytest
+from _h5walk import is_numeric, reachable_datasets
 
 import treexchange
 from treexchange import (
@@ -639,3 +640,130 @@ def test_a_field_another_instance_made_a_ghost_is_not_lost(tmp_path: Path, ghost
     treexchange.save(path, v=[b, JuliaStruct("Main.S", {"x": ghost, "y": 3.5})])
     back = treexchange.load(path, "v")
     assert [s.fields["y"] for s in back] == [2.5, 3.5]
+
+
+def _all_datasets_read(path: Path) -> int:
+    """h5py (libhdf5) reads every dataset reachable from the root through links and references;
+    their count."""
+    found = reachable_datasets(path)
+    for ds in found.values():
+        if ds.shape is not None and is_numeric(ds):
+            ds[()]
+    return len(found)
+
+
+def test_a_reference_field_of_another_type_than_another_instance_declared_is_refused(tmp_path: Path) -> None:
+    # Fuzz seed 23 (30,000 examples): the instance typed first (the last element) made x a
+    # Vector{Any}, stored by reference; the other instance's () was written as a reference to a
+    # Tuple{} dataset, which treexchange read back as saved but JLD2.jl loads into the field only
+    # by convert(Vector{Any}, ()), a MethodError. Either order is refused, at the field.
+    path = tmp_path / "s.jld2"
+    for values in (
+        [JuliaStruct("Main.S", {"x": ()}), JuliaStruct("Main.S", {"x": []})],
+        [JuliaStruct("Main.S", {"x": []}), JuliaStruct("Main.S", {"x": ()})],
+    ):
+        with pytest.raises(ConversionError, match=r"'x'.*same type") as info:
+            treexchange.save(path, v=values)
+        assert info.value.path == ("v", 1, "x")
+        assert "Core.Tuple{}" in str(info.value) and "Core.Array{Core.Any,1}" in str(info.value)
+        assert list(tmp_path.iterdir()) == []
+    # Arrays of one element type and rank differ in nothing Julia declares: each instance keeps its own.
+    a = JuliaStruct("Main.S", {"x": np.arange(3.0, dtype=np.float32), "y": [1, "a"]})
+    b = JuliaStruct("Main.S", {"x": np.arange(5.0, dtype=np.float32), "y": []})
+    treexchange.save(path, v=[a, b])
+    assert values_equal(treexchange.load(path, "v"), [a, b])
+    assert _all_datasets_read(path) >= 5  # v, two x, two y
+    wrong = JuliaStruct("Main.S", {"x": np.arange(4.0), "y": []})  # Vector{Float64}: convert would round
+    with pytest.raises(
+        ConversionError, match=r"Core\.Array\{Core\.Float64,1\}.*made 'x' a Core\.Array\{Core\.Float32,1\}"
+    ):
+        treexchange.save(tmp_path / "w.jld2", v=[wrong, b])
+
+
+def test_a_reference_field_nested_in_a_namedtuple_is_checked(tmp_path: Path) -> None:
+    # Structs inside a NamedTuple (a layer and its twin), one holding a matrix where the other's
+    # field was typed a vector; and a level deeper, a mutable struct (written as its own dataset)
+    # whose String field another instance made a Vector{Any}.
+    layer = JuliaStruct("Main.Layer", {"w": np.ones((2, 2), np.float32), "act": Symbol("relu")})
+    twin = JuliaStruct("Main.Layer", {"w": np.ones(2, np.float32), "act": Symbol("relu")})
+    with pytest.raises(ConversionError, match="'w'") as info:
+        treexchange.save(tmp_path / "m.jld2", m=NamedTuple(a=layer, b=twin))
+    assert info.value.path[:1] == ("m",) and info.value.path[-1] == "w" and len(info.value.path) == 3
+    box = lambda x: JuliaStruct("Main.Box", {"x": x}, mutable=True)  # noqa: E731
+    inner = NamedTuple(
+        a=JuliaStruct("Main.Outer", {"box": box("text"), "n": 1}),
+        b=JuliaStruct("Main.Outer", {"box": box(["text"]), "n": 2}),
+    )
+    with pytest.raises(ConversionError, match="'x'") as info:
+        treexchange.save(tmp_path / "m.jld2", m=inner)
+    assert info.value.path[-2:] == ("box", "x") and info.value.path[1] in ("a", "b")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_cyclic_mutable_structs_are_checked_once_and_still_save(tmp_path: Path) -> None:
+    # The check types each field's value, not what it holds: a cycle (a node whose parent points
+    # back to it) is typed once per instance and saves; a node whose parent is another type does not.
+    root = JuliaStruct("Main.Node", {"value": np.zeros(2), "parent": None}, mutable=True)
+    child = JuliaStruct("Main.Node", {"value": np.ones(3), "parent": root}, mutable=True)
+    root.fields["parent"] = child
+    path = tmp_path / "tree.jld2"
+    treexchange.save(path, tree=root)
+    back = treexchange.load(path, "tree")
+    assert back["parent"]["parent"] is back and values_equal(back["parent"]["value"], np.ones(3))
+    assert _all_datasets_read(path) >= 4  # two nodes, two value arrays
+    stray = JuliaStruct("Main.Node", {"value": np.zeros(2, np.float32), "parent": root}, mutable=True)
+    with pytest.raises(ConversionError, match="'value'") as info:
+        treexchange.save(tmp_path / "bad.jld2", tree=root, stray=stray)
+    assert info.value.path == ("stray", "value")
+
+
+def test_a_field_first_declared_any_holds_values_of_any_type(tmp_path: Path) -> None:
+    # An #undef field of the instance typed first is declared Any (a NULL reference): other
+    # instances may hold any value there, each by reference; a concrete field beside it must agree,
+    # inline ones included (a Symbol where the String was declared would be written as a String).
+    def s(x: Any, tag: Any) -> JuliaStruct:
+        return JuliaStruct("Main.S", {"x": x, "tag": tag})
+
+    values = [s(1.5, "a"), s("text", "b"), s(np.arange(3), "c"), s(treexchange.UNDEF, "d")]
+    path = tmp_path / "any.jld2"
+    treexchange.save(path, v=values)
+    back = treexchange.load(path, "v")
+    assert values_equal(back, values)
+    assert _all_datasets_read(path) >= 4
+    with h5py.File(path, "r") as f:
+        assert f["v"].shape == (4,)
+    with pytest.raises(ConversionError, match=r"Core\.Symbol.*written converted to Core\.String") as info:
+        treexchange.save(tmp_path / "bad.jld2", v=[s(1.5, Symbol("a")), *values[1:]])
+    assert info.value.path == ("v", 1, "tag")
+
+
+def test_an_inline_struct_field_of_another_struct_type_is_refused(tmp_path: Path) -> None:
+    # x holds a Main.A in one instance and a Main.B (same field names) in the other: the encoder
+    # wrote the A's fields as a B without a word, and both read back as Main.B.
+    a = JuliaStruct("Main.S", {"x": JuliaStruct("Main.A", {"n": 1})})
+    b = JuliaStruct("Main.S", {"x": JuliaStruct("Main.B", {"n": 2})})
+    with pytest.raises(
+        ConversionError, match=r"found a Main\.A, which would be written converted to Main\.B"
+    ):
+        treexchange.save(tmp_path / "s.jld2", v=[a, b])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_array_of_a_zero_size_type_refuses_an_element_of_another_type(tmp_path: Path) -> None:
+    # No element of a Vector{Nothing} (or of a fieldless struct type) is stored: one of another
+    # type was dropped without a word (read back as nothing). A Python-made struct element is
+    # typed too, so the ghost-field check runs for the element the array's type was not taken from.
+    path = tmp_path / "g.jld2"
+    s = lambda x: JuliaStruct("Main.S", {"x": x})  # noqa: E731
+    for values, where in (
+        (JuliaArray("Core.Nothing", [None, 0]), ("v", 2)),
+        (JuliaArray("Core.Tuple{}", [(), (), None]), ("v", 3)),
+        (JuliaArray("Main.S", [s(()), s(0)]), ("v", 2, "x")),
+    ):
+        with pytest.raises(ConversionError, match="stores no data") as info:
+            treexchange.save(path, v=values)
+        assert info.value.path == where
+        assert list(tmp_path.iterdir()) == []
+    treexchange.save(path, v=JuliaArray("Core.Nothing", [None] * 3), w=JuliaArray("Main.S", [s(()), s(())]))
+    assert treexchange.load(path, "v") == JuliaArray("Core.Nothing", [None] * 3)
+    assert treexchange.load(path, "w") == JuliaArray("Main.S", [Singleton("Main.S")] * 2)

@@ -68,7 +68,7 @@ from ._writer_groups import SavedHeader, add_links
 from ._writer_rows import LAYOUT_CONTIGUOUS as _LAYOUT_CONTIGUOUS
 from ._writer_runs import DATA as _DATA, PairValue as _PairValue, PairVector as _PairVector, utf8 as _utf8
 from ._writer_sink import Sink
-from ._writer_types import JT, MAX_INLINE_SIZE, UNION_EL, Cat, TypeFactory, written_text
+from ._writer_types import JT, MAX_INLINE_SIZE, UNION_EL, Cat, TypeFactory, shown_type, written_text
 
 BASE = enc.FILE_HEADER_LENGTH
 COMPACT_LIMIT = 8192
@@ -1219,6 +1219,7 @@ class JLD2Writer:
                 raise UnsupportedError(
                     "0-dimensional arrays of zero-size elements are not supported", path=path
                 )
+            self._check_ghost_elements(value, e, path)
             dims_data = b"".join(struct.pack("<q", d) for d in hdims)
             attrs = [
                 _Attr(
@@ -1289,6 +1290,21 @@ class JLD2Writer:
             data = _Data(datasz, array=arr, is_array=True, chunkable=True)
             return self._write_object(space, dtype, data, ws, tk, path)
         return self._write_object(space, dtype, _Data(datasz, encode=encode, is_array=True), ws, tk, path)
+
+    def _check_ghost_elements(self, value: Any, e: JT, path: tuple[PathSegment, ...]) -> None:
+        """That every element of an array whose element type ``e`` stores no data (``Nothing``,
+        ``Tuple{}``, a struct without stored fields) is of that type: none is written, so another
+        value would be lost without a word (``JuliaArray("Core.Nothing", [None, 0])`` read back
+        as two ``nothing``). A struct element made in Python is typed here, which also runs the
+        check of its fields against the type another instance fixed (``_check_ghost_fields``)."""
+        for i, item in enumerate(_array_items(value), 1):
+            found = self.types.of_value(item, (*path, i))
+            if found is not e and found.key != e.key:
+                raise ConversionError(
+                    f"found a {shown_type(found)} in an array of {shown_type(e)}, which stores no data "
+                    "(it would be lost): give the array the element type of its elements",
+                    path=(*path, i),
+                )
 
     # --- the dataset header -----------------------------------------------------------------------
     def _write_object(
@@ -1589,6 +1605,8 @@ class JLD2Writer:
                 return _struct_from_bits(w, value, self.types.of_type(value.type) is w, path)
             values = self._field_values(w, value, path)
             try:
+                if type(value) is JuliaStruct and value.layout is None:
+                    return self._encode_made_fields(w, values, ws, path)
                 return b"".join(
                     self.encode_field(ft, v, True, ws, (*path, name))
                     for (name, ft), v in zip(w.fields, values)
@@ -1599,6 +1617,62 @@ class JLD2Writer:
         if cat is Cat.DATATYPE:
             return self.encode_datatype_value(self._as_type(value, path), ws)
         raise UnsupportedError(f"cannot encode a {cat.value} inline", path=path)
+
+    def _encode_made_fields(
+        self, w: JT, values: list[Any], ws: dict[Hashable, int], path: tuple[PathSegment, ...]
+    ) -> bytes:
+        """The fields of a struct made in Python (a ``JuliaStruct`` without a layout), each of the
+        type its Julia type declares: the instance typed first fixed those types
+        (``TypeFactory._struct_type``), and a Julia struct has one type per field.
+
+        A field stored by reference is checked before it is written, as the object it refers to
+        is written with its own type, not the field's: JLD2.jl loads a reference field
+        declared ``T`` as ``isa(x, T) ? x : rconvert(T, x)`` (src/data/writing_datatypes.jl,
+        ``jlconvert(::MappedRepr{T,RelOffset}, ...)``), ``rconvert`` falling back to ``convert``
+        (src/data/custom_serialization.jl), which fails for most pairs (``()`` into a
+        ``Vector{Any}``) and otherwise loads a value other than the one stored (a ``Vector{Int64}``
+        into a ``Vector{Float64}`` field), while treexchange reads the stored object as it is.
+        Other fields are checked after they are encoded, so that the encoder's own error (a
+        value that does not fit) is the one reported; what it converts without a word (a
+        ``Symbol`` into a ``String`` field, a struct ``Main.A`` into a field ``Main.B`` with the
+        same field names) is then refused too. Fields declared ``Any``, a ``Union`` or a type
+        known by name only hold any value, by reference; ``#undef`` is the encoder's to judge."""
+        parts = []
+        for (name, ft), v in zip(w.fields, values):
+            fpath = (*path, name)
+            if v is UNDEF or ft.cat in _HOLDS_ANY:
+                parts.append(self.encode_field(ft, v, True, ws, fpath))
+                continue
+            kind = self.field_kind(ft.writeas, True)
+            if kind == "ref":
+                self._check_declared(ft, v, kind, fpath)
+            parts.append(self.encode_field(ft, v, True, ws, fpath))
+            if kind != "ref":
+                self._check_declared(ft, v, kind, fpath)
+        return b"".join(parts)
+
+    def _check_declared(self, declared: JT, value: Any, kind: str, path: tuple[PathSegment, ...]) -> None:
+        """That ``value`` is of the field type ``declared`` (one interned type, or one key)."""
+        if isinstance(value, np.generic) and value.dtype == declared.dtype:
+            return  # a numpy number of the declared type (the commonest field: not typed again)
+        found = self.types.of_value(value, path)
+        if found is declared or found.key == declared.key:
+            return
+        found_text, declared_text = shown_type(found), shown_type(declared)
+        if kind == "ref":
+            why = (
+                f"found a {found_text}, stored by reference: JLD2.jl would load it into the field "
+                "only by convert(), which fails or changes the value"
+            )
+        elif kind == "none":
+            why = (
+                f"found a {found_text}, written as a {declared_text}, which stores no data (it would be lost)"
+            )
+        else:
+            why = f"found a {found_text}, which would be written converted to {declared_text} (another type)"
+        # (_name_the_first_instance, around the encoding of the fields, adds which type another
+        # instance declared and what to do.)
+        raise ConversionError(why, path=path)
 
     def _field_values(self, w: JT, value: Any, path: tuple[PathSegment, ...]) -> list[Any]:
         names = [n for n, _ in w.fields]
@@ -1939,6 +2013,10 @@ def _stored(dtype: H5Type | Committed | None, jt: JT) -> H5Type | Committed:
     if dtype is None:
         raise WriteError(f"internal inconsistency: no stored datatype for {jt.key}")
     return dtype
+
+
+# Declared field types that hold a value of any type, by reference (abstract, or known by name).
+_HOLDS_ANY = frozenset({Cat.ANY, Cat.UNION, Cat.OTHER})
 
 
 def _name_the_first_instance(err: ConversionError, w: JT, value: Any, path: tuple[PathSegment, ...]) -> None:

@@ -280,6 +280,12 @@ def type_key(name: str, params: tuple[Any, ...]) -> str:
     return name + "{" + ",".join(param_key(p) for p in params) + "}"
 
 
+def shown_type(t: JT) -> str:
+    """A type as an error message names it: ``Core.Tuple{}`` for the empty tuple type, whose key
+    (``Core.Tuple``, as JLD2 names it) reads like the abstract ``Tuple``."""
+    return t.key + "{}" if t.is_tuple and not t.params else t.key
+
+
 # --- the factory -----------------------------------------------------------------------------------
 
 _TUPLE_NAMES = ("Core.Tuple", "Tuple")
@@ -920,8 +926,8 @@ class TypeFactory:
             got = self.of_value(v, (*path, name))
             if got is not declared and got.key != declared.key:
                 raise ConversionError(
-                    f"{name!r} is a {got.key}, but another instance of {value.type} made it a "
-                    f"{declared.key}, which stores no data (the value would be lost); a Julia struct "
+                    f"{name!r} is a {shown_type(got)}, but another instance of {value.type} made it a "
+                    f"{shown_type(declared)}, which stores no data (the value would be lost); a Julia struct "
                     f"type has one type per field: give every instance's {name!r} the same type",
                     path=(*path, name),
                 )
