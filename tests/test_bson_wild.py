@@ -509,3 +509,36 @@ def test_a_whole_lenet_of_flux_0_13_reaches_the_accuracy_its_notebook_printed() 
         [np.asarray(model(images[i : i + 2500])).argmax(1) for i in range(0, 10000, 2500)]
     )
     assert float(np.mean(predicted == labels)) == pytest.approx(0.9846, abs=1e-12)
+
+
+def test_a_list_of_arrays_beside_a_whole_model_is_written_as_data(tmp_path: Path) -> None:
+    """mcreel/SNM ARMA/neuralmodel.bson (blob dfa7b29d; 89 files of mcreel/SNM,
+    mcreel/SimulatedNeuralMoments.jl, mcreel/Sandbox, mcreel/Econometrics): ``BSON.@save
+    "neuralmodel.bson" nnmodel nninfo``, a Flux Chain and ``nninfo``, a Tuple of Float64 vectors (the
+    statistics' means, spreads, ... used to transform the model's input). ``convert --flux-state``
+    refused the whole file ("a list of arrays ... pass --architecture"), and with an architecture it
+    would have read ``nninfo`` as the Chain's parameters. Beside a whole model, a list of arrays is
+    data saved with it: written as it is, the model's state beside it. Alone it is still refused,
+    and ``--architecture`` still reads it as a parameter list."""
+    from treexchange._interop._fluxmigrate import migrate_flux_state
+
+    w, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones(2, np.float32)
+    dense = struct(datatype("Flux.Dense", datatype("NNlib.#tanh")), array(None, w), array(None, b),
+                   struct(datatype("NNlib.#tanh")))  # fmt: skip
+    chain = struct(datatype("Flux.Chain", datatype("Core.Tuple")), tuple_(dense))
+    info = tuple_(array(None, np.arange(3.0)), array(None, np.ones(3)))
+    path = _write(tmp_path, "neuralmodel.bson", {"nnmodel": chain, "nninfo": info})
+    printed = io.StringIO()
+    roots = migrate_flux_state(path, tmp_path / "state.jld2", out=printed)
+    assert "nninfo: written as it is (a list of arrays beside the model in nnmodel" in printed.getvalue()
+    assert tx.values_equal(roots["nninfo"], tx.load(path, "nninfo"))
+    np.testing.assert_array_equal(tx.load(tmp_path / "state.jld2", "nnmodel")["layers"][0]["weight"], w)
+    params = [array(None, w), array(None, b)]  # the same beside the model, as a Vector, with --architecture
+    path = _write(tmp_path, "both.bson", {"nnmodel": chain, "ps": params})
+    roots = migrate_flux_state(
+        path, tmp_path / "both.jld2", architecture="Chain(Dense(3 => 2, tanh))", out=io.StringIO()
+    )
+    np.testing.assert_array_equal(roots["ps"]["layers"][0]["weight"], w)
+    path = _write(tmp_path, "info.bson", {"nninfo": info})  # alone: data or a parameter list
+    with pytest.raises(ConversionError, match=r"a list of arrays \(data, or a parameter list\)"):
+        migrate_flux_state(path, tmp_path / "info.jld2", out=io.StringIO())
