@@ -86,6 +86,7 @@ def migrate_flux_state(
     # a list of arrays saved beside a whole model is that model's data, not a parameter list
     models = [name for name, value in values.items() if _holds_flux_layer(value)]
     for name, value in values.items():
+        mapping: list[str]
         if architecture is None and models and _plain_array_list(value):
             roots[name], mapping, entry_notes = value, [], [_beside_models_note(name, models)]
         else:
