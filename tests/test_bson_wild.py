@@ -542,3 +542,50 @@ def test_a_list_of_arrays_beside_a_whole_model_is_written_as_data(tmp_path: Path
     path = _write(tmp_path, "info.bson", {"nninfo": info})  # alone: data or a parameter list
     with pytest.raises(ConversionError, match=r"a list of arrays \(data, or a parameter list\)"):
         migrate_flux_state(path, tmp_path / "info.jld2", out=io.StringIO())
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        # paulxshen/Luminescent.jl _temp/sol.bson (blob c3d16e3c): JSON under a BSON file's name
+        (
+            b'{"sparams":{"1.3":{"o1@0,o2@0":{"re":0.99,"im":-0.25}}}}\n',
+            r"""text, not a binary file \(it begins '{"sparams":""",
+        ),
+        # mcreel/NeuralNetsForIndirectInference.jl CTSV/CTSV.jld (blob 93c748c7): a symbolic link,
+        # which git stores as the path it points to
+        (
+            b"/home/michael/Desktop/Papers/NN/Code/CTSV.jld",
+            r"text, not a binary file \(it begins '/home/michael/Desktop/Papers/NN/Code/CTS\.\.\.'\)",
+        ),
+        # yardw/HierarchicalSearches.jl data.jld2 (blob 706b9012): 262144 zero bytes
+        (bytes(4096), r"begins with zero bytes only \(no header\)"),
+    ],
+    ids=["json", "symlink", "zeros"],
+)
+def test_a_text_or_zero_file_under_a_model_files_name_is_named(
+    tmp_path: Path, content: bytes, said: str
+) -> None:
+    path = tmp_path / "model.bson"
+    path.write_bytes(content)
+    with pytest.raises(WrongFormatError, match=said):
+        tx.open(path)
+    path.write_bytes("données: é".encode()[:-1] + b"\xff\x00")  # binary after all: not called text
+    with pytest.raises(WrongFormatError) as err:
+        tx.open(path)
+    assert str(err.value).endswith("nor a BSON file (file offset 0)")
+
+
+def test_a_jld_v1_file_is_named_once_in_the_error(tmp_path: Path) -> None:
+    """zouhx11/DSGE.jl test/reference/forecast_out.jld (blob 05cee3ad; 73 JLD v1 files of 9
+    repositories): the error of ``load`` and of the commands said the path twice, once before and
+    once quoted in the message ("x.jld: 'x.jld' is a JLD (v1) file")."""
+    path = tmp_path / "forecast_out.jld"
+    with h5py.File(path, "w", userblock_size=512) as f:
+        f["x"] = np.arange(3.0)
+    with open(path, "r+b") as f:
+        f.write(b"Julia data file (HDF5), version 0.1.1\x00")
+    with pytest.raises(WrongFormatError) as err:
+        tx.load(path)
+    assert str(err.value).count(str(path)) == 1
+    assert "is a JLD (v1) file, not JLD2" in str(err.value)
