@@ -589,3 +589,29 @@ def test_a_jld_v1_file_is_named_once_in_the_error(tmp_path: Path) -> None:
         tx.load(path)
     assert str(err.value).count(str(path)) == 1
     assert "is a JLD (v1) file, not JLD2" in str(err.value)
+
+
+def test_the_state_of_a_struct_of_ones_own_around_a_chain_names_its_fields(tmp_path: Path) -> None:
+    """msainsburydale/NeuralIncompleteData workshop/NBE.bson (blob e0438759): ``model_state =
+    Flux.state(θ̂)`` of a NeuralEstimators ``PointEstimator`` (a struct of one's own whose field
+    ``network`` is the Chain), saved with BSON: ``(network = (layers = (...),),)``. With the Chain as
+    ``architecture=`` the error said only "Chain expects a `layers` entry"; it now names the
+    entries the state holds, and the way it gives (that entry saved on its own) ports it."""
+    rng = np.random.default_rng(3)
+    w, b = rng.normal(size=(2, 3)).astype(np.float32), rng.normal(size=2).astype(np.float32)
+    inner = tx.NamedTuple(layers=(tx.NamedTuple(weight=w, bias=b, σ=()),))
+    path = tmp_path / "NBE.jld2"
+    tx.save(path, model_state=tx.NamedTuple(network=inner))
+    arch = "Chain(Dense(3 => 2, relu))"
+    with pytest.raises(
+        ConversionError, match=r"the state holds \['network'\] \(the state of a struct of your own"
+    ):
+        tx.from_flux(path, "model_state", architecture=arch)
+    alone = tmp_path / "network.jld2"
+    tx.save(alone, model_state=tx.load(path, "model_state")["network"])
+    x = rng.normal(size=3).astype(np.float32)
+    np.testing.assert_allclose(
+        np.asarray(tx.from_flux(alone, "model_state", architecture=arch)(x)),
+        np.maximum(w @ x + b, 0),
+        rtol=1e-5,
+    )

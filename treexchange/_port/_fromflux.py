@@ -191,6 +191,15 @@ def _children_states(layer: Layer, state: Any, path: TreePath) -> list[tuple[Any
         items = list(inner)
         paths = [(*base, i + 1) for i in range(len(items))]
     else:
+        held = list(state) if isinstance(state, Mapping) and not isinstance(state, JuliaStruct) else []
+        if held and "layers" not in held:
+            # Flux.state of a struct of one's own (Flux.@layer) around the model: its own fields
+            raise ConversionError(
+                f"{layer.kind} expects a `layers` entry with {n} layers; the state holds {held} (the "
+                "state of a struct of your own around the model? save the entry holding the model's "
+                "state on its own, tx.save(path, name=value), and port that)",
+                path=tuple(path),
+            )
         raise ConversionError(f"{layer.kind} expects a `layers` entry with {n} layers", path=base)
     if len(items) != n:
         raise ConversionError(
