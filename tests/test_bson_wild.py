@@ -615,3 +615,30 @@ def test_the_state_of_a_struct_of_ones_own_around_a_chain_names_its_fields(tmp_p
         np.maximum(w @ x + b, 0),
         rtol=1e-5,
     )
+
+
+def test_the_bundled_snm_neural_model_and_its_statistics_migrate_together(tmp_path: Path) -> None:
+    """The real file of the rule above: mcreel/SNM ARMA/neuralmodel.bson (commit 6376007e33, MIT),
+    ``nnmodel`` (a Chain of three Dense, tanh) and ``nninfo`` (a Tuple of four Float64 vectors).
+    ``--flux-state`` writes the Chain's state and ``nninfo`` as it is; the Chain ports, and computes
+    what its stored arrays compute."""
+    from treexchange._interop._fluxmigrate import migrate_flux_state
+
+    path = BUNDLED_DIR / "bson" / "mcreel_snm_arma_neuralmodel.bson"
+    printed = io.StringIO()
+    roots = migrate_flux_state(path, tmp_path / "state.jld2", out=printed)
+    assert "nninfo: written as it is (a list of arrays beside the model in nnmodel" in printed.getvalue()
+    nninfo = tx.load(path, "nninfo")
+    assert isinstance(nninfo, tuple) and all(a.dtype == np.float64 for a in nninfo)
+    assert tx.values_equal(roots["nninfo"], nninfo)
+    written = tx.load(tmp_path / "state.jld2")
+    dense = [layer.fields for layer in tx.load(path, "nnmodel")["1"]]
+    for layer, fields in zip(written["nnmodel"]["layers"], dense, strict=True):
+        np.testing.assert_array_equal(layer["weight"], fields["1"])
+    model = tx.from_flux(path, "nnmodel")
+    x = np.random.default_rng(4).normal(size=dense[0]["1"].shape[1]).astype(np.float32)
+    h = x
+    for i, fields in enumerate(dense):
+        h = fields["1"] @ h + fields["2"]
+        h = np.tanh(h) if i < len(dense) - 1 else h
+    np.testing.assert_allclose(np.asarray(model(x)), h, rtol=1e-5, atol=1e-5)
