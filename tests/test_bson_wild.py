@@ -539,6 +539,10 @@ def test_a_list_of_arrays_beside_a_whole_model_is_written_as_data(tmp_path: Path
         path, tmp_path / "both.jld2", architecture="Chain(Dense(3 => 2, tanh))", out=io.StringIO()
     )
     np.testing.assert_array_equal(roots["ps"]["layers"][0]["weight"], w)
+    adam = struct(datatype("Flux.Optimise.ADAM"), 0.001, tuple_(0.9, 0.999), [])
+    path = _write(tmp_path, "p.bson", {"params": params, "opt": adam})  # an optimiser is no model
+    with pytest.raises(ConversionError, match=r"a list of arrays \(data, or a parameter list\)"):
+        migrate_flux_state(path, tmp_path / "p.jld2", out=io.StringIO())
     path = _write(tmp_path, "info.bson", {"nninfo": info})  # alone: data or a parameter list
     with pytest.raises(ConversionError, match=r"a list of arrays \(data, or a parameter list\)"):
         migrate_flux_state(path, tmp_path / "info.jld2", out=io.StringIO())

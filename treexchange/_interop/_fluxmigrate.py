@@ -84,7 +84,7 @@ def migrate_flux_state(
         values = {name: read_entry(f, name) for name in names}
     notes: list[str] = []
     # a list of arrays saved beside a whole model is that model's data, not a parameter list
-    models = [name for name, value in values.items() if _holds_flux_layer(value)]
+    models = [name for name, value in values.items() if _is_whole_model(value)]
     for name, value in values.items():
         mapping: list[str]
         if architecture is None and models and _plain_array_list(value):
@@ -161,6 +161,13 @@ def _migrate_entry(
     else:
         lines += _julia(name, julia_constructor(layer, era), state, target)
     return state, mapping, lines
+
+
+def _is_whole_model(value: Any) -> bool:
+    """Flux layers, not an optimiser (whose type is Flux's too) nor a saved ``Params``."""
+    if isinstance(value, JuliaStruct) and is_optimiser(value.type):
+        return False
+    return params_list(value) is None and _holds_flux_layer(value)
 
 
 def _plain_array_list(value: Any) -> bool:
