@@ -608,9 +608,16 @@ def test_the_state_of_a_struct_of_ones_own_around_a_chain_names_its_fields(tmp_p
     tx.save(path, model_state=tx.NamedTuple(network=inner))
     arch = "Chain(Dense(3 => 2, relu))"
     with pytest.raises(
-        ConversionError, match=r"the state holds \['network'\] \(the state of a struct of your own"
+        ConversionError,
+        match=r"the state holds \['network'\] \('network' holds a state with `layers`: the state of a struct",
     ):
         tx.from_flux(path, "model_state", architecture=arch)
+    tx.save(path, model_state=tx.NamedTuple(weight=w, bias=b, σ=()))  # a Dense's state: no hint
+    with pytest.raises(
+        ConversionError, match=r"the state holds \['weight', 'bias', 'σ'\] \(at model_state\)$"
+    ):
+        tx.from_flux(path, "model_state", architecture=arch)
+    tx.save(path, model_state=tx.NamedTuple(network=inner))
     alone = tmp_path / "network.jld2"
     tx.save(alone, model_state=tx.load(path, "model_state")["network"])
     x = rng.normal(size=3).astype(np.float32)
