@@ -509,3 +509,147 @@ def test_a_whole_lenet_of_flux_0_13_reaches_the_accuracy_its_notebook_printed() 
         [np.asarray(model(images[i : i + 2500])).argmax(1) for i in range(0, 10000, 2500)]
     )
     assert float(np.mean(predicted == labels)) == pytest.approx(0.9846, abs=1e-12)
+
+
+def test_a_list_of_arrays_beside_a_whole_model_is_written_as_data(tmp_path: Path) -> None:
+    """mcreel/SNM ARMA/neuralmodel.bson (blob dfa7b29d; 89 files of mcreel/SNM,
+    mcreel/SimulatedNeuralMoments.jl, mcreel/Sandbox, mcreel/Econometrics): ``BSON.@save
+    "neuralmodel.bson" nnmodel nninfo``, a Flux Chain and ``nninfo``, a Tuple of Float64 vectors (the
+    statistics' means, spreads, ... used to transform the model's input). ``convert --flux-state``
+    refused the whole file ("a list of arrays ... pass --architecture"), and with an architecture it
+    would have read ``nninfo`` as the Chain's parameters. Beside a whole model, a list of arrays is
+    data saved with it: written as it is, the model's state beside it. Alone it is still refused,
+    and ``--architecture`` still reads it as a parameter list."""
+    from treexchange._interop._fluxmigrate import migrate_flux_state
+
+    w, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones(2, np.float32)
+    dense = struct(datatype("Flux.Dense", datatype("NNlib.#tanh")), array(None, w), array(None, b),
+                   struct(datatype("NNlib.#tanh")))  # fmt: skip
+    chain = struct(datatype("Flux.Chain", datatype("Core.Tuple")), tuple_(dense))
+    info = tuple_(array(None, np.arange(3.0)), array(None, np.ones(3)))
+    path = _write(tmp_path, "neuralmodel.bson", {"nnmodel": chain, "nninfo": info})
+    printed = io.StringIO()
+    roots = migrate_flux_state(path, tmp_path / "state.jld2", out=printed)
+    assert "nninfo: written as it is (a list of arrays beside the model in nnmodel" in printed.getvalue()
+    assert tx.values_equal(roots["nninfo"], tx.load(path, "nninfo"))
+    np.testing.assert_array_equal(tx.load(tmp_path / "state.jld2", "nnmodel")["layers"][0]["weight"], w)
+    params = [array(None, w), array(None, b)]  # the same beside the model, as a Vector, with --architecture
+    path = _write(tmp_path, "both.bson", {"nnmodel": chain, "ps": params})
+    roots = migrate_flux_state(
+        path, tmp_path / "both.jld2", architecture="Chain(Dense(3 => 2, tanh))", out=io.StringIO()
+    )
+    np.testing.assert_array_equal(roots["ps"]["layers"][0]["weight"], w)
+    adam = struct(datatype("Flux.Optimise.ADAM"), 0.001, tuple_(0.9, 0.999), [])
+    path = _write(tmp_path, "p.bson", {"params": params, "opt": adam})  # an optimiser is no model
+    with pytest.raises(ConversionError, match=r"a list of arrays \(data, or a parameter list\)"):
+        migrate_flux_state(path, tmp_path / "p.jld2", out=io.StringIO())
+    path = _write(tmp_path, "info.bson", {"nninfo": info})  # alone: data or a parameter list
+    with pytest.raises(ConversionError, match=r"a list of arrays \(data, or a parameter list\)"):
+        migrate_flux_state(path, tmp_path / "info.jld2", out=io.StringIO())
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        # paulxshen/Luminescent.jl _temp/sol.bson (blob c3d16e3c): JSON under a BSON file's name
+        (
+            b'{"sparams":{"1.3":{"o1@0,o2@0":{"re":0.99,"im":-0.25}}}}\n',
+            r"""text, not a binary file \(it begins '{"sparams":""",
+        ),
+        # mcreel/NeuralNetsForIndirectInference.jl CTSV/CTSV.jld (blob 93c748c7): a symbolic link,
+        # which git stores as the path it points to
+        (
+            b"/home/michael/Desktop/Papers/NN/Code/CTSV.jld",
+            r"text, not a binary file \(it begins '/home/michael/Desktop/Papers/NN/Code/CTS\.\.\.'\)",
+        ),
+        # yardw/HierarchicalSearches.jl data.jld2 (blob 706b9012): 262144 zero bytes
+        (bytes(4096), r"begins with zero bytes only \(no header\)"),
+    ],
+    ids=["json", "symlink", "zeros"],
+)
+def test_a_text_or_zero_file_under_a_model_files_name_is_named(
+    tmp_path: Path, content: bytes, said: str
+) -> None:
+    path = tmp_path / "model.bson"
+    path.write_bytes(content)
+    with pytest.raises(WrongFormatError, match=said):
+        tx.open(path)
+    path.write_bytes("données: é".encode()[:-1] + b"\xff\x00")  # binary after all: not called text
+    with pytest.raises(WrongFormatError) as err:
+        tx.open(path)
+    assert str(err.value).endswith("nor a BSON file (file offset 0)")
+
+
+def test_a_jld_v1_file_is_named_once_in_the_error(tmp_path: Path) -> None:
+    """zouhx11/DSGE.jl test/reference/forecast_out.jld (blob 05cee3ad; 73 JLD v1 files of 9
+    repositories): the error of ``load`` and of the commands said the path twice, once before and
+    once quoted in the message ("x.jld: 'x.jld' is a JLD (v1) file")."""
+    path = tmp_path / "forecast_out.jld"
+    with h5py.File(path, "w", userblock_size=512) as f:
+        f["x"] = np.arange(3.0)
+    with open(path, "r+b") as f:
+        f.write(b"Julia data file (HDF5), version 0.1.1\x00")
+    with pytest.raises(WrongFormatError) as err:
+        tx.load(path)
+    assert str(err.value).count(str(path)) == 1
+    assert "is a JLD (v1) file, not JLD2" in str(err.value)
+
+
+def test_the_state_of_a_struct_of_ones_own_around_a_chain_names_its_fields(tmp_path: Path) -> None:
+    """msainsburydale/NeuralIncompleteData workshop/NBE.bson (blob e0438759): ``model_state =
+    Flux.state(θ̂)`` of a NeuralEstimators ``PointEstimator`` (a struct of one's own whose field
+    ``network`` is the Chain), saved with BSON: ``(network = (layers = (...),),)``. With the Chain as
+    ``architecture=`` the error said only "Chain expects a `layers` entry"; it now names the
+    entries the state holds, and the way it gives (that entry saved on its own) ports it."""
+    rng = np.random.default_rng(3)
+    w, b = rng.normal(size=(2, 3)).astype(np.float32), rng.normal(size=2).astype(np.float32)
+    inner = tx.NamedTuple(layers=(tx.NamedTuple(weight=w, bias=b, σ=()),))
+    path = tmp_path / "NBE.jld2"
+    tx.save(path, model_state=tx.NamedTuple(network=inner))
+    arch = "Chain(Dense(3 => 2, relu))"
+    with pytest.raises(
+        ConversionError,
+        match=r"the state holds \['network'\] \('network' holds a state with `layers`: the state of a struct",
+    ):
+        tx.from_flux(path, "model_state", architecture=arch)
+    tx.save(path, model_state=tx.NamedTuple(weight=w, bias=b, σ=()))  # a Dense's state: no hint
+    with pytest.raises(
+        ConversionError, match=r"the state holds \['weight', 'bias', 'σ'\] \(at model_state\)$"
+    ):
+        tx.from_flux(path, "model_state", architecture=arch)
+    tx.save(path, model_state=tx.NamedTuple(network=inner))
+    alone = tmp_path / "network.jld2"
+    tx.save(alone, model_state=tx.load(path, "model_state")["network"])
+    x = rng.normal(size=3).astype(np.float32)
+    np.testing.assert_allclose(
+        np.asarray(tx.from_flux(alone, "model_state", architecture=arch)(x)),
+        np.maximum(w @ x + b, 0),
+        rtol=1e-5,
+    )
+
+
+def test_the_bundled_snm_neural_model_and_its_statistics_migrate_together(tmp_path: Path) -> None:
+    """The real file of the rule above: mcreel/SNM ARMA/neuralmodel.bson (commit 6376007e33, MIT),
+    ``nnmodel`` (a Chain of three Dense, tanh) and ``nninfo`` (a Tuple of four Float64 vectors).
+    ``--flux-state`` writes the Chain's state and ``nninfo`` as it is; the Chain ports, and computes
+    what its stored arrays compute."""
+    from treexchange._interop._fluxmigrate import migrate_flux_state
+
+    path = BUNDLED_DIR / "bson" / "mcreel_snm_arma_neuralmodel.bson"
+    printed = io.StringIO()
+    roots = migrate_flux_state(path, tmp_path / "state.jld2", out=printed)
+    assert "nninfo: written as it is (a list of arrays beside the model in nnmodel" in printed.getvalue()
+    nninfo = tx.load(path, "nninfo")
+    assert isinstance(nninfo, tuple) and all(a.dtype == np.float64 for a in nninfo)
+    assert tx.values_equal(roots["nninfo"], nninfo)
+    written = tx.load(tmp_path / "state.jld2")
+    dense = [layer.fields for layer in tx.load(path, "nnmodel")["1"]]
+    for layer, fields in zip(written["nnmodel"]["layers"], dense, strict=True):
+        np.testing.assert_array_equal(layer["weight"], fields["1"])
+    model = tx.from_flux(path, "nnmodel")
+    x = np.random.default_rng(4).normal(size=dense[0]["1"].shape[1]).astype(np.float32)
+    h = x
+    for i, fields in enumerate(dense):
+        h = fields["1"] @ h + fields["2"]
+        h = np.tanh(h) if i < len(dense) - 1 else h
+    np.testing.assert_allclose(np.asarray(model(x)), h, rtol=1e-5, atol=1e-5)

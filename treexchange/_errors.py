@@ -93,7 +93,9 @@ class TreexchangeError(Exception):
         if self.offset is not None:
             where.append(f"file offset {self.offset}")
         text = f"{self.message} ({', '.join(where)})" if where else self.message
-        return f"{self.file}: {text}" if self.file and not self.message.startswith(self.file) else text
+        # a message that starts with the file's name (quoted or not) already says which file
+        named = self.file is not None and self.message.startswith((self.file, repr(self.file)))
+        return f"{self.file}: {text}" if self.file and not named else text
 
     def with_context(
         self,

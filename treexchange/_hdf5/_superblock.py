@@ -80,6 +80,29 @@ def _known_other_format(head: bytes, size: int) -> str | None:
             )
     if head.startswith(b"version https://git-lfs"):
         return "it is a Git LFS pointer, not the file itself (run git lfs pull)"
+    if head and not head.strip(b"\x00"):
+        return "it begins with zero bytes only (no header): a file never written, or cut short"
+    text = _printable_text(head, size)
+    if text is not None:
+        # JSON or CSV saved under a model's name, an HTML page downloaded in the file's place, a
+        # symbolic link git stored as its target's path: what it begins with says which
+        shown = text if len(text) <= 40 else text[:40] + "..."
+        return f"it is text, not a binary file (it begins {shown!r})"
+    return None
+
+
+def _printable_text(head: bytes, size: int) -> str | None:
+    """``head`` as text if it is printable UTF-8, else None; when the file goes on past ``head``,
+    a multi-byte character the cut split (up to 3 bytes of 0x80 and above) is left out."""
+    cuts = range(4) if size > len(head) else range(1)
+    for cut in cuts:
+        if cut and head[-cut] < 0x80:
+            break
+        try:
+            text = head[: len(head) - cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        return text if text and all(c.isprintable() or c in "\t\r\n" for c in text) else None
     return None
 
 

@@ -9,7 +9,9 @@ with a current Flux. Each top-level entry becomes:
   era asked for (``_port._statefill.whole_model_state``), under the same name;
 - a parameter list (``params=cpu.(params(model))``) with ``--architecture``: the state of that
   model (``state_from_params``), under the same name (without it: refused, as a Vector of
-  arrays may as well be data);
+  arrays may as well be data; but a Vector or Tuple of arrays beside a whole model in another
+  entry is data saved with it, ``BSON.@save "m.bson" model stats`` with ``stats = (mean, std)``,
+  and is written as it is);
 - anything else (``acc``, ``epoch_idx``, a vocabulary, an optimiser saved beside the model):
   written as it is.
 """
@@ -81,8 +83,16 @@ def migrate_flux_state(
         names = list(f)
         values = {name: read_entry(f, name) for name in names}
     notes: list[str] = []
+    # a list of arrays saved beside a whole model is that model's data, not a parameter list
+    models = [name for name, value in values.items() if _is_whole_model(value)]
     for name, value in values.items():
-        roots[name], mapping, entry_notes = _migrate_entry(name, value, era, architecture, os.fspath(target))
+        mapping: list[str]
+        if architecture is None and models and _plain_array_list(value):
+            roots[name], mapping, entry_notes = value, [], [_beside_models_note(name, models)]
+        else:
+            roots[name], mapping, entry_notes = _migrate_entry(
+                name, value, era, architecture, os.fspath(target)
+            )
         if dry_run:
             for line in (*mapping, *entry_notes):
                 print(line, file=printer)
@@ -151,6 +161,26 @@ def _migrate_entry(
     else:
         lines += _julia(name, julia_constructor(layer, era), state, target)
     return state, mapping, lines
+
+
+def _is_whole_model(value: Any) -> bool:
+    """Flux layers, not an optimiser (whose type is Flux's too) nor a saved ``Params``."""
+    if isinstance(value, JuliaStruct) and is_optimiser(value.type):
+        return False
+    return params_list(value) is None and _holds_flux_layer(value)
+
+
+def _plain_array_list(value: Any) -> bool:
+    """A Vector or Tuple of arrays (a saved ``Params`` struct is a parameter list, never data)."""
+    return not isinstance(value, JuliaStruct) and params_list(value) is not None
+
+
+def _beside_models_note(name: str, models: list[str]) -> str:
+    shown = ", ".join(models[:3]) + (", ..." if len(models) > 3 else "")
+    return (
+        f"{name}: written as it is (a list of arrays beside the model in {shown}: data saved with it; "
+        "if it is a parameter list, pass --architecture with its model)"
+    )
 
 
 def _keys(value: Any, depth: int = 0) -> Iterator[Any]:

@@ -191,6 +191,22 @@ def _children_states(layer: Layer, state: Any, path: TreePath) -> list[tuple[Any
         items = list(inner)
         paths = [(*base, i + 1) for i in range(len(items))]
     else:
+        held = list(state) if isinstance(state, Mapping) and not isinstance(state, JuliaStruct) else []
+        if held and "layers" not in held:
+            # Flux.state of a struct of one's own (Flux.@layer) around the model: a NamedTuple of
+            # its fields, one of which holds the model's state
+            wrapped = [k for k in held if isinstance(state[k], Mapping) and "layers" in state[k]]
+            hint = (
+                f" ({', '.join(map(repr, wrapped))} holds a state with `layers`: the state of a struct of "
+                "your own around the model? save that entry on its own, tx.save(path, name=value), and "
+                "port it)"
+                if wrapped
+                else ""
+            )
+            raise ConversionError(
+                f"{layer.kind} expects a `layers` entry with {n} layers; the state holds {held}{hint}",
+                path=tuple(path),
+            )
         raise ConversionError(f"{layer.kind} expects a `layers` entry with {n} layers", path=base)
     if len(items) != n:
         raise ConversionError(
