@@ -461,7 +461,7 @@ def test_models_nested_in_an_entry_are_pointed_to(tmp_path: Path) -> None:
     """SvenDuve/RLProject output/Acrobot/DQN_Acrobot.bson (blob 7a11f324): the entry is a Vector of
     ``RLTypes.AgentParameter`` structs, each holding its Q-networks (Flux Chains) in a Vector;
     from_flux said the entry "holds no Flux structs (a Flux.state has no layer types)". It now
-    names where the models are, and the way it gives (save one as an entry of its own) ports it."""
+    names where the models are, and the path it gives as the name ports that one."""
     w, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones(2, np.float32)
     dense = struct(datatype("Flux.Dense", datatype("NNlib.#relu")), array(None, w), array(None, b),
                    struct(datatype("NNlib.#relu")))  # fmt: skip
@@ -469,16 +469,37 @@ def test_models_nested_in_an_entry_are_pointed_to(tmp_path: Path) -> None:
     agent = struct(datatype("RLTypes.AgentParameter"), 0.99, [chain, chain])
     path = _write(tmp_path, "dqn.bson", {"DQN": [agent], "history": [1.0, 2.0]})
     with pytest.raises(
-        ConversionError, match=r"'DQN' is no model but holds Flux models, at DQN\[1\]\['2'\]\[1\], "
+        ConversionError,
+        match=r"'DQN' is no model but holds Flux models, at DQN\[1\]\['2'\]\[1\], .*: pass the path of "
+        r"the one you want as the name, tx.from_flux\(path, \('DQN', 1, '2', 1\)\)",
     ):
         tx.from_flux(path, "DQN")
     with pytest.raises(ConversionError, match="holds no Flux structs"):  # nothing inside: as before
         tx.from_flux(path, "history")
-    tx.save(tmp_path / "q.jld2", model=tx.load(path, "DQN")[0].fields["2"][0])
     x = np.array([1, -2, 3], np.float32)
-    np.testing.assert_allclose(
-        np.asarray(tx.from_flux(tmp_path / "q.jld2", "model")(x)), np.maximum(w @ x + b, 0)
-    )
+    for where in [("DQN", 1, "2", 1), ["DQN", 1, "2", 2]]:  # the path the message gives: ports
+        np.testing.assert_allclose(np.asarray(tx.from_flux(path, where)(x)), np.maximum(w @ x + b, 0))
+
+
+def test_a_path_into_an_entry_that_leads_nowhere_says_what_is_there(tmp_path: Path) -> None:
+    """``from_flux(path, ("entry", ...))``: each step of the path is checked, and a wrong one names
+    what the value there holds (fields, keys, or how many elements, counted from 1)."""
+    w, b = np.ones((2, 3), np.float32), np.zeros(2, np.float32)
+    dense = struct(datatype("Flux.Dense", datatype("NNlib.#relu")), array(None, w), array(None, b),
+                   struct(datatype("NNlib.#relu")))  # fmt: skip
+    chain = struct(datatype("Flux.Chain", datatype("Core.Tuple")), tuple_(dense))
+    agent = struct(datatype("RLTypes.AgentParameter"), 0.99, [chain])
+    path = _write(tmp_path, "dqn.bson", {"DQN": [agent]})
+    with pytest.raises(ConversionError, match=r"DQN has no 0: it holds 1 element \(positions count from 1\)"):
+        tx.from_flux(path, ("DQN", 0))
+    with pytest.raises(ConversionError, match=r"DQN\[1\] has no 'q': it holds fields \['1', '2'\]") as err:
+        tx.from_flux(path, ("DQN", 1, "q"))
+    assert err.value.path == ("DQN", 1)
+    with pytest.raises(ConversionError, match=r"DQN\[1\]\['1'\] has no 'x': it holds no entries \(a float"):
+        tx.from_flux(path, ("DQN", 1, "1", "x"))
+    with pytest.raises(TypeError, match="beginning with one"):
+        tx.from_flux(path, (1, "DQN"))
+    assert tx.from_flux(path, ("DQN", 1, "2", 1)) is not None
 
 
 def test_the_real_complex_array_of_bsonjl_reads_and_converts(tmp_path: Path) -> None:
@@ -600,7 +621,7 @@ def test_the_state_of_a_struct_of_ones_own_around_a_chain_names_its_fields(tmp_p
     Flux.state(θ̂)`` of a NeuralEstimators ``PointEstimator`` (a struct of one's own whose field
     ``network`` is the Chain), saved with BSON: ``(network = (layers = (...),),)``. With the Chain as
     ``architecture=`` the error said only "Chain expects a `layers` entry"; it now names the
-    entries the state holds, and the way it gives (that entry saved on its own) ports it."""
+    entries the state holds and the path to give as the name, which ports it."""
     rng = np.random.default_rng(3)
     w, b = rng.normal(size=(2, 3)).astype(np.float32), rng.normal(size=2).astype(np.float32)
     inner = tx.NamedTuple(layers=(tx.NamedTuple(weight=w, bias=b, σ=()),))
@@ -609,7 +630,8 @@ def test_the_state_of_a_struct_of_ones_own_around_a_chain_names_its_fields(tmp_p
     arch = "Chain(Dense(3 => 2, relu))"
     with pytest.raises(
         ConversionError,
-        match=r"the state holds \['network'\] \('network' holds a state with `layers`: the state of a struct",
+        match=r"the state holds \['network'\] \('network' holds a state with `layers`: the state of a struct"
+        r".* pass its path as the name, \('model_state', 'network'\)\)",
     ):
         tx.from_flux(path, "model_state", architecture=arch)
     tx.save(path, model_state=tx.NamedTuple(weight=w, bias=b, σ=()))  # a Dense's state: no hint
@@ -618,11 +640,9 @@ def test_the_state_of_a_struct_of_ones_own_around_a_chain_names_its_fields(tmp_p
     ):
         tx.from_flux(path, "model_state", architecture=arch)
     tx.save(path, model_state=tx.NamedTuple(network=inner))
-    alone = tmp_path / "network.jld2"
-    tx.save(alone, model_state=tx.load(path, "model_state")["network"])
     x = rng.normal(size=3).astype(np.float32)
     np.testing.assert_allclose(
-        np.asarray(tx.from_flux(alone, "model_state", architecture=arch)(x)),
+        np.asarray(tx.from_flux(path, ("model_state", "network"), architecture=arch)(x)),
         np.maximum(w @ x + b, 0),
         rtol=1e-5,
     )

@@ -44,30 +44,35 @@ def read_flux_source(
 
 
 def read_source(
-    path: str | os.PathLike[str], name: str, architecture: str | None, *, flux: str | None
+    path: str | os.PathLike[str],
+    name: str | Sequence[PathSegment],
+    architecture: str | None,
+    *,
+    flux: str | None,
 ) -> tuple[Layer, Any, str]:
     """:func:`read_flux_source` and the Flux era that applies: ``flux`` when given; else, for a
     ``Flux.state`` read with ``architecture``, the era its own field names show (:func:`state_era`),
     the current release when they show none; Flux 0.14 for a whole model; the current release for a
     parameter list or a whole model read with ``architecture``."""
-    value = _read(path, name)
+    where = entry_path(name)
+    shown = repr(where[0]) if len(where) == 1 else format_path(where)
+    value = _read(path, where)
     if architecture is None and isinstance(value, JuliaStruct) and params_list(value) is not None:
         raise ConversionError(
-            f"{name!r} is a parameter list ({value.type.basename}: the arrays of Flux.params, no layer "
+            f"{shown} is a parameter list ({value.type.basename}: the arrays of Flux.params, no layer "
             "types): pass architecture= with the model as Flux prints it",
-            path=(name,),
+            path=where,
         )
     if architecture is None:
         if not isinstance(value, JuliaStruct):
-            inside = nested_models(value, (name,))
+            inside = nested_models(value, where)
             if inside:  # a checkpoint (model=..., opt=...), an agent's list of networks
-                where = ", ".join(map(format_path, inside[:3]))
+                at = ", ".join(map(format_path, inside[:3]))
                 more = f" and {len(inside) - 3} more" if len(inside) > 3 else ""
                 raise ConversionError(
-                    f"{name!r} is no model but holds Flux models, at {where}{more}: from_flux ports an "
-                    "entry of the file; save the one you want as an entry "
-                    "of its own (tx.save('m.jld2', model=that value)) and port that",
-                    path=(name,),
+                    f"{shown} is no model but holds Flux models, at {at}{more}: pass the path of the one "
+                    f"you want as the name, tx.from_flux(path, {inside[0]!r})",
+                    path=where,
                 )
             what = (
                 "is a list of arrays (a parameter list, cpu.(params(model)), names no layer)"
@@ -75,16 +80,16 @@ def read_source(
                 else "holds no Flux structs (a Flux.state has no layer types)"
             )
             raise ConversionError(
-                f"{name!r} {what}: pass architecture= with the model as Flux prints it", path=(name,)
+                f"{shown} {what}: pass architecture= with the model as Flux prints it", path=where
             )
         era = flux or "0.14"
-        return (*from_whole_model(value, path=(name,), flux=era), era)
+        return (*from_whole_model(value, path=where, flux=era), era)
     layer = parse_architecture(architecture)
     plain_state = params_list(value) is None and not isinstance(value, JuliaStruct)
     given = flux if flux is not None or plain_state else DEFAULT_FLUX_ERA
-    state = state_for_architecture(layer, value, given or DEFAULT_FLUX_ERA, path=(name,))
-    check_state(layer, state, path=(name,))
-    return layer, state, given or state_era(layer, state, path=(name,)) or DEFAULT_FLUX_ERA
+    state = state_for_architecture(layer, value, given or DEFAULT_FLUX_ERA, path=where)
+    check_state(layer, state, path=where)
+    return layer, state, given or state_era(layer, state, path=where) or DEFAULT_FLUX_ERA
 
 
 def nested_models(value: Any, path: TreePath, limit: int = 100_000) -> list[TreePath]:
@@ -121,16 +126,60 @@ def nested_models(value: Any, path: TreePath, limit: int = 100_000) -> list[Tree
     return found
 
 
-def _read(path: str | os.PathLike[str], name: str) -> Any:
+def entry_path(name: str | Sequence[PathSegment]) -> TreePath:
+    """The tree path ``name`` stands for: an entry's name, or a path into an entry as errors
+    print it, a tuple beginning with the entry's name (``("agents", 1, "policy")``: field or key
+    names, and 1-based positions in a Tuple or Vector)."""
+    if isinstance(name, str):
+        return (name,)
+    where = tuple(name) if isinstance(name, (tuple, list)) else ()
+    if not where or not isinstance(where[0], str):
+        raise TypeError(f"name must be an entry's name or a tuple path beginning with one, not {name!r}")
+    return where
+
+
+def _read(path: str | os.PathLike[str], name: str | Sequence[PathSegment]) -> Any:
     """``treexchange.load(path, name)``: the entry, checked against the file's embedded schema
-    when it has one (MismatchError)."""
+    when it has one (MismatchError); for a tuple path, the value at that path inside the entry."""
+    where = entry_path(name)
+    entry = str(where[0])  # (entry_path: always a str)
     with open_file(path) as f:
-        value = read_entry(f, name)
+        value = read_entry(f, entry)
         if has_embedded_schema(f):
             from treexchange._schema import check_loaded  # pydantic: only for a file with a schema
 
-            check_loaded(f, value, name=name)
+            check_loaded(f, value, name=entry)
+    return _at_path(value, where)
+
+
+def _at_path(value: Any, where: TreePath) -> Any:
+    """The value at ``where[1:]`` inside ``value`` (the entry ``where[0]``): a struct's field, a
+    NamedTuple's or Dict's key, a 1-based position in a Tuple or Vector (as paths print them)."""
+    for depth, seg in enumerate(where[1:], 1):
+        if isinstance(value, JuliaStruct):
+            found = value.fields.get(seg, _MISSING) if isinstance(seg, str) else _MISSING
+            held = f"fields {list(value.fields)}"
+        elif isinstance(value, Mapping):
+            try:
+                found = value[seg] if seg in value else _MISSING
+            except TypeError:  # (a key Python cannot hash is in no Dict)
+                found = _MISSING
+            held = f"keys {list(value)[:20]}"
+        elif isinstance(value, (tuple, list)):
+            ok = isinstance(seg, int) and not isinstance(seg, bool) and 1 <= seg <= len(value)
+            found = value[seg - 1] if isinstance(seg, int) and ok else _MISSING
+            held = f"{len(value)} element{'s' if len(value) != 1 else ''} (positions count from 1)"
+        else:
+            found, held = _MISSING, f"no entries (a {type(value).__name__})"
+        if found is _MISSING:
+            raise ConversionError(
+                f"{format_path(where[:depth])} has no {seg!r}: it holds {held}", path=where[:depth]
+            )
+        value = found
     return value
+
+
+_MISSING = object()
 
 
 def _field(state: Any, key: str) -> Any:
@@ -198,8 +247,7 @@ def _children_states(layer: Layer, state: Any, path: TreePath) -> list[tuple[Any
             wrapped = [k for k in held if isinstance(state[k], Mapping) and "layers" in state[k]]
             hint = (
                 f" ({', '.join(map(repr, wrapped))} holds a state with `layers`: the state of a struct of "
-                "your own around the model? save that entry on its own, tx.save(path, name=value), and "
-                "port it)"
+                f"your own around the model? pass its path as the name, {(*path, wrapped[0])!r})"
                 if wrapped
                 else ""
             )
@@ -330,7 +378,7 @@ def _at(state: Any, where: Sequence[str]) -> Any:
 
 def from_flux(
     path: str | os.PathLike[str],
-    name: str,
+    name: str | Sequence[PathSegment],
     architecture: str | None = None,
     *,
     target: str = "equinox",
@@ -355,7 +403,9 @@ def from_flux(
 
     Args:
         path: the JLD2 or BSON.jl file.
-        name: the entry in it.
+        name: the entry in it, or a path into an entry as errors print it: a tuple beginning
+            with the entry's name, then field or key names and 1-based positions (a model in a
+            checkpoint, ``("checkpoint", "model")``; an agent's network, ``("agents", 2, "q")``).
         architecture: the Flux model text for a ``Flux.state`` file or a parameter list (or a
             whole model whose closures it names).
         target: ``"equinox"``, ``"nnx"`` (Flax nnx, on a channels-last batch) or ``"linen"``
@@ -394,7 +444,7 @@ def from_flux(
     state = state_for_port(state)  # Float64 (Flux ≤ 0.9 often) in JAX's Float32
 
     def fill(model: Any) -> Any:
-        return load_state(model, state, path=(name,), flux=era)
+        return load_state(model, state, path=entry_path(name), flux=era)
 
     return build_target(layer, fill, target=target, era=era, key=key)
 
