@@ -599,3 +599,111 @@ def test_a_component_array_theta_ports_and_its_neural_ode_fits_its_training_seri
     mse = float(np.mean((fitted - y) ** 2))
     assert mse < 0.1, mse
     assert float(np.mean((y - y.mean(axis=1, keepdims=True)) ** 2)) > 0.9  # what a fit is measured against
+
+
+# --- a Lux model inside an entry: tuple paths ---------------------------------------------------
+
+
+def _spiral_inside(path: Path, form: str) -> tuple[Any, Any]:
+    """The Lux docs' trained ps/st saved inside an entry, as training scripts keep them; the
+    ``(ps, st)`` arguments that reach them."""
+    ps, st = tx.load(SPIRAL, "ps_trained"), tx.load(SPIRAL, "st_trained")
+    if form == "checkpoint":  # jldsave(path; ckpt = (; epoch, ps, st, loss))
+        tx.save(path, ckpt=tx.NamedTuple(epoch=np.int64(25), ps=ps, st=st, loss=np.float32(0.005)))
+        return ("ckpt", "ps"), "st"  # (the default st: the one beside ps)
+    if form == "dict":  # Dict("model" => Dict("ps" => ps, "st" => st))
+        tx.save(path, run={"model": {"ps": ps, "st": st}, "seed": np.int64(0)})
+        return ("run", "model", "ps"), ("run", "model", "st")
+    # a Vector of (ps, st) Tuples, one per run: positions count from 1
+    tx.save(path, runs=[(ps, st), (ps, st)])
+    return ("runs", 2, 1), ("runs", 2, 2)
+
+
+@needs_spiral
+@pytest.mark.parametrize(
+    ("form", "target"),
+    [("checkpoint", "equinox"), ("checkpoint", "linen"), ("dict", "nnx"), ("vector", "equinox")],
+)
+def test_a_lux_model_inside_an_entry_ports_from_its_path(form: str, target: str, tmp_path: Path) -> None:
+    """ps and st inside a checkpoint NamedTuple, a Dict, a Vector of Tuples: the tuple paths port
+    the tutorial's classifier with its numbers (loss, accuracy, per-sample probabilities)."""
+    path = tmp_path / f"{form}.jld2"
+    ps_path, st_path = _spiral_inside(path, form)
+    parts = tx.from_lux(path, ps_path, st_path, SPIRAL_PARTS, target=target)
+    x, y = spiral_data(seed=5)
+    reference = lux_reference(tx.load(SPIRAL, "ps_trained"), x.astype(np.float64))
+    assert_tutorial_numbers(run_parts(parts, target, x), y, reference)
+
+
+@needs_spiral
+def test_a_wrong_path_into_an_entry_names_what_is_there(tmp_path: Path) -> None:
+    path = tmp_path / "checkpoint.jld2"
+    _spiral_inside(path, "checkpoint")
+    with pytest.raises(tx.ConversionError, match=r"ckpt has no 'params': it holds keys \['epoch', 'ps'"):
+        tx.from_lux(path, ("ckpt", "params"), architecture=SPIRAL_PARTS)
+    with pytest.raises(tx.ConversionError, match=r"ckpt\.ps has no 'cell': it holds keys \['lstm_cell'"):
+        tx.from_lux(path, ("ckpt", "ps", "cell"), None, architecture=SPIRAL_PARTS)
+    with pytest.raises(tx.ConversionError, match=r"ckpt\.epoch has no 'ps': it holds no entries"):
+        tx.from_lux(path, ("ckpt", "epoch", "ps"), None, architecture=SPIRAL_PARTS)
+    with pytest.raises(tx.ConversionError, match="two places"):
+        tx.from_lux(path, ("ckpt", "ps"), ("ckpt", "ps", "lstm_cell"), architecture=SPIRAL_PARTS)
+    vector = tmp_path / "vector.jld2"
+    _spiral_inside(vector, "vector")
+    with pytest.raises(tx.ConversionError, match=r"runs has no 3: it holds 2 elements \(positions count"):
+        tx.from_lux(vector, ("runs", 3, 1), None, architecture=SPIRAL_PARTS)
+    with pytest.raises(TypeError, match="tuple path beginning with"):
+        tx.from_lux(vector, (2, 1), None, architecture=SPIRAL_PARTS)
+
+
+@needs_spiral
+def test_misfits_inside_an_entry_are_named_by_their_file_paths(tmp_path: Path) -> None:
+    """The MismatchError of a wrong architecture names the arrays where the file has them
+    (``ckpt.ps.lstm_cell.weight_i``, ``runs[2][1]…``), not a tuple's repr."""
+    wrong = {"lstm_cell": "LSTMCell(2 => 16)", "classifier": "Dense(8 => 1, sigmoid)"}
+    for form, where in (("checkpoint", "ckpt.ps"), ("dict", "run.model.ps"), ("vector", "runs[2][1]")):
+        path = tmp_path / f"{form}.jld2"
+        ps_path, st_path = _spiral_inside(path, form)
+        with pytest.raises(tx.MismatchError) as info:
+            tx.from_lux(path, ps_path, st_path, wrong)
+        lines = str(info.value).splitlines()[1:]
+        assert {line.split(":")[0].strip() for line in lines} == {
+            f"{where}.lstm_cell.{name}" for name in ("weight_i", "weight_h", "bias")
+        }, str(info.value)
+
+
+@needs_spiral
+def test_the_default_st_is_the_one_beside_ps(tmp_path: Path) -> None:
+    """``st="st"`` with ``ps=("ckpt", "ps")`` is ``("ckpt", "st")``; a checkpoint without one says
+    how to go on; ``st=None`` ports the parameters alone (the classifier has no state to need)."""
+    ps = tx.load(SPIRAL, "ps_trained")
+    path = tmp_path / "ps_only.jld2"
+    tx.save(path, ckpt=tx.NamedTuple(ps=ps), st=tx.NamedTuple(unrelated=np.zeros(2)))
+    with pytest.raises(tx.ConversionError, match=r"ckpt has no 'st'.*pass st=None") as info:
+        tx.from_lux(path, ("ckpt", "ps"), architecture=SPIRAL_PARTS)
+    assert info.value.path == ("ckpt",)
+    parts = tx.from_lux(path, ("ckpt", "ps"), None, architecture=SPIRAL_PARTS)
+    x, y = spiral_data(seed=6)
+    assert_tutorial_numbers(run_parts(parts, "equinox", x), y, lux_reference(ps, x.astype(np.float64)))
+
+
+def test_a_component_array_inside_an_entry_ports_from_its_tuple_path(tmp_path: Path) -> None:
+    """SeriesForecast's real ``θ = ComponentArray(ps)``, kept in a checkpoint NamedTuple: the
+    ported network computes Lux's numpy forward of the same tree."""
+    source = SERIES["v020"]
+    if not source.is_file():
+        pytest.skip(str(absent_reason(source.relative_to(FIXTURES).as_posix())))
+    from treexchange._port._componentarray import component_tree
+
+    theta = tx.load(source, "θ")
+    path = tmp_path / "checkpoint.jld2"
+    tx.save(path, ckpt=tx.NamedTuple(θ=theta, epoch=np.int64(300)))
+    model = tx.from_lux(path, ("ckpt", "θ"), None, architecture=SERIES_TEXT)
+    ps = component_tree(theta)
+    x = np.random.default_rng(1).standard_normal((4, 16))
+    want = x
+    for name, swish in (("layer_1", True), ("layer_2", True), ("layer_3", False)):
+        layer = ps[name]
+        want = np.asarray(layer.weight, np.float64) @ want + np.asarray(layer.bias).reshape(-1, 1)
+        want = want * _sigmoid(want) if swish else want
+    got = np.asarray(jax.vmap(model)(jnp.asarray(x.T, jnp.float32))).T
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _schema_samples import flux_chain_state, flux_dense
-from conftest import SKIP_REASON, fixture_files, fixture_ids, require_one_of_table
+from conftest import SKIP_REASON, fixture_files, fixture_ids, require_fixture, require_one_of_table
 
 import treexchange as tx
 from treexchange import NamedTuple
@@ -240,17 +240,104 @@ def test_a_char_is_shown_as_one_in_diff_and_validate(tmp_path: Path) -> None:
     tx.save(a, c=tx.JuliaBits("Core.Char", b"\x00\x00\x00a"), e=tx.JuliaBits("Main.E", b"\x01\x00"))
     tx.save(b, c=tx.JuliaBits("Core.Char", b"\x00\x00\x00b"), e=tx.JuliaBits("Main.E", b"\x02\x00"))
     found = tx.diff(a, b, checksums=True)
-    assert [str(d) for d in found] == ["~ c: content 'a' -> 'b'", "~ e: content 1 -> 2"]
+    assert [str(d) for d in found] == ["~ c: content 'a' -> 'b'", "~ e: content 0x0001 -> 0x0002"]
     first = next(iter(found))
     assert (first.a, first.b) == (0x61000000, 0x62000000)  # (the recorded values: exact)
     doc = tx.infer_schema(a, checksums=True)
     assert [str(m) for m in tx.validate(b, doc)] == [
         "c: content 'b' found, schema records 'a'",
-        "e: content 2 found, schema records 1",
+        "e: content 0x0002 found, schema records 0x0001",
     ]
     raw = json.loads(doc.to_json())
     raw["roots"]["c"].update(value=None, enum=[0x61000000, 0x7A000000])
     assert str(tx.validate(b, raw)[0]) == "c: value 'b' found, schema allows ['a', 'z']"
+
+
+def test_pointers_of_a_real_file_are_shown_in_diff_and_validate_as_inspect_shows_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """deltadahl's VAE (BSON.jl) holds CuArrays, whose CUDA pointers (``CUDA.CuPtr{Nothing}``, 8
+    bytes, no numpy dtype) ``inspect`` shows in hex; ``diff`` and ``validate`` printed the integer
+    their bytes make (``content 80512359936 -> 80512360448``). Now the same text as ``inspect``,
+    the CLI too; JSON keeps the integers."""
+    real = require_fixture("bson/deltadahl_vae_cuarray.bson")
+    assert main(["inspect", str(real), "--json"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    pointer = next(r for r in records if r["julia_type"] == "CUDA.CuPtr{Nothing}")
+    where, old_text = tuple(pointer["path"]), pointer["shown"]  # (what inspect shows)
+    values = tx.load(real)
+    holder = values
+    for key in where[:-1]:  # (a struct's field, a Dict's key, a position counted from 1)
+        holder = (
+            holder.fields[key]
+            if isinstance(holder, tx.JuliaStruct)
+            else holder[key - 1 if isinstance(key, int) else key]
+        )
+    old = holder.fields[where[-1]]
+    assert isinstance(old, tx.JuliaBits) and old.shown() == old_text == f"0x{old.as_int():016x}"
+    new = tx.JuliaBits(old.type, (old.as_int() + 0x200).to_bytes(8, "little"))
+    holder.fields[where[-1]] = new
+    moved = tmp_path / "moved.jld2"
+    tx.save(moved, **values)
+    new_text = new.shown()
+
+    found = tx.diff(real, moved, checksums=True)
+    assert [(d.path, d.message) for d in found] == [(where, f"content {old_text} -> {new_text}")]
+    assert (found.differences[0].a, found.differences[0].b) == (old.as_int(), new.as_int())
+    assert main(["diff", str(real), str(moved), "--checksums"]) == 1
+    assert f": content {old_text} -> {new_text}\n" in capsys.readouterr().out
+    assert main(["diff", str(real), str(moved), "--checksums", "--json"]) == 1
+    assert json.loads(capsys.readouterr().out)["differences"][0]["b"] == new.as_int()
+
+    doc = tx.infer_schema(real, checksums=True, values=True)
+    assert [(m.path, m.detail) for m in tx.validate(moved, doc)] == [
+        (where, f"{new_text} found, schema records {old_text}"),
+        (where, f"{new_text} found, schema allows [{old_text}]"),
+    ]
+    schema = tmp_path / "schema.json"
+    schema.write_text(doc.to_json())
+    assert main(["validate", str(moved), str(schema)]) == 1
+    assert f"content {new_text} found, schema records {old_text}" in capsys.readouterr().out
+
+
+def test_enum_primitive_and_char_values_are_shown_at_their_width(tmp_path: Path) -> None:
+    """A 1-byte ``@enum`` of -1 (recorded as -1) is ``0xff``, a 16-bit primitive ``0x3c00``, a
+    non-ASCII Char ``'é'`` (its bytes make a negative integer, which was printed as one); the
+    width a schema document does not record comes from the other side or the value found."""
+    a, b = tmp_path / "a.jld2", tmp_path / "b.jld2"
+    char = "é".encode().ljust(4, b"\x00")[::-1]  # (UTF-8 left-aligned in a big-endian UInt32)
+    tx.save(
+        a,
+        e=tx.JuliaBits("Main.E8", b"\x01"),
+        h=tx.JuliaBits("Main.P16", b"\x00\x3c"),
+        c=tx.JuliaBits("Core.Char", b"\x00\x00\x00a"),
+    )
+    tx.save(
+        b,
+        e=tx.JuliaBits("Main.E8", b"\xff"),
+        h=tx.JuliaBits("Main.P16", b"\x00\xbc"),
+        c=tx.JuliaBits("Core.Char", char),
+    )
+    assert tx.JuliaBits("Core.Char", char).as_int() < 0
+    messages = ["e: content 0x01 -> 0xff", "h: content 0x3c00 -> 0xbc00", "c: content 'a' -> 'é'"]
+    assert [d.text()[2:] for d in tx.diff(a, b, checksums=True)] == messages
+    doc = tx.infer_schema(a, checksums=True)
+    assert [d.text()[2:] for d in tx.diff(doc, b, checksums=True)] == messages  # (b's widths)
+    plain = [d.text()[2:] for d in tx.diff(doc, tx.infer_schema(b, checksums=True))]
+    assert plain == ["e: content 1 -> -1", "h: content 15360 -> -17408", "c: content 'a' -> 'é'"]
+    assert [str(m) for m in tx.validate(b, doc)] == [
+        "e: content 0xff found, schema records 0x01",
+        "h: content 0xbc00 found, schema records 0x3c00",
+        "c: content 'é' found, schema records 'a'",
+    ]
+    raw = json.loads(doc.to_json())
+    raw["roots"]["e"].update(value=None, enum=[1, 2])
+    raw["roots"]["h"].update(value=None, minimum=0)
+    raw["roots"]["c"].update(value=None)
+    assert [str(m) for m in tx.validate(b, raw)] == [
+        "e: value 0xff found, schema allows [0x01, 0x02]",
+        "h: value 0xbc00 found, schema minimum is 0x0000",
+    ]
 
 
 def test_a_2_0_document_without_values_still_reads_and_diffs_by_structure() -> None:

@@ -142,19 +142,35 @@ def _read(path: str | os.PathLike[str], name: str | Sequence[PathSegment]) -> An
     """``treexchange.load(path, name)``: the entry, checked against the file's embedded schema
     when it has one (MismatchError); for a tuple path, the value at that path inside the entry."""
     where = entry_path(name)
-    entry = str(where[0])  # (entry_path: always a str)
+    return value_at(read_entries(path, [where])[str(where[0])], where)
+
+
+def read_entries(path: str | os.PathLike[str], wheres: Sequence[TreePath]) -> dict[str, Any]:
+    """The entries the tree paths ``wheres`` (:func:`entry_path`'s form) begin with, by name, each
+    read and checked against the file's embedded schema once (a Lux checkpoint's ``ps`` and ``st``
+    are two paths into one entry)."""
+    entries: dict[str, Any] = {}
     with open_file(path) as f:
-        value = read_entry(f, entry)
-        if has_embedded_schema(f):
-            from treexchange._schema import check_loaded  # pydantic: only for a file with a schema
+        for where in wheres:
+            entry = str(where[0])  # (entry_path: always a str)
+            if entry in entries:
+                continue
+            entries[entry] = read_entry(f, entry)
+            if has_embedded_schema(f):
+                from treexchange._schema import check_loaded  # pydantic: only for a file with a schema
 
-            check_loaded(f, value, name=entry)
-    return _at_path(value, where)
+                check_loaded(f, entries[entry], name=entry)
+    return entries
 
 
-def _at_path(value: Any, where: TreePath) -> Any:
+def value_at(value: Any, where: TreePath) -> Any:
     """The value at ``where[1:]`` inside ``value`` (the entry ``where[0]``): a struct's field, a
-    NamedTuple's or Dict's key, a 1-based position in a Tuple or Vector (as paths print them)."""
+    NamedTuple's or Dict's key, a 1-based position in a Tuple or Vector (as paths print them).
+
+    Raises:
+        ConversionError: a step that leads nowhere, at the part of the path that exists, naming
+            what is there.
+    """
     for depth, seg in enumerate(where[1:], 1):
         if isinstance(value, JuliaStruct):
             found = value.fields.get(seg, _MISSING) if isinstance(seg, str) else _MISSING

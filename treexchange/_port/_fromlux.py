@@ -21,16 +21,16 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from treexchange._bridge import restore
-from treexchange._errors import ConversionError, PathSegment, TreePath, UnsupportedError
+from treexchange._errors import ConversionError, PathSegment, TreePath, UnsupportedError, format_path
 from treexchange._port._componentarray import component_tree, is_component_array
 from treexchange._port._flux import lux_state
-from treexchange._port._fromflux import _read, build_target
+from treexchange._port._fromflux import build_target, entry_path, read_entries, value_at
 from treexchange._port._lux import LUX_VERSIONS
 from treexchange._port._luxarch import LuxPiece, parse_lux_architecture
 from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
@@ -104,8 +104,8 @@ def _has_arrays(tree: Any) -> bool:
 
 def from_lux(
     path: str | os.PathLike[str],
-    ps: str = "ps",
-    st: str | None = "st",
+    ps: str | Sequence[PathSegment] = "ps",
+    st: str | Sequence[PathSegment] | None = "st",
     architecture: str | Mapping[str, str] | None = None,
     *,
     target: str = "equinox",
@@ -130,12 +130,20 @@ def from_lux(
     step only, as Lux does (a Chain around it is ported part by part, as the target's Sequential).
     An Equinox model with BatchNorm is ``(model, state)``.
 
+    ``ps`` and ``st`` are entries' names, or paths into an entry as errors print them, a tuple
+    beginning with the entry's name (``("ckpt", "ps")`` for ``jldsave(path; ckpt = (; epoch, ps,
+    st))``: field or key names, and 1-based positions in a Tuple or Vector), as for
+    :func:`treexchange.from_flux`. A step that leads nowhere is a ``ConversionError`` at the part of
+    the path that exists, naming what is there.
+
     Args:
         path: the JLD2 file.
-        ps: the entry holding the Lux parameters (a NamedTuple tree, or the ``ComponentArray`` of
-            one, as ComponentArrays.jl keeps it).
-        st: the entry holding the Lux states (BatchNorm's running statistics), or ``None`` when the
-            file has none (then the model must not need them).
+        ps: the entry (or path) holding the Lux parameters (a NamedTuple tree, or the
+            ``ComponentArray`` of one, as ComponentArrays.jl keeps it).
+        st: the entry (or path) holding the Lux states (BatchNorm's running statistics), or
+            ``None`` when the file has none (then the model must not need them). The default
+            ``"st"`` is the ``st`` beside ``ps``: the entry ``st``, or with ``ps=("ckpt", "ps")``
+            the path ``("ckpt", "st")`` (a top-level entry named ``st`` is then ``("st",)``).
         architecture: the Lux model text, or a dict from the names of ``ps``'s top-level entries to
             the text of each.
         target: ``"equinox"``, ``"nnx"`` or ``"linen"`` (the pair ``(module, variables)``).
@@ -164,6 +172,10 @@ def from_lux(
         >>> want = w2 @ np.maximum(w1 @ x + b1[:, 0], 0) + b2[:, 0]
         >>> bool(np.allclose(model(jax.numpy.asarray(x)), want, atol=1e-5))
         True
+        >>> tx.save(path, ckpt=tx.NamedTuple(epoch=10, ps=ps, st=st))  # a checkpoint: paths into it
+        >>> same = tx.from_lux(path, ("ckpt", "ps"), architecture="Chain(Dense(2 => 8, relu), Dense(8 => 1))")
+        >>> bool(np.allclose(same(jax.numpy.asarray(x)), want, atol=1e-5))
+        True
     """
     if architecture is None:
         raise ConversionError(
@@ -171,44 +183,79 @@ def from_lux(
         )
     if lux is not None and lux not in LUX_VERSIONS:
         raise ValueError(f"lux must be one of {', '.join(LUX_VERSIONS)} or None, not {lux!r}")
-    ps_value = _read(path, ps)
+    ps_path, st_path = _places(ps, st)
+    ps_value, st_value = _read_places(path, ps_path, st_path, st_beside_ps=st == "st")
     if is_component_array(ps_value):  # ComponentArray(ps), as Optimization.jl / DiffEqFlux users save it
-        ps_value = component_tree(ps_value, path=(ps,))
-    st_value = _read(path, st) if st is not None else None
+        ps_value = component_tree(ps_value, path=ps_path)
     version = lux if lux is not None else lux_version(ps_value)
     port = functools.partial(_port, target=target, lux=version, key=key)
     if isinstance(architecture, str):
-        return port(
-            parse_lux_architecture(architecture), ps_value, st_value, (ps,), None if st is None else (st,)
-        )
+        return port(parse_lux_architecture(architecture), ps_value, st_value, ps_path, st_path)
     if not isinstance(architecture, Mapping):
         raise TypeError(f"architecture must be the Lux text or a dict of texts, not {type(architecture)}")
-    parts = _parts(architecture, ps_value, ps)
+    parts = _parts(architecture, ps_value, ps_path)
     return {
         name: port(
             parse_lux_architecture(text),
             ps_value[name],
-            None if st_value is None else _part(st_value, name, (st or "",)),
-            (ps, name),
-            None if st is None else (st, name),
+            None if st_value is None else _part(st_value, name, st_path or ()),
+            (*ps_path, name),
+            None if st_path is None else (*st_path, name),
         )
         for name, text in parts.items()
     }
 
 
-def _parts(architecture: Mapping[str, str], ps_value: Any, ps: str) -> dict[str, str]:
+def _places(
+    ps: str | Sequence[PathSegment], st: str | Sequence[PathSegment] | None
+) -> tuple[TreePath, TreePath | None]:
+    """The tree paths of ``ps`` and ``st``; the default ``st="st"`` is the ``st`` beside ``ps``."""
+    ps_path = entry_path(ps)
+    if st is None:
+        return ps_path, None
+    st_path = (*ps_path[:-1], "st") if st == "st" else entry_path(st)
+    if st_path[: len(ps_path)] == ps_path or ps_path[: len(st_path)] == st_path:
+        raise ConversionError(
+            f"ps ({format_path(ps_path)}) and st ({format_path(st_path)}) must be two places, neither "
+            "inside the other",
+            path=ps_path,
+        )
+    return ps_path, st_path
+
+
+def _read_places(
+    path: str | os.PathLike[str], ps_path: TreePath, st_path: TreePath | None, *, st_beside_ps: bool
+) -> tuple[Any, Any]:
+    """The values at ``ps_path`` and ``st_path`` (one read of an entry holding both)."""
+    entries = read_entries(path, [ps_path] if st_path is None else [ps_path, st_path])
+    ps_value = value_at(entries[str(ps_path[0])], ps_path)
+    if st_path is None:
+        return ps_value, None
+    try:
+        return ps_value, value_at(entries[str(st_path[0])], st_path)
+    except ConversionError as err:
+        if not (st_beside_ps and len(st_path) > 1):
+            raise
+        raise ConversionError(
+            f"{err.message}; st defaults to the st beside ps: pass st=None for a model without states, "
+            "or st= the path of its states",
+            path=err.path,
+        ) from None
+
+
+def _parts(architecture: Mapping[str, str], ps_value: Any, ps_path: TreePath) -> dict[str, str]:
     """The named parts, checked against the top-level entries of ``ps``."""
     if not isinstance(ps_value, Mapping) or isinstance(ps_value, JuliaStruct):
-        raise ConversionError("architecture names parts, but ps is not a NamedTuple of parts", path=(ps,))
+        raise ConversionError("architecture names parts, but ps is not a NamedTuple of parts", path=ps_path)
     unknown = [name for name in architecture if name not in ps_value]
     if unknown:
         raise ConversionError(
-            f"architecture names {unknown}, which ps lacks (its entries: {list(ps_value)})", path=(ps,)
+            f"architecture names {unknown}, which ps lacks (its entries: {list(ps_value)})", path=ps_path
         )
     left_out = [name for name, value in ps_value.items() if name not in architecture and _has_arrays(value)]
     if left_out:
         raise ConversionError(
-            f"ps entries {left_out} hold arrays but architecture does not describe them", path=(ps,)
+            f"ps entries {left_out} hold arrays but architecture does not describe them", path=ps_path
         )
     for name, text in architecture.items():
         if not isinstance(text, str):
@@ -246,36 +293,52 @@ def _port(
         return _in_order(steps, target)
     layer = piece.layer
     _check_layers(layer, lux, st_value is None)
-    parts = [(ps_path, ps_value)] if st_path is None else [(ps_path, ps_value), (st_path, st_value)]
-    values = _nest(parts)
+    paths = [ps_path] if st_path is None else [ps_path, st_path]
+    prefix = _common_prefix(paths)
+    values = _nest(paths, [ps_value, st_value], prefix)
 
     def view(model: Any) -> Any:
         # ps and st in one restore: a restore of one part keeps the other's leaves as the build has them
         # (shapes only, for a model built by shape)
         if st_path is None:
-            return _nest([(ps_path, lux_state(model, lux=lux, part="ps"))])
-        ps_view, st_view = lux_state(model, lux=lux)
-        return _nest([(ps_path, ps_view), (st_path, st_view)])
+            return _nest(paths, [lux_state(model, lux=lux, part="ps")], prefix)
+        return _nest(paths, list(lux_state(model, lux=lux)), prefix)
 
     def fill(model: Any) -> Any:
-        return restore(values, like=model, layout=view)
+        return restore(values, like=model, layout=view, path=prefix)
 
     model = build_target(layer, fill, target=target, era=DEFAULT_FLUX_ERA, key=key)
     return _in_order([(model, True)], target) if piece.last_step else model
 
 
-def _nest(parts: list[tuple[tuple[PathSegment, ...], Any]]) -> NamedTuple:
-    """NamedTuples holding each value at its path: ``[(("ps", "cell"), a), (("st", "cell"), b)]`` ->
-    ``(ps = (cell = a,), st = (cell = b,))``, so that a restore's messages name the file's paths."""
+def _common_prefix(paths: list[TreePath]) -> TreePath:
+    """The steps all ``paths`` begin with, short of the last step of each: where one restore of
+    them starts (``[("ckpt", "ps"), ("ckpt", "st")]`` -> ``("ckpt",)``)."""
+    first, most = paths[0], min(len(p) for p in paths) - 1
+    k = 0
+    while k < most and all(p[k] == first[k] for p in paths):
+        k += 1
+    return first[:k]
+
+
+def _nest(paths: list[TreePath], values: list[Any], prefix: TreePath) -> Any:
+    """Containers holding each value at its path below ``prefix``: ``[("ps", "cell"), ("st",
+    "cell")]`` and ``[a, b]`` -> ``(ps = (cell = a,), st = (cell = b,))``, so that a restore at
+    ``prefix`` names the file's paths in its messages. A step by position is a Tuple holding ``()``
+    at the other positions (the same in the file's tree and the model's: nothing to restore)."""
     root: dict[Any, Any] = {}
-    for path, value in parts:
+    for path, value in zip(paths, values):
         node = root
-        for segment in path[:-1]:
+        for segment in path[len(prefix) : -1]:
             node = node.setdefault(segment, {})
         node[path[-1]] = value
 
     def freeze(node: Any) -> Any:
-        return NamedTuple((str(k), freeze(v)) for k, v in node.items()) if isinstance(node, dict) else node
+        if not isinstance(node, dict):
+            return node
+        if all(isinstance(k, int) for k in node):
+            return tuple(freeze(node.get(i, ())) for i in range(1, max(node) + 1))
+        return NamedTuple((str(k), freeze(v)) for k, v in node.items())
 
     return freeze(root)
 

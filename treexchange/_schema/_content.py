@@ -84,13 +84,16 @@ def same_content(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def shown_value(encoded: Any, *, number: bool = False, julia_type: str | None = None) -> str:
+def shown_value(
+    encoded: Any, *, number: bool = False, julia_type: str | None = None, size: int | None = None
+) -> str:
     """A recorded value as message text, shortened to about 60 characters with "…".
 
     A ``number``'s text forms (``Int128`` / ``BigInt`` decimals, ``BigFloat`` text, NaNs) are shown
-    bare; a ``String``'s or ``Symbol``'s in quotes. A ``Char`` (``julia_type``; recorded as the
-    integer its four bytes make, as ``inspect --json`` writes it) is shown as Julia and
-    ``inspect`` show it, ``'a'``: its integer (``1627389952``) says nothing to a reader.
+    bare; a ``String``'s or ``Symbol``'s in quotes. A value of a Julia bits type with no numpy dtype
+    (a ``Char``, an ``@enum``, a pointer, a primitive type: ``julia_type`` names it, ``size`` is
+    its byte count) is recorded as the integer its bytes make, as ``inspect --json`` writes it, and
+    shown as ``inspect`` shows it (:func:`bits_shown`): ``'a'``, ``0x00000002``.
 
     Example:
         >>> shown_value(2.5), shown_value(None), shown_value("x" * 100)[-16:]
@@ -99,12 +102,14 @@ def shown_value(encoded: Any, *, number: bool = False, julia_type: str | None = 
         ('NaN(0x7fc00001)', '[1.0, NaN]')
         >>> shown_value(1627389952, number=True, julia_type="Char")
         "'a'"
+        >>> shown_value(2, number=True, julia_type="Main.Color", size=4)
+        '0x00000002'
     """
     if encoded is None:
         return "none"
-    char = char_shown(encoded, julia_type)
-    if char is not None:
-        return char
+    bits = bits_shown(encoded, julia_type, size)
+    if bits is not None:
+        return bits
     if number and isinstance(encoded, list):
         text = "[" + ", ".join(shown_value(x, number=True) for x in encoded) + "]"
     elif number and isinstance(encoded, str):
@@ -113,23 +118,34 @@ def shown_value(encoded: Any, *, number: bool = False, julia_type: str | None = 
         text = format_value(encoded)
     if len(text) <= _SHOWN_CHARS:
         return text
-    size = f" ({len(encoded)} chars)" if isinstance(encoded, str) else ""
-    return f"{text[: _SHOWN_CHARS - 1]}…{size}"
+    size_text = f" ({len(encoded)} chars)" if isinstance(encoded, str) else ""
+    return f"{text[: _SHOWN_CHARS - 1]}…{size_text}"
 
 
-def char_shown(value: Any, julia_type: str | None) -> str | None:
-    """``value`` as Julia shows a ``Char`` (``'a'``) when ``julia_type`` names ``Char`` and
-    ``value`` is a ``Char``'s bits (a ``JuliaBits``, or the integer its four bytes make); None
-    otherwise.
+def bits_shown(value: Any, julia_type: str | None, size: int | None = None) -> str | None:
+    """A value of a Julia bits type with no numpy dtype as ``inspect`` shows it
+    (:meth:`treexchange.JuliaBits.shown`: a ``Char`` as ``'a'``, any other as its bits in hex):
+    ``value`` a ``JuliaBits``, or the integer its bytes make as a schema records it (signed, as
+    ``inspect --json`` writes it) of the type ``julia_type`` and ``size`` bytes (a ``Char``'s are
+    4); None for anything else, and for such an integer whose size is not known (a schema
+    document records the integer, not the width that its hex digits show).
 
     Example:
-        >>> char_shown(0x61000000, "Core.Char"), char_shown(0x61000000, "Main.Color")
-        ("'a'", None)
+        >>> bits_shown(0x61000000, "Core.Char"), bits_shown(-1, "Main.Color", 2), bits_shown(7, "Main.Color")
+        ("'a'", '0xffff', None)
+        >>> from treexchange import JuliaBits
+        >>> bits_shown(JuliaBits("Main.P16", b"\\x00\\x3c"), None), bits_shown(2.5, "Core.Float64", 8)
+        ('0x3c00', None)
     """
-    if julia_type is None or _short(julia_type) != "Char":
-        return None
     if isinstance(value, JuliaBits):
         return value.shown()
-    if type(value) is int and 0 <= value < 1 << 32:
-        return JuliaBits("Core.Char", value.to_bytes(4, "little")).shown()
-    return None
+    if julia_type is None or type(value) is not int:
+        return None
+    if _short(julia_type) == "Char":
+        size = 4
+    if size is None or size <= 0:
+        return None
+    width = 8 * size
+    if not -(1 << (width - 1)) <= value < 1 << width:
+        return None
+    return JuliaBits(julia_type, (value % (1 << width)).to_bytes(size, "little")).shown()

@@ -12,8 +12,8 @@ from typing import Any
 from .._errors import TreePath, clip_type, format_path
 from .._limits import DEFAULT_LIMITS, Limits
 from ._align import align
-from ._content import same_content, shown_value
-from ._infer import infer_schema
+from ._content import bits_shown, same_content, shown_value
+from ._infer import infer_with_sizes
 from ._model import (
     ArrayNode,
     DictNode,
@@ -142,10 +142,10 @@ def diff(a: Any, b: Any, *, checksums: bool = False, name: str | None = None) ->
         +++ B
         ~ lr: content 0.1 -> 0.2
     """
-    doc_a, label_a = _as_schema(a, checksums=checksums, name=name, default="A")
-    doc_b, label_b = _as_schema(b, checksums=checksums, name=name, default="B")
+    doc_a, label_a, sizes = _as_schema(a, checksums=checksums, name=name, default="A")
+    doc_b, label_b, sizes_b = _as_schema(b, checksums=checksums, name=name, default="B")
     out: list[Difference] = []
-    _Differ(out, DEFAULT_LIMITS).documents(doc_a, doc_b, name)
+    _Differ(out, DEFAULT_LIMITS, sizes | sizes_b).documents(doc_a, doc_b, name)
     return SchemaDiff(out, a_label=label_a, b_label=label_b)
 
 
@@ -158,25 +158,32 @@ def _looks_like_json_file(path: Path) -> bool:
     return head.startswith(b"{")
 
 
-def _as_schema(x: Any, *, checksums: bool, name: str | None, default: str) -> tuple[Schema, str]:
+def _as_schema(
+    x: Any, *, checksums: bool, name: str | None, default: str
+) -> tuple[Schema, str, dict[int, int]]:
+    """The schema of one side, its label, and the byte count of its bits values by node id
+    (:func:`infer_with_sizes`; none for a schema document, which records no widths)."""
     if isinstance(x, Schema):
-        return x, default
+        return x, default, {}
     if isinstance(x, Mapping) and isinstance(x.get("schema_version", x.get("format_version")), str):
-        return load_schema(x), default
+        return load_schema(x), default, {}
     if isinstance(x, str) and x.lstrip().startswith("{"):
-        return load_schema(x), default
+        return load_schema(x), default, {}
     if isinstance(x, (str, os.PathLike)):
         path = Path(x)
         if _looks_like_json_file(path):
-            return load_schema(path), str(x)
-        return infer_schema(path, checksums=checksums, name=name), str(x)
-    return infer_schema(x, checksums=checksums, name=name), default
+            return load_schema(path), str(x), {}
+        doc, sizes = infer_with_sizes(path, checksums=checksums, name=name)
+        return doc, str(x), sizes
+    doc, sizes = infer_with_sizes(x, checksums=checksums, name=name)
+    return doc, default, sizes
 
 
 class _Differ:
-    def __init__(self, out: list[Difference], limits: Limits) -> None:
+    def __init__(self, out: list[Difference], limits: Limits, sizes: dict[int, int]) -> None:
         self.out = out
         self.limits = limits  # max_align_cells: how long a sequence is aligned, not paired by position
+        self.sizes = sizes  # id of a number node -> byte count of the bits value it describes
         self._keys: dict[int, str] = {}
 
     def add(self, kind: str, path: TreePath, a: Any, b: Any, message: str) -> None:
@@ -311,23 +318,28 @@ class _Differ:
     def constraints(self, a: Node, b: Node, path: TreePath) -> None:
         if isinstance(a, NumberNode) and isinstance(b, NumberNode) and a.dtype != b.dtype:
             self.changed("dtype", path, a.dtype, b.dtype, str(a.dtype), str(b.dtype))
+        number = isinstance(a, NumberNode)  # (b is one too: the kinds are equal here)
+        # A bits value with no numpy dtype (Char, @enum, pointer: ``type`` names it) is recorded as
+        # the integer its bytes make and shown as inspect shows it, at its byte count where known
+        # (inferred here; a schema document's side takes the other side's).
+        ta, tb = (getattr(n, "type", None) if number else None for n in (a, b))
+        sa, sb = self.sizes.get(id(a)), self.sizes.get(id(b))
+        sa, sb = sa or sb, sb or sa
         for attr in ("enum", "minimum", "maximum"):
             va, vb = getattr(a, attr, None), getattr(b, attr, None)
             if va != vb:
-                self.changed("value", path, va, vb, f"{attr} {_value(va)}", _value(vb))
+                self.changed("value", path, va, vb, f"{attr} {_value(va, ta, sa)}", _value(vb, tb, sb))
         # The recorded content (a number's, bool's, string's or symbol's exact value), like an
         # array's sha256: recorded on one side only is a difference too.
         ca, cb = getattr(a, "value", None), getattr(b, "value", None)
         if not same_content(ca, cb):
-            number = isinstance(a, NumberNode)
-            ta, tb = (getattr(n, "type", None) if number else None for n in (a, b))
             self.changed(
                 "content",
                 path,
                 ca,
                 cb,
-                shown_value(ca, number=number, julia_type=ta),
-                shown_value(cb, number=number, julia_type=tb),
+                shown_value(ca, number=number, julia_type=ta, size=sa),
+                shown_value(cb, number=number, julia_type=tb, size=sb),
             )
 
     def key(self, node: Node) -> str:
@@ -363,9 +375,9 @@ def _digest(digest: str | None) -> str:
     return "none" if digest is None else f"{digest[:16]}…"
 
 
-def _value(v: Any) -> str:
+def _value(v: Any, julia_type: str | None = None, size: int | None = None) -> str:
     if v is None:
         return "none"
     if isinstance(v, list):
-        return "[" + ", ".join(format_value(x) for x in v) + "]"
-    return format_value(v)
+        return "[" + ", ".join(_value(x, julia_type, size) for x in v) + "]"
+    return bits_shown(v, julia_type, size) or format_value(v)

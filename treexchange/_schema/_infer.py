@@ -14,6 +14,7 @@ from .._jsonform import json_scalar
 from .._limits import DEFAULT_LIMITS, Limits
 from .._nodeproto import LazyFile
 from .._recursion import stack_for_depth
+from .._values import JuliaBits
 from .._version import __version__
 from ._content import content_value
 from ._model import (
@@ -126,7 +127,29 @@ def infer_schema(
         >>> [(f.name, f.node.summary()) for f in doc.roots["model_state"].fields]
         [('weight', 'array float32 (5, 16)'), ('bias', 'array float32 (5,)'), ('σ', '()')]
     """
-    options = _Options(checksums=checksums, values=values)
+    return _infer(x, _Options(checksums=checksums, values=values), name=name, description=description)
+
+
+def infer_with_sizes(
+    x: Any, *, name: str | None = None, checksums: bool = False
+) -> tuple[Schema, dict[int, int]]:
+    """:func:`infer_schema`, and the byte count of each value of a Julia bits type with no numpy
+    dtype (a :class:`~treexchange.JuliaBits`: a ``Char``, an ``@enum``, a pointer) by the ``id`` of
+    its number node (while the schema lives). The schema records such a value as the integer its
+    bytes make; ``diff`` shows it as ``inspect`` does, in hex of that many bytes.
+
+    Example:
+        >>> from treexchange import JuliaBits
+        >>> doc, sizes = infer_with_sizes({"e": JuliaBits("Main.E", b"\\x02\\x00")}, checksums=True)
+        >>> doc.roots["e"].value, sizes[id(doc.roots["e"])]
+        (2, 2)
+    """
+    options = _Options(checksums=checksums, values=False)
+    options.sizes = {}
+    return _infer(x, options, name=name, description=None), options.sizes
+
+
+def _infer(x: Any, options: _Options, *, name: str | None, description: str | None) -> Schema:
     with gc_paused():
         if is_file_like(x):
             with opened(x) as file:
@@ -177,7 +200,17 @@ class _Options:
     place where it was first described. Other objects a file's DAG reaches twice are inferred
     once, their schema node reused at every other place."""
 
-    __slots__ = ("_active", "_deepest", "_memo", "budget", "checksums", "count", "max_depth", "values")
+    __slots__ = (
+        "_active",
+        "_deepest",
+        "_memo",
+        "budget",
+        "checksums",
+        "count",
+        "max_depth",
+        "sizes",
+        "values",
+    )
 
     def __init__(self, *, checksums: bool, values: bool) -> None:
         self.checksums = checksums
@@ -189,6 +222,7 @@ class _Options:
         self._memo: dict[int, tuple[Node, int, int, tuple[Any, ...]]] = {}
         self._active: dict[int, tuple[Any, ...]] = {}  # containers on the current path
         self._deepest = 0
+        self.sizes: dict[int, int] | None = None  # (infer_with_sizes: bits values' byte counts)
 
     def node(self, src: Source, depth: int) -> Node:
         if depth > self.max_depth:
@@ -280,7 +314,10 @@ class _Options:
             number = src.scalar()
             enum = [json_scalar(number, type_text)] if self.values else None
             value = content_value(number, type_text) if self.checksums else None
-            return _make(NumberNode, dtype=src.dtype(), type=type_text, enum=enum, value=value)
+            node = _make(NumberNode, dtype=src.dtype(), type=type_text, enum=enum, value=value)
+            if self.sizes is not None and isinstance(number, JuliaBits):
+                self.sizes[id(node)] = len(number.data)
+            return node
         if kind in _PLAIN_NODES:
             cls = _PLAIN_NODES[kind]
             if not (self.values or self.checksums):

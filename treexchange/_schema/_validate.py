@@ -20,8 +20,9 @@ from .._juliatype import JuliaType
 from .._limits import DEFAULT_LIMITS, Limits
 from .._nodeproto import LazyFile
 from .._recursion import stack_for_depth
+from .._values import JuliaBits
 from ._align import align
-from ._content import char_shown, content_value, same_content, shown_value
+from ._content import bits_shown, content_value, same_content, shown_value
 from ._infer import file_limits, infer_node
 from ._model import (
     ArrayNode,
@@ -442,22 +443,25 @@ class _Checker:
             return
         value = a.scalar()  # (read once for both checks: a file node reads it from the file)
         found_type = a.type_text()  # (asked once: the content's encoding, and a Char shown as one)
+        # A bits value with no numpy dtype (Char, @enum, pointer) is shown as inspect shows it; the
+        # integers the schema records for it are shown at the width of the value found.
         bits = s.type or found_type
+        size = len(value.data) if isinstance(value, JuliaBits) else None
         if checks_content:
-            self._content(s.value, content_value(value, found_type), a, number=True, julia_type=bits)
+            found = content_value(value, found_type)
+            self._content(s.value, found, a, number=True, julia_type=bits, size=size)
         if s.enum is None and s.minimum is None and s.maximum is None:
             return
-        shown = char_shown(value, bits) or format_value(json_scalar(value))
+        shown = bits_shown(value, bits) or format_value(json_scalar(value))
         if s.enum is not None and not number_in(value, s.enum):
-            self.add("value", a.path, f"{shown} found, schema allows {_enum_text(s.enum, bits)}")
-        if s.minimum is not None:
-            order = number_compare(value, s.minimum)
-            if order is None or order < 0:
-                self.add("value", a.path, f"{shown} found, schema minimum is {s.minimum}")
-        if s.maximum is not None:
-            order = number_compare(value, s.maximum)
-            if order is None or order > 0:
-                self.add("value", a.path, f"{shown} found, schema maximum is {s.maximum}")
+            self.add("value", a.path, f"{shown} found, schema allows {_enum_text(s.enum, bits, size)}")
+        for attr, bound, outside in (("minimum", s.minimum, -1), ("maximum", s.maximum, 1)):
+            if bound is None:
+                continue
+            order = number_compare(value, bound)
+            if order is None or order == outside:
+                limit = bits_shown(bound, bits, size) or bound
+                self.add("value", a.path, f"{shown} found, schema {attr} is {limit}")
 
     def _enum(self, s: BoolNode | StringNode | SymbolNode, a: Source) -> None:
         if s.enum is None and (s.value is None or not self.checksums):
@@ -470,12 +474,19 @@ class _Checker:
             self.add("value", a.path, f"{format_value(plain)} found, schema allows {_enum_text(s.enum)}")
 
     def _content(
-        self, recorded: Any, found: Any, a: Source, *, number: bool = False, julia_type: str | None = None
+        self,
+        recorded: Any,
+        found: Any,
+        a: Source,
+        *,
+        number: bool = False,
+        julia_type: str | None = None,
+        size: int | None = None,
     ) -> None:
         """A scalar's exact value against the one the schema records (checked with checksums)."""
         if not same_content(found, recorded):
-            shown = shown_value(found, number=number, julia_type=julia_type)
-            expected = shown_value(recorded, number=number, julia_type=julia_type)
+            shown = shown_value(found, number=number, julia_type=julia_type, size=size)
+            expected = shown_value(recorded, number=number, julia_type=julia_type, size=size)
             self.add("content", a.path, f"{shown} found, schema records {expected}")
 
     # --- trial runs ------------------------------------------------------------------------------
@@ -493,8 +504,8 @@ class _Checker:
         return True
 
 
-def _enum_text(values: list[Any], julia_type: str | None = None) -> str:
-    return "[" + ", ".join(char_shown(v, julia_type) or format_value(v) for v in values) + "]"
+def _enum_text(values: list[Any], julia_type: str | None = None, size: int | None = None) -> str:
+    return "[" + ", ".join(bits_shown(v, julia_type, size) or format_value(v) for v in values) + "]"
 
 
 def _describe(src: Source) -> str:
