@@ -24,7 +24,10 @@ done before the clock starts):
 * ``walk``: open lazily and visit every leaf by key without reading array data
   (``treexchange.open`` + ``keys()``/``[]`` over the tree, asking each array's ``shape`` and
   ``dtype``; safetensors ``safe_open`` + ``get_slice(k).get_shape()``; h5py ``f[k].shape``);
-  methods with no lazy open have none.
+  methods with no lazy open have none;
+* ``leaves``: the same, through each library's own listing of every leaf: ``File.leaves()``
+  (``(path, node)`` of every leaf, its shape and dtype asked), safetensors as for ``walk`` (its
+  ``keys()`` are its listing), h5py ``visititems``.
 
 Usage: ``python benchmarks/bench_leaves.py [--leaves 1000,10000,100000] [--repeat 3]
 [--methods tx-dict,safetensors] [--json FILE] [--plot docs/performance-scaling.png]``;
@@ -151,10 +154,19 @@ def operations(method: str, n: int, workdir: Path) -> dict[str, Callable[[], Any
             with tx.open(path) as f:
                 return _walk_tx(f["st"])
 
+        def leaves() -> int:
+            n = 0
+            with tx.open(path) as f:
+                for _, leaf in f.leaves():
+                    leaf.dtype  # noqa: B018 - asked, as a walk over metadata does
+                    n += len(leaf.shape)
+            return n
+
         ops = {
             "save": lambda: tx.save(path, st=state),
             "load": lambda: tx.load(path),
             "walk": walk,
+            "leaves": leaves,
         }
     elif method == "safetensors":
         from safetensors import safe_open
@@ -168,7 +180,7 @@ def operations(method: str, n: int, workdir: Path) -> dict[str, Callable[[], Any
             with safe_open(str(path), framework="np") as f:
                 return sum(len(f.get_slice(k).get_shape()) for k in f.keys())
 
-        ops = {"save": st_save, "load": lambda: load_file(str(path)), "walk": st_walk}
+        ops = {"save": st_save, "load": lambda: load_file(str(path)), "walk": st_walk, "leaves": st_walk}
     elif method == "h5py":
         import h5py
 
@@ -186,7 +198,19 @@ def operations(method: str, n: int, workdir: Path) -> dict[str, Callable[[], Any
             with h5py.File(path, "r") as f:
                 return sum(len(f[k].shape) for k in f)
 
-        ops = {"save": h5_save, "load": h5_load, "walk": h5_walk}
+        def h5_leaves() -> int:
+            found: list[int] = []
+
+            def visit(_: str, obj: Any) -> None:
+                if isinstance(obj, h5py.Dataset):
+                    obj.dtype  # noqa: B018 - asked, as a walk over metadata does
+                    found.append(len(obj.shape))
+
+            with h5py.File(path, "r") as f:
+                f.visititems(visit)
+            return sum(found)
+
+        ops = {"save": h5_save, "load": h5_load, "walk": h5_walk, "leaves": h5_leaves}
     elif method == "flax-msgpack":
         from flax import serialization
 
@@ -231,7 +255,7 @@ def run_child(method: str, n: int, repeat: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory(prefix="txbench-leaves-") as d:
         ops = operations(method, n, Path(d))
         out: dict[str, float] = {}
-        for name in ("save", "load", "walk"):  # save first: the others read its file
+        for name in ("save", "load", "walk", "leaves"):  # save first: the others read its file
             if name not in ops:
                 continue
             best = best_cpu = float("inf")
@@ -250,7 +274,10 @@ INTERLEAVED = ("safetensors", "tx-dict", "tx-flatdict", "tx-namedtuple", "raw")
 
 
 def interleaved(
-    sizes: list[int], methods: list[str], rounds: int, only: tuple[str, ...] = ("save", "walk", "load")
+    sizes: list[int],
+    methods: list[str],
+    rounds: int,
+    only: tuple[str, ...] = ("save", "walk", "leaves", "load"),
 ) -> dict[str, dict[int, dict[str, float]]]:
     """Every method in this one process, taking turns ``rounds`` times per size (save, then walk,
     then load of each method in a round): best wall and best CPU time of each. On a shared machine
@@ -308,8 +335,8 @@ def main() -> None:
     )
     ap.add_argument(
         "--ops",
-        default="save,walk,load",
-        help="with --interleaved: only these operations (save,walk,load); a save right after a "
+        default="save,walk,leaves,load",
+        help="with --interleaved: only these operations (save,walk,leaves,load); a save right after a "
         "read of a large file pays the kernel's page-cache work for it, see docs/performance.md",
     )
     ap.add_argument("--run", nargs=3, metavar=("METHOD", "N", "REPEAT"), help=argparse.SUPPRESS)
@@ -368,10 +395,10 @@ def print_tables(
     results: dict[str, dict[int, dict[str, float]]], sizes: list[int], *, cpu: bool = False
 ) -> None:
     what = "CPU seconds of the process" if cpu else "seconds"
-    for name in ("save", "load", "walk"):
+    for name in ("save", "load", "walk", "leaves"):
         op = "cpu:" + name if cpu else name
         # A walk is also held to safetensors' load (the issue's "open + walk <= 2x its load").
-        also = ("cpu:load" if cpu else "load") if name == "walk" else None
+        also = ("cpu:load" if cpu else "load") if name in ("walk", "leaves") else None
         ratio = "× safetensors at that size" + ("; × its load" if also else "")
         print(f"\n### {name} (best of runs, {what}; in brackets: {ratio})\n")
         print("| method | " + " | ".join(f"{n:,} leaves" for n in sizes) + " | µs per leaf (largest) |")

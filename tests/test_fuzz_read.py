@@ -26,6 +26,7 @@ import time
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import h5py
 import numpy as np
@@ -48,6 +49,7 @@ from conftest import FIXTURES, HOSTILE
 import treexchange as tx
 from treexchange import TreexchangeError
 from treexchange._inspect import json_lines, node_record, text_lines, walk_nodes
+from treexchange._nodeproto import walk_leaves
 
 N_CASES = int(os.environ.get("TREEXCHANGE_FUZZ_CASES", "2400"))
 SEED_FILES = [
@@ -283,15 +285,35 @@ class _Seed:
 
 def _read_everything(raw: bytes) -> None:
     """Eager read of every value (what ``load`` does) and the full ``inspect --json`` listing;
-    the text listing too when the JSON one succeeds (it has its own cycle rendering)."""
-    with tx.open(raw) as f:
-        try:
-            f.read()
-        finally:  # even when the eager read refuses (a cycle through a struct), list it
-            for _ in json_lines(f):
-                pass
-            for _ in text_lines(f):
-                pass
+    the text listing too when the JSON one succeeds (it has its own cycle rendering); then the
+    leaves, which must be what the protocol's walk over ``children()`` lists (:func:`_leaves`)."""
+    try:
+        with tx.open(raw) as f:
+            try:
+                f.read()
+            finally:  # even when the eager read refuses (a cycle through a struct), list it
+                for _ in json_lines(f):
+                    pass
+                for _ in text_lines(f):
+                    pass
+    finally:
+        fast, generic = _leaves(raw, fast=True), _leaves(raw, fast=False)
+        assert fast == generic, f"leaves() {_short(fast)} != walk_leaves {_short(generic)}"
+
+
+def _leaves(raw: bytes, *, fast: bool) -> list[tuple[Any, ...]] | str:
+    """What ``leaves()`` (``fast``) or ``walk_leaves`` lists of a fresh open of ``raw``, or the
+    name of the TreexchangeError it raises."""
+    try:
+        with tx.open(raw) as f:
+            found = f.leaves() if fast else walk_leaves(f, f.limits.nodes_for(f.file_size))
+            return [(p, n.kind, str(n.julia_type), n.shape, n.dtype, n.object_address) for p, n in found]
+    except TreexchangeError as err:
+        return type(err).__name__
+
+
+def _short(found: list[tuple[Any, ...]] | str) -> str:
+    return found if isinstance(found, str) else f"{len(found)} leaves, first {found[:1]}"
 
 
 class _Timeout(Exception):

@@ -25,7 +25,7 @@ from ._errors import LimitError, TreePath
 from ._gc import gc_paused
 from ._jld2._nodes import array_protocol
 from ._limits import DEFAULT_LIMITS, Limits
-from ._nodeproto import CONTAINER_KINDS
+from ._nodeproto import CONTAINER_KINDS, walk_leaves
 from ._plainhdf5 import HeaderlessRoot, ValueNode
 from ._recursion import stack_for_depth
 from ._typeof import SharedTypes, kind_of, wide_int_array
@@ -81,6 +81,9 @@ class BsonNode(ValueNode):
 
     def _child(self, value: Any, path: TreePath) -> BsonNode:
         return BsonNode(value, path, self._context)
+
+    def _node_budget(self) -> int:
+        return self._context.session.limits.nodes_for(self._context.session.parser.size)
 
 
 @dataclass(frozen=True)
@@ -151,6 +154,10 @@ class BsonFile(Mapping[str, BsonNode], HeaderlessRoot):
     def children(self) -> Iterator[tuple[str, BsonNode]]:
         for k in self._doc.entries:
             yield k, self[k]
+
+    def leaves(self) -> Iterator[tuple[TreePath, Any]]:
+        """``(path, node)`` of every leaf of every entry, in order (:func:`walk_leaves`)."""
+        return walk_leaves(self, self.limits.nodes_for(self.file_size))
 
     def read(self, name: str | None = None, *, order: str = "julia", mmap: bool = True) -> Any:
         """Everything (``dict`` of top-level names) or one name. ``order="storage"`` and

@@ -21,6 +21,8 @@ A node answers:
 * children: ``children()`` gives ``(segment, node)`` pairs in order; ``node[key]`` indexes like
   the Python value the node reads as (fields and dict keys by key, tuple and vector elements by
   0-based position, groups by name), ``len`` and ``iter`` follow the same value;
+* ``leaves()``: ``(path, node)`` of every leaf below (arrays, numbers, strings, ...: every node
+  that is neither a container nor a group), in order (:func:`walk_leaves` says which);
 * arrays: ``shape`` (Julia's order) and ``dtype`` (numpy), ``node[index]`` slices like the numpy
   array in Julia's shape, reading only what is needed; other kinds give ``None`` for ``dtype``
   and for ``shape`` what they know (a vector's shape; ``None`` or ``()`` otherwise);
@@ -32,13 +34,13 @@ The protocols are ``runtime_checkable``, but such an ``isinstance`` looks up eve
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any, Literal, Protocol, TypeGuard, TypeVar, runtime_checkable
 
 import numpy as np
 
-from ._errors import PathSegment, TreePath
+from ._errors import LimitError, PathSegment, TreePath
 from ._juliatype import JuliaType
 from ._limits import Limits
 
@@ -73,6 +75,8 @@ class LazyNode(Protocol):
     def dtype(self) -> np.dtype | None: ...
 
     def children(self) -> Iterator[tuple[PathSegment, LazyNode]]: ...
+
+    def leaves(self) -> Iterator[tuple[TreePath, LazyNode]]: ...
 
     def __getitem__(self, key: Any) -> Any: ...
 
@@ -182,3 +186,94 @@ def is_node(x: object) -> TypeGuard[LazyNode]:
         if len(_NODE_TYPES) < 256:
             _NODE_TYPES[t] = hit
     return hit
+
+
+def is_container(node: LazyNode) -> bool:
+    """Whether ``node`` has children: a group, or a value of a container kind (an empty one too).
+
+    Example:
+        >>> import os, tempfile, numpy as np
+        >>> import treexchange
+        >>> path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
+        >>> treexchange.save(path, a=np.zeros(2))
+        >>> with treexchange.open(path) as f:
+        ...     is_container(f), is_container(f["a"])
+        (True, False)
+    """
+    kind = node.kind
+    return kind == "group" or kind in CONTAINER_KINDS
+
+
+def child_items(node: LazyNode, seen: set[int]) -> Iterator[tuple[TreePath, LazyNode] | LazyNode]:
+    """What :func:`walk_leaves` walks by default: the children of ``node`` (``children()``),
+    each leaf as ``(path, leaf)`` and each container as itself (to descend into)."""
+    for _, child in node.children():
+        yield child if is_container(child) else (child.path, child)
+
+
+def walk_leaves(
+    root: LazyNode,
+    budget: int,
+    items: Callable[[Any, set[int]], Iterator[Any]] = child_items,
+    check: Callable[[], None] | None = None,
+) -> Iterator[tuple[TreePath, LazyNode]]:
+    """``(path, node)`` of every leaf at or below ``root``, in order (pre-order, children in
+    their order): what ``node.leaves()`` gives, for any reader's nodes.
+
+    A leaf is a node that is neither a container nor a group (an array, a number, a string, a
+    symbol, a singleton such as ``nothing`` or ``()``); a container with no children (a
+    NamedTuple with no fields, an empty Dict) has none. Each container object
+    (``object_address``) is descended into once, as ``inspect`` lists it: a later place holding
+    the same object (shared, or a cycle) adds nothing, while an array shared by two places is a
+    leaf at both.
+
+    ``items(container, seen)`` gives a container's children as :func:`child_items` does (a reader
+    may make them faster; ``seen``: the addresses of the containers met so far, for those it
+    walks without yielding them); ``check()`` runs before each leaf is given (a closed file raises).
+
+    Raises:
+        LimitError: more than ``budget`` nodes visited (the file's ``Limits.max_nodes``: a
+            hostile file sharing leaves at every level of a deep structure cannot make the
+            listing endless).
+
+    Example:
+        >>> import os, tempfile, numpy as np
+        >>> import treexchange
+        >>> path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
+        >>> treexchange.save(path, a=np.zeros(2), b=(1, treexchange.NamedTuple(c="x")))
+        >>> with treexchange.open(path) as f:
+        ...     [(p, node.kind) for p, node in walk_leaves(f, 100)]
+        [(('a',), 'array'), (('b', 1), 'number'), (('b', 2, 'c'), 'string')]
+    """
+    if not is_container(root):
+        yield root.path, root
+        return
+    seen: set[int] = set()
+    visited = 0
+    stack: list[Iterator[Any]] = []
+    node: LazyNode | None = root
+    while True:
+        if node is not None:  # a container to descend into, unless met before
+            address = node.object_address
+            if address is None or address not in seen:
+                if address is not None:
+                    seen.add(address)
+                stack.append(items(node, seen))
+            node = None
+        if not stack:
+            return
+        for item in stack[-1]:
+            visited += 1
+            if visited > budget:
+                raise LimitError(
+                    f"more than {budget} nodes to list (objects shared many times over?)",
+                    path=item[0] if type(item) is tuple else item.path,
+                )
+            if type(item) is not tuple:
+                node = item
+                break
+            if check is not None:
+                check()
+            yield item
+        else:
+            stack.pop()

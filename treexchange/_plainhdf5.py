@@ -43,7 +43,7 @@ from ._errors import (
 from ._jld2._nodes import array_protocol
 from ._juliatype import JuliaType
 from ._limits import DEFAULT_LIMITS, Limits
-from ._nodeproto import CONTAINER_KINDS, ClosingFile
+from ._nodeproto import CONTAINER_KINDS, ClosingFile, walk_leaves
 from ._typeof import ANY, STRING, julia_eltype, julia_type_of, kind_of
 from ._values import UNDEF, JuliaArray, JuliaStruct, NamedTuple, Symbol
 
@@ -281,6 +281,14 @@ class ValueNode:
         for seg, _, x in self._items():
             yield seg, self._child(x, (*self.path, seg))
 
+    def leaves(self) -> Iterator[tuple[TreePath, Any]]:
+        """``(path, node)`` of every leaf at or below this node (:func:`walk_leaves`)."""
+        return walk_leaves(self, self._node_budget())
+
+    def _node_budget(self) -> int:
+        """How many nodes :meth:`leaves` may visit (a value read already: the default bound)."""
+        return DEFAULT_LIMITS.nodes_for(0)
+
     def __iter__(self) -> Iterator[Any]:
         """Tuple and vector elements (as nodes), or the keys of fields and dict entries."""
         if self.kind in ("tuple", "vector"):
@@ -406,6 +414,10 @@ class PlainNode:
         elif self._value_node is not None:
             yield from self._value_node.children()
 
+    def leaves(self) -> Iterator[tuple[TreePath, Any]]:
+        """``(path, node)`` of every leaf at or below this node (:func:`walk_leaves`)."""
+        return walk_leaves(self, self._file.limits.nodes_for(self._file.file_size))
+
     def __repr__(self) -> str:
         return f"<PlainNode {format_path(self.path)}: {self.kind} {self.julia_type}>"
 
@@ -511,6 +523,10 @@ class PlainFile(Mapping[str, PlainNode], HeaderlessRoot):
     def children(self) -> Iterator[tuple[str, PlainNode]]:
         for k in self._h5:
             yield k, self[k]
+
+    def leaves(self) -> Iterator[tuple[TreePath, Any]]:
+        """``(path, node)`` of every dataset's leaves, in the file's order (:func:`walk_leaves`)."""
+        return walk_leaves(self, self.limits.nodes_for(self.file_size))
 
     def read(self, name: str | None = None, *, order: str = "julia", mmap: bool = True) -> Any:
         """Everything (``dict`` of top-level names) or one name, read through h5py into memory of

@@ -135,6 +135,12 @@ class Node:
         """Child nodes in order with their path segments (none for leaves and arrays)."""
         return iter(())
 
+    def leaves(self) -> Iterator[tuple[TreePath, Node | Group]]:
+        """``(path, node)`` of every leaf at or below this node, in order: arrays, numbers,
+        strings, ... (every node that is not a container), each container object visited once
+        (see :meth:`treexchange.File.leaves`). A leaf's own leaves: itself."""
+        return _leaves(self)
+
     def __getitem__(self, key: Any) -> Any:
         raise TypeError(f"a {self.kind} node has no children")
 
@@ -1063,6 +1069,36 @@ class Group(Mapping[str, "Node | Group"]):
         for name in self._all():
             yield name, self._entry(name)
 
+    def leaves(self) -> Iterator[tuple[TreePath, Node | Group]]:
+        """``(path, node)`` of every leaf in the group, in order, and in the groups below it.
+
+        A leaf is a node that is not a container: an array, a number, a string, a symbol, a
+        singleton (``nothing``, a function, and ``()``: the marker ``Flux.state`` writes for a
+        field without state, as ``inspect`` shows it). An array's shape and dtype come from
+        its header, which this walk checks in bulk for many alike datasets; no array data are
+        read. Each container object is visited once (a later place that holds the same object,
+        shared or in a cycle, adds nothing; an array shared by two places is a leaf at both).
+
+        Raises:
+            LimitError: more nodes than the file's ``Limits.max_nodes`` allows.
+
+        Example:
+            >>> import os, tempfile, numpy as np
+            >>> import treexchange
+            >>> path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
+            >>> layer = treexchange.NamedTuple(weight=np.zeros((3, 2), np.float32), σ=())
+            >>> treexchange.save(path, model=treexchange.NamedTuple(layers=(layer, layer)), step=7)
+            >>> with treexchange.open(path) as f:
+            ...     for p, leaf in f.leaves():
+            ...         print(p, leaf.kind, leaf.shape, leaf.dtype)
+            ('model', 'layers', 1, 'weight') array (3, 2) float32
+            ('model', 'layers', 1, 'σ') singleton None None
+            ('model', 'layers', 2, 'weight') array (3, 2) float32
+            ('model', 'layers', 2, 'σ') singleton None None
+            ('step',) number None None
+        """
+        return _leaves(self)
+
     def read(self, *, order: Order = "julia", mmap: bool = True) -> dict[str, Any]:
         """Every value in the group, eagerly (one session: shared arrays stay shared);
         ``mmap`` as for :meth:`Node.read`."""
@@ -1626,3 +1662,13 @@ def ghost_node(reader: Reader, path: TreePath, value: Any, jt: JuliaType) -> Nod
     if isinstance(value, tuple) and value:
         return GhostContainerNode(reader, path, "tuple", jt, value)
     return _shared_const(reader, path, "singleton", jt, value)
+
+
+def _leaves(node: Node | Group) -> Iterator[tuple[TreePath, Node | Group]]:
+    """:func:`._walk.jld2_leaves` of ``node``, within the file's node budget."""
+    from ._walk import jld2_leaves  # (the walk builds on the node classes defined here)
+
+    reader = node._reader
+    if reader.closed:
+        reader._check_open()
+    return jld2_leaves(node, reader.limits.nodes_for(reader.h5.size))

@@ -1,0 +1,224 @@
+"""``leaves()``: every leaf's path and node, for every reader's files.
+
+The JLD2 walk (treexchange._jld2._walk) makes a model's leaves straight from the bytes of its
+layers and Dicts; the reference is the protocol's own walk over ``children()``
+(``_nodeproto.walk_leaves``), which every reader shares. Both must list the same leaves, in the
+same order, with the same paths, kinds, types, shapes and addresses, on real files and on trees
+that take each of the fast paths (many layers, Dicts of arrays, shared arrays, cycles, nodes made
+before the walk, bounds).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import h5py
+import numpy as np
+import pytest
+from conftest import all_fixtures_or_skip, fixture_ids
+
+import treexchange as tx
+from treexchange import JuliaDict, JuliaStruct, LimitError, NamedTuple
+from treexchange._nodeproto import LazyNode, walk_leaves
+
+REAL = all_fixtures_or_skip("**/*.jld2") + all_fixtures_or_skip("**/*.bson")
+
+
+def _records(pairs: Any) -> list[tuple[Any, ...]]:
+    return [
+        (p, n.kind, str(n.julia_type), n.shape, n.dtype, n.object_address, tuple(n.path)) for p, n in pairs
+    ]
+
+
+def _reference(root: LazyNode, budget: int = 10**6) -> list[tuple[Any, ...]]:
+    return _records(walk_leaves(root, budget))
+
+
+def _layers(n: int) -> NamedTuple:
+    rng = np.random.default_rng(n)
+    return NamedTuple(
+        layers=tuple(
+            NamedTuple(
+                weight=rng.standard_normal((4, 3)).astype(np.float32),
+                bias=rng.standard_normal(4).astype(np.float32),
+                σ=(),
+            )
+            for _ in range(n)
+        )
+    )
+
+
+@pytest.mark.parametrize("path", REAL, ids=fixture_ids([p for p in REAL if isinstance(p, Path)]))
+def test_real_files_list_the_leaves_the_protocol_walk_lists(path: Path) -> None:
+    with tx.open(path) as f:
+        fast = _records(f.leaves())
+    with tx.open(path) as f:
+        assert fast == _reference(f)
+    assert all(p == node_path for p, *_, node_path in fast)
+
+
+@pytest.mark.parametrize("n", [3, 40, 130])  # below and above the bulk read of a vector's layers
+def test_a_models_layers_give_every_array_at_its_path_with_its_data(tmp_path: Path, n: int) -> None:
+    state = _layers(n)
+    path = tmp_path / "model.jld2"
+    tx.save(path, model_state=state, step=np.int64(7))
+    with tx.open(path) as f:
+        got = list(f.leaves())
+        expected = [
+            (("model_state", "layers", j + 1, field), leaf)
+            for j, layer in enumerate(state["layers"])
+            for field, leaf in layer.items()
+        ] + [(("step",), 7)]
+        assert [p for p, _ in got] == [p for p, _ in expected]
+        for (p, node), (_, value) in zip(got, expected):
+            if isinstance(value, np.ndarray):
+                assert node.kind == "array" and node.shape == value.shape and node.dtype == value.dtype
+                np.testing.assert_array_equal(np.asarray(node), value)
+                assert str(node.julia_type) == f"Array{{Float32, {value.ndim}}}"
+            else:
+                assert node.read() == value
+            assert tuple(node.path) == p
+    with tx.open(path) as f:
+        assert _records(f.leaves()) == _reference(f)
+
+
+def test_nodes_made_before_the_walk_are_the_ones_it_gives_and_the_rest_match(tmp_path: Path) -> None:
+    path = tmp_path / "model.jld2"
+    tx.save(path, st=_layers(70))
+    with tx.open(path) as f:
+        layer = f["st"]["layers"][37]  # made (and kept by its vector) before the walk
+        weight = f["st"]["layers"][5]["weight"]  # an array node: made again when asked
+        leaves = dict(f.leaves())
+        assert leaves[("st", "layers", 38, "weight")].object_address == layer["weight"].object_address
+        assert leaves[("st", "layers", 6, "weight")].object_address == weight.object_address
+    with tx.open(path) as f:
+        f["st"]["layers"][37]
+        mixed = _records(f.leaves())
+    with tx.open(path) as f:
+        assert mixed == _records(f.leaves()) == _reference(f)
+
+
+def test_dicts_of_dicts_and_flat_dicts_list_their_values(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    inner = {f"g{i}": JuliaDict({f"w{j}": rng.standard_normal(j + 1) for j in range(40)}) for i in range(6)}
+    flat = JuliaDict({f"k{j}": np.full(3, j, np.int32) for j in range(50)})
+    mixed = JuliaDict({"a": np.zeros(2), "b": "text", "c": (1, np.ones(2)), "d": JuliaDict()})
+    path = tmp_path / "dicts.jld2"
+    tx.save(path, nested=JuliaDict(inner), flat=flat, mixed=mixed)
+    with tx.open(path) as f:
+        got = dict(f.leaves())
+        assert _records(got.items()) == _reference(f)
+    assert len(got) == 6 * 40 + 50 + 4  # mixed: a, b, and the tuple's two; the empty Dict none
+    with tx.open(path) as f:
+        leaves = dict(f.leaves())
+        np.testing.assert_array_equal(np.asarray(leaves[("nested", "g3", "w7")]), inner["g3"]["w7"])
+        np.testing.assert_array_equal(np.asarray(leaves[("flat", "k49")]), flat["k49"])
+        assert leaves[("mixed", "b")].read() == "text" and leaves[("mixed", "c", 1)].read() == 1
+
+
+def test_an_array_shared_by_two_places_is_a_leaf_at_both(tmp_path: Path) -> None:
+    shared = np.arange(6.0).reshape(2, 3)
+    path = tmp_path / "tied.jld2"
+    tx.save(path, st=NamedTuple(enc=NamedTuple(w=shared), dec=NamedTuple(w=shared)))
+    with tx.open(path) as f:
+        leaves = dict(f.leaves())
+        assert list(leaves) == [("st", "enc", "w"), ("st", "dec", "w")]
+        assert leaves[("st", "enc", "w")].object_address == leaves[("st", "dec", "w")].object_address
+
+
+def test_a_cycle_of_mutable_structs_is_walked_once(tmp_path: Path) -> None:
+    root = JuliaStruct("Main.Node", {"value": np.zeros(2), "parent": None}, mutable=True)
+    child = JuliaStruct("Main.Node", {"value": np.ones(3), "parent": root}, mutable=True)
+    root.fields["parent"] = child
+    path = tmp_path / "tree.jld2"
+    tx.save(path, tree=root, again=child)
+    with tx.open(path) as f:
+        got = _records(f.leaves())
+        assert got == _reference(f)
+    assert [p for p, *_ in got] == [("tree", "value"), ("tree", "parent", "value")]
+
+
+def test_the_node_budget_bounds_the_walk(tmp_path: Path) -> None:
+    path = tmp_path / "model.jld2"
+    tx.save(path, st=_layers(40))
+    with tx.open(path, limits=tx.Limits(max_nodes=30)) as f:
+        with pytest.raises(LimitError, match="more than 30 nodes") as info:
+            list(f.leaves())
+        assert info.value.path[:2] == ("st", "layers")
+        with pytest.raises(LimitError, match="more than 30 nodes"):
+            list(walk_leaves(f, 30))
+
+
+def test_a_file_closed_while_walking_stops_the_walk(tmp_path: Path) -> None:
+    path = tmp_path / "model.jld2"
+    tx.save(path, st=_layers(40))
+    f = tx.open(path)
+    walk = f.leaves()
+    next(walk)
+    f.close()
+    with pytest.raises(ValueError, match="closed"):
+        next(walk)
+    with pytest.raises(ValueError, match="closed"):
+        f.leaves()
+
+
+def test_a_leaf_and_a_subtree_list_their_own_leaves(tmp_path: Path) -> None:
+    path = tmp_path / "model.jld2"
+    tx.save(path, st=_layers(40))
+    with tx.open(path) as f:
+        weight = f["st"]["layers"][3]["weight"]
+        assert [(p, n.object_address) for p, n in weight.leaves()] == [
+            (("st", "layers", 4, "weight"), weight.object_address)
+        ]
+        layer = f["st"]["layers"][3]
+        assert [p for p, _ in layer.leaves()] == [("st", "layers", 4, k) for k in ("weight", "bias", "σ")]
+        assert _records(f["st"]["layers"].leaves()) == _reference(f["st"]["layers"])
+
+
+@pytest.mark.parametrize("depth", range(34, 41))
+def test_paths_at_the_depth_bound_end_as_the_protocol_walk_ends(tmp_path: Path, depth: int) -> None:
+    # A model's layers (read in bulk) nested so deep that their fields' paths reach the bound
+    # (4 * max_depth + 16 = 40 segments): the same leaves, or the same LimitError, both ways.
+    value: Any = _layers(40)
+    for _ in range(depth - 2):
+        value = [value, 1]
+    path = tmp_path / "deep.jld2"
+    tx.save(path, deep=value)
+    outcomes = []
+    for walk in (lambda f: f.leaves(), lambda f: walk_leaves(f, 10**6)):
+        with tx.open(path, limits=tx.Limits(max_depth=6)) as f:
+            try:
+                outcomes.append(_records(walk(f)))
+            except LimitError as err:
+                outcomes.append([str(err)])
+    assert outcomes[0] == outcomes[1]
+
+
+def test_plain_hdf5_and_bson_files_list_their_leaves(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.h5"
+    with h5py.File(plain, "w") as h:
+        h["w"] = np.arange(6.0).reshape(3, 2)
+        h.create_group("g")["b"] = np.arange(4, dtype=np.int32)
+        h["s"] = "text"
+    with tx.open(plain, allow_hdf5=True) as f:
+        got = list(f.leaves())
+        assert [(p, n.kind, n.shape) for p, n in got] == [
+            (("g", "b"), "array", (4,)),
+            (("s",), "string", ()),
+            (("w",), "array", (2, 3)),
+        ]
+        assert [p for p, _ in f["g"].leaves()] == [("g", "b")]
+    from treexchange._bson._writer import bson_file  # (a BSON.jl file made in memory)
+
+    raw = bson_file({"acc": 0.98, "v": [1.0, "x", [2, 3]]})
+    with tx.open(raw) as f:
+        got = [(p, n.kind) for p, n in f.leaves()]
+        assert got == [(p, n.kind) for p, n in walk_leaves(f, 10**6)]
+    assert got == [
+        (("acc",), "number"),
+        (("v", 1), "number"),
+        (("v", 2), "string"),
+        (("v", 3, 1), "number"),
+        (("v", 3, 2), "number"),
+    ]
