@@ -40,8 +40,23 @@ from ._reader import DatasetInfo, Reader
 _unpack_u64 = struct.Struct("<Q").unpack_from
 
 AnyNode = Node | Group
-_Item = tuple[TreePath, AnyNode] | AnyNode
-"""What a container's items give: ``(path, leaf)``, or a container to descend into."""
+
+
+class _Passed:
+    """A layer :func:`_vector_items` lists from its bytes, given to :func:`walk_leaves` in its
+    place: counted toward the node budget as the layer's node would be (a LimitError names its
+    path), and not descended into (its address is in ``seen`` already)."""
+
+    __slots__ = ("object_address", "path")
+
+    def __init__(self) -> None:
+        self.path: TreePath = ()
+        self.object_address = 0
+
+
+_Item = tuple[TreePath, AnyNode] | AnyNode | _Passed
+"""What a container's items give: ``(path, leaf)``, a container to descend into, or a layer
+passed (:class:`_Passed`)."""
 
 
 def jld2_leaves(root: AnyNode, budget: int) -> Iterator[tuple[TreePath, AnyNode]]:
@@ -136,6 +151,7 @@ def _vector_items(vector: RefVectorNode, seen: set[int]) -> Iterator[_Item]:
     short = len(path) + 1 < reader.max_path  # (a layer's fields' paths within the bound)
     group = -1
     fields: list[tuple[int, Any, int]] = []  # (position, segment, offset of a reference or -1)
+    passed = _Passed()  # (one for the vector: the walk looks at it before the next is given)
     for j, address in enumerate(addresses):
         found = elements.get(address) if short else None
         if found is not None and j not in cache and address not in objects:
@@ -145,10 +161,14 @@ def _vector_items(vector: RefVectorNode, seen: set[int]) -> Iterator[_Item]:
                 plan = info.plan
                 fields = _field_offsets(plan) if type(plan) is CompoundPlan else []
             if fields:
+                layer_path = (*path, j + 1)
+                # the layer counted as the walk counts each container it meets (its budget)
+                passed.path, passed.object_address = layer_path, address
                 if address in seen:
+                    yield passed
                     continue  # the same struct met before (shared, or a cycle): listed there
                 seen.add(address)
-                layer_path = (*path, j + 1)
+                yield passed
                 off = found >> _OFFSET_SHIFT
                 for i, seg, at in fields:
                     if at >= 0:
