@@ -1,7 +1,7 @@
 """``leaves()``: every leaf's path and node, for every reader's files.
 
-The JLD2 walk (treexchange._jld2._walk) makes a model's leaves straight from the bytes of its
-layers and Dicts; the reference is the protocol's own walk over ``children()``
+The JLD2 walk (treexchange._jld2._nodes, its leaves section) makes a model's leaves straight
+from the bytes of its layers and Dicts; the reference is the protocol's own walk over ``children()``
 (``_nodeproto.walk_leaves``), which every reader shares. Both must list the same leaves, in the
 same order, with the same paths, kinds, types, shapes and addresses, on real files and on trees
 that take each of the fast paths (many layers, Dicts of arrays, shared arrays, cycles, nodes made
