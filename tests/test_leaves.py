@@ -1,7 +1,7 @@
 """``leaves()``: every leaf's path and node, for every reader's files.
 
-The JLD2 walk (treexchange._jld2._walk) makes a model's leaves straight from the bytes of its
-layers and Dicts; the reference is the protocol's own walk over ``children()``
+The JLD2 walk (treexchange._jld2._nodes, its leaves section) makes a model's leaves straight
+from the bytes of its layers and Dicts; the reference is the protocol's own walk over ``children()``
 (``_nodeproto.walk_leaves``), which every reader shares. Both must list the same leaves, in the
 same order, with the same paths, kinds, types, shapes and addresses, on real files and on trees
 that take each of the fast paths (many layers, Dicts of arrays, shared arrays, cycles, nodes made
@@ -185,14 +185,8 @@ def test_paths_at_the_depth_bound_end_as_the_protocol_walk_ends(tmp_path: Path, 
         value = [value, 1]
     path = tmp_path / "deep.jld2"
     tx.save(path, deep=value)
-    outcomes = []
-    for walk in (lambda f: f.leaves(), lambda f: walk_leaves(f, 10**6)):
-        with tx.open(path, limits=tx.Limits(max_depth=6)) as f:
-            try:
-                outcomes.append(_records(walk(f)))
-            except LimitError as err:
-                outcomes.append([str(err)])
-    assert outcomes[0] == outcomes[1]
+    fast, reference = _both_ways(path, tx.Limits(max_depth=6))
+    assert fast == reference
 
 
 def test_plain_hdf5_and_bson_files_list_their_leaves(tmp_path: Path) -> None:
@@ -222,3 +216,43 @@ def test_plain_hdf5_and_bson_files_list_their_leaves(tmp_path: Path) -> None:
         (("v", 3, 1), "number"),
         (("v", 3, 2), "number"),
     ]
+
+
+@pytest.mark.parametrize("max_nodes", [60, 130, 161, 162, 204, 205])
+def test_the_node_budget_counts_layers_walked_from_their_bytes(tmp_path: Path, max_nodes: int) -> None:
+    # The layers the JLD2 walk lists from their bytes (no node made) count toward the budget as
+    # the protocol walk counts them (one each, a layer met again too): the same leaves, or the
+    # same LimitError at the same path, both ways.
+    shared = JuliaStruct("Main.Layer", {"w": np.zeros(2), "b": np.ones(1)}, mutable=True)
+    path = tmp_path / "model.jld2"
+    tx.save(path, st=_layers(40), tied=[shared] * 40)  # 2 + 40 + 120 nodes, then 1 + 40 + 2
+    fast, reference = _both_ways(path, tx.Limits(max_nodes=max_nodes))
+    assert fast == reference
+    assert len(fast) == (122 if max_nodes >= 205 else 1)  # (all listed, or the LimitError)
+
+
+def _both_ways(path: Path, limits: tx.Limits) -> list[list[Any]]:
+    """The records ``leaves()`` and ``walk_leaves`` (the file's node budget) give of the file
+    at ``path`` opened with ``limits``, or the LimitError each raises (as ``[message]``)."""
+    outcomes = []
+    for fast in (True, False):
+        with tx.open(path, limits=limits) as f:
+            try:
+                walk = f.leaves() if fast else walk_leaves(f, limits.nodes_for(f.file_size))
+                outcomes.append(_records(walk))
+            except LimitError as err:
+                outcomes.append([str(err)])
+    return outcomes
+
+
+def test_a_closed_plain_hdf5_file_refuses_to_list_its_leaves(tmp_path: Path) -> None:
+    plain = tmp_path / "plain.h5"
+    with h5py.File(plain, "w") as h:
+        h["w"] = np.arange(6.0)
+        h.create_group("g")["b"] = np.arange(4, dtype=np.int32)
+    f = tx.open(plain, allow_hdf5=True)
+    f.close()
+    with pytest.raises(ValueError, match="closed"):
+        list(f.leaves())
+    with pytest.raises(ValueError, match="closed"):
+        list(f.children())

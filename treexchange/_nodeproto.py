@@ -228,8 +228,9 @@ def walk_leaves(
     leaf at both.
 
     ``items(container, seen)`` gives a container's children as :func:`child_items` does (a reader
-    may make them faster; ``seen``: the addresses of the containers met so far, for those it
-    walks without yielding them); ``check()`` runs before each leaf is given (a closed file raises).
+    may make them faster; ``seen``: the addresses of the containers met so far: a container it
+    lists the children of itself, it adds there and gives, to be counted, not descended into);
+    ``check()`` runs before each leaf is given (a closed file raises).
 
     Raises:
         LimitError: more than ``budget`` nodes visited (the file's ``Limits.max_nodes``: a
@@ -269,11 +270,12 @@ def walk_leaves(
                     f"more than {budget} nodes to list (objects shared many times over?)",
                     path=item[0] if type(item) is tuple else item.path,
                 )
-            if type(item) is not tuple:
+            if type(item) is tuple:
+                if check is not None:
+                    check()
+                yield item
+            elif item.object_address not in seen:  # (a container met before adds nothing)
                 node = item
                 break
-            if check is not None:
-                check()
-            yield item
         else:
             stack.pop()

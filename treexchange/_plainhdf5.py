@@ -521,6 +521,8 @@ class PlainFile(Mapping[str, PlainNode], HeaderlessRoot):
         return self._guard(decode)
 
     def children(self) -> Iterator[tuple[str, PlainNode]]:
+        if self.closed:  # (h5py's closed file iterates into a KeyError)
+            raise ValueError("I/O operation on a closed treexchange file")
         for k in self._h5:
             yield k, self[k]
 
