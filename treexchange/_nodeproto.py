@@ -228,9 +228,9 @@ def walk_leaves(
     leaf at both.
 
     ``items(container, seen)`` gives a container's children as :func:`child_items` does (a reader
-    may make them faster; ``seen``: the addresses of the containers met so far: a container it
-    lists the children of itself, it adds there and gives, to be counted, not descended into);
-    ``check()`` runs before each leaf is given (a closed file raises).
+    may give them faster). ``seen`` holds the addresses of the containers met so far: a
+    container whose children ``items`` lists itself is added there by it, and given only to be
+    counted. ``check()`` runs before each leaf is given (a closed file raises).
 
     Raises:
         LimitError: more than ``budget`` nodes visited (the file's ``Limits.max_nodes``: a
