@@ -139,7 +139,17 @@ class Node:
     def leaves(self) -> Iterator[tuple[TreePath, Node | Group]]:
         """``(path, node)`` of every leaf at or below this node, in order: arrays, numbers,
         strings, ... (every node that is not a container), each container object visited once
-        (see :meth:`treexchange.File.leaves`). A leaf's own leaves: itself."""
+        (see :meth:`treexchange.Group.leaves`). A leaf's own leaves: itself.
+
+        Example:
+            >>> import os, tempfile, numpy as np
+            >>> import treexchange
+            >>> path = os.path.join(tempfile.mkdtemp(), "demo.jld2")
+            >>> treexchange.save(path, st=treexchange.NamedTuple(w=np.zeros(3), opt=(0.9, "adam")))
+            >>> with treexchange.open(path) as f:
+            ...     [(p, leaf.kind) for p, leaf in f["st"]["opt"].leaves()]
+            [(('st', 'opt', 1), 'number'), (('st', 'opt', 2), 'string')]
+        """
         return _leaves(self)
 
     def __getitem__(self, key: Any) -> Any:
