@@ -29,6 +29,7 @@ from treexchange import (
 )
 from treexchange._jld2._writer import JLD2Writer
 from treexchange._jld2._writer_arrays import Compression
+from treexchange._nodeproto import walk_leaves
 
 NUMERIC = [
     np.dtype(t)
@@ -257,6 +258,24 @@ def test_roundtrip(names_: list[str], data: Any) -> None:
     assert values_equal(back, nest(values)), (back, values)
     assert h5py_arrays(raw) == numeric_arrays(values)
     check_plain_top_level(raw, values)
+    check_leaves(raw)
+
+
+def check_leaves(raw: bytes) -> None:
+    """``leaves()`` lists what the protocol's walk over ``children()`` lists (the JLD2 walk makes
+    layers and Dict values from their bytes: random trees reach its every branch), and each
+    array leaf holds the data its node reads."""
+    with treexchange.open(raw) as f:
+        fast = _listed(f.leaves())
+    with treexchange.open(raw) as f:
+        assert fast == _listed(walk_leaves(f, 10**6))
+        for path, leaf in f.leaves():
+            if leaf.kind == "array":
+                assert tuple(leaf.path) == path and np.asarray(leaf).shape == leaf.shape
+
+
+def _listed(pairs: Any) -> list[tuple[Any, ...]]:
+    return [(p, n.kind, str(n.julia_type), n.shape, n.dtype, n.object_address) for p, n in pairs]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
