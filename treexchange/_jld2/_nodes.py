@@ -1737,29 +1737,10 @@ passed (:class:`_Passed`)."""
 
 def _array_leaf(reader: Reader, path: TreePath, address: int) -> ArrayNode | None:
     """The node of the numeric array dataset at ``address`` when its header is described
-    already (alike to a described one: ``Reader.describe``); None when it is not such an array,
-    or not known yet (then the usual way makes it)."""
-    h5 = reader.h5
-    info: DatasetInfo | None = h5._vouched.get(address)  # type: ignore[assignment]
-    if info is None:
-        info = h5._objects.get(address)  # type: ignore[assignment]
-    if info is None or info.value_kind is None or info.dtype is None:
-        return None
-    return _leaf(reader, path, info, address)
-
-
-def _leaf(reader: Reader, path: TreePath, info: DatasetInfo, address: int) -> ArrayNode:
-    """The node of the array dataset at ``address`` described by ``info`` (its header, or one
-    alike to it), made in a few stores."""
-    leaf = ArrayNode()
-    leaf._reader = reader
-    leaf._up = path
-    leaf._seg = None
-    leaf.julia_type = info.julia_type
-    leaf.shape = info.shape  # type: ignore[assignment]  # (an array's: a tuple)
-    leaf.dtype = info.dtype  # type: ignore[assignment]
-    leaf._address = address
-    return leaf
+    already (:meth:`Reader.described_array`); None when it is not such an array, or not known
+    yet (then the usual way makes it)."""
+    info = reader.described_array(address)
+    return None if info is None else array_node(reader, path, info, address=address)
 
 
 def _compound_items(node: CompoundNode) -> Iterator[_Item]:
@@ -1824,8 +1805,9 @@ def _vector_items(vector: RefVectorNode, seen: set[int]) -> Iterator[_Item]:
                             and described.value_kind is not None
                             and described.dtype is not None
                         ):
-                            # what _leaf makes, inline: a model's walk makes a node per
-                            # array here, and a call per leaf cost 4 % of the walk
+                            # what array_node makes of described_array's answer, inline: a
+                            # model's walk makes a node per array here, and a call per leaf cost
+                            # 4 % of the walk
                             leaf = ArrayNode()
                             leaf._reader = reader
                             leaf._up = leaf_path = (*layer_path, seg)
@@ -1867,6 +1849,6 @@ def _dict_items(node: DictNode) -> Iterator[_Item]:
         info = arrays[i] if arrays is not None else None
         if info is not None:
             leaf_path = (*path, segments[i])
-            yield leaf_path, _leaf(reader, leaf_path, info, refs[i])  # type: ignore[index]
+            yield leaf_path, array_node(reader, leaf_path, info, address=refs[i])  # type: ignore[index]
             continue
         yield _item(node._child(i))
