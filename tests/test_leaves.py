@@ -189,6 +189,50 @@ def test_paths_at_the_depth_bound_end_as_the_protocol_walk_ends(tmp_path: Path, 
     assert fast == reference
 
 
+def _dicts_of_arrays(tmp_path: Path) -> Path:
+    """A Dict of six Dicts of 40 arrays each, and a flat Dict of 50: the Dicts whose values
+    the JLD2 walk gives as one run (every value an array described alike)."""
+    rng = np.random.default_rng(1)
+    inner = {f"g{i}": JuliaDict({f"w{j}": rng.standard_normal(3) for j in range(40)}) for i in range(6)}
+    path = tmp_path / "dicts.jld2"
+    tx.save(path, nested=JuliaDict(inner), flat=JuliaDict({f"k{j}": np.zeros(2) for j in range(50)}))
+    return path
+
+
+@pytest.mark.parametrize("max_nodes", [3, 4, 43, 44, 100, 130, 247, 248, 249, 297, 298])
+def test_the_node_budget_counts_the_leaves_of_a_dict_given_at_once(tmp_path: Path, max_nodes: int) -> None:
+    # A Dict whose values are all arrays is counted whole before its leaves are given: within
+    # the budget, the same leaves; past it, the same LimitError at the same leaf, both ways.
+    path = _dicts_of_arrays(tmp_path)
+    outcomes = []
+    for fast in (True, False):
+        with tx.open(path, limits=tx.Limits(max_nodes=max_nodes)) as f:
+            listed = []
+            walk = f.leaves() if fast else walk_leaves(f, max_nodes)
+            try:
+                for p, node in walk:
+                    listed.append((p, node.shape))
+            except LimitError as err:
+                listed.append((str(err), err.path))
+            outcomes.append(listed)
+    assert outcomes[0] == outcomes[1]
+    # the nodes in walk order: nested, then each inner Dict and its 40 arrays, then flat and its 50
+    order = ["dict"] + (["dict"] + ["array"] * 40) * 6 + ["dict"] + ["array"] * 50
+    listed = order[:max_nodes].count("array")
+    assert len(outcomes[0]) == listed + (max_nodes < len(order))  # (+ the LimitError)
+
+
+def test_a_file_closed_within_a_dicts_leaves_stops_the_walk(tmp_path: Path) -> None:
+    path = _dicts_of_arrays(tmp_path)
+    f = tx.open(path)
+    walk = f.leaves()
+    got = [next(walk) for _ in range(5)]  # (within the first inner Dict's run)
+    assert [p for p, _ in got] == [("nested", "g0", f"w{j}") for j in range(5)]
+    f.close()
+    with pytest.raises(ValueError, match="closed"):
+        next(walk)
+
+
 def test_plain_hdf5_and_bson_files_list_their_leaves(tmp_path: Path) -> None:
     plain = tmp_path / "plain.h5"
     with h5py.File(plain, "w") as h:

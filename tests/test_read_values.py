@@ -390,6 +390,27 @@ def test_dict_and_pair() -> None:
         assert node["σ"].path == ("d", "σ")
 
 
+def test_a_large_dict_with_a_string_key_twice_keeps_every_entry() -> None:
+    # Keys decoded in bulk (a Dict of 40 String keys) and found equal: a damaged or hand-made
+    # file, since Julia's Dict has each key once. Every entry is kept, as for a small Dict.
+    b = Builder()
+    keys = [f"k{n}" for n in range(39)] + ["k7"]
+    b.link("d", _dict_to_int(b, "Core.String", (t_vlen_string(), 16), [b.vstr(k) for k in keys]))
+    b.link("ok", _dict_to_int(b, "Core.String", (t_vlen_string(), 16), [b.vstr(k) for k in keys[:39]]))
+    raw = _build(b)
+    d = tx.load(raw, "d")
+    assert isinstance(d, JuliaStruct) and list(d.fields) == ["kvvec"]
+    assert [(p["first"], p["second"]) for p in d["kvvec"].tolist()] == list(zip(keys, range(1, 41)))
+    assert tx.load(raw, "ok") == {k: n for n, k in enumerate(keys[:39], 1)}
+    with tx.open(raw) as f:
+        assert f["d"].kind == "struct" and f["d"].keys() == ["kvvec"]
+        node = f["ok"]
+        assert node.kind == "dict" and node.keys() == keys[:39]
+        assert node["k38"].read() == 39 and "k7" in node and "k39" not in node
+        with pytest.raises(KeyError):
+            node["k39"]
+
+
 def test_dict_keys_equal_in_python_keep_every_entry() -> None:
     # Julia's Dict(:a => 1, "a" => 2) has two entries; a Python dict would keep one.
     b = Builder()

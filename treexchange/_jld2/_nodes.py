@@ -29,7 +29,7 @@ import numpy as np
 from .._errors import FormatError, LimitError, PathSegment, TreePath, UnsupportedError, format_path
 from .._gc import gc_paused
 from .._juliatype import JuliaType
-from .._nodeproto import child_items, is_container, walk_leaves
+from .._nodeproto import LeafRun, child_items, is_container, walk_leaves
 from .._typeof import BOTTOM, julia_type_of
 from .._values import UNDEF, NamedTuple
 from ._bulktext import vlen_texts
@@ -1367,13 +1367,15 @@ class DictNode(ContainerNode):
         src: Where,
         entries: Sequence[tuple[PathSegment, Any]],
         pairs: _Pairs,
-        index: dict[Any, int],
+        index: dict[Any, int] | None,
     ) -> None:
         super().__init__(reader, path, "dict", jt, src)
         self._keys = entries
         # each entry's path segment, for making a value's node by key
         self._segments = entries._list if type(entries) is _SameEntries else [seg for seg, _ in entries]
-        self._index = index  # complete: every key is hashable, and no two are equal
+        # complete: every key is hashable, and no two are equal; None for String keys known
+        # to differ: made from the segments on the first lookup by key (_key_lookup)
+        self._index = index
         self._pair_plans, self._pair_bufs, self._pair_offs = pairs
         self._vouched = False
         self._refs: list[int] | None = None  # each value's reference (0: stored inline)
@@ -1386,7 +1388,7 @@ class DictNode(ContainerNode):
         try:
             i = self._index[key]  # type: ignore[index]
         except (KeyError, TypeError):
-            return super().__getitem__(key)  # raises as every container does
+            return self._key_lookup(key)
         arrays = self._arrays
         if arrays is not None:  # a walk's hot path: what _make makes of a described array, inline
             info = arrays[i]
@@ -1410,6 +1412,14 @@ class DictNode(ContainerNode):
             if type(node) is not ArrayNode:
                 self._cache[i] = node
         return node
+
+    def _key_lookup(self, key: Any) -> Any:
+        """``self[key]`` when the key index is not made yet (made now), or misses."""
+        if self._index is None:
+            segments = self._segments
+            self._index = dict(zip(segments, range(len(segments))))
+            return self[key]
+        return super().__getitem__(key)  # raises as every container does
 
     def _entries(self) -> Sequence[tuple[PathSegment, Any]]:
         return self._keys or []
@@ -1616,10 +1626,11 @@ def _lazy_dict_node(
         if not texts or len(texts) != len(located[0]):
             texts = _string_keys(reader, located)
         if texts is not None:
-            index = dict(zip(texts, range(len(texts))))
-            if len(index) != len(texts):
+            # no two keys equal (a set: a third of what the key index costs, which a walk by
+            # leaves() never needs; DictNode makes it on the first lookup by key)
+            if len(set(texts)) != len(texts):
                 return None
-            node = DictNode(reader, path, plan.julia_type, src, _SameEntries(texts), located, index)
+            node = DictNode(reader, path, plan.julia_type, src, _SameEntries(texts), located, None)
             return _with_values(node, vouched)
         session = Session(reader)
         entries: list[tuple[PathSegment, Any]] = []
@@ -1694,15 +1705,10 @@ def _leaves(node: Node | Group) -> Iterator[tuple[TreePath, Node | Group]]:
     reader = node._reader
     if reader.closed:
         reader._check_open()
-
-    def check() -> None:
-        if reader.closed:
-            reader._check_open()
-
-    return walk_leaves(node, reader.limits.nodes_for(reader.h5.size), _leaf_items, check)  # type: ignore[return-value]
+    return walk_leaves(node, reader.limits.nodes_for(reader.h5.size), _leaf_items, reader)  # type: ignore[return-value]
 
 
-def _leaf_items(node: Node | Group, seen: set[int]) -> Iterator[_Item]:
+def _leaf_items(node: Node | Group, seen: set[int]) -> LeafRun | Iterator[_Item]:
     """The children of container ``node``: leaves as ``(path, node)``, containers as nodes."""
     t = type(node)
     if t is DelegateNode:
@@ -1714,8 +1720,44 @@ def _leaf_items(node: Node | Group, seen: set[int]) -> Iterator[_Item]:
     if t is RefVectorNode:
         return _vector_items(node, seen)  # type: ignore[arg-type]
     if t is DictNode:
-        return _dict_items(node)  # type: ignore[arg-type]
+        return _dict_children(node)  # type: ignore[arg-type]
     return child_items(node, seen)  # type: ignore[return-value]
+
+
+def _dict_children(node: DictNode) -> LeafRun | Iterator[_Item]:
+    """A Dict's items for :func:`walk_leaves`: a :class:`LeafRun` when every value is an
+    array described alike (a model's Dict of weights), else :func:`_dict_items`."""
+    if not node._vouched:
+        node._vouched = True
+        node._vouch_values()
+    refs, arrays = node._refs, node._arrays
+    if not arrays or refs is None or not node._leaf_path_ok:
+        return _dict_items(node)
+    info = arrays[0]
+    # (a count of identities: ``None in arrays`` would call a header's __eq__ per value)
+    if info is None or arrays.count(info) != len(arrays):
+        return _dict_items(node)
+    return LeafRun(len(arrays), _alike_leaves(node._reader, node.path, node._segments, refs, info))
+
+
+def _alike_leaves(
+    reader: Reader, path: TreePath, segments: list[PathSegment], refs: list[int], info: DatasetInfo
+) -> Iterator[tuple[TreePath, ArrayNode]]:
+    """The leaves of a Dict whose values are the arrays at ``refs``, all described by
+    ``info``: what :func:`_dict_items` gives for them, checking the file is open before each
+    (:class:`LeafRun`)."""
+    jt, shape, dtype = info.julia_type, info.shape, info.dtype
+    for segment, ref in zip(segments, refs):
+        if reader.closed:
+            reader._check_open()
+        leaf = ArrayNode()
+        leaf._reader = reader
+        leaf._up = leaf_path = (*path, segment)
+        leaf._seg = None
+        leaf.julia_type = jt
+        leaf.shape, leaf.dtype = shape, dtype  # type: ignore[assignment]
+        leaf._address = ref
+        yield leaf_path, leaf
 
 
 class _Passed:
@@ -1845,10 +1887,21 @@ def _dict_items(node: DictNode) -> Iterator[_Item]:
         node._vouch_values()
     refs, segments = node._refs, node._segments
     arrays = node._arrays if node._leaf_path_ok else None  # (else a value's node raises)
-    for i in range(len(segments)):
-        info = arrays[i] if arrays is not None else None
-        if info is not None:
-            leaf_path = (*path, segments[i])
-            yield leaf_path, array_node(reader, leaf_path, info, address=refs[i])  # type: ignore[index]
+    if arrays is None or refs is None:
+        for i in range(len(segments)):
+            yield _item(node._child(i))
+        return
+    # (one value per Pair in each list: set together by _vouch_values)
+    for i, (segment, info, ref) in enumerate(zip(segments, arrays, refs)):
+        if info is None:
+            yield _item(node._child(i))
             continue
-        yield _item(node._child(i))
+        # what array_node makes of it, inline (a call per leaf cost 4 % of the walk)
+        leaf = ArrayNode()
+        leaf._reader = reader
+        leaf._up = leaf_path = (*path, segment)
+        leaf._seg = None
+        leaf.julia_type = info.julia_type
+        leaf.shape, leaf.dtype = info.shape, info.dtype  # type: ignore[assignment]
+        leaf._address = ref
+        yield leaf_path, leaf
