@@ -222,6 +222,26 @@ def test_the_node_budget_counts_the_leaves_of_a_dict_given_at_once(tmp_path: Pat
     assert len(outcomes[0]) == listed + (max_nodes < len(order))  # (+ the LimitError)
 
 
+def test_a_large_dict_of_arrays_and_other_values_lists_each(tmp_path: Path) -> None:
+    # Arrays among other values (not one run): the arrays from their references, the rest as
+    # their nodes, in the Dict's order.
+    values: dict[str, Any] = {f"w{j}": np.full(2, j, np.float32) for j in range(36)}
+    values.update(b=np.zeros(3, np.int64), s="text", t=(1, np.ones(2)), d=JuliaDict({"x": np.ones(1)}))
+    path = tmp_path / "mixed.jld2"
+    tx.save(path, m=JuliaDict(values))
+    with tx.open(path) as f:
+        got = _records(f.leaves())
+        assert got == _reference(f)
+    assert [p for p, *_ in got][-6:] == [
+        ("m", "w35"),
+        ("m", "b"),
+        ("m", "s"),
+        ("m", "t", 1),
+        ("m", "t", 2),
+        ("m", "d", "x"),
+    ]
+
+
 def test_a_file_closed_within_a_dicts_leaves_stops_the_walk(tmp_path: Path) -> None:
     path = _dicts_of_arrays(tmp_path)
     f = tx.open(path)

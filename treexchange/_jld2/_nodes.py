@@ -1879,29 +1879,20 @@ def _item(child: Node | Group) -> _Item:
 
 
 def _dict_items(node: DictNode) -> Iterator[_Item]:
-    """A Dict's values: those that are described arrays straight from the references its
-    Pairs hold (checked in bulk on the first look: ``DictNode._vouch_values``)."""
+    """A Dict's values (its values vouched for already, :func:`_dict_children`): those that are
+    described arrays straight from the references its Pairs hold, the others as their nodes."""
     reader, path = node._reader, node.path
-    if not node._vouched:
-        node._vouched = True
-        node._vouch_values()
     refs, segments = node._refs, node._segments
     arrays = node._arrays if node._leaf_path_ok else None  # (else a value's node raises)
     if arrays is None or refs is None:
         for i in range(len(segments)):
             yield _item(node._child(i))
         return
-    # (one value per Pair in each list: set together by _vouch_values)
+    # (one value per Pair in each list: set together by _vouch_values; a Dict whose values are
+    # all arrays described alike is listed by _alike_leaves instead, see _dict_children)
     for i, (segment, info, ref) in enumerate(zip(segments, arrays, refs)):
         if info is None:
             yield _item(node._child(i))
             continue
-        # what array_node makes of it, inline (a call per leaf cost 4 % of the walk)
-        leaf = ArrayNode()
-        leaf._reader = reader
-        leaf._up = leaf_path = (*path, segment)
-        leaf._seg = None
-        leaf.julia_type = info.julia_type
-        leaf.shape, leaf.dtype = info.shape, info.dtype  # type: ignore[assignment]
-        leaf._address = ref
-        yield leaf_path, leaf
+        leaf_path = (*path, segment)
+        yield leaf_path, array_node(reader, leaf_path, info, address=ref)
