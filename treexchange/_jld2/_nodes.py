@@ -1884,15 +1884,10 @@ def _dict_items(node: DictNode) -> Iterator[_Item]:
     reader, path = node._reader, node.path
     refs, segments = node._refs, node._segments
     arrays = node._arrays if node._leaf_path_ok else None  # (else a value's node raises)
-    if arrays is None or refs is None:
-        for i in range(len(segments)):
-            yield _item(node._child(i))
-        return
-    # (one value per Pair in each list: set together by _vouch_values; a Dict whose values are
-    # all arrays described alike is listed by _alike_leaves instead, see _dict_children)
-    for i, (segment, info, ref) in enumerate(zip(segments, arrays, refs)):
-        if info is None:
-            yield _item(node._child(i))
+    for i in range(len(segments)):
+        info = arrays[i] if arrays is not None else None
+        if info is not None:
+            leaf_path = (*path, segments[i])
+            yield leaf_path, array_node(reader, leaf_path, info, address=refs[i])  # type: ignore[index]
             continue
-        leaf_path = (*path, segment)
-        yield leaf_path, array_node(reader, leaf_path, info, address=ref)
+        yield _item(node._child(i))
