@@ -160,5 +160,5 @@ def test_alike_values_that_are_not_arrays(tmp_path: Path) -> None:
                 assert child.kind == "dict" and values_equal(child.read(), value[middle][key])
         # headers vouched for as alike to one Dict's: no array among them, however many
         reader = outer._reader
-        alike = [a for a in outer["g3"]._refs if a in reader.h5._vouched]
+        alike = [a for a in outer["g3"]._refs if a in reader.h5.enter_vouched()]
         assert len(alike) >= 2 and reader.described_arrays(alike) == [None] * len(alike)

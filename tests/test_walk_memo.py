@@ -69,7 +69,7 @@ def _jld2_objects(source: bytes | Path) -> list[int]:
             for _ in walk_nodes(f):
                 pass
             # made, or only known alike to a header made (Reader.describe)
-            return list(f.reader.h5._objects) + list(f.reader.h5._vouched)
+            return list(f.reader.h5.headers_read())
     except tx.TreexchangeError:
         return []
 

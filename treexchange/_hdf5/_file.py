@@ -43,6 +43,7 @@ _SHARED_ENTRIES = 1 << 12
 _SHARED_LIMITS = 4
 _PROCESS_MEMOS: dict[Limits, dict[str, dict[bytes, Any]]] = {}
 _PREFETCH_MIN = 1 << 16  # below this, the faults themselves cost less than the system call
+_VOUCH_LATER = 256  # groups of headers vouched for at least this large are entered when needed
 _RANDOM_ABOVE = 1 << 26  # files up to 64 MiB are read whole by a few read-arounds: keep them
 _DENSE_METADATA = 1 << 18  # more than one object header per 256 KiB of file: dense metadata
 
@@ -217,6 +218,9 @@ class HDF5File(ClosingFile):
         self._objects: dict[int, ObjectHeader] = {}
         # headers known alike to a remembered one (address -> that one), not made yet
         self._vouched: dict[int, ObjectHeader] = {}
+        # large groups of them not entered in _vouched yet (see vouch_as), and how many
+        self._pending: list[tuple[list[int], ObjectHeader]] = []
+        self._pending_n = 0
         self._widths = self._cursor(0)  # buffer and field widths for read_messages
         self._types: dict[int, H5Type] = {}
         self._memos: dict[str, dict[bytes, Any]] = _file_memos(limits)
@@ -243,6 +247,7 @@ class HDF5File(ClosingFile):
         # they sit in.
         self._objects, self._types, self._heaps, self._links = {}, {}, {}, {}
         self._vouched = {}
+        self._pending, self._pending_n = [], 0
         self._memos = _file_memos(self.limits)
         self.attribute_forms = {}
         self.known_compounds = KnownCompounds()
@@ -289,18 +294,34 @@ class HDF5File(ClosingFile):
             return obj
         return self._new_object(address, _UNSET)
 
-    def _new_object(self, address: int, first: tuple[int, int, int] | None) -> ObjectHeader:
+    def first_of_group(self, address: int) -> ObjectHeader:
+        """:meth:`object`, for the first of a group of headers about to be compared with it
+        (:meth:`HeaderMemo.alike`): the groups :meth:`vouch_as` left for later stay so (a
+        walk's next group starts among the headers of the last one's)."""
+        obj = self._objects.get(address)
+        if obj is not None:
+            return obj
+        return self._new_object(address, _UNSET, pending=False)
+
+    def _new_object(
+        self, address: int, first: tuple[int, int, int] | None, *, pending: bool = True
+    ) -> ObjectHeader:
         """:meth:`object` of a header not made yet. ``first``: its first chunk when the header
-        memo was asked already and knew no header alike (:meth:`alike_of`), else ``_UNSET``."""
+        memo was asked already and knew no header alike (:meth:`alike_of`), else ``_UNSET``.
+        ``pending=False``: the groups :meth:`vouch_as` left for later are not entered to look
+        for it there (it is parsed if it is there: the same header, and entering them leaves
+        out what is parsed by then)."""
         objects = self._objects
         offset = address + self.base
         proto = self._vouched.pop(address, None)
+        if proto is None and pending and self._pending:
+            proto = self.enter_vouched().pop(address, None)
         if proto is not None:  # alike to a remembered header (checked by vouch or alike_of)
             obj = objects[address] = proto._clone_at(address, offset)
             return obj
         if address < 0 or offset >= self.size:
             raise FormatError(f"object address {address} lies outside the file", offset=offset)
-        if len(objects) + len(self._vouched) >= self.limits.max_objects:
+        if self._headers_counted() >= self.limits.max_objects:
             raise LimitError(f"more than max_objects={self.limits.max_objects} object headers", offset=offset)
         try:
             memo = self._headers
@@ -339,6 +360,8 @@ class HDF5File(ClosingFile):
         if obj is not None:
             return obj
         proto = self._vouched.get(address)
+        if proto is None and self._pending:
+            proto = self.enter_vouched().get(address)
         if proto is not None:
             return proto
         memo = self._headers
@@ -347,7 +370,7 @@ class HDF5File(ClosingFile):
             memo is not None
             and 0 <= address
             and offset < self.size
-            and len(self._objects) + len(self._vouched) < self.limits.max_objects
+            and self._headers_counted() < self.limits.max_objects
         ):
             try:
                 proto, chunk0 = memo.find(self, offset)
@@ -371,13 +394,56 @@ class HDF5File(ClosingFile):
     def headers_read(self) -> dict[int, ObjectHeader]:
         """The object headers read so far, by relative address: what reading reached (a header
         known alike to a parsed one, :meth:`alike_of`, is given as that one)."""
-        return {**self._vouched, **self._objects}
+        return {**self.enter_vouched(), **self._objects}
+
+    def _headers_counted(self, more: int = 0) -> int:
+        """How many object headers are parsed or vouched for, plus ``more`` (the ``max_objects``
+        count). The groups :meth:`vouch_as` left for later are entered first when the count
+        could reach the bound (an address vouched for twice, or parsed meanwhile, counts once
+        only once entered): the same count, and the same errors, as with every group entered."""
+        n = len(self._objects) + len(self._vouched) + more
+        if self._pending and n + self._pending_n >= self.limits.max_objects:
+            self.enter_vouched()
+            return len(self._objects) + len(self._vouched) + more
+        return n + self._pending_n
+
+    def vouched_for(self, address: int) -> ObjectHeader | None:
+        """The header :meth:`vouch_as` remembered as alike to the one at relative ``address``,
+        if any (``_vouched``, with the groups not entered yet entered first when it is not there)."""
+        proto = self._vouched.get(address)
+        if proto is None and self._pending:
+            proto = self.enter_vouched().get(address)
+        return proto
+
+    def enter_vouched(self) -> dict[int, ObjectHeader]:
+        """``_vouched`` with every group :meth:`vouch_as` left for later entered, in the order they
+        were vouched for."""
+        pending, self._pending, self._pending_n = self._pending, [], 0
+        for addresses, proto in pending:
+            self._vouch_now(addresses, proto)
+        return self._vouched
 
     def vouch_as(self, addresses: list[int], proto: ObjectHeader) -> None:
         """Remember ``proto`` as the header alike to each of the headers at relative
-        ``addresses`` that is not parsed (those found so by :meth:`alike`). In C, as one
-        update, when none is parsed (the usual case: a walk's first look at them); from pairs,
-        which is 2-3 times faster than from a ``dict.fromkeys``."""
+        ``addresses`` that is not parsed (those found so by :meth:`alike`; the list is kept,
+        not copied: the caller leaves it as it is).
+
+        A large group is kept as it is and entered in ``_vouched`` only when something looks
+        there for an address it does not hold (:meth:`vouched_for`, :meth:`object`), or counts
+        the headers (:meth:`_headers_counted`): a listing of a Dict's leaves, which has their
+        descriptions already, never does, and entering thousands of addresses was 7 % of it.
+        (An address vouched for twice is vouched for as alike to headers alike to each other:
+        which of them it ends up with does not matter.)"""
+        if len(addresses) >= _VOUCH_LATER:
+            self._pending.append((addresses, proto))
+            self._pending_n += len(addresses)
+            return
+        self._vouch_now(addresses, proto)
+
+    def _vouch_now(self, addresses: list[int], proto: ObjectHeader) -> None:
+        """:meth:`vouch_as`, at once: in C, as one update, when none is parsed (the usual case: a
+        walk's first look at them); from pairs, which is 2-3 times faster than from a
+        ``dict.fromkeys``."""
         vouched, objects = self._vouched, self._objects
         if len(objects) <= len(addresses):
             # Few headers parsed (a walk's first look: the one HeaderMemo.alike parsed, a few
@@ -508,7 +574,7 @@ class HDF5File(ClosingFile):
         rel = rel[rel < np.uint64(max(self.size - self.base, 0))]
         groups = memo.alike(self, rel.astype(np.int64) + self.base)
         found = sum(len(offsets) for _, offsets in groups)
-        if len(self._objects) + len(self._vouched) + found > self.limits.max_objects:
+        if self._headers_counted(found) > self.limits.max_objects:
             # each is an object header the reader visits, parsed or not
             raise LimitError(f"more than max_objects={self.limits.max_objects} object headers")
         return groups

@@ -133,7 +133,7 @@ class HeaderMemo:
                     break
                 first = int(rest[0])
                 try:
-                    file.object(first - file.base)
+                    file.first_of_group(first - file.base)
                     chunk0 = first_chunk(buf, first)
                 except TreexchangeError:
                     break

@@ -671,6 +671,8 @@ class CompoundNode(ContainerNode):
                 info: DatasetInfo | None = reader.h5._vouched.get(address)  # type: ignore[assignment]
                 if info is None:
                     info = reader.h5._objects.get(address)  # type: ignore[assignment]
+                    if info is None:  # (or in a group vouched for later: HDF5File.vouch_as)
+                        info = reader.h5.vouched_for(address)  # type: ignore[assignment]
                 if (
                     info is not None
                     and info.value_kind is not None
@@ -1812,7 +1814,7 @@ def _vector_items(vector: RefVectorNode, seen: set[int]) -> Iterator[_Item]:
     reader, path = vector._reader, vector.path
     addresses = vector._prime()
     elements, groups, objects = reader._elements, reader._element_groups, reader.h5._objects
-    vouched = reader.h5._vouched
+    vouched = reader.h5.enter_vouched()  # (looked up per element below)
     cache = vector._cache
     short = len(path) + 1 < reader.max_path  # (a layer's fields' paths within the bound)
     group = -1

@@ -441,7 +441,7 @@ class Reader:
         h5 = self.h5
         info = h5._objects.get(address)
         if info is None:
-            info = h5._vouched.get(address)
+            info = h5.vouched_for(address)
             if info is None:
                 return None
         if info.value_kind is None or self.closed:  # type: ignore[attr-defined]
@@ -463,7 +463,8 @@ class Reader:
 
     def described_arrays(self, addresses: list[int]) -> list[DatasetInfo | None]:
         """:meth:`described_array` of each address (0: None), in one pass."""
-        objects, vouched = self.h5._objects, self.h5._vouched
+        h5 = self.h5
+        objects, vouched = h5._objects, h5._vouched
         # In C (map): a walk asks this for every value of every Dict. An address is in one of
         # the two at most (``object`` pops from ``vouched`` the header it makes): the ones not
         # vouched for are looked up in ``objects``. Once primed, those are a few (the header
@@ -483,6 +484,10 @@ class Reader:
                 found[i] = objects.get(addresses[i])
         elif missing and not objects.keys().isdisjoint(addresses):
             found = [objects.get(a) if f is None else f for a, f in zip(addresses, found)]
+        if missing and h5._pending and None in found:
+            # (vouched for in a large group not entered yet, see HDF5File.vouch_as: entered now)
+            vouched = h5.enter_vouched()
+            found = [vouched.get(a) if f is None else f for a, f in zip(addresses, found)]
         # each distinct description (a few: one per kind of header) checked once; one for all
         # (the usual case) told by a count of identities, cheaper than a set of them
         probe = found[-1] if found else None
