@@ -321,9 +321,7 @@ class HDF5File(ClosingFile):
             return obj
         if address < 0 or offset >= self.size:
             raise FormatError(f"object address {address} lies outside the file", offset=offset)
-        bound = self.limits.max_objects
-        # (the sum first, inline: every header parsed passes here; exact once it could matter)
-        if len(objects) + len(self._vouched) + self._pending_n >= bound and self._headers_counted() >= bound:
+        if self._headers_counted() >= self.limits.max_objects:
             raise LimitError(f"more than max_objects={self.limits.max_objects} object headers", offset=offset)
         try:
             memo = self._headers
@@ -361,9 +359,7 @@ class HDF5File(ClosingFile):
         obj = self._objects.get(address)
         if obj is not None:
             return obj
-        proto = self._vouched.get(address)
-        if proto is None and self._pending:
-            proto = self.enter_vouched().get(address)
+        proto = self.vouched_for(address)
         if proto is not None:
             return proto
         memo = self._headers
@@ -372,10 +368,7 @@ class HDF5File(ClosingFile):
             memo is not None
             and 0 <= address
             and offset < self.size
-            and (
-                len(self._objects) + len(self._vouched) + self._pending_n < self.limits.max_objects
-                or self._headers_counted() < self.limits.max_objects
-            )
+            and self._headers_counted() < self.limits.max_objects
         ):
             try:
                 proto, chunk0 = memo.find(self, offset)
