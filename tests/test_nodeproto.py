@@ -144,6 +144,9 @@ def test_container_nodes_have_children_and_no_array_access(varied: tuple[Path, P
                 kids = list(node.children())
                 assert len(kids) == len(node)
                 assert [child.path for _, child in kids] == [(*node.path, seg) for seg, _ in kids]
+            elif node.kind in ("number", "bool"):  # a numpy scalar's answers
+                assert node.shape == () and node.dtype == np.asarray(node.read()).dtype, node.path
+                assert list(node.children()) == []
             elif node.kind not in ("group", "array"):
                 assert node.shape is None and node.dtype is None
                 assert list(node.children()) == []
@@ -158,6 +161,52 @@ def test_container_nodes_have_children_and_no_array_access(varied: tuple[Path, P
         words = f["words"]
         assert words.kind == "vector" and words.shape == (3, 2) and len(words) == 6
         assert [child.read() for child in words] == list("abcdef")  # Julia's column-major order
+
+
+def test_scalars_are_described_alike_by_jld2_bson_and_plain_hdf5(tmp_path: Path) -> None:
+    # One rule for every reader (the protocol): a number or a Bool has shape () and its Julia
+    # type's numpy dtype (none for an Int128), a string neither; the same values written as JLD2,
+    # BSON.jl and plain HDF5 are described the same way, and as the schema describes them.
+    from treexchange._bson._writer import array, bson_file, datatype, primitive
+
+    values = {"f32": np.float32(1.5), "f64": 2.5, "i64": np.int64(3), "u8": np.uint8(7), "yes": True}
+    values |= {"text": "relu", "w": np.arange(6.0, dtype=np.float32).reshape(2, 3)}
+    jld2 = tmp_path / "scalars.jld2"
+    tx.save(jld2, values | {"wide": tx.Int128(5)})
+    plain = tmp_path / "scalars.h5"
+    with h5py.File(plain, "w") as h:
+        for name, x in values.items():
+            h[name] = np.ascontiguousarray(x.T) if name == "w" else x
+    as_bson = values | {  # as BSON.jl writes what BSON has no type of its own for
+        "f32": primitive(datatype("Core.Float32"), np.float32(1.5).tobytes()),
+        "u8": primitive(datatype("Core.UInt8"), b"\x07"),
+        "wide": primitive(datatype("Core.Int128"), (5).to_bytes(16, "little")),
+        "w": array("Core.Float32", values["w"]),
+    }
+    expected = {
+        ("f32",): ("number", (), np.dtype(np.float32)),
+        ("f64",): ("number", (), np.dtype(np.float64)),
+        ("i64",): ("number", (), np.dtype(np.int64)),
+        ("u8",): ("number", (), np.dtype(np.uint8)),
+        ("yes",): ("bool", (), np.dtype(np.bool_)),
+        ("text",): ("string", None, None),
+        ("w",): ("array", (2, 3), np.dtype(np.float32)),  # (Julia's shape)
+    }
+    described = []
+    for opened in (
+        tx.open(jld2),
+        tx.open(plain, allow_hdf5=True),
+        tx.open(bson_file(as_bson)),
+    ):
+        with opened as f:
+            got = {p: (n.kind, n.shape, n.dtype) for p, n in f.leaves()}
+            described.append(got)
+            schema = tx.infer_schema(f)
+        assert {p: got[p] for p in expected} == expected
+        for p, (kind, _, dtype) in got.items():
+            if kind == "number" and dtype is not None:  # the schema's dtype is the node's
+                assert schema.roots[p[0]].dtype == dtype.name, p
+    assert described[0][("wide",)] == described[2][("wide",)] == ("number", (), None)
 
 
 def test_the_schema_walks_both_readers_alike(files: tuple[Path, Path]) -> None:

@@ -29,7 +29,6 @@ from ._nodeproto import CONTAINER_KINDS, walk_leaves
 from ._plainhdf5 import HeaderlessRoot, ValueNode
 from ._recursion import stack_for_depth
 from ._typeof import SharedTypes, kind_of, wide_int_array
-from ._values import BigInt, Int128, UInt128
 
 
 class BsonNode(ValueNode):
@@ -62,13 +61,11 @@ class BsonNode(ValueNode):
 
     @property
     def dtype(self) -> np.dtype | None:
-        """As :attr:`ValueNode.dtype`, but an Int128 array's is its 16-byte labelled dtype and an
-        ``Int128`` / ``UInt128`` / ``BigInt`` scalar has none, whatever its size (numpy would make a
-        small one an int64), as for the JLD2 node of the same value."""
+        """As :attr:`ValueNode.dtype` (an ``Int128`` / ``UInt128`` / ``BigInt`` scalar has none,
+        whatever its size, by its Julia type), but an Int128 array's is its 16-byte labelled dtype,
+        as for the JLD2 node of the same value."""
         if self._wide is not None:
             return self._wide.dtype
-        if isinstance(self._value, (Int128, UInt128, BigInt)):
-            return None
         return super().dtype
 
     def _items(self) -> list[tuple[Any, Any, Any]]:

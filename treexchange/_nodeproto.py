@@ -24,8 +24,12 @@ A node answers:
 * ``leaves()``: ``(path, node)`` of every leaf below (arrays, numbers, strings, ...: every node
   that is neither a container nor a group), in order (:func:`walk_leaves` says which);
 * arrays: ``shape`` (Julia's order) and ``dtype`` (numpy), ``node[index]`` slices like the numpy
-  array in Julia's shape, reading only what is needed; other kinds give ``None`` for ``dtype``
-  and for ``shape`` what they know (a vector's shape; ``None`` or ``()`` otherwise);
+  array in Julia's shape, reading only what is needed;
+* numbers and Bools: ``shape`` ``()`` and ``dtype`` the numpy dtype of their Julia type, or
+  ``None`` when numpy has none (``Int128``, ``BigInt``, a primitive type of the file's own), as a
+  numpy scalar would say and as the schema's ``dtype`` says (:func:`scalar_dtype`); vectors give
+  their shape and no ``dtype``; every other kind ``None`` for both -- the same answers from a
+  JLD2, a BSON.jl and a plain HDF5 file of the same value;
 * ``read(order=..., mmap=...)``: the whole value in the value model.
 
 The protocols are ``runtime_checkable``, but such an ``isinstance`` looks up every member
@@ -43,6 +47,7 @@ import numpy as np
 from ._errors import LimitError, PathSegment, TreePath
 from ._juliatype import JuliaType
 from ._limits import Limits
+from ._typeof import numpy_dtype
 
 CONTAINER_KINDS = frozenset({"namedtuple", "tuple", "vector", "dict", "struct"})
 """The kinds of values with children (groups, kind ``group``, have children too)."""
@@ -209,6 +214,34 @@ def is_node(x: object) -> TypeGuard[LazyNode]:
         if len(_NODE_TYPES) < 256:
             _NODE_TYPES[t] = hit
     return hit
+
+
+def scalar_dtype(kind: str, julia_type: JuliaType) -> np.dtype | None:
+    """The ``dtype`` a node of ``kind`` (not an array) and ``julia_type`` gives: a number's or a
+    Bool's numpy dtype when numpy has one, else ``None`` (every reader answers by this rule).
+
+    Example:
+        >>> scalar_dtype("number", JuliaType("Core.Float32"))
+        dtype('float32')
+        >>> scalar_dtype("string", JuliaType("Core.String")) is None
+        True
+        >>> scalar_dtype("number", JuliaType("Core.Int128")) is None  # numpy has no 128-bit int
+        True
+    """
+    if kind != "number" and kind != "bool":
+        return None
+    return numpy_dtype(julia_type)
+
+
+def scalar_shape(kind: str) -> tuple[()] | None:
+    """The ``shape`` a node of ``kind`` that is neither an array nor a vector gives: ``()`` for a
+    number or a Bool (as a numpy scalar's), ``None`` for anything else.
+
+    Example:
+        >>> scalar_shape("number"), scalar_shape("string")
+        ((), None)
+    """
+    return () if kind == "number" or kind == "bool" else None
 
 
 def is_container(node: LazyNode) -> bool:

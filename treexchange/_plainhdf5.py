@@ -43,7 +43,7 @@ from ._errors import (
 from ._jld2._nodes import array_protocol
 from ._juliatype import JuliaType
 from ._limits import DEFAULT_LIMITS, Limits
-from ._nodeproto import CONTAINER_KINDS, ClosingFile, walk_leaves
+from ._nodeproto import CONTAINER_KINDS, ClosingFile, scalar_dtype, scalar_shape, walk_leaves
 from ._typeof import ANY, STRING, julia_eltype, julia_type_of, kind_of
 from ._values import UNDEF, JuliaArray, JuliaStruct, NamedTuple, Symbol
 
@@ -227,26 +227,26 @@ class ValueNode:
         self.julia_type = julia_type_of(value, path=path)
 
     @property
-    def shape(self) -> tuple[int, ...]:
+    def shape(self) -> tuple[int, ...] | None:
+        """An array's or a vector's shape; ``()`` for a number or a Bool; ``None`` otherwise (the
+        protocol's rule: a JLD2 node of the same value says the same)."""
         v = self._value
         if isinstance(v, (JuliaArray, np.ndarray)):
             return tuple(v.shape)
         if isinstance(v, list):
             return (len(v),)
-        return ()
+        return scalar_shape(self.kind)
 
     @property
     def dtype(self) -> np.dtype | None:
-        """The numpy dtype of an array or a scalar; ``None`` for a container (as the protocol
-        says: a list of arrays has none) and for a scalar no numpy dtype holds (a pointer's bits,
-        an Int128, a BigInt): numpy would call it ``object``, while a JLD2 node of the same value
-        has no dtype and is told by its Julia type, so the two describe it alike."""
-        if self.kind in CONTAINER_KINDS:
-            return None
-        dtype = np.asarray(self._value).dtype
-        if dtype.hasobject and self.kind != "array":
-            return None
-        return dtype
+        """An array's numpy dtype; a number's or a Bool's is that of its Julia type
+        (:func:`treexchange._nodeproto.scalar_dtype`: ``None`` for an Int128, a BigInt, a
+        pointer's bits, which numpy would call ``object``); ``None`` for every other kind (a
+        string, a container: a list of arrays has none), so a JLD2 node of the same value
+        describes it alike."""
+        if self.kind == "array":
+            return np.asarray(self._value).dtype
+        return scalar_dtype(self.kind, self.julia_type)
 
     def read(self, *, order: str = "julia", mmap: bool = True) -> Any:
         """The value (already read; ``order`` and ``mmap`` change nothing)."""
@@ -363,7 +363,11 @@ class PlainNode:
 
     @property
     def dtype(self) -> np.dtype | None:
-        """The dataset's numpy dtype (as h5py reports it); ``None`` for a group."""
+        """A numeric array's numpy dtype (as h5py reports it); for anything else what the node of
+        its value says (a number's dtype, ``None`` for a string or a compound's fields, the
+        protocol's rule); ``None`` for a group."""
+        if self._value_node is not None:
+            return self._value_node.dtype
         return None if self.kind == "group" else self._obj.dtype
 
     def read(self, *, order: str = "julia", mmap: bool = True) -> Any:

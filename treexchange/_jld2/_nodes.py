@@ -29,7 +29,7 @@ import numpy as np
 from .._errors import FormatError, LimitError, PathSegment, TreePath, UnsupportedError, format_path
 from .._gc import gc_paused
 from .._juliatype import JuliaType
-from .._nodeproto import LeafRun, child_items, is_container, walk_leaves
+from .._nodeproto import LeafRun, child_items, is_container, scalar_dtype, scalar_shape, walk_leaves
 from .._typeof import BOTTOM, julia_type_of
 from .._values import UNDEF, NamedTuple
 from ._bulktext import vlen_texts
@@ -218,6 +218,17 @@ class LeafNode(Node):
     def __init__(self, reader: Reader, path: TreePath, kind: str, julia_type: JuliaType, src: Where) -> None:
         super().__init__(reader, path, kind, julia_type)
         self._src = src
+
+    @property
+    def shape(self) -> tuple[int, ...] | None:
+        """``()`` for a number or a Bool (a numpy scalar's shape), ``None`` for the others."""
+        return scalar_shape(self.kind)
+
+    @property
+    def dtype(self) -> np.dtype | None:
+        """The numpy dtype of a number's or a Bool's Julia type (``None`` when numpy has none,
+        and for strings, Symbols and singletons): :func:`treexchange._nodeproto.scalar_dtype`."""
+        return scalar_dtype(self.kind, self.julia_type)
 
     def _read(self, session: Session) -> Any:
         return _read_from(self._src, session, self.path)
@@ -1108,7 +1119,7 @@ class Group(Mapping[str, "Node | Group"]):
             ('model', 'layers', 1, 'σ') singleton None None
             ('model', 'layers', 2, 'weight') array (3, 2) float32
             ('model', 'layers', 2, 'σ') singleton None None
-            ('step',) number None None
+            ('step',) number () int64
         """
         return _leaves(self)
 
