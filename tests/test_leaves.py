@@ -282,6 +282,26 @@ def test_plain_hdf5_and_bson_files_list_their_leaves(tmp_path: Path) -> None:
     ]
 
 
+def test_a_plain_hdf5_compounds_fields_are_listed_within_the_files_node_budget(tmp_path: Path) -> None:
+    # A compound dataset is read at once and its fields are value nodes; their leaves() keeps the
+    # file's Limits.max_nodes at any depth (it used to fall back to the default bound there).
+    inner = np.dtype([("a", "<f8"), ("b", "<f8"), ("c", "<f8")])
+    path = tmp_path / "compound.h5"
+    with h5py.File(path, "w") as h:
+        h["rec"] = np.array([(1, (1.0, 2.0, 3.0))], dtype=[("x", "<i4"), ("inner", inner)])[0]
+    with tx.open(path, allow_hdf5=True) as f:
+        assert [p for p, _ in f["rec"]["inner"].leaves()] == [("rec", "inner", k) for k in "abc"]
+    with tx.open(path, allow_hdf5=True, limits=tx.Limits(max_nodes=3)) as f:
+        assert len(list(f["rec"]["inner"].leaves())) == 3
+        with pytest.raises(tx.LimitError, match="more than 3 nodes") as err:
+            list(f["rec"].leaves())
+        assert err.value.path == ("rec", "inner", "b")
+    with tx.open(path, allow_hdf5=True, limits=tx.Limits(max_nodes=2)) as f:
+        with pytest.raises(tx.LimitError, match="more than 2 nodes") as err:
+            list(f["rec"]["inner"].leaves())
+        assert err.value.path == ("rec", "inner", "c")
+
+
 @pytest.mark.parametrize("max_nodes", [60, 130, 161, 162, 204, 205])
 def test_the_node_budget_counts_layers_walked_from_their_bytes(tmp_path: Path, max_nodes: int) -> None:
     # The layers the JLD2 walk lists from their bytes (no node made) count toward the budget as

@@ -219,12 +219,14 @@ class ValueNode:
     dict entries by key, tuple and vector elements by 0-based position (as for JLD2 nodes)."""
 
     object_address: int | None = None  # part of a dataset's value, not an object of its own
+    _budget: int | None = None  # the file's node budget for leaves(), handed down to children
 
-    def __init__(self, value: Any, path: TreePath) -> None:
+    def __init__(self, value: Any, path: TreePath, budget: int | None = None) -> None:
         self._value = value
         self.path = path
         self.kind = kind_of(value, path=path)
         self.julia_type = julia_type_of(value, path=path)
+        self._budget = budget
 
     @property
     def shape(self) -> tuple[int, ...] | None:
@@ -275,7 +277,7 @@ class ValueNode:
 
     def _child(self, value: Any, path: TreePath) -> ValueNode:
         """The node of a child value (subclasses hand out their own kind of node)."""
-        return ValueNode(value, path)
+        return ValueNode(value, path, self._budget)
 
     def children(self) -> Iterator[tuple[PathSegment, ValueNode]]:
         for seg, _, x in self._items():
@@ -286,8 +288,9 @@ class ValueNode:
         return walk_leaves(self, self._node_budget())
 
     def _node_budget(self) -> int:
-        """How many nodes :meth:`leaves` may visit (a value read already: the default bound)."""
-        return DEFAULT_LIMITS.nodes_for(0)
+        """How many nodes :meth:`leaves` may visit: the file's bound (``Limits.max_nodes``) for a
+        value read from a plain HDF5 file, at any depth below it; the default bound otherwise."""
+        return DEFAULT_LIMITS.nodes_for(0) if self._budget is None else self._budget
 
     def __iter__(self) -> Iterator[Any]:
         """Tuple and vector elements (as nodes), or the keys of fields and dict entries."""
@@ -338,7 +341,7 @@ class PlainNode:
             self.julia_type = JuliaType("Core.Array", (plain_eltype(dt), np.int64(obj.ndim)))
             return
         # Anything else is small or structured: read it and describe the value.
-        self._value_node = ValueNode(self.read(), path)
+        self._value_node = ValueNode(self.read(), path, file.limits.nodes_for(file.file_size))
         self.kind = self._value_node.kind
         self.julia_type = self._value_node.julia_type
 
