@@ -25,7 +25,7 @@ from .._jsonform import array_sha256
 from .._juliatype import JuliaType
 from .._nodeproto import LazyFile, LazyNode
 from .._reader import open as open_file
-from .._typeof import julia_type_of, kind_of, numpy_dtype, presented_dtype_name, wide_int_array
+from .._typeof import julia_type_of, kind_of, presented_dtype_name, wide_int_array
 from .._values import (
     BigFloat,
     BigInt,
@@ -279,7 +279,6 @@ class GroupSource(Source):
 
 
 _WIDE_INTS = {"Core.Int128": "int128", "Core.UInt128": "uint128"}
-_NUMBER_DTYPES: dict[JuliaType, str | None] = {}  # Julia number type -> numpy dtype name
 
 
 _TYPE_TEXT: dict[Any, str] = {}
@@ -329,24 +328,12 @@ class FileSource(Source):
         return type_text(t)
 
     def dtype(self) -> str | None:
+        # A number's node gives its Julia type's numpy dtype (the node protocol's scalar rule);
+        # the schema also names the 128-bit integers numpy has no dtype for.
         dtype = self.node.dtype
         if dtype is not None:
             return dtype_name(dtype)
-        if self.kind != "number":
-            return None
-        t = self.node.julia_type
-        try:
-            return _NUMBER_DTYPES[t]
-        except KeyError:
-            pass
-        if t.name in _WIDE_INTS:
-            name: str | None = _WIDE_INTS[t.name]
-        else:
-            dt = numpy_dtype(t)
-            name = None if dt is None else dt.name
-        if len(_NUMBER_DTYPES) < 4096:  # a handful of number types occur; bound it anyway
-            _NUMBER_DTYPES[t] = name
-        return name
+        return _WIDE_INTS.get(self.node.julia_type.name) if self.kind == "number" else None
 
     def shape(self) -> tuple[int, ...] | None:
         shape = self.node.shape
