@@ -691,12 +691,14 @@ def test_a_union_array_of_raw_bits_and_missing_is_written(tmp_path: Path) -> Non
     whole element (``ConversionError`` before)."""
     s31 = JuliaType("InlineStrings.String31")
     union = JuliaType("Core.Union", (JuliaType("Base.Missing"), s31))
-    text = b"Ab" + bytes(29) + b"\x02"  # String31: the bytes, padded, the length last
+    # String31 "Ab" as the file holds it (little-endian): the length, zeros, the text reversed
+    text = b"\x02" + bytes(29) + b"bA"
     column = JuliaArray(union, [tx.JuliaBits(s31, text), tx.MISSING, tx.JuliaBits(s31, text)])
     src = tmp_path / "in.jld2"
     tx.save(src, column=column, producer=PRODUCER, format="0.1.1")
     back = tx.load(src)["column"]
     assert tx.values_equal(back, column) and back[1] is tx.MISSING
+    assert back[0].as_str() == "Ab" and back[2].shown() == '"Ab"'
     _assert_byte_identical(src, tmp_path / "out.jld2", "--keep-format")
 
 

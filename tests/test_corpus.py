@@ -86,6 +86,9 @@ def test_inspect_text_and_json(path: Path) -> None:
     assert code == 0, err
     records = [json.loads(line) for line in lines.splitlines() if line.strip()]
     assert records or tx.load(path) == {}  # one record per node; an empty file has none
+    for rec in records:  # CSV.jl's InlineStrings (a DataFrame's text columns) show as text
+        if rec["julia_type"].startswith("InlineStrings.String"):
+            assert rec["shown"].startswith('"'), rec
 
 
 @pytest.mark.parametrize("path", PARAMS, ids=IDS)

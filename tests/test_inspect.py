@@ -306,11 +306,31 @@ def test_raw_bits_are_shown_as_julia_shows_them_not_as_an_integer(
     bson = tmp_path / "points.bson"
     bson.write_bytes(bson_file({"ps": dict(raw, data=point.tobytes())}))
     jld2 = tmp_path / "bits.jld2"
-    tx.save(jld2, h=tx.JuliaBits("Main.P16", b"\x00\x3c"), c=tx.JuliaBits("Core.Char", b"\x00\x00\x00a"))
+    # An InlineStrings.String7 as a real file holds it (sebastien-lemieux/horaires' data.jld2,
+    # a DataFrame column CSV.jl read: the length, zeros, the text reversed); one whose length
+    # byte is larger than the type holds is not text: hex, as any other bits.
+    actif = tx.JuliaBits("InlineStrings.String7", b"\x05\x00\x00fitcA")
+    bad = tx.JuliaBits("InlineStrings.String3", b"\x09abc")
+    tx.save(
+        jld2,
+        h=tx.JuliaBits("Main.P16", b"\x00\x3c"),
+        c=tx.JuliaBits("Core.Char", b"\x00\x00\x00a"),
+        s=actif,
+        q=tx.JuliaBits("InlineStrings.String3", b"\x02\x00" + "é".encode()[::-1]),
+        bad=bad,
+    )
     assert main(["inspect", str(bson)]) == 0
     out = capsys.readouterr().out
     assert "[1]: Main.Point{Float32} = 0x400000003f800000" in out and "= 0xbf80000040400000" in out
     assert main(["inspect", str(jld2)]) == 0
     out = capsys.readouterr().out
     assert "h: Main.P16 = 0x3c00" in out and "c: Char = 'a'" in out
-    assert [r.get("shown") for r in _records(jld2, capsys)] == ["0x3c00", "'a'"]
+    assert 's: InlineStrings.String7 = "Actif"' in out and 'q: InlineStrings.String3 = "é"' in out
+    assert "bad: InlineStrings.String3 = 0x63626109" in out
+    shown = ["0x3c00", "'a'", '"Actif"', '"é"', "0x63626109"]
+    assert [r.get("shown") for r in _records(jld2, capsys)] == shown
+    assert tx.load(jld2)["s"].as_str() == "Actif"
+    with pytest.raises(ValueError, match="not text"):
+        tx.JuliaBits("Main.P16", b"\x00\x3c").as_str()
+    with pytest.raises(ValueError, match=r"length byte 9 is more than it holds \(3\)"):
+        bad.as_str()

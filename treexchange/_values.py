@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import importlib.machinery
+import json
 import math
 import re
 import reprlib
@@ -520,13 +521,16 @@ class JuliaStruct(TypeParameterValue):
 
 
 class JuliaBits(TypeParameterValue):
-    """A value of a Julia primitive bits type with no numpy equivalent (an ``@enum``, ``Char``):
-    its type and raw little-endian bytes.
+    """A value of a Julia primitive bits type with no numpy equivalent (an ``@enum``, ``Char``,
+    an ``InlineStrings.String15`` of a DataFrame column read by CSV.jl): its type and raw
+    little-endian bytes, kept as the file has them (``save`` writes them back unchanged).
 
     Example:
         >>> from treexchange import JuliaBits
         >>> JuliaBits("Main.Color", b"\\x01\\x00\\x00\\x00").as_int()
         1
+        >>> JuliaBits("InlineStrings.String3", b"\\x02\\x00iH").as_str()
+        'Hi'
     """
 
     __slots__ = ("data", "type")
@@ -539,6 +543,39 @@ class JuliaBits(TypeParameterValue):
         """The bytes read as a little-endian signed integer (the value of an ``@enum``)."""
         return int.from_bytes(self.data, "little", signed=True)
 
+    def as_str(self) -> str:
+        """The text of a ``Char`` or of an InlineStrings.jl string (``String1`` … ``String255``,
+        what CSV.jl reads text columns as), as Julia's ``String(x)`` gives it.
+
+        An InlineString of ``N`` code units is ``N + 1`` bytes: its length in the least
+        significant byte, its code units from the most significant byte down (so the file's
+        little-endian bytes hold them reversed, at the end).
+
+        Raises:
+            ValueError: a value of any other type, a length byte larger than the type holds, or
+                bytes that are not UTF-8 (Julia strings may hold such bytes; ``data`` has them).
+
+        Example:
+            >>> from treexchange import JuliaBits
+            >>> [JuliaBits(t, b).as_str() for t, b in [("InlineStrings.String7", b"\\x05\\x00\\x00fitcA"),
+            ...                                        ("Core.Char", b"\\x00\\x00\\x00a")]]
+            ['Actif', 'a']
+        """
+        if _is_inline_string(self):
+            raw = _inline_string_bytes(self)
+            if raw is None:
+                length, held = self.data[0], len(self.data) - 1
+                message = f"the {self.type} value's length byte {length} is more than it holds ({held})"
+                raise ValueError(message)
+        elif _short(self.type.name) == "Char" and len(self.data) == 4:
+            raw = self.data[::-1].rstrip(b"\x00") or b"\x00"
+        else:
+            raise ValueError(f"a {self.type} value is not text (only a Char or an InlineStrings string is)")
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise ValueError(f"the {self.type} value's bytes {raw!r} are not UTF-8") from None
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, JuliaBits) and self.data == other.data and same_type(self.type, other.type)
 
@@ -549,10 +586,12 @@ class JuliaBits(TypeParameterValue):
         return f"JuliaBits({str(self.type)!r}, {self.data!r})"
 
     def shown(self) -> str:
-        """The value as Julia's ``show`` prints it without the type: a ``Char`` as ``'a'``, any
-        other as its bits in hex, most significant byte first (``0x3c00``: Julia prints a
-        primitive type's value ``P16(0x3c00)``). The bytes are all the file gives: an ``@enum``
-        value is its number in hex, a struct stored as raw bits its packed fields.
+        """The value as Julia's ``show`` prints it without the type: a ``Char`` as ``'a'``, an
+        InlineStrings.jl string as its text in quotes (``"Actif"``, escaped as ``inspect`` shows
+        a ``String``), any other as its bits in hex, most significant byte first (``0x3c00``:
+        Julia prints a primitive type's value ``P16(0x3c00)``). The bytes are all the file
+        gives: an ``@enum`` value is its number in hex, a struct stored as raw bits its packed
+        fields; an InlineString whose bytes are not valid text is shown in hex too.
 
         Example:
             >>> from treexchange import JuliaBits
@@ -560,9 +599,18 @@ class JuliaBits(TypeParameterValue):
             '0x3c00'
             >>> JuliaBits("Core.Char", b"\\x00\\x00\\x00a").shown()
             "'a'"
+            >>> JuliaBits("InlineStrings.String7", b"\\x05\\x00\\x00fitcA").shown()
+            '"Actif"'
         """
         if _short(self.type.name) == "Char" and len(self.data) == 4:
             return self._char_text()
+        if _is_inline_string(self):
+            raw = _inline_string_bytes(self)
+            if raw is not None:
+                try:
+                    return json.dumps(raw.decode("utf-8"), ensure_ascii=False)
+                except UnicodeDecodeError:
+                    pass
         return "0x" + self.data[::-1].hex()
 
     def _julia_param_text(self, *, short: bool, sep: str) -> str:
@@ -583,6 +631,24 @@ class JuliaBits(TypeParameterValue):
             return f"'{char}'"
         special = {"'": "\\'", "\\": "\\\\"}
         return "'" + special.get(char, char.encode("unicode_escape").decode("ascii")) + "'"
+
+
+# InlineStrings.jl's fixed-size strings: ``String{N}`` is a primitive type of N + 1 bytes.
+_INLINE_STRING_NAMES = {f"InlineStrings.String{n}": n + 1 for n in (1, 3, 7, 15, 31, 63, 127, 255)}
+
+
+def _is_inline_string(bits: JuliaBits) -> bool:
+    return _INLINE_STRING_NAMES.get(bits.type.name) == len(bits.data) and not bits.type.params
+
+
+def _inline_string_bytes(bits: JuliaBits) -> bytes | None:
+    """The code units of an InlineString's bytes (length byte first, the units reversed at the
+    end); None when the length byte says more than the type holds."""
+    data = bits.data
+    n = data[0]
+    if n >= len(data):
+        return None
+    return data[::-1][:n]
 
 
 class JuliaArray:
