@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from conftest import FIXTURES, absent_reason, present_cases
+from conftest import BUNDLED_DIR, FIXTURES, absent_reason, present_cases
 
 import treexchange as tx
 from treexchange._port._fromlux import lux_version
@@ -684,6 +684,131 @@ def test_the_default_st_is_the_one_beside_ps(tmp_path: Path) -> None:
     parts = tx.from_lux(path, ("ckpt", "ps"), None, architecture=SPIRAL_PARTS)
     x, y = spiral_data(seed=6)
     assert_tutorial_numbers(run_parts(parts, "equinox", x), y, lux_reference(ps, x.astype(np.float64)))
+
+
+# DEEPDIP-project/CoupledNODE.jl (bundled, Apache-2.0): a closure model for 2-D Navier-Stokes,
+# src/models/cnn.jl with train_posteriori.jl's radii [3, 3], channels [2, 2], [tanh, identity], no bias.
+# Its collocate/decollocate are the repository's own functions (no parameters): NoOpLayer stands in.
+COUPLEDNODE = BUNDLED_DIR / "lux" / "couplednode_ns2d_trained_model_posteriori.jld2"
+COUPLEDNODE_TEXT = """Chain(
+    layer_1 = NoOpLayer(),
+    layer_2 = Conv((7, 7), 2 => 2, tanh, pad=3, use_bias=false),  # 196 parameters
+    layer_3 = Conv((7, 7), 2 => 2, pad=3, use_bias=false),  # 196 parameters
+    layer_4 = NoOpLayer(),
+)"""
+
+
+def _lux_conv(x: np.ndarray, w: np.ndarray, pad: int) -> np.ndarray:
+    """Lux's ``Conv`` (``cross_correlation=false``: NNlib's convolution, the kernel flipped) of a
+    Julia-order ``(W, H, C)`` image with a ``(kw, kh, C, O)`` kernel, in float64 loops."""
+    k = w.shape[0]
+    xp = np.pad(x, ((pad, pad), (pad, pad), (0, 0)))
+    flipped = w[::-1, ::-1]
+    out = np.zeros((x.shape[0] + 2 * pad - k + 1, x.shape[1] + 2 * pad - k + 1, w.shape[3]))
+    for i in range(out.shape[0]):
+        for j in range(out.shape[1]):
+            out[i, j] = np.tensordot(xp[i : i + k, j : j + k], flipped, axes=3)
+    return out
+
+
+def test_a_component_array_with_layers_without_parameters_ports_and_computes_luxs_convolutions() -> None:
+    """``ComponentArray(ps)`` of a Chain whose first and last layers have no parameters stores each
+    as an empty range (``layer_1 = 1:0``): it read as a length-0 array, and the port refused
+    ("kind array float32 (0,) in file, no arrays in template"; per part: "ps entries ['layer_1',
+    'layer_4'] hold arrays"). Read as the empty NamedTuple it stands for, the real trained model
+    ports whole and per part, and computes Lux's convolutions of its weights."""
+    from treexchange._port._componentarray import component_tree
+
+    ps = component_tree(tx.load(COUPLEDNODE, "θ_posteriori"))
+    assert ps.layer_1 == tx.NamedTuple() == ps.layer_4 and ps.layer_2.weight.shape == (7, 7, 2, 2)
+    model = tx.from_lux(COUPLEDNODE, ps="θ_posteriori", architecture=COUPLEDNODE_TEXT)
+    parts = tx.from_lux(
+        COUPLEDNODE,
+        ps="θ_posteriori",
+        architecture={
+            "layer_2": "Conv((7, 7), 2 => 2, tanh, pad=3, use_bias=false)",
+            "layer_3": "Conv((7, 7), 2 => 2, pad=3, use_bias=false)",
+        },
+    )
+    x = np.random.default_rng(2).standard_normal((12, 10, 2))  # Julia's (W, H, C)
+    hidden = np.tanh(_lux_conv(x, np.asarray(ps.layer_2.weight, np.float64), 3))
+    want = _lux_conv(hidden, np.asarray(ps.layer_3.weight, np.float64), 3)
+    x_py = jnp.asarray(x.transpose(2, 1, 0), jnp.float32)  # (C, H, W): Julia's axes reversed
+    got = np.asarray(model(x_py)).transpose(2, 1, 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    assert np.abs(want).max() > 0.1  # (a real signal, not zeros)
+    stepwise = np.asarray(parts["layer_3"](parts["layer_2"](x_py))).transpose(2, 1, 0)
+    np.testing.assert_allclose(stepwise, want, rtol=1e-4, atol=1e-5)
+
+
+def test_component_array_axes_spelled_as_an_ntuple_are_read() -> None:
+    """Some JLD2 versions spell the axes parameter ``NTuple{1, Axis{…}}`` (DEEPDIP-project/
+    NeuralNS-SciML-Tutorials' trained CNNs, tests/corpus_sources.md): read as ``Tuple{Axis{…}}`` is
+    ("unknown ComponentArray axis np.int64(1)" before). Axes that are not one Axis are named."""
+    from treexchange._errors import ConversionError
+    from treexchange._port._componentarray import component_tree
+
+    theta = tx.load(COUPLEDNODE, "θ_posteriori")
+    params = theta.type.params
+    axis = params[3].params[0]
+    ntuple = tx.JuliaType("ComponentArrays.ComponentArray", [*params[:3], tx.JuliaType("NTuple", [1, axis])])
+    data = theta.fields["data"]
+    tree = component_tree(tx.JuliaStruct(ntuple, {"data": data}))
+    np.testing.assert_array_equal(tree.layer_3.weight, component_tree(theta).layer_3.weight)
+    two = tx.JuliaType("ComponentArrays.ComponentArray", [*params[:3], tx.JuliaType("NTuple", [2, axis])])
+    with pytest.raises(ConversionError, match=r"axes of 2 dimensions for its one-dimensional data \(at θ\)"):
+        component_tree(tx.JuliaStruct(two, {"data": data}), path=("θ",))
+    odd = tx.JuliaType("ComponentArrays.ComponentArray", [*params[:3], axis])
+    with pytest.raises(
+        ConversionError, match=r"unknown ComponentArray axes ComponentArrays\.Axis\{.*: not a tuple"
+    ):
+        component_tree(tx.JuliaStruct(odd, {"data": data}))
+
+
+def test_later_component_arrays_shaped1daxis_components_are_vectors_or_empty_layers() -> None:
+    """Later ComponentArrays versions keep a vector's axis, ``ViewAxis{a:b, nothing,
+    Shaped1DAxis{(n,)}}()``, and store a layer without parameters as ``ViewAxis{1:0, nothing,
+    Shaped1DAxis{(0,)}}()`` (DEEPDIP-project/CoupledNODE_Benchmark.jl's checkpoints,
+    tests/corpus_sources.md): a vector, and the empty NamedTuple (was a length-0 array)."""
+    from treexchange._port._componentarray import component_tree
+
+    def span(a: int, b: int) -> tx.JuliaStruct:
+        return tx.JuliaStruct("UnitRange{Int64}", {"start": np.int64(a), "stop": np.int64(b)})
+
+    def view(a: int, b: int, shape: tuple[int, ...], kind: str = "Shaped1DAxis") -> tx.Singleton:
+        inner = tx.JuliaType(f"ComponentArrays.{kind}", [shape])
+        return tx.Singleton(tx.JuliaType("ComponentArrays.ViewAxis", [span(a, b), None, inner]))
+
+    dense = tx.JuliaType(
+        "ComponentArrays.Axis",
+        [tx.NamedTuple(weight=view(1, 6, (3, 2), "ShapedAxis"), bias=view(7, 9, (3,)))],
+    )
+    layer_2 = tx.Singleton(tx.JuliaType("ComponentArrays.ViewAxis", [span(1, 9), None, dense]))
+    axis = tx.JuliaType("ComponentArrays.Axis", [tx.NamedTuple(layer_1=view(1, 0, (0,)), layer_2=layer_2)])
+    params = ["Float64", 1, "Array{Float64,1}", tx.JuliaType("Tuple", [axis])]
+    array = tx.JuliaStruct(
+        tx.JuliaType("ComponentArrays.ComponentArray", params), {"data": np.arange(1.0, 10.0)}
+    )
+    tree = component_tree(array)
+    assert tree.layer_1 == tx.NamedTuple() and list(tree.layer_2) == ["weight", "bias"]
+    assert tree.layer_2.weight.tolist() == [[1.0, 4.0], [2.0, 5.0], [3.0, 6.0]]
+    assert tree.layer_2.bias.tolist() == [7.0, 8.0, 9.0]
+
+
+def test_float64_lux_weights_are_rounded_to_jaxs_float32_as_from_flux_does(tmp_path: Path) -> None:
+    """Lux models trained in Float64 (SciML; SciML/ReservoirComputing.jl's ESN readout) were
+    refused with "dtype float64 in file, float32 in template" and a fix, ``cast=True``, that
+    from_lux has no argument for, while from_flux rounds to JAX's Float32 (docs/porting.md)."""
+    rng = np.random.default_rng(3)
+    w, b = rng.standard_normal((3, 4)), rng.standard_normal(3)
+    path = tmp_path / "lux64.jld2"
+    tx.save(path, ps=tx.NamedTuple(weight=w, bias=b), st=tx.NamedTuple())
+    model = tx.from_lux(path, architecture="Dense(4 => 3)")
+    assert model.weight.dtype == jnp.float32
+    x = rng.standard_normal(4)
+    np.testing.assert_allclose(
+        np.asarray(model(jnp.asarray(x, jnp.float32))), w @ x + b, rtol=1e-5, atol=1e-6
+    )
 
 
 def test_a_component_array_inside_an_entry_ports_from_its_tuple_path(tmp_path: Path) -> None:

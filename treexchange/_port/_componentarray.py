@@ -3,12 +3,25 @@ tree it stands for.
 
 Lux users often hand ``ComponentArray(ps)`` to Optimization.jl / DiffEqFlux and save that: JLD2 then
 stores the flat ``data`` and the layout only as the type's last parameter, a tuple holding one
-``Axis{(name = index, …)}``. Each index is, in ComponentArrays' terms:
+``Axis{(name = index, …)}`` (spelled ``Tuple{Axis{…}}`` or, by some JLD2 versions, ``NTuple{1,
+Axis{…}}``). Each index is, in ComponentArrays' terms:
 
 - an integer ``i``: the scalar ``data[i]``;
 - a ``UnitRange`` ``a:b``: the vector ``data[a:b]``;
 - ``ViewAxis{a:b, _, ShapedAxis{shape}}()``: ``data[a:b]`` reshaped to ``shape`` (column-major);
 - ``ViewAxis{a:b, _, Axis{…}}()``: a nested component whose indices count from ``a``.
+
+- ``ViewAxis{a:b, _, Shaped1DAxis{(n,)}}()`` (later ComponentArrays versions): the vector
+  ``data[a:b]``.
+
+A one-dimensional component without values (``1:0``, or ``ViewAxis{1:0, _,
+Shaped1DAxis{(0,)}}()``) is what ComponentArrays stores for a ``NamedTuple()``, a Lux layer
+without parameters (``WrappedFunction``, ``NoOpLayer``, a pooling layer): older versions make it
+``ViewAxis(range, FlatAxis())``, which the constructor collapses to the bare range
+(``ViewAxis(Inds, ::NullorFlatAxis) = Inds``, ComponentArrays.jl ``src/axis.jl``), later ones the
+``Shaped1DAxis`` form, as for a vector in either. An empty vector cannot be told apart; a Lux
+layer's parameters are always a NamedTuple, so such a component is read as ``NamedTuple()``
+(found in real files of both forms: tests/corpus_sources.md, "Lux files found in the wild").
 
 Indices are Julia's (1-based, ends included). Arrays come out in Julia's shape order, as
 :func:`treexchange.load` gives every Julia array.
@@ -58,16 +71,37 @@ def component_tree(value: JuliaStruct, *, path: TreePath = ()) -> NamedTuple:
     if not isinstance(data, np.ndarray) or data.ndim != 1 or len(params) != 4:
         raise ConversionError("only a one-dimensional ComponentArray holds a NamedTuple tree", path=path)
     axes = params[3]
-    axis = axes.params[0] if isinstance(axes, JuliaType) and axes.params else None
-    return _component(axis, data, 0, path)
+    elements = _tuple_elements(axes)
+    if elements is None:
+        raise ConversionError(f"unknown ComponentArray axes {_clip(str(axes))}: not a tuple", path=path)
+    if len(elements) != 1:
+        message = f"ComponentArray axes of {len(elements)} dimensions for its one-dimensional data"
+        raise ConversionError(message, path=path)
+    return _component(elements[0], data, 0, path)
+
+
+def _tuple_elements(t: Any) -> list[Any] | None:
+    """The element types of a tuple type in either spelling (``Tuple{A}``, ``NTuple{1, A}``)."""
+    if not isinstance(t, JuliaType):
+        return None
+    if t.is_named("NTuple"):
+        count = t.params[0] if len(t.params) == 2 else None
+        if not isinstance(count, (int, np.integer)) or not 0 <= int(count) <= 8:
+            return None  # (one Axis per dimension: a longer count is no ComponentArray's)
+        return [t.params[1]] * int(count)
+    return list(t.params) if t.is_named("Tuple") else None
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _component(axis: Any, data: np.ndarray, offset: int, path: TreePath) -> NamedTuple:
     if not (isinstance(axis, JuliaType) and axis.name == "ComponentArrays.Axis" and axis.params):
-        raise ConversionError(f"unknown ComponentArray axis {axis!r}", path=path)
+        raise ConversionError(f"unknown ComponentArray axis {_clip(repr(axis))}", path=path)
     names = axis.params[0]
     if not isinstance(names, Mapping):
-        raise ConversionError(f"unknown ComponentArray axis {axis!r}", path=path)
+        raise ConversionError(f"unknown ComponentArray axis {_clip(repr(axis))}", path=path)
     return NamedTuple((str(k), _entry(index, data, offset, (*path, k))) for k, index in names.items())
 
 
@@ -77,21 +111,33 @@ def _entry(index: Any, data: np.ndarray, offset: int, path: TreePath) -> Any:
     if isinstance(index, (int, np.integer)):
         return data[offset + int(index) - 1]
     if isinstance(index, JuliaStruct) and set(index.fields) == {"start", "stop"}:  # UnitRange
-        return _slice(index, data, offset, path)
+        return _vector(_slice(index, data, offset, path))
     if isinstance(index, JuliaType) and index.name == "ComponentArrays.ViewAxis" and len(index.params) == 3:
         window, _, inner = index.params
         part = _slice(window, data, offset, path)
-        if isinstance(inner, JuliaType) and inner.name == "ComponentArrays.ShapedAxis" and inner.params:
+        if isinstance(inner, JuliaType) and inner.name in _SHAPED and inner.params:
             shape = tuple(int(n) for n in inner.params[0])
             if int(np.prod(shape)) != part.size:
                 message = f"ComponentArray shape {shape} does not fit {part.size} values"
                 raise ConversionError(message, path=path)
-            return part.reshape(shape, order="F")  # Julia's column-major layout, Julia's axis order
+            if len(shape) > 1:
+                return part.reshape(shape, order="F")  # Julia's column-major layout, Julia's axis order
         if isinstance(inner, JuliaType) and inner.name == "ComponentArrays.Axis":
             start = int(window.fields["start"]) if isinstance(window, JuliaStruct) else 1
             return _component(inner, data, offset + start - 1, path)
-        return part
-    raise ConversionError(f"unknown ComponentArray index {index!r}", path=path)
+        return _vector(part)
+    raise ConversionError(f"unknown ComponentArray index {_clip(repr(index))}", path=path)
+
+
+# A component's shape: ``ShapedAxis{shape}``; a vector's ``Shaped1DAxis{(n,)}`` in the versions that
+# have it (older ones collapse ``ShapedAxis((n,))`` to the bare range).
+_SHAPED = frozenset({"ComponentArrays.ShapedAxis", "ComponentArrays.Shaped1DAxis"})
+
+
+def _vector(part: np.ndarray) -> Any:
+    """A one-dimensional component: its values, or ``NamedTuple()`` when it has none (the
+    empty range of a layer without parameters, see the module docstring)."""
+    return NamedTuple() if part.size == 0 else part
 
 
 def _slice(window: Any, data: np.ndarray, offset: int, path: TreePath) -> np.ndarray:

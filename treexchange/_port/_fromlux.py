@@ -34,6 +34,7 @@ from treexchange._port._fromflux import build_target, entry_path, read_entries, 
 from treexchange._port._lux import LUX_VERSIONS
 from treexchange._port._luxarch import LuxPiece, parse_lux_architecture
 from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
+from treexchange._port._statefill import state_for_port
 from treexchange._values import JuliaStruct, NamedTuple
 
 # ps names only one Lux version uses: the 0.5 recurrent cells' and Lux ≥ 1's two recurrent biases.
@@ -128,7 +129,9 @@ def from_lux(
     ``StatefulRecurrentCell``) is the layer running it over a sequence from Lux's zero state and
     returning every step's output (its ``.cell`` steps once); ``Recurrence(cell)`` returns the last
     step only, as Lux does (a Chain around it is ported part by part, as the target's Sequential).
-    An Equinox model with BatchNorm is ``(model, state)``.
+    An Equinox model with BatchNorm is ``(model, state)``. ``Float64`` arrays (SciML models often
+    train in it) are rounded to ``Float32`` unless JAX runs with ``jax_enable_x64``, as
+    :func:`treexchange.from_flux` does: the built model follows JAX's default dtype.
 
     ``ps`` and ``st`` are entries' names, or paths into an entry as errors print them, a tuple
     beginning with the entry's name (``("ckpt", "ps")`` for ``jldsave(path; ckpt = (; epoch, ps,
@@ -139,7 +142,8 @@ def from_lux(
     Args:
         path: the JLD2 file.
         ps: the entry (or path) holding the Lux parameters (a NamedTuple tree, or the
-            ``ComponentArray`` of one, as ComponentArrays.jl keeps it).
+            ``ComponentArray`` of one, as ComponentArrays.jl keeps it: a layer without parameters
+            is an empty range there, read as its empty NamedTuple).
         st: the entry (or path) holding the Lux states (BatchNorm's running statistics), or
             ``None`` when the file has none (then the model must not need them). The default
             ``"st"`` is the ``st`` beside ``ps``: the entry ``st``, or with ``ps=("ckpt", "ps")``
@@ -187,6 +191,8 @@ def from_lux(
     ps_value, st_value = _read_places(path, ps_path, st_path, st_beside_ps=st == "st")
     if is_component_array(ps_value):  # ComponentArray(ps), as Optimization.jl / DiffEqFlux users save it
         ps_value = component_tree(ps_value, path=ps_path)
+    # Float64 weights (SciML models, ridge-trained readouts) in JAX's Float32, as from_flux does
+    ps_value, st_value = state_for_port(ps_value), state_for_port(st_value)
     version = lux if lux is not None else lux_version(ps_value)
     port = functools.partial(_port, target=target, lux=version, key=key)
     if isinstance(architecture, str):
