@@ -318,6 +318,10 @@ def test_raw_bits_are_shown_as_julia_shows_them_not_as_an_integer(
         s=actif,
         q=tx.JuliaBits("InlineStrings.String3", b"\x02\x00" + "é".encode()[::-1]),
         bad=bad,
+        # String1: two bytes since InlineStrings 1.4.3, before it one (its code unit, no length)
+        one=tx.JuliaBits("InlineStrings.String1", b"\x01M"),
+        empty=tx.JuliaBits("InlineStrings.String7", bytes(8)),
+        full=tx.JuliaBits("InlineStrings.String3", b"\x03cba"),
     )
     assert main(["inspect", str(bson)]) == 0
     out = capsys.readouterr().out
@@ -327,8 +331,11 @@ def test_raw_bits_are_shown_as_julia_shows_them_not_as_an_integer(
     assert "h: Main.P16 = 0x3c00" in out and "c: Char = 'a'" in out
     assert 's: InlineStrings.String7 = "Actif"' in out and 'q: InlineStrings.String3 = "é"' in out
     assert "bad: InlineStrings.String3 = 0x63626109" in out
-    shown = ["0x3c00", "'a'", '"Actif"', '"é"', "0x63626109"]
+    shown = ["0x3c00", "'a'", '"Actif"', '"é"', "0x63626109", '"M"', '""', '"abc"']
     assert [r.get("shown") for r in _records(jld2, capsys)] == shown
+    before_143 = tmp_path / "string1.jld2"
+    tx.save(before_143, old=tx.JuliaBits("InlineStrings.String1", b"F"))
+    assert [r.get("shown") for r in _records(before_143, capsys)] == ['"F"']
     assert tx.load(jld2)["s"].as_str() == "Actif"
     with pytest.raises(ValueError, match="not text"):
         tx.JuliaBits("Main.P16", b"\x00\x3c").as_str()

@@ -811,6 +811,36 @@ def test_float64_lux_weights_are_rounded_to_jaxs_float32_as_from_flux_does(tmp_p
     )
 
 
+def test_float32_files_fill_the_float64_models_equinox_builds_under_x64(tmp_path: Path) -> None:
+    """Under ``jax_enable_x64`` Equinox builds Float64 layers: a Float32 file (every Flux model,
+    most Lux ones) was refused by from_lux and from_flux alike ("dtype float32 in file, float64
+    in template", suggesting a ``cast=True`` neither has). The values widen exactly; a Float64
+    file rounds to the Float32 parameters Flax builds (as without x64)."""
+    rng = np.random.default_rng(4)
+    w, b = rng.standard_normal((3, 4), np.float32), rng.standard_normal(3, np.float32)
+    lux, flux = tmp_path / "lux32.jld2", tmp_path / "flux32.jld2"
+    tx.save(lux, ps=tx.NamedTuple(weight=w, bias=b), st=tx.NamedTuple())
+    tx.save(flux, model_state=tx.NamedTuple(layers=(tx.NamedTuple(weight=w, bias=b, σ=()),)))
+    with jax.enable_x64(True):
+        models = [
+            tx.from_lux(lux, architecture="Dense(4 => 3)"),
+            tx.from_flux(flux, "model_state", architecture="Chain(Dense(4 => 3))").layers[0],
+        ]
+        for model in models:
+            assert model.weight.dtype == jnp.float64
+            np.testing.assert_array_equal(np.asarray(model.weight), w.astype(np.float64))
+            np.testing.assert_array_equal(np.asarray(model.bias), b.astype(np.float64))
+        # Flax builds Float32 parameters under x64 too: a Float64 file rounds to them
+        tx.save(
+            lux,
+            ps=tx.NamedTuple(weight=w.astype(np.float64) / 3, bias=b.astype(np.float64)),
+            st=tx.NamedTuple(),
+        )
+        kernel = tx.from_lux(lux, architecture="Dense(4 => 3)", target="nnx").kernel[...]
+        assert kernel.dtype == jnp.float32
+        np.testing.assert_array_equal(np.asarray(kernel), (w.astype(np.float64) / 3).astype(np.float32).T)
+
+
 def test_a_component_array_inside_an_entry_ports_from_its_tuple_path(tmp_path: Path) -> None:
     """SeriesForecast's real ``θ = ComponentArray(ps)``, kept in a checkpoint NamedTuple: the
     ported network computes Lux's numpy forward of the same tree."""

@@ -633,18 +633,25 @@ class JuliaBits(TypeParameterValue):
         return "'" + special.get(char, char.encode("unicode_escape").decode("ascii")) + "'"
 
 
-# InlineStrings.jl's fixed-size strings: ``String{N}`` is a primitive type of N + 1 bytes.
-_INLINE_STRING_NAMES = {f"InlineStrings.String{n}": n + 1 for n in (1, 3, 7, 15, 31, 63, 127, 255)}
+# InlineStrings.jl's fixed-size strings: ``String{N}`` is a primitive type of N + 1 bytes; before
+# InlineStrings 1.4.3 (its PR #80) ``String1`` was one byte, its one code unit, with no length.
+_INLINE_STRING_SIZES: dict[str, tuple[int, ...]] = {
+    f"InlineStrings.String{n}": (n + 1,) for n in (3, 7, 15, 31, 63, 127, 255)
+}
+_INLINE_STRING_SIZES["InlineStrings.String1"] = (2, 1)
 
 
 def _is_inline_string(bits: JuliaBits) -> bool:
-    return _INLINE_STRING_NAMES.get(bits.type.name) == len(bits.data) and not bits.type.params
+    return len(bits.data) in _INLINE_STRING_SIZES.get(bits.type.name, ()) and not bits.type.params
 
 
 def _inline_string_bytes(bits: JuliaBits) -> bytes | None:
     """The code units of an InlineString's bytes (length byte first, the units reversed at the
-    end); None when the length byte says more than the type holds."""
+    end; an old one-byte ``String1`` is its code unit); None when the length byte says more than
+    the type holds."""
     data = bits.data
+    if len(data) == 1:
+        return data
     n = data[0]
     if n >= len(data):
         return None

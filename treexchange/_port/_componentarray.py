@@ -9,10 +9,9 @@ Axis{…}}``). Each index is, in ComponentArrays' terms:
 - an integer ``i``: the scalar ``data[i]``;
 - a ``UnitRange`` ``a:b``: the vector ``data[a:b]``;
 - ``ViewAxis{a:b, _, ShapedAxis{shape}}()``: ``data[a:b]`` reshaped to ``shape`` (column-major);
-- ``ViewAxis{a:b, _, Axis{…}}()``: a nested component whose indices count from ``a``.
-
 - ``ViewAxis{a:b, _, Shaped1DAxis{(n,)}}()`` (later ComponentArrays versions): the vector
-  ``data[a:b]``.
+  ``data[a:b]``;
+- ``ViewAxis{a:b, _, Axis{…}}()``: a nested component whose indices count from ``a``.
 
 A one-dimensional component without values (``1:0``, or ``ViewAxis{1:0, _,
 Shaped1DAxis{(0,)}}()``) is what ComponentArrays stores for a ``NamedTuple()``, a Lux layer
@@ -120,7 +119,7 @@ def _entry(index: Any, data: np.ndarray, offset: int, path: TreePath) -> Any:
             if int(np.prod(shape)) != part.size:
                 message = f"ComponentArray shape {shape} does not fit {part.size} values"
                 raise ConversionError(message, path=path)
-            if len(shape) > 1:
+            if len(shape) != 1:  # (a vector's is its range: below)
                 return part.reshape(shape, order="F")  # Julia's column-major layout, Julia's axis order
         if isinstance(inner, JuliaType) and inner.name == "ComponentArrays.Axis":
             start = int(window.fields["start"]) if isinstance(window, JuliaStruct) else 1

@@ -460,7 +460,9 @@ def from_flux(
     state = state_for_port(state)  # Float64 (Flux ≤ 0.9 often) in JAX's Float32
 
     def fill(model: Any) -> Any:
-        return load_state(model, state, path=entry_path(name), flux=era)
+        # (cast="round": the built model's dtypes rule; under jax_enable_x64 Equinox builds Float64
+        # layers, which a Float32 file widens into, and Flax Float32 ones, which Float64 rounds to)
+        return load_state(model, state, path=entry_path(name), flux=era, cast="round")
 
     return build_target(layer, fill, target=target, era=era, key=key)
 

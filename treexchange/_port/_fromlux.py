@@ -131,7 +131,9 @@ def from_lux(
     step only, as Lux does (a Chain around it is ported part by part, as the target's Sequential).
     An Equinox model with BatchNorm is ``(model, state)``. ``Float64`` arrays (SciML models often
     train in it) are rounded to ``Float32`` unless JAX runs with ``jax_enable_x64``, as
-    :func:`treexchange.from_flux` does: the built model follows JAX's default dtype.
+    :func:`treexchange.from_flux` does: the built model follows JAX's default dtype (under
+    ``jax_enable_x64`` a ``Float32`` file widens exactly into Equinox's Float64 layers, and a
+    ``Float64`` one rounds to Flax's Float32 parameters).
 
     ``ps`` and ``st`` are entries' names, or paths into an entry as errors print them, a tuple
     beginning with the entry's name (``("ckpt", "ps")`` for ``jldsave(path; ckpt = (; epoch, ps,
@@ -311,7 +313,7 @@ def _port(
         return _nest(paths, list(lux_state(model, lux=lux)), prefix)
 
     def fill(model: Any) -> Any:
-        return restore(values, like=model, layout=view, path=prefix)
+        return restore(values, like=model, layout=view, path=prefix, cast="round")  # (as from_flux's)
 
     model = build_target(layer, fill, target=target, era=DEFAULT_FLUX_ERA, key=key)
     return _in_order([(model, True)], target) if piece.last_step else model
