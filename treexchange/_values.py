@@ -605,12 +605,10 @@ class JuliaBits(TypeParameterValue):
         if _short(self.type.name) == "Char" and len(self.data) == 4:
             return self._char_text()
         if _is_inline_string(self):
-            raw = _inline_string_bytes(self)
-            if raw is not None:
-                try:
-                    return json.dumps(raw.decode("utf-8"), ensure_ascii=False)
-                except UnicodeDecodeError:
-                    pass
+            try:
+                return json.dumps(self.as_str(), ensure_ascii=False)
+            except ValueError:  # (a length byte past the type's size, or bytes that are not UTF-8)
+                pass
         return "0x" + self.data[::-1].hex()
 
     def _julia_param_text(self, *, short: bool, sep: str) -> str:

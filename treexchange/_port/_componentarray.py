@@ -33,11 +33,12 @@ from typing import Any
 
 import numpy as np
 
-from treexchange._errors import ConversionError, TreePath
+from treexchange._errors import ConversionError, TreePath, clip_type
 from treexchange._juliatype import JuliaType
 from treexchange._values import JuliaStruct, NamedTuple, Singleton
 
 _NAME = "ComponentArrays.ComponentArray"
+_SHOWN = 200  # characters of a layout type an error quotes (a model's whole layout can be kilobytes)
 
 
 def is_component_array(value: Any) -> bool:
@@ -72,7 +73,8 @@ def component_tree(value: JuliaStruct, *, path: TreePath = ()) -> NamedTuple:
     axes = params[3]
     elements = _tuple_elements(axes)
     if elements is None:
-        raise ConversionError(f"unknown ComponentArray axes {_clip(str(axes))}: not a tuple", path=path)
+        message = f"unknown ComponentArray axes {clip_type(str(axes), _SHOWN)}: not a tuple"
+        raise ConversionError(message, path=path)
     if len(elements) != 1:
         message = f"ComponentArray axes of {len(elements)} dimensions for its one-dimensional data"
         raise ConversionError(message, path=path)
@@ -91,16 +93,12 @@ def _tuple_elements(t: Any) -> list[Any] | None:
     return list(t.params) if t.is_named("Tuple") else None
 
 
-def _clip(text: str, limit: int = 200) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _component(axis: Any, data: np.ndarray, offset: int, path: TreePath) -> NamedTuple:
     if not (isinstance(axis, JuliaType) and axis.name == "ComponentArrays.Axis" and axis.params):
-        raise ConversionError(f"unknown ComponentArray axis {_clip(repr(axis))}", path=path)
+        raise ConversionError(f"unknown ComponentArray axis {clip_type(repr(axis), _SHOWN)}", path=path)
     names = axis.params[0]
     if not isinstance(names, Mapping):
-        raise ConversionError(f"unknown ComponentArray axis {_clip(repr(axis))}", path=path)
+        raise ConversionError(f"unknown ComponentArray axis {clip_type(repr(axis), _SHOWN)}", path=path)
     return NamedTuple((str(k), _entry(index, data, offset, (*path, k))) for k, index in names.items())
 
 
@@ -125,7 +123,7 @@ def _entry(index: Any, data: np.ndarray, offset: int, path: TreePath) -> Any:
             start = int(window.fields["start"]) if isinstance(window, JuliaStruct) else 1
             return _component(inner, data, offset + start - 1, path)
         return _vector(part)
-    raise ConversionError(f"unknown ComponentArray index {_clip(repr(index))}", path=path)
+    raise ConversionError(f"unknown ComponentArray index {clip_type(repr(index), _SHOWN)}", path=path)
 
 
 # A component's shape: ``ShapedAxis{shape}``; a vector's ``Shaped1DAxis{(n,)}`` in the versions that

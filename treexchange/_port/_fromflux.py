@@ -25,7 +25,7 @@ from treexchange._port._arch import parse_architecture
 from treexchange._port._registry import KINDS, RECURRENT_GATES
 from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
 from treexchange._port._state import check_era
-from treexchange._port._statefill import params_list, state_for_architecture, state_for_port
+from treexchange._port._statefill import params_list, state_for_architecture
 from treexchange._port._wholemodel import from_whole_model, is_optimiser
 from treexchange._reader import has_embedded_schema, open as open_file, read_entry
 from treexchange._values import JuliaStruct
@@ -457,11 +457,11 @@ def from_flux(
     """
     layer, state, era = read_source(path, name, architecture, flux=None if flux is None else check_era(flux))
     layer = with_learnt_initial_states(layer, state)
-    state = state_for_port(state)  # Float64 (Flux ≤ 0.9 often) in JAX's Float32
 
     def fill(model: Any) -> Any:
-        # (cast="round": the built model's dtypes rule; under jax_enable_x64 Equinox builds Float64
-        # layers, which a Float32 file widens into, and Flax Float32 ones, which Float64 rounds to)
+        # (cast="round": the built model's dtypes rule. Float64 (Flux ≤ 0.9 often) rounds to JAX's
+        # default Float32; under jax_enable_x64 Equinox builds Float64 layers, which a Float32 file
+        # widens into, and Flax Float32 ones, which Float64 rounds to)
         return load_state(model, state, path=entry_path(name), flux=era, cast="round")
 
     return build_target(layer, fill, target=target, era=era, key=key)

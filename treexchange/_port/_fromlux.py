@@ -34,7 +34,6 @@ from treexchange._port._fromflux import build_target, entry_path, read_entries, 
 from treexchange._port._lux import LUX_VERSIONS
 from treexchange._port._luxarch import LuxPiece, parse_lux_architecture
 from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
-from treexchange._port._statefill import state_for_port
 from treexchange._values import JuliaStruct, NamedTuple
 
 # ps names only one Lux version uses: the 0.5 recurrent cells' and Lux ≥ 1's two recurrent biases.
@@ -193,8 +192,6 @@ def from_lux(
     ps_value, st_value = _read_places(path, ps_path, st_path, st_beside_ps=st == "st")
     if is_component_array(ps_value):  # ComponentArray(ps), as Optimization.jl / DiffEqFlux users save it
         ps_value = component_tree(ps_value, path=ps_path)
-    # Float64 weights (SciML models, ridge-trained readouts) in JAX's Float32, as from_flux does
-    ps_value, st_value = state_for_port(ps_value), state_for_port(st_value)
     version = lux if lux is not None else lux_version(ps_value)
     port = functools.partial(_port, target=target, lux=version, key=key)
     if isinstance(architecture, str):
@@ -313,7 +310,9 @@ def _port(
         return _nest(paths, list(lux_state(model, lux=lux)), prefix)
 
     def fill(model: Any) -> Any:
-        return restore(values, like=model, layout=view, path=prefix, cast="round")  # (as from_flux's)
+        # (cast="round", as from_flux's: the built model's dtypes rule; Float64 weights, which SciML
+        # models often have, round to JAX's default Float32)
+        return restore(values, like=model, layout=view, path=prefix, cast="round")
 
     model = build_target(layer, fill, target=target, era=DEFAULT_FLUX_ERA, key=key)
     return _in_order([(model, True)], target) if piece.last_step else model

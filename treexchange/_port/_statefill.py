@@ -303,18 +303,6 @@ def _own_struct_layers(value: JuliaStruct) -> list[tuple[str, Any]] | None:
     return layers or None
 
 
-def state_for_port(state: Any) -> Any:
-    """``state`` as the JAX port takes it: Float64 arrays rounded to Float32 unless JAX runs with
-    64-bit floats (Flux ≤ 0.9 models were often Float64; the built model follows JAX's default).
-    A recurrent layer's non-zero learnt initial state (``state0``) is carried by the built layer
-    (``_fromflux.with_learnt_initial_states``)."""
-    import jax  # jax is costly to import: only a port (which imports it anyway) gets here
-
-    if jax.config.read("jax_enable_x64"):
-        return state
-    return _map_arrays(state, lambda a: a.astype(np.float32) if a.dtype == np.float64 else a)
-
-
 def nonzero_initial_states(value: Any, path: TreePath) -> list[TreePath]:
     """The paths of the non-zero ``state0`` entries (learnt initial states) in a Flux ≤ 0.14 state."""
     found = []
@@ -329,15 +317,3 @@ def nonzero_initial_states(value: Any, path: TreePath) -> list[TreePath]:
         for i, v in enumerate(value):
             found += nonzero_initial_states(v, (*path, i + 1))
     return found
-
-
-def _map_arrays(value: Any, f: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return f(value)
-    if isinstance(value, NamedTuple):
-        return NamedTuple((k, _map_arrays(v, f)) for k, v in value.items())
-    if isinstance(value, tuple):
-        return tuple(_map_arrays(v, f) for v in value)
-    if isinstance(value, list):
-        return [_map_arrays(v, f) for v in value]
-    return value
