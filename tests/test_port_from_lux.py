@@ -862,3 +862,43 @@ def test_a_component_array_inside_an_entry_ports_from_its_tuple_path(tmp_path: P
         want = want * _sigmoid(want) if swish else want
     got = np.asarray(jax.vmap(model)(jnp.asarray(x.T, jnp.float32))).T
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_flat_parameter_vector_is_cut_in_the_order_of_lux_ps(tmp_path: Path) -> None:
+    """SciML code often saves ``θ`` as a plain vector (``getdata`` of the ComponentArray, or
+    ``destructure``'s ``p``; DEEPDIP-project/CoupledNODE_Benchmark.jl's ``θ::Vector{Float64}``,
+    tests/corpus_sources.md): the ps arrays column-major, one after the other, in the NamedTuple's
+    order. The bundled CoupledNODE model's vector, without its axes, ports to the model its
+    ComponentArray ports to, in every target; a length that is not the architecture's is named."""
+    from treexchange._errors import ConversionError
+
+    flat = np.asarray(tx.load(COUPLEDNODE, "θ_posteriori").fields["data"])
+    path = tmp_path / "theta.jld2"
+    tx.save(path, θ=flat, ckpt=tx.NamedTuple(θ=flat.astype(np.float64)))
+    x = jnp.asarray(np.random.default_rng(3).standard_normal((2, 10, 12)), jnp.float32)
+    want = np.asarray(tx.from_lux(COUPLEDNODE, ps="θ_posteriori", architecture=COUPLEDNODE_TEXT)(x))
+    got = tx.from_lux(path, ps="θ", st=None, architecture=COUPLEDNODE_TEXT)
+    np.testing.assert_array_equal(np.asarray(got(x)), want)
+    in_ckpt = tx.from_lux(path, ps=("ckpt", "θ"), st=None, architecture=COUPLEDNODE_TEXT)  # Float64, rounded
+    np.testing.assert_array_equal(np.asarray(in_ckpt(x)), want)
+    module, variables = tx.from_lux(path, ps="θ", st=None, architecture=COUPLEDNODE_TEXT, target="linen")
+    batch = jnp.transpose(x, (1, 2, 0))[None]
+    np.testing.assert_allclose(
+        np.asarray(module.apply(variables, batch))[0], want.transpose(1, 2, 0), atol=1e-5
+    )
+    with pytest.raises(
+        ConversionError, match=r"flat vector of 392 numbers; the architecture's parameters are 394"
+    ):
+        tx.from_lux(
+            path,
+            ps="θ",
+            st=None,
+            architecture=COUPLEDNODE_TEXT.replace("tanh, pad=3, use_bias=false", "tanh, pad=3"),
+        )
+    with pytest.raises(ConversionError, match="its parts cannot be told apart"):
+        tx.from_lux(
+            path,
+            ps="θ",
+            st=None,
+            architecture={"layer_2": "Conv((7, 7), 2 => 2, tanh, pad=3, use_bias=false)"},
+        )

@@ -12,6 +12,11 @@ with a current Flux. Each top-level entry becomes:
   arrays may as well be data; but a Vector or Tuple of arrays beside a whole model in another
   entry is data saved with it, ``BSON.@save "m.bson" model stats`` with ``stats = (mean, std)``,
   and is written as it is);
+- a flat parameter vector (``p`` of ``p, re = Flux.destructure(model)``) with ``--architecture``,
+  when its length is that model's parameter count: the state of that model, under the same name;
+- ``re``, an ``Optimisers.Restructure``, when the file holds exactly one vector of as many numbers
+  as ``re`` takes (its ``length``): the state of ``re(p)``, under ``re``'s name (``re``'s own
+  model holds the parameters as they were when destructured, not the trained ones);
 - anything else (``acc``, ``epoch_idx``, a vocabulary, an optimiser saved beside the model):
   written as it is.
 """
@@ -29,13 +34,16 @@ from .._errors import ConversionError, TreePath, format_path
 from .._port._arch import parse_architecture
 from .._port._eras import era_field_names
 from .._port._flux import _julia_string
-from .._port._fromflux import check_state
+from .._port._fromflux import check_state, restructure_model
 from .._port._registry import julia_constructor
 from .._port._state import check_era
 from .._port._statefill import (
+    flat_vector,
     nonzero_initial_states,
+    params_from_flat,
     params_list,
     state_for_architecture,
+    state_from_params,
     whole_model_state,
 )
 from .._port._wholemodel import from_whole_model, is_optimiser
@@ -87,8 +95,17 @@ def migrate_flux_state(
     models = [name for name, value in values.items() if _is_whole_model(value)]
     for name, value in values.items():
         mapping: list[str]
+        rebuilder = restructure_model(value)
         if architecture is None and models and _plain_array_list(value):
             roots[name], mapping, entry_notes = value, [], [_beside_models_note(name, models)]
+        elif rebuilder is not None:
+            roots[name], mapping, entry_notes = _migrate_restructure(
+                name, value, rebuilder, values, era, os.fspath(target)
+            )
+        elif architecture is not None and flat_vector(value) is not None:
+            roots[name], mapping, entry_notes = _migrate_flat(
+                name, value, era, architecture, os.fspath(target)
+            )
         else:
             roots[name], mapping, entry_notes = _migrate_entry(
                 name, value, era, architecture, os.fspath(target)
@@ -161,6 +178,85 @@ def _migrate_entry(
     else:
         lines += _julia(name, julia_constructor(layer, era), state, target)
     return state, mapping, lines
+
+
+def _migrate_flat(
+    name: str, value: Any, era: str, architecture: str, target: str
+) -> tuple[Any, list[str], list[str]]:
+    """A flat vector with ``--architecture``: the model's state when the length is its parameter
+    count, else the vector as it is (any Vector of floats may as well be data: a loss history)."""
+    layer = parse_architecture(architecture)
+    try:
+        state = _state_from_flat(layer, flat_vector(value), era, (name,))
+    except ConversionError as err:
+        return value, [], [f"{name}: written as it is (a vector, not this model's flat parameters: {err})"]
+    return (
+        state,
+        _flat_mapping(state, (name,), name, value),
+        _julia(name, julia_constructor(layer, era), state, target),
+    )
+
+
+def _migrate_restructure(
+    name: str, value: Any, model: Any, values: dict[str, Any], era: str, target: str
+) -> tuple[Any, list[str], list[str]]:
+    """``re`` of ``p, re = Flux.destructure(model)``: the state of ``re(p)``, ``p`` being the one
+    top-level vector of as many numbers as ``re`` takes."""
+    fields = list(value.fields.values())
+    length = value.fields.get("length", fields[2] if len(fields) > 2 else None)
+    found = [
+        k
+        for k, v in values.items()
+        if (flat := flat_vector(v)) is not None
+        and isinstance(length, int | np.integer)
+        and flat.size == int(length)
+    ]
+    if len(found) != 1:
+        which = (
+            f"{len(found)} vectors of {length} numbers ({', '.join(found)})"
+            if found
+            else f"no vector of {length} numbers"
+        )
+        return (
+            value,
+            [],
+            [
+                f"{name}: written as it is (an Optimisers.Restructure, Flux.destructure's re: the file holds "
+                f"{which}, so no one p to rebuild the model from)"
+            ],
+        )
+    try:
+        layer = from_whole_model(model, path=(name,), flux=era)[0]
+        state = _state_from_flat(layer, flat_vector(values[found[0]]), era, (found[0],))
+    except ConversionError as err:
+        return (
+            value,
+            [],
+            [f"{name}: written as it is (an Optimisers.Restructure whose model does not port: {err})"],
+        )
+    notes = [f"{name}: the state of {name}({found[0]}) (an Optimisers.Restructure, Flux.destructure's re)"]
+    mapping = _flat_mapping(state, (name,), found[0], values[found[0]])
+    return state, mapping, notes + _julia(name, julia_constructor(layer, era), state, target)
+
+
+def _state_from_flat(layer: Any, flat: Any, era: str, path: TreePath) -> Any:
+    arrays, initial_states = params_from_flat(layer, flat, path=path)
+    state = state_from_params(layer, arrays, era, path=path, initial_states=initial_states)
+    check_state(layer, state, path=path)
+    return state
+
+
+def _flat_mapping(state: Any, path: TreePath, flat_name: str, flat: Any) -> list[str]:
+    """``new path <- p[a:b]`` (Julia's 1-based range) for every array cut from the vector."""
+    lines = []
+    start = flat.__array_interface__["data"][0]
+    for new_path, array in _arrays(state, path):
+        where = "(Flux's default)"
+        if np.shares_memory(array, flat):
+            first = (array.__array_interface__["data"][0] - start) // flat.itemsize
+            where = f"{flat_name}[{first + 1}:{first + array.size}]"
+        lines.append(f"{format_path(new_path)} <- {where}  {tuple(array.shape)} {array.dtype.name}")
+    return lines
 
 
 def _is_whole_model(value: Any) -> bool:

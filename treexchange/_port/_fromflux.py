@@ -25,7 +25,13 @@ from treexchange._port._arch import parse_architecture
 from treexchange._port._registry import KINDS, RECURRENT_GATES
 from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
 from treexchange._port._state import check_era
-from treexchange._port._statefill import params_list, state_for_architecture
+from treexchange._port._statefill import (
+    flat_vector,
+    params_from_flat,
+    params_list,
+    state_for_architecture,
+    state_from_params,
+)
 from treexchange._port._wholemodel import from_whole_model, is_optimiser
 from treexchange._reader import has_embedded_schema, open as open_file, read_entry
 from treexchange._values import JuliaStruct
@@ -49,14 +55,55 @@ def read_source(
     architecture: str | None,
     *,
     flux: str | None,
+    flat: str | Sequence[PathSegment] | None = None,
 ) -> tuple[Layer, Any, str]:
     """:func:`read_flux_source` and the Flux era that applies: ``flux`` when given; else, for a
     ``Flux.state`` read with ``architecture``, the era its own field names show (:func:`state_era`),
     the current release when they show none; Flux 0.14 for a whole model; the current release for a
-    parameter list or a whole model read with ``architecture``."""
+    parameter list or a whole model read with ``architecture``. ``flat`` names a flat parameter
+    vector (``Flux.destructure``'s) whose numbers fill the whole model (or ``Restructure``) at ``name``."""
     where = entry_path(name)
     shown = repr(where[0]) if len(where) == 1 else format_path(where)
-    value = _read(path, where)
+    if flat is not None and architecture is not None:
+        raise ConversionError(
+            "flat= names the vector that fills the model the name holds; with architecture=, pass the "
+            "flat vector itself as the name",
+            path=where,
+        )
+    flat_where = None if flat is None else entry_path(flat)
+    entries = read_entries(path, [where] if flat_where is None else [where, flat_where])
+    value = value_at(entries[str(where[0])], where)
+    rebuilder = restructure_model(value)
+    if rebuilder is not None:
+        if flat_where is None:
+            length = value.fields.get("length", list(value.fields.values())[-1])
+            found = _vectors_of(path, length)
+            p = found[0] if len(found) == 1 else "p"
+            held = (
+                f" (this file's vectors of {length} numbers: {', '.join(map(repr, found))})" if found else ""
+            )
+            raise ConversionError(
+                f"{shown} is an Optimisers.Restructure (the re of p, re = Flux.destructure(model)): the "
+                f"model's parameters are the flat vector p saved beside it{held}: pass its name, "
+                f"tx.from_flux(path, {name!r}, flat={p!r}). (Its field model holds them as they were when "
+                f"destructured: tx.from_flux(path, {(*where, 'model')!r}).)",
+                path=where,
+            )
+        value, where = rebuilder, (*where, "model")
+    if flat_where is not None:
+        numbers = flat_vector(value_at(entries[str(flat_where[0])], flat_where))
+        if numbers is None:
+            raise ConversionError(
+                f"{format_path(flat_where)} is no flat parameter vector (a Vector of floats, as "
+                "Flux.destructure gives)",
+                path=flat_where,
+            )
+        era = flux or "0.14"  # (a whole model's era, as below: Flux 0.14's unless flux= says)
+        layer, _ = from_whole_model(value, path=where, flux=era)
+        return _from_flat(layer, numbers, era, flat_where)
+    numbers = flat_vector(value)
+    if architecture is not None and numbers is not None:
+        return _from_flat(parse_architecture(architecture), numbers, flux, where)
     if architecture is None and isinstance(value, JuliaStruct) and params_list(value) is not None:
         raise ConversionError(
             f"{shown} is a parameter list ({value.type.basename}: the arrays of Flux.params, no layer "
@@ -64,6 +111,13 @@ def read_source(
             path=where,
         )
     if architecture is None:
+        if numbers is not None:
+            raise ConversionError(
+                f"{shown} is a flat vector of {numbers.size} numbers (Flux.destructure's p?): pass "
+                "architecture= with the model as Flux prints it, or the whole model (or the "
+                "Restructure re) it belongs to as the name and this vector as flat=",
+                path=where,
+            )
         if not isinstance(value, JuliaStruct):
             inside = nested_models(value, where)
             if inside:  # a checkpoint (model=..., opt=...), an agent's list of networks
@@ -90,6 +144,42 @@ def read_source(
     state = state_for_architecture(layer, value, given or DEFAULT_FLUX_ERA, path=where)
     check_state(layer, state, path=where)
     return layer, state, given or state_era(layer, state, path=where) or DEFAULT_FLUX_ERA
+
+
+def restructure_model(value: Any) -> Any:
+    """The model an ``Optimisers.Restructure`` (``Flux.destructure``'s ``re``) holds, else None.
+
+    Its fields are ``model, offsets, length``: the model is the first (BSON.jl keeps no field names).
+    """
+    if isinstance(value, JuliaStruct) and value.type.name == "Optimisers.Restructure" and value.fields:
+        return value.fields.get("model", next(iter(value.fields.values())))
+    return None
+
+
+def _vectors_of(path: str | os.PathLike[str], length: Any) -> list[str]:
+    """The names of the top-level vectors of floats of ``length`` numbers (headers only, no data)."""
+    if not isinstance(length, (int, np.integer)):
+        return []
+    with open_file(path) as f:
+        return [
+            str(k)
+            for k in f
+            if getattr(node := f[k], "kind", None) == "array"
+            and node.shape == (int(length),)
+            and np.dtype(node.dtype).kind in "fc"
+        ]
+
+
+def _from_flat(
+    layer: Layer, numbers: np.ndarray, flux: str | None, where: TreePath
+) -> tuple[Layer, Any, str]:
+    """``(layer, Flux.state, era)`` of the model ``layer`` from its flat parameter vector: the era
+    given, else the one the vector's length shows (recurrent initial states: Flux ≤ 0.14)."""
+    arrays, initial_states = params_from_flat(layer, numbers, path=where)
+    era = flux or ("0.14" if initial_states else DEFAULT_FLUX_ERA)
+    state = state_from_params(layer, arrays, era, path=where, initial_states=initial_states)
+    check_state(layer, state, path=where)
+    return layer, state, era
 
 
 def nested_models(value: Any, path: TreePath, limit: int = 100_000) -> list[TreePath]:
@@ -399,6 +489,7 @@ def from_flux(
     *,
     target: str = "equinox",
     flux: str | None = None,
+    flat: str | Sequence[PathSegment] | None = None,
     key: Any = None,
 ) -> Any:
     """A runnable Equinox (or Flax nnx, or Flax linen) model from a Flux file, with no template.
@@ -417,6 +508,10 @@ def from_flux(
     ``Flux.params`` in order) takes ``architecture=``, and so does a whole model holding a closure,
     whose Chain entry the text then names (docs/porting.md, "Old Flux versions").
 
+    A flat parameter vector (``p`` of ``p, re = Flux.destructure(model)``, the trainable arrays
+    column-major one after the other in ``Flux.params`` order) ports with ``architecture=``, or as
+    ``flat=`` with a whole model or the ``Optimisers.Restructure`` ``re`` as ``name`` giving the layers.
+
     Args:
         path: the JLD2 or BSON.jl file.
         name: the entry in it, or a path into an entry as errors print it: a tuple beginning
@@ -434,6 +529,10 @@ def from_flux(
             in it differs between the eras (LayerNorm's ϵ then follows Flux ≥ 0.15: pass
             ``flux="0.14"`` for an older LayerNorm); a whole-model file is Flux 0.14's (those
             come from Flux ≤ 0.14).
+        flat: the entry (or path) holding a flat parameter vector whose numbers fill the model
+            ``name`` holds (a whole model, or ``re``: an ``Optimisers.Restructure`` keeps the model
+            as it was when destructured, the trained numbers are ``p``'s). Its length must be the
+            model's parameter count.
         key: a ``jax.random`` key for the (immediately overwritten) initial weights.
 
     Raises:
@@ -455,7 +554,8 @@ def from_flux(
         >>> bool(jax.numpy.allclose(model(x), mlp(x)))
         True
     """
-    layer, state, era = read_source(path, name, architecture, flux=None if flux is None else check_era(flux))
+    era_given = None if flux is None else check_era(flux)
+    layer, state, era = read_source(path, name, architecture, flux=era_given, flat=flat)
     layer = with_learnt_initial_states(layer, state)
 
     def fill(model: Any) -> Any:

@@ -34,6 +34,7 @@ from treexchange._port._fromflux import build_target, entry_path, read_entries, 
 from treexchange._port._lux import LUX_VERSIONS
 from treexchange._port._luxarch import LuxPiece, parse_lux_architecture
 from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
+from treexchange._port._statefill import flat_vector
 from treexchange._values import JuliaStruct, NamedTuple
 
 # ps names only one Lux version uses: the 0.5 recurrent cells' and Lux ≥ 1's two recurrent biases.
@@ -144,7 +145,8 @@ def from_lux(
         path: the JLD2 file.
         ps: the entry (or path) holding the Lux parameters (a NamedTuple tree, or the
             ``ComponentArray`` of one, as ComponentArrays.jl keeps it: a layer without parameters
-            is an empty range there, read as its empty NamedTuple).
+            is an empty range there, read as its empty NamedTuple; or a flat vector of them,
+            cut in the order and shapes of the ``ps`` the architecture implies).
         st: the entry (or path) holding the Lux states (BatchNorm's running statistics), or
             ``None`` when the file has none (then the model must not need them). The default
             ``"st"`` is the ``st`` beside ``ps``: the entry ``st``, or with ``ps=("ckpt", "ps")``
@@ -192,6 +194,12 @@ def from_lux(
     ps_value, st_value = _read_places(path, ps_path, st_path, st_beside_ps=st == "st")
     if is_component_array(ps_value):  # ComponentArray(ps), as Optimization.jl / DiffEqFlux users save it
         ps_value = component_tree(ps_value, path=ps_path)
+    elif flat_vector(ps_value) is not None and not isinstance(architecture, str):
+        raise ConversionError(
+            "ps is a flat vector (getdata of a ComponentArray): its parts cannot be told apart; pass "
+            "the whole model's text as architecture=",
+            path=ps_path,
+        )
     version = lux if lux is not None else lux_version(ps_value)
     port = functools.partial(_port, target=target, lux=version, key=key)
     if isinstance(architecture, str):
@@ -286,6 +294,12 @@ def _port(
     key: Any,
 ) -> Any:
     if piece.layer is None:  # a Chain around a last-step Recurrence: its parts, run in order
+        if flat_vector(ps_value) is not None:
+            raise UnsupportedError(
+                "ps is a flat vector and the model a Chain around Recurrence(…) (ported part by part): "
+                "save ps as a NamedTuple or a ComponentArray",
+                path=ps_path,
+            )
         steps = []
         for name, part in piece.parts:
             sub_st = None if st_path is None else _part(st_value, name, st_path)
@@ -300,7 +314,8 @@ def _port(
     _check_layers(layer, lux, st_value is None)
     paths = [ps_path] if st_path is None else [ps_path, st_path]
     prefix = _common_prefix(paths)
-    values = _nest(paths, [ps_value, st_value], prefix)
+    flat = flat_vector(ps_value)
+    values = None if flat is not None else _nest(paths, [ps_value, st_value], prefix)
 
     def view(model: Any) -> Any:
         # ps and st in one restore: a restore of one part keeps the other's leaves as the build has them
@@ -312,7 +327,11 @@ def _port(
     def fill(model: Any) -> Any:
         # (cast="round", as from_flux's: the built model's dtypes rule; Float64 weights, which SciML
         # models often have, round to JAX's default Float32)
-        return restore(values, like=model, layout=view, path=prefix, cast="round")
+        given = values
+        if flat is not None:  # cut in the order and shapes of the ps this model has in Lux
+            ps_tree = cut_flat(lux_state(_concrete(model), lux=lux, part="ps"), flat, path=ps_path)
+            given = _nest(paths, [ps_tree, st_value], prefix)
+        return restore(given, like=model, layout=view, path=prefix, cast="round")
 
     model = build_target(layer, fill, target=target, era=DEFAULT_FLUX_ERA, key=key)
     return _in_order([(model, True)], target) if piece.last_step else model
@@ -400,3 +419,72 @@ def _last_of_sample(h: Any) -> Any:
 
 def _last_of_batch(h: Any) -> Any:
     return h[:, -1]
+
+
+def _concrete(model: Any) -> Any:
+    """``model`` with zeros for the shapes of a model built by shape (for its ps layout only)."""
+    import jax  # jax is costly to import: loaded on first use
+
+    def zeros(leaf: Any) -> Any:
+        return np.zeros(leaf.shape, leaf.dtype) if isinstance(leaf, jax.ShapeDtypeStruct) else leaf
+
+    return jax.tree.map(zeros, model)
+
+
+def cut_flat(template: Any, flat: np.ndarray, *, path: TreePath = ()) -> Any:
+    """``template`` (a Lux ``ps`` tree) with each array replaced by the next numbers of ``flat``.
+
+    ``getdata(ComponentArray(ps))`` (or ``destructure``'s vector of a Lux model) holds ``ps``'s
+    arrays column-major, one after the other, in the NamedTuple's order: the layers in order, each
+    layer's parameters in Lux's order (Dense and Conv ``weight, bias``).
+
+    Example:
+        >>> dense = NamedTuple(weight=np.zeros((2, 3)), bias=np.zeros(2))
+        >>> ps = NamedTuple(layer_1=dense, layer_2=NamedTuple())
+        >>> cut = cut_flat(ps, np.arange(8.0))
+        >>> cut["layer_1"]["weight"].tolist(), cut["layer_1"]["bias"].tolist()
+        ([[0.0, 2.0, 4.0], [1.0, 3.0, 5.0]], [6.0, 7.0])
+    """
+    arrays: list[tuple[int, ...]] = []
+
+    def is_array(x: Any) -> bool:  # (a model built by shape has jax.ShapeDtypeStruct leaves)
+        return isinstance(x, np.ndarray) or (hasattr(x, "shape") and hasattr(x, "dtype"))
+
+    def shapes(tree: Any) -> None:
+        if is_array(tree):
+            arrays.append(tuple(tree.shape))
+        elif isinstance(tree, Mapping):
+            for value in tree.values():
+                shapes(value)
+        elif isinstance(tree, (tuple, list)):
+            for value in tree:
+                shapes(value)
+
+    shapes(template)
+    total = sum(int(np.prod(shape)) for shape in arrays)
+    if total != flat.size:
+        raise ConversionError(
+            f"ps is a flat vector of {flat.size} numbers; the architecture's parameters are {total}: the "
+            "vector of another model, or an architecture that is not its model",
+            path=path,
+        )
+    start = 0
+
+    def cut(tree: Any) -> Any:
+        nonlocal start
+        if is_array(tree):
+            size = int(np.prod(tree.shape))
+            piece = flat[start : start + size].reshape(tuple(tree.shape), order="F")
+            start += size
+            return piece
+        if isinstance(tree, NamedTuple):
+            return NamedTuple((k, cut(v)) for k, v in tree.items())
+        if isinstance(tree, Mapping):
+            return {k: cut(v) for k, v in tree.items()}
+        if isinstance(tree, tuple):
+            return tuple(cut(v) for v in tree)
+        if isinstance(tree, list):
+            return [cut(v) for v in tree]
+        return tree
+
+    return cut(template)

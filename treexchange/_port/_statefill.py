@@ -16,6 +16,7 @@ model, except that a recurrent layer's learnt initial state (``state0``) is kept
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -145,12 +146,16 @@ def params_list(value: Any) -> list[Any] | None:
     return None
 
 
-def state_from_params(layer: Layer, arrays: Sequence[Any], era: str, *, path: TreePath = ()) -> Any:
+def state_from_params(
+    layer: Layer, arrays: Sequence[Any], era: str, *, path: TreePath = (), initial_states: bool | None = None
+) -> Any:
     """``Flux.state`` (of ``era``) of the model ``layer`` whose ``Flux.params`` are ``arrays``.
 
     The arrays are assigned in ``Flux.params`` order (layer by layer, each layer's trainable arrays
     in field order); every size is checked against what the architecture implies, so a wrong
     architecture or a list from another model fails here naming the first array that does not fit.
+    A recurrent layer's initial state is taken when the next array fits it, or as
+    ``initial_states`` says (a flat vector's length tells).
 
     Example:
         >>> from treexchange._port._arch import parse_architecture
@@ -160,7 +165,7 @@ def state_from_params(layer: Layer, arrays: Sequence[Any], era: str, *, path: Tr
         >>> [list(s) for s in state["layers"]]
         [['weight', 'bias', 'σ'], ['weight', 'bias', 'σ']]
     """
-    assigner = _Assigner(list(arrays), tuple(path))
+    assigner = _Assigner(list(arrays), tuple(path), initial_states)
     filler = _Filler(era)
     state = assigner.walk(with_defaults(layer), filler, ())
     if assigner.next < len(assigner.arrays):
@@ -173,15 +178,69 @@ def state_from_params(layer: Layer, arrays: Sequence[Any], era: str, *, path: Tr
     return state
 
 
+def flat_vector(value: Any) -> np.ndarray | None:
+    """``value`` when it is a flat parameter vector (a 1-D numeric array, Tracker's unwrapped), else None."""
+    value = _unwrap_tracked(value)
+    if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in "fc":
+        return value
+    return None
+
+
+def params_from_flat(layer: Layer, flat: np.ndarray, *, path: TreePath = ()) -> tuple[list[np.ndarray], bool]:
+    """The arrays of ``Flux.params(model)`` cut, in order, from ``model``'s flat parameter vector.
+
+    ``p, re = Flux.destructure(model)`` concatenates the trainable arrays, each column-major
+    (``vec``), in the order Functors walks them: the order of ``Flux.params`` and of
+    :func:`param_slots`, layer by layer. A recurrent layer's initial state is trainable in Flux ≤
+    0.14 and absent in Flux ≥ 0.15: the vector's length tells which (all of a model's layers are
+    of one era), returned with the arrays. Any other length is an error naming both.
+
+    Example:
+        >>> from treexchange._port._arch import parse_architecture
+        >>> arch = parse_architecture("Chain(Dense(3 => 2, relu), Dense(2 => 1))")
+        >>> arrays, initial_states = params_from_flat(arch, np.arange(11.0))
+        >>> [a.shape for a in arrays], initial_states
+        ([(2, 3), (2,), (1, 2), (1,)], False)
+    """
+    slots: list[tuple[tuple[int, ...], bool]] = []
+    for sub in with_defaults(layer).walk():
+        if not sub.children:
+            for _, shape, optional in param_slots(sub):
+                slots.append((shape if shape is not None else (int(sub.args["out"]),), optional))
+    required = sum(math.prod(shape) for shape, optional in slots if not optional)
+    every = sum(math.prod(shape) for shape, _ in slots)
+    if flat.size not in (required, every):
+        states = (
+            f" ({every} with the recurrent layers' initial states, Flux ≤ 0.14)" if every != required else ""
+        )
+        raise ConversionError(
+            f"the flat parameter vector has {flat.size} numbers; the model's parameters are "
+            f"{required}{states}: the vector of another model, or an architecture that is not its model",
+            path=path,
+        )
+    with_optional = flat.size == every
+    arrays: list[np.ndarray] = []
+    start = 0
+    for shape, optional in slots:
+        if optional and not with_optional:
+            continue
+        size = math.prod(shape)
+        # (F order: Julia's vec of a column-major array; the views share the vector's memory)
+        arrays.append(flat[start : start + size].reshape(shape, order="F"))
+        start += size
+    return arrays, with_optional and every != required
+
+
 def _fmt(shape: Sequence[int]) -> str:
     return "×".join(map(str, shape)) if len(shape) != 1 else f"{shape[0]}-element"
 
 
 class _Assigner:
-    def __init__(self, arrays: list[Any], path: TreePath) -> None:
+    def __init__(self, arrays: list[Any], path: TreePath, initial_states: bool | None = None) -> None:
         self.arrays = arrays
         self.next = 0
         self.path = path
+        self.initial_states = initial_states
 
     def walk(self, layer: Layer, filler: _Filler, where: TreePath) -> Any:
         fields = rule_for(layer).fields(layer, filler.era)
@@ -204,6 +263,8 @@ class _Assigner:
         found: dict[str, Any] = {}
         hidden = layer.args.get("out")
         for key, shape, optional in param_slots(layer):
+            if optional and self.initial_states is False:
+                continue
             array = self.arrays[self.next] if self.next < len(self.arrays) else None
             got = tuple(array.shape) if isinstance(array, np.ndarray) else None
             fits = got == shape if shape is not None else got in ((hidden,), (hidden, 1))

@@ -1,0 +1,212 @@
+"""``tx.from_flux`` of a flat parameter vector: ``p, re = Flux.destructure(model)``.
+
+``destructure`` concatenates the model's trainable arrays, each column-major (``vec``), in the
+order Functors walks them (that of ``Flux.params``); ``re`` is an ``Optimisers.Restructure(model,
+offsets, length)`` and ``re(p)`` the model with ``p``'s numbers. Files in the wild save both
+(``jldsave(f; metadata = p, rebuild = re)``, tristanth03/UROP, tests/corpus_sources.md) or ``p``
+alone. Real trained models (bundled) are flattened here as ``destructure`` does and must classify
+MNIST exactly as the model they came from.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+import pytest
+from _mnist import flux_data_mnist, mnist_test_set
+from conftest import BUNDLED_DIR, require_fixture
+
+import treexchange as tx
+from treexchange import ConversionError
+from treexchange._port._arch import parse_architecture
+from treexchange._port._statefill import params_from_flat, state_from_params
+from treexchange._values import JuliaStruct, NamedTuple
+
+LENET = (
+    "Chain(Conv((5, 5), 1 => 6, relu), MaxPool((2, 2)), Conv((5, 5), 6 => 16, relu), MaxPool((2, 2)), "
+    "Flux.flatten, Dense(256 => 120, relu), Dense(120 => 84, relu), Dense(84 => 10))"
+)
+
+
+def _predict(model: Any, images: np.ndarray) -> np.ndarray:
+    run = jax.jit(jax.vmap(model))
+    return np.concatenate(
+        [np.asarray(run(images[i : i + 2500])).argmax(1) for i in range(0, len(images), 2500)]
+    )
+
+
+def _vec(arrays: list[np.ndarray]) -> np.ndarray:
+    """``destructure``'s vector: every array column-major (Julia's ``vec``), one after the other."""
+    return np.concatenate([np.asarray(a).ravel(order="F") for a in arrays])
+
+
+def test_the_flat_vector_of_a_real_lenet_ports_with_its_architecture(tmp_path: Path) -> None:
+    """silver-bullet's trained LeNet (Flux.state, bundled): its weights and biases, layer by layer,
+    flattened as ``destructure`` does; ported with the architecture, it predicts every MNIST test
+    image as the state ported the usual way (97.89 %, the figure the README's demo prints)."""
+    path = require_fixture("flux-state/silver-bullet_lenet.jld2")
+    state = tx.load(path, "lenet_state")
+    arrays = [a for layer in state["layers"] if "weight" in layer for a in (layer["weight"], layer["bias"])]
+    assert len(arrays) == 10
+    out = tmp_path / "p.jld2"
+    tx.save(out, p=_vec(arrays))
+    images, labels = mnist_test_set()
+    predicted = _predict(tx.from_flux(out, "p", architecture=LENET), images)
+    np.testing.assert_array_equal(
+        predicted, _predict(tx.from_flux(path, "lenet_state", architecture=LENET), images)
+    )
+    assert float(np.mean(predicted == labels)) == pytest.approx(0.9789, abs=1e-12)
+
+
+def _zeroed(value: Any) -> Any:
+    if isinstance(value, JuliaStruct):
+        return JuliaStruct(value.type, {k: _zeroed(v) for k, v in value.fields.items()}, layout=value.layout)
+    if isinstance(value, tuple):
+        return tuple(_zeroed(v) for v in value)
+    if isinstance(value, np.ndarray) and value.dtype.kind == "f":
+        return np.zeros_like(value)
+    return value
+
+
+def _float_arrays(value: Any) -> list[np.ndarray]:
+    """A model's float arrays in field order (for Conv and Dense: weight, bias; Functors' order)."""
+    if isinstance(value, JuliaStruct):
+        return [a for v in value.fields.values() for a in _float_arrays(v)]
+    if isinstance(value, tuple):
+        return [a for v in value for a in _float_arrays(v)]
+    return [value] if isinstance(value, np.ndarray) and value.dtype.kind == "f" else []
+
+
+def test_a_restructure_is_rebuilt_from_its_flat_vector_not_from_the_model_it_holds(tmp_path: Path) -> None:
+    """AndreyGermanov/phones_reader digits.bson (MIT, bundled: a whole LeNet of Flux ≥ 0.13, 0.9846
+    on MNIST). Saved as ``destructure`` leaves it for ``jldsave(f; p, re)``, with the model inside
+    ``re`` zeroed (``re`` keeps the model as it was when destructured; the trained numbers are
+    ``p``'s): ``from_flux(f, "re", flat="p")`` is ``re(p)`` and scores 0.9846 again; ``re`` alone is
+    refused, naming ``flat=``; its own model is the zeroed one."""
+    model = tx.load(BUNDLED_DIR / "bson" / "germanov_phones_reader_digits.bson", "model")
+    flat = _vec(_float_arrays(model))
+    assert flat.size == 44426
+    offsets = NamedTuple(layers=())  # (the port reads the model's layers, not re's offsets)
+    restructure = JuliaStruct(
+        "Optimisers.Restructure{Flux.Chain, NamedTuple}",
+        {"model": _zeroed(model), "offsets": offsets, "length": flat.size},
+    )
+    path = tmp_path / "destructured.jld2"
+    tx.save(path, p=flat, re=restructure)
+    images, labels = flux_data_mnist()
+    accuracy = float(np.mean(_predict(tx.from_flux(path, "re", flat="p"), images) == labels))
+    assert accuracy == pytest.approx(0.9846, abs=1e-12)
+    with pytest.raises(ConversionError, match=r"Optimisers.Restructure .*flat='p'") as refused:
+        tx.from_flux(path, "re")
+    assert "('re', 'model')" in str(refused.value)
+    zeroed = float(np.mean(_predict(tx.from_flux(path, ("re", "model")), images) == labels))
+    assert zeroed < 0.2
+    # BSON.jl keeps no field names: the model is the Restructure's first field
+    positional = JuliaStruct("Optimisers.Restructure", {"1": _zeroed(model), "2": offsets, "3": flat.size})
+    tx.save(path, p=flat, re=positional)
+    assert float(np.mean(_predict(tx.from_flux(path, "re", flat="p"), images[:500]) == labels[:500])) > 0.95
+
+
+def test_a_whole_model_and_a_flat_vector_of_another_size_are_refused(tmp_path: Path) -> None:
+    dense = JuliaStruct(
+        "Flux.Dense{Base.#tanh, Array{Float32, 2}, Array{Float32, 1}}",
+        {
+            "weight": np.ones((2, 3), np.float32),
+            "bias": np.zeros(2, np.float32),
+            "σ": JuliaStruct("Base.#tanh", {}),
+        },
+    )
+    path = tmp_path / "m.jld2"
+    tx.save(path, model=dense, p=np.arange(8, dtype=np.float32), q=np.arange(9, dtype=np.float32))
+    ported = tx.from_flux(path, "model", flat="p")
+    np.testing.assert_array_equal(np.asarray(ported.layer.weight), np.arange(6).reshape(3, 2).T)
+    with pytest.raises(ConversionError, match=r"9 numbers; the model's parameters are 8: .*\(at q\)"):
+        tx.from_flux(path, "model", flat="q")
+    with pytest.raises(ConversionError, match="is no flat parameter vector"):
+        tx.from_flux(path, "p", flat="model")
+    with pytest.raises(ConversionError, match="with architecture=, pass the flat vector itself as the name"):
+        tx.from_flux(path, "model", "Chain(Dense(3 => 2, tanh))", flat="p")
+    with pytest.raises(ConversionError, match=r"'p' is a flat vector of 8 numbers .*architecture="):
+        tx.from_flux(path, "p")
+    ported = tx.from_flux(path, "p", "Chain(Dense(3 => 2, tanh))")
+    x = np.array([1.0, -1.0, 0.5], np.float32)
+    w = np.arange(6, dtype=np.float32).reshape(3, 2).T  # Julia's reshape(p[1:6], 2, 3)
+    np.testing.assert_allclose(np.asarray(ported(x)), np.tanh(w @ x + np.array([6.0, 7.0])), rtol=1e-6)
+
+
+def test_a_recurrent_models_vector_length_tells_whether_its_initial_states_are_in_it() -> None:
+    """Flux ≤ 0.14's recurrent cells train their ``state0`` (it is in ``Flux.params`` and in
+    ``destructure``'s vector, after the cell's bias); Flux ≥ 0.15's have none. Only those two
+    lengths are read; the era follows."""
+    layer = parse_architecture("Chain(RNN(2 => 3), Dense(3 => 1))")
+    required = 3 * 2 + 3 * 3 + 3 + 1 * 3 + 1
+    arrays, initial = params_from_flat(layer, np.arange(float(required)))
+    assert not initial
+    assert [a.shape for a in arrays] == [(3, 2), (3, 3), (3,), (1, 3), (1,)]
+    arrays, initial = params_from_flat(layer, np.arange(required + 3.0))
+    assert initial
+    assert [a.shape for a in arrays] == [(3, 2), (3, 3), (3,), (3,), (1, 3), (1,)]
+    np.testing.assert_array_equal(arrays[3], [18.0, 19.0, 20.0])  # state0: after Wi, Wh, b
+    state = state_from_params(layer, arrays, "0.14", initial_states=True)
+    np.testing.assert_array_equal(np.ravel(state["layers"][0]["cell"]["state0"]), [18.0, 19.0, 20.0])
+    with pytest.raises(
+        ConversionError, match=r"has 23 numbers; the model's parameters are 22 \(25 with the recurrent"
+    ):
+        params_from_flat(layer, np.arange(23.0))
+    # Without the states, a layer of the size of one (LayerNorm(3) after the RNN) is not taken for it
+    layer = parse_architecture("Chain(RNN(2 => 3), LayerNorm(3))")
+    arrays, initial = params_from_flat(layer, np.arange(24.0))
+    state = state_from_params(layer, arrays, "0.15", initial_states=initial)
+    np.testing.assert_array_equal(state["layers"][1]["diag"]["scale"], [18.0, 19.0, 20.0])
+
+
+def test_convert_flux_state_writes_the_state_of_re_of_p_and_of_a_flat_vector_with_architecture(
+    tmp_path: Path,
+) -> None:
+    """``treexchange convert --flux-state``: ``re`` becomes the ``Flux.state`` of ``re(p)`` (``p``:
+    the file's one vector of ``re.length`` numbers), each array named with the range of ``p`` it
+    was cut from; with two candidate vectors ``re`` is written as it is, saying why; a vector with
+    ``--architecture`` becomes that model's state when its length is the model's parameter count."""
+    from treexchange._interop._fluxmigrate import migrate_flux_state
+
+    model = tx.load(BUNDLED_DIR / "bson" / "germanov_phones_reader_digits.bson", "model")
+    arrays = _float_arrays(model)
+    flat = _vec(arrays)
+    restructure = JuliaStruct(
+        "Optimisers.Restructure{Flux.Chain, NamedTuple}",
+        {"model": _zeroed(model), "offsets": NamedTuple(layers=()), "length": flat.size},
+    )
+    source = tmp_path / "destructured.jld2"
+    tx.save(source, p=flat, re=restructure, loss=np.arange(3.0))
+    printed = io.StringIO()
+    migrate_flux_state(source, tmp_path / "dry.jld2", dry_run=True, out=printed)
+    lines = printed.getvalue().splitlines()
+    assert "re.layers[1].weight <- p[1:150]  (5, 5, 1, 6) float32" in lines
+    assert "re.layers[8].bias <- p[44417:44426]  (10,) float32" in lines
+    assert not (tmp_path / "dry.jld2").exists()
+    migrate_flux_state(source, tmp_path / "state.jld2", out=io.StringIO())
+    state = tx.load(tmp_path / "state.jld2")
+    written = [state["re"]["layers"][i][k] for i in (0, 2, 5, 6, 7) for k in ("weight", "bias")]
+    for got, want in zip(written, arrays, strict=True):
+        np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(state["p"], flat)  # the vector itself: written as it is
+    tx.save(source, p=flat, q=flat + 1, re=restructure)
+    printed = io.StringIO()
+    roots = migrate_flux_state(source, tmp_path / "two.jld2", out=printed)
+    assert (
+        "re: written as it is (an Optimisers.Restructure, Flux.destructure's re: the file holds 2 vectors"
+        in (printed.getvalue())
+    )
+    assert isinstance(roots["re"], JuliaStruct)
+    tx.save(source, p=np.arange(8, dtype=np.float32), loss=np.arange(3.0))
+    printed = io.StringIO()
+    roots = migrate_flux_state(
+        source, tmp_path / "flat.jld2", architecture="Chain(Dense(3 => 2, tanh))", out=printed
+    )
+    np.testing.assert_array_equal(roots["p"]["layers"][0]["weight"], [[0, 2, 4], [1, 3, 5]])
+    np.testing.assert_array_equal(roots["loss"], np.arange(3.0))
+    assert "loss: written as it is (a vector, not this model's flat parameters" in printed.getvalue()
