@@ -210,3 +210,56 @@ def test_convert_flux_state_writes_the_state_of_re_of_p_and_of_a_flat_vector_wit
     np.testing.assert_array_equal(roots["p"]["layers"][0]["weight"], [[0, 2, 4], [1, 3, 5]])
     np.testing.assert_array_equal(roots["loss"], np.arange(3.0))
     assert "loss: written as it is (a vector, not this model's flat parameters" in printed.getvalue()
+
+
+def test_learnt_initial_states_in_a_vector_are_never_dropped_silently(tmp_path: Path) -> None:
+    """A vector whose length shows Flux ≤ 0.14's trainable ``state0`` is refused with
+    ``flux="0.15"`` (whose layers have none: the port would start from zeros), and ``convert
+    --flux-state`` for Flux ≥ 0.15 names each learnt initial state it leaves out, as it does for a
+    whole model."""
+    from treexchange._interop._fluxmigrate import migrate_flux_state
+
+    text = "Chain(RNN(2 => 3), Dense(3 => 1))"
+    path = tmp_path / "p.jld2"
+    tx.save(path, p=np.arange(1.0, 26.0, dtype=np.float32))  # 22 parameters + 3 of state0
+    assert tx.from_flux(path, "p", text) is not None
+    with pytest.raises(ConversionError, match=r"initial states .* flux='0.14'"):
+        tx.from_flux(path, "p", text, flux="0.15")
+    printed = io.StringIO()
+    migrate_flux_state(path, tmp_path / "new.jld2", architecture=text, out=printed)
+    assert (
+        "p.layers[1].cell.state0: a learnt initial state, not part of Flux >= 0.15's state"
+        in printed.getvalue()
+    )
+    printed = io.StringIO()
+    roots = migrate_flux_state(path, tmp_path / "old.jld2", architecture=text, flux="0.14", out=printed)
+    assert "learnt initial state" not in printed.getvalue()
+    np.testing.assert_array_equal(np.ravel(roots["p"]["layers"][0]["cell"]["state0"]), [19.0, 20.0, 21.0])
+
+
+def test_what_is_not_a_flat_vector_and_a_closure_in_re_are_named(tmp_path: Path) -> None:
+    """An integer vector or a matrix given with an architecture says why it is no flat vector (not
+    "Chain expects a `layers` entry"); a ``re`` whose model holds a closure names the route that
+    ports it (the vector as the name, the layers as text)."""
+    closure = JuliaStruct("Main.#3#4", {})
+    dense = JuliaStruct(
+        "Flux.Dense{NNlib.#relu, Array{Float32, 2}, Array{Float32, 1}}",
+        {
+            "weight": np.zeros((2, 3), np.float32),
+            "bias": np.zeros(2, np.float32),
+            "σ": JuliaStruct("NNlib.#relu", {}),
+        },
+    )
+    chain = JuliaStruct("Flux.Chain{Tuple{Main.#3#4, Flux.Dense}}", {"layers": (closure, dense)})
+    re_ = JuliaStruct(
+        "Optimisers.Restructure{Flux.Chain, NamedTuple}", {"model": chain, "offsets": (), "length": 8}
+    )
+    path = tmp_path / "m.jld2"
+    tx.save(path, re=re_, p=np.ones(8, np.float32), ints=np.arange(8), matrix=np.ones((2, 4), np.float32))
+    with pytest.raises(ConversionError, match=r"tx.from_flux\(path, 'p', architecture='Chain\(…\)'\)"):
+        tx.from_flux(path, "re", flat="p")
+    for name, what in (("ints", r"int64 \(8,\)"), ("matrix", r"float32 \(2, 4\)")):
+        with pytest.raises(
+            ConversionError, match=rf"'{name}' is an array of {what}, not a model's state; a flat"
+        ):
+            tx.from_flux(path, name, "Chain(Dense(3 => 2, relu))")

@@ -902,3 +902,22 @@ def test_a_flat_parameter_vector_is_cut_in_the_order_of_lux_ps(tmp_path: Path) -
             st=None,
             architecture={"layer_2": "Conv((7, 7), 2 => 2, tanh, pad=3, use_bias=false)"},
         )
+
+
+@needs_spiral
+def test_a_flat_vector_of_lux_0_5_cells_is_cut_as_lux_0_5_lays_them_out(tmp_path: Path) -> None:
+    """Nothing in a flat vector names the Lux version; the recurrent cells' layouts differ (Lux 0.5:
+    ``weight_i, weight_h, bias``; Lux 1: two biases), so the length decides when ``lux=`` is not
+    given: the Lux docs' trained LSTMCell (Lux 0.5.23), flattened, ports to the model its ps
+    NamedTuple ports to; with ``lux="1"`` it is refused by its length."""
+    from treexchange._errors import ConversionError
+
+    cell = tx.load(SPIRAL, "ps_trained")["lstm_cell"]
+    path = tmp_path / "theta.jld2"
+    tx.save(path, θ=np.concatenate([np.asarray(v).ravel(order="F") for v in cell.values()]))
+    x = jnp.asarray(np.random.default_rng(4).standard_normal((5, 2)), jnp.float32)
+    want = tx.from_lux(SPIRAL, ps=("ps_trained", "lstm_cell"), st=None, architecture="LSTMCell(2 => 8)")(x)
+    got = tx.from_lux(path, ps="θ", st=None, architecture="LSTMCell(2 => 8)")(x)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+    with pytest.raises(ConversionError, match="352 numbers; the architecture's parameters are 384"):
+        tx.from_lux(path, ps="θ", st=None, architecture="LSTMCell(2 => 8)", lux="1")

@@ -187,13 +187,13 @@ def _migrate_flat(
     count, else the vector as it is (any Vector of floats may as well be data: a loss history)."""
     layer = parse_architecture(architecture)
     try:
-        state = _state_from_flat(layer, flat_vector(value), era, (name,))
+        state, notes = _state_from_flat(layer, flat_vector(value), era, (name,))
     except ConversionError as err:
         return value, [], [f"{name}: written as it is (a vector, not this model's flat parameters: {err})"]
     return (
         state,
         _flat_mapping(state, (name,), name, value),
-        _julia(name, julia_constructor(layer, era), state, target),
+        notes + _julia(name, julia_constructor(layer, era), state, target),
     )
 
 
@@ -227,23 +227,38 @@ def _migrate_restructure(
         )
     try:
         layer = from_whole_model(model, path=(name,), flux=era)[0]
-        state = _state_from_flat(layer, flat_vector(values[found[0]]), era, (found[0],))
+        state, notes = _state_from_flat(layer, flat_vector(values[found[0]]), era, (found[0],), (name,))
     except ConversionError as err:
         return (
             value,
             [],
             [f"{name}: written as it is (an Optimisers.Restructure whose model does not port: {err})"],
         )
-    notes = [f"{name}: the state of {name}({found[0]}) (an Optimisers.Restructure, Flux.destructure's re)"]
+    notes = [
+        f"{name}: the state of {name}({found[0]}) (an Optimisers.Restructure, Flux.destructure's re)",
+        *notes,
+    ]
     mapping = _flat_mapping(state, (name,), found[0], values[found[0]])
     return state, mapping, notes + _julia(name, julia_constructor(layer, era), state, target)
 
 
-def _state_from_flat(layer: Any, flat: Any, era: str, path: TreePath) -> Any:
+def _state_from_flat(
+    layer: Any, flat: Any, era: str, path: TreePath, written: TreePath | None = None
+) -> tuple[Any, list[str]]:
+    """The state of ``layer`` from its flat vector (at ``path``), and the notes on what Flux ``era``
+    leaves out, at the state's paths under ``written`` (the entry it is written as)."""
     arrays, initial_states = params_from_flat(layer, flat, path=path)
     state = state_from_params(layer, arrays, era, path=path, initial_states=initial_states)
     check_state(layer, state, path=path)
-    return state
+    notes = []
+    if initial_states and era != "0.14":  # Flux ≥ 0.15 has no learnt initial state: say what is left behind
+        old = state_from_params(layer, arrays, "0.14", path=path, initial_states=True)
+        notes = [
+            f"{format_path(where)}: a learnt initial state, not part of Flux >= 0.15's state "
+            "(--flux 0.14 keeps it)"
+            for where in nonzero_initial_states(old, written or path)
+        ]
+    return state, notes
 
 
 def _flat_mapping(state: Any, path: TreePath, flat_name: str, flat: Any) -> list[str]:

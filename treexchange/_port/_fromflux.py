@@ -99,11 +99,24 @@ def read_source(
                 path=flat_where,
             )
         era = flux or "0.14"  # (a whole model's era, as below: Flux 0.14's unless flux= says)
-        layer, _ = from_whole_model(value, path=where, flux=era)
+        try:
+            layer, _ = from_whole_model(value, path=where, flux=era)
+        except ConversionError as err:  # a closure, a struct of one's own: the text gives the layers
+            raise ConversionError(
+                f"{err.message}. With a flat vector, give the layers as text and the vector as the name: "
+                f"tx.from_flux(path, {flat!r}, architecture='Chain(…)')",
+                path=err.path,
+            ) from None
         return _from_flat(layer, numbers, era, flat_where)
     numbers = flat_vector(value)
     if architecture is not None and numbers is not None:
         return _from_flat(parse_architecture(architecture), numbers, flux, where)
+    if isinstance(value, np.ndarray) and numbers is None:  # no Flux.state, and no flat vector: say why
+        raise ConversionError(
+            f"{shown} is an array of {value.dtype.name} {value.shape}, not a model's state; a flat "
+            "parameter vector (Flux.destructure's) is one-dimensional, of floats",
+            path=where,
+        )
     if architecture is None and isinstance(value, JuliaStruct) and params_list(value) is not None:
         raise ConversionError(
             f"{shown} is a parameter list ({value.type.basename}: the arrays of Flux.params, no layer "
@@ -176,6 +189,14 @@ def _from_flat(
     """``(layer, Flux.state, era)`` of the model ``layer`` from its flat parameter vector: the era
     given, else the one the vector's length shows (recurrent initial states: Flux ≤ 0.14)."""
     arrays, initial_states = params_from_flat(layer, numbers, path=where)
+    if initial_states and flux is not None and flux != "0.14":
+        # (Flux ≥ 0.15 has no initial state: the port would start from zeros, not the trained one)
+        raise ConversionError(
+            f"the vector holds the recurrent layers' initial states (its length is the parameter count "
+            f"with them: Flux ≤ 0.14's trainable state0), which Flux {flux}'s layers have not: leave "
+            "flux= out, or pass flux='0.14'",
+            path=where,
+        )
     era = flux or ("0.14" if initial_states else DEFAULT_FLUX_ERA)
     state = state_from_params(layer, arrays, era, path=where, initial_states=initial_states)
     check_state(layer, state, path=where)

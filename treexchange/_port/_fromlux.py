@@ -27,7 +27,14 @@ from typing import Any
 import numpy as np
 
 from treexchange._bridge import restore
-from treexchange._errors import ConversionError, PathSegment, TreePath, UnsupportedError, format_path
+from treexchange._errors import (
+    ConversionError,
+    PathSegment,
+    TreePath,
+    TreexchangeError,
+    UnsupportedError,
+    format_path,
+)
 from treexchange._port._componentarray import component_tree, is_component_array
 from treexchange._port._flux import lux_state
 from treexchange._port._fromflux import build_target, entry_path, read_entries, value_at
@@ -201,7 +208,7 @@ def from_lux(
             path=ps_path,
         )
     version = lux if lux is not None else lux_version(ps_value)
-    port = functools.partial(_port, target=target, lux=version, key=key)
+    port = functools.partial(_port, target=target, lux=version, key=key, lux_given=lux is not None)
     if isinstance(architecture, str):
         return port(parse_lux_architecture(architecture), ps_value, st_value, ps_path, st_path)
     if not isinstance(architecture, Mapping):
@@ -292,6 +299,7 @@ def _port(
     target: str,
     lux: str,
     key: Any,
+    lux_given: bool = True,
 ) -> Any:
     if piece.layer is None:  # a Chain around a last-step Recurrence: its parts, run in order
         if flat_vector(ps_value) is not None:
@@ -317,19 +325,21 @@ def _port(
     flat = flat_vector(ps_value)
     values = None if flat is not None else _nest(paths, [ps_value, st_value], prefix)
 
+    chosen = [lux]  # (a flat vector's length may show the other Lux version: see fill)
+
     def view(model: Any) -> Any:
         # ps and st in one restore: a restore of one part keeps the other's leaves as the build has them
         # (shapes only, for a model built by shape)
         if st_path is None:
-            return _nest(paths, [lux_state(model, lux=lux, part="ps")], prefix)
-        return _nest(paths, list(lux_state(model, lux=lux)), prefix)
+            return _nest(paths, [lux_state(model, lux=chosen[0], part="ps")], prefix)
+        return _nest(paths, list(lux_state(model, lux=chosen[0])), prefix)
 
     def fill(model: Any) -> Any:
         # (cast="round", as from_flux's: the built model's dtypes rule; Float64 weights, which SciML
         # models often have, round to JAX's default Float32)
         given = values
         if flat is not None:  # cut in the order and shapes of the ps this model has in Lux
-            ps_tree = cut_flat(lux_state(_concrete(model), lux=lux, part="ps"), flat, path=ps_path)
+            ps_tree = _cut_for_version(model, flat, ps_path, chosen, try_others=not lux_given)
             given = _nest(paths, [ps_tree, st_value], prefix)
         return restore(given, like=model, layout=view, path=prefix, cast="round")
 
@@ -419,6 +429,30 @@ def _last_of_sample(h: Any) -> Any:
 
 def _last_of_batch(h: Any) -> Any:
     return h[:, -1]
+
+
+def _cut_for_version(
+    model: Any, flat: np.ndarray, path: TreePath, chosen: list[str], *, try_others: bool
+) -> Any:
+    """``flat`` cut as the ps of ``model`` in Lux ``chosen[0]``; when the version was not given and the
+    length does not fit it, in the other version whose length it is (Lux 0.5's recurrent cells have
+    one bias, Lux 1's two: nothing else in a flat vector tells them apart). ``chosen`` is updated."""
+    concrete = _concrete(model)
+    try:
+        return cut_flat(lux_state(concrete, lux=chosen[0], part="ps"), flat, path=path)
+    except ConversionError as first:
+        if not try_others:
+            raise
+        for version in LUX_VERSIONS:
+            if version == chosen[0]:
+                continue
+            try:
+                ps_tree = cut_flat(lux_state(concrete, lux=version, part="ps"), flat, path=path)
+            except TreexchangeError:
+                continue
+            chosen[0] = version
+            return ps_tree
+        raise first from None
 
 
 def _concrete(model: Any) -> Any:

@@ -536,7 +536,8 @@ def param_slots(layer: Layer) -> list[Slot]:
             ("Wi", (g * h, a["in"]), False),
             ("Wh", ((2 if kind == "GRUv3" else g) * h, h), False),
         ]
-        slots.append(("b", (g * h,), False))
+        if bias:  # (Flux ≥ 0.15: bias=false stores false, no array)
+            slots.append(("b", (g * h,), False))
         if kind == "GRUv3":
             slots.append(("Wh_h̃", (h, h), False))
         states = ["h", "c"] if kind == "LSTM" else ["h"]
