@@ -506,7 +506,8 @@ def rnn_cell_step(kind: str, cell: Any, sigma: str | None, x: Array, state: Any)
         return h, (h, c)
     h = state
     gx, bs = _split(wi @ x, 3), _split(b, 3)
-    gh = _split(wh @ h, 3 if kind == "GRU" else 2)
+    # (GRUv3: Flux ≤ 0.14's Wh is 2H×H; Flux ≥ 0.15 allocates 3H×H, chunks Wh*h in 3, uses two)
+    gh = _split(wh @ h, 3 if kind == "GRU" or wh.shape[0] == wi.shape[0] else 2)
     r = _sigmoid(gx[0] + gh[0] + bs[0])
     z = _sigmoid(gx[1] + gh[1] + bs[1])
     if kind == "GRU":

@@ -154,7 +154,8 @@ def test_a_recurrent_models_vector_length_tells_whether_its_initial_states_are_i
     state = state_from_params(layer, arrays, "0.14", initial_states=True)
     np.testing.assert_array_equal(np.ravel(state["layers"][0]["cell"]["state0"]), [18.0, 19.0, 20.0])
     with pytest.raises(
-        ConversionError, match=r"has 23 numbers; the model's parameters are 22 \(25 with the recurrent"
+        ConversionError,
+        match=r"has 23 numbers; the model's parameters are 22 \(25 in Flux ≤ 0.14's layout, with the",
     ):
         params_from_flat(layer, np.arange(23.0))
     # Without the states, a layer of the size of one (LayerNorm(3) after the RNN) is not taken for it

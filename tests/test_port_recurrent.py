@@ -48,7 +48,8 @@ def test_flux_state_fields_in_flux_order(kind: str, era: str) -> None:
     assert list(state["cell"].keys()) == CELL_FIELDS[(kind, era)]
     gates = {"RNN": 1, "LSTM": 4, "GRU": 3, "GRUv3": 3}[kind]
     assert state["cell"]["Wi"].shape == (gates * 5, 3)
-    assert state["cell"]["Wh"].shape == ((2 if kind == "GRUv3" else gates) * 5, 5)
+    # (GRUv3's Wh: 2H rows in Flux ≤ 0.14, 3H from 0.15, which uses the first 2H)
+    assert state["cell"]["Wh"].shape == ((2 if kind == "GRUv3" and era == "0.14" else gates) * 5, 5)
     if era == "0.14":
         zero = np.zeros((5, 1), np.float32)
         state0 = state["cell"]["state0"]
@@ -92,7 +93,10 @@ def test_flux_state_file_restores_into_equinox(kind: str, tmp_path: Path) -> Non
     np.testing.assert_allclose(np.asarray(restored(xs)), expected, rtol=2e-5, atol=2e-5)
     again = tx.flux_state(restored, flux="0.15")
     for name, value in state["cell"].items():
-        if isinstance(value, np.ndarray):
+        if kind == "GRUv3" and name == "Wh":  # the block Flux 0.15 never reads comes back as zeros
+            np.testing.assert_array_equal(again["cell"][name][:10], value[:10])
+            np.testing.assert_array_equal(again["cell"][name][10:], 0)
+        elif isinstance(value, np.ndarray):
             np.testing.assert_array_equal(again["cell"][name], value)
 
 
@@ -143,3 +147,43 @@ def test_flux_0_14_recur_file_restores_with_the_0_14_layout(kind: str, tmp_path:
     xs = _sequence(13)
     expected = recurrent(Layer(kind, {"σ": "tanh"}), state, xs.T[:, :, None])[:, :, 0].T
     np.testing.assert_allclose(np.asarray(restored(xs)), expected, rtol=2e-5, atol=2e-5)
+
+
+def test_flux_0_15_gruv3_keeps_wh_of_three_blocks_and_uses_two(tmp_path: Path) -> None:
+    """Flux ≥ 0.15's ``GRUv3Cell`` allocates ``Wh = init(out * 3, out)`` and its forward pass
+    (``chunk(Wh * h, 3)``) uses the first two blocks only (Flux.jl v0.15.0 src/layers/recurrent.jl).
+    A Flux 0.15 state (last block random, as Flux leaves it) ports to the numpy reference; the state
+    written for Flux 0.15 has 3H rows (zeros after the two used, so ``Flux.loadmodel!`` takes it),
+    for Flux 0.14 2H; a whole Flux 0.15 model and a flat vector of either era port the same."""
+    rng = np.random.default_rng(7)
+    h, n_in = 4, 3
+    wi, wh, b, wht = (
+        rng.standard_normal(s).astype(np.float32) for s in ((3 * h, n_in), (3 * h, h), (3 * h,), (h, h))
+    )
+    cell = NamedTuple(Wi=wi, Wh=wh, b=b, **{"Wh_h̃": wht})
+    path = tmp_path / "gru.jld2"
+    tx.save(path, state=NamedTuple(layers=(NamedTuple(cell=cell),)))
+    text = "Chain(GRUv3(3 => 4))"
+    model = tx.from_flux(path, "state", text)
+    x = _sequence(3)
+    want = recurrent(Layer("GRUv3", {"in": n_in, "out": h}), NamedTuple(cell=cell), x.T[:, :, None])
+    np.testing.assert_allclose(np.asarray(model(x)), want[:, :, 0].T, rtol=1e-5, atol=1e-6)
+    written = tx.flux_state(model, flux="0.15")["layers"][0]["cell"]["Wh"]
+    np.testing.assert_array_equal(written[: 2 * h], wh[: 2 * h])
+    np.testing.assert_array_equal(written[2 * h :], 0)
+    assert tx.flux_state(model, flux="0.14")["layers"][0]["cell"]["Wh"].shape == (2 * h, h)
+    gru = tx.JuliaStruct("Flux.GRUv3{Flux.GRUv3Cell}", {"cell": tx.JuliaStruct("Flux.GRUv3Cell", dict(cell))})
+    flat_15 = np.concatenate([a.ravel(order="F") for a in (wi, wh, b, wht)])
+    flat_14 = np.concatenate([a.ravel(order="F") for a in (wi, wh[: 2 * h], b, wht, np.zeros(h, np.float32))])
+    tx.save(
+        path,
+        model=tx.JuliaStruct("Flux.Chain{Tuple{Flux.GRUv3}}", {"layers": (gru,)}),
+        p15=flat_15,
+        p14=flat_14,
+    )
+    for ported in (
+        tx.from_flux(path, "model"),
+        tx.from_flux(path, "p15", text),
+        tx.from_flux(path, "p14", text),
+    ):
+        np.testing.assert_allclose(np.asarray(ported(x)), np.asarray(model(x)), rtol=0, atol=0)

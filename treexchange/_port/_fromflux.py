@@ -188,7 +188,14 @@ def _from_flat(
 ) -> tuple[Layer, Any, str]:
     """``(layer, Flux.state, era)`` of the model ``layer`` from its flat parameter vector: the era
     given, else the one the vector's length shows (recurrent initial states: Flux ≤ 0.14)."""
-    arrays, initial_states = params_from_flat(layer, numbers, path=where)
+    try:
+        arrays, initial_states = params_from_flat(layer, numbers, path=where)
+    except ConversionError:
+        if flux is None:
+            raise
+        arrays, initial_states = params_from_flat(
+            layer, numbers, path=where, era=flux
+        )  # (length shared by both)
     if initial_states and flux is not None and flux != "0.14":
         # (Flux ≥ 0.15 has no initial state: the port would start from zeros, not the trained one)
         raise ConversionError(
@@ -427,7 +434,10 @@ def check_state(layer: Layer, state: Any, *, path: Sequence[PathSegment] = ()) -
                 key = spec.alias
             elif spec.where and _field(where, key) is None:  # Diagonal's α/β inside an old LayerNorm
                 key = spec.alias
-        _expect(where, key, spec.shape, (*p, *spec.where), layer, optional=spec.optional)
+        shape = spec.shape
+        if kind == "GRUv3" and key == "Wh" and _field(state, "state") is None:
+            shape = (3 * shape[1], shape[1])  # Flux ≥ 0.15 (no Recur): 3H rows, the last H unused
+        _expect(where, key, shape, (*p, *spec.where), layer, optional=spec.optional)
 
 
 _POOLS = frozenset({"MaxPool", "MeanPool", "AdaptiveMaxPool", "AdaptiveMeanPool"})

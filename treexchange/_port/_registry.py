@@ -501,9 +501,10 @@ Slot = tuple[str, "tuple[int, ...] | None", bool]
 """One array of ``Flux.params``: ``(key, shape, optional)``; shape None is a recurrent initial state."""
 
 
-def param_slots(layer: Layer) -> list[Slot]:
-    """The arrays ``Flux.params`` lists for one layer, in order: ``(key, shape, optional)``;
-    shape ``None`` is a recurrent initial state (``(H,)`` or ``(H, 1)``).
+def param_slots(layer: Layer, era: str = "0.14") -> list[Slot]:
+    """The arrays ``Flux.params`` lists for one layer of Flux ``era``, in order: ``(key, shape,
+    optional)``; shape ``None`` is a recurrent initial state (``(H,)`` or ``(H, 1)``). Only
+    ``GRUv3``'s ``Wh`` differs between the eras (Flux ≥ 0.15 allocates 3H rows, uses 2H).
 
     Example:
         >>> param_slots(with_defaults(Layer("Conv", {"kernel": (3, 3), "in": 1, "out": 16})))
@@ -534,7 +535,7 @@ def param_slots(layer: Layer) -> list[Slot]:
         g, h = RECURRENT_GATES[kind], a["out"]
         slots: list[Slot] = [
             ("Wi", (g * h, a["in"]), False),
-            ("Wh", ((2 if kind == "GRUv3" else g) * h, h), False),
+            ("Wh", ((2 if kind == "GRUv3" and era == "0.14" else g) * h, h), False),
         ]
         if bias:  # (Flux ≥ 0.15: bias=false stores false, no array)
             slots.append(("b", (g * h,), False))

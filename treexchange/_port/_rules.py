@@ -40,6 +40,14 @@ class Arr:
 
 
 @dataclasses.dataclass(frozen=True)
+class PaddedRows(Arr):
+    """An array field Flux stores with ``extra`` more rows than the layer uses (zeros when written,
+    never read): Flux ≥ 0.15's ``GRUv3Cell`` allocates ``Wh`` as 3H×H and uses its first 2H rows."""
+
+    extra: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
 class Child:
     """The state of ``layer.children[index]``."""
 
@@ -353,7 +361,9 @@ def recurrent_fields(layer: Layer, era: str) -> Fields:
     kind, hidden = layer.kind, int(layer.args["out"])
     cell: Fields = [("σ", ())] if kind == "RNN" else []
     bias_name = "bias" if era != "0.14" and kind in ("RNN", "LSTM") else "b"
-    cell += [("Wi", Arr("Wi")), ("Wh", Arr("Wh")), (bias_name, Arr("b"))]
+    # (Flux ≥ 0.15's GRUv3Cell: Wh = init(out * 3, out), of which the forward pass uses 2·out rows)
+    wh = PaddedRows("Wh", hidden) if kind == "GRUv3" and era != "0.14" else Arr("Wh")
+    cell += [("Wi", Arr("Wi")), ("Wh", wh), (bias_name, Arr("b"))]
     if kind == "GRUv3":
         cell.append(("Wh_h̃", Arr("Wh_h̃")))
     if era != "0.14":

@@ -20,7 +20,7 @@ from .._errors import UnsupportedError
 from .._values import NamedTuple
 from ._perm import Perm, Reshape
 from ._registry import rule_for
-from ._rules import Arr, Child, Children, Discard, _NamedFields
+from ._rules import Arr, Child, Children, Discard, PaddedRows, _NamedFields
 from ._spec import FLUX_ERAS, Layer
 
 
@@ -101,7 +101,8 @@ def _resolve(port: Port, spec: Any, era: str, restoring: bool = False) -> Any:
         if spec.key not in port.arrays:
             raise UnsupportedError(f"{port.layer.kind} has no array for its field {spec.key!r}")
         value, perm = port.arrays[spec.key]
-        return julia_array(value, perm)
+        array = julia_array(value, perm)
+        return padded_rows(array, spec.extra) if isinstance(spec, PaddedRows) else array
     if isinstance(spec, Children):
         states = tuple(
             _template(c, era) if restoring else _state(c, era, restoring=False) for c in port.children
@@ -137,6 +138,21 @@ def carry_initial_state(port: Port, state0: Any) -> Port:
         port.fixed.append((value, KEEP))  # used only where the state has no state0
     port.layer = dataclasses.replace(port.layer, args={**port.layer.args, "state0": True})
     return port
+
+
+def padded_rows(array: Any, extra: int) -> Any:
+    """A Julia-shaped array with ``extra`` zero rows after its own (a LeafRef: one that reads the
+    file's array, of those rows more, without them)."""
+    rows = int(array.shape[0])
+    if isinstance(array, LeafRef):
+        inner = array.transform
+
+        def used_rows(a: np.ndarray) -> np.ndarray:
+            kept = np.asarray(a)[:rows]
+            return inner(kept) if inner is not None else kept
+
+        return array.through((rows + extra, *array.shape[1:]), used_rows)
+    return np.concatenate([array, np.zeros((extra, *array.shape[1:]), array.dtype)])
 
 
 def julia_array(value: Any, perm: Perm) -> Any:

@@ -28,8 +28,9 @@ from .._recursion import stack_for_depth
 from .._values import JuliaStruct, NamedTuple
 from ._eras import normalise
 from ._registry import ARRAY_LAYERS, STATELESS_LAYERS, param_slots, rule_for, with_defaults
-from ._rules import Arr, Child, Children, Discard, _NamedFields
+from ._rules import Arr, Child, Children, Discard, PaddedRows, _NamedFields
 from ._spec import Layer
+from ._state import padded_rows
 from ._wholemodel import _is_flux_struct, _unwrap_tracked, from_whole_model
 
 # Field names that mean the same array in different eras (Dense ``W``/``weight``, recurrent
@@ -104,6 +105,8 @@ class _Filler:
             value = _lookup(arrays, spec.key)
             if value is None:
                 value = self.default(layer, spec.key, arrays, path)
+            if layer.kind == "GRUv3" and spec.key == "Wh" and isinstance(value, np.ndarray):
+                value = _gruv3_wh(value, int(layer.args["out"]), isinstance(spec, PaddedRows))
             return value
         if isinstance(spec, _NamedFields):
             return NamedTuple((n, self.resolve(layer, n, s, arrays, (*path, name))) for n, s in spec)
@@ -123,6 +126,16 @@ class _Filler:
         if key == "σ²" and channels:
             return np.ones(channels, dtype)
         raise ConversionError(f"{layer.kind} has no array {key!r}", path=(*path, key))
+
+
+def _gruv3_wh(wh: np.ndarray, hidden: int, padded: bool) -> np.ndarray:
+    """GRUv3's ``Wh`` with the rows of the era written: 3H (Flux ≥ 0.15: zeros after the 2H it uses)
+    or 2H (Flux ≤ 0.14), from either."""
+    if padded and wh.shape[0] == 2 * hidden:
+        return padded_rows(wh, hidden)
+    if not padded and wh.shape[0] == 3 * hidden:
+        return wh[: 2 * hidden]
+    return wh
 
 
 # --- parameter lists --------------------------------------------------------------------------------
@@ -186,14 +199,18 @@ def flat_vector(value: Any) -> np.ndarray | None:
     return None
 
 
-def params_from_flat(layer: Layer, flat: np.ndarray, *, path: TreePath = ()) -> tuple[list[np.ndarray], bool]:
+def params_from_flat(
+    layer: Layer, flat: np.ndarray, *, path: TreePath = (), era: str | None = None
+) -> tuple[list[np.ndarray], bool]:
     """The arrays of ``Flux.params(model)`` cut, in order, from ``model``'s flat parameter vector.
 
     ``p, re = Flux.destructure(model)`` concatenates the trainable arrays, each column-major
     (``vec``), in the order Functors walks them: the order of ``Flux.params`` and of
-    :func:`param_slots`, layer by layer. A recurrent layer's initial state is trainable in Flux ≤
-    0.14 and absent in Flux ≥ 0.15: the vector's length tells which (all of a model's layers are
-    of one era), returned with the arrays. Any other length is an error naming both.
+    :func:`param_slots`, layer by layer. Two layouts differ by era: Flux ≤ 0.14's recurrent cells
+    train their initial state (after the bias), Flux ≥ 0.15's have none (and its ``GRUv3`` has a
+    3H-row ``Wh``). The vector's length tells which, unless ``era`` is given (all of a model's
+    layers are of one era); whether the initial states are in it is returned with the arrays. Any
+    other length, or one both layouts have, is an error naming them.
 
     Example:
         >>> from treexchange._port._arch import parse_architecture
@@ -202,33 +219,38 @@ def params_from_flat(layer: Layer, flat: np.ndarray, *, path: TreePath = ()) -> 
         >>> [a.shape for a in arrays], initial_states
         ([(2, 3), (2,), (1, 2), (1,)], False)
     """
-    slots: list[tuple[tuple[int, ...], bool]] = []
+    layouts: dict[str, list[tuple[int, ...]]] = {"0.15": [], "0.14": []}
     for sub in with_defaults(layer).walk():
-        if not sub.children:
-            for _, shape, optional in param_slots(sub):
-                slots.append((shape if shape is not None else (int(sub.args["out"]),), optional))
-    required = sum(math.prod(shape) for shape, optional in slots if not optional)
-    every = sum(math.prod(shape) for shape, _ in slots)
-    if flat.size not in (required, every):
-        states = (
-            f" ({every} with the recurrent layers' initial states, Flux ≤ 0.14)" if every != required else ""
+        if sub.children:
+            continue
+        for name, layout in layouts.items():
+            for _, shape, optional in param_slots(sub, name):
+                if optional and name != "0.14":
+                    continue  # Flux ≥ 0.15: no initial state
+                layout.append(shape if shape is not None else (int(sub.args["out"]),))
+    sizes = {name: sum(map(math.prod, shapes)) for name, shapes in layouts.items()}
+    same = layouts["0.15"] == layouts["0.14"]
+    fits = [name for name in layouts if sizes[name] == flat.size and (era is None or era == name or same)]
+    if len(fits) != 1 and not (same and fits):
+        states = f" ({sizes['0.14']} in Flux ≤ 0.14's layout, with the recurrent layers' initial states)"
+        why = (
+            "the vector of another model, or an architecture that is not its model"
+            if not fits
+            else "both eras' layouts have that length: pass flux='0.14' or flux='0.15'"
         )
         raise ConversionError(
             f"the flat parameter vector has {flat.size} numbers; the model's parameters are "
-            f"{required}{states}: the vector of another model, or an architecture that is not its model",
+            f"{sizes['0.15']}{'' if same else states}: {why}",
             path=path,
         )
-    with_optional = flat.size == every
     arrays: list[np.ndarray] = []
     start = 0
-    for shape, optional in slots:
-        if optional and not with_optional:
-            continue
+    for shape in layouts[fits[0]]:
         size = math.prod(shape)
         # (F order: Julia's vec of a column-major array; the views share the vector's memory)
         arrays.append(flat[start : start + size].reshape(shape, order="F"))
         start += size
-    return arrays, with_optional and every != required
+    return arrays, fits[0] == "0.14" and not same
 
 
 def _fmt(shape: Sequence[int]) -> str:
@@ -262,12 +284,14 @@ class _Assigner:
     def take(self, layer: Layer, where: TreePath) -> dict[str, Any]:
         found: dict[str, Any] = {}
         hidden = layer.args.get("out")
-        for key, shape, optional in param_slots(layer):
+        both_eras = zip(param_slots(layer, "0.14"), param_slots(layer, "0.15"), strict=True)
+        for (key, shape, optional), (_, shape_15, _) in both_eras:
             if optional and self.initial_states is False:
                 continue
             array = self.arrays[self.next] if self.next < len(self.arrays) else None
             got = tuple(array.shape) if isinstance(array, np.ndarray) else None
-            fits = got == shape if shape is not None else got in ((hidden,), (hidden, 1))
+            # (either era's shape: GRUv3's Wh has 2H rows in Flux ≤ 0.14, 3H from 0.15)
+            fits = got in (shape, shape_15) if shape is not None else got in ((hidden,), (hidden, 1))
             if fits:
                 found[key] = array
                 self.next += 1

@@ -417,6 +417,14 @@ def _cell_layer(c: _Converter, cell: JuliaStruct, path: TreePath, recur: bool) -
     if recur:
         args["recur"] = True
     state = c.struct_state(cell, cell_kind)
+    if kind == "GRUv3" and isinstance(state.get("Wh"), np.ndarray):  # 3H rows from Flux 0.15, 2H before
+        hidden = int(wh[1])
+        rows = 2 * hidden if c.era == "0.14" else 3 * hidden
+        have = state["Wh"]
+        if have.shape[0] == 3 * hidden and rows == 2 * hidden:
+            state = state.replace(Wh=have[:rows])  # (the last H rows are never used)
+        elif have.shape[0] == 2 * hidden and rows == 3 * hidden:
+            state = state.replace(Wh=np.concatenate([have, np.zeros((hidden, hidden), have.dtype)]))
     if "state0" in state:  # a tuple (h0, c0) for LSTM stays a tuple
         state = state.replace(state0=c.state_value(cell.fields["state0"]))
     return Layer(kind, args), state
