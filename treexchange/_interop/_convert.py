@@ -17,17 +17,18 @@ from typing import Any, BinaryIO, TextIO
 import numpy as np
 
 from .._atomic import atomic_write
-from .._errors import UnsupportedError, format_path
+from .._errors import TreePath, UnsupportedError, format_path
 from .._reader import open as open_jld2
+from .._values import JuliaArray, JuliaStruct, NamedTuple
 from . import _orbax, _safetensors
 from ._jld2io import save_jld2
 from ._orbax import OrbaxSource
 from ._progress import ProgressLine
-from ._safetensors import ORDER_KEY, SafetensorsSource, mapping_line, plan_export
+from ._safetensors import ORDER_KEY, SafetensorsSource, mapping_line
 from ._source import lazy_tree
 from ._torch import flux_to_state_dict, mapping_lines, state_dict_to_flux
 from ._torchorder import architecture_order
-from ._treejson import DTYPES, array_nodes
+from ._treejson import DTYPES, array_nodes, is_numeric_array
 
 FORMATS = ("jld2", "safetensors", "orbax")
 
@@ -102,9 +103,9 @@ def convert_formats(
     elif dst_fmt == "jld2" and src_fmt != "jld2":
         _import(source, target, src_fmt, dry_run, out, progress_stream, architecture, spill_above)
     elif dry_run:  # jld2 -> jld2 re-encodes every value as it is
-        for t in plan_export(lazy_tree(source)).tensors:
-            julia = format_path(t.path)
-            print(mapping_line(julia, t.path, t.shape, t.dtype, "none", reverse=True), file=out)
+        for path, array in stored_arrays(lazy_tree(source)):
+            julia = format_path(path)
+            print(mapping_line(julia, path, array.shape, array.dtype, "none", reverse=True), file=out)
     else:
         raise UnsupportedError("jld2 -> jld2 is the plain re-encoding (treexchange._commands.convert)")
     return pair
@@ -258,3 +259,38 @@ def _total_bytes(opened: Any) -> int:
         for _, node in array_nodes(root, (name,)):
             total += int(np.prod(node["shape"])) * DTYPES[node["dtype"]].itemsize
     return total
+
+
+def stored_arrays(roots: Any) -> list[tuple[TreePath, Any]]:
+    """Every numeric array of ``roots`` with its first tree path, once (JLD2 writes a shared array
+    once, and objects that refer to each other in a cycle are followed only until they do).
+
+    Example:
+        >>> w = np.ones((2, 3), np.float32)
+        >>> [(p, a.shape) for p, a in stored_arrays({"m": NamedTuple(a=w, b=(w, np.zeros(2)))})]
+        [(('m', 'a'), (2, 3)), (('m', 'b', 2), (2,))]
+    """
+    found: list[tuple[TreePath, Any]] = []
+    seen: set[int] = set()
+    todo: list[tuple[Any, TreePath]] = [(roots, ())]
+    while todo:
+        value, path = todo.pop()
+        if is_numeric_array(value):
+            if id(value) not in seen:
+                seen.add(id(value))
+                found.append((path, value))
+            continue
+        children: list[tuple[Any, Any]]
+        if isinstance(value, JuliaStruct):
+            children = list(value.fields.items())
+        elif isinstance(value, (dict, NamedTuple)):  # a Group, a Dict, a NamedTuple
+            children = list(value.items())
+        elif isinstance(value, (tuple, list, JuliaArray)):
+            children = list(enumerate(value, 1))
+        else:
+            continue
+        if id(value) in seen:
+            continue
+        seen.add(id(value))
+        todo.extend((v, (*path, k if isinstance(k, int) else str(k))) for k, v in reversed(children))
+    return found

@@ -317,35 +317,57 @@ def _julia(name: str, constructor: str, state: Any, target: str) -> list[str]:
     ]
 
 
-def _holds_flux_layer(value: Any, depth: int = 0) -> bool:
-    if depth > 64:
-        return False
-    if isinstance(value, JuliaStruct):
-        if value.type.name.split(".", 1)[0] == "Flux":
-            return True
-        return any(_holds_flux_layer(v, depth + 1) for v in value.fields.values())
-    if isinstance(value, (tuple, list)):
-        return any(_holds_flux_layer(v, depth + 1) for v in value)
-    if isinstance(value, NamedTuple):
-        return any(_holds_flux_layer(v, depth + 1) for v in value.values())
+def _holds_flux_layer(value: Any) -> bool:
+    """Whether a Flux struct is inside ``value`` (each container visited once: shared values and
+    cycles between a file's objects are not followed again)."""
+    seen: set[int] = set()
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if isinstance(v, JuliaStruct):
+            if v.type.name.split(".", 1)[0] == "Flux":
+                return True
+            children: Any = v.fields.values()
+        elif isinstance(v, (tuple, list)):
+            children = v
+        elif isinstance(v, NamedTuple):
+            children = v.values()
+        else:
+            continue
+        if id(v) not in seen:
+            seen.add(id(v))
+            todo.extend(children)
     return False
 
 
 def _array_paths(value: Any, path: TreePath) -> Iterator[tuple[int, TreePath]]:
-    """``(id(array), its path)`` for every array in a value as read (for the dry-run's mapping)."""
-    if isinstance(value, np.ndarray):
-        yield id(value), path
-    elif isinstance(value, JuliaStruct):
-        for k, v in zip(era_field_names(value), value.fields.values(), strict=True):
-            if isinstance(v, JuliaStruct) and v.type.basename == "TrackedArray" and "data" in v.fields:
-                v = v.fields["data"]  # Tracker: the data is the parameter
-            yield from _array_paths(v, (*path, k))
-    elif isinstance(value, NamedTuple):
-        for k, v in value.items():
-            yield from _array_paths(v, (*path, k))
-    elif isinstance(value, (tuple, list)):
-        for i, v in enumerate(value):
-            yield from _array_paths(v, (*path, i + 1))
+    """``(id(array), its path)`` for every array in a value as read (for the dry-run's mapping);
+    a container already visited (shared, or a cycle: a file's objects may refer to each other) is
+    not entered again."""
+    seen: set[int] = set()
+    todo: list[tuple[Any, TreePath]] = [(value, path)]
+    while todo:
+        v, at = todo.pop()
+        if isinstance(v, np.ndarray):
+            yield id(v), at
+            continue
+        children: list[tuple[Any, Any]]
+        if isinstance(v, JuliaStruct):
+            children = []
+            for k, x in zip(era_field_names(v), v.fields.values(), strict=True):
+                if isinstance(x, JuliaStruct) and x.type.basename == "TrackedArray" and "data" in x.fields:
+                    x = x.fields["data"]  # Tracker: the data is the parameter
+                children.append((k, x))
+        elif isinstance(v, NamedTuple):
+            children = list(v.items())
+        elif isinstance(v, (tuple, list)):
+            children = [(i + 1, x) for i, x in enumerate(v)]
+        else:
+            continue
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        todo.extend(((x, (*at, k)) for k, x in reversed(children)))
 
 
 def _mapping(state: Any, path: TreePath, sources: dict[int, TreePath]) -> list[str]:

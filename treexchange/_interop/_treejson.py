@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import ConversionError, FormatError, PathSegment, TreePath
+from .._errors import ConversionError, FormatError, PathSegment, TreePath, format_path
 from .._juliatype import JuliaType
 from .._typeof import _DTYPE_TO_JULIA
 from .._values import (
@@ -89,43 +89,64 @@ def encode(value: Any, on_array: OnArray, path: TreePath = ()) -> dict[str, Any]
         [['σ', {'t': 'tuple', 'v': []}], ['act', {'t': 'nothing'}]]
     """
     table = LayoutTable(encode_type)
-    node = _encode(value, on_array, path, table)
+    node = _encode(value, on_array, path, table, {})
     if table.entries:
         node["L"] = table.entries  # the struct layouts the nodes below name (._layoutjson)
     return node
 
 
-def _encode(value: Any, on_array: OnArray, path: TreePath, table: LayoutTable) -> dict[str, Any]:
+def _encode(
+    value: Any, on_array: OnArray, path: TreePath, table: LayoutTable, inside: dict[int, TreePath]
+) -> dict[str, Any]:
+    """``inside``: the containers being encoded (id -> path), the ancestors of ``value``. A file's
+    objects may refer to each other in a cycle (JLD2 stores references: a solution object that
+    holds itself); a tree cannot, and following it would never end."""
     if is_numeric_array(value):
         node = dict(on_array(value, path))
         node["t"] = "array"
         return node
+    if not isinstance(value, (NamedTuple, tuple, list, dict, JuliaStruct, JuliaArray)):
+        return _encode_scalar(value, path)
+    if id(value) in inside:
+        raise ConversionError(
+            f"the value refers to itself (a cycle back to {format_path(inside[id(value)])}); this format "
+            "stores a tree of values and cannot hold it (JLD2 can: convert to .jld2)",
+            path=path,
+        )
+    inside[id(value)] = path
+    try:
+        return _encode_container(value, on_array, path, table, inside)
+    finally:
+        del inside[id(value)]
+
+
+def _encode_container(
+    value: Any, on_array: OnArray, path: TreePath, table: LayoutTable, inside: dict[int, TreePath]
+) -> dict[str, Any]:
+    def enc(v: Any, p: TreePath) -> dict[str, Any]:
+        return _encode(v, on_array, p, table, inside)
+
     if isinstance(value, NamedTuple):
-        return {"t": "nt", "f": [[k, _encode(v, on_array, (*path, k), table)] for k, v in value.items()]}
+        return {"t": "nt", "f": [[k, enc(v, (*path, k))] for k, v in value.items()]}
     if isinstance(value, tuple):
-        return {"t": "tuple", "v": [_encode(v, on_array, (*path, i), table) for i, v in enumerate(value, 1)]}
+        return {"t": "tuple", "v": [enc(v, (*path, i)) for i, v in enumerate(value, 1)]}
     if isinstance(value, list):
-        return {"t": "list", "v": [_encode(v, on_array, (*path, i), table) for i, v in enumerate(value, 1)]}
+        return {"t": "list", "v": [enc(v, (*path, i)) for i, v in enumerate(value, 1)]}
     if isinstance(value, dict):
         tag = "group" if isinstance(value, Group) else "dict"
-        items = [
-            [encode(k, _no_arrays, path), _encode(v, on_array, (*path, str(k)), table)]
-            for k, v in value.items()
-        ]
+        items = [[encode(k, _no_arrays, path), enc(v, (*path, str(k)))] for k, v in value.items()]
         return {"t": tag, "items": items}
     if isinstance(value, JuliaStruct):
-        fields = [[k, _encode(v, on_array, (*path, k), table)] for k, v in value.fields.items()]
-        node = {"t": "struct", "type": encode_type(value.type), "f": fields}
+        fields = [[k, enc(v, (*path, k))] for k, v in value.fields.items()]
+        node: dict[str, Any] = {"t": "struct", "type": encode_type(value.type), "f": fields}
         layout = table.index(value.layout)
         if layout is not None:
             node["lay"] = layout
         if value.mutable:
             node["mut"] = True
         return node
-    if isinstance(value, JuliaArray):
-        elements = [_encode(v, on_array, (*path, i), table) for i, v in enumerate(value, 1)]
-        return {"t": "jarray", "eltype": encode_type(value.eltype), "shape": list(value.shape), "v": elements}
-    return _encode_scalar(value, path)
+    elements = [enc(v, (*path, i)) for i, v in enumerate(value, 1)]  # a JuliaArray
+    return {"t": "jarray", "eltype": encode_type(value.eltype), "shape": list(value.shape), "v": elements}
 
 
 def _no_arrays(value: Any, path: TreePath) -> dict[str, Any]:

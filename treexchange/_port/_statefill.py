@@ -31,7 +31,7 @@ from ._registry import ARRAY_LAYERS, STATELESS_LAYERS, param_slots, rule_for, wi
 from ._rules import Arr, Child, Children, Discard, PaddedRows, _NamedFields
 from ._spec import Layer
 from ._state import padded_rows
-from ._wholemodel import _is_flux_struct, _unwrap_tracked, from_whole_model
+from ._wholemodel import _is_flux_struct, _unwrap_tracked, from_whole_model, refuse_cycles
 
 # Field names that mean the same array in different eras (Dense ``W``/``weight``, recurrent
 # ``b``/``bias``, ``Diagonal``'s ``α``/``β`` = ``Scale``'s ``scale``/``bias``).
@@ -193,7 +193,8 @@ def state_from_params(
 
 def flat_vector(value: Any) -> np.ndarray | None:
     """``value`` when it is a flat parameter vector (a 1-D numeric array, Tracker's unwrapped), else None."""
-    value = _unwrap_tracked(value)
+    if isinstance(value, JuliaStruct) and value.type.basename == "TrackedArray":
+        value = value.fields.get("data")  # Tracker (Flux ≤ 0.9): the data is the vector
     if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in "fc":
         return value
     return None
@@ -339,6 +340,7 @@ def whole_model_state(value: Any, era: str, *, path: TreePath = ()) -> Any:
         >>> list(state), list(state["layers"][0])
         (['layers'], ['weight', 'bias', 'σ'])
     """
+    refuse_cycles(value, tuple(path))
     with stack_for_depth(DEFAULT_LIMITS.max_depth):  # a model as deep as a file may hold
         model = normalise(_unwrap_tracked(value), tuple(path))
         return _model_state(model, era, tuple(path))

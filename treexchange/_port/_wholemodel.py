@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from treexchange._errors import ConversionError, PathSegment, TreePath, TreexchangeError
+from treexchange._errors import ConversionError, PathSegment, TreePath, TreexchangeError, format_path
 from treexchange._juliatype import JuliaType
 from treexchange._limits import DEFAULT_LIMITS
 from treexchange._port._arch import BROADCAST_FUNCTION, CONNECTIONS, canonical_activation, connection_name
@@ -23,7 +23,7 @@ from treexchange._port._eras import normalise
 from treexchange._port._registry import KINDS, PORTING_DOCS, RECURRENT_GATES
 from treexchange._port._spec import Layer
 from treexchange._recursion import stack_for_depth
-from treexchange._values import JuliaStruct, NamedTuple, Singleton
+from treexchange._values import JuliaArray, JuliaStruct, NamedTuple, Singleton
 
 _GHOSTS = frozenset({"σ", "λ"})  # zero-size function fields JLD2 ≤ 0.4 does not store
 
@@ -555,6 +555,51 @@ def _unwrap_tracked(value: Any) -> Any:
     return value
 
 
+def refuse_cycles(value: Any, path: TreePath = ()) -> None:
+    """Raise ConversionError where ``value`` contains itself. A file's objects may refer to each
+    other in a cycle (JLD2 and BSON store references: a training state holding its own parent);
+    the layer walks follow a model's fields and would never end. Iterative, each value visited once.
+
+    Example:
+        >>> loop = JuliaStruct("Main.Node", {"next": None})
+        >>> loop.fields["next"] = loop
+        >>> try:
+        ...     refuse_cycles(loop, ("m",))
+        ... except ConversionError as err:
+        ...     print(err.message)
+        m.next refers to m, which holds it: a cycle between the file's objects, which a model is not
+    """
+    on_path: dict[int, TreePath] = {}
+    done: set[int] = set()
+    todo: list[tuple[Any, TreePath, bool]] = [(value, tuple(path), False)]
+    while todo:
+        v, at, leaving = todo.pop()
+        if leaving:
+            del on_path[id(v)]
+            done.add(id(v))
+            continue
+        children: list[tuple[Any, Any]]
+        if isinstance(v, JuliaStruct):
+            children = list(v.fields.items())
+        elif isinstance(v, (NamedTuple, Mapping)):
+            children = list(v.items())
+        elif isinstance(v, (tuple, list, JuliaArray)):
+            children = list(enumerate(v, 1))
+        else:
+            continue
+        if id(v) in on_path:
+            raise ConversionError(
+                f"{format_path(at)} refers to {format_path(on_path[id(v)])}, which holds it: a cycle "
+                "between the file's objects, which a model is not",
+                path=at,
+            )
+        if id(v) in done:
+            continue
+        on_path[id(v)] = at
+        todo.append((v, at, True))
+        todo.extend((x, (*at, k if isinstance(k, int) else str(k)), False) for k, x in reversed(children))
+
+
 def from_whole_model(
     model: Any, *, path: Sequence[PathSegment] = (), flux: str = "0.14"
 ) -> tuple[Layer, Any]:
@@ -577,6 +622,7 @@ def from_whole_model(
         ('relu', ['weight', 'bias', 'σ'])
     """
     era = "0.14" if flux.startswith("0.1") and tuple(map(int, flux.split(".")[:2])) < (0, 15) else "0.15"
+    refuse_cycles(model, tuple(path))
     with stack_for_depth(DEFAULT_LIMITS.max_depth):  # a model as deep as a file may hold
         model = normalise(_unwrap_tracked(model), tuple(path), closures="error")  # Flux 0.7-0.12 structs
         return _Converter(era).convert(model, tuple(path))
