@@ -901,6 +901,26 @@ class BigFloat:
         return self.text
 
 
+def value_children(value: Any) -> list[tuple[str | int, Any]] | None:
+    """The children of a container value with their path segments (field names, Dict keys (other
+    than text and Int ones as their text), 1-based positions in a Tuple, Vector or JuliaArray), or
+    None for a leaf (arrays included).
+
+    Example:
+        >>> value_children(NamedTuple(w=1, b=(2, 3)))
+        [('w', 1), ('b', (2, 3))]
+        >>> value_children((2, 3)), value_children(2)
+        ([(1, 2), (2, 3)], None)
+    """
+    if isinstance(value, JuliaStruct):
+        return list(value.fields.items())
+    if isinstance(value, (NamedTuple, dict)):  # (a Dict's Int keys stay Ints: value_at finds them so)
+        return [(k if isinstance(k, (str, int)) else str(k), v) for k, v in value.items()]
+    if isinstance(value, (tuple, list, JuliaArray)):
+        return list(enumerate(value, 1))
+    return None
+
+
 def _is_decimal(value: Any) -> bool:
     """Whether ``value`` is a :class:`decimal.Decimal` (without importing ``decimal``: a value
     can only be one once it is loaded)."""

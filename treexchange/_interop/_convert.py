@@ -19,7 +19,7 @@ import numpy as np
 from .._atomic import atomic_write
 from .._errors import TreePath, UnsupportedError, format_path
 from .._reader import open as open_jld2
-from .._values import JuliaArray, JuliaStruct, NamedTuple
+from .._values import value_children
 from . import _orbax, _safetensors
 from ._jld2io import save_jld2
 from ._orbax import OrbaxSource
@@ -266,6 +266,7 @@ def stored_arrays(roots: Any) -> list[tuple[TreePath, Any]]:
     once, and objects that refer to each other in a cycle are followed only until they do).
 
     Example:
+        >>> from treexchange import NamedTuple
         >>> w = np.ones((2, 3), np.float32)
         >>> [(p, a.shape) for p, a in stored_arrays({"m": NamedTuple(a=w, b=(w, np.zeros(2)))})]
         [(('m', 'a'), (2, 3)), (('m', 'b', 2), (2,))]
@@ -280,17 +281,9 @@ def stored_arrays(roots: Any) -> list[tuple[TreePath, Any]]:
                 seen.add(id(value))
                 found.append((path, value))
             continue
-        children: list[tuple[Any, Any]]
-        if isinstance(value, JuliaStruct):
-            children = list(value.fields.items())
-        elif isinstance(value, (dict, NamedTuple)):  # a Group, a Dict, a NamedTuple
-            children = list(value.items())
-        elif isinstance(value, (tuple, list, JuliaArray)):
-            children = list(enumerate(value, 1))
-        else:
-            continue
-        if id(value) in seen:
+        children = value_children(value)
+        if children is None or id(value) in seen:
             continue
         seen.add(id(value))
-        todo.extend((v, (*path, k if isinstance(k, int) else str(k))) for k, v in reversed(children))
+        todo.extend((v, (*path, k)) for k, v in reversed(children))
     return found

@@ -34,7 +34,7 @@ from treexchange._port._statefill import (
 )
 from treexchange._port._wholemodel import from_whole_model, is_optimiser
 from treexchange._reader import has_embedded_schema, open as open_file, read_entry
-from treexchange._values import JuliaStruct
+from treexchange._values import JuliaStruct, value_children
 
 
 def read_flux_source(
@@ -228,19 +228,12 @@ def nested_models(value: Any, path: TreePath, limit: int = 100_000) -> list[Tree
         if id(v) in seen or len(at) > 64:
             continue
         seen.add(id(v))
-        children: list[tuple[Any, Any]]
-        if isinstance(v, JuliaStruct):
-            if v.type.name.startswith("Flux.") and not is_optimiser(v.type):
-                found.append(at)
-                continue
-            children = list(v.fields.items())
-        elif isinstance(v, Mapping):
-            children = list(v.items())
-        elif isinstance(v, (list, tuple)):
-            children = [(i + 1, x) for i, x in enumerate(v)]
-        else:
+        if isinstance(v, JuliaStruct) and v.type.name.startswith("Flux.") and not is_optimiser(v.type):
+            found.append(at)
             continue
-        todo.extend((x, (*at, k if isinstance(k, int) else str(k))) for k, x in reversed(children))
+        children = value_children(v)
+        if children is not None:
+            todo.extend((x, (*at, k)) for k, x in reversed(children))
     return found
 
 

@@ -23,7 +23,7 @@ from treexchange._port._eras import normalise
 from treexchange._port._registry import KINDS, PORTING_DOCS, RECURRENT_GATES
 from treexchange._port._spec import Layer
 from treexchange._recursion import stack_for_depth
-from treexchange._values import JuliaArray, JuliaStruct, NamedTuple, Singleton
+from treexchange._values import JuliaStruct, NamedTuple, Singleton, value_children
 
 _GHOSTS = frozenset({"σ", "λ"})  # zero-size function fields JLD2 ≤ 0.4 does not store
 
@@ -578,14 +578,8 @@ def refuse_cycles(value: Any, path: TreePath = ()) -> None:
             del on_path[id(v)]
             done.add(id(v))
             continue
-        children: list[tuple[Any, Any]]
-        if isinstance(v, JuliaStruct):
-            children = list(v.fields.items())
-        elif isinstance(v, (NamedTuple, Mapping)):
-            children = list(v.items())
-        elif isinstance(v, (tuple, list, JuliaArray)):
-            children = list(enumerate(v, 1))
-        else:
+        children = value_children(v)
+        if children is None:
             continue
         if id(v) in on_path:
             raise ConversionError(
@@ -597,7 +591,7 @@ def refuse_cycles(value: Any, path: TreePath = ()) -> None:
             continue
         on_path[id(v)] = at
         todo.append((v, at, True))
-        todo.extend((x, (*at, k if isinstance(k, int) else str(k)), False) for k, x in reversed(children))
+        todo.extend((x, (*at, k), False) for k, x in reversed(children))
 
 
 def from_whole_model(
