@@ -264,3 +264,83 @@ def test_what_is_not_a_flat_vector_and_a_closure_in_re_are_named(tmp_path: Path)
             ConversionError, match=rf"'{name}' is an array of {what}, not a model's state; a flat"
         ):
             tx.from_flux(path, name, "Chain(Dense(3 => 2, relu))")
+
+
+def test_paths_reach_a_vector_of_vectors_a_bson_struct_by_position_and_a_component(tmp_path: Path) -> None:
+    """Real files keep flat vectors inside other values (tests/corpus_sources.md): HugoMelchers/
+    neural-closure-models saves ``params`` as a ``Vector{Vector{Float32}}`` (a ``JuliaArray``);
+    killah-t-cell/Plasma.jl a BSON struct ``res`` whose fields BSON stores by position; a Lux
+    ``ComponentArray`` names its parts only in its type. A path reaches each, ``("params", 2)``,
+    ``("res", 1)`` (field ``"1"``), ``("θ", "layer_2")`` (before: "has no 2: it holds no entries")."""
+    from treexchange._bson._writer import array, bson_file, datatype, struct
+
+    text = "Chain(Dense(3 => 2, tanh))"
+    elements = np.empty(2, object)  # (a Vector whose elements are Vector{Float32}s)
+    elements[0], elements[1] = np.zeros(8, np.float32), np.arange(8, dtype=np.float32)
+    vectors = tx.JuliaArray("Array{Float32, 1}", elements)
+    path = tmp_path / "params.jld2"
+    tx.save(path, params=vectors)
+    assert isinstance(tx.load(path, "params"), tx.JuliaArray)
+    x = np.array([1.0, -1.0, 0.5], np.float32)
+    want = np.tanh(np.arange(6, dtype=np.float32).reshape(3, 2).T @ x + [6.0, 7.0])
+    np.testing.assert_allclose(np.asarray(tx.from_flux(path, ("params", 2), text)(x)), want, rtol=1e-6)
+    raw = bson_file(
+        {"res": struct(datatype("Optim.Result"), array(None, np.arange(8, dtype=np.float32)), 3.0)}
+    )
+    (tmp_path / "res.bson").write_bytes(raw)
+    np.testing.assert_allclose(
+        np.asarray(tx.from_flux(tmp_path / "res.bson", ("res", 1), text)(x)), want, rtol=1e-6
+    )
+    couplednode = BUNDLED_DIR / "lux" / "couplednode_ns2d_trained_model_posteriori.jld2"
+    conv = "Conv((7, 7), 2 => 2, tanh, pad=3, use_bias=false)"
+    part = tx.from_lux(couplednode, ps=("θ_posteriori", "layer_2"), st=None, architecture=conv)
+    parts = {"layer_2": conv, "layer_3": "Conv((7, 7), 2 => 2, pad=3, use_bias=false)"}
+    whole = tx.from_lux(couplednode, ps="θ_posteriori", architecture=parts)["layer_2"]
+    image = np.random.default_rng(5).standard_normal((2, 9, 9)).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(part(image)), np.asarray(whole(image)))
+
+
+def test_the_real_flat_vectors_of_a_neuralpde_model_port_by_position(tmp_path: Path) -> None:
+    """killah-t-cell/Plasma.jl 1D1V_weights.bson (MIT, bundled): ``@save "1D1V_weights.bson"
+    prepared_weights``, the trained Float64 parameter vectors of NeuralPDE's
+    ``FastChain(FastDense(3, 16, σ), FastDense(16, 16, σ), FastDense(16, 1))`` and of its 2-input
+    twin, in a ``Vector{Any}``. ``FastDense`` keeps ``W`` column-major then ``b`` (DiffEqFlux's
+    ``reshape(p[1:out*in], out, in)``), as ``destructure`` does for a Dense: each vector, reached
+    by its position, ports with the Flux text and computes the float64 numpy MLP of its numbers
+    (rounded to Float32), and ``convert --flux-state --dry-run`` maps each array to its range."""
+    from treexchange._interop._fluxmigrate import migrate_flux_state
+
+    path = BUNDLED_DIR / "bson" / "plasma_1d1v_weights.bson"
+    vectors = tx.load(path, "prepared_weights")
+    assert [v.shape for v in vectors] == [(353,), (337,)] and vectors[0].dtype == np.float64
+    rng = np.random.default_rng(6)
+    spread = []
+    for position, n_in in ((1, 3), (2, 2)):
+        p = vectors[position - 1]
+        text = f"Chain(Dense({n_in} => 16, σ), Dense(16 => 16, σ), Dense(16 => 1))"
+        model = tx.from_flux(path, ("prepared_weights", position), text)
+        x = rng.standard_normal((64, n_in))
+        h = x
+        start = 0
+        for rows, cols, last in ((16, n_in, False), (16, 16, False), (1, 16, True)):
+            w = p[start : start + rows * cols].reshape((rows, cols), order="F")
+            b = p[start + rows * cols : start + rows * cols + rows]
+            start += rows * cols + rows
+            h = h @ w.T + b
+            h = h if last else 1 / (1 + np.exp(-np.clip(h, -500, 500)))
+        assert start == p.size
+        got = np.asarray(jax.vmap(model)(x.astype(np.float32)))
+        # (large trained weights: Float32 rounding, measured against the outputs' scale)
+        np.testing.assert_allclose(got, h, rtol=0, atol=1e-5 * float(np.abs(h).max()) + 1e-6)
+        spread.append(float(np.ptp(h)))
+    assert spread[0] > 1.0  # (the first net computes something, not a constant; the second is ~1e-11)
+    printed = io.StringIO()
+    text = "Chain(Dense(3 => 16, σ), Dense(16 => 16, σ), Dense(16 => 1))"
+    roots = migrate_flux_state(path, tmp_path / "state.jld2", architecture=text, out=printed)
+    lines = printed.getvalue().splitlines()  # the 3-input net's vector becomes its state, the other stays
+    assert "prepared_weights[2]: written as it is (not this model's flat parameters: the flat" in lines[1]
+    assert lines[-1].endswith('JLD2.load("' + str(tmp_path / "state.jld2") + '", "prepared_weights")[1])')
+    written = tx.load(tmp_path / "state.jld2", "prepared_weights")
+    np.testing.assert_array_equal(written[0]["layers"][2]["bias"], vectors[0][-1:])
+    np.testing.assert_array_equal(written[1], vectors[1])
+    assert isinstance(roots["prepared_weights"], list)

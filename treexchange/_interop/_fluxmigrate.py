@@ -145,8 +145,14 @@ def _migrate_entry(
                 path=path,
             )
         layer = parse_architecture(architecture)
-        state = state_for_architecture(layer, value, era, path=path)
-        check_state(layer, state, path=path)
+        try:
+            state = state_for_architecture(layer, value, era, path=path)
+            check_state(layer, state, path=path)
+        except ConversionError:
+            vectors = _vector_list(name, value, layer, era, target)
+            if vectors is None:
+                raise
+            return vectors
         return (
             state,
             _mapping(state, path, sources),
@@ -195,6 +201,42 @@ def _migrate_flat(
         _flat_mapping(state, (name,), name, value),
         notes + _julia(name, julia_constructor(layer, era), state, target),
     )
+
+
+def _vector_list(
+    name: str, value: Any, layer: Any, era: str, target: str
+) -> tuple[Any, list[str], list[str]] | None:
+    """A Vector of flat vectors that is no parameter list of ``layer`` (NeuralPDE's trained
+    parameters of several networks, one vector each): each vector of the model's length becomes
+    its state, the others are written as they are; None when none fits or it holds other arrays."""
+    if not isinstance(value, (list, tuple)) or not all(flat_vector(v) is not None for v in value):
+        return None
+    items: list[Any] = []
+    mapping: list[str] = []
+    notes: list[str] = []
+    fitted = []
+    for i, vector in enumerate(value, 1):
+        try:
+            state, state_notes = _state_from_flat(layer, flat_vector(vector), era, (name, i))
+        except ConversionError as err:
+            items.append(vector)
+            why = f"not this model's flat parameters: {err.message}"
+            notes.append(f"{format_path((name, i))}: written as it is ({why})")
+            continue
+        items.append(state)
+        fitted.append(i)
+        mapping += _flat_mapping(state, (name, i), format_path((name, i)), vector)
+        notes += state_notes
+    if not fitted:
+        return None
+    lines = _julia(name, julia_constructor(layer, era), items[fitted[0] - 1], target)
+    lines[-1] = f"{lines[-1][:-1]}[{fitted[0]}])"  # Flux.loadmodel!(m, JLD2.load(f, name)[i])
+    if len(fitted) > 1:
+        lines.append(
+            f"  (and the same with [{'], ['.join(map(str, fitted[1:]))}] for the other vectors of it)"
+        )
+    notes += lines
+    return (items if isinstance(value, list) else tuple(items)), mapping, notes
 
 
 def _migrate_restructure(

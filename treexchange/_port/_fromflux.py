@@ -22,6 +22,7 @@ import numpy as np
 from treexchange._errors import ConversionError, PathSegment, TreePath, UnsupportedError, format_path
 from treexchange._port import load_state
 from treexchange._port._arch import parse_architecture
+from treexchange._port._componentarray import component_tree, is_component_array
 from treexchange._port._registry import KINDS, RECURRENT_GATES
 from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
 from treexchange._port._state import check_era
@@ -34,7 +35,7 @@ from treexchange._port._statefill import (
 )
 from treexchange._port._wholemodel import from_whole_model, is_optimiser
 from treexchange._reader import has_embedded_schema, open as open_file, read_entry
-from treexchange._values import JuliaStruct, value_children
+from treexchange._values import JuliaArray, JuliaStruct, value_children
 
 
 def read_flux_source(
@@ -283,7 +284,11 @@ def value_at(value: Any, where: TreePath) -> Any:
             what is there.
     """
     for depth, seg in enumerate(where[1:], 1):
+        if is_component_array(value):  # its components by name (ComponentArrays keeps them in the type)
+            value = component_tree(value, path=where[:depth])
         if isinstance(value, JuliaStruct):
+            if isinstance(seg, int) and not isinstance(seg, bool) and str(seg) in value.fields:
+                seg = str(seg)  # BSON.jl keeps no field names: fields "1", "2", … are positions
             found = value.fields.get(seg, _MISSING) if isinstance(seg, str) else _MISSING
             held = f"fields {list(value.fields)}"
         elif isinstance(value, Mapping):
@@ -292,7 +297,7 @@ def value_at(value: Any, where: TreePath) -> Any:
             except TypeError:  # (a key Python cannot hash is in no Dict)
                 found = _MISSING
             held = f"keys {list(value)[:20]}"
-        elif isinstance(value, (tuple, list)):
+        elif isinstance(value, (tuple, list, JuliaArray)):  # (a JuliaArray: a Vector of Vectors, …)
             ok = isinstance(seg, int) and not isinstance(seg, bool) and 1 <= seg <= len(value)
             found = value[seg - 1] if isinstance(seg, int) and ok else _MISSING
             held = f"{len(value)} element{'s' if len(value) != 1 else ''} (positions count from 1)"
@@ -540,7 +545,9 @@ def from_flux(
         path: the JLD2 or BSON.jl file.
         name: the entry in it, or a path into an entry as errors print it: a tuple beginning
             with the entry's name, then field or key names and 1-based positions (a model in a
-            checkpoint, ``("checkpoint", "model")``; an agent's network, ``("agents", 2, "q")``).
+            checkpoint, ``("checkpoint", "model")``; an agent's network, ``("agents", 2, "q")``;
+            a vector in a ``Vector{Vector}``, ``("params", 3)``; a BSON struct's field by its
+            position, ``("res", 1)``; a ``ComponentArray``'s component by name).
         architecture: the Flux model text for a ``Flux.state`` file or a parameter list (or a
             whole model whose closures it names).
         target: ``"equinox"``, ``"nnx"`` (Flax nnx, on a channels-last batch) or ``"linen"``
