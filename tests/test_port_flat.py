@@ -344,3 +344,61 @@ def test_the_real_flat_vectors_of_a_neuralpde_model_port_by_position(tmp_path: P
     np.testing.assert_array_equal(written[0]["layers"][2]["bias"], vectors[0][-1:])
     np.testing.assert_array_equal(written[1], vectors[1])
     assert isinstance(roots["prepared_weights"], list)
+
+
+def test_re_of_p_keeps_the_running_statistics_and_odd_vectors_migrate(tmp_path: Path) -> None:
+    """``re(p)`` puts ``p``'s numbers into the trainable arrays and keeps the rest of ``re``'s model:
+    BatchNorm's running ``μ``/``σ²`` come from the model (they were reset to 0 and 1). A BSON
+    Restructure (fields by position) names its model field as it is stored, ``"1"``. ``convert
+    --flux-state`` unwraps a Tracker vector and cuts a length both eras share by ``--flux``."""
+    from treexchange._interop._fluxmigrate import migrate_flux_state
+    from treexchange._port._fromflux import read_source
+
+    bn = JuliaStruct(
+        "Flux.BatchNorm{Base.#identity, Array{Float32, 1}, Float32, Array{Float32, 1}}",
+        {
+            "λ": JuliaStruct("Base.#identity", {}), "β": np.zeros(2, np.float32), "γ": np.ones(2, np.float32),
+            "μ": np.array([5.0, 6.0], np.float32), "σ²": np.array([4.0, 9.0], np.float32),
+            "ϵ": np.float32(1e-5), "momentum": np.float32(0.1), "affine": True, "track_stats": True,
+            "active": None, "chs": 2,
+        },
+    )  # fmt: skip
+    chain = JuliaStruct("Flux.Chain{Tuple{Flux.BatchNorm}}", {"layers": (bn,)})
+    re_ = JuliaStruct(
+        "Optimisers.Restructure{Flux.Chain, NamedTuple}", {"model": chain, "offsets": (), "length": 4}
+    )
+    path = tmp_path / "bn.jld2"
+    tx.save(path, re=re_, p=np.array([1.0, 2.0, 3.0, 4.0], np.float32))
+    _, state, _ = read_source(path, "re", None, flux=None, flat="p")
+    layer = state["layers"][0]
+    assert [layer[k].tolist() for k in ("β", "γ", "μ", "σ²")] == [[1, 2], [3, 4], [5, 6], [4, 9]]
+    roots = migrate_flux_state(path, tmp_path / "state.jld2", out=io.StringIO())
+    assert roots["re"]["layers"][0]["μ"].tolist() == [5, 6]
+    positional = JuliaStruct("Optimisers.Restructure", {"1": chain, "2": (), "3": 4})
+    tx.save(path, re=positional, p=np.ones(4, np.float32))
+    with pytest.raises(ConversionError, match=r"tx.from_flux\(path, \('re', '1'\)\)"):
+        tx.from_flux(path, "re")
+    tracked = JuliaStruct(
+        "Tracker.TrackedArray{Float32, 1, Array{Float32, 1}}",
+        {"tracker": None, "data": np.arange(8, dtype=np.float32), "grad": np.zeros(8, np.float32)},
+    )
+    tx.save(path, p=tracked, q=np.arange(1.0, 14.0, dtype=np.float32))
+    printed = io.StringIO()
+    roots = migrate_flux_state(
+        path, tmp_path / "t.jld2", architecture="Chain(Dense(3 => 2, tanh))", out=printed
+    )
+    np.testing.assert_array_equal(roots["p"]["layers"][0]["weight"], [[0, 2, 4], [1, 3, 5]])
+    for era, rows in (("0.14", 2), ("0.15", 3)):  # a GRUv3 of one unit: 13 numbers in either layout
+        roots = migrate_flux_state(
+            path, tmp_path / "g.jld2", architecture="Chain(GRUv3(2 => 1))", flux=era, out=io.StringIO()
+        )
+        assert roots["q"]["layers"][0]["cell"]["Wh"].shape == (rows, 1)
+
+
+def test_the_jld2_dry_run_lists_an_array_stored_once_once(tmp_path: Path) -> None:
+    from treexchange._interop._convert import stored_arrays
+    from treexchange._interop._source import lazy_tree
+
+    w = np.ones((2, 3), np.float32)
+    tx.save(tmp_path / "shared.jld2", a=NamedTuple(x=w, y=w), b=np.zeros(2))
+    assert [path for path, _ in stored_arrays(lazy_tree(tmp_path / "shared.jld2"))] == [("a", "x"), ("b",)]

@@ -915,10 +915,16 @@ def value_children(value: Any) -> list[tuple[str | int, Any]] | None:
     if isinstance(value, JuliaStruct):
         return list(value.fields.items())
     if isinstance(value, (NamedTuple, dict)):  # (a Dict's Int keys stay Ints: value_at finds them so)
-        return [(k if isinstance(k, (str, int)) else str(k), v) for k, v in value.items()]
+        return [(_key_segment(k), v) for k, v in value.items()]
     if isinstance(value, (tuple, list, JuliaArray)):
         return list(enumerate(value, 1))
     return None
+
+
+def _key_segment(key: Any) -> str | int:
+    if isinstance(key, (np.integer, int)) and not isinstance(key, bool):
+        return int(key)  # (a file's Int64 keys read as numpy integers)
+    return key if isinstance(key, str) else str(key)
 
 
 def _is_decimal(value: Any) -> bool:

@@ -277,8 +277,10 @@ def stored_arrays(roots: Any) -> list[tuple[TreePath, Any]]:
     while todo:
         value, path = todo.pop()
         if is_numeric_array(value):
-            if id(value) not in seen:
-                seen.add(id(value))
+            # (a lazy node per reference: the dataset's address tells a shared array; else the object)
+            key = getattr(value, "object_address", None) or id(value)
+            if key not in seen:
+                seen.add(key)
                 found.append((path, value))
             continue
         children = value_children(value)

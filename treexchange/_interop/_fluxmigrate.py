@@ -36,9 +36,11 @@ from .._port._eras import era_field_names
 from .._port._flux import _julia_string
 from .._port._fromflux import check_state, restructure_model
 from .._port._registry import julia_constructor
+from .._port._spec import Layer
 from .._port._state import check_era
 from .._port._statefill import (
     flat_vector,
+    keep_statistics,
     nonzero_initial_states,
     params_from_flat,
     params_list,
@@ -192,19 +194,20 @@ def _migrate_flat(
     """A flat vector with ``--architecture``: the model's state when the length is its parameter
     count, else the vector as it is (any Vector of floats may as well be data: a loss history)."""
     layer = parse_architecture(architecture)
+    vector = flat_vector(value)
     try:
-        state, notes = _state_from_flat(layer, flat_vector(value), era, (name,))
+        state, notes = _state_from_flat(layer, vector, era, (name,))
     except ConversionError as err:
         return value, [], [f"{name}: written as it is (a vector, not this model's flat parameters: {err})"]
     return (
         state,
-        _flat_mapping(state, (name,), name, value),
+        _flat_mapping(state, (name,), name, vector),
         notes + _julia(name, julia_constructor(layer, era), state, target),
     )
 
 
 def _vector_list(
-    name: str, value: Any, layer: Any, era: str, target: str
+    name: str, value: Any, layer: Layer, era: str, target: str
 ) -> tuple[Any, list[str], list[str]] | None:
     """A Vector of flat vectors that is no parameter list of ``layer`` (NeuralPDE's trained
     parameters of several networks, one vector each): each vector of the model's length becomes
@@ -214,10 +217,11 @@ def _vector_list(
     items: list[Any] = []
     mapping: list[str] = []
     notes: list[str] = []
-    fitted = []
+    fitted: list[int] = []
     for i, vector in enumerate(value, 1):
+        vector = flat_vector(vector)
         try:
-            state, state_notes = _state_from_flat(layer, flat_vector(vector), era, (name, i))
+            state, state_notes = _state_from_flat(layer, vector, era, (name, i))
         except ConversionError as err:
             items.append(vector)
             why = f"not this model's flat parameters: {err.message}"
@@ -240,12 +244,11 @@ def _vector_list(
 
 
 def _migrate_restructure(
-    name: str, value: Any, model: Any, values: dict[str, Any], era: str, target: str
+    name: str, value: Any, rebuilder: tuple[str, Any, Any], values: dict[str, Any], era: str, target: str
 ) -> tuple[Any, list[str], list[str]]:
     """``re`` of ``p, re = Flux.destructure(model)``: the state of ``re(p)``, ``p`` being the one
-    top-level vector of as many numbers as ``re`` takes."""
-    fields = list(value.fields.values())
-    length = value.fields.get("length", fields[2] if len(fields) > 2 else None)
+    top-level vector of as many numbers as ``re`` takes (its ``length``)."""
+    _, model, length = rebuilder
     found = [
         k
         for k, v in values.items()
@@ -267,9 +270,11 @@ def _migrate_restructure(
                 f"{which}, so no one p to rebuild the model from)"
             ],
         )
+    vector = flat_vector(values[found[0]])
     try:
-        layer = from_whole_model(model, path=(name,), flux=era)[0]
-        state, notes = _state_from_flat(layer, flat_vector(values[found[0]]), era, (found[0],), (name,))
+        layer, model_state = from_whole_model(model, path=(name,), flux=era)
+        state, notes = _state_from_flat(layer, vector, era, (found[0],), (name,))
+        state = keep_statistics(state, model_state)  # (re(p) keeps the model's running statistics)
     except ConversionError as err:
         return (
             value,
@@ -280,19 +285,22 @@ def _migrate_restructure(
         f"{name}: the state of {name}({found[0]}) (an Optimisers.Restructure, Flux.destructure's re)",
         *notes,
     ]
-    mapping = _flat_mapping(state, (name,), found[0], values[found[0]])
+    mapping = _flat_mapping(state, (name,), found[0], vector)
     return state, mapping, notes + _julia(name, julia_constructor(layer, era), state, target)
 
 
 def _state_from_flat(
-    layer: Any, flat: Any, era: str, path: TreePath, written: TreePath | None = None
+    layer: Layer, flat: Any, era: str, path: TreePath, written: TreePath | None = None
 ) -> tuple[Any, list[str]]:
     """The state of ``layer`` from its flat vector (at ``path``), and the notes on what Flux ``era``
     leaves out, at the state's paths under ``written`` (the entry it is written as)."""
-    arrays, initial_states = params_from_flat(layer, flat, path=path)
+    try:
+        arrays, initial_states = params_from_flat(layer, flat, path=path)
+    except ConversionError:  # a length both eras' layouts share: the era written (--flux) decides
+        arrays, initial_states = params_from_flat(layer, flat, path=path, era=era)
     state = state_from_params(layer, arrays, era, path=path, initial_states=initial_states)
     check_state(layer, state, path=path)
-    notes = []
+    notes: list[str] = []
     if initial_states and era != "0.14":  # Flux ≥ 0.15 has no learnt initial state: say what is left behind
         old = state_from_params(layer, arrays, "0.14", path=path, initial_states=True)
         notes = [
@@ -309,9 +317,15 @@ def _flat_mapping(state: Any, path: TreePath, flat_name: str, flat: Any) -> list
     start = flat.__array_interface__["data"][0]
     for new_path, array in _arrays(state, path):
         where = "(Flux's default)"
-        if np.shares_memory(array, flat):
-            first = (array.__array_interface__["data"][0] - start) // flat.itemsize
-            where = f"{flat_name}[{first + 1}:{first + array.size}]"
+        if np.shares_memory(array, flat):  # a view: the range of the vector it covers
+            low = array.__array_interface__["data"][0]  # (numpy's byte_bounds moved in numpy 2)
+            high = low + sum((n - 1) * step for n, step in zip(array.shape, array.strides, strict=True))
+            first, last = (low - start) // flat.itemsize, (high - start) // flat.itemsize + 1
+            where = f"{flat_name}[{first + 1}:{last}]"
+            if last - first != array.size:  # (GRUv3's Wh for Flux 0.14: 2H of the 3H rows)
+                where += " (some rows of it)"
+        elif new_path[-1] == "Wh":  # (GRUv3's Wh for Flux ≥ 0.15: Flux ≤ 0.14's 2H rows, zeros after)
+            where = f"{flat_name} (its rows, and zero rows Flux ≥ 0.15 allocates)"
         lines.append(f"{format_path(new_path)} <- {where}  {tuple(array.shape)} {array.dtype.name}")
     return lines
 

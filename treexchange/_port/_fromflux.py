@@ -28,6 +28,7 @@ from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
 from treexchange._port._state import check_era
 from treexchange._port._statefill import (
     flat_vector,
+    keep_statistics,
     params_from_flat,
     params_list,
     state_for_architecture,
@@ -76,8 +77,8 @@ def read_source(
     value = value_at(entries[str(where[0])], where)
     rebuilder = restructure_model(value)
     if rebuilder is not None:
+        model_key, model, length = rebuilder
         if flat_where is None:
-            length = value.fields.get("length", list(value.fields.values())[-1])
             found = _vectors_of(path, length)
             p = found[0] if len(found) == 1 else "p"
             held = (
@@ -87,10 +88,10 @@ def read_source(
                 f"{shown} is an Optimisers.Restructure (the re of p, re = Flux.destructure(model)): the "
                 f"model's parameters are the flat vector p saved beside it{held}: pass its name, "
                 f"tx.from_flux(path, {name!r}, flat={p!r}). (Its field model holds them as they were when "
-                f"destructured: tx.from_flux(path, {(*where, 'model')!r}).)",
+                f"destructured: tx.from_flux(path, {(*where, model_key)!r}).)",
                 path=where,
             )
-        value, where = rebuilder, (*where, "model")
+        value, where = model, (*where, model_key)
     if flat_where is not None:
         numbers = flat_vector(value_at(entries[str(flat_where[0])], flat_where))
         if numbers is None:
@@ -101,14 +102,16 @@ def read_source(
             )
         era = flux or "0.14"  # (a whole model's era, as below: Flux 0.14's unless flux= says)
         try:
-            layer, _ = from_whole_model(value, path=where, flux=era)
+            layer, model_state = from_whole_model(value, path=where, flux=era)
         except ConversionError as err:  # a closure, a struct of one's own: the text gives the layers
             raise ConversionError(
                 f"{err.message}. With a flat vector, give the layers as text and the vector as the name: "
                 f"tx.from_flux(path, {flat!r}, architecture='Chain(…)')",
                 path=err.path,
             ) from None
-        return _from_flat(layer, numbers, era, flat_where)
+        # (re(p) keeps what p does not hold: BatchNorm's running statistics, from re's model)
+        layer, state, era = _from_flat(layer, numbers, era, flat_where)
+        return layer, keep_statistics(state, model_state), era
     numbers = flat_vector(value)
     if architecture is not None and numbers is not None:
         return _from_flat(parse_architecture(architecture), numbers, flux, where)
@@ -160,14 +163,16 @@ def read_source(
     return layer, state, given or state_era(layer, state, path=where) or DEFAULT_FLUX_ERA
 
 
-def restructure_model(value: Any) -> Any:
-    """The model an ``Optimisers.Restructure`` (``Flux.destructure``'s ``re``) holds, else None.
-
-    Its fields are ``model, offsets, length``: the model is the first (BSON.jl keeps no field names).
+def restructure_model(value: Any) -> tuple[str, Any, Any] | None:
+    """``(field name, model, length)`` of an ``Optimisers.Restructure`` (``Flux.destructure``'s
+    ``re``: fields ``model, offsets, length``; BSON.jl names them ``"1"``, ``"2"``, ``"3"``), else None.
     """
-    if isinstance(value, JuliaStruct) and value.type.name == "Optimisers.Restructure" and value.fields:
-        return value.fields.get("model", next(iter(value.fields.values())))
-    return None
+    if not (isinstance(value, JuliaStruct) and value.type.name == "Optimisers.Restructure" and value.fields):
+        return None
+    keys = list(value.fields)
+    model_key = "model" if "model" in value.fields else keys[0]
+    length = value.fields.get("length", value.fields[keys[2]] if len(keys) > 2 else None)
+    return model_key, value.fields[model_key], length
 
 
 def _vectors_of(path: str | os.PathLike[str], length: Any) -> list[str]:
@@ -248,13 +253,6 @@ def entry_path(name: str | Sequence[PathSegment]) -> TreePath:
     if not where or not isinstance(where[0], str):
         raise TypeError(f"name must be an entry's name or a tuple path beginning with one, not {name!r}")
     return where
-
-
-def _read(path: str | os.PathLike[str], name: str | Sequence[PathSegment]) -> Any:
-    """``treexchange.load(path, name)``: the entry, checked against the file's embedded schema
-    when it has one (MismatchError); for a tuple path, the value at that path inside the entry."""
-    where = entry_path(name)
-    return value_at(read_entries(path, [where])[str(where[0])], where)
 
 
 def read_entries(path: str | os.PathLike[str], wheres: Sequence[TreePath]) -> dict[str, Any]:
@@ -562,8 +560,9 @@ def from_flux(
             come from Flux ≤ 0.14).
         flat: the entry (or path) holding a flat parameter vector whose numbers fill the model
             ``name`` holds (a whole model, or ``re``: an ``Optimisers.Restructure`` keeps the model
-            as it was when destructured, the trained numbers are ``p``'s). Its length must be the
-            model's parameter count.
+            as it was when destructured, the trained numbers are ``p``'s; its non-trainable arrays,
+            BatchNorm's running statistics, are kept as ``re(p)`` keeps them). Its length must be
+            the model's parameter count (with the recurrent initial states, for Flux ≤ 0.14).
         key: a ``jax.random`` key for the (immediately overwritten) initial weights.
 
     Raises:

@@ -503,8 +503,9 @@ Slot = tuple[str, "tuple[int, ...] | None", bool]
 
 def param_slots(layer: Layer, era: str = "0.14") -> list[Slot]:
     """The arrays ``Flux.params`` lists for one layer of Flux ``era``, in order: ``(key, shape,
-    optional)``; shape ``None`` is a recurrent initial state (``(H,)`` or ``(H, 1)``). Only
-    ``GRUv3``'s ``Wh`` differs between the eras (Flux ≥ 0.15 allocates 3H rows, uses 2H).
+    optional)``; shape ``None`` is a recurrent initial state (``(H,)`` or ``(H, 1)``: trainable in
+    Flux ≤ 0.14 only, hence optional). The shapes differ between the eras only for ``GRUv3``'s
+    ``Wh`` (Flux ≥ 0.15 allocates 3H rows, uses 2H).
 
     Example:
         >>> param_slots(with_defaults(Layer("Conv", {"kernel": (3, 3), "in": 1, "out": 16})))

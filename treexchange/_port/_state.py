@@ -155,6 +155,16 @@ def padded_rows(array: Any, extra: int) -> Any:
     return np.concatenate([array, np.zeros((extra, *array.shape[1:]), array.dtype)])
 
 
+def gruv3_wh(wh: np.ndarray, hidden: int, padded: bool) -> np.ndarray:
+    """GRUv3's ``Wh`` with the rows of the era written: 3H (Flux ≥ 0.15: zeros after the 2H it uses)
+    or 2H (Flux ≤ 0.14), from either."""
+    if padded and wh.shape[0] == 2 * hidden:
+        return padded_rows(wh, hidden)
+    if not padded and wh.shape[0] == 3 * hidden:
+        return wh[: 2 * hidden]
+    return wh
+
+
 def julia_array(value: Any, perm: Perm) -> Any:
     """The Julia-shaped array of a framework array (a LeafRef becomes a LeafRef that permutes)."""
     if isinstance(value, LeafRef):

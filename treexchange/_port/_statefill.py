@@ -30,7 +30,7 @@ from ._eras import normalise
 from ._registry import ARRAY_LAYERS, STATELESS_LAYERS, param_slots, rule_for, with_defaults
 from ._rules import Arr, Child, Children, Discard, PaddedRows, _NamedFields
 from ._spec import Layer
-from ._state import padded_rows
+from ._state import gruv3_wh
 from ._wholemodel import _is_flux_struct, _unwrap_tracked, from_whole_model, refuse_cycles
 
 # Field names that mean the same array in different eras (Dense ``W``/``weight``, recurrent
@@ -106,7 +106,7 @@ class _Filler:
             if value is None:
                 value = self.default(layer, spec.key, arrays, path)
             if layer.kind == "GRUv3" and spec.key == "Wh" and isinstance(value, np.ndarray):
-                value = _gruv3_wh(value, int(layer.args["out"]), isinstance(spec, PaddedRows))
+                value = gruv3_wh(value, int(layer.args["out"]), isinstance(spec, PaddedRows))
             return value
         if isinstance(spec, _NamedFields):
             return NamedTuple((n, self.resolve(layer, n, s, arrays, (*path, name))) for n, s in spec)
@@ -126,16 +126,6 @@ class _Filler:
         if key == "σ²" and channels:
             return np.ones(channels, dtype)
         raise ConversionError(f"{layer.kind} has no array {key!r}", path=(*path, key))
-
-
-def _gruv3_wh(wh: np.ndarray, hidden: int, padded: bool) -> np.ndarray:
-    """GRUv3's ``Wh`` with the rows of the era written: 3H (Flux ≥ 0.15: zeros after the 2H it uses)
-    or 2H (Flux ≤ 0.14), from either."""
-    if padded and wh.shape[0] == 2 * hidden:
-        return padded_rows(wh, hidden)
-    if not padded and wh.shape[0] == 3 * hidden:
-        return wh[: 2 * hidden]
-    return wh
 
 
 # --- parameter lists --------------------------------------------------------------------------------
@@ -252,6 +242,27 @@ def params_from_flat(
         arrays.append(flat[start : start + size].reshape(shape, order="F"))
         start += size
     return arrays, fits[0] == "0.14" and not same
+
+
+def keep_statistics(state: Any, model_state: Any) -> Any:
+    """``state`` with the running statistics (``μ``, ``σ²``) of ``model_state``, a state of the same
+    model: ``re(p)`` takes the trainable arrays from ``p`` and keeps the rest of ``re``'s model.
+
+    Example:
+        >>> bn = NamedTuple([("β", np.ones(2)), ("μ", np.zeros(2)), ("σ²", np.ones(2))])
+        >>> trained = NamedTuple([("β", np.ones(2)), ("μ", np.array([5.0, 6.0])), ("σ²", np.ones(2))])
+        >>> keep_statistics(bn, trained)["μ"].tolist()
+        [5.0, 6.0]
+    """
+    if isinstance(state, NamedTuple) and isinstance(model_state, Mapping):
+        return NamedTuple(
+            (k, model_state[k] if k in ("μ", "σ²") and isinstance(model_state.get(k), np.ndarray)
+             else keep_statistics(v, model_state.get(k)))
+            for k, v in state.items()
+        )  # fmt: skip
+    if isinstance(state, tuple) and isinstance(model_state, tuple) and len(state) == len(model_state):
+        return tuple(keep_statistics(v, m) for v, m in zip(state, model_state, strict=True))
+    return state
 
 
 def _fmt(shape: Sequence[int]) -> str:

@@ -22,6 +22,7 @@ from treexchange._port._arch import BROADCAST_FUNCTION, CONNECTIONS, canonical_a
 from treexchange._port._eras import normalise
 from treexchange._port._registry import KINDS, PORTING_DOCS, RECURRENT_GATES
 from treexchange._port._spec import Layer
+from treexchange._port._state import gruv3_wh
 from treexchange._recursion import stack_for_depth
 from treexchange._values import JuliaStruct, NamedTuple, Singleton, value_children
 
@@ -418,13 +419,7 @@ def _cell_layer(c: _Converter, cell: JuliaStruct, path: TreePath, recur: bool) -
         args["recur"] = True
     state = c.struct_state(cell, cell_kind)
     if kind == "GRUv3" and isinstance(state.get("Wh"), np.ndarray):  # 3H rows from Flux 0.15, 2H before
-        hidden = int(wh[1])
-        rows = 2 * hidden if c.era == "0.14" else 3 * hidden
-        have = state["Wh"]
-        if have.shape[0] == 3 * hidden and rows == 2 * hidden:
-            state = state.replace(Wh=have[:rows])  # (the last H rows are never used)
-        elif have.shape[0] == 2 * hidden and rows == 3 * hidden:
-            state = state.replace(Wh=np.concatenate([have, np.zeros((hidden, hidden), have.dtype)]))
+        state = state.replace(Wh=gruv3_wh(state["Wh"], int(wh[1]), padded=c.era != "0.14"))
     if "state0" in state:  # a tuple (h0, c0) for LSTM stays a tuple
         state = state.replace(state0=c.state_value(cell.fields["state0"]))
     return Layer(kind, args), state
