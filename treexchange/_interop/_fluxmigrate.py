@@ -294,10 +294,7 @@ def _state_from_flat(
 ) -> tuple[Any, list[str]]:
     """The state of ``layer`` from its flat vector (at ``path``), and the notes on what Flux ``era``
     leaves out, at the state's paths under ``written`` (the entry it is written as)."""
-    try:
-        arrays, initial_states = params_from_flat(layer, flat, path=path)
-    except ConversionError:  # a length both eras' layouts share: the era written (--flux) decides
-        arrays, initial_states = params_from_flat(layer, flat, path=path, era=era)
+    arrays, initial_states = params_from_flat(layer, flat, path=path, era=era)  # (--flux breaks a tie)
     state = state_from_params(layer, arrays, era, path=path, initial_states=initial_states)
     check_state(layer, state, path=path)
     notes: list[str] = []

@@ -98,14 +98,25 @@ def encode(value: Any, on_array: OnArray, path: TreePath = ()) -> dict[str, Any]
 def _encode(
     value: Any, on_array: OnArray, path: TreePath, table: LayoutTable, inside: dict[int, TreePath]
 ) -> dict[str, Any]:
-    """``inside``: the containers being encoded (id -> path), the ancestors of ``value``. A file's
-    objects may refer to each other in a cycle (JLD2 stores references: a solution object that
-    holds itself); a tree cannot, and following it would never end."""
+    """``inside``: the mutable containers being encoded (id -> path), ancestors of ``value``. A
+    file's objects may refer to each other in a cycle (JLD2 stores references: a solution object
+    that holds itself); a tree cannot, and following it would never end. NamedTuples and tuples are
+    immutable once built, so every cycle runs through one of the others."""
     if is_numeric_array(value):
         node = dict(on_array(value, path))
         node["t"] = "array"
         return node
-    if not isinstance(value, (NamedTuple, tuple, list, dict, JuliaStruct, JuliaArray)):
+    if isinstance(value, NamedTuple):
+        return {
+            "t": "nt",
+            "f": [[k, _encode(v, on_array, (*path, k), table, inside)] for k, v in value.items()],
+        }
+    if isinstance(value, tuple):
+        return {
+            "t": "tuple",
+            "v": [_encode(v, on_array, (*path, i), table, inside) for i, v in enumerate(value, 1)],
+        }
+    if not isinstance(value, (list, dict, JuliaStruct, JuliaArray)):
         return _encode_scalar(value, path)
     if id(value) in inside:
         raise ConversionError(
@@ -115,29 +126,28 @@ def _encode(
         )
     inside[id(value)] = path
     try:
-        return _encode_container(value, on_array, path, table, inside)
+        return _encode_mutable(value, on_array, path, table, inside)
     finally:
         del inside[id(value)]
 
 
-def _encode_container(
+def _encode_mutable(
     value: Any, on_array: OnArray, path: TreePath, table: LayoutTable, inside: dict[int, TreePath]
 ) -> dict[str, Any]:
-    def enc(v: Any, p: TreePath) -> dict[str, Any]:
-        return _encode(v, on_array, p, table, inside)
-
-    if isinstance(value, NamedTuple):
-        return {"t": "nt", "f": [[k, enc(v, (*path, k))] for k, v in value.items()]}
-    if isinstance(value, tuple):
-        return {"t": "tuple", "v": [enc(v, (*path, i)) for i, v in enumerate(value, 1)]}
     if isinstance(value, list):
-        return {"t": "list", "v": [enc(v, (*path, i)) for i, v in enumerate(value, 1)]}
+        return {
+            "t": "list",
+            "v": [_encode(v, on_array, (*path, i), table, inside) for i, v in enumerate(value, 1)],
+        }
     if isinstance(value, dict):
         tag = "group" if isinstance(value, Group) else "dict"
-        items = [[encode(k, _no_arrays, path), enc(v, (*path, str(k)))] for k, v in value.items()]
+        items = [
+            [encode(k, _no_arrays, path), _encode(v, on_array, (*path, str(k)), table, inside)]
+            for k, v in value.items()
+        ]
         return {"t": tag, "items": items}
     if isinstance(value, JuliaStruct):
-        fields = [[k, enc(v, (*path, k))] for k, v in value.fields.items()]
+        fields = [[k, _encode(v, on_array, (*path, k), table, inside)] for k, v in value.fields.items()]
         node: dict[str, Any] = {"t": "struct", "type": encode_type(value.type), "f": fields}
         layout = table.index(value.layout)
         if layout is not None:
@@ -145,7 +155,7 @@ def _encode_container(
         if value.mutable:
             node["mut"] = True
         return node
-    elements = [enc(v, (*path, i)) for i, v in enumerate(value, 1)]  # a JuliaArray
+    elements = [_encode(v, on_array, (*path, i), table, inside) for i, v in enumerate(value, 1)]  # JuliaArray
     return {"t": "jarray", "eltype": encode_type(value.eltype), "shape": list(value.shape), "v": elements}
 
 

@@ -194,14 +194,7 @@ def _from_flat(
 ) -> tuple[Layer, Any, str]:
     """``(layer, Flux.state, era)`` of the model ``layer`` from its flat parameter vector: the era
     given, else the one the vector's length shows (recurrent initial states: Flux ≤ 0.14)."""
-    try:
-        arrays, initial_states = params_from_flat(layer, numbers, path=where)
-    except ConversionError:
-        if flux is None:
-            raise
-        arrays, initial_states = params_from_flat(
-            layer, numbers, path=where, era=flux
-        )  # (length shared by both)
+    arrays, initial_states = params_from_flat(layer, numbers, path=where, era=flux)
     if initial_states and flux is not None and flux != "0.14":
         # (Flux ≥ 0.15 has no initial state: the port would start from zeros, not the trained one)
         raise ConversionError(

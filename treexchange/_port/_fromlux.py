@@ -460,7 +460,9 @@ def _concrete(model: Any) -> Any:
     import jax  # jax is costly to import: loaded on first use
 
     def zeros(leaf: Any) -> Any:
-        return np.zeros(leaf.shape, leaf.dtype) if isinstance(leaf, jax.ShapeDtypeStruct) else leaf
+        if isinstance(leaf, jax.ShapeDtypeStruct):  # (one zero seen at every place: no memory)
+            return np.broadcast_to(np.zeros((), leaf.dtype), leaf.shape)
+        return leaf
 
     return jax.tree.map(zeros, model)
 

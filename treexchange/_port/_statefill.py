@@ -27,7 +27,7 @@ from .._limits import DEFAULT_LIMITS
 from .._recursion import stack_for_depth
 from .._values import JuliaStruct, NamedTuple
 from ._eras import normalise
-from ._registry import ARRAY_LAYERS, STATELESS_LAYERS, param_slots, rule_for, with_defaults
+from ._registry import ARRAY_LAYERS, KINDS, STATELESS_LAYERS, param_slots, rule_for, with_defaults
 from ._rules import Arr, Child, Children, Discard, PaddedRows, _NamedFields
 from ._spec import Layer
 from ._state import gruv3_wh
@@ -199,9 +199,10 @@ def params_from_flat(
     (``vec``), in the order Functors walks them: the order of ``Flux.params`` and of
     :func:`param_slots`, layer by layer. Two layouts differ by era: Flux ≤ 0.14's recurrent cells
     train their initial state (after the bias), Flux ≥ 0.15's have none (and its ``GRUv3`` has a
-    3H-row ``Wh``). The vector's length tells which, unless ``era`` is given (all of a model's
-    layers are of one era); whether the initial states are in it is returned with the arrays. Any
-    other length, or one both layouts have, is an error naming them.
+    3H-row ``Wh``). The vector's length tells which (all of a model's layers are of one era); a
+    length both layouts have is cut as ``era``'s (the era written), an error without it; whether
+    the initial states are in it is returned with the arrays. Any other length is an error naming
+    both.
 
     Example:
         >>> from treexchange._port._arch import parse_architecture
@@ -221,8 +222,10 @@ def params_from_flat(
                 layout.append(shape if shape is not None else (int(sub.args["out"]),))
     sizes = {name: sum(map(math.prod, shapes)) for name, shapes in layouts.items()}
     same = layouts["0.15"] == layouts["0.14"]
-    fits = [name for name in layouts if sizes[name] == flat.size and (era is None or era == name or same)]
-    if len(fits) != 1 and not (same and fits):
+    fits = [name for name in layouts if sizes[name] == flat.size]
+    if len(fits) == 2 and (same or era is not None):
+        fits = ["0.14" if era == "0.14" else "0.15"]
+    if len(fits) != 1:
         states = f" ({sizes['0.14']} in Flux ≤ 0.14's layout, with the recurrent layers' initial states)"
         why = (
             "the vector of another model, or an architecture that is not its model"
@@ -244,6 +247,10 @@ def params_from_flat(
     return arrays, fits[0] == "0.14" and not same
 
 
+# The arrays no parameter list or flat vector holds (the registry's running statistics, ``μ``, ``σ²``).
+_RUNNING = frozenset(name for kind in KINDS.values() for name in kind.state_arrays)
+
+
 def keep_statistics(state: Any, model_state: Any) -> Any:
     """``state`` with the running statistics (``μ``, ``σ²``) of ``model_state``, a state of the same
     model: ``re(p)`` takes the trainable arrays from ``p`` and keeps the rest of ``re``'s model.
@@ -256,7 +263,7 @@ def keep_statistics(state: Any, model_state: Any) -> Any:
     """
     if isinstance(state, NamedTuple) and isinstance(model_state, Mapping):
         return NamedTuple(
-            (k, model_state[k] if k in ("μ", "σ²") and isinstance(model_state.get(k), np.ndarray)
+            (k, model_state[k] if k in _RUNNING and isinstance(model_state.get(k), np.ndarray)
              else keep_statistics(v, model_state.get(k)))
             for k, v in state.items()
         )  # fmt: skip
