@@ -18,13 +18,23 @@ import importlib
 import inspect
 import pkgutil
 import re
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 import treexchange
 
 FLAGS = doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
+
+
+@pytest.fixture(autouse=True)
+def _examples_write_under_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The examples make their files with ``tempfile.mkdtemp()``, as a user would; here that
+    directory is under pytest's ``tmp_path``, so a test run leaves nothing in the system's
+    temporary directory (it left about a hundred directories a run)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 MODULES = sorted(
     name for _, name, _ in pkgutil.walk_packages(treexchange.__path__, "treexchange.") if "._test" not in name
 )
