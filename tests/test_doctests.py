@@ -35,6 +35,8 @@ def _examples_write_under_tmp_path(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     directory is under pytest's ``tmp_path``, so a test run leaves nothing in the system's
     temporary directory (it left about a hundred directories a run)."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+
 MODULES = sorted(
     name for _, name, _ in pkgutil.walk_packages(treexchange.__path__, "treexchange.") if "._test" not in name
 )

@@ -909,7 +909,8 @@ def test_a_flat_vector_of_lux_0_5_cells_is_cut_as_lux_0_5_lays_them_out(tmp_path
     """Nothing in a flat vector names the Lux version; the recurrent cells' layouts differ (Lux 0.5:
     ``weight_i, weight_h, bias``; Lux 1: two biases), so the length decides when ``lux=`` is not
     given: the Lux docs' trained LSTMCell (Lux 0.5.23), flattened, ports to the model its ps
-    NamedTuple ports to; with ``lux="1"`` it is refused by its length."""
+    NamedTuple ports to; with ``lux="1"`` it is refused by its length, the message naming the
+    version whose length it is."""
     from treexchange._errors import ConversionError
 
     cell = tx.load(SPIRAL, "ps_trained")["lstm_cell"]
@@ -919,5 +920,6 @@ def test_a_flat_vector_of_lux_0_5_cells_is_cut_as_lux_0_5_lays_them_out(tmp_path
     want = tx.from_lux(SPIRAL, ps=("ps_trained", "lstm_cell"), st=None, architecture="LSTMCell(2 => 8)")(x)
     got = tx.from_lux(path, ps="θ", st=None, architecture="LSTMCell(2 => 8)")(x)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
-    with pytest.raises(ConversionError, match="352 numbers; the architecture's parameters are 384"):
+    with pytest.raises(ConversionError, match="352 numbers; the architecture's parameters are 384") as e:
         tx.from_lux(path, ps="θ", st=None, architecture="LSTMCell(2 => 8)", lux="1")
+    assert "the length of this architecture's ps in Lux 0.5 (lux='0.5'; lux='1' was given)" in str(e.value)

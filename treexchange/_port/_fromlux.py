@@ -441,8 +441,6 @@ def _cut_for_version(
     try:
         return cut_flat(lux_state(concrete, lux=chosen[0], part="ps"), flat, path=path)
     except ConversionError as first:
-        if not try_others:
-            raise
         for version in LUX_VERSIONS:
             if version == chosen[0]:
                 continue
@@ -450,6 +448,12 @@ def _cut_for_version(
                 ps_tree = cut_flat(lux_state(concrete, lux=version, part="ps"), flat, path=path)
             except TreexchangeError:
                 continue
+            if not try_others:  # (the version given does not fit; name the one that does)
+                raise ConversionError(
+                    f"{first.message}; it is the length of this architecture's ps in Lux {version} "
+                    f"(lux={version!r}; lux={chosen[0]!r} was given)",
+                    path=path,
+                ) from None
             chosen[0] = version
             return ps_tree
         raise first from None
