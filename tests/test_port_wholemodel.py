@@ -148,6 +148,37 @@ def test_errors_name_the_culprit(value: object, message: str) -> None:
         from_whole_model(value, path=("model",))
 
 
+def _conv(weight_shape: tuple[int, ...], **fields: object) -> JuliaStruct:
+    n = max(len(weight_shape) - 2, 1)
+    given: dict[str, object] = {"stride": (1,) * n, "pad": (0,) * (2 * n), "dilation": (1,) * n, "groups": 1}
+    given.update(fields)
+    arrays = f"Core.Array{{Core.Float32,{len(weight_shape)}}},Core.Array{{Core.Float32,1}}"
+    type_ = f"Flux.Conv{{{n},{2 * n},NNlib.#relu,{arrays}}}"
+    return _struct(type_, weight=np.zeros(weight_shape, np.float32), bias=np.zeros(4, np.float32), **given)
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        # a damaged file (the port fuzz: a reference moved to a sibling array) gave a Conv whose
+        # weight is a vector; equinox's Conv failed with a ValueError of its own
+        (_conv((4,), stride=(2, 2)), "Conv's weight has 1 dimensions; a convolution's has at least 3"),
+        (_conv((3, 3, 1, 4), stride=(2,)), r"Conv's stride \(2,\) does not fit its 2 spatial dimensions"),
+        (_conv((3, 3, 1, 4), dilation=(0, 1)), r"Conv's dilation \(0, 1\) does not fit"),
+        (_conv((3, 3, 1, 4), pad=(1, 1, 1)), r"Conv's pad \(1, 1, 1, 1, 1, 1\) does not fit"),  # (n or 2n)
+        (
+            _struct("Flux.MaxPool{2,4}", k=(2, 2), pad=(0, 0, 0, 0), stride=(0, 2)),
+            r"MaxPool's stride \(0, 2\)",
+        ),
+        (_struct("Flux.MaxPool{0,0}", k=(), pad=(), stride=()), "MaxPool has a window of 0 dimensions"),
+    ],
+)
+def test_window_fields_that_disagree_are_named(value: JuliaStruct, message: str) -> None:
+    with pytest.raises(ConversionError, match=message) as info:
+        from_whole_model(_struct("Flux.Chain{Core.Tuple}", layers=(value,)), path=("model",))
+    assert info.value.path == ("model", "layers", 1)
+
+
 def test_error_carries_the_tree_path() -> None:
     chain = _struct("Flux.Chain{Core.Tuple}", layers=(_dense(2, 2), _struct("Main.Odd")))
     with pytest.raises(ConversionError) as info:

@@ -293,6 +293,8 @@ def _conv(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     kind = _basename(s.type)
     shape = _array_shape(s, "weight", path)
     n = len(shape) - 2
+    if n < 1:
+        raise c.error(f"{kind}'s weight has {len(shape)} dimensions; a convolution's has at least 3", path)
     groups = int(s.fields.get("groups", 1))
     args: dict[str, Any] = {"kernel": shape[:n]}
     if kind == "ConvTranspose":
@@ -312,8 +314,23 @@ def _conv(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
         args["groups"] = groups  # CrossCor: 1 (no such field in Flux)
     if kind == "ConvTranspose":
         args["outpad"] = _ints(s.fields["outpad"]) if "outpad" in s.fields else (0,) * n
+    _check_window(c, kind, n, args, path)
     args["bias"] = _has_bias(s)
     return Layer(kind, args), c.struct_state(s, kind)
+
+
+def _check_window(c: _Converter, kind: str, n: int, args: dict[str, Any], path: TreePath) -> None:
+    """A convolution's or pool's window fields agree with its ``n`` spatial dimensions (one entry
+    each, two of ``pad``) and are not negative, as Flux's constructors make them: a struct whose
+    fields disagree (a damaged file) is an error here, not in the Python layer built from it."""
+    if n < 1:
+        raise c.error(f"{kind} has a window of {n} dimensions", path)
+    for name, count in (("stride", n), ("dilation", n), ("pad", 2 * n), ("outpad", n), ("k", n)):
+        value = args.get(name)
+        if value is None:
+            continue
+        if len(value) != count or min(value) < 0 or (name not in ("pad", "outpad") and 0 in value):
+            raise c.error(f"{kind}'s {name} {value} does not fit its {n} spatial dimensions", path)
 
 
 def _norm(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
@@ -384,6 +401,7 @@ def _pool(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
         pad = _ints(f["pad"])
         pad = pad if len(pad) == 2 * len(k) else tuple(p for p in pad for _ in range(2))
         args: dict[str, Any] = {"k": k, "pad": pad, "stride": _ints(f["stride"])}
+        _check_window(c, kind, len(k), args, path)
     elif kind in ("AdaptiveMaxPool", "AdaptiveMeanPool"):
         args = {"out": _ints(f["out"])}
     else:
