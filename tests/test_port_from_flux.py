@@ -321,3 +321,25 @@ def test_a_state_of_two_eras_is_refused(tmp_path: Any) -> None:
     tx.save(tmp_path / "s.jld2", s=tx.NamedTuple(layers=(old["layers"][0], new["layers"][1])))
     with pytest.raises(ConversionError, match=r"mixes Flux eras: s\.layers\[1\] .* s\.layers\[2\]"):
         tx.from_flux(tmp_path / "s.jld2", "s", architecture=text)
+
+
+@pytest.mark.parametrize("target", ["equinox", "linen", "nnx"])
+@pytest.mark.parametrize(
+    ("text", "weight"),
+    [("Chain(Dense(0 => 4))", (4, 0)), ("Chain(Conv((3, 3), 0 => 4))", (3, 3, 0, 4))],
+)
+def test_a_layer_with_an_empty_parameter_is_refused_by_name(
+    target: str, text: str, weight: tuple[int, ...], tmp_path: Any
+) -> None:
+    """A zero-size weight is a valid Flux struct (its output is its bias), but equinox's and
+    nnx's initialisers divide by its size (a ZeroDivisionError came out: found by the port
+    fuzz, a damaged file whose Conv weight had a dimension of 0)."""
+    pytest.importorskip("flax") if target != "equinox" else None
+    layer = tx.NamedTuple(weight=np.zeros(weight, np.float32), bias=np.zeros(4, np.float32), σ=())
+    if len(weight) == 4:
+        layer = tx.NamedTuple(σ=(), weight=layer.weight, bias=layer.bias, stride=(1, 1), pad=(0, 0, 0, 0),
+                              dilation=(1, 1), groups=1)  # fmt: skip
+    path = tmp_path / "empty.jld2"
+    tx.save(path, s=tx.NamedTuple(layers=(layer,)))
+    with pytest.raises(tx.UnsupportedError, match=r"weight would be .*×0.*, of size 0"):
+        tx.from_flux(path, "s", architecture=text, target=target)

@@ -165,6 +165,8 @@ def _conv(weight_shape: tuple[int, ...], **fields: object) -> JuliaStruct:
         (_conv((4,), stride=(2, 2)), "Conv's weight has 1 dimensions; a convolution's has at least 3"),
         (_conv((3, 3, 1, 4), stride=(2,)), r"Conv's stride \(2,\) does not fit its 2 spatial dimensions"),
         (_conv((3, 3, 1, 4), dilation=(0, 1)), r"Conv's dilation \(0, 1\) does not fit"),
+        (_conv((3, 3, 1, 4), groups=0), "Conv's groups is 0; Flux's is at least 1"),  # (equinox: 1/0)
+        (_conv((3, 3, 1, 6), groups=4), r"Conv's groups 4 does not divide its 4 => 6 channels"),
         (_conv((3, 3, 1, 4), pad=(1, 1, 1)), r"Conv's pad \(1, 1, 1, 1, 1, 1\) does not fit"),  # (n or 2n)
         (
             _struct("Flux.MaxPool{2,4}", k=(2, 2), pad=(0, 0, 0, 0), stride=(0, 2)),

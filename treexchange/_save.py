@@ -38,7 +38,7 @@ from ._jld2._era import (
     type_keys,
 )
 from ._jld2._unlinked import unlinked_headers
-from ._jld2._writefile import write_jld2
+from ._jld2._writefile import check_link_name, write_jld2
 from ._jld2._writer import FORMATS
 from ._jld2._writer_arrays import JLD2_DEFLATE_PIPELINE, Compression
 from ._reader import SCHEMA_ATTRIBUTE, File, Objects, read_objects
@@ -496,20 +496,9 @@ def prepare_values(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
         [('ps', 'NamedTuple'), ('d', 'JuliaDict')]
     """
     for name, _ in items:
-        _check_name(name)
+        check_link_name(name)
     with gc_paused():  # a converted model is many lasting objects and no garbage cycles
         return convert_items(items)
-
-
-def _check_name(name: str) -> None:
-    if "\x00" in name:
-        raise ConversionError(f"name {name!r} contains a NUL character", path=(name,))
-    try:
-        name.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ConversionError(
-            f"name {name!r} holds a lone surrogate, which has no UTF-8 form", path=(name,)
-        ) from None
 
 
 def _check_producer(note: str) -> None:

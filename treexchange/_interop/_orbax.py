@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -39,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import FormatError, TreePath, UnsupportedError
+from .._errors import ConversionError, FormatError, TreePath, UnsupportedError
 from .._values import NamedTuple
 from . import _treejson as tj
 from ._flatnames import NameTable
@@ -131,19 +132,62 @@ def write_plan(
     sharding: ShardingSpec = None,
     progress: Progress | None = None,
 ) -> Path:
-    """Write ``plan`` as an orbax checkpoint at ``directory`` (replaced if it exists)."""
+    """Write ``plan`` as an orbax checkpoint at ``directory`` (replaced if it exists).
+
+    Written beside it under a hidden name first and moved into place once complete: orbax's own
+    ``force=True`` removes an existing checkpoint before it writes, so a save that failed (a name
+    orbax's storage cannot hold, a full disk) lost the old checkpoint and left its temporary
+    directory behind. Now a failed save leaves ``directory`` as it was and nothing else."""
     ocp = _orbax()
+    for t in plan.tensors:  # (tensorstore keys are UTF-8; the tree item is ASCII-escaped JSON)
+        try:
+            t.name.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ConversionError(
+                f"the array's name {t.name!r} holds a lone surrogate, which has no UTF-8 form", path=t.path
+            ) from None
     place = _placer(sharding)
     state = _nested((t.name, place(t)) for t in plan.tensors)
     target = Path(directory).absolute()
     items = {TREE_ITEM: ocp.args.JsonSave(plan.document)}
     if state:
         items[STATE_ITEM] = ocp.args.PyTreeSave(state)
-    with ocp.Checkpointer(_handler(ocp)) as ckptr:
-        ckptr.save(target, ocp.args.Composite(**items), force=True)
+    staging = target.with_name(f".{target.name}.treexchange-{os.getpid()}-{os.urandom(4).hex()}")
+    try:
+        with ocp.Checkpointer(_handler(ocp)) as ckptr:
+            ckptr.save(staging, ocp.args.Composite(**items))
+        _move_into_place(staging, target)
+    except BaseException:
+        _remove(staging)
+        for leftover in staging.parent.glob(f"{staging.name}.orbax-checkpoint-tmp*"):
+            _remove(leftover)
+        raise
     if progress is not None:
         progress(plan.total_bytes)
     return target
+
+
+def _move_into_place(staging: Path, target: Path) -> None:
+    """``staging`` renamed to ``target``; an existing ``target`` is moved aside first and removed
+    after (a directory cannot be replaced by one rename)."""
+    if not os.path.lexists(target):
+        os.rename(staging, target)
+        return
+    old = target.with_name(f".{target.name}.treexchange-old-{os.getpid()}-{os.urandom(4).hex()}")
+    os.rename(target, old)
+    try:
+        os.rename(staging, target)
+    except BaseException:
+        os.rename(old, target)  # (put the checkpoint back)
+        raise
+    _remove(old)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        path.unlink()
 
 
 def save_orbax(

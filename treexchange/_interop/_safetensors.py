@@ -220,6 +220,7 @@ def write_plan(
     """Write the tensors of ``plan`` (see :func:`save_safetensors`)."""
     target = Path(path)
     tree_json = json.dumps(plan.document, ensure_ascii=False, separators=(",", ":"))
+    tj.refuse_lone_surrogates(tree_json, plan.document)  # (the header is UTF-8: refused before writing)
     shards = _split(plan.tensors, max_shard_size)
     if len(shards) <= 1:
         _write_file(target, plan.tensors, {"format": "pt", METADATA_KEY: tree_json}, progress)

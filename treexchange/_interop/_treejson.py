@@ -364,3 +364,77 @@ def julia_array_type(dtype: np.dtype, ndim: int) -> str:
 def segments(path: Sequence[PathSegment]) -> list[PathSegment]:
     """A tree path as a JSON list (ints stay 1-based, as in ``inspect --json``)."""
     return list(path)
+
+
+def refuse_lone_surrogates(text: str, document: dict[str, Any]) -> bytes:
+    """``text`` (the JSON of ``document``, a tree metadata document) in UTF-8; when a name or a
+    text in the tree holds a lone surrogate (no UTF-8 form: a name read from a damaged BSON
+    file, a JSON ``"\\udcff"``), a ConversionError at that place in the tree, before anything is
+    written. The search runs only then: a valid document costs one encode.
+
+    Example:
+        >>> import json
+        >>> doc = {"roots": [["st", encode(NamedTuple([("w\\udcff", 1.0)]), lambda a, p: {})]]}
+        >>> refuse_lone_surrogates(json.dumps(doc, ensure_ascii=False), doc)
+        Traceback (most recent call last):
+        ...
+        treexchange._errors.ConversionError: text 'w\\udcff' holds a lone surrogate, ... (at st['w\\udcff'])
+    """
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        found = None
+        for name, node in document.get("roots", []):
+            found = _surrogate_in(name, (name,)) or _surrogate_node(node, (name,))
+            if found:
+                break
+        path, bad = found or ((), text)
+        raise ConversionError(
+            f"text {bad!r} holds a lone surrogate, which has no UTF-8 form (this format stores names "
+            "and text as UTF-8)",
+            path=path,
+        ) from None
+
+
+def _surrogate_in(text: Any, path: TreePath) -> tuple[TreePath, str] | None:
+    if not isinstance(text, str):
+        return None
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return path, text
+    return None
+
+
+def _surrogate_node(node: Any, path: TreePath) -> tuple[TreePath, str] | None:
+    """Where in the tree the first text without a UTF-8 form is (a name, a key, a str or
+    Symbol, a type's name), following the nodes as :func:`_encode` makes them."""
+    if isinstance(node, list):
+        for item in node:
+            if found := _surrogate_node(item, path):
+                return found
+        return None
+    if not isinstance(node, dict):
+        return _surrogate_in(node, path)
+    tag = node.get("t")
+    if tag in ("nt", "struct"):
+        for key, child in node.get("f", []):
+            found = _surrogate_in(key, (*path, key)) or _surrogate_node(child, (*path, key))
+            if found:
+                return found
+    elif tag in ("dict", "group"):
+        for key_node, child in node.get("items", []):
+            key = key_node.get("v") if isinstance(key_node, dict) else None
+            step = key if isinstance(key, str) else str(key)
+            found = _surrogate_node(key_node, (*path, step)) or _surrogate_node(child, (*path, step))
+            if found:
+                return found
+    elif tag in ("tuple", "list", "jarray"):
+        for i, child in enumerate(node.get("v", []), 1):
+            if found := _surrogate_node(child, (*path, i)):
+                return found
+    for key, value in node.items():  # a str's or Symbol's text, a type's name and parameters
+        if key not in ("f", "items", "v") or tag in ("str", "sym"):
+            if found := _surrogate_node(value, path):
+                return found
+    return None

@@ -7,9 +7,33 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, BinaryIO
 
+from treexchange._errors import ConversionError
+
 from ._era import Source
 from ._writer import JLD2Writer
 from ._writer_arrays import Compression
+
+
+def check_link_name(name: str) -> None:
+    """A top-level name (``"a/b"`` for a group's entry) that a link can hold: no NUL, and UTF-8
+    (a lone surrogate, which a name read from a damaged BSON or JSON file can hold, has no UTF-8
+    form). Checked for every writer of a file before anything is written.
+
+    Example:
+        >>> check_link_name("weights/conv1")
+        >>> check_link_name("a\\udcff")
+        Traceback (most recent call last):
+        ...
+        treexchange._errors.ConversionError: name 'a\\udcff' holds a lone surrogate, ...
+    """
+    if "\x00" in name:
+        raise ConversionError(f"name {name!r} contains a NUL character", path=(name,))
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConversionError(
+            f"name {name!r} holds a lone surrogate, which has no UTF-8 form", path=(name,)
+        ) from None
 
 
 def write_jld2(
@@ -36,6 +60,8 @@ def write_jld2(
     ``grown_groups``: per session, the groups to save first when it closes (``Objects.grown_groups``);
     ``last_compress``: the compression of the last session when there are several (``compress``
     is the earlier ones': ``save(mode="a")`` keeps how a file's values are stored)."""
+    for name in [*(n for n, _ in items), *(empty_groups or ())]:
+        check_link_name(name)
     writer = JLD2Writer(
         out,
         compress=compress,

@@ -23,7 +23,7 @@ from treexchange._errors import ConversionError, PathSegment, TreePath, Unsuppor
 from treexchange._port import load_state
 from treexchange._port._arch import parse_architecture
 from treexchange._port._componentarray import component_tree, is_component_array
-from treexchange._port._registry import KINDS, RECURRENT_GATES
+from treexchange._port._registry import KINDS, RECURRENT_GATES, param_slots, with_defaults
 from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
 from treexchange._port._state import check_era
 from treexchange._port._statefill import (
@@ -590,6 +590,24 @@ def from_flux(
     return build_target(layer, fill, target=target, era=era, key=key)
 
 
+def _refuse_empty_layers(layer: Layer) -> None:
+    """A layer with a parameter array of size 0 (``Dense(0 => 4)``, a convolution over 0 channels
+    or with a 0-size kernel) is a valid Flux struct, but the JAX libraries cannot build one: their
+    initialisers divide by the fan-in or fan-out (a ZeroDivisionError, in some targets only).
+    Refused by name for every target instead."""
+    for sub in layer.walk():
+        try:
+            slots = param_slots(with_defaults(sub))
+        except (KeyError, TypeError, ValueError):  # (a layer whose arguments the build checks itself)
+            continue
+        for key, shape, _ in slots:
+            if shape is not None and 0 in shape:
+                raise UnsupportedError(
+                    f"{sub.kind}'s {key} would be {'×'.join(map(str, shape))}, of size 0: the JAX libraries "
+                    "cannot build a layer with an empty parameter (their initialisers divide by its size)"
+                )
+
+
 def build_target(layer: Layer, fill: Callable[[Any], Any], *, target: str, era: str, key: Any = None) -> Any:
     """The ``target`` model of the Layer tree ``layer``, its arrays put in by ``fill`` (a restore:
     ``fill(model) -> model``, given ``(model, eqx.nn.State)`` for an Equinox model with BatchNorm).
@@ -598,6 +616,7 @@ def build_target(layer: Layer, fill: Callable[[Any], Any], *, target: str, era: 
     costs seconds of XLA compilation per layer), then filled; a leaf the fill leaves unset (an RNG
     key) makes it build real initial weights instead. ``from_flux`` and ``from_lux`` share it.
     """
+    _refuse_empty_layers(layer)
     if target == "equinox":
         # jax and equinox (also via _eqx) are costly to import: loaded on first use
         import equinox as eqx

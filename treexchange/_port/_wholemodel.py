@@ -296,6 +296,8 @@ def _conv(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     if n < 1:
         raise c.error(f"{kind}'s weight has {len(shape)} dimensions; a convolution's has at least 3", path)
     groups = int(s.fields.get("groups", 1))
+    if groups < 1:
+        raise c.error(f"{kind}'s groups is {groups}; Flux's is at least 1", path)
     args: dict[str, Any] = {"kernel": shape[:n]}
     if kind == "ConvTranspose":
         args["in"], args["out"] = shape[n + 1], shape[n] * groups
@@ -315,6 +317,9 @@ def _conv(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     if kind == "ConvTranspose":
         args["outpad"] = _ints(s.fields["outpad"]) if "outpad" in s.fields else (0,) * n
     _check_window(c, kind, n, args, path)
+    g = args["groups"]
+    if g < 1 or args["in"] % g or args["out"] % g:  # (Flux's constructors check both)
+        raise c.error(f"{kind}'s groups {g} does not divide its {args['in']} => {args['out']} channels", path)
     args["bias"] = _has_bias(s)
     return Layer(kind, args), c.struct_state(s, kind)
 
