@@ -213,6 +213,17 @@ def test_containers() -> None:
         ("Chain(Dense(2 => 3), x -> x .^ 2)", "anonymous function .* line 1, column 22"),
         ("Chain(Dense(2 => 3), (x, y) -> x)", "anonymous function .* line 1, column 22"),
         ('Chain(var"#12#13"())', "anonymous function"),
+        # how Flux prints a layer with a closure (lucpaoli/SAFT_ML's `Dense(…, x -> x)`): `#13`
+        # was read as a comment, the rest of the line lost ("unexpected the end of the text")
+        ("Chain(Dense(8 => 3, #13))", r"anonymous function \(activations must .* line 1, column 21"),
+        ("Chain(\n  Dense(8 => 3, #13),  # 27 parameters\n)", "anonymous function .* line 2, column 17"),
+        ("Chain(Dense(2 => 3), #5#6)", "anonymous function .* line 1, column 22"),
+        ("Parallel(#7, Dense(2 => 3))", "anonymous function as a connection at line 1, column 10"),
+        ("Chain(Dense(2 => 3),", "the text ends where a value was expected"),
+        (
+            "Parallel(cat, Dense(2 => 3))",
+            r"unknown connection function 'cat' \(the port applies \+, .*tuple\)",
+        ),
         ("Chain(\n  Dense(2 => 3),\n  Foo(3),\n)", "unknown layer 'Foo' at line 3, column 3"),
         ("Chain(Dense(2 => 3, mystery))", "unknown activation function 'mystery' at line 1, column 21"),
         ("Chain(Dense(2 => 3), mystery)", "unknown function 'mystery' at line 1, column 22"),

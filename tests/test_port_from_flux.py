@@ -343,3 +343,32 @@ def test_a_layer_with_an_empty_parameter_is_refused_by_name(
     tx.save(path, s=tx.NamedTuple(layers=(layer,)))
     with pytest.raises(tx.UnsupportedError, match=r"weight would be .*×0.*, of size 0"):
         tx.from_flux(path, "s", architecture=text, target=target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_parallel_tuple_gives_each_heads_output(target: str, tmp_path: Any) -> None:
+    """``Parallel(tuple, decoder, classifier)``: a model with two heads (kewiechecki/SparseEncoders
+    saves such a ``Flux.state``; its author wrote the connection ``(args...) -> args``). The port
+    returns the heads' outputs as a tuple, each equal to the reference; it was refused as an
+    unknown connection."""
+    from treexchange._port._arch import parse_architecture
+    from treexchange._port._eqx import build_equinox
+
+    text = "Chain(Dense(3 => 4, relu), Parallel(tuple, Dense(4 => 2), Chain(Dense(4 => 5, tanh), softmax)))"
+    layer = parse_architecture(text)
+    path = tmp_path / "heads.jld2"
+    tx.save(path, s=tx.flux_state(build_equinox(layer, key=jax.random.key(5))))
+    built = tx.from_flux(path, "s", architecture=text, target=target)
+    assert f"model = {text}" in tx.flux_julia(built)
+    x = np.random.default_rng(1).normal(size=(6, 3)).astype(np.float32)
+    if target == "equinox":
+        outs = jax.vmap(built)(jnp.asarray(x))
+    elif target == "linen":
+        module, variables = built
+        outs = module.apply(variables, jnp.asarray(x))
+    else:
+        outs = built(jnp.asarray(x))
+    expected = ref.forward(layer, tx.load(path, "s"), x.T)
+    assert isinstance(outs, tuple) and len(outs) == 2
+    for out, want in zip(outs, expected, strict=True):
+        _close_to_reference(np.asarray(out), want.T)

@@ -26,7 +26,8 @@ from treexchange._port._spec import Layer
 
 _TOKEN = re.compile(
     r"""
-    (?P<space>[ \t\r\n]+|\#[^\n]*)
+    (?P<space>[ \t\r\n]+|\#(?!\d)[^\n]*)
+  | (?P<closure>\#\d[\w\#]*)
   | (?P<number>(?:\d[\d_]*\.?[\d_]*|\.\d[\d_]*)(?:[eEf][+-]?\d+)?)
   | (?P<name>var"[^"]*"|[^\W\d][\w!′²³⁺⁻]*(?:\.[^\W\d][\w!′²³⁺⁻]*)*)
   | (?P<punct>=>|->|\.\*|\.\+|==|[()\[\],;=+*\-:/^.'{}|&<>@$"\\])
@@ -37,7 +38,7 @@ _TOKEN = re.compile(
 
 @dataclasses.dataclass(frozen=True)
 class _Token:
-    kind: str  # "number", "name", "punct", "end"
+    kind: str  # "number", "name", "closure" (`#13`, as Flux prints one), "punct", "end"
     text: str
     pos: int
 
@@ -184,11 +185,15 @@ class _Parser:
             if self.tok.text == "(":
                 return self.call(tok)
             return _Name(tok.text, tok.pos)
+        if tok.kind == "closure":  # (`#13`: how Flux prints a closure; `# 27 parameters` is a comment)
+            self.take()
+            return _Lambda(tok.pos)
         if tok.kind == "punct" and tok.text in ("+", "*", ".*", ".+", "-", "/", "^"):
             self.take()
             return _Name(tok.text, tok.pos)
-        found = repr(tok.text) if tok.kind != "end" else "the end of the text"
-        raise self.error(f"unexpected {found}", tok.pos)
+        if tok.kind == "end":
+            raise self.error("the text ends where a value was expected", tok.pos)
+        raise self.error(f"unexpected {tok.text!r}", tok.pos)
 
     def paren(self) -> Any:
         pos = self.take("(").pos
@@ -271,7 +276,8 @@ ACTIVATIONS = frozenset(
 # Connections of Parallel / SkipConnection / PairwiseFusion the port applies: Julia name -> the name
 # the port knows it by. `.+` / `.*` (in Julia >= 1.6 the value `Base.Broadcast.BroadcastFunction(+)`,
 # a file's `BroadcastFunction{typeof(+)}`) broadcast, as the port's `+` / `*` do: numpy broadcasting
-# on the reversed axes is Julia's broadcasting. (`tuple`, `cat` give no array: not portable.)
+# on the reversed axes is Julia's broadcasting. `tuple` gives the branches' outputs as a tuple (a
+# model with several heads). (`cat` needs `dims=`, which only a closure can pass: not portable.)
 CONNECTIONS = {
     "+": "+",
     ".+": "+",
@@ -281,6 +287,7 @@ CONNECTIONS = {
     "hcat": "hcat",
     "max": "max",
     "min": "min",
+    "tuple": "tuple",
 }
 BROADCAST_FUNCTION = "Broadcast.BroadcastFunction"
 
@@ -289,7 +296,7 @@ def connection_name(name: str) -> str | None:
     """The port's name of a Flux connection function (``Base.:+`` / ``.+`` -> ``+``), or None.
 
     Example:
-        >>> connection_name(".*"), connection_name("vcat"), connection_name("tuple")
+        >>> connection_name(".*"), connection_name("vcat"), connection_name("cat")
         ('*', 'vcat', None)
     """
     name = _strip(name)
@@ -374,7 +381,9 @@ class _Builder:
         if isinstance(e, _Lambda):
             raise self.error("anonymous function as a connection", e.pos)
         if isinstance(e, _Name):
-            raise self.error(f"unknown connection function {e.name!r}", e.pos)
+            raise self.error(
+                f"unknown connection function {e.name!r} (the port applies {', '.join(CONNECTIONS)})", e.pos
+            )
         raise self.error("expected a connection function such as + or vcat", _pos(e))
 
     # -- layers -------------------------------------------------------------------------------

@@ -148,9 +148,11 @@ class Scale(eqx.Module):
         return scale_shift(x, self.weight, self.bias)
 
 
-def connect(name: str, values: list[jax.Array]) -> jax.Array:
-    """Apply a Flux connection (``+``, ``*``, ``vcat``, ``hcat``, ``max``, ``min``: the values of
-    ``_arch.CONNECTIONS``) to one sample's outputs."""
+def connect(name: str, values: list[jax.Array]) -> Any:
+    """Apply a Flux connection (``+``, ``*``, ``vcat``, ``hcat``, ``max``, ``min``, ``tuple``: the
+    values of ``_arch.CONNECTIONS``) to one sample's outputs."""
+    if name == "tuple":  # (several heads: their outputs as they are)
+        return tuple(values)
     if name == "+":
         out = values[0]
         for v in values[1:]:

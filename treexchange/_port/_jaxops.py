@@ -61,9 +61,11 @@ def julia_dim_axis(julia_dim: int, ndim: int) -> int:
     raise ValueError(f"Julia dim {julia_dim} of a {ndim}-d batch is the batch dim")
 
 
-def connect(name: str, values: list[jax.Array]) -> jax.Array:
-    """A Flux connection (``+``, ``*``, ``vcat``, ``hcat``, ``max``, ``min``: the values of
-    ``_arch.CONNECTIONS``) on channels-last batches."""
+def connect(name: str, values: list[jax.Array]) -> Any:
+    """A Flux connection (``+``, ``*``, ``vcat``, ``hcat``, ``max``, ``min``, ``tuple``: the
+    values of ``_arch.CONNECTIONS``) on channels-last batches."""
+    if name == "tuple":  # (several heads: their outputs as they are)
+        return tuple(values)
     if name in ("vcat", "hcat"):
         axis = julia_dim_axis(1 if name == "vcat" else 2, values[0].ndim)
         return jnp.concatenate(values, axis=axis)
