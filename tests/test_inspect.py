@@ -76,8 +76,9 @@ def test_json_lists_every_array_like_h5py(path: Path, capsys: pytest.CaptureFixt
             # raw bits (a primitive type numpy lacks) also say how Julia shows them
             assert set(rec) - {"shown"} == {"path", "kind", "julia_type", "value"}
             assert "shown" not in rec or rec["shown"].startswith(("0x", "'"))
-        else:
-            assert set(rec) == {"path", "kind", "julia_type"}
+        else:  # an Array{Any, N > 1} also gives its dims
+            assert set(rec) - {"shape"} == {"path", "kind", "julia_type"}
+            assert "shape" not in rec or (rec["kind"] == "vector" and len(rec["shape"]) >= 2)
     with h5py.File(path) as f:  # names whose objects libhdf5 refuses (version 0 datatypes): not comparable
         refused = set()
         for name in f:
@@ -341,3 +342,22 @@ def test_raw_bits_are_shown_as_julia_shows_them_not_as_an_integer(
         tx.JuliaBits("Main.P16", b"\x00\x3c").as_str()
     with pytest.raises(ValueError, match=r"length byte 9 is more than it holds \(3\)"):
         bad.as_str()
+
+
+def test_an_array_of_any_of_two_dims_shows_its_dims(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ``Matrix{Any}`` (rotsoc/julia-machine-learning saves a 5×100 one of Knet layers) was shown
+    as "(vector, 500 entries)": its dims were nowhere, in the text or in ``--json``."""
+    data = np.empty((2, 3), object)
+    data[:] = [["a", 1, 2.0], ["b", None, 3]]
+    path = tmp_path / "m.jld2"
+    tx.save(path, m=tx.JuliaArray("Any", data), v=[1, "x"])
+    assert main(["inspect", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "m: Array{Any, 2}  (vector 2×3, 6 entries)" in text
+    assert "v: Array{Any, 1}  (vector, 2 entries)" in text
+    assert main(["inspect", "--json", str(path)]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {"path": ["m"], "kind": "vector", "julia_type": "Array{Any, 2}", "shape": [2, 3]} in records
+    assert {"path": ["v"], "kind": "vector", "julia_type": "Array{Any, 1}"} in records

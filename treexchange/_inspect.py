@@ -91,10 +91,23 @@ def node_record(node: Any, type_text: Any = str) -> dict[str, Any]:
         rec["value"] = json_scalar(value, node.julia_type)
         if isinstance(value, JuliaBits):  # the value the integer stands for, as Julia shows it
             rec["shown"] = value.shown()
+    elif kind == "vector" and (dims := _matrix_shape(node)):
+        rec["shape"] = list(dims)  # an Array{Any, N} of N > 1 dims: its length alone hides them
     note = getattr(node, "note", None)  # what the reader changed here (a BSON Tracker array)
     if note:
         rec["note"] = note
     return rec
+
+
+def _matrix_shape(node: Any) -> tuple[int, ...] | None:
+    """The dims of a container node that is an array of more than one dimension (a Julia
+    ``Array{Any, 2}`` of structs); None for a vector or anything else."""
+    if node.kind != "vector":
+        return None
+    shape = getattr(node, "shape", None)
+    if not isinstance(shape, tuple) or len(shape) < 2:
+        return None
+    return tuple(int(d) for d in shape)
 
 
 def node_budget(file: LazyFile) -> int:
@@ -313,7 +326,9 @@ def _text_lines(root: LazyNode, type_width: int | None, budget: int) -> Iterator
             yield f"{indent}{label}: {jt}{end}"
         else:
             n = len(node)
-            yield f"{indent}{label}: {jt}  ({kind}, {n} {'entry' if n == 1 else 'entries'}){end}"
+            matrix = _matrix_shape(node)  # (an Array{Any, 2}: its dims, not only its length)
+            what = f"{kind} {'×'.join(map(str, matrix))}" if matrix else kind
+            yield f"{indent}{label}: {jt}  ({what}, {n} {'entry' if n == 1 else 'entries'}){end}"
     yield f"-- {leaves} leaves, {arrays} arrays, {_human(nbytes)} of array data"
 
 
