@@ -372,3 +372,17 @@ def test_parallel_tuple_gives_each_heads_output(target: str, tmp_path: Any) -> N
     assert isinstance(outs, tuple) and len(outs) == 2
     for out, want in zip(outs, expected, strict=True):
         _close_to_reference(np.asarray(out), want.T)
+
+
+def test_structs_of_another_library_are_named_not_sent_to_architecture(tmp_path: Any) -> None:
+    """A ``Matrix{Any}`` of Knet layers (rotsoc/julia-machine-learning) was answered "pass
+    architecture=", which cannot help: its structs are named instead."""
+    from treexchange._values import JuliaStruct
+
+    linear = JuliaStruct("Main.Linear", {"w": np.ones((2, 3), np.float32), "b": np.zeros(2, np.float32)})
+    layers = [linear, linear]
+    path = tmp_path / "knet.jld2"
+    tx.save(path, results=layers)
+    message = r"holds no Flux layers but structs of other types \(Main.Linear; the first at results\[1\]\)"
+    with pytest.raises(ConversionError, match=message):
+        tx.from_flux(path, "results")

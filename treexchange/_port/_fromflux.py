@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
@@ -145,6 +145,16 @@ def read_source(
                     f"you want as the name, tx.from_flux(path, {inside[0]!r})",
                     path=where,
                 )
+            others = nested_models(value, where, structs=True)
+            if others and params_list(value) is None:  # structs, none of them Flux's: no Flux.state
+                first = others[0]
+                kinds = sorted({str(t) for _, t in others})
+                raise ConversionError(
+                    f"{shown} holds no Flux layers but structs of other types ({', '.join(kinds[:3])}"
+                    f"{', …' if len(kinds) > 3 else ''}; the first at {format_path(first[0])}): a model "
+                    "of another library or of your own, whose forward pass treexchange cannot know",
+                    path=where,
+                )
             what = (
                 "is a list of arrays (a parameter list, cpu.(params(model)), names no layer)"
                 if params_list(value) is not None
@@ -209,17 +219,49 @@ def _from_flat(
     return layer, state, era
 
 
-def nested_models(value: Any, path: TreePath, limit: int = 100_000) -> list[TreePath]:
+@overload
+def nested_models(
+    value: Any, path: TreePath, limit: int = ..., *, structs: Literal[False] = ...
+) -> list[TreePath]: ...
+
+
+@overload
+def nested_models(
+    value: Any, path: TreePath, limit: int = ..., *, structs: Literal[True]
+) -> list[tuple[TreePath, Any]]: ...
+
+
+def nested_models(value: Any, path: TreePath, limit: int = 100_000, *, structs: bool = False) -> Any:
     """The paths of the Flux layer structs (outermost ones) inside a value that is not one, in
-    order; at most ``limit`` values are visited.
+    order; at most ``limit`` values are visited. ``structs=True``: ``(path, type)`` of the
+    outermost structs of any other type instead (what a value holding no Flux layer holds).
 
     Example:
         >>> from treexchange._values import NamedTuple
         >>> ckpt = NamedTuple(epoch=3, model=JuliaStruct("Flux.Chain", {"layers": ()}))
         >>> nested_models(ckpt, ("ckpt",))
         [('ckpt', 'model')]
+        >>> nested_models([JuliaStruct("Main.Linear", {"w": 1.0})], ("results",), structs=True)
+        [(('results', 1), JuliaType('Main.Linear'))]
     """
-    found: list[TreePath] = []
+    if structs:
+        return [(at, v.type) for at, v in _outermost(value, path, limit, _is_other_struct)]
+    return [at for at, _ in _outermost(value, path, limit, _is_flux_layer)]
+
+
+def _is_flux_layer(v: Any) -> bool:
+    return isinstance(v, JuliaStruct) and v.type.name.startswith("Flux.") and not is_optimiser(v.type)
+
+
+def _is_other_struct(v: Any) -> bool:
+    return isinstance(v, JuliaStruct) and not v.type.name.startswith("Flux.")
+
+
+def _outermost(
+    value: Any, path: TreePath, limit: int, wanted: Callable[[Any], bool]
+) -> list[tuple[TreePath, Any]]:
+    """``(path, value)`` of the outermost values inside ``value`` that are ``wanted``, in order."""
+    found: list[tuple[TreePath, Any]] = []
     todo: list[tuple[Any, TreePath]] = [(value, path)]
     seen: set[int] = set()
     while todo and len(seen) < limit:
@@ -227,8 +269,8 @@ def nested_models(value: Any, path: TreePath, limit: int = 100_000) -> list[Tree
         if id(v) in seen or len(at) > 64:
             continue
         seen.add(id(v))
-        if isinstance(v, JuliaStruct) and v.type.name.startswith("Flux.") and not is_optimiser(v.type):
-            found.append(at)
+        if wanted(v):
+            found.append((at, v))
             continue
         children = value_children(v)
         if children is not None:
