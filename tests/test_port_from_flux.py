@@ -386,3 +386,17 @@ def test_structs_of_another_library_are_named_not_sent_to_architecture(tmp_path:
     message = r"holds no Flux layers but structs of other types \(Main.Linear; the first at results\[1\]\)"
     with pytest.raises(ConversionError, match=message):
         tx.from_flux(path, "results")
+
+
+def test_the_state_of_a_struct_of_ones_own_names_the_chain_inside(tmp_path: Any) -> None:
+    """``Flux.state(ClustNetwork(l = Chain(…)))`` (JadeOfNameless/DeePWAK) is ``(l = (layers =
+    …,),)``: no layer types, and the architecture of the Chain does not fit the struct's state. The
+    refusal names the path of the Chain's state, which ports with that architecture."""
+    dense = tx.NamedTuple(weight=np.ones((2, 3), np.float32), bias=np.zeros(2, np.float32), σ=())
+    path = tmp_path / "own.jld2"
+    tx.save(path, pi_s=tx.NamedTuple(l=tx.NamedTuple(layers=(dense,))))
+    named = r"state of a Chain at pi_s.l .*tx.from_flux\(path, \('pi_s', 'l'\)"
+    with pytest.raises(ConversionError, match=named):
+        tx.from_flux(path, "pi_s")
+    model = tx.from_flux(path, ("pi_s", "l"), architecture="Chain(Dense(3 => 2))")
+    np.testing.assert_array_equal(np.asarray(model(jnp.ones(3))), [3.0, 3.0])

@@ -36,7 +36,7 @@ from treexchange._port._statefill import (
 )
 from treexchange._port._wholemodel import from_whole_model, is_optimiser
 from treexchange._reader import has_embedded_schema, open as open_file, read_entry
-from treexchange._values import JuliaArray, JuliaStruct, value_children
+from treexchange._values import JuliaArray, JuliaStruct, NamedTuple, value_children
 
 
 def read_flux_source(
@@ -160,8 +160,16 @@ def read_source(
                 if params_list(value) is not None
                 else "holds no Flux structs (a Flux.state has no layer types)"
             )
+            chains = _chain_states(value, where)
+            at = ", ".join(map(format_path, chains[:3]))
+            hint = (
+                f"; it holds the state of a Chain at {at} (the Flux.state of a struct of your own?): "
+                f"pass that path as the name, tx.from_flux(path, {chains[0]!r}, architecture=…)"
+                if chains and chains[0] != where
+                else ""
+            )
             raise ConversionError(
-                f"{shown} {what}: pass architecture= with the model as Flux prints it", path=where
+                f"{shown} {what}: pass architecture= with the model as Flux prints it{hint}", path=where
             )
         era = flux or "0.14"
         return (*from_whole_model(value, path=where, flux=era), era)
@@ -247,6 +255,17 @@ def nested_models(value: Any, path: TreePath, limit: int = 100_000, *, structs: 
     if structs:
         return [(at, v.type) for at, v in _outermost(value, path, limit, _is_other_struct)]
     return [at for at, _ in _outermost(value, path, limit, _is_flux_layer)]
+
+
+def _chain_states(value: Any, path: TreePath) -> list[TreePath]:
+    """The paths of the outermost NamedTuples with a ``layers`` field (a Chain's ``Flux.state``)
+    in ``value``: where the layers are in the state of a struct of one's own (``(l = (layers =
+    …,),)``)."""
+
+    def is_chain_state(v: Any) -> bool:
+        return isinstance(v, NamedTuple) and "layers" in v
+
+    return [at for at, _ in _outermost(value, path, 100_000, is_chain_state)]
 
 
 def _is_flux_layer(v: Any) -> bool:
