@@ -357,7 +357,8 @@ def test_a_broadcast_connection_ports(tmp_path: Path) -> None:
     (its type parameter the function): "unknown connection function 'BroadcastFunction'". Real:
     char5742/TetrisAI mymodel_stable.jld2 (blob a21d486f, a whole Flux model of SE-ResNet blocks;
     BSON.jl stores the same struct). Given in an architecture, ``.+`` / ``.*`` (and ``min``) raised
-    a bare ValueError at the first call; ``tuple`` is refused when the model is built."""
+    a bare ValueError at the first call; ``cat`` (which needs ``dims=``) is refused when the model
+    is built, ``tuple`` gives both values."""
     rng = np.random.default_rng(5)
     w1, b1, w2, b2 = (rng.normal(size=s).astype(np.float32) for s in ((3, 3), (3,), (3, 3), (3,)))
     matrix, vector = (datatype("Core.Array", datatype("Core.Float32"), n) for n in (2, 1))
@@ -391,8 +392,12 @@ def test_a_broadcast_connection_ports(tmp_path: Path) -> None:
     ]:
         model = tx.from_flux(path, "ps", architecture=f"SkipConnection(Dense(3 => 3, σ), {text})")
         np.testing.assert_allclose(np.asarray(model(x)), expected, rtol=1e-5, err_msg=text)
-    with pytest.raises(ConversionError, match="unknown connection function 'tuple'"):
-        tx.from_flux(path, "ps", architecture="SkipConnection(Dense(3 => 3, σ), tuple)")
+    paired = tx.from_flux(path, "ps", architecture="SkipConnection(Dense(3 => 3, σ), tuple)")(x)
+    assert isinstance(paired, tuple)  # (Flux: tuple(layer(x), x); a connection since 2026-11-28)
+    np.testing.assert_allclose(np.asarray(paired[0]), gate, rtol=1e-5)
+    np.testing.assert_array_equal(np.asarray(paired[1]), x)
+    with pytest.raises(ConversionError, match="unknown connection function 'cat'"):
+        tx.from_flux(path, "ps", architecture="SkipConnection(Dense(3 => 3, σ), cat)")
 
 
 def test_a_bson_file_whose_zero_bytes_became_spaces_is_named(tmp_path: Path) -> None:

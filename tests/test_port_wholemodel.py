@@ -181,6 +181,19 @@ def test_window_fields_that_disagree_are_named(value: JuliaStruct, message: str)
     assert info.value.path == ("model", "layers", 1)
 
 
+def test_a_norm_whose_channel_count_disagrees_with_its_arrays_is_named() -> None:
+    """The port fuzz: a damaged ``chs`` (2^49) sized the BatchNorm that equinox's state then
+    allocated (a JAX out-of-memory error for 2 PB) before the arrays were compared with it."""
+    stats = {k: np.ones(4, np.float32) for k in ("β", "γ", "μ", "σ²")}
+    norm = _struct(
+        "Flux.BatchNorm{Base.#identity,Core.Array{Core.Float32,1},Core.Float32,Core.Array{Core.Float32,1}}",
+        λ=Singleton("Base.#identity"), **stats, ϵ=np.float32(1e-5), momentum=np.float32(0.1),
+        affine=True, track_stats=True, active=None, chs=2**49,
+    )  # fmt: skip
+    with pytest.raises(ConversionError, match=r"BatchNorm's chs is 562949953421312, its arrays have \[\(4,"):
+        from_whole_model(_struct("Flux.Chain{Core.Tuple}", layers=(norm,)), path=("model",))
+
+
 def test_error_carries_the_tree_path() -> None:
     chain = _struct("Flux.Chain{Core.Tuple}", layers=(_dense(2, 2), _struct("Main.Odd")))
     with pytest.raises(ConversionError) as info:

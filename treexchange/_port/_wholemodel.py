@@ -343,10 +343,12 @@ def _norm(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     f = s.fields
     affine = bool(f["affine"]) if "affine" in f else isinstance(f.get("γ"), np.ndarray)
     track = bool(f["track_stats"]) if "track_stats" in f else isinstance(f.get("μ"), np.ndarray)
+    arrays = [v for k in ("β", "γ", "μ", "σ²") if isinstance(v := f.get(k), np.ndarray)]
     if "chs" in f:
         chs = int(f["chs"])
+        if any(a.shape != (chs,) for a in arrays):  # (a damaged count must not size the model)
+            raise c.error(f"{kind}'s chs is {chs}, its arrays have {[a.shape for a in arrays]}", path)
     else:
-        arrays = [v for k in ("β", "γ", "μ", "σ²") if isinstance(v := f.get(k), np.ndarray)]
         if not arrays:
             raise c.error(f"{s.type} stores no channel count", path)
         chs = int(arrays[0].shape[0])
