@@ -1,16 +1,20 @@
 """The port fuzzed: mutated real Flux model files through ``from_flux`` and ``convert
---flux-state`` give a model, a file, or a TreexchangeError; never another exception, never a hang.
+--flux-state``, and Lux files through ``from_lux``, give a model, a file, or a TreexchangeError;
+never another exception, never a hang.
 
 The reading fuzz (``tests/test_fuzz_read.py``) proves the reader; this one the layers built from
 what a damaged file holds. Its first run (2026-11-28, 37,000 cases) found five crashes that
 reading alone could not: a whole model's ``Conv`` whose weight became a vector, or whose
 ``groups`` became 0, reached equinox's constructors (``ValueError``, ``ZeroDivisionError``); a
 weight with a dimension of 0 divided equinox's initialiser by zero; a BSON name whose bytes are
-not UTF-8 crashed the JLD2 writer (``UnicodeEncodeError``). Mutations: those of the reading fuzz
+not UTF-8 crashed the JLD2 writer (``UnicodeEncodeError``); a Lux ``ps`` referring back to its
+parent sent ``from_lux`` into endless recursion, and a damaged ComponentArray axis gave a
+``KeyError``. Mutations: those of the reading fuzz
 (JLD2: header fields, object references moved to siblings, sizes; BSON: lengths, type bytes,
 integers, back-references, bit flips). Seeds: the bundled BSON models (a whole model, a parameter
-list and a flat vector, the last two with their architectures) and, when ``../shared`` is there,
-its small whole-model and ``Flux.state`` files.
+list and a flat vector, the last two with their architectures), the bundled Lux files (a
+ComponentArray, a ps/st pair) and, when ``../shared`` is there, its small whole-model and
+``Flux.state`` files.
 
 ``TX_PORT_FUZZ_CASES=20000 python -m pytest tests/test_fuzz_port.py -m slow`` runs a long campaign.
 """
@@ -60,6 +64,25 @@ SEEDS: list[tuple[Path, Any, str | None]] = [
     (FIXTURES / "bson" / "eliascarv_mlp.bson", "model", None),
     (FIXTURES / "flux-state" / "silver-bullet_lenet.jld2", "lenet_state", LENET),
 ]
+LUX_SEEDS: list[tuple[Path, dict[str, Any]]] = [  # from_lux's keywords
+    (
+        BUNDLED_DIR / "lux" / "couplednode_ns2d_trained_model_posteriori.jld2",
+        {
+            "ps": "θ_posteriori",
+            "st": None,
+            "architecture": "Chain(layer_1 = NoOpLayer(), layer_2 = Conv((7, 7), 2 => 2, tanh, pad=3, "
+            "use_bias=false), layer_3 = Conv((7, 7), 2 => 2, pad=3, use_bias=false), layer_4 = NoOpLayer())",
+        },
+    ),
+    (
+        BUNDLED_DIR / "lux" / "lux-docs_v0.5.23_trained_model.jld2",
+        {
+            "ps": "ps_trained",
+            "st": "st_trained",
+            "architecture": {"lstm_cell": "LSTMCell(2 => 8)", "classifier": "Dense(8 => 1, sigmoid)"},
+        },
+    ),
+]
 
 
 class _Timeout(Exception):
@@ -70,17 +93,22 @@ def _alarm(signum: int, frame: object) -> None:
     raise _Timeout()
 
 
-def _seeds() -> list[tuple[_Seed | BsonSeed, Any, str | None]]:
-    out: list[tuple[_Seed | BsonSeed, Any, str | None]] = []
+def _seeds() -> list[tuple[_Seed | BsonSeed, Any, Any]]:
+    """``(seed, name, architecture)``; a Lux seed's name is None and its architecture the
+    keywords of ``from_lux``."""
+    out: list[tuple[_Seed | BsonSeed, Any, Any]] = []
     for path, name, architecture in SEEDS:
         if path.is_file():
             raw = path.read_bytes()
             seed = BsonSeed(path.name, raw) if path.suffix == ".bson" else _Seed(path.name, raw)
             out.append((seed, name, architecture))
+    for path, keywords in LUX_SEEDS:
+        if path.is_file():
+            out.append((_Seed(path.name, path.read_bytes()), None, keywords))
     return out
 
 
-def _cases(n: int, seed: int) -> Iterator[tuple[str, bytes, str, Any, str | None]]:
+def _cases(n: int, seed: int) -> Iterator[tuple[str, bytes, str, Any, Any]]:
     seeds = _seeds()
     rng = random.Random(seed)
     for i in range(n):
@@ -99,11 +127,15 @@ def _run(n: int, seed: int, tmp_path: Path) -> dict[str, int]:
             path = tmp_path / f"in{suffix}"
             path.write_bytes(raw)
             out = tmp_path / "out.jld2"
-            argv = ["convert", "--flux-state", *(["--architecture", architecture] if architecture else [])]
-            for op in ("from_flux", "migrate"):
+            text = ["--architecture", architecture] if isinstance(architecture, str) else []
+            argv = ["convert", "--flux-state", *text]
+            for op in ("from_flux", "migrate") if name is not None else ("from_lux",):
                 signal.setitimer(signal.ITIMER_PROF, TIME_LIMIT)  # CPU time: a loaded machine is no hang
                 try:
-                    if op == "from_flux":
+                    if op == "from_lux":
+                        tx.from_lux(path, **architecture)
+                        outcomes["ok"] += 1
+                    elif op == "from_flux":
                         tx.from_flux(path, name, architecture)
                         outcomes["ok"] += 1
                     else:

@@ -102,6 +102,10 @@ def _component(axis: Any, data: np.ndarray, offset: int, path: TreePath) -> Name
     return NamedTuple((str(k), _entry(index, data, offset, (*path, k))) for k, index in names.items())
 
 
+def _is_shape(dims: tuple[Any, ...]) -> bool:
+    return all(isinstance(n, (int, np.integer)) and n >= 0 for n in dims)
+
+
 def _entry(index: Any, data: np.ndarray, offset: int, path: TreePath) -> Any:
     if isinstance(index, Singleton):  # an instance of a type without fields: ViewAxis{…}()
         index = index.type
@@ -113,7 +117,11 @@ def _entry(index: Any, data: np.ndarray, offset: int, path: TreePath) -> Any:
         window, _, inner = index.params
         part = _slice(window, data, offset, path)
         if isinstance(inner, JuliaType) and inner.name in _SHAPED and inner.params:
-            shape = tuple(int(n) for n in inner.params[0])
+            dims = inner.params[0]
+            if not (isinstance(dims, tuple) and _is_shape(dims)):
+                shown = clip_type(repr(dims), _SHOWN)  # (a damaged file's axis: not a shape)
+                raise ConversionError(f"unknown ComponentArray shape {shown}", path=path)
+            shape = tuple(int(n) for n in dims)
             if int(np.prod(shape)) != part.size:
                 message = f"ComponentArray shape {shape} does not fit {part.size} values"
                 raise ConversionError(message, path=path)

@@ -42,6 +42,7 @@ from treexchange._port._lux import LUX_VERSIONS
 from treexchange._port._luxarch import LuxPiece, parse_lux_architecture
 from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
 from treexchange._port._statefill import flat_vector
+from treexchange._port._wholemodel import refuse_cycles
 from treexchange._values import JuliaStruct, NamedTuple
 
 # ps names only one Lux version uses: the 0.5 recurrent cells' and Lux ≥ 1's two recurrent biases.
@@ -199,6 +200,9 @@ def from_lux(
         raise ValueError(f"lux must be one of {', '.join(LUX_VERSIONS)} or None, not {lux!r}")
     ps_path, st_path = _places(ps, st)
     ps_value, st_value = _read_places(path, ps_path, st_path, st_beside_ps=st == "st")
+    refuse_cycles(ps_value, ps_path)  # (a damaged file's reference back to an ancestor: the walks
+    if st_value is not None:  # below follow every field and would never end)
+        refuse_cycles(st_value, st_path or ())
     if is_component_array(ps_value):  # ComponentArray(ps), as Optimization.jl / DiffEqFlux users save it
         ps_value = component_tree(ps_value, path=ps_path)
     elif flat_vector(ps_value) is not None and not isinstance(architecture, str):
