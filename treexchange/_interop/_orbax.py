@@ -248,8 +248,7 @@ class OrbaxSource:
             doc = restored[TREE_ITEM]
             if not isinstance(doc, dict) or doc.get("format") != tj.TREE_FORMAT:
                 raise FormatError(f"{self.path}: the {TREE_ITEM!r} item is not a treexchange tree")
-            if int(doc.get("version", 0)) > tj.TREE_VERSION:
-                raise UnsupportedError(f"{self.path}: tree version {doc['version']} is newer than this")
+            tj.document_roots(doc, str(self.path))  # (checked once: a damaged tree is refused here)
             self.document = doc
         elif not (self.path / "_METADATA").is_file():
             raise FormatError(f"{self.path}: neither a treexchange nor a PyTree orbax checkpoint")
@@ -257,8 +256,11 @@ class OrbaxSource:
     def _arrays(self) -> list[tuple[TreePath, dict[str, Any]]]:
         assert self.document is not None
         out: list[tuple[TreePath, dict[str, Any]]] = []
-        for name, root in self.document["roots"]:
+        for name, root in tj.document_roots(self.document, str(self.path)):
             out.extend((p, n) for p, n in tj.array_nodes(root, (name,)) if not n.get(INLINE))
+        for p, n in out:
+            if not isinstance(n.get("name"), str):
+                raise FormatError("tree metadata: an array node without the name of its array", path=p)
         return out
 
     def mapping_lines(self) -> list[str]:
@@ -302,7 +304,10 @@ class OrbaxSource:
                 )
             return array
 
-        return {name: tj.decode(root, get, (name,)) for name, root in self.document["roots"]}
+        return {
+            name: tj.decode(root, get, (name,))
+            for name, root in tj.document_roots(self.document, str(self.path))
+        }
 
     def _restore(self, sharding: ShardingSpec, batch_bytes: int, spill_dir: Any) -> dict[str, Any]:
         ocp = self.ocp

@@ -422,12 +422,10 @@ class SafetensorsSource:
         if self.document is None:
             ordered = sorted(self.tensors.values(), key=lambda t: (t.file.name, t.start))
             return {PLAIN_ROOT: NamedTuple((t.name, self.array(t.name)) for t in ordered)}
-        doc = self.document
-        if doc.get("format") != tj.TREE_FORMAT or not isinstance(doc.get("roots"), list):
-            raise FormatError(f"{self.path}: unknown treexchange metadata")
-        if int(doc.get("version", 0)) > tj.TREE_VERSION:
-            raise UnsupportedError(f"{self.path}: tree metadata version {doc['version']} is newer than this")
-        return {name: tj.decode(node, self._get, (name,)) for name, node in doc["roots"]}
+        roots = tj.document_roots(self.document, str(self.path))
+        for name, node in roots:
+            tj.array_nodes(node, (name,), named=True)  # (every array node checked before any is read)
+        return {name: tj.decode(node, self._get, (name,)) for name, node in roots}
 
     def _get(self, node: dict[str, Any], path: TreePath) -> np.ndarray:
         name = node["name"]
@@ -453,8 +451,8 @@ class SafetensorsSource:
                 for t in self.tensors.values()
             ]
         lines = []
-        for name, root in self.document.get("roots", []):
-            for path, node in tj.array_nodes(root, (name,)):
+        for name, root in tj.document_roots(self.document, str(self.path)):
+            for path, node in tj.array_nodes(root, (name,), named=True):
                 transform = node.get("transform") or ("row-major" if len(node["shape"]) >= 2 else "none")
                 dtype = tj.DTYPES[node["dtype"]]
                 lines.append(

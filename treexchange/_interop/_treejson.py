@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import ConversionError, FormatError, PathSegment, TreePath, format_path
+from .._errors import ConversionError, FormatError, PathSegment, TreePath, UnsupportedError, format_path
 from .._juliatype import JuliaType
 from .._typeof import _DTYPE_TO_JULIA
 from .._values import (
@@ -221,8 +221,43 @@ def decode(node: Any, get_array: GetArray, path: TreePath = ()) -> Any:
     """
     layouts = None
     if isinstance(node, dict) and "L" in node:
-        layouts = LayoutReader(node["L"], decode_type)
+        try:
+            layouts = LayoutReader(node["L"], decode_type)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+            if isinstance(err, FormatError):
+                raise
+            raise FormatError(f"tree metadata: bad struct layout table ({err})", path=path) from None
     return _decode_node(node, get_array, path, layouts)
+
+
+def document_roots(doc: Any, where: str) -> list[tuple[str, Any]]:
+    """The ``(name, node)`` roots of a tree metadata document (``{"format", "version", "roots"}``)
+    read from a file, checked: a document of another program, of a newer version, or damaged
+    (roots that are not name-node pairs) is a FormatError / UnsupportedError naming ``where``.
+
+    Example:
+        >>> document_roots({"format": TREE_FORMAT, "version": 1, "roots": [["x", {"t": "nothing"}]]}, "f")
+        [('x', {'t': 'nothing'})]
+        >>> document_roots({"format": TREE_FORMAT, "version": 1, "roots": [["x"]]}, "f")
+        Traceback (most recent call last):
+        ...
+        treexchange._errors.FormatError: f: tree metadata: root 1 is not a [name, node] pair
+    """
+    if not (
+        isinstance(doc, dict) and doc.get("format") == TREE_FORMAT and isinstance(doc.get("roots"), list)
+    ):
+        raise FormatError(f"{where}: unknown treexchange metadata")
+    version = doc.get("version", 0)
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise FormatError(f"{where}: tree metadata version {version!r} is not a number")
+    if version > TREE_VERSION:
+        raise UnsupportedError(f"{where}: tree metadata version {version} is newer than this")
+    roots: list[tuple[str, Any]] = []
+    for i, pair in enumerate(doc["roots"], 1):
+        if not (isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)):
+            raise FormatError(f"{where}: tree metadata: root {i} is not a [name, node] pair")
+        roots.append((pair[0], pair[1]))
+    return roots
 
 
 def _decode_node(node: Any, get_array: GetArray, path: TreePath, layouts: LayoutReader | None) -> Any:
@@ -232,7 +267,7 @@ def _decode_node(node: Any, get_array: GetArray, path: TreePath, layouts: Layout
         raise FormatError("tree metadata: a node without a tag", path=path) from None
     try:
         return _decode(tag, node, get_array, path, layouts)
-    except (KeyError, TypeError, ValueError, IndexError) as err:
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
         if isinstance(err, FormatError):
             raise
         raise FormatError(f"tree metadata: bad {tag!r} node ({err})", path=path) from None
@@ -244,7 +279,7 @@ def _decode(
     if tag == "array":
         return get_array(node, path)
     if tag == "nt":
-        return NamedTuple((k, _decode_node(v, get_array, (*path, k), layouts)) for k, v in node["f"])
+        return NamedTuple((k, _decode_node(v, get_array, (*path, k), layouts)) for k, v in _named(node, path))
     if tag in ("tuple", "list"):
         items = [_decode_node(v, get_array, (*path, i), layouts) for i, v in enumerate(node["v"], 1)]
         return tuple(items) if tag == "tuple" else items
@@ -255,7 +290,7 @@ def _decode(
             out[key] = _decode_node(v, get_array, (*path, str(key)), layouts)
         return out
     if tag == "struct":
-        fields = [(k, _decode_node(v, get_array, (*path, k), layouts)) for k, v in node["f"]]
+        fields = [(k, _decode_node(v, get_array, (*path, k), layouts)) for k, v in _named(node, path)]
         layout = None
         if "lay" in node:
             if layouts is None:
@@ -268,6 +303,17 @@ def _decode(
         data[:] = items
         return JuliaArray(decode_type(node["eltype"]), data.reshape(tuple(node["shape"]), order="F"))
     return _decode_scalar(tag, node, path)
+
+
+def _named(node: dict[str, Any], path: TreePath) -> list[tuple[str, Any]]:
+    """A NamedTuple's or struct's ``f``: ``[name, node]`` pairs whose names are text (a file's
+    names become HDF5 names and Python keys: a number or a list there is a damaged document)."""
+    pairs = node["f"]
+    if not isinstance(pairs, list) or not all(
+        isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) for p in pairs
+    ):
+        raise FormatError("tree metadata: fields that are not [name, node] pairs", path=path)
+    return [(k, v) for k, v in pairs]
 
 
 def _decode_scalar(tag: str, node: dict[str, Any], path: TreePath) -> Any:
@@ -317,8 +363,10 @@ def _decode_scalar(tag: str, node: dict[str, Any], path: TreePath) -> Any:
 
 def decode_type(node: dict[str, Any]) -> JuliaType:
     """The inverse of :func:`encode_type`."""
-    if node.get("t") != "type":
+    if not isinstance(node, dict) or node.get("t") != "type" or not isinstance(node.get("name"), str):
         raise FormatError("tree metadata: expected a Julia type")
+    if not isinstance(node.get("p"), list):
+        raise FormatError(f"tree metadata: the parameters of type {node['name']!r} are not a list")
     return JuliaType(node["name"], tuple(decode(p, _no_array_in_type) for p in node["p"]))
 
 
@@ -326,8 +374,12 @@ def _no_array_in_type(node: dict[str, Any], path: TreePath) -> Any:
     raise FormatError("tree metadata: an array inside a Julia type")
 
 
-def array_nodes(node: Any, path: TreePath = ()) -> list[tuple[TreePath, dict[str, Any]]]:
-    """Every ``array`` node of a skeleton with its tree path, in tree order (nothing is read)."""
+def array_nodes(
+    node: Any, path: TreePath = (), *, named: bool = False
+) -> list[tuple[TreePath, dict[str, Any]]]:
+    """Every ``array`` node of a skeleton with its tree path, in tree order (nothing is read);
+    each has a known ``dtype`` and a ``shape`` of sizes, and with ``named`` a ``name`` (str), or
+    the document is refused (FormatError): the nodes come from a file."""
     out: list[tuple[TreePath, dict[str, Any]]] = []
 
     def walk(n: Any, p: TreePath) -> None:
@@ -344,8 +396,28 @@ def array_nodes(node: Any, path: TreePath = ()) -> list[tuple[TreePath, dict[str
             for k, v in n["items"]:
                 walk(v, (*p, _key_segment(k)))
 
-    walk(node, path)
+    try:
+        walk(node, path)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+        if isinstance(err, FormatError):
+            raise
+        raise FormatError(f"tree metadata: bad node ({err})", path=path) from None
+    for p, n in out:  # (what the listing and the readers take from each array node)
+        dtype = n.get("dtype")
+        if not (
+            isinstance(n.get("shape"), list)
+            and _is_dims(n["shape"])
+            and isinstance(dtype, str)
+            and dtype in DTYPES
+        ):
+            raise FormatError("tree metadata: an array node without a known dtype and shape", path=p)
+        if named and not isinstance(n.get("name"), str):
+            raise FormatError("tree metadata: an array node without the name of its tensor", path=p)
     return out
+
+
+def _is_dims(shape: list[Any]) -> bool:
+    return all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
 
 
 def _key_segment(key_node: dict[str, Any]) -> str:
