@@ -25,6 +25,7 @@ import contextlib
 import io
 import os
 import random
+import shutil
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -157,7 +158,11 @@ def _run(n: int, seed: int, tmp_path: Path) -> dict[str, int]:
             if leftovers:
                 failures.append(f"left {leftovers}: {desc}")
                 for name_left in leftovers:
-                    (tmp_path / name_left).unlink()
+                    left = tmp_path / name_left
+                    if left.is_dir():
+                        shutil.rmtree(left)
+                    else:
+                        left.unlink()
     finally:
         signal.signal(signal.SIGPROF, old)
     assert not failures, "\n".join(failures[:20])

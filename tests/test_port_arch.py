@@ -220,6 +220,7 @@ def test_containers() -> None:
         ("Chain(Dense(2 => 3), #5#6)", "anonymous function .* line 1, column 22"),
         ("Parallel(#7, Dense(2 => 3))", "anonymous function as a connection at line 1, column 10"),
         ("Chain(Dense(2 => 3),", "the text ends where a value was expected"),
+        ("Chain(\n  Dense(2 => 3),\n  #5,\n)", "anonymous function .* line 3, column 3"),
         (
             "Parallel(cat, Dense(2 => 3))",
             r"unknown connection function 'cat' \(the port applies \+, .*tuple\)",
@@ -335,3 +336,10 @@ def test_printed_layers_round_trip(seed: int) -> None:
     rng = random.Random(seed)
     layer = Layer("Chain", children=tuple(_random_layer(rng) for _ in range(rng.randint(1, 5))))
     assert parse_architecture(_print(layer)) == layer
+
+
+def test_comments_that_begin_with_a_digit_stay_comments() -> None:
+    """Only a `#13` where a value stands (before `,` or `)`, as Flux prints a closure) is a
+    closure; a comment numbering the layers is a comment (a review's find)."""
+    text = "Chain(\n  Dense(2 => 3),  #1 layer\n  Dense(3 => 1),  #2\n)  #3"
+    assert parse_architecture(text).kinds() == ["Chain", "Dense", "Dense"]

@@ -400,3 +400,35 @@ def test_the_state_of_a_struct_of_ones_own_names_the_chain_inside(tmp_path: Any)
         tx.from_flux(path, "pi_s")
     model = tx.from_flux(path, ("pi_s", "l"), architecture="Chain(Dense(3 => 2))")
     np.testing.assert_array_equal(np.asarray(model(jnp.ones(3))), [3.0, 3.0])
+    # a checkpoint (model_state, opt_state): the optimiser's tree has the model's shape but is no
+    # model, and its Optimisers.Leaf structs are no model of another library (a review's find)
+    from treexchange._values import JuliaStruct
+
+    leaf = JuliaStruct("Optimisers.Leaf", {"rule": JuliaStruct("Optimisers.Adam", {"eta": 0.001}),
+                                           "state": (np.zeros(2, np.float32),), "frozen": False})  # fmt: skip
+    opt = tx.NamedTuple(layers=(tx.NamedTuple(weight=leaf, bias=leaf, σ=()),))
+    tx.save(path, ckpt=tx.NamedTuple(model_state=tx.NamedTuple(layers=(dense,)), opt_state=opt, epoch=3))
+    with pytest.raises(ConversionError, match=r"state of a Chain at ckpt.model_state \(") as info:
+        tx.from_flux(path, "ckpt")
+    assert "opt_state" not in str(info.value) and "other types" not in str(info.value)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_a_parallel_after_a_tuple_gives_each_branch_its_input(target: str, tmp_path: Any) -> None:
+    """Flux's ``(m::Parallel)(xs::Tuple) = m(xs...)``: after a layer that returns a tuple (a
+    ``Parallel(tuple, …)``, a ``PairwiseFusion``), a Parallel's i-th branch takes the i-th value.
+    The port gave every branch the whole tuple (a TypeError at the call; found by a review)."""
+    from treexchange._port._arch import parse_architecture
+    from treexchange._port._eqx import build_equinox
+
+    text = (
+        "Chain(Parallel(tuple, Dense(2 => 3, relu), Dense(2 => 4)), "
+        "Parallel(vcat, Dense(3 => 1), Dense(4 => 2)), Dense(3 => 2))"
+    )
+    layer = parse_architecture(text)
+    path = tmp_path / "tuple_in.jld2"
+    tx.save(path, s=tx.flux_state(build_equinox(layer, key=jax.random.key(6))))
+    built = tx.from_flux(path, "s", architecture=text, target=target)
+    x = np.random.default_rng(2).normal(size=(5, 2)).astype(np.float32)
+    expected = ref.forward(layer, tx.load(path, "s"), x.T)
+    _close_to_reference(_run(built, target, x), expected.T)

@@ -192,6 +192,17 @@ def test_a_norm_whose_channel_count_disagrees_with_its_arrays_is_named() -> None
     )  # fmt: skip
     with pytest.raises(ConversionError, match=r"BatchNorm's chs is 562949953421312, its arrays have \[\(4,"):
         from_whole_model(_struct("Flux.Chain{Core.Tuple}", layers=(norm,)), path=("model",))
+    # GroupNorm's running statistics are per group (Flux 0.12-0.14: μ = zeros32(G)), its β, γ per
+    # channel: such a struct reads (a review found the first form of the check refusing it)
+    f32 = np.float32
+    group = _struct(
+        "Flux.GroupNorm{Base.#identity,Core.Array{Core.Float32,1},Core.Float32,Core.Array{Core.Float32,1}}",
+        G=2, λ=Singleton("Base.#identity"), β=np.zeros(4, f32), γ=np.ones(4, f32), μ=np.zeros(2, f32),
+        **{"σ²": np.ones(2, f32)}, ϵ=f32(1e-5), momentum=f32(0.1), affine=True, track_stats=True,
+        active=None, chs=4,
+    )  # fmt: skip
+    layer, _ = from_whole_model(_struct("Flux.Chain{Core.Tuple}", layers=(group,)), path=("model",))
+    assert layer.children[0].args["channels"] == 4 and layer.children[0].args["groups"] == 2
 
 
 def test_error_carries_the_tree_path() -> None:

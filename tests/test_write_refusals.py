@@ -88,3 +88,16 @@ def test_orbax_replaces_a_checkpoint_only_once_the_new_one_is_complete(
     tx.save_orbax(ckpt, {"y": np.arange(5.0)})
     assert os.listdir(tmp_path) == ["ckpt"]
     assert list(tx.load_orbax(ckpt)) == ["y"]
+
+
+def test_orbax_through_a_symbolic_link_replaces_its_destination(tmp_path: Path) -> None:
+    """As ``save`` does for a file: the link stays, the checkpoint it points to is replaced
+    (writing beside the link would have replaced the link itself by a directory)."""
+    pytest.importorskip("orbax.checkpoint")
+    real, link = tmp_path / "runs" / "ckpt", tmp_path / "latest"
+    real.parent.mkdir()
+    tx.save_orbax(real, {"x": np.arange(3.0)})
+    link.symlink_to(real)
+    assert tx.save_orbax(link, {"y": np.arange(2.0)}) == link
+    assert link.is_symlink() and list(tx.load_orbax(real)) == ["y"]
+    assert sorted(os.listdir(real.parent)) == ["ckpt"]

@@ -137,7 +137,9 @@ def write_plan(
     Written beside it under a hidden name first and moved into place once complete: orbax's own
     ``force=True`` removes an existing checkpoint before it writes, so a save that failed (a name
     orbax's storage cannot hold, a full disk) lost the old checkpoint and left its temporary
-    directory behind. Now a failed save leaves ``directory`` as it was and nothing else."""
+    directory behind. Now a failed save leaves ``directory`` as it was and nothing else. A
+    symbolic link to a checkpoint is kept and its destination replaced. (Killed between the two
+    renames, the old checkpoint is left as ``.<name>.treexchange-old-…`` beside where it was.)"""
     ocp = _orbax()
     for t in plan.tensors:  # (tensorstore keys are UTF-8; the tree item is ASCII-escaped JSON)
         try:
@@ -148,7 +150,8 @@ def write_plan(
             ) from None
     place = _placer(sharding)
     state = _nested((t.name, place(t)) for t in plan.tensors)
-    target = Path(directory).absolute()
+    given = Path(directory).absolute()
+    target = given.resolve() if given.is_symlink() else given  # (the link kept, as save keeps one)
     items = {TREE_ITEM: ocp.args.JsonSave(plan.document)}
     if state:
         items[STATE_ITEM] = ocp.args.PyTreeSave(state)
@@ -164,7 +167,7 @@ def write_plan(
         raise
     if progress is not None:
         progress(plan.total_bytes)
-    return target
+    return given
 
 
 def _move_into_place(staging: Path, target: Path) -> None:

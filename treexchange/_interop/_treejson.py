@@ -460,7 +460,7 @@ def refuse_lone_surrogates(text: str, document: dict[str, Any]) -> bytes:
             found = _surrogate_in(name, (name,)) or _surrogate_node(node, (name,))
             if found:
                 break
-        path, bad = found or ((), text)
+        path, bad = found or ((), text[:200])  # (not found in the tree: a part of the text)
         raise ConversionError(
             f"text {bad!r} holds a lone surrogate, which has no UTF-8 form (this format stores names "
             "and text as UTF-8)",

@@ -26,8 +26,8 @@ from treexchange._port._spec import Layer
 
 _TOKEN = re.compile(
     r"""
-    (?P<space>[ \t\r\n]+|\#(?!\d)[^\n]*)
-  | (?P<closure>\#\d[\w\#]*)
+    (?P<closure>\#\d[\w\#]*(?=[ \t]*[,)\];]))
+  | (?P<space>[ \t\r\n]+|\#[^\n]*)
   | (?P<number>(?:\d[\d_]*\.?[\d_]*|\.\d[\d_]*)(?:[eEf][+-]?\d+)?)
   | (?P<name>var"[^"]*"|[^\W\d][\w!′²³⁺⁻]*(?:\.[^\W\d][\w!′²³⁺⁻]*)*)
   | (?P<punct>=>|->|\.\*|\.\+|==|[()\[\],;=+*\-:/^.'{}|&<>@$"\\])
@@ -185,7 +185,8 @@ class _Parser:
             if self.tok.text == "(":
                 return self.call(tok)
             return _Name(tok.text, tok.pos)
-        if tok.kind == "closure":  # (`#13`: how Flux prints a closure; `# 27 parameters` is a comment)
+        if tok.kind == "closure":  # (`#13` before `,` or `)`: how Flux prints a closure; `# 27
+            # parameters`, `#1 layer` and a `#2` ending a line are comments)
             self.take()
             return _Lambda(tok.pos)
         if tok.kind == "punct" and tok.text in ("+", "*", ".*", ".+", "-", "/", "^"):

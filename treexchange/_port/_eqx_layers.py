@@ -23,7 +23,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ._activations import function_of
-from ._jaxops import scale_shift
+from ._jaxops import branch_inputs, scale_shift
 
 _NO_STATE: Any = object()  # no eqx.nn.State was passed: the call returns the output alone
 
@@ -262,11 +262,13 @@ class _Connected(eqx.nn.StatefulLayer):
     def forward(self, x: Any, state: Any) -> tuple[Any, Any]:
         raise NotImplementedError
 
-    def each(self, x: Any, state: Any) -> tuple[list[Any], Any]:
-        """Every layer applied to the same ``x``, the state threaded through them in order."""
+    def each(self, x: Any, state: Any, *, spread: bool = True) -> tuple[list[Any], Any]:
+        """Every layer applied to ``x`` (with ``spread``, a Parallel's: the i-th of a tuple of one
+        input per layer, :func:`branch_inputs`), the state threaded through them in order."""
         outputs = []
-        for layer in self.layers:
-            y, state = _apply(layer, x, state)
+        inputs = branch_inputs(x, len(self.layers)) if spread else [x] * len(self.layers)
+        for layer, xi in zip(self.layers, inputs, strict=True):
+            y, state = _apply(layer, xi, state)
             outputs.append(y)
         return outputs, state
 
@@ -320,7 +322,7 @@ class Maxout(_Connected):
     layers: tuple[Any, ...]
 
     def forward(self, x: Any, state: Any) -> tuple[Any, Any]:
-        outputs, state = self.each(x, state)
+        outputs, state = self.each(x, state, spread=False)  # (Flux: every layer takes the input)
         return connect("max", outputs), state
 
 

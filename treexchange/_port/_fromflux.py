@@ -145,7 +145,9 @@ def read_source(
                     f"you want as the name, tx.from_flux(path, {inside[0]!r})",
                     path=where,
                 )
-            others = nested_models(value, where, structs=True)
+            chains = _chain_states(value, where)
+            chains = [] if chains == [where] else chains  # (the value itself: only a text can help)
+            others = [] if chains else nested_models(value, where, structs=True)
             if others and params_list(value) is None:  # structs, none of them Flux's: no Flux.state
                 first = others[0]
                 kinds = sorted({str(t) for _, t in others})
@@ -160,12 +162,12 @@ def read_source(
                 if params_list(value) is not None
                 else "holds no Flux structs (a Flux.state has no layer types)"
             )
-            chains = _chain_states(value, where)
             at = ", ".join(map(format_path, chains[:3]))
             hint = (
-                f"; it holds the state of a Chain at {at} (the Flux.state of a struct of your own?): "
-                f"pass that path as the name, tx.from_flux(path, {chains[0]!r}, architecture=…)"
-                if chains and chains[0] != where
+                f"; it holds the state of a Chain at {at} (the Flux.state of a struct of your own, or "
+                f"a checkpoint?): pass that path as the name, tx.from_flux(path, {chains[0]!r}, "
+                "architecture=…)"
+                if chains
                 else ""
             )
             raise ConversionError(
@@ -265,15 +267,18 @@ def _chain_states(value: Any, path: TreePath) -> list[TreePath]:
     def is_chain_state(v: Any) -> bool:
         return isinstance(v, NamedTuple) and "layers" in v
 
-    return [at for at, _ in _outermost(value, path, 100_000, is_chain_state)]
+    def is_optimiser_state(v: Any) -> bool:  # (Flux.setup's tree has the model's shape: not a model)
+        return bool(_outermost(v, (), 100_000, lambda x: isinstance(x, JuliaStruct) and is_optimiser(x.type)))
+
+    return [at for at, v in _outermost(value, path, 100_000, is_chain_state) if not is_optimiser_state(v)]
 
 
 def _is_flux_layer(v: Any) -> bool:
     return isinstance(v, JuliaStruct) and v.type.name.startswith("Flux.") and not is_optimiser(v.type)
 
 
-def _is_other_struct(v: Any) -> bool:
-    return isinstance(v, JuliaStruct) and not v.type.name.startswith("Flux.")
+def _is_other_struct(v: Any) -> bool:  # (an optimiser's state beside a model is no model of its own)
+    return isinstance(v, JuliaStruct) and not v.type.name.startswith("Flux.") and not is_optimiser(v.type)
 
 
 def _outermost(
@@ -656,10 +661,14 @@ def _refuse_empty_layers(layer: Layer) -> None:
     or with a 0-size kernel) is a valid Flux struct, but the JAX libraries cannot build one: their
     initialisers divide by the fan-in or fan-out (a ZeroDivisionError, in some targets only).
     Refused by name for every target instead."""
-    for sub in layer.walk():
+    try:
+        subs = list(with_defaults(layer).walk())
+    except (KeyError, TypeError, ValueError):  # (a layer whose arguments the build checks itself)
+        return
+    for sub in subs:
         try:
-            slots = param_slots(with_defaults(sub))
-        except (KeyError, TypeError, ValueError):  # (a layer whose arguments the build checks itself)
+            slots = param_slots(sub)
+        except (KeyError, TypeError, ValueError):
             continue
         for key, shape, _ in slots:
             if shape is not None and 0 in shape:

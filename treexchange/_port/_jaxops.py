@@ -61,6 +61,25 @@ def julia_dim_axis(julia_dim: int, ndim: int) -> int:
     raise ValueError(f"Julia dim {julia_dim} of a {ndim}-d batch is the batch dim")
 
 
+def branch_inputs(x: Any, branches: int) -> list[Any]:
+    """What each of a ``Parallel``'s branches is given, as Flux does: one input goes to every
+    branch; a tuple of as many inputs as branches (a ``Parallel(tuple, …)`` or ``PairwiseFusion``
+    before it) gives the i-th to the i-th branch (``(m::Parallel)(xs::Tuple) = m(xs...)``), a
+    tuple of one is that one input; any other count is Flux's ArgumentError.
+
+    Example:
+        >>> branch_inputs(1.0, 2), branch_inputs((1.0, 2.0), 2), branch_inputs((1.0,), 2)
+        ([1.0, 1.0], [1.0, 2.0], [1.0, 1.0])
+    """
+    if not isinstance(x, tuple):
+        return [x] * branches
+    if len(x) == 1:
+        return [x[0]] * branches
+    if len(x) != branches:
+        raise ValueError(f"Parallel with {branches} branches takes one input or {branches}, not {len(x)}")
+    return list(x)
+
+
 def connect(name: str, values: list[jax.Array]) -> Any:
     """A Flux connection (``+``, ``*``, ``vcat``, ``hcat``, ``max``, ``min``, ``tuple``: the
     values of ``_arch.CONNECTIONS``) on channels-last batches."""

@@ -179,8 +179,11 @@ class Parallel(nn.Module):
     connection: str = "+"
     names: tuple[str, ...] | None = None
 
-    def __call__(self, x: Any) -> Any:
-        return shared.connect(self.connection, [layer(x) for layer in self.layers])
+    def __call__(self, *xs: Any) -> Any:  # (a Flax Sequential spreads a tuple output over the arguments)
+        inputs = shared.branch_inputs(xs[0] if len(xs) == 1 else xs, len(self.layers))
+        return shared.connect(
+            self.connection, [layer(xi) for layer, xi in zip(self.layers, inputs, strict=True)]
+        )
 
 
 class SkipConnection(nn.Module):
@@ -199,7 +202,8 @@ class PairwiseFusion(nn.Module):
     layers: Sequence[Any]
     connection: str = "+"
 
-    def __call__(self, x: Any) -> tuple[Any, ...]:
+    def __call__(self, *given: Any) -> tuple[Any, ...]:  # (a Flax Sequential spreads a tuple output)
+        x = given[0] if len(given) == 1 else given
         xs = x if isinstance(x, tuple) else (x,) * len(self.layers)
         outputs = [self.layers[0](xs[0])]
         for layer, xi in zip(list(self.layers)[1:], xs[1:]):

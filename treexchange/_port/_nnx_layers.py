@@ -17,7 +17,16 @@ import jax
 from flax import nnx
 
 from ._activations import function_of
-from ._jaxops import adaptive_pool, bilinear, connect, flax_scale, flux_flatten, global_pool, recurrence
+from ._jaxops import (
+    adaptive_pool,
+    bilinear,
+    branch_inputs,
+    connect,
+    flax_scale,
+    flux_flatten,
+    global_pool,
+    recurrence,
+)
 
 
 class Flatten(nnx.Module):
@@ -165,8 +174,9 @@ class Parallel(nnx.Module):
         self.connection = connection
         self.names = names
 
-    def __call__(self, x: Any) -> Any:
-        return connect(self.connection, [layer(x) for layer in self.layers])
+    def __call__(self, *xs: Any) -> Any:  # (a Flax Sequential spreads a tuple output over the arguments)
+        inputs = branch_inputs(xs[0] if len(xs) == 1 else xs, len(self.layers))
+        return connect(self.connection, [layer(xi) for layer, xi in zip(self.layers, inputs, strict=True)])
 
 
 class SkipConnection(nnx.Module):
@@ -187,7 +197,8 @@ class PairwiseFusion(nnx.Module):
         self.layers = nnx.List(layers)
         self.connection = connection
 
-    def __call__(self, x: Any) -> tuple[Any, ...]:
+    def __call__(self, *given: Any) -> tuple[Any, ...]:  # (a Flax Sequential spreads a tuple output)
+        x = given[0] if len(given) == 1 else given
         xs = x if isinstance(x, tuple) else (x,) * len(self.layers)
         outputs = [self.layers[0](xs[0])]
         for layer, xi in zip(list(self.layers)[1:], xs[1:]):

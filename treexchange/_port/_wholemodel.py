@@ -346,7 +346,12 @@ def _norm(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     arrays = [v for k in ("β", "γ", "μ", "σ²") if isinstance(v := f.get(k), np.ndarray)]
     if "chs" in f:
         chs = int(f["chs"])
-        if any(a.shape != (chs,) for a in arrays):  # (a damaged count must not size the model)
+        # (a damaged count must not size the model: β, γ have chs entries, and so have μ, σ²
+        # but for GroupNorm, whose running statistics are per group, G entries)
+        per_channel = [v for k in ("β", "γ") if isinstance(v := f.get(k), np.ndarray)]
+        stats = [v for k in ("μ", "σ²") if isinstance(v := f.get(k), np.ndarray)]
+        stat_shape = (int(f["G"]),) if kind == "GroupNorm" and "G" in f else (chs,)
+        if any(a.shape != (chs,) for a in per_channel) or any(a.shape != stat_shape for a in stats):
             raise c.error(f"{kind}'s chs is {chs}, its arrays have {[a.shape for a in arrays]}", path)
     else:
         if not arrays:
