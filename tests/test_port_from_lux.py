@@ -923,3 +923,21 @@ def test_a_flat_vector_of_lux_0_5_cells_is_cut_as_lux_0_5_lays_them_out(tmp_path
     with pytest.raises(ConversionError, match="352 numbers; the architecture's parameters are 384") as e:
         tx.from_lux(path, ps="θ", st=None, architecture="LSTMCell(2 => 8)", lux="1")
     assert "the length of this architecture's ps in Lux 0.5 (lux='0.5'; lux='1' was given)" in str(e.value)
+
+
+def test_a_parallel_without_connection_returns_its_branches_outputs(tmp_path: Path) -> None:
+    """Lux's ``Parallel(nothing, …)`` (printed ``connection = nothing``) returns the branches'
+    outputs as a tuple, as Flux's ``Parallel(tuple, …)``; it was an unknown connection."""
+    rng = np.random.default_rng(8)
+    f32 = np.float32
+    w1, b1, w2, b2 = (rng.normal(size=s).astype(f32) for s in ((3, 2), (3,), (4, 2), (4,)))
+    ps = tx.NamedTuple(layer_1=tx.NamedTuple(weight=w1, bias=b1), layer_2=tx.NamedTuple(weight=w2, bias=b2))
+    st = tx.NamedTuple(layer_1=tx.NamedTuple(), layer_2=tx.NamedTuple())
+    path = tmp_path / "heads.jld2"
+    tx.save(path, ps=ps, st=st)
+    text = "Parallel(connection = nothing, layer_1 = Dense(2 => 3, tanh), layer_2 = Dense(2 => 4))"
+    model = tx.from_lux(path, architecture=text)
+    x = rng.normal(size=2).astype(f32)
+    first, second = model(jnp.asarray(x))
+    np.testing.assert_allclose(np.asarray(first), np.tanh(w1 @ x + b1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(second), w2 @ x + b2, rtol=1e-5, atol=1e-6)

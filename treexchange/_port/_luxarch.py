@@ -215,7 +215,10 @@ def _positional_fields(e: _Call, kwargs: dict[str, Any], name: str) -> _Call:
     last = [kwargs.pop("layers")] if name == "SkipConnection" and "layers" in kwargs else []
     if name == "SkipConnection":
         return _Call(e.func, (*e.args, *last, *first), e.kwargs, e.pos)
-    return _Call(e.func, (*first, *e.args), e.kwargs, e.pos)
+    args = (*first, *e.args)
+    if name == "Parallel" and args and isinstance(args[0], _Name) and args[0].name == "nothing":
+        args = (_Name("tuple", args[0].pos), *args[1:])  # (Lux: no connection, the outputs as a tuple)
+    return _Call(e.func, args, e.kwargs, e.pos)
 
 
 def _blank_type_parameters(text: str) -> str:
