@@ -101,3 +101,19 @@ def test_orbax_through_a_symbolic_link_replaces_its_destination(tmp_path: Path) 
     assert tx.save_orbax(link, {"y": np.arange(2.0)}) == link
     assert link.is_symlink() and list(tx.load_orbax(real)) == ["y"]
     assert sorted(os.listdir(real.parent)) == ["ckpt"]
+
+
+def test_what_a_killed_orbax_save_left_is_undone_by_the_next(tmp_path: Path) -> None:
+    """A save killed while orbax wrote leaves its hidden staging directory; killed between the
+    two renames, the old checkpoint moved aside and nothing in its place. The next save to the
+    directory removes the first and puts the second back (a live process's are left alone)."""
+    pytest.importorskip("orbax.checkpoint")
+    dead = 2**22 + 1  # above Linux's largest PID: no such process
+    tx.save_orbax(tmp_path / "a", {"x": np.arange(3.0)})
+    os.rename(tmp_path / "a", tmp_path / f".a.treexchange-old-{dead}-0123abcd")
+    (tmp_path / f".b.treexchange-{dead}-89abcdef").mkdir()
+    (tmp_path / f".b.treexchange-{dead}-89abcdef" / "partial").write_bytes(b"x")
+    (tmp_path / f".c.treexchange-{os.getpid()}-00000000").mkdir()  # (this process: running)
+    tx.save_orbax(tmp_path / "d", {"y": np.arange(2.0)})
+    assert sorted(os.listdir(tmp_path)) == [f".c.treexchange-{os.getpid()}-00000000", "a", "d"]
+    np.testing.assert_array_equal(tx.load_orbax(tmp_path / "a")["x"], np.arange(3.0))

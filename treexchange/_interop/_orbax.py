@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
@@ -138,8 +139,8 @@ def write_plan(
     ``force=True`` removes an existing checkpoint before it writes, so a save that failed (a name
     orbax's storage cannot hold, a full disk) lost the old checkpoint and left its temporary
     directory behind. Now a failed save leaves ``directory`` as it was and nothing else. A
-    symbolic link to a checkpoint is kept and its destination replaced. (Killed between the two
-    renames, the old checkpoint is left as ``.<name>.treexchange-old-…`` beside where it was.)"""
+    symbolic link to a checkpoint is kept and its destination replaced. What a killed save left
+    beside it is undone by the next save to the directory (:func:`recover_killed_saves`)."""
     ocp = _orbax()
     for t in plan.tensors:  # (tensorstore keys are UTF-8; the tree item is ASCII-escaped JSON)
         try:
@@ -155,6 +156,7 @@ def write_plan(
     items = {TREE_ITEM: ocp.args.JsonSave(plan.document)}
     if state:
         items[STATE_ITEM] = ocp.args.PyTreeSave(state)
+    recover_killed_saves(target.parent)
     staging = target.with_name(f".{target.name}.treexchange-{os.getpid()}-{os.urandom(4).hex()}")
     try:
         with ocp.Checkpointer(_handler(ocp)) as ckptr:
@@ -168,6 +170,48 @@ def write_plan(
     if progress is not None:
         progress(plan.total_bytes)
     return given
+
+
+_STAGED = re.compile(r"^\.(?P<name>.+)\.treexchange-(?P<old>old-)?(?P<pid>\d+)-[0-9a-f]{8}$", re.DOTALL)
+
+
+def recover_killed_saves(directory: Path) -> list[str]:
+    """Undo what a save killed mid-way left in ``directory`` (the names of what was removed or
+    put back): the hidden staging directory of an incomplete checkpoint is removed; a checkpoint
+    moved aside (``.<name>.treexchange-old-…``) is put back as ``<name>`` when nothing took its
+    place, else removed. Only directories of processes that no longer exist, owned by this user.
+
+    Example:
+        >>> import tempfile
+        >>> d = Path(tempfile.mkdtemp())
+        >>> dead = 2**22 + 1  # above Linux's largest PID: no such process
+        >>> (d / f".ckpt.treexchange-old-{dead}-0123abcd").mkdir()
+        >>> recover_killed_saves(d), sorted(p.name for p in d.iterdir())
+        (['.ckpt.treexchange-old-4194305-0123abcd'], ['ckpt'])
+    """
+    from treexchange._atomic import _process_exists
+
+    done: list[str] = []
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return done
+    for entry in entries:
+        match = _STAGED.match(entry.name)
+        if match is None or _process_exists(int(match["pid"])):
+            continue
+        try:
+            if not entry.is_dir(follow_symlinks=False) or entry.stat().st_uid != os.geteuid():
+                continue
+            home = directory / match["name"]
+            if match["old"] and not os.path.lexists(home):
+                os.rename(entry.path, home)  # (killed between the two renames: put it back)
+            else:
+                shutil.rmtree(entry.path)
+        except OSError:
+            continue
+        done.append(entry.name)
+    return done
 
 
 def _move_into_place(staging: Path, target: Path) -> None:
