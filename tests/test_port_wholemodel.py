@@ -203,6 +203,11 @@ def test_a_norm_whose_channel_count_disagrees_with_its_arrays_is_named() -> None
     )  # fmt: skip
     layer, _ = from_whole_model(_struct("Flux.Chain{Core.Tuple}", layers=(group,)), path=("model",))
     assert layer.children[0].args["channels"] == 4 and layer.children[0].args["groups"] == 2
+    # without arrays (affine=false, track_stats=false) nothing can check chs: it is bounded instead
+    bare = dict(norm.fields, β=None, γ=None, μ=None, affine=False, track_stats=False, chs=2**49)
+    bare["σ²"] = None
+    with pytest.raises(ConversionError, match="BatchNorm's chs is 562949953421312, no array holds it"):
+        from_whole_model(_struct("Flux.Chain{Core.Tuple}", layers=(JuliaStruct(norm.type, bare),)))
 
 
 def test_error_carries_the_tree_path() -> None:

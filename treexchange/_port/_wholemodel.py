@@ -353,6 +353,8 @@ def _norm(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
         stat_shape = (int(f["G"]),) if kind == "GroupNorm" and "G" in f else (chs,)
         if any(a.shape != (chs,) for a in per_channel) or any(a.shape != stat_shape for a in stats):
             raise c.error(f"{kind}'s chs is {chs}, its arrays have {[a.shape for a in arrays]}", path)
+        if not arrays and not 0 < chs <= DEFAULT_LIMITS.max_elements:  # (nothing to check it against)
+            raise c.error(f"{kind}'s chs is {chs}, no array holds it, and it is not 1 to max_elements", path)
     else:
         if not arrays:
             raise c.error(f"{s.type} stores no channel count", path)
