@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from .._atomic import _process_exists
 from .._errors import ConversionError, FormatError, TreePath, UnsupportedError
 from .._values import NamedTuple
 from . import _treejson as tj
@@ -189,8 +190,6 @@ def recover_killed_saves(directory: Path) -> list[str]:
         >>> recover_killed_saves(d), sorted(p.name for p in d.iterdir())
         (['.ckpt.treexchange-old-4194305-0123abcd'], ['ckpt'])
     """
-    from treexchange._atomic import _process_exists
-
     done: list[str] = []
     try:
         entries = list(os.scandir(directory))
