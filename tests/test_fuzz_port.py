@@ -26,13 +26,13 @@ import io
 import os
 import random
 import shutil
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _bson_fuzz import BsonSeed
+from _fuzzops import FuzzOps
 from conftest import BUNDLED_DIR, FIXTURES
 from test_fuzz_read import _Seed
 
@@ -86,14 +86,6 @@ LUX_SEEDS: list[tuple[Path, dict[str, Any]]] = [  # from_lux's keywords
 ]
 
 
-class _Timeout(Exception):
-    pass
-
-
-def _alarm(signum: int, frame: object) -> None:
-    raise _Timeout()
-
-
 def _seeds() -> list[tuple[_Seed | BsonSeed, Any, Any]]:
     """``(seed, name, architecture)``; a Lux seed's name is None and its architecture the
     keywords of ``from_lux``."""
@@ -120,53 +112,36 @@ def _cases(n: int, seed: int) -> Iterator[tuple[str, bytes, str, Any, Any]]:
 
 
 def _run(n: int, seed: int, tmp_path: Path) -> dict[str, int]:
-    outcomes = {"ok": 0, "error": 0}
-    failures: list[str] = []
-    old = signal.signal(signal.SIGPROF, _alarm)
-    try:
+    out = tmp_path / "out.jld2"
+    with FuzzOps(TIME_LIMIT) as ops:
         for desc, raw, suffix, name, architecture in _cases(n, seed):
             path = tmp_path / f"in{suffix}"
             path.write_bytes(raw)
-            out = tmp_path / "out.jld2"
             text = ["--architecture", architecture] if isinstance(architecture, str) else []
-            argv = ["convert", "--flux-state", *text]
-            for op in ("from_flux", "migrate") if name is not None else ("from_lux",):
-                signal.setitimer(signal.ITIMER_PROF, TIME_LIMIT)  # CPU time: a loaded machine is no hang
-                try:
-                    if op == "from_lux":
-                        tx.from_lux(path, **architecture)
-                        outcomes["ok"] += 1
-                    elif op == "from_flux":
-                        tx.from_flux(path, name, architecture)
-                        outcomes["ok"] += 1
-                    else:
-                        sink = io.StringIO()
-                        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-                            rc = main([*argv, str(path), str(out)])
-                        outcomes["ok" if rc == 0 else "error"] += 1
-                except tx.TreexchangeError:
-                    outcomes["error"] += 1
-                except _Timeout:
-                    failures.append(f"{op} hung: {desc}")
-                except Exception as err:  # (what the fuzz is for)
-                    failures.append(f"{op} {type(err).__name__}: {err}: {desc}")
-                finally:
-                    signal.setitimer(signal.ITIMER_PROF, 0)
-                    out.unlink(missing_ok=True)
+            argv = ["convert", "--flux-state", *text, str(path), str(out)]
+            if name is None:
+                ops.run("from_lux", desc, tx.from_lux, path, **architecture)
+            else:
+                ops.run("from_flux", desc, tx.from_flux, path, name, architecture)
+                ops.run("migrate", desc, _cli_succeeds, argv, after=out)
             path.unlink()
             leftovers = sorted(os.listdir(tmp_path))  # (no output of a refused case, no temporary)
             if leftovers:
-                failures.append(f"left {leftovers}: {desc}")
+                ops.failures.append(f"left {leftovers}: {desc}")
                 for name_left in leftovers:
                     left = tmp_path / name_left
                     if left.is_dir():
                         shutil.rmtree(left)
                     else:
                         left.unlink()
-    finally:
-        signal.signal(signal.SIGPROF, old)
-    assert not failures, "\n".join(failures[:20])
-    return outcomes
+    return ops.check()
+
+
+def _cli_succeeds(argv: list[str]) -> bool:
+    """Whether the CLI exits with 0 (its output swallowed)."""
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        return main(argv) == 0
 
 
 def test_a_short_port_fuzz(tmp_path: Path) -> None:

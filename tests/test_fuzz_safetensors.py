@@ -19,13 +19,13 @@ import io
 import json
 import os
 import random
-import signal
 import struct
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from _fuzzops import FuzzOps
 
 import treexchange as tx
 from treexchange._cli import main
@@ -39,14 +39,6 @@ _REPLACEMENTS: list[Any] = [
     {"t": "type", "name": "Core.Int64", "p": []},
     {"t": "jarray", "eltype": {"t": "type", "name": "Any", "p": []}, "shape": [10**12], "v": []},
 ]  # fmt: skip
-
-
-class _Timeout(Exception):
-    pass
-
-
-def _alarm(signum: int, frame: object) -> None:
-    raise _Timeout()
 
 
 def _seeds(tmp_path: Path) -> list[tuple[str, bytes]]:
@@ -135,44 +127,28 @@ def _mutate(raw: bytes, rng: random.Random) -> tuple[str, bytes]:
 def _run(n: int, seed: int, tmp_path: Path) -> dict[str, int]:
     seeds = _seeds(tmp_path)
     rng = random.Random(seed)
-    outcomes = {"ok": 0, "error": 0}
-    failures: list[str] = []
-    old = signal.signal(signal.SIGPROF, _alarm)
     path, out = tmp_path / "in.safetensors", tmp_path / "out.jld2"
-    try:
+
+    def convert() -> bool:
+        sink = io.StringIO()
+        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+            rc = main(["convert", str(path), str(out)])
+        if rc == 0:
+            tx.load(out)  # what was written reads back
+        return rc == 0
+
+    with FuzzOps(TIME_LIMIT) as ops:
         for i in range(n):
             name, raw = seeds[i % len(seeds)]
             desc, data = _mutate(raw, rng)
             path.write_bytes(data)
-            for op in ("load", "convert"):
-                signal.setitimer(signal.ITIMER_PROF, TIME_LIMIT)
-                try:
-                    if op == "load":
-                        tx.load_safetensors(path)
-                        outcomes["ok"] += 1
-                    else:
-                        sink = io.StringIO()
-                        with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-                            rc = main(["convert", str(path), str(out)])
-                        if rc == 0:
-                            tx.load(out)  # what was written reads back
-                        outcomes["ok" if rc == 0 else "error"] += 1
-                except tx.TreexchangeError:
-                    outcomes["error"] += 1
-                except _Timeout:
-                    failures.append(f"{op} hung: case {i}: {name}: {desc}")
-                except Exception as err:  # (what the fuzz is for)
-                    failures.append(f"{op} {type(err).__name__}: {err}: case {i}: {name}: {desc}")
-                finally:
-                    signal.setitimer(signal.ITIMER_PROF, 0)
-                    out.unlink(missing_ok=True)
+            where = f"case {i}: {name}: {desc}"
+            ops.run("load", where, tx.load_safetensors, path)
+            ops.run("convert", where, convert, after=out)
             path.unlink()
             if os.listdir(tmp_path):
-                failures.append(f"left {os.listdir(tmp_path)}: case {i}")
-    finally:
-        signal.signal(signal.SIGPROF, old)
-    assert not failures, "\n".join(failures[:20])
-    return outcomes
+                ops.failures.append(f"left {os.listdir(tmp_path)}: case {i}")
+    return ops.check()
 
 
 def test_a_short_safetensors_fuzz(tmp_path: Path) -> None:
