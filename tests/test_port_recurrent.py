@@ -187,3 +187,121 @@ def test_flux_0_15_gruv3_keeps_wh_of_three_blocks_and_uses_two(tmp_path: Path) -
         tx.from_flux(path, "p14", text),
     ):
         np.testing.assert_allclose(np.asarray(ported(x)), np.asarray(model(x)), rtol=0, atol=0)
+
+
+_CELL_TYPES = {"RNN": "RNNCell", "LSTM": "LSTMCell", "GRU": "GRUCell", "GRUv3": "GRUv3Cell"}
+
+
+def _bias_free_state(kind: str, era: str, seed: int) -> Any:
+    """A Flux state of ``kind(3 => 5; bias=false)`` with random arrays: ``false`` where the bias was."""
+    rng = np.random.default_rng(seed)
+    state = tx.flux_state(_model(kind, seed), flux=era)
+    bias = "bias" if era == "0.15" and kind in ("RNN", "LSTM") else "b"
+    cell = NamedTuple(
+        (name, False if name == bias else rng.standard_normal(v.shape).astype(np.float32))
+        if isinstance(v, np.ndarray) or name == bias
+        else (name, v)
+        for name, v in state["cell"].items()
+    )
+    return NamedTuple((name, cell if name == "cell" else v) for name, v in state.items())
+
+
+def _run(model: Any, target: str, xs: np.ndarray) -> np.ndarray:
+    if target == "equinox":
+        return np.asarray(model(xs))
+    if target == "nnx":
+        return np.asarray(model(xs[None]))[0]
+    module, variables = model
+    return np.asarray(module.apply(variables, xs[None]))[0]
+
+
+@pytest.mark.parametrize("target", ["equinox", "nnx", "linen"])
+@pytest.mark.parametrize("era", ["0.14", "0.15"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_bias_false_ports_to_every_target(kind: str, era: str, target: str, tmp_path: Path) -> None:
+    """Flux ≥ 0.15's ``RNN(3 => 5; bias=false)`` (``false`` in the state; Flux ≤ 0.14's
+    ``loadmodel!`` reads it as a zero ``b``) ports without a bias and computes the reference."""
+    state = _bias_free_state(kind, era, seed=21)
+    path = tmp_path / "nobias.jld2"
+    tx.save(path, state=NamedTuple(layers=(state,)))
+    model = tx.from_flux(path, "state", f"Chain({kind}(3 => 5; bias=false))", target=target, flux=era)
+    xs = _sequence(22)
+    want = recurrent(Layer(kind, {"σ": "tanh"}), state, xs.T[:, :, None])[:, :, 0].T
+    np.testing.assert_allclose(_run(model, target, xs), want, rtol=2e-5, atol=2e-5)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_bias_free_python_cells_write_false_and_bias_false(kind: str, tmp_path: Path) -> None:
+    """Python -> Julia: a cell without bias is Flux's ``bias=false`` (``false`` in the state, the
+    keyword in the 0.15 text; the 0.14 text has none: ``loadmodel!`` zeroes ``b``); the state, as
+    a file, a whole model and a flat vector, ports back to the same function."""
+    model = build_equinox(Layer(kind, {"in": 3, "out": 5, "bias": False}), key=jax.random.key(3))
+    xs = _sequence(23)
+    bias = "bias" if kind in ("RNN", "LSTM") else "b"
+    state = tx.flux_state(model, flux="0.15")
+    assert state["cell"][bias] is False
+    assert tx.flux_state(model, flux="0.14")["cell"]["b"] is False
+    assert f"{kind}(3 => 5; bias=false)" in tx.flux_julia(model, flux="0.15")
+    assert f"model = {kind}(3 => 5)\n" in tx.flux_julia(model, flux="0.14")
+    want = recurrent(Layer(kind, {"σ": "tanh"}), state, xs.T[:, :, None])[:, :, 0].T
+    np.testing.assert_allclose(np.asarray(model(xs)), want, rtol=2e-5, atol=2e-5)
+    params = "{NNlib.#tanh,A,B,Bool}" if kind == "RNN" else ""  # (RNNCell's 1st: its σ)
+    cell = tx.JuliaStruct(f"Flux.{_CELL_TYPES[kind]}{params}", dict(state["cell"]))
+    layers = {"layers": (tx.JuliaStruct(f"Flux.{kind}", {"cell": cell}),)}
+    arrays = [v for v in state["cell"].values() if isinstance(v, np.ndarray)]
+    path = tmp_path / "nobias.jld2"
+    tx.save(
+        path,
+        state=NamedTuple(layers=(state,)),
+        model=tx.JuliaStruct("Flux.Chain{Tuple}", layers),
+        flat=np.concatenate([a.ravel(order="F") for a in arrays]),
+    )
+    text = f"Chain({kind}(3 => 5; bias=false))"
+    for ported in (
+        tx.from_flux(path, "state", text),
+        tx.from_flux(path, "model"),
+        tx.from_flux(path, "flat", text),
+    ):
+        np.testing.assert_allclose(np.asarray(ported(xs)), np.asarray(model(xs)), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("cell", ["RNNCell", "LSTMCell", "GRUCell"])
+def test_lux_cells_without_bias_port_as_flux_bias_false(cell: str, tmp_path: Path) -> None:
+    """Lux ≥ 1's ``use_bias=false`` cells (``ps`` = ``weight_ih``, ``weight_hh``) compute Flux's
+    ``bias=false`` equations; a GRU without bias has no ``b_hn`` in the reset product either."""
+    kind = cell[: -len("Cell")]
+    rng = np.random.default_rng(24)
+    gates = {"RNN": 1, "LSTM": 4, "GRU": 3}[kind]
+    wi = rng.standard_normal((gates * 5, 3)).astype(np.float32)
+    wh = rng.standard_normal((gates * 5, 5)).astype(np.float32)
+    path = tmp_path / "lux.jld2"
+    ps = NamedTuple(layer_1=NamedTuple(weight_ih=wi, weight_hh=wh))
+    tx.save(path, ps=ps, st=NamedTuple(layer_1=NamedTuple()))
+    text = f"Chain(Recurrence({cell}(3 => 5; use_bias=false); return_sequence=true))"
+    xs = _sequence(25)
+    flux_cell = NamedTuple(Wi=wi, Wh=wh, b=False)
+    want = recurrent(Layer(kind, {"σ": "tanh"}), NamedTuple(cell=flux_cell), xs.T[:, :, None])[:, :, 0].T
+    for target in ("equinox", "nnx", "linen"):
+        model = tx.from_lux(path, architecture=text, target=target)
+        np.testing.assert_allclose(_run(model, target, xs), want, rtol=2e-5, atol=2e-5)
+    written, _ = tx.lux_state(tx.from_lux(path, architecture=text))
+    assert list(written["layer_1"]) == ["weight_ih", "weight_hh"]
+    with pytest.raises(tx.UnsupportedError, match=r"Lux 0\.5"):
+        tx.lux_state(tx.from_lux(path, architecture=text), lux="0.5")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_flux_0_15_whole_model_ports_in_its_own_era(kind: str, tmp_path: Path) -> None:
+    """A whole Flux ≥ 0.15 model (``LSTM`` holding its cell, no ``Recur``; RNN/LSTM name the bias
+    ``bias``) is read in the era its structs show: it was a mismatch against Flux 0.14's ``b`` and
+    ``state0`` unless ``flux="0.15"`` was passed."""
+    state = _random_state(kind, seed=26)
+    params = "{NNlib.#tanh,A,B,C}" if kind == "RNN" else ""
+    cell = tx.JuliaStruct(f"Flux.{_CELL_TYPES[kind]}{params}", dict(state["cell"]))
+    layer = tx.JuliaStruct(f"Flux.{kind}{{C}}", {"cell": cell})
+    path = tmp_path / "whole15.jld2"
+    tx.save(path, model=tx.JuliaStruct("Flux.Chain{Tuple}", {"layers": (layer,)}))
+    xs = _sequence(27)
+    want = recurrent(Layer(kind, {"σ": "tanh"}), state, xs.T[:, :, None])[:, :, 0].T
+    for ported in (tx.from_flux(path, "model"), tx.from_flux(path, "model", flux="0.15")):
+        np.testing.assert_allclose(np.asarray(ported(xs)), want, rtol=2e-5, atol=2e-5)

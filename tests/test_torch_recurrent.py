@@ -89,6 +89,33 @@ def test_flux_to_torch_computes_the_same_and_round_trips_bit_exact(
     assert tx.values_equal(again, state)
 
 
+NO_BIAS = [
+    ("RNN", "Chain(RNN(3 => 5; bias=false))", lambda: nn.RNN(3, 5, bias=False, batch_first=True)),
+    ("LSTM", "Chain(LSTM(3 => 4; bias=false))", lambda: nn.LSTM(3, 4, bias=False, batch_first=True)),
+    ("GRU", "Chain(GRU(3 => 4; bias=false))", lambda: nn.GRU(3, 4, bias=False, batch_first=True)),
+]
+
+
+@pytest.mark.parametrize(("name", "text", "make"), NO_BIAS, ids=[c[0] for c in NO_BIAS])
+def test_torch_bias_false_is_flux_bias_false_both_ways(
+    name: str, text: str, make: Any, tmp_path: Path
+) -> None:
+    """torch's ``bias=False`` (neither bias) is Flux ≥ 0.15's ``bias=false`` (``false`` in the
+    state): the same equations without the biases, the GRU's reset product included."""
+    module = _randomize(make(), 11)
+    state = tx.state_dict_to_flux(None, nn.Sequential(module))
+    assert state.layers[0].cell[("b" if name == "GRU" else "bias")] is False
+    x = np.random.default_rng(12).normal(size=(3, 6, 2)).astype(np.float32)
+    np.testing.assert_allclose(
+        _flux_sequence(text, state, x), _torch_sequence(module, x), rtol=1e-5, atol=1e-5
+    )
+    tx.save(tmp_path / "m.jld2", model_state=state)
+    fresh = _randomize(make(), 13)
+    tx.load_into_module(nn.Sequential(fresh), tx.load(tmp_path / "m.jld2", "model_state"), text)
+    np.testing.assert_array_equal(_torch_sequence(fresh, x), _torch_sequence(module, x))
+    assert set(tx.flux_to_state_dict(state, text)) == {"0.weight_ih_l0", "0.weight_hh_l0"}
+
+
 def test_bias_hh_folds_into_b_for_lstm() -> None:
     module = _randomize(nn.LSTM(2, 3, batch_first=True), 5)
     state = tx.state_dict_to_flux(None, nn.Sequential(module))

@@ -177,20 +177,23 @@ def _recurrent_params(layer: Layer) -> list[TorchParam]:
     """RNN/LSTM/GRU: torch stacks the gate blocks along dim 1 in Flux's order (LSTM i, f, g, o; GRU
     r, z, n), so every array moves as it is. torch adds ``b_hh`` inside the GRU's reset product
     (``n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn))``) where Flux's GRU has no bias, which a zero
-    ``bias_hh`` reproduces exactly; Flux's RNN/LSTM add one bias, torch two (the sum)."""
+    ``bias_hh`` reproduces exactly; Flux's RNN/LSTM add one bias, torch two (the sum). Without bias
+    (Flux ≥ 0.15's ``bias=false``, torch's ``bias=False``: neither bias) the equations are the same
+    with the biases left out, the GRU's too."""
     a = layer.args
     if layer.kind == "RNN" and a.get("σ", "tanh") not in ("tanh", "relu"):
         raise UnsupportedError(
             f"no PyTorch equivalent: torch's RNN computes tanh or relu, this Flux RNN {a['σ']}"
         )
-    if a.get("bias") is False:
-        raise UnsupportedError(
-            f"no PyTorch rule for {layer.kind}(bias=false) yet (torch's bias=False drops both)"
-        )
     rows, inp, hidden = RECURRENT_GATES[layer.kind] * a["out"], a["in"], a["out"]
-    return [
+    weights = [
         TorchParam("Wi", "weight_ih_l0", SAME, (rows, inp)),
         TorchParam("Wh", "weight_hh_l0", SAME, (rows, hidden)),
+    ]
+    if a.get("bias") is False:
+        return weights
+    return [
+        *weights,
         TorchParam("b", "bias_ih_l0", SAME, (rows,)),
         TorchParam("", "bias_hh_l0", SAME, (rows,), "zeros (folded into b coming back)"),
     ]

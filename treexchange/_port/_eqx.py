@@ -213,19 +213,21 @@ def _build_bilinear(layer: Layer, key: Any, era: str) -> Any:
 
 
 def _build_recurrent(layer: Layer, key: Any, era: str) -> Any:
-    """Flux's RNN/LSTM/GRU/GRUv3 as :class:`~._eqx_layers.Recurrence` over its cell (zero ``bias_n``)."""
+    """Flux's RNN/LSTM/GRU/GRUv3 as :class:`~._eqx_layers.Recurrence` over its cell (zero ``bias_n``;
+    no bias at all for Flux ≥ 0.15's ``bias=false``)."""
     kind, n_in, hidden = layer.kind, int(layer.args["in"]), int(layer.args["out"])
+    bias = bool(layer.arg("bias", True))
     cell: Any
     if kind == "LSTM":
-        cell = eqx.nn.LSTMCell(n_in, hidden, key=key)
+        cell = eqx.nn.LSTMCell(n_in, hidden, use_bias=bias, key=key)
     elif kind == "GRU":
-        cell = eqx.nn.GRUCell(n_in, hidden, key=key)
-        cell = eqx.tree_at(lambda c: c.bias_n, cell, jnp.zeros_like(cell.bias_n))  # Flux has no b_hn
+        cell = eqx.nn.GRUCell(n_in, hidden, use_bias=bias, key=key)
+        if bias:  # (Flux has no b_hn)
+            cell = eqx.tree_at(lambda c: c.bias_n, cell, jnp.zeros_like(cell.bias_n))
     else:
         k1, k2, k3 = _keys(key, 3)
         gates = 1 if kind == "RNN" else 3
-        wi = eqx.nn.Linear(n_in, gates * hidden, key=k1)
-        assert wi.bias is not None
+        wi = eqx.nn.Linear(n_in, gates * hidden, use_bias=bias, key=k1)
         wh = eqx.nn.Linear(hidden, (gates if kind == "RNN" else 2) * hidden, key=k2, use_bias=False)
         if kind == "RNN":
             cell = L.RNNCell(wi.weight, wh.weight, wi.bias, function_of(str(layer.args["σ"])))
@@ -458,29 +460,31 @@ class _Reader:
         """A recurrent cell as Flux's layer: same matrices (Flux's gate order is Equinox's), no state0.
 
         ``eqx.nn.GRUCell.bias_n`` (inside ``r``) has no Flux counterpart: it must be zero to port, and a
-        restore sets it to zero. A cell without bias has none in Flux either: refused.
+        restore sets it to zero. A cell without bias (``use_bias=False``, or ``bias`` None) is Flux
+        ≥ 0.15's ``bias=false``.
         """
-        if not getattr(m, "use_bias", True):
-            raise UnsupportedError("a recurrent cell without bias has no Flux twin", path=path)
         hidden, n_in = int(m.weight_hh.shape[-1]), int(m.weight_ih.shape[-1])
-        arrays: dict[str, tuple[Any, Perm]] = {
-            "Wi": (m.weight_ih, SAME),
-            "Wh": (m.weight_hh, SAME),
-            "b": (m.bias, SAME),
-        }
+        arrays: dict[str, tuple[Any, Perm]] = {"Wi": (m.weight_ih, SAME), "Wh": (m.weight_hh, SAME)}
         args: dict[str, Any] = {"in": n_in, "out": hidden}
+        if m.bias is not None:
+            arrays["b"] = (m.bias, SAME)
+        else:
+            args["bias"] = False
         fixed: list[tuple[Any, Any]] = []
         if isinstance(m, eqx.nn.LSTMCell):
             kind = "LSTM"
         elif isinstance(m, eqx.nn.GRUCell):
             kind = "GRU"
-            if not _is_restoring(m.bias_n) and bool(jnp.any(m.bias_n != 0)):
+            if m.bias_n is None:
+                pass  # (use_bias=False: no b_hn either)
+            elif not _is_restoring(m.bias_n) and bool(jnp.any(m.bias_n != 0)):
                 raise UnsupportedError(
                     "GRUCell.bias_n is not zero: Flux's GRU has no bias inside r "
                     "(docs/porting.md §Recurrent layers)",
                     path=(*path, "bias_n"),
                 )
-            fixed.append((m.bias_n, np.zeros(hidden, np.float32)))
+            if m.bias_n is not None:
+                fixed.append((m.bias_n, np.zeros(hidden, np.float32)))
         elif isinstance(m, L.GRUv3Cell):
             kind = "GRUv3"
             arrays["Wh_h̃"] = (m.weight_hh_candidate, SAME)

@@ -334,11 +334,12 @@ class RNNCell(eqx.Module):
 
     weight_ih: jax.Array  # Wi (H, in)
     weight_hh: jax.Array  # Wh (H, H)
-    bias: jax.Array  # b (H,)
+    bias: jax.Array | None  # b (H,); None: Flux ≥ 0.15's bias=false
     activation: Callable[[jax.Array], jax.Array] = eqx.field(static=True, default=jnp.tanh)
 
     def __call__(self, x: jax.Array, h: jax.Array, *, key: Any = None) -> jax.Array:
-        return self.activation(self.weight_ih @ x + self.weight_hh @ h + self.bias)
+        y = self.weight_ih @ x + self.weight_hh @ h
+        return self.activation(y if self.bias is None else y + self.bias)
 
 
 class GRUv3Cell(eqx.Module):
@@ -349,11 +350,12 @@ class GRUv3Cell(eqx.Module):
 
     weight_ih: jax.Array  # Wi (3H, in): r, z, h̃ blocks
     weight_hh: jax.Array  # Wh (2H, H): r, z blocks
-    bias: jax.Array  # b (3H,)
+    bias: jax.Array | None  # b (3H,); None: Flux ≥ 0.15's bias=false
     weight_hh_candidate: jax.Array  # Wh_h̃ (H, H)
 
     def __call__(self, x: jax.Array, h: jax.Array, *, key: Any = None) -> jax.Array:
-        gx = jnp.split(self.weight_ih @ x + self.bias, 3)
+        wx = self.weight_ih @ x
+        gx = jnp.split(wx if self.bias is None else wx + self.bias, 3)
         gh = jnp.split(self.weight_hh @ h, 2)
         r = jax.nn.sigmoid(gx[0] + gh[0])
         z = jax.nn.sigmoid(gx[1] + gh[1])

@@ -236,8 +236,11 @@ class FlaxLayoutReader:
         arrays: dict[str, tuple[Any, Perm]] = {
             "Wi": (value(m.weight_ih), SAME),
             "Wh": (value(m.weight_hh), SAME),
-            "b": (value(m.bias), SAME),
         }
+        if m.bias is not None:
+            arrays["b"] = (value(m.bias), SAME)
+        else:
+            args["bias"] = False  # Flux ≥ 0.15's bias=false
         if m.weight_hh_candidate is not None:
             arrays["Wh_h̃"] = (value(m.weight_hh_candidate), SAME)
         state0: Any = None

@@ -34,7 +34,7 @@ from treexchange._port._statefill import (
     state_for_architecture,
     state_from_params,
 )
-from treexchange._port._wholemodel import from_whole_model, is_optimiser
+from treexchange._port._wholemodel import from_whole_model, is_optimiser, structs_era
 from treexchange._reader import has_embedded_schema, open as open_file, read_entry
 from treexchange._values import JuliaArray, JuliaStruct, NamedTuple, value_children
 
@@ -61,7 +61,8 @@ def read_source(
 ) -> tuple[Layer, Any, str]:
     """:func:`read_flux_source` and the Flux era that applies: ``flux`` when given; else, for a
     ``Flux.state`` read with ``architecture``, the era its own field names show (:func:`state_era`),
-    the current release when they show none; Flux 0.14 for a whole model; the current release for a
+    the current release when they show none; for a whole model the era its structs show (a
+    recurrent layer: :func:`structs_era`), else Flux 0.14; the current release for a
     parameter list or a whole model read with ``architecture``. ``flat`` names a flat parameter
     vector (``Flux.destructure``'s) whose numbers fill the whole model (or ``Restructure``) at ``name``."""
     where = entry_path(name)
@@ -100,7 +101,7 @@ def read_source(
                 "Flux.destructure gives)",
                 path=flat_where,
             )
-        era = flux or "0.14"  # (a whole model's era, as below: Flux 0.14's unless flux= says)
+        era = flux or structs_era(value) or "0.14"  # (a whole model's era, as below)
         try:
             layer, model_state = from_whole_model(value, path=where, flux=era)
         except ConversionError as err:  # a closure, a struct of one's own: the text gives the layers
@@ -173,7 +174,10 @@ def read_source(
             raise ConversionError(
                 f"{shown} {what}: pass architecture= with the model as Flux prints it{hint}", path=where
             )
-        era = flux or "0.14"
+        # (the era flux= names, else the one the structs show, else Flux 0.14's: most whole-model
+        # files in the wild come from Flux ≤ 0.14, and a Flux 0.15 one without a recurrent layer
+        # reads the same under both but for the pools' states)
+        era = flux or structs_era(value) or "0.14"
         return (*from_whole_model(value, path=where, flux=era), era)
     layer = parse_architecture(architecture)
     plain_state = params_list(value) is None and not isinstance(value, JuliaStruct)
@@ -615,8 +619,9 @@ def from_flux(
             ``Recur``'s ``state``/``state0`` and pools stored as ``()`` are Flux ≤ 0.14's; ``(cell
             = …,)`` and pools with their fields Flux ≥ 0.15's), the current release when nothing
             in it differs between the eras (LayerNorm's ϵ then follows Flux ≥ 0.15: pass
-            ``flux="0.14"`` for an older LayerNorm); a whole-model file is Flux 0.14's (those
-            come from Flux ≤ 0.14).
+            ``flux="0.14"`` for an older LayerNorm); a whole-model file is of the era its
+            structs show (a recurrent layer holding its cell is Flux ≥ 0.15's, a ``Recur`` Flux
+            ≤ 0.14's), else Flux 0.14's (most whole-model files come from Flux ≤ 0.14).
         flat: the entry (or path) holding a flat parameter vector whose numbers fill the model
             ``name`` holds (a whole model, or ``re``: an ``Optimisers.Restructure`` keeps the model
             as it was when destructured, the trained numbers are ``p``'s; its non-trainable arrays,

@@ -112,30 +112,33 @@ def recurrence(
     activation: str,
     wi: jax.Array,
     wh: jax.Array,
-    b: jax.Array,
+    b: jax.Array | None,
     wc: jax.Array | None,
     xs: jax.Array,
     state0: Any = None,
 ) -> jax.Array:
     """Flux's recurrent ``kind`` over ``xs`` ``(batch, time, in)`` from a zero state, or from the
     learnt ``state0`` (``h``, LSTM ``(h, c)``, each ``(H,)``; the same for every sequence) (the
-    equations are in :class:`Recurrence`)."""
+    equations are in :class:`Recurrence`). ``b`` None: Flux ≥ 0.15's ``bias=false``."""
     hidden = wh.shape[-1]
     zero = jnp.zeros((xs.shape[0], hidden), xs.dtype)
     act = function_of(activation)
 
+    def inputs(x: jax.Array) -> jax.Array:
+        return x @ wi.T if b is None else x @ wi.T + b
+
     def step(carry: Any, x: jax.Array) -> tuple[Any, jax.Array]:
         if kind == "LSTM":
             h, c = carry
-            i, f, g, o = jnp.split(x @ wi.T + h @ wh.T + b, 4, axis=-1)
+            i, f, g, o = jnp.split(inputs(x) + h @ wh.T, 4, axis=-1)
             c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
             h = jax.nn.sigmoid(o) * jnp.tanh(c)
             return (h, c), h
         h = carry
         if kind == "RNN":
-            h = act(x @ wi.T + h @ wh.T + b)
+            h = act(inputs(x) + h @ wh.T)
             return h, h
-        gx = jnp.split(x @ wi.T + b, 3, axis=-1)
+        gx = jnp.split(inputs(x), 3, axis=-1)
         gh = jnp.split(h @ wh.T, 3 if kind == "GRU" else 2, axis=-1)
         r = jax.nn.sigmoid(gx[0] + gh[0])
         z = jax.nn.sigmoid(gx[1] + gh[1])

@@ -257,8 +257,10 @@ def _build_recurrent(layer: Layer, era: str) -> _Built:
     params = {
         "weight_ih": _shape(gates * hidden, n_in),
         "weight_hh": _shape((2 if kind == "GRUv3" else gates) * hidden, hidden),
-        "bias": _shape(gates * hidden),
     }
+    use_bias = bool(layer.arg("bias", True))  # (Flux ≥ 0.15: bias=false)
+    if use_bias:
+        params["bias"] = _shape(gates * hidden)
     if kind == "GRUv3":
         params["weight_hh_candidate"] = _shape(hidden, hidden)
     learnt = 0  # a Flux ≤ 0.14 learnt initial state: h, and c for LSTM
@@ -267,7 +269,8 @@ def _build_recurrent(layer: Layer, era: str) -> _Built:
         params["state0_h"] = _shape(hidden)
         if learnt == 2:
             params["state0_c"] = _shape(hidden)
-    return _Built(LL.Recurrence(kind, hidden, str(layer.args.get("σ", "tanh")), learnt), params)
+    module = LL.Recurrence(kind, hidden, str(layer.args.get("σ", "tanh")), learnt, use_bias)
+    return _Built(module, params)
 
 
 def _build_attention(layer: Layer, era: str) -> _Built:
@@ -469,7 +472,9 @@ class _LinenReader(FlaxLayoutReader):
 
     def recurrence_module(self, s: _Scoped, path: TreePath) -> Port:
         m = s.module
-        arrays = {n: s.param(n, path) for n in ("weight_ih", "weight_hh", "bias")}
+        names = ("weight_ih", "weight_hh", "bias") if m.use_bias else ("weight_ih", "weight_hh")
+        arrays = {n: s.param(n, path) for n in names}
+        arrays.setdefault("bias", None)
         candidate = s.param("weight_hh_candidate", path) if m.kind == "GRUv3" else None
         learnt = m.learnt_state0
         h0 = s.param("state0_h", path) if learnt else None

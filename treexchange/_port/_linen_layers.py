@@ -230,6 +230,7 @@ class Recurrence(nn.Module):
     features: int
     activation: str = "tanh"
     learnt_state0: int = 0  # learnt initial-state arrays: 0 (from zeros), 1 (h) or 2 (LSTM's h, c)
+    use_bias: bool = True  # False: Flux ≥ 0.15's bias=false (no ``bias`` param)
 
     @nn.compact
     def __call__(self, xs: jax.Array) -> jax.Array:
@@ -237,7 +238,7 @@ class Recurrence(nn.Module):
         glorot = jax.nn.initializers.glorot_uniform()
         wi = self.param("weight_ih", glorot, (gates * hidden, xs.shape[-1]))
         wh = self.param("weight_hh", glorot, ((2 if self.kind == "GRUv3" else gates) * hidden, hidden))
-        b = self.param("bias", jax.nn.initializers.zeros, (gates * hidden,))
+        b = self.param("bias", jax.nn.initializers.zeros, (gates * hidden,)) if self.use_bias else None
         wc = self.param("weight_hh_candidate", glorot, (hidden, hidden)) if self.kind == "GRUv3" else None
         state0: Any = None
         if self.learnt_state0:

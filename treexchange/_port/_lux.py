@@ -206,7 +206,13 @@ def _recurrent_ps_st(port: Port, lux: str, part: str | None, restoring: bool) ->
     kind = port.layer.kind
     if kind == "GRUv3":
         raise UnsupportedError("Lux has no GRUv3 cell (the reset gate before Wh_h̃)")
-    if restoring and part != "st" and kind == "GRU":
+    biased = "b" in port.arrays
+    if not biased and lux == "0.5":
+        raise UnsupportedError(
+            f"a {kind} without bias as Lux 0.5 ps is not supported (lux='1' writes it: weight_ih and "
+            "weight_hh only)"
+        )
+    if restoring and part != "st" and kind == "GRU" and biased:
         raise UnsupportedError(
             f"restoring Lux v{lux} GRU ps is not supported: the last block of its hidden bias sits "
             "inside the reset product, where Flux's GRU has no bias (write with tx.lux_state, or "
@@ -221,6 +227,8 @@ def _recurrent_ps_st(port: Port, lux: str, part: str | None, restoring: bool) ->
     names = _RECURRENT_V1 if lux == "1" else _RECURRENT_V05[kind]
     ps: list[tuple[str, Any]] = []
     for field, name in names.items():
+        if field not in port.arrays:
+            continue  # (bias=false: Lux's use_bias=false has neither bias)
         array = lux_array(port, field, lux)
         if field == "b" and lux == "0.5" and kind == "RNN":
             pass  # Lux 0.5's RNNCell bias is init_bias(rng, out): a vector, as Flux's
@@ -231,7 +239,9 @@ def _recurrent_ps_st(port: Port, lux: str, part: str | None, restoring: bool) ->
             flux_shape = perm.julia_shape(tuple(value.shape))
             array = value.through((*flux_shape, 1), _reshaped(perm, flux_shape))
         ps.append((name, array))
-    if lux == "1" and restoring:
+    if not biased:
+        pass
+    elif lux == "1" and restoring:
         # Flux's one bias is the sum of Lux's two (both are added to the same pre-activations)
         bias = dict(ps)["bias_ih"]
         ps = [(name, bias.addend(0, 2) if name == "bias_ih" else a) for name, a in ps]

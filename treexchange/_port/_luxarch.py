@@ -164,7 +164,10 @@ class _LuxRewriter:
         return e
 
     def cell(self, e: _Call, name: str, kwargs: dict[str, Any]) -> _Call:
-        if name == "GRUCell":
+        bias = self.value(kwargs.pop("use_bias", _Name("true", e.pos)))
+        if not (isinstance(bias, _Name) and bias.name in ("true", "false")):
+            raise self.error(f"{name}(use_bias=…) must be true or false", e.pos)
+        if name == "GRUCell" and bias.name == "true":
             raise self.error(
                 "Lux's GRUCell adds the last block of its hidden bias inside the reset product "
                 "(r ⊙ (W_hn h + b_hn)), where Flux's GRU has none: no Flux twin to port through",
@@ -180,12 +183,11 @@ class _LuxRewriter:
                     e.pos,
                     unsupported=True,
                 )
-        bias = self.value(kwargs.pop("use_bias", _Name("true", e.pos)))
-        if not (isinstance(bias, _Name) and bias.name == "true"):
-            raise self.error(f"{name}(use_bias=false) has no Flux twin", e.pos, unsupported=True)
         if e.args and not isinstance(e.args[0], _Pair):
             raise self.error(f"{name} must be written {name}(in => out)", e.pos)
-        return _Call(_CELLS[name], e.args, self.keywords(kwargs), e.pos)
+        # (use_bias=false: no bias_ih/bias_hh, Flux ≥ 0.15's bias=false; a GRU then has no b_hn either)
+        flags = (("bias", _Name("false", e.pos)),) if bias.name == "false" else ()
+        return _Call(_CELLS[name], e.args, (*self.keywords(kwargs), *flags), e.pos)
 
     def wrapper(self, e: _Call, name: str, kwargs: dict[str, Any]) -> tuple[Any, bool]:
         cell = kwargs.pop("cell", None)

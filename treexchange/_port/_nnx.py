@@ -218,7 +218,8 @@ def _build_recurrent(layer: Layer, rngs: Any, era: str) -> Any:
     wh = init(k2, ((2 if kind == "GRUv3" else gates) * hidden, hidden))
     wc = init(k3, (hidden, hidden)) if kind == "GRUv3" else None
     act = str(layer.args.get("σ", "tanh"))
-    return NL.Recurrence(kind, wi, wh, jnp.zeros(gates * hidden), wc, act, learnt_initial_state(layer))
+    bias = jnp.zeros(gates * hidden) if layer.arg("bias", True) else None  # (Flux ≥ 0.15: bias=false)
+    return NL.Recurrence(kind, wi, wh, bias, wc, act, learnt_initial_state(layer))
 
 
 def _build_attention(layer: Layer, rngs: Any, era: str) -> Any:

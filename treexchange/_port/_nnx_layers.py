@@ -238,7 +238,7 @@ class Recurrence(nnx.Module):
         kind: str,
         weight_ih: jax.Array,
         weight_hh: jax.Array,
-        bias: jax.Array,
+        bias: jax.Array | None,
         weight_hh_candidate: jax.Array | None = None,
         activation: str = "tanh",
         state0: Any = None,
@@ -246,7 +246,7 @@ class Recurrence(nnx.Module):
         self.kind = kind
         self.weight_ih = nnx.Param(weight_ih)  # Wi (G·H, in)
         self.weight_hh = nnx.Param(weight_hh)  # Wh (G·H, H); GRUv3: (2H, H)
-        self.bias = nnx.Param(bias)  # b (G·H,)
+        self.bias = nnx.Param(bias) if bias is not None else None  # b (G·H,); None: bias=false
         self.weight_hh_candidate = nnx.Param(weight_hh_candidate) if weight_hh_candidate is not None else None
         self.activation = activation
         parts = state0 if isinstance(state0, tuple) else (state0, None)
@@ -255,7 +255,8 @@ class Recurrence(nnx.Module):
 
     def __call__(self, xs: jax.Array) -> jax.Array:
         wc = self.weight_hh_candidate.get_value() if self.weight_hh_candidate is not None else None
-        arrays = (self.weight_ih.get_value(), self.weight_hh.get_value(), self.bias.get_value(), wc)
+        bias = self.bias.get_value() if self.bias is not None else None
+        arrays = (self.weight_ih.get_value(), self.weight_hh.get_value(), bias, wc)
         state0: Any = None
         if self.state0_h is not None:
             h = self.state0_h.get_value()

@@ -363,7 +363,8 @@ def recurrent_fields(layer: Layer, era: str) -> Fields:
     bias_name = "bias" if era != "0.14" and kind in ("RNN", "LSTM") else "b"
     # (Flux ≥ 0.15's GRUv3Cell: Wh = init(out * 3, out), of which the forward pass uses 2·out rows)
     wh = PaddedRows("Wh", hidden) if kind == "GRUv3" and era != "0.14" else Arr("Wh")
-    cell += [("Wi", Arr("Wi")), ("Wh", wh), (bias_name, Arr("b"))]
+    # (Flux ≥ 0.15's bias=false stores false; Flux ≤ 0.14's loadmodel! loads false as a zero b)
+    cell += [("Wi", Arr("Wi")), ("Wh", wh), (bias_name, Arr("b") if layer.arg("bias", True) else False)]
     if kind == "GRUv3":
         cell.append(("Wh_h̃", Arr("Wh_h̃")))
     if era != "0.14":
@@ -385,7 +386,9 @@ def recurrent_julia(layer: Layer, children: list[str], era: str) -> str:
     parts = [f"{layer.args['in']} => {layer.args['out']}"]
     if layer.kind == "RNN" and _activation(layer) != "tanh":
         parts.append(_activation(layer))
-    return _call(layer.kind, parts, [])
+    # (Flux ≤ 0.14's cells take no bias keyword: loadmodel! zeroes their b from the state's false)
+    keywords = ["bias=false"] if not layer.arg("bias", True) and era != "0.14" else []
+    return _call(layer.kind, parts, keywords)
 
 
 # --- MultiHeadAttention (docs/porting.md §Attention, Flux ≥ 0.13.15) -------------------------------

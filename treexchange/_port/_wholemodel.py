@@ -447,6 +447,8 @@ def _cell_layer(c: _Converter, cell: JuliaStruct, path: TreePath, recur: bool) -
     args: dict[str, Any] = {"in": wi[1], "out": wh[1]}
     if kind == "RNN":
         args["σ"] = c.activation_of(cell, "RNNCell", path)
+    if not _has_bias(cell, "bias" if "bias" in cell.fields else "b"):
+        args["bias"] = False  # Flux ≥ 0.15's bias=false (and Flux ≤ 0.12's Zeros, see _eras)
     if recur:
         args["recur"] = True
     state = c.struct_state(cell, cell_kind)
@@ -580,6 +582,42 @@ def _unwrap_tracked(value: Any) -> Any:
     if isinstance(value, NamedTuple):
         return NamedTuple((k, _unwrap_tracked(v)) for k, v in value.items())
     return value
+
+
+def structs_era(model: Any) -> str | None:
+    """The Flux era a whole model's structs show, or None when nothing in them tells: ``"0.15"``
+    when a recurrent layer is Flux ≥ 0.15's (``RNN``/``LSTM``/``GRU``/``GRUv3`` holding its cell),
+    ``"0.14"`` when it is a ``Recur`` (Flux ≤ 0.14's wrapper). The other layers' structs are the
+    same in both eras, and their states differ only where the era says how (pools), so a
+    recurrent layer is what decides: a Flux 0.15 RNN read with the 0.14 conventions would have
+    ``bias`` where Flux 0.14's cell has ``b`` and ``state0``. Iterative, each object visited once
+    (a shared or cyclic one too).
+
+    Example:
+        >>> cell = JuliaStruct("Flux.LSTMCell{A,B,C}", {"Wi": None, "Wh": None, "bias": None})
+        >>> lstm = JuliaStruct("Flux.LSTM{C}", {"cell": cell})
+        >>> structs_era(JuliaStruct("Flux.Chain{T}", {"layers": (lstm,)}))
+        '0.15'
+        >>> structs_era(JuliaStruct("Flux.Chain{T}", {"layers": ()})) is None
+        True
+    """
+    seen: set[int] = set()
+    todo = [model]
+    while todo:
+        v = todo.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if isinstance(v, JuliaStruct) and v.type.name.split(".", 1)[0] == "Flux":
+            base = _basename(v.type)
+            if base == "Recur":
+                return "0.14"
+            if base in RECURRENT_GATES and "cell" in v.fields:
+                return "0.15"
+        children = value_children(v)
+        if children is not None:
+            todo.extend(child for _, child in children)
+    return None
 
 
 def refuse_cycles(value: Any, path: TreePath = ()) -> None:
