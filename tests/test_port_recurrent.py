@@ -305,3 +305,50 @@ def test_a_flux_0_15_whole_model_ports_in_its_own_era(kind: str, tmp_path: Path)
     want = recurrent(Layer(kind, {"σ": "tanh"}), state, xs.T[:, :, None])[:, :, 0].T
     for ported in (tx.from_flux(path, "model"), tx.from_flux(path, "model", flux="0.15")):
         np.testing.assert_allclose(np.asarray(ported(xs)), want, rtol=2e-5, atol=2e-5)
+
+
+def _last_state(kind: str, state: Any, xs: np.ndarray) -> Any:
+    """Flux's last state after the sequence ``xs`` ``(L, in)``: ``h``, or ``(h, c)`` for LSTM."""
+    from tests._flux_reference import rnn_cell_step
+
+    hidden = state["cell"]["Wh"].shape[1]
+    carry: Any = np.zeros((hidden, 1))
+    carry = (carry, carry) if kind == "LSTM" else carry
+    for x in xs:
+        _, carry = rnn_cell_step(kind, state["cell"], "tanh", x[:, None].astype(np.float64), carry)
+    return tuple(c[:, 0] for c in carry) if kind == "LSTM" else carry[:, 0]
+
+
+@pytest.mark.parametrize("target", ["equinox", "nnx", "linen"])
+@pytest.mark.parametrize("kind", KINDS)
+def test_return_state_gives_the_outputs_and_the_last_state(kind: str, target: str, tmp_path: Path) -> None:
+    """Flux ≥ 0.15's ``return_state=true`` (``scan``'s ``(outputs, last state)``; a whole model's
+    ``LSTM{true, …}``) ports as the pair, every target; the text says it again (Flux ≤ 0.14's
+    ``Recur`` cannot: refused for that era). It was parsed and dropped: the port returned the
+    outputs alone."""
+    state = _random_state(kind, seed=28)
+    params = "{NNlib.#tanh,A,B,C}" if kind == "RNN" else ""
+    cell = tx.JuliaStruct(f"Flux.{_CELL_TYPES[kind]}{params}", dict(state["cell"]))
+    whole = tx.JuliaStruct(
+        "Flux.Chain{Tuple}", {"layers": (tx.JuliaStruct(f"Flux.{kind}{{true,C}}", {"cell": cell}),)}
+    )
+    path = tmp_path / "returning.jld2"
+    tx.save(path, state=NamedTuple(layers=(state,)), model=whole)
+    xs = _sequence(29)
+    want = recurrent(Layer(kind, {"σ": "tanh"}), state, xs.T[:, :, None])[:, :, 0].T
+    last = _last_state(kind, state, xs)
+    text = f"Chain({kind}(3 => 5; return_state=true))"
+    for ported in (
+        tx.from_flux(path, "state", text, target=target),
+        tx.from_flux(path, "model", target=target),
+    ):
+        batch = target != "equinox"
+        out = ported[0].apply(ported[1], xs[None]) if target == "linen" else ported(xs[None] if batch else xs)
+        hs, got = out
+        np.testing.assert_allclose(np.asarray(hs).reshape(want.shape), want, rtol=2e-5, atol=2e-5)
+        for g, w in zip(got if kind == "LSTM" else (got,), last if kind == "LSTM" else (last,)):
+            np.testing.assert_allclose(np.asarray(g).reshape(w.shape), w, rtol=2e-5, atol=2e-5)
+    model = tx.from_flux(path, "state", text)
+    assert f"model = {text}" in tx.flux_julia(model)
+    with pytest.raises(tx.UnsupportedError, match="return_state"):
+        tx.flux_julia(model, flux="0.14")

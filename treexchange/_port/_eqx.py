@@ -51,7 +51,7 @@ from ._layout import (
 from ._perm import REV, SAME, Perm, Reshape, Transpose, conv_weight_perm
 from ._registry import ACTIVATED, ClassReaders, builder, class_reader, register_target, with_defaults
 from ._spec import DEFAULT_FLUX_ERA, Layer
-from ._state import KEEP, Port, carry_initial_state
+from ._state import KEEP, Port, carry_initial_state, returning_state
 
 # === building ======================================================================================
 
@@ -234,7 +234,7 @@ def _build_recurrent(layer: Layer, key: Any, era: str) -> Any:
         else:
             wc = eqx.nn.Linear(hidden, hidden, use_bias=False, key=k3)
             cell = L.GRUv3Cell(wi.weight, wh.weight, wi.bias, wc.weight)
-    return L.Recurrence(cell, learnt_initial_state(layer))
+    return L.Recurrence(cell, learnt_initial_state(layer), bool(layer.arg("return_state", False)))
 
 
 def _build_attention(layer: Layer, key: Any, era: str) -> Any:
@@ -366,7 +366,8 @@ class _Reader:
         )
 
     def recurrence(self, m: Any, path: TreePath) -> Port:
-        return carry_initial_state(self.recurrent_cell(m.cell, (*path, "cell")), m.state0)
+        port = self.recurrent_cell(m.cell, (*path, "cell"))
+        return carry_initial_state(returning_state(port, m.return_state), m.state0)
 
     def dropout(self, m: Any, path: TreePath) -> Port:
         return Port(Layer("AlphaDropout" if isinstance(m, L.AlphaDropout) else "Dropout", {"p": float(m.p)}))

@@ -369,13 +369,16 @@ class Recurrence(eqx.Module):
     Input ``(L, in)`` (the Julia sequence ``(in, L)`` under C0), output the hidden states ``(L, H)``,
     starting from zeros (Flux's ``initialstates``), or from ``state0`` (``h``, LSTM ``(h, c)``, each
     ``(H,)``), a Flux ≤ 0.14 ``Recur``'s learnt initial state. ``cell`` is an
-    ``eqx.nn.LSTMCell``/``GRUCell``, :class:`RNNCell` or :class:`GRUv3Cell`.
+    ``eqx.nn.LSTMCell``/``GRUCell``, :class:`RNNCell` or :class:`GRUv3Cell`. With ``return_state``
+    (Flux ≥ 0.15's ``return_state=true``) the output is ``(hidden states, last state)``, the last
+    state ``h`` ``(H,)`` or LSTM's ``(h, c)``, as Flux's ``scan`` returns them.
     """
 
     cell: Any
     state0: Any = None
+    return_state: bool = eqx.field(static=True, default=False)
 
-    def __call__(self, xs: jax.Array, *, key: Any = None) -> jax.Array:
+    def __call__(self, xs: jax.Array, *, key: Any = None) -> Any:
         hidden = self.cell.weight_hh.shape[-1]
         zero = jnp.zeros((hidden,), xs.dtype)
         lstm = isinstance(self.cell, eqx.nn.LSTMCell)
@@ -385,5 +388,5 @@ class Recurrence(eqx.Module):
             carry = self.cell(x, carry)
             return carry, carry[0] if lstm else carry
 
-        _, hs = lax.scan(step, carry0, xs)
-        return hs
+        last, hs = lax.scan(step, carry0, xs)
+        return (hs, last) if self.return_state else hs

@@ -29,7 +29,7 @@ from ._layout import (
 from ._perm import SAME, Compose, Perm, Reshape, Transpose, spatial_flip
 from ._registry import CONTAINERS, with_defaults
 from ._spec import Layer
-from ._state import Port, carry_initial_state
+from ._state import Port, carry_initial_state, returning_state
 
 
 def value(variable: Any) -> Any:
@@ -247,7 +247,8 @@ class FlaxLayoutReader:
         if m.state0_h is not None:  # a learnt initial state (Flux ≤ 0.14)
             h = value(m.state0_h)
             state0 = (h, value(m.state0_c)) if m.state0_c is not None else h
-        return carry_initial_state(Port(with_defaults(Layer(m.kind, args)), arrays), state0)
+        port = returning_state(Port(with_defaults(Layer(m.kind, args)), arrays), m.return_state)
+        return carry_initial_state(port, state0)
 
     def attention(self, m: Any, path: TreePath) -> Port:
         """``nnx.MultiHeadAttention``: kernels ``(in, heads, head_dim)`` are Flux's ``W.T`` with its

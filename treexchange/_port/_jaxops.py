@@ -116,10 +116,13 @@ def recurrence(
     wc: jax.Array | None,
     xs: jax.Array,
     state0: Any = None,
-) -> jax.Array:
+    return_state: bool = False,
+) -> Any:
     """Flux's recurrent ``kind`` over ``xs`` ``(batch, time, in)`` from a zero state, or from the
     learnt ``state0`` (``h``, LSTM ``(h, c)``, each ``(H,)``; the same for every sequence) (the
-    equations are in :class:`Recurrence`). ``b`` None: Flux ≥ 0.15's ``bias=false``."""
+    equations are in :class:`Recurrence`). ``b`` None: Flux ≥ 0.15's ``bias=false``. With
+    ``return_state``, ``(hidden states, last state)`` (``h`` ``(batch, H)``, LSTM ``(h, c)``), as
+    Flux ≥ 0.15's ``return_state=true``."""
     hidden = wh.shape[-1]
     zero = jnp.zeros((xs.shape[0], hidden), xs.dtype)
     act = function_of(activation)
@@ -153,8 +156,9 @@ def recurrence(
     carry0: Any = (zero, zero) if kind == "LSTM" else zero
     if state0 is not None:
         carry0 = jax.tree_util.tree_map(lambda s, z: z + s, state0, carry0)  # over the batch
-    _, hs = jax.lax.scan(step, carry0, jnp.swapaxes(xs, 0, 1))
-    return jnp.swapaxes(hs, 0, 1)
+    last, hs = jax.lax.scan(step, carry0, jnp.swapaxes(xs, 0, 1))
+    hs = jnp.swapaxes(hs, 0, 1)
+    return (hs, last) if return_state else hs
 
 
 def scale_shift(x: jax.Array, weight: jax.Array, bias: jax.Array | None) -> jax.Array:

@@ -269,7 +269,8 @@ def _build_recurrent(layer: Layer, era: str) -> _Built:
         params["state0_h"] = _shape(hidden)
         if learnt == 2:
             params["state0_c"] = _shape(hidden)
-    module = LL.Recurrence(kind, hidden, str(layer.args.get("σ", "tanh")), learnt, use_bias)
+    returning = bool(layer.arg("return_state", False))
+    module = LL.Recurrence(kind, hidden, str(layer.args.get("σ", "tanh")), learnt, use_bias, returning)
     return _Built(module, params)
 
 
@@ -485,6 +486,7 @@ class _LinenReader(FlaxLayoutReader):
             weight_hh_candidate=candidate,
             state0_h=h0,
             state0_c=c0,
+            return_state=m.return_state,
             **arrays,
         )
         return self.recurrence(view)

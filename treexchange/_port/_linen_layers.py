@@ -231,6 +231,7 @@ class Recurrence(nn.Module):
     activation: str = "tanh"
     learnt_state0: int = 0  # learnt initial-state arrays: 0 (from zeros), 1 (h) or 2 (LSTM's h, c)
     use_bias: bool = True  # False: Flux ≥ 0.15's bias=false (no ``bias`` param)
+    return_state: bool = False  # Flux ≥ 0.15's return_state=true: (outputs, last state)
 
     @nn.compact
     def __call__(self, xs: jax.Array) -> jax.Array:
@@ -246,4 +247,4 @@ class Recurrence(nn.Module):
             state0 = self.param("state0_h", zeros, (hidden,))
             if self.learnt_state0 == 2:
                 state0 = (state0, self.param("state0_c", zeros, (hidden,)))
-        return shared.recurrence(self.kind, self.activation, wi, wh, b, wc, xs, state0)
+        return shared.recurrence(self.kind, self.activation, wi, wh, b, wc, xs, state0, self.return_state)

@@ -219,7 +219,8 @@ def _build_recurrent(layer: Layer, rngs: Any, era: str) -> Any:
     wc = init(k3, (hidden, hidden)) if kind == "GRUv3" else None
     act = str(layer.args.get("σ", "tanh"))
     bias = jnp.zeros(gates * hidden) if layer.arg("bias", True) else None  # (Flux ≥ 0.15: bias=false)
-    return NL.Recurrence(kind, wi, wh, bias, wc, act, learnt_initial_state(layer))
+    returning = bool(layer.arg("return_state", False))
+    return NL.Recurrence(kind, wi, wh, bias, wc, act, learnt_initial_state(layer), returning)
 
 
 def _build_attention(layer: Layer, rngs: Any, era: str) -> Any:

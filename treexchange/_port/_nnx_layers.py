@@ -242,8 +242,10 @@ class Recurrence(nnx.Module):
         weight_hh_candidate: jax.Array | None = None,
         activation: str = "tanh",
         state0: Any = None,
+        return_state: bool = False,
     ) -> None:
         self.kind = kind
+        self.return_state = return_state  # (Flux ≥ 0.15's return_state=true: (outputs, last state))
         self.weight_ih = nnx.Param(weight_ih)  # Wi (G·H, in)
         self.weight_hh = nnx.Param(weight_hh)  # Wh (G·H, H); GRUv3: (2H, H)
         self.bias = nnx.Param(bias) if bias is not None else None  # b (G·H,); None: bias=false
@@ -253,7 +255,7 @@ class Recurrence(nnx.Module):
         self.state0_h = nnx.Param(parts[0]) if parts[0] is not None else None
         self.state0_c = nnx.Param(parts[1]) if parts[1] is not None else None
 
-    def __call__(self, xs: jax.Array) -> jax.Array:
+    def __call__(self, xs: jax.Array) -> Any:
         wc = self.weight_hh_candidate.get_value() if self.weight_hh_candidate is not None else None
         bias = self.bias.get_value() if self.bias is not None else None
         arrays = (self.weight_ih.get_value(), self.weight_hh.get_value(), bias, wc)
@@ -261,4 +263,4 @@ class Recurrence(nnx.Module):
         if self.state0_h is not None:
             h = self.state0_h.get_value()
             state0 = (h, self.state0_c.get_value()) if self.state0_c is not None else h
-        return recurrence(self.kind, self.activation, *arrays, xs, state0)
+        return recurrence(self.kind, self.activation, *arrays, xs, state0, self.return_state)

@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from treexchange._errors import UnsupportedError
+
 from ._spec import Layer
 
 
@@ -388,6 +390,13 @@ def recurrent_julia(layer: Layer, children: list[str], era: str) -> str:
         parts.append(_activation(layer))
     # (Flux ≤ 0.14's cells take no bias keyword: loadmodel! zeroes their b from the state's false)
     keywords = ["bias=false"] if not layer.arg("bias", True) and era != "0.14" else []
+    if layer.arg("return_state", False):
+        if era == "0.14":
+            raise UnsupportedError(
+                f"{layer.kind}(…; return_state=true) returns its last state too, which Flux ≤ 0.14's Recur "
+                "cannot (write for flux='0.15')"
+            )
+        keywords.append("return_state=true")
     return _call(layer.kind, parts, keywords)
 
 

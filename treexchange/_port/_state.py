@@ -124,6 +124,14 @@ def _resolve(port: Port, spec: Any, era: str, restoring: bool = False) -> Any:
     return spec
 
 
+def returning_state(port: Port, return_state: bool) -> Port:
+    """``port`` of a recurrent layer whose module returns ``(outputs, last state)``: the layer's
+    ``args["return_state"]`` (Flux ≥ 0.15's ``return_state=true``), else ``port`` as it is."""
+    if return_state:
+        port.layer = dataclasses.replace(port.layer, args={**port.layer.args, "return_state": True})
+    return port
+
+
 def carry_initial_state(port: Port, state0: Any) -> Port:
     """``port`` of a recurrent layer whose module holds a learnt initial state ``state0`` (``h``, or
     ``(h, c)`` for LSTM, each ``(H,)``; None: the module starts from zeros): the layer's

@@ -472,6 +472,9 @@ def _rnn15(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
     if not isinstance(cell, JuliaStruct):
         raise c.error(f"{s.type} without a cell", path)
     layer, cell_state = _cell_layer(c, cell, (*path, "cell"), recur=False)
+    params = s.type.params
+    if params and params[0] is True:  # (`LSTM{S, M}`: S is return_state, a Bool type parameter)
+        layer = Layer(layer.kind, {**layer.args, "return_state": True})
     return layer, NamedTuple(cell=cell_state)
 
 
