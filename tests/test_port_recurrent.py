@@ -352,3 +352,26 @@ def test_return_state_gives_the_outputs_and_the_last_state(kind: str, target: st
     assert f"model = {text}" in tx.flux_julia(model)
     with pytest.raises(tx.UnsupportedError, match="return_state"):
         tx.flux_julia(model, flux="0.14")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_flux_recurrence_of_a_cell_is_the_layer(kind: str, tmp_path: Path) -> None:
+    """Flux ≥ 0.16's ``Recurrence(LSTMCell(3 => 5))`` is ``LSTM(3 => 5)`` (the cell scanned over
+    the sequence, state ``(cell = …,)``): its text and its whole model port as the layer."""
+    state = _random_state(kind, seed=30)
+    params = "{NNlib.#tanh,A,B,C}" if kind == "RNN" else ""
+    cell = tx.JuliaStruct(f"Flux.{_CELL_TYPES[kind]}{params}", dict(state["cell"]))
+    layer = tx.JuliaStruct("Flux.Recurrence{false,C}", {"cell": cell})
+    path = tmp_path / "recurrence.jld2"
+    tx.save(
+        path,
+        state=NamedTuple(layers=(state,)),
+        model=tx.JuliaStruct("Flux.Chain{Tuple}", {"layers": (layer,)}),
+    )
+    xs = _sequence(31)
+    want = recurrent(Layer(kind, {"σ": "tanh"}), state, xs.T[:, :, None])[:, :, 0].T
+    text = f"Chain(Recurrence({_CELL_TYPES[kind]}(3 => 5)))"
+    for ported in (tx.from_flux(path, "state", text), tx.from_flux(path, "model")):
+        np.testing.assert_allclose(np.asarray(ported(xs)), want, rtol=2e-5, atol=2e-5)
+    with pytest.raises(tx.ConversionError, match="Recurrence must wrap"):
+        tx.from_flux(path, "state", "Chain(Recurrence(Dense(3 => 5)))")

@@ -670,16 +670,32 @@ def _recurrent(a: _Args, kind: str | None = None) -> Layer:
     return Layer(kind, args)
 
 
-def _recur(a: _Args) -> Layer:
-    """Flux ≤ 0.14 prints ``LSTM(3 => 5)`` as ``Recur(LSTMCell(3 => 5))``."""
-    if len(a.args) < 1 or not isinstance(a.args[0], _Call) or not _strip(a.args[0].func).endswith("Cell"):
-        raise a.b.error("Recur must wrap an RNNCell, LSTMCell, GRUCell or GRUv3Cell", a.call.pos)
+def _wrapped_cell(a: _Args, wrapper: str) -> Layer:
+    """The recurrent layer of the one cell ``wrapper`` (``Recur``, ``Recurrence``) wraps."""
+    if len(a.args) != 1 or not isinstance(a.args[0], _Call) or not _strip(a.args[0].func).endswith("Cell"):
+        raise a.b.error(f"{wrapper} must wrap one RNNCell, LSTMCell, GRUCell or GRUv3Cell", a.call.pos)
     cell = a.args[0]
     kind = _strip(cell.func)[: -len("Cell")]
     if kind not in RECURRENT_GATES:
         raise a.b.error(f"unknown recurrent cell {cell.func!r}", cell.pos)
-    layer = _recurrent(_Args(a.b, cell), kind)
-    return Layer(kind, {**layer.args, "recur": True})
+    return _recurrent(_Args(a.b, cell), kind)
+
+
+def _recur(a: _Args) -> Layer:
+    """Flux ≤ 0.14 prints ``LSTM(3 => 5)`` as ``Recur(LSTMCell(3 => 5))``."""
+    layer = _wrapped_cell(a, "Recur")
+    return Layer(layer.kind, {**layer.args, "recur": True})
+
+
+def _recurrence(a: _Args) -> Layer:
+    """Flux ≥ 0.16's ``Recurrence(LSTMCell(3 => 5); return_state=…)``: the cell scanned over the
+    sequence, what ``LSTM(3 => 5)`` is (the same state, ``(cell = …,)``)."""
+    layer = _wrapped_cell(a, "Recurrence")
+    e = a.pop_kw("return_state")
+    a.done()
+    if e is None:
+        return layer
+    return Layer(layer.kind, {**layer.args, "return_state": a.b.bool_(e, "return_state")})
 
 
 def _mha(a: _Args) -> Layer:
@@ -786,6 +802,7 @@ _CONSTRUCTORS: dict[str, Callable[[_Builder, _Args], Layer]] = {
     "GlobalMeanPool": lambda b, a: _global(a),
     **{kind: lambda b, a: _recurrent(a) for kind in RECURRENT_GATES},
     "Recur": lambda b, a: _recur(a),
+    "Recurrence": lambda b, a: _recurrence(a),
     "MultiHeadAttention": lambda b, a: _mha(a),
 }
 

@@ -340,7 +340,7 @@ class _Assigner:
 
 # Struct names of Flux layers with state of their own (containers are walked field by field, as
 # Functors does; so a Chain holding a closure or a user's struct still has a state).
-_LAYER_STRUCTS = (ARRAY_LAYERS | STATELESS_LAYERS | {"Recur"}) - {"function", "flatten"}
+_LAYER_STRUCTS = (ARRAY_LAYERS | STATELESS_LAYERS | {"Recur", "Recurrence"}) - {"function", "flatten"}
 
 
 def whole_model_state(value: Any, era: str, *, path: TreePath = ()) -> Any:

@@ -564,6 +564,7 @@ _HANDLERS: dict[str, Callable[[_Converter, JuliaStruct, TreePath], tuple[Layer, 
     "Dropout": _dropout,
     "AlphaDropout": _dropout,
     "Recur": _recur,
+    "Recurrence": _rnn15,  # (Flux ≥ 0.16's Recurrence{S, M}(cell): LSTM(…) is one over an LSTMCell)
     **{kind: _rnn15 for kind in RECURRENT_GATES},
     "MultiHeadAttention": _mha,
     "Parallel": _parallel,
@@ -615,7 +616,7 @@ def structs_era(model: Any) -> str | None:
             base = _basename(v.type)
             if base == "Recur":
                 return "0.14"
-            if base in RECURRENT_GATES and "cell" in v.fields:
+            if (base in RECURRENT_GATES or base == "Recurrence") and "cell" in v.fields:
                 return "0.15"
         children = value_children(v)
         if children is not None:
