@@ -8,6 +8,7 @@ Images: convention C0 (docs/porting.md §Data layout), the Equinox sample is ``r
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import _flux_reference as ref
@@ -432,3 +433,28 @@ def test_a_parallel_after_a_tuple_gives_each_branch_its_input(target: str, tmp_p
     x = np.random.default_rng(2).normal(size=(5, 2)).astype(np.float32)
     expected = ref.forward(layer, tx.load(path, "s"), x.T)
     _close_to_reference(_run(built, target, x), expected.T)
+
+
+def test_vec_as_a_chain_entry_gives_one_vector(tmp_path: Path) -> None:
+    """``Chain(Dense(3 => 1, σ), vec)`` (BuiltWithGenie/MRIClassifier ends its CNN so): Julia's
+    ``vec`` of the ``(1, B)`` output is ``(B,)``; every target gives the column-major order
+    (``ravel`` on the reversed axes), from the text and from a whole model's ``Base.#vec``."""
+    rng = np.random.default_rng(34)
+    w, b = rng.standard_normal((1, 3)).astype(np.float32), rng.standard_normal(1).astype(np.float32)
+    dense = tx.JuliaStruct(
+        "Flux.Dense{NNlib.#σ,A,B}", {"weight": w, "bias": b, "σ": tx.Singleton("NNlib.#σ")}
+    )
+    whole = tx.JuliaStruct("Flux.Chain{Tuple}", {"layers": (dense, tx.Singleton("Base.#vec"))})
+    path = tmp_path / "vec.jld2"
+    tx.save(path, model=whole, state=tx.NamedTuple(layers=(tx.NamedTuple(weight=w, bias=b, σ=()), ())))
+    x = rng.standard_normal((4, 3)).astype(np.float32)  # a batch of 4 (Julia (3, 4))
+    want = (1 / (1 + np.exp(-(w @ x.T + b[:, None])))).reshape(-1, order="F")  # vec of (1, 4)
+    text = "Chain(Dense(3 => 1, σ), vec)"
+    for ported in (
+        tx.from_flux(path, "model", target="nnx"),
+        tx.from_flux(path, "state", text, target="nnx"),
+    ):
+        np.testing.assert_allclose(np.asarray(ported(x)), want, rtol=1e-6, atol=1e-6)
+    one = tx.from_flux(path, "model")  # Equinox: one sample
+    np.testing.assert_allclose(np.asarray(one(x[0])), want[:1], rtol=1e-6, atol=1e-6)
+    assert "Chain(Dense(3 => 1, sigmoid), vec)" in tx.flux_julia(one)

@@ -375,3 +375,30 @@ def test_flux_recurrence_of_a_cell_is_the_layer(kind: str, tmp_path: Path) -> No
         np.testing.assert_allclose(np.asarray(ported(xs)), want, rtol=2e-5, atol=2e-5)
     with pytest.raises(tx.ConversionError, match="Recurrence must wrap"):
         tx.from_flux(path, "state", "Chain(Recurrence(Dense(3 => 5)))")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_layers_after_a_recurrent_layer_take_its_sequence_in_equinox(kind: str, tmp_path: Path) -> None:
+    """``Chain(LSTM(3 => 5), Dense(5 => 2))``: Flux's Dense acts on the LSTM's ``(H, L)`` output
+    column by column; the Equinox port (one sequence ``(L, in)``) does the same, where
+    ``eqx.nn.Linear`` refused the 2-d input (a Flux 0.12 BSON of two GRUs and a Dense could not be
+    called). The nnx port agrees; the model's Flux.state round-trips; a vector is refused by name."""
+    rng = np.random.default_rng(32)
+    state = _random_state(kind, seed=32)
+    w = rng.standard_normal((2, 5)).astype(np.float32)
+    b = rng.standard_normal(2).astype(np.float32)
+    dense = NamedTuple(weight=w, bias=b, σ=())
+    path = tmp_path / "seq.jld2"
+    tx.save(path, state=NamedTuple(layers=(state, dense)))
+    text = f"Chain({kind}(3 => 5), Dense(5 => 2, tanh))"
+    xs = _sequence(33)
+    hs = recurrent(Layer(kind, {"σ": "tanh"}), state, xs.T[:, :, None])[:, :, 0]  # (H, L)
+    want = np.tanh(w @ hs + b[:, None]).T  # (L, 2)
+    model = tx.from_flux(path, "state", text)
+    np.testing.assert_allclose(np.asarray(model(xs)), want, rtol=2e-5, atol=2e-5)
+    nnx_model = tx.from_flux(path, "state", text, target="nnx")
+    np.testing.assert_allclose(np.asarray(nnx_model(xs[None]))[0], want, rtol=2e-5, atol=2e-5)
+    again = tx.flux_state(model)
+    np.testing.assert_array_equal(again["layers"][1]["weight"], w)
+    with pytest.raises(ValueError, match="one sequence"):
+        model(xs[0])

@@ -139,6 +139,9 @@ def test_containers_named_chains_and_ghost_connections() -> None:
         (_dense(2, 2, "Main.#12#13"), "anonymous function Main.#12#13 as activation"),
         (_dense(2, 2, "Main.myact"), r"activation 'myact' is one of your own \(Main.myact\)"),
         (_struct("Main.MyLayer", w=np.zeros(2)), "unknown layer type Main.MyLayer"),
+        # (a user's struct named like a Flux layer: phuonglh/jvl's Main.Embedding holds W, not weight)
+        (_struct("Main.Embedding", W=np.zeros((4, 9))), "Main.Embedding is not Flux's Embedding"),
+        (_struct("Lux.Dense", in_dims=2, out_dims=3), "Lux.Dense is not Flux's Dense"),
         (_struct("Flux.Chain{Core.Tuple}", layers=(_dense(2, 2), 3)), "expected a Flux layer, found int"),
         (_struct("Flux.Parallel{Main.#3#4,Core.Tuple}", layers=(_dense(2, 2),)), "anonymous function"),
     ],

@@ -78,6 +78,8 @@ def function_of(name: str) -> Callable[..., Any]:
     name = ALIASES.get(name, name)
     if name == "identity":
         return _identity
+    if name == "vec":
+        return _vec
     for fn, candidate in table():
         if candidate == name:
             return fn
@@ -86,3 +88,11 @@ def function_of(name: str) -> Callable[..., Any]:
 
 def _identity(x: Any) -> Any:
     return x
+
+
+def _vec(x: Any) -> Any:
+    """Julia's ``vec``: every element in one vector, in Julia's (column-major) order, which on the
+    reversed axes is the row-major order of ``ravel`` (a batch ``(B, 1)`` -> ``(B,)``, as Julia's
+    ``(1, B)`` -> ``(B,)``). Not in :func:`table`: a model's own ``jnp.ravel`` is no ``vec`` (one
+    sample's ravel is Flux's ``flatten``)."""
+    return x.reshape(-1)

@@ -272,6 +272,7 @@ ACTIVATIONS = frozenset(
         "identity", "relu", "sigmoid", "sigmoid_fast", "tanh", "tanh_fast", "leakyrelu", "relu6", "elu",
         "celu", "selu", "gelu", "gelu_tanh", "gelu_erf", "swish", "hardswish", "softplus", "softsign",
         "logsigmoid", "hardsigmoid", "hardtanh", "mish", "tanhshrink", "lisht", "softmax", "logsoftmax",
+        "vec",  # (Base.vec as a Chain entry, `Chain(…, Dense(8 => 1), vec)`: the output as one vector)
     }
 )  # fmt: skip
 # Connections of Parallel / SkipConnection / PairwiseFusion the port applies: Julia name -> the name

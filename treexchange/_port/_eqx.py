@@ -49,7 +49,15 @@ from ._layout import (
     same_padding,
 )
 from ._perm import REV, SAME, Perm, Reshape, Transpose, conv_weight_perm
-from ._registry import ACTIVATED, ClassReaders, builder, class_reader, register_target, with_defaults
+from ._registry import (
+    ACTIVATED,
+    RECURRENT_GATES,
+    ClassReaders,
+    builder,
+    class_reader,
+    register_target,
+    with_defaults,
+)
 from ._spec import DEFAULT_FLUX_ERA, Layer
 from ._state import KEEP, Port, carry_initial_state, returning_state
 
@@ -117,6 +125,8 @@ def _build_chain(layer: Layer, key: Any, era: str) -> Any:
     flat: list[Any] = []
     for child, k in zip(layer.children, _keys(key, len(layer.children))):
         flat += _build(child, k, era)
+    if any(sub.kind in RECURRENT_GATES for sub in layer.walk()):  # (its layers see a sequence)
+        return L.SequenceChain(tuple(flat))
     return eqx.nn.Sequential(flat)
 
 
@@ -690,7 +700,7 @@ _BUILDERS: list[tuple[tuple[str, ...], Callable[..., Any]]] = [
 ]
 _nn = eqx.nn
 _READERS: ClassReaders = [
-    (("Chain",), (_nn.Sequential,), _Reader.sequential),
+    (("Chain",), (_nn.Sequential, L.SequenceChain), _Reader.sequential),
     ((), (L.NamedChain,), _Reader.named_chain),
     ((), (_nn.MLP,), _Reader.mlp),
     (("Parallel", "PairwiseFusion", "Maxout"), (L.Parallel, L.PairwiseFusion, L.Maxout), _Reader.connected),

@@ -199,11 +199,29 @@ class StatefulActivated(eqx.nn.StatefulLayer):
         return function_of(self.activation)(y), state
 
 
+def _positions(layer: Any, x: Any) -> int:
+    """How many leading axes of ``x`` a layer that acts on one feature vector is mapped over: a
+    recurrent layer's output ``(L, H)`` into ``Dense(H => out)`` is Flux's ``Dense`` on ``(H, L)``,
+    column by column (Equinox's ``Linear`` and ``LayerNorm`` take one position only)."""
+    ndim = getattr(x, "ndim", None)
+    if ndim is None:
+        return 0
+    if isinstance(layer, eqx.nn.Linear):
+        return max(ndim - 1, 0)
+    if isinstance(layer, eqx.nn.LayerNorm):
+        return max(ndim - len(layer.shape), 0)
+    return 0
+
+
 def _apply(layer: Any, x: Any, state: Any) -> tuple[Any, Any]:
-    """``layer(x)``, passing ``state`` to (and taking it back from) a stateful layer."""
+    """``layer(x)``, passing ``state`` to (and taking it back from) a stateful layer; a ``Linear``
+    or ``LayerNorm`` given positions (a sequence) maps over them (:func:`_positions`)."""
     if state is not _NO_STATE and isinstance(layer, eqx.nn.StatefulLayer) and layer.is_stateful():
         return layer(x, state)
-    return layer(x), state
+    call = layer
+    for _ in range(_positions(layer, x)):
+        call = jax.vmap(call)
+    return call(x), state
 
 
 def _any_stateful(layers: Any) -> bool:
@@ -226,6 +244,21 @@ class Function(eqx.Module):
 
     def __call__(self, x: Any, *, key: Any = None) -> Any:
         return function_of(self.name)(x)
+
+
+class SequenceChain(eqx.nn.StatefulLayer):
+    """Flux ``Chain(…)`` holding a recurrent layer: ``eqx.nn.Sequential``'s call, but the layers
+    after the recurrence get its sequence ``(L, H)`` as Flux's do (a ``Dense`` column by column:
+    :func:`_positions`), where ``eqx.nn.Linear`` would refuse a 2-d input."""
+
+    layers: tuple[Any, ...]
+
+    def is_stateful(self) -> bool:
+        return _any_stateful(self.layers)
+
+    def __call__(self, x: Any, state: Any = _NO_STATE, *, key: Any = None) -> Any:
+        y, state = _thread(self.layers, x, state)
+        return y if state is _NO_STATE else (y, state)
 
 
 class NamedChain(eqx.nn.StatefulLayer):
@@ -379,6 +412,11 @@ class Recurrence(eqx.Module):
     return_state: bool = eqx.field(static=True, default=False)
 
     def __call__(self, xs: jax.Array, *, key: Any = None) -> Any:
+        if xs.ndim != 2:  # (a vector would be scanned over its numbers)
+            raise ValueError(
+                f"a recurrent layer takes one sequence (time, {self.cell.weight_ih.shape[-1]}) (jax.vmap "
+                f"for a batch); got shape {xs.shape}"
+            )
         hidden = self.cell.weight_hh.shape[-1]
         zero = jnp.zeros((hidden,), xs.dtype)
         lstm = isinstance(self.cell, eqx.nn.LSTMCell)

@@ -203,6 +203,17 @@ class _Converter:
             raise self.error(f"expected a Flux layer, found {type(value).__name__}", path)
         kind = _basename(value.type)
         handler = _HANDLERS.get(kind)
+        module = value.type.name.split(".")[:-1]
+        if handler is not None and module and "Flux" not in module:
+            # (a struct of one's own named like a Flux layer, Main.Embedding: its fields and its
+            # forward pass are its author's, read as Flux's they would fail or mislead)
+            raise self.error(
+                f"{value.type.name} is not Flux's {kind} but a struct of {'.'.join(module)} with the same "
+                "name: its forward pass is its author's code, which treexchange never runs. If it "
+                f"computes what Flux's {kind} does, pass architecture= with the model as Flux would "
+                "print it",
+                path,
+            )
         if handler is None:
             held = [k for k, v in value.fields.items() if _is_flux_struct(v)]
             if held and not _is_flux_struct(value):
