@@ -11,7 +11,14 @@ from typing import Any
 import h5py
 import numpy as np
 import pytest
-from conftest import SKIP_REASON, fixture_files, fixture_ids, require_fixture, require_one_of_table
+from conftest import (
+    BUNDLED_DIR,
+    SKIP_REASON,
+    fixture_files,
+    fixture_ids,
+    require_fixture,
+    require_one_of_table,
+)
 
 import treexchange as tx
 from treexchange._bson import is_device_array
@@ -463,3 +470,32 @@ def test_int128_reads_as_the_numbers_jld2_gives_for_the_same_values(tmp_path: Pa
         assert list(iter_records(f)) == list(iter_records(g))
         assert f["v"].kind == "array" and np.asarray(f["v"]).tobytes() == np.asarray(g["v"]).tobytes()
         assert f["small"].dtype is None
+
+
+def test_a_closure_keeps_what_it_captured_and_is_never_written_without_it(tmp_path: Path) -> None:
+    """B0B36JUL-FinalProjects-2022/Projekt_saranego's ResNet: ``SkipConnection(…, (mx, x) -> mx +
+    downsample(x))``, closures that captured a trained ``Chain(Conv((1, 1), 4 => 8), BatchNorm(8))``.
+    The captured values are read with their names and shown by ``inspect``; a closure with captures
+    is equal only to one with equal captures; every writer refuses it (it wrote the closure as its
+    type alone, dropping the Chain, and ``convert`` verified that as equal) and leaves no file."""
+    path = BUNDLED_DIR / "bson" / "saranego_resnet_closure.bson"
+    model = tx.load(path, "model")
+    block = model["2"]["1"][0]["1"]["1"][0]["1"]["1"][0]  # layer 1, block 1: the SkipConnection
+    closure = block["2"]
+    assert isinstance(closure, tx.Closure) and closure.capture_names == ("downsample",)
+    (downsample,) = closure.captures
+    conv, norm = downsample["1"]
+    assert conv["2"].shape == (1, 1, 4, 8) and norm["2"].shape == (8,)
+    assert not tx.values_equal(closure, tx.Singleton(closure.type))
+    assert tx.values_equal(closure, tx.load(path, "model")["2"]["1"][0]["1"]["1"][0]["1"]["1"][0]["2"])
+    with tx.open(path) as f:
+        notes = [r["note"] for r in iter_records(f) if "note" in r and "closure" in r["note"]]
+    assert notes and all("captures downsample: Flux.Chain" in n for n in notes)
+    for out, write in (
+        (tmp_path / "rn.jld2", lambda p: tx.save(p, model=model)),
+        (tmp_path / "rn.safetensors", lambda p: tx.save_safetensors(p, {"model": model})),
+    ):
+        with pytest.raises(tx.UnsupportedError, match="captured \\(downsample\\)"):
+            write(out)
+        assert not out.exists()
+    assert list(tmp_path.iterdir()) == []

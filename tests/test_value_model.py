@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import pickle
 import typing
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,3 +95,20 @@ def test_parse_errors_quote_a_bounded_part_of_the_text() -> None:
     assert len(message) < 300 and f"({len(text)} chars)" in message
     with pytest.raises(FormatError, match="not a type"):
         JuliaType.parse("1.5")
+
+
+def test_a_struct_of_zero_size_fields_equals_its_singleton(tmp_path: Path) -> None:
+    """``DataFrames.ByRow{typeof(f)}`` holding the function ``f`` is a zero-size type: BSON.jl
+    stores its field, JLD2 nothing (it reads back as the singleton), so ``convert`` BSON -> JLD2
+    refused its own output as "reads back different values" (GenieFramework/ScoringEngineDemo's
+    preprocessing file). Equal now; a struct with data is not its type's singleton."""
+    by_row = "DataFrames.ByRow{Main.#pol_map}"
+    struct = tx.JuliaStruct(by_row, {"1": tx.Singleton("Main.#pol_map")})
+    tx.save(tmp_path / "g.jld2", f=struct)
+    back = tx.load(tmp_path / "g.jld2", "f")
+    assert type(back) is tx.Singleton
+    assert tx.values_equal(struct, back) and tx.values_equal(back, struct)
+    nested = tx.JuliaStruct(by_row, {"1": (tx.Singleton("Main.#pol_map"), None, tx.NamedTuple())})
+    assert tx.values_equal(nested, tx.Singleton(by_row))
+    assert not tx.values_equal(tx.JuliaStruct(by_row, {"1": 1}), tx.Singleton(by_row))
+    assert not tx.values_equal(struct, tx.Singleton("DataFrames.ByRow{Main.#other}"))

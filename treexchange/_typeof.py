@@ -20,13 +20,14 @@ from typing import Any, Literal, Protocol, TypeVar
 import ml_dtypes
 import numpy as np
 
-from ._errors import ConversionError, PathSegment, TreePath
+from ._errors import ConversionError, PathSegment, TreePath, UnsupportedError
 from ._juliatype import BIGFLOAT_NAME, BIGINT_NAME, JuliaType
 from ._values import (
     MISSING,
     UNDEF,
     BigFloat,
     BigInt,
+    Closure,
     Int128,
     JuliaArray,
     JuliaBits,
@@ -37,6 +38,21 @@ from ._values import (
     Symbol,
     UInt128,
 )
+
+
+def refuse_captures(value: Any, path: TreePath) -> None:
+    """Raise UnsupportedError for a :class:`~treexchange.Closure` holding captured values: the
+    writers keep a closure as its type alone (what JLD2 writes for a function), which would drop
+    them (``(x, y) -> x + downsample(y)`` holds a trained ``downsample``)."""
+    if isinstance(value, Closure) and value.captures:
+        held = ", ".join(value.capture_names) or f"{len(value.captures)} values"
+        raise UnsupportedError(
+            f"the closure {value.type.basename} holds the values it captured ({held}), which "
+            "treexchange does not write: it writes a closure as its type alone, and they would be "
+            "lost. Take them out (Closure.captures) or leave the closure out",
+            path=path,
+        )
+
 
 Kind = Literal[
     "namedtuple",

@@ -381,9 +381,12 @@ class Closure(Singleton):
 
     ``type`` is the closure's type (``Main.#3#4``, the name Julia gave it); ``name`` the method's
     name (``#3``), ``module``, ``file`` and ``line`` where it was defined, each ``None`` when the
-    file does not say; ``captures`` the values it closed over, in order (``()`` for most). As a
-    value it is the singleton of its type (what JLD2 writes for a function), so equality and
-    writing follow :class:`Singleton`: the captured values are not written.
+    file does not say; ``captures`` the values it closed over, in order (``()`` for most), and
+    ``capture_names`` their variable names when the file gives them. Without captures it is the
+    singleton of its type (what JLD2 writes for a function), equal to that :class:`Singleton`.
+    With captures (``(x, y) -> x + downsample(y)`` holds a trained ``downsample``) it equals only
+    a closure of the same type whose captures are equal, and writing it to JLD2 is refused (the
+    writer would keep its type alone, losing them).
 
     Example:
         >>> from treexchange import Closure
@@ -392,7 +395,7 @@ class Closure(Singleton):
         (Closure('Main.#3#4', defined at REPL[9]:8), 'REPL[9]:8')
     """
 
-    __slots__ = ("captures", "file", "line", "module", "name")
+    __slots__ = ("capture_names", "captures", "file", "line", "module", "name")
 
     def __init__(
         self,
@@ -403,6 +406,7 @@ class Closure(Singleton):
         file: str | None = None,
         line: int | None = None,
         captures: tuple[Any, ...] = (),
+        capture_names: tuple[str, ...] = (),
     ) -> None:
         super().__init__(type_)
         self.name = name
@@ -410,6 +414,7 @@ class Closure(Singleton):
         self.file = file
         self.line = line
         self.captures = tuple(captures)
+        self.capture_names = tuple(capture_names)
 
     @property
     def where(self) -> str | None:
@@ -984,11 +989,44 @@ def _children_if_equal_shells(x: Any, y: Any) -> list[tuple[Any, Any]] | Literal
         if not same_type(x.type, y.type) or list(x.fields) != list(y.fields):
             return False
         return [(v, y.fields[k]) for k, v in x.fields.items()]
+    if (isinstance(x, Closure) and x.captures) or (isinstance(y, Closure) and y.captures):
+        # (a closure's captured values are data: `(x, y) -> x + downsample(y)` holds the trained
+        # `downsample`, so two closures are equal when those are too)
+        if not (isinstance(x, Closure) and isinstance(y, Closure)) or not same_type(x.type, y.type):
+            return False
+        return list(zip(x.captures, y.captures)) if len(x.captures) == len(y.captures) else False
+    if (isinstance(x, JuliaStruct) and type(y) is Singleton) or (
+        type(x) is Singleton and isinstance(y, JuliaStruct)
+    ):
+        # A struct whose fields are all zero-size (`ByRow{typeof(f)}` holding the function `f`) is
+        # itself a zero-size type, its instance fixed by the type: JLD2 stores none of it and reads
+        # it back as the singleton, while BSON.jl stores its fields.
+        struct = x if isinstance(x, JuliaStruct) else y
+        return [] if same_type(x.type, y.type) and _zero_size(struct) else False
     if isinstance(x, JuliaArray) and isinstance(y, JuliaArray):
         if not same_type(x.eltype, y.eltype) or x.shape != y.shape:
             return False
         return list(zip(x, y))
     return None
+
+
+def _zero_size(value: Any) -> bool:
+    """Whether ``value`` is of a zero-size Julia type: a singleton (a function, ``nothing``, a
+    closure capturing nothing), or a tuple, NamedTuple or struct of such values only."""
+    todo = [value]
+    while todo:
+        v = todo.pop()
+        if v is None or type(v) is Singleton or (isinstance(v, Closure) and not v.captures):
+            continue
+        if isinstance(v, tuple):
+            todo.extend(v)
+        elif isinstance(v, NamedTuple):
+            todo.extend(v._data.values())
+        elif isinstance(v, JuliaStruct) and not v.mutable:
+            todo.extend(v.fields.values())
+        else:
+            return False
+    return True
 
 
 def _leaves_equal(a: Any, b: Any) -> bool:

@@ -445,12 +445,19 @@ class Session:
     def _closure_info(self, raw: Doc, path: TreePath) -> dict[str, Any]:
         """What names a closure, read from the raw ``Core.TypeName`` (never raised: it holds the
         method's compiled code, and refers back to the closure's own type)."""
-        info: dict[str, Any] = {"type_name": None, "name": None, "module": None, "file": None, "line": None}
+        info: dict[str, Any] = {
+            "type_name": None, "name": None, "module": None, "file": None, "line": None, "names": (),
+        }  # fmt: skip
         tn = self.deref(raw.get("typename"), path)
         data = tn.get("data") if isinstance(tn, Doc) else None
         if not isinstance(data, Seq) or len(data) < 3:
             raise FormatError("BSON.jl jl_anonymous without a TypeName", offset=raw.offset, path=path)
         info["type_name"] = _symbol_text(self.deref(data[1], path)) or "#anonymous"
+        names = self.deref(data[2], path)  # (the closure type's field names: its captured variables)
+        names = self.deref(names.get("data"), path) if isinstance(names, Doc) else names
+        if isinstance(names, Seq):
+            texts = [_symbol_text(self.deref(n, path)) for n in names]
+            info["names"] = tuple(t for t in texts if t) if all(texts) else ()
         mt = self.deref(data[-1], path)  # the method table: [name, methods, max_args, kwsorter]
         methods = self.deref(mt[1], path) if isinstance(mt, Seq) and len(mt) > 1 else None
         method = self.deref(methods[0], path) if isinstance(methods, Seq) and methods else None
@@ -493,7 +500,12 @@ class Session:
             info = self._closure_info(rtype, path)
             captures = tuple(self._items(data, path, depth)) if isinstance(data, Seq) else ()
             where = f" defined at {info['file']}:{info['line']}" if info["file"] else ""
-            self.notes[path] = f"closure {info['name'] or t.basename}{where} (never run)"
+            names = info["names"] if len(info["names"]) == len(captures) else ()
+            held = ""
+            if captures:  # (data the closure holds: trained layers, sizes; shown, never dropped)
+                shown = [_capture_text(n, v) for n, v in zip(names or map(str, range(1, 99)), captures)]
+                held = f"; captures {', '.join(shown[:4])}{', …' if len(shown) > 4 else ''}"
+            self.notes[path] = f"closure {info['name'] or t.basename}{where} (never run{held})"
             return Closure(
                 t,
                 name=info["name"],
@@ -501,6 +513,7 @@ class Session:
                 file=info["file"],
                 line=info["line"],
                 captures=captures,
+                capture_names=names,
             )
         known = self._struct_types.get(id(rtype))
         if known is not None and known[0] is rtype:
@@ -774,6 +787,14 @@ def _field_names(t: JuliaType, n: int) -> list[str]:
 
 
 _POSITIONS = tuple(str(i) for i in range(1, 65))
+
+
+def _capture_text(name: str, value: Any) -> str:
+    """``name`` and what a closure's captured value is, in a few words (``downsample: Flux.Chain``)."""
+    if isinstance(value, np.ndarray):
+        return f"{name}: {value.dtype} {'×'.join(map(str, value.shape)) or 'scalar'}"
+    kind = value.type.name if isinstance(value, (JuliaStruct, Singleton)) else type(value).__name__
+    return f"{name}: {kind}"
 
 
 def _symbol_text(raw: Any) -> str | None:

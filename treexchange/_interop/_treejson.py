@@ -30,7 +30,7 @@ import numpy as np
 
 from .._errors import ConversionError, FormatError, PathSegment, TreePath, UnsupportedError, format_path
 from .._juliatype import JuliaType
-from .._typeof import _DTYPE_TO_JULIA
+from .._typeof import _DTYPE_TO_JULIA, refuse_captures
 from .._values import (
     MISSING,
     UNDEF,
@@ -197,6 +197,7 @@ def _encode_scalar(value: Any, path: TreePath) -> dict[str, Any]:
     if isinstance(value, str):
         return {"t": "str", "v": value}
     if isinstance(value, Singleton):
+        refuse_captures(value, path)
         return {"t": "singleton", "type": encode_type(value.type)}
     if isinstance(value, JuliaBits):
         return {"t": "bits", "type": encode_type(value.type), "hex": value.data.hex()}

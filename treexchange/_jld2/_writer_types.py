@@ -41,7 +41,7 @@ import numpy as np
 from .._errors import ConversionError, PathSegment, TreePath, TreexchangeError, UnsupportedError
 from .._hdf5._model import H5Class, H5Type
 from .._juliatype import JuliaType, _render_param, is_bigfloat_name, is_bigint_name, where_type
-from .._typeof import julia_eltype, numpy_dtype, qualified_name, type_of
+from .._typeof import julia_eltype, numpy_dtype, qualified_name, refuse_captures, type_of
 from .._values import (
     MISSING,
     UNDEF,
@@ -776,6 +776,7 @@ class TypeFactory:
         return self.bits(value.type, len(value.data))
 
     def for_singleton(self, value: Singleton, path: TreePath) -> JT:
+        refuse_captures(value, path)
         if is_type_singleton(value):
             return self.DATATYPE  # the value T of type Type{T}: JLD2 stores it as a DataType
         return self.singleton(value.type.name, tuple(value.type.params))
