@@ -212,3 +212,48 @@ def test_same_padding_of_a_stride_1_conv_is_explicit_flux_padding(
     assert "pad=" in text
     expected = ref.forward(parse_architecture(text), tx.flux_state(model), x.transpose(2, 1, 3, 0))
     np.testing.assert_allclose(y.transpose(2, 1, 3, 0), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("padding", ["VALID", "SAME"])
+def test_conv_transpose_string_padding_is_what_lax_pads(padding: str, tmp_path: Path) -> None:
+    """Flax's ``ConvTranspose(padding="VALID")`` pads the dilated input by ``(k−1, max(k−1, s−1))``
+    (``lax.conv_transpose``), not by zeros: it was written as ``pad = k−1`` (kernel 3, stride 1:
+    ``pad=2``, output 3 long instead of 7). Every kernel, stride and dilation now ports to the
+    same output; "SAME" ports too (it was refused)."""
+    from flax import linen as lnn
+
+    rng = np.random.default_rng(35)
+    x = jnp.asarray(rng.standard_normal((2, 5, 3)), jnp.float32)
+    for k, s, d in [(1, 1, 1), (2, 1, 2), (3, 1, 1), (3, 2, 1), (2, 2, 1), (4, 3, 2), (3, 3, 1)]:
+        mod = lnn.Sequential(
+            [lnn.ConvTranspose(2, (k,), strides=(s,), padding=padding, kernel_dilation=(d,))]
+        )
+        variables = mod.init(jax.random.key(k), x)
+        text = tx.flux_julia((mod, variables)).splitlines()[1][len("model = ") :]
+        tx.save(tmp_path / "t.jld2", model_state=tx.flux_state((mod, variables)))
+        module, params = tx.from_flux(tmp_path / "t.jld2", "model_state", text, target="linen")
+        want = mod.apply(variables, x)
+        np.testing.assert_allclose(
+            np.asarray(module.apply(params, x)), np.asarray(want), rtol=1e-6, atol=1e-6
+        )
+        if padding == "VALID" and (k, s, d) == (3, 1, 1):
+            assert "pad" not in text and want.shape[1] == 7
+
+
+def test_flax_options_that_change_the_function_are_refused() -> None:
+    """A kernel ``mask`` (nnx and linen), an nnx ``LayerNorm`` over other axes than the last and an
+    nnx ``BatchNorm(axis=1)`` were written as plain Flux layers (2 to 4 off; linen already refused
+    the norms): refused, naming the option."""
+    from flax import nnx
+
+    rngs = nnx.Rngs(0)
+    for model, match in (
+        (nnx.Sequential(nnx.Conv(4, 2, (3, 3), mask=jnp.zeros((3, 3, 4, 2)), rngs=rngs)), "mask"),
+        (nnx.Sequential(nnx.LayerNorm(4, reduction_axes=(1, 2, 3), rngs=rngs)), "reduction_axes"),
+        (nnx.Sequential(nnx.BatchNorm(7, axis=1, rngs=rngs)), "axis != -1"),
+    ):
+        with pytest.raises(tx.UnsupportedError, match=match):
+            tx.flux_state(model)
+    masked = nn.Sequential([nn.Conv(2, (3, 3), mask=jnp.zeros((3, 3, 4, 2)))])
+    with pytest.raises(tx.UnsupportedError, match="mask"):
+        tx.flux_state((masked, masked.init(jax.random.key(0), jnp.ones((1, 5, 5, 4)))))

@@ -12,7 +12,10 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from _flux_reference import forward
@@ -397,3 +400,46 @@ def test_torchvision_resnet18_to_metalhead_resnet18_and_back() -> None:
     for name, tensor in sd.items():
         if not name.endswith("num_batches_tracked"):
             np.testing.assert_array_equal(back[name], tensor.numpy(), err_msg=name)
+
+
+@pytest.mark.parametrize(
+    ("module", "match"),
+    [
+        (lambda: nn.LeakyReLU(0.2), "negative_slope=0.2"),
+        (lambda: nn.ELU(alpha=2.0), "alpha=2.0"),
+        (lambda: nn.Softplus(beta=2.0), "beta=2.0"),
+        (lambda: nn.Hardtanh(-2.0, 2.0), "min_val=-2.0"),
+        (lambda: nn.AvgPool2d(3, 2, 1, count_include_pad=False), "count_include_pad=False"),
+        (lambda: nn.AvgPool2d(2, divisor_override=3), "divisor_override=3"),
+        (lambda: nn.MaxPool2d(2, dilation=2), "dilation=2"),
+        (lambda: nn.MaxPool2d(2, ceil_mode=True), "ceil_mode=True"),
+        (lambda: nn.Embedding(5, 3, max_norm=0.5), "max_norm=0.5"),
+        (lambda: nn.Flatten(1, 2), "end_dim=2"),
+    ],
+)
+def test_torch_module_options_that_change_the_function_are_refused(module: Any, match: str) -> None:
+    """A torch module's options were dropped (``LeakyReLU(0.2)`` read as NNlib's ``leakyrelu``,
+    slope 0.01; ``AvgPool2d(count_include_pad=False)`` as Flux's MeanPool, which counts padding):
+    the port computed another function. Refused, naming the option."""
+    from treexchange._interop._torch import layer_of_module
+
+    with pytest.raises(tx.UnsupportedError, match=match):
+        layer_of_module(nn.Sequential(nn.Linear(4, 4), module()))
+
+
+def test_torch_exact_gelu_is_gelu_erf(tmp_path: Path) -> None:
+    """torch's ``GELU()`` is the erf form (NNlib ``gelu_erf``), ``GELU(approximate="tanh")`` NNlib's
+    ``gelu``: each ports to its own function (the exact one was read as the tanh form, 4.7e-4 off)."""
+    from treexchange._interop._torch import layer_of_module
+    from treexchange._port._registry import julia_constructor
+
+    x = torch.randn(5, 4, generator=torch.Generator().manual_seed(0)) * 3
+    for approximate, name in (("none", "gelu_erf"), ("tanh", "gelu")):
+        m = nn.Sequential(nn.Linear(4, 4), nn.GELU(approximate=approximate)).eval()
+        text = julia_constructor(layer_of_module(m), "0.15")
+        assert text == f"Chain(Dense(4 => 4, {name}))"
+        tx.save(tmp_path / "g.jld2", s=tx.state_dict_to_flux(None, m))
+        ported = tx.from_flux(tmp_path / "g.jld2", "s", text)
+        with torch.no_grad():
+            want = m(x).numpy()
+        np.testing.assert_allclose(np.asarray(jax.vmap(ported)(jnp.asarray(x.numpy()))), want, atol=2e-6)

@@ -31,7 +31,35 @@ ACTIVATIONS = {
     "SiLU": "swish",
     "Hardtanh": "hardtanh",
 }
-"""torch activation modules -> the NNlib name of the same function."""
+"""torch activation modules -> the NNlib name of the same function (with the options of
+:data:`_DEFAULT_OPTIONS`: any other value computes another function)."""
+
+# The option values under which a torch module computes its NNlib namesake (NNlib's leakyrelu has
+# slope 0.01, elu α = 1, hardtanh clamps to [-1, 1]; torch's Softplus switches to x above
+# threshold 20, where log1p(exp(x)) and x agree to float precision).
+_DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {
+    "ELU": {"alpha": 1.0},
+    "LeakyReLU": {"negative_slope": 0.01},
+    "Softplus": {"beta": 1.0, "threshold": 20.0},
+    "Hardtanh": {"min_val": -1.0, "max_val": 1.0},
+}
+
+
+def activation_name(sub: Any) -> str:
+    """The NNlib name of a torch activation module, refusing options that change its function
+    (``LeakyReLU(0.2)`` is not NNlib's ``leakyrelu``). ``GELU()`` (exact, erf) is ``gelu_erf``,
+    ``GELU(approximate="tanh")`` NNlib's ``gelu``."""
+    name = type(sub).__name__
+    if name == "GELU":
+        return "gelu" if getattr(sub, "approximate", "none") == "tanh" else "gelu_erf"
+    for option, default in _DEFAULT_OPTIONS.get(name, {}).items():
+        value = getattr(sub, option, default)
+        if float(value) != default:
+            raise UnsupportedError(
+                f"torch {name}({option}={value}) computes another function than NNlib's "
+                f"{ACTIVATIONS[name]} ({option} = {default}): no Flux activation to write it as"
+            )
+    return ACTIVATIONS[name]
 
 
 def read_sequential(module: Any) -> Iterator[Layer]:
@@ -41,7 +69,7 @@ def read_sequential(module: Any) -> Iterator[Layer]:
     for sub in items:
         name = type(sub).__name__
         if name in ACTIVATIONS and pending is not None and pending.args.get("σ") == "identity":
-            pending = dataclasses.replace(pending, args={**pending.args, "σ": ACTIVATIONS[name]})
+            pending = dataclasses.replace(pending, args={**pending.args, "σ": activation_name(sub)})
             continue
         if pending is not None:
             yield pending
@@ -58,7 +86,7 @@ def read_module(sub: Any) -> Layer:
             return reader(sub)
     name = type(sub).__name__
     if name in ACTIVATIONS:
-        return Layer("function", {"name": ACTIVATIONS[name]})
+        return Layer("function", {"name": activation_name(sub)})
     raise UnsupportedError(f"torch module {name} has no Flux counterpart here (give the architecture text)")
 
 
@@ -146,6 +174,8 @@ def _layernorm(sub: Any) -> Layer:
 
 
 def _embedding(sub: Any) -> Layer:
+    if sub.max_norm is not None:  # (it renormalises the rows it looks up: another function)
+        raise UnsupportedError(f"torch Embedding(max_norm={sub.max_norm}) has no Flux counterpart")
     return Layer("Embedding", {"in": sub.num_embeddings, "out": sub.embedding_dim})
 
 
@@ -187,6 +217,21 @@ def _ntuple(value: Any, n: int) -> tuple[int, ...]:
 def _pool(sub: Any) -> Layer:
     name = type(sub).__name__
     n = int(name[-2])
+    # (NNlib's pools: no dilation, floor of the output size, a mean over the whole window, padding
+    # included; anything else is another function or another output size)
+    refused = []
+    if _ntuple(getattr(sub, "dilation", 1), n) != (1,) * n:
+        refused.append(f"dilation={sub.dilation!r}")
+    if sub.ceil_mode:
+        refused.append("ceil_mode=True")
+    if getattr(sub, "return_indices", False):
+        refused.append("return_indices=True")
+    if getattr(sub, "divisor_override", None) is not None:
+        refused.append(f"divisor_override={sub.divisor_override}")
+    if not getattr(sub, "count_include_pad", True) and any(_ntuple(sub.padding, n)):
+        refused.append("count_include_pad=False")
+    if refused:
+        raise UnsupportedError(f"torch {name}({', '.join(refused)}) has no Flux counterpart")
     k = _ntuple(sub.kernel_size, n)[::-1]
     stride = _ntuple(sub.stride if sub.stride is not None else sub.kernel_size, n)[::-1]
     pad = _pairs(_ntuple(sub.padding, n))
@@ -194,6 +239,11 @@ def _pool(sub: Any) -> Layer:
 
 
 def _flatten(sub: Any) -> Layer:
+    if (sub.start_dim, sub.end_dim) != (1, -1):  # (Flux.flatten keeps the batch, merges the rest)
+        raise UnsupportedError(
+            f"torch Flatten(start_dim={sub.start_dim}, end_dim={sub.end_dim}) is not Flux.flatten "
+            "(start_dim=1, end_dim=-1)"
+        )
     return Layer("flatten")
 
 

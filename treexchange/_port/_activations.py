@@ -12,7 +12,7 @@ from .._errors import UnsupportedError
 ELEMENTWISE = frozenset(
     {
         "identity", "relu", "sigmoid", "tanh", "elu", "gelu", "softplus", "swish", "leakyrelu", "selu",
-        "celu", "relu6", "hardtanh", "logsigmoid", "softsign", "hardsigmoid", "mish", "hardswish",
+        "celu", "relu6", "hardtanh", "logsigmoid", "softsign", "hardsigmoid", "mish", "hardswish", "gelu_erf",
     }
 )  # fmt: skip
 
@@ -49,6 +49,8 @@ def table() -> list[tuple[Callable[..., Any], str]]:
         (nn.hard_swish, "hardswish"),
         (nn.softmax, "softmax"),
         (nn.log_softmax, "logsoftmax"),
+        (_gelu_erf, "gelu_erf"),  # (the port's own functions, as its builders place them)
+        (_vec, "vec"),
     ]
     return [(f, n) for f, n in pairs if f is not None]
 
@@ -80,6 +82,10 @@ def function_of(name: str) -> Callable[..., Any]:
         return _identity
     if name == "vec":
         return _vec
+    if name == "gelu_erf":  # (NNlib's exact gelu; its `gelu` is the tanh form, jax.nn.gelu's default)
+        return _gelu_erf
+    if name == "gelu_tanh":
+        name = "gelu"
     for fn, candidate in table():
         if candidate == name:
             return fn
@@ -88,6 +94,12 @@ def function_of(name: str) -> Callable[..., Any]:
 
 def _identity(x: Any) -> Any:
     return x
+
+
+def _gelu_erf(x: Any) -> Any:
+    import jax
+
+    return jax.nn.gelu(x, approximate=False)
 
 
 def _vec(x: Any) -> Any:

@@ -124,6 +124,10 @@ class FlaxLayoutReader:
 
     def conv(self, conv: Any, path: TreePath, kind: str) -> Port:
         """A Conv, CrossCor or ConvTranspose (``kind``) in Flax's kernel layout, of either API."""
+        if getattr(conv, "mask", None) is not None:  # (a kernel mask: another function than Flux's)
+            raise UnsupportedError(
+                f"{kind}(mask=…) has no Flux twin (Flux convolves the whole kernel)", path=path
+            )
         kernel = value(conv.kernel)
         n = kernel.ndim - 2
         args: dict[str, Any] = {
@@ -191,6 +195,8 @@ class FlaxLayoutReader:
         return Port(Layer("Scale", args), arrays)
 
     def batchnorm(self, m: Any, path: TreePath) -> Port:
+        if getattr(m, "axis", -1) not in (-1, (-1,)):  # (nnx's; linen's reader checks its own)
+            raise UnsupportedError("BatchNorm(axis != -1): Flux normalises the channel axis", path=path)
         mean = value(m.mean)
         args = {
             "channels": int(mean.shape[0]),
@@ -288,6 +294,13 @@ class FlaxLayoutReader:
             raise UnsupportedError(layernorm_0_14_message(), path=path)
         if bool(m.use_scale) != bool(m.use_bias):
             raise UnsupportedError("Flux LayerNorm has both scale and bias or neither", path=path)
+        for axes in ("reduction_axes", "feature_axes"):  # (nnx's; linen's reader checks its own)
+            if getattr(m, axes, -1) not in (-1, (-1,)):
+                raise UnsupportedError(
+                    f"LayerNorm({axes}={getattr(m, axes)!r}) normalises other axes than the last, "
+                    "which has no Flux twin here",
+                    path=path,
+                )
         args = {"size": (int(m.num_features),), "ϵ": math.sqrt(float(m.epsilon)), "affine": bool(m.use_scale)}
         port = Port(with_defaults(Layer("LayerNorm", args)))
         if m.use_scale:

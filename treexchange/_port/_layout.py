@@ -95,11 +95,30 @@ def transpose_padding(a: Mapping[str, Any]) -> list[tuple[int, int]]:
 def flux_transpose_pads(
     padding: Any, args: Mapping[str, Any], path: TreePath
 ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """Inverse of :func:`transpose_padding`; a negative ``hi`` pad is read as output padding."""
+    """Inverse of :func:`transpose_padding`; a negative ``hi`` pad is read as output padding.
+
+    ``"VALID"`` and ``"SAME"`` are the pairs ``lax.conv_transpose`` pads the dilated input with,
+    not zeros: for a dilated kernel of ``k = d(k₀−1)+1``, VALID pads ``(k−1, max(k−1, s−1))``
+    (so Flux's ``pad = 0``, ``outpad = max(0, s−1−d(k₀−1))``) and SAME ``pad_len = k+s−2``, its
+    first part ``k−1`` when ``s > k−1``, else ``⌈pad_len/2⌉`` (its output is the input times ``s``).
+    """
     n = len(args["kernel"])
-    if isinstance(padding, str) and padding.upper() != "VALID":
-        raise UnsupportedError(f"ConvTranspose padding={padding!r}: give explicit pairs", path=path)
-    pairs = explicit_pairs(padding, n, path)
+    if isinstance(padding, str):
+        mode = padding.upper()
+        if mode not in ("VALID", "SAME"):
+            raise UnsupportedError(f"ConvTranspose padding={padding!r}: give explicit pairs", path=path)
+        pairs = []
+        for j in reversed(range(n)):  # (Python axis order: Julia's reversed)
+            k = args["dilation"][j] * (args["kernel"][j] - 1) + 1
+            s_ = args["stride"][j]
+            if mode == "VALID":
+                pairs.append((k - 1, max(k - 1, s_ - 1)))
+            else:
+                total = k + s_ - 2
+                first = k - 1 if s_ > k - 1 else -(-total // 2)
+                pairs.append((first, total - first))
+    else:
+        pairs = explicit_pairs(padding, n, path)
     pad: list[int] = []
     outpad: list[int] = []
     for j, (lo, hi) in zip(range(n), reversed(pairs)):

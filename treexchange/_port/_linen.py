@@ -512,6 +512,7 @@ class _LinenReader(FlaxLayoutReader):
             kernel_dilation=m.kernel_dilation,
             feature_group_count=1 if transpose else m.feature_group_count,
             transpose_kernel=bool(getattr(m, "transpose_kernel", False)),
+            mask=getattr(m, "mask", None),
         )
         return self.conv(view, path, kind)
 
