@@ -10,6 +10,7 @@ input. The restored model's ``flux_state`` must give back the random arrays exac
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import equinox as eqx
@@ -422,3 +423,66 @@ def test_layer_matches_flux_reference_both_directions(layer: Layer, shape: Any, 
     again = tx.flux_state(restored)
     mine, theirs = _arrays(again), _arrays(state)
     assert len(mine) == len(theirs) and all(np.array_equal(a, b) for a, b in zip(mine, theirs))
+
+
+def test_layernorm_after_conv_normalises_fluxs_first_dims(tmp_path: Path) -> None:
+    """``Chain(Conv((3, 3), 2 => 4), LayerNorm(6))``: Flux normalises dim 1 (the width) of the
+    ``(W, H, C, N)`` maps. Equinox (a sample is Julia's dims reversed, ``(C, H, W)``) normalises
+    its last axis, row by row (``eqx.nn.LayerNorm`` refused the 3-d sample); nnx and linen, whose
+    maps are channels-last, are refused rather than normalising the channels. A ConvTranspose
+    whose output padding is not below its stride (Flux and PyTorch allow it) is refused by
+    Equinox only."""
+    from treexchange._port._arch import parse_architecture
+    from treexchange._port._eqx import build_equinox
+
+    text = "Chain(Conv((3, 3), 2 => 4), LayerNorm(6))"
+    rng = np.random.default_rng(36)
+    model = build_equinox(parse_architecture(text), key=jax.random.key(0))
+    model = jax.tree_util.tree_map(lambda a: a + jnp.asarray(rng.normal(size=a.shape), a.dtype), model)
+    tx.save(tmp_path / "ln.jld2", s=tx.flux_state(model))
+    state = tx.load(tmp_path / "ln.jld2", "s")
+    x = rng.normal(size=(8, 5, 2, 1)).astype(np.float32)  # Julia (W, H, C, N)
+    want = forward(parse_architecture(text), state, x)  # (6, 3, 4, 1)
+    ported = tx.from_flux(tmp_path / "ln.jld2", "s", text)
+    got = np.asarray(ported(jnp.asarray(x[..., 0].transpose(2, 1, 0))))  # (C, H, W)
+    np.testing.assert_allclose(got, want[..., 0].transpose(2, 1, 0), rtol=1e-5, atol=1e-5)
+    for target in ("nnx", "linen"):
+        with pytest.raises(tx.UnsupportedError, match="channels-last"):
+            tx.from_flux(tmp_path / "ln.jld2", "s", text, target=target)
+    w = rng.normal(size=(3, 2, 2)).astype(np.float32)
+    tx.save(
+        tmp_path / "ct.jld2",
+        s=tx.NamedTuple(
+            layers=(
+                tx.NamedTuple(
+                    σ=(),
+                    weight=w,
+                    bias=np.zeros(2, np.float32),
+                    stride=(1,),
+                    pad=(0, 0),
+                    outpad=(1,),
+                    dilation=(2,),
+                    groups=1,
+                ),
+            )
+        ),
+    )
+    outpadded = "Chain(ConvTranspose((3,), 2 => 2; outpad=1, dilation=2))"
+    with pytest.raises(tx.UnsupportedError, match="output padding below its stride"):
+        tx.from_flux(tmp_path / "ct.jld2", "s", outpadded)
+    assert tx.from_flux(tmp_path / "ct.jld2", "s", outpadded, target="nnx") is not None
+
+
+def test_nnx_dropout_with_its_rng_stream_restores(tmp_path: Path) -> None:
+    """``nnx.Dropout(0.5, rngs=rngs)`` (the usual way) holds an RNG stream (count, key) with no Flux
+    state: a restore into it was refused ("the layout does not cover … rngs.count.value"); it keeps
+    the model's own stream and loads the Dense."""
+    rngs = nnx.Rngs(0)
+    model = nnx.Sequential(nnx.Linear(3, 2, rngs=rngs), nnx.Dropout(0.5, rngs=rngs))
+    tx.save(tmp_path / "d.jld2", model_state=tx.flux_state(model))
+    fresh = nnx.Sequential(nnx.Linear(3, 2, rngs=nnx.Rngs(5)), nnx.Dropout(0.5, rngs=nnx.Rngs(5)))
+    restored = tx.load(tmp_path / "d.jld2", "model_state", like=fresh, layout=tx.flux_state)
+    np.testing.assert_array_equal(
+        np.asarray(restored.layers[0].kernel[...]), np.asarray(model.layers[0].kernel[...])
+    )
+    assert int(restored.layers[1].rngs.count[...]) == int(fresh.layers[1].rngs.count[...])

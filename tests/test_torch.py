@@ -443,3 +443,18 @@ def test_torch_exact_gelu_is_gelu_erf(tmp_path: Path) -> None:
         with torch.no_grad():
             want = m(x).numpy()
         np.testing.assert_allclose(np.asarray(jax.vmap(ported)(jnp.asarray(x.numpy()))), want, atol=2e-6)
+
+
+def test_bfloat16_modules_load_and_state_dicts_of_non_tensors_are_refused(tmp_path: Path) -> None:
+    """A bfloat16 Flux state loads into a bfloat16 module (``new_tensor`` refused ml_dtypes'
+    bfloat16: TypeError), bit for bit; a state_dict entry that is no tensor is a MismatchError
+    naming it (it was an AttributeError)."""
+    m = nn.Sequential(nn.Linear(3, 2)).to(torch.bfloat16)
+    tx.save(tmp_path / "b.jld2", model_state=tx.state_dict_to_flux(None, m))
+    state = tx.load(tmp_path / "b.jld2", "model_state")
+    fresh = tx.load_into_module(nn.Sequential(nn.Linear(3, 2)).to(torch.bfloat16), state)
+    assert torch.equal(fresh[0].weight, m[0].weight) and fresh[0].weight.dtype == torch.bfloat16
+    for bad in (None, [[0.0] * 3] * 2, "x", 1.5):
+        sd = {**nn.Sequential(nn.Linear(3, 2)).state_dict(), "0.weight": bad}
+        with pytest.raises(tx.MismatchError, match=r"0\.weight is a .*, not a tensor"):
+            tx.state_dict_to_flux(sd, nn.Sequential(nn.Linear(3, 2)))

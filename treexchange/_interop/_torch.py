@@ -324,6 +324,13 @@ def _groups(state_dict: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return list(groups.items())
 
 
+def _torch_ready(array: Any) -> np.ndarray:
+    """An array torch takes (``new_tensor`` then casts to the module's dtype): bfloat16, which
+    numpy knows only through ml_dtypes and torch not at all, goes as float32 (exact)."""
+    a = np.array(array)
+    return a.astype(np.float32) if a.dtype == ml_dtypes.bfloat16 else a
+
+
 def _numpy(tensor: Any) -> np.ndarray:
     if isinstance(tensor, np.ndarray):
         return tensor
@@ -376,7 +383,12 @@ def _pair(
             if name not in tensors:
                 problems.append(Mismatch("missing", (*where, p.flux), f"no tensor {label}{name}"))
                 continue
-            shape = tuple(_shape(tensors[name]))
+            found = tensors[name]
+            if not (hasattr(found, "shape") and hasattr(found, "dtype")):  # (None, a list, a number)
+                what = f"{label}{name} is a {type(found).__name__}, not a tensor"
+                problems.append(Mismatch("kind", (*where, p.flux), what))
+                continue
+            shape = tuple(_shape(found))
             if shape != p.shape:
                 problems.append(
                     Mismatch(
@@ -656,7 +668,7 @@ def load_into_module(
     """
     names = module.state_dict()
     tensors = flux_to_state_dict(state, module if architecture is None else architecture, names=names)
-    converted = {k: names[k].new_tensor(np.array(v)) for k, v in tensors.items()}  # the module's dtypes
+    converted = {k: names[k].new_tensor(_torch_ready(v)) for k, v in tensors.items()}  # the module's dtypes
     module.load_state_dict(converted, strict=strict)
     return module
 

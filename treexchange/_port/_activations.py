@@ -97,7 +97,7 @@ def _identity(x: Any) -> Any:
 
 
 def _gelu_erf(x: Any) -> Any:
-    import jax
+    import jax  # (jax is costly to import: loaded on first use, as in table())
 
     return jax.nn.gelu(x, approximate=False)
 

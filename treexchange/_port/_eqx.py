@@ -125,7 +125,9 @@ def _build_chain(layer: Layer, key: Any, era: str) -> Any:
     flat: list[Any] = []
     for child, k in zip(layer.children, _keys(key, len(layer.children))):
         flat += _build(child, k, era)
-    if any(sub.kind in RECURRENT_GATES for sub in layer.walk()):  # (its layers see a sequence)
+    # (a recurrent layer's sequence, or a LayerNorm over the last dims of a larger input: Flux
+    # normalises its first dims, the last here, of whatever comes in)
+    if any(sub.kind in RECURRENT_GATES or sub.kind == "LayerNorm" for sub in layer.walk()):
         return L.SequenceChain(tuple(flat))
     return eqx.nn.Sequential(flat)
 
@@ -151,6 +153,11 @@ def _build_conv(layer: Layer, key: Any, era: str) -> Any:
         key=key,
     )
     if layer.kind == "ConvTranspose":
+        if any(o >= s for o, s in zip(a["outpad"], a["stride"])):  # (Flux allows it, Equinox not)
+            raise UnsupportedError(
+                f"ConvTranspose(outpad={tuple(a['outpad'])}, stride={tuple(a['stride'])}): Equinox needs "
+                "each output padding below its stride (target='nnx' or 'linen' ports it)"
+            )
         return eqx.nn.ConvTranspose(output_padding=rev(a["outpad"]), groups=groups, **common)
     if layer.kind == "CrossCor":
         return L.CrossCor(eqx.nn.Conv(**common))

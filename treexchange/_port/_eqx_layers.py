@@ -247,9 +247,11 @@ class Function(eqx.Module):
 
 
 class SequenceChain(eqx.nn.StatefulLayer):
-    """Flux ``Chain(…)`` holding a recurrent layer: ``eqx.nn.Sequential``'s call, but the layers
-    after the recurrence get its sequence ``(L, H)`` as Flux's do (a ``Dense`` column by column:
-    :func:`_positions`), where ``eqx.nn.Linear`` would refuse a 2-d input."""
+    """Flux ``Chain(…)`` holding a recurrent layer or a ``LayerNorm``: ``eqx.nn.Sequential``'s
+    call, but a ``Linear`` or ``LayerNorm`` given more axes than it takes maps over the leading ones
+    as Flux's act on the first dims (:func:`_positions`): a ``Dense`` after a recurrence gets its
+    sequence ``(L, H)`` column by column, a ``LayerNorm(W)`` after a conv normalises each row of
+    a ``(C, H, W)`` sample (Flux's dim 1), where ``eqx.nn.Linear``/``LayerNorm`` would refuse them."""
 
     layers: tuple[Any, ...]
 

@@ -306,3 +306,34 @@ class FlaxLayoutReader:
         if m.use_scale:
             port.arrays.update({"scale": (value(m.scale), SAME), "bias": (value(m.bias), SAME)})
         return port
+
+
+_FEATURE_MAPS = frozenset(
+    {"Conv", "CrossCor", "ConvTranspose", "DepthwiseConv", "MaxPool", "MeanPool", "AdaptiveMaxPool",
+     "AdaptiveMeanPool", "GlobalMaxPool", "GlobalMeanPool"}
+)  # fmt: skip
+_VECTORS = frozenset({"flatten", "Dense", "Bilinear", "Embedding"})
+
+
+def refuse_layernorm_on_feature_maps(layer: Any, target: str) -> None:
+    """Raise UnsupportedError for a ``LayerNorm`` that a Chain applies to a conv's feature maps:
+    Flux normalises their first dims (``LayerNorm(W)``: each row of a ``(W, H, C, N)`` map), which
+    the Flax targets' channels-last layout ``(N, H, W, C)`` keeps elsewhere than on the last axes
+    that their LayerNorm normalises (it would normalise the channels). The Equinox port, whose
+    samples are Julia's dims reversed, normalises the right ones."""
+    maps = False
+    todo = list(reversed(layer.children))
+    while todo:
+        sub = todo.pop()
+        if sub.kind == "Chain" and not sub.names:
+            todo.extend(reversed(sub.children))
+        elif sub.kind in _FEATURE_MAPS:
+            maps = True
+        elif sub.kind in _VECTORS:
+            maps = False
+        elif sub.kind == "LayerNorm" and maps:
+            raise UnsupportedError(
+                f"LayerNorm{tuple(sub.args['size'])} after conv layers normalises Flux's first dims of "
+                f"their feature maps, which target={target!r} lays out channels-last (it would normalise "
+                "other axes): target='equinox' ports it"
+            )

@@ -16,11 +16,14 @@ modules of ``treexchange._port._nnx_layers``.
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from .._bridge._restore import LeafRef, NoArrays
 from .._bridge._to_julia import to_julia
+from .._errors import ConversionError, TreexchangeError
 from .._values import NamedTuple
 from ._layout import is_linen_model
 from ._lux import check_lux, lux_ps_st
@@ -50,9 +53,10 @@ def flux_state(model: Any, *, flux: str = DEFAULT_FLUX_ERA) -> Any:
         [(['weight', 'bias', 'σ'], (8, 3)), (['weight', 'bias', 'σ'], (2, 8))]
     """
     era = check_era(flux)
-    port = read_model(model, era)
-    fix_unported_leaves(port)
-    return to_julia_keeping_refs(state_of(port, era))
+    with model_errors():
+        port = read_model(model, era)
+        fix_unported_leaves(port)
+        return to_julia_keeping_refs(state_of(port, era))
 
 
 def flux_julia(
@@ -70,7 +74,8 @@ def flux_julia(
         Flux.loadmodel!(model, JLD2.load("mlp.jld2", "model_state"))
     """
     era = check_era(flux)
-    port = read_model(model, era)
+    with model_errors():
+        port = read_model(model, era)
     check_julia_names(port.layer)
     expr = julia_constructor(port.layer, era)
     suffix = {"float64": " |> f64", "float16": " |> f16"}.get(float_dtype(port) or "float32", "")
@@ -81,6 +86,22 @@ def flux_julia(
             f"Flux.loadmodel!(model, JLD2.load({_julia_string(file)}, {_julia_string(name)}))",
         ]
     )
+
+
+@contextlib.contextmanager
+def model_errors() -> Iterator[None]:
+    """Reading a model whose arrays are not arrays of its layers' shapes (a weight set to a list,
+    a 1-d kernel): the AttributeError/ValueError of the line that met it as a ConversionError (a
+    reader gives the path where it can, :func:`~._registry.class_reader`)."""
+    try:
+        yield
+    except TreexchangeError:  # (ConversionError is a TypeError too)
+        raise
+    except (AttributeError, TypeError, ValueError, IndexError, KeyError) as err:
+        raise ConversionError(
+            f"the model does not hold what its layers need: their arrays must be arrays of the "
+            f"layers' shapes ({type(err).__name__}: {err})"
+        ) from err
 
 
 def read_model(model: Any, era: str) -> Port:
@@ -163,7 +184,8 @@ def lux_state(model: Any, *, lux: str = "1", part: str | None = None) -> Any:
         ((8, 3), (8, 1), NamedTuple())
     """
     check_lux(lux, part)
-    port = read_model(model, DEFAULT_FLUX_ERA)
+    with model_errors():
+        port = read_model(model, DEFAULT_FLUX_ERA)
     restoring = _restoring(port)
     ps, st = lux_ps_st(port, lux, part, restoring)
     fix_unported_leaves(port)

@@ -29,8 +29,15 @@ from flax import linen as nn
 from .._errors import PathSegment, TreePath, UnsupportedError
 from . import _linen_layers as LL
 from ._activations import function_of
-from ._flaxread import FlaxLayoutReader, scale_shape
-from ._layout import is_linen_model, julia_pad, layernorm_eps, python_padding, rev, transpose_padding
+from ._flaxread import FlaxLayoutReader, refuse_layernorm_on_feature_maps, scale_shape
+from ._layout import (
+    is_linen_model,
+    julia_pad,
+    layernorm_eps,
+    python_padding,
+    rev,
+    transpose_padding,
+)
 from ._perm import SAME, Transpose
 from ._registry import (
     ACTIVATED,
@@ -121,6 +128,7 @@ def _container(children: list[tuple[Any, Vars, Vars]]) -> tuple[list[Any], Vars,
 
 
 def _build_chain(layer: Layer, era: str) -> _Built:
+    refuse_layernorm_on_feature_maps(layer, "linen")
     if layer.names:
         modules, params, stats = _container([_one(c, era) for c in layer.children])
         return _Built(LL.NamedChain(modules, tuple(layer.names)), params, stats)

@@ -33,9 +33,15 @@ from flax import nnx
 from .._errors import TreePath, UnsupportedError
 from . import _nnx_layers as NL
 from ._activations import function_of
-from ._flaxread import FlaxLayoutReader, scale_shape, value
+from ._flaxread import FlaxLayoutReader, refuse_layernorm_on_feature_maps, scale_shape, value
 from ._jaxops import learnt_initial_state
-from ._layout import julia_pad, layernorm_eps, python_padding, rev, transpose_padding
+from ._layout import (
+    julia_pad,
+    layernorm_eps,
+    python_padding,
+    rev,
+    transpose_padding,
+)
 from ._perm import SAME, Perm, Transpose
 from ._registry import (
     ACTIVATED,
@@ -47,7 +53,7 @@ from ._registry import (
     with_defaults,
 )
 from ._spec import DEFAULT_FLUX_ERA, Layer
-from ._state import Port
+from ._state import KEEP, Port
 
 # === building ======================================================================================
 
@@ -82,6 +88,7 @@ def _one(layer: Layer, rngs: Any, era: str) -> Any:
 
 
 def _build_chain(layer: Layer, rngs: Any, era: str) -> Any:
+    refuse_layernorm_on_feature_maps(layer, "nnx")
     if layer.names:
         return NL.NamedChain([_one(c, rngs, era) for c in layer.children], tuple(layer.names))
     flat: list[Any] = []
@@ -325,7 +332,15 @@ class _Reader(FlaxLayoutReader):
     def dropout(self, m: Any, path: TreePath) -> Port:
         if isinstance(m, NL.AlphaDropout):
             return Port(Layer("AlphaDropout", {"p": m.p}))
-        return Port(Layer("Dropout", {"p": float(m.rate)}))
+        port = Port(Layer("Dropout", {"p": float(m.rate)}))
+        # (nnx.Dropout(rate, rngs=rngs) holds an RNG stream, its count and key: no Flux state, so a
+        # restore keeps the model's own)
+        stream = getattr(m, "rngs", None)
+        for name in ("count", "key"):
+            variable = getattr(stream, name, None)
+            if variable is not None:
+                port.fixed.append((value(variable), KEEP))
+        return port
 
     def scale_module(self, m: Any, path: TreePath) -> Port:
         return self.scale(value(m.weight), value(m.bias) if m.bias is not None else None)

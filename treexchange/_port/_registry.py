@@ -36,10 +36,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._errors import ConversionError, UnsupportedError
+from .._errors import ConversionError, TreexchangeError, UnsupportedError
 from . import _rules as R
 from ._spec import Layer
 
@@ -412,12 +413,29 @@ def register_target(
 
 
 def class_reader(by_class: Mapping[type, Callable[..., Any]], module: Any) -> Callable[..., Any] | None:
-    """The reader registered for the nearest class in ``module``'s MRO, or None."""
+    """The reader registered for the nearest class in ``module``'s MRO, or None; called as
+    ``reader(target_reader, module, path, …)``, a module whose fields are not what its class holds
+    (a weight set to None, a string, an array of another rank) raises a ConversionError with the
+    path, not the AttributeError/ValueError of the line that met it."""
     for cls in type(module).__mro__:
         found = by_class.get(cls)
         if found is not None:
-            return found
+            return functools.partial(_guarded_read, found)
     return None
+
+
+def _guarded_read(reader: Callable[..., Any], target: Any, module: Any, path: Any, *args: Any) -> Any:
+    try:
+        return reader(target, module, path, *args)
+    except TreexchangeError:  # (ConversionError is a TypeError too: one a nested read raised)
+        raise
+    except (AttributeError, TypeError, ValueError, IndexError, KeyError) as err:
+        raise ConversionError(
+            f"{type(getattr(module, 'module', module)).__name__} does not hold what the layer needs: its "
+            "arrays must be arrays of "
+            f"the layer's shapes ({type(err).__name__}: {err})",
+            path=path,
+        ) from err
 
 
 def entry(target: str, kind: str) -> Entry:
