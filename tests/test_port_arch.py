@@ -343,3 +343,13 @@ def test_comments_that_begin_with_a_digit_stay_comments() -> None:
     closure; a comment numbering the layers is a comment (a review's find)."""
     text = "Chain(\n  Dense(2 => 3),  #1 layer\n  Dense(3 => 1),  #2\n)  #3"
     assert parse_architecture(text).kinds() == ["Chain", "Dense", "Dense"]
+
+
+def test_a_precision_suffix_is_accepted_and_ignored() -> None:
+    """``flux_julia`` writes ``Chain(…) |> f16`` for a Float16 model, which ``from_flux`` refused
+    ("unexpected '|'"): the suffix is accepted (the arrays' type comes from the file); others not."""
+    plain = parse_architecture("Chain(Dense(3 => 2))")
+    for suffix in (" |> f16", "|>f32", " |> Flux.f64\n"):
+        assert parse_architecture("Chain(Dense(3 => 2))" + suffix) == plain
+    with pytest.raises(ConversionError, match="column 22"):
+        parse_architecture("Chain(Dense(3 => 2)) |> gpu")

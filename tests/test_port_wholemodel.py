@@ -142,6 +142,11 @@ def test_containers_named_chains_and_ghost_connections() -> None:
         # (a user's struct named like a Flux layer: phuonglh/jvl's Main.Embedding holds W, not weight)
         (_struct("Main.Embedding", W=np.zeros((4, 9))), "Main.Embedding is not Flux's Embedding"),
         (_struct("Lux.Dense", in_dims=2, out_dims=3), "Lux.Dense is not Flux's Dense"),
+        # (ge27zib/LVModels' NDE keeps Flux.destructure's θ: the message says where, and the way)
+        (
+            _struct("Main.NDE", p=_struct("Main.Params", θ=np.zeros(10, np.float32))),
+            r"vector of 10 numbers at model\.p\.θ.*tx\.from_flux\(path, \('model', 'p', 'θ'\), architecture=",
+        ),
         (_struct("Flux.Chain{Core.Tuple}", layers=(_dense(2, 2), 3)), "expected a Flux layer, found int"),
         (_struct("Flux.Parallel{Main.#3#4,Core.Tuple}", layers=(_dense(2, 2),)), "anonymous function"),
     ],

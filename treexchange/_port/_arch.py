@@ -825,6 +825,14 @@ def parse_architecture(text: str) -> Layer:
         ['Chain', 'Conv', 'MaxPool', 'flatten']
         >>> net.children[0].args["pad"], net.children[1].args["stride"]
         ((2, 2, 2, 2), (2, 2))
+
+    A trailing ``|> f16`` / ``|> f32`` / ``|> f64`` (as ``flux_julia`` writes for a Float16 or
+    Float64 model) is accepted and ignored: the arrays' type comes from the file.
     """
+    # (spaces in place of the suffix: the positions errors give stay those of the text)
+    text = _PRECISION_SUFFIX.sub(lambda m: " " * len(m.group(0)), text)
     builder = _Builder(text)
     return builder.layer(_Parser(text).parse())
+
+
+_PRECISION_SUFFIX = re.compile(r"\|>\s*(?:Flux\.)?f(?:16|32|64)\s*$")

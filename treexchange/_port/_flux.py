@@ -76,9 +76,10 @@ def flux_julia(
     era = check_era(flux)
     with model_errors():
         port = read_model(model, era)
+        dtype = float_dtype(port)
     check_julia_names(port.layer)
     expr = julia_constructor(port.layer, era)
-    suffix = {"float64": " |> f64", "float16": " |> f16"}.get(float_dtype(port) or "float32", "")
+    suffix = {"float64": " |> f64", "float16": " |> f16"}.get(dtype or "float32", "")
     return "\n".join(
         [
             "using Flux, JLD2",
@@ -186,9 +187,9 @@ def lux_state(model: Any, *, lux: str = "1", part: str | None = None) -> Any:
     check_lux(lux, part)
     with model_errors():
         port = read_model(model, DEFAULT_FLUX_ERA)
-    restoring = _restoring(port)
-    ps, st = lux_ps_st(port, lux, part, restoring)
-    fix_unported_leaves(port)
+        restoring = _restoring(port)
+        ps, st = lux_ps_st(port, lux, part, restoring)
+        fix_unported_leaves(port)
     if part is None:
         return to_julia_keeping_refs(ps), to_julia_keeping_refs(st)
     return to_julia_keeping_refs(ps if part == "ps" else st)

@@ -231,8 +231,11 @@ class _Converter:
                     path,
                 )
             known = ", ".join(sorted(_HANDLERS))
+            shown = str(value.type)
+            shown = shown if len(shown) <= 100 else shown[:99] + "…"  # (type parameters run long)
             raise self.error(
-                f"unknown layer type {value.type}; the Flux layers that port: {known} (see {PORTING_DOCS})",
+                f"unknown layer type {shown}; the Flux layers that port: {known} (see {PORTING_DOCS})"
+                f"{_flat_vector_hint(value, path)}",
                 path,
             )
         try:
@@ -597,6 +600,33 @@ def _unwrap_tracked(value: Any) -> Any:
     if isinstance(value, NamedTuple):
         return NamedTuple((k, _unwrap_tracked(v)) for k, v in value.items())
     return value
+
+
+def _flat_vector_hint(value: Any, path: TreePath) -> str:
+    """For a struct that is no layer: where it holds the longest vector of floats (a model of one's
+    own keeping ``Flux.destructure``'s ``p``, LVModels' ``NDE`` its ``θ``), which ports with the
+    architecture text; else nothing."""
+    best: tuple[int, TreePath] | None = None
+    todo: list[tuple[Any, TreePath]] = [(value, tuple(path))]
+    seen: set[int] = set()
+    while todo and len(seen) < 10_000:  # (bounded: a hint, not a search)
+        v, at = todo.pop()
+        if id(v) in seen:
+            continue
+        seen.add(id(v))
+        if isinstance(v, np.ndarray):
+            if v.ndim == 1 and v.dtype.kind == "f" and v.size > 1 and (best is None or v.size > best[0]):
+                best = (int(v.size), at)
+            continue
+        children = value_children(v)
+        if children is not None:
+            todo.extend((child, (*at, k)) for k, child in children)
+    if best is None:
+        return ""
+    return (
+        f". It holds a vector of {best[0]} numbers at {format_path(best[1])}: if that is the model's flat "
+        f"parameter vector (Flux.destructure's p), tx.from_flux(path, {best[1]!r}, architecture=…) ports it"
+    )
 
 
 def structs_era(model: Any) -> str | None:
