@@ -487,6 +487,7 @@ def test_a_closure_keeps_what_it_captured_and_is_never_written_without_it(tmp_pa
     conv, norm = downsample["1"]
     assert conv["2"].shape == (1, 1, 4, 8) and norm["2"].shape == (8,)
     assert not tx.values_equal(closure, tx.Singleton(closure.type))
+    assert closure != tx.Singleton(closure.type) and closure != tx.Closure(closure.type, captures=(1,))
     assert tx.values_equal(closure, tx.load(path, "model")["2"]["1"][0]["1"]["1"][0]["1"]["1"][0]["2"])
     with tx.open(path) as f:
         notes = [r["note"] for r in iter_records(f) if "note" in r and "closure" in r["note"]]

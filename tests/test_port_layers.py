@@ -449,6 +449,19 @@ def test_layernorm_after_conv_normalises_fluxs_first_dims(tmp_path: Path) -> Non
     for target in ("nnx", "linen"):
         with pytest.raises(tx.UnsupportedError, match="channels-last"):
             tx.from_flux(tmp_path / "ln.jld2", "s", text, target=target)
+    from treexchange._port._nnx import build_nnx
+
+    for nested in (  # (wherever the LayerNorm sits after the conv; not after a vec)
+        "Chain(Conv((3, 3), 1 => 2), SkipConnection(LayerNorm(4), +))",
+        "Chain(Conv((3, 3), 1 => 2), Parallel(+, LayerNorm(4), identity))",
+        "Chain(Conv((3, 3), 1 => 2), Chain(ln = LayerNorm(4)))",
+    ):
+        with pytest.raises(tx.UnsupportedError, match="channels-last"):
+            build_nnx(parse_architecture(nested), rngs=nnx.Rngs(0))
+    build_nnx(parse_architecture("Chain(Conv((3, 3), 1 => 2), vec, LayerNorm(4))"), rngs=nnx.Rngs(0))
+    r = nnx.Rngs(0)  # the other way: an nnx LayerNorm of conv maps normalises the channels
+    with pytest.raises(tx.UnsupportedError, match="normalises the channels"):
+        tx.flux_state(nnx.Sequential(nnx.Conv(1, 4, (3, 3), rngs=r), nnx.LayerNorm(4, rngs=r)))
     w = rng.normal(size=(3, 2, 2)).astype(np.float32)
     tx.save(
         tmp_path / "ct.jld2",
@@ -470,7 +483,11 @@ def test_layernorm_after_conv_normalises_fluxs_first_dims(tmp_path: Path) -> Non
     outpadded = "Chain(ConvTranspose((3,), 2 => 2; outpad=1, dilation=2))"
     with pytest.raises(tx.UnsupportedError, match="output padding below its stride"):
         tx.from_flux(tmp_path / "ct.jld2", "s", outpadded)
-    assert tx.from_flux(tmp_path / "ct.jld2", "s", outpadded, target="nnx") is not None
+    x1 = rng.normal(size=(1, 5, 2)).astype(np.float32)  # (batch, width, channels)
+    by_nnx = tx.from_flux(tmp_path / "ct.jld2", "s", outpadded, target="nnx")(x1)
+    module, params = tx.from_flux(tmp_path / "ct.jld2", "s", outpadded, target="linen")
+    assert by_nnx.shape == (1, 5 + 4 + 1, 2)  # Flux: (in − 1)·s + d(k − 1) + 1 + outpad
+    np.testing.assert_allclose(np.asarray(by_nnx), np.asarray(module.apply(params, x1)), rtol=1e-6, atol=1e-6)
 
 
 def test_nnx_dropout_with_its_rng_stream_restores(tmp_path: Path) -> None:

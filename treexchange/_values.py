@@ -416,6 +416,17 @@ class Closure(Singleton):
         self.captures = tuple(captures)
         self.capture_names = tuple(capture_names)
 
+    def __eq__(self, other: object) -> bool:
+        # (captures are data: equal closures capture equal values, as values_equal says)
+        if isinstance(other, Closure) and (self.captures or other.captures):
+            return values_equal(self, other)
+        if self.captures and isinstance(other, Singleton):
+            return False
+        return super().__eq__(other)
+
+    def __hash__(self) -> int:
+        return super().__hash__()  # (the type's: equal closures have one type)
+
     @property
     def where(self) -> str | None:
         """``file:line`` where the closure was defined, or ``None`` when the file does not say."""

@@ -315,25 +315,41 @@ _FEATURE_MAPS = frozenset(
 _VECTORS = frozenset({"flatten", "Dense", "Bilinear", "Embedding"})
 
 
-def refuse_layernorm_on_feature_maps(layer: Any, target: str) -> None:
-    """Raise UnsupportedError for a ``LayerNorm`` that a Chain applies to a conv's feature maps:
-    Flux normalises their first dims (``LayerNorm(W)``: each row of a ``(W, H, C, N)`` map), which
-    the Flax targets' channels-last layout ``(N, H, W, C)`` keeps elsewhere than on the last axes
-    that their LayerNorm normalises (it would normalise the channels). The Equinox port, whose
-    samples are Julia's dims reversed, normalises the right ones."""
-    maps = False
-    todo = list(reversed(layer.children))
-    while todo:
-        sub = todo.pop()
-        if sub.kind == "Chain" and not sub.names:
-            todo.extend(reversed(sub.children))
-        elif sub.kind in _FEATURE_MAPS:
-            maps = True
-        elif sub.kind in _VECTORS:
-            maps = False
-        elif sub.kind == "LayerNorm" and maps:
+def refuse_layernorm_on_feature_maps(
+    layer: Any, target: str, *, reading: bool = False, maps: bool = False
+) -> bool:
+    """Raise UnsupportedError for a ``LayerNorm`` applied to a conv's feature maps anywhere in
+    ``layer`` (nested Chains, named or not, and the branches of SkipConnection/Parallel included):
+    Flux normalises their first dims (``LayerNorm(W)``: each row of a ``(W, H, C, N)`` map), while
+    a Flax LayerNorm normalises the last axes of the channels-last ``(N, H, W, C)``: the channels.
+    Building (``reading=False``) a Flax model of such a Flux layer, or writing (``reading=True``)
+    the Flux twin of such a Flax model, would compute another function. The Equinox port, whose
+    samples are Julia's dims reversed, normalises the right ones. Returns whether ``layer``'s
+    output is feature maps (``maps``: whether its input is)."""
+    kind = layer.kind
+    if kind == "Chain":
+        for child in layer.children:
+            maps = refuse_layernorm_on_feature_maps(child, target, reading=reading, maps=maps)
+        return maps
+    if layer.children:  # (SkipConnection, Parallel, …: each branch gets the input)
+        outs = [
+            refuse_layernorm_on_feature_maps(c, target, reading=reading, maps=maps) for c in layer.children
+        ]
+        return any(outs) or maps
+    if kind in _FEATURE_MAPS:
+        return True
+    if kind in _VECTORS or (kind == "function" and layer.args.get("name") == "vec"):
+        return False
+    if kind == "LayerNorm" and maps:
+        size = tuple(layer.args["size"])
+        if reading:
             raise UnsupportedError(
-                f"LayerNorm{tuple(sub.args['size'])} after conv layers normalises Flux's first dims of "
-                f"their feature maps, which target={target!r} lays out channels-last (it would normalise "
-                "other axes): target='equinox' ports it"
+                f"a {target} LayerNorm{size} after conv layers normalises the channels of the feature "
+                "maps, which no Flux LayerNorm does (it normalises their first dims, the width)"
             )
+        raise UnsupportedError(
+            f"LayerNorm{size} after conv layers normalises Flux's first dims of their feature maps, "
+            f"which target={target!r} lays out channels-last (it would normalise the channels): "
+            "target='equinox' ports it"
+        )
+    return maps

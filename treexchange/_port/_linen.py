@@ -330,7 +330,9 @@ def read_linen(module: Any, variables: Mapping[str, Any], *, flux: str = DEFAULT
     """
     params = variables.get("params", {})
     stats = variables.get("batch_stats", {})
-    return _LinenReader(flux).read(_Scoped(module, params, stats), ())
+    port = _LinenReader(flux).read(_Scoped(module, params, stats), ())
+    refuse_layernorm_on_feature_maps(port.layer, "linen", reading=True)
+    return port
 
 
 @dataclasses.dataclass

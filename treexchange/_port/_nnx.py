@@ -267,7 +267,9 @@ def read_nnx(model: Any, *, flux: str = DEFAULT_FLUX_ERA) -> Port:
         >>> port.layer.children[0].args["σ"], port.children[0].arrays["weight"][1]
         ('relu', Transpose(axes=(1, 0)))
     """
-    return _Reader(flux).read(model, ())
+    port = _Reader(flux).read(model, ())
+    refuse_layernorm_on_feature_maps(port.layer, "nnx", reading=True)
+    return port
 
 
 class _Reader(FlaxLayoutReader):

@@ -487,7 +487,7 @@ def _rnn15(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
         raise c.error(f"{s.type} without a cell", path)
     layer, cell_state = _cell_layer(c, cell, (*path, "cell"), recur=False)
     params = s.type.params
-    if params and params[0] is True:  # (`LSTM{S, M}`: S is return_state, a Bool type parameter)
+    if params and isinstance(params[0], (bool, np.bool_)) and params[0]:  # (`LSTM{S, M}`: S = return_state)
         layer = Layer(layer.kind, {**layer.args, "return_state": True})
     return layer, NamedTuple(cell=cell_state)
 
@@ -609,7 +609,7 @@ def _flat_vector_hint(value: Any, path: TreePath) -> str:
     best: tuple[int, TreePath] | None = None
     todo: list[tuple[Any, TreePath]] = [(value, tuple(path))]
     seen: set[int] = set()
-    while todo and len(seen) < 10_000:  # (bounded: a hint, not a search)
+    while todo and len(seen) < 10_000 and len(todo) < 100_000:  # (bounded: a hint, not a search)
         v, at = todo.pop()
         if id(v) in seen:
             continue
