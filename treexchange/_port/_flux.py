@@ -27,7 +27,7 @@ from .._errors import ConversionError, TreexchangeError
 from .._values import NamedTuple
 from ._layout import is_linen_model
 from ._lux import check_lux, lux_ps_st
-from ._registry import check_julia_names, julia_constructor
+from ._registry import MODEL_ERRORS, check_julia_names, julia_constructor
 from ._spec import DEFAULT_FLUX_ERA
 from ._state import Port, _restoring, check_era, fix_unported_leaves, float_dtype, state_of
 
@@ -98,7 +98,7 @@ def model_errors() -> Iterator[None]:
         yield
     except TreexchangeError:  # (ConversionError is a TypeError too)
         raise
-    except (AttributeError, TypeError, ValueError, IndexError, KeyError) as err:
+    except MODEL_ERRORS as err:
         raise ConversionError(
             f"the model does not hold what its layers need: their arrays must be arrays of the "
             f"layers' shapes ({type(err).__name__}: {err})"

@@ -424,12 +424,18 @@ def class_reader(by_class: Mapping[type, Callable[..., Any]], module: Any) -> Ca
     return None
 
 
+MODEL_ERRORS = (AttributeError, TypeError, ValueError, IndexError, KeyError)
+"""What reading a model whose leaves are not arrays of its layers' shapes raises on the way (a
+weight that is None, a list, a 1-d kernel): each is made a ConversionError (:func:`class_reader`,
+``_flux.model_errors``)."""
+
+
 def _guarded_read(reader: Callable[..., Any], target: Any, module: Any, path: Any, *args: Any) -> Any:
     try:
         return reader(target, module, path, *args)
     except TreexchangeError:  # (ConversionError is a TypeError too: one a nested read raised)
         raise
-    except (AttributeError, TypeError, ValueError, IndexError, KeyError) as err:
+    except MODEL_ERRORS as err:
         raise ConversionError(
             f"{type(getattr(module, 'module', module)).__name__} does not hold what the layer needs: its "
             "arrays must be arrays of "
