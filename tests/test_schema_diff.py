@@ -8,7 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _schema_samples import flux_chain_state, flux_dense
-from conftest import SKIP_REASON, fixture_files, fixture_ids, require_fixture, require_one_of_table
+from conftest import (
+    SKIP_REASON,
+    converts_or_refuses_captures,
+    fixture_files,
+    fixture_ids,
+    require_fixture,
+    require_one_of_table,
+)
 
 import treexchange as tx
 from treexchange import NamedTuple
@@ -398,7 +405,8 @@ BSON_FILES = fixture_files("bson/*.bson")
 )
 def test_every_bson_file_and_its_jld2_copy_have_the_same_contents(path: Path, tmp_path: Path) -> None:
     copy = tmp_path / "copy.jld2"
-    convert(path, copy)
+    if not converts_or_refuses_captures(path, copy, convert):
+        return  # (a closure's captured values: refused, not written without them)
     result = tx.diff(path, copy, checksums=True)
     assert not result, result.text()
 
