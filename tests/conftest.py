@@ -233,16 +233,9 @@ def converts_or_refuses_captures(path: Path, out: Path, convert: Callable[[Path,
     that captured values (Projekt_saranego's ResNet), which every writer refuses rather than
     dropping them: then the refusal names the captures and no file is left."""
     import treexchange as tx
-    from treexchange._values import value_children
+    from treexchange._values import each_value
 
-    todo, seen, captured = [tx.load(path)], set(), False
-    while todo and not captured:
-        v = todo.pop()
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
-        captured = isinstance(v, tx.Closure) and bool(v.captures)
-        todo.extend(child for _, child in value_children(v) or ())
+    captured = any(isinstance(v, tx.Closure) and v.captures for _, v in each_value(tx.load(path)))
     if not captured:
         convert(path, out)
         return True

@@ -24,7 +24,7 @@ from treexchange._port._registry import KINDS, PORTING_DOCS, RECURRENT_GATES
 from treexchange._port._spec import Layer
 from treexchange._port._state import gruv3_wh
 from treexchange._recursion import stack_for_depth
-from treexchange._values import JuliaStruct, NamedTuple, Singleton, value_children
+from treexchange._values import JuliaStruct, NamedTuple, Singleton, each_value, value_children
 
 _GHOSTS = frozenset({"σ", "λ"})  # zero-size function fields JLD2 ≤ 0.4 does not store
 
@@ -607,20 +607,10 @@ def _flat_vector_hint(value: Any, path: TreePath) -> str:
     own keeping ``Flux.destructure``'s ``p``, LVModels' ``NDE`` its ``θ``), which ports with the
     architecture text; else nothing."""
     best: tuple[int, TreePath] | None = None
-    todo: list[tuple[Any, TreePath]] = [(value, tuple(path))]
-    seen: set[int] = set()
-    while todo and len(seen) < 10_000 and len(todo) < 100_000:  # (bounded: a hint, not a search)
-        v, at = todo.pop()
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
-        if isinstance(v, np.ndarray):
-            if v.ndim == 1 and v.dtype.kind == "f" and v.size > 1 and (best is None or v.size > best[0]):
+    for at, v in each_value(value, tuple(path), limit=10_000):  # (bounded: a hint, not a search)
+        if isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype.kind == "f" and v.size > 1:
+            if best is None or v.size > best[0]:
                 best = (int(v.size), at)
-            continue
-        children = value_children(v)
-        if children is not None:
-            todo.extend((child, (*at, k)) for k, child in children)
     if best is None:
         return ""
     return (
@@ -646,22 +636,13 @@ def structs_era(model: Any) -> str | None:
         >>> structs_era(JuliaStruct("Flux.Chain{T}", {"layers": ()})) is None
         True
     """
-    seen: set[int] = set()
-    todo = [model]
-    while todo:
-        v = todo.pop()
-        if id(v) in seen:
-            continue
-        seen.add(id(v))
+    for _, v in each_value(model):
         if isinstance(v, JuliaStruct) and v.type.name.split(".", 1)[0] == "Flux":
             base = _basename(v.type)
             if base == "Recur":
                 return "0.14"
             if (base in RECURRENT_GATES or base == "Recurrence") and "cell" in v.fields:
                 return "0.15"
-        children = value_children(v)
-        if children is not None:
-            todo.extend(child for _, child in children)
     return None
 
 
