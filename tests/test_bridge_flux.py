@@ -103,3 +103,16 @@ def test_restore_through_flux_layout_checks_against_julia_paths() -> None:
     with pytest.raises(Exception) as err:
         restore(bad, seq, layout=flux_state, path=("model_state",))
     assert "model_state.layers[2].weight: shape (5, 32) in file, (5, 16) in template" in str(err.value)
+
+
+@pytest.mark.parametrize("cls", [eqx.nn.Conv2d, eqx.nn.ConvTranspose2d], ids=["conv", "convtranspose"])
+def test_valid_padding_is_zero_padding(cls: type) -> None:
+    """Equinox's ``padding="VALID"`` is zero padding (for a ConvTranspose, of its equivalent Conv,
+    as Flux's ``pad``): it ports as ``pad = 0``, the same Flux model and state as ``padding=0``
+    (it was refused as a padding string)."""
+    valid, zero = cls(2, 3, 3, stride=2, padding="VALID", key=KEY), cls(2, 3, 3, stride=2, padding=0, key=KEY)
+    assert flux_julia(valid) == flux_julia(zero)
+    a, b = flux_state(valid), flux_state(zero)
+    np.testing.assert_array_equal(a.weight, b.weight)
+    x = jax.random.normal(KEY, (2, 9, 9))
+    np.testing.assert_array_equal(valid(x), zero(x))

@@ -250,10 +250,15 @@ def test_flax_options_that_change_the_function_are_refused() -> None:
     for model, match in (
         (nnx.Sequential(nnx.Conv(4, 2, (3, 3), mask=jnp.zeros((3, 3, 4, 2)), rngs=rngs)), "mask"),
         (nnx.Sequential(nnx.LayerNorm(4, reduction_axes=(1, 2, 3), rngs=rngs)), "reduction_axes"),
-        (nnx.Sequential(nnx.BatchNorm(7, axis=1, rngs=rngs)), "axis != -1"),
+        (nnx.Sequential(nnx.BatchNorm(7, axis=1, rngs=rngs)), r"BatchNorm\(axis=1\).*write -1"),
+        (nnx.Sequential(nnx.LayerNorm(4, reduction_axes=3, feature_axes=3, rngs=rngs)), "axis 3 is the last"),
     ):
         with pytest.raises(tx.UnsupportedError, match=match):
             tx.flux_state(model)
+    # (an axis from the front is refused, naming -1; with -1 the same layer ports)
+    linen_bn = nn.Sequential([nn.BatchNorm(use_running_average=True, axis=3)])
+    with pytest.raises(tx.UnsupportedError, match="if axis 3 is the last of your data, write -1"):
+        tx.flux_state((linen_bn, linen_bn.init(jax.random.key(0), jnp.ones((1, 5, 5, 4)))))
     masked = nn.Sequential([nn.Conv(2, (3, 3), mask=jnp.zeros((3, 3, 4, 2)))])
     with pytest.raises(tx.UnsupportedError, match="mask"):
         tx.flux_state((masked, masked.init(jax.random.key(0), jnp.ones((1, 5, 5, 4)))))

@@ -458,3 +458,26 @@ def test_bfloat16_modules_load_and_state_dicts_of_non_tensors_are_refused(tmp_pa
         sd = {**nn.Sequential(nn.Linear(3, 2)).state_dict(), "0.weight": bad}
         with pytest.raises(tx.MismatchError, match=r"0\.weight is a .*, not a tensor"):
             tx.state_dict_to_flux(sd, nn.Sequential(nn.Linear(3, 2)))
+
+
+def test_a_module_used_twice_is_two_flux_layers_and_differing_states_are_refused() -> None:
+    """``Sequential(lin, relu, lin)``: its state_dict names the shared Linear as ``0.*`` and
+    ``2.*``; the Flux model has two Dense. It was "tensors left over: 2.weight, 2.bias" (torch's
+    ``children()`` names a module once). Both ways port; a state whose two layers differ cannot
+    go into the shared module (one would silently win): refused, naming both."""
+    lin = nn.Linear(3, 3)
+    shared = nn.Sequential(lin, nn.ReLU(), lin)
+    state = tx.state_dict_to_flux(shared.state_dict(), shared)
+    assert len(state.layers) == 2
+    np.testing.assert_array_equal(state.layers[0].weight, state.layers[1].weight)
+    assert list(tx.flux_to_state_dict(state, shared)) == ["0.weight", "0.bias", "2.weight", "2.bias"]
+    apart = tx.load_into_module(nn.Sequential(nn.Linear(3, 3), nn.ReLU(), nn.Linear(3, 3)), state)
+    x = torch.randn(4, 3)
+    assert torch.equal(apart(x), shared(x))
+    tx.load_into_module(shared, state)  # equal layers: fine
+    doubled = state.layers[1].replace(weight=state.layers[1].weight * 2)
+    other = tx.NamedTuple(layers=(state.layers[0], doubled))
+    before = lin.weight.detach().clone()
+    with pytest.raises(tx.MismatchError, match=r"0\.weight and 2\.weight are one tensor"):
+        tx.load_into_module(shared, other)
+    assert torch.equal(lin.weight, before)  # nothing loaded

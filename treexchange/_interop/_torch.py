@@ -49,6 +49,7 @@ torch is optional: this module imports it only inside the functions that take mo
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
@@ -346,7 +347,7 @@ def _numpy(tensor: Any) -> np.ndarray:
 def _module_kinds(module: Any) -> dict[str, str]:
     """module path -> class name, for the modules of ``module`` that hold tensors directly."""
     out = {}
-    for name, sub in module.named_modules():
+    for name, sub in module.named_modules(remove_duplicate=False):  # (a module used twice: both names)
         own = [n for n, _ in sub.named_parameters(recurse=False)] + [
             n for n, _ in sub.named_buffers(recurse=False)
         ]
@@ -669,8 +670,41 @@ def load_into_module(
     names = module.state_dict()
     tensors = flux_to_state_dict(state, module if architecture is None else architecture, names=names)
     converted = {k: names[k].new_tensor(_torch_ready(v)) for k, v in tensors.items()}  # the module's dtypes
+    _refuse_differing_shared(module, converted)
     module.load_state_dict(converted, strict=strict)
     return module
+
+
+def _same_tensor_values(a: Any, b: Any) -> bool:
+    """Equal shapes and values, NaN equal to NaN (a shared weight holding a NaN is still one)."""
+    import torch
+
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point():
+        nan_a, nan_b = a.isnan(), b.isnan()
+        return torch.equal(nan_a, nan_b) and torch.equal(a.masked_fill(nan_a, 0), b.masked_fill(nan_b, 0))
+    return torch.equal(a, b)
+
+
+def _refuse_differing_shared(module: Any, converted: Mapping[str, Any]) -> None:
+    """A module used twice (``Sequential(lin, relu, lin)``) holds one tensor under two names; Flux
+    has two layers. Loading states that differ there would keep whichever came last, silently:
+    refused, naming both."""
+    held: dict[int, list[str]] = {}
+    for name, tensor in module.state_dict(keep_vars=True).items():
+        held.setdefault(id(tensor), []).append(name)
+    problems = []
+    for names in held.values():
+        given = [n for n in names if n in converted]
+        for first, other in itertools.pairwise(given):
+            if not _same_tensor_values(converted[first], converted[other]):
+                problems.append(
+                    Mismatch("value", (), f"{first} and {other} are one tensor of the module (a module used "
+                             "twice) but differ in the state: a torch module cannot hold both")
+                )  # fmt: skip
+    if problems:
+        raise MismatchError(problems, header=f"{len(problems)} problem(s) loading the state into the module")
 
 
 # --- an equivalent torch.nn.Module read as a Flux Layer tree ------------------------------------------

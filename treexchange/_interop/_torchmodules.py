@@ -64,7 +64,9 @@ def activation_name(sub: Any) -> str:
 
 def read_sequential(module: Any) -> Iterator[Layer]:
     """The Flux layers of an ``nn.Sequential`` (or of one module), activations folded into ``σ``."""
-    items = list(module.children()) if isinstance(module, nn.Sequential) else [module]
+    # (iterating the Sequential, not ``children()``: a module used twice, ``Sequential(lin, relu,
+    # lin)``, is two layers to Flux and two groups of its state_dict; ``children()`` names it once)
+    items = list(module) if isinstance(module, nn.Sequential) else [module]
     pending: Layer | None = None
     for sub in items:
         name = type(sub).__name__

@@ -112,8 +112,12 @@ def _children(layer: Layer, key: Any, era: str) -> list[Any]:
 
 
 def _same(m: Any, transpose: bool, path: TreePath) -> Any:
-    """An Equinox conv's padding, with ``"SAME"`` of a stride-1 conv made explicit (``same_padding``)."""
+    """An Equinox conv's padding, with ``"VALID"`` (zeros, for a Conv and a ConvTranspose alike: the
+    latter's padding is that of its equivalent Conv, as Flux's) and ``"SAME"`` of a stride-1 conv
+    made explicit (``same_padding``)."""
     padding = m.padding
+    if isinstance(padding, str) and padding.upper() == "VALID":
+        return [(0, 0)] * int(m.num_spatial_dims)
     if isinstance(padding, str) and padding.upper() in ("SAME", "SAME_LOWER") and not transpose:
         return same_padding(padding, m.kernel_size, m.stride, m.dilation, path)
     return padding

@@ -196,7 +196,10 @@ class FlaxLayoutReader:
 
     def batchnorm(self, m: Any, path: TreePath) -> Port:
         if getattr(m, "axis", -1) not in (-1, (-1,)):  # (nnx's; linen's reader checks its own)
-            raise UnsupportedError("BatchNorm(axis != -1): Flux normalises the channel axis", path=path)
+            raise UnsupportedError(
+                f"BatchNorm(axis={m.axis!r}): Flux normalises the channel axis{last_axis_hint(m.axis)}",
+                path=path,
+            )
         mean = value(m.mean)
         args = {
             "channels": int(mean.shape[0]),
@@ -298,7 +301,7 @@ class FlaxLayoutReader:
             if getattr(m, axes, -1) not in (-1, (-1,)):
                 raise UnsupportedError(
                     f"LayerNorm({axes}={getattr(m, axes)!r}) normalises other axes than the last, "
-                    "which has no Flux twin here",
+                    f"which has no Flux twin here{last_axis_hint(getattr(m, axes))}",
                     path=path,
                 )
         args = {"size": (int(m.num_features),), "ϵ": math.sqrt(float(m.epsilon)), "affine": bool(m.use_scale)}
@@ -306,6 +309,15 @@ class FlaxLayoutReader:
         if m.use_scale:
             port.arrays.update({"scale": (value(m.scale), SAME), "bias": (value(m.bias), SAME)})
         return port
+
+
+def last_axis_hint(axis: Any) -> str:
+    """The hint for a norm's axis counted from the front: it is the last one only for data of one
+    rank, which a module does not know (Flux's layer is the same whatever the rank), so it is
+    refused, naming the spelling that ports."""
+    if isinstance(axis, int) and axis >= 0:
+        return f" (if axis {axis} is the last of your data, write -1: a Flux layer is not tied to a rank)"
+    return ""
 
 
 _FEATURE_MAPS = frozenset(

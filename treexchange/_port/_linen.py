@@ -29,7 +29,7 @@ from flax import linen as nn
 from .._errors import PathSegment, TreePath, UnsupportedError
 from . import _linen_layers as LL
 from ._activations import function_of
-from ._flaxread import FlaxLayoutReader, refuse_layernorm_on_feature_maps, scale_shape
+from ._flaxread import FlaxLayoutReader, last_axis_hint, refuse_layernorm_on_feature_maps, scale_shape
 from ._layout import (
     is_linen_model,
     julia_pad,
@@ -530,9 +530,13 @@ class _LinenReader(FlaxLayoutReader):
 
         m = s.module
         if isinstance(m, nn.LayerNorm) and (m.reduction_axes != -1 or m.feature_axes != -1):
-            raise UnsupportedError("LayerNorm over axes other than the last has no Flux twin here", path=path)
+            hint = last_axis_hint(m.reduction_axes if m.reduction_axes != -1 else m.feature_axes)
+            message = f"LayerNorm over other axes than the last has no Flux twin{hint}"
+            raise UnsupportedError(message, path=path)
         if isinstance(m, nn.BatchNorm) and m.axis != -1:
-            raise UnsupportedError("BatchNorm(axis != -1): Flux normalises the channel axis", path=path)
+            hint = last_axis_hint(m.axis)
+            message = f"BatchNorm(axis={m.axis!r}): Flux normalises the channels{hint}"
+            raise UnsupportedError(message, path=path)
         scale = s.param("scale", path) if m.use_scale else None
         bias = s.param("bias", path) if m.use_bias else None
         common = dict(epsilon=m.epsilon, use_scale=m.use_scale, use_bias=m.use_bias, scale=scale, bias=bias)
