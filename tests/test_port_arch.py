@@ -353,3 +353,29 @@ def test_a_precision_suffix_is_accepted_and_ignored() -> None:
         assert parse_architecture("Chain(Dense(3 => 2))" + suffix) == plain
     with pytest.raises(ConversionError, match="column 22"):
         parse_architecture("Chain(Dense(3 => 2)) |> gpu")
+
+
+def test_old_recurrent_forms_and_code_initialisers() -> None:
+    """Flux ≤ 0.12 writes and prints recurrent layers with positional sizes (``LSTM(3, 5)``,
+    ``Recur(LSTMCell(3, 5))``); Flux ≤ 0.14 prints an RNN's σ only when it is not ``identity``,
+    so a printed ``Recur(RNNCell(3 => 5))`` is ``identity`` while the constructor ``RNN(3 => 5)``
+    is ``tanh``. Code names initialisers (``initW``, ``initβ``, ``init_kernel``, …) that a printed
+    model does not: ignored, as ``init`` was (each was "unknown keyword")."""
+    rnn = {"in": 3, "out": 5}
+    assert parse_architecture("LSTM(3, 5)") == Layer("LSTM", rnn)
+    assert parse_architecture("RNN(3, 5)") == Layer("RNN", {**rnn, "σ": "tanh"})
+    assert parse_architecture("RNN(3, 5, relu)") == Layer("RNN", {**rnn, "σ": "relu"})
+    assert parse_architecture("Recur(GRUCell(3, 5))") == Layer("GRU", {**rnn, "recur": True})
+    for printed in ("Recur(RNNCell(3, 5))", "Recur(RNNCell(3 => 5))"):
+        assert parse_architecture(printed).args["σ"] == "identity"
+    assert parse_architecture("Recur(RNNCell(3 => 5, tanh))").args["σ"] == "tanh"
+    assert parse_architecture("Recurrence(RNNCell(3 => 5, tanh))").args["σ"] == "tanh"
+    assert parse_architecture("RNN(3 => 5)").args["σ"] == "tanh"
+    code = (
+        "Chain(Dense(4, 3, relu; initW=Flux.glorot_normal, initb=zeros), BatchNorm(3; initβ=zeros32, "
+        "initγ=ones32), LSTM(3 => 5; init_kernel=glorot_uniform, init_recurrent_kernel=glorot_uniform), "
+        "RNN(5, 5; init=glorot_uniform, initb=zeros32, init_state=zeros32), Dropout(0.1; rng=rng))"
+    )
+    assert parse_architecture(code).kinds() == ["Chain", "Dense", "BatchNorm", "LSTM", "RNN", "Dropout"]
+    with pytest.raises(ConversionError, match="LSTM takes no activation"):
+        parse_architecture("LSTM(3, 5, tanh)")

@@ -146,6 +146,33 @@ def test_recurrent_models_agree_with_the_reference(target: str, name: str) -> No
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
+PRINTED_0_12 = {  # what Flux 0.12's `show` prints for these models (σ of an RNNCell named unless identity)
+    "canberkarc_polyroots_rnn.bson": "Chain(Recur(RNNCell(100, 25, tanh)), Dropout(0.2), "
+    "Recur(RNNCell(25, 25, tanh)), Dropout(0.1), Dense(25, 100), Dropout(0.1), Dense(100, 100, σ))",
+    "canberkarc_polyroots_lstm.bson": "Chain(Recur(LSTMCell(100, 25)), Dropout(0.2), "
+    "Recur(LSTMCell(25, 25)), Dropout(0.1), Dense(25, 100), Dropout(0.1), Dense(100, 100, σ))",
+}
+
+
+@pytest.mark.parametrize("name", present_cases([(n,) for n in RECURRENT], relpath=lambda c: f"bson/{c[0]}"))
+def test_flux_0_12_printed_recurrent_text_is_the_whole_model(name: str) -> None:
+    """Flux 0.12 prints ``Recur(RNNCell(100, 25, tanh))``, sizes positional (it was "RNN size
+    must be written `in => out`"): the text is the model the file's structs describe, and
+    ``from_flux`` with it computes what the whole model computes."""
+    path = _bson(name)
+    layer, _ = read_flux_source(path, "model")
+    text = PRINTED_0_12[name]
+    assert parse_architecture(text).kinds() == layer.kinds()
+    for got, want in zip(parse_architecture(text).walk(), layer.walk()):
+        assert {k: v for k, v in got.args.items() if k in want.args} == {
+            k: v for k, v in want.args.items() if k in got.args
+        }
+    x = np.random.default_rng(1).normal(size=(2, 4, 100)).astype(np.float32)  # (B, L, in)
+    whole = tx.from_flux(path, "model", target="nnx")
+    from_text = tx.from_flux(path, "model", target="nnx", architecture=text)
+    np.testing.assert_array_equal(np.asarray(from_text(jnp.asarray(x))), np.asarray(whole(jnp.asarray(x))))
+
+
 def test_parameter_list_errors_name_the_array() -> None:
     arch = parse_architecture("Chain(Dense(3 => 2, relu), Dense(2 => 1))")
     first = [np.ones((2, 3)), np.zeros(2)]

@@ -307,7 +307,8 @@ def test_the_real_flat_vectors_of_a_neuralpde_model_port_by_position(tmp_path: P
     twin, in a ``Vector{Any}``. ``FastDense`` keeps ``W`` column-major then ``b`` (DiffEqFlux's
     ``reshape(p[1:out*in], out, in)``), as ``destructure`` does for a Dense: each vector, reached
     by its position, ports with the Flux text and computes the float64 numpy MLP of its numbers
-    (rounded to Float32), and ``convert --flux-state --dry-run`` maps each array to its range."""
+    (rounded to Float32), and ``convert --flux-state --dry-run`` maps each array to its range. The
+    repository's own ``FastChain`` text ports as that Chain (it was an unknown layer)."""
     from treexchange._interop._fluxmigrate import migrate_flux_state
 
     path = BUNDLED_DIR / "bson" / "plasma_1d1v_weights.bson"
@@ -318,6 +319,8 @@ def test_the_real_flat_vectors_of_a_neuralpde_model_port_by_position(tmp_path: P
     for position, n_in in ((1, 3), (2, 2)):
         p = vectors[position - 1]
         text = f"Chain(Dense({n_in} => 16, σ), Dense(16 => 16, σ), Dense(16 => 1))"
+        if position == 1:  # (the repository's own text: DiffEqFlux's FastChain reads as this Chain)
+            text = "DiffEqFlux.FastChain(FastDense(3, 16, σ), FastDense(16, 16, σ), FastDense(16, 1))"
         model = tx.from_flux(path, ("prepared_weights", position), text)
         x = rng.standard_normal((64, n_in))
         h = x

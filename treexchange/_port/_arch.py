@@ -263,7 +263,8 @@ def _number(text: str) -> int | float:
 # --- expressions -> Layer ----------------------------------------------------------------------
 
 # Module prefixes Flux may print in front of its own names.
-_PREFIXES = ("Flux.", "NNlib.", "MLUtils.", "Base.", "Main.", "Core.", "Metalhead.", "Functors.")
+_PREFIXES = ("Flux.", "NNlib.", "MLUtils.", "Base.", "Main.", "Core.", "Metalhead.", "Functors.",
+             "DiffEqFlux.")  # fmt: skip
 
 # NNlib activations (Julia names); the IR stores the canonical name (σ -> sigmoid, ...).
 ACTIVATION_ALIASES = {"σ": "sigmoid", "hardσ": "hardsigmoid", "logσ": "logsigmoid"}
@@ -418,6 +419,14 @@ def _pos(e: Any) -> int:
     return int(getattr(e, "pos", 0))
 
 
+# Every initialiser keyword of Flux's layers, 0.10 to 0.16 (``src/layers``: ``init``; Dense ≤ 0.12
+# ``initW``/``initb``; norms ``initβ``/``initγ``; recurrent cells ≤ 0.14 ``initb``/``init_state``,
+# ≥ 0.15 ``init_kernel``/``init_recurrent_kernel``; ``rng``): code as written names them, a
+# printed model does not, and none changes what a trained state computes.
+_INITIALISERS = ("init", "initW", "initb", "initβ", "initγ", "init_state", "init_kernel",
+                 "init_recurrent_kernel", "rng")  # fmt: skip
+
+
 class _Args:
     """A call's arguments with helpers that report their position on error."""
 
@@ -426,8 +435,8 @@ class _Args:
         self.call = call
         self.args = list(call.args)
         self.kwargs = dict(call.kwargs)
-        self.kwargs.pop("init", None)  # initialisers do not matter for a trained state
-        self.kwargs.pop("rng", None)
+        for key in _INITIALISERS:  # initialisers do not matter for a trained state
+            self.kwargs.pop(key, None)
 
     @property
     def name(self) -> str:
@@ -524,6 +533,16 @@ def _dense(a: _Args) -> Layer:
     layer = Layer("Dense", {"in": cin, "out": cout, "σ": sigma, "bias": _bias(a)})
     a.done()
     return layer
+
+
+def _fast_dense(a: _Args) -> Layer:
+    """DiffEqFlux's ``FastDense(in, out, σ = identity; bias = true)`` (and ``StaticDense``): no
+    arrays of its own, its parameters are ``[vec(W); b]`` of a flat vector, ``W`` ``(out, in)``
+    column-major, which is a ``Dense``'s in ``Flux.destructure`` order, and it computes
+    ``σ.(W*x .+ b)``. ``precache``/``numcols`` only size buffers."""
+    for key in ("precache", "numcols"):
+        a.pop_kw(key)
+    return _dense(a)
 
 
 def _bilinear(a: _Args) -> Layer:
@@ -654,15 +673,24 @@ def _global(a: _Args) -> Layer:
     return Layer(a.name)
 
 
-def _recurrent(a: _Args, kind: str | None = None) -> Layer:
+def _recurrent(a: _Args, kind: str | None = None, printed: bool = False) -> Layer:
+    """``RNN(in => out, σ)``, ``LSTM(in => out)`` …, or Flux ≤ 0.12's ``RNN(in, out, σ)``. Without
+    σ an RNN is ``tanh`` (the constructor's default), except in ``printed`` text: Flux ≤ 0.14
+    prints ``Recur(RNNCell(3 => 5))`` only for ``identity`` (it names any other σ, tanh too)."""
     kind = kind or a.name
-    a.arity(1, 2)
-    cin, cout = (a.b.int_(v, f"{kind} size") for v in a.b.pair(a.args[0], f"{kind} size"))
+    if a.args and isinstance(a.args[0], _Pair):
+        a.arity(1, 2)
+        cin, cout = (a.b.int_(v, f"{kind} size") for v in a.b.pair(a.args[0], f"{kind} size"))
+        rest = 1
+    else:  # Flux ≤ 0.12: RNN(in, out, σ), LSTM(in, out), and their cells' printing
+        a.arity(2, 3)
+        cin, cout = a.b.int_(a.args[0], f"{kind} input size"), a.b.int_(a.args[1], f"{kind} output size")
+        rest = 2
     args: dict[str, Any] = {"in": cin, "out": cout}
     if kind == "RNN":
-        args["σ"] = _sigma(a, 1) if len(a.args) > 1 else "tanh"
-    elif len(a.args) > 1:
-        raise a.b.error(f"{kind} takes no activation", _pos(a.args[1]))
+        args["σ"] = _sigma(a, rest) if len(a.args) > rest else ("identity" if printed else "tanh")
+    elif len(a.args) > rest:
+        raise a.b.error(f"{kind} takes no activation", _pos(a.args[rest]))
     for key in ("return_state", "bias"):
         e = a.pop_kw(key)
         if e is not None:
@@ -671,7 +699,7 @@ def _recurrent(a: _Args, kind: str | None = None) -> Layer:
     return Layer(kind, args)
 
 
-def _wrapped_cell(a: _Args, wrapper: str) -> Layer:
+def _wrapped_cell(a: _Args, wrapper: str, printed: bool = False) -> Layer:
     """The recurrent layer of the one cell ``wrapper`` (``Recur``, ``Recurrence``) wraps."""
     if len(a.args) != 1 or not isinstance(a.args[0], _Call) or not _strip(a.args[0].func).endswith("Cell"):
         raise a.b.error(f"{wrapper} must wrap one RNNCell, LSTMCell, GRUCell or GRUv3Cell", a.call.pos)
@@ -679,12 +707,13 @@ def _wrapped_cell(a: _Args, wrapper: str) -> Layer:
     kind = _strip(cell.func)[: -len("Cell")]
     if kind not in RECURRENT_GATES:
         raise a.b.error(f"unknown recurrent cell {cell.func!r}", cell.pos)
-    return _recurrent(_Args(a.b, cell), kind)
+    return _recurrent(_Args(a.b, cell), kind, printed)
 
 
 def _recur(a: _Args) -> Layer:
-    """Flux ≤ 0.14 prints ``LSTM(3 => 5)`` as ``Recur(LSTMCell(3 => 5))``."""
-    layer = _wrapped_cell(a, "Recur")
+    """Flux ≤ 0.14 prints ``LSTM(3 => 5)`` as ``Recur(LSTMCell(3 => 5))`` (≤ 0.12: ``(3, 5)``), an
+    RNN's σ only when it is not ``identity``: a printed form, read as printed."""
+    layer = _wrapped_cell(a, "Recur", printed=True)
     return Layer(layer.kind, {**layer.args, "recur": True})
 
 
@@ -782,6 +811,10 @@ _CONSTRUCTORS: dict[str, Callable[[_Builder, _Args], Layer]] = {
     "SkipConnection": lambda b, a: _skip(a),
     "Maxout": lambda b, a: _maxout(a),
     "Dense": lambda b, a: _dense(a),
+    # (DiffEqFlux ≤ 1's FastChain of FastDense: a flat vector's layout is that of a Chain of Dense)
+    "FastChain": lambda b, a: _chain(a),
+    "FastDense": lambda b, a: _fast_dense(a),
+    "StaticDense": lambda b, a: _fast_dense(a),
     "Bilinear": lambda b, a: _bilinear(a),
     "Scale": lambda b, a: _scale(a),
     "Embedding": lambda b, a: _embedding(a),
