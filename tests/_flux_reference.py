@@ -132,10 +132,14 @@ ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "mish": lambda x: x * np.tanh(_softplus(x)),
     "tanhshrink": lambda x: x - np.tanh(x),
     "lisht": lambda x: x * np.tanh(x),
+    "trelu": lambda x: np.where(x <= 1, 0, x),
+    "softshrink": lambda x: np.where(x > 0.5, x - 0.5, np.where(x < -0.5, x + 0.5, 0)),
+    "logcosh": lambda x: np.log(np.cosh(x.astype(np.float64))),
+    "gelu_sigmoid": lambda x: x * _sigmoid(math.sqrt(8 / math.pi) * (x + 0.044715 * x**3)),
     "softmax": softmax,
     "logsoftmax": _logsoftmax,
 }
-ALIASES = {"σ": "sigmoid", "hardσ": "hardsigmoid", "logσ": "logsigmoid"}
+ALIASES = {"σ": "sigmoid", "hardσ": "hardsigmoid", "logσ": "logsigmoid", "thresholdrelu": "trelu"}
 
 
 def activation(name: str | None) -> Callable[[Array], Array]:

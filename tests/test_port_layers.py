@@ -41,9 +41,15 @@ def bn(channels: int, **kw: Any) -> Layer:
 
 # (id, layer, Julia input shape or ("ids", vocab, n) / ("pair", shape1, shape2), targets)
 BOTH = ("eqx", "nnx")
+# (NNlib activations jax.nn has no function for: the port's own, from NNlib's definitions; the fast
+# roundings of tanh and σ are those)
+OWN_ACTIVATIONS = (
+    "lisht", "tanhshrink", "trelu", "softshrink", "logcosh", "gelu_sigmoid", "tanh_fast", "sigmoid_fast",
+)  # fmt: skip
 CASES: list[tuple[str, Layer, Any, tuple[str, ...]]] = [
     ("dense-tanh", dense(5, 3, σ="tanh"), (5, 4), BOTH),
     ("dense-nobias", dense(5, 3, bias=False), (5, 4), BOTH),
+    *((f"dense-{act}", dense(5, 3, σ=act), (5, 4), BOTH) for act in OWN_ACTIVATIONS),
     (
         "conv2d-stride-asympad-dilation",
         L(

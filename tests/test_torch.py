@@ -481,3 +481,36 @@ def test_a_module_used_twice_is_two_flux_layers_and_differing_states_are_refused
     with pytest.raises(tx.MismatchError, match=r"0\.weight and 2\.weight are one tensor"):
         tx.load_into_module(shared, other)
     assert torch.equal(lin.weight, before)  # nothing loaded
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        (nn.ReLU6, "relu6"),
+        (nn.CELU, "celu"),
+        (nn.Mish, "mish"),
+        (nn.Hardswish, "hardswish"),
+        (nn.Hardsigmoid, "hardsigmoid"),
+        (nn.Softsign, "softsign"),
+        (nn.LogSigmoid, "logsigmoid"),
+        (nn.Tanhshrink, "tanhshrink"),
+        (nn.Softshrink, "softshrink"),
+    ],
+)
+def test_torch_activations_with_an_nnlib_twin_port(tmp_path: Path, module: Any, name: str) -> None:
+    """torch activation modules whose function NNlib has under a name (they were "no Flux
+    counterpart here"): folded into the Dense's σ and computing what torch computes."""
+    from treexchange._interop._torch import layer_of_module
+    from treexchange._port._registry import julia_constructor
+
+    m = nn.Sequential(nn.Linear(4, 4), module()).eval()
+    text = julia_constructor(layer_of_module(m), "0.15")
+    assert text == f"Chain(Dense(4 => 4, {name}))"
+    tx.save(tmp_path / "a.jld2", s=tx.state_dict_to_flux(None, m))
+    ported = tx.from_flux(tmp_path / "a.jld2", "s", text)
+    x = torch.randn(64, 4, generator=torch.Generator().manual_seed(1)) * 4
+    with torch.no_grad():
+        want = m(x).numpy()
+    np.testing.assert_allclose(np.asarray(jax.vmap(ported)(jnp.asarray(x.numpy()))), want, atol=2e-6)
+    with pytest.raises(tx.UnsupportedError, match=r"lambd=0\.2"):
+        layer_of_module(nn.Sequential(nn.Linear(4, 4), nn.Softshrink(0.2)))

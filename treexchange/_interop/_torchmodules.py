@@ -30,6 +30,15 @@ ACTIVATIONS = {
     "LeakyReLU": "leakyrelu",
     "SiLU": "swish",
     "Hardtanh": "hardtanh",
+    "ReLU6": "relu6",
+    "CELU": "celu",
+    "Mish": "mish",
+    "Hardswish": "hardswish",
+    "Hardsigmoid": "hardsigmoid",  # (torch's x/6 + 1/2 clamped to [0, 1], NNlib's hardσ)
+    "Softsign": "softsign",
+    "LogSigmoid": "logsigmoid",
+    "Tanhshrink": "tanhshrink",
+    "Softshrink": "softshrink",
 }
 """torch activation modules -> the NNlib name of the same function (with the options of
 :data:`_DEFAULT_OPTIONS`: any other value computes another function)."""
@@ -42,6 +51,8 @@ _DEFAULT_OPTIONS: dict[str, dict[str, Any]] = {
     "LeakyReLU": {"negative_slope": 0.01},
     "Softplus": {"beta": 1.0, "threshold": 20.0},
     "Hardtanh": {"min_val": -1.0, "max_val": 1.0},
+    "CELU": {"alpha": 1.0},
+    "Softshrink": {"lambd": 0.5},
 }
 
 

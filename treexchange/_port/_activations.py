@@ -13,11 +13,13 @@ ELEMENTWISE = frozenset(
     {
         "identity", "relu", "sigmoid", "tanh", "elu", "gelu", "softplus", "swish", "leakyrelu", "selu",
         "celu", "relu6", "hardtanh", "logsigmoid", "softsign", "hardsigmoid", "mish", "hardswish", "gelu_erf",
+        "tanh_fast", "sigmoid_fast", "lisht", "tanhshrink", "trelu", "softshrink", "logcosh", "gelu_sigmoid",
     }
 )  # fmt: skip
 
 # Flux prints some functions under other names (σ is sigmoid); the parser and the reader agree on these.
-ALIASES = {"σ": "sigmoid", "logσ": "logsigmoid", "hardσ": "hardsigmoid", "leaky_relu": "leakyrelu"}
+ALIASES = {"σ": "sigmoid", "logσ": "logsigmoid", "hardσ": "hardsigmoid", "leaky_relu": "leakyrelu",
+           "thresholdrelu": "trelu"}  # fmt: skip
 
 
 def table() -> list[tuple[Callable[..., Any], str]]:
@@ -51,6 +53,7 @@ def table() -> list[tuple[Callable[..., Any], str]]:
         (nn.log_softmax, "logsoftmax"),
         (_gelu_erf, "gelu_erf"),  # (the port's own functions, as its builders place them)
         (_vec, "vec"),
+        *((fn, name) for name, fn in _OWN.items()),
     ]
     return [(f, n) for f, n in pairs if f is not None]
 
@@ -86,6 +89,12 @@ def function_of(name: str) -> Callable[..., Any]:
         return _gelu_erf
     if name == "gelu_tanh":
         name = "gelu"
+    # (NNlib's `tanh_fast`/`sigmoid_fast` are its faster roundings of tanh and σ, what Flux's
+    # layers call for them anyway: the same function)
+    name = {"tanh_fast": "tanh", "sigmoid_fast": "sigmoid"}.get(name, name)
+    own = _OWN.get(name)
+    if own is not None:
+        return own
     for fn, candidate in table():
         if candidate == name:
             return fn
@@ -94,6 +103,60 @@ def function_of(name: str) -> Callable[..., Any]:
 
 def _identity(x: Any) -> Any:
     return x
+
+
+# NNlib activations jax.nn has no function for, written as NNlib defines them (src/activations.jl)
+
+
+def _lisht(x: Any) -> Any:
+    import jax.numpy as jnp
+
+    return x * jnp.tanh(x)
+
+
+def _tanhshrink(x: Any) -> Any:
+    import jax.numpy as jnp
+
+    return x - jnp.tanh(x)
+
+
+def _trelu(x: Any) -> Any:
+    """``trelu(x, θ = 1) = x ≤ θ ? 0 : x``."""
+    import jax.numpy as jnp
+
+    return jnp.where(x <= 1, jnp.zeros_like(x), x)
+
+
+def _softshrink(x: Any) -> Any:
+    """``softshrink(x, λ = 0.5)``: ``x − λ`` above λ, ``x + λ`` below −λ, 0 between."""
+    import jax.numpy as jnp
+
+    lo, hi = x - 0.5, x + 0.5
+    return jnp.where(hi > 0, jnp.where(lo < 0, jnp.zeros_like(hi), lo), hi)
+
+
+def _logcosh(x: Any) -> Any:
+    """``logcosh(x) = x + softplus(−2x) − log 2`` (no overflow for large |x|)."""
+    import jax
+
+    return x + jax.nn.softplus(-2 * x) - 0.6931471805599453
+
+
+def _gelu_sigmoid(x: Any) -> Any:
+    """``gelu_sigmoid(x) = x σ(√(8/π) (x + 0.044715 x³))``."""
+    import jax
+
+    return x * jax.nn.sigmoid(1.5957691216057308 * (x + 0.044715 * x**3))
+
+
+_OWN: dict[str, Callable[..., Any]] = {
+    "lisht": _lisht,
+    "tanhshrink": _tanhshrink,
+    "trelu": _trelu,
+    "softshrink": _softshrink,
+    "logcosh": _logcosh,
+    "gelu_sigmoid": _gelu_sigmoid,
+}
 
 
 def _gelu_erf(x: Any) -> Any:

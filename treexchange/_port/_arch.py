@@ -267,12 +267,13 @@ _PREFIXES = ("Flux.", "NNlib.", "MLUtils.", "Base.", "Main.", "Core.", "Metalhea
              "DiffEqFlux.")  # fmt: skip
 
 # NNlib activations (Julia names); the IR stores the canonical name (σ -> sigmoid, ...).
-ACTIVATION_ALIASES = {"σ": "sigmoid", "hardσ": "hardsigmoid", "logσ": "logsigmoid"}
+ACTIVATION_ALIASES = {"σ": "sigmoid", "hardσ": "hardsigmoid", "logσ": "logsigmoid", "thresholdrelu": "trelu"}
 ACTIVATIONS = frozenset(
     {
         "identity", "relu", "sigmoid", "sigmoid_fast", "tanh", "tanh_fast", "leakyrelu", "relu6", "elu",
         "celu", "selu", "gelu", "gelu_tanh", "gelu_erf", "swish", "hardswish", "softplus", "softsign",
         "logsigmoid", "hardsigmoid", "hardtanh", "mish", "tanhshrink", "lisht", "softmax", "logsoftmax",
+        "trelu", "softshrink", "logcosh", "gelu_sigmoid",
         "vec",  # (Base.vec as a Chain entry, `Chain(…, Dense(8 => 1), vec)`: the output as one vector)
     }
 )  # fmt: skip
