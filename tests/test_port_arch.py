@@ -84,13 +84,14 @@ def test_lenet_text_gives_the_full_tree() -> None:
         ("Conv((3, 3), 2 => 4, bias=false)", {"bias": False}),
         ("Conv((3, 3), 2 => 4, groups=2)", {"groups": 2}),
         ("Conv((3, 3), 2 => 4, relu; init=Flux.glorot_uniform)", {"σ": "relu"}),
-        ("Conv((3, 3), 2 => 4, init=kaiming_normal(gain=2), σ)", None),  # positional after keyword
+        ("Conv((3, 3), 2 => 4, init=kaiming_normal(gain=2), σ)", {"σ": "sigmoid"}),  # (valid Julia)
+        ("Conv((3, 3), 2 => 4; init=kaiming_normal(gain=2), σ)", None),  # positional after the `;`
         ("Flux.Conv((3, 3), 2 => 4, NNlib.σ)", {"σ": "sigmoid"}),
     ],
 )
 def test_conv_keywords(text: str, args: dict[str, Any] | None) -> None:
     if args is None:
-        with pytest.raises(ConversionError, match="positional argument after keyword"):
+        with pytest.raises(ConversionError, match="positional argument after the ';'"):
             parse_architecture(text)
         return
     kernel = args.pop("kernel", (3, 3))
@@ -379,3 +380,34 @@ def test_old_recurrent_forms_and_code_initialisers() -> None:
     assert parse_architecture(code).kinds() == ["Chain", "Dense", "BatchNorm", "LSTM", "RNN", "Dropout"]
     with pytest.raises(ConversionError, match="LSTM takes no activation"):
         parse_architecture("LSTM(3, 5, tanh)")
+
+
+def test_code_spellings_of_layers_and_sizes() -> None:
+    """Code as written: integer arithmetic between numbers folded (``28^2``, ``16 * 4 * 4``), keywords
+    before positional arguments (Julia allows it before a ``;``), anonymous functions that only
+    spell a known function (the reshape flatten, ``x -> relu.(x)``), and a whole-array function
+    as a layer's σ refused as Julia would fail it."""
+    assert parse_architecture("Dense(28^2, 32)").args["in"] == 784
+    assert parse_architecture("Dense(16 * 4 * 4 => 2 + 3 * 4)").args == {
+        "in": 256, "out": 14, "σ": "identity", "bias": True
+    }  # fmt: skip
+    assert parse_architecture("Dense((2 + 3) * 4 - 10 ÷ 3, 1)").args["in"] == 17
+    assert parse_architecture("Conv((3, 3), 1=>16, pad=(1,1), relu)") == parse_architecture(
+        "Conv((3, 3), 1 => 16, relu; pad=1)"
+    )
+    for flat in ("x -> reshape(x, :, size(x, 4))", "x -> reshape(x, :, size(x)[end])", "z -> flatten(z)"):
+        assert parse_architecture(f"Chain({flat}, Dense(2, 3))").kinds() == ["Chain", "flatten", "Dense"]
+    relu = parse_architecture("Chain(Dense(2, 3), x -> relu.(x))").children[1]
+    assert relu == Layer("function", {"name": "relu"})
+    assert parse_architecture("Dense(2, 3, x -> σ.(x))").args["σ"] == "sigmoid"
+    for bad, message in (
+        ("Chain(x -> reshape(x, :, size(y, 4)), Dense(2, 3))", "anonymous function"),
+        ("Chain(x -> x .^ 2, Dense(2, 3))", "anonymous function"),
+        ("Dense(9^99999, 1)", "out of range"),
+        ("Dense(3 * relu, 1)", "must join two numbers"),
+        ("Dense(3 => 2; bias=false, relu)", "after the ';'"),
+        ("Dense(3, 4, softmax)", "softmax takes an array"),
+        ("Conv((3, 3), 1 => 2, logsoftmax)", "write it after the layer"),
+    ):
+        with pytest.raises(ConversionError, match=message):
+            parse_architecture(bad)

@@ -92,6 +92,33 @@ def test_flux_0_10_whole_model_with_a_closure_and_the_architecture(target: str) 
     assert _accuracy(built, target, images, labels) == pytest.approx(0.9874, abs=1e-4)
 
 
+# The model as the Flux model zoo's conv.jl (2019) wrote it, which this model was trained from:
+# keywords before the activation, sizes as products, the reshape closure for flatten.
+ZOO_CODE = """Chain(
+    Conv((3, 3), 1=>16, pad=(1,1), relu),
+    MaxPool((2,2)),
+    Conv((3, 3), 16=>32, pad=(1,1), relu),
+    MaxPool((2,2)),
+    Conv((3, 3), 32=>32, pad=(1,1), relu),
+    MaxPool((2,2)),
+    x -> reshape(x, :, size(x, 4)),
+    Dense(3*3*32, 10),
+    softmax,
+)"""
+
+
+def test_the_model_zoo_code_of_a_whole_model_is_its_architecture() -> None:
+    """The code the model was written as ports it (each of keywords before a positional argument,
+    ``3*3*32`` and the ``x -> reshape(x, :, size(x, 4))`` closure was refused): the same Layer tree
+    as the printed text, and the same outputs."""
+    assert parse_architecture(ZOO_CODE) == parse_architecture(DHAIRYA)
+    path = _bson("dhairya_juliacon2020_model_conv_chain.bson")
+    x = jnp.asarray(np.random.default_rng(3).random((2, 28, 28, 1), dtype=np.float32))
+    from_code = tx.from_flux(path, "model", architecture=ZOO_CODE, target="nnx")
+    printed = tx.from_flux(path, "model", architecture=DHAIRYA, target="nnx")
+    np.testing.assert_array_equal(np.asarray(from_code(x)), np.asarray(printed(x)))
+
+
 def test_the_whole_model_and_the_parameter_list_hold_the_same_weights() -> None:
     params_file = _bson("dhairya_juliacon2020_mnist_conv2_params.bson")
     _, from_params = read_flux_source(params_file, "params", DHAIRYA)

@@ -17,6 +17,22 @@ ELEMENTWISE = frozenset(
     }
 )  # fmt: skip
 
+# Functions of a whole array, not of each number: as a layer's σ, which Flux broadcasts
+# (`σ.(W*x .+ b)`), they fail in Julia (NNlib: "`softmax(x)` called with a number").
+WHOLE_ARRAY = frozenset({"softmax", "logsoftmax", "vec"})
+
+
+def refuse_whole_array_sigma(name: str, layer: str) -> str | None:
+    """The message refusing ``name`` as ``layer``'s σ when it is no function of a number, else None."""
+    if name not in WHOLE_ARRAY:
+        return None
+    return (
+        f"{name} as {layer}'s activation: Flux applies σ to each number (σ.(W*x .+ b)) and NNlib's "
+        f"{name} takes an array, so this model fails in Julia; write it after the layer, "
+        f"Chain({layer}(…), {name})"
+    )
+
+
 # Flux prints some functions under other names (σ is sigmoid); the parser and the reader agree on these.
 ALIASES = {"σ": "sigmoid", "logσ": "logsigmoid", "hardσ": "hardsigmoid", "leaky_relu": "leakyrelu",
            "thresholdrelu": "trelu"}  # fmt: skip

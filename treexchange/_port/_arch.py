@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from treexchange._errors import ConversionError
+from treexchange._port._activations import refuse_whole_array_sigma
 from treexchange._port._registry import PORTING_DOCS, RECURRENT_GATES
 from treexchange._port._spec import Layer
 
@@ -30,7 +31,7 @@ _TOKEN = re.compile(
   | (?P<space>[ \t\r\n]+|\#[^\n]*)
   | (?P<number>(?:\d[\d_]*\.?[\d_]*|\.\d[\d_]*)(?:[eEf][+-]?\d+)?)
   | (?P<name>var"[^"]*"|[^\W\d][\w!′²³⁺⁻]*(?:\.[^\W\d][\w!′²³⁺⁻]*)*)
-  | (?P<punct>=>|->|\.\*|\.\+|==|[()\[\],;=+*\-:/^.'{}|&<>@$"\\])
+  | (?P<punct>=>|->|\.\*|\.\+|==|[()\[\],;=+*\-:/^÷.'{}|&<>@$"\\])
     """,
     re.VERBOSE,
 )
@@ -140,30 +141,48 @@ class _Parser:
         return expr
 
     def expr(self) -> Any:
-        left = self.atom()
+        left = self.arithmetic()
         if self.tok.text == "=>":
             pos = self.take().pos
             return _Pair(left, self.expr(), pos)
         if self.tok.text == "->":
             self.take()
-            self.skip_lambda_body()
-            return _Lambda(_pos(left))
+            body = self.skip_lambda_body()
+            known = _known_lambda(left, body) if isinstance(left, _Name) else None
+            return _Name(known, left.pos) if known is not None else _Lambda(_pos(left))
         return left
 
-    def skip_lambda_body(self) -> None:
+    def arithmetic(self, least: int = 1) -> Any:
+        """Sizes written as code writes them, ``Dense(28^2, 32)``, ``Dense(16 * 4 * 4 => 120)``:
+        ``+ - * ÷ ^`` between numbers folded (Julia's precedence, ``^`` to the right), nothing
+        else evaluated."""
+        left = self.atom()
+        while isinstance(left, _Number) and _BINARY.get(self.tok.text, 0) >= least:
+            op = self.take()
+            if self.tok.kind != "number" and self.tok.text not in ("(", "-"):
+                raise self.error(f"{op.text!r} must join two numbers", op.pos)
+            right = self.arithmetic(_BINARY[op.text] + (op.text != "^"))
+            if not isinstance(right, _Number):
+                raise self.error(f"{op.text!r} must join two numbers", op.pos)
+            left = _Number(_fold(op.text, left.value, right.value, self.error, op.pos), left.pos)
+        return left
+
+    def skip_lambda_body(self) -> list[str]:
         """Consume an anonymous function's body (up to the enclosing ``,``/``)``) so that the caller
-        can name it in the error (or ignore it, as in ``init = (dims...) -> …``)."""
+        can name it in the error (or ignore it, as in ``init = (dims...) -> …``); its tokens' texts."""
         depth = 0
+        body: list[str] = []
         while self.tok.kind != "end":
             if self.tok.text in "([{":
                 depth += 1
             elif self.tok.text in ")]}":
                 if depth == 0:
-                    return
+                    break
                 depth -= 1
             elif self.tok.text in ",;" and depth == 0:
-                return
-            self.take()
+                break
+            body.append(self.take().text)
+        return body
 
     def atom(self) -> Any:
         tok = self.tok
@@ -233,17 +252,21 @@ class _Parser:
         self.take("(")
         args: list[Any] = []
         kwargs: list[tuple[str, Any]] = []
+        semicolon = False
         while self.tok.text != ")":
             if self.tok.text == ";":
                 self.take()
+                semicolon = True
                 continue
             if self.tok.kind == "name" and self.tokens[self.i + 1].text == "=":
                 key = self.take().text
                 self.take("=")
                 kwargs.append((key, self.expr()))
             else:
-                if kwargs:
-                    raise self.error("positional argument after keyword arguments", self.tok.pos)
+                # (Julia takes keywords anywhere before a `;`: the model zoo's
+                # `Conv((3, 3), 1=>16, pad=(1,1), relu)` is valid code)
+                if semicolon:
+                    raise self.error("positional argument after the ';' of keyword arguments", self.tok.pos)
                 args.append(self.expr())
             if self.tok.text == ",":
                 self.take()
@@ -251,6 +274,52 @@ class _Parser:
                 raise self.error(f"expected ',' or ')' but found {self.found()}", self.tok.pos)
         self.take(")")
         return _Call(name.text, tuple(args), tuple(kwargs), name.pos)
+
+
+_BINARY = {"+": 1, "-": 1, "*": 2, "÷": 2, "^": 3}
+
+
+def _known_lambda(param: _Name, body: list[str]) -> str | None:
+    """The function an anonymous function of code is, when it is only a spelling of one: ``x ->
+    reshape(x, :, size(x, 4))`` (how Flux's model zoo flattened before ``Flux.flatten``) is
+    ``flatten`` (every dim but the last, which is what ``size(x, N)`` names in the models it is
+    written for); ``x -> relu.(x)`` / ``x -> softmax(x)`` / ``x -> flatten(x)`` are the function.
+    Matched token by token, never evaluated; anything else stays an anonymous function."""
+    x = param.name
+    if not re.fullmatch(r"[^\W\d]\w*", x):
+        return None
+    head = ["reshape", "(", x, ",", ":", ",", "size", "(", x]
+    if body[: len(head)] == head and body[len(head) :] in (
+        *([",", n, ")", ")"] for n in body[len(head) + 1 : len(head) + 2] if n.isdigit() and int(n) > 0),
+        [")", "[", "end", "]", ")"],
+        [",", "ndims", "(", x, ")", ")", ")"],
+    ):
+        return "flatten"
+    if len(body) in (4, 5) and body[-3:] == ["(", x, ")"] and (len(body) == 4 or body[1] == "."):
+        name = _strip(body[0])
+        if name == "flatten" or canonical_activation(name) is not None:
+            return body[0]
+    return None
+
+
+def _fold(op: str, a: int | float, b: int | float, error: Any, pos: int) -> int | float:
+    """``a op b`` of two literals, bounded (a size, not a computation: ``9^999999`` is refused
+    before Python would build it)."""
+    if op == "^" and (abs(b) > 64 or (isinstance(b, int) and b < 0 and isinstance(a, int))):
+        raise error(f"exponent {b} is out of range for a size", pos)
+    if op == "÷":
+        if b == 0:
+            raise error("division by zero", pos)
+        if not (isinstance(a, int) and isinstance(b, int)):
+            raise error("÷ needs integers", pos)
+        out: int | float = abs(a) // abs(b) * (1 if (a >= 0) == (b > 0) else -1)  # (Julia's div truncates)
+    elif op == "^":
+        out = a**b
+    else:
+        out = a + b if op == "+" else a - b if op == "-" else a * b
+    if abs(out) > 2**62:
+        raise error(f"{a} {op} {b} is out of range for a size", pos)
+    return out
 
 
 def _number(text: str) -> int | float:
@@ -366,10 +435,13 @@ class _Builder:
             return e.first, e.second
         raise self.error(f"{what} must be written `in => out`", _pos(e))
 
-    def activation(self, e: Any) -> str:
+    def activation(self, e: Any, layer: str = "a layer") -> str:
         if isinstance(e, _Name):
             name = canonical_activation(e.name)
             if name is not None:
+                refusal = refuse_whole_array_sigma(name, layer)
+                if refusal is not None:
+                    raise self.error(refusal, e.pos)
                 return name
             raise self.error(f"unknown activation function {e.name!r}", e.pos)
         if isinstance(e, _Lambda):
@@ -478,7 +550,7 @@ def _pad(b: _Builder, e: Any, kernel: tuple[int, ...], dilation: tuple[int, ...]
 
 
 def _sigma(a: _Args, index: int) -> str:
-    return a.b.activation(a.args[index]) if len(a.args) > index else "identity"
+    return a.b.activation(a.args[index], a.name) if len(a.args) > index else "identity"
 
 
 def _bias(a: _Args) -> bool:
@@ -570,7 +642,7 @@ def _scale(a: _Args) -> Layer:
     size = tuple(a.b.int_(v, "Scale size") for v in sizes)
     if len(size) == 1 and isinstance(a.args[0], _Tuple):
         size = a.b.ints(a.args[0], None, "Scale size")
-    sigma = a.b.activation(a.args[-1]) if isinstance(a.args[-1], _Name) else "identity"
+    sigma = a.b.activation(a.args[-1], a.name) if isinstance(a.args[-1], _Name) else "identity"
     layer = Layer("Scale", {"size": size, "σ": sigma, "bias": _bias(a)})
     a.done()
     return layer
@@ -629,7 +701,7 @@ def _layernorm(a: _Args) -> Layer:
         size = tuple(a.b.int_(v, "LayerNorm size") for v in sizes)
     if not size:
         raise a.b.error("LayerNorm needs a size", a.call.pos)
-    sigma = a.b.activation(a.args[-1]) if isinstance(a.args[-1], _Name) else "identity"
+    sigma = a.b.activation(a.args[-1], a.name) if isinstance(a.args[-1], _Name) else "identity"
     args: dict[str, Any] = {"size": size, "σ": sigma}
     e = a.pop_kw("affine")
     args["affine"] = True if e is None else a.b.bool_(e, "affine")

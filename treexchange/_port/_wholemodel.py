@@ -18,6 +18,7 @@ import numpy as np
 from treexchange._errors import ConversionError, PathSegment, TreePath, TreexchangeError, format_path
 from treexchange._juliatype import JuliaType
 from treexchange._limits import DEFAULT_LIMITS
+from treexchange._port._activations import refuse_whole_array_sigma
 from treexchange._port._arch import BROADCAST_FUNCTION, CONNECTIONS, canonical_activation, connection_name
 from treexchange._port._eras import normalise
 from treexchange._port._registry import KINDS, PORTING_DOCS, RECURRENT_GATES
@@ -127,7 +128,11 @@ class _Converter:
         params = s.type.params
         if len(params) <= index:
             raise self.error(f"{s.type} records no activation type parameter", path)
-        return self.function(params[index], path, what="activation")
+        name = self.function(params[index], path, what="activation")
+        refusal = refuse_whole_array_sigma(name, kind)
+        if refusal is not None:
+            raise self.error(refusal, path)
+        return name
 
     def function(self, value: Any, path: TreePath, *, what: str = "function") -> str:
         name = function_name(value)
