@@ -230,8 +230,20 @@ def test_a_struct_of_ones_own_holding_layers_ports_with_the_chain_it_applies(tmp
     path = _write(tmp_path, "model.bson", {"model": own})
     with pytest.raises(
         ConversionError, match=r"Main.Model is a struct of your own .* \(fields 1, 3\).*architecture="
-    ):
+    ) as err:
         tx.from_flux(path, "model")
+    # (each field's path is named, the way to port one layer alone: SpeedyWeatherEmulator's
+    # TrainedModel(chain, zscore_para, sim_para) was told to pass a Chain, which its struct refuses)
+    assert "name its path: ('model', '1') or ('model', '3')" in str(err.value)
+    agent = struct(
+        datatype("Main.Agent"), dense(w1, b1, "NNlib.#relu"), struct(datatype("Flux.Optimise.Adam"), 0.001)
+    )
+    with pytest.raises(ConversionError, match=r"\(fields 1\)"):  # (the optimiser holds no layers)
+        tx.from_flux(_write(tmp_path, "agent.bson", {"agent": agent}), "agent")
+    first = tx.from_flux(path, ("model", "1"))
+    np.testing.assert_allclose(
+        np.asarray(first(np.ones(3, np.float32))), np.maximum(w1.sum(1) + b1, 0), rtol=1e-5
+    )
     model = tx.from_flux(path, "model", architecture="Chain(Dense(3 => 4, relu), Dense(4 => 2))")
     x = rng.normal(size=3).astype(np.float32)
     np.testing.assert_allclose(

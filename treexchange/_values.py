@@ -386,7 +386,10 @@ class Closure(Singleton):
     singleton of its type (what JLD2 writes for a function), equal to that :class:`Singleton`.
     With captures (``(x, y) -> x + downsample(y)`` holds a trained ``downsample``) it equals only
     a closure of the same type whose captures are equal, and writing it to JLD2 is refused (the
-    writer would keep its type alone, losing them).
+    writer would keep its type alone, losing them). ``code`` is the closure written back as one
+    line of Julia (``"x -> reshape(x, :, size(x, 4))"``) when its stored code is a single
+    expression of its argument, else ``None``: shown, matched against spellings of known functions
+    by the ports (docs/bson.md §Closures), never evaluated; it plays no part in equality.
 
     Example:
         >>> from treexchange import Closure
@@ -395,7 +398,7 @@ class Closure(Singleton):
         (Closure('Main.#3#4', defined at REPL[9]:8), 'REPL[9]:8')
     """
 
-    __slots__ = ("capture_names", "captures", "file", "line", "module", "name")
+    __slots__ = ("capture_names", "captures", "code", "file", "line", "module", "name")
 
     def __init__(
         self,
@@ -407,8 +410,10 @@ class Closure(Singleton):
         line: int | None = None,
         captures: tuple[Any, ...] = (),
         capture_names: tuple[str, ...] = (),
+        code: str | None = None,
     ) -> None:
         super().__init__(type_)
+        self.code = code
         self.name = name
         self.module = module
         self.file = file

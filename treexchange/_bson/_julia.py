@@ -85,6 +85,7 @@ from .._values import (
 )
 from ._bitsstruct import bits_struct_dtype, bits_struct_value
 from ._container import Blob, Doc, Lazy, Parser, Seq
+from ._lowered import lowered_text
 
 _DICT_TYPES = frozenset({"Base.Dict", "Base.IdDict"})
 _TRACKED_ARRAYS = frozenset({"Flux.Tracker.TrackedArray", "Tracker.TrackedArray"})
@@ -447,6 +448,7 @@ class Session:
         method's compiled code, and refers back to the closure's own type)."""
         info: dict[str, Any] = {
             "type_name": None, "name": None, "module": None, "file": None, "line": None, "names": (),
+            "code": None,
         }  # fmt: skip
         tn = self.deref(raw.get("typename"), path)
         data = tn.get("data") if isinstance(tn, Doc) else None
@@ -471,6 +473,7 @@ class Session:
             line = fields[3]
             if isinstance(line, (int, np.integer)) and not isinstance(line, (bool, np.bool_)):
                 info["line"] = int(line)
+            info["code"] = lowered_text(fields, lambda x: self.deref(x, path))
         return info
 
     # --- structs ---------------------------------------------------------------------------
@@ -505,7 +508,8 @@ class Session:
             if captures:  # (data the closure holds: trained layers, sizes; shown, never dropped)
                 shown = [_capture_text(n, v) for n, v in zip(names or map(str, range(1, 99)), captures)]
                 held = f"; captures {', '.join(shown[:4])}{', …' if len(shown) > 4 else ''}"
-            self.notes[path] = f"closure {info['name'] or t.basename}{where} (never run{held})"
+            code = f": {info['code']}" if info["code"] and not captures else ""
+            self.notes[path] = f"closure {info['name'] or t.basename}{where}{code} (never run{held})"
             return Closure(
                 t,
                 name=info["name"],
@@ -514,6 +518,7 @@ class Session:
                 line=info["line"],
                 captures=captures,
                 capture_names=names,
+                code=info["code"] if not captures else None,
             )
         known = self._struct_types.get(id(rtype))
         if known is not None and known[0] is rtype:

@@ -677,7 +677,7 @@ def load_into_module(
 
 def _same_tensor_values(a: Any, b: Any) -> bool:
     """Equal shapes and values, NaN equal to NaN (a shared weight holding a NaN is still one)."""
-    import torch
+    import torch  # (optional: imported only when a torch module is given)
 
     if a.shape != b.shape or a.dtype != b.dtype:
         return False

@@ -125,27 +125,27 @@ def _identity(x: Any) -> Any:
 
 
 def _lisht(x: Any) -> Any:
-    import jax.numpy as jnp
+    import jax.numpy as jnp  # (jax is costly to import: loaded on first use)
 
     return x * jnp.tanh(x)
 
 
 def _tanhshrink(x: Any) -> Any:
-    import jax.numpy as jnp
+    import jax.numpy as jnp  # (jax is costly to import: loaded on first use)
 
     return x - jnp.tanh(x)
 
 
 def _trelu(x: Any) -> Any:
     """``trelu(x, θ = 1) = x ≤ θ ? 0 : x``."""
-    import jax.numpy as jnp
+    import jax.numpy as jnp  # (jax is costly to import: loaded on first use)
 
     return jnp.where(x <= 1, jnp.zeros_like(x), x)
 
 
 def _softshrink(x: Any) -> Any:
     """``softshrink(x, λ = 0.5)``: ``x − λ`` above λ, ``x + λ`` below −λ, 0 between."""
-    import jax.numpy as jnp
+    import jax.numpy as jnp  # (jax is costly to import: loaded on first use)
 
     lo, hi = x - 0.5, x + 0.5
     return jnp.where(hi > 0, jnp.where(lo < 0, jnp.zeros_like(hi), lo), hi)
@@ -153,14 +153,14 @@ def _softshrink(x: Any) -> Any:
 
 def _logcosh(x: Any) -> Any:
     """``logcosh(x) = x + softplus(−2x) − log 2`` (no overflow for large |x|)."""
-    import jax
+    import jax  # (jax is costly to import: loaded on first use)
 
     return x + jax.nn.softplus(-2 * x) - 0.6931471805599453
 
 
 def _gelu_sigmoid(x: Any) -> Any:
     """``gelu_sigmoid(x) = x σ(√(8/π) (x + 0.044715 x³))``."""
-    import jax
+    import jax  # (jax is costly to import: loaded on first use)
 
     return x * jax.nn.sigmoid(1.5957691216057308 * (x + 0.044715 * x**3))
 

@@ -295,11 +295,32 @@ def _known_lambda(param: _Name, body: list[str]) -> str | None:
         [",", "ndims", "(", x, ")", ")", ")"],
     ):
         return "flatten"
+    if body == ["reshape", "(", x, ",", ":", ")"] or body == ["vec", "(", x, ")"]:
+        return "vec"
     if len(body) in (4, 5) and body[-3:] == ["(", x, ")"] and (len(body) == 4 or body[1] == "."):
         name = _strip(body[0])
         if name == "flatten" or canonical_activation(name) is not None:
             return body[0]
     return None
+
+
+def known_closure(code: str) -> str | None:
+    """The Julia name of the function a closure's code only spells (``"x -> reshape(x, :, size(x,
+    4))"`` -> ``"flatten"``, ``"x -> relu.(x)"`` -> ``"relu"``), else ``None``: the same token
+    match as an anonymous function in architecture text, never an evaluation.
+
+    Example:
+        >>> known_closure("x -> reshape(x, :, size(x, 4))"), known_closure("x -> x .^ 2")
+        ('flatten', None)
+    """
+    try:
+        tokens = _tokenize(code)
+    except ConversionError:
+        return None
+    if len(tokens) < 4 or tokens[0].kind != "name" or tokens[1].text != "->":
+        return None
+    name = _known_lambda(_Name(tokens[0].text, 0), [t.text for t in tokens[2:-1]])
+    return None if name is None else _strip(name)
 
 
 def _fold(op: str, a: int | float, b: int | float, error: Any, pos: int) -> int | float:

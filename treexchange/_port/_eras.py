@@ -37,6 +37,7 @@ import numpy as np
 from .._errors import ConversionError, TreePath, format_path
 from .._juliatype import JuliaType
 from .._values import Closure, JuliaStruct, NamedTuple, Singleton
+from ._arch import known_closure
 
 _GPU_ARRAYS = frozenset({"CuArray", "CuDeviceArray", "ROCArray", "MtlArray"})  # device memory only
 _CONV_KINDS = ("Conv", "ConvTranspose", "CrossCor", "DepthwiseConv")
@@ -143,11 +144,23 @@ def closure_description(value: Any) -> str | None:
         details = [value.type.name]
         if value.where:
             details.append(f"defined at {value.where}")
+        if value.code:
+            details.append(value.code)
         return f"{value.name or value.type.name} ({', '.join(details)})"
     if isinstance(value, (JuliaStruct, Singleton)):
         base = value.type.name.rsplit(".", 1)[-1]
         return value.type.name if base[:1] == "#" and base[1:2].isdigit() else None
     return None
+
+
+def _spelled_function(value: Any) -> Singleton | None:
+    """A closure whose stored code only spells a known function (``x -> reshape(x, :, size(x,
+    4))``, the model zoo's flatten; ``x -> relu.(x)``) as that function's singleton, else None."""
+    code = value.code if isinstance(value, Closure) and not value.captures else None
+    name = known_closure(code) if code else None
+    if name is None:
+        return None
+    return Singleton("Flux.#flatten" if name == "flatten" else f"NNlib.#{name}")
 
 
 def closure_error(value: Any, path: TreePath) -> ConversionError:
@@ -179,6 +192,9 @@ class _Normaliser:
         if isinstance(value, list):
             return [self.walk(v, (*path, i + 1)) for i, v in enumerate(value)]
         if self.closures == "error" and closure_description(value) is not None:
+            spelled = _spelled_function(value)
+            if spelled is not None:
+                return spelled
             raise closure_error(value, path)
         return value
 

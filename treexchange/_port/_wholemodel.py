@@ -220,13 +220,17 @@ class _Converter:
                 path,
             )
         if handler is None:
-            held = [k for k, v in value.fields.items() if _is_flux_struct(v)]
+            held = [k for k, v in value.fields.items() if _is_flux_struct(v) and not is_optimiser(v.type)]
             if held and not _is_flux_struct(value):
+                # (each field's own path ports that layer alone: said first, since a struct that
+                # keeps one model and its settings, TrainedModel(chain, zscore, …), is the usual case)
+                paths = " or ".join(repr((*path, k)) for k in held[:3])
                 raise self.error(
                     f"{value.type.name} is a struct of your own holding Flux layers (fields "
                     f"{', '.join(held)}): its forward pass is Julia code, which treexchange never runs. "
-                    "If it applies them in field order, pass architecture= (--architecture) with the "
-                    "Chain of those layers as Flux prints them",
+                    f"To port a field's layers alone, name its path: {paths}. If the struct applies "
+                    "them in field order, pass architecture= (--architecture) with the Chain of those "
+                    "layers as Flux prints them",
                     path,
                 )
             if is_optimiser(value.type):
