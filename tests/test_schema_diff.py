@@ -420,3 +420,17 @@ def test_a_changed_scalar_of_a_real_bson_file_shows(tmp_path: Path) -> None:
     assert not tx.diff(path, edited)  # the same structure
     result = tx.diff(path, edited, checksums=True)
     assert [(d.kind, d.path, d.a, d.b) for d in result] == [("content", ("epoch_idx",), epoch, epoch + 1)]
+
+
+def test_a_struct_of_zero_size_fields_is_its_singleton_to_diff(tmp_path: Path) -> None:
+    """``DataFrames.ByRow{typeof(f)}`` (one field, the function): BSON.jl stores the field, JLD2
+    the type alone, and reads it back as the singleton. ``convert`` verified such a file
+    (``values_equal``) while ``diff`` of the two reported a kind change (ScoringEngineDemo's
+    preprocessing, survey 20); a struct holding a real value still differs."""
+    by_row = tx.JuliaStruct("DataFrames.ByRow{Main.#f}", {"fun": tx.Singleton("Main.#f")})
+    tx.save(tmp_path / "a.jld2", p=by_row)
+    back = tx.load(tmp_path / "a.jld2", "p")
+    assert type(back) is tx.Singleton and tx.values_equal(back, by_row)
+    assert not tx.diff({"p": by_row}, tmp_path / "a.jld2")
+    holding = tx.JuliaStruct("DataFrames.ByRow{Main.#f}", {"fun": np.ones(2)})
+    assert tx.diff({"p": holding}, tmp_path / "a.jld2")

@@ -85,8 +85,9 @@ def plan_export(roots: Mapping[str, Any]) -> ExportPlan:
         node["name"] = name
         return node
 
-    encoded = [[name, tj.encode(value, on_array, (name,))] for name, value in roots.items()]
-    document = {"format": tj.TREE_FORMAT, "version": tj.TREE_VERSION, "axes": "julia-shape"}
+    sharing = tj.Sharing()  # (one per file: its roots may share objects)
+    encoded = [[name, tj.encode(value, on_array, (name,), sharing)] for name, value in roots.items()]
+    document = {"format": tj.TREE_FORMAT, "version": sharing.version(), "axes": "julia-shape"}
     document["roots"] = encoded
     return ExportPlan(document, tensors, layout="logical")
 
@@ -350,8 +351,9 @@ class OrbaxSource:
                 )
             return array
 
+        sharing = tj.Sharing()
         return {
-            name: tj.decode(root, get, (name,))
+            name: tj.decode(root, get, (name,), sharing)
             for name, root in tj.document_roots(self.document, str(self.path))
         }
 

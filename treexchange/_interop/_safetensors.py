@@ -173,8 +173,9 @@ def plan_export(roots: Mapping[str, Any]) -> ExportPlan:
             node["transform"] = transform
         return node
 
-    encoded = [[name, tj.encode(value, on_array, (name,))] for name, value in roots.items()]
-    document = {"format": tj.TREE_FORMAT, "version": tj.TREE_VERSION, "axes": "julia-shape-row-major"}
+    sharing = tj.Sharing()  # (one per file: its roots may share objects)
+    encoded = [[name, tj.encode(value, on_array, (name,), sharing)] for name, value in roots.items()]
+    document = {"format": tj.TREE_FORMAT, "version": sharing.version(), "axes": "julia-shape-row-major"}
     document["roots"] = encoded
     return ExportPlan(document, tensors)
 
@@ -425,7 +426,8 @@ class SafetensorsSource:
         roots = tj.document_roots(self.document, str(self.path))
         for name, node in roots:
             tj.array_nodes(node, (name,), named=True)  # (every array node checked before any is read)
-        return {name: tj.decode(node, self._get, (name,)) for name, node in roots}
+        sharing = tj.Sharing()
+        return {name: tj.decode(node, self._get, (name,), sharing) for name, node in roots}
 
     def _get(self, node: dict[str, Any], path: TreePath) -> np.ndarray:
         name = node["name"]

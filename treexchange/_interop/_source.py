@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from .._jld2._nodes import Node
+from .._jld2._reader import Session
 from .._nodeproto import LazyNode, is_node
 from .._reader import open as open_file
 from .._values import NamedTuple
@@ -34,27 +36,47 @@ def lazy_tree(source: str | os.PathLike[str]) -> Group:
     """
     f = open_file(source)
     # Nodes read through the open file; it stays open as long as they do (closed with the reader).
-    return _group(f)
+    return _Walk().group(f)
 
 
-def _group(group: LazyNode) -> Group:
-    out = Group()
-    for name, child in group.children():
-        out[str(name)] = _node(child)
-    return out
+class _Walk:
+    """One walk over a file: every value it reads goes through one JLD2 read session, so an object
+    the file holds once (a dataset referenced from two places: an optimiser's ``IdDict`` keyed
+    by the model's own arrays, a struct two roots share) is one Python object however many roots
+    and paths reach it, and an array left lazy is the same node wherever it is met (the writers
+    keep that sharing: :class:`._treejson.Sharing`)."""
 
+    def __init__(self) -> None:
+        self.session: Session | None = None
 
-def _node(node: LazyNode) -> Any:
-    kind = node.kind
-    if kind == "group":
-        return _group(node)
-    if kind == "array" and node.dtype is not None and node.dtype != np.dtype(object):
-        return node
-    if kind == "namedtuple":
-        return NamedTuple((str(seg), _node(child)) for seg, child in node.children())
-    if kind == "tuple":
-        return tuple(_node(child) for _, child in node.children())
-    return node.read()
+    def group(self, group: LazyNode) -> Group:
+        out = Group()
+        for name, child in group.children():
+            out[str(name)] = self.node(child)
+        return out
+
+    def node(self, node: LazyNode) -> Any:
+        kind = node.kind
+        if kind == "group":
+            return self.group(node)
+        if kind == "namedtuple":
+            return NamedTuple((str(seg), self.node(child)) for seg, child in node.children())
+        if kind == "tuple":
+            return tuple(self.node(child) for _, child in node.children())
+        if not isinstance(node, Node):  # (a BSON file's node: its own read, identity within it)
+            lazy = kind == "array" and node.dtype is not None and node.dtype != np.dtype(object)
+            return node if lazy else node.read()
+        session = self.session
+        if session is None:
+            session = self.session = Session(node._reader)
+        address = node.object_address
+        if address is not None and address in session.memo:
+            return session.memo[address]  # (read or met before: the same object)
+        if kind == "array" and node.dtype is not None and node.dtype != np.dtype(object):
+            if address is not None:
+                session.memo[address] = node  # (a struct referring to it later holds this node)
+            return node
+        return node._read(session)
 
 
 def fetch(array: Any) -> np.ndarray:

@@ -18,7 +18,10 @@ scalars), ``int128`` / ``uint128`` (decimal ``v``), ``bigint`` (``v`` in hex, as
 it: no digit limit, unlike decimal text; ``name``, the name of its type), ``bigfloat`` (``v``
 its decimal text, ``name``), ``str``, ``sym``,
 ``nothing``, ``missing``, ``undef``, ``singleton`` (``type``), ``bits`` (``type``, ``hex``),
-``type`` (a Julia type used as a type parameter: ``name``, ``p``).
+``type`` (a Julia type used as a type parameter: ``name``, ``p``), ``same`` (``k``: the object
+a node marked ``"k": k`` earlier in the document stands for, met again: a Julia object referenced
+from two places, such as an optimiser's ``IdDict`` keyed by the model's own weight arrays; version
+2, written only when the document has one).
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ from .._values import (
 from ._layoutjson import LayoutReader, LayoutTable
 
 TREE_FORMAT = "treexchange-tree"
-TREE_VERSION = 1
+TREE_VERSION = 2
+"""The newest version read; a document is written as version 1 unless it holds ``same`` nodes."""
 
 OnArray = Callable[[Any, TreePath], dict[str, Any]]
 """``on_array(array, path) -> node``: store a numeric array (a numpy array, or a lazy array node
@@ -77,7 +81,28 @@ def is_numeric_array(value: Any) -> bool:
     )
 
 
-def encode(value: Any, on_array: OnArray, path: TreePath = ()) -> dict[str, Any]:
+class Sharing:
+    """The objects of one document met so far (one per file: its roots may share objects).
+
+    Encoding, an array, list, dict, struct or Julia array met a second time becomes a ``same``
+    node naming the first one's ``k`` (given to it then); decoding, each node with a ``k`` is
+    remembered and a ``same`` node is that very object. Without it a shared object would come back
+    as copies, equal in value but no longer one object (Julia's ``IdDict`` keys, aliases).
+    """
+
+    def __init__(self) -> None:
+        self.first: dict[int, tuple[dict[str, Any], Any]] = {}  # (the value kept: ids stay unique)
+        self.count = 0
+        self.decoded: dict[int, Any] = {}
+
+    def version(self) -> int:
+        """The tree version a document written with this sharing needs."""
+        return 2 if self.count else 1
+
+
+def encode(
+    value: Any, on_array: OnArray, path: TreePath = (), sharing: Sharing | None = None
+) -> dict[str, Any]:
     """The JSON skeleton of ``value``; numeric arrays go to ``on_array``.
 
     Example:
@@ -89,74 +114,76 @@ def encode(value: Any, on_array: OnArray, path: TreePath = ()) -> dict[str, Any]
         [['σ', {'t': 'tuple', 'v': []}], ['act', {'t': 'nothing'}]]
     """
     table = LayoutTable(encode_type)
-    node = _encode(value, on_array, path, table, {})
+    node = _Encoder(on_array, table, Sharing() if sharing is None else sharing).node(value, path)
     if table.entries:
         node["L"] = table.entries  # the struct layouts the nodes below name (._layoutjson)
     return node
 
 
-def _encode(
-    value: Any, on_array: OnArray, path: TreePath, table: LayoutTable, inside: dict[int, TreePath]
-) -> dict[str, Any]:
-    """``inside``: the mutable containers being encoded (id -> path), ancestors of ``value``. A
-    file's objects may refer to each other in a cycle (JLD2 stores references: a solution object
-    that holds itself); a tree cannot, and following it would never end. NamedTuples and tuples are
-    immutable once built, so every cycle runs through one of the others."""
-    if is_numeric_array(value):
-        node = dict(on_array(value, path))
-        node["t"] = "array"
-        return node
-    if isinstance(value, NamedTuple):
-        return {
-            "t": "nt",
-            "f": [[k, _encode(v, on_array, (*path, k), table, inside)] for k, v in value.items()],
-        }
-    if isinstance(value, tuple):
-        return {
-            "t": "tuple",
-            "v": [_encode(v, on_array, (*path, i), table, inside) for i, v in enumerate(value, 1)],
-        }
-    if not isinstance(value, (list, dict, JuliaStruct, JuliaArray)):
-        return _encode_scalar(value, path)
-    if id(value) in inside:
-        raise ConversionError(
-            f"the value refers to itself (a cycle back to {format_path(inside[id(value)])}); this format "
-            "stores a tree of values and cannot hold it (JLD2 can: convert to .jld2)",
-            path=path,
-        )
-    inside[id(value)] = path
-    try:
-        return _encode_mutable(value, on_array, path, table, inside)
-    finally:
-        del inside[id(value)]
+class _Encoder:
+    def __init__(self, on_array: OnArray, table: LayoutTable, sharing: Sharing) -> None:
+        self.on_array = on_array
+        self.table = table
+        self.sharing = sharing
+        self.inside: dict[int, TreePath] = {}
 
-
-def _encode_mutable(
-    value: Any, on_array: OnArray, path: TreePath, table: LayoutTable, inside: dict[int, TreePath]
-) -> dict[str, Any]:
-    if isinstance(value, list):
-        return {
-            "t": "list",
-            "v": [_encode(v, on_array, (*path, i), table, inside) for i, v in enumerate(value, 1)],
-        }
-    if isinstance(value, dict):
-        tag = "group" if isinstance(value, Group) else "dict"
-        items = [
-            [encode(k, _no_arrays, path), _encode(v, on_array, (*path, str(k)), table, inside)]
-            for k, v in value.items()
-        ]
-        return {"t": tag, "items": items}
-    if isinstance(value, JuliaStruct):
-        fields = [[k, _encode(v, on_array, (*path, k), table, inside)] for k, v in value.fields.items()]
-        node: dict[str, Any] = {"t": "struct", "type": encode_type(value.type), "f": fields}
-        layout = table.index(value.layout)
-        if layout is not None:
-            node["lay"] = layout
-        if value.mutable:
-            node["mut"] = True
+    def node(self, value: Any, path: TreePath) -> dict[str, Any]:
+        """``inside``: the mutable containers being encoded (id -> path), ancestors of ``value``. A
+        file's objects may refer to each other in a cycle (JLD2 stores references: a solution
+        object that holds itself); a tree cannot, and following it would never end. NamedTuples and
+        tuples are immutable once built, so every cycle runs through one of the others. An object
+        met before, and done, is a ``same`` node (:class:`Sharing`)."""
+        array = is_numeric_array(value)
+        if not array:
+            if isinstance(value, NamedTuple):
+                return {"t": "nt", "f": [[k, self.node(v, (*path, k))] for k, v in value.items()]}
+            if isinstance(value, tuple):
+                return {"t": "tuple", "v": [self.node(v, (*path, i)) for i, v in enumerate(value, 1)]}
+            if not isinstance(value, (list, dict, JuliaStruct, JuliaArray)):
+                return _encode_scalar(value, path)
+            if id(value) in self.inside:
+                raise ConversionError(
+                    f"the value refers to itself (a cycle back to {format_path(self.inside[id(value)])}); "
+                    "this format stores a tree of values and cannot hold it (JLD2 can: convert to .jld2)",
+                    path=path,
+                )
+        seen = self.sharing.first.get(id(value))
+        if seen is not None and seen[1] is value:
+            first = seen[0]
+            if "k" not in first:
+                first["k"] = self.sharing.count
+                self.sharing.count += 1
+            return {"t": "same", "k": first["k"]}
+        if array:
+            node = dict(self.on_array(value, path))
+            node["t"] = "array"
+        else:
+            self.inside[id(value)] = path
+            try:
+                node = self.mutable(value, path)
+            finally:
+                del self.inside[id(value)]
+        self.sharing.first[id(value)] = (node, value)
         return node
-    elements = [_encode(v, on_array, (*path, i), table, inside) for i, v in enumerate(value, 1)]  # JuliaArray
-    return {"t": "jarray", "eltype": encode_type(value.eltype), "shape": list(value.shape), "v": elements}
+
+    def mutable(self, value: Any, path: TreePath) -> dict[str, Any]:
+        if isinstance(value, list):
+            return {"t": "list", "v": [self.node(v, (*path, i)) for i, v in enumerate(value, 1)]}
+        if isinstance(value, dict):
+            tag = "group" if isinstance(value, Group) else "dict"
+            items = [[encode(k, _no_arrays, path), self.node(v, (*path, str(k)))] for k, v in value.items()]
+            return {"t": tag, "items": items}
+        if isinstance(value, JuliaStruct):
+            fields = [[k, self.node(v, (*path, k))] for k, v in value.fields.items()]
+            node: dict[str, Any] = {"t": "struct", "type": encode_type(value.type), "f": fields}
+            layout = self.table.index(value.layout)
+            if layout is not None:
+                node["lay"] = layout
+            if value.mutable:
+                node["mut"] = True
+            return node
+        elements = [self.node(v, (*path, i)) for i, v in enumerate(value, 1)]  # JuliaArray
+        return {"t": "jarray", "eltype": encode_type(value.eltype), "shape": list(value.shape), "v": elements}
 
 
 def _no_arrays(value: Any, path: TreePath) -> dict[str, Any]:
@@ -211,7 +238,7 @@ def encode_type(t: JuliaType) -> dict[str, Any]:
     return {"t": "type", "name": t.name, "p": [encode(p, _no_arrays) for p in t.params]}
 
 
-def decode(node: Any, get_array: GetArray, path: TreePath = ()) -> Any:
+def decode(node: Any, get_array: GetArray, path: TreePath = (), sharing: Sharing | None = None) -> Any:
     """The value a skeleton stands for; ``get_array`` supplies each stored array.
 
     Example:
@@ -228,7 +255,7 @@ def decode(node: Any, get_array: GetArray, path: TreePath = ()) -> Any:
             if isinstance(err, FormatError):
                 raise
             raise FormatError(f"tree metadata: bad struct layout table ({err})", path=path) from None
-    return _decode_node(node, get_array, path, layouts)
+    return _Decoder(get_array, layouts, Sharing() if sharing is None else sharing).node(node, path)
 
 
 def document_roots(doc: Any, where: str) -> list[tuple[str, Any]]:
@@ -261,49 +288,71 @@ def document_roots(doc: Any, where: str) -> list[tuple[str, Any]]:
     return roots
 
 
-def _decode_node(node: Any, get_array: GetArray, path: TreePath, layouts: LayoutReader | None) -> Any:
-    try:
-        tag = node["t"]
-    except (TypeError, KeyError):
-        raise FormatError("tree metadata: a node without a tag", path=path) from None
-    try:
-        return _decode(tag, node, get_array, path, layouts)
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
-        if isinstance(err, FormatError):
-            raise
-        raise FormatError(f"tree metadata: bad {tag!r} node ({err})", path=path) from None
+class _Decoder:
+    def __init__(self, get_array: GetArray, layouts: LayoutReader | None, sharing: Sharing) -> None:
+        self.get_array = get_array
+        self.layouts = layouts
+        self.sharing = sharing
+
+    def node(self, node: Any, path: TreePath) -> Any:
+        try:
+            tag = node["t"]
+        except (TypeError, KeyError):
+            raise FormatError("tree metadata: a node without a tag", path=path) from None
+        try:
+            if tag == "same":
+                return self.same(node, path)
+            value = self.decode(tag, node, path)
+        except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
+            if isinstance(err, FormatError):
+                raise
+            raise FormatError(f"tree metadata: bad {tag!r} node ({err})", path=path) from None
+        if "k" in node:
+            self.sharing.decoded[_shared_key(node, path)] = value
+        return value
+
+    def same(self, node: dict[str, Any], path: TreePath) -> Any:
+        k = _shared_key(node, path)
+        if k not in self.sharing.decoded:
+            raise FormatError(f"tree metadata: 'same' node {k} before the object it names", path=path)
+        return self.sharing.decoded[k]
+
+    def decode(self, tag: str, node: dict[str, Any], path: TreePath) -> Any:
+        if tag == "array":
+            return self.get_array(node, path)
+        if tag == "nt":
+            return NamedTuple((k, self.node(v, (*path, k))) for k, v in _named(node, path))
+        if tag in ("tuple", "list"):
+            items = [self.node(v, (*path, i)) for i, v in enumerate(node["v"], 1)]
+            return tuple(items) if tag == "tuple" else items
+        if tag in ("dict", "group"):
+            out: dict[Any, Any] = Group() if tag == "group" else {}
+            for k, v in node["items"]:
+                key = decode(k, self.get_array, path)
+                out[key] = self.node(v, (*path, str(key)))
+            return out
+        if tag == "struct":
+            fields = [(k, self.node(v, (*path, k))) for k, v in _named(node, path)]
+            layout = None
+            if "lay" in node:
+                if self.layouts is None:
+                    raise FormatError("tree metadata: a struct layout without a layout table", path=path)
+                layout = self.layouts.get(node["lay"])
+            mutable = node.get("mut") is True
+            return JuliaStruct(decode_type(node["type"]), fields, layout=layout, mutable=mutable)
+        if tag == "jarray":
+            items = [self.node(v, (*path, i)) for i, v in enumerate(node["v"], 1)]
+            data = np.empty(len(items), dtype=object)
+            data[:] = items
+            return JuliaArray(decode_type(node["eltype"]), data.reshape(tuple(node["shape"]), order="F"))
+        return _decode_scalar(tag, node, path)
 
 
-def _decode(
-    tag: str, node: dict[str, Any], get_array: GetArray, path: TreePath, layouts: LayoutReader | None
-) -> Any:
-    if tag == "array":
-        return get_array(node, path)
-    if tag == "nt":
-        return NamedTuple((k, _decode_node(v, get_array, (*path, k), layouts)) for k, v in _named(node, path))
-    if tag in ("tuple", "list"):
-        items = [_decode_node(v, get_array, (*path, i), layouts) for i, v in enumerate(node["v"], 1)]
-        return tuple(items) if tag == "tuple" else items
-    if tag in ("dict", "group"):
-        out: dict[Any, Any] = Group() if tag == "group" else {}
-        for k, v in node["items"]:
-            key = decode(k, get_array, path)
-            out[key] = _decode_node(v, get_array, (*path, str(key)), layouts)
-        return out
-    if tag == "struct":
-        fields = [(k, _decode_node(v, get_array, (*path, k), layouts)) for k, v in _named(node, path)]
-        layout = None
-        if "lay" in node:
-            if layouts is None:
-                raise FormatError("tree metadata: a struct layout without a layout table", path=path)
-            layout = layouts.get(node["lay"])
-        return JuliaStruct(decode_type(node["type"]), fields, layout=layout, mutable=node.get("mut") is True)
-    if tag == "jarray":
-        items = [_decode_node(v, get_array, (*path, i), layouts) for i, v in enumerate(node["v"], 1)]
-        data = np.empty(len(items), dtype=object)
-        data[:] = items
-        return JuliaArray(decode_type(node["eltype"]), data.reshape(tuple(node["shape"]), order="F"))
-    return _decode_scalar(tag, node, path)
+def _shared_key(node: dict[str, Any], path: TreePath) -> int:
+    k = node["k"]
+    if not isinstance(k, int) or isinstance(k, bool):
+        raise FormatError(f"tree metadata: a shared object's key {k!r} is not a number", path=path)
+    return k
 
 
 def _named(node: dict[str, Any], path: TreePath) -> list[tuple[str, Any]]:
