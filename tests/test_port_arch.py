@@ -392,6 +392,7 @@ def test_code_spellings_of_layers_and_sizes() -> None:
         "in": 256, "out": 14, "σ": "identity", "bias": True
     }  # fmt: skip
     assert parse_architecture("Dense((2 + 3) * 4 - 10 ÷ 3, 1)").args["in"] == 17
+    assert parse_architecture("Dense(-2^2 + 8, 1)").args["in"] == 4  # (Julia's -2^2 is -(2^2))
     assert parse_architecture("Conv((3, 3), 1=>16, pad=(1,1), relu)") == parse_architecture(
         "Conv((3, 3), 1 => 16, relu; pad=1)"
     )
@@ -404,6 +405,8 @@ def test_code_spellings_of_layers_and_sizes() -> None:
         ("Chain(x -> reshape(x, :, size(y, 4)), Dense(2, 3))", "anonymous function"),
         ("Chain(x -> x .^ 2, Dense(2, 3))", "anonymous function"),
         ("Dense(9^99999, 1)", "out of range"),
+        ("Dropout((-8.0)^0.5)", "has no real value"),  # (complex in Python: was a TypeError)
+        ("Dense(0.0^-1, 2)", "has no value for a size"),  # (was a ZeroDivisionError)
         ("Dense(3 * relu, 1)", "must join two numbers"),
         ("Dense(3 => 2; bias=false, relu)", "after the ';'"),
         ("Dense(3, 4, softmax)", "softmax takes an array"),

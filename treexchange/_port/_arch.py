@@ -156,7 +156,19 @@ class _Parser:
         """Sizes written as code writes them, ``Dense(28^2, 32)``, ``Dense(16 * 4 * 4 => 120)``:
         ``+ - * ÷ ^`` between numbers folded (Julia's precedence, ``^`` to the right), nothing
         else evaluated."""
-        left = self.atom()
+        if (
+            self.tok.text == "-"
+            and self.tokens[self.i + 1].kind == "number"
+            and self.tokens[self.i + 2].text == "^"
+        ):
+            # (Julia's -2^2 is -(2^2): the minus binds looser than the power)
+            minus = self.take()
+            power = self.arithmetic(_BINARY["^"])
+            if not isinstance(power, _Number):
+                raise self.error("'-' must come before a number", minus.pos)
+            left: Any = _Number(-power.value, minus.pos)
+        else:
+            left = self.atom()
         while isinstance(left, _Number) and _BINARY.get(self.tok.text, 0) >= least:
             op = self.take()
             if self.tok.kind != "number" and self.tok.text not in ("(", "-"):
@@ -334,10 +346,13 @@ def _fold(op: str, a: int | float, b: int | float, error: Any, pos: int) -> int 
         if not (isinstance(a, int) and isinstance(b, int)):
             raise error("÷ needs integers", pos)
         out: int | float = abs(a) // abs(b) * (1 if (a >= 0) == (b > 0) else -1)  # (Julia's div truncates)
-    elif op == "^":
-        out = a**b
     else:
-        out = a + b if op == "+" else a - b if op == "-" else a * b
+        try:
+            out = a**b if op == "^" else a + b if op == "+" else a - b if op == "-" else a * b
+        except (ZeroDivisionError, OverflowError):
+            raise error(f"{a} {op} {b} has no value for a size", pos) from None
+    if isinstance(out, complex) or out != out:  # ((-8.0)^0.5 is complex in Python; inf - inf is NaN)
+        raise error(f"{a} {op} {b} has no real value", pos)
     if abs(out) > 2**62:
         raise error(f"{a} {op} {b} is out of range for a size", pos)
     return out
