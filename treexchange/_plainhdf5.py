@@ -45,7 +45,7 @@ from ._juliatype import JuliaType
 from ._limits import DEFAULT_LIMITS, Limits
 from ._nodeproto import CONTAINER_KINDS, ClosingFile, scalar_dtype, scalar_shape, walk_leaves
 from ._typeof import ANY, STRING, julia_eltype, julia_type_of, kind_of
-from ._values import UNDEF, JuliaArray, JuliaStruct, NamedTuple, Symbol
+from ._values import UNDEF, Closure, JuliaArray, JuliaStruct, NamedTuple, Symbol, value_children
 
 
 def _h5py() -> Any:
@@ -268,6 +268,8 @@ class ValueNode:
             return [(i + 1, i, x) for i, x in enumerate(v.tolist())]
         if isinstance(v, JuliaStruct):
             return [(k, k, x) for k, x in v.fields.items()]
+        if isinstance(v, Closure) and v.captures:  # (the fields of its struct type)
+            return [(k, k, x) for k, x in value_children(v) or ()]
         return []
 
     def __len__(self) -> int:

@@ -37,21 +37,25 @@ from ._values import (
     Singleton,
     Symbol,
     UInt128,
+    closure_struct,
 )
 
 
-def refuse_captures(value: Any, path: TreePath) -> None:
-    """Raise UnsupportedError for a :class:`~treexchange.Closure` holding captured values: the
-    writers keep a closure as its type alone (what JLD2 writes for a function), which would drop
-    them (``(x, y) -> x + downsample(y)`` holds a trained ``downsample``)."""
-    if isinstance(value, Closure) and value.captures:
-        held = ", ".join(value.capture_names) or f"{len(value.captures)} values"
+def closure_as_struct(value: Closure, path: TreePath) -> JuliaStruct:
+    """The struct a :class:`~treexchange.Closure` with captured values is in Julia (its type, the
+    captures as fields named by ``capture_names``: ``(x, y) -> x + downsample(y)`` holds a
+    trained ``downsample``), which the writers write in its place. Without the names (a file that
+    did not give them) the struct's fields would have none: UnsupportedError, rather than writing
+    the closure as its type alone and losing them."""
+    struct = closure_struct(value)
+    if struct is None:
         raise UnsupportedError(
-            f"the closure {value.type.basename} holds the values it captured ({held}), which "
-            "treexchange does not write: it writes a closure as its type alone, and they would be "
-            "lost. Take them out (Closure.captures) or leave the closure out",
+            f"the closure {value.type.basename} holds {len(value.captures)} captured values without "
+            "their names, which treexchange writes as the fields of its struct type: they cannot be "
+            "written (and are not dropped). Take them out (Closure.captures) or leave the closure out",
             path=path,
         )
+    return struct
 
 
 Kind = Literal[
@@ -170,8 +174,8 @@ def kind_of(value: Any, *, path: Sequence[PathSegment] = ()) -> Kind:
         return "vector"
     if isinstance(value, dict):
         return "dict"
-    if isinstance(value, JuliaStruct):
-        return "struct"
+    if isinstance(value, JuliaStruct) or (isinstance(value, Closure) and value.captures):
+        return "struct"  # (a closure with captures: an instance of its struct type, in Julia)
     if isinstance(value, np.ndarray) or is_jax_array(value):
         return "array"
     if isinstance(value, (bool, np.bool_)):
@@ -329,6 +333,10 @@ def type_of(value: Any, builder: TypeBuilder[T], path: TreePath = ()) -> T:
         return builder.for_type(BOTTOM, path)
     if isinstance(value, JuliaType):
         return builder.for_type(DATATYPE, path)  # a type used as a value: Julia's typeof(Float64)
+    if isinstance(value, Closure) and value.captures:
+        struct = closure_struct(value)
+        if struct is not None:  # (else its type alone: the writers refuse it, for_singleton)
+            return builder.for_struct(struct, path)
     if isinstance(value, Singleton):
         return builder.for_singleton(value, path)
     if isinstance(value, JuliaBits):

@@ -384,12 +384,18 @@ class Closure(Singleton):
     file does not say; ``captures`` the values it closed over, in order (``()`` for most), and
     ``capture_names`` their variable names when the file gives them. Without captures it is the
     singleton of its type (what JLD2 writes for a function), equal to that :class:`Singleton`.
-    With captures (``(x, y) -> x + downsample(y)`` holds a trained ``downsample``) it equals only
-    a closure of the same type whose captures are equal, and writing it to JLD2 is refused (the
-    writer would keep its type alone, losing them). ``code`` is the closure written back as one
-    line of Julia (``"x -> reshape(x, :, size(x, 4))"``) when its stored code is a single
-    expression of its argument, else ``None``: shown, matched against spellings of known functions
-    by the ports (docs/bson.md §Closures), never evaluated; it plays no part in equality.
+    With captures (``(x, y) -> x + downsample(y)`` holds a trained ``downsample``) it is what
+    Julia makes of it: an instance of the closure's struct type (``ResNet.#9#10{Flux.Chain{…}}``),
+    its fields the captured variables in order. So it is a ``struct`` node (``inspect`` shows the
+    captures as its fields), the writers write it as that struct (JLD2 as JLD2.jl does, the
+    safetensors / orbax metadata as a struct node), and it equals a closure of the same type
+    whose captures are equal, or a :class:`JuliaStruct` of its type whose fields are its captures
+    by name and in order (what reading the written file gives). Captures without their names
+    cannot be written (the struct's fields would have no names): the writers refuse them.
+    ``code`` is the closure written back as one line of Julia (``"x -> reshape(x, :, size(x, 4))"``)
+    when its stored code is a single expression of its argument, else ``None``: shown, matched
+    against spellings of known functions by the ports (docs/bson.md §Closures), never evaluated;
+    it plays no part in equality (nor is it written: JLD2.jl writes a closure's data, not its code).
 
     Example:
         >>> from treexchange import Closure
@@ -398,7 +404,7 @@ class Closure(Singleton):
         (Closure('Main.#3#4', defined at REPL[9]:8), 'REPL[9]:8')
     """
 
-    __slots__ = ("capture_names", "captures", "code", "file", "line", "module", "name")
+    __slots__ = ("_struct", "capture_names", "captures", "code", "file", "line", "module", "name")
 
     def __init__(
         self,
@@ -420,13 +426,15 @@ class Closure(Singleton):
         self.line = line
         self.captures = tuple(captures)
         self.capture_names = tuple(capture_names)
+        self._struct: tuple[tuple[Any, ...], tuple[str, ...], JuliaStruct | None] | None = None
 
     def __eq__(self, other: object) -> bool:
-        # (captures are data: equal closures capture equal values, as values_equal says)
+        # (captures are data: equal closures capture equal values, as values_equal says; a
+        # closure with captures is a struct, equal to the struct its written file reads back as)
         if isinstance(other, Closure) and (self.captures or other.captures):
             return values_equal(self, other)
-        if self.captures and isinstance(other, Singleton):
-            return False
+        if self.captures and isinstance(other, (Singleton, JuliaStruct)):
+            return values_equal(self, other)
         return super().__eq__(other)
 
     def __hash__(self) -> int:
@@ -443,6 +451,28 @@ class Closure(Singleton):
         where = self.where
         at = f", defined at {where}" if where else ""
         return f"Closure({self.type.qualified()!r}{at})"
+
+
+def closure_struct(value: Closure) -> JuliaStruct | None:
+    """The struct a closure with captures is in Julia: its type, its captures as the fields
+    named by ``capture_names`` (``None`` when the file did not give the names, or it captured
+    nothing). One view per closure, made once (kept while its captures stay the same tuple): the
+    writer meets the value several times (typing it, checking a field, writing it) and tells
+    objects apart by identity.
+
+    Example:
+        >>> c = Closure("Main.#3#4{Core.Int64}", captures=(2,), capture_names=("n",))
+        >>> closure_struct(c), closure_struct(c) is closure_struct(c)
+        (JuliaStruct('Main.#3#4{Int64}', n=2), True)
+    """
+    held = value._struct
+    if held is not None and held[0] is value.captures and held[1] is value.capture_names:
+        return held[2]
+    names, captures = value.capture_names, value.captures
+    ok = bool(captures) and len(names) == len(captures) and len(set(names)) == len(names)
+    struct = JuliaStruct(value.type, zip(names, captures)) if ok else None
+    value._struct = (captures, names, struct)
+    return struct
 
 
 _local = threading.local()
@@ -935,6 +965,10 @@ def value_children(value: Any) -> list[tuple[str | int, Any]] | None:
     """
     if isinstance(value, JuliaStruct):
         return list(value.fields.items())
+    if isinstance(value, Closure) and value.captures:
+        # (a struct in Julia: its captured values, by name where the file gave the names)
+        names = value.capture_names if len(value.capture_names) == len(value.captures) else ()
+        return list(zip(names or range(1, len(value.captures) + 1), value.captures))
     if isinstance(value, (NamedTuple, dict)):  # (a Dict's Int keys stay Ints: value_at finds them so)
         return [(_key_segment(k), v) for k, v in value.items()]
     if isinstance(value, (tuple, list, JuliaArray)):
@@ -1032,11 +1066,7 @@ def _children_if_equal_shells(x: Any, y: Any) -> list[tuple[Any, Any]] | Literal
             return False
         return [(v, y.fields[k]) for k, v in x.fields.items()]
     if (isinstance(x, Closure) and x.captures) or (isinstance(y, Closure) and y.captures):
-        # (a closure's captured values are data: `(x, y) -> x + downsample(y)` holds the trained
-        # `downsample`, so two closures are equal when those are too)
-        if not (isinstance(x, Closure) and isinstance(y, Closure)) or not same_type(x.type, y.type):
-            return False
-        return list(zip(x.captures, y.captures)) if len(x.captures) == len(y.captures) else False
+        return _closure_children(x, y)
     if (isinstance(x, JuliaStruct) and type(y) is Singleton) or (
         type(x) is Singleton and isinstance(y, JuliaStruct)
     ):
@@ -1052,6 +1082,29 @@ def _children_if_equal_shells(x: Any, y: Any) -> list[tuple[Any, Any]] | Literal
     return None
 
 
+def _closure_children(x: Any, y: Any) -> list[tuple[Any, Any]] | Literal[False]:
+    """:func:`_children_if_equal_shells` for a closure with captures and another value. A
+    closure's captured values are data (``(x, y) -> x + downsample(y)`` holds the trained
+    ``downsample``): two closures are equal when those are too. In Julia the closure is an
+    instance of its struct type, fields the captured variables, which is how the writers store
+    it and how its file reads back: a :class:`JuliaStruct` of that type with those fields (by
+    name, in order), or the :class:`Singleton` of the type when every capture is zero-size (a
+    captured function: JLD2 stores no data for such a struct)."""
+    closure, other = (x, y) if isinstance(x, Closure) and x.captures else (y, x)
+    if not isinstance(other, (Closure, JuliaStruct, Singleton)) or not same_type(closure.type, other.type):
+        return False
+    if isinstance(other, Closure):
+        if len(closure.captures) != len(other.captures):
+            return False
+        return list(zip(closure.captures, other.captures))
+    if isinstance(other, JuliaStruct):
+        names = list(closure.capture_names)
+        if len(names) != len(closure.captures) or list(other.fields) != names:
+            return False
+        return list(zip(closure.captures, other.fields.values()))
+    return [] if type(other) is Singleton and _zero_size(closure.captures) else False
+
+
 def _zero_size(value: Any) -> bool:
     """Whether ``value`` is of a zero-size Julia type: a singleton (a function, ``nothing``, a
     closure capturing nothing), or a tuple, NamedTuple or struct of such values only."""
@@ -1060,7 +1113,9 @@ def _zero_size(value: Any) -> bool:
         v = todo.pop()
         if v is None or type(v) is Singleton or (isinstance(v, Closure) and not v.captures):
             continue
-        if isinstance(v, tuple):
+        if isinstance(v, Closure):
+            todo.extend(v.captures)  # (a struct of its captures)
+        elif isinstance(v, tuple):
             todo.extend(v)
         elif isinstance(v, NamedTuple):
             todo.extend(v._data.values())

@@ -33,12 +33,13 @@ import numpy as np
 
 from .._errors import ConversionError, FormatError, PathSegment, TreePath, UnsupportedError, format_path
 from .._juliatype import JuliaType
-from .._typeof import _DTYPE_TO_JULIA, refuse_captures
+from .._typeof import _DTYPE_TO_JULIA, closure_as_struct
 from .._values import (
     MISSING,
     UNDEF,
     BigFloat,
     BigInt,
+    Closure,
     Int128,
     JuliaArray,
     JuliaBits,
@@ -139,6 +140,11 @@ class _Encoder:
                 return {"t": "nt", "f": [[k, self.node(v, (*path, k))] for k, v in value.items()]}
             if isinstance(value, tuple):
                 return {"t": "tuple", "v": [self.node(v, (*path, i)) for i, v in enumerate(value, 1)]}
+            if isinstance(value, Closure) and value.captures:
+                # What it is in Julia, and what the JLD2 writer writes: an instance of its struct
+                # type, fields the captured values (a trained `downsample`), read back as that
+                # struct (one view per closure: a closure met twice is a `same` node).
+                value = closure_as_struct(value, path)
             if not isinstance(value, (list, dict, JuliaStruct, JuliaArray)):
                 return _encode_scalar(value, path)
             if id(value) in self.inside:
@@ -223,8 +229,7 @@ def _encode_scalar(value: Any, path: TreePath) -> dict[str, Any]:
         return {"t": "sym", "v": str(value)}
     if isinstance(value, str):
         return {"t": "str", "v": value}
-    if isinstance(value, Singleton):
-        refuse_captures(value, path)
+    if isinstance(value, Singleton):  # (a closure here captured nothing: its type is all of it)
         return {"t": "singleton", "type": encode_type(value.type)}
     if isinstance(value, JuliaBits):
         return {"t": "bits", "type": encode_type(value.type), "hex": value.data.hex()}

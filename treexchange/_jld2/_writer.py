@@ -40,7 +40,18 @@ from .._hdf5._model import H5Class, H5Type
 from .._juliatype import JuliaType
 from .._limits import DEFAULT_LIMITS, Limits, datatype_depth
 from .._recursion import stack_for_depth
-from .._values import UNDEF, JuliaArray, JuliaBits, JuliaStruct, NamedTuple as JlNamedTuple, Singleton, Symbol
+from .._typeof import closure_as_struct
+from .._values import (
+    UNDEF,
+    Closure,
+    JuliaArray,
+    JuliaBits,
+    JuliaStruct,
+    NamedTuple as JlNamedTuple,
+    Singleton,
+    Symbol,
+    closure_struct,
+)
 from . import _encode_hdf5 as enc
 from ._dictkeys import check_julia_keys
 from ._era import (
@@ -437,6 +448,10 @@ class JLD2Writer:
                         self._type_for_layout(v, path)
                     elif isinstance(v, JuliaBits):
                         self._type_for_layout(v, path)
+                    elif isinstance(v, Closure) and v.captures:
+                        struct = closure_struct(v)  # (written as this struct: its layout too)
+                        if struct is not None:
+                            todo.append((struct, path))
                     elif isinstance(v, JlNamedTuple):
                         todo.extend((x, (*path, k)) for k, x in v.items())
                     elif isinstance(v, (list, tuple)):
@@ -1022,6 +1037,8 @@ class JLD2Writer:
         self, value: Any, jt: JT, ws: dict[Hashable, int], path: tuple[PathSegment, ...]
     ) -> int:
         """JLD2's ``write_dataset(f, x, wsession)``."""
+        if type(value) is Closure and value.captures:
+            value = closure_as_struct(value, path)  # (what it is in Julia: see encode_value)
         tk = None if type(value) is _PairValue else self._track_key(value, jt)  # (a Pair: immutable)
         if tk is not None:
             found = ws.get(tk)
@@ -1599,6 +1616,10 @@ class JLD2Writer:
         if cat is Cat.SYMBOL or cat is Cat.STRING:
             return self.encode_field(w, value, True, ws, path)
         if cat is Cat.STRUCT:
+            if type(value) is Closure and value.captures:
+                # A closure that captured values is an instance of its struct type, fields the
+                # captured variables: JLD2.jl writes it as any struct, and so does this writer.
+                value = closure_as_struct(value, path)
             if isinstance(value, JuliaBits) and w.layout != UNION_EL:
                 # (an element of a Union array holding raw bits, an InlineStrings.String31, is
                 # one member of the InlineUnionEl: _field_values places it)

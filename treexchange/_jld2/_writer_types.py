@@ -41,11 +41,12 @@ import numpy as np
 from .._errors import ConversionError, PathSegment, TreePath, TreexchangeError, UnsupportedError
 from .._hdf5._model import H5Class, H5Type
 from .._juliatype import JuliaType, _render_param, is_bigfloat_name, is_bigint_name, where_type
-from .._typeof import julia_eltype, numpy_dtype, qualified_name, refuse_captures, type_of
+from .._typeof import closure_as_struct, julia_eltype, numpy_dtype, qualified_name, type_of
 from .._values import (
     MISSING,
     UNDEF,
     BigFloat,
+    Closure,
     JuliaArray,
     JuliaBits,
     JuliaStruct,
@@ -776,7 +777,8 @@ class TypeFactory:
         return self.bits(value.type, len(value.data))
 
     def for_singleton(self, value: Singleton, path: TreePath) -> JT:
-        refuse_captures(value, path)
+        if isinstance(value, Closure) and value.captures:
+            closure_as_struct(value, path)  # (captures without names: refused, never dropped)
         if is_type_singleton(value):
             return self.DATATYPE  # the value T of type Type{T}: JLD2 stores it as a DataType
         return self.singleton(value.type.name, tuple(value.type.params))

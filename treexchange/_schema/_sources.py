@@ -29,6 +29,7 @@ from .._typeof import julia_type_of, kind_of, presented_dtype_name, wide_int_arr
 from .._values import (
     BigFloat,
     BigInt,
+    Closure,
     Int128,
     JuliaArray,
     JuliaBits,
@@ -36,6 +37,7 @@ from .._values import (
     NamedTuple,
     Singleton,
     UInt128,
+    value_children,
 )
 
 DEFAULT_ROOT = "model_state"
@@ -148,8 +150,8 @@ def dict_key_segment(key: Any) -> str:
 
 
 # Exact type of a value -> its kind, as kind_of decided it the first time (one dict lookup
-# instead of an isinstance chain: a 20,000-leaf tree has 40,000 nodes). Tuples are not cached
-# (``()`` is a singleton, other tuples are tuples).
+# instead of an isinstance chain: a 20,000-leaf tree has 40,000 nodes). Tuples and closures are
+# not cached (``()`` is a singleton, other tuples are tuples; a closure with captures a struct).
 _KIND_BY_TYPE: dict[type, str] = {}
 
 _SINGLETON_TEXT: dict[Any, str] = {}  # cache: singleton value's Julia type text
@@ -168,7 +170,7 @@ def value_kind(value: Any, path: TreePath) -> str:
     if isinstance(value, JuliaType):
         return "singleton"  # a DataType held as a value: inspect shows it as a singleton
     kind = kind_of(value, path=path)
-    if not isinstance(value, tuple) and len(_KIND_BY_TYPE) < 256:
+    if not isinstance(value, (tuple, Closure)) and len(_KIND_BY_TYPE) < 256:
         _KIND_BY_TYPE[type(value)] = kind
     return kind
 
@@ -210,7 +212,7 @@ class ValueSource(Source):
         v = self.value
         if self.kind == "singleton":
             return _singleton_text(v)
-        if isinstance(v, (JuliaStruct, JuliaBits)):
+        if isinstance(v, (JuliaStruct, JuliaBits, Closure)):  # (a closure here: one with captures)
             return str(v.type)
         if isinstance(v, JuliaArray) and self.wide is None:
             return str(julia_type_of(v))
@@ -234,6 +236,8 @@ class ValueSource(Source):
             items = v.items()
         elif isinstance(v, JuliaStruct):
             items = v.fields.items()
+        elif isinstance(v, Closure):
+            items = value_children(v) or ()  # (its captures, the fields of its struct type)
         elif isinstance(v, (tuple, list)):
             items = enumerate(v, 1)
         elif isinstance(v, JuliaArray):
