@@ -313,3 +313,23 @@ def test_import_releases_the_sources_pages_while_it_writes(
     back = tx.load(tmp_path / "m.jld2", "model")  # a file without treexchange metadata
     for name, a in tensors.items():
         np.testing.assert_array_equal(back[name], a)
+
+
+def test_gpu_pointers_convert_as_they_are_with_a_note(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A model saved from the GPU holds ``CUDA.CuArray`` structs (device addresses, no weights):
+    converted to safetensors it had no weight tensors and no word about it (survey 20,
+    finn777-yea/VectorLanelet). Written as it is, with a note naming where."""
+    gpu = tx.JuliaStruct(
+        "CUDA.CuArray{Float32, 2, CUDA.Mem.DeviceBuffer}", {"storage": np.uint64(0x7F00), "dims": (3, 2)}
+    )
+    tx.save(tmp_path / "g.jld2", model_state=NamedTuple(layers=(NamedTuple(weight=gpu, σ=()),)))
+    assert main(["convert", str(tmp_path / "g.jld2"), str(tmp_path / "g.safetensors")]) == 0
+    err = capsys.readouterr().err
+    assert "model_state.layers[1].weight hold GPU device pointers, no weights" in err
+    assert main(["convert", str(tmp_path / "g.safetensors"), str(tmp_path / "back.jld2")]) == 0
+    assert tx.values_equal(tx.load(tmp_path / "back.jld2"), tx.load(tmp_path / "g.jld2"))
+    tx.save(tmp_path / "cpu.jld2", model_state=NamedTuple(w=np.ones(2, np.float32)))
+    assert main(["convert", str(tmp_path / "cpu.jld2"), str(tmp_path / "cpu.safetensors")]) == 0
+    assert "GPU" not in capsys.readouterr().err

@@ -39,7 +39,7 @@ from .._juliatype import JuliaType
 from .._values import Closure, JuliaStruct, NamedTuple, Singleton
 from ._arch import known_closure
 
-_GPU_ARRAYS = frozenset({"CuArray", "CuDeviceArray", "ROCArray", "MtlArray"})  # device memory only
+GPU_ARRAYS = frozenset({"CuArray", "CuDeviceArray", "ROCArray", "MtlArray"})  # device memory only
 _CONV_KINDS = ("Conv", "ConvTranspose", "CrossCor", "DepthwiseConv")
 _NORM = ("λ", "β", "γ", "μ", "σ²", "ϵ", "momentum")
 
@@ -202,7 +202,7 @@ class _Normaliser:
         kind = s.type.basename
         if kind == "Zeros" and _is_flux(s.type):
             return False  # Flux 0.11/0.12's "no bias"
-        if kind in _GPU_ARRAYS:
+        if kind in GPU_ARRAYS:
             raise ConversionError(
                 f"the file holds no weights (GPU pointers): {s.type.name} stores only device addresses. "
                 "Save the model from the CPU (BSON.@save with cpu(model)) and convert that file",
