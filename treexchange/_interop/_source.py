@@ -63,8 +63,8 @@ class _Walk:
             return NamedTuple((str(seg), self.node(child)) for seg, child in node.children())
         if kind == "tuple":
             return tuple(self.node(child) for _, child in node.children())
+        lazy = kind == "array" and node.dtype is not None and node.dtype != np.dtype(object)
         if not isinstance(node, Node):  # (a BSON file's node: its own read, identity within it)
-            lazy = kind == "array" and node.dtype is not None and node.dtype != np.dtype(object)
             return node if lazy else node.read()
         session = self.session
         if session is None:
@@ -72,7 +72,7 @@ class _Walk:
         address = node.object_address
         if address is not None and address in session.memo:
             return session.memo[address]  # (read or met before: the same object)
-        if kind == "array" and node.dtype is not None and node.dtype != np.dtype(object):
+        if lazy:
             if address is not None:
                 session.memo[address] = node  # (a struct referring to it later holds this node)
             return node

@@ -667,10 +667,10 @@ def load_into_module(
         >>> model[0].weight[2].tolist(), model[0].bias.tolist()
         ([4.0, 5.0], [1.0, 1.0, 1.0])
     """
-    names = module.state_dict()
+    names = module.state_dict(keep_vars=True)  # (the tensors themselves: shared ones tell by identity)
     tensors = flux_to_state_dict(state, module if architecture is None else architecture, names=names)
     converted = {k: names[k].new_tensor(_torch_ready(v)) for k, v in tensors.items()}  # the module's dtypes
-    _refuse_differing_shared(module, converted)
+    _refuse_differing_shared(names, converted)
     module.load_state_dict(converted, strict=strict)
     return module
 
@@ -687,12 +687,12 @@ def _same_tensor_values(a: Any, b: Any) -> bool:
     return torch.equal(a, b)
 
 
-def _refuse_differing_shared(module: Any, converted: Mapping[str, Any]) -> None:
-    """A module used twice (``Sequential(lin, relu, lin)``) holds one tensor under two names; Flux
-    has two layers. Loading states that differ there would keep whichever came last, silently:
-    refused, naming both."""
+def _refuse_differing_shared(tensors: Mapping[str, Any], converted: Mapping[str, Any]) -> None:
+    """A module used twice (``Sequential(lin, relu, lin)``) holds one tensor under two names of its
+    ``state_dict(keep_vars=True)``, ``tensors``; Flux has two layers. Loading states that differ
+    there would keep whichever came last, silently: refused, naming both."""
     held: dict[int, list[str]] = {}
-    for name, tensor in module.state_dict(keep_vars=True).items():
+    for name, tensor in tensors.items():
         held.setdefault(id(tensor), []).append(name)
     problems = []
     for names in held.values():

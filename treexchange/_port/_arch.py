@@ -301,11 +301,13 @@ def _known_lambda(param: _Name, body: list[str]) -> str | None:
     if not re.fullmatch(r"[^\W\d]\w*", x):
         return None
     head = ["reshape", "(", x, ",", ":", ",", "size", "(", x]
-    if body[: len(head)] == head and body[len(head) :] in (
-        *([",", n, ")", ")"] for n in body[len(head) + 1 : len(head) + 2] if n.isdigit() and int(n) > 0),
-        [")", "[", "end", "]", ")"],
-        [",", "ndims", "(", x, ")", ")", ")"],
-    ):
+    tail = body[len(head) :]
+    last_dim = (  # size(x, N), size(x)[end], size(x, ndims(x))
+        (len(tail) == 4 and tail[:1] + tail[2:] == [",", ")", ")"] and tail[1].isdigit() and int(tail[1]) > 0)
+        or tail == [")", "[", "end", "]", ")"]
+        or tail == [",", "ndims", "(", x, ")", ")", ")"]
+    )
+    if body[: len(head)] == head and last_dim:
         return "flatten"
     if body == ["reshape", "(", x, ",", ":", ")"] or body == ["vec", "(", x, ")"]:
         return "vec"
