@@ -18,9 +18,8 @@ import numpy as np
 
 from .._atomic import atomic_write
 from .._errors import TreePath, UnsupportedError, format_path
-from .._port._eras import GPU_ARRAYS
 from .._reader import open as open_jld2
-from .._values import JuliaStruct, each_value, value_children
+from .._values import value_children
 from . import _orbax, _safetensors
 from ._jld2io import save_jld2
 from ._orbax import OrbaxSource
@@ -118,7 +117,7 @@ def _export(
     roots = lazy_tree(source)
     fmt_module: Any = _safetensors if fmt == "safetensors" else _orbax
     plan = fmt_module.plan_export(roots)
-    gpu = _device_arrays(roots)
+    gpu = [format_path(path) for path in plan.device_arrays]
     if gpu:  # (written as they are, pointers; but whoever converts a model wants its weights)
         more = f" and {len(gpu) - 1} more" if len(gpu) > 1 else ""
         print(
@@ -138,15 +137,6 @@ def _export(
             fmt_module.write_plan(target, plan, progress=bar)
     finally:
         bar.close()
-
-
-def _device_arrays(roots: Any) -> list[str]:
-    """The paths of the GPU arrays (``CUDA.CuArray`` structs: device addresses only) in ``roots``."""
-    return [
-        format_path(path)
-        for path, v in each_value(roots, limit=1_000_000)
-        if isinstance(v, JuliaStruct) and v.type.basename in GPU_ARRAYS
-    ]
 
 
 def _export_state_dict(source: Any, target: Any, architecture: str, dry_run: bool, out: TextIO) -> None:

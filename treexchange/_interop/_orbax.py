@@ -43,6 +43,7 @@ import numpy as np
 
 from .._atomic import _process_exists
 from .._errors import ConversionError, FormatError, TreePath, UnsupportedError
+from .._gc import gc_paused
 from .._values import NamedTuple
 from . import _treejson as tj
 from ._flatnames import NameTable
@@ -86,10 +87,11 @@ def plan_export(roots: Mapping[str, Any]) -> ExportPlan:
         return node
 
     sharing = tj.Sharing()  # (one per file: its roots may share objects)
-    encoded = [[name, tj.encode(value, on_array, (name,), sharing)] for name, value in roots.items()]
+    with gc_paused():  # (a node and a record per object, all kept: collecting them is wasted time)
+        encoded = [[name, tj.encode(value, on_array, (name,), sharing)] for name, value in roots.items()]
     document = {"format": tj.TREE_FORMAT, "version": sharing.version(), "axes": "julia-shape"}
     document["roots"] = encoded
-    return ExportPlan(document, tensors, layout="logical")
+    return ExportPlan(document, tensors, layout="logical", device_arrays=sharing.devices)
 
 
 def _nested(items: Iterator[tuple[str, Any]]) -> dict[str, Any]:

@@ -37,6 +37,7 @@ import numpy as np
 
 from .._atomic import atomic_write
 from .._errors import ConversionError, FormatError, TreePath, UnsupportedError, format_path
+from .._gc import gc_paused
 from .._jld2._writer_arrays import column_major_pieces
 from .._values import NamedTuple
 from . import _treejson as tj
@@ -102,6 +103,7 @@ class ExportPlan:
     document: dict[str, Any]
     tensors: list[TensorPlan] = field(default_factory=list)
     layout: str = "row-major"  # how arrays are stored: "row-major" bytes, or "logical" arrays (orbax)
+    device_arrays: list[TreePath] = field(default_factory=list)  # (GPU pointers written as they are)
 
     @property
     def total_bytes(self) -> int:
@@ -174,10 +176,11 @@ def plan_export(roots: Mapping[str, Any]) -> ExportPlan:
         return node
 
     sharing = tj.Sharing()  # (one per file: its roots may share objects)
-    encoded = [[name, tj.encode(value, on_array, (name,), sharing)] for name, value in roots.items()]
+    with gc_paused():  # (a node and a record per object, all kept: collecting them is wasted time)
+        encoded = [[name, tj.encode(value, on_array, (name,), sharing)] for name, value in roots.items()]
     document = {"format": tj.TREE_FORMAT, "version": sharing.version(), "axes": "julia-shape-row-major"}
     document["roots"] = encoded
-    return ExportPlan(document, tensors)
+    return ExportPlan(document, tensors, device_arrays=sharing.devices)
 
 
 def save_safetensors(

@@ -33,6 +33,7 @@ import numpy as np
 
 from .._errors import ConversionError, FormatError, PathSegment, TreePath, UnsupportedError, format_path
 from .._juliatype import JuliaType
+from .._port._eras import GPU_ARRAYS
 from .._typeof import _DTYPE_TO_JULIA, closure_as_struct
 from .._values import (
     MISSING,
@@ -95,6 +96,7 @@ class Sharing:
         self.first: dict[int, tuple[dict[str, Any], Any]] = {}  # (the value kept: ids stay unique)
         self.count = 0
         self.decoded: dict[int, Any] = {}
+        self.devices: list[TreePath] = []  # (GPU arrays met encoding: device pointers, no weights)
 
     def version(self) -> int:
         """The tree version a document written with this sharing needs."""
@@ -134,43 +136,49 @@ class _Encoder:
         object that holds itself); a tree cannot, and following it would never end. NamedTuples and
         tuples are immutable once built, so every cycle runs through one of the others. An object
         met before, and done, is a ``same`` node (:class:`Sharing`)."""
-        array = is_numeric_array(value)
-        if not array:
-            if isinstance(value, NamedTuple):
-                return {"t": "nt", "f": [[k, self.node(v, (*path, k))] for k, v in value.items()]}
-            if isinstance(value, tuple):
-                return {"t": "tuple", "v": [self.node(v, (*path, i)) for i, v in enumerate(value, 1)]}
-            if isinstance(value, Closure) and value.captures:
-                # What it is in Julia, and what the JLD2 writer writes: an instance of its struct
-                # type, fields the captured values (a trained `downsample`), read back as that
-                # struct (one view per closure: a closure met twice is a `same` node).
-                value = closure_as_struct(value, path)
-            if not isinstance(value, (list, dict, JuliaStruct, JuliaArray)):
-                return _encode_scalar(value, path)
-            if id(value) in self.inside:
-                raise ConversionError(
-                    f"the value refers to itself (a cycle back to {format_path(self.inside[id(value)])}); "
-                    "this format stores a tree of values and cannot hold it (JLD2 can: convert to .jld2)",
-                    path=path,
-                )
-        seen = self.sharing.first.get(id(value))
-        if seen is not None and seen[1] is value:
-            first = seen[0]
-            if "k" not in first:
-                first["k"] = self.sharing.count
-                self.sharing.count += 1
-            return {"t": "same", "k": first["k"]}
-        if array:
+        first = self.sharing.first
+        if is_numeric_array(value):  # (the common leaf: its own short path)
+            seen = first.get(id(value))
+            if seen is not None and seen[1] is value:
+                return self.again(seen[0])
             node = dict(self.on_array(value, path))
             node["t"] = "array"
-        else:
-            self.inside[id(value)] = path
-            try:
-                node = self.mutable(value, path)
-            finally:
-                del self.inside[id(value)]
-        self.sharing.first[id(value)] = (node, value)
+            first[id(value)] = (node, value)
+            return node
+        if isinstance(value, NamedTuple):
+            return {"t": "nt", "f": [[k, self.node(v, (*path, k))] for k, v in value.items()]}
+        if isinstance(value, tuple):
+            return {"t": "tuple", "v": [self.node(v, (*path, i)) for i, v in enumerate(value, 1)]}
+        if isinstance(value, Closure) and value.captures:
+            # What it is in Julia, and what the JLD2 writer writes: an instance of its struct
+            # type, fields the captured values (a trained `downsample`), read back as that
+            # struct (one view per closure: a closure met twice is a `same` node).
+            value = closure_as_struct(value, path)
+        if not isinstance(value, (list, dict, JuliaStruct, JuliaArray)):
+            return _encode_scalar(value, path)
+        if id(value) in self.inside:
+            raise ConversionError(
+                f"the value refers to itself (a cycle back to {format_path(self.inside[id(value)])}); "
+                "this format stores a tree of values and cannot hold it (JLD2 can: convert to .jld2)",
+                path=path,
+            )
+        seen = first.get(id(value))
+        if seen is not None and seen[1] is value:
+            return self.again(seen[0])
+        self.inside[id(value)] = path
+        try:
+            node = self.mutable(value, path)
+        finally:
+            del self.inside[id(value)]
+        first[id(value)] = (node, value)
         return node
+
+    def again(self, first: dict[str, Any]) -> dict[str, Any]:
+        """The ``same`` node of an object met before (its first node given its ``k`` now)."""
+        if "k" not in first:
+            first["k"] = self.sharing.count
+            self.sharing.count += 1
+        return {"t": "same", "k": first["k"]}
 
     def mutable(self, value: Any, path: TreePath) -> dict[str, Any]:
         if isinstance(value, list):
@@ -180,6 +188,8 @@ class _Encoder:
             items = [[encode(k, _no_arrays, path), self.node(v, (*path, str(k)))] for k, v in value.items()]
             return {"t": tag, "items": items}
         if isinstance(value, JuliaStruct):
+            if value.type.basename in GPU_ARRAYS:  # (said by convert; noted here, no walk of its own)
+                self.sharing.devices.append(path)
             fields = [[k, self.node(v, (*path, k))] for k, v in value.fields.items()]
             node: dict[str, Any] = {"t": "struct", "type": encode_type(value.type), "f": fields}
             layout = self.table.index(value.layout)
