@@ -197,18 +197,24 @@ def test_array_limits_apply() -> None:
 
 
 def test_shared_dag_reads_and_lists_in_linear_time() -> None:
-    """Each backref holds two references to the one before: a tree of 2**60 leaves, 61 objects."""
-    n = 60
+    """Each backref holds two references to the one before: a tree of 2**n leaves, n+1 objects.
+    Read and listed in linear time while what it expands to is within ``Limits.max_nodes``; past
+    that (2**60 places) a LimitError at once, as every walk of the value (writing it, converting
+    it) would expand it (tests/test_shared_expansion.py)."""
     leaf = array("Core.Float32", np.ones(2, np.float32))
-    refs = [leaf] + [tuple_(backref(i), backref(i)) for i in range(1, n)]
-    raw = bson_file({"x": backref(n)}, refs)
-    value = tx.load(raw)["x"]
-    assert value[0] is value[1]
+    for n, limits in ((60, tx.Limits(max_nodes=2**64)), (16, tx.Limits())):
+        refs = [leaf] + [tuple_(backref(i), backref(i)) for i in range(1, n)]
+        raw = bson_file({"x": backref(n)}, refs)
+        value = tx.load(raw, limits=limits)["x"]
+        assert value[0] is value[1]
+        with tx.open(raw, limits=limits) as f:  # each shared tuple listed once, then pointed back to
+            records = list(json_lines(f))
+            assert len(records) < 4 * n
+            assert f["x"].julia_type.name == "Core.Tuple"  # its text, 2**60 long, is cut when printed
     _read_all(raw)
-    with tx.open(raw) as f:  # each shared tuple listed once, then pointed back to
-        records = list(json_lines(f))
-        assert len(records) < 4 * n
-        assert f["x"].julia_type.name == "Core.Tuple"  # its text, 2**60 long, is cut when printed
+    refs = [leaf] + [tuple_(backref(i), backref(i)) for i in range(1, 60)]
+    with pytest.raises(LimitError, match="shared many times over"):
+        tx.load(bson_file({"x": backref(60)}, refs))
 
 
 def test_element_types_bson_jl_never_writes() -> None:

@@ -34,7 +34,9 @@ class Limits:
             parameters; also the deepest tree :func:`treexchange.save` writes.
         max_objects: most object headers one file may make the reader visit.
         max_nodes: most nodes one listing or schema walk (``inspect``, ``infer_schema``,
-            ``validate``) visits; ``None``: ``max(10**6, 64 * file size)``.
+            ``validate``) visits, and most nodes the immutable values a file places again (a
+            tuple a BSON backref names twice) add at the places that hold them
+            (``treexchange._expansion``); ``None``: ``max(10**6, 64 * file size)``.
         max_array_bytes: largest array, in bytes (uncompressed arrays are also bounded by the
             file size, always).
         max_decoded_bytes: most bytes one open file may produce that it does not store: the

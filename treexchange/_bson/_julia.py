@@ -66,6 +66,7 @@ from typing import Any
 import numpy as np
 
 from .._errors import FormatError, LimitError, TreePath, UnsupportedError
+from .._expansion import Expansion
 from .._juliatype import JuliaType, where_type
 from .._limits import Limits, type_depth
 from .._typeof import BOTTOM, numpy_dtype
@@ -177,6 +178,7 @@ class Session:
         self.max_depth = type_depth(self.limits)
         self.max_virtual = self.limits.virtual_elements_for(parser.size)
         self.notes: dict[TreePath, str] = {}
+        self.expansion = Expansion(self.limits.nodes_for(parser.size))  # (values placed again)
         self.shared: dict[int, int] = {}  # id(value) -> backref index, for values reached by backref
         self._raw: dict[int, Any] = {}
         self._values: dict[int, Any] = {}
@@ -241,6 +243,8 @@ class Session:
         index, target = self._raw_backref(raw.get("ref"), raw.offset, path)
         cache = self._values if role == "value" else self._types
         if index in cache:
+            if role == "value":
+                self.expansion.again(cache[index], path, raw.offset)
             return cache[index]
         key = (index, role)
         if key in self._busy:

@@ -353,7 +353,9 @@ class OrbaxSource:
                 )
             return array
 
-        sharing = tj.Sharing()
+        # (the tree item's files: what the metadata document, which places values again, takes)
+        tree_bytes = sum(f.stat().st_size for f in (self.path / TREE_ITEM).rglob("*") if f.is_file())
+        sharing = tj.Sharing(tree_bytes, str(self.path))
         return {
             name: tj.decode(root, get, (name,), sharing)
             for name, root in tj.document_roots(self.document, str(self.path))

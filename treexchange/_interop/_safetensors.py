@@ -429,8 +429,13 @@ class SafetensorsSource:
         roots = tj.document_roots(self.document, str(self.path))
         for name, node in roots:
             tj.array_nodes(node, (name,), named=True)  # (every array node checked before any is read)
-        sharing = tj.Sharing()
+        sharing = tj.Sharing(self._file_bytes(), str(self.path))
         return {name: tj.decode(node, self._get, (name,), sharing) for name, node in roots}
+
+    def _file_bytes(self) -> int:
+        """The bytes of the file (all shards and the index, when sharded)."""
+        files = {t.file for t in self.tensors.values()} | {self.path}
+        return sum(f.stat().st_size for f in files if f.is_file())
 
     def _get(self, node: dict[str, Any], path: TreePath) -> np.ndarray:
         name = node["name"]

@@ -32,7 +32,9 @@ from typing import Any
 import numpy as np
 
 from .._errors import ConversionError, FormatError, PathSegment, TreePath, UnsupportedError, format_path
+from .._expansion import Expansion
 from .._juliatype import JuliaType
+from .._limits import DEFAULT_LIMITS
 from .._port._eras import GPU_ARRAYS
 from .._typeof import _DTYPE_TO_JULIA, closure_as_struct
 from .._values import (
@@ -90,12 +92,17 @@ class Sharing:
     node naming the first one's ``k`` (given to it then); decoding, each node with a ``k`` is
     remembered and a ``same`` node is that very object. Without it a shared object would come back
     as copies, equal in value but no longer one object (Julia's ``IdDict`` keys, aliases).
+
+    Decoding, ``file_size`` (the file's bytes) and ``where`` (its name) bound how far the values
+    that ``same`` nodes place again may expand (:class:`treexchange._expansion.Expansion`:
+    ``Limits.nodes_for(file_size)`` nodes, as a listing of the file has).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, file_size: int = 0, where: str = "") -> None:
         self.first: dict[int, tuple[dict[str, Any], Any]] = {}  # (the value kept: ids stay unique)
         self.count = 0
         self.decoded: dict[int, Any] = {}
+        self.expansion = Expansion(DEFAULT_LIMITS.nodes_for(file_size), where)
         self.devices: list[TreePath] = []  # (GPU arrays met encoding: device pointers, no weights)
 
     def version(self) -> int:
@@ -330,7 +337,9 @@ class _Decoder:
         k = _shared_key(node, path)
         if k not in self.sharing.decoded:
             raise FormatError(f"tree metadata: 'same' node {k} before the object it names", path=path)
-        return self.sharing.decoded[k]
+        value = self.sharing.decoded[k]
+        self.sharing.expansion.again(value, path)
+        return value
 
     def decode(self, tag: str, node: dict[str, Any], path: TreePath) -> Any:
         if tag == "array":

@@ -27,6 +27,7 @@ from typing import Any, cast
 import numpy as np
 
 from .._errors import FormatError, LimitError, TreePath, TreexchangeError, UnsupportedError, WrongFormatError
+from .._expansion import Expansion
 from .._gc import gc_paused
 from .._hdf5 import HDF5File, ObjectHeader
 from .._hdf5._messages import EXTERNAL_FILES
@@ -37,7 +38,7 @@ from .._limits import DEFAULT_LIMITS, Limits, path_depth, reference_depth
 from .._nodeproto import Order
 from .._recursion import FRAMES_PER_LEVEL, stack_for_depth
 from .._typeof import BOTTOM
-from .._values import UNDEF, JuliaArray, JuliaStruct, Singleton
+from .._values import UNDEF, JuliaArray, JuliaStruct, NamedTuple, Singleton
 from ._bulktext import vlen_texts
 from ._header import FileHeader, parse_header
 from ._plans import (
@@ -1301,6 +1302,7 @@ class Session:
         self.order = order
         self.mmap = mmap
         self.memo: dict[int, Any] = {}
+        self.expansion = Expansion(self.limits.nodes_for(reader.h5.size))  # (values placed again)
         self.max_refs = reference_depth(self.limits)
         self._busy: set[int] = set()
         # values being filled, by address (lists, dicts, and structs made before their fields):
@@ -1423,6 +1425,9 @@ class Session:
                 self.mutable_ghosts.add(value.type.qualified())  # (the same: a mutable one)
             elif type(value) is str:
                 self._note_string(value, address, path)
+            elif type(value) is tuple or type(value) is NamedTuple:
+                # (one dataset placed twice: what walks the tree visits it at both places)
+                self.expansion.again(value, path, self.reader.h5.absolute(address))
             return value
         typevar = self.reader.typevars.get(address)
         if typevar is not None:  # read by another session (Reader.typevars)
