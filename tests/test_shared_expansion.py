@@ -20,6 +20,7 @@ from pathlib import Path
 import h5py
 import numpy as np
 import pytest
+from _jld2_builder import Builder, shared, space, t_compound, t_ref
 
 import treexchange as tx
 from treexchange import LimitError, NamedTuple
@@ -143,3 +144,38 @@ def test_a_jld2_dataset_referenced_twice_counts_at_both_places(tmp_path: Path) -
     with pytest.raises(LimitError, match="more than 5 nodes") as info:
         tx.load(path, limits=tx.Limits(max_nodes=5))  # (the tuple and its six arrays: 7)
     assert info.value.path == ("v", 2)
+
+
+def _jld2_namedtuple_chain(depth: int) -> bytes:
+    """``x_i = (a=x_{i-1}, b=x_{i-1})`` of type ``NamedTuple{(:a, :b), Tuple{Any, Any}}``: both
+    fields references to the one dataset below (the builder's raw bytes, as no writer makes it)."""
+    b = Builder()
+    any_type = b.jt_dataset("Core.Any")
+    members = [("a", t_ref(), 8), ("b", t_ref(), 8)]
+    fields = b.commit(t_compound(members), b.jt("Core.Tuple", [any_type, any_type]))
+    nt = b.commit(t_compound(members), b.jt("Core.NamedTuple", [b.names_tuple(["a", "b"]), fields]))
+    below = b.array(np.arange(2, dtype=np.float32))
+    for _ in range(depth):
+        below = b.dataset(shared(nt), space("scalar"), struct.pack("<QQ", below, below))
+    b.link("x", below)
+    return b.finish()
+
+
+def test_a_jld2_namedtuple_chain_is_refused_by_load_and_by_the_lazy_convert(tmp_path: Path) -> None:
+    source = tmp_path / "chain.jld2"
+    source.write_bytes(_jld2_namedtuple_chain(DEPTH))
+    with pytest.raises(LimitError, match="shared many times over") as info:
+        tx.load(source)
+    assert info.value.path[0] == "x" and info.value.offset is not None
+    # convert to the tree formats walks the file lazily (treexchange._interop._source): refused too
+    for target in ("out.jld2", "out.safetensors", "out.orbax"):
+        assert main(["convert", str(source), str(tmp_path / target)]) == 2
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["chain.jld2"]
+    with tx.open(source) as f:  # listed once per object, as before
+        assert len(list(f.leaves())) == 2
+    small = tmp_path / "small.jld2"
+    small.write_bytes(_jld2_namedtuple_chain(3))
+    value = tx.load(small)["x"]
+    assert value["a"] is value["b"]
+    assert main(["convert", str(small), str(tmp_path / "small.safetensors")]) == 0
+    assert tx.values_equal(tx.load_safetensors(tmp_path / "small.safetensors")["x"], value)

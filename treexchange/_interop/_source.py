@@ -59,16 +59,12 @@ class _Walk:
         kind = node.kind
         if kind == "group":
             return self.group(node)
-        if kind == "namedtuple":
-            return NamedTuple((str(seg), self.node(child)) for seg, child in node.children())
-        if kind == "tuple":
-            return tuple(self.node(child) for _, child in node.children())
+        if kind == "namedtuple" or kind == "tuple":
+            return self.immutable(node, kind)
         lazy = kind == "array" and node.dtype is not None and node.dtype != np.dtype(object)
         if not isinstance(node, Node):  # (a BSON file's node: its own read, identity within it)
             return node if lazy else node.read()
-        session = self.session
-        if session is None:
-            session = self.session = Session(node._reader)
+        session = self._session(node)
         address = node.object_address
         if address is not None and address in session.memo:
             return session.memo[address]  # (read or met before: the same object)
@@ -77,6 +73,29 @@ class _Walk:
                 session.memo[address] = node  # (a struct referring to it later holds this node)
             return node
         return node._read(session)
+
+    def _session(self, node: Node) -> Session:
+        if self.session is None:
+            self.session = Session(node._reader)
+        return self.session
+
+    def immutable(self, node: LazyNode, kind: str) -> Any:
+        """A NamedTuple or tuple, its children walked. One that is a dataset of its own (a
+        reference names it: a field declared ``Any``) is walked once and is that same value at
+        every place, where what it expands to counts against ``Limits.max_nodes``, as when the
+        session reads it (a file placing it again and again is refused, not expanded)."""
+        address = node.object_address if isinstance(node, Node) else None
+        session = self._session(node) if isinstance(node, Node) and address is not None else None
+        if session is not None and address is not None:
+            if address in session.memo:
+                value = session.memo[address]
+                session.expansion.again(value, node.path, session.reader.h5.absolute(address))
+                return value
+        children = ((str(seg), self.node(child)) for seg, child in node.children())
+        value = NamedTuple(children) if kind == "namedtuple" else tuple(v for _, v in children)
+        if session is not None and address is not None:
+            session.memo[address] = value
+        return value
 
 
 def fetch(array: Any) -> np.ndarray:
