@@ -21,6 +21,7 @@ import h5py
 import numpy as np
 import pytest
 from _jld2_builder import Builder, shared, space, t_compound, t_ref
+from conftest import HOSTILE
 
 import treexchange as tx
 from treexchange import LimitError, NamedTuple
@@ -179,3 +180,43 @@ def test_a_jld2_namedtuple_chain_is_refused_by_load_and_by_the_lazy_convert(tmp_
     assert value["a"] is value["b"]
     assert main(["convert", str(small), str(tmp_path / "small.safetensors")]) == 0
     assert tx.values_equal(tx.load_safetensors(tmp_path / "small.safetensors")["x"], value)
+
+
+def _jld2_group_chain(depth: int) -> bytes:
+    """HDF5 groups ``g_i`` whose links ``a`` and ``b`` both name ``g_{i-1}`` (legal HDF5)."""
+    b = Builder()
+    below = b.array(np.arange(2, dtype=np.float32))
+    for _ in range(depth):
+        below = b.group([("a", below), ("b", below)])
+    b.link("x", below)
+    return b.finish()
+
+
+def test_a_dag_of_groups_converts_to_the_tree_formats_once_per_group(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # convert's lazy walk made a Group per link (2**40 of them, never ending); now one per
+    # HDF5 group, written once (a same node). JLD2 writes a tree of groups: back to JLD2, and
+    # from the JLD2 file straight, it is refused with the names of the two places.
+    source = tmp_path / "groups.jld2"
+    source.write_bytes(_jld2_group_chain(DEPTH))
+    target = tmp_path / "groups.safetensors"
+    assert main(["convert", str(source), str(target)]) == 0
+    x = tx.load_safetensors(target)["x"]
+    assert x["a"] is x["b"] and x["a"]["a"] is x["a"]["b"]
+    for src in (source, target):
+        assert main(["convert", str(src), str(tmp_path / "back.jld2")]) == 2
+        assert "is the same" in capsys.readouterr().err
+    assert not (tmp_path / "back.jld2").exists()
+
+
+def test_a_hard_link_cycle_to_the_tree_formats_is_refused_not_a_recursion_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the root link 'a' names the root group itself (tests/hostile/README.md): convert to
+    # safetensors raised a bare RecursionError
+    source = HOSTILE / "linkcycle_shared_demo.jld2"
+    for target in ("cycle.safetensors", "cycle.orbax"):
+        assert main(["convert", str(source), str(tmp_path / target)]) == 2
+        assert "hard link cycle" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []

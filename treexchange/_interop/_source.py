@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from .._errors import UnsupportedError
 from .._jld2._nodes import Node
 from .._jld2._reader import Session
 from .._nodeproto import LazyNode, is_node
@@ -48,11 +49,27 @@ class _Walk:
 
     def __init__(self) -> None:
         self.session: Session | None = None
+        # HDF5 groups by address: one a second link names is the same Group (a same node in the
+        # tree formats, not a copy per link: a DAG of groups 40 deep is 2**40 places); None
+        # while its links are walked (a link back to it is a cycle, refused)
+        self.groups: dict[int, Group | None] = {}
 
     def group(self, group: LazyNode) -> Group:
+        address = group.object_address
+        if address is not None and address in self.groups:
+            met = self.groups[address]
+            if met is None:
+                raise UnsupportedError(
+                    "a hard link cycle: this group contains itself; convert cannot write it", path=group.path
+                )
+            return met
+        if address is not None:
+            self.groups[address] = None
         out = Group()
         for name, child in group.children():
             out[str(name)] = self.node(child)
+        if address is not None:
+            self.groups[address] = out
         return out
 
     def node(self, node: LazyNode) -> Any:
