@@ -1,7 +1,8 @@
 """Child process for tests/test_hostile.py and tests/fuzz_long.py: one entry point on one file.
 
 ``python tests/_hostile_child.py ENTRY[,ENTRY...] FILE`` runs each ENTRY (``walk``, ``load_mmap``,
-``load_nommap``, ``infer``, ``validate``, ``inspect``, ``inspect_json``, ``convert``) on FILE in
+``load_nommap``, ``infer``, ``validate``, ``inspect``, ``inspect_json``, ``convert``,
+``convert_safetensors``) on FILE in
 turn and prints one JSON line per entry: ``outcome`` (``ok`` or the exception class),
 ``treexchange`` (the exception is a TreexchangeError, or there was none), ``message``, the error's
 ``offset`` and ``path``, ``seconds`` and ``maxrss_kb`` (this process's peak resident set so far,
@@ -24,6 +25,7 @@ import numpy as np
 
 import treexchange as tx
 from treexchange._inspect import json_lines, text_lines
+from treexchange._interop import convert_formats
 from treexchange._save import convert
 
 
@@ -78,6 +80,9 @@ def run(entry: str, path: str) -> None:
     elif entry == "convert":
         with tempfile.TemporaryDirectory() as d:
             convert(path, os.path.join(d, "out.jld2"))
+    elif entry == "convert_safetensors":  # (the lazy walk of the tree formats' route)
+        with tempfile.TemporaryDirectory() as d:
+            convert_formats(path, os.path.join(d, "out.safetensors"), to="safetensors")
     else:
         raise SystemExit(f"unknown entry {entry}")
 

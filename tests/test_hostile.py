@@ -4,7 +4,8 @@ Each file of ../shared/hostile/ (with slow/ and writeback/; without ../shared, t
 repository bundles in tests/hostile/, README there) broke a promise of treexchange (a hang, an
 exception other than TreexchangeError, memory or time far beyond the file's size). Every one now
 gets, from ``open`` + a full lazy walk reading every array, ``load`` with ``mmap`` both ways,
-``infer_schema``, ``validate``, ``inspect`` (text and ``--json``) and ``convert``, a result or a
+``infer_schema``, ``validate``, ``inspect`` (text and ``--json``) and ``convert`` (to JLD2, and to
+safetensors through the tree formats' lazy walk), a result or a
 TreexchangeError that names an offset or a path, within seconds and in bounded memory. Each file
 runs in a child process (tests/_hostile_child.py) so that its time and peak resident set are its own.
 
@@ -40,7 +41,17 @@ HOSTILE_FILES = (
     if HOSTILE.is_dir()
     else []
 )
-ENTRIES = ("walk", "load_mmap", "load_nommap", "infer", "validate", "inspect", "inspect_json", "convert")
+ENTRIES = (
+    "walk",
+    "load_mmap",
+    "load_nommap",
+    "infer",
+    "validate",
+    "inspect",
+    "inspect_json",
+    "convert",
+    "convert_safetensors",
+)
 SECONDS = 10.0  # per entry point, generous: a hang is what this catches (the issue asks ~1 s)
 RSS_SLACK_KB = 300 * 1024  # above the child's baseline (Python + numpy + treexchange imported)
 RSS_PER_FILE_BYTE = 64  # "a small multiple of the file size"
@@ -75,6 +86,7 @@ LEGAL = {
         "inspect",
         "inspect_json",
         "convert",
+        "convert_safetensors",
     },
     "crafted_L15.jld2": {"walk", "load_mmap", "load_nommap", "inspect", "inspect_json", "infer"},
 }

@@ -31,7 +31,15 @@ from typing import Any
 
 import numpy as np
 
-from .._errors import ConversionError, FormatError, PathSegment, TreePath, UnsupportedError, format_path
+from .._errors import (
+    ConversionError,
+    FormatError,
+    LimitError,
+    PathSegment,
+    TreePath,
+    UnsupportedError,
+    format_path,
+)
 from .._expansion import Expansion
 from .._juliatype import JuliaType
 from .._limits import DEFAULT_LIMITS
@@ -247,16 +255,31 @@ def _encode_scalar(value: Any, path: TreePath) -> dict[str, Any]:
     if isinstance(value, str):
         return {"t": "str", "v": value}
     if isinstance(value, Singleton):  # (a closure here captured nothing: its type is all of it)
-        return {"t": "singleton", "type": encode_type(value.type)}
+        return {"t": "singleton", "type": _type_at(value.type, path)}
     if isinstance(value, JuliaBits):
-        return {"t": "bits", "type": encode_type(value.type), "hex": value.data.hex()}
+        return {"t": "bits", "type": _type_at(value.type, path), "hex": value.data.hex()}
     if isinstance(value, JuliaType):
-        return encode_type(value)
+        return _type_at(value, path)
     raise ConversionError(f"{type(value).__name__} is not a value treexchange can store", path=path)
 
 
+def _type_at(t: JuliaType, path: TreePath) -> dict[str, Any]:
+    try:
+        return encode_type(t)
+    except LimitError as err:
+        err.with_context(path=path)
+        raise
+
+
 def encode_type(t: JuliaType) -> dict[str, Any]:
-    """A Julia type as JSON, parameters included (exact: no re-parsing of printed text)."""
+    """A Julia type as JSON, parameters included (exact: no re-parsing of printed text).
+
+    Raises:
+        LimitError: its text would be longer than ``Limits().max_type_chars`` (what a JLD2 writer
+            refuses too): a type whose parameters share one type at many places (``Tuple{T,T}``
+            40 levels deep) is one object per level, but its JSON would name every place.
+    """
+    t.qualified()  # (the bound, in time linear in the distinct types; the text is not kept)
     return {"t": "type", "name": t.name, "p": [encode(p, _no_arrays) for p in t.params]}
 
 
