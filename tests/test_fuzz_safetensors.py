@@ -38,6 +38,9 @@ _REPLACEMENTS: list[Any] = [
     {"t": "array"}, {"t": "nt", "f": [["a", {"t": "nt", "f": []}]]},
     {"t": "type", "name": "Core.Int64", "p": []},
     {"t": "jarray", "eltype": {"t": "type", "name": "Any", "p": []}, "shape": [10**12], "v": []},
+    {"t": "same", "k": 0}, {"t": "same", "k": -1}, {"t": "same", "k": 2**70},
+    {"t": "tuple", "v": [{"t": "same", "k": 0}, {"t": "same", "k": 0}], "k": 0},
+    {"t": "group", "items": [[{"t": "str", "v": "g"}, {"t": "same", "k": 0}]], "k": 0},
 ]  # fmt: skip
 
 
