@@ -414,3 +414,35 @@ def test_code_spellings_of_layers_and_sizes() -> None:
     ):
         with pytest.raises(ConversionError, match=message):
             parse_architecture(bad)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        # Python's ZeroDivisionError came out of these (a group or head count of 0 divides)
+        ("Conv((3, 3), 2 => 4, groups=0)", "groups must be a positive integer, not 0"),
+        ("GroupNorm(4, 0)", "groups must be a positive integer, not 0"),
+        ("MultiHeadAttention(64, nheads=0)", "nheads must be a positive integer, not 0"),
+        # and these parsed, to fail later or port a layer Flux cannot make
+        ("Dense(-2, 1)", "Dense input size must be an integer ≥ 0, not -2"),
+        ("Dense(2 => -1)", "Dense size must be an integer ≥ 0, not -1"),
+        ("Conv((3, 3), 2 => 4, stride=0)", "stride must be a positive integer, not 0"),
+        ("Conv((3, 3), 2 => 4, dilation=(1, 0))", "dilation must be a positive integer, not 0"),
+        ("MaxPool((0, 2))", "window must be a positive integer, not 0"),
+        ("MeanPool((2, 2), stride=0)", "stride must be a positive integer, not 0"),
+        ("AdaptiveMaxPool((0, 3))", "output size must be a positive integer, not 0"),
+        ("Embedding(10 => 3, pad_idx=0)", "padding_idx must be a positive integer, not 0"),
+        ("Dropout(1.5)", "Dropout expects 0 ≤ p ≤ 1, not 1.5"),
+        ("AlphaDropout(-0.1)", "AlphaDropout expects 0 ≤ p ≤ 1, not -0.1"),
+    ],
+)
+def test_sizes_and_counts_out_of_range_are_refused_where_written(text: str, message: str) -> None:
+    with pytest.raises(ConversionError, match=re.escape(message) + r" at line 1, column \d+"):
+        parse_architecture(text)
+
+
+def test_zero_sizes_and_negative_padding_still_parse() -> None:
+    # Julia builds a Dense(0 => 3) (empty arrays: the port refuses it by name, with its shapes)
+    # and a Conv with negative padding (a crop)
+    assert parse_architecture("Dense(0 => 3)").args["in"] == 0
+    assert parse_architecture("Conv((3, 3), 2 => 4, pad=-1)").args["pad"] == (-1, -1, -1, -1)

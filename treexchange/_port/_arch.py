@@ -446,8 +446,15 @@ class _Builder:
 
     # -- values -------------------------------------------------------------------------------
 
-    def int_(self, e: Any, what: str) -> int:
+    def int_(self, e: Any, what: str, minimum: int | None = 0) -> int:
+        """An Int of at least ``minimum``: 0 for sizes and channels (Julia builds empty arrays
+        of them; the port then refuses the layer by name, ``_refuse_empty_layers``); 1 for
+        strides, dilations, windows, group and head counts (Flux divides or steps by them);
+        ``None`` (any) for padding, which may be negative."""
         if isinstance(e, _Number) and isinstance(e.value, int):
+            if minimum is not None and e.value < minimum:
+                least = "a positive integer" if minimum == 1 else f"an integer ≥ {minimum}"
+                raise self.error(f"{what} must be {least}, not {e.value}", _pos(e))
             return e.value
         raise self.error(f"{what} must be an integer", _pos(e))
 
@@ -461,11 +468,11 @@ class _Builder:
             return e.name == "true"
         raise self.error(f"{what} must be true or false", _pos(e))
 
-    def ints(self, e: Any, n: int | None, what: str) -> tuple[int, ...]:
-        """An Int (repeated ``n`` times) or a tuple of Ints."""
+    def ints(self, e: Any, n: int | None, what: str, minimum: int | None = 0) -> tuple[int, ...]:
+        """An Int (repeated ``n`` times) or a tuple of Ints, each at least ``minimum`` (:meth:`int_`)."""
         if isinstance(e, _Tuple):
-            return tuple(self.int_(v, what) for v in e.items)
-        value = self.int_(e, what)
+            return tuple(self.int_(v, what, minimum) for v in e.items)
+        value = self.int_(e, what, minimum)
         return (value,) * (n or 1)
 
     def pair(self, e: Any, what: str) -> tuple[Any, Any]:
@@ -579,7 +586,7 @@ def _pad(b: _Builder, e: Any, kernel: tuple[int, ...], dilation: tuple[int, ...]
             total = (k - 1) * d  # larger half first: [cld(i, 2), fld(i, 2)]
             out += [-(-total // 2), total // 2]
         return tuple(out)
-    values = b.ints(e, n, "pad")
+    values = b.ints(e, n, "pad", None)
     if len(values) == n:
         return tuple(v for v in values for _ in range(2))
     if len(values) == 2 * n:
@@ -603,8 +610,8 @@ def _conv(a: _Args) -> Layer:
     cin, cout = a.b.int_(first, "input channels"), a.b.int_(second, "output channels")
     n = len(kernel)
     kind = a.name
-    stride = a.b.ints(a.pop_kw("stride") or _Number(1, 0), n, "stride")
-    dilation = a.b.ints(a.pop_kw("dilation") or _Number(1, 0), n, "dilation")
+    stride = a.b.ints(a.pop_kw("stride") or _Number(1, 0), n, "stride", 1)
+    dilation = a.b.ints(a.pop_kw("dilation") or _Number(1, 0), n, "dilation", 1)
     if len(stride) != n or len(dilation) != n:
         raise a.b.error(f"stride and dilation need {n} entries", a.call.pos)
     args: dict[str, Any] = {"kernel": kernel, "in": cin, "out": cout, "σ": _sigma(a, 2), "stride": stride}
@@ -614,7 +621,7 @@ def _conv(a: _Args) -> Layer:
     if kind == "DepthwiseConv":
         args["groups"] = cin
     elif kind != "CrossCor":
-        args["groups"] = a.b.int_(groups_e, "groups") if groups_e is not None else 1
+        args["groups"] = a.b.int_(groups_e, "groups", 1) if groups_e is not None else 1
     elif groups_e is not None:
         raise a.b.error("CrossCor has no groups", _pos(groups_e))
     else:
@@ -696,7 +703,7 @@ def _embedding(a: _Args) -> Layer:
     args: dict[str, Any] = {"in": vocab, "out": dim}
     pad_idx = a.pop_kw("pad_idx") or a.pop_kw("padding_idx")
     if pad_idx is not None:
-        args["padding_idx"] = a.b.int_(pad_idx, "padding_idx")
+        args["padding_idx"] = a.b.int_(pad_idx, "padding_idx", 1)
     a.done()
     return Layer("Embedding", args)
 
@@ -715,7 +722,7 @@ def _norm(a: _Args) -> Layer:
     chs = a.b.int_(a.args[0], "channels")
     args: dict[str, Any] = {"channels": chs}
     if kind == "GroupNorm":
-        args["groups"] = a.b.int_(a.args[1], "groups")
+        args["groups"] = a.b.int_(a.args[1], "groups", 1)
         if chs % args["groups"]:
             raise a.b.error(f"GroupNorm channels {chs} not divisible by {args['groups']}", a.call.pos)
     args["σ"] = _sigma(a, low)
@@ -751,11 +758,14 @@ def _layernorm(a: _Args) -> Layer:
 
 def _dropout(a: _Args) -> Layer:
     a.arity(1, 1)
-    args: dict[str, Any] = {"p": a.b.float_(a.args[0], "p")}
+    p = a.b.float_(a.args[0], "p")
+    if not 0 <= p <= 1:  # (Flux's own check: "Dropout expects 0 ≤ p ≤ 1")
+        raise a.b.error(f"{a.name} expects 0 ≤ p ≤ 1, not {p}", _pos(a.args[0]))
+    args: dict[str, Any] = {"p": p}
     if a.name == "Dropout":
         dims = a.pop_kw("dims")
         if dims is not None:  # absent = Flux's `:` (all dims)
-            args["dims"] = a.b.ints(dims, None, "dims")
+            args["dims"] = a.b.ints(dims, None, "dims", 1)
     a.pop_kw("active")
     a.done()
     return Layer(a.name, args)
@@ -763,9 +773,9 @@ def _dropout(a: _Args) -> Layer:
 
 def _pool(a: _Args) -> Layer:
     a.arity(1, 1)
-    k = a.b.ints(a.args[0], None, "window")
+    k = a.b.ints(a.args[0], None, "window", 1)
     stride_e = a.pop_kw("stride")
-    stride = k if stride_e is None else a.b.ints(stride_e, len(k), "stride")
+    stride = k if stride_e is None else a.b.ints(stride_e, len(k), "stride", 1)
     pad = _pad(a.b, a.pop_kw("pad"), k, (1,) * len(k))
     a.done()
     return Layer(a.name, {"k": k, "pad": pad, "stride": stride})
@@ -773,7 +783,7 @@ def _pool(a: _Args) -> Layer:
 
 def _adaptive(a: _Args) -> Layer:
     a.arity(1, 1)
-    out = a.b.ints(a.args[0], None, "output size")
+    out = a.b.ints(a.args[0], None, "output size", 1)
     a.done()
     return Layer(a.name, {"out": out})
 
@@ -852,7 +862,7 @@ def _mha(a: _Args) -> Layer:
         qk, v = a.b.ints(mid, 2, "qk and v dims")
         out = a.b.int_(out_e, "output dim")
     nheads_e = a.pop_kw("nheads")
-    nheads = 8 if nheads_e is None else a.b.int_(nheads_e, "nheads")
+    nheads = 8 if nheads_e is None else a.b.int_(nheads_e, "nheads", 1)
     bias_e = a.pop_kw("bias")
     dropout_e = a.pop_kw("dropout_prob")
     a.done()
