@@ -23,6 +23,7 @@ LAYERS: dict[str, float] = {
     # 0: the value model and its helpers; the version; atomic file replacement
     "_version": 0, "_atomic": 0, "_errors": 0, "_limits": 0, "_recursion": 0, "_gc": 0,
     "_symbol": 0, "_juliatype": 0, "_values": 0, "_typeof": 0, "_jsonform": 0, "_nodeproto": 0,
+    "_expansion": 0,
     # 1: the codec
     "_hdf5": 1, "_jld2": 1, "_bson": 1,
     # 2: the reader facade (open, File, reading an entry) and presentation over the codec
