@@ -454,6 +454,56 @@ def test_flux_0_8_era_structs_compute_what_flux_computed() -> None:
     np.testing.assert_allclose(np.asarray(got).T, expected, rtol=1e-4, atol=1e-4)
 
 
+def test_flux_0_12_dev_norms_with_chs_first_compute_what_flux_computed() -> None:
+    """Flux's master between 0.11 and 0.12 (0.12.0-dev, early 2021) stored BatchNorm as (chs, λ, β, γ, μ,
+    σ², ϵ, momentum, affine, track_stats, active) and GroupNorm as (chs, G, λ, …): 11 and 12 fields as
+    0.12's, chs first (FishAres/WorldModels' cvae decoder, BSON of 2021-02). It was read in 0.12's order
+    (a TypeError inside a ConversionError); now by what the fields hold, and written in 0.12's order."""
+    rng = np.random.default_rng(5)
+
+    def arr(*shape: int) -> np.ndarray:
+        return rng.normal(size=shape).astype(np.float32)
+
+    f32 = "Core.Array{Core.Float32,"
+    relu = tx.Singleton("NNlib.#relu")
+    norm_type = f"{{NNlib.#relu,{f32}1}},Core.Float32,{f32}1}}}}"
+    stats = (np.float32(1e-5), np.float32(0.1), True, True, None)
+    ident = tx.Singleton("Base.#identity")
+    dense = _positional(f"Flux.Dense{{Base.#identity,{f32}2}},{f32}1}}}}", arr(8, 3), arr(8), ident)
+    batchnorm = _positional(f"Flux.BatchNorm{norm_type}", np.int64(8), relu, arr(8), arr(8) + 2, arr(8),
+                            np.abs(arr(8)) + 0.5, *stats)  # fmt: skip
+    groupnorm = _positional(f"Flux.GroupNorm{norm_type}", np.int64(8), np.int64(2), relu, arr(8), arr(8) + 1,
+                            None, None, np.float32(1e-5), np.float32(0.1), True, False, None)  # fmt: skip
+    chain = _positional("Flux.Chain{Core.Tuple}", (dense, batchnorm, groupnorm))
+    from treexchange._port._wholemodel import from_whole_model
+
+    layer, state = from_whole_model(chain, path=("model",))
+    assert layer.kinds() == ["Chain", "Dense", "BatchNorm", "GroupNorm"]
+    assert layer.children[1].args["channels"] == 8 and layer.children[2].args["groups"] == 2
+    bn_state, gn_state = state["layers"][1], state["layers"][2]
+    names = ["λ", "β", "γ", "μ", "σ²", "ϵ", "momentum", "affine", "track_stats", "active", "chs"]
+    assert list(bn_state) == names
+    assert list(gn_state)[:2] == ["G", "λ"] and list(gn_state)[-1] == "chs" and gn_state["chs"] == 8
+    np.testing.assert_array_equal(bn_state["μ"], batchnorm.fields["5"])
+    x = arr(3, 4)
+    expected = ref.forward(layer, state, x, flux="0.14")
+    import equinox as eqx
+
+    from treexchange._port import load_state
+    from treexchange._port._eqx import build_equinox
+
+    built = build_equinox(layer, key=jax.random.key(0), flux="0.14")
+    built, eqx_state = load_state((built, eqx.nn.State(built)), state, flux="0.14")
+    inference = eqx.nn.inference_mode(built)
+    got = jax.vmap(lambda s: inference(s, eqx_state)[0])(jnp.asarray(julia_batch(x)))
+    np.testing.assert_allclose(np.asarray(got).T, expected, rtol=1e-4, atol=1e-4)
+    # 0.12's own order (chs last) is still read as before
+    kept = [batchnorm.fields[str(i)] for i in range(3, 12)]
+    released = _positional(f"Flux.BatchNorm{norm_type}", relu, *kept, np.int64(8))
+    _, released_state = from_whole_model(_positional("Flux.Chain{Core.Tuple}", (released,)), path=("model",))
+    assert tx.values_equal(released_state["layers"][0], bn_state)
+
+
 def test_malformed_old_structs_are_conversion_errors() -> None:
     from treexchange._port._wholemodel import from_whole_model
 

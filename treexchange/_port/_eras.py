@@ -14,7 +14,9 @@ form:
   pad-length parameter) gains its ``M`` so that the activation is type parameter 3 as later.
 - ``BatchNorm``/``InstanceNorm``/``GroupNorm``: 7 or 8 fields (≤ 0.11, with or without ``active``)
   -> the 11 (12 with ``G``) of 0.12: ``affine``/``track_stats`` from which arrays are there, ``chs``
-  from their length.
+  from their length. Flux's master between 0.11 and 0.12 (``0.12.0-dev``, early 2021) had the 11
+  (12) fields with ``chs`` first (``chs, λ, β, …`` and GroupNorm's ``chs, G, λ, …``): the same names
+  in 0.12's order.
 - ``LayerNorm``: ``(diag,)`` (≤ 0.11) -> ``(λ, diag, ϵ, size, affine)`` with ϵ = 1f-5 (0.11's
   ``normalise``; 0.10's had none); ``Diagonal(α, β)`` (≤ 0.12) -> ``Scale(scale, bias)``.
 - ``Dropout``: ``(p, active)`` (≤ 0.8), ``(p, dims)`` (0.10), ``(p, dims, active)`` -> the port reads
@@ -77,16 +79,19 @@ LAYOUTS: dict[str, tuple[tuple[str, ...], ...]] = {
     ),
     "BatchNorm": (
         (*_NORM, "affine", "track_stats", "active", "chs"),
+        ("chs", *_NORM, "affine", "track_stats", "active"),  # 0.12.0-dev
         (*_NORM, "active"),
         _NORM,
     ),
     "InstanceNorm": (
         (*_NORM, "affine", "track_stats", "active", "chs"),
+        ("chs", *_NORM, "affine", "track_stats", "active"),  # 0.12.0-dev
         (*_NORM, "active"),
         _NORM,
     ),
     "GroupNorm": (
         ("G", *_NORM, "affine", "track_stats", "active", "chs"),
+        ("chs", "G", *_NORM, "affine", "track_stats", "active"),  # 0.12.0-dev
         ("G", *_NORM, "active"),
         ("G", *_NORM),
     ),
@@ -242,6 +247,10 @@ def _fits(name: str, value: Any) -> bool:
         return value is None or isinstance(value, (bool, np.bool_))
     if name == "dims":
         return not isinstance(value, (bool, np.bool_)) and value is not None
+    if name in ("chs", "G"):  # (a norm's counts: 0.12's chs last, 0.12.0-dev's first, where 0.12 has λ)
+        return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if name == "λ":
+        return not isinstance(value, (int, np.integer, np.ndarray))
     return True
 
 
@@ -297,8 +306,8 @@ def _conv(type_: JuliaType, f: dict[str, Any]) -> tuple[JuliaType, dict[str, Any
 
 
 def _norm(type_: JuliaType, f: dict[str, Any]) -> tuple[JuliaType, dict[str, Any]]:
-    if "chs" in f:
-        return type_, f
+    if "chs" in f:  # 0.12's fields (0.12.0-dev's, chs first, put in 0.12's order)
+        return type_, {k: f[k] for k in ("G", *_NORM, "affine", "track_stats", "active", "chs") if k in f}
     arrays = [v for k in ("β", "γ", "μ", "σ²") if isinstance(v := f.get(k), np.ndarray)]
     out = {k: f[k] for k in ("G", *_NORM) if k in f}
     out["affine"] = isinstance(f.get("γ"), np.ndarray)
