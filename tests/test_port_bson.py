@@ -154,6 +154,24 @@ def test_a_closure_without_architecture_names_its_place_and_the_way_out() -> Non
     assert err.value.path == ("model", "layers", 1)
 
 
+def test_a_julia_1_12_closure_type_names_its_place_and_the_way_out() -> None:
+    """Julia ≥ 1.12 names an anonymous function's type after the function it was written in
+    (rash0402/crlEPH-dlc's ``Main.VAEModel.#VAE##0#VAE##1``, a decoder's reshape, BSON of 2025): it
+    was refused as "anonymous function … as function (not portable)", without where or what to do."""
+    from treexchange._port._wholemodel import from_whole_model
+
+    f32 = "Core.Array{Core.Float32,"
+    dense = _positional(f"Flux.Dense{{NNlib.#relu,{f32}2}},{f32}1}}}}", np.ones((4, 2), np.float32),
+                        np.zeros(4, np.float32), tx.Singleton("NNlib.#relu"))  # fmt: skip
+    chain = _positional("Flux.Chain{Core.Tuple}", (dense, tx.Singleton("Main.VAEModel.#VAE##0#VAE##1")))
+    with pytest.raises(ConversionError) as err:
+        from_whole_model(chain, path=("model",))
+    message = str(err.value)
+    assert "#VAE##0#VAE##1" in message and "layer 2 of the Chain model" in message
+    assert "architecture=" in message
+    assert err.value.path == ("model", "layers", 2)
+
+
 def test_gpu_arrays_are_no_weights() -> None:
     with pytest.raises(ConversionError, match=r"holds no weights \(GPU pointers\)"):
         tx.from_flux(_bson("deltadahl_vae_cuarray.bson"), "vae")

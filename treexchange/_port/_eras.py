@@ -136,12 +136,15 @@ def closure_description(value: Any) -> str | None:
 
     A closure is an anonymous function: a :class:`~treexchange.Closure` (BSON.jl stored its code;
     it names where it was defined), or a function known by its type only
-    (``Singleton('Main.#109#110')``, or a struct of that type holding its captured variables).
+    (``Singleton('Main.#109#110')``, Julia ≥ 1.12's ``Main.VAEModel.#VAE##0#VAE##1``, named after the
+    function it was written in, or a struct of that type holding its captured variables).
 
     Example:
         >>> from treexchange import Closure
         >>> closure_description(Closure("Main.#3#4", name="#3", file="REPL[9]", line=8))
         '#3 (Main.#3#4, defined at REPL[9]:8)'
+        >>> closure_description(Singleton("Main.M.#VAE##0#VAE##1"))
+        'Main.M.#VAE##0#VAE##1'
         >>> closure_description(Singleton("NNlib.#relu")) is None
         True
     """
@@ -154,7 +157,8 @@ def closure_description(value: Any) -> str | None:
         return f"{value.name or value.type.name} ({', '.join(details)})"
     if isinstance(value, (JuliaStruct, Singleton)):
         base = value.type.name.rsplit(".", 1)[-1]
-        return value.type.name if base[:1] == "#" and base[1:2].isdigit() else None
+        anonymous = base[:1] == "#" and (base[1:2].isdigit() or "##" in base)  # #3#4 (≤ 1.11), #f##0#f##1
+        return value.type.name if anonymous else None
     return None
 
 
