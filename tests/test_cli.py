@@ -124,3 +124,7 @@ def test_convert_to_another_format_says_what_it_wrote(
     treexchange.save(src, model_state=treexchange.NamedTuple(weight=np.ones((2, 3), np.float32)))
     assert main(["convert", str(src), str(dst)]) == 0
     assert capsys.readouterr().out == f"{src} -> {dst}: jld2 -> safetensors\n" and dst.exists()
+    # a BSON.jl file takes the same route, and is said to be BSON (it was called "jld2"; survey 21)
+    bson = Path(__file__).parent.parent / "julia_fixtures" / "bson" / "plasma_1d1v_weights.bson"
+    assert main(["convert", str(bson), str(dst)]) == 0
+    assert capsys.readouterr().out == f"{bson} -> {dst}: bson -> safetensors\n"

@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+from .._bson._document import sniff as is_bson
 from .._errors import UnsupportedError
 from .._interop import convert_formats
 from .._interop._convert import detect_format
@@ -152,7 +153,10 @@ def _run(args: argparse.Namespace) -> int:
             architecture=args.architecture,
         )
         if not args.dry_run:  # say what was written, as the JLD2 -> JLD2 route does
-            print(f"{args.input} -> {args.output}: {route.replace('->', ' -> ')}", file=sys.stdout)
+            said = route.replace("->", " -> ")
+            if src_fmt == "jld2" and is_bson(args.input):  # (the "jld2" route reads BSON.jl files too)
+                said = "bson" + said[len("jld2") :]
+            print(f"{args.input} -> {args.output}: {said}", file=sys.stdout)
         return 0
     compress: bool | str = False if args.compress == "none" else args.compress
     bar = ProgressLine(os.path.getsize(args.input), f"{Path(args.input).name} -> jld2")
