@@ -149,6 +149,12 @@ def test_containers_named_chains_and_ghost_connections() -> None:
         ),
         (_struct("Flux.Chain{Core.Tuple}", layers=(_dense(2, 2), 3)), "expected a Flux layer, found int"),
         (_struct("Flux.Parallel{Main.#3#4,Core.Tuple}", layers=(_dense(2, 2),)), "anonymous function"),
+        # (a bare Flux ≥ 0.15 cell, rash0402/crlEPH-dlc's NamedTuple (d1 = Dense, c = GRUCell, d2 = Dense)
+        # run by its own loop: was "unknown layer type Flux.GRUCell", a type Flux defines)
+        (
+            _struct("Flux.GRUCell{A,B,C}", Wi=np.zeros((6, 3)), Wh=np.zeros((6, 2)), b=np.zeros(6)),
+            r"Flux.GRUCell alone is one step of a recurrent layer .* GRU\(in => out\)",
+        ),
     ],
 )
 def test_errors_name_the_culprit(value: object, message: str) -> None:

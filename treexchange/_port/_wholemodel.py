@@ -98,6 +98,9 @@ def is_optimiser(type_: JuliaType) -> bool:
     return type_.name.startswith(_OPTIMISER_MODULES)
 
 
+_CELLS = {"RNNCell": "RNN", "LSTMCell": "LSTM", "GRUCell": "GRU", "GRUv3Cell": "GRUv3"}
+
+
 def _is_anonymous(name: str) -> bool:
     return "#" in name or name[:1].isdigit()
 
@@ -237,6 +240,14 @@ class _Converter:
                 raise self.error(
                     f"{value.type.name} is an optimiser (its settings and per-parameter state), not a "
                     "model: it holds no layers to port",
+                    path,
+                )
+            if _is_flux_struct(value) and kind in _CELLS:
+                raise self.error(
+                    f"{value.type.name} alone is one step of a recurrent layer (cell(x, h), the state "
+                    "carried by the code that calls it): the port builds the layer that runs a cell "
+                    f"over a sequence, {_CELLS[kind]}(in => out) (Flux ≥ 0.15; Recur({kind}) in Flux "
+                    "≤ 0.14), not a bare cell",
                     path,
                 )
             known = ", ".join(sorted(_HANDLERS))
