@@ -8,7 +8,9 @@ array is handed to a callback that stores it and returns the JSON node that stan
 :func:`decode` is the inverse: it rebuilds the value, asking a callback for each array.
 
 Node tags (``"t"``): ``nt`` (NamedTuple: ``f`` = ``[[name, node], ...]``), ``tuple`` / ``list``
-(``v``), ``dict`` (``items`` = ``[[key, value], ...]``), ``group`` (an HDF5 group of a JLD2 file:
+(``v``), ``dict`` (``items`` = ``[[key, value], ...]``; ``type``, the Dict type the file stored, when
+it has one: ``Dict{Int64, DriverModel{A} where A}`` holds what its entries alone would make
+``Dict{Int64, EgoDriver{…}}``), ``group`` (an HDF5 group of a JLD2 file:
 ``items``), ``struct`` (``type``, ``f``; ``lay``, its layout's place in the root node's ``L``
 table of struct layouts, :mod:`._layoutjson`; ``mut`` when its type is mutable), ``jarray``
 (``eltype``, ``shape``, ``v`` in column-major order), ``array`` (a stored array: whatever the
@@ -54,6 +56,7 @@ from .._values import (
     Int128,
     JuliaArray,
     JuliaBits,
+    JuliaDict,
     JuliaStruct,
     Missing,
     NamedTuple,
@@ -201,7 +204,10 @@ class _Encoder:
         if isinstance(value, dict):
             tag = "group" if isinstance(value, Group) else "dict"
             items = [[encode(k, _no_arrays, path), self.node(v, (*path, str(k)))] for k, v in value.items()]
-            return {"t": tag, "items": items}
+            out: dict[str, Any] = {"t": tag, "items": items}
+            if isinstance(value, JuliaDict) and value.julia_type is not None:
+                out["type"] = encode_type(value.julia_type)  # (declared: the entries alone may not tell)
+            return out
         if isinstance(value, JuliaStruct):
             if value.type.basename in GPU_ARRAYS:  # (said by convert; noted here, no walk of its own)
                 self.sharing.devices.append(path)
@@ -374,6 +380,9 @@ class _Decoder:
             return tuple(items) if tag == "tuple" else items
         if tag in ("dict", "group"):
             out: dict[Any, Any] = Group() if tag == "group" else {}
+            if tag == "dict" and "type" in node:
+                out = JuliaDict()
+                out.julia_type = decode_type(node["type"])
             for k, v in node["items"]:
                 key = decode(k, self.get_array, path)
                 out[key] = self.node(v, (*path, str(key)))
