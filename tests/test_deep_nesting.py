@@ -30,6 +30,7 @@ import treexchange as tx
 from treexchange import _inspect, _juliatype
 from treexchange._bson._writer import bson_file
 from treexchange._hdf5 import _datatype, _file as _hdf5_file
+from treexchange._interop import convert_formats
 from treexchange._recursion import stack_for_depth
 from treexchange._save import convert
 
@@ -205,10 +206,18 @@ def _operation(op: str, kind: str, n: int, tmp_path: Path) -> Callable[[], Any]:
         "validate": validate,
         "inspect": inspect,
         "convert": lambda: convert(path, tmp_path / f"converted{n}.jld2", verify=False),
+        "safetensors": lambda: _through_safetensors(path, tmp_path / f"converted{n}"),
     }[op]
 
 
-OPERATIONS = ["save", "load", "walk", "infer_schema", "validate", "inspect", "convert"]
+def _through_safetensors(path: Path, stem: Path) -> None:
+    """``path`` converted to safetensors and that back to JLD2 (the tree metadata encoded, dumped
+    as JSON, parsed and decoded), as ``treexchange convert`` does."""
+    convert_formats(path, stem.with_suffix(".safetensors"), to="safetensors")
+    convert_formats(stem.with_suffix(".safetensors"), stem.with_suffix(".jld2"))
+
+
+OPERATIONS = ["save", "load", "walk", "infer_schema", "validate", "inspect", "convert", "safetensors"]
 
 
 # every operation on every kind of nest, but no save of a BSON nest (treexchange writes JLD2 only)
@@ -264,3 +273,42 @@ def test_each_level_of_a_nested_struct_type_is_decoded_once(tmp_path: Path, monk
     _hdf5_file._PROCESS_MEMOS.clear()
     tx.load(path, "model_state")
     assert n <= decoded[0] <= n + 16, decoded
+
+
+@pytest.mark.parametrize("kind", ["namedtuple", "tuple", "vector", "dict", "bson"])
+def test_the_deepest_tree_allowed_goes_through_safetensors_and_back(tmp_path: Path, kind: str) -> None:
+    # The tree metadata's encoder, json.dumps, json.loads and decoder recursed at Python's default
+    # limit of 1000 frames: a tree of 300 levels, which tx.save writes and tx.load reads, was a bare
+    # RecursionError (four frames a level decoding, three JSON levels a level).
+    n = 120 if kind == "dict" else tx.Limits().max_depth - 12  # (a Dict nest's file is quadratic)
+    path = _write_nest(tmp_path, kind, n)
+    _through_safetensors(path, tmp_path / "back")
+    original, back = tx.load(path, "model_state"), tx.load(tmp_path / "back.jld2", "model_state")
+    assert tx.values_equal(original, back)
+
+
+def test_the_deepest_tree_allowed_goes_through_orbax_and_back(tmp_path: Path) -> None:
+    pytest.importorskip("orbax.checkpoint")
+    # (orbax, too, recursed through the nested names of the arrays of a deep tree restoring them)
+    path = _write_nest(tmp_path, "namedtuple", tx.Limits().max_depth - 12)
+    convert_formats(path, tmp_path / "deep.orbax", to="orbax")
+    convert_formats(tmp_path / "deep.orbax", tmp_path / "back.jld2")
+    assert tx.values_equal(tx.load(path, "model_state"), tx.load(tmp_path / "back.jld2", "model_state"))
+
+
+def test_a_tree_document_deeper_than_a_tree_path_is_a_limit_error() -> None:
+    # Decoding, encoding and listing stop at TREE_DEPTH levels with a LimitError naming the
+    # place: a damaged or hand-made document, or a Python value, may nest without end.
+    from treexchange._interop import _treejson as tj
+
+    node: Any = {"t": "nothing"}
+    value: Any = None
+    for _ in range(tj.TREE_DEPTH + 1):
+        node = {"t": "list", "v": [node]}
+        value = [value]
+    with pytest.raises(tx.LimitError, match="tree deeper than"):
+        tj.decode(node, lambda n, p: None)
+    with pytest.raises(tx.LimitError, match="tree deeper than"):
+        tj.array_nodes(node)
+    with pytest.raises(tx.LimitError, match="tree deeper than"):
+        tj.encode(value, lambda a, p: {})

@@ -17,10 +17,10 @@ from typing import Any, BinaryIO, TextIO
 import numpy as np
 
 from .._atomic import atomic_write
-from .._errors import TreePath, UnsupportedError, format_path
+from .._errors import TreePath, TreexchangeError, UnsupportedError, format_path
 from .._reader import open as open_jld2
 from .._values import value_children
-from . import _orbax, _safetensors
+from . import _orbax, _safetensors, _treejson as tj
 from ._jld2io import save_jld2
 from ._orbax import OrbaxSource
 from ._progress import ProgressLine
@@ -176,11 +176,15 @@ def _recorded_or_recovered_order(opened: SafetensorsSource, architecture: str) -
     tensors = {name: opened.array(name) for name in opened.tensors}
     recorded = opened.metadata.get(ORDER_KEY)
     if recorded is not None:
-        try:
-            order = json.loads(recorded)
-        except json.JSONDecodeError:
+        try:  # (the file's text: nested deep, or names that are not text, is no order to keep)
+            order = tj.loads_document(recorded, ORDER_KEY)
+        except TreexchangeError:
             order = None
-        if isinstance(order, list) and sorted(order) == sorted(tensors):
+        if (
+            isinstance(order, list)
+            and all(isinstance(name, str) for name in order)
+            and sorted(order) == sorted(tensors)
+        ):
             return {name: tensors[name] for name in order}
     return architecture_order(tensors, architecture)
 

@@ -163,7 +163,8 @@ def write_plan(
     recover_killed_saves(target.parent)
     staging = target.with_name(f".{target.name}.treexchange-{os.getpid()}-{os.urandom(4).hex()}")
     try:
-        with ocp.Checkpointer(_handler(ocp)) as ckptr:
+        # (room for json.dumps of a deep tree: one frame per JSON level, three per tree level)
+        with ocp.Checkpointer(_handler(ocp)) as ckptr, tj.stack_room():
             ckptr.save(staging, ocp.args.Composite(**items))
         _move_into_place(staging, target)
     except BaseException:
@@ -290,7 +291,13 @@ class OrbaxSource:
         self.document: dict[str, Any] | None = None
         self._spilled: list[np.ndarray] = []
         if (self.path / TREE_ITEM).is_dir():
-            with self.ocp.Checkpointer(self.ocp.CompositeCheckpointHandler()) as ckptr:
+            # orbax parses the tree item with json, which recurses once per level: its files are
+            # checked first (text nested deeper than a tree document is refused), then parsed
+            # with room for a tree as deep as one may be (tj.loads_document says why)
+            for file in sorted((self.path / TREE_ITEM).rglob("*")):
+                if file.is_file():
+                    tj.check_json_depth(file.read_bytes(), str(file))
+            with self.ocp.Checkpointer(self.ocp.CompositeCheckpointHandler()) as ckptr, tj.stack_room():
                 restored = ckptr.restore(
                     self.path, self.ocp.args.Composite(**{TREE_ITEM: self.ocp.args.JsonRestore()})
                 )
@@ -374,7 +381,8 @@ class OrbaxSource:
                 item = _nested((t.name, 0) for t in batch)
                 args = _nested((t.name, _restore_args(ocp, t, choose(t))) for t in batch)
                 restore = ocp.args.PyTreeRestore(item=item, restore_args=args, partial_restore=True)
-                state = ckptr.restore(self.path, ocp.args.Composite(**{STATE_ITEM: restore}))[STATE_ITEM]
+                with tj.stack_room():  # (orbax recurses through the nested names of a deep tree)
+                    state = ckptr.restore(self.path, ocp.args.Composite(**{STATE_ITEM: restore}))[STATE_ITEM]
                 for t in batch:
                     value = _lookup(state, t.name)
                     if spill is not None and isinstance(value, np.ndarray):

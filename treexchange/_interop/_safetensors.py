@@ -223,7 +223,7 @@ def write_plan(
 ) -> list[Path]:
     """Write the tensors of ``plan`` (see :func:`save_safetensors`)."""
     target = Path(path)
-    tree_json = json.dumps(plan.document, ensure_ascii=False, separators=(",", ":"))
+    tree_json = tj.dumps_document(plan.document, ensure_ascii=False, separators=(",", ":"))
     tj.refuse_lone_surrogates(tree_json, plan.document)  # (the header is UTF-8: refused before writing)
     shards = _split(plan.tensors, max_shard_size)
     if len(shards) <= 1:
@@ -242,7 +242,7 @@ def write_plan(
         "weight_map": weight_map,
     }
     index_path = target.with_name(stem + INDEX_SUFFIX)
-    text = json.dumps(index, ensure_ascii=False, indent=1).encode("utf-8")
+    text = tj.dumps_document(index, ensure_ascii=False, indent=1).encode("utf-8")
 
     def write_index(f: BinaryIO) -> None:
         f.write(text)
@@ -371,10 +371,7 @@ class SafetensorsSource:
             self.metadata = meta
             text = meta.get(METADATA_KEY)
             if text is not None:
-                try:
-                    self.document = json.loads(text)
-                except json.JSONDecodeError as err:
-                    raise FormatError(f"{self.path}: treexchange metadata is not JSON: {err}") from None
+                self.document = tj.loads_document(text, f"{self.path}: treexchange metadata")
 
     def _scan(self, file: Path) -> dict[str, str]:
         """Check ``file`` with the safetensors package and list its tensors."""
@@ -519,11 +516,8 @@ def is_safetensors_path(path: str | os.PathLike[str]) -> bool:
 
 
 def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as f:
-            value = json.load(f)
-    except json.JSONDecodeError as err:
-        raise FormatError(f"{path}: not JSON: {err}") from None
+    with open(path, "rb") as f:  # (bytes: text that is not UTF-8 is a FormatError, not a UnicodeDecodeError)
+        value = tj.loads_document(f.read(), str(path))
     if not isinstance(value, dict):
         raise FormatError(f"{path}: not a JSON object")
     return value

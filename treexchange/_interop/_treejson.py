@@ -28,6 +28,7 @@ from two places, such as an optimiser's ``IdDict`` keyed by the model's own weig
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -44,8 +45,9 @@ from .._errors import (
 )
 from .._expansion import Expansion
 from .._juliatype import JuliaType
-from .._limits import DEFAULT_LIMITS
+from .._limits import DEFAULT_LIMITS, path_depth, type_depth
 from .._port._eras import GPU_ARRAYS
+from .._recursion import stack_for_depth
 from .._typeof import _DTYPE_TO_JULIA, closure_as_struct
 from .._values import (
     MISSING,
@@ -76,6 +78,100 @@ OnArray = Callable[[Any, TreePath], dict[str, Any]]
 with ``shape`` and ``dtype``), return the JSON node that refers to it (tag ``array`` is added)."""
 GetArray = Callable[[dict[str, Any], TreePath], Any]
 """``get_array(node, path) -> array``: the array an ``array`` node refers to."""
+
+TREE_DEPTH = path_depth(DEFAULT_LIMITS)
+"""Segments a tree path in a document may have (2064: what a lazy node's path may have, 4 ×
+``Limits.max_depth`` + 16). Encoding, decoding and listing a deeper tree is a LimitError: each level
+is a few Python frames, and Python's recursion limit must not be what ends it."""
+JSON_DEPTH = 3 * TREE_DEPTH + 2 * type_depth(DEFAULT_LIMITS) + 64
+"""Nesting of JSON arrays and objects a document may have: three per tree level (a node, its
+``f``/``v``/``items`` list, a ``[name, node]`` pair), two per level of a type's parameters. Text
+nested deeper is refused before it is parsed (:func:`loads_document`): ``json`` recurses once per
+level, in C, and with the limit raised for a deep file being read, text nested 10⁵ deep would
+overflow the C stack (a crash, not an exception)."""
+
+
+def stack_room() -> Any:
+    """Room on Python's stack for a tree ``TREE_DEPTH`` deep (at most four frames per level
+    decoding, one per JSON level in ``json``): Python's default limit of 1000 frames stopped a
+    tree of 300 levels, which ``tx.save`` writes and ``load`` reads."""
+    return stack_for_depth(DEFAULT_LIMITS.max_depth)
+
+
+def _too_deep(path: TreePath) -> LimitError:
+    return LimitError(
+        f"tree deeper than {TREE_DEPTH} levels, the most a tree metadata document holds "
+        "(4 × Limits.max_depth + 16)",
+        path=path,
+    )
+
+
+def json_depth(raw: bytes) -> int:
+    r"""The deepest nesting of arrays and objects in JSON text (UTF-8), brackets inside strings
+    not counted; for text that is not JSON, a number that is no smaller. Linear time (numpy), no
+    recursion: it decides whether the text may be handed to ``json``.
+
+    Example:
+        >>> json_depth(rb'{"a": [[1], "]]][\"["], "b": "x\\"}'), json_depth(b"[]"), json_depth(b"7")
+        (3, 1, 0)
+    """
+    codes = np.frombuffer(raw, np.uint8)
+    backslash = codes == ord("\\")
+    # A quote ends or starts a string unless an odd run of backslashes comes right before it.
+    index = np.arange(codes.size)
+    last_other = np.maximum.accumulate(np.where(backslash, -1, index))  # (-1: none before)
+    quotes = np.flatnonzero(codes == ord('"'))
+    run = quotes - 1 - np.where(quotes > 0, last_other[np.maximum(quotes - 1, 0)], -1)
+    real = quotes[(run % 2) == 0]
+    inside = np.zeros(codes.size + 1, np.int64)
+    np.add.at(inside, real + 1, 1)
+    outside = (np.cumsum(inside[:-1]) % 2) == 0  # (a quote itself counts as outside)
+    step = (
+        ((codes == ord("[")) | (codes == ord("{"))).astype(np.int64)
+        - ((codes == ord("]")) | (codes == ord("}"))).astype(np.int64)
+    ) * outside
+    return int(np.cumsum(step).max(initial=0))
+
+
+def check_json_depth(raw: bytes, where: str) -> None:
+    """A LimitError naming ``where`` when JSON text ``raw`` nests deeper than ``JSON_DEPTH``."""
+    if raw.count(b"[") + raw.count(b"{") > JSON_DEPTH:  # (cheap: most documents stop here)
+        depth = json_depth(raw)
+        if depth > JSON_DEPTH:
+            raise LimitError(
+                f"{where}: JSON nested {depth} deep, deeper than the {JSON_DEPTH} levels a tree document has"
+            )
+
+
+def loads_document(text: str | bytes, where: str) -> Any:
+    """JSON text of a file (a tree metadata document, an index) parsed, or a FormatError (not
+    JSON) / LimitError (nested deeper than ``JSON_DEPTH``: a ``RecursionError`` or a crash of
+    ``json``, else) naming ``where``.
+
+    Example:
+        >>> loads_document('{"a": [1]}', "f")
+        {'a': [1]}
+        >>> loads_document("[" * 100_000, "f")
+        Traceback (most recent call last):
+        ...
+        treexchange._errors.LimitError: f: JSON nested 100000 deep, ... tree document has
+    """
+    check_json_depth(text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass"), where)
+    try:
+        with stack_room():
+            return json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise FormatError(f"{where}: not JSON: {err}") from None
+    except RecursionError:  # (not reached within JSON_DEPTH; kept so a smaller stack still refuses)
+        raise LimitError(f"{where}: JSON nested too deeply") from None
+
+
+def dumps_document(document: Any, **options: Any) -> str:
+    """``json.dumps(document, **options)`` of a tree metadata document (or an index holding one):
+    ``json`` recurses once per level (three per tree level), with room for ``TREE_DEPTH``."""
+    with stack_room():
+        return json.dumps(document, **options)
+
 
 DTYPES: dict[str, np.dtype] = {dt.name: dt for dt in _DTYPE_TO_JULIA}
 """Numeric dtypes a stored array may have, by numpy name (``bfloat16`` included)."""
@@ -135,7 +231,8 @@ def encode(
         [['σ', {'t': 'tuple', 'v': []}], ['act', {'t': 'nothing'}]]
     """
     table = LayoutTable(encode_type)
-    node = _Encoder(on_array, table, Sharing() if sharing is None else sharing).node(value, path)
+    with stack_room():
+        node = _Encoder(on_array, table, Sharing() if sharing is None else sharing).node(value, path)
     if table.entries:
         node["L"] = table.entries  # the struct layouts the nodes below name (._layoutjson)
     return node
@@ -154,6 +251,8 @@ class _Encoder:
         object that holds itself); a tree cannot, and following it would never end. NamedTuples and
         tuples are immutable once built, so every cycle runs through one of the others. An object
         met before, and done, is a ``same`` node (:class:`Sharing`)."""
+        if len(path) > TREE_DEPTH:
+            raise _too_deep(path)
         first = self.sharing.first
         if is_numeric_array(value):  # (the common leaf: its own short path)
             seen = first.get(id(value))
@@ -286,7 +385,16 @@ def encode_type(t: JuliaType) -> dict[str, Any]:
             40 levels deep) is one object per level, but its JSON would name every place.
     """
     t.qualified()  # (the bound, in time linear in the distinct types; the text is not kept)
-    return {"t": "type", "name": t.name, "p": [encode(p, _no_arrays) for p in t.params]}
+    with stack_room():
+        return _type_node(t)
+
+
+def _type_node(t: JuliaType) -> dict[str, Any]:
+    """``encode_type`` below its top: a parameter's text is part of the top's, so it is bounded
+    there. (Checking it again at every level took time cubic in the depth: each level of a
+    ``Dict`` of ``Dict``s 500 deep stores its type, and ran for minutes.)"""
+    params = [_type_node(p) if isinstance(p, JuliaType) else encode(p, _no_arrays) for p in t.params]
+    return {"t": "type", "name": t.name, "p": params}
 
 
 def decode(node: Any, get_array: GetArray, path: TreePath = (), sharing: Sharing | None = None) -> Any:
@@ -306,7 +414,8 @@ def decode(node: Any, get_array: GetArray, path: TreePath = (), sharing: Sharing
             if isinstance(err, FormatError):
                 raise
             raise FormatError(f"tree metadata: bad struct layout table ({err})", path=path) from None
-    return _Decoder(get_array, layouts, Sharing() if sharing is None else sharing).node(node, path)
+    with stack_room():
+        return _Decoder(get_array, layouts, Sharing() if sharing is None else sharing).node(node, path)
 
 
 def document_roots(doc: Any, where: str) -> list[tuple[str, Any]]:
@@ -346,6 +455,8 @@ class _Decoder:
         self.sharing = sharing
 
     def node(self, node: Any, path: TreePath) -> Any:
+        if len(path) > TREE_DEPTH:
+            raise _too_deep(path)
         try:
             tag = node["t"]
         except (TypeError, KeyError):
@@ -489,6 +600,8 @@ def array_nodes(
     out: list[tuple[TreePath, dict[str, Any]]] = []
 
     def walk(n: Any, p: TreePath) -> None:
+        if len(p) > TREE_DEPTH:
+            raise _too_deep(p)
         tag = n.get("t") if isinstance(n, dict) else None
         if tag == "array":
             out.append((p, n))
@@ -503,7 +616,8 @@ def array_nodes(
                 walk(v, (*p, _key_segment(k)))
 
     try:
-        walk(node, path)
+        with stack_room():
+            walk(node, path)
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as err:
         if isinstance(err, FormatError):
             raise
@@ -562,10 +676,11 @@ def refuse_lone_surrogates(text: str, document: dict[str, Any]) -> bytes:
         return text.encode("utf-8")
     except UnicodeEncodeError:
         found = None
-        for name, node in document.get("roots", []):
-            found = _surrogate_in(name, (name,)) or _surrogate_node(node, (name,))
-            if found:
-                break
+        with stack_room():
+            for name, node in document.get("roots", []):
+                found = _surrogate_in(name, (name,)) or _surrogate_node(node, (name,))
+                if found:
+                    break
         path, bad = found or ((), text[:200])  # (not found in the tree: a part of the text)
         raise ConversionError(
             f"text {bad!r} holds a lone surrogate, which has no UTF-8 form (this format stores names "
