@@ -24,11 +24,17 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+import numpy as np
 import pytest
 
 import treexchange as tx
 from treexchange import _inspect, _juliatype
-from treexchange._bson._writer import bson_file
+from treexchange._bson._writer import (
+    array as bson_array,
+    bson_file,
+    datatype as bson_datatype,
+    struct as bson_struct,
+)
 from treexchange._hdf5 import _datatype, _file as _hdf5_file
 from treexchange._interop import convert_formats
 from treexchange._recursion import stack_for_depth
@@ -312,3 +318,29 @@ def test_a_tree_document_deeper_than_a_tree_path_is_a_limit_error() -> None:
         tj.array_nodes(node)
     with pytest.raises(tx.LimitError, match="tree deeper than"):
         tj.encode(value, lambda a, p: {})
+
+
+def deep_struct(n: int) -> Any:
+    """Structs nested ``n`` deep, each level a type of its own (one type per field, as Julia's)."""
+    x: Any = np.ones(3, np.float32)
+    for i in range(n):
+        x = tx.JuliaStruct(f"Main.S{i}", {"x": x})
+    return x
+
+
+def test_a_struct_nest_as_deep_as_allowed_is_written(tmp_path: Path) -> None:
+    # The writer learns every struct's type before writing (prepare: five frames a level), and
+    # did so at Python's default limit of 1000 frames: structs nested 200 deep, which a BSON.jl
+    # file holds and load reads, were a bare RecursionError from save and convert.
+    n = tx.Limits().max_depth - 12
+    tx.save(tmp_path / "s.jld2", model_state=deep_struct(n))
+    back = tx.load(tmp_path / "s.jld2", "model_state")
+    for _ in range(n):
+        back = back.fields["x"]
+    assert np.array_equal(back, np.ones(3, np.float32))
+    x = bson_array("Core.Float32", np.ones(3, np.float32))
+    for i in range(n):
+        x = bson_struct(bson_datatype(f"Main.S{i}"), x)
+    with stack_for_depth(n):  # (the test writer recurses once per level)
+        (tmp_path / "s.bson").write_bytes(bson_file({"model_state": x}))
+    convert(tmp_path / "s.bson", tmp_path / "from_bson.jld2")  # (verified: read back and compared)

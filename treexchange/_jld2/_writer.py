@@ -426,8 +426,11 @@ class JLD2Writer:
         types then follow JLD2's layout. Call it with every value of the file first (``save`` and
         ``convert`` do); :meth:`write` calls it for its own value. Visits each object once."""
         seen = self._prepared
-        # The collector paused: a large tree is many lasting objects and no garbage cycles.
-        with gc_paused():
+        # The collector paused: a large tree is many lasting objects and no garbage cycles. The
+        # stack made room for as write() makes it: a struct's type is the types of its fields,
+        # learnt recursively (five frames a level: structs nested 200 deep, which BSON.jl files
+        # and load hold, stopped at Python's default limit with a bare RecursionError).
+        with stack_for_depth(self.limits.max_depth), gc_paused():
             for name, value in items:
                 todo: list[tuple[Any, tuple[PathSegment, ...]]] = [(value, (name,))]
                 while todo:
