@@ -206,3 +206,18 @@ def test_convert_through_spill_files_as_for_a_checkpoint_larger_than_memory(tmp_
     convert_formats(ckpt, out_dir / "back.jld2", spill_above=0)
     assert tx.values_equal(tx.load(out_dir / "back.jld2"), tx.load(lenet))
     assert sorted(p.name for p in out_dir.iterdir()) == ["back.jld2"]  # spill files removed
+
+
+def test_a_bson_file_whose_arrays_are_tree_leaves_goes_to_orbax(tmp_path: Path) -> None:
+    # A BSON.jl file's arrays outside structs (a top-level array, a Flux.state NamedTuple's) stay
+    # lazy nodes of the walk, and orbax reads each device's slice of one by indexing it: the BSON
+    # node had no such indexing (KeyError: (slice(None), slice(None))).
+    from treexchange._bson._writer import array, bson_file
+
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    (tmp_path / "w.bson").write_bytes(
+        bson_file({"w": array("Core.Float32", w), "t": (array("Core.Int64", np.arange(3)),)})
+    )
+    main(["convert", str(tmp_path / "w.bson"), str(tmp_path / "w.orbax")])
+    back = load_orbax(tmp_path / "w.orbax")
+    assert np.array_equal(back["w"], w) and np.array_equal(back["t"][0], np.arange(3))

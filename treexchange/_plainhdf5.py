@@ -303,7 +303,11 @@ class ValueNode:
     def __repr__(self) -> str:
         return f"<ValueNode {format_path(self.path)}: {self.kind} {self.julia_type}>"
 
-    def __getitem__(self, key: Any) -> ValueNode:
+    def __getitem__(self, key: Any) -> Any:
+        if self.kind == "array":
+            # An array's elements, as a JLD2 array node gives them (Julia's shape): a converter
+            # reads one device's slice of a leaf through this (orbax), whatever file it is from.
+            return np.asarray(self)[key]
         items = self._items()
         if self.kind in ("tuple", "vector") and isinstance(key, (int, np.integer)):
             i = int(key) + (len(items) if key < 0 else 0)
