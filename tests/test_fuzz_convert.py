@@ -16,6 +16,7 @@ recorded key order of numbers (the regressions below).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -24,6 +25,8 @@ from safetensors.numpy import save_file
 import treexchange as tx
 from treexchange._interop import convert_formats
 from treexchange._interop._safetensors import INDEX_SUFFIX, METADATA_KEY, ORDER_KEY
+from treexchange._juliatype import JuliaType
+from treexchange._values import JuliaBits
 
 
 def test_metadata_nested_past_any_tree_is_a_limit_error(tmp_path: Path) -> None:
@@ -56,3 +59,40 @@ def test_a_recorded_order_that_is_no_order_is_ignored(tmp_path: Path, order: str
     convert_formats(path, tmp_path / "m.jld2", architecture="Chain(Dense(2 => 1))")
     layer = tx.load(tmp_path / "m.jld2", "model_state")["layers"][0]
     assert np.array_equal(layer["weight"], tensors["0.weight"])
+
+
+def test_a_dict_whose_declared_type_holds_it_is_a_cycle(tmp_path: Path) -> None:
+    # A type parameter may be a value (Val{(1, 2)}); one holding the Dict whose type it is (a
+    # damaged file's reference made one) was encoded by a fresh encoder each time round, which
+    # never saw the cycle: a RecursionError once the stack ran out.
+    d = tx.JuliaDict({"a": 1})
+    d.julia_type = JuliaType("Base.Dict", (JuliaType("Core.String"), [d]))
+    with pytest.raises(tx.ConversionError, match="refers to itself"):
+        tx.save_safetensors(tmp_path / "d.safetensors", {"x": d})
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("nest", ["tuple", "dict"])
+def test_a_value_without_a_type_deep_in_a_nest_is_refused_at_once(nest: str, tmp_path: Path) -> None:
+    # Typing a tuple's elements (a Dict's values) runs without their paths, and again with them
+    # when one fails, for the message. Every level below retried that way: 2**depth steps, so a
+    # 200-deep tuple nest of a damaged file (a leaf of no bytes) made convert hang. One retry now
+    # types the whole nest with paths.
+    from treexchange._jld2 import _writer_types
+
+    x: Any = JuliaBits(JuliaType("Main.B"), b"")  # (no bytes: no Julia type)
+    for _ in range(16):
+        x = (x, 1) if nest == "tuple" else {1: x}
+    calls = [0]
+    of_value = _writer_types.TypeFactory.of_value
+
+    def counted(self: Any, value: Any, path: Any = ()) -> Any:
+        calls[0] += 1
+        return of_value(self, value, path)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_writer_types.TypeFactory, "of_value", counted)
+        step = r"\[1\]" if nest == "tuple" else r"\['1'\]"
+        with pytest.raises(tx.ConversionError, match=rf"no bytes \(at t({step}){{16}}\)"):
+            tx.save(tmp_path / "t.jld2", {"t": x})
+    assert calls[0] < 400, calls  # (65,000 and more before; ~70 for a nest of 16 typed four times)

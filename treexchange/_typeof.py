@@ -13,7 +13,9 @@ stores where that differs.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from operator import attrgetter
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -275,6 +277,30 @@ def _types_of(values: Any, builder: TypeBuilder[T], path: TreePath) -> set[T]:
     return {builder.of(v, path) for v in values}
 
 
+class _Exact(threading.local):
+    on = False
+
+
+_EXACT = _Exact()
+
+
+@contextmanager
+def _exact_paths() -> Iterator[None]:
+    """Within the block, tuple elements and Dict values are typed with their paths made at once.
+
+    Outside it they are first typed without (a path per element costs time in proportion to the
+    depth), and only when one fails again with paths, for its message. Retrying at every level
+    of a nest below the one that failed retried the levels below twice each: a tuple nest 200
+    deep with a leaf that has no Julia type ran for 2**200 steps (a damaged file's convert).
+    """
+    before = _EXACT.on
+    _EXACT.on = True
+    try:
+        yield
+    finally:
+        _EXACT.on = before
+
+
 def type_of(value: Any, builder: TypeBuilder[T], path: TreePath = ()) -> T:
     """The Julia type of a value-model value, spelled by ``builder``: the one place that decides
     which Python value is which Julia type (:func:`julia_type_of` and the writer both call it).
@@ -287,11 +313,13 @@ def type_of(value: Any, builder: TypeBuilder[T], path: TreePath = ()) -> T:
         names = list(value)
         return builder.for_namedtuple(names, [builder.of(value[k], (*path, k)) for k in names])
     if isinstance(value, tuple):
-        try:  # each element's path is made only for the message of an element that fails
-            types = [builder.of(v, path) for v in value]
-        except Exception:
-            types = [builder.of(v, (*path, i)) for i, v in enumerate(value, 1)]
-        return builder.for_tuple(types)
+        if not _EXACT.on:
+            try:  # each element's path is made only for the message of an element that fails
+                return builder.for_tuple([builder.of(v, path) for v in value])
+            except Exception:
+                pass
+        with _exact_paths():  # (one retry for the whole nest below: see _exact_paths)
+            return builder.for_tuple([builder.of(v, (*path, i)) for i, v in enumerate(value, 1)])
     if isinstance(value, list):
         return builder.for_list(value, path)
     if isinstance(value, JuliaArray):
@@ -299,10 +327,15 @@ def type_of(value: Any, builder: TypeBuilder[T], path: TreePath = ()) -> T:
     if isinstance(value, dict):
         # Dict{K,V}: K / V the one type of all keys / values, else Any (an empty Dict{String,Any}).
         keys = _types_of(value, builder, path)
-        try:  # each value's path is made only for the message of a value that fails
-            values = _types_of(value.values(), builder, path)
-        except Exception:
-            values = {builder.of(v, (*path, str(k))) for k, v in value.items()}
+        values = None
+        if not _EXACT.on:
+            try:  # each value's path is made only for the message of a value that fails
+                values = _types_of(value.values(), builder, path)
+            except Exception:
+                pass
+        if values is None:
+            with _exact_paths():  # (one retry for the whole nest below: see _exact_paths)
+                values = {builder.of(v, (*path, str(k))) for k, v in value.items()}
         declared = value.julia_type if isinstance(value, JuliaDict) else None
         if declared is not None:  # JLD2 writes a Dict under its own type, which entries do not tell
             kept = builder.for_declared_dict(declared, keys, values, path)

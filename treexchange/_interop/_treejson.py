@@ -29,6 +29,7 @@ from two places, such as an optimiser's ``IdDict`` keyed by the model's own weig
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -231,19 +232,41 @@ def encode(
         [['σ', {'t': 'tuple', 'v': []}], ['act', {'t': 'nothing'}]]
     """
     table = LayoutTable(encode_type)
-    with stack_room():
-        node = _Encoder(on_array, table, Sharing() if sharing is None else sharing).node(value, path)
+    outer = _NEST.inside
+    inside: dict[int, TreePath] = {} if outer is None else outer
+    _NEST.inside = inside
+    try:
+        with stack_room():
+            node = _Encoder(on_array, table, Sharing() if sharing is None else sharing, inside).node(
+                value, path
+            )
+    finally:
+        _NEST.inside = outer
     if table.entries:
         node["L"] = table.entries  # the struct layouts the nodes below name (._layoutjson)
     return node
 
 
+class _Nest(threading.local):
+    """The containers being encoded by the outermost :func:`encode` running (in this thread). A
+    Julia type's parameter may be a value (``Val{(1, 2)}``), encoded by an ``encode`` of its own;
+    it shares the ancestors, so a Dict whose declared type holds the Dict itself is the cycle it is
+    (a damaged file made one: each parameter's fresh encoder met it anew until the stack ran out)."""
+
+    inside: dict[int, TreePath] | None = None
+
+
+_NEST = _Nest()
+
+
 class _Encoder:
-    def __init__(self, on_array: OnArray, table: LayoutTable, sharing: Sharing) -> None:
+    def __init__(
+        self, on_array: OnArray, table: LayoutTable, sharing: Sharing, inside: dict[int, TreePath]
+    ) -> None:
         self.on_array = on_array
         self.table = table
         self.sharing = sharing
-        self.inside: dict[int, TreePath] = {}
+        self.inside = inside
 
     def node(self, value: Any, path: TreePath) -> dict[str, Any]:
         """``inside``: the mutable containers being encoded (id -> path), ancestors of ``value``. A
@@ -305,13 +328,15 @@ class _Encoder:
             items = [[encode(k, _no_arrays, path), self.node(v, (*path, str(k)))] for k, v in value.items()]
             out: dict[str, Any] = {"t": tag, "items": items}
             if isinstance(value, JuliaDict) and value.julia_type is not None:
-                out["type"] = encode_type(value.julia_type)  # (declared: the entries alone may not tell)
+                out["type"] = encode_type(
+                    value.julia_type, path
+                )  # (declared: the entries alone may not tell)
             return out
         if isinstance(value, JuliaStruct):
             if value.type.basename in GPU_ARRAYS:  # (said by convert; noted here, no walk of its own)
                 self.sharing.devices.append(path)
             fields = [[k, self.node(v, (*path, k))] for k, v in value.fields.items()]
-            node: dict[str, Any] = {"t": "struct", "type": encode_type(value.type), "f": fields}
+            node: dict[str, Any] = {"t": "struct", "type": encode_type(value.type, path), "f": fields}
             layout = self.table.index(value.layout)
             if layout is not None:
                 node["lay"] = layout
@@ -319,7 +344,12 @@ class _Encoder:
                 node["mut"] = True
             return node
         elements = [self.node(v, (*path, i)) for i, v in enumerate(value, 1)]  # JuliaArray
-        return {"t": "jarray", "eltype": encode_type(value.eltype), "shape": list(value.shape), "v": elements}
+        return {
+            "t": "jarray",
+            "eltype": encode_type(value.eltype, path),
+            "shape": list(value.shape),
+            "v": elements,
+        }
 
 
 def _no_arrays(value: Any, path: TreePath) -> dict[str, Any]:
@@ -370,13 +400,13 @@ def _encode_scalar(value: Any, path: TreePath) -> dict[str, Any]:
 
 def _type_at(t: JuliaType, path: TreePath) -> dict[str, Any]:
     try:
-        return encode_type(t)
+        return encode_type(t, path)
     except LimitError as err:
         err.with_context(path=path)
         raise
 
 
-def encode_type(t: JuliaType) -> dict[str, Any]:
+def encode_type(t: JuliaType, path: TreePath = ()) -> dict[str, Any]:
     """A Julia type as JSON, parameters included (exact: no re-parsing of printed text).
 
     Raises:
@@ -386,14 +416,18 @@ def encode_type(t: JuliaType) -> dict[str, Any]:
     """
     t.qualified()  # (the bound, in time linear in the distinct types; the text is not kept)
     with stack_room():
-        return _type_node(t)
+        return _type_node(t, path)
 
 
-def _type_node(t: JuliaType) -> dict[str, Any]:
+def _type_node(t: JuliaType, path: TreePath) -> dict[str, Any]:
     """``encode_type`` below its top: a parameter's text is part of the top's, so it is bounded
     there. (Checking it again at every level took time cubic in the depth: each level of a
     ``Dict`` of ``Dict``s 500 deep stores its type, and ran for minutes.)"""
-    params = [_type_node(p) if isinstance(p, JuliaType) else encode(p, _no_arrays) for p in t.params]
+    # (a value parameter is encoded at the place of the value whose type this is: the depth of
+    # the tree below it counts from there)
+    params = [
+        _type_node(p, path) if isinstance(p, JuliaType) else encode(p, _no_arrays, path) for p in t.params
+    ]
     return {"t": "type", "name": t.name, "p": params}
 
 
