@@ -160,8 +160,14 @@ def check_json_depth(raw: bytes, where: str) -> None:
 
 def loads_document(text: str | bytes, where: str) -> Any:
     """JSON text of a file (a tree metadata document, an index) parsed, or a FormatError (not
-    JSON) / LimitError (nested deeper than ``JSON_DEPTH``: a ``RecursionError`` or a crash of
-    ``json``, else) naming ``where``.
+    JSON) / LimitError (nested deeper than ``JSON_DEPTH``) naming ``where``.
+
+    ``json`` recurses in C once per level of the text, up to Python's recursion limit, which a
+    deep tree needs raised (:func:`stack_room`); on the main thread's stack, text nested to that
+    limit would overflow it (a crash, not an exception). So the text is parsed on a thread of its
+    own with a stack that holds the limit (:func:`_parse_on_a_deep_stack`), where it stops with a
+    RecursionError; only then is its depth measured for the message (:func:`json_depth`, linear
+    but a third of a parse: the documents that parse pay nothing for it).
 
     Example:
         >>> loads_document('{"a": [1]}', "f")
@@ -171,14 +177,61 @@ def loads_document(text: str | bytes, where: str) -> Any:
         ...
         treexchange._errors.LimitError: f: JSON nested 100000 deep, ... tree document has
     """
-    check_json_depth(text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass"), where)
     try:
+        return _parse_on_a_deep_stack(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise FormatError(f"{where}: not JSON: {err}") from None
+    except (RecursionError, _NoDeepStack):
+        pass
+    raw = text if isinstance(text, bytes) else text.encode("utf-8", "surrogatepass")
+    check_json_depth(raw, where)  # (deeper than a tree document: the message says how deep)
+    try:  # (no thread could be made, or the limit was lower than JSON_DEPTH: within it, here)
         with stack_room():
             return json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise FormatError(f"{where}: not JSON: {err}") from None
-    except RecursionError:  # (not reached within JSON_DEPTH; kept so a smaller stack still refuses)
+    except RecursionError:
         raise LimitError(f"{where}: JSON nested too deeply") from None
+
+
+_DEEP_STACK = 512 << 20
+"""Bytes of stack for the thread that parses JSON: ``json`` takes well under 1 KiB of C stack a
+level, and the recursion limit stays below 500,000 frames (``stack_for_depth``)."""
+_stack_size_lock = threading.Lock()
+
+
+class _NoDeepStack(Exception):
+    """No thread with a deep stack could be made (a cap on address space): parse the checked way."""
+
+
+def _parse_on_a_deep_stack(text: str | bytes) -> Any:
+    """``json.loads(text)`` on a thread with a ``_DEEP_STACK`` stack, the limit raised for a tree
+    as deep as a document may be; its exception re-raised here."""
+    out: dict[str, Any] = {}
+
+    def parse() -> None:
+        try:
+            with stack_room():
+                out["value"] = json.loads(text)
+        except BaseException as err:  # (re-raised in the caller's thread)
+            out["error"] = err
+
+    with _stack_size_lock:
+        try:
+            before = threading.stack_size(_DEEP_STACK)
+        except (ValueError, RuntimeError) as err:
+            raise _NoDeepStack from err
+        try:
+            thread = threading.Thread(target=parse, name="treexchange-json", daemon=True)
+            thread.start()
+        except RuntimeError as err:  # (can't start new thread)
+            raise _NoDeepStack from err
+        finally:
+            threading.stack_size(before)
+    thread.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
 
 
 def dumps_document(document: Any, **options: Any) -> str:
