@@ -181,6 +181,29 @@ def test_the_convert_fuzz(tmp_path: Path) -> None:
     assert outcomes["error"] > n // 10 and outcomes["ok"] > n // 10, outcomes
 
 
+def test_a_type_nested_past_any_tree_in_the_metadata_is_a_limit_error(tmp_path: Path) -> None:
+    # A struct's type 7,000 parameters deep: its JSON (two levels a parameter) parses, and the
+    # type's nodes do not lengthen the path; decoding it recursed until a bare RecursionError.
+    import json
+    import struct as binary
+
+    path = tmp_path / "t.safetensors"
+    tx.save_safetensors(path, {"st": tx.JuliaStruct("Main.S", {"w": np.zeros(2, np.float32)})})
+    raw = path.read_bytes()
+    (n,) = binary.unpack("<Q", raw[:8])
+    header = json.loads(raw[8 : 8 + n])
+    doc = json.loads(header["__metadata__"][METADATA_KEY])
+    text = '{"t": "type", "name": "Main.T", "p": [' * 7000  # (json.dumps recurses: written by hand)
+    text += '{"t": "type", "name": "Core.Int64", "p": []}' + "]}" * 7000
+    doc["roots"][0][1]["type"] = "TYPE"
+    header["__metadata__"][METADATA_KEY] = json.dumps(doc).replace('"TYPE"', text)
+    body = json.dumps(header).encode()
+    body += b" " * (-len(body) % 8)
+    path.write_bytes(binary.pack("<Q", len(body)) + body + raw[8 + n :])
+    with pytest.raises(tx.LimitError, match="tree metadata nested deeper than 3104 nodes"):
+        tx.load_safetensors(path)
+
+
 def test_metadata_nested_past_any_tree_is_a_limit_error(tmp_path: Path) -> None:
     # json recursed once per level: 10⁵ levels was a bare RecursionError (and, with the limit
     # raised for a deep file open in the process, would overflow the C stack)

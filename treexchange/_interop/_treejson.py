@@ -277,8 +277,18 @@ class Sharing:
         self.first: dict[int, tuple[dict[str, Any], Any]] = {}  # (the value kept: ids stay unique)
         self.count = 0
         self.decoded: dict[int, Any] = {}
-        self.expansion = Expansion(DEFAULT_LIMITS.nodes_for(file_size), where)
+        self._file = (file_size, where)
+        self._expansion: Expansion | None = None
         self.devices: list[TreePath] = []  # (GPU arrays met encoding: device pointers, no weights)
+
+    @property
+    def expansion(self) -> Expansion:
+        """The budget of the values ``same`` nodes place again (made when the first is met: a
+        Sharing is made for every Dict key and type parameter decoded)."""
+        if self._expansion is None:
+            size, where = self._file
+            self._expansion = Expansion(DEFAULT_LIMITS.nodes_for(size), where)
+        return self._expansion
 
     def version(self) -> int:
         """The tree version a document written with this sharing needs."""
@@ -515,8 +525,21 @@ def decode(node: Any, get_array: GetArray, path: TreePath = (), sharing: Sharing
             if isinstance(err, FormatError):
                 raise
             raise FormatError(f"tree metadata: bad struct layout table ({err})", path=path) from None
+    decoder = _Decoder(get_array, layouts, Sharing() if sharing is None else sharing)
+    if _NODES.depth:  # (a Dict key or a type's parameter, inside a decode: the room is that one's)
+        return decoder.node(node, path)
     with stack_room():
-        return _Decoder(get_array, layouts, Sharing() if sharing is None else sharing).node(node, path)
+        return decoder.node(node, path)
+
+
+class _Nodes(threading.local):
+    depth = 0  # nodes being decoded, nested, in this thread: keys and type parameters counted
+
+
+_NODES = _Nodes()
+NODE_DEPTH = TREE_DEPTH + type_depth(DEFAULT_LIMITS)
+"""Nodes a decode may nest: the tree's levels and a type's parameters (whose nodes do not
+lengthen the path), a few Python frames each within :func:`stack_room`."""
 
 
 def document_roots(doc: Any, where: str) -> list[tuple[str, Any]]:
@@ -558,6 +581,20 @@ class _Decoder:
     def node(self, node: Any, path: TreePath) -> Any:
         if len(path) > TREE_DEPTH:
             raise _too_deep(path)
+        depth = _NODES.depth + 1
+        if depth > NODE_DEPTH:
+            raise LimitError(
+                f"tree metadata nested deeper than {NODE_DEPTH} nodes (a tree's levels and its types' "
+                "parameters)",
+                path=path,
+            )
+        _NODES.depth = depth
+        try:
+            return self._node(node, path)
+        finally:
+            _NODES.depth = depth - 1
+
+    def _node(self, node: Any, path: TreePath) -> Any:
         try:
             tag = node["t"]
         except (TypeError, KeyError):
