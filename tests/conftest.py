@@ -226,28 +226,3 @@ def fixtures_dir() -> Path:
     if not FIXTURES.is_dir():
         pytest.skip(SKIP_REASON)
     return FIXTURES
-
-
-# Bundled BSON files JLD2 cannot hold whole, with the refusal's words: Projekt_saranego's ResNet
-# holds Flux.BatchNorm layers of one type whose `active` field (Julia: Union{Bool,Nothing}) is
-# `false` in the main path and `nothing` in the downsample Chains its closures captured; BSON.jl
-# stores no declared field types, and the writer gives a struct made in Python one type per field
-# (tests/test_write_values.py). Its closures themselves are written: tests/test_closure_captures.py.
-JLD2_REFUSED_BSON = {"saranego_resnet_closure.bson": "BatchNorm.* made '10' a Core.Bool"}
-
-
-def converts_or_refuses_field_types(path: Path, out: Path, convert: Callable[[Path, Path], Any]) -> bool:
-    """``convert(path, out)``, True when it wrote ``out``; False for a file of
-    :data:`JLD2_REFUSED_BSON`, whose refusal must say why (and leave no file). A closure that
-    captured values no longer stops a file: it is written as the struct it is in Julia."""
-    import treexchange as tx
-
-    why = JLD2_REFUSED_BSON.get(path.name)
-    if why is None:
-        convert(path, out)
-        return True
-    with pytest.raises(tx.ConversionError, match=why) as info:
-        convert(path, out)
-    assert "captured" not in str(info.value)
-    assert not out.exists()
-    return False

@@ -14,7 +14,6 @@ import pytest
 from conftest import (
     BUNDLED_DIR,
     SKIP_REASON,
-    converts_or_refuses_field_types,
     fixture_files,
     fixture_ids,
     require_fixture,
@@ -72,8 +71,7 @@ def test_every_bson_file_loads_inspects_infers_and_converts(path: Path, tmp_path
     tx.validate(path, schema)
 
     out = tmp_path / "out.jld2"
-    if not converts_or_refuses_field_types(path, out, convert):
-        return
+    convert(path, out)  # (Projekt_saranego's too: its struct fields of several types are declared Any)
     back = tx.load(out)
     assert tx.values_equal(back, value)
     with tx.open(out) as f:  # the JLD2 copy lists exactly as the BSON file does (notes aside)

@@ -80,6 +80,7 @@ from ._writer_rows import LAYOUT_CONTIGUOUS as _LAYOUT_CONTIGUOUS
 from ._writer_runs import DATA as _DATA, PairValue as _PairValue, PairVector as _PairVector, utf8 as _utf8
 from ._writer_sink import Sink
 from ._writer_types import JT, MAX_INLINE_SIZE, UNION_EL, Cat, TypeFactory, shown_type, written_text
+from ._writer_undeclared import declare_abstract_fields
 
 BASE = enc.FILE_HEADER_LENGTH
 COMPACT_LIMIT = 8192
@@ -424,8 +425,13 @@ class JLD2Writer:
         written, so that no type is laid out while known by name only (from a type parameter
         such as ``Space{Tuple{Sector,Sector}}``) when a value shows its layout later: committed
         types then follow JLD2's layout. Call it with every value of the file first (``save`` and
-        ``convert`` do); :meth:`write` calls it for its own value. Visits each object once."""
+        ``convert`` do); :meth:`write` calls it for its own value. Visits each object once.
+
+        The values are typed after the walk, in the order met: first the fields of struct types
+        without declared field types whose instances disagree are declared ``Any``
+        (:mod:`._writer_undeclared`), as the first instance typed fixes a type's fields."""
         seen = self._prepared
+        typed: list[tuple[Any, tuple[PathSegment, ...]]] = []  # structs, arrays and bits values
         # The collector paused: a large tree is many lasting objects and no garbage cycles. The
         # stack made room for as write() makes it: a struct's type is the types of its fields,
         # learnt recursively (five frames a level: structs nested 200 deep, which BSON.jl files
@@ -445,12 +451,12 @@ class JLD2Writer:
                         todo.extend((x, (*path, k)) for k, x in v._data.items() if type(x) is not np.ndarray)
                     elif isinstance(v, JuliaStruct):
                         todo.extend((f, (*path, k)) for k, f in v.fields.items())
-                        self._type_for_layout(v, path)
+                        typed.append((v, path))
                     elif isinstance(v, JuliaArray):
                         todo.extend((x, (*path, i)) for i, x in enumerate(v.data.ravel(order="F"), 1))
-                        self._type_for_layout(v, path)
+                        typed.append((v, path))
                     elif isinstance(v, JuliaBits):
-                        self._type_for_layout(v, path)
+                        typed.append((v, path))
                     elif isinstance(v, Closure) and v.captures:
                         struct = closure_struct(v)  # (written as this struct: its layout too)
                         if struct is not None:
@@ -469,6 +475,9 @@ class JLD2Writer:
                                 todo.append((k, path))
                             if type(x) is not np.ndarray:
                                 todo.append((x, (*path, str(k))))
+            declare_abstract_fields([(v, p) for v, p in typed if type(v) is JuliaStruct], self.types)
+            for v, path in typed:
+                self._type_for_layout(v, path)
 
     def _type_for_layout(self, value: Any, path: tuple[PathSegment, ...]) -> None:
         try:

@@ -368,6 +368,9 @@ class TypeFactory:
         self._building: set[str] = set()  # mutable struct types whose fields are being typed
         self._by_id: dict[int, tuple[Any, JT]] = {}  # the value is kept: its id stays unique
         self._typing: set[int] = set()  # ids of the Dicts and tuples being typed (a cycle is refused)
+        # Fields declared abstract of struct types made in Python: struct key -> field names
+        # (declare_abstract; JLD2Writer.prepare finds them before any instance is typed).
+        self._abstract: dict[str, set[str]] = {}
         self.ANY = self._intern(JT(Cat.ANY, "Core.Any"))
         self.STRING = self._intern(JT(Cat.STRING, "Core.String", mutable=True))
         self.SYMBOL = self._intern(JT(Cat.SYMBOL, "Core.Symbol", mutable=True))
@@ -916,6 +919,19 @@ class TypeFactory:
             jt._writeas = self._intern(written)
         return self._intern(jt)
 
+    def declare_abstract(self, key: str, name: str) -> None:
+        """Declare field ``name`` of the struct type ``key`` (made in Python or read from BSON:
+        no declared field types) ``Any``: its instances hold values of several types, which
+        Julia allows only in a field declared with a type that is not concrete (``Any``, an
+        abstract type, a ``Union`` such as Flux's ``active::Union{Bool, Nothing}``). JLD2.jl
+        stores every such field by reference (``fieldodr`` in src/data/writing_datatypes.jl:
+        ``RelOffset`` for any field type that is not concrete), each value a dataset of its
+        own type, whatever the declaration: the file is the same. Call it before any instance of
+        ``key`` is typed (the first one typed fixes the fields); a type typed already (an earlier
+        write to this file) keeps its fields."""
+        if self._get(key) is None:
+            self._abstract.setdefault(key, set()).add(name)
+
     def _check_ghost_fields(self, found: JT, value: JuliaStruct, path: tuple[PathSegment, ...]) -> None:
         """That each field of ``value`` (a struct made in Python) that ``found``, its type as
         another instance fixed it, declares a ghost (``Tuple{}``, ``Nothing``, a struct without
@@ -1014,9 +1030,14 @@ class TypeFactory:
                 path=path,
             )
         if layout is None:
+            abstract = self._abstract.get(value.type.qualified()) if self._abstract else None
             for name, v in value.fields.items():
-                # An #undef field of a struct made in Python: declared Any, a NULL reference.
-                fields.append((name, self.ANY if v is UNDEF else self.of_value(v, (*path, name))))
+                # An #undef field of a struct made in Python: declared Any, a NULL reference; so
+                # is a field whose instances hold values of several types (declare_abstract).
+                if v is UNDEF or (abstract is not None and name in abstract):
+                    fields.append((name, self.ANY))
+                    continue
+                fields.append((name, self.of_value(v, (*path, name))))
         else:
             for fl in layout.fields:
                 if fl.name not in value.fields:
