@@ -138,6 +138,11 @@ ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "gelu_sigmoid": lambda x: x * _sigmoid(math.sqrt(8 / math.pi) * (x + 0.044715 * x**3)),
     "softmax": softmax,
     "logsoftmax": _logsoftmax,
+    # Base's math functions of a number (Dense(2 => 64, sin), x -> sin.(x))
+    **{
+        name: getattr(np, {"atan": "arctan", "asinh": "arcsinh"}.get(name, name))
+        for name in ("sin", "cos", "tan", "exp", "expm1", "abs", "sinh", "cosh", "atan", "asinh", "cbrt")
+    },
 }
 ALIASES = {"σ": "sigmoid", "hardσ": "hardsigmoid", "logσ": "logsigmoid", "thresholdrelu": "trelu"}
 

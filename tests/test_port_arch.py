@@ -401,6 +401,14 @@ def test_code_spellings_of_layers_and_sizes() -> None:
     relu = parse_architecture("Chain(Dense(2, 3), x -> relu.(x))").children[1]
     assert relu == Layer("function", {"name": "relu"})
     assert parse_architecture("Dense(2, 3, x -> σ.(x))").args["σ"] == "sigmoid"
+    # Base's math functions of every real number (a SIREN's sin) are functions too; sqrt is not
+    # (Julia's DomainError for a negative number, JAX's NaN)
+    assert parse_architecture("Chain(Dense(2, 3), x -> sin.(x))").children[1] == Layer(
+        "function", {"name": "sin"}
+    )
+    assert parse_architecture("Dense(2 => 64, sin)").args["σ"] == "sin"
+    with pytest.raises(ConversionError, match="anonymous function"):
+        parse_architecture("Chain(Dense(2, 3), x -> sqrt.(x))")
     for bad, message in (
         ("Chain(x -> reshape(x, :, size(y, 4)), Dense(2, 3))", "anonymous function"),
         ("Chain(x -> x .^ 2, Dense(2, 3))", "anonymous function"),

@@ -46,10 +46,13 @@ BOTH = ("eqx", "nnx")
 OWN_ACTIVATIONS = (
     "lisht", "tanhshrink", "trelu", "softshrink", "logcosh", "gelu_sigmoid", "tanh_fast", "sigmoid_fast",
 )  # fmt: skip
+# Base's math functions of a number (SIREN's sin): jax.numpy's, against numpy's in the reference
+BASE_MATH = ("sin", "cos", "tan", "exp", "expm1", "abs", "sinh", "cosh", "atan", "asinh", "cbrt")
 CASES: list[tuple[str, Layer, Any, tuple[str, ...]]] = [
     ("dense-tanh", dense(5, 3, σ="tanh"), (5, 4), BOTH),
     ("dense-nobias", dense(5, 3, bias=False), (5, 4), BOTH),
     *((f"dense-{act}", dense(5, 3, σ=act), (5, 4), BOTH) for act in OWN_ACTIVATIONS),
+    *((f"dense-{act}", dense(5, 3, σ=act), (5, 4), BOTH) for act in BASE_MATH),
     (
         "conv2d-stride-asympad-dilation",
         L(

@@ -8,12 +8,17 @@ from typing import Any
 
 from .._errors import UnsupportedError
 
-# Element-wise NNlib functions: a Dense/Conv ``σ`` may be one of these.
+# Base's math functions of a number the port knows (_arch.ACTIVATIONS says why these): their
+# jax.numpy functions have the same names.
+BASE_MATH = ("sin", "cos", "tan", "exp", "expm1", "abs", "sinh", "cosh", "atan", "asinh", "cbrt")
+
+# Element-wise NNlib (and Base) functions: a Dense/Conv ``σ`` may be one of these.
 ELEMENTWISE = frozenset(
     {
         "identity", "relu", "sigmoid", "tanh", "elu", "gelu", "softplus", "swish", "leakyrelu", "selu",
         "celu", "relu6", "hardtanh", "logsigmoid", "softsign", "hardsigmoid", "mish", "hardswish", "gelu_erf",
         "tanh_fast", "sigmoid_fast", "lisht", "tanhshrink", "trelu", "softshrink", "logcosh", "gelu_sigmoid",
+        *BASE_MATH,
     }
 )  # fmt: skip
 
@@ -70,6 +75,7 @@ def table() -> list[tuple[Callable[..., Any], str]]:
         (_gelu_erf, "gelu_erf"),  # (the port's own functions, as its builders place them)
         (_vec, "vec"),
         *((fn, name) for name, fn in _OWN.items()),
+        *((getattr(jnp, name), name) for name in BASE_MATH),
     ]
     return [(f, n) for f, n in pairs if f is not None]
 

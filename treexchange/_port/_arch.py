@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from treexchange._errors import ConversionError
-from treexchange._port._activations import refuse_whole_array_sigma
+from treexchange._port._activations import BASE_MATH, refuse_whole_array_sigma
 from treexchange._port._registry import PORTING_DOCS, RECURRENT_GATES
 from treexchange._port._spec import Layer
 
@@ -382,6 +382,10 @@ ACTIVATIONS = frozenset(
         "logsigmoid", "hardsigmoid", "hardtanh", "mish", "tanhshrink", "lisht", "softmax", "logsoftmax",
         "trelu", "softshrink", "logcosh", "gelu_sigmoid",
         "vec",  # (Base.vec as a Chain entry, `Chain(…, Dense(8 => 1), vec)`: the output as one vector)
+        # Base's math functions of a number defined for every real (sin: SIREN and physics-informed
+        # networks, `Dense(2 => 64, sin)`, `x -> sin.(x)`); not sqrt or log, which Julia refuses
+        # for negative numbers (DomainError) where JAX gives NaN
+        *BASE_MATH,
     }
 )  # fmt: skip
 # Connections of Parallel / SkipConnection / PairwiseFusion the port applies: Julia name -> the name
