@@ -8,6 +8,7 @@ ending in ``/`` or ``.orbax``) is an orbax checkpoint. One side is always JLD2.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -269,7 +270,7 @@ def _total_bytes(opened: Any) -> int:
     total = 0
     for name, root in document.get("roots", []):
         for _, node in array_nodes(root, (name,)):
-            total += int(np.prod(node["shape"])) * DTYPES[node["dtype"]].itemsize
+            total += math.prod(node["shape"]) * DTYPES[node["dtype"]].itemsize  # (np.prod wraps at 2**63)
     return total
 
 

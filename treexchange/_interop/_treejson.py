@@ -744,7 +744,7 @@ def array_nodes(
         if tag == "array":
             out.append((p, n))
         elif tag in ("nt", "struct"):
-            for k, v in n["f"]:
+            for k, v in _named(n, p):  # (names are text: they become the paths' segments)
                 walk(v, (*p, k))
         elif tag in ("tuple", "list", "jarray"):
             for i, v in enumerate(n["v"], 1):
