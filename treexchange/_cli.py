@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from ._errors import TreexchangeError
 from ._version import __version__
@@ -28,8 +30,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_orbax_leftovers() -> None:
+    """Keep off stderr what orbax leaves behind when reading a damaged checkpoint fails: its other
+    reads, still running, end after it has given up on them, so tensorstore reports their
+    callbacks' "Event loop is closed" as unraisable and asyncio logs "Task exception was never
+    retrieved", each a traceback after the one-line error. Kept for the rest of the process:
+    they may come after the command has returned."""
+    asyncio_log = logging.getLogger("asyncio")
+    if _never_retrieved not in asyncio_log.filters:
+        asyncio_log.addFilter(_never_retrieved)
+    previous = sys.unraisablehook
+    if getattr(previous, "_treexchange_quiet", False):
+        return
+
+    def hook(unraisable: Any) -> None:
+        err = unraisable.exc_value
+        if not (isinstance(err, RuntimeError) and str(err) == "Event loop is closed"):
+            previous(unraisable)
+
+    hook._treexchange_quiet = True  # type: ignore[attr-defined]
+    sys.unraisablehook = hook
+
+
+def _never_retrieved(record: logging.LogRecord) -> bool:
+    return not record.getMessage().startswith("Task exception was never retrieved")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit code (0 ok, 1 validation failed, 2 error)."""
+    _quiet_orbax_leftovers()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
