@@ -48,8 +48,11 @@ class FuzzOps:
         signal.setitimer(signal.ITIMER_PROF, self.time_limit)  # CPU time: a loaded machine is no hang
         try:
             self.outcomes["error" if call(*args, **kwargs) is False else "ok"] += 1
-        except tx.TreexchangeError:
-            self.outcomes["error"] += 1
+        except tx.TreexchangeError as err:
+            if isinstance(err.__cause__, _Timeout):  # (the alarm, wrapped at a library's boundary)
+                self.failures.append(f"{op} hung: {desc}")
+            else:
+                self.outcomes["error"] += 1
         except _Timeout:
             self.failures.append(f"{op} hung: {desc}")
         except Exception as err:  # (what the fuzz is for)
