@@ -65,3 +65,19 @@ class FuzzOps:
     def check(self) -> dict[str, int]:
         assert not self.failures, "\n".join(self.failures[:20])
         return self.outcomes
+
+
+def json_places(doc: Any) -> list[tuple[Any, Any]]:
+    """``(parent, key)`` of every node of a JSON document but its root, in document order (pre-order):
+    the places a fuzz replaces or removes a node at."""
+    places: list[tuple[Any, Any]] = []
+    todo: list[tuple[Any, Any, Any]] = [(doc, None, None)]
+    while todo:  # (a loop: fuzzed documents may nest deep)
+        x, parent, key = todo.pop()
+        if parent is not None:
+            places.append((parent, key))
+        children = (
+            list(x.items()) if isinstance(x, dict) else list(enumerate(x)) if isinstance(x, list) else []
+        )
+        todo.extend((v, x, k) for k, v in reversed(children))
+    return places

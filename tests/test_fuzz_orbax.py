@@ -43,7 +43,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from _fuzzops import FuzzOps
+from _fuzzops import FuzzOps, json_places
 
 import treexchange as tx
 from treexchange._cli import main
@@ -125,19 +125,7 @@ def _files(directory: Path) -> list[Path]:
 
 
 def _replace_a_node(doc: Any, rng: random.Random) -> Any:
-    places: list[tuple[Any, Any]] = []
-
-    def walk(x: Any, parent: Any, key: Any) -> None:
-        if parent is not None:
-            places.append((parent, key))
-        if isinstance(x, dict):
-            for k, v in x.items():
-                walk(v, x, k)
-        elif isinstance(x, list):
-            for i, v in enumerate(x):
-                walk(v, x, i)
-
-    walk(doc, None, None)
+    places = json_places(doc)
     if not places:
         return rng.choice(_REPLACEMENTS)
     parent, key = rng.choice(places)
@@ -265,16 +253,15 @@ def _rmtree(path: Path) -> None:
         shutil.rmtree(path)
 
 
-def test_a_short_orbax_fuzz(tmp_path: Path) -> None:
-    outcomes = _run(60, 22, tmp_path)
-    assert outcomes["ok"] and outcomes["error"], outcomes  # the mutations bite, and not all of them
-
-
-@pytest.mark.slow  # ~20 s for the default 600 cases
-def test_the_orbax_fuzz(tmp_path: Path) -> None:
-    n = int(os.environ.get("TX_ORBAX_FUZZ_CASES", "600"))
-    outcomes = _run(n, 20261129, tmp_path)
-    assert outcomes["error"] > n // 10 and outcomes["ok"] > n // 10, outcomes
+@pytest.mark.parametrize(
+    ("n", "seed"),
+    [pytest.param(60, 22, id="short"), pytest.param(600, 20261129, id="long", marks=pytest.mark.slow)],
+)  # (the long one 20-40 s; TX_ORBAX_FUZZ_CASES sets its number of cases)
+def test_the_orbax_fuzz(tmp_path: Path, n: int, seed: int) -> None:
+    if n > 60:
+        n = int(os.environ.get("TX_ORBAX_FUZZ_CASES", str(n)))
+    outcomes = _run(n, seed, tmp_path)
+    assert outcomes["error"] > n // 10 and outcomes["ok"] > n // 10, outcomes  # the mutations bite, not all
 
 
 # Regressions of the first campaign (2026-11-29, 600 cases: 250 loads ended in a bare exception of

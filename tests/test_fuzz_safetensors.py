@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from _fuzzops import FuzzOps
+from _fuzzops import FuzzOps, json_places
 
 import treexchange as tx
 from treexchange._cli import main
@@ -77,19 +77,7 @@ def _seeds(tmp_path: Path) -> list[tuple[str, bytes]]:
 
 
 def _replace_a_node(doc: Any, rng: random.Random) -> Any:
-    places: list[tuple[Any, Any]] = []
-
-    def walk(x: Any, parent: Any, key: Any) -> None:
-        if parent is not None:
-            places.append((parent, key))
-        if isinstance(x, dict):
-            for k, v in x.items():
-                walk(v, x, k)
-        elif isinstance(x, list):
-            for i, v in enumerate(x):
-                walk(v, x, i)
-
-    walk(doc, None, None)
+    places = json_places(doc)
     if not places:
         return doc
     parent, key = rng.choice(places)
