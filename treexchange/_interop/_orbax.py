@@ -553,7 +553,8 @@ _ZARR_KEYS = tuple(b"/" + n for n in _ZARR_NAMES)
 def _zarr_layout(raw: bytes) -> Layout | None:
     """``(shape, dtype)`` of zarr 2 (``.zarray``: ``dtype``) or 3 (``zarr.json``: ``data_type``)
     metadata, or ``None`` for text that is not such metadata."""
-    import ml_dtypes  # noqa: F401  (installed with jax: numpy then knows "bfloat16")
+    # ml_dtypes comes with jax (optional here); once imported, numpy knows "bfloat16"
+    import ml_dtypes  # noqa: F401
 
     try:
         meta = json.loads(raw)
@@ -616,7 +617,7 @@ def _memory_bound() -> int | None:
     except (ValueError, OSError, AttributeError):  # pragma: no cover - not Linux
         pass
     try:
-        import resource
+        import resource  # (Unix only)
 
         cap = resource.getrlimit(resource.RLIMIT_AS)[0]
         if cap != resource.RLIM_INFINITY:
