@@ -11,7 +11,8 @@
   names, Julia types, ``()``/``nothing`` markers, every non-array leaf, and arrays orbax refuses
   (zero-size ones) inline. With it, JLD2 -> orbax -> JLD2 is value-equal.
 
-A plain PyTree checkpoint (written by someone else) imports as nested NamedTuples of its dicts.
+A plain PyTree checkpoint (written by someone else) imports as nested NamedTuples of its dicts,
+tuples of its lists and tuples, and its strings, scalars and ``None`` as they are.
 
 **Sharding.** ``sharding=`` on export places each array as a ``jax.Array`` built from the JLD2
 file slice by slice (each device's shard is read from the file on its own, then written by orbax
@@ -332,7 +333,8 @@ class OrbaxSource:
             tj.document_roots(doc, str(self.path))  # (checked once: a damaged tree is refused here)
             self.document = doc
         elif not (self.path / "_METADATA").is_file():
-            raise FormatError(f"{self.path}: neither a treexchange nor a PyTree orbax checkpoint")
+            inside = _checkpoints_inside(self.path)
+            raise FormatError(f"{self.path}: neither a treexchange nor a PyTree orbax checkpoint{inside}")
 
     def _arrays(self) -> list[tuple[TreePath, dict[str, Any]]]:
         assert self.document is not None
@@ -479,17 +481,18 @@ class OrbaxSource:
                 f"{self.path}: {total} bytes to restore at once, more than this process can hold"
             )
         choose = _placer_choice(sharding)
-        args = _nested(
-            (
-                ".".join(k),
-                _restore_args(
-                    ocp,
-                    TensorPlan(".".join(k), k, None, np.dtype(v.dtype), tuple(v.shape)),
-                    choose_k(choose, k, v),
-                ),
-            )
-            for k, v in meta
-        )
+        import jax  # jax is costly to import: loaded on first use
+
+        def restore_arg(path: Any, leaf: Any) -> Any:
+            if not _is_array(leaf):  # (a string's, a Python scalar's: orbax restores it as it is)
+                return ocp.RestoreArgs()
+            keys = tuple(_key_text(p) for p in path)
+            t = TensorPlan(".".join(keys), keys, None, np.dtype(leaf.dtype), tuple(leaf.shape))
+            return _restore_args(ocp, t, choose_k(choose, keys, leaf))
+
+        # (arguments in the metadata's own structure: lists and tuples stay so, keys with dots
+        # stay whole; None leaves, which orbax skips, stay None)
+        args = jax.tree_util.tree_map_with_path(restore_arg, _metadata_tree(ocp, self.path))
         with _reading(self.path), ocp.PyTreeCheckpointer() as ckptr:
             tree = ckptr.restore(self.path, args=ocp.args.PyTreeRestore(restore_args=args))
         return {"state": _as_namedtuples(tree)}
@@ -571,16 +574,20 @@ def _zarr_layout(raw: bytes) -> Layout | None:
     return shape, dtype
 
 
-def _stored_metadata(ocp: Any, directory: Path) -> list[tuple[tuple[str, ...], Any]]:
-    """``(keys, metadata)`` of every leaf of the PyTree checkpoint at ``directory``, as orbax
-    reads them from its metadata (nothing restored): an array's has a shape and a dtype (one
-    whose ``_sharding`` orbax cannot read has neither, or the whole tree is left out)."""
+def _metadata_tree(ocp: Any, directory: Path) -> Any:
+    """The tree of the PyTree checkpoint at ``directory`` with orbax's metadata of each leaf
+    (nothing restored): an array's has a shape and a dtype (one whose ``_sharding`` orbax cannot
+    read has neither, or the whole tree is ``None``)."""
     with _reading(directory):
         meta = ocp.PyTreeCheckpointer().metadata(directory)
     tree = getattr(meta, "item_metadata", meta)
-    tree = getattr(tree, "tree", tree)  # orbax >= 0.11: TreeMetadata(tree=...)
+    return getattr(tree, "tree", tree)  # orbax >= 0.11: TreeMetadata(tree=...)
+
+
+def _stored_metadata(ocp: Any, directory: Path) -> list[tuple[tuple[str, ...], Any]]:
+    """``(keys, metadata)`` of every leaf of :func:`_metadata_tree` but ``None``."""
     out: list[tuple[tuple[str, ...], Any]] = []
-    todo: list[tuple[Any, tuple[str, ...]]] = [(tree, ())]
+    todo: list[tuple[Any, tuple[str, ...]]] = [(_metadata_tree(ocp, directory), ())]
     while todo:  # (a loop: the metadata of a damaged checkpoint may nest deep)
         node, keys = todo.pop()
         if isinstance(node, Mapping):
@@ -590,6 +597,18 @@ def _stored_metadata(ocp: Any, directory: Path) -> list[tuple[tuple[str, ...], A
         elif node is not None:
             out.append((keys, node))
     return out
+
+
+def _is_array(meta: Any) -> bool:
+    return hasattr(meta, "shape") and hasattr(meta, "dtype")
+
+
+def _key_text(entry: Any) -> str:
+    """A jax key path entry as :func:`_stored_metadata` names it (a dict key, a position)."""
+    for field in ("key", "idx", "name"):
+        if hasattr(entry, field):
+            return str(getattr(entry, field))
+    return str(entry)
 
 
 def _shape_dtype(meta: Any, name: str, path: TreePath) -> tuple[tuple[int, ...], np.dtype]:
@@ -697,6 +716,34 @@ def _check_metadata_depth(directory: Path) -> None:
                     raise LimitError(
                         f"{file}: JSON nested deeper than the {METADATA_DEPTH} levels orbax's metadata has"
                     )
+
+
+def _checkpoints_inside(directory: Path, scan: int = 1000) -> str:
+    """``" (it holds: 1/default, 2/default)"``: the checkpoints one or two levels down (a
+    CheckpointManager's steps, a composite checkpoint's items), for the message refusing
+    ``directory``; ``""`` when there is none. At most ``scan`` entries are looked at."""
+    found: list[str] = []
+    todo = [(directory, 0)]
+    seen = 0
+    while todo and seen < scan:
+        here, level = todo.pop(0)
+        try:
+            entries = sorted(os.scandir(here), key=lambda e: e.name)[:scan]
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            if not entry.is_dir(follow_symlinks=False):
+                continue
+            path = Path(entry.path)
+            if (path / "_METADATA").is_file() or (path / TREE_ITEM).is_dir():
+                found.append(str(path.relative_to(directory)))
+            elif level == 0:
+                todo.append((path, 1))
+    if not found:
+        return ""
+    more = f", and {len(found) - 5} more" if len(found) > 5 else ""
+    return f" (it holds: {', '.join(found[:5])}{more})"
 
 
 def choose_k(choose: Callable[[TensorPlan], Any], keys: tuple[str, ...], meta: Any) -> Any:
