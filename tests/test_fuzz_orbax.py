@@ -285,6 +285,10 @@ def _copy(seeds: dict[str, tuple[Path, Any]], name: str, tmp_path: Path) -> Path
     return ckpt
 
 
+def _drop_bias(doc: Any) -> None:
+    del doc["tree_metadata"]["('dense', 'bias')"]
+
+
 def _set_key_of_first_entry(doc: Any) -> None:
     first = next(iter(doc["tree_metadata"].values()))
     del first["key_metadata"][0]["key"]
@@ -300,6 +304,8 @@ def _set_key_of_first_entry(doc: Any) -> None:
         ("tx", lambda c: (c / "treexchange/metadata").write_bytes(b'{"f": "\xc1"}'), "UnicodeDecodeError"),
         ("tx", lambda c: _replace_by_link(c / "treexchange/metadata", "missing"), "FileNotFoundError"),
         ("zarr", lambda c: _edit_json(c / "_CHECKPOINT_METADATA", lambda d: d.update(metrics="x")), None),
+        # (an entry gone from _METADATA: its array, still stored, was left out of the values silently)
+        ("standard", lambda c: _edit_json(c / "_METADATA", _drop_bias), "not in orbax's metadata"),
     ],
     ids=[
         "tx-metadata-key",
@@ -309,6 +315,7 @@ def _set_key_of_first_entry(doc: Any) -> None:
         "tree-not-utf8",
         "tree-link",
         "ckpt-meta",
+        "entry-gone",
     ],
 )
 def test_what_orbax_raises_on_a_damaged_checkpoint_is_a_format_error(

@@ -463,11 +463,21 @@ class OrbaxSource:
     def _plain_roots(self, sharding: ShardingSpec) -> dict[str, Any]:
         ocp = self.ocp
         layouts = _zarr_layouts(self.path)  # (checked before orbax reads them: see there)
-        meta = self._plain_metadata()
+        leaves = _stored_metadata(self.ocp, self.path)
+        meta = [(k, m) for k, m in leaves if _is_array(m)]
         if layouts and not meta:  # (else orbax's restore fails on an empty tree, saying only that)
             raise FormatError(
                 f"{self.path}: orbax reads no array from its metadata, and {len(layouts)} are stored "
                 "(its _METADATA or _sharding is damaged)"
+            )
+        # (orbax restores the tree its _METADATA lists: an array stored and not listed, a damaged
+        # entry's, would be left out of the values without a word)
+        unlisted = sorted(set(layouts) - {".".join(k) for k, _ in leaves})
+        if unlisted:
+            raise FormatError(
+                f"{self.path}: arrays stored and not in orbax's metadata (_METADATA damaged): "
+                + ", ".join(repr(name) for name in unlisted[:5])
+                + (f" and {len(unlisted) - 5} more" if len(unlisted) > 5 else "")
             )
         bound = _memory_bound()  # (restored in one go: all of it at once)
         total = 0
