@@ -427,8 +427,10 @@ WEIGHT = "model_state.layers.0.weight"
         (lambda n: n.update(shape=[2**62, 4]), tx.LimitError, "bytes to restore"),
         (lambda n: n.update(name="model_state..layers"), tx.FormatError, "has an empty part"),
         (lambda n: n.update(name="model_state.layers"), tx.FormatError, "clash"),
+        # (an inline node was read back as zeros of its shape: an array gone, silently)
+        (lambda n: n.update(inline=True), tx.FormatError, r"an inline array of shape \(3, 4\)"),
     ],
-    ids=["dtype", "shape", "huge", "empty-part", "clash"],
+    ids=["dtype", "shape", "huge", "empty-part", "clash", "inline"],
 )
 def test_a_tree_that_disagrees_with_the_stored_arrays_is_refused(
     seeds: dict[str, tuple[Path, Any]], tmp_path: Path, edit: Callable[[Any], Any], error: type, said: str

@@ -340,7 +340,15 @@ class OrbaxSource:
         assert self.document is not None
         out: list[tuple[TreePath, dict[str, Any]]] = []
         for name, root in tj.document_roots(self.document, str(self.path)):
-            out.extend((p, n) for p, n in tj.array_nodes(root, (name,)) if not n.get(INLINE))
+            for p, n in tj.array_nodes(root, (name,)):
+                if not n.get(INLINE):
+                    out.append((p, n))
+                elif 0 not in n["shape"]:  # (read back as zeros: a damaged tree's would be wrong values)
+                    raise FormatError(
+                        f"tree metadata: an inline array of shape {tuple(n['shape'])} (only arrays "
+                        "without elements are kept in the tree)",
+                        path=p,
+                    )
         for p, n in out:
             if not isinstance(n.get("name"), str):
                 raise FormatError("tree metadata: an array node without the name of its array", path=p)
