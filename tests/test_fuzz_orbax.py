@@ -559,3 +559,11 @@ def test_a_directory_holding_checkpoints_says_which(tmp_path: Path) -> None:
     with pytest.raises(tx.FormatError, match=r"PyTree orbax checkpoint \(it holds: 0/default, 1/default\)"):
         tx.load_orbax(tmp_path / "run")
     assert np.array_equal(tx.load_orbax(tmp_path / "run/1/default")["state"].w, params["w"])
+
+
+def test_inspect_of_a_checkpoint_directory_says_what_to_run(
+    seeds: dict[str, tuple[Path, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    # it said "[Errno 21] Is a directory"
+    assert main(["inspect", str(seeds["tx"][0])]) == 2
+    assert "convert DIR OUT.jld2 --dry-run" in capsys.readouterr().err

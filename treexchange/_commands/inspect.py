@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from .._errors import TYPE_WIDTH, in_file
+from .._errors import TYPE_WIDTH, UnsupportedError, in_file
 from .._inspect import json_lines, text_lines
 from .._reader import open as open_file
 
@@ -55,6 +56,11 @@ def _split_rest(args: argparse.Namespace) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     name = _split_rest(args)
+    if os.path.isdir(args.file):  # (was "[Errno 21] Is a directory", not saying what to do instead)
+        raise UnsupportedError(
+            f"{args.file} is a directory: inspect reads a JLD2 or BSON.jl file "
+            "(the arrays of an orbax checkpoint: treexchange convert DIR OUT.jld2 --dry-run)"
+        )
     with in_file(args.file), open_file(args.file, allow_hdf5=args.allow_hdf5) as f:
         width = None if args.full_types else TYPE_WIDTH
         lines = json_lines(f, name) if args.json else text_lines(f, name, type_width=width)
