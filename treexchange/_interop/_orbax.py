@@ -471,7 +471,8 @@ class OrbaxSource:
     def _plain_roots(self, sharding: ShardingSpec) -> dict[str, Any]:
         ocp = self.ocp
         layouts = _zarr_layouts(self.path)  # (checked before orbax reads them: see there)
-        leaves = _stored_metadata(self.ocp, self.path)
+        tree = _metadata_tree(ocp, self.path)  # (read once: orbax reads every array's metadata)
+        leaves = _leaves(tree)
         meta = [(k, m) for k, m in leaves if _is_array(m)]
         if layouts and not meta:  # (else orbax's restore fails on an empty tree, saying only that)
             raise FormatError(
@@ -510,7 +511,7 @@ class OrbaxSource:
 
         # (arguments in the metadata's own structure: lists and tuples stay so, keys with dots
         # stay whole; None leaves, which orbax skips, stay None)
-        args = jax.tree_util.tree_map_with_path(restore_arg, _metadata_tree(ocp, self.path))
+        args = jax.tree_util.tree_map_with_path(restore_arg, tree)
         with _reading(self.path), ocp.PyTreeCheckpointer() as ckptr:
             tree = ckptr.restore(self.path, args=ocp.args.PyTreeRestore(restore_args=args))
         return {"state": _as_namedtuples(tree)}
@@ -604,8 +605,12 @@ def _metadata_tree(ocp: Any, directory: Path) -> Any:
 
 def _stored_metadata(ocp: Any, directory: Path) -> list[tuple[tuple[str, ...], Any]]:
     """``(keys, metadata)`` of every leaf of :func:`_metadata_tree` but ``None``."""
+    return _leaves(_metadata_tree(ocp, directory))
+
+
+def _leaves(tree: Any) -> list[tuple[tuple[str, ...], Any]]:
     out: list[tuple[tuple[str, ...], Any]] = []
-    todo: list[tuple[Any, tuple[str, ...]]] = [(_metadata_tree(ocp, directory), ())]
+    todo: list[tuple[Any, tuple[str, ...]]] = [(tree, ())]
     while todo:  # (a loop: the metadata of a damaged checkpoint may nest deep)
         node, keys = todo.pop()
         if isinstance(node, Mapping):
