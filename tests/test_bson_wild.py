@@ -48,14 +48,14 @@ def test_a_parameter_list_of_the_model_zoo_convnet_reaches_the_accuracy_stored_b
     assert float(np.mean(predicted == labels)) == pytest.approx(float(tx.load(path, "acc")), abs=1e-12)
 
 
-def _zygote_params(arrays: list[np.ndarray], *, buffer: bool) -> dict[str, Any]:
+def _zygote_params(arrays: list[Any], *, buffer: bool) -> dict[str, Any]:
     """``Flux.params(model)`` saved as it is (``BSON.@save "p.bson" params=params(model)``): a
     ``Params`` whose ``order`` holds the arrays in the model's order (in a ``Zygote.Buffer`` from
     Zygote 0.4 on) and whose ``params`` ``IdSet`` holds them again in hash order.
     Real: Eduardorib/FashionMNIST-Julia mnist_conv.bson (blob 83932b06, commit 5cd271c6c6: a
     LeNet-5, ``Zygote.Params{Zygote.Buffer{Any, Vector{Any}}}``) and Dunque/BlockRecognizer
     mymodel.bson (``Zygote.Params``)."""
-    docs = [array(None, a) for a in arrays]
+    docs = [array(None, a) if isinstance(a, np.ndarray) else a for a in arrays]  # (or documents)
     vector = datatype("Core.Array", datatype("Core.Any"), 1)
     order: Any = (
         struct(datatype("Zygote.Buffer", datatype("Core.Any"), vector), docs, False) if buffer else docs
@@ -472,6 +472,33 @@ def test_a_list_of_arrays_without_architecture_is_not_called_a_parameter_list(tm
     path = _write(tmp_path, "params.bson", {"ps": params})
     with pytest.raises(ConversionError, match=r"^a parameter list \(the arrays of Flux.params\)"):
         migrate_flux_state(path, tmp_path / "out.jld2", out=io.StringIO())
+
+
+def _cuarray(shape: tuple[int, ...]) -> dict[str, Any]:
+    """A ``CUDA.CuArray{Float32}`` as BSON.jl saves one: its storage's device address and dims."""
+    storage = struct(datatype("CUDA.ArrayStorage", datatype("CUDA.Mem.DeviceBuffer")), 0x7F00, 1)
+    kind = datatype("CUDA.CuArray", datatype("Core.Float32"), len(shape), datatype("CUDA.Mem.DeviceBuffer"))
+    return struct(kind, storage, int(np.prod(shape)), 0, tuple_(*shape))
+
+
+@pytest.mark.parametrize("saved", ["params", "vector"])
+def test_a_parameter_list_saved_from_the_gpu_is_refused_by_flux_state(tmp_path: Path, saved: str) -> None:
+    """guilhermealvesc/cnn-vgg19-cifar10 cifar10_conv_vgg19_85acc_25epc_v1.bson (blob 01106bac):
+    ``params=ps`` of ``CuArray``s (device addresses, no numbers). ``from_flux`` refused it ("GPU
+    pointers"); ``convert --flux-state``, with or without ``--architecture``, wrote it "as it is (no
+    Flux layers in it)" and exited 0, where the same list from the CPU is refused."""
+    from treexchange._interop._fluxmigrate import migrate_flux_state
+
+    gpu = [_cuarray((3, 3, 3, 64)), _cuarray((64,))]
+    value = _zygote_params(gpu, buffer=True) if saved == "params" else gpu
+    path = _write(tmp_path, "gpu.bson", {"params": value, "acu": 0.85})
+    where = r"params\['1'\]\['1'\]\[1\]" if saved == "params" else r"params\[1\]"
+    for architecture in (None, "Chain(Conv((3, 3), 3 => 64))"):
+        with pytest.raises(ConversionError, match=rf"holds no weights \(GPU pointers\).* \(at {where}\)$"):
+            migrate_flux_state(path, tmp_path / "out.jld2", architecture=architecture, out=io.StringIO())
+    assert not (tmp_path / "out.jld2").exists()
+    with pytest.raises(ConversionError, match=r"holds no weights \(GPU pointers\)"):
+        tx.from_flux(path, "params", architecture="Chain(Conv((3, 3), 3 => 64))")
 
 
 def test_models_nested_in_an_entry_are_pointed_to(tmp_path: Path) -> None:

@@ -44,6 +44,7 @@ from .._port._statefill import (
     nonzero_initial_states,
     params_from_flat,
     params_list,
+    refuse_gpu_parameters,
     state_for_architecture,
     state_from_params,
     whole_model_state,
@@ -135,6 +136,7 @@ def _migrate_entry(
     """The value written for ``name``, its mapping lines and its notes (Julia lines included)."""
     path: TreePath = (name,)
     sources = dict(_array_paths(value, path))
+    refuse_gpu_parameters(value, path)
     if params_list(value) is not None:
         if architecture is None:
             what = (

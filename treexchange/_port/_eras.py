@@ -187,6 +187,21 @@ def closure_error(value: Any, path: TreePath) -> ConversionError:
     )
 
 
+def is_gpu_array(value: Any) -> bool:
+    """Whether ``value`` is a GPU array saved as it is (``CUDA.CuArray``...): a struct of device
+    addresses, none of the numbers."""
+    return isinstance(value, JuliaStruct) and value.type.basename in GPU_ARRAYS
+
+
+def gpu_pointers_error(array: JuliaStruct, path: TreePath) -> ConversionError:
+    """The refusal of a GPU array where weights are wanted (``array`` at ``path``)."""
+    return ConversionError(
+        f"the file holds no weights (GPU pointers): {array.type.name} stores only device addresses. "
+        "Save the model from the CPU (BSON.@save with cpu(model)) and convert that file",
+        path=path,
+    )
+
+
 class _Normaliser:
     def __init__(self, closures: str) -> None:
         self.closures = closures
@@ -212,11 +227,7 @@ class _Normaliser:
         if kind == "Zeros" and _is_flux(s.type):
             return False  # Flux 0.11/0.12's "no bias"
         if kind in GPU_ARRAYS:
-            raise ConversionError(
-                f"the file holds no weights (GPU pointers): {s.type.name} stores only device addresses. "
-                "Save the model from the CPU (BSON.@save with cpu(model)) and convert that file",
-                path=path,
-            )
+            raise gpu_pointers_error(s, path)
         if self.closures == "error" and closure_description(s) is not None:
             raise closure_error(s, path)
         named = _name_fields(kind, s.fields) if _is_flux(s.type) and kind in LAYOUTS else None

@@ -31,6 +31,7 @@ from treexchange._port._statefill import (
     keep_statistics,
     params_from_flat,
     params_list,
+    refuse_gpu_parameters,
     state_for_architecture,
     state_from_params,
 )
@@ -122,6 +123,7 @@ def read_source(
             "parameter vector (Flux.destructure's) is one-dimensional, of floats",
             path=where,
         )
+    refuse_gpu_parameters(value, where)  # (a parameter list from the GPU: addresses, no numbers)
     if architecture is None and isinstance(value, JuliaStruct) and params_list(value) is not None:
         raise ConversionError(
             f"{shown} is a parameter list ({value.type.basename}: the arrays of Flux.params, no layer "

@@ -26,7 +26,7 @@ from .._errors import ConversionError, TreePath, format_path
 from .._limits import DEFAULT_LIMITS
 from .._recursion import stack_for_depth
 from .._values import JuliaStruct, NamedTuple
-from ._eras import normalise
+from ._eras import gpu_pointers_error, is_gpu_array, normalise
 from ._registry import ARRAY_LAYERS, KINDS, STATELESS_LAYERS, param_slots, rule_for, with_defaults
 from ._rules import Arr, Child, Children, Discard, PaddedRows, _NamedFields
 from ._spec import Layer
@@ -140,13 +140,41 @@ def params_list(value: Any) -> list[Any] | None:
     order, never the model's: it is not read.
     """
     if isinstance(value, JuliaStruct) and value.type.basename == "Params":
-        order = next(iter(value.fields.values()), None)
-        if isinstance(order, JuliaStruct) and order.type.basename == "Buffer":
-            order = next(iter(order.fields.values()), None)
-        return params_list(order) if isinstance(order, (list, tuple)) else None
+        order = params_order(value)
+        return params_list(order[0]) if order is not None else None
     if isinstance(value, (list, tuple)) and value and all(isinstance(v, np.ndarray) for v in value):
         return list(value)
     return None
+
+
+def params_order(value: Any) -> tuple[list[Any] | tuple[Any, ...], TreePath] | None:
+    """A saved ``Params``' ``order`` as it is, whatever its items, with its path below the
+    ``Params`` (``('1',)``, in a ``Zygote.Buffer`` ``('1', '1')``); a Vector or Tuple is its own
+    order (path ``()``); None for anything else."""
+    if isinstance(value, (list, tuple)):
+        return value, ()
+    if not (isinstance(value, JuliaStruct) and value.type.basename == "Params" and value.fields):
+        return None
+    key, order = next(iter(value.fields.items()))
+    where: TreePath = (key,)
+    if isinstance(order, JuliaStruct) and order.type.basename == "Buffer" and order.fields:
+        inner, order = next(iter(order.fields.items()))
+        where = (key, inner)
+    return (order, where) if isinstance(order, (list, tuple)) else None
+
+
+def refuse_gpu_parameters(value: Any, path: TreePath) -> None:
+    """A parameter list saved from the GPU (``params(model)`` of ``CuArray``s, in a ``Params`` or a
+    Vector of arrays) holds the arrays' device addresses, none of their numbers: refused as
+    ``from_flux`` refuses it, not written as it is as if it were data."""
+    order = params_order(value)
+    if order is None or not order[0]:
+        return
+    items, where = order
+    if all(isinstance(v, np.ndarray) or is_gpu_array(v) for v in items):
+        for i, item in enumerate(items, 1):
+            if is_gpu_array(item):
+                raise gpu_pointers_error(item, (*path, *where, i))
 
 
 def state_from_params(
