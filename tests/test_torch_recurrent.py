@@ -196,3 +196,45 @@ def test_multihead_attention_both_directions(
     tx.load_into_module(nn.Sequential(fresh), tx.load(tmp_path / "a.jld2", "model_state"), text)
     np.testing.assert_array_equal(run(fresh), run(module))
     assert tx.values_equal(tx.state_dict_to_flux(None, nn.Sequential(fresh)), state)
+
+
+@pytest.mark.parametrize(("name", "text", "make"), CASES[2:], ids=[c[0] for c in CASES[2:]])
+def test_a_learnt_initial_state_is_named_when_left_out_of_the_state_dict(
+    name: str, text: str, make: Any, tmp_path: Path, capsys: Any
+) -> None:
+    """SebEyes/SLAM-RNN code/model/RNN_V4.jld2 (blob of commit 'RNN_V4'): a Flux 0.14 ``Flux.state``
+    of ``Chain(LSTM, LSTM, Dense, Dense)`` whose ``Recur``s learnt ``state0``. ``convert
+    --architecture`` to a PyTorch state_dict left it out without a word (no torch RNN module holds
+    an initial state), and the torch model computed another function (rel. error 1e-2). It is named;
+    the torch module given it as ``h0`` (``h0, c0``) computes what the Recur does."""
+    from treexchange._cli import main
+
+    module = _randomize(make(), 5)
+    with torch.no_grad():
+        module.bias_hh_l0.zero_()
+    state = tx.state_dict_to_flux({f"0.{k}": v for k, v in module.state_dict().items()}, text, flux="0.14")
+    rng = np.random.default_rng(7)
+    h, c = (rng.normal(size=(4, 1)).astype(np.float32) for _ in range(2))
+    cell = state.layers[0].cell
+    cell = tx.NamedTuple(
+        (k, ((h, c) if name == "LSTM" else h) if k == "state0" else v) for k, v in cell.items()
+    )
+    recur = tx.NamedTuple((k, cell if k == "cell" else v) for k, v in state.layers[0].items())
+    state = tx.NamedTuple(layers=(recur,))
+    tx.save(tmp_path / "m.jld2", model_state=state)
+    out = tmp_path / "m.safetensors"
+    assert main(["convert", str(tmp_path / "m.jld2"), str(out), "--architecture", text]) == 0
+    note = capsys.readouterr().err
+    assert "model_state.layers[1].cell.state0: a learnt initial state" in note and "h0" in note
+    from safetensors.torch import load_file
+
+    fresh = make()
+    fresh.load_state_dict({k[2:]: v for k, v in load_file(str(out)).items()})
+    x = rng.normal(size=(3, 6, 2)).astype(np.float32)  # Julia (in, L, B)
+    expected = _flux_sequence(text, state, x)
+    h0 = torch.from_numpy(np.repeat(h.T[None], 2, axis=1))  # (layers, B, H)
+    initial = (h0, torch.from_numpy(np.repeat(c.T[None], 2, axis=1))) if name == "LSTM" else h0
+    with torch.no_grad():
+        y, _ = fresh(torch.from_numpy(np.ascontiguousarray(x.transpose(2, 1, 0))), initial)
+    np.testing.assert_allclose(y.numpy().transpose(2, 1, 0), expected, rtol=1e-5, atol=1e-5)
+    assert np.abs(_torch_sequence(fresh, x) - expected).max() > 1e-3  # from zeros: another function

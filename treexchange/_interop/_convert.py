@@ -19,6 +19,7 @@ import numpy as np
 
 from .._atomic import atomic_write
 from .._errors import TreePath, TreexchangeError, UnsupportedError, format_path
+from .._port._statefill import nonzero_initial_states
 from .._reader import open as open_jld2
 from .._values import value_children
 from . import _orbax, _safetensors, _treejson as tj
@@ -98,7 +99,7 @@ def convert_formats(
     if architecture is not None and src_fmt == "jld2" and dst_fmt != "safetensors":
         raise UnsupportedError(f"--architecture does nothing for jld2 -> {dst_fmt}")
     if src_fmt == "jld2" and dst_fmt == "safetensors" and architecture is not None:
-        _export_state_dict(source, target, architecture, dry_run, out)
+        _export_state_dict(source, target, architecture, dry_run, out, progress_stream)
     elif src_fmt == "jld2" and dst_fmt != "jld2":
         _export(source, target, dst_fmt, dry_run, max_shard_size, out, progress_stream)
     elif dst_fmt == "jld2" and src_fmt != "jld2":
@@ -140,8 +141,12 @@ def _export(
         bar.close()
 
 
-def _export_state_dict(source: Any, target: Any, architecture: str, dry_run: bool, out: TextIO) -> None:
-    """JLD2 ``Flux.state`` -> a PyTorch ``state_dict`` in a safetensors file (``torch`` not needed)."""
+def _export_state_dict(
+    source: Any, target: Any, architecture: str, dry_run: bool, out: TextIO, stream: TextIO | None = None
+) -> None:
+    """JLD2 ``Flux.state`` -> a PyTorch ``state_dict`` in a safetensors file (``torch`` not needed).
+    A Flux ≤ 0.14 ``Recur``'s learnt ``state0`` has no place in it (torch's RNN, LSTM and GRU hold
+    no initial state): a non-zero one is named on stderr, as ``--flux-state`` names it."""
     from safetensors.numpy import save as st_save  # safetensors is an optional extra
 
     with open_jld2(source) as f:
@@ -157,6 +162,15 @@ def _export_state_dict(source: Any, target: Any, architecture: str, dry_run: boo
             )
         state = f[name].read()
     state_dict = flux_to_state_dict(state, architecture, root=(name,))
+    learnt = nonzero_initial_states(state, (name,))
+    if learnt:  # (the torch module would start from zeros: another function, silently)
+        more = f" and {len(learnt) - 1} more" if len(learnt) > 1 else ""
+        print(
+            f"treexchange convert: note: {os.fspath(source)}: {format_path(learnt[0])}{more}: a learnt "
+            "initial state, which no torch RNN/LSTM/GRU holds: left out of the state_dict (the torch "
+            "module starts from zeros; pass it as h0 (LSTM: h0, c0) to compute what the Recur did)",
+            file=stream if stream is not None else sys.stderr,
+        )
     if dry_run:
         for key, tensor in state_dict.items():
             print(f"{key}  {tuple(tensor.shape)} {tensor.dtype}", file=out)
