@@ -501,6 +501,44 @@ def test_a_parameter_list_saved_from_the_gpu_is_refused_by_flux_state(tmp_path: 
         tx.from_flux(path, "params", architecture="Chain(Conv((3, 3), 3 => 64))")
 
 
+def test_a_checkpoint_dict_of_models_gets_a_dict_of_states(tmp_path: Path) -> None:
+    """ArjunNarayanan/Quadrl output/best_model.bson (blob of the first commit holding it):
+    ``BSON.@save "best_model.bson" d`` with ``d = Dict("policy" => Policy(Chain(...)), "evaluator" =>
+    ...)``. ``convert --flux-state`` said "d: written as it is (no Flux layers in it)" (the search
+    for Flux layers passed Dicts by), and a Dict inside a model became ``()``. ``Flux.state`` keeps
+    a Dict as a container: the Dict of its values' states (there, GPU pointers: refused as such)."""
+    from treexchange._interop._fluxmigrate import migrate_flux_state
+
+    w, b = np.arange(6, dtype=np.float32).reshape(2, 3), np.ones(2, np.float32)
+    dense = struct(datatype("Flux.Dense", datatype("NNlib.#relu")), array(None, w), array(None, b),
+                   struct(datatype("NNlib.#relu")))  # fmt: skip
+    chain = struct(datatype("Flux.Chain", datatype("Core.Tuple")), tuple_(dense))
+    policy = struct(datatype("Main.SimplePolicy.Policy"), chain, 0.5)
+    kind = datatype("Base.Dict", datatype("Core.String"), datatype("Core.Any"))
+    path = _write(
+        tmp_path, "best.bson", {"d": struct(kind, ["policy", "model", "epoch"], [policy, chain, 3])}
+    )
+    printed = io.StringIO()
+    roots = migrate_flux_state(path, tmp_path / "state.jld2", out=printed)
+    assert "no Flux layers" not in printed.getvalue()
+    assert "a Dict of states where the file has models ('policy', 'model')" in printed.getvalue()
+    written = tx.load(tmp_path / "state.jld2", "d")
+    assert isinstance(written, tx.JuliaDict) and tx.values_equal(written, roots["d"])
+    assert written["epoch"] == 3 and list(written["model"]) == ["layers"]
+    assert list(written["policy"]["1"]) == ["layers"] and written["policy"]["2"] == 0.5
+    x = np.array([1, -2, 3], np.float32)
+    for where in [("d", "model"), ("d", "policy", "1")]:
+        model = tx.from_flux(tmp_path / "state.jld2", where, architecture="Chain(Dense(3 => 2, relu))")
+        np.testing.assert_allclose(np.asarray(model(x)), np.maximum(w @ x + b, 0))
+    gpu_dense = struct(datatype("Flux.Dense", datatype("NNlib.#relu")), _cuarray((2, 3)), _cuarray((2,)),
+                       struct(datatype("NNlib.#relu")))  # fmt: skip
+    gpu_chain = struct(datatype("Flux.Chain", datatype("Core.Tuple")), tuple_(gpu_dense))
+    on_gpu = struct(kind, ["policy"], [struct(datatype("Main.SimplePolicy.Policy"), gpu_chain, 0.5)])
+    path = _write(tmp_path, "gpu.bson", {"d": on_gpu})
+    with pytest.raises(ConversionError, match=r"GPU pointers.*\(at d\.policy\['1'\]\.layers\[1\]\.weight\)"):
+        migrate_flux_state(path, tmp_path / "gpu.jld2", out=io.StringIO())
+
+
 def test_models_nested_in_an_entry_are_pointed_to(tmp_path: Path) -> None:
     """SvenDuve/RLProject output/Acrobot/DQN_Acrobot.bson (blob 7a11f324): the entry is a Vector of
     ``RLTypes.AgentParameter`` structs, each holding its Q-networks (Flux Chains) in a Vector;

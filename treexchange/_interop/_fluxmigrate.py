@@ -181,6 +181,10 @@ def _migrate_entry(
             f"{name}: holds structs of your own, whose fields BSON stores by position: their states "
             "are named '1', '2', ...; rename them to the fields' names before Flux.loadmodel!"
         )
+    if isinstance(value, dict):  # a checkpoint Dict("model" => model, "epoch" => 3): no one model
+        keys = ", ".join(repr(k) for k in value if _holds_flux_layer(value[k]))
+        lines.append(f"{name}: a Dict of states where the file has models ({keys}): load each into its model")
+        return state, mapping, lines
     try:
         layer = from_whole_model(value, path=path, flux=era)[0]
     except ConversionError as err:  # a closure or a user's struct: the user writes the model
@@ -360,6 +364,9 @@ def _keys(value: Any, depth: int = 0) -> Iterator[Any]:
     elif isinstance(value, (tuple, list)):
         for v in value:
             yield from _keys(v, depth + 1)
+    elif isinstance(value, dict):  # (a checkpoint Dict's values; its own keys are the file's)
+        for v in value.values():
+            yield from _keys(v, depth + 1)
 
 
 def _julia(name: str, constructor: str, state: Any, target: str) -> list[str]:
@@ -385,7 +392,7 @@ def _holds_flux_layer(value: Any) -> bool:
             children: Any = v.fields.values()
         elif isinstance(v, (tuple, list)):
             children = v
-        elif isinstance(v, NamedTuple):
+        elif isinstance(v, (NamedTuple, dict)):  # (a checkpoint Dict("model" => model, ...) too)
             children = v.values()
         else:
             continue

@@ -38,7 +38,7 @@ import numpy as np
 
 from .._errors import ConversionError, TreePath, format_path
 from .._juliatype import JuliaType
-from .._values import Closure, JuliaStruct, NamedTuple, Singleton
+from .._values import Closure, JuliaDict, JuliaStruct, NamedTuple, Singleton
 from ._arch import known_closure
 
 GPU_ARRAYS = frozenset({"CuArray", "CuDeviceArray", "ROCArray", "MtlArray"})  # device memory only
@@ -215,6 +215,10 @@ class _Normaliser:
             return tuple(self.walk(v, (*path, i + 1)) for i, v in enumerate(value))
         if isinstance(value, list):
             return [self.walk(v, (*path, i + 1)) for i, v in enumerate(value)]
+        if isinstance(value, dict):  # (a checkpoint Dict("model" => model, ...): Functors walks it)
+            walked = JuliaDict((k, self.walk(v, (*path, k))) for k, v in value.items())
+            walked.julia_type = getattr(value, "julia_type", None)
+            return walked
         if self.closures == "error" and closure_description(value) is not None:
             spelled = _spelled_function(value)
             if spelled is not None:

@@ -25,7 +25,7 @@ import numpy as np
 from .._errors import ConversionError, TreePath, format_path
 from .._limits import DEFAULT_LIMITS
 from .._recursion import stack_for_depth
-from .._values import JuliaStruct, NamedTuple
+from .._values import JuliaDict, JuliaStruct, NamedTuple
 from ._eras import gpu_pointers_error, is_gpu_array, normalise
 from ._registry import ARRAY_LAYERS, KINDS, STATELESS_LAYERS, param_slots, rule_for, with_defaults
 from ._rules import Arr, Child, Children, Discard, PaddedRows, _NamedFields
@@ -404,8 +404,12 @@ def _model_state(value: Any, era: str, path: TreePath) -> Any:
         return tuple(_model_state(v, era, (*path, i + 1)) for i, v in enumerate(value))
     if isinstance(value, list):
         return [_model_state(v, era, (*path, i + 1)) for i, v in enumerate(value)]
-    if isinstance(value, (np.ndarray, np.generic, int, float, str, bool)) or value is None:
-        return value
+    if isinstance(value, dict):  # a Dict is a container (Functors' children): a Dict of the states
+        states = JuliaDict((k, _model_state(v, era, (*path, k))) for k, v in value.items())
+        states.julia_type = getattr(value, "julia_type", None)  # (the writer re-derives it if unfit)
+        return states
+    if isinstance(value, (np.ndarray, np.generic, int, float, complex, str, bool)) or value is None:
+        return value  # Flux's STATE_TYPES: arrays, numbers, nothing, strings, symbols
     return ()  # functions, closures, RNGs: what Flux.state keeps of a non-array leaf
 
 
