@@ -502,7 +502,7 @@ def test_a_parameter_list_saved_from_the_gpu_is_refused_by_flux_state(tmp_path: 
 
 
 def test_a_checkpoint_dict_of_models_gets_a_dict_of_states(tmp_path: Path) -> None:
-    """ArjunNarayanan/Quadrl output/best_model.bson (blob of the first commit holding it):
+    """ArjunNarayanan/Quadrl output/best_model.bson (blob dab25c97):
     ``BSON.@save "best_model.bson" d`` with ``d = Dict("policy" => Policy(Chain(...)), "evaluator" =>
     ...)``. ``convert --flux-state`` said "d: written as it is (no Flux layers in it)" (the search
     for Flux layers passed Dicts by), and a Dict inside a model became ``()``. ``Flux.state`` keeps

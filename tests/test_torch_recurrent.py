@@ -202,7 +202,7 @@ def test_multihead_attention_both_directions(
 def test_a_learnt_initial_state_is_named_when_left_out_of_the_state_dict(
     name: str, text: str, make: Any, tmp_path: Path, capsys: Any
 ) -> None:
-    """SebEyes/SLAM-RNN code/model/RNN_V4.jld2 (blob of commit 'RNN_V4'): a Flux 0.14 ``Flux.state``
+    """SebEyes/SLAM-RNN code/model/RNN_V4.jld2 (blob fac835c5): a Flux 0.14 ``Flux.state``
     of ``Chain(LSTM, LSTM, Dense, Dense)`` whose ``Recur``s learnt ``state0``. ``convert
     --architecture`` to a PyTorch state_dict left it out without a word (no torch RNN module holds
     an initial state), and the torch model computed another function (rel. error 1e-2). It is named;
