@@ -17,7 +17,7 @@ from conftest import BUNDLED_DIR
 
 import treexchange as tx
 from treexchange import ConversionError, WrongFormatError
-from treexchange._bson._writer import array, backref, bson_file, datatype, struct, tuple_
+from treexchange._bson._writer import array, backref, bson_file, datatype, struct, symbol, tuple_
 from treexchange._juliatype import where_type
 from treexchange._values import same_type
 
@@ -134,6 +134,36 @@ def test_a_where_type_parameter_compares_equal_to_the_unionall_value_jld2_gives(
     assert same_type(outer_b, outer_j)
     assert tx.values_equal(tx.JuliaStruct(outer_b, {"x": 1}), tx.JuliaStruct(outer_j, {"x": 1}))
     assert not same_type(outer_b, tx.JuliaType.parse("Main.Frame{Main.Foo{Int64}}"))
+
+
+def test_where_types_bounded_by_a_union_convert_to_jld2(tmp_path: Path) -> None:
+    """samartho4/2nd_round checkpoints/bayesian_models.bson (blob 767f56c5): an MCMCChains info
+    holds ``OrderedDict{VarName{sym, T} where T where sym, Symbol}``, whose ``T <: Union{typeof(identity),
+    IndexLens, …}``. BSON.jl stores that ``Union`` as a struct of its members; read as one (``a``,
+    ``b``), and each TypeVar's bounds typed by the first TypeVar written (``ub`` a DataType), JLD2
+    conversion was refused: "another instance of TypeVar made 'ub' a Core.DataType". A Union value
+    is the type ``Type{Union{…}}``, as a datatype is, and a TypeVar's ``lb``/``ub`` are declared
+    ``Any`` in Julia (JLD2 stores references): it converts, verified."""
+    from treexchange._cli import main
+
+    def typevar(name: str, ub: Any) -> dict[str, Any]:
+        return struct(datatype("Core.TypeVar"), symbol(name), {"tag": "jl_bottom_type"}, ub)
+
+    tail = struct(datatype("Core.Union"), datatype("Core.Nothing"), datatype("Core.String"))
+    union = struct(datatype("Core.Union"), datatype("Core.Int64"), tail)
+    sym, t = typevar("sym", datatype("Core.Any")), typevar("T", union)
+    where_t = {"tag": "unionall", "var": t, "body": datatype("Main.VarName", sym, t)}
+    where = {"tag": "unionall", "var": sym, "body": where_t}
+    holder = struct(datatype("Main.Holder", where), 1)
+    path = _write(tmp_path, "chain.bson", {"info": holder, "u": union})
+    values = tx.load(path)
+    assert values["u"] == tx.Singleton(
+        tx.JuliaType.parse("Core.Type{Union{Core.Int64,Core.Nothing,Core.String}}")
+    )
+    assert str(values["info"].type) == "Main.Holder{Main.VarName{sym, T} where T where sym}"
+    out = tmp_path / "chain.jld2"
+    assert main(["convert", path, str(out)]) == 0  # (verified: read back equal)
+    assert tx.values_equal(tx.load(out), values)
 
 
 @pytest.mark.parametrize(

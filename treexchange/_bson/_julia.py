@@ -502,6 +502,11 @@ class Session:
             values = [self.value(x, (*path, k), depth + 1) for k, x in zip(positions, data)]
             return JuliaStruct(t, zip(positions, values), mutable=shared)
         rtype = self.deref(stored_type, path)
+        is_datatype = isinstance(rtype, Doc) and rtype.get("tag") == "datatype"
+        if is_datatype and self._raw_name(rtype, path) == "Core.Union":
+            # Union{A, B} is a type: BSON.jl stores it as a struct of its members, and as a value
+            # it is Type{Union{A, B}}, as a datatype is (one flat Union, as type parameters read)
+            return Singleton(JuliaType("Core.Type", (self.type_param(raw, path, depth),)))
         if isinstance(rtype, Doc) and rtype.get("tag") == "jl_anonymous":
             t = self.type_param(raw.get("type"), path, depth + 1)
             info = self._closure_info(rtype, path)

@@ -307,6 +307,14 @@ SERIALIZED_DICTS = frozenset({"Base.Dict", "Base.IdDict", "Base.ImmutableDict"})
 # Struct types Julia declares mutable, whatever a file shows of them (a TypeVar read once is
 # not flagged by the reader, yet JLD2 writes it as a shared, referenced dataset).
 _MUTABLE_BUILTINS = frozenset({"Core.TypeVar"})
+# Core types whose fields Julia declares ``Any`` (JLD2 stores each as a reference): a value that
+# brought no layout (read from BSON) would otherwise have them typed by its first instance, and a
+# ``TypeVar`` bounded by a ``Union`` or ``where`` type conflict with one bounded by a DataType.
+_ANY_FIELDS: dict[str, frozenset[str]] = {
+    "Core.TypeVar": frozenset({"lb", "ub"}),
+    "Core.UnionAll": frozenset({"var", "body"}),
+    "Core.Union": frozenset({"a", "b"}),
+}
 # Types JLD2 custom-serializes as ``Nothing`` (src/data/specialcased_types.jl): a value is a ghost.
 _WRITTEN_AS_NOTHING = frozenset({"Core.Ptr"})
 
@@ -1031,10 +1039,12 @@ class TypeFactory:
             )
         if layout is None:
             abstract = self._abstract.get(value.type.qualified()) if self._abstract else None
+            declared_any = _ANY_FIELDS.get(value.type.name, frozenset())
             for name, v in value.fields.items():
                 # An #undef field of a struct made in Python: declared Any, a NULL reference; so
-                # is a field whose instances hold values of several types (declare_abstract).
-                if v is UNDEF or (abstract is not None and name in abstract):
+                # is a field whose instances hold values of several types (declare_abstract), and
+                # a field Julia declares Any in a Core type (a TypeVar's bounds).
+                if v is UNDEF or name in declared_any or (abstract is not None and name in abstract):
                     fields.append((name, self.ANY))
                     continue
                 fields.append((name, self.of_value(v, (*path, name))))
