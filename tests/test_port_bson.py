@@ -284,14 +284,18 @@ def test_a_learnt_initial_state_is_carried(target: str, tmp_path: Any) -> None:
     else:
         got = np.asarray(built[0].apply(built[1], xs))
     np.testing.assert_allclose(got, expected, atol=1e-5)
-    zero_start = ref.forward(layer, tx.flux_state(built), x)  # Flux >= 0.15: from zeros
+    # Flux >= 0.15 has no state0: that state starts from zeros, said (survey 22: SebEyes/SLAM-RNN's
+    # LSTM states, where tx.flux_state(flux="0.15") dropped it without a word, rel. error 1e-2)
+    with pytest.warns(UserWarning, match=r"2 recurrent layers .*learnt initial state.*flux='0.14' keeps it"):
+        latest = tx.flux_state(built)
+    zero_start = ref.forward(layer, latest, x)  # Flux >= 0.15: from zeros
     assert np.abs(zero_start.transpose(2, 1, 0) - expected)[:, 0].max() > 1e-2  # the state0 matters
     back = tx.flux_state(built, flux="0.14")
     np.testing.assert_array_equal(back["layers"][1]["cell"]["state0"], state["layers"][1]["cell"]["state0"])
     for got_c, want_c in zip(back["layers"][0]["cell"]["state0"], state["layers"][0]["cell"]["state0"]):
         np.testing.assert_array_equal(got_c, want_c)
     # a Flux >= 0.15 state (no state0) restores into it and keeps the module's own learnt state
-    again = tx.restore(tx.flux_state(built), like=built, layout=tx.flux_state)
+    again = tx.restore(latest, like=built, layout=tx.flux_state)
     assert tx.values_equal(tx.flux_state(again, flux="0.14"), back)
 
 

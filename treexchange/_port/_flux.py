@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import warnings
 from collections.abc import Iterator
 from typing import Any
+
+import numpy as np
 
 from .._bridge._restore import LeafRef, NoArrays
 from .._bridge._to_julia import to_julia
@@ -56,7 +59,30 @@ def flux_state(model: Any, *, flux: str = DEFAULT_FLUX_ERA) -> Any:
     with model_errors():
         port = read_model(model, era)
         fix_unported_leaves(port)
+        if era != "0.14" and not _restoring(port):
+            _warn_learnt_initial_states(port)
         return to_julia_keeping_refs(state_of(port, era))
+
+
+def _learnt_initial_states(port: Port) -> int:
+    """How many recurrent layers in ``port`` carry a non-zero learnt initial state (``state0``)."""
+    own = [value for key, (value, _) in port.arrays.items() if key.startswith("state0.")]
+    here = int(bool(port.layer.args.get("state0")) and any(np.any(np.asarray(a) != 0) for a in own))
+    return here + sum(_learnt_initial_states(child) for child in port.children)
+
+
+def _warn_learnt_initial_states(port: Port) -> None:
+    """A Flux ≥ 0.15 state has no ``state0``: the Flux model built from it starts from zeros, so it
+    computes another function than the model does; said, as ``convert --flux-state`` says it."""
+    count = _learnt_initial_states(port)
+    if count:
+        warnings.warn(
+            f"flux_state: {count} recurrent layer{'s' if count > 1 else ''} of the model start from a "
+            "learnt initial state (a Flux <= 0.14 Recur's state0), which a Flux >= 0.15 state has no "
+            "place for: that Flux model starts from zeros; flux='0.14' keeps it",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def flux_julia(
