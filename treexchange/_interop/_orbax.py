@@ -559,7 +559,7 @@ def _zarr_layouts(item: Path) -> dict[str, Layout]:
                     texts.append((os.path.relpath(parent, item), raw))
     out: dict[str, Layout] = {}
     for name, raw in texts:
-        if raw.count(b"[") + raw.count(b"{") > METADATA_DEPTH and tj.json_depth(raw) > METADATA_DEPTH:
+        if tj.nests_deeper(raw, METADATA_DEPTH):
             raise LimitError(
                 f"{item}: the zarr metadata of array {name!r} is JSON nested deeper than {METADATA_DEPTH}"
             )
@@ -737,7 +737,7 @@ def _check_metadata_depth(directory: Path) -> None:
                     raw = file.read_bytes()
                 except OSError:
                     continue  # (orbax says what is wrong with it, if it reads it)
-                if raw.count(b"[") + raw.count(b"{") > METADATA_DEPTH and tj.json_depth(raw) > METADATA_DEPTH:
+                if tj.nests_deeper(raw, METADATA_DEPTH):
                     raise LimitError(
                         f"{file}: JSON nested deeper than the {METADATA_DEPTH} levels orbax's metadata has"
                     )

@@ -151,6 +151,12 @@ def json_depth(raw: bytes) -> int:
     return deepest
 
 
+def nests_deeper(raw: bytes, limit: int) -> bool:
+    """Whether JSON text ``raw`` nests deeper than ``limit`` (:func:`json_depth`, skipped for text
+    with no more openers than that: most documents stop at the count)."""
+    return raw.count(b"[") + raw.count(b"{") > limit and json_depth(raw) > limit
+
+
 def check_json_depth(raw: bytes, where: str) -> None:
     """A LimitError naming ``where`` when JSON text ``raw`` nests deeper than ``JSON_DEPTH``."""
     if raw.count(b"[") + raw.count(b"{") > JSON_DEPTH:  # (cheap: most documents stop here)
