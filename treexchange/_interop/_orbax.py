@@ -26,12 +26,13 @@ copy of it in flight (its own save does the same), see docs/performance.md. Impo
 arrays in batches of at most ``batch_bytes`` (orbax's partial restore) and, with ``spill_dir``,
 moves each batch into a file-backed map before the next one and releases its pages, so a
 checkpoint larger than memory converts with about one batch resident.
+
+**Damage.** What an import refuses before orbax or tensorstore reads it (JSON nested too deep,
+sizes no process can hold, a tree disagreeing with the arrays stored) is :mod:`._orbaxchecks`.
 """
 
 from __future__ import annotations
 
-import json
-import math
 import mmap
 import os
 import re
@@ -45,11 +46,10 @@ from typing import Any
 import numpy as np
 
 from .._atomic import _process_exists
-from .._errors import ConversionError, FormatError, LimitError, TreePath, TreexchangeError, UnsupportedError
+from .._errors import ConversionError, FormatError, TreePath, UnsupportedError
 from .._gc import gc_paused
-from .._limits import DEFAULT_LIMITS
 from .._values import NamedTuple
-from . import _treejson as tj
+from . import _orbaxchecks as checks, _treejson as tj
 from ._flatnames import NameTable
 from ._safetensors import ExportPlan, Progress, TensorPlan, mapping_line
 
@@ -96,23 +96,6 @@ def plan_export(roots: Mapping[str, Any]) -> ExportPlan:
     document = {"format": tj.TREE_FORMAT, "version": sharing.version(), "axes": "julia-shape"}
     document["roots"] = encoded
     return ExportPlan(document, tensors, layout="logical", device_arrays=sharing.devices)
-
-
-def _check_names(arrays: list[tuple[TreePath, dict[str, Any]]]) -> None:
-    """The names of a tree document's arrays make one nested ``dict`` (:func:`_nested`): no empty
-    part, no name that is a part of another (``a.b`` and ``a.b.c``), or a FormatError."""
-    names = {n["name"] for _, n in arrays}
-    for p, n in arrays:
-        parts = n["name"].split(".")
-        if "" in parts:
-            raise FormatError(f"tree metadata: the array name {n['name']!r} has an empty part", path=p)
-        for i in range(1, len(parts)):
-            if ".".join(parts[:i]) in names:
-                raise FormatError(
-                    f"tree metadata: the array names {'.'.join(parts[:i])!r} and {n['name']!r} clash "
-                    "(an array cannot hold another)",
-                    path=p,
-                )
 
 
 def _nested(items: Iterator[tuple[str, Any]]) -> dict[str, Any]:
@@ -311,7 +294,7 @@ class OrbaxSource:
         self.ocp = _orbax()
         self.document: dict[str, Any] | None = None
         self._spilled: list[np.ndarray] = []
-        _check_metadata_depth(self.path)
+        checks.check_metadata_depth(self.path, TREE_ITEM)
         if (self.path / TREE_ITEM).is_dir():
             # orbax parses the tree item with json, which recurses once per level: its files are
             # checked first (text nested deeper than a tree document is refused), then parsed
@@ -320,7 +303,7 @@ class OrbaxSource:
                 if file.is_file():
                     tj.check_json_depth(file.read_bytes(), str(file))
             with (
-                _reading(self.path),
+                checks.reading(self.path),
                 self.ocp.Checkpointer(self.ocp.CompositeCheckpointHandler()) as ckptr,
                 tj.stack_room(),
             ):
@@ -333,27 +316,21 @@ class OrbaxSource:
             tj.document_roots(doc, str(self.path))  # (checked once: a damaged tree is refused here)
             self.document = doc
         elif not (self.path / "_METADATA").is_file():
-            inside = _checkpoints_inside(self.path)
+            inside = checks.checkpoints_inside(self.path, TREE_ITEM)
             raise FormatError(f"{self.path}: neither a treexchange nor a PyTree orbax checkpoint{inside}")
 
     def _arrays(self) -> list[tuple[TreePath, dict[str, Any]]]:
+        """The tree's array nodes stored in the ``state`` item; a damaged tree's are refused
+        (:func:`._orbaxchecks.check_tree_arrays`)."""
         assert self.document is not None
-        out: list[tuple[TreePath, dict[str, Any]]] = []
-        for name, root in tj.document_roots(self.document, str(self.path)):
-            for p, n in tj.array_nodes(root, (name,)):
-                if not n.get(INLINE):
-                    out.append((p, n))
-                elif 0 not in n["shape"]:  # (read back as zeros: a damaged tree's would be wrong values)
-                    raise FormatError(
-                        f"tree metadata: an inline array of shape {tuple(n['shape'])} (only arrays "
-                        "without elements are kept in the tree)",
-                        path=p,
-                    )
-        for p, n in out:
-            if not isinstance(n.get("name"), str):
-                raise FormatError("tree metadata: an array node without the name of its array", path=p)
-        _check_names(out)
-        return out
+        nodes = [
+            (p, n)
+            for name, root in tj.document_roots(self.document, str(self.path))
+            for p, n in tj.array_nodes(root, (name,))
+        ]
+        stored = [(p, n) for p, n in nodes if not n.get(INLINE)]
+        checks.check_tree_arrays(stored, kept=[(p, n) for p, n in nodes if n.get(INLINE)])
+        return stored
 
     def mapping_lines(self) -> list[str]:
         """One line per array: ``state/name -> julia.path  shape dtype  none`` (``--dry-run``)."""
@@ -361,7 +338,7 @@ class OrbaxSource:
             meta = self._plain_metadata()
             return [
                 mapping_line(
-                    ".".join(k), ("state", *k), *_shape_dtype(v, ".".join(k), k), "none", reverse=True
+                    ".".join(k), ("state", *k), *checks.shape_dtype(v, ".".join(k), k), "none", reverse=True
                 )
                 for k, v in meta
             ]
@@ -413,8 +390,8 @@ class OrbaxSource:
         choose = _placer_choice(sharding)
         out: dict[str, Any] = {}
         if tensors:
-            self._check_stored(tensors, choose)
-        with _reading(self.path), ocp.Checkpointer(_handler(ocp)) as ckptr, _spill(spill_dir) as spill:
+            checks.check_stored(self.path, self.path / STATE_ITEM, tensors, held_whole=_on_host(choose))
+        with checks.reading(self.path), ocp.Checkpointer(_handler(ocp)) as ckptr, _spill(spill_dir) as spill:
             for batch in _batches(tensors, batch_bytes):
                 item = _nested((t.name, 0) for t in batch)
                 args = _nested((t.name, _restore_args(ocp, t, choose(t))) for t in batch)
@@ -430,33 +407,6 @@ class OrbaxSource:
                 del state
         return out
 
-    def _check_stored(self, tensors: list[TensorPlan], choose: Callable[[TensorPlan], Any]) -> None:
-        """Each array the tree names, as the ``state`` item's zarr metadata describes it, has the
-        tree's shape and dtype and fits in memory, or the checkpoint is refused before anything is
-        restored: tensorstore allocates what an array's ``.zarray`` says, and aborts the process
-        (``std::bad_alloc``) when a lying one asks for more than there is. An array whose metadata
-        cannot be read is left to the restore, which is compared with the tree (:meth:`roots`). An
-        array placed on devices (``sharding=``) is not held whole here: its size is not bounded."""
-        item = self.path / STATE_ITEM
-        if not item.is_dir():
-            raise FormatError(
-                f"{self.path}: the tree names {len(tensors)} arrays and there is no {STATE_ITEM!r} item",
-                path=tensors[0].path,
-            )
-        stored = _zarr_layouts(item)
-        bound = _memory_bound()
-        for t in tensors:
-            if choose(t) is None or not jax_keeps(t.dtype):  # (restored to this host's memory whole)
-                _check_fits(t.nbytes, bound, t.name, t.path)
-            if t.name not in stored:
-                continue
-            shape, dtype = stored[t.name]
-            if shape != t.shape or (dtype is not None and dtype != t.dtype):
-                said = dtype if dtype is not None else "an array of"
-                raise FormatError(
-                    f"array {t.name!r} is {said} {shape}, the tree says {t.dtype} {t.shape}", path=t.path
-                )
-
     def release_pages(self) -> None:
         """Drop the resident pages of spilled arrays from this process (they are read back from
         their files when touched again); a converter calls it while it writes."""
@@ -464,48 +414,18 @@ class OrbaxSource:
             release_map(array)
 
     def _plain_metadata(self) -> list[tuple[tuple[str, ...], Any]]:
-        return [
-            (k, m)
-            for k, m in _stored_metadata(self.ocp, self.path)
-            if hasattr(m, "shape") and hasattr(m, "dtype")
-        ]
+        return [(k, m) for k, m in _stored_metadata(self.ocp, self.path) if checks.is_array(m)]
 
     def _plain_roots(self, sharding: ShardingSpec) -> dict[str, Any]:
         ocp = self.ocp
-        layouts = _zarr_layouts(self.path)  # (checked before orbax reads them: see there)
+        layouts = checks.zarr_layouts(self.path)  # (checked before orbax reads them: see there)
         tree = _metadata_tree(ocp, self.path)  # (read once: orbax reads every array's metadata)
-        leaves = _leaves(tree)
-        meta = [(k, m) for k, m in leaves if _is_array(m)]
-        if layouts and not meta:  # (else orbax's restore fails on an empty tree, saying only that)
-            raise FormatError(
-                f"{self.path}: orbax reads no array from its metadata, and {len(layouts)} are stored "
-                "(its _METADATA or _sharding is damaged)"
-            )
-        # (orbax restores the tree its _METADATA lists: an array stored and not listed, a damaged
-        # entry's, would be left out of the values without a word)
-        unlisted = sorted(set(layouts) - {".".join(k) for k, _ in leaves})
-        if unlisted:
-            raise FormatError(
-                f"{self.path}: arrays stored and not in orbax's metadata (_METADATA damaged): "
-                + ", ".join(repr(name) for name in unlisted[:5])
-                + (f" and {len(unlisted) - 5} more" if len(unlisted) > 5 else "")
-            )
-        bound = _memory_bound()  # (restored in one go: all of it at once)
-        total = 0
-        for k, v in meta:
-            shape, dtype = _shape_dtype(v, ".".join(k), ("state", *k))
-            nbytes = math.prod(shape) * dtype.itemsize
-            _check_fits(nbytes, bound, ".".join(k), ("state", *k))
-            total += nbytes
-        if bound is not None and total > bound:
-            raise LimitError(
-                f"{self.path}: {total} bytes to restore at once, more than this process can hold"
-            )
+        checks.check_plain(self.path, layouts, _leaves(tree))
         choose = _placer_choice(sharding)
         import jax  # jax is costly to import: loaded on first use
 
         def restore_arg(path: Any, leaf: Any) -> Any:
-            if not _is_array(leaf):  # (a string's, a Python scalar's: orbax restores it as it is)
+            if not checks.is_array(leaf):  # (a string's, a Python scalar's: orbax restores it as it is)
                 return ocp.RestoreArgs()
             keys = tuple(_key_text(p) for p in path)
             t = TensorPlan(".".join(keys), keys, None, np.dtype(leaf.dtype), tuple(leaf.shape))
@@ -514,92 +434,16 @@ class OrbaxSource:
         # (arguments in the metadata's own structure: lists and tuples stay so, keys with dots
         # stay whole; None leaves, which orbax skips, stay None)
         args = jax.tree_util.tree_map_with_path(restore_arg, tree)
-        with _reading(self.path), ocp.PyTreeCheckpointer() as ckptr:
+        with checks.reading(self.path), ocp.PyTreeCheckpointer() as ckptr:
             tree = ckptr.restore(self.path, args=ocp.args.PyTreeRestore(restore_args=args))
         return {"state": _as_namedtuples(tree)}
-
-
-Layout = tuple[tuple[int, ...], np.dtype | None]
-"""An array's shape and dtype as its zarr metadata says (``None``: a dtype numpy does not name)."""
-
-
-def _zarr_layouts(item: Path) -> dict[str, Layout]:
-    """The layout of every array of a PyTree item (by its name, ``a.b.c``), from its zarr
-    metadata read as text: through tensorstore's key-value store from the item's OCDBT database,
-    or from the ``.zarray`` files beside arrays stored without one. No array is opened, and
-    neither orbax's ``_METADATA`` nor ``_sharding`` (which restoring to numpy does not need) is
-    read. Metadata that is not an array's (a damaged ``.zarray``) is a FormatError naming the
-    array, and metadata nested deeper than ``METADATA_DEPTH`` a LimitError, before orbax hands
-    it to tensorstore (which overflows its stack on the one and leaves a callback failing on a
-    closed event loop, a traceback on stderr, on the other); so is an OCDBT database that cannot
-    be read (orbax would leave a task's exception unretrieved, another traceback)."""
-    texts: list[tuple[str, bytes]] = []
-    if (item / "manifest.ocdbt").is_file():
-        import tensorstore as ts  # (installed with orbax-checkpoint)
-
-        try:
-            store = ts.KvStore.open(
-                {"driver": "ocdbt", "base": {"driver": "file", "path": f"{item}/"}}
-            ).result()
-            keys = [k for k in store.list().result() if k.endswith(_ZARR_KEYS)]
-            reads = [(k, store.read(k)) for k in keys]
-            texts = [
-                (k.decode("utf-8", "replace").rsplit("/", 1)[0], bytes(r.result().value)) for k, r in reads
-            ]
-        except Exception as err:  # (tensorstore's: a damaged database, which no array is read from)
-            raise FormatError(f"{item}: its OCDBT database cannot be read: {_said(err)}") from err
-    else:
-        for parent, _, files in os.walk(item):  # (links not followed: one to a directory above loops)
-            for name in files:
-                if name.encode() in _ZARR_NAMES:
-                    try:
-                        raw = Path(parent, name).read_bytes()
-                    except OSError:
-                        continue
-                    texts.append((os.path.relpath(parent, item), raw))
-    out: dict[str, Layout] = {}
-    for name, raw in texts:
-        if tj.nests_deeper(raw, METADATA_DEPTH):
-            raise LimitError(
-                f"{item}: the zarr metadata of array {name!r} is JSON nested deeper than {METADATA_DEPTH}"
-            )
-        layout = _zarr_layout(raw)
-        if layout is None:
-            raise FormatError(f"{item}: the zarr metadata of array {name!r} is damaged (no shape and dtype)")
-        out[name] = layout
-    return out
-
-
-_ZARR_NAMES = (b".zarray", b"zarr.json")
-_ZARR_KEYS = tuple(b"/" + n for n in _ZARR_NAMES)
-
-
-def _zarr_layout(raw: bytes) -> Layout | None:
-    """``(shape, dtype)`` of zarr 2 (``.zarray``: ``dtype``) or 3 (``zarr.json``: ``data_type``)
-    metadata, or ``None`` for text that is not such metadata."""
-    # ml_dtypes comes with jax (optional here); once imported, numpy knows "bfloat16"
-    import ml_dtypes  # noqa: F401
-
-    try:
-        meta = json.loads(raw)
-        shape = tuple(meta["shape"])
-        name = meta.get("dtype", meta.get("data_type"))
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
-        return None
-    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-        return None
-    try:
-        dtype: np.dtype | None = np.dtype(name) if isinstance(name, str) else None
-    except TypeError:
-        dtype = None
-    return shape, dtype
 
 
 def _metadata_tree(ocp: Any, directory: Path) -> Any:
     """The tree of the PyTree checkpoint at ``directory`` with orbax's metadata of each leaf
     (nothing restored): an array's has a shape and a dtype (one whose ``_sharding`` orbax cannot
     read has neither, or the whole tree is ``None``)."""
-    with _reading(directory):
+    with checks.reading(directory):
         meta = ocp.PyTreeCheckpointer().metadata(directory)
     tree = getattr(meta, "item_metadata", meta)
     return getattr(tree, "tree", tree)  # orbax >= 0.11: TreeMetadata(tree=...)
@@ -624,151 +468,12 @@ def _leaves(tree: Any) -> list[tuple[tuple[str, ...], Any]]:
     return out
 
 
-def _is_array(meta: Any) -> bool:
-    return hasattr(meta, "shape") and hasattr(meta, "dtype")
-
-
 def _key_text(entry: Any) -> str:
     """A jax key path entry as :func:`_stored_metadata` names it (a dict key, a position)."""
     for field in ("key", "idx", "name"):
         if hasattr(entry, field):
             return str(getattr(entry, field))
     return str(entry)
-
-
-def _shape_dtype(meta: Any, name: str, path: TreePath) -> tuple[tuple[int, ...], np.dtype]:
-    """The shape and dtype orbax's metadata gives an array, or a FormatError (a damaged
-    ``.zarray`` can say anything: no shape, negative sizes, a dtype numpy does not have)."""
-    try:
-        shape = tuple(int(d) for d in meta.shape)
-        dtype = np.dtype(meta.dtype)
-    except (TypeError, ValueError) as err:
-        raise FormatError(
-            f"array {name!r}: orbax's metadata gives no shape and dtype ({err})", path=path
-        ) from None
-    if any(d < 0 for d in shape):
-        raise FormatError(f"array {name!r}: orbax's metadata gives the shape {shape}", path=path)
-    return shape, dtype
-
-
-def _memory_bound() -> int | None:
-    """Bytes one restore may ask for: the machine's memory, and what a cap on this process's
-    address space leaves. tensorstore allocates each array whole, and when it cannot, it aborts
-    the process (``std::bad_alloc``): a size it could never have is refused before it is asked."""
-    bounds: list[int] = []
-    try:
-        bounds.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
-    except (ValueError, OSError, AttributeError):  # pragma: no cover - not Linux
-        pass
-    try:
-        import resource  # (Unix only)
-
-        cap = resource.getrlimit(resource.RLIMIT_AS)[0]
-        if cap != resource.RLIM_INFINITY:
-            with open("/proc/self/statm") as f:
-                used = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-            bounds.append(max(cap - used, 0))
-    except (ImportError, ValueError, OSError):  # pragma: no cover - not Linux
-        pass
-    return min(bounds) if bounds else None
-
-
-def _check_fits(nbytes: int, bound: int | None, name: str, path: TreePath) -> None:
-    if nbytes > DEFAULT_LIMITS.max_array_bytes or (bound is not None and nbytes > bound):
-        raise LimitError(
-            f"array {name!r}: {nbytes} bytes to restore, more than this process can hold", path=path
-        )
-
-
-@contextmanager
-def _reading(directory: Path) -> Iterator[None]:
-    """orbax and tensorstore reading a damaged checkpoint raise whatever their code meets
-    (ValueError, KeyError, TypeError, FileNotFoundError, json's errors, a RecursionError):
-    each is a FormatError (a LimitError for running out of room) naming the checkpoint, with the
-    first line of what they said. treexchange's own errors pass as they are."""
-    try:
-        yield
-    except TreexchangeError:
-        raise
-    except (RecursionError, MemoryError) as err:
-        raise LimitError(f"{directory}: orbax ran out of room reading the checkpoint ({_said(err)})") from err
-    except Exception as err:
-        raise FormatError(f"{directory}: not a readable orbax checkpoint: {_said(err)}") from err
-
-
-def _said(err: BaseException) -> str:
-    lines = str(err).strip().splitlines()
-    text = lines[0] if lines else ""
-    text = text if len(text) <= 300 else text[:299] + "…"
-    return f"{type(err).__name__}: {text}" if text else type(err).__name__
-
-
-_METADATA_FILES = frozenset(
-    {
-        "_METADATA",
-        "_CHECKPOINT_METADATA",
-        "_sharding",
-        "metadata",
-        ".zarray",
-        ".zattrs",
-        ".zgroup",
-        "zarr.json",
-    }
-)
-METADATA_DEPTH = 256
-"""Nesting orbax's and zarr's JSON files may have (their own nest a few levels; orbax flattens a
-tree's keys). tensorstore parses zarr's recursively on a thread of its own and overflows its stack
-at some 10⁵ levels (a crash, not an exception); Python's json stops at the recursion limit."""
-
-
-def _check_metadata_depth(directory: Path) -> None:
-    """Refuse (LimitError) a checkpoint whose JSON metadata files (orbax's, zarr's ``.zarray``
-    beside arrays stored without OCDBT) nest deeper than ``METADATA_DEPTH``; the tree item is
-    checked apart, with the depth a tree document may have. Links are not followed (a link to a
-    directory above would loop)."""
-    for parent, dirs, files in os.walk(directory):
-        if Path(parent).name == TREE_ITEM and Path(parent).parent == directory:
-            dirs.clear()
-            continue
-        for name in files:
-            if name in _METADATA_FILES or Path(parent).name == "array_metadatas":
-                file = Path(parent, name)
-                try:
-                    raw = file.read_bytes()
-                except OSError:
-                    continue  # (orbax says what is wrong with it, if it reads it)
-                if tj.nests_deeper(raw, METADATA_DEPTH):
-                    raise LimitError(
-                        f"{file}: JSON nested deeper than the {METADATA_DEPTH} levels orbax's metadata has"
-                    )
-
-
-def _checkpoints_inside(directory: Path, scan: int = 1000) -> str:
-    """``" (it holds: 1/default, 2/default)"``: the checkpoints one or two levels down (a
-    CheckpointManager's steps, a composite checkpoint's items), for the message refusing
-    ``directory``; ``""`` when there is none. At most ``scan`` entries are looked at."""
-    found: list[str] = []
-    todo = [(directory, 0)]
-    seen = 0
-    while todo and seen < scan:
-        here, level = todo.pop(0)
-        try:
-            entries = sorted(os.scandir(here), key=lambda e: e.name)[:scan]
-        except OSError:
-            continue
-        for entry in entries:
-            seen += 1
-            if not entry.is_dir(follow_symlinks=False):
-                continue
-            path = Path(entry.path)
-            if (path / "_METADATA").is_file() or (path / TREE_ITEM).is_dir():
-                found.append(str(path.relative_to(directory)))
-            elif level == 0:
-                todo.append((path, 1))
-    if not found:
-        return ""
-    more = f", and {len(found) - 5} more" if len(found) > 5 else ""
-    return f" (it holds: {', '.join(found[:5])}{more})"
 
 
 def choose_k(choose: Callable[[TensorPlan], Any], keys: tuple[str, ...], meta: Any) -> Any:
@@ -801,6 +506,12 @@ def _placer_choice(sharding: ShardingSpec) -> Callable[[TensorPlan], Any]:
             )
 
     return choose
+
+
+def _on_host(choose: Callable[[TensorPlan], Any]) -> Callable[[TensorPlan], bool]:
+    """Whether an array is restored whole to this host's memory (no sharding ``choose`` places
+    it, or its 64-bit dtype stays numpy: :func:`jax_keeps`), where its size is bounded."""
+    return lambda t: choose(t) is None or not jax_keeps(t.dtype)
 
 
 def jax_keeps(dtype: np.dtype) -> bool:
