@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -221,3 +223,92 @@ def test_a_bson_file_whose_arrays_are_tree_leaves_goes_to_orbax(tmp_path: Path) 
     main(["convert", str(tmp_path / "w.bson"), str(tmp_path / "w.orbax")])
     back = load_orbax(tmp_path / "w.orbax")
     assert np.array_equal(back["w"], w) and np.array_equal(back["t"][0], np.arange(3))
+
+
+def _resave_state(ckpt: Path, change: Any, *, use_ocdbt: bool = True) -> None:
+    """Restore the ``state`` item with orbax, ``change`` it, and save it back in place (what a
+    JAX program continuing a treexchange checkpoint does)."""
+    state = ocp.StandardCheckpointer().restore(ckpt / "state")
+    change(state)
+    with ocp.Checkpointer(ocp.PyTreeCheckpointHandler(use_ocdbt=use_ocdbt)) as ckptr:
+        ckptr.save(ckpt / "state", args=ocp.args.PyTreeSave(state), force=True)
+
+
+def _added_arrays(state: dict[str, Any]) -> None:
+    state["opt"] = {"mu": np.ones((2, 3), np.float32), "nu": np.zeros((2, 3), np.float32)}
+    state["step"] = np.int32(100)
+
+
+def test_arrays_added_to_the_state_item_with_orbax_are_refused_naming_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # load_orbax restores the arrays the tree names: the others were left out without a word
+    ckpt = tmp_path / "ckpt"
+    save_orbax(ckpt, {"model_state": NamedTuple(w=np.arange(6.0).reshape(2, 3), act=None, σ=())})
+    _resave_state(ckpt, _added_arrays)
+    with pytest.raises(tx.FormatError) as refused:
+        load_orbax(ckpt)
+    said = str(refused.value)
+    assert said.startswith(
+        f"{ckpt}: its 'state' item holds 3 arrays its treexchange tree does not name, which loading "
+        "would leave out: 'opt.mu', 'opt.nu', 'step' (added with orbax after treexchange wrote"
+    )
+    assert said.endswith(f"by load_orbax('{ckpt}/state') or treexchange convert {ckpt}/state OUT.jld2")
+    out = tmp_path / "back.jld2"
+    for dry_run in ([], ["--dry-run"]):  # (the dry run's mapping would not list them either)
+        assert main(["convert", str(ckpt), str(out), *dry_run]) == 2
+        err = capsys.readouterr().err
+        assert "'opt.mu', 'opt.nu', 'step'" in err and "Traceback" not in err
+    assert not out.exists()
+    # what the message says: the item alone reads as a plain checkpoint, with every array
+    state = load_orbax(ckpt / "state")["state"]
+    assert sorted(state) == ["opt", "step", "w"] and int(state.step) == 100
+    assert main(["convert", str(ckpt / "state"), str(out)]) == 0
+    assert tx.load(out, "state").opt.mu.shape == (2, 3)
+
+
+def test_unnamed_arrays_are_counted_and_refused_without_ocdbt_too(tmp_path: Path) -> None:
+    ckpt = tmp_path / "ckpt"
+    save_orbax(ckpt, {"w": np.ones(4, np.float32)})
+
+    def seven_more(state: dict[str, Any]) -> None:
+        state.update({f"x{i}": np.full(2, i, np.float32) for i in range(7)})
+
+    _resave_state(ckpt, seven_more, use_ocdbt=False)  # (arrays as zarr directories: .zarray files)
+    assert not (ckpt / "state" / "manifest.ocdbt").exists()
+    with pytest.raises(tx.FormatError, match=r"holds 7 arrays .*: 'x0', 'x1', 'x2', 'x3', 'x4' and 2 more "):
+        load_orbax(ckpt)
+
+
+def test_a_tree_item_from_another_save_is_refused(tmp_path: Path) -> None:
+    # a tree naming no arrays beside another checkpoint's state item, and one naming others
+    save_orbax(tmp_path / "a", {"n": 3, "name": "mlp"})
+    save_orbax(tmp_path / "b", {"model_state": NamedTuple(weight=np.ones((2, 2), np.float32))})
+    save_orbax(tmp_path / "c", {"model_state": NamedTuple(kernel=np.ones((2, 2), np.float32))})
+    assert not (tmp_path / "a" / "state").exists()  # (nothing to store: no item)
+    shutil.copytree(tmp_path / "b" / "state", tmp_path / "a" / "state")
+    with pytest.raises(tx.FormatError, match=r"holds 1 array its treexchange tree does not .*: 'weight' "):
+        load_orbax(tmp_path / "a")
+    shutil.rmtree(tmp_path / "c" / "state")
+    shutil.copytree(tmp_path / "b" / "state", tmp_path / "c" / "state")
+    with pytest.raises(tx.FormatError, match=r"holds 1 array .*: 'weight' "):
+        load_orbax(tmp_path / "c")
+
+
+def test_a_state_item_saved_back_with_the_same_arrays_still_loads(tmp_path: Path) -> None:
+    # the documented round trip: restore the item with orbax, train, save the same arrays back
+    state = NamedTuple(layers=(NamedTuple(weight=np.ones((3, 2), np.float32), bias=np.zeros(3)), ()))
+    ckpt = tmp_path / "ckpt"
+    save_orbax(ckpt, {"model_state": state, "step": 7})
+
+    def trained(tree: dict[str, Any]) -> None:
+        layer = tree["model_state"]["layers"]["0"]
+        layer["weight"] = np.asarray(layer["weight"]) * 2
+
+    for use_ocdbt in (True, False):
+        _resave_state(ckpt, trained, use_ocdbt=use_ocdbt)
+        back = load_orbax(ckpt)
+        assert back["step"] == 7 and back["model_state"].layers[1] == ()
+        np.testing.assert_array_equal(back["model_state"].layers[0].bias, np.zeros(3))
+        assert main(["convert", str(ckpt), str(tmp_path / f"back{use_ocdbt}.jld2")]) == 0
+    np.testing.assert_array_equal(back["model_state"].layers[0].weight, np.full((3, 2), 4, np.float32))

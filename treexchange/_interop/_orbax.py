@@ -332,6 +332,16 @@ class OrbaxSource:
         checks.check_tree_arrays(stored, kept=[(p, n) for p, n in nodes if n.get(INLINE)])
         return stored
 
+    def _stored_layouts(self, arrays: list[tuple[TreePath, dict[str, Any]]]) -> dict[str, checks.Layout]:
+        """The layouts of the arrays in the ``state`` item (none without one), each of them one
+        of the tree's ``arrays``: the restore reads those alone, so an array added to the item
+        with orbax (or a tree from another save) is refused (:func:`._orbaxchecks.check_all_named`)
+        rather than left out of the values."""
+        item = self.path / STATE_ITEM
+        stored = checks.zarr_layouts(item) if item.is_dir() else {}
+        checks.check_all_named(self.path, item, stored, {n["name"] for _, n in arrays})
+        return stored
+
     def mapping_lines(self) -> list[str]:
         """One line per array: ``state/name -> julia.path  shape dtype  none`` (``--dry-run``)."""
         if self.document is None:
@@ -342,9 +352,11 @@ class OrbaxSource:
                 )
                 for k, v in meta
             ]
+        arrays = self._arrays()
+        self._stored_layouts(arrays)  # (an array the lines would not list is refused here too)
         return [
             mapping_line(n["name"], p, tuple(n["shape"]), tj.DTYPES[n["dtype"]], "none", reverse=True)
-            for p, n in self._arrays()
+            for p, n in arrays
         ]
 
     def roots(
@@ -383,14 +395,17 @@ class OrbaxSource:
 
     def _restore(self, sharding: ShardingSpec, batch_bytes: int, spill_dir: Any) -> dict[str, Any]:
         ocp = self.ocp
+        arrays = self._arrays()
+        stored = self._stored_layouts(arrays)
         tensors = [
-            TensorPlan(n["name"], p, None, tj.DTYPES[n["dtype"]], tuple(n["shape"]))
-            for p, n in self._arrays()
+            TensorPlan(n["name"], p, None, tj.DTYPES[n["dtype"]], tuple(n["shape"])) for p, n in arrays
         ]
         choose = _placer_choice(sharding)
         out: dict[str, Any] = {}
         if tensors:
-            checks.check_stored(self.path, self.path / STATE_ITEM, tensors, held_whole=_on_host(choose))
+            checks.check_stored(
+                self.path, self.path / STATE_ITEM, stored, tensors, held_whole=_on_host(choose)
+            )
         with checks.reading(self.path), ocp.Checkpointer(_handler(ocp)) as ckptr, _spill(spill_dir) as spill:
             for batch in _batches(tensors, batch_bytes):
                 item = _nested((t.name, 0) for t in batch)
@@ -592,7 +607,10 @@ def load_orbax(
 
     A checkpoint written by :func:`save_orbax` gives back exactly the values written (numpy
     arrays, or ``jax.Array``\\ s placed with ``sharding``, each device having read only its
-    slice). A plain PyTree checkpoint gives ``{"state": nested NamedTuples}``. Arrays are restored
+    slice); one whose ``state`` item holds arrays its tree does not name (saved into it with orbax
+    since) is refused with a FormatError naming them (``directory/state``, a plain checkpoint,
+    reads them all).
+    A plain PyTree checkpoint gives ``{"state": nested NamedTuples}``. Arrays are restored
     ``batch_bytes`` at a time; ``spill_dir`` moves each batch into file-backed maps there (for
     checkpoints larger than memory).
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -206,13 +206,38 @@ def _zarr_layout(raw: bytes) -> Layout | None:
     return shape, dtype
 
 
+def check_all_named(directory: Path, item: Path, stored: Mapping[str, Layout], named: set[str]) -> None:
+    """Every array ``stored`` in the ``item`` (``state``) of a treexchange checkpoint is one the
+    tree ``named``, or a FormatError naming the others: the import restores what the tree names,
+    and an array added to the item with orbax after treexchange wrote it (an optimiser's state
+    saved beside the parameters), or a tree from another save, would be left out without a word.
+    orbax adds no arrays of its own to an item (only JSON: ``_METADATA``, ``_sharding``, its
+    ``array_metadatas``), so every array stored is the user's. The message says how to read them
+    all: the item alone is a plain PyTree checkpoint."""
+    unnamed = sorted(set(stored) - named)
+    if not unnamed:
+        return
+    raise FormatError(
+        f"{directory}: its {item.name!r} item holds {len(unnamed)} array{'s' * (len(unnamed) > 1)} its "
+        f"treexchange tree does not name, which loading would leave out: {_some(unnamed)} (added "
+        "with orbax after treexchange wrote the checkpoint, or the tree is another save's). The "
+        "item alone is a plain orbax checkpoint, read with every array and without the tree's other "
+        f"values by load_orbax({str(item)!r}) or treexchange convert {item} OUT.jld2"
+    )
+
+
 def check_stored(
-    directory: Path, item: Path, tensors: list[TensorPlan], held_whole: Callable[[TensorPlan], bool]
+    directory: Path,
+    item: Path,
+    stored: Mapping[str, Layout],
+    tensors: list[TensorPlan],
+    held_whole: Callable[[TensorPlan], bool],
 ) -> None:
-    """Each array the tree names, as the ``item``'s zarr metadata describes it, has the tree's
-    shape and dtype and fits in memory, or the checkpoint is refused before anything is restored:
-    tensorstore allocates what an array's ``.zarray`` says, and aborts the process
-    (``std::bad_alloc``) when a lying one asks for more than there is. An array whose metadata
+    """Each array the tree names, as the ``item``'s zarr metadata describes it (``stored``, from
+    :func:`zarr_layouts`), has the tree's shape and dtype and fits in memory, or the checkpoint
+    is refused before anything is restored: tensorstore allocates what an array's ``.zarray``
+    says, and aborts the process (``std::bad_alloc``) when a lying one asks for more than there
+    is. An array whose metadata
     cannot be read is left to the restore, which is compared with the tree (``roots``). Only an
     array ``held_whole`` by this host is bounded (one placed on devices with ``sharding=`` is not
     held whole here)."""
@@ -221,7 +246,6 @@ def check_stored(
             f"{directory}: the tree names {len(tensors)} arrays and there is no {item.name!r} item",
             path=tensors[0].path,
         )
-    stored = zarr_layouts(item)
     bound = memory_bound()
     for t in tensors:
         if held_whole(t):
