@@ -312,3 +312,24 @@ def test_a_state_item_saved_back_with_the_same_arrays_still_loads(tmp_path: Path
         np.testing.assert_array_equal(back["model_state"].layers[0].bias, np.zeros(3))
         assert main(["convert", str(ckpt), str(tmp_path / f"back{use_ocdbt}.jld2")]) == 0
     np.testing.assert_array_equal(back["model_state"].layers[0].weight, np.full((3, 2), 4, np.float32))
+
+
+def test_a_plain_checkpoint_without_ocdbt_reads_each_zarray_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the depth check reads every .zarray before orbax does; the layout check takes its text
+    params = {"dense": {"kernel": np.ones((3, 2), np.float32), "bias": np.arange(2.0)}, "n": np.arange(3)}
+    with ocp.Checkpointer(ocp.PyTreeCheckpointHandler(use_ocdbt=False)) as ckptr:
+        ckptr.save(tmp_path / "zarr", args=ocp.args.PyTreeSave(params))
+    reads: list[str] = []
+    read_bytes = Path.read_bytes
+
+    def counted(self: Path) -> bytes:
+        if self.name == ".zarray":
+            reads.append(self.parent.name)
+        return read_bytes(self)
+
+    monkeypatch.setattr(Path, "read_bytes", counted)
+    state = load_orbax(tmp_path / "zarr")["state"]
+    assert sorted(reads) == ["dense.bias", "dense.kernel", "n"]
+    np.testing.assert_array_equal(state.dense.bias, params["dense"]["bias"])

@@ -294,7 +294,7 @@ class OrbaxSource:
         self.ocp = _orbax()
         self.document: dict[str, Any] | None = None
         self._spilled: list[np.ndarray] = []
-        checks.check_metadata_depth(self.path, TREE_ITEM)
+        self._zarr_files = checks.check_metadata_depth(self.path, TREE_ITEM)
         if (self.path / TREE_ITEM).is_dir():
             # orbax parses the tree item with json, which recurses once per level: its files are
             # checked first (text nested deeper than a tree document is refused), then parsed
@@ -338,7 +338,7 @@ class OrbaxSource:
         with orbax (or a tree from another save) is refused (:func:`._orbaxchecks.check_all_named`)
         rather than left out of the values."""
         item = self.path / STATE_ITEM
-        stored = checks.zarr_layouts(item) if item.is_dir() else {}
+        stored = checks.zarr_layouts(item, self._zarr_files) if item.is_dir() else {}
         checks.check_all_named(self.path, item, stored, {n["name"] for _, n in arrays})
         return stored
 
@@ -433,7 +433,7 @@ class OrbaxSource:
 
     def _plain_roots(self, sharding: ShardingSpec) -> dict[str, Any]:
         ocp = self.ocp
-        layouts = checks.zarr_layouts(self.path)  # (checked before orbax reads them: see there)
+        layouts = checks.zarr_layouts(self.path, self._zarr_files)  # (checked before orbax reads them)
         tree = _metadata_tree(ocp, self.path)  # (read once: orbax reads every array's metadata)
         checks.check_plain(self.path, layouts, _leaves(tree))
         choose = _placer_choice(sharding)

@@ -71,11 +71,13 @@ tree's keys). tensorstore parses zarr's recursively on a thread of its own and o
 at some 10⁵ levels (a crash, not an exception); Python's json stops at the recursion limit."""
 
 
-def check_metadata_depth(directory: Path, tree_item: str) -> None:
+def check_metadata_depth(directory: Path, tree_item: str) -> dict[Path, bytes]:
     """Refuse (LimitError) a checkpoint whose JSON metadata files (orbax's, zarr's ``.zarray``
     beside arrays stored without OCDBT) nest deeper than ``METADATA_DEPTH``; the ``tree_item``
     (treexchange's) is checked apart, with the depth a tree document may have. Links are not
-    followed (a link to a directory above would loop)."""
+    followed (a link to a directory above would loop). Returns the zarr metadata read (by the
+    array's directory), which :func:`zarr_layouts` takes rather than read every file again."""
+    zarr: dict[Path, bytes] = {}
     for parent, dirs, files in os.walk(directory):
         if Path(parent).name == tree_item and Path(parent).parent == directory:
             dirs.clear()
@@ -91,6 +93,9 @@ def check_metadata_depth(directory: Path, tree_item: str) -> None:
                     raise LimitError(
                         f"{file}: JSON nested deeper than the {METADATA_DEPTH} levels orbax's metadata has"
                     )
+                if name.encode() in _ZARR_NAMES:
+                    zarr[file.parent] = raw
+    return zarr
 
 
 def check_tree_arrays(
@@ -134,10 +139,11 @@ Layout = tuple[tuple[int, ...], np.dtype | None]
 """An array's shape and dtype as its zarr metadata says (``None``: a dtype numpy does not name)."""
 
 
-def zarr_layouts(item: Path) -> dict[str, Layout]:
+def zarr_layouts(item: Path, files: Mapping[Path, bytes]) -> dict[str, Layout]:
     """The layout of every array of a PyTree item (by its name, ``a.b.c``), from its zarr
     metadata read as text: through tensorstore's key-value store from the item's OCDBT database,
-    or from the ``.zarray`` files beside arrays stored without one. No array is opened, and
+    or, for arrays stored without one, from their ``.zarray`` ``files`` (by the array's directory,
+    as :func:`check_metadata_depth` read and checked them). No array is opened, and
     neither orbax's ``_METADATA`` nor ``_sharding`` (which restoring to numpy does not need) is
     read. Metadata that is not an array's (a damaged ``.zarray``) is a FormatError naming the
     array, and metadata nested deeper than ``METADATA_DEPTH`` a LimitError, before orbax hands
@@ -159,21 +165,15 @@ def zarr_layouts(item: Path) -> dict[str, Layout]:
             ]
         except Exception as err:  # (tensorstore's: a damaged database, which no array is read from)
             raise FormatError(f"{item}: its OCDBT database cannot be read: {said(err)}") from err
-    else:
-        for parent, _, files in os.walk(item):  # (links not followed: one to a directory above loops)
-            for name in files:
-                if name.encode() in _ZARR_NAMES:
-                    try:
-                        raw = Path(parent, name).read_bytes()
-                    except OSError:
-                        continue
-                    texts.append((os.path.relpath(parent, item), raw))
+        for name, raw in texts:
+            if tj.nests_deeper(raw, METADATA_DEPTH):
+                raise LimitError(
+                    f"{item}: the zarr metadata of array {name!r} is JSON nested deeper than {METADATA_DEPTH}"
+                )
+    else:  # (files checked for their depth as they were read)
+        texts = [(os.path.relpath(d, item), raw) for d, raw in files.items() if d.is_relative_to(item)]
     out: dict[str, Layout] = {}
     for name, raw in texts:
-        if tj.nests_deeper(raw, METADATA_DEPTH):
-            raise LimitError(
-                f"{item}: the zarr metadata of array {name!r} is JSON nested deeper than {METADATA_DEPTH}"
-            )
         layout = _zarr_layout(raw)
         if layout is None:
             raise FormatError(f"{item}: the zarr metadata of array {name!r} is damaged (no shape and dtype)")
