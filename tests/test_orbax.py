@@ -18,7 +18,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from _interop_cases import NOT_REWRITABLE
+from _interop_cases import NOT_REWRITABLE, assert_convert_refused
 from conftest import all_fixtures_or_skip, fixture_files, fixture_ids, require_fixture
 
 import treexchange as tx
@@ -255,11 +255,7 @@ def test_arrays_added_to_the_state_item_with_orbax_are_refused_naming_them(
     )
     assert said.endswith(f"by load_orbax('{ckpt}/state') or treexchange convert {ckpt}/state OUT.jld2")
     out = tmp_path / "back.jld2"
-    for dry_run in ([], ["--dry-run"]):  # (the dry run's mapping would not list them either)
-        assert main(["convert", str(ckpt), str(out), *dry_run]) == 2
-        err = capsys.readouterr().err
-        assert "'opt.mu', 'opt.nu', 'step'" in err and "Traceback" not in err
-    assert not out.exists()
+    assert_convert_refused(ckpt, out, "'opt.mu', 'opt.nu', 'step'", capsys)
     # what the message says: the item alone reads as a plain checkpoint, with every array
     state = load_orbax(ckpt / "state")["state"]
     assert sorted(state) == ["opt", "step", "w"] and int(state.step) == 100

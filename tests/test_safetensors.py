@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
-from _interop_cases import NOT_REWRITABLE
+from _interop_cases import NOT_REWRITABLE, assert_convert_refused
 from conftest import all_fixtures_or_skip, fixture_files, fixture_ids, require_fixture
 
 import treexchange as tx
@@ -162,6 +163,33 @@ def test_metadata_naming_a_missing_tensor_is_a_format_error(tmp_path: Path) -> N
     save_file({"a": np.ones(2)}, str(path), metadata={**meta, "treexchange": json.dumps(doc)})
     with pytest.raises(tx.FormatError, match="nope"):
         load_safetensors(path)
+
+
+def test_tensors_the_tree_does_not_name_are_refused_naming_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a file rewritten with safetensors' own save_file, the metadata kept and tensors added
+    # (an optimiser's state beside the weights): the tree's values left them out without a word
+    path = tmp_path / "m.safetensors"
+    save_safetensors(path, {"model_state": NamedTuple(weight=np.ones((2, 3), np.float32), σ=())})
+    with safe_open(str(path), framework="numpy") as f:
+        meta = f.metadata()
+    tensors = load_file(str(path))
+    added = {f"opt.{i}": np.full(2, i, np.float32) for i in range(7)}
+    save_file({**tensors, **added}, str(path), metadata=meta)
+    said = (
+        f"{path}: holds 7 tensors its treexchange tree metadata does not name, which loading would "
+        "leave out: 'opt.0', 'opt.1', 'opt.2', 'opt.3', 'opt.4' and 2 more (added after"
+    )
+    with pytest.raises(tx.FormatError, match="^" + re.escape(said)):
+        load_safetensors(path)
+    assert_convert_refused(path, tmp_path / "back.jld2", "'opt.0', 'opt.1'", capsys)
+    # what the message says: the safetensors package reads every tensor
+    assert sorted(load_file(str(path))) == sorted(["weight", *added])
+    # the same tensors written back (values changed, as training does) still load
+    tensors["weight"] = tensors["weight"] * 2
+    save_file(tensors, str(path), metadata=meta)
+    assert np.array_equal(load_safetensors(path)["model_state"].weight, np.full((2, 3), 2, np.float32))
 
 
 def test_not_a_safetensors_file(tmp_path: Path) -> None:

@@ -219,7 +219,7 @@ def check_all_named(directory: Path, item: Path, stored: Mapping[str, Layout], n
         return
     raise FormatError(
         f"{directory}: its {item.name!r} item holds {len(unnamed)} array{'s' * (len(unnamed) > 1)} its "
-        f"treexchange tree does not name, which loading would leave out: {_some(unnamed)} (added "
+        f"treexchange tree does not name, which loading would leave out: {tj.some_names(unnamed)} (added "
         "with orbax after treexchange wrote the checkpoint, or the tree is another save's). The "
         "item alone is a plain orbax checkpoint, read with every array and without the tree's other "
         f"values by load_orbax({str(item)!r}) or treexchange convert {item} OUT.jld2"
@@ -277,7 +277,8 @@ def check_plain(
     unlisted = sorted(set(layouts) - {".".join(k) for k, _ in leaves})
     if unlisted:
         raise FormatError(
-            f"{directory}: arrays stored and not in orbax's metadata (_METADATA damaged): {_some(unlisted)}"
+            f"{directory}: arrays stored and not in orbax's metadata (_METADATA damaged): "
+            + tj.some_names(unlisted)
         )
     bound = memory_bound()  # (restored in one go: all of it at once)
     total = 0
@@ -288,12 +289,6 @@ def check_plain(
         total += nbytes
     if bound is not None and total > bound:
         raise LimitError(f"{directory}: {total} bytes to restore at once, more than this process can hold")
-
-
-def _some(names: list[str]) -> str:
-    """``'a', 'b', 'c', 'd', 'e' and 2 more``: names for a message, the first five of them."""
-    more = f" and {len(names) - 5} more" if len(names) > 5 else ""
-    return ", ".join(repr(name) for name in names[:5]) + more
 
 
 def is_array(meta: Any) -> bool:

@@ -424,10 +424,29 @@ class SafetensorsSource:
             ordered = sorted(self.tensors.values(), key=lambda t: (t.file.name, t.start))
             return {PLAIN_ROOT: NamedTuple((t.name, self.array(t.name)) for t in ordered)}
         roots = tj.document_roots(self.document, str(self.path))
-        for name, node in roots:
-            tj.array_nodes(node, (name,), named=True)  # (every array node checked before any is read)
+        named: set[str] = set()
+        for name, node in roots:  # (every array node checked before any is read)
+            named.update(n["name"] for _, n in tj.array_nodes(node, (name,), named=True))
+        self._check_all_named(named)
         sharing = tj.Sharing(self._file_bytes(), str(self.path))
         return {name: tj.decode(node, self._get, (name,), sharing) for name, node in roots}
+
+    def _check_all_named(self, named: set[str]) -> None:
+        """Every tensor stored is one the tree metadata ``named``, or a FormatError naming the
+        others: the tree's values are what it names, and a tensor added to the file since
+        treexchange wrote it (``safetensors``' ``save_file`` of the tensors read plus new ones,
+        with the metadata kept) would be left out of them without a word. The message says how
+        to read every tensor: the safetensors package's own ``load_file``, without the tree."""
+        unnamed = sorted(set(self.tensors) - named)
+        if not unnamed or not named <= self.tensors.keys():
+            return  # (a tensor named and not stored: the read says which, with its tree path)
+        s = "s" * (len(unnamed) > 1)
+        raise FormatError(
+            f"{self.path}: holds {len(unnamed)} tensor{s} its treexchange tree metadata does not name, "
+            f"which loading would leave out: {tj.some_names(unnamed)} (added after treexchange wrote "
+            "the file, or the metadata is another file's). safetensors.numpy.load_file (on each "
+            "shard of a sharded set) reads every tensor, without the tree"
+        )
 
     def _file_bytes(self) -> int:
         """The bytes of the file (all shards and the index, when sharded)."""
@@ -458,13 +477,16 @@ class SafetensorsSource:
                 for t in self.tensors.values()
             ]
         lines = []
+        named: set[str] = set()
         for name, root in tj.document_roots(self.document, str(self.path)):
             for path, node in tj.array_nodes(root, (name,), named=True):
+                named.add(node["name"])
                 transform = node.get("transform") or ("row-major" if len(node["shape"]) >= 2 else "none")
                 dtype = tj.DTYPES[node["dtype"]]
                 lines.append(
                     mapping_line(node["name"], path, tuple(node["shape"]), dtype, transform, reverse=True)
                 )
+        self._check_all_named(named)  # (a tensor the lines would not list is refused here too)
         return lines
 
     def release_pages(self) -> None:
@@ -492,8 +514,9 @@ def load_safetensors(path: str | os.PathLike[str]) -> dict[str, Any]:
     """Read a safetensors file (or ``*.safetensors.index.json``) into values.
 
     Arrays are read-only views of the file in the tree's Julia shape. A file written by
-    :func:`save_safetensors` gives back exactly the values written; another file gives
-    ``{"model": NamedTuple(name=tensor, ...)}`` in file order.
+    :func:`save_safetensors` gives back exactly the values written (one holding tensors its
+    tree does not name, added since, is refused with a FormatError naming them); another file
+    gives ``{"model": NamedTuple(name=tensor, ...)}`` in file order.
 
     Example:
         >>> import os, tempfile

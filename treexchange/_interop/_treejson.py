@@ -783,6 +783,17 @@ def array_nodes(
     return out
 
 
+def some_names(names: Sequence[str], shown: int = 5) -> str:
+    """Names for a message, the first ``shown`` of them and how many more.
+
+    Example:
+        >>> some_names(["a", "b", "c", "d", "e", "f", "g"])
+        "'a', 'b', 'c', 'd', 'e' and 2 more"
+    """
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(repr(name) for name in names[:shown]) + more
+
+
 def _is_dims(shape: list[Any]) -> bool:
     return all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape)
 
