@@ -283,6 +283,57 @@ def test_a_struct_of_ones_own_holding_layers_ports_with_the_chain_it_applies(tmp
         tx.from_flux(path, "model", architecture="Chain(Dense(3 => 4, relu))")
 
 
+def test_a_struct_of_ones_own_names_the_layers_inside_its_vectors_and_structs(tmp_path: Path) -> None:
+    """ArjunNarayanan/Julia-PG-EdgeFlip results/models/MCTS/3L.bson (blob 44f808cd): ``PVNet(emodels,
+    policy, value, …)``, ``emodels`` a Vector of ``EdgeModel(Dense, BatchNorm)``. The refusal named
+    only the fields holding a layer directly (2, 3): the three EdgeModels' layers, to be ported by
+    hand too, went unsaid. It names every layer's path now, at any depth, the first few and a count;
+    each path ports that layer alone."""
+    rng = np.random.default_rng(5)
+
+    def dense(n_in: int, n_out: int) -> dict[str, Any]:
+        w, b = rng.normal(size=(n_out, n_in)).astype(np.float32), np.zeros(n_out, np.float32)
+        relu = datatype("NNlib.#relu")
+        return struct(datatype("Flux.Dense", relu), array(None, w), array(None, b), struct(relu))
+
+    def edge(n_in: int) -> dict[str, Any]:
+        return struct(datatype("Main.PolicyAndValueNetwork.EdgeModel"), dense(n_in, 4), dense(4, 4))
+
+    chain = struct(datatype("Flux.Chain", datatype("Core.Tuple")), tuple_(dense(4, 2), dense(2, 1)))
+    edges = [edge(3), edge(4), edge(4)]
+    pvnet = struct(datatype("Main.PolicyAndValueNetwork.PVNet"), edges, chain, chain, 3)
+    path = _write(tmp_path, "3L.bson", {"policy": pvnet})
+    with pytest.raises(ConversionError) as err:
+        tx.from_flux(path, "policy")
+    said = str(err.value)
+    # (the shallowest first, a whole Chain before a part of an EdgeModel; the rest counted)
+    assert "(8 layers, at 2, 3, 1[1].1, 1[1].2, 1[2].1, 1[2].2 and 2 more)" in said
+    assert "name its path: ('policy', '2') or ('policy', '3') or ('policy', '1', 1, '1')" in said
+    assert "field order" not in said  # (no Chain of its fields computes what it does)
+    x = np.ones(3, np.float32)
+    first = tx.from_flux(path, ("policy", "1", 1, "1"))
+    w = tx.load(path, "policy")["1"][0]["1"]["1"]
+    np.testing.assert_allclose(np.asarray(first(x)), np.maximum(w @ x, 0), rtol=1e-6)
+    # Inside a Dict, a Tuple and a struct of one's own too; a Dict of settings holds none
+    settings = datatype("Base.Dict", datatype("Core.String"), datatype("Core.Any"))
+    nested = struct(datatype("Main.Agent"), struct(settings, ["q", "ε"], [chain, 0.1]), tuple_(edge(3), 5))
+    with pytest.raises(ConversionError, match=r"\(3 layers, at 1\.q, 2\[1\]\.1, 2\[1\]\.2\)"):
+        tx.from_flux(_write(tmp_path, "agent.bson", {"agent": nested}), "agent")
+
+
+def test_the_layers_inside_a_struct_of_ones_own_are_found_through_a_cycle() -> None:
+    """A struct that holds itself (a training state and its parent) is refused as a cycle before
+    the layers are looked for; the look for them stops at each object seen, so it ends anyway."""
+    from treexchange._port._wholemodel import _held_layers
+
+    dense = tx.JuliaStruct("Flux.Dense", {"weight": np.ones((2, 2)), "bias": np.zeros(2)})
+    node = tx.JuliaStruct("Main.Node", {"layers": [dense], "parent": None})
+    node.fields["parent"] = [node, (node, dense)]
+    assert _held_layers(node) == [("layers", 1)]
+    many = tx.JuliaStruct("Main.Many", {"all": [tx.JuliaStruct("Main.Edge", {"d": dense}) for _ in range(3)]})
+    assert _held_layers(many) == [("all", 1, "d")]  # (one Dense, shared: at its first path)
+
+
 def test_a_function_of_ones_own_in_a_chain_is_named_as_such(tmp_path: Path) -> None:
     """Real: harrychenfeng/CSC412-2506_Project encoder.bson (blob 5817afe0, a Pluto notebook's
     ``Chain(Dense, Dense, unpack_guassian_params)``, the function ``Main.workspace3.#…``)."""

@@ -35,9 +35,9 @@ from treexchange._port._statefill import (
     state_for_architecture,
     state_from_params,
 )
-from treexchange._port._wholemodel import from_whole_model, is_optimiser, structs_era
+from treexchange._port._wholemodel import from_whole_model, is_optimiser, outermost, structs_era
 from treexchange._reader import has_embedded_schema, open as open_file, read_entry
-from treexchange._values import JuliaArray, JuliaStruct, NamedTuple, value_children
+from treexchange._values import JuliaArray, JuliaStruct, NamedTuple
 
 
 def read_flux_source(
@@ -261,8 +261,8 @@ def nested_models(value: Any, path: TreePath, limit: int = 100_000, *, structs: 
         [(('results', 1), JuliaType('Main.Linear'))]
     """
     if structs:
-        return [(at, v.type) for at, v in _outermost(value, path, limit, _is_other_struct)]
-    return [at for at, _ in _outermost(value, path, limit, _is_flux_layer)]
+        return [(at, v.type) for at, v in outermost(value, path, limit, _is_other_struct)]
+    return [at for at, _ in outermost(value, path, limit, _is_flux_layer)]
 
 
 def _chain_states(value: Any, path: TreePath) -> list[TreePath]:
@@ -274,9 +274,9 @@ def _chain_states(value: Any, path: TreePath) -> list[TreePath]:
         return isinstance(v, NamedTuple) and "layers" in v
 
     def is_optimiser_state(v: Any) -> bool:  # (Flux.setup's tree has the model's shape: not a model)
-        return bool(_outermost(v, (), 100_000, lambda x: isinstance(x, JuliaStruct) and is_optimiser(x.type)))
+        return bool(outermost(v, (), 100_000, lambda x: isinstance(x, JuliaStruct) and is_optimiser(x.type)))
 
-    return [at for at, v in _outermost(value, path, 100_000, is_chain_state) if not is_optimiser_state(v)]
+    return [at for at, v in outermost(value, path, 100_000, is_chain_state) if not is_optimiser_state(v)]
 
 
 def _is_flux_layer(v: Any) -> bool:
@@ -285,27 +285,6 @@ def _is_flux_layer(v: Any) -> bool:
 
 def _is_other_struct(v: Any) -> bool:  # (an optimiser's state beside a model is no model of its own)
     return isinstance(v, JuliaStruct) and not v.type.name.startswith("Flux.") and not is_optimiser(v.type)
-
-
-def _outermost(
-    value: Any, path: TreePath, limit: int, wanted: Callable[[Any], bool]
-) -> list[tuple[TreePath, Any]]:
-    """``(path, value)`` of the outermost values inside ``value`` that are ``wanted``, in order."""
-    found: list[tuple[TreePath, Any]] = []
-    todo: list[tuple[Any, TreePath]] = [(value, path)]
-    seen: set[int] = set()
-    while todo and len(seen) < limit:
-        v, at = todo.pop()
-        if id(v) in seen or len(at) > 64:
-            continue
-        seen.add(id(v))
-        if wanted(v):
-            found.append((at, v))
-            continue
-        children = value_children(v)
-        if children is not None:
-            todo.extend((x, (*at, k)) for k, x in reversed(children))
-    return found
 
 
 def entry_path(name: str | Sequence[PathSegment]) -> TreePath:

@@ -223,19 +223,9 @@ class _Converter:
                 path,
             )
         if handler is None:
-            held = [k for k, v in value.fields.items() if _is_flux_struct(v) and not is_optimiser(v.type)]
-            if held and not _is_flux_struct(value):
-                # (each field's own path ports that layer alone: said first, since a struct that
-                # keeps one model and its settings, TrainedModel(chain, zscore, …), is the usual case)
-                paths = " or ".join(repr((*path, k)) for k in held[:3])
-                raise self.error(
-                    f"{value.type.name} is a struct of your own holding Flux layers (fields "
-                    f"{', '.join(held)}): its forward pass is Julia code, which treexchange never runs. "
-                    f"To port a field's layers alone, name its path: {paths}. If the struct applies "
-                    "them in field order, pass architecture= (--architecture) with the Chain of those "
-                    "layers as Flux prints them",
-                    path,
-                )
+            held = [] if _is_flux_struct(value) else _held_layers(value)
+            if held:
+                raise self.error(_own_struct_message(value, held, path), path)
             if is_optimiser(value.type):
                 raise self.error(
                     f"{value.type.name} is an optimiser (its settings and per-parameter state), not a "
@@ -664,6 +654,92 @@ def structs_era(model: Any) -> str | None:
             if (base in RECURRENT_GATES or base == "Recurrence") and "cell" in v.fields:
                 return "0.15"
     return None
+
+
+# How many of the layers inside a struct of one's own its refusal names (then "and N more").
+_HELD_SHOWN = 6
+
+
+def outermost(
+    value: Any, path: TreePath, limit: int, wanted: Callable[[Any], bool]
+) -> list[tuple[TreePath, Any]]:
+    """``(path, value)`` of the outermost values inside ``value`` that are ``wanted``, in order:
+    each object once (a shared one at its first path, a cycle not followed again), at most
+    ``limit`` objects visited and 64 levels down. Iterative: any depth.
+
+    Example:
+        >>> dense = JuliaStruct("Flux.Dense", {"weight": np.ones((2, 2))})
+        >>> outermost([(1, dense), dense], ("m",), 100, lambda v: isinstance(v, JuliaStruct))
+        [(('m', 1, 2), JuliaStruct('Flux.Dense', ...))]
+    """
+    found: list[tuple[TreePath, Any]] = []
+    todo: list[tuple[Any, TreePath]] = [(value, path)]
+    seen: set[int] = set()
+    while todo and len(seen) < limit:
+        v, at = todo.pop()
+        if id(v) in seen or len(at) > 64:
+            continue
+        seen.add(id(v))
+        if wanted(v):
+            found.append((at, v))
+            continue
+        children = value_children(v)
+        if children is not None:
+            todo.extend((x, (*at, k)) for k, x in reversed(children))
+    return found
+
+
+def _held_layers(value: JuliaStruct) -> list[TreePath]:
+    """The paths (below ``value``, a struct not Flux's) of the outermost Flux layers inside its
+    fields, at any depth: a field holding a layer, a Vector of structs of one's own holding layers
+    (PVNet's Vector of EdgeModels), a Dict or Tuple of them. Optimisers are no layers."""
+    return [at for at, _ in outermost(value, (), 100_000, _is_held_layer)]
+
+
+def _is_held_layer(value: Any) -> bool:
+    return _is_flux_struct(value) and not is_optimiser(value.type)
+
+
+def _own_struct_message(value: JuliaStruct, held: Sequence[TreePath], path: TreePath) -> str:
+    """The refusal of a struct of one's own holding Flux layers: where they are (the first
+    :data:`_HELD_SHOWN`, shallowest first, and how many more), the paths that port one alone,
+    and, when they are all fields of it, that a Chain of them in field order ports the struct if
+    that is what it computes."""
+    direct = all(len(at) == 1 for at in held)
+    held = sorted(held, key=len)  # (the fields' own layers first: a whole Chain, not one of its parts)
+    shown = ", ".join(_relative_path(at) for at in held[:_HELD_SHOWN])
+    if len(held) > _HELD_SHOWN:
+        shown += f" and {len(held) - _HELD_SHOWN} more"
+    where = f"fields {shown}" if direct else f"{len(held)} layers, at {shown}"
+    # (each path ports that layer alone: said first, since a struct that keeps one model and its
+    # settings, TrainedModel(chain, zscore, …), is the usual case)
+    paths = " or ".join(repr((*path, *at)) for at in held[:3])
+    what = "a field's layers" if direct else "one layer"
+    text = (
+        f"{value.type.name} is a struct of your own holding Flux layers ({where}): its forward pass is "
+        "Julia code, which treexchange never runs. "
+        f"To port {what} alone, name its path: {paths}"
+    )
+    if direct:  # (layers inside Vectors or structs: no Chain of the fields says what it computes)
+        text += (
+            ". If the struct applies them in field order, pass architecture= (--architecture) with the "
+            "Chain of those layers as Flux prints them"
+        )
+    return text
+
+
+def _relative_path(path: TreePath) -> str:
+    """A path below a struct as its fields read: ``edges[1].mlp``, BSON.jl's positional field
+    names bare (``1[2].1``), as the field names the message gives beside it are."""
+    out = []
+    for i, seg in enumerate(path):
+        if isinstance(seg, int):
+            out.append(f"[{seg}]")
+        elif seg.isidentifier() or seg.isdigit():
+            out.append(seg if i == 0 else f".{seg}")
+        else:
+            out.append(f"[{seg!r}]")
+    return "".join(out)
 
 
 def refuse_cycles(value: Any, path: TreePath = ()) -> None:
