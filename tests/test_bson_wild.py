@@ -5,9 +5,11 @@ whose licence allows it and on synthetic files of the same structure (each names
 from __future__ import annotations
 
 import io
+import warnings
 from pathlib import Path
 from typing import Any
 
+import equinox as eqx
 import h5py
 import jax
 import numpy as np
@@ -79,6 +81,56 @@ def test_a_saved_params_object_is_a_parameter_list_in_its_order(tmp_path: Path, 
     x = rng.normal(size=6).astype(np.float32)
     expected = arrays[2] @ np.maximum(arrays[0] @ x + arrays[1], 0) + arrays[3]
     np.testing.assert_allclose(np.asarray(model(x)), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_a_parameter_list_with_batchnorm_warns_that_its_statistics_are_flux_initial_ones(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """guilhermealvesc/cnn-vgg19-cifar10 cifar10_conv.bson (blob 345e7913, ``BSON.@save "…"
+    params = ps época acu`` of a CNN with five ``BatchNorm``s): a ``Params`` holds the trainable
+    arrays only, so the port's BatchNorms start from μ = 0, σ² = 1, not the statistics learnt in
+    training: in test mode the port computes another function than the trained model. It ported
+    without a word; ``from_flux`` warns and ``convert --flux-state`` notes it on stderr, naming
+    the layers. Without a BatchNorm, neither."""
+    from treexchange._interop._fluxmigrate import migrate_flux_state
+
+    rng = np.random.default_rng(3)
+    # Flux.params of Chain(Dense(3 => 4; bias=false), BatchNorm(4, relu), Dense(4 => 2)): W, β, γ, W, b
+    arrays = [rng.normal(size=s).astype(np.float32) for s in ((4, 3), (4,), (4,), (2, 4), (2,))]
+    path = _write(tmp_path, "p.bson", {"params": _zygote_params(arrays, buffer=True), "acu": 0.85})
+    text = "Chain(Dense(3 => 4; bias=false), BatchNorm(4, relu), Dense(4 => 2))"
+    with pytest.warns(
+        UserWarning, match=r"1 BatchNorm layer \(params\.layers\[2\]\) starts from Flux's initial"
+    ) as said:
+        model, state = tx.from_flux(path, "params", architecture=text)
+    assert [w.filename for w in said] == [__file__]  # (the caller's line: where from_flux was called)
+    x = rng.normal(size=3).astype(np.float32)
+    eps = 1e-5  # (Flux's initial statistics in test mode: (h - 0) / sqrt(1 + ϵ) γ + β)
+    hidden = np.maximum((arrays[0] @ x) / np.sqrt(1 + eps) * arrays[2] + arrays[1], 0)
+    testmode = eqx.nn.inference_mode(model)
+    np.testing.assert_allclose(np.asarray(testmode(x, state)[0]), arrays[3] @ hidden + arrays[4], rtol=1e-5)
+    migrate_flux_state(path, tmp_path / "state.jld2", architecture=text, out=io.StringIO())
+    note = capsys.readouterr().err
+    assert note.startswith("treexchange convert: note: 1 BatchNorm layer (params.layers[2]) starts from")
+    assert "the whole model or its Flux.state holds them" in note
+    # Five, as in the real file: the first five named, a sixth counted
+    text6 = "Chain(Dense(3 => 4; bias=false), " + ", ".join(["BatchNorm(4, relu)"] * 6) + ", Dense(4 => 2))"
+    six = [arrays[0], *[a for _ in range(6) for a in arrays[1:3]], arrays[3], arrays[4]]
+    path6 = _write(tmp_path, "p6.bson", {"params": _zygote_params(six, buffer=False)})
+    with pytest.warns(
+        UserWarning, match=r"6 BatchNorm layers \(params\.layers\[2\], .*layers\[6\] and 1 more\) start"
+    ):
+        tx.from_flux(path6, "params", architecture=text6)
+    # No BatchNorm: no warning, no note
+    plain = _write(
+        tmp_path, "mlp.bson", {"params": _zygote_params([arrays[0], arrays[3], arrays[4]], buffer=True)}
+    )
+    mlp = "Chain(Dense(3 => 4, relu; bias=false), Dense(4 => 2))"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tx.from_flux(plain, "params", architecture=mlp)
+    migrate_flux_state(plain, tmp_path / "mlp.jld2", architecture=mlp, out=io.StringIO())
+    assert capsys.readouterr().err == ""
 
 
 def test_a_fieldless_layer_stored_as_its_type_alone_ports(tmp_path: Path) -> None:

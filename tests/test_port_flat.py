@@ -11,6 +11,7 @@ MNIST exactly as the model they came from.
 from __future__ import annotations
 
 import io
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -349,7 +350,9 @@ def test_the_real_flat_vectors_of_a_neuralpde_model_port_by_position(tmp_path: P
     assert isinstance(roots["prepared_weights"], list)
 
 
-def test_re_of_p_keeps_the_running_statistics_and_odd_vectors_migrate(tmp_path: Path) -> None:
+def test_re_of_p_keeps_the_running_statistics_and_odd_vectors_migrate(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``re(p)`` puts ``p``'s numbers into the trainable arrays and keeps the rest of ``re``'s model:
     BatchNorm's running ``μ``/``σ²`` come from the model (they were reset to 0 and 1). A BSON
     Restructure (fields by position) names its model field as it is stored, ``"1"``. ``convert
@@ -372,11 +375,19 @@ def test_re_of_p_keeps_the_running_statistics_and_odd_vectors_migrate(tmp_path: 
     )
     path = tmp_path / "bn.jld2"
     tx.save(path, re=re_, p=np.array([1.0, 2.0, 3.0, 4.0], np.float32))
-    _, state, _ = read_source(path, "re", None, flux=None, flat="p")
+    with warnings.catch_warnings():  # (re(p) has the model's statistics: nothing to warn of)
+        warnings.simplefilter("error")
+        _, state, _ = read_source(path, "re", None, flux=None, flat="p")
     layer = state["layers"][0]
     assert [layer[k].tolist() for k in ("β", "γ", "μ", "σ²")] == [[1, 2], [3, 4], [5, 6], [4, 9]]
     roots = migrate_flux_state(path, tmp_path / "state.jld2", out=io.StringIO())
     assert roots["re"]["layers"][0]["μ"].tolist() == [5, 6]
+    assert capsys.readouterr().err == ""
+    # p alone with the architecture: the statistics are Flux's initial ones, which is said
+    with pytest.warns(UserWarning, match=r"1 BatchNorm layer \(p\.layers\[1\]\) starts from Flux's initial"):
+        tx.from_flux(path, "p", architecture="Chain(BatchNorm(2))")
+    migrate_flux_state(path, tmp_path / "p.jld2", architecture="Chain(BatchNorm(2))", out=io.StringIO())
+    assert "note: 1 BatchNorm layer (p.layers[1]) starts from" in capsys.readouterr().err
     positional = JuliaStruct("Optimisers.Restructure", {"1": chain, "2": (), "3": 4})
     tx.save(path, re=positional, p=np.ones(4, np.float32))
     with pytest.raises(ConversionError, match=r"tx.from_flux\(path, \('re', '1'\)\)"):

@@ -34,7 +34,7 @@ from .._errors import ConversionError, TreePath, format_path
 from .._port._arch import parse_architecture
 from .._port._eras import era_field_names
 from .._port._flux import _julia_string
-from .._port._fromflux import check_state, restructure_model
+from .._port._fromflux import check_state, restructure_model, untrained_statistics, untrained_statistics_note
 from .._port._registry import julia_constructor
 from .._port._spec import Layer
 from .._port._state import check_era
@@ -157,6 +157,7 @@ def _migrate_entry(
             if vectors is None:
                 raise
             return vectors
+        _note_untrained_statistics(layer, state, path)
         return (
             state,
             _mapping(state, path, sources),
@@ -205,6 +206,7 @@ def _migrate_flat(
         state, notes = _state_from_flat(layer, vector, era, (name,))
     except ConversionError as err:
         return value, [], [f"{name}: written as it is (a vector, not this model's flat parameters: {err})"]
+    _note_untrained_statistics(layer, state, (name,))
     return (
         state,
         _flat_mapping(state, (name,), name, vector),
@@ -235,6 +237,7 @@ def _vector_list(
             continue
         items.append(state)
         fitted.append(i)
+        _note_untrained_statistics(layer, state, (name, i))
         mapping += _flat_mapping(state, (name, i), format_path((name, i)), vector)
         notes += state_notes
     if not fitted:
@@ -312,6 +315,15 @@ def _state_from_flat(
             for where in nonzero_initial_states(old, written or path)
         ]
     return state, notes
+
+
+def _note_untrained_statistics(layer: Layer, state: Any, path: TreePath) -> None:
+    """On stderr: the BatchNorm layers of a state made from a parameter list or a flat vector,
+    whose running statistics are Flux's initial ones (the file does not hold the trained ones), as
+    ``from_flux`` warns of them; the Flux model loaded from it computes another function in test mode."""
+    layers = untrained_statistics(layer, state, path)
+    if layers:
+        print(f"treexchange convert: note: {untrained_statistics_note(layers)}", file=sys.stderr)
 
 
 def _flat_mapping(state: Any, path: TreePath, flat_name: str, flat: Any) -> list[str]:

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping, Sequence
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal, overload
 
 import numpy as np
@@ -116,7 +117,9 @@ def read_source(
         return layer, keep_statistics(state, model_state), era
     numbers = flat_vector(value)
     if architecture is not None and numbers is not None:
-        return _from_flat(parse_architecture(architecture), numbers, flux, where)
+        layer, state, era = _from_flat(parse_architecture(architecture), numbers, flux, where)
+        _warn_untrained_statistics(layer, state, where)
+        return layer, state, era
     if isinstance(value, np.ndarray) and numbers is None:  # no Flux.state, and no flat vector: say why
         raise ConversionError(
             f"{shown} is an array of {value.dtype.name} {value.shape}, not a model's state; a flat "
@@ -186,6 +189,8 @@ def read_source(
     given = flux if flux is not None or plain_state else DEFAULT_FLUX_ERA
     state = state_for_architecture(layer, value, given or DEFAULT_FLUX_ERA, path=where)
     check_state(layer, state, path=where)
+    if params_list(value) is not None:
+        _warn_untrained_statistics(layer, state, where)
     return layer, state, given or state_era(layer, state, path=where) or DEFAULT_FLUX_ERA
 
 
@@ -453,15 +458,24 @@ def check_state(layer: Layer, state: Any, *, path: Sequence[PathSegment] = ()) -
         ...     print(err)
         the architecture's Dense implies weight of size 2×3, the state has 3×2 (at m.weight)
     """
-    p = tuple(path)
+    for leaf, sub, at in _layer_states(layer, state, tuple(path)):
+        _check_layer(leaf, sub, at)
+
+
+def _layer_states(layer: Layer, state: Any, path: TreePath) -> Iterator[tuple[Layer, Any, TreePath]]:
+    """Each layer of ``layer`` that is no container, with its part of ``state`` and that part's
+    path (a container's state is checked on the way: its `layers`, their number and names)."""
+    if layer.kind in ("Chain", "Parallel", "PairwiseFusion", "Maxout"):
+        for child, (sub, sub_path) in zip(layer.children, _children_states(layer, state, path), strict=True):
+            yield from _layer_states(child, sub, sub_path)
+    elif layer.kind == "SkipConnection":
+        yield from _layer_states(layer.children[0], _field(state, "layers"), (*path, "layers"))
+    else:
+        yield layer, state, path
+
+
+def _check_layer(layer: Layer, state: Any, p: TreePath) -> None:
     kind = layer.kind
-    if kind in ("Chain", "Parallel", "PairwiseFusion", "Maxout"):
-        for child, (sub, sub_path) in zip(layer.children, _children_states(layer, state, p), strict=True):
-            check_state(child, sub, path=sub_path)
-        return
-    if kind == "SkipConnection":
-        check_state(layer.children[0], _field(state, "layers"), path=(*p, "layers"))
-        return
     record = KINDS.get(kind)
     if record is None:
         return  # the builders name an unknown kind
@@ -478,6 +492,48 @@ def check_state(layer: Layer, state: Any, *, path: Sequence[PathSegment] = ()) -
         if kind == "GRUv3" and key == "Wh" and _field(state, "state") is None:
             shape = (3 * shape[1], shape[1])  # Flux ≥ 0.15 (no Recur): 3H rows, the last H unused
         _expect(where, key, shape, (*p, *spec.where), layer, optional=spec.optional)
+
+
+def untrained_statistics(layer: Layer, state: Any, path: TreePath) -> list[tuple[TreePath, str]]:
+    """``(path, kind)`` of the layers of ``layer`` whose ``state`` (made from a parameter list or
+    a flat vector) holds running statistics: Flux's initial ones (μ = 0, σ² = 1), since ``Flux.params``
+    and ``Flux.destructure`` hold only the trainable arrays, never the statistics learnt in training.
+
+    Example:
+        >>> from treexchange._port._arch import parse_architecture
+        >>> arch = parse_architecture("Chain(Dense(3 => 4), BatchNorm(4, relu))")
+        >>> state = state_from_params(arch, [np.ones((4, 3)), np.zeros(4), np.zeros(4), np.ones(4)], "0.15")
+        >>> untrained_statistics(arch, state, ("params",))
+        [(('params', 'layers', 2), 'BatchNorm')]
+    """
+    return [
+        (at, leaf.kind)
+        for leaf, sub, at in _layer_states(layer, state, path)
+        if isinstance(_field(sub, "μ"), np.ndarray)
+    ]
+
+
+def untrained_statistics_note(layers: Sequence[tuple[TreePath, str]]) -> str:
+    """What :func:`untrained_statistics` found, said for a warning or a note: the layers (the first
+    five, and how many more) and why the port computes another function than the trained model."""
+    kinds = "/".join(sorted({kind for _, kind in layers}))
+    shown = ", ".join(format_path(at) for at, _ in layers[:5])
+    more = f" and {len(layers) - 5} more" if len(layers) > 5 else ""
+    plural, verb = ("s", "start") if len(layers) > 1 else ("", "starts")
+    return (
+        f"{len(layers)} {kinds} layer{plural} ({shown}{more}) {verb} from Flux's initial running "
+        "statistics (μ = 0, σ² = 1): a parameter list or flat vector holds only the trainable arrays, "
+        "not the statistics learnt in training, so in test mode the model computes another function "
+        "than the trained one; the whole model or its Flux.state holds them"
+    )
+
+
+def _warn_untrained_statistics(layer: Layer, state: Any, where: TreePath) -> None:
+    """Warn (for ``from_flux``: its caller's line) when the port from a parameter list or a flat
+    vector holds BatchNorm layers, whose running statistics the file did not give."""
+    layers = untrained_statistics(layer, state, where)
+    if layers:
+        warnings.warn(f"from_flux: {untrained_statistics_note(layers)}", UserWarning, stacklevel=4)
 
 
 _POOLS = frozenset({"MaxPool", "MeanPool", "AdaptiveMaxPool", "AdaptiveMeanPool"})
