@@ -83,6 +83,27 @@ def test_a_saved_params_object_is_a_parameter_list_in_its_order(tmp_path: Path, 
     np.testing.assert_allclose(np.asarray(model(x)), expected, rtol=1e-5, atol=1e-6)
 
 
+def test_the_dry_run_maps_a_params_arrays_from_its_order_not_its_idset(tmp_path: Path) -> None:
+    """BSON.jl stores a ``Params``' arrays once, each referred to from ``order`` and from the
+    hash-ordered ``IdSet`` (backrefs, one object each when read). ``convert --flux-state --dry-run``
+    named each array's source by the last path it met, ``params['2']['1'].keys[10]`` (the IdSet's
+    positions, which say nothing of the layers); it names the first, the place in ``order``.
+    Real: guilhermealvesc/cnn-vgg19-cifar10 cifar10_conv.bson (blob 345e7913)."""
+    from treexchange._interop._fluxmigrate import migrate_flux_state
+
+    arrays = [np.full(s, i, np.float32) for i, s in enumerate(((4, 6), (4,), (3, 4), (3,)))]
+    refs = [backref(i) for i in range(1, 5)]
+    params = _zygote_params(refs, buffer=True)  # (the IdSet holds the same references, reversed)
+    path = tmp_path / "p.bson"
+    path.write_bytes(bson_file({"params": params}, [array(None, a) for a in arrays]))
+    printed = io.StringIO()
+    text = "Chain(Dense(6 => 4, relu), Dense(4 => 3))"
+    migrate_flux_state(path, tmp_path / "s.jld2", architecture=text, dry_run=True, out=printed)
+    lines = [line for line in printed.getvalue().splitlines() if " <- " in line]
+    assert lines[0] == "params.layers[1].weight <- params['1']['1'][1]  (4, 6) float32"
+    assert lines[-1] == "params.layers[2].bias <- params['1']['1'][4]  (3,) float32"
+
+
 def test_a_parameter_list_with_batchnorm_warns_that_its_statistics_are_flux_initial_ones(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

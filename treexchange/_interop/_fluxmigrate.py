@@ -415,15 +415,18 @@ def _holds_flux_layer(value: Any) -> bool:
 
 
 def _array_paths(value: Any, path: TreePath) -> Iterator[tuple[int, TreePath]]:
-    """``(id(array), its path)`` for every array in a value as read (for the dry-run's mapping);
-    a container already visited (shared, or a cycle: a file's objects may refer to each other) is
-    not entered again."""
+    """``(id(array), its path)`` for every array in a value as read (for the dry-run's mapping),
+    each at its first path: a ``Params`` holds its arrays twice, in the model's order and again in
+    its hash-ordered ``IdSet``, whose positions say nothing of the layers. A container already
+    visited (shared, or a cycle: a file's objects may refer to each other) is not entered again."""
     seen: set[int] = set()
     todo: list[tuple[Any, TreePath]] = [(value, path)]
     while todo:
         v, at = todo.pop()
         if isinstance(v, np.ndarray):
-            yield id(v), at
+            if id(v) not in seen:
+                seen.add(id(v))
+                yield id(v), at
             continue
         children: list[tuple[Any, Any]]
         if isinstance(v, JuliaStruct):
