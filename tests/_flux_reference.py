@@ -529,6 +529,18 @@ def rnn_cell_step(kind: str, cell: Any, sigma: str | None, x: Array, state: Any)
     return h, h
 
 
+def bare_cell(layer: Layer, params: Any, x: Array, state: Any) -> tuple[Array, Any]:
+    """Flux ≥ 0.15's bare ``RNNCell``/``LSTMCell``/``GRUCell``/``GRUv3Cell`` called ``cell(x, state)``
+    with its ``Flux.state`` ``params`` (the cell's own fields): Flux 0.16's ``(output, new state)``
+    (Flux 0.15 returns the new state alone). ``x`` is ``(in, B)``, the state ``h`` ``(H, B)`` or
+    LSTM's ``(h, c)``."""
+    kind = layer.kind.removesuffix("Cell")
+    given = (
+        tuple(np.asarray(s, np.float64) for s in state) if kind == "LSTM" else np.asarray(state, np.float64)
+    )
+    return rnn_cell_step(kind, params, layer.arg("σ"), np.asarray(x, np.float64), given)
+
+
 def recurrent(layer: Layer, params: Any, x: Array) -> Array:
     """Flux ``RNN``/``LSTM``/``GRU``/``GRUv3`` over a sequence ``(in, L, B)`` -> ``(H, L, B)``.
 
