@@ -31,14 +31,17 @@ RNN, LSTM,     RNN/LSTM/GRU (one layer, one direction)    same, gate blocks in t
 GRU            ``weight_ih_l0`` = Wi, ``weight_hh_l0`` =  i, f, g, o; GRU r, z, n); ``bias_hh_l0`` is 0
                Wh, ``bias_ih_l0`` = b, ``bias_hh_l0``     going to torch and folded into b coming back
                                                           (see :func:`_fold_bias_hh`)
+RNNCell,       RNNCell/LSTMCell/GRUCell ``weight_ih``,    as RNN, LSTM, GRU (a bare Flux ≥ 0.15 cell:
+LSTMCell,      ``weight_hh``, ``bias_ih``, ``bias_hh``    one step, ``cell(x, h)``, torch's call too)
+GRUCell
 MultiHead-     MultiheadAttention ``in_proj_weight`` =    same; separate ``q/k/v_proj_weight`` when
 Attention      vcat(q, k, v weights), ``in_proj_bias``,   ``kdim``/``vdim`` differ from ``embed_dim``
                ``out_proj.weight``/``.bias``
 =============  ========================================  ==============================================
 
-GRUv3 (reset gate before ``Wh``), an RNN whose activation is neither tanh nor relu, and attention whose
-q/k/v/output sizes torch cannot express are refused with :class:`~treexchange.UnsupportedError`: no
-conversion is ever approximate.
+GRUv3 and GRUv3Cell (reset gate before ``Wh``), an RNN or RNNCell whose activation is neither tanh
+nor relu, and attention whose q/k/v/output sizes torch cannot express are refused with
+:class:`~treexchange.UnsupportedError`: no conversion is ever approximate.
 
 Every problem (a missing or left-over tensor, a kind or shape that does not fit) is collected and
 raised at once as one :class:`treexchange.MismatchError` naming the tensor and the Julia path.
@@ -68,6 +71,7 @@ from .._errors import (
 from .._port._arch import parse_architecture
 from .._port._perm import REV, SAME, Perm, Transpose, conv_weight_perm
 from .._port._registry import (
+    CELLS,
     KINDS,
     NO_TORCH_EQUIVALENT,
     RECURRENT_GATES,
@@ -77,6 +81,7 @@ from .._port._registry import (
     register,
     unsupported,
     with_defaults,
+    wrapped_kind,
 )
 from .._port._rules import Arr, _NamedFields
 from .._port._spec import DEFAULT_FLUX_ERA, Layer
@@ -180,23 +185,25 @@ def _recurrent_params(layer: Layer) -> list[TorchParam]:
     (``n = tanh(W_in x + b_in + r ⊙ (W_hn h + b_hn))``) where Flux's GRU has no bias, which a zero
     ``bias_hh`` reproduces exactly; Flux's RNN/LSTM add one bias, torch two (the sum). Without bias
     (Flux ≥ 0.15's ``bias=false``, torch's ``bias=False``: neither bias) the equations are the same
-    with the biases left out, the GRU's too."""
-    a = layer.args
-    if layer.kind == "RNN" and a.get("σ", "tanh") not in ("tanh", "relu"):
+    with the biases left out, the GRU's too. A bare cell (``GRUCell``) has its layer's tensors
+    without the ``_l0`` of a layer number (``torch.nn.GRUCell``'s names)."""
+    a, kind = layer.args, wrapped_kind(layer.kind)
+    if kind == "RNN" and a.get("σ", "tanh") not in ("tanh", "relu"):
         raise UnsupportedError(
-            f"no PyTorch equivalent: torch's RNN computes tanh or relu, this Flux RNN {a['σ']}"
+            f"no PyTorch equivalent: torch's {layer.kind} computes tanh or relu, this Flux one {a['σ']}"
         )
-    rows, inp, hidden = RECURRENT_GATES[layer.kind] * a["out"], a["in"], a["out"]
+    rows, inp, hidden = RECURRENT_GATES[kind] * a["out"], a["in"], a["out"]
+    suffix = "" if layer.kind in CELLS else "_l0"
     weights = [
-        TorchParam("Wi", "weight_ih_l0", SAME, (rows, inp)),
-        TorchParam("Wh", "weight_hh_l0", SAME, (rows, hidden)),
+        TorchParam("Wi", f"weight_ih{suffix}", SAME, (rows, inp)),
+        TorchParam("Wh", f"weight_hh{suffix}", SAME, (rows, hidden)),
     ]
     if a.get("bias") is False:
         return weights
     return [
         *weights,
-        TorchParam("b", "bias_ih_l0", SAME, (rows,)),
-        TorchParam("", "bias_hh_l0", SAME, (rows,), "zeros (folded into b coming back)"),
+        TorchParam("b", f"bias_ih{suffix}", SAME, (rows,)),
+        TorchParam("", f"bias_hh{suffix}", SAME, (rows,), "zeros (folded into b coming back)"),
     ]
 
 
@@ -245,7 +252,7 @@ def _fold_bias_hh(layer: Layer, b: np.ndarray, bias_hh: np.ndarray, where: TreeP
     :func:`flux_to_state_dict` writes) leaves ``b`` bit for bit as it is."""
     if not bias_hh.any():
         return b
-    if layer.kind == "GRU":
+    if wrapped_kind(layer.kind) == "GRU":
         h = layer.args["out"]
         if bias_hh[2 * h :].any():
             raise UnsupportedError(
@@ -619,10 +626,10 @@ def _at(state: Any, path: TreePath) -> Any:
 
 def _julia_array(node: Any, layer: Layer, key: str) -> Any:
     """The array the rule calls ``key`` in one layer's state (``Wi`` is ``cell.Wi``; the bias is
-    ``cell.bias`` or ``cell.b`` by Flux era), or None."""
+    ``cell.bias`` or ``cell.b`` by Flux era; a bare cell's are its own fields, Flux ≥ 0.15's), or None."""
     rule = RULES.get(layer.kind)
-    if rule is not None and layer.kind in ("RNN", "LSTM", "GRU", "MultiHeadAttention"):
-        for era in ("0.15", "0.14"):
+    if rule is not None and wrapped_kind(layer.kind) in ("RNN", "LSTM", "GRU", "MultiHeadAttention"):
+        for era in ("0.15",) if layer.kind in CELLS else ("0.15", "0.14"):
             where = _arr_path(rule.fields(layer, era), key)
             value = node
             for name in where or ():
@@ -738,7 +745,7 @@ for _kinds, _builder in [
     (("BatchNorm", "InstanceNorm", "GroupNorm"), _norm_params),
     (("LayerNorm",), _layernorm_params),
     (("Embedding",), _embedding_params),
-    (("RNN", "LSTM", "GRU"), _recurrent_params),
+    (("RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"), _recurrent_params),
     (("MultiHeadAttention",), _attention_params),
     (tuple(k for k, r in KINDS.items() if r.group != "arrays"), _no_tensors),
 ]:

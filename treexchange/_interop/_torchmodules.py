@@ -208,6 +208,17 @@ def _recurrent(sub: Any) -> Layer:
     return Layer(name, args)
 
 
+def _cell(sub: Any) -> Layer:
+    """``torch.nn.RNNCell``/``LSTMCell``/``GRUCell``: Flux ≥ 0.15's cell of the same name (one step,
+    ``cell(x, h)``, the same tensors as the layer's, without ``_l0``)."""
+    args: dict[str, Any] = {"in": sub.input_size, "out": sub.hidden_size}
+    if isinstance(sub, nn.RNNCell):
+        args["σ"] = sub.nonlinearity
+    if not sub.bias:
+        args["bias"] = False
+    return Layer(type(sub).__name__, args)
+
+
 def _attention(sub: Any) -> Layer:
     if sub.bias_k is not None or sub.add_zero_attn:
         raise UnsupportedError(
@@ -293,6 +304,7 @@ _ARRAY_READERS: list[tuple[tuple[type, ...], Callable[[Any], Layer]]] = [
     ((nn.LayerNorm,), _layernorm),
     ((nn.Embedding,), _embedding),
     ((nn.RNN, nn.LSTM, nn.GRU), _recurrent),
+    ((nn.RNNCell, nn.LSTMCell, nn.GRUCell), _cell),
     ((nn.MultiheadAttention,), _attention),
 ]
 _READERS: list[tuple[tuple[str, ...], tuple[type, ...], Callable[[Any], Layer]]] = [

@@ -20,7 +20,7 @@ from typing import Any
 
 from treexchange._errors import ConversionError
 from treexchange._port._activations import BASE_MATH, refuse_whole_array_sigma
-from treexchange._port._registry import PORTING_DOCS, RECURRENT_GATES
+from treexchange._port._registry import CELLS, PORTING_DOCS, RECURRENT_GATES, wrapped_kind
 from treexchange._port._spec import Layer
 
 # --- tokens ------------------------------------------------------------------------------------
@@ -803,6 +803,7 @@ def _recurrent(a: _Args, kind: str | None = None, printed: bool = False) -> Laye
     σ an RNN is ``tanh`` (the constructor's default), except in ``printed`` text: Flux ≤ 0.14
     prints ``Recur(RNNCell(3 => 5))`` only for ``identity`` (it names any other σ, tanh too)."""
     kind = kind or a.name
+    step = kind in CELLS  # (a bare cell, RNNCell(3 => 5): one step, no return_state)
     if a.args and isinstance(a.args[0], _Pair):
         a.arity(1, 2)
         cin, cout = (a.b.int_(v, f"{kind} size") for v in a.b.pair(a.args[0], f"{kind} size"))
@@ -812,11 +813,11 @@ def _recurrent(a: _Args, kind: str | None = None, printed: bool = False) -> Laye
         cin, cout = a.b.int_(a.args[0], f"{kind} input size"), a.b.int_(a.args[1], f"{kind} output size")
         rest = 2
     args: dict[str, Any] = {"in": cin, "out": cout}
-    if kind == "RNN":
+    if wrapped_kind(kind) == "RNN":
         args["σ"] = _sigma(a, rest) if len(a.args) > rest else ("identity" if printed else "tanh")
     elif len(a.args) > rest:
         raise a.b.error(f"{kind} takes no activation", _pos(a.args[rest]))
-    for key in ("return_state", "bias"):
+    for key in ("bias",) if step else ("return_state", "bias"):
         e = a.pop_kw(key)
         if e is not None:
             args[key] = a.b.bool_(e, key)
@@ -959,7 +960,7 @@ _CONSTRUCTORS: dict[str, Callable[[_Builder, _Args], Layer]] = {
     "AdaptiveMeanPool": lambda b, a: _adaptive(a),
     "GlobalMaxPool": lambda b, a: _global(a),
     "GlobalMeanPool": lambda b, a: _global(a),
-    **{kind: lambda b, a: _recurrent(a) for kind in RECURRENT_GATES},
+    **{kind: lambda b, a: _recurrent(a) for kind in (*RECURRENT_GATES, *CELLS)},
     "Recur": lambda b, a: _recur(a),
     "Recurrence": lambda b, a: _recurrence(a),
     "MultiHeadAttention": lambda b, a: _mha(a),

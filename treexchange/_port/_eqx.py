@@ -51,15 +51,17 @@ from ._layout import (
 from ._perm import REV, SAME, Perm, Reshape, Transpose, conv_weight_perm
 from ._registry import (
     ACTIVATED,
+    CELLS,
     RECURRENT_GATES,
     ClassReaders,
     builder,
     class_reader,
     register_target,
     with_defaults,
+    wrapped_kind,
 )
 from ._spec import DEFAULT_FLUX_ERA, Layer
-from ._state import KEEP, Port, carry_initial_state, returning_state
+from ._state import KEEP, Port, bare_cell, carry_initial_state, returning_state
 
 # === building ======================================================================================
 
@@ -235,8 +237,9 @@ def _build_bilinear(layer: Layer, key: Any, era: str) -> Any:
 
 def _build_recurrent(layer: Layer, key: Any, era: str) -> Any:
     """Flux's RNN/LSTM/GRU/GRUv3 as :class:`~._eqx_layers.Recurrence` over its cell (zero ``bias_n``;
-    no bias at all for Flux ≥ 0.15's ``bias=false``)."""
-    kind, n_in, hidden = layer.kind, int(layer.args["in"]), int(layer.args["out"])
+    no bias at all for Flux ≥ 0.15's ``bias=false``); a bare cell (``GRUCell``) as that cell alone,
+    called as Flux ≥ 0.15's, ``cell(x, h) -> h'`` (LSTM ``(h, c)``)."""
+    kind, n_in, hidden = wrapped_kind(layer.kind), int(layer.args["in"]), int(layer.args["out"])
     bias = bool(layer.arg("bias", True))
     cell: Any
     if kind == "LSTM":
@@ -255,6 +258,8 @@ def _build_recurrent(layer: Layer, key: Any, era: str) -> Any:
         else:
             wc = eqx.nn.Linear(hidden, hidden, use_bias=False, key=k3)
             cell = L.GRUv3Cell(wi.weight, wh.weight, wi.bias, wc.weight)
+    if layer.kind in CELLS:
+        return cell
     return L.Recurrence(cell, learnt_initial_state(layer), bool(layer.arg("return_state", False)))
 
 
@@ -389,6 +394,10 @@ class _Reader:
     def recurrence(self, m: Any, path: TreePath) -> Port:
         port = self.recurrent_cell(m.cell, (*path, "cell"))
         return carry_initial_state(returning_state(port, m.return_state), m.state0)
+
+    def bare_cell(self, m: Any, path: TreePath) -> Port:
+        """A cell alone (one step, ``cell(x, h)``): Flux ≥ 0.15's cell, not the layer scanning it."""
+        return bare_cell(self.recurrent_cell(m, path))
 
     def dropout(self, m: Any, path: TreePath) -> Port:
         return Port(Layer("AlphaDropout" if isinstance(m, L.AlphaDropout) else "Dropout", {"p": float(m.p)}))
@@ -707,7 +716,7 @@ _BUILDERS: list[tuple[tuple[str, ...], Callable[..., Any]]] = [
     (("LayerNorm",), _build_layernorm),
     (("Dropout", "AlphaDropout"), _build_dropout),
     (("MultiHeadAttention",), _build_attention),
-    (("RNN", "LSTM", "GRU", "GRUv3"), _build_recurrent),
+    (("RNN", "LSTM", "GRU", "GRUv3", *CELLS), _build_recurrent),
 ]
 _nn = eqx.nn
 _READERS: ClassReaders = [
@@ -737,6 +746,6 @@ _READERS: ClassReaders = [
     (("Dropout", "AlphaDropout"), (_nn.Dropout, L.AlphaDropout), _Reader.dropout),
     (("MultiHeadAttention",), (_nn.MultiheadAttention,), _Reader.attention),
     (("RNN", "LSTM", "GRU", "GRUv3"), (L.Recurrence,), _Reader.recurrence),
-    ((), (_nn.LSTMCell, _nn.GRUCell, L.RNNCell, L.GRUv3Cell), _Reader.recurrent_cell),
+    (tuple(CELLS), (_nn.LSTMCell, _nn.GRUCell, L.RNNCell, L.GRUv3Cell), _Reader.bare_cell),
 ]
 _BY_CLASS = register_target("equinox", _BUILDERS, _READERS)

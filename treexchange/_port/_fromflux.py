@@ -24,7 +24,14 @@ from treexchange._errors import ConversionError, PathSegment, TreePath, Unsuppor
 from treexchange._port import load_state
 from treexchange._port._arch import parse_architecture
 from treexchange._port._componentarray import component_tree, is_component_array
-from treexchange._port._registry import KINDS, RECURRENT_GATES, param_slots, with_defaults
+from treexchange._port._registry import (
+    CELLS,
+    KINDS,
+    RECURRENT_GATES,
+    param_slots,
+    with_defaults,
+    wrapped_kind,
+)
 from treexchange._port._spec import DEFAULT_FLUX_ERA, Layer
 from treexchange._port._state import check_era
 from treexchange._port._statefill import (
@@ -489,7 +496,7 @@ def _check_layer(layer: Layer, state: Any, p: TreePath) -> None:
             elif spec.where and _field(where, key) is None:  # Diagonal's α/β inside an old LayerNorm
                 key = spec.alias
         shape = spec.shape
-        if kind == "GRUv3" and key == "Wh" and _field(state, "state") is None:
+        if wrapped_kind(kind) == "GRUv3" and key == "Wh" and _field(state, "state") is None:
             shape = (3 * shape[1], shape[1])  # Flux ≥ 0.15 (no Recur): 3H rows, the last H unused
         _expect(where, key, shape, (*p, *spec.where), layer, optional=spec.optional)
 
@@ -573,6 +580,8 @@ def _collect_eras(layer: Layer, state: Any, path: TreePath, found: dict[str, Tre
     if layer.kind in RECURRENT_GATES:
         recur = _field(state, "state") is not None or _field(_field(state, "cell"), "state0") is not None
         found.setdefault("0.14" if recur else "0.15", path)
+    elif layer.kind in CELLS:  # (a bare cell holding state0 is Flux ≤ 0.14's, which is refused)
+        found.setdefault("0.14" if _field(state, "state0") is not None else "0.15", path)
     elif layer.kind in _POOLS:
         found.setdefault("0.14" if state == () else "0.15", path)
     elif layer.kind == "SkipConnection":
@@ -720,6 +729,22 @@ def _refuse_empty_layers(layer: Layer) -> None:
                 )
 
 
+def _refuse_nested_cells(layer: Layer) -> None:
+    """A bare recurrent cell ports alone (one step, the state passed by the caller); inside a
+    container Flux calls it ``cell(x)``, from zeros at every call, and Flux 0.16's returns the pair
+    ``(y, state)`` to the next layer: the ported cells take the state as an argument, so that model
+    is refused by name (its cell ports by its own path)."""
+    for sub in layer.children:
+        for inner in sub.walk():
+            if inner.kind in CELLS:
+                raise UnsupportedError(
+                    f"a bare {inner.kind} inside a {layer.kind}: Flux calls it cell(x) there, from a zero "
+                    f"state at every call (Flux 0.16's returns (y, state) to the next layer); the ported "
+                    f"cell takes the state as an argument. Port the cell by its own path, or use "
+                    f"{CELLS[inner.kind]}(in => out), which scans it over a sequence"
+                )
+
+
 def build_target(layer: Layer, fill: Callable[[Any], Any], *, target: str, era: str, key: Any = None) -> Any:
     """The ``target`` model of the Layer tree ``layer``, its arrays put in by ``fill`` (a restore:
     ``fill(model) -> model``, given ``(model, eqx.nn.State)`` for an Equinox model with BatchNorm).
@@ -729,6 +754,7 @@ def build_target(layer: Layer, fill: Callable[[Any], Any], *, target: str, era: 
     key) makes it build real initial weights instead. ``from_flux`` and ``from_lux`` share it.
     """
     _refuse_empty_layers(layer)
+    _refuse_nested_cells(layer)
     if target == "equinox":
         # jax and equinox (also via _eqx) are costly to import: loaded on first use
         import equinox as eqx

@@ -107,53 +107,67 @@ def learnt_initial_state(layer: Any) -> Any:
     return (jnp.zeros(hidden), jnp.zeros(hidden)) if layer.kind == "LSTM" else jnp.zeros(hidden)
 
 
+RecurrentArrays = tuple[jax.Array, jax.Array, jax.Array | None, jax.Array | None]
+"""A Flux recurrent layer's ``(Wi, Wh, b, Wh_h̃)`` in Flux's shapes: ``b`` None for Flux ≥ 0.15's
+``bias=false``, ``Wh_h̃`` None but for GRUv3."""
+
+
+def cell_step(
+    kind: str, activation: str, arrays: RecurrentArrays, carry: Any, x: jax.Array
+) -> tuple[Any, jax.Array]:
+    """One step of Flux's recurrent ``kind`` (``"GRU"`` for a ``GRUCell``) with its ``arrays``:
+    ``(new state, output)``, the state ``h`` or LSTM's ``(h, c)`` in Flux's order, ``x`` ``(…, in)``
+    with any leading axes (the equations are in ``_nnx_layers.Recurrence``)."""
+    wi, wh, b, wc = arrays
+    pre = x @ wi.T if b is None else x @ wi.T + b
+    if kind == "LSTM":
+        h, c = carry
+        i, f, g, o = jnp.split(pre + h @ wh.T, 4, axis=-1)
+        c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+        h = jax.nn.sigmoid(o) * jnp.tanh(c)
+        return (h, c), h
+    h = carry
+    if kind == "RNN":
+        h = function_of(activation)(pre + h @ wh.T)
+        return h, h
+    gx = jnp.split(pre, 3, axis=-1)
+    gh = jnp.split(h @ wh.T, 3 if kind == "GRU" else 2, axis=-1)
+    r = jax.nn.sigmoid(gx[0] + gh[0])
+    z = jax.nn.sigmoid(gx[1] + gh[1])
+    if kind == "GRU":
+        candidate = jnp.tanh(gx[2] + r * gh[2])
+    else:
+        assert wc is not None
+        candidate = jnp.tanh(gx[2] + (r * h) @ wc.T)
+    h = (1 - z) * candidate + z * h
+    return h, h
+
+
+def zero_state(kind: str, shape: tuple[int, ...], dtype: Any = jnp.float32) -> Any:
+    """Flux's ``initialstates`` of a recurrent ``kind`` (``"LSTM"`` for an ``LSTMCell``) for hidden
+    states of ``shape``: zeros ``h``, or LSTM's pair ``(h, c)``."""
+    zero = jnp.zeros(shape, dtype)
+    return (zero, zero) if kind == "LSTM" else zero
+
+
 def recurrence(
     kind: str,
     activation: str,
-    wi: jax.Array,
-    wh: jax.Array,
-    b: jax.Array | None,
-    wc: jax.Array | None,
+    arrays: RecurrentArrays,
     xs: jax.Array,
     state0: Any = None,
     return_state: bool = False,
 ) -> Any:
-    """Flux's recurrent ``kind`` over ``xs`` ``(batch, time, in)`` from a zero state, or from the
-    learnt ``state0`` (``h``, LSTM ``(h, c)``, each ``(H,)``; the same for every sequence) (the
-    equations are in :class:`Recurrence`). ``b`` None: Flux ≥ 0.15's ``bias=false``. With
-    ``return_state``, ``(hidden states, last state)`` (``h`` ``(batch, H)``, LSTM ``(h, c)``), as
-    Flux ≥ 0.15's ``return_state=true``."""
-    hidden = wh.shape[-1]
-    zero = jnp.zeros((xs.shape[0], hidden), xs.dtype)
-    act = function_of(activation)
-
-    def inputs(x: jax.Array) -> jax.Array:
-        return x @ wi.T if b is None else x @ wi.T + b
+    """Flux's recurrent ``kind`` with its ``arrays`` over ``xs`` ``(batch, time, in)`` from a zero
+    state, or from the learnt ``state0`` (``h``, LSTM ``(h, c)``, each ``(H,)``; the same for every
+    sequence) (the equations are in ``_nnx_layers.Recurrence``). With ``return_state``, ``(hidden
+    states, last state)`` (``h`` ``(batch, H)``, LSTM ``(h, c)``), as Flux ≥ 0.15's
+    ``return_state=true``."""
 
     def step(carry: Any, x: jax.Array) -> tuple[Any, jax.Array]:
-        if kind == "LSTM":
-            h, c = carry
-            i, f, g, o = jnp.split(inputs(x) + h @ wh.T, 4, axis=-1)
-            c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
-            h = jax.nn.sigmoid(o) * jnp.tanh(c)
-            return (h, c), h
-        h = carry
-        if kind == "RNN":
-            h = act(inputs(x) + h @ wh.T)
-            return h, h
-        gx = jnp.split(inputs(x), 3, axis=-1)
-        gh = jnp.split(h @ wh.T, 3 if kind == "GRU" else 2, axis=-1)
-        r = jax.nn.sigmoid(gx[0] + gh[0])
-        z = jax.nn.sigmoid(gx[1] + gh[1])
-        if kind == "GRU":
-            candidate = jnp.tanh(gx[2] + r * gh[2])
-        else:
-            assert wc is not None
-            candidate = jnp.tanh(gx[2] + (r * h) @ wc.T)
-        h = (1 - z) * candidate + z * h
-        return h, h
+        return cell_step(kind, activation, arrays, carry, x)
 
-    carry0: Any = (zero, zero) if kind == "LSTM" else zero
+    carry0 = zero_state(kind, (xs.shape[0], arrays[1].shape[-1]), xs.dtype)
     if state0 is not None:
         carry0 = jax.tree_util.tree_map(lambda s, z: z + s, state0, carry0)  # over the batch
     last, hs = jax.lax.scan(step, carry0, jnp.swapaxes(xs, 0, 1))

@@ -41,15 +41,17 @@ from ._layout import (
 from ._perm import SAME, Transpose
 from ._registry import (
     ACTIVATED,
+    CELLS,
     RECURRENT_GATES,
     ClassReaders,
     builder,
     class_reader,
     register_target,
     with_defaults,
+    wrapped_kind,
 )
 from ._spec import DEFAULT_FLUX_ERA, Layer
-from ._state import Port
+from ._state import Port, bare_cell
 
 __all__ = ["build_linen", "is_linen_model", "read_linen"]
 
@@ -259,8 +261,9 @@ def _build_scale(layer: Layer, era: str) -> _Built:
 
 
 def _build_recurrent(layer: Layer, era: str) -> _Built:
-
-    kind, n_in, hidden = layer.kind, int(layer.args["in"]), int(layer.args["out"])
+    """Flux's RNN/LSTM/GRU/GRUv3 as :class:`~._linen_layers.Recurrence`, a bare cell (``GRUCell``)
+    as :class:`~._linen_layers.Cell`."""
+    kind, n_in, hidden = wrapped_kind(layer.kind), int(layer.args["in"]), int(layer.args["out"])
     gates = RECURRENT_GATES[kind]
     params = {
         "weight_ih": _shape(gates * hidden, n_in),
@@ -277,8 +280,11 @@ def _build_recurrent(layer: Layer, era: str) -> _Built:
         params["state0_h"] = _shape(hidden)
         if learnt == 2:
             params["state0_c"] = _shape(hidden)
+    activation = str(layer.args.get("σ", "tanh"))
+    if layer.kind in CELLS:
+        return _Built(LL.Cell(kind, hidden, activation, use_bias), params)
     returning = bool(layer.arg("return_state", False))
-    module = LL.Recurrence(kind, hidden, str(layer.args.get("σ", "tanh")), learnt, use_bias, returning)
+    module = LL.Recurrence(kind, hidden, activation, learnt, use_bias, returning)
     return _Built(module, params)
 
 
@@ -501,6 +507,9 @@ class _LinenReader(FlaxLayoutReader):
         )
         return self.recurrence(view)
 
+    def cell_module(self, s: _Scoped, path: TreePath) -> Port:
+        return bare_cell(self.recurrence_module(s, path))
+
     def activated(self, s: _Scoped, path: TreePath) -> Port:
         m = s.module
         port = self.read(s.child(m.layer, "layer"), (*path, "layer"))
@@ -616,7 +625,7 @@ _BUILDERS: list[tuple[tuple[str, ...], Callable[..., Any]]] = [
     (("BatchNorm", "GroupNorm", "InstanceNorm"), _build_norm),
     (("LayerNorm",), _build_layernorm),
     (("MultiHeadAttention",), _build_attention),
-    (("RNN", "LSTM", "GRU", "GRUv3"), _build_recurrent),
+    (("RNN", "LSTM", "GRU", "GRUv3", *CELLS), _build_recurrent),
 ]
 _READERS: ClassReaders = [
     (("Chain",), (nn.Sequential,), _LinenReader.sequential),
@@ -640,5 +649,6 @@ _READERS: ClassReaders = [
      (nn.BatchNorm, nn.GroupNorm, nn.InstanceNorm, nn.LayerNorm), _LinenReader.norm),
     (("MultiHeadAttention",), (nn.MultiHeadDotProductAttention,), _LinenReader.attention_module),
     (("RNN", "LSTM", "GRU", "GRUv3"), (LL.Recurrence,), _LinenReader.recurrence_module),
+    (tuple(CELLS), (LL.Cell,), _LinenReader.cell_module),
 ]  # fmt: skip
 _BY_CLASS = register_target("linen", _BUILDERS, _READERS)

@@ -235,16 +235,54 @@ class Recurrence(nn.Module):
 
     @nn.compact
     def __call__(self, xs: jax.Array) -> jax.Array:
-        gates, hidden = RECURRENT_GATES[self.kind], self.features
-        glorot = jax.nn.initializers.glorot_uniform()
-        wi = self.param("weight_ih", glorot, (gates * hidden, xs.shape[-1]))
-        wh = self.param("weight_hh", glorot, ((2 if self.kind == "GRUv3" else gates) * hidden, hidden))
-        b = self.param("bias", jax.nn.initializers.zeros, (gates * hidden,)) if self.use_bias else None
-        wc = self.param("weight_hh_candidate", glorot, (hidden, hidden)) if self.kind == "GRUv3" else None
+        arrays = _flux_recurrent_params(self, self.kind, self.features, xs.shape[-1], self.use_bias)
         state0: Any = None
         if self.learnt_state0:
             zeros = jax.nn.initializers.zeros
-            state0 = self.param("state0_h", zeros, (hidden,))
+            state0 = self.param("state0_h", zeros, (self.features,))
             if self.learnt_state0 == 2:
-                state0 = (state0, self.param("state0_c", zeros, (hidden,)))
-        return shared.recurrence(self.kind, self.activation, wi, wh, b, wc, xs, state0, self.return_state)
+                state0 = (state0, self.param("state0_c", zeros, (self.features,)))
+        return shared.recurrence(self.kind, self.activation, arrays, xs, state0, self.return_state)
+
+
+def _flux_recurrent_params(
+    module: nn.Module, kind: str, hidden: int, n_in: int, use_bias: bool
+) -> shared.RecurrentArrays:
+    """``(Wi, Wh, b, Wh_h̃)`` of a Flux recurrent ``kind`` as ``module``'s params, in Flux's shapes
+    (Flux's init: Glorot-uniform matrices, zero bias); ``b`` None without bias, ``Wh_h̃`` but for GRUv3."""
+    gates = RECURRENT_GATES[kind]
+    glorot = jax.nn.initializers.glorot_uniform()
+    wi = module.param("weight_ih", glorot, (gates * hidden, n_in))
+    wh = module.param("weight_hh", glorot, ((2 if kind == "GRUv3" else gates) * hidden, hidden))
+    b = module.param("bias", jax.nn.initializers.zeros, (gates * hidden,)) if use_bias else None
+    wc = module.param("weight_hh_candidate", glorot, (hidden, hidden)) if kind == "GRUv3" else None
+    return wi, wh, b, wc
+
+
+class Cell(nn.RNNCellBase):
+    """Flux ≥ 0.15's ``RNNCell``/``LSTMCell``/``GRUCell``/``GRUv3Cell`` alone (one step, the state
+    carried by the caller), the params and equations of :class:`Recurrence` (``kind`` is the layer's:
+    ``"GRU"`` for a ``GRUCell``), with Flax's cell call ``cell.apply(variables, carry, x) -> (carry',
+    y)`` (so ``nn.RNN(cell)`` scans it): Flux's ``cell(x, h)`` is ``(h, x)`` here, the LSTM carry the
+    pair ``(h, c)`` in Flux's order (``nn.LSTMCell`` carries ``(c, h)``), ``y`` the new ``h``."""
+
+    kind: str
+    features: int
+    activation: str = "tanh"
+    use_bias: bool = True  # False: Flux ≥ 0.15's bias=false (no ``bias`` param)
+    learnt_state0 = 0  # (as a Recurrence's, for the reader: a Flux ≥ 0.15 cell holds no state0)
+    return_state = False
+
+    @nn.compact
+    def __call__(self, carry: Any, x: jax.Array) -> tuple[Any, jax.Array]:
+        arrays = _flux_recurrent_params(self, self.kind, self.features, x.shape[-1], self.use_bias)
+        return shared.cell_step(self.kind, self.activation, arrays, carry, x)
+
+    @nn.nowrap
+    def initialize_carry(self, rng: Any, input_shape: tuple[int, ...]) -> Any:
+        """Flux's ``initialstates``: zeros ``(…, H)`` for the batch axes of ``input_shape``."""
+        return shared.zero_state(self.kind, (*input_shape[:-1], self.features))
+
+    @property
+    def num_feature_axes(self) -> int:
+        return 1

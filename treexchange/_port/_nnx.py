@@ -45,15 +45,17 @@ from ._layout import (
 from ._perm import SAME, Perm, Transpose
 from ._registry import (
     ACTIVATED,
+    CELLS,
     RECURRENT_GATES,
     ClassReaders,
     builder,
     class_reader,
     register_target,
     with_defaults,
+    wrapped_kind,
 )
 from ._spec import DEFAULT_FLUX_ERA, Layer
-from ._state import KEEP, Port
+from ._state import KEEP, Port, bare_cell
 
 # === building ======================================================================================
 
@@ -214,10 +216,11 @@ def _build_other(layer: Layer, rngs: Any, era: str) -> Any:
 
 
 def _build_recurrent(layer: Layer, rngs: Any, era: str) -> Any:
-    """Flux's RNN/LSTM/GRU/GRUv3 as :class:`~._nnx_layers.Recurrence` (Flux's init: Glorot-uniform
-    matrices, zero bias; the values are replaced by a restore anyway)."""
+    """Flux's RNN/LSTM/GRU/GRUv3 as :class:`~._nnx_layers.Recurrence`, a bare cell (``GRUCell``) as
+    :class:`~._nnx_layers.Cell` (Flux's init: Glorot-uniform matrices, zero bias; the values are
+    replaced by a restore anyway)."""
 
-    kind, n_in, hidden = layer.kind, int(layer.args["in"]), int(layer.args["out"])
+    kind, n_in, hidden = wrapped_kind(layer.kind), int(layer.args["in"]), int(layer.args["out"])
     gates = RECURRENT_GATES[kind]
     init = jax.nn.initializers.glorot_uniform()
     k1, k2, k3 = jax.random.split(rngs.params(), 3)
@@ -226,6 +229,8 @@ def _build_recurrent(layer: Layer, rngs: Any, era: str) -> Any:
     wc = init(k3, (hidden, hidden)) if kind == "GRUv3" else None
     act = str(layer.args.get("σ", "tanh"))
     bias = jnp.zeros(gates * hidden) if layer.arg("bias", True) else None  # (Flux ≥ 0.15: bias=false)
+    if layer.kind in CELLS:
+        return NL.Cell(kind, wi, wh, bias, wc, act)
     returning = bool(layer.arg("return_state", False))
     return NL.Recurrence(kind, wi, wh, bias, wc, act, learnt_initial_state(layer), returning)
 
@@ -378,6 +383,9 @@ class _Reader(FlaxLayoutReader):
     def recurrence_module(self, m: Any, path: TreePath) -> Port:
         return self.recurrence(m)
 
+    def cell_module(self, m: Any, path: TreePath) -> Port:
+        return bare_cell(self.recurrence(m))
+
     def activated(self, m: Any, path: TreePath) -> Port:
         port = self.read(m.layer, (*path, "layer"))
         port.layer = dataclasses.replace(port.layer, args={**port.layer.args, "σ": m.activation})
@@ -405,7 +413,7 @@ _BUILDERS: list[tuple[tuple[str, ...], Callable[..., Any]]] = [
     (("GroupNorm", "InstanceNorm"), _build_norm),
     (("LayerNorm",), _build_layernorm),
     (("MultiHeadAttention",), _build_attention),
-    (("RNN", "LSTM", "GRU", "GRUv3"), _build_recurrent),
+    (("RNN", "LSTM", "GRU", "GRUv3", *CELLS), _build_recurrent),
 ]
 _READERS: ClassReaders = [
     (("Chain",), (nnx.Sequential,), _Reader.sequential),
@@ -434,5 +442,6 @@ _READERS: ClassReaders = [
     (("Dropout", "AlphaDropout"), (nnx.Dropout, NL.AlphaDropout), _Reader.dropout),
     (("MultiHeadAttention",), (nnx.MultiHeadAttention,), _Reader.attention),
     (("RNN", "LSTM", "GRU", "GRUv3"), (NL.Recurrence,), _Reader.recurrence_module),
+    (tuple(CELLS), (NL.Cell,), _Reader.cell_module),
 ]
 _BY_CLASS = register_target("nnx", _BUILDERS, _READERS)

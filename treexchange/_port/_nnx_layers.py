@@ -18,14 +18,17 @@ from flax import nnx
 
 from ._activations import function_of
 from ._jaxops import (
+    RecurrentArrays,
     adaptive_pool,
     bilinear,
     branch_inputs,
+    cell_step,
     connect,
     flax_scale,
     flux_flatten,
     global_pool,
     recurrence,
+    zero_state,
 )
 
 
@@ -216,22 +219,10 @@ class Maxout(nnx.Module):
         return connect("max", [layer(x) for layer in self.layers])
 
 
-class Recurrence(nnx.Module):
-    """Flux's ``RNN``/``LSTM``/``GRU``/``GRUv3`` over a batch of sequences, arrays in Flux's shapes.
-
-    Input ``(batch, time, features)`` (``nnx.RNN``'s layout; the Julia sequence ``(in, L, B)``
-    reversed), output the hidden states ``(batch, time, H)``, from a zero initial state (Flux ≥ 0.15's
-    ``initialstates``) or a Flux ≤ 0.14 ``Recur``'s learnt ``state0`` (``h``, LSTM ``(h, c)``, each
-    ``(H,)``: the params ``state0_h``, ``state0_c``). Flax's own cells split every gate
-    into separate ``Linear`` layers and put the GRU's hidden bias inside the reset product, so the
-    cell is written here once for all four kinds, from Flux's equations (docs/porting.md §Recurrent layers):
-
-    - RNN: ``h' = σ(Wi x + Wh h + b)``
-    - LSTM: ``i, f, g, o`` blocks of ``Wi x + Wh h + b``; ``c' = σ(f) c + σ(i) tanh(g)``,
-      ``h' = σ(o) tanh(c')``
-    - GRU: ``r, z`` from ``Wi x + Wh h + b``; ``h̃ = tanh(Wi_h̃ x + b_h̃ + r ⊙ (Wh_h̃ h))``
-    - GRUv3: as GRU but ``h̃ = tanh(Wi_h̃ x + b_h̃ + Wh_h̃ (r ⊙ h))`` with its own ``Wh_h̃``
-    """
+class _FluxRecurrent(nnx.Module):
+    """The arrays of a Flux recurrent layer or cell, in Flux's shapes and gate order (``kind`` is the
+    layer's: ``"GRU"`` for a ``GRUCell``): params ``weight_ih`` ``(G·H, in)``, ``weight_hh``, ``bias``,
+    GRUv3's ``weight_hh_candidate``, and a Flux ≤ 0.14 ``Recur``'s learnt ``state0_h``/``state0_c``."""
 
     def __init__(
         self,
@@ -255,12 +246,55 @@ class Recurrence(nnx.Module):
         self.state0_h = nnx.Param(parts[0]) if parts[0] is not None else None
         self.state0_c = nnx.Param(parts[1]) if parts[1] is not None else None
 
-    def __call__(self, xs: jax.Array) -> Any:
+    def arrays(self) -> RecurrentArrays:
+        """``(Wi, Wh, b, Wh_h̃)``, ``b`` None without bias, ``Wh_h̃`` None but for GRUv3."""
         wc = self.weight_hh_candidate.get_value() if self.weight_hh_candidate is not None else None
         bias = self.bias.get_value() if self.bias is not None else None
-        arrays = (self.weight_ih.get_value(), self.weight_hh.get_value(), bias, wc)
+        return self.weight_ih.get_value(), self.weight_hh.get_value(), bias, wc
+
+
+class Recurrence(_FluxRecurrent):
+    """Flux's ``RNN``/``LSTM``/``GRU``/``GRUv3`` over a batch of sequences, arrays in Flux's shapes.
+
+    Input ``(batch, time, features)`` (``nnx.RNN``'s layout; the Julia sequence ``(in, L, B)``
+    reversed), output the hidden states ``(batch, time, H)``, from a zero initial state (Flux ≥ 0.15's
+    ``initialstates``) or a Flux ≤ 0.14 ``Recur``'s learnt ``state0`` (``h``, LSTM ``(h, c)``, each
+    ``(H,)``: the params ``state0_h``, ``state0_c``). Flax's own cells split every gate
+    into separate ``Linear`` layers and put the GRU's hidden bias inside the reset product, so the
+    cell is written here once for all four kinds, from Flux's equations (docs/porting.md §Recurrent layers):
+
+    - RNN: ``h' = σ(Wi x + Wh h + b)``
+    - LSTM: ``i, f, g, o`` blocks of ``Wi x + Wh h + b``; ``c' = σ(f) c + σ(i) tanh(g)``,
+      ``h' = σ(o) tanh(c')``
+    - GRU: ``r, z`` from ``Wi x + Wh h + b``; ``h̃ = tanh(Wi_h̃ x + b_h̃ + r ⊙ (Wh_h̃ h))``
+    - GRUv3: as GRU but ``h̃ = tanh(Wi_h̃ x + b_h̃ + Wh_h̃ (r ⊙ h))`` with its own ``Wh_h̃``
+    """
+
+    def __call__(self, xs: jax.Array) -> Any:
         state0: Any = None
         if self.state0_h is not None:
             h = self.state0_h.get_value()
             state0 = (h, self.state0_c.get_value()) if self.state0_c is not None else h
-        return recurrence(self.kind, self.activation, *arrays, xs, state0, self.return_state)
+        return recurrence(self.kind, self.activation, self.arrays(), xs, state0, self.return_state)
+
+
+class Cell(_FluxRecurrent, nnx.RNNCellBase):
+    """Flux ≥ 0.15's ``RNNCell``/``LSTMCell``/``GRUCell``/``GRUv3Cell`` alone: one step, the state
+    carried by the caller, with Flax's cell call ``cell(carry, x) -> (carry', y)`` (so ``nnx.RNN(cell)``
+    scans it). Flux's ``cell(x, h)`` is ``cell(h, x)`` here; ``x`` ``(…, in)`` with any leading
+    (batch) axes, ``carry`` ``h`` ``(…, H)``, or for LSTM the pair ``(h, c)`` in Flux's order (Flax's
+    ``nnx.LSTMCell`` carries ``(c, h)``); ``y`` is the new ``h``. The arrays and equations are
+    :class:`Recurrence`'s; ``kind`` is the layer's (``"GRU"`` for a ``GRUCell``). Built without
+    ``state0`` and ``return_state``: a Flux ≥ 0.15 cell has no learnt initial state, and its state is
+    what it returns."""
+
+    def __call__(self, carry: Any, x: jax.Array) -> tuple[Any, jax.Array]:
+        return cell_step(self.kind, self.activation, self.arrays(), carry, x)
+
+    def initialize_carry(self, input_shape: tuple[int, ...], rngs: Any = None, carry_init: Any = None) -> Any:
+        """Flux's ``initialstates``: zeros ``(…, H)`` for the batch axes of ``input_shape``."""
+        return zero_state(self.kind, (*input_shape[:-1], int(self.weight_hh.get_value().shape[-1])))
+
+    @property
+    def num_feature_axes(self) -> int:
+        return 1

@@ -92,6 +92,7 @@ class LayerKind:
     # which type parameter of the struct holds the activation.
     struct_fields: tuple[tuple[str, ...], ...] = ()
     activation_param: int | None = None
+    cell_of: str = ""  # a bare recurrent cell (one step): the layer that scans it (GRUCell -> GRU)
 
 
 Rule = LayerKind  # the Julia side of a record: ``fields``, ``julia``, ``defaults`` (older name)
@@ -136,10 +137,11 @@ def _layernorm_shapes(layer: Layer) -> list[ArrayShape]:
 
 
 def _recurrent_shapes(layer: Layer) -> list[ArrayShape]:
-    a, kind = layer.args, layer.kind
+    a, kind = layer.args, wrapped_kind(layer.kind)
     g, h = len(KINDS[kind].gates), a["out"]
     hidden_rows = (2 if kind == "GRUv3" else g) * h  # GRUv3's h̃ block of Wh is the separate Wh_h̃
-    return [ArrayShape("Wi", (g * h, a["in"]), ("cell",)), ArrayShape("Wh", (hidden_rows, h), ("cell",))]
+    where = () if layer.kind in CELLS else ("cell",)  # (a bare cell's state is the wrapped layer's cell)
+    return [ArrayShape("Wi", (g * h, a["in"]), where), ArrayShape("Wh", (hidden_rows, h), where)]
 
 
 def _attention_shapes(layer: Layer) -> list[ArrayShape]:
@@ -200,6 +202,18 @@ def _recurrent(kind: str, gates: tuple[str, ...], lux_05: Mapping[str, tuple[str
         _recurrent_shapes, "inside" if kind == "RNN" else "",
         gates=gates, lux=_LUX_RECURRENT if kind != "GRUv3" else {}, lux_05=lux_05,
         torch=torch, torch_refusal=refusal, eras=_RECUR,
+    )  # fmt: skip
+
+
+def _bare_cell(cell: str, wrapped: LayerKind) -> LayerKind:
+    """A bare Flux ≥ 0.15 cell (``GRUCell(3 => 5)`` alone, one step ``cell(x, h)``, the state carried
+    by the caller): the wrapped layer's record (gates, sizes, activation, torch refusal) with the
+    cell's state (the wrapped layer's ``cell``), its text and PyTorch's cell modules. Lux's cells are
+    not mapped (``lux`` empty: Lux's ps/st writer refuses it by name)."""
+    return dataclasses.replace(
+        wrapped, kind=cell, fields=R.bare_cell_fields, julia=R.bare_cell_julia, lux={}, lux_05=None,
+        torch=tuple(f"{module}Cell" for module in wrapped.torch), cell_of=wrapped.kind,
+        eras="Flux >= 0.15 only (a Flux <= 0.14 cell is called cell(h, x) and holds state0, for its Recur)",
     )  # fmt: skip
 
 
@@ -322,6 +336,18 @@ _STRUCTS: dict[str, tuple[tuple[tuple[str, ...], ...], int | None]] = {
 }
 for _kind, (_orders, _param) in _STRUCTS.items():
     KINDS[_kind] = dataclasses.replace(KINDS[_kind], struct_fields=_orders, activation_param=_param)
+for _cell, _wrapped in R.CELLS.items():
+    KINDS[_cell] = _bare_cell(_cell, KINDS[_wrapped])
+
+CELLS: Mapping[str, str] = R.CELLS
+"""A bare recurrent cell's kind -> the layer that scans it over a sequence (``GRUCell`` -> ``GRU``)."""
+
+
+def wrapped_kind(kind: str) -> str:
+    """The recurrent layer whose step a bare cell ``kind`` is (``GRUCell`` -> ``GRU``), else ``kind``:
+    the kind whose equations, gates and arrays a cell shares."""
+    return CELLS.get(kind, kind)
+
 
 RULES: Mapping[str, LayerKind] = KINDS  # the Julia side of each record, by its older name
 
@@ -336,8 +362,9 @@ ARRAY_LAYERS = kinds_in("arrays")
 STATELESS_LAYERS = kinds_in("stateless")
 ACTIVATED = frozenset(k for k, r in KINDS.items() if r.activation == "after")
 """Kinds whose activation is a separate function after the module in Equinox and Flax."""
-RECURRENT_GATES = {k: len(r.gates) for k, r in KINDS.items() if r.gates}
-"""Gate blocks along dim 1 of Wi/Wh/b: RNN 1, LSTM 4 (i, f, g, o), GRU/GRUv3 3 (r, z, h̃)."""
+RECURRENT_GATES = {k: len(r.gates) for k, r in KINDS.items() if r.gates and not r.cell_of}
+"""Gate blocks along dim 1 of Wi/Wh/b: RNN 1, LSTM 4 (i, f, g, o), GRU/GRUv3 3 (r, z, h̃); the
+layers that scan a sequence (a bare cell's are its wrapped layer's: :func:`wrapped_kind`)."""
 TORCH_MODULES = {k: r.torch for k, r in KINDS.items() if r.torch}
 """Flux layer kind -> the PyTorch module classes that hold the same parameters."""
 NO_TORCH_EQUIVALENT = {k: r.torch_refusal for k, r in KINDS.items() if r.torch_refusal}

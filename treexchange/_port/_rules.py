@@ -351,6 +351,34 @@ def _named(entries: Fields) -> _NamedFields:
 # --- recurrent: RNN, LSTM, GRU, GRUv3 (docs/porting.md §Recurrent layers) --------------------------
 
 
+CELLS = {"RNNCell": "RNN", "LSTMCell": "LSTM", "GRUCell": "GRU", "GRUv3Cell": "GRUv3"}
+"""Flux's recurrent cells (one step, ``cell(x, h)``) -> the layer that scans the cell over a sequence."""
+
+
+def bare_cell_fields(layer: Layer, era: str) -> Fields:
+    """A bare Flux ≥ 0.15 cell (``GRUCell(3 => 5)`` used alone, its state carried by the caller):
+    the fields of the wrapped layer's ``cell`` (``GRU``'s ``(cell = (Wi, Wh, b),)`` is ``GRUCell``'s
+    ``(Wi, Wh, b)``), the same arrays under the same names.
+
+    Flux ≤ 0.14's cells are called ``cell(h, x)``, return ``(h', y)`` and hold a ``state0``: no file
+    holds one outside its ``Recur`` (the corpus has none; in a Chain it cannot run), so it is not
+    written.
+    """
+    if era == "0.14":
+        raise UnsupportedError(
+            f"a bare {layer.kind} is written for Flux ≥ 0.15 only (write for flux='0.15'): Flux ≤ 0.14's "
+            f"cell is called cell(h, x) and holds a state0, used only inside Recur({layer.kind}(…))"
+        )
+    (_, cell), *_ = recurrent_fields(dataclasses.replace(layer, kind=CELLS[layer.kind]), era)
+    return list(cell)
+
+
+def bare_cell_julia(layer: Layer, children: list[str], era: str) -> str:
+    """``GRUCell(3 => 5)``: the wrapped layer's text with the cell's name (no ``return_state``)."""
+    wrapped = dataclasses.replace(layer, kind=CELLS[layer.kind], args={**layer.args, "return_state": False})
+    return _call(layer.kind, *_recurrent_arguments(wrapped, era))
+
+
 def recurrent_fields(layer: Layer, era: str) -> Fields:
     """``(cell = (…),)`` from Flux 0.15; ``(cell = (…, state0), state)`` for Flux ≤ 0.14's ``Recur``.
 
@@ -385,6 +413,11 @@ def recurrent_fields(layer: Layer, era: str) -> Fields:
 
 
 def recurrent_julia(layer: Layer, children: list[str], era: str) -> str:
+    return _call(layer.kind, *_recurrent_arguments(layer, era))
+
+
+def _recurrent_arguments(layer: Layer, era: str) -> tuple[list[str], list[str]]:
+    """The positional and keyword arguments of ``RNN``/``LSTM``/``GRU``/``GRUv3``'s constructor."""
     parts = [f"{layer.args['in']} => {layer.args['out']}"]
     if layer.kind == "RNN" and _activation(layer) != "tanh":
         parts.append(_activation(layer))
@@ -397,7 +430,7 @@ def recurrent_julia(layer: Layer, children: list[str], era: str) -> str:
                 "cannot (write for flux='0.15')"
             )
         keywords.append("return_state=true")
-    return _call(layer.kind, parts, keywords)
+    return parts, keywords
 
 
 # --- MultiHeadAttention (docs/porting.md §Attention, Flux ≥ 0.13.15) -------------------------------

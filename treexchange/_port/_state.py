@@ -19,7 +19,7 @@ from .._bridge._restore import DISCARDED, NO_ARRAYS, LeafRef
 from .._errors import UnsupportedError
 from .._values import NamedTuple
 from ._perm import Perm, Reshape
-from ._registry import rule_for
+from ._registry import CELLS, rule_for
 from ._rules import Arr, Child, Children, Discard, PaddedRows, _NamedFields
 from ._spec import FLUX_ERAS, Layer
 
@@ -129,6 +129,17 @@ def returning_state(port: Port, return_state: bool) -> Port:
     ``args["return_state"]`` (Flux ≥ 0.15's ``return_state=true``), else ``port`` as it is."""
     if return_state:
         port.layer = dataclasses.replace(port.layer, args={**port.layer.args, "return_state": True})
+    return port
+
+
+_CELL_OF_LAYER = {layer: cell for cell, layer in CELLS.items()}
+
+
+def bare_cell(port: Port) -> Port:
+    """``port`` of a recurrent layer read from a module that runs one step, its state carried by the
+    caller (``eqx.nn.GRUCell`` alone, ``_nnx_layers.Cell``, ``torch.nn.GRUCell``): Flux ≥ 0.15's
+    cell of that layer (``GRU`` -> ``GRUCell``), whose state is the layer's ``cell``, same arrays."""
+    port.layer = dataclasses.replace(port.layer, kind=_CELL_OF_LAYER[port.layer.kind])
     return port
 
 

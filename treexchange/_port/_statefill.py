@@ -27,7 +27,15 @@ from .._limits import DEFAULT_LIMITS
 from .._recursion import stack_for_depth
 from .._values import JuliaDict, JuliaStruct, NamedTuple
 from ._eras import gpu_pointers_error, is_gpu_array, normalise
-from ._registry import ARRAY_LAYERS, KINDS, STATELESS_LAYERS, param_slots, rule_for, with_defaults
+from ._registry import (
+    ARRAY_LAYERS,
+    KINDS,
+    STATELESS_LAYERS,
+    param_slots,
+    rule_for,
+    with_defaults,
+    wrapped_kind,
+)
 from ._rules import Arr, Child, Children, Discard, PaddedRows, _NamedFields
 from ._spec import Layer
 from ._state import gruv3_wh
@@ -105,7 +113,7 @@ class _Filler:
             value = _lookup(arrays, spec.key)
             if value is None:
                 value = self.default(layer, spec.key, arrays, path)
-            if layer.kind == "GRUv3" and spec.key == "Wh" and isinstance(value, np.ndarray):
+            if wrapped_kind(layer.kind) == "GRUv3" and spec.key == "Wh" and isinstance(value, np.ndarray):
                 value = gruv3_wh(value, int(layer.args["out"]), isinstance(spec, PaddedRows))
             return value
         if isinstance(spec, _NamedFields):

@@ -21,7 +21,7 @@ from treexchange._limits import DEFAULT_LIMITS
 from treexchange._port._activations import refuse_whole_array_sigma
 from treexchange._port._arch import BROADCAST_FUNCTION, CONNECTIONS, canonical_activation, connection_name
 from treexchange._port._eras import normalise
-from treexchange._port._registry import KINDS, PORTING_DOCS, RECURRENT_GATES
+from treexchange._port._registry import CELLS, KINDS, PORTING_DOCS, RECURRENT_GATES
 from treexchange._port._spec import Layer
 from treexchange._port._state import gruv3_wh
 from treexchange._recursion import stack_for_depth
@@ -96,9 +96,6 @@ def is_optimiser(type_: JuliaType) -> bool:
         (True, False)
     """
     return type_.name.startswith(_OPTIMISER_MODULES)
-
-
-_CELLS = {"RNNCell": "RNN", "LSTMCell": "LSTM", "GRUCell": "GRU", "GRUv3Cell": "GRUv3"}
 
 
 def _is_anonymous(name: str) -> bool:
@@ -230,14 +227,6 @@ class _Converter:
                 raise self.error(
                     f"{value.type.name} is an optimiser (its settings and per-parameter state), not a "
                     "model: it holds no layers to port",
-                    path,
-                )
-            if _is_flux_struct(value) and kind in _CELLS:
-                raise self.error(
-                    f"{value.type.name} alone is one step of a recurrent layer (cell(x, h), the state "
-                    "carried by the code that calls it): the port builds the layer that runs a cell "
-                    f"over a sequence, {_CELLS[kind]}(in => out) (Flux ≥ 0.15; Recur({kind}) in Flux "
-                    "≤ 0.14), not a bare cell",
                     path,
                 )
             known = ", ".join(sorted(_HANDLERS))
@@ -458,12 +447,9 @@ def _dropout(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]
     return Layer(kind, args), c.struct_state(s, kind)
 
 
-_CELLS = {"RNNCell": "RNN", "LSTMCell": "LSTM", "GRUCell": "GRU", "GRUv3Cell": "GRUv3"}
-
-
 def _cell_layer(c: _Converter, cell: JuliaStruct, path: TreePath, recur: bool) -> tuple[Layer, Any]:
     cell_kind = _basename(cell.type)
-    kind = _CELLS.get(cell_kind)
+    kind = CELLS.get(cell_kind)
     if kind is None:
         raise c.error(f"unknown recurrent cell {cell.type}", path)
     wi = _array_shape(cell, "Wi", path)
@@ -489,6 +475,23 @@ def _recur(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
         raise c.error("Recur without a cell", path)
     layer, cell_state = _cell_layer(c, cell, (*path, "cell"), recur=True)
     return layer, NamedTuple(cell=cell_state, state=c.state_value(s.fields.get("state")))
+
+
+def _bare_cell(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
+    """A Flux ≥ 0.15 cell alone (``GRUCell``: one step, ``cell(x, h)``, the state carried by the
+    code that calls it; rash0402/crlEPH-dlc's predictor): the cell's layer, its state the wrapped
+    layer's ``cell``. A Flux ≤ 0.14 cell (``state0``, called ``cell(h, x)``) outside its ``Recur``
+    is refused: no file holds one, and in a Chain it cannot run."""
+    kind = _basename(s.type)
+    if "state0" in s.fields or c.era == "0.14":
+        raise c.error(
+            f"{s.type.name} outside Recur is a Flux ≤ 0.14 cell (cell(h, x) -> (h', y), with a state0), "
+            f"which only ports as the layer that runs it, Recur({kind}(in => out)), or as Flux ≥ 0.15's "
+            "bare cell (pass flux='0.15' if the file is Flux ≥ 0.15's)",
+            path,
+        )
+    layer, state = _cell_layer(c, s, path, recur=False)
+    return Layer(kind, layer.args), state
 
 
 def _rnn15(c: _Converter, s: JuliaStruct, path: TreePath) -> tuple[Layer, Any]:
@@ -590,6 +593,7 @@ _HANDLERS: dict[str, Callable[[_Converter, JuliaStruct, TreePath], tuple[Layer, 
     "Recur": _recur,
     "Recurrence": _rnn15,  # (Flux ≥ 0.16's Recurrence{S, M}(cell): LSTM(…) is one over an LSTMCell)
     **{kind: _rnn15 for kind in RECURRENT_GATES},
+    **{kind: _bare_cell for kind in CELLS},
     "MultiHeadAttention": _mha,
     "Parallel": _parallel,
     "PairwiseFusion": _parallel,
@@ -631,12 +635,12 @@ def _flat_vector_hint(value: Any, path: TreePath) -> str:
 
 def structs_era(model: Any) -> str | None:
     """The Flux era a whole model's structs show, or None when nothing in them tells: ``"0.15"``
-    when a recurrent layer is Flux ≥ 0.15's (``RNN``/``LSTM``/``GRU``/``GRUv3`` holding its cell),
-    ``"0.14"`` when it is a ``Recur`` (Flux ≤ 0.14's wrapper). The other layers' structs are the
-    same in both eras, and their states differ only where the era says how (pools), so a
-    recurrent layer is what decides: a Flux 0.15 RNN read with the 0.14 conventions would have
-    ``bias`` where Flux 0.14's cell has ``b`` and ``state0``. Iterative, each object visited once
-    (a shared or cyclic one too).
+    when a recurrent layer is Flux ≥ 0.15's (``RNN``/``LSTM``/``GRU``/``GRUv3`` holding its cell, or
+    a cell without ``state0``), ``"0.14"`` when it is a ``Recur`` (Flux ≤ 0.14's wrapper). The
+    other layers' structs are the same in both eras, and their states differ only where the era
+    says how (pools), so a recurrent layer is what decides: a Flux 0.15 RNN read with the 0.14
+    conventions would have ``bias`` where Flux 0.14's cell has ``b`` and ``state0``. Iterative,
+    each object visited once (a shared or cyclic one too).
 
     Example:
         >>> cell = JuliaStruct("Flux.LSTMCell{A,B,C}", {"Wi": None, "Wh": None, "bias": None})
@@ -653,6 +657,8 @@ def structs_era(model: Any) -> str | None:
                 return "0.14"
             if (base in RECURRENT_GATES or base == "Recurrence") and "cell" in v.fields:
                 return "0.15"
+            if base in CELLS and "Wi" in v.fields and not {"state0", "h", "c"} & v.fields.keys():
+                return "0.15"  # (a bare cell: Flux ≤ 0.14's hold their state0, Flux ≤ 0.11's h/c)
     return None
 
 
