@@ -388,6 +388,26 @@ def test_bson_file_and_its_jld2_copy_have_the_same_contents(tmp_path: Path) -> N
     assert "~ f: content NaN -> NaN(0x7fc00001)" in result.text()
 
 
+def test_a_bson_file_whose_length_starts_with_a_brace_is_data_not_a_schema(tmp_path: Path) -> None:
+    """A BSON.jl file starts with its length (int32, little-endian): in one file size of 256 its
+    first byte is ``{`` (0x7b), as a schema document's. It is still read as data, by the length
+    equal to its size and its closing NUL (the ninth search: gamma-opt/adaptive-surrogate-opt's
+    ``reparams/surrogate_1st.bson`` of 63,355 bytes was refused as "not UTF-8 JSON")."""
+    from treexchange._bson._writer import bson_file
+
+    def sized(pad: int) -> bytes:
+        return bson_file({"w": np.arange(3, dtype=np.float64), "note": "x" * pad})
+
+    pad = next(p for p in range(256) if len(sized(p)) % 256 == ord("{"))
+    src, copy = tmp_path / "m.bson", tmp_path / "m.jld2"
+    src.write_bytes(sized(pad))
+    assert src.read_bytes()[:1] == b"{"
+    convert(src, copy)
+    assert not tx.diff(src, copy, checksums=True)
+    assert main(["diff", str(src), str(copy)]) == 0
+    assert main(["diff", str(copy), str(src)]) == 0
+
+
 # The model-zoo MNIST convnet's ``params acc epoch_idx`` file: its stored epoch (../shared's, then the
 # bundled one).
 MNIST_PARAMS_BSON = {

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .._bson import sniff as sniff_bson
 from .._errors import TreePath, clip_type, format_path
 from .._limits import DEFAULT_LIMITS, Limits
 from ._align import align
@@ -170,12 +171,18 @@ def diff(a: Any, b: Any, *, checksums: bool = False, name: str | None = None) ->
 
 
 def _looks_like_json_file(path: Path) -> bool:
+    """Whether ``path`` is a schema document (JSON text starting with ``{``), not a data file.
+
+    A BSON.jl file starts with its length as a little-endian int32, whose low byte is ``{`` (0x7b)
+    in one file size of 256: such a file is told apart by the rest of that length (the file's
+    size) and its closing NUL, which no JSON text has (:func:`~treexchange._bson.sniff`).
+    """
     try:
         with path.open("rb") as f:
             head = f.read(64).lstrip(b"\xef\xbb\xbf \t\r\n")
     except OSError:
         return False
-    return head.startswith(b"{")
+    return head.startswith(b"{") and not sniff_bson(path)
 
 
 def _as_schema(
