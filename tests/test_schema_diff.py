@@ -452,3 +452,14 @@ def test_a_struct_of_zero_size_fields_is_its_singleton_to_diff(tmp_path: Path) -
     assert not tx.diff({"p": by_row}, tmp_path / "a.jld2")
     holding = tx.JuliaStruct("DataFrames.ByRow{Main.#f}", {"fun": np.ones(2)})
     assert tx.diff({"p": holding}, tmp_path / "a.jld2")
+    # Deeper: a Chain whose tuple holds field-less structs only (hamalajaa/DifferentiableUserModels'
+    # Chain(InputsCoder(), DeterministicLikelihood()), the ninth search): the tuple is zero-size too
+    chain_type = "Flux.Chain{Tuple{Main.InputsCoder, Main.Likelihood}}"
+    chain = tx.JuliaStruct(
+        chain_type, {"layers": (tx.Singleton("Main.InputsCoder"), tx.Singleton("Main.Likelihood"))}
+    )
+    tx.save(tmp_path / "c.jld2", c=chain)
+    assert type(tx.load(tmp_path / "c.jld2", "c")) is tx.Singleton
+    assert not tx.diff({"c": chain}, tmp_path / "c.jld2"), tx.diff({"c": chain}, tmp_path / "c.jld2").text()
+    holding = tx.JuliaStruct(chain_type, {"layers": (tx.Singleton("Main.InputsCoder"), np.ones(2))})
+    assert tx.diff({"c": holding}, tmp_path / "c.jld2")

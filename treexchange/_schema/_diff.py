@@ -111,9 +111,10 @@ class SchemaDiff:
 
 
 def _zero_size_twins(a: Node, b: Node) -> bool:
-    """A struct whose fields are all zero-size (``ByRow{typeof(f)}`` holding the function) and the
-    singleton of the same type: one Julia value, which BSON.jl stores with its fields and JLD2 as
-    the type alone (``values_equal`` agrees)."""
+    """A struct whose fields are all zero-size (``ByRow{typeof(f)}`` holding the function; a
+    ``Chain`` whose tuple holds field-less structs only) and the singleton of the same type: one
+    Julia value, which BSON.jl stores with its fields and JLD2 as the type alone (``values_equal``
+    agrees). Tuples and NamedTuples of zero-size values are zero-size too, as in Julia."""
     pair = (a, b) if isinstance(a, StructNode) else (b, a)
     struct, single = pair
     if not (isinstance(struct, StructNode) and isinstance(single, SingletonNode)):
@@ -123,8 +124,8 @@ def _zero_size_twins(a: Node, b: Node) -> bool:
     todo: list[Node] = [f.node for f in struct.fields]
     while todo:
         node = todo.pop()
-        if isinstance(node, StructNode):
-            todo.extend(f.node for f in node.fields)
+        if isinstance(node, (StructNode, NamedTupleNode, TupleNode)):
+            todo.extend(child for _, child in node.children())
         elif not isinstance(node, SingletonNode):
             return False
     return True
