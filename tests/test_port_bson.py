@@ -482,6 +482,62 @@ def _equinox_with_state_computes_the_reference(layer: Any, state: Any, x: np.nda
     np.testing.assert_allclose(np.asarray(got).T, expected, rtol=1e-4, atol=1e-4)
 
 
+def test_flux_0_5_and_0_6_structs_compute_what_flux_computed() -> None:
+    """Flux 0.5.0-0.5.2's Conv had five fields (no ``dilation``), and Flux 0.4-0.6's BatchNorm kept
+    the running *standard deviation* where later ones keep the variance (eight fields either way;
+    test mode divided by it, adding no ϵ). A 5-field Conv was refused ("no Flux version's Conv has
+    that layout"); a 0.6 BatchNorm would have been read as a variance. Told by ϵ = 1e-8 (Float64,
+    those versions' default) or ``BatchNorm{F,V,N}``: σ² = σ.^2 .- ϵ. Real: tejank10/AlphaGo.jl's
+    Flux 0.5.2 policy and value heads (the ninth search)."""
+    rng = np.random.default_rng(7)
+
+    def arr(*shape: int) -> np.ndarray:
+        return rng.normal(size=shape).astype(np.float32)
+
+    f32 = "Core.Array{Core.Float32,"
+    relu, ident = tx.Singleton("NNlib.#relu"), tx.Singleton("Base.#identity")
+    w, b = arr(3, 3, 2, 4), arr(4)
+    conv = _positional(f"Flux.Conv{{2,Base.#identity,{f32}4}},{f32}1}}}}", ident, w, b,
+                       (np.int64(1), np.int64(1)), (np.int64(1), np.int64(1)))  # fmt: skip
+    beta, gamma, mu, std = arr(4), arr(4) + 2, arr(4), np.abs(arr(4)) + 0.5
+    bn_type = f"Flux.BatchNorm{{NNlib.#relu,{f32}1}},{f32}1}},Core.Float64}}"
+    norm = _positional(bn_type, relu, beta, gamma, mu, std, 1e-8, 0.1, True)
+    wd, bd = arr(3, 4 * 5 * 5), arr(3)
+    dense = _positional(f"Flux.Dense{{Base.#identity,{f32}2}},{f32}1}}}}", wd, bd, ident)
+    chain = _positional("Flux.Chain", [conv, norm, tx.Singleton("Flux.#flatten"), dense])
+    from treexchange._port._wholemodel import from_whole_model
+
+    layer, state = from_whole_model(chain, path=("model",))
+    assert layer.kinds() == ["Chain", "Conv", "BatchNorm", "flatten", "Dense"]
+    bn = state["layers"][1]
+    np.testing.assert_allclose(bn["σ²"] + 1e-8, std.astype(np.float64) ** 2, rtol=1e-6)
+    x = arr(5, 5, 2, 3)  # Julia (W, H, C, B)
+    # Flux 0.5's forward: a true convolution, then relu.(γ .* (y .- μ) ./ σ .+ β), then Dense
+    y = ref.conv(x, w, pad=1) + b.reshape(1, 1, 4, 1)
+    c = (1, 1, 4, 1)
+    y = np.maximum(gamma.reshape(c) * (y - mu.reshape(c)) / std.reshape(c) + beta.reshape(c), 0)
+    expected = wd.astype(np.float64) @ y.reshape(-1, 3, order="F") + bd[:, None]
+    import equinox as eqx
+
+    from treexchange._port import load_state
+    from treexchange._port._eqx import build_equinox
+
+    built = build_equinox(layer, key=jax.random.key(0), flux="0.14")
+    built, eqx_state = load_state((built, eqx.nn.State(built)), state, flux="0.14")
+    inference = eqx.nn.inference_mode(built)
+    got = jax.vmap(lambda s: inference(s, eqx_state)[0])(jnp.asarray(julia_batch(x)))
+    np.testing.assert_allclose(np.asarray(got).T, expected, rtol=1e-4, atol=1e-4)
+    # Flux ≤ 0.5.1's BatchNorm{F,V,N}: μ and σ began as the numbers 0.0 and 1.0
+    early = _positional(f"Flux.BatchNorm{{NNlib.#relu,{f32}1}},Core.Float64}}", relu, beta, gamma, 0.0, 1.0,
+                        1e-5, 0.1, False)  # fmt: skip
+    _, early_state = from_whole_model(_positional("Flux.Chain", [early]), path=("model",))
+    np.testing.assert_allclose(early_state["layers"][0]["σ²"], np.full(4, 1 - 1e-5, np.float32))
+    # Flux ≥ 0.7's (ϵ 1e-5, or any but 1e-8 as a Float64) keeps its variance as it is
+    later = _positional(bn_type, relu, beta, gamma, mu, std, 1e-5, 0.1, True)
+    _, later_state = from_whole_model(_positional("Flux.Chain", [later]), path=("model",))
+    np.testing.assert_array_equal(later_state["layers"][0]["σ²"], std)
+
+
 def test_flux_0_12_dev_norms_with_chs_first_compute_what_flux_computed() -> None:
     """Flux's master between 0.11 and 0.12 (0.12.0-dev, early 2021) stored BatchNorm as (chs, λ, β, γ, μ,
     σ², ϵ, momentum, affine, track_stats, active) and GroupNorm as (chs, G, λ, …): 11 and 12 fields as

@@ -1,4 +1,4 @@
-"""Old Flux layer structs (Flux 0.7 to 0.12) -> the Flux 0.13/0.14 structs the whole-model port reads.
+"""Old Flux layer structs (Flux 0.5 to 0.12) -> the Flux 0.13/0.14 structs the whole-model port reads.
 
 Flux changed its layer structs several times before ``Flux.state`` existed, and BSON.jl files (the
 way Flux models were saved until 2023) hold whichever struct the author's Flux had. BSON stores a
@@ -9,14 +9,16 @@ form:
 
 - ``Dense``: ``W``, ``b`` (Flux ≤ 0.11) -> ``weight``, ``bias``; ``Flux.Zeros`` (a bias switched
   off in Flux 0.11/0.12) -> ``false`` wherever it stands.
-- ``Conv``/``ConvTranspose``/``CrossCor``/``DepthwiseConv``: no ``dilation`` (DepthwiseConv ≤ 0.8)
-  -> ones; no ``groups`` (≤ 0.11) -> 1 (the port's default); the type ``Conv{N,F,A,V}`` (≤ 0.8, no
-  pad-length parameter) gains its ``M`` so that the activation is type parameter 3 as later.
+- ``Conv``/``ConvTranspose``/``CrossCor``/``DepthwiseConv``: no ``dilation`` (DepthwiseConv ≤ 0.8,
+  Conv 0.5.0-0.5.2) -> ones; no ``groups`` (≤ 0.11) -> 1 (the port's default); the type
+  ``Conv{N,F,A,V}`` (≤ 0.8, no pad-length parameter) gains its ``M`` so that the activation is
+  type parameter 3 as later.
 - ``BatchNorm``/``InstanceNorm``/``GroupNorm``: 7 or 8 fields (≤ 0.11, with or without ``active``)
   -> the 11 (12 with ``G``) of 0.12: ``affine``/``track_stats`` from which arrays are there, ``chs``
   from their length. Flux's master between 0.11 and 0.12 (``0.12.0-dev``, early 2021) had the 11
   (12) fields with ``chs`` first (``chs, λ, β, …`` and GroupNorm's ``chs, G, λ, …``): the same names
-  in 0.12's order.
+  in 0.12's order. Flux 0.4-0.6's BatchNorm kept the running standard deviation where the variance
+  stands later (:func:`stores_running_std`): ``σ² = σ.^2 .- ϵ``.
 - ``LayerNorm``: ``(diag,)`` (≤ 0.11) -> ``(λ, diag, ϵ, size, affine)`` with ϵ = 1f-5 (0.11's
   ``normalise``; 0.10's had none); ``Diagonal(α, β)`` (≤ 0.12) -> ``Scale(scale, bias)``.
 - ``Dropout``: ``(p, active)`` (≤ 0.8), ``(p, dims)`` (0.10), ``(p, dims, active)`` -> the port reads
@@ -65,6 +67,7 @@ LAYOUTS: dict[str, tuple[tuple[str, ...], ...]] = {
     "Conv": (
         ("σ", "weight", "bias", "stride", "pad", "dilation", "groups"),
         ("σ", "weight", "bias", "stride", "pad", "dilation"),
+        ("σ", "weight", "bias", "stride", "pad"),  # Flux 0.5.0 to 0.5.2 (no dilation yet)
     ),
     "ConvTranspose": (
         ("σ", "weight", "bias", "stride", "pad", "outpad", "dilation", "groups"),
@@ -327,6 +330,8 @@ def _conv(type_: JuliaType, f: dict[str, Any]) -> tuple[JuliaType, dict[str, Any
 def _norm(type_: JuliaType, f: dict[str, Any]) -> tuple[JuliaType, dict[str, Any]]:
     if "chs" in f:  # 0.12's fields (0.12.0-dev's, chs first, put in 0.12's order)
         return type_, {k: f[k] for k in ("G", *_NORM, "affine", "track_stats", "active", "chs") if k in f}
+    if stores_running_std(type_, f):
+        f = _std_as_variance(f)
     arrays = [v for k in ("β", "γ", "μ", "σ²") if isinstance(v := f.get(k), np.ndarray)]
     out = {k: f[k] for k in ("G", *_NORM) if k in f}
     out["affine"] = isinstance(f.get("γ"), np.ndarray)
@@ -335,6 +340,46 @@ def _norm(type_: JuliaType, f: dict[str, Any]) -> tuple[JuliaType, dict[str, Any
     if arrays:
         out["chs"] = np.int64(arrays[0].shape[0])
     return type_, out
+
+
+def stores_running_std(type_: JuliaType, f: Mapping[str, Any]) -> bool:
+    """Whether an 8-field ``BatchNorm`` (Flux ≤ 0.11) is Flux 0.4-0.6's, whose fifth field is the
+    running *standard deviation* ``σ`` (``ones`` at first; test mode divides by it, adding no ϵ),
+    not Flux ≥ 0.7's running variance ``σ²`` (divided by ``sqrt(σ² .+ ϵ)``). BSON.jl keeps no field
+    names, so the era shows in what the struct holds: ``BatchNorm{F,V,N}`` (three type parameters,
+    Flux ≤ 0.5.1), or ϵ equal to ``1e-8`` as a Float64, the default of every Flux ≤ 0.6 and of
+    none after (0.7.0: ``1e-5``, 0.7.3 on: ``1f-5``). A Flux ≤ 0.6 BatchNorm built with another ϵ
+    cannot be told from a later one.
+
+    Example:
+        >>> bn = JuliaType.parse("Flux.BatchNorm{NNlib.#relu,Array{Float32,1},Array{Float32,1},Float64}")
+        >>> stores_running_std(bn, {"ϵ": 1e-8}), stores_running_std(bn, {"ϵ": 1e-5})
+        (True, False)
+    """
+    if type_.basename != "BatchNorm" or "chs" in f:
+        return False
+    eps = f.get("ϵ")
+    default = isinstance(eps, (float, np.floating)) and np.asarray(eps).dtype == np.float64 and eps == 1e-8
+    return len(type_.params) == 3 or bool(default)
+
+
+def _std_as_variance(f: dict[str, Any]) -> dict[str, Any]:
+    """Flux ≤ 0.6's running standard deviation as the variance a later BatchNorm divides by:
+    ``σ² = σ.^2 .- ϵ``, so that ``sqrt(σ² .+ ϵ)`` is the old ``σ`` (never below ``sqrt(ϵ)`` in a
+    trained layer: each update averages ``sqrt(var .+ ϵ)``, and it starts at one). Flux ≤ 0.5.1
+    started ``μ``, ``σ`` as the numbers ``0.0``, ``1.0``: made vectors as long as ``β``."""
+    out = dict(f)
+    eps = float(f["ϵ"])
+    like = next((v for k in ("β", "γ") if isinstance(v := f.get(k), np.ndarray)), None)
+    for key in ("μ", "σ²"):
+        value = out.get(key)
+        if like is not None and isinstance(value, (int, float, np.number)) and not isinstance(value, bool):
+            out[key] = np.full(like.shape[:1], value, like.dtype)
+    std = out.get("σ²")
+    if isinstance(std, np.ndarray):
+        variance = np.maximum(np.square(std.astype(np.float64)) - eps, 0.0)
+        out["σ²"] = variance.astype(std.dtype)
+    return out
 
 
 def _layernorm(type_: JuliaType, f: dict[str, Any]) -> tuple[JuliaType, dict[str, Any]]:
