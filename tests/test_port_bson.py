@@ -390,6 +390,30 @@ def test_migrate_eras_closures_and_users_structs(tmp_path: Any) -> None:
     assert list(encoder["1"]) == ["weight", "bias", "σ"] and encoder["1"]["weight"].shape == (500, 784)
 
 
+def test_migrate_a_whole_model_whose_closure_the_architecture_names(tmp_path: Any) -> None:
+    """A closure with no code to read (Julia 0.6's BSON.jl, a JLD2 file's function type) leaves the
+    Julia lines to the user; ``--architecture`` naming it (``Flux.flatten``) gives them, checked
+    against the state (they said "build the model yourself ... pass architecture=" with the
+    architecture given; AlphaGo.jl's Flux 0.5 heads, the ninth search)."""
+    rng = np.random.default_rng(11)
+    w, b = rng.normal(size=(2, 6)).astype(np.float32), rng.normal(size=2).astype(np.float32)
+    dense = _positional("Flux.Dense{Base.#identity,Core.Array{Core.Float32,2},Core.Array{Core.Float32,1}}",
+                        w, b, tx.Singleton("Base.#identity"))  # fmt: skip
+    old = tmp_path / "old.jld2"
+    tx.save(old, model=_positional("Flux.Chain{Core.Tuple}", (tx.Singleton("AlphaGo.##24#30"), dense)))
+    new = tmp_path / "new.jld2"
+    assert "build the model in Julia yourself" in _cli("convert", str(old), str(new), "--flux-state")
+    said = _cli(
+        "convert", str(old), str(new), "--flux-state", "--architecture", "Chain(Flux.flatten, Dense(6 => 2))"
+    )
+    assert "model = Chain(Flux.flatten, Dense(6 => 2))" in said and "yourself" not in said, said
+    said = _cli(
+        "convert", str(old), str(new), "--flux-state", "--architecture", "Chain(Flux.flatten, Dense(6 => 3))"
+    )
+    assert "--architecture is not this model (the architecture's Dense implies weight" in said, said
+    np.testing.assert_array_equal(tx.load(new, "model")["layers"][1]["weight"], w)
+
+
 def test_a_parameter_list_migrates_for_either_flux_era(tmp_path: Any) -> None:
     """The bundled model-zoo convnet's parameter list (its pools have no parameters): for Flux 0.14 a
     pool's state is ``()``, from Flux 0.15 its ``k``, ``pad``, ``stride``; both files port back to the

@@ -189,10 +189,27 @@ def _migrate_entry(
     try:
         layer = from_whole_model(value, path=path, flux=era)[0]
     except ConversionError as err:  # a closure or a user's struct: the user writes the model
-        lines.append(f"{name}: build the model in Julia yourself ({err})")
+        fitted = None if architecture is None else _architecture_fitting(architecture, state, path)
+        if isinstance(fitted, Layer):  # (--architecture names the closures: its model loads the state)
+            lines += _julia(name, julia_constructor(fitted, era), state, target)
+        else:
+            lines.append(f"{name}: build the model in Julia yourself ({err})")
+            if fitted is not None:
+                lines.append(f"{name}: --architecture is not this model ({fitted})")
     else:
         lines += _julia(name, julia_constructor(layer, era), state, target)
     return state, mapping, lines
+
+
+def _architecture_fitting(architecture: str, state: Any, path: TreePath) -> Layer | ConversionError:
+    """The model of ``architecture`` when ``state`` (a whole model's, its closures ``()``) is that
+    model's state, else the error saying where they differ."""
+    layer = parse_architecture(architecture)
+    try:
+        check_state(layer, state, path=path)
+    except ConversionError as err:
+        return err
+    return layer
 
 
 def _migrate_flat(
