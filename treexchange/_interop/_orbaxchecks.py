@@ -237,10 +237,9 @@ def check_stored(
     :func:`zarr_layouts`), has the tree's shape and dtype and fits in memory, or the checkpoint
     is refused before anything is restored: tensorstore allocates what an array's ``.zarray``
     says, and aborts the process (``std::bad_alloc``) when a lying one asks for more than there
-    is. An array whose metadata
-    cannot be read is left to the restore, which is compared with the tree (``roots``). Only an
-    array ``held_whole`` by this host is bounded (one placed on devices with ``sharding=`` is not
-    held whole here)."""
+    is. An array whose metadata cannot be read is left to the restore, which is compared with
+    the tree (``roots``). Only an array ``held_whole`` by this host is bounded (one placed on
+    devices with ``sharding=`` is not held whole here)."""
     if not item.is_dir():
         raise FormatError(
             f"{directory}: the tree names {len(tensors)} arrays and there is no {item.name!r} item",
