@@ -562,6 +562,58 @@ def test_flux_0_5_and_0_6_structs_compute_what_flux_computed() -> None:
     np.testing.assert_array_equal(later_state["layers"][0]["σ²"], std)
 
 
+def _flux_0_4_file(path: Any, rng: np.random.Generator) -> list[np.ndarray]:
+    """A BSON.jl file as Flux 0.4 wrote one: ``Dense(σ, W, b)``, activation first, each parameter a
+    ``TrackedArray`` of four fields ``(ref, f, data, grad)`` (Flux 0.3.4-0.4's); the arrays."""
+    from treexchange._bson._writer import array, bson_file, datatype, primitive, struct as jl_struct
+
+    f32 = datatype("Core.Float32")
+    call = jl_struct(datatype("Flux.Tracker.Call", datatype("Core.Void"), datatype("Core.Tuple")), None, [])
+
+    def tracked(a: np.ndarray) -> dict[str, Any]:
+        type_ = datatype("Flux.Tracker.TrackedArray", f32, a.ndim, datatype("Core.Array", f32, a.ndim))
+        ref0 = primitive(datatype("Core.UInt32"), bytes(4))
+        return jl_struct(type_, ref0, call, array("Core.Float32", a), array("Core.Float32", np.zeros_like(a)))
+
+    arrays = [rng.normal(size=s).astype(np.float32) for s in ((4, 3), (4,), (2, 4), (2,))]
+
+    def dense(act: str, w: np.ndarray, b: np.ndarray) -> dict[str, Any]:
+        tracked_type = "Flux.Tracker.TrackedArray"
+        params = [datatype(tracked_type, f32, n, datatype("Core.Array", f32, n)) for n in (2, 1)]
+        type_ = datatype("Flux.Dense", datatype(act), *params)
+        return jl_struct(type_, jl_struct(datatype(act)), tracked(w), tracked(b))
+
+    layers = [dense("NNlib.#relu", *arrays[:2]), dense("Base.#identity", *arrays[2:])]
+    path.write_bytes(bson_file({"model": jl_struct(datatype("Flux.Chain"), layers)}))
+    return arrays
+
+
+def test_flux_0_4_dense_and_tracked_arrays_compute_what_flux_computed(tmp_path: Any) -> None:
+    """Flux 0.3.4-0.4 (Julia 0.6, early 2018) stored a TrackedArray as (ref, f, data, grad), not
+    0.5's (tracker, data, grad): the reader took the second field, the Tracker.Call, for the weights
+    (no array left in the file, silently, for load and convert). Its Dense was (σ, W, b), activation
+    first: refused as "no array field 'weight'". Now the data is the third of four fields and the
+    Dense is told by its first field being a function; σ.(W*x .+ b) never changed."""
+    w1, b1, w2, b2 = _flux_0_4_file(tmp_path / "m.bson", np.random.default_rng(11))
+    loaded = tx.load(tmp_path / "m.bson")["model"].fields["1"]
+    np.testing.assert_array_equal(loaded[0].fields["2"], w1)
+    np.testing.assert_array_equal(loaded[1].fields["3"], b2)
+    layer, state = read_flux_source(tmp_path / "m.bson", "model")
+    assert layer.kinds() == ["Chain", "Dense", "Dense"]
+    assert list(state["layers"][0]) == ["weight", "bias", "σ"]
+    x = np.random.default_rng(12).normal(size=(3, 5)).astype(np.float32)
+    expected = w2.astype(np.float64) @ np.maximum(w1 @ x + b1[:, None], 0) + b2[:, None]
+    for target in ("equinox", "nnx"):
+        got = _run(tx.from_flux(tmp_path / "m.bson", "model", target=target), target, x.T)
+        np.testing.assert_allclose(np.asarray(got).T, expected, rtol=1e-5, atol=1e-5)
+    # Flux 0.5's three-field TrackedArray and later Denses are read as before
+    kept = _positional("Flux.Dense{NNlib.#relu,A,B}", w1, b1, tx.Singleton("NNlib.#relu"))
+    from treexchange._port._wholemodel import from_whole_model
+
+    _, later = from_whole_model(kept, path=("m",))
+    np.testing.assert_array_equal(later["weight"], w1)
+
+
 def test_flux_0_12_dev_norms_with_chs_first_compute_what_flux_computed() -> None:
     """Flux's master between 0.11 and 0.12 (0.12.0-dev, early 2021) stored BatchNorm as (chs, λ, β, γ, μ,
     σ², ϵ, momentum, affine, track_stats, active) and GroupNorm as (chs, G, λ, …): 11 and 12 fields as

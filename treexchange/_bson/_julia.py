@@ -42,7 +42,8 @@ reader gives them; an ``array`` of them is a :class:`JuliaArray` of them), :clas
 one numpy has no dtype for.
 
 Flux-era details: module paths ``Main.Core`` / ``Main.Base`` (old Julia) read as ``Core`` /
-``Base``; Tracker's ``TrackedArray`` (``tracker``, ``data``, ``grad``) reads as its ``data`` and
+``Base``; Tracker's ``TrackedArray`` (``tracker``, ``data``, ``grad``; Flux 0.3.4-0.4's ``ref``,
+``f``, ``data``, ``grad``) reads as its ``data`` and
 ``TrackedReal`` as its value, also inside type parameters (``Dense{typeof(relu),
 TrackedArray{Float64,2,Matrix{Float64}}}`` reads as ``Dense{typeof(relu), Matrix{Float64}}``),
 with a note at its path (:attr:`Session.notes`); a ``CuArray`` saved by mistake is a struct of
@@ -125,6 +126,22 @@ _SPECIAL_STRUCTS = (
     | frozenset(_KNOWN_FIELDS)
     | {"BSON.Undef", "Core.NamedTuple", "Base.Complex", "Base.Missing", "Core.Nothing"}
 )
+
+
+def _tracked_data_index(name: str, n_fields: int) -> int:
+    """Where a Tracker struct of ``n_fields`` stored fields keeps its value: ``TrackedReal``'s
+    first; ``TrackedArray``'s second, ``(tracker, data, grad)`` from Flux 0.5 on, but third in
+    Flux 0.3.4-0.4's ``(ref, f, data, grad)``, whose second field is the ``Tracker.Call`` that
+    made it (BSON.jl keeps no field names: the count tells the eras apart).
+
+    Example:
+        >>> name = "Flux.Tracker.TrackedArray"
+        >>> _tracked_data_index(name, 3), _tracked_data_index(name, 4)
+        (1, 2)
+    """
+    if name not in _TRACKED_ARRAYS:
+        return 0
+    return 2 if n_fields == 4 else 1
 
 
 def is_device_array(value: Any) -> bool:
@@ -547,7 +564,7 @@ class Session:
         if not isinstance(data, Seq):
             raise FormatError("BSON.jl struct without its data", offset=raw.offset, path=path)
         if raw_name in _TRACKED_ARRAYS or raw_name in _TRACKED_REALS:
-            at = 1 if raw_name in _TRACKED_ARRAYS else 0
+            at = _tracked_data_index(raw_name, len(data))
             if len(data) > at:
                 self.notes[path] = f"{raw_name}: read as its data (the stored gradient is dropped)"
                 return self.value(data[at], path, depth + 1)

@@ -7,8 +7,9 @@ fields (and, where two eras have the same count, by what the fields hold). This 
 per layer kind: the field layouts of every era, oldest last, and what turns each into the current
 form:
 
-- ``Dense``: ``W``, ``b`` (Flux ≤ 0.11) -> ``weight``, ``bias``; ``Flux.Zeros`` (a bias switched
-  off in Flux 0.11/0.12) -> ``false`` wherever it stands.
+- ``Dense``: ``W``, ``b`` (Flux ≤ 0.11) -> ``weight``, ``bias``; Flux 0.3-0.4's ``(σ, W, b)``,
+  activation first (told apart by what the first field holds), in the later order; ``Flux.Zeros``
+  (a bias switched off in Flux 0.11/0.12) -> ``false`` wherever it stands.
 - ``Conv``/``ConvTranspose``/``CrossCor``/``DepthwiseConv``: no ``dilation`` (DepthwiseConv ≤ 0.8,
   Conv 0.5.0-0.5.2) -> ones; no ``groups`` (≤ 0.11) -> 1 (the port's default); the type
   ``Conv{N,F,A,V}`` (≤ 0.8, no pad-length parameter) gains its ``M`` so that the activation is
@@ -63,7 +64,7 @@ LAYOUTS: dict[str, tuple[tuple[str, ...], ...]] = {
     "AdaptiveMeanPool": (("out",),),
     "MultiHeadAttention": (("nheads", "q_proj", "k_proj", "v_proj", "attn_drop", "out_proj"),),
     **dict.fromkeys(("RNN", "LSTM", "GRU", "GRUv3"), (("cell",),)),
-    "Dense": (("weight", "bias", "σ"), ("W", "b", "σ")),
+    "Dense": (("weight", "bias", "σ"), ("W", "b", "σ"), ("σ", "W", "b")),  # the last: Flux 0.3-0.4
     "Conv": (
         ("σ", "weight", "bias", "stride", "pad", "dilation", "groups"),
         ("σ", "weight", "bias", "stride", "pad", "dilation"),
@@ -273,7 +274,17 @@ def _fits(name: str, value: Any) -> bool:
         return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
     if name == "λ":
         return not isinstance(value, (int, np.integer, np.ndarray))
+    if name in ("weight", "W"):  # (Dense's activation came first in Flux 0.3-0.4, last later)
+        return not _is_function(value)
+    if name == "σ":
+        return not isinstance(value, np.ndarray)
     return True
+
+
+def _is_function(value: Any) -> bool:
+    """Whether a stored field value is a function (an activation): a singleton such as
+    ``NNlib.#relu``, or a closure."""
+    return isinstance(value, (Singleton, Closure)) or closure_description(value) is not None
 
 
 def _name_fields(kind: str, fields: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -382,6 +393,15 @@ def _std_as_variance(f: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _dense(type_: JuliaType, f: dict[str, Any]) -> tuple[JuliaType, dict[str, Any]]:
+    """Flux 0.3-0.4's ``(σ, weight, bias)`` in the order of every later Flux; the forward pass,
+    ``σ.(W*x .+ b)``, never changed."""
+    order = ("weight", "bias", "σ")
+    if list(f)[:1] == ["σ"] and set(f) == set(order):
+        return type_, {k: f[k] for k in order}
+    return type_, f
+
+
 def _layernorm(type_: JuliaType, f: dict[str, Any]) -> tuple[JuliaType, dict[str, Any]]:
     if "size" in f:
         return type_, f
@@ -427,6 +447,7 @@ def _cell(type_: JuliaType, f: dict[str, Any]) -> tuple[JuliaType, dict[str, Any
 
 
 _UPGRADES: dict[str, Callable[[JuliaType, dict[str, Any]], tuple[JuliaType, dict[str, Any]]]] = {
+    "Dense": _dense,
     **dict.fromkeys(_CONV_KINDS, _conv),
     **dict.fromkeys(("BatchNorm", "InstanceNorm", "GroupNorm"), _norm),
     "LayerNorm": _layernorm,
