@@ -607,6 +607,24 @@ def test_an_optimiser_saved_beside_the_model_is_named_and_kept_as_it_is(tmp_path
     assert list(roots["model"]) == ["weight", "bias", "σ"]
 
 
+def test_an_optimiser_saved_from_the_gpu_is_refused_as_an_optimiser(tmp_path: Path) -> None:
+    """``BSON.@save "rq.bson" model hparams opt tf_dict`` with the model trained on the GPU: the
+    ``Flux.Optimise.Adam``'s IdDict keys are ``CUDA.CuArray`` structs. ``from_flux(path, "opt")``
+    said "the file holds no weights (GPU pointers) ... save the model from the CPU" at
+    ``opt['4'].keys[1]`` (the walk met the device pointers before the optimiser was named). Real:
+    chrhck/NeutrinoTelescopes assets/rq_spline_model.bson (blob 2418d355)."""
+    f32 = datatype("Core.Float32")
+    buffer = struct(datatype("CUDA.Mem.DeviceBuffer"), 0, 73728, True)
+    cuarray = struct(datatype("CUDA.CuArray", f32, 2, datatype("CUDA.Mem.DeviceBuffer")), buffer, 73728, 0,
+                     tuple_(768, 24))  # fmt: skip
+    iddict = datatype("Base.IdDict", datatype("Core.Any"), datatype("Core.Any"))
+    moments = struct(iddict, [cuarray], [tuple_()])
+    adam = struct(datatype("Flux.Optimise.Adam"), 0.001, tuple_(0.9, 0.999), 1e-8, moments)
+    path = _write(tmp_path, "rq.bson", {"opt": adam})
+    with pytest.raises(ConversionError, match=r"Adam is an optimiser .*not a model.* \(at opt\)$"):
+        tx.from_flux(path, "opt")
+
+
 def test_a_list_of_arrays_without_architecture_is_not_called_a_parameter_list(tmp_path: Path) -> None:
     """JamesCobley/Oxi_Shapes ricci_learned_brain_batch_20250502_120445 (1).bson (blob c56c686b):
     ``phi_history``, a Vector of Float32 vectors beside a struct of one's own, made ``convert

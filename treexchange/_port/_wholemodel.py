@@ -98,6 +98,15 @@ def is_optimiser(type_: JuliaType) -> bool:
     return type_.name.startswith(_OPTIMISER_MODULES)
 
 
+def optimiser_error(type_: JuliaType, path: TreePath) -> ConversionError:
+    """The refusal of an optimiser (``opt`` of ``BSON.@save "m.bson" model opt``) named as a model."""
+    return ConversionError(
+        f"{type_.name} is an optimiser (its settings and per-parameter state), not a model: it holds "
+        "no layers to port",
+        path=path,
+    )
+
+
 def _is_anonymous(name: str) -> bool:
     return "#" in name or name[:1].isdigit()
 
@@ -224,11 +233,7 @@ class _Converter:
             if held:
                 raise self.error(_own_struct_message(value, held, path), path)
             if is_optimiser(value.type):
-                raise self.error(
-                    f"{value.type.name} is an optimiser (its settings and per-parameter state), not a "
-                    "model: it holds no layers to port",
-                    path,
-                )
+                raise optimiser_error(value.type, path)
             known = ", ".join(sorted(_HANDLERS))
             shown = str(value.type)
             shown = shown if len(shown) <= 100 else shown[:99] + "…"  # (type parameters run long)
@@ -810,6 +815,10 @@ def from_whole_model(
     """
     era = "0.14" if flux.startswith("0.1") and tuple(map(int, flux.split(".")[:2])) < (0, 15) else "0.15"
     refuse_cycles(model, tuple(path))
+    if isinstance(model, JuliaStruct) and is_optimiser(model.type):
+        # (before the walk below, which would stop first at whatever the state holds: the device
+        # pointers of an optimiser saved from the GPU, refused as if they were a model's weights)
+        raise optimiser_error(model.type, tuple(path))
     with stack_for_depth(DEFAULT_LIMITS.max_depth):  # a model as deep as a file may hold
         model = normalise(_unwrap_tracked(model), tuple(path), closures="error")  # Flux 0.7-0.12 structs
         return _Converter(era).convert(model, tuple(path))
