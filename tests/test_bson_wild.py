@@ -581,6 +581,34 @@ def test_a_bson_file_whose_zero_bytes_became_spaces_is_named(tmp_path: Path) -> 
     assert "spaces" not in str(err.value)
 
 
+def test_a_graph_network_chain_names_its_package_and_the_layers_that_do_not_port(tmp_path: Path) -> None:
+    """``GNNChain(GCNConv(10 => 128, relu), GCNConv(128 => 128, relu), Dense(128 => 2))`` saved with
+    BSON.jl: the refusal called GraphNeuralNetworks' container "a struct of your own holding Flux
+    layers (1 layers, at 1[3])" and offered the Dense alone, silent on the two graph convolutions
+    (95% of the weights). It now names the package and the layers that do not port. Real:
+    raoulg/financeJulia gnnmodel.bson (blob a682c646)."""
+    f32 = datatype("Core.Float32")
+    relu = struct(datatype("NNlib.#relu"))
+
+    def gcn(n_in: int, n_out: int) -> dict[str, Any]:
+        w, b = np.ones((n_out, n_in), np.float32), np.zeros(n_out, np.float32)
+        return struct(
+            datatype("GraphNeuralNetworks.GCNConv", f32), array(None, w), array(None, b), relu, True, False
+        )
+
+    ident = struct(datatype("Base.#identity"))
+    w, b = np.ones((2, 8), np.float32), np.zeros(2, np.float32)
+    dense = struct(datatype("Flux.Dense", datatype("Base.#identity")), array(None, w), array(None, b), ident)
+    chain = struct(datatype("GraphNeuralNetworks.GNNChain"), tuple_(gcn(3, 8), gcn(8, 8), dense))
+    path = _write(tmp_path, "gnn.bson", {"model": chain})
+    with pytest.raises(ConversionError) as err:
+        tx.from_flux(path, "model")
+    message = str(err.value)
+    assert "GNNChain is a struct of GraphNeuralNetworks holding Flux layers (1 layer, at 1[3])" in message
+    assert "not Flux's, which do not port (GraphNeuralNetworks.GCNConv at 1[1], 1[2])" in message
+    assert "your own" not in message and "('model', '1', 3)" in message
+
+
 def test_an_optimiser_saved_beside_the_model_is_named_and_kept_as_it_is(tmp_path: Path) -> None:
     """``BSON.@save "m.bson" rl_model adam iters``: the ``Flux.Optimise.ADAM`` (eta, beta, an IdDict
     of per-array moments) was "unknown layer type", and ``convert --flux-state`` wrote a "state"

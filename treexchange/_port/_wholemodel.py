@@ -718,17 +718,26 @@ def _own_struct_message(value: JuliaStruct, held: Sequence[TreePath], path: Tree
     that is what it computes."""
     direct = all(len(at) == 1 for at in held)
     held = sorted(held, key=len)  # (the fields' own layers first: a whole Chain, not one of its parts)
-    shown = ", ".join(_relative_path(at) for at in held[:_HELD_SHOWN])
-    if len(held) > _HELD_SHOWN:
-        shown += f" and {len(held) - _HELD_SHOWN} more"
-    where = f"fields {shown}" if direct else f"{len(held)} layers, at {shown}"
+    shown = _shown_paths(held)
+    where = f"fields {shown}" if direct else f"{len(held)} layer{'s' * (len(held) > 1)}, at {shown}"
     # (each path ports that layer alone: said first, since a struct that keeps one model and its
     # settings, TrainedModel(chain, zscore, …), is the usual case)
     paths = " or ".join(repr((*path, *at)) for at in held[:3])
     what = "a field's layers" if direct else "one layer"
+    # (a package's container, GraphNeuralNetworks.GNNChain, is not the user's: named by its module)
+    module = value.type.name.split(".", 1)[0]
+    whose = "of your own" if module == "Main" else f"of {module}"
+    foreign = _foreign_layers(value)
+    besides = ""
+    if foreign:
+        kinds = ", ".join(sorted({v.type.name for _, v in foreign}))
+        besides = (
+            f"; beside them it holds layers that are not Flux's, which do not port ({kinds} at "
+            f"{_shown_paths([at for at, _ in foreign])})"
+        )
     text = (
-        f"{value.type.name} is a struct of your own holding Flux layers ({where}): its forward pass is "
-        "Julia code, which treexchange never runs. "
+        f"{value.type.name} is a struct {whose} holding Flux layers ({where}){besides}: its forward pass "
+        "is Julia code, which treexchange never runs. "
         f"To port {what} alone, name its path: {paths}"
     )
     if direct:  # (layers inside Vectors or structs: no Chain of the fields says what it computes)
@@ -737,6 +746,31 @@ def _own_struct_message(value: JuliaStruct, held: Sequence[TreePath], path: Tree
             "Chain of those layers as Flux prints them"
         )
     return text
+
+
+def _shown_paths(paths: Sequence[TreePath]) -> str:
+    """The first :data:`_HELD_SHOWN` paths as fields read, and how many more."""
+    shown = ", ".join(_relative_path(at) for at in paths[:_HELD_SHOWN])
+    if len(paths) > _HELD_SHOWN:
+        shown += f" and {len(paths) - _HELD_SHOWN} more"
+    return shown
+
+
+def _foreign_layers(value: JuliaStruct) -> list[tuple[TreePath, JuliaStruct]]:
+    """The outermost structs below ``value`` that hold arrays and are no Flux layer, Flux
+    optimiser or array type (a ``GraphNeuralNetworks.GCNConv`` in a ``GNNChain``), outside its
+    Flux layers: weights the port would leave behind if one of the Flux layers were taken alone."""
+
+    def wanted(v: Any) -> bool:
+        if not isinstance(v, JuliaStruct) or _is_flux_struct(v) or is_optimiser(v.type):
+            return _is_flux_struct(v)  # (a Flux layer: stop there, its contents port with it)
+        holds_arrays = any(isinstance(f, np.ndarray) and f.ndim > 0 for f in v.fields.values())
+        return holds_arrays and not _held_layers(v)  # (one holding Flux layers: walked into)
+
+    found: list[tuple[TreePath, Any]] = []
+    for key, child in value_children(value) or ():  # (value's own array fields are its data)
+        found += outermost(child, (key,), 100_000, wanted)
+    return [(at, v) for at, v in found if not _is_flux_struct(v)]
 
 
 def _relative_path(path: TreePath) -> str:
