@@ -612,6 +612,26 @@ def test_flux_0_4_dense_and_tracked_arrays_compute_what_flux_computed(tmp_path: 
 
     _, later = from_whole_model(kept, path=("m",))
     np.testing.assert_array_equal(later["weight"], w1)
+    # Flux 0.3-0.4's cells were built of Dense layers; the GRUCell's four fields read as
+    # (Wi, Wh, b, state0) gave "no array field 'Wi'": each is now named for what it is
+    relu = tx.Singleton("NNlib.#relu")
+    gate = _positional("Flux.Dense{NNlib.#σ,A,B}", tx.Singleton("NNlib.#σ"), np.ones((2, 5)), np.zeros(2))
+    cells = {
+        "GRUCell": (gate, gate, gate, np.zeros(2)),
+        "LSTMCell": (gate, gate, gate, gate, np.zeros(2), np.zeros(2)),
+        "RNNCell": (
+            _positional("Flux.Dense{NNlib.#relu,A,B}", relu, np.ones((2, 5)), np.zeros(2)),
+            np.zeros(2),
+        ),
+    }
+    for kind, fields in cells.items():
+        recur = _positional(
+            "Flux.Recur", _positional(f"Flux.{kind}{{Flux.Dense,A}}", *fields), np.zeros(2), np.zeros(2)
+        )
+        with pytest.raises(
+            ConversionError, match=rf"Flux 0.3-0.4's {kind}, built of Dense layers .*\(at m.cell\)"
+        ):
+            from_whole_model(recur, path=("m",))
 
 
 def test_flux_0_12_dev_norms_with_chs_first_compute_what_flux_computed() -> None:

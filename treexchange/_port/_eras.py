@@ -238,6 +238,8 @@ class _Normaliser:
             raise gpu_pointers_error(s, path)
         if self.closures == "error" and closure_description(s) is not None:
             raise closure_error(s, path)
+        if kind in _DENSE_CELLS and _is_flux(s.type) and any(_is_dense(v) for v in s.fields.values()):
+            raise _dense_cell_error(s, path)
         named = _name_fields(kind, s.fields) if _is_flux(s.type) and kind in LAYOUTS else None
         if named is None and _is_flux(s.type) and kind in LAYOUTS:
             counts = sorted({len(layout) for layout in LAYOUTS[kind]})
@@ -257,6 +259,32 @@ class _Normaliser:
         if kind == "Diagonal":
             type_, named = _diagonal_as_scale(type_, named)
         return JuliaStruct(type_, named, layout=None, mutable=s.mutable)
+
+
+# Flux 0.3-0.4's recurrent cells, built of Dense layers applied to vcat(x, h): RNNCell(d, h),
+# LSTMCell(forget, input, output, cell, h, c), GRUCell(update, reset, candidate, h)
+_DENSE_CELLS = {
+    "RNNCell": "d",
+    "LSTMCell": "forget, input, output, cell",
+    "GRUCell": "update, reset, candidate",
+}
+
+
+def _is_dense(value: Any) -> bool:
+    return isinstance(value, JuliaStruct) and _is_flux(value.type) and value.type.basename == "Dense"
+
+
+def _dense_cell_error(s: JuliaStruct, path: TreePath) -> ConversionError:
+    """The refusal of a Flux 0.3-0.4 recurrent cell (its gates Dense layers): no later Flux has
+    its layout, and its GRU updates the other way round (``(1 .- z).*h .+ z.*h̃``, the candidate
+    from ``vcat(r.*h, x)``), so reading it as a later cell would compute another function."""
+    kind = s.type.basename
+    gru = " and an update gate the other way round" if kind == "GRUCell" else ""
+    return ConversionError(
+        f"{s.type} is Flux 0.3-0.4's {kind}, built of Dense layers ({_DENSE_CELLS[kind]}) applied to "
+        f"vcat(x, h): a layout no later Flux has{gru}, which treexchange does not port",
+        path=path,
+    )
 
 
 def _is_flux(type_: JuliaType) -> bool:
