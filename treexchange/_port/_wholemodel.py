@@ -757,20 +757,26 @@ def _shown_paths(paths: Sequence[TreePath]) -> str:
 
 
 def _foreign_layers(value: JuliaStruct) -> list[tuple[TreePath, JuliaStruct]]:
-    """The outermost structs below ``value`` that hold arrays and are no Flux layer, Flux
-    optimiser or array type (a ``GraphNeuralNetworks.GCNConv`` in a ``GNNChain``), outside its
-    Flux layers: weights the port would leave behind if one of the Flux layers were taken alone."""
+    """The outermost structs below ``value``, outside its Flux layers, that look like another
+    package's layers (a ``GraphNeuralNetworks.GCNConv`` in a ``GNNChain``): no Flux struct, no
+    optimiser, not of Base or Core, holding a matrix or a kernel (a weight; a normaliser's vectors
+    or a flat parameter vector are no layer). Their weights stay behind if a Flux layer is taken
+    alone."""
 
-    def wanted(v: Any) -> bool:
-        if not isinstance(v, JuliaStruct) or _is_flux_struct(v) or is_optimiser(v.type):
-            return _is_flux_struct(v)  # (a Flux layer: stop there, its contents port with it)
-        holds_arrays = any(isinstance(f, np.ndarray) and f.ndim > 0 for f in v.fields.values())
-        return holds_arrays and not _held_layers(v)  # (one holding Flux layers: walked into)
+    def stop(v: Any) -> bool:
+        if not isinstance(v, JuliaStruct):
+            return False
+        if _is_flux_struct(v) or is_optimiser(v.type):
+            return True  # (a Flux layer ports with its contents; an optimiser holds no layer)
+        if v.type.name.split(".", 1)[0] in ("Base", "Core"):
+            return False
+        weights = any(isinstance(f, np.ndarray) and f.ndim >= 2 for f in v.fields.values())
+        return weights and not _held_layers(v)  # (one holding Flux layers: walked into)
 
     found: list[tuple[TreePath, Any]] = []
     for key, child in value_children(value) or ():  # (value's own array fields are its data)
-        found += outermost(child, (key,), 100_000, wanted)
-    return [(at, v) for at, v in found if not _is_flux_struct(v)]
+        found += outermost(child, (key,), 100_000, stop)
+    return [(at, v) for at, v in found if not (_is_flux_struct(v) or is_optimiser(v.type))]
 
 
 def _relative_path(path: TreePath) -> str:
