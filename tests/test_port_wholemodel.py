@@ -138,7 +138,12 @@ def test_containers_named_chains_and_ghost_connections() -> None:
         (Singleton("Main.#109#110"), "anonymous function Main.#109#110"),
         (_dense(2, 2, "Main.#12#13"), "anonymous function Main.#12#13 as activation"),
         (_dense(2, 2, "Main.myact"), r"activation 'myact' is one of your own \(Main.myact\)"),
-        (_struct("Main.MyLayer", w=np.zeros(2)), "unknown layer type Main.MyLayer"),
+        (_struct("Main.MyLayer", w=np.zeros(2)), "unknown layer type Main.MyLayer; the Flux layers that"),
+        # (settings saved beside a model, FishAres/RNP3's hyperparameters: no list of Flux layers)
+        (
+            _struct("Main.Hyper", lr=0.01, name="run3", sizes=(3, 4)),
+            r"unknown layer type Main\.Hyper: a struct of Main holding no array \(settings, not weights\)",
+        ),
         # (a user's struct named like a Flux layer: phuonglh/jvl's Main.Embedding holds W, not weight)
         (_struct("Main.Embedding", W=np.zeros((4, 9))), "Main.Embedding is not Flux's Embedding"),
         (_struct("Lux.Dense", in_dims=2, out_dims=3), "Lux.Dense is not Flux's Dense"),

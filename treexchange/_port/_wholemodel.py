@@ -20,7 +20,7 @@ from treexchange._juliatype import JuliaType
 from treexchange._limits import DEFAULT_LIMITS
 from treexchange._port._activations import refuse_whole_array_sigma
 from treexchange._port._arch import BROADCAST_FUNCTION, CONNECTIONS, canonical_activation, connection_name
-from treexchange._port._eras import normalise
+from treexchange._port._eras import is_gpu_array, normalise
 from treexchange._port._registry import CELLS, KINDS, PORTING_DOCS, RECURRENT_GATES
 from treexchange._port._spec import Layer
 from treexchange._port._state import gruv3_wh
@@ -237,6 +237,15 @@ class _Converter:
             known = ", ".join(sorted(_HANDLERS))
             shown = str(value.type)
             shown = shown if len(shown) <= 100 else shown[:99] + "…"  # (type parameters run long)
+            if value.fields and not _is_flux_struct(value) and not _holds_arrays(value):
+                # (settings saved beside a model: a list of every Flux layer says nothing useful;
+                # a struct without fields may be a layer of one's own with nothing to learn)
+                raise self.error(
+                    f"unknown layer type {shown}: a struct of {'.'.join(module) or 'Main'} holding no "
+                    f"array (settings, not weights), so there is nothing to port here; the Flux "
+                    f"layers that port are in {PORTING_DOCS}",
+                    path,
+                )
             raise self.error(
                 f"unknown layer type {shown}; the Flux layers that port: {known} (see {PORTING_DOCS})"
                 f"{_flat_vector_hint(value, path)}",
@@ -705,6 +714,16 @@ def _held_layers(value: JuliaStruct) -> list[TreePath]:
     fields, at any depth: a field holding a layer, a Vector of structs of one's own holding layers
     (PVNet's Vector of EdgeModels), a Dict or Tuple of them. Optimisers are no layers."""
     return [at for at, _ in outermost(value, (), 100_000, _is_held_layer)]
+
+
+def _holds_arrays(value: JuliaStruct) -> bool:
+    """Whether a numeric array (or a device array saved by mistake) lies anywhere inside
+    ``value`` (within :func:`outermost`'s bounds)."""
+    return bool(outermost(value, (), 100_000, _is_array_like))
+
+
+def _is_array_like(value: Any) -> bool:
+    return isinstance(value, np.ndarray) or is_gpu_array(value)
 
 
 def _is_held_layer(value: Any) -> bool:
