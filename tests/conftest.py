@@ -24,6 +24,18 @@ from typing import Any, TypeVar
 import pytest
 
 T = TypeVar("T")
+
+# XLA compiles every JAX operation the tests run, once per shape, and at its default level LLVM
+# optimises each kernel for speed: the tests' models are tiny and each shape is run once or twice,
+# so that optimisation is nearly all the cost of a port test (a random initialiser of a new weight
+# shape, threefry's rounds unrolled, took 0.5-1.2 s to compile; 0.15 s at level 0; the default tier
+# spent about a third of its time there). Level 0 compiles the same computations (the port tests
+# compare results with tolerances, never with a compiled speed); set here, before any test module
+# starts a JAX backend, and inherited by the tests' child processes. An XLA_FLAGS that names a level
+# already is left as it is.
+if "xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --xla_backend_optimization_level=0".strip()
+
 REPO = Path(__file__).resolve().parents[1]
 BUNDLED_DIR = REPO / "julia_fixtures"
 SHARED = Path(os.environ.get("TREEXCHANGE_SHARED", REPO.parent / "shared"))

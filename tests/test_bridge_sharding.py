@@ -93,7 +93,9 @@ SCRIPT = textwrap.dedent(
 
 @pytest.fixture(scope="module")
 def report() -> dict[str, object]:
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    # (the suite's own XLA_FLAGS kept, conftest.py: eight devices added to them)
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8"
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
     done = subprocess.run(
         [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=300
     )

@@ -183,7 +183,9 @@ SHARDED = textwrap.dedent(
 
 
 def test_sharded_export_and_import_on_8_host_devices(tmp_path: Path) -> None:
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    # (the suite's own XLA_FLAGS kept, conftest.py: eight devices added to them)
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8"
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
     result = subprocess.run(
         [sys.executable, "-c", SHARDED, str(tmp_path)], capture_output=True, text=True, env=env, timeout=300
     )

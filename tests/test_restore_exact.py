@@ -299,7 +299,9 @@ SHARDED = textwrap.dedent(
 @pytest.fixture(scope="module")
 def sharded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     path = tmp_path_factory.mktemp("sharded") / "wide.jld2"
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8", JAX_PLATFORMS="cpu")
+    # (the suite's own XLA_FLAGS kept, conftest.py: eight devices added to them)
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count=8"
+    env = dict(os.environ, XLA_FLAGS=flags, JAX_PLATFORMS="cpu")
     env.pop("JAX_ENABLE_X64", None)
     done = subprocess.run(
         [sys.executable, "-c", SHARDED, str(path)], env=env, capture_output=True, text=True, timeout=300
