@@ -176,14 +176,31 @@ NESTS: dict[str, Callable[[int], Any]] = {
     "vector": deep_vector,
     "dict": deep_dict,
 }
+Nests = Callable[[str, int], Path]
 
 
-def _operation(op: str, kind: str, n: int, tmp_path: Path) -> Callable[[], Any]:
+@pytest.fixture(scope="module")
+def nests(tmp_path_factory: pytest.TempPathFactory) -> Nests:
+    """``nests(kind, n)``: the file of a nest ``n`` deep, written once for the module's tests. Every
+    operation but save reads the same files, and writing the deep ones (a NamedTuple nest 480 deep
+    is 2.9 MB: its type descriptions are quadratic in the depth) took most of each test's time."""
+    folder = tmp_path_factory.mktemp("nests")
+    written: dict[tuple[str, int], Path] = {}
+
+    def nest(kind: str, n: int) -> Path:
+        if (kind, n) not in written:
+            written[kind, n] = _write_nest(folder, kind, n)
+        return written[kind, n]
+
+    return nest
+
+
+def _operation(op: str, kind: str, n: int, tmp_path: Path, nests: Nests) -> Callable[[], Any]:
     """The work of ``op`` on a nest ``n`` deep (its file written beforehand, outside the count)."""
     if op == "save":
         value = NESTS[kind](n)
         return lambda: tx.save(tmp_path / f"saved{n}.jld2", model_state=value, fsync=False)
-    path = _write_nest(tmp_path, kind, n)
+    path = nests(kind, n)
     deep = tx.Limits(max_schema_depth=4 * n + 64)  # (a schema describes 64 levels by default)
     schema = tx.infer_schema(tx.open(path, limits=deep)) if op == "validate" else None
 
@@ -236,9 +253,11 @@ _DEEP_END_CASES = [
 
 
 @pytest.mark.parametrize(("kind", "op"), _DEEP_END_CASES)
-def test_the_deep_end_adds_calls_in_proportion_to_its_levels(tmp_path: Path, kind: str, op: str) -> None:
-    _operation(op, kind, 8, tmp_path)()  # (first calls: imports and one-time tables, not counted)
-    counts = [python_calls(_operation(op, kind, n, tmp_path)) for n in (120, 240, 480)]
+def test_the_deep_end_adds_calls_in_proportion_to_its_levels(
+    tmp_path: Path, nests: Nests, kind: str, op: str
+) -> None:
+    _operation(op, kind, 8, tmp_path, nests)()  # (first calls: imports and one-time tables, not counted)
+    counts = [python_calls(_operation(op, kind, n, tmp_path, nests)) for n in (120, 240, 480)]
     # Linear: the 240 levels from 240 to 480 add twice the calls of the 120 from 120 to 240 (a
     # little more for the reader's bounded memo of nested compounds, 2.4 measured); quadratic
     # work adds four times (3.2 to 3.9 measured before the fix: save, convert, inspect, validate).
@@ -247,14 +266,14 @@ def test_the_deep_end_adds_calls_in_proportion_to_its_levels(tmp_path: Path, kin
 
 
 @pytest.mark.parametrize("op", OPERATIONS)
-def test_a_deep_dict_costs_calls_in_proportion_to_its_file(tmp_path: Path, op: str) -> None:
+def test_a_deep_dict_costs_calls_in_proportion_to_its_file(tmp_path: Path, nests: Nests, op: str) -> None:
     # A Dict nested n deep is a file quadratic in n (JLD2 writes each level's type parameters
     # afresh, as Julia does): the calls must grow as the file does, no faster.
-    _operation(op, "dict", 8, tmp_path)()
+    _operation(op, "dict", 8, tmp_path, nests)()
     depths = (30, 60, 120)
-    counts = [python_calls(_operation(op, "dict", n, tmp_path)) for n in depths]
+    counts = [python_calls(_operation(op, "dict", n, tmp_path, nests)) for n in depths]
     sizes = [
-        (tmp_path / (f"saved{n}.jld2" if op == "save" else f"dict{n}.jld2")).stat().st_size for n in depths
+        (tmp_path / f"saved{n}.jld2" if op == "save" else nests("dict", n)).stat().st_size for n in depths
     ]
     calls_growth = (counts[2] - counts[1]) / (counts[1] - counts[0])
     size_growth = (sizes[2] - sizes[1]) / (sizes[1] - sizes[0])
@@ -282,21 +301,23 @@ def test_each_level_of_a_nested_struct_type_is_decoded_once(tmp_path: Path, monk
 
 
 @pytest.mark.parametrize("kind", ["namedtuple", "tuple", "vector", "dict", "bson"])
-def test_the_deepest_tree_allowed_goes_through_safetensors_and_back(tmp_path: Path, kind: str) -> None:
+def test_the_deepest_tree_allowed_goes_through_safetensors_and_back(
+    tmp_path: Path, nests: Nests, kind: str
+) -> None:
     # The tree metadata's encoder, json.dumps, json.loads and decoder recursed at Python's default
     # limit of 1000 frames: a tree of 300 levels, which tx.save writes and tx.load reads, was a bare
     # RecursionError (four frames a level decoding, three JSON levels a level).
     n = 120 if kind == "dict" else tx.Limits().max_depth - 12  # (a Dict nest's file is quadratic)
-    path = _write_nest(tmp_path, kind, n)
+    path = nests(kind, n)
     _through_safetensors(path, tmp_path / "back")
     original, back = tx.load(path, "model_state"), tx.load(tmp_path / "back.jld2", "model_state")
     assert tx.values_equal(original, back)
 
 
-def test_the_deepest_tree_allowed_goes_through_orbax_and_back(tmp_path: Path) -> None:
+def test_the_deepest_tree_allowed_goes_through_orbax_and_back(tmp_path: Path, nests: Nests) -> None:
     pytest.importorskip("orbax.checkpoint")
     # (orbax, too, recursed through the nested names of the arrays of a deep tree restoring them)
-    path = _write_nest(tmp_path, "namedtuple", tx.Limits().max_depth - 12)
+    path = nests("namedtuple", tx.Limits().max_depth - 12)
     convert_formats(path, tmp_path / "deep.orbax", to="orbax")
     convert_formats(tmp_path / "deep.orbax", tmp_path / "back.jld2")
     assert tx.values_equal(tx.load(path, "model_state"), tx.load(tmp_path / "back.jld2", "model_state"))
