@@ -12,6 +12,7 @@ says why it is there (a comment: the package is optional, or costly to import).
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import re
 import tokenize
@@ -44,6 +45,12 @@ KNOWN_UPWARD: dict[tuple[str, str], str] = {
 }
 
 
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """``path`` parsed, once for all the tests of the module (they walk the same trees)."""
+    return ast.parse(path.read_text(encoding="utf-8"))
+
+
 def _modules() -> dict[str, Path]:
     out = {}
     for path in PACKAGE.rglob("*.py"):
@@ -71,12 +78,13 @@ def _layer(module: str) -> float:
     return LAYERS[parts[1] if len(parts) > 1 else "__init__"]
 
 
+@functools.cache  # (two tests ask; neither changes the set)
 def _upward_edges() -> set[tuple[str, str]]:
     modules = _modules()
     known = set(modules)
     edges = set()
     for module, path in modules.items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(_tree(path)):
             if not isinstance(node, (ast.Import, ast.ImportFrom)):
                 continue
             for target in _targets(module, path, node, known):
@@ -103,6 +111,7 @@ def test_known_upward_list_only_shrinks() -> None:
     assert not gone, "fixed: remove from KNOWN_UPWARD:\n" + "\n".join(f"  {a} -> {b}" for a, b in gone)
 
 
+@functools.cache  # (two tests ask; neither changes the graph)
 def _import_edges() -> tuple[dict[str, set[str]], set[tuple[str, str]]]:
     """The module-level import graph (``TYPE_CHECKING`` blocks left out: they never run), and the
     imports made inside functions, between the package's modules.
@@ -115,12 +124,13 @@ def _import_edges() -> tuple[dict[str, set[str]], set[tuple[str, str]]]:
     top: dict[str, set[str]] = {m: set() for m in modules}
     inner: set[tuple[str, str]] = set()
     for module, path in modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree = _tree(path)
         skipped: set[int] = set()  # ids of nodes under an ``if TYPE_CHECKING``
         in_function: set[int] = set()
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                in_function.update(id(sub) for sub in ast.walk(node))
+                if id(node) not in in_function:  # (a function in a function: its nodes are in)
+                    in_function.update(id(sub) for sub in ast.walk(node))
             elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
                 skipped.update(id(sub) for sub in ast.walk(node))
         for node in ast.walk(tree):
@@ -188,13 +198,13 @@ def _reason_lines(source: str) -> tuple[set[int], set[int]]:
     return trailing, alone
 
 
-def _unexplained_imports(source: str) -> list[int]:
+def _unexplained_imports(source: str, tree: ast.Module | None = None) -> list[int]:
     """Lines of imports inside a function with no reason: a comment on the import's own lines or
     alone on the line just above, or the import follows one that has a reason in the same
-    block (one comment for a group of imports)."""
+    block (one comment for a group of imports). ``tree``: the source parsed already, if it was."""
     trailing, alone = _reason_lines(source)
     bad = []
-    for fn in ast.walk(ast.parse(source)):
+    for fn in ast.walk(tree or ast.parse(source)):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
         for holder in ast.walk(fn):
@@ -221,7 +231,7 @@ def test_every_function_level_import_says_why() -> None:
     bad = [
         f"  {path.relative_to(PACKAGE.parent)}:{line}"
         for path in sorted(PACKAGE.rglob("*.py"))
-        for line in _unexplained_imports(path.read_text(encoding="utf-8"))
+        for line in _unexplained_imports(path.read_text(encoding="utf-8"), _tree(path))
     ]
     assert not bad, "imports inside functions without a comment saying why:\n" + "\n".join(bad)
 
