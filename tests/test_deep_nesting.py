@@ -12,7 +12,8 @@ documents): the calls the levels from 240 to 480 add must be about twice those t
 120 to 240 add, not four times (a cache keyed by equality that compares a fresh copy of a nested
 type down to the bottom, a type printed again with all the types below it at each level, a path
 re-keyed segment by segment in Python at each level). No timing: the counts are what the time
-follows.
+follows. The slow tier holds the Tuple nests and four of the Dict nest's operations (where each
+case is, below).
 """
 
 from __future__ import annotations
@@ -243,13 +244,20 @@ def _through_safetensors(path: Path, stem: Path) -> None:
 OPERATIONS = ["save", "load", "walk", "infer_schema", "validate", "inspect", "convert", "safetensors"]
 
 
-# every operation on every kind of nest, but no save of a BSON nest (treexchange writes JLD2 only)
+# every operation on every kind of nest, but no save of a BSON nest (treexchange writes JLD2 only).
+# Tuple nests in the slow tier: a Tuple is stored as a NamedTuple is (a struct type whose field
+# types nest), so the NamedTuple nests run that code in the default tier, at 1-4 s an operation.
 _DEEP_END_CASES = [
-    (kind, op)
+    pytest.param(kind, op, id=f"{kind}-{op}", marks=[pytest.mark.slow] if kind == "tuple" else [])
     for kind in ("namedtuple", "tuple", "vector", "bson")
     for op in OPERATIONS
     if not (kind == "bson" and op == "save")
 ]
+# The Dict nest's writer and readers (save, load, a lazy walk, inspect) in the default tier, the
+# operations made of them (infer_schema and validate walk, convert loads and saves, safetensors
+# loads and encodes) in the slow one, 2-5 s each: the NamedTuple, Vector and BSON nests run those
+# four at the deep end in the default tier.
+_DICT_SLOW = ("infer_schema", "validate", "convert", "safetensors")
 
 
 @pytest.mark.parametrize(("kind", "op"), _DEEP_END_CASES)
@@ -265,7 +273,9 @@ def test_the_deep_end_adds_calls_in_proportion_to_its_levels(
     assert growth < 2.6, counts
 
 
-@pytest.mark.parametrize("op", OPERATIONS)
+@pytest.mark.parametrize(
+    "op", [pytest.param(op, marks=[pytest.mark.slow] if op in _DICT_SLOW else []) for op in OPERATIONS]
+)
 def test_a_deep_dict_costs_calls_in_proportion_to_its_file(tmp_path: Path, nests: Nests, op: str) -> None:
     # A Dict nested n deep is a file quadratic in n (JLD2 writes each level's type parameters
     # afresh, as Julia does): the calls must grow as the file does, no faster.
