@@ -3,8 +3,9 @@
 Real files: hostile/linkcycle_shared_demo.jld2 (../shared's or tests/hostile/: a group holding a
 hard link to itself), crafted_L14.jld2 (Julia's ``a = Any[]; push!(a, Any[a])``), and the BetaML models of
 julia_fixtures/misc/betaml_test.jld2, whose estimators share one RNG and whose fitted models share
-mutable ``var`` vectors. Each infers, validates (the file, and the values ``load`` returns), diffs
-against itself and survives JSON, as any other file.
+mutable ``var`` vectors (in the slow tier, as every test of that largest fixture). Each infers,
+validates (the file, and the values ``load`` returns), diffs against itself and survives JSON, as
+any other file.
 """
 
 from __future__ import annotations
@@ -58,7 +59,10 @@ def test_a_cyclic_file_infers_validates_and_diffs(name: str, refs: dict) -> None
     _round_trips(doc)
 
 
+@pytest.mark.slow  # (the largest fixture, conftest.SLOW_FIXTURES: inferred, validated twice, diffed: 8-12 s)
 def test_shared_mutable_objects_of_a_real_model_are_back_references() -> None:
+    # The default tier describes shared mutable objects of a Julia-written file in test_hostile.py
+    # (crafted_L12.jld2: a vector reached twice at each of 40 levels) and of values below.
     path = require_fixture("misc/betaml_test.jld2")
     doc = tx.infer_schema(path)
     refs = _refs(doc)
