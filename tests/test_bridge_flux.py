@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -77,18 +79,21 @@ def test_unknown_activation_has_no_julia_name_but_still_has_a_state() -> None:
         flux_julia(mlp)
 
 
+# (each model built by its test, not at collection: every xdist worker collects every test, and
+# building them compiled their initialisers in both)
 @pytest.mark.parametrize(
-    "model",
+    "make",
     [
-        eqx.nn.Conv2d(1, 2, 3, stride=2, padding="SAME", key=KEY),  # the split depends on the input size
-        eqx.nn.RMSNorm(3),
-        eqx.nn.MLP(2, 1, 3, depth=3, scan=True, key=KEY),
-        eqx.nn.Linear(2, "scalar", key=KEY),
-        [eqx.nn.Linear(2, 2, key=KEY), object()],
+        lambda: eqx.nn.Conv2d(1, 2, 3, stride=2, padding="SAME", key=KEY),  # split depends on input size
+        lambda: eqx.nn.RMSNorm(3),
+        lambda: eqx.nn.MLP(2, 1, 3, depth=3, scan=True, key=KEY),
+        lambda: eqx.nn.Linear(2, "scalar", key=KEY),
+        lambda: [eqx.nn.Linear(2, 2, key=KEY), object()],
     ],
     ids=["conv-same", "rmsnorm", "scan-mlp", "scalar-out", "object"],
 )
-def test_layers_without_a_flux_rule_are_refused(model: object) -> None:
+def test_layers_without_a_flux_rule_are_refused(make: Callable[[], object]) -> None:
+    model = make()
     with pytest.raises(UnsupportedError):
         flux_state(model)
 
