@@ -7,6 +7,14 @@ turn and prints one JSON line per entry: ``outcome`` (``ok`` or the exception cl
 ``treexchange`` (the exception is a TreexchangeError, or there was none), ``message``, the error's
 ``offset`` and ``path``, ``seconds`` and ``maxrss_kb`` (this process's peak resident set so far,
 from ``resource.getrusage``) plus ``baseline_kb`` (the peak after imports).
+
+``python tests/_hostile_child.py --serve`` imports all that once (and runs every entry on a small
+file of its own, for the imports the entry points make when first called), then reads lines
+``ENTRY[,ENTRY...]<tab>FILE`` from stdin and forks a child for each, which prints the same lines;
+after each child it prints ``{"done": STATUS, "stderr": ...}`` (the exit status, negative for a
+signal, and the end of what the child wrote to stderr). A forked child's time and peak resident
+set are its own as a new process's are (Linux starts a child's peak at its size when forked), and
+it starts in a second's less: test_hostile.py runs its files through one server per worker.
 """
 
 from __future__ import annotations
@@ -88,7 +96,14 @@ def run(entry: str, path: str) -> None:
 
 
 def main() -> None:
-    entries, path = sys.argv[1].split(","), sys.argv[2]
+    if sys.argv[1] == "--serve":
+        serve()
+    else:
+        report(sys.argv[1].split(","), sys.argv[2])
+
+
+def report(entries: list[str], path: str) -> None:
+    """Run each entry on ``path`` and print its JSON line (the protocol above)."""
     baseline = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     for entry in entries:
         t0 = time.perf_counter()
@@ -112,6 +127,32 @@ def main() -> None:
             "baseline_kb": baseline,
         }
         print(json.dumps(record), flush=True)
+
+
+def serve() -> None:
+    """The ``--serve`` loop (the protocol above)."""
+    with tempfile.TemporaryDirectory() as d, contextlib.redirect_stdout(io.StringIO()):
+        warm = os.path.join(d, "warm.jld2")
+        tx.save(warm, model_state=tx.NamedTuple(layers=(tx.NamedTuple(weight=np.ones((2, 3), np.float32)),)))
+        report(["walk", "load_mmap", "load_nommap", "infer", "validate", "inspect", "inspect_json",
+                "convert", "convert_safetensors"], warm)  # fmt: skip
+    for line in sys.stdin:
+        entries, path = line.rstrip("\n").split("\t")
+        with tempfile.TemporaryFile() as err:
+            pid = os.fork()
+            if pid == 0:  # the child: its stderr to the file, its lines to the server's stdout
+                code = 1
+                try:
+                    os.dup2(err.fileno(), 2)
+                    report(entries.split(","), path)
+                    code = 0
+                finally:
+                    sys.stdout.flush()
+                    os._exit(code)
+            status = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+            err.seek(0)
+            tail = err.read()[-3000:].decode(errors="replace")
+        print(json.dumps({"done": status, "stderr": tail}), flush=True)
 
 
 if __name__ == "__main__":

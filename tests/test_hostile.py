@@ -7,7 +7,8 @@ gets, from ``open`` + a full lazy walk reading every array, ``load`` with ``mmap
 ``infer_schema``, ``validate``, ``inspect`` (text and ``--json``) and ``convert`` (to JLD2, and to
 safetensors through the tree formats' lazy walk), a result or a
 TreexchangeError that names an offset or a path, within seconds and in bounded memory. Each file
-runs in a child process (tests/_hostile_child.py) so that its time and peak resident set are its own.
+runs in a child process (forked by tests/_hostile_child.py --serve) so that its time and peak
+resident set are its own.
 
 The rest builds legal graphs (an HDF5 hard link to an ancestor group, a ``Vector{Any}`` that holds
 itself, a reference DAG) and deep trees with ``tx.save`` and checks what each entry point makes of
@@ -19,8 +20,12 @@ from __future__ import annotations
 import json
 import os
 import re
+import select
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -115,23 +120,88 @@ def _params() -> list:
     return params
 
 
-def _run_child(path: Path, entries: tuple[str, ...] = ENTRIES) -> list[dict]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "tests" / "_hostile_child.py"), ",".join(entries), str(path)],
-        capture_output=True,
-        text=True,
-        timeout=SECONDS * len(entries) + 30,
-        env=env,
-        cwd=REPO,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+class _Children:
+    """A ``tests/_hostile_child.py --serve`` process, which forks a child for each file: what a
+    child process of its own measures, without a second of interpreter start and imports per file
+    (most of the time of a small file). Started again after a file it did not answer for."""
+
+    def __init__(self) -> None:
+        self.server: subprocess.Popen | None = None
+        self.buffer = bytearray()
+
+    def run(self, path: Path, entries: tuple[str, ...] = ENTRIES) -> list[dict]:
+        """The records of ``entries`` run on ``path`` by one forked child (its exit status 0)."""
+        if self.server is None or self.server.poll() is not None:
+            self.buffer.clear()
+            self.server = subprocess.Popen(
+                [sys.executable, str(REPO / "tests" / "_hostile_child.py"), "--serve"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                env=dict(os.environ, PYTHONPATH=str(REPO)),
+                cwd=REPO,
+                start_new_session=True,  # (its forked child too is killed with it)
+            )
+        assert self.server.stdin is not None
+        self.server.stdin.write(f"{','.join(entries)}\t{path}\n".encode())
+        self.server.stdin.flush()
+        deadline = time.monotonic() + SECONDS * len(entries) + 30
+        records = []
+        while True:
+            line = self._line(deadline)
+            if line is None:
+                self.close(kill=True)
+                pytest.fail(f"{path.name}: no answer within {SECONDS * len(entries) + 30:.0f} s")
+            if line.startswith(b"{"):
+                record = json.loads(line)
+                if "done" in record:
+                    assert record["done"] == 0, record["stderr"]
+                    return records
+                records.append(record)
+
+    def _line(self, deadline: float) -> bytes | None:
+        """The server's next line, or None at the deadline or when it exited."""
+        assert self.server is not None and self.server.stdout is not None
+        while b"\n" not in self.buffer:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([self.server.stdout], [], [], left)[0]:
+                return None
+            chunk = os.read(self.server.stdout.fileno(), 1 << 16)
+            if not chunk:
+                return None
+            self.buffer += chunk
+        line, _, rest = bytes(self.buffer).partition(b"\n")
+        self.buffer[:] = rest
+        return line
+
+    def close(self, kill: bool = False) -> None:
+        if self.server is None:
+            return
+        if not kill:
+            assert self.server.stdin is not None
+            self.server.stdin.close()  # (the server exits at the end of its input)
+            try:
+                self.server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                kill = True
+        if kill:
+            os.killpg(self.server.pid, signal.SIGKILL)
+            self.server.wait()
+        for stream in (self.server.stdin, self.server.stdout):
+            if stream is not None and not stream.closed:
+                stream.close()
+        self.server = None
+
+
+@pytest.fixture(scope="module")
+def children() -> Iterator[_Children]:
+    served = _Children()
+    yield served
+    served.close()
 
 
 @pytest.mark.parametrize("path", _params())
-def test_every_entry_point_is_bounded(path: Path) -> None:
-    records = _run_child(path)
+def test_every_entry_point_is_bounded(children: _Children, path: Path) -> None:
+    records = children.run(path)
     assert [r["entry"] for r in records] == list(ENTRIES)
     size_kb = path.stat().st_size / 1024
     problems = []
